@@ -1,0 +1,366 @@
+"""Typed, frozen spec objects: chips and systems.
+
+Every field carries a description (it becomes the JSON Schema shown in editors). Unknown keys
+are rejected, values are not coerced between types, and quantities are strings with units,
+checked for dimension (see ``units.py``). Nothing downstream of the loader touches raw dicts.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import pint
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from . import units
+from .quantities import QUANTITIES
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9.-]*$"
+
+#: Input formats a tensor engine can list. Those with RTL support are in hdl/numerics;
+#: the MX block formats are modelled for throughput only.
+FORMATS = ("int8", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8", "bf16", "fp16", "tf32", "fp32",
+           "mxfp8", "mxfp4")
+ACTIVATIONS = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
+               "reciprocal", "rsqrt", "sqrt", "log", "sin")
+LEVELS = ("core", "chip", "instance", "server", "cluster")
+
+
+def _quantity(dimension: str):
+    dim, what = units.DIMENSIONS[dimension]
+
+    def parse(value):
+        if isinstance(value, pint.Quantity):
+            return value
+        try:
+            q = units.parse(value, dimension)
+        except units.UnitParseError as exc:
+            raise PydanticCustomError("quantity", str(exc)) from None
+        if q.magnitude <= 0:
+            raise PydanticCustomError("quantity", f"expected a positive {what[2:]}, "
+                                                  f"found {value!r}")
+        return q
+
+    return Annotated[
+        Any,
+        BeforeValidator(parse),
+        PlainSerializer(lambda q: units.show(q, digits=12), return_type=str),
+        WithJsonSchema({"type": "string", "pattern": r"^\s*[0-9.eE+-]+\s*[A-Za-z/ ]+$",
+                        "description": f"{what[0].upper()}{what[1:]}"}),
+    ]
+
+
+Bytes = _quantity("bytes")
+Bandwidth = _quantity("bandwidth")
+Frequency = _quantity("frequency")
+Price = _quantity("price")
+PosInt = Annotated[int, Field(gt=0)]
+Format = Literal[FORMATS]  # type: ignore[valid-type]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True,
+                              use_attribute_docstrings=True)
+
+
+class Source(Strict):
+    """A published document that figures are taken from."""
+
+    title: str = Field(description="Title of the document or page.")
+    where: str = Field(description="Where it was published (site, repository path or file).")
+    kind: Literal["vendor", "article", "press"] = Field(
+        description="vendor documentation, a third-party article, or a press statement.")
+
+
+class Claim(Strict):
+    """A published figure, recorded with its source; the system model checks it."""
+
+    quantity: str = Field(description="Name of the figure (see `gen schema` for the list), "
+                                      "e.g. 'compute.bf16' or 'memory.capacity'.")
+    value: str | int | float = Field(description="The figure as published, with its unit "
+                                                 "('667 TFLOPS', '96 GiB') or a plain number.")
+    source: str = Field(description="Key of the source in specs/sources.yaml.")
+    level: Literal[LEVELS] | None = Field(  # type: ignore[valid-type]
+        None, description="Level the figure is about; default: the spec's own level.")
+    note: str = Field("", description="Context: the wording of the source, caveats.")
+    tolerance: float = Field(0.02, ge=0, le=1, description="Relative difference still "
+                                                           "counted as agreement.")
+    prefixes: Literal["as-written", "binary"] = Field(
+        "as-written", description="'binary' reads the source's decimal prefixes (TB) as binary "
+                                  "(TiB), for sources that write TB for TiB.")
+
+    @field_validator("quantity")
+    @classmethod
+    def _known_quantity(cls, v: str) -> str:
+        if v not in QUANTITIES:
+            raise PydanticCustomError("choice", "expected a known quantity, found '{found}'",
+                                      {"found": v, "choices": sorted(QUANTITIES)})
+        return v
+
+    @model_validator(mode="after")
+    def _value_dimension(self):
+        dimension = QUANTITIES[self.quantity].dimension
+        if dimension in ("count", "ratio"):
+            if isinstance(self.value, str):
+                try:
+                    float(self.value.replace(",", ""))
+                except ValueError:
+                    raise PydanticCustomError(
+                        "claim", "expected a plain number for {q}, found '{v}'",
+                        {"q": self.quantity, "v": self.value}) from None
+            return self
+        if not isinstance(self.value, str):
+            raise PydanticCustomError(
+                "claim", "expected {what} for {q}, found '{v}' (no unit)",
+                {"what": units.DIMENSIONS[dimension][1], "q": self.quantity, "v": self.value})
+        try:
+            units.parse(self.value, dimension)
+        except units.UnitParseError as exc:
+            raise PydanticCustomError("claim", "{q}: {msg}",
+                                      {"q": self.quantity, "msg": str(exc)}) from None
+        return self
+
+    def magnitude(self) -> pint.Quantity | float:
+        """The claimed value as a quantity (binary prefixes applied where asked)."""
+        dimension = QUANTITIES[self.quantity].dimension
+        if dimension in ("count", "ratio"):
+            return float(str(self.value).replace(",", ""))
+        text = self.value
+        if self.prefixes == "binary":
+            for p in "KMGTPE":
+                text = text.replace(f"{p}B", f"{p}iB").replace("kB", "KiB")
+        return units.parse(text, dimension)
+
+
+class Assumption(Strict):
+    """A parameter that was never published, with the reasoning behind the value chosen."""
+
+    key: str = Field(description="Key path of the assumed field, e.g. 'core.tensor.rows'.")
+    note: str = Field(description="Why this value: what it was inferred from.")
+
+
+class SparsitySpec(Strict):
+    patterns: list[str] = Field(description="Structured-sparsity patterns (N:M), e.g. '2:4'.")
+    speedup: float = Field(gt=0, description="Sparse over dense-BF16 throughput of the array.")
+
+    @field_validator("patterns")
+    @classmethod
+    def _nm(cls, v: list[str]) -> list[str]:
+        for p in v:
+            n, _, m = p.partition(":")
+            if not (n.isdigit() and m.isdigit() and 0 < int(n) < int(m)):
+                raise PydanticCustomError("pattern", "expected N:M with 0 < N < M, found '{p}'",
+                                          {"p": p})
+        return v
+
+
+class TensorSpec(Strict):
+    """The tensor engine: a weight-stationary systolic array of processing elements."""
+
+    rows: PosInt = Field(description="PE rows: the contraction (partition) dimension K.")
+    cols: PosInt = Field(description="PE columns: the stationary free dimension M.")
+    clock: Frequency = Field(description="Clock of the array.")
+    formats: list[Format] = Field(min_length=1, description="Input formats the array accepts.")
+    rates: dict[Format, float] = Field(
+        default_factory=dict,
+        description="Multiply-accumulates per PE per cycle by input format (1 when not listed;"
+                    " 2 for double-rate FP8, 0.25 for FP32 at a quarter rate).")
+    moving_max: PosInt = Field(512, description="Largest moving free size N of one matmul.")
+    multiply_interval_min: PosInt = Field(
+        64, description="Back-to-back matmuls issue every max(N, this) cycles.")
+    row_tiles: list[PosInt] = Field(default_factory=lambda: [1],
+                                    description="Ways the array can be split into row tiles.")
+    sparsity: SparsitySpec | None = Field(None, description="Structured sparsity support.")
+
+    @model_validator(mode="after")
+    def _rates_listed(self):
+        for fmt in self.rates:
+            if fmt not in self.formats:
+                raise PydanticCustomError("rates", "expected a rate only for a listed format, "
+                                                   "found '{f}' (formats: {fs})",
+                                          {"f": fmt, "fs": ", ".join(self.formats)})
+        return self
+
+
+class VectorSpec(Strict):
+    """The vector engine: one lane per SBUF partition, elements streamed over time."""
+
+    clock: Frequency = Field(description="Clock of the engine.")
+    lanes: PosInt = Field(description="Lanes (partitions processed in parallel).")
+    ops_per_lane_cycle: float = Field(1.0, gt=0, description="FP32 operations per lane per "
+                                                             "cycle.")
+
+
+class ScalarSpec(Strict):
+    """The scalar (activation) engine: op(data * scale + bias), op a piecewise polynomial."""
+
+    clock: Frequency = Field(description="Clock of the engine.")
+    lanes: PosInt = Field(description="Lanes (partitions processed in parallel).")
+    ops_per_lane_cycle: float = Field(1.0, gt=0, description="FP32 operations per lane per "
+                                                             "cycle.")
+    functions: list[Literal[ACTIVATIONS]] = Field(  # type: ignore[valid-type]
+        min_length=1, description="Activation functions the engine evaluates.")
+    segments: PosInt = Field(32, description="Polynomial segments per function.")
+    degree: int = Field(3, ge=0, le=8, description="Degree of each segment's polynomial.")
+
+
+class GpSimdSpec(Strict):
+    """General-purpose SIMD cores beside the engines."""
+
+    clock: Frequency = Field(description="Clock of the cores.")
+    cores: PosInt = Field(description="Number of cores.")
+    width: PosInt = Field(description="SIMD width of a core in bits.")
+    local_memory: Bytes = Field(description="Local memory per core.")
+
+
+class BufferSpec(Strict):
+    """An on-core buffer organised in partitions (SBUF, PSUM)."""
+
+    partitions: PosInt = Field(description="Number of partitions (rows).")
+    partition_size: Bytes = Field(description="Bytes per partition.")
+    banks: PosInt = Field(1, description="Banks per partition.")
+
+
+class CoreSpec(Strict):
+    """One physical NeuronCore."""
+
+    tensor: TensorSpec = Field(description="The tensor engine.")
+    vector: VectorSpec = Field(description="The vector engine.")
+    scalar: ScalarSpec = Field(description="The scalar (activation) engine.")
+    gpsimd: GpSimdSpec | None = Field(None, description="The GpSimd engine (none on v1).")
+    sbuf: BufferSpec = Field(description="State buffer (SBUF).")
+    psum: BufferSpec = Field(description="Partial-sum buffer (PSUM).")
+
+
+class MemorySpec(Strict):
+    """Device memory attached to the chip."""
+
+    kind: Literal["hbm2e", "hbm3", "hbm3e", "ddr4"] = Field(description="Memory technology.")
+    stacks: PosInt | None = Field(None, description="HBM stacks (none for DDR).")
+    capacity: Bytes = Field(description="Capacity per chip.")
+    bandwidth: Bandwidth = Field(description="Bandwidth per chip.")
+
+
+class DmaSpec(Strict):
+    engines: PosInt = Field(description="DMA engines per chip.")
+    bandwidth: Bandwidth | None = Field(None, description="Aggregate DMA bandwidth per chip.")
+
+
+class LinkSpec(Strict):
+    """NeuronLink chip-to-chip ports."""
+
+    version: Literal["v1", "v2", "v3", "v4"] = Field(description="NeuronLink generation.")
+    links: PosInt | None = Field(None, description="Ports per chip.")
+    bandwidth: Bandwidth | None = Field(None, description="Aggregate bandwidth per chip.")
+    width: PosInt = Field(256, description="RTL datapath width of a port, bits per cycle.")
+    flit: PosInt = Field(256, description="Flit size in bits (a multiple of the width).")
+    credits: PosInt = Field(16, description="Receive buffer depth in flits (credits).")
+    max_packet: PosInt = Field(4096, description="Largest payload of one packet, bytes.")
+
+
+class LncSpec(Strict):
+    """Logical NeuronCore configuration: physical cores fused into one logical core."""
+
+    options: list[PosInt] = Field(description="Allowed LNC settings.")
+    default: PosInt = Field(description="The setting used unless one is chosen.")
+
+    @model_validator(mode="after")
+    def _default_listed(self):
+        if self.default not in self.options:
+            raise PydanticCustomError("lnc", "expected default to be one of the options {o}, "
+                                             "found {d}", {"o": self.options, "d": self.default})
+        return self
+
+
+class RoundingSpec(Strict):
+    modes: list[Literal["rne", "stochastic"]] = Field(
+        description="Rounding modes of casts to narrower formats.")
+    rng: Literal["xorwow", "lfsr32"] = Field(
+        "xorwow", description="Per-lane random generator of stochastic rounding.")
+
+
+class SimScale(Strict):
+    """The scaled-down instance used in simulation (explicit, never silent)."""
+
+    tensor_rows: PosInt = Field(8, description="Tensor array rows in simulation.")
+    tensor_cols: PosInt = Field(8, description="Tensor array columns in simulation.")
+    lanes: PosInt = Field(4, description="Vector and scalar lanes in simulation.")
+
+
+class ChipSpec(Strict):
+    """One chip generation."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="Short name, e.g. 'trn2'.")
+    title: str = Field(description="Product name, e.g. 'Trainium2'.")
+    family: Literal["inferentia", "trainium"] = Field(description="Product family.")
+    neuron_core: Literal["v1", "v2", "v3", "v4"] = Field(description="NeuronCore generation.")
+    cores: PosInt = Field(description="Physical NeuronCores per chip.")
+    core: CoreSpec = Field(description="One NeuronCore.")
+    memory: MemorySpec = Field(description="Device memory.")
+    dma: DmaSpec = Field(description="DMA engines.")
+    cc_cores: PosInt | None = Field(None, description="Collective-communication cores.")
+    neuronlink: LinkSpec = Field(description="Chip-to-chip interconnect.")
+    lnc: LncSpec = Field(description="Logical NeuronCore settings.")
+    rounding: RoundingSpec = Field(description="Rounding of casts.")
+    sim: SimScale = Field(default_factory=SimScale, description="Simulation scale.")
+    claims: list[Claim] = Field(default_factory=list, description="Published figures.")
+    assumptions: list[Assumption] = Field(default_factory=list,
+                                          description="Unpublished parameters and why.")
+
+    @property
+    def kind(self) -> str:
+        return "chip"
+
+
+class TopologySpec(Strict):
+    """How the members of a system are joined."""
+
+    kind: Literal["none", "ring", "torus2d", "torus3d", "switch"] = Field(
+        description="Graph of the chip-to-chip links.")
+    dims: list[PosInt] = Field(default_factory=list, description="Torus dimensions.")
+
+    @model_validator(mode="after")
+    def _dims(self):
+        want = {"torus2d": 2, "torus3d": 3, "ring": 1}.get(self.kind)
+        if want is not None and len(self.dims) != want:
+            raise PydanticCustomError("dims", "expected {w} dimensions for {k}, found {n}",
+                                      {"w": want, "k": self.kind, "n": len(self.dims)})
+        return self
+
+
+class SystemSpec(Strict):
+    """An instance, a server of instances, or a cluster."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="Short name, e.g. 'trn2.48xlarge'.")
+    title: str = Field(description="Product name.")
+    level: Literal["instance", "server", "cluster"] = Field(description="Level of the system.")
+    member: str = Field(description="Spec this system is built of: a chip for an instance, "
+                                    "an instance for a server, a server or instance for a "
+                                    "cluster.")
+    count: PosInt = Field(description="How many members.")
+    topology: TopologySpec = Field(description="Links between the chips.")
+    link_bandwidth: Bandwidth | None = Field(
+        None, description="Chip-to-chip bandwidth per chip, when it differs from the chip's.")
+    efa: Bandwidth | None = Field(None, description="EFA network bandwidth of the system.")
+    efa_latency: Annotated[float, Field(gt=0)] = Field(
+        10e-6, description="EFA latency per message step, seconds (alpha).")
+    link_latency: Annotated[float, Field(gt=0)] = Field(
+        1e-6, description="NeuronLink latency per hop step, seconds (alpha).")
+    price: Price | None = Field(None, description="On-demand price, e.g. '44.7 USD/h'.")
+    claims: list[Claim] = Field(default_factory=list, description="Published figures.")
+    assumptions: list[Assumption] = Field(default_factory=list,
+                                          description="Unpublished parameters and why.")
+
+    @property
+    def kind(self) -> str:
+        return "system"
