@@ -3,8 +3,8 @@
 A spec file holds one top-level key, ``chip`` or ``system``, and optionally ``extends: NAME``
 (a spec of the same kind, looked up beside the file first, then among the bundled specs). The
 parent is deep-merged under the child: mappings merge key by key, lists and scalars are
-replaced, and ``null`` removes an inherited key (its default applies). Claims and assumptions are never inherited: a published figure belongs to the spec
-it was published for.
+replaced, and ``null`` removes an inherited key (its default applies). Claims and assumptions
+are never inherited: a published figure belongs to the spec it was published for.
 """
 
 from __future__ import annotations
