@@ -36,11 +36,14 @@ def spec_schema() -> dict:
         "oneOf": [{"required": ["chip"]}, {"required": ["system"]}],
         "if": {"required": ["extends"]},
         "then": {"properties": {
-            "chip": {"$ref": "#/$defs/PartialChipSpec"},
-            "system": {"$ref": "#/$defs/PartialSystemSpec"}}},
+            "chip": {"$ref": "#/$defs/PartialChipSpec",
+                     "description": "A chip that overrides the one it extends."},
+            "system": {"$ref": "#/$defs/PartialSystemSpec",
+                       "description": "A system that overrides the one it extends."}}},
         "else": {"properties": {
-            "chip": {"$ref": "#/$defs/ChipSpec"},
-            "system": {"$ref": "#/$defs/SystemSpec"}}},
+            "chip": {"$ref": "#/$defs/ChipSpec", "description": "A chip generation."},
+            "system": {"$ref": "#/$defs/SystemSpec",
+                       "description": "An instance, server or cluster."}}},
         "$defs": defs,
     }
 
