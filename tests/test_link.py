@@ -86,7 +86,7 @@ def test_lane_carries_the_golden_frames_with_zlib_crc(params):
     dut = _BackToBack(params)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
-    lane, delivered = [], []
+    lane, lasts, delivered = [], [], []
 
     async def drive(ctx):
         for data, dest, typ, _ in sent:
@@ -104,7 +104,9 @@ def test_lane_carries_the_golden_frames_with_zlib_crc(params):
             if valid:
                 if first:
                     lane.append([])
+                    lasts.append([])
                 lane[-1].append(data)
+                lasts[-1].append(bool(last))
             if out_valid:
                 delivered.append(payload.data)
 
@@ -114,6 +116,7 @@ def test_lane_carries_the_golden_frames_with_zlib_crc(params):
     expect = [golden.frame(params, data, type=typ, dest=dest, src=3, seq=k)
               for data, dest, typ, k in sent]
     assert lane == expect
+    assert all(flags == [False] * (len(flags) - 1) + [True] for flags in lasts)
     assert delivered == [w for data, *_ in sent for w in data]
     # The CRC flits decode to zlib's CRC of the header and payload bytes.
     for flits in lane:
