@@ -133,7 +133,7 @@ def _difference(derived, claimed) -> float:
         c = float(claimed.magnitude)
     else:
         d, c = float(derived), float(claimed)
-    return round((d - c) / c, 9) if c else math.inf
+    return (d - c) / c if c else math.inf
 
 
 def _claim_row(claim: Claim, level: str, figures: dict, spec: str) -> Row:
