@@ -3,8 +3,8 @@
 A spec file holds one top-level key, ``chip`` or ``system``, and optionally ``extends: NAME``
 (a spec of the same kind, looked up beside the file first, then among the bundled specs). The
 parent is deep-merged under the child: mappings merge key by key, lists and scalars are
-replaced, and ``null`` removes an inherited key (its default applies). Claims and assumptions are never inherited: a published figure belongs to the spec
-it was published for.
+replaced, and ``null`` removes an inherited key (its default applies). Claims and assumptions
+are never inherited: a published figure belongs to the spec it was published for.
 """
 
 from __future__ import annotations
@@ -174,7 +174,10 @@ def _inner_model(annotation) -> type[BaseModel] | None:
 
 
 def _translate(exc: ValidationError, kind: str, data: dict, pos: Positions) -> SpecError:
-    err = exc.errors(include_url=False)[0]
+    # An unknown key is usually a misspelt one, which also shows up as a missing key: report
+    # the unknown key, with the nearest known one.
+    errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
+    err = errors[0]
     model = KINDS[kind]
     path = _walk(data, err["loc"])
     dotted = _fmt_path((kind, *path))
@@ -190,8 +193,12 @@ def _translate(exc: ValidationError, kind: str, data: dict, pos: Positions) -> S
         field_path = (*path, key)
         desc = _description(model, field_path)
         return SpecError(f"missing required key {key!r}" + (f" ({desc})" if desc else ""),
-                         location=pos.of((kind, *path)), path=_fmt_path((kind, *field_path)))
-    location = pos.of((kind, *path))
+                         location=pos.of((kind, *path), key=True),
+                         path=_fmt_path((kind, *field_path)))
+    node = data
+    for key in path:
+        node = node[key]
+    location = pos.of((kind, *path), key=isinstance(node, (dict, list)))
     if etype == "literal_error":
         choices = [c.strip().strip("'") for c in ctx.get("expected", "").replace(" or ", ", ")
                    .split(",") if c.strip()]
