@@ -104,7 +104,8 @@ class LinkLoopback(wiring.Component):
     """Transmitter -> channel -> receiver, with a hardware traffic generator and checker.
 
     With ``ext`` high the user sides are the ``ext_*`` and ``out_*`` ports instead (for a
-    testbench driver and monitor). Counters stop when ``cycles`` reaches ``stop_at``.
+    testbench driver and monitor). Counters stop when ``cycles`` reaches ``stop_at``;
+    ``window_words`` counts the words delivered from cycle ``warmup`` on.
     """
 
     def __init__(self, params: LinkParams, latency: int):
@@ -118,14 +119,14 @@ class LinkLoopback(wiring.Component):
             "len_min": In(16), "len_mask": In(16),
             "valid_thr": In(9), "ready_thr": In(9),
             "flit_flip_thr": In(32), "status_flip_thr": In(32),
-            "stop_at": In(32),
+            "stop_at": In(32), "warmup": In(32),
             "ext_valid": In(1), "ext_ready": Out(1), "ext_data": In(params.width),
             "ext_last": In(1), "ext_dest": In(nb), "ext_type": In(2),
             "out_valid": Out(1), "out_ready": In(1), "out_data": Out(params.width),
             "out_first": Out(1), "out_last": Out(1), "out_dest": Out(nb), "out_src": Out(nb),
             "out_type": Out(2),
             "cycles": Out(32), "words": Out(32), "packets": Out(32), "mismatches": Out(32),
-            "replays": Out(32), "drops": Out(32), "flits": Out(32),
+            "replays": Out(32), "drops": Out(32), "flits": Out(32), "window_words": Out(32),
         })
 
     def elaborate(self, platform):
@@ -229,6 +230,8 @@ class LinkLoopback(wiring.Component):
                 m.d.sync += self.words.eq(self.words + 1)
                 with m.If(pl.last):
                     m.d.sync += self.packets.eq(self.packets + 1)
+                with m.If(self.cycles >= self.warmup):
+                    m.d.sync += self.window_words.eq(self.window_words + 1)
                 with m.If(wrong & ~self.ext):
                     m.d.sync += self.mismatches.eq(self.mismatches + 1)
             with m.If(tx.replay):
