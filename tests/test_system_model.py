@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sim.system import formulas
-from sim.system.model import Chip, ModelError, System, build, sustained
+from sim.system.model import Chip, ModelError, System, build, default_link_efficiency, sustained
 from specs.loader import load
 
 GiB = 2**30
@@ -287,3 +287,31 @@ def test_topology_that_does_not_hold_the_chips(tmp_path):
     with pytest.raises(ModelError, match=r"odd: topology dims \[4, 4\] must hold 8 chips, "
                                          r"not 16"):
         m.figures()
+
+
+# --- link efficiency from the link's golden model ----------------------------------------
+
+def _toy_chip(tmp_path, credits):
+    (tmp_path / "toy.yaml").write_text(
+        f"extends: trn2\nchip:\n  name: toy\n  title: Toy\n  neuronlink: {{credits: {credits}}}\n")
+    return load(tmp_path / "toy.yaml")
+
+
+def test_link_efficiency_framing_bound():
+    # 4 KiB packets of 256-bit flits: 128 payload flits, one header flit, one CRC flit.
+    assert default_link_efficiency(load("trn2")) == pytest.approx(128 / (1 + 128 + 1))
+
+
+def test_link_efficiency_credit_bound(tmp_path):
+    # One packet of credit and of replay buffer: the replay loop of n + 2D + L + 3 cycles
+    # (n = 130 flits, D = 16) bounds the rate.
+    chip = _toy_chip(tmp_path, 128)
+    assert default_link_efficiency(chip) == pytest.approx(128 / (130 + 2 * 16 + 128 + 3))
+
+
+def test_link_parameters_that_make_no_port(tmp_path):
+    chip = _toy_chip(tmp_path, 16)
+    with pytest.raises(ModelError, match=r"toy: neuronlink parameters do not make a link port "
+                                         r"\(credits must be at least max_packet \(128\), "
+                                         r"not 16; a packet of 4096 B is 128 flits"):
+        default_link_efficiency(chip)

@@ -33,6 +33,8 @@ from pathlib import Path
 import networkx as nx
 import pint
 
+from hdl.link.link import LinkParams
+from sim.golden import link as golden_link
 from specs import units
 from specs.loader import find, load_document
 from specs.model import ChipSpec, SystemSpec, TensorSpec
@@ -183,11 +185,35 @@ def sustained(chip: ChipSpec, m: int, k: int, n: int, fmt: str,
 
 # --- links --------------------------------------------------------------------------------
 
-def default_link_efficiency(chip: ChipSpec) -> float:
-    """Payload fraction of the spec's link framing: a packet of ``max_packet`` bytes carries
-    one header flit and one CRC flit."""
+#: Channel latency of a NeuronLink lane in link-clock cycles, each way (not published).
+LINK_LATENCY_CYCLES = 16
+
+
+def link_params(chip: ChipSpec) -> LinkParams:
+    """The link port parameters of the spec's NeuronLink, as the link RTL takes them.
+
+    One flit is one datapath word; ``max_packet`` bytes become words of ``width`` bits;
+    the receive buffer holds ``credits`` words and the replay buffer is assumed as deep.
+    """
     link = chip.neuronlink
-    return float(formulas.link_efficiency(8 * link.max_packet, 2 * link.flit))
+    if link.flit != link.width:
+        raise ModelError(f"{chip.name}: neuronlink.flit must equal neuronlink.width "
+                         f"({link.width}) for the link RTL, not {link.flit}")
+    words = math.ceil(8 * link.max_packet / link.width)
+    try:
+        return LinkParams(width=link.width, credits=link.credits, max_packet=words,
+                          replay_depth=link.credits)
+    except ValueError as exc:
+        raise ModelError(f"{chip.name}: neuronlink parameters do not make a link port "
+                         f"({exc}; a packet of {link.max_packet} B is {words} flits of "
+                         f"{link.width} bits)") from None
+
+
+def default_link_efficiency(chip: ChipSpec, latency: int = LINK_LATENCY_CYCLES) -> float:
+    """Payload fraction of the link in steady state, from the link's golden model
+    (framing, credit and replay loops) on the spec's parameters, full-size packets."""
+    params = link_params(chip)
+    return float(golden_link.efficiency(params, latency, params.max_packet))
 
 
 # --- levels -------------------------------------------------------------------------------
