@@ -315,3 +315,12 @@ def test_link_parameters_that_make_no_port(tmp_path):
                                          r"\(credits must be at least max_packet \(128\), "
                                          r"not 16; a packet of 4096 B is 128 flits"):
         default_link_efficiency(chip)
+
+
+def test_system_efa_that_contradicts_its_members(tmp_path):
+    (tmp_path / "pair.yaml").write_text(
+        "system:\n  name: pair\n  title: Pair\n  level: server\n  member: trn2.48xlarge\n"
+        "  count: 2\n  topology: {kind: torus3d, dims: [4, 4, 2]}\n  efa: 100 Gbps\n")
+    with pytest.raises(ModelError, match=r"pair: efa must be its members' 2 x 3200 Gbps = "
+                                         r"6400 Gbps or be left out, not 100 Gbps"):
+        build(tmp_path / "pair.yaml").figures()

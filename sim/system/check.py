@@ -256,7 +256,7 @@ def to_table(reports: list[Report], console=None) -> None:
     for rep in reports:
         table = Table(title=f"{rep.title} ({rep.spec})", title_justify="left")
         for f in FIELDS:
-            table.add_column(f, no_wrap=f in ("level", "quantity", "verdict"),
+            table.add_column(f, no_wrap=True,
                              justify="right" if f in ("derived", "claimed", "difference")
                              else "left")
         for r in rep.rows:

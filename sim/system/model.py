@@ -381,9 +381,16 @@ class System:
     def efa(self) -> pint.Quantity | None:
         """EFA bandwidth: the members' summed, or the spec's own for a system of chips."""
         inner = self.member.efa if isinstance(self.member, System) else None
-        if inner is not None:
-            return inner * self.count
-        return self.spec.efa
+        own = self.spec.efa
+        if inner is None:
+            return own
+        total = inner * self.count
+        if own is not None and not math.isclose(_si(own, "bps"), _si(total, "bps"),
+                                                rel_tol=1e-9):
+            raise ModelError(f"{self.name}: efa must be its members' {self.count} x "
+                             f"{units.show(inner)} = {units.show(total.to(inner.units))} "
+                             f"or be left out, not {units.show(own)}")
+        return total
 
     def _link(self) -> float:
         """Per-link bandwidth in bytes/s, one direction."""
