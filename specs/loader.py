@@ -54,22 +54,26 @@ def bundled() -> dict[str, list[str]]:
 
 
 def find(name: str | Path, near: Path | None = None) -> Path:
-    """Path of a spec given as a path or as a bundled name (``trn2``, ``trn2.yaml``)."""
+    """Path of a spec given as a path or as a bundled name (``trn2``, ``trn2.yaml``).
+
+    With ``near`` (the folder of a spec that refers to this one) a relative path is taken
+    from that folder rather than from the working directory.
+    """
     p = Path(name)
-    if p.exists():
+    if near is None and p.exists():
         return p
-    if len(p.parts) > 1 and near is None:
-        raise SpecError("expected an existing spec file, found none", location=Location(p))
+    if near is not None and (near / p).is_file():
+        return near / p
     stem = p.name.removesuffix(".yaml").removesuffix(".yml")
-    candidates = [near] if near is not None else []
-    candidates += list(FOLDERS.values())
-    for folder in candidates:
+    if len(p.parts) > 1 or not stem or stem.startswith("."):
+        raise SpecError("expected an existing spec file, found none", location=Location(p))
+    for folder in ([near] if near is not None else []) + list(FOLDERS.values()):
         f = folder / f"{stem}.yaml"
         if f.is_file():
             return f
     names = sorted({n for ns in bundled().values() for n in ns})
     raise SpecError(f"expected a spec file or a bundled spec name, found {str(name)!r}",
-                    nearest=nearest(stem, names), choices=names)
+                    location=Location(p), nearest=nearest(stem, names), choices=names)
 
 
 def _merge(parent: dict, parent_pos: Positions, child: dict, child_pos: Positions,
