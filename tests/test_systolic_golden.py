@@ -95,7 +95,7 @@ def scalar_reference(stationary, moving, name: str) -> np.ndarray:
             for k in range(w.shape[0]):
                 with np.errstate(all="ignore"):
                     product = float(np.float32(w[k, m] * x[k, n]))
-                acc = float(np.float32(acc + product))
+                    acc = float(np.float32(acc + product))
             out[m, n] = NAN if acc != acc else np.float32(acc).view(np.uint32)
     return out
 
