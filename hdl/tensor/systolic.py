@@ -182,7 +182,7 @@ class PsumColumn(wiring.Component):
         p = self.params
         m = Module()
         layout = meta_layout(p)
-        m.submodules.bank = bank = memory.Memory(shape=32, depth=p.moving_max, init=[])
+        m.submodules.bank = bank = memory.Memory(shape=32, depth=p.bank_depth, init=[])
         wp = bank.write_port()
         rp = bank.read_port(domain="sync", transparent_for=(wp,))
         meta_in = data.View(layout, self.meta_in)
