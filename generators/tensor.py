@@ -1,11 +1,13 @@
-"""Emit the tensor engine's Verilog: the PE once, one PE row, and the array around them.
+"""Emit the tensor engine's Verilog: each kind of cell once, instantiated by the level above.
 
-The array is a three-level hierarchy, each level emitted once as its own Verilog module and
-instantiated by the level above: ``<top>_pe`` (one processing element), ``<top>_row`` (``cols``
-PE instances) and ``<top>`` (``rows`` row instances, the sequencer, skew, deskew and PSUM).
-Emission therefore grows with ``rows + cols``, not ``rows * cols``, and a 128 x 128 array is
-emitted in seconds. The elaborated (flat) :class:`hdl.tensor.systolic.SystolicArray` is the
-same circuit; the cocotb testbench runs both and checks them against the golden model.
+Modules, emitted by Amaranth: ``<top>_pe`` (one processing element), ``<top>_row`` (``cols``
+PE instances plus one stage of the input skew), ``<top>_column`` (one PSUM column with its
+read-modify-write and one stage of the output deskew) and ``<top>_control`` (the sequencer).
+``<top>`` itself is structural Verilog from a jinja2 template: generate loops instantiate
+``rows`` rows and ``cols`` columns, so its text does not grow with the array. Emission time
+grows with ``cols`` (the row module) only, and a 128 x 128 array is emitted in seconds. The
+elaborated (flat) :class:`hdl.tensor.systolic.SystolicArray` is the same circuit; the cocotb
+testbench runs both and checks them against the golden model.
 """
 
 from __future__ import annotations
@@ -14,11 +16,18 @@ from pathlib import Path
 
 from hdl.tensor.params import SystolicParams
 from hdl.tensor.pe import ProcessingElement
-from hdl.tensor.systolic import SystolicArray, SystolicRow
+from hdl.tensor.systolic import (
+    PsumColumn,
+    SystolicControl,
+    SystolicRow,
+    cmd_layout,
+    meta_layout,
+)
 
 __all__ = ["TOP", "emit", "module_names", "verilog_modules"]
 
 TOP = "tensor_systolic"
+TEMPLATES = Path(__file__).parent / "templates"
 
 # Verilator -Wall findings in the Verilog that Amaranth (through Yosys) emits, each justified:
 WAIVERS = {
@@ -27,18 +36,34 @@ WAIVERS = {
     "WIDTHTRUNC": "as WIDTHEXPAND, for results assigned to narrower nets (Amaranth's slices)",
     "UNUSEDSIGNAL": "carry bits of Amaranth's widened arithmetic temporaries, dropped by the "
                     "truncation the design asks for; ports a given size leaves unread",
+    "DECLFILENAME": "Amaranth emits a module's submodules (named '<module>.<child>') into the "
+                    "module's own file",
     "PROCASSINIT": "Amaranth gives each register its reset value as a declaration "
                    "initialiser (the power-up state) and assigns it in its clocked process",
 }
 
 
 def module_names(top: str = TOP) -> dict[str, str]:
-    """Verilog module names of the three levels."""
-    return {"pe": f"{top}_pe", "row": f"{top}_row", "top": top}
+    """Verilog module names of the levels."""
+    return {"pe": f"{top}_pe", "row": f"{top}_row", "column": f"{top}_column",
+            "control": f"{top}_control", "top": top}
+
+
+def _array_text(params: SystolicParams, names: dict[str, str]) -> str:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.get_template("tensor_array.v.j2").render(
+        top=names["top"], control=names["control"], row=names["row"],
+        column=names["column"], rows=params.rows, cols=params.cols, lanes=params.lanes,
+        fmt=params.fmt, mov_width=params.k_max * params.width,
+        meta_width=meta_layout(params).size, cmd_width=cmd_layout(params).size,
+        stat_width=params.cols * params.width)
 
 
 def verilog_modules(params: SystolicParams, top: str = TOP) -> dict[str, str]:
-    """Verilog text of each level (file name -> text), before any header."""
+    """Verilog text of each module (file name -> text, leaves first), before any header."""
     from amaranth.back import verilog
 
     if not isinstance(params, SystolicParams):
@@ -47,10 +72,13 @@ def verilog_modules(params: SystolicParams, top: str = TOP) -> dict[str, str]:
     parts = {
         "pe": ProcessingElement(params),
         "row": SystolicRow(params, pe_module=names["pe"]),
-        "top": SystolicArray(params, row_module=names["row"]),
+        "column": PsumColumn(params),
+        "control": SystolicControl(params),
     }
-    return {f"{names[level]}.v": verilog.convert(component, name=names[level], emit_src=False)
-            for level, component in parts.items()}
+    texts = {f"{names[level]}.v": verilog.convert(component, name=names[level], emit_src=False)
+             for level, component in parts.items()}
+    texts[f"{top}.v"] = _array_text(params, names)
+    return texts
 
 
 def _comment(header: str) -> str:

@@ -96,8 +96,14 @@ class SystolicParams:
 
     @property
     def index_bits(self) -> int:
-        """Bits of a PSUM row index 0 .. moving_max - 1."""
-        return bits_for(self.moving_max - 1)
+        """Bits of a PSUM row index 0 .. moving_max - 1 (at least one)."""
+        return max(1, bits_for(self.moving_max - 1))
+
+    @property
+    def bank_depth(self) -> int:
+        """Rows of a PSUM column's memory: ``moving_max``, at least two so that its address
+        is at least one bit wide."""
+        return max(2, self.moving_max)
 
     @property
     def depth(self) -> int:

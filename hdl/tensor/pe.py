@@ -53,6 +53,16 @@ class ProcessingElement(wiring.Component):
         self.params = params
         super().__init__(pe_ports(params))
 
+    def _widen(self, m: Module, name: str, bits):
+        """fp32 bits of an operand (fp32 operands go to the multiplier as they are)."""
+        if self.params.width == 32:
+            return bits
+        from hdl.numerics.fpu import Widen, WidenParams
+
+        m.submodules[f"widen_{name}"] = widen = Widen(WidenParams(fmt=self.params.format))
+        m.d.comb += widen.x.eq(bits)
+        return widen.y
+
     def elaborate(self, platform):
         p = self.params
         m = Module()
@@ -69,16 +79,14 @@ class ProcessingElement(wiring.Component):
 
         acc = self.psum_in
         if p.is_float:
-            from hdl.numerics.fpu import FpAdd32, FpMul32, Widen
+            from hdl.numerics.fpu import FpAdd32, FpMul32
 
             for lane in range(p.lanes):
-                m.submodules[f"widen_w{lane}"] = ww = Widen(p.format)
-                m.submodules[f"widen_x{lane}"] = wx = Widen(p.format)
                 m.submodules[f"mul{lane}"] = mul = FpMul32()
                 m.submodules[f"add{lane}"] = add = FpAdd32()
                 m.d.comb += [
-                    ww.x.eq(active[lane]), wx.x.eq(xs[lane]),
-                    mul.a.eq(ww.y), mul.b.eq(wx.y),
+                    mul.a.eq(self._widen(m, f"w{lane}", active[lane])),
+                    mul.b.eq(self._widen(m, f"x{lane}", xs[lane])),
                     add.a.eq(acc), add.b.eq(mul.y),
                 ]
                 acc = add.y

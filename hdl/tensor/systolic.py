@@ -4,9 +4,14 @@
 free axis M. PE (r, c) holds ``stationary[r, c]`` (with double rate: ``stationary[2r + l, c]``
 in lane l). A moving vector (one column of the K x N moving tile) enters row r after r cycles of
 skew and travels right; partial sums travel down, so column c sums k = 0 .. K-1 in order from
-+0.0 and leaves the bottom row as ``dst[c, n]``. The columns are deskewed and then written to
-the PSUM bank: stored as is (overwrite) or added to what the bank holds (accumulate). Each
-PSUM row written also leaves on ``out``.
++0.0 and leaves the bottom row as ``dst[c, n]``. Each column's sum then meets its PSUM column,
+one cycle after the column to its left, which stores it (overwrite) or adds it to what the bank
+holds (accumulate) and appends the new value to the output row passing along the columns, so
+the row leaves the last column aligned (the deskew). Each PSUM row written leaves on ``out``.
+
+Structure: :class:`SystolicControl` (sequencer), ``rows`` identical :class:`SystolicRow` (``cols``
+:class:`~hdl.tensor.pe.ProcessingElement` each, plus one stage of the input skew) and ``cols``
+identical :class:`PsumColumn`, so that a generator can emit each kind of cell once.
 
 Instructions (``cmd`` stream, executed in order):
 
@@ -34,7 +39,9 @@ from amaranth.lib.wiring import In, Out
 from .params import SystolicParams
 from .pe import ProcessingElement, pe_ports
 
-__all__ = ["Op", "SystolicArray", "SystolicParams", "SystolicRow", "cmd_layout", "row_ports"]
+__all__ = ["Op", "PsumColumn", "SystolicArray", "SystolicControl", "SystolicParams",
+           "SystolicRow", "cmd_layout", "column_ports", "control_ports", "meta_layout",
+           "row_ports"]
 
 
 class Op(enum.Enum, shape=1):
@@ -53,13 +60,14 @@ def cmd_layout(params: SystolicParams) -> data.StructLayout:
     })
 
 
-def _meta_layout(params: SystolicParams) -> data.StructLayout:
+def meta_layout(params: SystolicParams) -> data.StructLayout:
+    """What travels with a moving vector to the PSUM columns (``m_left`` counts down one per
+    column: column c writes the bank while it is nonzero, i.e. for c < m)."""
     return data.StructLayout({
-        "valid": 1,        # a moving vector
-        "token": 1,        # a stationary commit token
+        "valid": 1,
         "index": params.index_bits,
         "accumulate": 1,
-        "m": params.m_bits,
+        "m_left": params.m_bits,
     })
 
 
@@ -67,13 +75,27 @@ def row_ports(params: SystolicParams) -> dict:
     """Port signature of one PE row (also the port list of its emitted Verilog module)."""
     return {
         "en": In(1),
-        "x_in": In(params.lanes * params.width),
+        "mov_in": In(params.k_max * params.width),
+        "mov_out": Out(params.k_max * params.width),
         "c_in": In(1),
+        "c_out": Out(1),
         "psum_in": In(32 * params.cols),
         "psum_out": Out(32 * params.cols),
         "shadow_we": In(params.lanes),
         "shadow_clear": In(1),
         "shadow_data": In(params.width * params.cols),
+    }
+
+
+def column_ports(params: SystolicParams) -> dict:
+    """Port signature of one PSUM column (also the port list of its emitted Verilog module)."""
+    return {
+        "en": In(1),
+        "meta_in": In(meta_layout(params).size),
+        "meta_out": Out(meta_layout(params).size),
+        "sum_in": In(32),
+        "vec_in": In(32 * params.cols),
+        "vec_out": Out(32 * params.cols),
     }
 
 
@@ -86,11 +108,22 @@ def _instance(module_name: str, ports: dict, bind) -> Instance:
     return Instance(module_name, **kwargs)
 
 
+def _attach(m: Module, name: str, component, ports: dict, wires: dict) -> None:
+    m.submodules[name] = component
+    for port, member in ports.items():
+        if member.flow == In:
+            m.d.comb += getattr(component, port).eq(wires[port])
+        else:
+            m.d.comb += wires[port].eq(getattr(component, port))
+
+
 class SystolicRow(wiring.Component):
     """``cols`` PEs chained left to right (moving elements and commit token flow right).
 
-    With ``pe_module`` set, the PEs are instances of that separately emitted Verilog module
-    (ports as :func:`hdl.tensor.pe.pe_ports`) instead of elaborated submodules.
+    The row takes lanes ``0 .. lanes-1`` of ``mov_in`` (its own contraction indices) and
+    passes the vector on, one cycle later and shifted down by one row's lanes, to the next
+    row: that is the input skew, built from identical rows. With ``pe_module`` set, the PEs
+    are instances of that separately emitted Verilog module (ports :func:`pe_ports`).
     """
 
     def __init__(self, params: SystolicParams, *, pe_module: str | None = None):
@@ -104,7 +137,9 @@ class SystolicRow(wiring.Component):
         p = self.params
         m = Module()
         lw = p.lanes * p.width
-        x, c = self.x_in, self.c_in
+        with m.If(self.en):
+            m.d.sync += [self.mov_out.eq(self.mov_in[lw:]), self.c_out.eq(self.c_in)]
+        x, c = self.mov_in[:lw], self.c_in
         for col in range(p.cols):
             wires = {
                 "en": self.en,
@@ -119,12 +154,7 @@ class SystolicRow(wiring.Component):
                 "shadow_data": self.shadow_data[p.width * col:p.width * (col + 1)],
             }
             if self.pe_module is None:
-                m.submodules[f"pe_{col}"] = pe = ProcessingElement(p)
-                for name, member in pe_ports(p).items():
-                    if member.flow == In:
-                        m.d.comb += getattr(pe, name).eq(wires[name])
-                    else:
-                        m.d.comb += wires[name].eq(getattr(pe, name))
+                _attach(m, f"pe_{col}", ProcessingElement(p), pe_ports(p), wires)
             else:
                 m.submodules[f"pe_{col}"] = _instance(self.pe_module, pe_ports(p),
                                                       wires.__getitem__)
@@ -132,43 +162,103 @@ class SystolicRow(wiring.Component):
         return m
 
 
-class SystolicArray(wiring.Component):
-    """The tensor engine's systolic array with its sequencer and PSUM bank.
+class PsumColumn(wiring.Component):
+    """One column of the PSUM bank with its read-modify-write, chained left to right.
 
-    See the module docstring for the instruction contract. ``row_module`` (and ``pe_module``,
-    used when rows are elaborated here) select hierarchical emission: the rows become
-    instances of a separately emitted Verilog module with the ports of :func:`row_ports`.
+    A vector's metadata and its column sum arrive one cycle later at each column, exactly
+    as the sums leave the bottom PE row. Stage A reads the bank at ``index``; stage B writes
+    ``sum`` (overwrite) or ``add32(bank, sum)`` (accumulate) where ``m_left`` is nonzero, and
+    appends the column's new value to ``vec``, which thereby leaves the last column as one
+    aligned row of the bank (the deskew, built from identical columns).
     """
 
-    def __init__(self, params: SystolicParams, *, row_module: str | None = None,
-                 pe_module: str | None = None):
+    def __init__(self, params: SystolicParams):
         if not isinstance(params, SystolicParams):
             raise TypeError(f"params must be a SystolicParams, not {params!r}")
         self.params = params
-        self.row_module = row_module
-        self.pe_module = pe_module
-        w = params.width
-        super().__init__({
-            "cmd": In(stream.Signature(cmd_layout(params))),
-            "stationary": In(stream.Signature(data.ArrayLayout(w, params.cols))),
-            "moving": In(stream.Signature(data.ArrayLayout(w, params.k_max))),
-            "out": Out(stream.Signature(data.ArrayLayout(32, params.cols))),
-        })
+        super().__init__(column_ports(params))
 
     def elaborate(self, platform):
         p = self.params
         m = Module()
-        lanes, lw = p.lanes, p.lanes * p.width
-        meta_layout = _meta_layout(p)
+        layout = meta_layout(p)
+        m.submodules.bank = bank = memory.Memory(shape=32, depth=p.bank_depth, init=[])
+        wp = bank.write_port()
+        rp = bank.read_port(domain="sync", transparent_for=(wp,))
+        meta_in = data.View(layout, self.meta_in)
+        meta_a = Signal(layout)
+        sum_a = Signal(32)
+        m.d.comb += [rp.addr.eq(meta_in.index), rp.en.eq(self.en)]
+        with m.If(self.en):
+            m.d.sync += [meta_a.eq(meta_in), sum_a.eq(self.sum_in)]
+
+        if p.is_float:
+            from hdl.numerics.fpu import FpAdd32
+
+            m.submodules.add = add = FpAdd32()
+            m.d.comb += [add.a.eq(rp.data), add.b.eq(sum_a)]
+            total = add.y
+        else:
+            total = (rp.data + sum_a)[:32]
+        write = meta_a.m_left != 0
+        updated = Mux(write, Mux(meta_a.accumulate, total, sum_a), rp.data)
+        m.d.comb += [wp.addr.eq(meta_a.index), wp.data.eq(updated),
+                     wp.en.eq(self.en & meta_a.valid & write)]
+        meta_out = data.View(layout, self.meta_out)
+        m.d.comb += [
+            meta_out.valid.eq(meta_a.valid),
+            meta_out.index.eq(meta_a.index),
+            meta_out.accumulate.eq(meta_a.accumulate),
+            meta_out.m_left.eq(Mux(write, meta_a.m_left - 1, 0)),
+        ]
+        with m.If(self.en):
+            m.d.sync += self.vec_out.eq(Cat(self.vec_in[32:], updated))
+        return m
+
+
+def control_ports(params: SystolicParams) -> dict:
+    """Port signature of the sequencer (also the port list of its emitted Verilog module)."""
+    w = params.width
+    return {
+        "cmd": In(stream.Signature(cmd_layout(params))),
+        "stationary": In(stream.Signature(data.ArrayLayout(w, params.cols))),
+        "moving": In(stream.Signature(data.ArrayLayout(w, params.k_max))),
+        "out_valid": Out(1),
+        "out_ready": In(1),
+        "last_meta": In(meta_layout(params).size),
+        "en": Out(1),
+        "mov": Out(params.k_max * w),
+        "tok": Out(1),
+        "meta": Out(meta_layout(params).size),
+        "shadow_we": Out(params.rows * params.lanes),
+        "shadow_clear": Out(1),
+        "shadow_data": Out(params.cols * w),
+    }
+
+
+class SystolicControl(wiring.Component):
+    """The array's sequencer: instruction decode, stationary loading, moving injection.
+
+    Drives the first stage of the moving wavefront (``mov``, the commit token ``tok``), the
+    metadata that reaches the PSUM columns ``rows + 1`` cycles later (``meta``), the shadow
+    weight writes of every row, and the pipeline enable ``en``; ``last_meta`` (the metadata
+    leaving the last PSUM column) becomes ``out_valid``.
+    """
+
+    def __init__(self, params: SystolicParams):
+        if not isinstance(params, SystolicParams):
+            raise TypeError(f"params must be a SystolicParams, not {params!r}")
+        self.params = params
+        super().__init__(control_ports(params))
+
+    def elaborate(self, platform):
+        p = self.params
+        m = Module()
+        layout = meta_layout(p)
         depth = p.depth
+        en = self.en
+        m.d.comb += en.eq(~self.out_valid | self.out_ready)
 
-        en = Signal()
-        m.d.comb += en.eq(~self.out.valid | self.out.ready)
-
-        # Vector/token pipeline: meta[j] describes what entered j cycles (of `en`) ago.
-        meta = [None] + [Signal(meta_layout, name=f"meta_{j}") for j in range(1, depth + 1)]
-
-        # ---- sequencer -----------------------------------------------------------------------
         load_idle, load_fill, load_pend = 0, 1, 2
         load_state = Signal(2)
         mul_run = Signal()
@@ -181,12 +271,12 @@ class SystolicArray(wiring.Component):
         mul_last = Signal(p.index_bits)
         mul_acc = Signal()
 
-        # A shadow write at the end of this cycle is safe once every earlier commit token has
-        # passed the PEs it still has to copy in.
+        # Stage (cycles of `en` since injection) of the latest commit token, saturating. A
+        # shadow write at the end of this cycle is safe once that token has passed every PE
+        # it still has to update: stage >= depth - 1, and past it unless it moves now.
+        token_age = Signal(range(depth + 1), init=depth)
         token_clear = Signal()
-        late = [meta[j].token for j in range(1, depth - 1)]
-        last = meta[depth - 1].token if depth >= 2 else Const(0)
-        m.d.comb += token_clear.eq(~Cat(*late).any() & (en | ~last))
+        m.d.comb += token_clear.eq((token_age >= depth - 1) & ((token_age != depth - 1) | en))
 
         inject_token = Signal()
         inject_vector = Signal()
@@ -195,6 +285,10 @@ class SystolicArray(wiring.Component):
             inject_vector.eq(mul_run & self.moving.valid & en),
             self.moving.ready.eq(mul_run & en),
         ]
+        with m.If(inject_token):
+            m.d.sync += token_age.eq(1)
+        with m.Elif(en & (token_age != depth)):
+            m.d.sync += token_age.eq(token_age + 1)
 
         cmd = self.cmd.payload
         with m.If(cmd.op == Op.LOAD):
@@ -214,6 +308,9 @@ class SystolicArray(wiring.Component):
         m.d.comb += [
             self.stationary.ready.eq((load_state == load_fill) & token_clear),
             fill_we.eq(self.stationary.valid & self.stationary.ready),
+            self.shadow_we.eq(Cat(*[fill_we & (fill_count == k) for k in range(p.k_max)])),
+            self.shadow_clear.eq(fill_we & (fill_count == 0)),
+            self.shadow_data.eq(self.stationary.payload),
         ]
         with m.If(fill_we):
             m.d.sync += fill_count.eq(fill_count + 1)
@@ -226,103 +323,82 @@ class SystolicArray(wiring.Component):
             with m.If(mul_count == mul_last):
                 m.d.sync += mul_run.eq(0)
 
+        # Stage 1 of the wavefront; the metadata waits `rows` more cycles for the bottom row.
+        masked = Cat(*[Mux(k_act > k, self.moving.payload[k], 0) for k in range(p.k_max)])
+        meta = [Signal(layout, name=f"meta_{j}") for j in range(1, p.rows + 2)]
         with m.If(en):
             m.d.sync += [
-                meta[1].valid.eq(inject_vector),
-                meta[1].token.eq(inject_token),
-                meta[1].index.eq(mul_count),
-                meta[1].accumulate.eq(mul_acc),
-                meta[1].m.eq(m_act),
+                self.mov.eq(Mux(inject_vector, masked, 0)),
+                self.tok.eq(inject_token),
+                meta[0].valid.eq(inject_vector),
+                meta[0].index.eq(mul_count),
+                meta[0].accumulate.eq(mul_acc),
+                meta[0].m_left.eq(m_act),
+                self.out_valid.eq(data.View(layout, self.last_meta).valid),
             ]
-            m.d.sync += [meta[j].eq(meta[j - 1]) for j in range(2, depth + 1)]
+            m.d.sync += [meta[j].eq(meta[j - 1]) for j in range(1, p.rows + 1)]
+        m.d.comb += self.meta.eq(meta[p.rows])
+        return m
 
-        # ---- input skew: row r sees a vector r cycles after row 0 -----------------------------
-        row_x, row_c = [], []
-        for r in range(p.rows):
-            x_chain = [Signal(lw, name=f"skew_x_{r}_{j}") for j in range(r + 1)]
-            c_chain = [Signal(name=f"skew_c_{r}_{j}") for j in range(r + 1)]
-            lane_bits = []
-            for lane in range(lanes):
-                k = r * lanes + lane
-                lane_bits.append(Mux(k_act > k, self.moving.payload[k], 0))
-            with m.If(en):
-                m.d.sync += [
-                    x_chain[0].eq(Mux(inject_vector, Cat(*lane_bits), 0)),
-                    c_chain[0].eq(inject_token),
-                ]
-                m.d.sync += [x_chain[j].eq(x_chain[j - 1]) for j in range(1, r + 1)]
-                m.d.sync += [c_chain[j].eq(c_chain[j - 1]) for j in range(1, r + 1)]
-            row_x.append(x_chain[r])
-            row_c.append(c_chain[r])
 
-        # ---- PE rows -------------------------------------------------------------------------
+class SystolicArray(wiring.Component):
+    """The tensor engine's systolic array: sequencer, ``rows`` PE rows, ``cols`` PSUM columns.
+
+    See the module docstring for the instruction contract. This is the elaborated (flat)
+    form; :mod:`generators.tensor` emits the same structure with each kind of cell emitted
+    once as a Verilog module and instantiated.
+    """
+
+    def __init__(self, params: SystolicParams):
+        if not isinstance(params, SystolicParams):
+            raise TypeError(f"params must be a SystolicParams, not {params!r}")
+        self.params = params
+        w = params.width
+        super().__init__({
+            "cmd": In(stream.Signature(cmd_layout(params))),
+            "stationary": In(stream.Signature(data.ArrayLayout(w, params.cols))),
+            "moving": In(stream.Signature(data.ArrayLayout(w, params.k_max))),
+            "out": Out(stream.Signature(data.ArrayLayout(32, params.cols))),
+        })
+
+    def elaborate(self, platform):
+        p = self.params
+        m = Module()
+        lanes = p.lanes
+        m.submodules.control = control = SystolicControl(p)
+        for name in ("cmd", "stationary", "moving"):
+            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(control, name))
+        m.d.comb += [self.out.valid.eq(control.out_valid), control.out_ready.eq(self.out.ready)]
+
         psum = Const(0, 32 * p.cols)
+        mov_in, c_in = control.mov, control.tok
         for r in range(p.rows):
             wires = {
-                "en": en,
-                "x_in": row_x[r],
-                "c_in": row_c[r],
+                "en": control.en,
+                "mov_in": mov_in,
+                "mov_out": Signal(p.k_max * p.width, name=f"mov_{r}"),
+                "c_in": c_in,
+                "c_out": Signal(name=f"tok_{r}"),
                 "psum_in": psum,
                 "psum_out": Signal(32 * p.cols, name=f"psum_{r}"),
-                "shadow_we": Cat(*[fill_we & (fill_count == r * lanes + lane)
-                                   for lane in range(lanes)]),
-                "shadow_clear": fill_we & (fill_count == 0),
-                "shadow_data": self.stationary.payload.as_value(),
+                "shadow_we": control.shadow_we[r * lanes:(r + 1) * lanes],
+                "shadow_clear": control.shadow_clear,
+                "shadow_data": control.shadow_data,
             }
-            if self.row_module is None:
-                m.submodules[f"row_{r}"] = row = SystolicRow(p, pe_module=self.pe_module)
-                for name, member in row_ports(p).items():
-                    if member.flow == In:
-                        m.d.comb += getattr(row, name).eq(wires[name])
-                    else:
-                        m.d.comb += wires[name].eq(getattr(row, name))
-            else:
-                m.submodules[f"row_{r}"] = _instance(self.row_module, row_ports(p),
-                                                     wires.__getitem__)
-            psum = wires["psum_out"]
+            _attach(m, f"row_{r}", SystolicRow(p), row_ports(p), wires)
+            psum, mov_in, c_in = wires["psum_out"], wires["mov_out"], wires["c_out"]
 
-        # ---- deskew: column c waits cols - 1 - c cycles --------------------------------------
-        sums = []
+        meta_in, vec_in = control.meta, Const(0, 32 * p.cols)
         for col in range(p.cols):
-            value = psum[32 * col:32 * (col + 1)]
-            for j in range(p.cols - 1 - col):
-                reg = Signal(32, name=f"deskew_{col}_{j}")
-                with m.If(en):
-                    m.d.sync += reg.eq(value)
-                value = reg
-            sums.append(value)
-
-        # ---- PSUM bank: read at stage `depth`, update and write one stage later ---------------
-        m.submodules.psum = bank = memory.Memory(shape=32 * p.cols, depth=p.moving_max, init=[])
-        wp = bank.write_port()
-        rp = bank.read_port(domain="sync", transparent_for=(wp,))
-        stage = Signal(meta_layout)
-        stage_sum = Signal(32 * p.cols)
-        m.d.comb += [rp.addr.eq(meta[depth].index), rp.en.eq(en)]
-        with m.If(en):
-            m.d.sync += [stage.eq(meta[depth]), stage_sum.eq(Cat(*sums))]
-
-        updated = []
-        for col in range(p.cols):
-            old = rp.data[32 * col:32 * (col + 1)]
-            new = stage_sum[32 * col:32 * (col + 1)]
-            if p.is_float:
-                from hdl.numerics.fpu import FpAdd32
-
-                m.submodules[f"psum_add_{col}"] = add = FpAdd32()
-                m.d.comb += [add.a.eq(old), add.b.eq(new)]
-                total = add.y
-            else:
-                total = (old + new)[:32]
-            updated.append(Mux(stage.m > col, Mux(stage.accumulate, total, new), old))
-        m.d.comb += [
-            wp.addr.eq(stage.index),
-            wp.data.eq(Cat(*updated)),
-            wp.en.eq(en & stage.valid),
-        ]
-        with m.If(en):
-            m.d.sync += [
-                self.out.valid.eq(stage.valid),
-                self.out.payload.eq(Cat(*updated)),
-            ]
+            wires = {
+                "en": control.en,
+                "meta_in": meta_in,
+                "meta_out": Signal(meta_layout(p).size, name=f"col_meta_{col}"),
+                "sum_in": psum[32 * col:32 * (col + 1)],
+                "vec_in": vec_in,
+                "vec_out": Signal(32 * p.cols, name=f"col_vec_{col}"),
+            }
+            _attach(m, f"column_{col}", PsumColumn(p), column_ports(p), wires)
+            meta_in, vec_in = wires["meta_out"], wires["vec_out"]
+        m.d.comb += [control.last_meta.eq(meta_in), self.out.payload.eq(vec_in)]
         return m
