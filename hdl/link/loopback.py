@@ -72,7 +72,7 @@ class LinkChannel(wiring.Component):
     def _flip(self, m, name, data, valid, seed, thr, width):
         gen = _Lfsr(m, name, seed, self.run)
         nxt = xorshift32(gen.state)
-        index = ((nxt[:16] * width) >> 16)[:16]
+        index = ((nxt[:16] * width) >> 16)[:max(1, (width - 1).bit_length())]
         hit = valid & (gen.state < thr) & self.run
         return Mux(hit, data ^ (1 << index)[:width], data)
 
