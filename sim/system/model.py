@@ -13,13 +13,17 @@ shows up at every level above it:
   :func:`rtl_tile_interval`: the cycle model the systolic array's RTL is checked against;
   :func:`tile_interval` is the documented issue rule), used by :func:`sustained`;
 - the NeuronLink efficiency (``link_efficiency``, default :func:`default_link_efficiency`:
-  payload over payload plus framing of the spec's link parameters), which scales the link
-  bandwidth in the collective times.
+  the link's golden model, framing, credit and replay loops, on the spec's link parameters),
+  which scales the link bandwidth in the collective times.
+
+A system's EFA bandwidth is its members' summed; a system of chips takes its own ``efa``, and
+a system that gives one beside members that have EFA must give their sum.
 
 Assumptions of the collective model (none is published): a chip's NeuronLink bandwidth is the
-sum over its links of one direction of each full-duplex link, shared equally by its links;
-the rings of a torus run both directions at once; a cluster all-reduces hierarchically, the
-instances' (or servers') EFA carrying the inter-member phase.
+sum over its links of one direction of each full-duplex link, shared equally by its links
+(``neuronlink.links``); every torus link, the ring across a Trn2 UltraServer's instances
+included, runs at that per-link figure; the rings of a torus run both directions at once; a
+cluster all-reduces hierarchically, its members' EFA carrying the inter-member phase.
 """
 
 from __future__ import annotations
