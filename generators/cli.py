@@ -130,6 +130,38 @@ def schema(output):
 
 
 @main.command()
+@click.argument("specs", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "md", "html"]),
+              default="table", show_default=True, help="Output format.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write to this file instead of stdout (json, md, html).")
+@click.option("--strict", is_flag=True,
+              help="Exit with status 1 when a derived figure disagrees with a claim.")
+def check(specs, fmt, output, strict):
+    """Lay every derived figure of SPECS beside every published claim, at every level."""
+    from sim.system.check import check as check_specs
+    from sim.system.check import render, to_table
+    from sim.system.model import ModelError
+
+    try:
+        reports, status = check_specs(list(specs), strict)
+    except ModelError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    if fmt == "table":
+        if output:
+            raise click.UsageError("--output needs --format json, md or html")
+        to_table(reports, _console())
+    else:
+        text = render(reports, fmt)
+        if output:
+            output.write_text(text, encoding="utf-8")
+        else:
+            click.echo(text, nl=False)
+    sys.exit(status)
+
+
+@main.command()
 @click.argument("spec")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
               help="Output directory (default: build/<chip>).")
