@@ -48,6 +48,7 @@ def generate_chip(doc: Document, out: Path, scale: str = "full",
                 rtl += unit.emit(params, stage.path("rtl"), header(doc))
             if unit.datasheet is not None:
                 sections[name] = unit.datasheet(spec)
+        sections["check"] = [check_table(doc)]
         rtl_names = sorted({p.relative_to(stage.root).as_posix() for p in rtl})
         if rtl_names:
             stage.write_text("rtl/files.f", "".join(f"{Path(n).name}\n" for n in rtl_names
@@ -107,4 +108,21 @@ def datasheet_context(doc: Document, scale: str, rtl: list[str], skipped: dict[s
         "claims": claims, "assumptions": spec.assumptions, "rtl": rtl, "skipped": skipped,
         "sections": sections,
         "sources": [(k, known[k]) for k in cited],
+    }
+
+
+def check_table(doc: Document) -> dict:
+    """The chip's derived figures beside its claims, as a datasheet table."""
+    from sim.system.check import FIELDS, rows
+    from sim.system.model import build
+
+    columns = [f for f in FIELDS]
+    table_rows = [[r.text(f) for f in columns] for r in rows(build(doc.file))]
+    return {
+        "title": "Derived figures against published claims",
+        "note": "Each derived figure is computed from the spec; each claim is as published. "
+                "`gen check " + doc.name + "` prints the same table.",
+        "columns": columns,
+        "rows": table_rows,
+        "verdict_column": columns.index("verdict"),
     }

@@ -295,6 +295,9 @@ class SimScale(Strict):
     tensor_rows: PosInt = Field(8, description="Tensor array rows in simulation.")
     tensor_cols: PosInt = Field(8, description="Tensor array columns in simulation.")
     lanes: PosInt = Field(4, description="Vector and scalar lanes in simulation.")
+    link_width: PosInt = Field(64, description="Link datapath width in simulation, bits.")
+    link_packet: PosInt = Field(8, description="Largest link packet in simulation, words.")
+    link_credits: PosInt = Field(16, description="Link receive buffer in simulation, words.")
 
 
 class ChipSpec(Strict):
