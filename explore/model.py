@@ -81,7 +81,7 @@ METRICS = {
 CHIP_ALPHA = 1e-6
 #: Design points evaluated together (bounds the points x GEMMs temporaries).
 BLOCK = 2048
-PRICE_FACTORS = ("chips", "pe", "hbm_capacity", "hbm_bandwidth", "link_bandwidth")
+PRICE_FACTORS = ("chips", "pe", "peak_flops", "hbm_capacity", "hbm_bandwidth", "link_bandwidth")
 
 
 @dataclass(frozen=True)
@@ -357,6 +357,8 @@ def price_per_hour(v, base: Base):
         "chips": total_chips / base_chips,
         "pe": (v["rows"] * v["cols"] * v["cores"] * total_chips)
         / (b["rows"] * b["cols"] * b["cores"] * base_chips),
+        "peak_flops": (v["rows"] * v["cols"] * v["cores"] * v["clock"] * total_chips)
+        / (b["rows"] * b["cols"] * b["cores"] * b["clock"] * base_chips),
         "hbm_capacity": v["hbm_capacity"] * total_chips / (b["hbm_capacity"] * base_chips),
         "hbm_bandwidth": v["hbm_bandwidth"] * total_chips / (b["hbm_bandwidth"] * base_chips),
         "link_bandwidth": v["link_bandwidth"] * total_chips

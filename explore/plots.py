@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -63,37 +64,72 @@ def _is_base(df: pd.DataFrame, base: model.Base) -> np.ndarray:
     return mask
 
 
+def _colour_parameter(sw) -> str | None:
+    if sw.spec.plots.colour is not None:
+        return sw.spec.plots.colour
+    swept = [k for k, v in sw.grid.items() if len(v) > 1]
+    return max(swept, key=lambda k: len(sw.grid[k])) if swept else None
+
+
 def pareto(table: pd.DataFrame, sw, out: Path, cost: str, label: str,
            stem: str) -> list[Path]:
-    """Tokens per second against ``cost``, one panel per workload, front highlighted."""
+    """Tokens per second against ``cost``, one panel per workload, front highlighted.
+
+    Points are coloured by the swept parameter with the most values.
+    """
     ok = _feasible(table)
     names = list(dict.fromkeys(str(w) for w in table["workload"]))
-    fig, axes = plt.subplots(1, len(names), figsize=(5.2 * len(names), 4.4), squeeze=False)
+    colour = _colour_parameter(sw)
+    fig, axes = plt.subplots(1, len(names), figsize=(5.6 * len(names), 4.6), squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
         df = ok[ok["workload"] == name]
         c, p = df[cost].to_numpy(), df["tokens_per_second"].to_numpy()
-        if len(df):
-            ax.scatter(c, p, s=10, color="0.7", label=f"design points ({len(df)})")
-            front = pareto_mask(c, p)
-            idx = np.argsort(c[front])
-            ax.plot(c[front][idx], p[front][idx], "o-", color="tab:red", ms=4,
-                    label=f"Pareto front ({front.sum()})")
-            base = _is_base(df, sw.base)
-            if base.any():
-                ax.scatter(c[base], p[base], marker="*", s=180, color="tab:blue", zorder=5,
-                           label=f"base ({sw.base.name})")
-            if c.max() > 8 * c.min():
-                ax.set_xscale("log")
-            if p.max() > 8 * p.min():
-                ax.set_yscale("log")
         ax.set_title(name)
         ax.set_xlabel(label)
-        ax.set_ylabel("training throughput (tokens/s)")
+        ax.set_ylabel("throughput (tokens/s)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        if not len(df):
+            ax.text(0.5, 0.5, "no feasible design point\n(state does not fit HBM)",
+                    ha="center", va="center", transform=ax.transAxes)
+            continue
+        if colour is not None:
+            scale, clabel = DISPLAY[colour]
+            sc = ax.scatter(c, p, s=14, c=df[colour].to_numpy() * scale, cmap="viridis",
+                            label=f"design points ({len(df)})")
+            fig.colorbar(sc, ax=ax, label=clabel)
+        else:
+            ax.scatter(c, p, s=14, color="0.6", label=f"design points ({len(df)})")
+        front = pareto_mask(c, p)
+        idx = np.argsort(c[front])
+        ax.plot(c[front][idx], p[front][idx], "o-", color="tab:red", ms=5, mfc="none",
+                label=f"Pareto front ({front.sum()})")
+        base = _is_base(df, sw.base)
+        if base.any():
+            ax.scatter(c[base], p[base], marker="*", s=200, color="tab:red", zorder=5,
+                       edgecolor="k", label=f"base ({sw.base.name})")
+        if c.max() > 8 * c.min():
+            ax.set_xscale("log")
+        if p.max() > 8 * p.min():
+            ax.set_yscale("log")
+        if np.ptp(c) == 0:
+            ax.set_xlabel(f"{label}\n(all points equal: fixed by the sweep's constraints)")
+        ax.legend(fontsize=8, loc="best")
     fig.suptitle(f"{sw.spec.title or sw.name}: performance against {label.split(' (')[0]}")
     fig.tight_layout()
     return _save(fig, out, stem)
+
+
+def _label_groups(x: np.ndarray, y: np.ndarray, names, tol: float = 0.2):
+    """Names of points that sit on top of each other (log distance below ``tol``) joined."""
+    groups: list[tuple[float, float, list[str]]] = []
+    for xi, yi, n in zip(x, y, names, strict=True):
+        for gx, gy, members in groups:
+            if abs(np.log10(xi / gx)) < tol and abs(np.log10(yi / gy)) < tol:
+                members.append(n)
+                break
+        else:
+            groups.append((xi, yi, [n]))
+    return groups
 
 
 def roofline(sw, out: Path) -> list[Path]:
@@ -122,12 +158,16 @@ def roofline(sw, out: Path) -> list[Path]:
             if sel.any():
                 ax.scatter(intensity[sel], achieved[sel], marker=marker, color=color, s=36,
                            label=kind, zorder=4)
-        for i, name in enumerate(work.gemms.names):
-            if not name.endswith(("dgrad", "wgrad")):
-                ax.annotate(name, (intensity[i], achieved[i]), fontsize=7,
-                            xytext=(4, -10), textcoords="offset points")
+        fwd = np.array([not n.endswith(("dgrad", "wgrad")) for n in work.gemms.names])
+        groups = _label_groups(intensity[fwd], achieved[fwd],
+                               [n for n, f in zip(work.gemms.names, fwd, strict=True) if f])
+        for j, (gx, gy, members) in enumerate(groups):
+            ax.annotate(", ".join(members), (gx, gy), fontsize=7,
+                        xytext=(6, -12 - 9 * (j % 2)), textcoords="offset points")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("arithmetic intensity (FLOP per HBM byte)")
         ax.set_ylabel("achieved throughput per rank (TFLOP/s)")
         ax.set_title(f"{work.name} (tensor {work.tensor})")
@@ -140,7 +180,12 @@ def roofline(sw, out: Path) -> list[Path]:
 
 
 def sensitivity(sw, out: Path) -> list[Path]:
-    """Step time against each swept parameter, one at a time, the others at the base."""
+    """Step time against each swept parameter, one at a time, the others at the base.
+
+    Shown as time per token relative to the base point: for a training step (fixed tokens
+    per step) that is the relative step time; for a replicated GEMM list it also counts the
+    replicas a change of cores or chips adds.
+    """
     swept = [k for k, vals in sw.grid.items() if len(vals) > 1] or list(sw.grid)
     if not swept:
         return []
@@ -151,9 +196,9 @@ def sensitivity(sw, out: Path) -> list[Path]:
         vals = sw.grid[name]
         scale, label = DISPLAY[name]
         for work in sw.workloads:
-            base = model.evaluate({}, sw.base, work)["step_time"][0]
+            base = model.evaluate({}, sw.base, work)["tokens_per_second"][0]
             r = model.evaluate({name: vals}, sw.base, work)
-            rel = r["step_time"] / base
+            rel = base / r["tokens_per_second"]
             ok = np.isfinite(rel)
             ax.plot(vals[ok] * scale, rel[ok], "o-", ms=4, label=work.name)
         ax.axvline(sw.base.values[name] * scale, color="0.5", ls="--", lw=1)
@@ -161,12 +206,13 @@ def sensitivity(sw, out: Path) -> list[Path]:
         if vals.max() > 8 * vals.min():
             ax.set_xscale("log", base=2)
         ax.set_xlabel(label)
-        ax.set_ylabel("step time / base step time")
+        ax.set_ylabel("time per token / base")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(swept):]:
         ax.remove()
-    fig.suptitle(f"Sensitivity of step time, one parameter at a time (dashed: {sw.base.name})")
+    fig.suptitle("Sensitivity of step time (per token), one parameter at a time, the others "
+                 f"at the base (dashed: {sw.base.name})")
     fig.tight_layout()
     return _save(fig, out, "sensitivity")
 

@@ -115,7 +115,8 @@ class Price(Strict):
     shares: dict[PriceFactor, float] = Field(
         default_factory=lambda: {"chips": 1.0},
         description="Share of the base price that scales with each factor (chips, pe, "
-                    "hbm_capacity, hbm_bandwidth, link_bandwidth); the shares sum to 1.")
+                    "peak_flops, hbm_capacity, hbm_bandwidth, link_bandwidth), each taken over "
+                    "the whole system; the shares sum to 1.")
 
     @model_validator(mode="after")
     def _sum(self):
@@ -134,6 +135,12 @@ class Execution(Strict):
     workers: PosInt = Field(2, description="Workers of the local Dask cluster.")
 
 
+class Plots(Strict):
+    colour: ParamName | None = Field(None, description="Parameter that colours the points of "
+                                                       "the Pareto plots; default: the swept "
+                                                       "parameter with the most values.")
+
+
 class SweepSpec(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="Short name.")
     title: str = Field("", description="What the sweep asks.")
@@ -147,6 +154,7 @@ class SweepSpec(Strict):
                                       description="Metrics kept in the table.")
     price: Price = Field(default_factory=Price, description="Price model.")
     execution: Execution = Field(default_factory=Execution, description="Execution settings.")
+    plots: Plots = Field(default_factory=Plots, description="Plot settings.")
 
 
 @dataclass(frozen=True)
