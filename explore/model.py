@@ -31,7 +31,7 @@ of it not hidden behind the backward GEMMs when the workload overlaps them).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -236,28 +236,51 @@ def group_allreduce(nbytes, group, per_chip, stride, v, base: Base, dims_long):
     """All-reduce time of ``nbytes`` per rank among ``group`` ranks (arrays over points).
 
     Ranks are numbered chip-major (``per_chip`` logical cores on each chip, chips in instance
-    order); the group's members are ``stride`` apart.
+    order, instances in server order); the group's members are ``stride`` ranks apart, and
+    every group of the same kind all-reduces at the same time. Phases, hierarchically: a ring
+    through HBM among the group's ranks on one chip; the chips of the group in one instance
+    over the instance topology (on a torus of ``a x b`` chips, ``b = dims_long``, a group of
+    ``c`` chips is a ``b x c/b`` sub-torus when ``b`` divides ``c``, a ring of ``c`` chips
+    otherwise); the instances of a server over the ring that joins same-position chips; the
+    servers over EFA. Each chip's links carry the traffic of every group on the chip, and a
+    server's EFA the traffic of every group in the server.
     """
-    on_chip = np.where(stride < per_chip,
-                       np.minimum(group, np.maximum(per_chip / stride, 1.0)), 1.0)
-    chips = group / on_chip
-    t = ring_allreduce(nbytes, on_chip, v["hbm_bandwidth"] / (2.0 * per_chip), CHIP_ALPHA)
-    c1 = np.minimum(chips, v["chips"])
+    layout = group_layout(group, per_chip, stride, v["chips"], base.instances)
+    r0, c1, c2, c3 = layout
+    share = per_chip / r0                      # groups sharing one chip's links
+    t = ring_allreduce(nbytes, r0, v["hbm_bandwidth"] / (2.0 * per_chip), CHIP_ALPHA)
     link = v["link_bandwidth"] / base.links
+    chip_bytes = nbytes * share
     if base.topology == "torus":
-        d1 = np.minimum(c1, dims_long)
+        d1 = np.where(np.mod(c1, dims_long) == 0, dims_long, c1)
         d2 = c1 / d1
-        t = t + ring_allreduce(nbytes, d1, link, base.link_alpha, 2.0)
-        t = t + ring_allreduce(nbytes / d1, d2, link, base.link_alpha, 2.0)
+        t = t + ring_allreduce(chip_bytes, d1, link, base.link_alpha, 2.0)
+        t = t + ring_allreduce(chip_bytes / d1, d2, link, base.link_alpha, 2.0)
     elif base.topology == "ring":
-        t = t + ring_allreduce(nbytes, c1, link, base.link_alpha, 2.0)
+        t = t + ring_allreduce(chip_bytes, c1, link, base.link_alpha, 2.0)
     elif base.topology == "switch":
-        t = t + np.where(c1 > 1, 2.0 * (2.0 * base.link_alpha + (c1 - 1) / c1 * nbytes
+        t = t + np.where(c1 > 1, 2.0 * (2.0 * base.link_alpha + (c1 - 1) / c1 * chip_bytes
                                         / v["link_bandwidth"]), 0.0)
-    c2 = np.minimum(chips / c1, base.instances)
-    t = t + ring_allreduce(nbytes / c1, c2, link, base.link_alpha, 2.0)
-    c3 = chips / (c1 * c2)
-    return t + ring_allreduce(nbytes, c3, base.efa_bandwidth, base.efa_alpha)
+    t = t + ring_allreduce(chip_bytes / c1, c2, link, base.link_alpha, 2.0)
+    server_bytes = nbytes * per_chip * v["chips"] * base.instances / (r0 * c1 * c2)
+    return t + ring_allreduce(server_bytes, c3, base.efa_bandwidth, base.efa_alpha)
+
+
+def group_layout(group, per_chip, stride, chips, instances):
+    """Members of a group per chip, chips per instance, instances per server, servers.
+
+    Integer-valued: irregular layouts (a stride that does not divide a level) are rounded the
+    same way in :func:`evaluate` and :func:`evaluate_point`.
+    """
+    r0 = np.where(stride < per_chip,
+                  np.minimum(group, np.maximum(np.floor(per_chip / stride), 1.0)), 1.0)
+    spanned = np.ceil(group / r0)
+    chip_stride = np.maximum(np.floor(stride / per_chip), 1.0)
+    c1 = np.minimum(spanned, np.maximum(np.floor(chips / chip_stride), 1.0))
+    instance_stride = np.maximum(np.floor(chip_stride / chips), 1.0)
+    c2 = np.minimum(np.ceil(spanned / c1), np.maximum(np.floor(instances / instance_stride), 1.0))
+    c3 = np.ceil(spanned / (c1 * c2))
+    return r0, c1, c2, c3
 
 
 def evaluate(values: dict[str, np.ndarray], base: Base, work: Workload,
@@ -423,17 +446,15 @@ def evaluate_point(point: dict[str, float], base: Base, work: Workload) -> dict[
 
 
 def _cycles_loop(m, k, n, rows, cols, base: Base, lnc) -> float:
-    """Cycles by walking the tiles one matmul at a time."""
+    """Cycles by walking the moving tiles one matmul at a time, for every (K, M) tile pair."""
     def walk(m_tiles, n_size):
-        cyc = 0
-        for _ in range(math.ceil(k / rows)):
-            for _ in range(m_tiles):
-                left = n_size
-                while left > 0:
-                    tile = min(left, base.moving_max)
-                    cyc += max(tile, base.interval_min)
-                    left -= tile
-        return cyc
+        per_pair = 0
+        left = n_size
+        while left > 0:
+            tile = min(left, base.moving_max)
+            per_pair += max(tile, base.interval_min)
+            left -= tile
+        return math.ceil(k / rows) * m_tiles * per_pair
     mt = math.ceil(m / cols)
     return min(walk(math.ceil(mt / lnc), n), walk(mt, math.ceil(n / lnc)))
 
@@ -447,33 +468,34 @@ def _bytes_scalar(m, k, n, elem, sbuf, cols, moving_max) -> float:
 
 
 def _allreduce_point(nbytes, group, stride, p, base: Base, per_chip) -> float:
-    on_chip = min(group, max(per_chip // stride, 1)) if stride < per_chip else 1
-    chips = group // on_chip
-    t = collectives.ring_time("all_reduce", nbytes, int(on_chip),
+    chips = int(p["chips"])
+    r0 = min(group, max(per_chip // stride, 1)) if stride < per_chip else 1
+    spanned = -(-group // r0)
+    chip_stride = max(stride // per_chip, 1)
+    c1 = min(spanned, max(chips // chip_stride, 1))
+    c2 = min(-(-spanned // c1), max(base.instances // max(chip_stride // chips, 1), 1))
+    c3 = -(-spanned // (c1 * c2))
+    t = collectives.ring_time("all_reduce", nbytes, int(r0),
                               p["hbm_bandwidth"] / (2 * per_chip), CHIP_ALPHA)
-    c1 = min(chips, int(p["chips"]))
+    chip_bytes = nbytes * per_chip / r0
     link = p["link_bandwidth"] / base.links
     if c1 > 1:
         if base.topology == "torus":
-            d1 = min(c1, torus_dims(int(p["chips"]))[1])
+            long = torus_dims(chips)[1]
+            d1 = long if c1 % long == 0 else c1
             g = topology.torus((d1, c1 // d1), link)
-            t += collectives.topology_time(g, "all_reduce", nbytes, base.link_alpha,
+            t += collectives.topology_time(g, "all_reduce", chip_bytes, base.link_alpha,
                                            bidirectional=True)
         elif base.topology == "ring":
-            t += collectives.ring_time("all_reduce", nbytes, c1, link, base.link_alpha,
+            t += collectives.ring_time("all_reduce", chip_bytes, c1, link, base.link_alpha,
                                        bidirectional=True)
         elif base.topology == "switch":
             g = topology.switch(c1, p["link_bandwidth"])
-            t += collectives.topology_time(g, "all_reduce", nbytes, base.link_alpha)
-    c2 = min(chips // c1, base.instances)
-    t += collectives.ring_time("all_reduce", nbytes / c1, c2, link, base.link_alpha,
+            t += collectives.topology_time(g, "all_reduce", chip_bytes, base.link_alpha)
+    t += collectives.ring_time("all_reduce", chip_bytes / c1, c2, link, base.link_alpha,
                                bidirectional=True)
-    c3 = chips // (c1 * c2)
     if c3 > 1:
-        t += collectives.ring_time("all_reduce", nbytes, c3, base.efa_bandwidth, base.efa_alpha)
+        server_bytes = nbytes * per_chip * chips * base.instances / (r0 * c1 * c2)
+        t += collectives.ring_time("all_reduce", server_bytes, c3, base.efa_bandwidth,
+                                   base.efa_alpha)
     return t
-
-
-def with_values(base: Base, **values: float) -> Base:
-    """``base`` with some base parameter values replaced."""
-    return replace(base, values={**base.values, **values})

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 from pydantic_core import PydanticCustomError
 
 from specs import units
@@ -82,6 +82,11 @@ class Range(Strict):
         return self
 
 
+Values = Annotated[
+    Annotated[list[Number], Tag("list")] | Annotated[Range, Tag("range")],
+    Discriminator(lambda v: "range" if isinstance(v, dict | Range) else "list")]
+
+
 class Constraint(Strict):
     """A bound on a quantity derived from the parameters."""
 
@@ -123,7 +128,7 @@ class Price(Strict):
         total = sum(self.shares.values())
         if abs(total - 1.0) > 1e-9 or any(s < 0 for s in self.shares.values()):
             raise PydanticCustomError("sweep", "expected non-negative shares summing to 1, "
-                                               "found a sum of {t:g}", {"t": total})
+                                               "found a sum of {t}", {"t": f"{total:g}"})
         return self
 
 
@@ -145,7 +150,7 @@ class SweepSpec(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="Short name.")
     title: str = Field("", description="What the sweep asks.")
     base: str = Field(description="Base chip or system spec (bundled name or path).")
-    parameters: dict[ParamName, list[Number] | Range] = Field(
+    parameters: dict[ParamName, Values] = Field(
         default_factory=dict, description="Values of each swept parameter.")
     constraints: list[Constraint] = Field(default_factory=list,
                                           description="Bounds every kept point satisfies.")

@@ -182,13 +182,16 @@ CUSTOM_TYPES = ("quantity", "claim", "pattern", "rates", "lnc", "dims")
 
 
 def translate(exc: ValidationError, model: type[BaseModel], kind: str, data: dict,
-              pos: Positions, custom: tuple[str, ...] = CUSTOM_TYPES) -> SpecError:
+              pos: Positions, custom: tuple[str, ...] = CUSTOM_TYPES,
+              first: tuple[str, ...] = ()) -> SpecError:
     """A SpecError (file:line:col, key path, expected, found) for pydantic's first error.
 
     ``model`` validated ``data``, the value of the top-level key ``kind`` of a YAML file
     whose positions are ``pos``; errors of the ``custom`` types keep their own message.
+    Errors of the types in ``first`` are reported before the others.
     """
-    err = exc.errors(include_url=False)[0]
+    errors = exc.errors(include_url=False)
+    err = next((e for e in errors if e["type"] in first), errors[0])
     path = _walk(data, err["loc"])
     dotted = _fmt_path((kind, *path))
     etype, ctx = err["type"], err.get("ctx") or {}
