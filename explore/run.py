@@ -55,6 +55,14 @@ def evaluate_chunk(values: dict[str, np.ndarray], base: model.Base, work: Worklo
     return pd.DataFrame(cols)
 
 
+def chunk_to_file(values: dict[str, np.ndarray], base: model.Base, work: Workload,
+                  metrics: list[str], first_point: int, path: Path) -> int:
+    """Evaluate one chunk and write its part (on a worker that shares the file system)."""
+    df = evaluate_chunk(values, base, work, metrics, first_point)
+    _write(df, Path(path))
+    return len(df)
+
+
 def chunk_key(sweep_digest: str, work_index: int, values: dict[str, np.ndarray],
               first_point: int) -> str:
     h = hashlib.sha256()
@@ -100,9 +108,10 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
     -------
     dict
         ``sweep``, ``base``, ``points``, ``dropped``, ``rows``, ``chunks`` (total, computed,
-        skipped), ``mode``, ``seconds``, ``points_per_second``, ``table``, ``plots`` and
-        ``best`` (per workload, the design point of the highest tokens per second among the
-        valid points whose state fits).
+        skipped), ``mode``, ``seconds``, ``points_per_second``, ``table``, ``plots``,
+        ``compute_seconds`` (the chunks alone, without cluster start-up, loading, joining and
+        plotting) and ``best`` (per workload, the design point of the highest tokens per second
+        among the valid points whose state fits).
     """
     start = time.perf_counter()
     sw = sweeps.load(sweep_path)
@@ -139,9 +148,11 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
                 df = evaluate_chunk(values, sw.base, sw.workloads[wi], sw.spec.metrics, first)
                 _write(df, path)
                 _advance(bar, task, len(values["rows"]), t0)
+            compute_seconds = time.perf_counter() - t0
         elif todo:
-            _run_dask(todo, sw, scheduler, bar, task, t0)
-    compute_seconds = time.perf_counter() - t0
+            compute_seconds = _run_dask(todo, sw, scheduler, bar, task)
+        else:
+            compute_seconds = 0.0
     table = pd.concat([pd.read_parquet(t[0]) for t in tasks], ignore_index=True) if tasks \
         else pd.DataFrame()
     table_path = out / "results.parquet"
@@ -153,6 +164,7 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
         "rows": len(table),
         "chunks": {"total": len(tasks), "computed": len(todo), "skipped": len(tasks) - len(todo)},
         "mode": mode, "seconds": time.perf_counter() - start,
+        "compute_seconds": compute_seconds,
         "points_per_second": computed_points / compute_seconds if computed_points else None,
         "table": str(table_path), "plots": drawn, "best": best_points(table),
     }
@@ -166,8 +178,9 @@ def _advance(bar: Progress, task, points: int, t0: float) -> None:
     bar.update(task, advance=1, points=done, rate=f"{rate:,.0f} points/s")
 
 
-def _run_dask(todo, sw: sweeps.Sweep, scheduler: str | None, bar: Progress, task,
-              t0: float) -> None:
+def _run_dask(todo, sw: sweeps.Sweep, scheduler: str | None, bar: Progress, task) -> float:
+    """Run the chunks on Dask; return the seconds from the first submission to the last part
+    (cluster start-up left out)."""
     from distributed import Client, LocalCluster, as_completed
 
     cluster = None
@@ -181,14 +194,21 @@ def _run_dask(todo, sw: sweeps.Sweep, scheduler: str | None, bar: Progress, task
         base = client.scatter(sw.base, broadcast=True)
         works = [client.scatter(w, broadcast=True) for w in sw.workloads]
         futures = {}
+        t0 = time.perf_counter()
         for path, values, wi, first in todo:
-            fut = client.submit(evaluate_chunk, values, base, works[wi], sw.spec.metrics, first,
-                                key=f"explore-{path.stem}")
+            args = (values, base, works[wi], sw.spec.metrics, first)
+            if cluster is not None:      # local workers write their parts themselves
+                fut = client.submit(chunk_to_file, *args, str(path), key=f"explore-{path.stem}")
+            else:                        # remote workers may not share our file system
+                fut = client.submit(evaluate_chunk, *args, key=f"explore-{path.stem}")
             futures[fut] = (path, len(values["rows"]))
         for fut in as_completed(futures):
             path, n = futures[fut]
-            _write(fut.result(), path)
+            result = fut.result()
+            if cluster is None:
+                _write(result, path)
             _advance(bar, task, n, t0)
+        return time.perf_counter() - t0
     finally:
         client.close()
         if cluster is not None:

@@ -102,3 +102,14 @@ def test_dask_scheduler_gives_the_same_table(sweep_file, tmp_path):
     assert remote["chunks"]["computed"] == 6
     pd.testing.assert_frame_equal(pd.read_parquet(local["table"]),
                                   pd.read_parquet(remote["table"]))
+
+
+def test_local_dask_cluster_workers_write_the_same_parts(sweep_file, tmp_path):
+    sweep_file.write_text(SWEEP.replace("{chunk_size: 5}", "{chunk_size: 5, workers: 1}"))
+    local = run.explore(sweep_file, tmp_path / "local", progress=False, plot=False)
+    dask = run.explore(sweep_file, tmp_path / "dask", progress=False, plot=False, dask=True)
+    assert dask["mode"] == "dask:local" and dask["chunks"]["computed"] == 6
+    assert sorted(p.name for p in (tmp_path / "dask" / "parts").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "local" / "parts").iterdir())
+    pd.testing.assert_frame_equal(pd.read_parquet(local["table"]),
+                                  pd.read_parquet(dask["table"]))
