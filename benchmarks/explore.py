@@ -4,9 +4,9 @@
    as a scalar Python loop (``explore.model.evaluate_point``), on the same random design points
    of a trn2.48xlarge running the 7B training step (21 GEMMs, two collectives): points per
    second of each and their ratio.
-2. One sweep run through ``explore.run.explore`` on a local Dask cluster of one worker and of
-   two workers: the chunk phase's seconds (cluster start-up, joining and plotting left out)
-   and the speed-up.
+2. One sweep run through ``explore.run.explore`` in-process, then on a local Dask cluster of
+   one worker and of two workers: the chunk phase's seconds (evaluate, build the table, write
+   the Parquet part; cluster start-up, joining and plotting left out) and the speed-up.
 
 Usage: PYTHONPATH=. python benchmarks/explore.py [--points N] [--sweep-points N]
 """
@@ -88,10 +88,10 @@ def dask_scaling(sweep_points: int) -> dict:
     clocks = max(1, sweep_points // per_clock)
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for workers in (1, 2):
+        for workers in (0, 1, 2):         # 0: in-process, the same chunks and parts
             f = Path(tmp) / f"bench{workers}.yaml"
-            f.write_text(SWEEP.format(clocks=clocks, workers=workers))
-            s = run.explore(f, Path(tmp) / f"out{workers}", progress=False, dask=True,
+            f.write_text(SWEEP.format(clocks=clocks, workers=max(workers, 1)))
+            s = run.explore(f, Path(tmp) / f"out{workers}", progress=False, dask=workers > 0,
                             plot=False)
             out[workers] = {"points": s["points"], "compute_seconds": s["compute_seconds"],
                             "seconds": s["seconds"], "chunks": s["chunks"]["total"]}
@@ -112,9 +112,10 @@ def main() -> None:
           f"{one['vector_points_per_s']:,.0f} points/s, scalar loop "
           f"{one['scalar_points_per_s']:,.0f} points/s, ratio {one['ratio']:,.0f}x")
     d = dask_scaling(args.sweep_points)
-    for w in (1, 2):
+    for w in (0, 1, 2):
         r = d[w]
-        print(f"dask local, {w} worker(s): {r['points']:,} points in {r['chunks']} chunks, "
+        how = "in-process" if w == 0 else f"dask local, {w} worker(s)"
+        print(f"{how}: {r['points']:,} points in {r['chunks']} chunks, "
               f"chunks {r['compute_seconds']:.2f} s ({r['points'] / r['compute_seconds']:,.0f} "
               f"points/s), whole sweep {r['seconds']:.2f} s")
     print(f"dask speed-up 1 -> 2 workers: {d['speedup']:.2f}x (load average after: "

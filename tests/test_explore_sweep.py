@@ -125,3 +125,19 @@ def test_bundled_sweeps_load(name):
     sw = sweep.load(name)
     points, _ = sw.points()
     assert len(points["rows"]) > 0
+
+
+def test_readme_examples_load(tmp_path):
+    from pathlib import Path
+
+    from explore import workloads
+
+    text = (Path(sweep.__file__).parent / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```yaml\n")[1:]]
+    assert len(blocks) == 2
+    (tmp_path / "example.yaml").write_text(blocks[0])
+    sw = sweep.load(tmp_path / "example.yaml")
+    points, dropped = sw.points()
+    assert len(points["rows"]) > 0 and dropped > 0
+    (tmp_path / "w.yaml").write_text(blocks[1])
+    assert workloads.load(tmp_path / "w.yaml").flops() == workloads.load("llama2-7b").flops()
