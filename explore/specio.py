@@ -51,8 +51,7 @@ def load_model(file: Path, root: str, model):
     try:
         obj = model.model_validate(data[root])
     except ValidationError as exc:
-        raise translate(exc, model, root, data[root], pos, custom=EXPLORE_TYPES,
-                        first=("extra_forbidden",)) from None
+        raise translate(exc, model, root, data[root], pos, custom=EXPLORE_TYPES) from None
     return obj, data[root], pos
 
 

@@ -3,8 +3,8 @@
 A spec file holds one top-level key, ``chip`` or ``system``, and optionally ``extends: NAME``
 (a spec of the same kind, looked up beside the file first, then among the bundled specs). The
 parent is deep-merged under the child: mappings merge key by key, lists and scalars are
-replaced, and ``null`` removes an inherited key (its default applies). Claims and assumptions are never inherited: a published figure belongs to the spec
-it was published for.
+replaced, and ``null`` removes an inherited key (its default applies). Claims and assumptions
+are never inherited: a published figure belongs to the spec it was published for.
 """
 
 from __future__ import annotations
@@ -54,22 +54,26 @@ def bundled() -> dict[str, list[str]]:
 
 
 def find(name: str | Path, near: Path | None = None) -> Path:
-    """Path of a spec given as a path or as a bundled name (``trn2``, ``trn2.yaml``)."""
+    """Path of a spec given as a path or as a bundled name (``trn2``, ``trn2.yaml``).
+
+    With ``near`` (the folder of a spec that refers to this one) a relative path is taken
+    from that folder rather than from the working directory.
+    """
     p = Path(name)
-    if p.exists():
+    if near is None and p.exists():
         return p
-    if len(p.parts) > 1 and near is None:
-        raise SpecError("expected an existing spec file, found none", location=Location(p))
+    if near is not None and (near / p).is_file():
+        return near / p
     stem = p.name.removesuffix(".yaml").removesuffix(".yml")
-    candidates = [near] if near is not None else []
-    candidates += list(FOLDERS.values())
-    for folder in candidates:
+    if len(p.parts) > 1 or not stem or stem.startswith("."):
+        raise SpecError("expected an existing spec file, found none", location=Location(p))
+    for folder in ([near] if near is not None else []) + list(FOLDERS.values()):
         f = folder / f"{stem}.yaml"
         if f.is_file():
             return f
     names = sorted({n for ns in bundled().values() for n in ns})
     raise SpecError(f"expected a spec file or a bundled spec name, found {str(name)!r}",
-                    nearest=nearest(stem, names), choices=names)
+                    location=Location(p), nearest=nearest(stem, names), choices=names)
 
 
 def _merge(parent: dict, parent_pos: Positions, child: dict, child_pos: Positions,
@@ -182,16 +186,16 @@ CUSTOM_TYPES = ("quantity", "claim", "pattern", "rates", "lnc", "dims")
 
 
 def translate(exc: ValidationError, model: type[BaseModel], kind: str, data: dict,
-              pos: Positions, custom: tuple[str, ...] = CUSTOM_TYPES,
-              first: tuple[str, ...] = ()) -> SpecError:
+              pos: Positions, custom: tuple[str, ...] = CUSTOM_TYPES) -> SpecError:
     """A SpecError (file:line:col, key path, expected, found) for pydantic's first error.
 
     ``model`` validated ``data``, the value of the top-level key ``kind`` of a YAML file
     whose positions are ``pos``; errors of the ``custom`` types keep their own message.
-    Errors of the types in ``first`` are reported before the others.
     """
-    errors = exc.errors(include_url=False)
-    err = next((e for e in errors if e["type"] in first), errors[0])
+    # An unknown key is usually a misspelt one, which also shows up as a missing key: report
+    # the unknown key, with the nearest known one.
+    errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
+    err = errors[0]
     path = _walk(data, err["loc"])
     dotted = _fmt_path((kind, *path))
     etype, ctx = err["type"], err.get("ctx") or {}
@@ -206,8 +210,12 @@ def translate(exc: ValidationError, model: type[BaseModel], kind: str, data: dic
         field_path = (*path, key)
         desc = _description(model, field_path)
         return SpecError(f"missing required key {key!r}" + (f" ({desc})" if desc else ""),
-                         location=pos.of((kind, *path)), path=_fmt_path((kind, *field_path)))
-    location = pos.of((kind, *path))
+                         location=pos.of((kind, *path), key=True),
+                         path=_fmt_path((kind, *field_path)))
+    node = data
+    for key in path:
+        node = node[key]
+    location = pos.of((kind, *path), key=isinstance(node, (dict, list)))
     if etype == "literal_error":
         choices = [c.strip().strip("'") for c in ctx.get("expected", "").replace(" or ", ", ")
                    .split(",") if c.strip()]

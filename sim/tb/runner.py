@@ -162,7 +162,23 @@ def run(
     """
     setup_verilator_env()
     text = emit_verilog(component_factory(), toplevel)
-    build_dir = build(text, toplevel, sim, build_root)
+    return run_verilog(text, toplevel, test_module, sim, params, testcase, seed, build_root)
+
+
+def run_verilog(
+    verilog_text: str,
+    toplevel: str,
+    test_module: str,
+    sim: str,
+    params: Mapping[str, object] | None = None,
+    testcase: str | list[str] | None = None,
+    seed: int | None = None,
+    build_root: Path | None = None,
+) -> RunResult:
+    """As :func:`run`, for Verilog text already emitted (e.g. by a generator, several modules
+    in one text)."""
+    setup_verilator_env()
+    build_dir = build(verilog_text, toplevel, sim, build_root)
     from cocotb_tools.check_results import get_results
     from cocotb_tools.runner import get_runner
 

@@ -1,0 +1,210 @@
+"""Golden model of the tensor engine's systolic array: results bit for bit, cycles exactly.
+
+:func:`matmul` implements the numerics contract: ``dst = stationary.T @ moving`` with
+``acc = add32(acc, mul32(a, b))`` summed over k = 0 .. K-1 from +0.0, then PSUM stores the
+sum (overwrite) or ``add32(psum, sum)`` (accumulate); int8 accumulates in wrapping int32. It is
+numpy float32 arithmetic (binary32, round-to-nearest-even, subnormals kept) in that fixed order,
+vectorised over the M x N output, with every NaN made canonical (0x7FC00000) at the end (a NaN
+stays a NaN through both operations, so that is the same as canonicalising each step).
+
+:func:`schedule` replays the array's sequencer cycle by cycle for a program of instructions
+with every stream always valid and ready, giving the cycle of every command and every output
+beat; :func:`cycles` derives the per-instruction figures from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from hdl.numerics.formats import IntFormat, format_by_name
+
+from hdl.tensor.params import SystolicParams
+
+__all__ = ["CANONICAL_NAN", "Load", "Multiply", "Schedule", "cycles", "matmul", "schedule",
+           "to_fp32"]
+
+CANONICAL_NAN = np.uint32(0x7FC00000)
+
+
+def _format(fmt):
+    return format_by_name(fmt) if isinstance(fmt, str) else fmt
+
+
+def to_fp32(bits, fmt) -> np.ndarray:
+    """float32 values of ``fmt`` bit patterns (exact: every format widens into binary32)."""
+    from sim.golden.numerics import widen
+
+    return np.asarray(widen(np.asarray(bits), _format(fmt)), dtype=np.uint32).view(np.float32)
+
+
+def _int_values(bits, fmt: IntFormat) -> np.ndarray:
+    raw = np.asarray(bits).astype(np.int64) & ((1 << fmt.bits) - 1)
+    return np.where(raw >= 1 << (fmt.bits - 1), raw - (1 << fmt.bits), raw)
+
+
+def matmul(stationary, moving, fmt, psum=None, accumulate: bool = False) -> np.ndarray:
+    """The PSUM contents after one matmul, as uint32 bit patterns (M x N).
+
+    Parameters
+    ----------
+    stationary : array (K, M) of ``fmt`` bit patterns
+    moving : array (K, N) of ``fmt`` bit patterns
+    fmt : format name or descriptor (:mod:`hdl.numerics.formats`)
+    psum : array (M, N) of uint32 bit patterns, the bank before the matmul (accumulate only)
+    accumulate : add the sum to ``psum`` instead of overwriting it
+    """
+    fmt = _format(fmt)
+    stationary, moving = np.asarray(stationary), np.asarray(moving)
+    if stationary.ndim != 2 or moving.ndim != 2 or stationary.shape[0] != moving.shape[0]:
+        raise ValueError(f"stationary (K, M) and moving (K, N) must share K, not "
+                         f"{stationary.shape} and {moving.shape}")
+    k_dim, m_dim = stationary.shape
+    n_dim = moving.shape[1]
+    if accumulate and psum is None:
+        raise ValueError("psum must be given when accumulate is set, not None")
+    if not fmt.is_float:
+        total = _int_values(stationary, fmt).T @ _int_values(moving, fmt)  # exact in int64
+        if accumulate:
+            total = total + np.asarray(psum, dtype=np.uint32).view(np.int32)
+        return (total & 0xFFFFFFFF).astype(np.uint32)
+    w = to_fp32(stationary, fmt)
+    x = to_fp32(moving, fmt)
+    acc = np.zeros((m_dim, n_dim), dtype=np.float32)
+    product = np.empty_like(acc)
+    with np.errstate(all="ignore"):
+        for k in range(k_dim):
+            np.multiply(w[k][:, None], x[k][None, :], out=product)
+            np.add(acc, product, out=acc)
+        if accumulate:
+            acc = np.add(np.asarray(psum, dtype=np.uint32).view(np.float32), acc)
+    bits = acc.view(np.uint32)
+    return np.where(np.isnan(acc), CANONICAL_NAN, bits).astype(np.uint32)
+
+
+# ---- cycle model ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Load:
+    """LoadStationary of a K x M tile."""
+
+    k: int
+    m: int
+
+
+@dataclass(frozen=True)
+class Multiply:
+    """MultiplyMoving of a K x N tile (K from the last Load)."""
+
+    n: int
+    accumulate: bool = False
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Cycle of each command's acceptance and of each output beat's transfer."""
+
+    accepted: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+    @property
+    def total(self) -> int:
+        """Cycles from the first command's acceptance to the last output beat, inclusive."""
+        return self.outputs[-1] - self.accepted[0] + 1
+
+
+def _check_program(params: SystolicParams, program) -> None:
+    for op in program:
+        if isinstance(op, Load):
+            if not 1 <= op.k <= params.k_max:
+                raise ValueError(f"k must be in 1 .. {params.k_max}, not {op.k!r}")
+            if not 1 <= op.m <= params.cols:
+                raise ValueError(f"m must be in 1 .. {params.cols}, not {op.m!r}")
+        elif isinstance(op, Multiply):
+            if not 1 <= op.n <= params.moving_max:
+                raise ValueError(f"n must be in 1 .. {params.moving_max}, not {op.n!r}")
+        else:
+            raise ValueError(f"program entries must be Load or Multiply, not {op!r}")
+
+
+def schedule(params: SystolicParams, program) -> Schedule:
+    """Replay the sequencer of :class:`hdl.tensor.systolic.SystolicArray` for ``program``.
+
+    Every source is always valid and the sink always ready; cycle 0 is the first cycle the
+    first command is offered. The rules (per cycle, from the state at its start):
+
+    * a commit token is injected when a tile is loaded and no multiply runs;
+    * ``LOAD`` is accepted when no tile is being loaded or waits for its token; ``MULTIPLY``
+      when no multiply runs and no tile is loading or waiting (or its token goes in now);
+    * a stationary beat is taken when every earlier token is at least ``rows + cols - 1``
+      stages in (it has passed every PE it still must update);
+    * a moving beat is taken every cycle of a multiply and leaves ``rows + cols + 2`` cycles
+      later on ``out``.
+    """
+    _check_program(params, program)
+    depth = params.depth
+    program = list(program)
+    accepted, outputs, tokens = [], [], []
+    load_state, k_load, fill = "idle", 0, 0
+    mul_left = 0
+    cycle = 0
+    while len(accepted) < len(program) or mul_left or load_state != "idle":
+        inject_token = load_state == "pend" and mul_left == 0
+        token_clear = all(cycle - t >= depth - 1 for t in tokens)
+        nxt_load, nxt_mul = load_state, mul_left
+        if len(accepted) < len(program):
+            op = program[len(accepted)]
+            if isinstance(op, Load) and load_state == "idle":
+                accepted.append(cycle)
+                nxt_load, k_load, fill = "fill", op.k, 0
+            elif (isinstance(op, Multiply) and mul_left == 0
+                  and (load_state == "idle" or inject_token)):
+                accepted.append(cycle)
+                nxt_mul = op.n
+        if load_state == "fill" and token_clear:
+            fill += 1
+            if fill == k_load:
+                nxt_load = "pend"
+        if inject_token:
+            tokens.append(cycle)
+            nxt_load = "idle"
+        if mul_left:
+            outputs.append(cycle + depth + 2)
+            nxt_mul = mul_left - 1
+        load_state, mul_left = nxt_load, nxt_mul
+        cycle += 1
+    return Schedule(tuple(accepted), tuple(outputs))
+
+
+@lru_cache(maxsize=4096)
+def cycles(params: SystolicParams, k: int, m: int, n: int) -> dict[str, int]:
+    """Cycle figures of one ``k x m`` stationary, ``k x n`` moving matmul on an idle array.
+
+    Returns
+    -------
+    dict with
+        ``load``: LoadStationary, from its acceptance to that of the following multiply;
+        ``multiply``: MultiplyMoving issue, from its acceptance to that of a following
+        multiply on the same stationary tile;
+        ``latency``: from the multiply's acceptance to its last output beat;
+        ``matmul``: LoadStationary + MultiplyMoving from the load's acceptance to the last
+        output beat, inclusive;
+        ``interval``: steady-state cycles per matmul when load/multiply pairs run back to back
+        (the load overlaps the previous multiply);
+        ``macs``: useful multiply-accumulates, ``k * m * n``;
+        ``utilisation_permille``: ``macs`` per interval against the array's peak, in 1/1000.
+    """
+    one = schedule(params, [Load(k, m), Multiply(n), Multiply(n)])
+    pairs = schedule(params, [Load(k, m), Multiply(n)] * 4)
+    interval = pairs.accepted[7] - pairs.accepted[5]
+    peak = params.rows * params.lanes * params.cols * interval
+    return {
+        "load": one.accepted[1] - one.accepted[0],
+        "multiply": one.accepted[2] - one.accepted[1],
+        "latency": one.outputs[n - 1] - one.accepted[1],
+        "matmul": one.outputs[n - 1] - one.accepted[0] + 1,
+        "interval": interval,
+        "macs": k * m * n,
+        "utilisation_permille": (1000 * k * m * n) // peak,
+    }

@@ -1,0 +1,483 @@
+"""Core -> chip -> instance -> server -> cluster: figures derived from the specs.
+
+Each level derives its figures from the level below and its own spec: a chip is ``cores``
+cores plus its memory, DMA and links; an instance is ``count`` chips joined by a topology with
+EFA to the outside; a server is ``count`` instances (or chips); a cluster is ``count``
+instances or servers. The arithmetic is in :mod:`sim.system.formulas` (plain numbers, numpy
+arrays welcome); this module maps spec fields onto it and returns pint quantities.
+
+Two figures measured on the RTL feed the model and are inputs here, so a change in the RTL
+shows up at every level above it:
+
+- the tensor engine's steady-state cycles per tile (``tile_interval``, default
+  :func:`tile_interval`: the documented issue rule of the array), used by :func:`sustained`;
+- the NeuronLink efficiency (``link_efficiency``, default :func:`default_link_efficiency`:
+  payload over payload plus framing of the spec's link parameters), which scales the link
+  bandwidth in the collective times.
+
+Assumptions of the collective model (none is published): a chip's NeuronLink bandwidth is the
+sum over its links of one direction of each full-duplex link, shared equally by its links;
+the rings of a torus run both directions at once; a cluster all-reduces hierarchically, the
+instances' (or servers') EFA carrying the inter-member phase.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import networkx as nx
+import pint
+
+from hdl.link.link import LinkParams
+from sim.golden import link as golden_link
+from specs import units
+from specs.loader import find, load_document
+from specs.model import ChipSpec, SystemSpec, TensorSpec
+from specs.quantities import QUANTITIES, QuantityInfo
+
+from . import collectives, formulas, topology
+
+__all__ = [
+    "COLLECTIVE_BYTES",
+    "EXTRA_QUANTITIES",
+    "FORMAT_GROUPS",
+    "LEVELS",
+    "SUSTAINED_SHAPE",
+    "Chip",
+    "Core",
+    "ModelError",
+    "Sustained",
+    "System",
+    "build",
+    "default_link_efficiency",
+    "quantity_info",
+    "rate",
+    "sustained",
+    "tile_interval",
+]
+
+LEVELS = ("core", "chip", "instance", "server", "cluster")
+
+#: The input formats behind each ``compute.<name>`` figure; a group's rate is the highest of
+#: the formats the array lists (fp8 is whichever 8-bit float layout runs fastest).
+FORMAT_GROUPS: dict[str, tuple[str, ...]] = {
+    "int8": ("int8",),
+    "fp8": ("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2"),
+    "cfp8": ("cfp8",),
+    "bf16": ("bf16",),
+    "fp16": ("fp16",),
+    "tf32": ("tf32",),
+    "fp32": ("fp32",),
+    "mxfp8": ("mxfp8",),
+    "mxfp4": ("mxfp4",),
+}
+
+#: Buffer size of the collective figures (bytes per chip).
+COLLECTIVE_BYTES = 2**30
+#: Matmul shape (m, k, n) of the ``sustained.*`` figures.
+SUSTAINED_SHAPE = (4096, 4096, 4096)
+
+#: Figures the model derives beyond those a claim can name.
+EXTRA_QUANTITIES: dict[str, QuantityInfo] = {
+    "sustained.bf16": QuantityInfo(
+        "compute", "Sustained BF16 tensor throughput, every core running a "
+                   "{}x{}x{} matmul.".format(*SUSTAINED_SHAPE)),
+    "neuronlink.efficiency": QuantityInfo(
+        "ratio", "Fraction of NeuronLink bandwidth that carries payload."),
+    **{f"collective.{op}": QuantityInfo(
+        "time", f"Time of a {op.replace('_', '-')} of 1 GiB per chip over all chips.")
+       for op in collectives.OPS},
+}
+
+_ureg = units.registry()
+Q = _ureg.Quantity
+
+
+class ModelError(ValueError):
+    """A spec the model cannot derive figures from (message: what and why)."""
+
+
+def quantity_info(name: str) -> QuantityInfo:
+    """Dimension and description of a claimable or an extra derived quantity."""
+    return QUANTITIES.get(name) or EXTRA_QUANTITIES[name]
+
+
+def _si(q: pint.Quantity, unit: str) -> float:
+    return float(q.to(unit).magnitude)
+
+
+def rate(tensor: TensorSpec, fmt: str) -> float:
+    """Multiply-accumulates per PE per cycle of ``fmt`` (1 when the spec lists no rate)."""
+    if fmt not in tensor.formats:
+        raise ModelError(f"fmt must be one of the array's formats "
+                         f"({', '.join(tensor.formats)}), not {fmt!r}")
+    return tensor.rates.get(fmt, 1.0)
+
+
+def _group_rate(tensor: TensorSpec, group: str) -> float | None:
+    rates = [rate(tensor, f) for f in FORMAT_GROUPS[group] if f in tensor.formats]
+    return max(rates) if rates else None
+
+
+# --- tensor engine: cycles per tile and sustained throughput ------------------------------
+
+#: Steady-state cycles of one LoadStationary + MultiplyMoving pair on a tile of
+#: ``k x m`` stationary and ``k x n`` moving, the load overlapping the previous multiply.
+TileInterval = Callable[[TensorSpec, str, int, int, int], float]
+
+
+def tile_interval(tensor: TensorSpec, fmt: str, k: int, m: int, n: int) -> float:
+    """Cycles per tile by the documented issue rule: every ``max(n, multiply_interval_min)``
+    cycles, ``1 / rate`` times that for formats below one MAC per PE per cycle."""
+    slow = min(rate(tensor, fmt), 1.0)
+    return float(formulas.multiply_interval(n, tensor.multiply_interval_min)) / slow
+
+
+@dataclass(frozen=True)
+class Sustained:
+    """Tensor-engine figures of one matmul shape on a chip, every core running it."""
+
+    cycles: float
+    time: pint.Quantity
+    flops: pint.Quantity
+    peak: pint.Quantity
+
+    @property
+    def efficiency(self) -> float:
+        return float((self.flops / self.peak).to("").magnitude)
+
+
+def _pieces(size: int, tile: int) -> list[tuple[int, int]]:
+    """``size`` cut into tiles of at most ``tile``: (tile size, how many) pairs."""
+    full, rest = divmod(size, tile)
+    return [(t, c) for t, c in ((tile, full), (rest, 1)) if t and c]
+
+
+def sustained(chip: ChipSpec, m: int, k: int, n: int, fmt: str,
+              interval: TileInterval = tile_interval) -> Sustained:
+    """Sustained throughput of an ``m x k`` by ``k x n`` matmul in ``fmt`` on every core.
+
+    The matmul is tiled as in :func:`formulas.matmul_cycles` (contraction passes of
+    ``rows * max(rate, 1)``, ``cols`` stationary columns, moving tiles of ``moving_max``); each
+    distinct tile shape costs ``interval(...)`` cycles, plus one LoadStationary of ``rows``
+    cycles that nothing hides.
+    """
+    for name, v in (("m", m), ("k", k), ("n", n)):
+        if not (isinstance(v, int) and v >= 1):
+            raise ModelError(f"{name} must be a positive integer, not {v!r}")
+    t = chip.core.tensor
+    r = rate(t, fmt)
+    k_pass = int(t.rows * max(r, 1.0))
+    cycles = float(t.rows)
+    for (kt, kc), (mt, mc), (nt, nc) in itertools.product(
+            _pieces(k, k_pass), _pieces(m, t.cols), _pieces(n, t.moving_max)):
+        cycles += kc * mc * nc * interval(t, fmt, kt, mt, nt)
+    clock = _si(t.clock, "Hz")
+    flops = formulas.sustained_flops(m, k, n, cycles, clock, chip.cores)
+    peak = formulas.peak_flops(t.rows, t.cols, clock, r, chip.cores)
+    return Sustained(cycles, Q(cycles / clock, "s"), Q(flops, "FLOPS"), Q(peak, "FLOPS"))
+
+
+# --- links --------------------------------------------------------------------------------
+
+#: Channel latency of a NeuronLink lane in link-clock cycles, each way (not published).
+LINK_LATENCY_CYCLES = 16
+
+
+def link_params(chip: ChipSpec) -> LinkParams:
+    """The link port parameters of the spec's NeuronLink, as the link RTL takes them.
+
+    One flit is one datapath word; ``max_packet`` bytes become words of ``width`` bits;
+    the receive buffer holds ``credits`` words and the replay buffer is assumed as deep.
+    """
+    link = chip.neuronlink
+    if link.flit != link.width:
+        raise ModelError(f"{chip.name}: neuronlink.flit must equal neuronlink.width "
+                         f"({link.width}) for the link RTL, not {link.flit}")
+    words = math.ceil(8 * link.max_packet / link.width)
+    try:
+        return LinkParams(width=link.width, credits=link.credits, max_packet=words,
+                          replay_depth=link.credits)
+    except ValueError as exc:
+        raise ModelError(f"{chip.name}: neuronlink parameters do not make a link port "
+                         f"({exc}; a packet of {link.max_packet} B is {words} flits of "
+                         f"{link.width} bits)") from None
+
+
+def default_link_efficiency(chip: ChipSpec, latency: int = LINK_LATENCY_CYCLES) -> float:
+    """Payload fraction of the link in steady state, from the link's golden model
+    (framing, credit and replay loops) on the spec's parameters, full-size packets."""
+    params = link_params(chip)
+    return float(golden_link.efficiency(params, latency, params.max_packet))
+
+
+# --- levels -------------------------------------------------------------------------------
+
+Figures = dict[str, "pint.Quantity | int | float"]
+
+
+@dataclass(frozen=True)
+class Core:
+    """One physical NeuronCore of ``spec``."""
+
+    spec: ChipSpec
+    level = "core"
+
+    def compute(self, cores: int = 1) -> Figures:
+        """Peak tensor throughput per claimable format of ``cores`` cores."""
+        t = self.spec.core.tensor
+        clock = _si(t.clock, "Hz")
+        out: Figures = {}
+        for group in FORMAT_GROUPS:
+            r = _group_rate(t, group)
+            if r is not None:
+                out[f"compute.{group}"] = Q(
+                    formulas.peak_flops(t.rows, t.cols, clock, r, cores), "FLOPS")
+        if t.sparsity is not None and "compute.fp8" in out:
+            out["compute.fp8_sparse"] = Q(formulas.sparse_flops(
+                t.rows, t.cols, clock, t.sparsity.speedup, cores), "FLOPS")
+        c = self.spec.core
+        for name, engine in (("vector", c.vector), ("scalar", c.scalar)):
+            out[f"{name}.fp32"] = Q(formulas.engine_flops(
+                engine.lanes, _si(engine.clock, "Hz"), engine.ops_per_lane_cycle, cores), "FLOPS")
+        return out
+
+    def figures(self) -> Figures:
+        c = self.spec.core
+        out = self.compute()
+        for name, engine in (("vector", c.vector), ("scalar", c.scalar)):
+            out[f"{name}.ops_per_cycle"] = float(
+                formulas.engine_ops_per_cycle(engine.lanes, engine.ops_per_lane_cycle))
+        out["clock.tensor"] = c.tensor.clock.to("GHz")
+        out["clock.vector"] = c.vector.clock.to("GHz")
+        out["clock.scalar"] = c.scalar.clock.to("GHz")
+        if c.gpsimd is not None:
+            out["clock.gpsimd"] = c.gpsimd.clock.to("GHz")
+        for name, buf in (("sbuf", c.sbuf), ("psum", c.psum)):
+            out[f"{name}.capacity"] = Q(formulas.buffer_bytes(
+                buf.partitions, _si(buf.partition_size, "B")), "B").to("MiB")
+        return out
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One chip: ``cores`` cores, memory, DMA and links.
+
+    ``link_bandwidth`` replaces the chip's NeuronLink bandwidth when the system it sits in
+    says so; ``link_efficiency`` overrides :func:`default_link_efficiency` (e.g. with the
+    figure measured on the link RTL); ``interval`` is the tensor cycle model.
+    """
+
+    spec: ChipSpec
+    link_bandwidth: pint.Quantity | None = None
+    link_efficiency: float | None = None
+    interval: TileInterval = field(default=tile_interval, compare=False)
+    level = "chip"
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def chips(self) -> int:
+        return 1
+
+    @property
+    def chip(self) -> Chip:
+        return self
+
+    @cached_property
+    def core(self) -> Core:
+        return Core(self.spec)
+
+    @property
+    def neuronlink_bandwidth(self) -> pint.Quantity | None:
+        return self.link_bandwidth or self.spec.neuronlink.bandwidth
+
+    @property
+    def efficiency(self) -> float:
+        if self.link_efficiency is not None:
+            return self.link_efficiency
+        return default_link_efficiency(self.spec)
+
+    def sustained(self, m: int, k: int, n: int, fmt: str) -> Sustained:
+        return sustained(self.spec, m, k, n, fmt, self.interval)
+
+    def compute(self) -> Figures:
+        return self.core.compute(self.spec.cores)
+
+    def logical_cores(self) -> dict[int, int]:
+        return {lnc: int(formulas.logical_cores(self.spec.cores, lnc))
+                for lnc in self.spec.lnc.options}
+
+    def figures(self) -> Figures:
+        s = self.spec
+        out = self.compute()
+        if "bf16" in s.core.tensor.formats:
+            out["sustained.bf16"] = self.sustained(*SUSTAINED_SHAPE, "bf16").flops
+        for name in ("vector", "scalar"):
+            engine = getattr(s.core, name)
+            out[f"{name}.ops_per_cycle"] = float(formulas.engine_ops_per_cycle(
+                engine.lanes, engine.ops_per_lane_cycle, s.cores))
+        out["cores"] = s.cores
+        for lnc, n in self.logical_cores().items():
+            out[f"logical_cores.lnc{lnc}"] = n
+        for name in ("sbuf", "psum"):
+            buf = getattr(s.core, name)
+            out[f"{name}.capacity"] = Q(formulas.buffer_bytes(
+                buf.partitions, _si(buf.partition_size, "B"), s.cores), "B").to("MiB")
+        if s.cc_cores is not None:
+            out["cc_cores"] = s.cc_cores
+        out["memory.capacity"] = s.memory.capacity
+        out["memory.bandwidth"] = s.memory.bandwidth
+        out["dma.engines"] = s.dma.engines
+        if s.dma.bandwidth is not None:
+            out["dma.bandwidth"] = s.dma.bandwidth
+        if s.neuronlink.links is not None:
+            out["neuronlink.links"] = s.neuronlink.links
+        if self.neuronlink_bandwidth is not None:
+            out["neuronlink.bandwidth"] = self.neuronlink_bandwidth
+            out["neuronlink.efficiency"] = self.efficiency
+        return out
+
+    def levels(self) -> dict[str, Figures]:
+        """Figures of every level of this model, innermost first."""
+        return {"core": self.core.figures(), "chip": self.figures()}
+
+
+@dataclass(frozen=True)
+class System:
+    """An instance, server or cluster: ``count`` members joined by ``spec.topology``."""
+
+    spec: SystemSpec
+    member: Chip | System
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def level(self) -> str:
+        return self.spec.level
+
+    @property
+    def count(self) -> int:
+        return self.spec.count
+
+    @property
+    def chips(self) -> int:
+        return self.count * self.member.chips
+
+    @property
+    def chip(self) -> Chip:
+        return self.member.chip
+
+    @property
+    def efa(self) -> pint.Quantity | None:
+        """EFA bandwidth: the members' summed, or the spec's own for a system of chips."""
+        inner = self.member.efa if isinstance(self.member, System) else None
+        own = self.spec.efa
+        if inner is None:
+            return own
+        total = inner * self.count
+        if own is not None and not math.isclose(_si(own, "bps"), _si(total, "bps"),
+                                                rel_tol=1e-9):
+            raise ModelError(f"{self.name}: efa must be its members' {self.count} x "
+                             f"{units.show(inner)} = {units.show(total.to(inner.units))} "
+                             f"or be left out, not {units.show(own)}")
+        return total
+
+    def _link(self) -> float:
+        """Per-link bandwidth in bytes/s, one direction."""
+        chip = self.chip
+        bw = chip.neuronlink_bandwidth
+        if bw is None:
+            raise ModelError(f"{self.name}: the chip {chip.name!r} has no NeuronLink "
+                             f"bandwidth, so its topology has no link figures")
+        return _si(bw, "B/s") / (chip.spec.neuronlink.links or 1)
+
+    @cached_property
+    def topology(self) -> nx.Graph:
+        """Graph of the chip-to-chip links inside this system (EFA not included)."""
+        kind, dims = self.spec.topology.kind, tuple(self.spec.topology.dims)
+        if kind == "none":
+            if self.chips != 1:
+                raise ModelError(f"{self.name}: topology 'none' must join 1 chip, "
+                                 f"not {self.chips}")
+            return topology.single_chip()
+        if kind in ("ring", "torus2d", "torus3d"):
+            if math.prod(dims) != self.chips:
+                raise ModelError(f"{self.name}: topology dims {list(dims)} must hold "
+                                 f"{self.chips} chips, not {math.prod(dims)}")
+            return topology.torus(dims, self._link())
+        if not isinstance(self.member, Chip):
+            raise ModelError(f"{self.name}: a switch joins chips; members joined over EFA "
+                             f"have no chip-to-chip graph")
+        return topology.switch(self.chips, _si(self.chip.neuronlink_bandwidth, "B/s"))
+
+    @property
+    def over_efa(self) -> bool:
+        """Whether the members are joined by EFA rather than NeuronLink."""
+        return self.spec.topology.kind == "switch" and isinstance(self.member, System)
+
+    def collective(self, op: str, nbytes: float = COLLECTIVE_BYTES) -> pint.Quantity:
+        """Time of ``op`` on a buffer of ``nbytes`` per chip over every chip of the system."""
+        eff = self.chip.efficiency
+        if self.over_efa:
+            inner = self.member
+            if inner.efa is None:
+                raise ModelError(f"{self.name}: members joined over EFA need an EFA "
+                                 f"bandwidth, {inner.name!r} has none")
+            if isinstance(inner, System) and inner.over_efa:
+                raise ModelError(f"{self.name}: a cluster of clusters is not modelled")
+            t = collectives.hierarchical_time(
+                op, nbytes, inner.topology, self.count, _si(inner.efa, "B/s"),
+                inner.spec.link_latency, self.spec.efa_latency, eff, bidirectional=True)
+        else:
+            t = collectives.topology_time(self.topology, op, nbytes, self.spec.link_latency,
+                                          eff, bidirectional=True)
+        return Q(t, "s").to("ms")
+
+    def figures(self) -> Figures:
+        chip = self.chip
+        out: Figures = {k: (v * self.chips) for k, v in chip.compute().items()}
+        out["chips"] = self.chips
+        out["cores"] = chip.spec.cores * self.chips
+        for lnc, n in chip.logical_cores().items():
+            out[f"logical_cores.lnc{lnc}"] = n * self.chips
+        out["memory.capacity"] = chip.spec.memory.capacity * self.chips
+        out["memory.bandwidth"] = chip.spec.memory.bandwidth * self.chips
+        if self.efa is not None:
+            out["efa.bandwidth"] = self.efa
+        if self.chips > 1 and chip.neuronlink_bandwidth is not None:
+            for op in collectives.OPS:
+                out[f"collective.{op}"] = self.collective(op)
+        return out
+
+    def levels(self) -> dict[str, Figures]:
+        """Figures of every level of this model, innermost first."""
+        return {**self.member.levels(), self.level: self.figures()}
+
+
+def build(name: str | Path, *, link_efficiency: float | None = None,
+          interval: TileInterval = tile_interval,
+          link_bandwidth: pint.Quantity | None = None) -> Chip | System:
+    """The model of a bundled spec (or a spec file), members built recursively.
+
+    ``link_efficiency`` and ``interval`` are the RTL-measured inputs (see the module
+    docstring). A system's ``link_bandwidth`` applies to the chips inside it, the outermost
+    system that sets one taking precedence.
+    """
+    doc = load_document(name)
+    spec = doc.spec
+    if isinstance(spec, ChipSpec):
+        return Chip(spec, link_bandwidth, link_efficiency, interval)
+    bw = link_bandwidth or spec.link_bandwidth
+    member = find(spec.member, near=doc.file.parent)
+    return System(spec, build(member, link_efficiency=link_efficiency, interval=interval,
+                              link_bandwidth=bw))

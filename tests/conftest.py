@@ -1,0 +1,37 @@
+import textwrap
+
+import pytest
+
+BASE_CHIP = textwrap.dedent("""\
+    chip:
+      name: testchip
+      title: Test chip
+      family: trainium
+      neuron_core: v2
+      cores: 2
+      core:
+        tensor:
+          rows: 128
+          cols: 128
+          clock: 2.8 GHz
+          formats: [bf16, fp16, fp32]
+          rates: {fp32: 0.25}
+        vector: {clock: 1.12 GHz, lanes: 128}
+        scalar: {clock: 1.4 GHz, lanes: 128, functions: [exp, gelu]}
+        sbuf: {partitions: 128, partition_size: 192 KiB}
+        psum: {partitions: 128, partition_size: 16 KiB, banks: 8}
+      memory: {kind: hbm2e, stacks: 2, capacity: 32 GiB, bandwidth: 820 GiB/s}
+      dma: {engines: 32, bandwidth: 1 TB/s}
+      neuronlink: {version: v2, links: 4}
+      lnc: {options: [1], default: 1}
+      rounding: {modes: [rne, stochastic]}
+      claims:
+        - {quantity: compute.bf16, value: 190 TFLOPS, source: TRN1}
+      assumptions:
+        - {key: core.tensor.rows, note: "as published"}
+    """)
+
+
+@pytest.fixture
+def base_chip() -> str:
+    return BASE_CHIP

@@ -1,0 +1,109 @@
+"""The `gen` command line on the bundled specs."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from generators.cli import main
+
+
+def run(*args, cwd=None):
+    runner = CliRunner()
+    if cwd is None:
+        return runner.invoke(main, list(args))
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return runner.invoke(main, list(args))
+    finally:
+        os.chdir(old)
+
+
+def test_list_names_every_bundled_spec():
+    result = run("list")
+    assert result.exit_code == 0
+    for name in ("trn1", "trn2", "trn3", "inf1", "inf2", "trn2-ultraserver"):
+        assert name in result.output
+
+
+def test_show_resolves_inheritance_with_units():
+    result = run("show", "trn3")
+    assert result.exit_code == 0, result.output
+    assert "capacity: 144 GiB" in result.output
+    assert "rows: 128" in result.output  # inherited from trn1 through trn2
+
+
+def test_diff_trn1_trn2():
+    result = run("diff", "trn1", "trn2")
+    assert result.exit_code == 0, result.output
+    assert "core.tensor.clock" in result.output and "2.8 GHz" in result.output
+    assert "2.4 GHz" in result.output
+
+
+def test_diff_refuses_mixed_kinds():
+    result = run("diff", "trn1", "trn2.48xlarge")
+    assert result.exit_code == 2
+    assert "same kind" in result.stderr
+
+
+def test_schema_is_json():
+    result = run("schema")
+    assert result.exit_code == 0
+    assert json.loads(result.output)["title"] == "trngen spec"
+
+
+def test_chip_writes_manifest_and_datasheets(tmp_path):
+    out = tmp_path / "trn2"
+    result = run("chip", "trn2.yaml", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["spec"] == "trn2" and len(manifest["spec_sha256"]) == 64
+    listed = {f["path"] for f in manifest["files"]}
+    assert {"datasheet.md", "datasheet.html"} <= listed
+    for entry in manifest["files"]:
+        assert (out / entry["path"]).stat().st_size == entry["bytes"]
+    md = (out / "datasheet.md").read_text()
+    assert "Trainium2" in md and "667 TFLOPS" in md and "ART-DE" in md
+
+
+def test_chip_default_output_is_build_dir(tmp_path):
+    result = run("chip", "inf1", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "build" / "inf1" / "manifest.json").is_file()
+
+
+def test_chip_output_is_deterministic(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run("chip", "trn1", "-o", str(a)).exit_code == 0
+    assert run("chip", "trn1", "-o", str(b)).exit_code == 0
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    files_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert files_a == files_b
+    for rel in files_a:
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+
+
+def test_chip_unchanged_output_is_not_rewritten(tmp_path):
+    out = tmp_path / "x"
+    assert run("chip", "trn1", "-o", str(out)).exit_code == 0
+    stamp = (out / "manifest.json").stat().st_mtime_ns
+    result = run("chip", "trn1", "-o", str(out))
+    assert "unchanged" in result.output
+    assert (out / "manifest.json").stat().st_mtime_ns == stamp
+
+
+def test_chip_refuses_system_spec(tmp_path):
+    result = run("chip", "trn2.48xlarge", "-o", str(tmp_path / "o"))
+    assert result.exit_code == 2
+    assert "expected a chip spec" in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("name", ["trn2.yaml", "trn2", "specs/chips/trn2.yaml"])
+def test_chip_finds_spec_from_repo_root(name, tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    result = run("chip", name, "-o", str(tmp_path / "o"), cwd=repo)
+    assert result.exit_code == 0, result.output

@@ -1,0 +1,326 @@
+"""System model figures against arithmetic done by hand from the published parameters.
+
+Every expectation is written out as literal arithmetic on the spec's figures (array size,
+clock, chips, capacities), never computed by the code under test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.system import formulas
+from sim.system.model import Chip, ModelError, System, build, default_link_efficiency, sustained
+from specs.loader import load
+
+GiB = 2**30
+TiB = 2**40
+
+
+def si(q, unit):
+    return q.to(unit).magnitude
+
+
+def close(q, unit, expected, rel=1e-12):
+    assert si(q, unit) == pytest.approx(expected, rel=rel)
+
+
+# --- formulas ----------------------------------------------------------------------------
+
+def test_peak_flops_scalar_and_array():
+    assert formulas.peak_flops(128, 128, 2.4e9, 1.0, 8) == pytest.approx(629.1456e12)
+    got = formulas.peak_flops(np.array([64, 128]), 128, 2.8e9, np.array([1.0, 0.25]), 2)
+    np.testing.assert_allclose(got, [64 * 128 * 2 * 2.8e9 * 2, 128 * 128 * 2 * 2.8e9 * 0.25 * 2])
+
+
+def test_engine_buffer_and_logical_cores():
+    assert formulas.engine_flops(128, 0.96e9, 8) == pytest.approx(983.04e9)
+    assert formulas.buffer_bytes(128, 224 * 1024, 8) == 128 * 224 * 1024 * 8
+    np.testing.assert_array_equal(formulas.logical_cores(np.array([8, 8, 2]),
+                                                         np.array([1, 2, 1])), [8, 4, 2])
+    assert formulas.sparse_flops(128, 128, 2.4e9, 4) == pytest.approx(128 * 128 * 2 * 2.4e9 * 4)
+
+
+@pytest.mark.parametrize(("m", "k", "n", "rate", "expected"), [
+    (128, 128, 512, 1.0, 512 + 128),                 # one tile
+    (256, 256, 1024, 1.0, 2 * 2 * 2 * 512 + 128),    # 2 k-passes x 2 m-tiles x 2 n-tiles
+    (256, 256, 1024, 2.0, 1 * 2 * 2 * 512 + 128),    # double rate: k = 256 in one pass
+    (256, 256, 1024, 0.25, 2 * 2 * 2 * 512 * 4 + 128),  # FP32 at a quarter rate
+    (128, 128, 32, 1.0, 64 + 128),                   # short moving tile: the 64-cycle floor
+    (128, 128, 600, 1.0, 512 + 88 + 128),            # 600 = 512 + 88
+    (1, 1, 1, 1.0, 64 + 128),
+    (100, 300, 513, 1.0, 3 * 1 * (512 + 64) + 128),  # 300 = 3 passes; 513 = 512 + 1
+])
+def test_matmul_cycles_by_hand(m, k, n, rate, expected):
+    assert formulas.matmul_cycles(m, k, n, 128, 128, rate, 512, 64) == expected
+
+
+def test_matmul_cycles_vectorised():
+    got = formulas.matmul_cycles(np.array([128, 256]), np.array([128, 256]),
+                                 np.array([512, 1024]), 128, 128, np.array([1.0, 2.0]), 512, 64)
+    np.testing.assert_array_equal(got, [512 + 128, 2 * 2 * 512 + 128])
+
+
+def test_link_efficiency():
+    assert formulas.link_efficiency(4096 * 8, 2 * 256) == pytest.approx(32768 / (32768 + 512))
+
+
+# --- core and chip -----------------------------------------------------------------------
+
+def test_trn2_core():
+    f = build("trn2").levels()["core"]
+    close(f["compute.bf16"], "FLOPS", 128 * 128 * 2 * 2.4e9)
+    close(f["compute.fp8"], "FLOPS", 128 * 128 * 2 * 2.4e9 * 2)
+    close(f["compute.fp32"], "FLOPS", 128 * 128 * 2 * 2.4e9 / 4)
+    close(f["compute.fp8_sparse"], "FLOPS", 128 * 128 * 2 * 2.4e9 * 4)
+    close(f["vector.fp32"], "FLOPS", 128 * 0.96e9 * 8)
+    close(f["scalar.fp32"], "FLOPS", 128 * 1.2e9 * 8)
+    close(f["sbuf.capacity"], "B", 128 * 224 * 1024)
+    close(f["psum.capacity"], "B", 128 * 16 * 1024)
+    close(f["clock.tensor"], "Hz", 2.4e9)
+    close(f["clock.vector"], "Hz", 0.96e9)
+    assert f["vector.ops_per_cycle"] == 128 * 8
+    assert "compute.int8" not in f  # Trainium2 lists no int8
+    assert "cores" not in f and "memory.capacity" not in f
+
+
+def test_trn2_chip():
+    f = build("trn2").levels()["chip"]
+    close(f["compute.bf16"], "TFLOPS", 8 * 128 * 128 * 2 * 2.4e9 / 1e12)  # 629.1456
+    close(f["compute.fp8"], "TFLOPS", 8 * 128 * 128 * 2 * 2.4e9 * 2 / 1e12)
+    close(f["compute.fp8_sparse"], "FLOPS", 8 * 128 * 128 * 2 * 2.4e9 * 4)
+    close(f["memory.capacity"], "B", 96 * GiB)
+    close(f["memory.bandwidth"], "B/s", 2.9e12)
+    close(f["neuronlink.bandwidth"], "B/s", 1.28e12)
+    close(f["sbuf.capacity"], "B", 8 * 128 * 224 * 1024)
+    assert f["cores"] == 8
+    assert f["logical_cores.lnc1"] == 8
+    assert f["logical_cores.lnc2"] == 4
+    assert f["cc_cores"] == 16
+    assert f["dma.engines"] == 128
+    assert f["neuronlink.efficiency"] == pytest.approx(4096 * 8 / (4096 * 8 + 2 * 256))
+    assert "clock.tensor" not in f and "chips" not in f
+
+
+def test_trn1_chip_int8_and_no_lnc2():
+    f = build("trn1").levels()["chip"]
+    close(f["compute.int8"], "OPS", 2 * 128 * 128 * 2 * 2.8e9 * 2)
+    close(f["compute.bf16"], "FLOPS", 2 * 128 * 128 * 2 * 2.8e9)  # 183.5 TF
+    close(f["vector.fp32"], "FLOPS", 2 * 128 * 1.12e9 * 8)
+    close(f["memory.bandwidth"], "B/s", 820 * GiB)
+    assert "logical_cores.lnc2" not in f
+    assert "compute.fp8_sparse" not in f
+
+
+def test_trn3_mx_formats():
+    f = build("trn3").levels()["chip"]
+    close(f["compute.mxfp8"], "FLOPS", 8 * 128 * 128 * 2 * 2.4e9 * 4)
+    close(f["compute.mxfp4"], "FLOPS", 8 * 128 * 128 * 2 * 2.4e9 * 4)
+    assert "compute.fp8_sparse" not in f  # sparsity removed on v4
+
+
+def test_inf1_meets_its_assumed_clock():
+    f = build("inf1").levels()
+    close(f["core"]["compute.fp16"], "FLOPS", 128 * 64 * 2 * 976.5625e6)  # 16 TFLOPS
+    assert f["core"]["vector.ops_per_cycle"] == 128 * 2
+    assert f["core"]["scalar.ops_per_cycle"] == 128 * 4
+
+
+# --- systems -----------------------------------------------------------------------------
+
+def test_trn1_32xlarge():
+    m = build("trn1.32xlarge")
+    f = m.figures()
+    assert m.level == "instance" and m.chips == 16
+    close(f["compute.bf16"], "FLOPS", 16 * 2 * 128 * 128 * 2 * 2.8e9)  # 2.936 PF
+    close(f["compute.fp32"], "FLOPS", 16 * 2 * 128 * 128 * 2 * 2.8e9 / 4)
+    close(f["compute.int8"], "OPS", 16 * 2 * 128 * 128 * 2 * 2.8e9 * 2)
+    close(f["memory.capacity"], "B", 16 * 32 * GiB)
+    close(f["memory.bandwidth"], "B/s", 16 * 820 * GiB)
+    close(f["efa.bandwidth"], "bps", 800e9)
+    assert f["chips"] == 16 and f["cores"] == 32 and f["logical_cores.lnc1"] == 32
+
+
+def test_trn2_48xlarge():
+    m = build("trn2.48xlarge")
+    f = m.figures()
+    close(f["compute.bf16"], "FLOPS", 16 * 8 * 128 * 128 * 2 * 2.4e9)  # 10.07 PF
+    close(f["compute.fp8"], "FLOPS", 16 * 8 * 128 * 128 * 2 * 2.4e9 * 2)
+    close(f["memory.capacity"], "B", 16 * 96 * GiB)
+    close(f["memory.capacity"], "TiB", 1.5)
+    close(f["memory.bandwidth"], "B/s", 16 * 2.9e12)
+    close(f["efa.bandwidth"], "bps", 3200e9)
+    assert f["logical_cores.lnc2"] == 64 and f["logical_cores.lnc1"] == 128
+    # The instance's 1,024 GB/s per chip replaces the chip page's 1.28 TB/s inside it.
+    close(m.levels()["chip"]["neuronlink.bandwidth"], "B/s", 1024e9)
+
+
+def test_trn2_ultraserver():
+    m = build("trn2-ultraserver")
+    f = m.figures()
+    assert m.level == "server" and m.chips == 64
+    assert isinstance(m.member, System) and m.member.name == "trn2u.48xlarge"
+    assert list(m.levels()) == ["core", "chip", "instance", "server"]
+    close(f["compute.bf16"], "FLOPS", 64 * 8 * 128 * 128 * 2 * 2.4e9)  # 40.27 PF
+    close(f["compute.fp8"], "FLOPS", 64 * 8 * 128 * 128 * 2 * 2.4e9 * 2)
+    close(f["memory.capacity"], "B", 64 * 96 * GiB)
+    close(f["memory.capacity"], "B", 6 * TiB)
+    close(f["memory.bandwidth"], "B/s", 64 * 2.9e12)
+    close(f["efa.bandwidth"], "bps", 4 * 3200e9)  # the members' EFA, summed
+    assert f["chips"] == 64 and f["cores"] == 512 and f["logical_cores.lnc2"] == 256
+
+
+def test_trn3_ultraserver_of_chips():
+    m = build("trn3-ultraserver")
+    f = m.figures()
+    assert isinstance(m.member, Chip) and list(m.levels()) == ["core", "chip", "server"]
+    close(f["compute.mxfp8"], "FLOPS", 144 * 8 * 128 * 128 * 2 * 2.4e9 * 4)  # 362.4 PF
+    close(f["memory.capacity"], "B", 144 * 144 * GiB)
+    close(f["memory.bandwidth"], "B/s", 144 * 4.9e12)
+    close(f["efa.bandwidth"], "bps", 28800e9)  # its own: chips have no EFA
+
+
+def test_ultracluster():
+    m = build("trn2-ultracluster")
+    f = m.figures()
+    assert f["chips"] == 6250 * 16
+    close(f["efa.bandwidth"], "bps", 6250 * 3200e9)
+    close(f["compute.bf16"], "FLOPS", 6250 * 16 * 8 * 128 * 128 * 2 * 2.4e9)
+
+
+# --- collectives -------------------------------------------------------------------------
+
+def _ring_rs(n, p, bw, alpha, eff):
+    """Bidirectional ring reduce-scatter, written out: p - 1 steps of n / p / 2 bytes."""
+    return (p - 1) * (alpha + n / p / 2 / (bw * eff))
+
+
+def test_trn2_48xlarge_all_reduce_by_hand():
+    eff = 4096 * 8 / (4096 * 8 + 2 * 256)
+    link = 1024e9 / 4  # 1,024 GB/s per chip over its 4 links
+    n = 2**30
+    # 2D torus 4 x 4: reduce-scatter and all-gather along x on n, then along y on n / 4.
+    expected = 2 * _ring_rs(n, 4, link, 1e-6, eff) + 2 * _ring_rs(n / 4, 4, link, 1e-6, eff)
+    m = build("trn2.48xlarge")
+    close(m.collective("all_reduce"), "s", expected, rel=1e-9)
+    close(m.figures()["collective.all_reduce"], "s", expected, rel=1e-9)
+    close(m.collective("all_gather"), "s", expected / 2, rel=1e-9)
+
+
+def test_link_efficiency_is_an_input():
+    link = 1024e9 / 4
+    n = 2**30
+    expected = 2 * _ring_rs(n, 4, link, 1e-6, 0.5) + 2 * _ring_rs(n / 4, 4, link, 1e-6, 0.5)
+    close(build("trn2.48xlarge", link_efficiency=0.5).collective("all_reduce"), "s", expected,
+          rel=1e-9)
+
+
+def test_trn2_ultraserver_all_reduce_by_hand():
+    eff = 4096 * 8 / (4096 * 8 + 2 * 256)
+    link = 1024e9 / 4
+    n = 2**30
+    expected = sum(2 * _ring_rs(n / 4**i, 4, link, 1e-6, eff) for i in range(3))
+    close(build("trn2-ultraserver").collective("all_reduce"), "s", expected, rel=1e-9)
+
+
+def test_trn3_switch_all_reduce_by_hand():
+    eff = 4096 * 8 / (4096 * 8 + 2 * 256)
+    n = 2**30
+    # Two phases, each 2 hops of latency and 143/144 of the buffer through the chip's port.
+    expected = 2 * (2 * 1e-6 + 143 / 144 * n / (2.56e12 * eff))
+    close(build("trn3-ultraserver").collective("all_reduce"), "s", expected, rel=1e-9)
+
+
+def test_single_chip_has_no_collective_rows():
+    f = build("trn1.2xlarge").figures()
+    assert not any(k.startswith("collective.") for k in f)
+
+
+# --- sustained ---------------------------------------------------------------------------
+
+def test_sustained_bf16_by_hand():
+    s = sustained(load("trn2"), 256, 256, 1024, "bf16")
+    cycles = 2 * 2 * 2 * 512 + 128
+    assert s.cycles == cycles
+    close(s.time, "s", cycles / 2.4e9)
+    close(s.flops, "FLOPS", 8 * 2 * 256 * 256 * 1024 * 2.4e9 / cycles)
+    assert s.efficiency == pytest.approx(4096 / 4224)
+
+
+def test_sustained_fp8_double_rate_and_fp32():
+    fp8 = sustained(load("trn2"), 256, 256, 1024, "fp8_e4m3")
+    assert fp8.cycles == 1 * 2 * 2 * 512 + 128
+    fp32 = sustained(load("trn2"), 256, 256, 1024, "fp32")
+    assert fp32.cycles == 2 * 2 * 2 * 512 * 4 + 128
+    close(fp32.peak, "FLOPS", 8 * 128 * 128 * 2 * 2.4e9 / 4)
+
+
+def test_sustained_small_n_pays_the_interval_floor():
+    s = sustained(load("trn1"), 128, 128, 16, "bf16")
+    assert s.cycles == 64 + 128
+    assert s.efficiency == pytest.approx(128 * 128 * 16 / (128 * 128 * (64 + 128)))
+
+
+def test_sustained_swaps_the_cycle_model():
+    def rtl(tensor, fmt, k, m, n):
+        return n + 10
+
+    s = sustained(load("trn2"), 128, 128, 600, "bf16", rtl)
+    assert s.cycles == (512 + 10) + (88 + 10) + 128
+    chip = build("trn2", interval=rtl)
+    assert chip.sustained(128, 128, 600, "bf16").cycles == s.cycles
+
+
+def test_sustained_rejects_bad_input():
+    with pytest.raises(ModelError, match=r"fmt must be one of the array's formats .*, "
+                                         r"not 'int8'"):
+        sustained(load("trn2"), 128, 128, 128, "int8")
+    with pytest.raises(ModelError, match=r"k must be a positive integer, not 0"):
+        sustained(load("trn2"), 128, 0, 128, "bf16")
+
+
+def test_topology_that_does_not_hold_the_chips(tmp_path):
+    (tmp_path / "odd.yaml").write_text(
+        "system:\n  name: odd\n  title: Odd\n  level: instance\n  member: trn2\n  count: 8\n"
+        "  topology: {kind: torus2d, dims: [4, 4]}\n")
+    m = build(tmp_path / "odd.yaml")
+    with pytest.raises(ModelError, match=r"odd: topology dims \[4, 4\] must hold 8 chips, "
+                                         r"not 16"):
+        m.figures()
+
+
+# --- link efficiency from the link's golden model ----------------------------------------
+
+def _toy_chip(tmp_path, credits):
+    (tmp_path / "toy.yaml").write_text(
+        f"extends: trn2\nchip:\n  name: toy\n  title: Toy\n  neuronlink: {{credits: {credits}}}\n")
+    return load(tmp_path / "toy.yaml")
+
+
+def test_link_efficiency_framing_bound():
+    # 4 KiB packets of 256-bit flits: 128 payload flits, one header flit, one CRC flit.
+    assert default_link_efficiency(load("trn2")) == pytest.approx(128 / (1 + 128 + 1))
+
+
+def test_link_efficiency_credit_bound(tmp_path):
+    # One packet of credit and of replay buffer: the replay loop of n + 2D + L + 3 cycles
+    # (n = 130 flits, D = 16) bounds the rate.
+    chip = _toy_chip(tmp_path, 128)
+    assert default_link_efficiency(chip) == pytest.approx(128 / (130 + 2 * 16 + 128 + 3))
+
+
+def test_link_parameters_that_make_no_port(tmp_path):
+    chip = _toy_chip(tmp_path, 16)
+    with pytest.raises(ModelError, match=r"toy: neuronlink parameters do not make a link port "
+                                         r"\(credits must be at least max_packet \(128\), "
+                                         r"not 16; a packet of 4096 B is 128 flits"):
+        default_link_efficiency(chip)
+
+
+def test_system_efa_that_contradicts_its_members(tmp_path):
+    (tmp_path / "pair.yaml").write_text(
+        "system:\n  name: pair\n  title: Pair\n  level: server\n  member: trn2.48xlarge\n"
+        "  count: 2\n  topology: {kind: torus3d, dims: [4, 4, 2]}\n  efa: 100 Gbps\n")
+    with pytest.raises(ModelError, match=r"pair: efa must be its members' 2 x 3200 Gbps = "
+                                         r"6400 Gbps or be left out, not 100 Gbps"):
+        build(tmp_path / "pair.yaml").figures()

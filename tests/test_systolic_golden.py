@@ -1,0 +1,201 @@
+"""The systolic golden model against float32 references written apart from it.
+
+Inputs are made with ml_dtypes. The vectorised reference computes each product and each sum in
+float64 and rounds it to float32: narrow-format products are exact in float64, and float64
+(53 bits >= 2 * 24 + 2) rounds sums and products of float32 values innocuously, so one rounding
+to float32 afterwards is the correctly rounded binary32 result. A scalar loop in plain Python
+floats checks small tiles the same way, and int8 is checked with Python integers.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hdl.tensor.params import SystolicParams
+from sim.golden.systolic import Load, Multiply, cycles, matmul, schedule
+
+NAN = 0x7FC00000
+
+# name -> (ml_dtypes type used to make and decode it, scale applied after decoding)
+ML = {
+    "fp8_e4m3": (ml_dtypes.float8_e4m3, 1.0),
+    "fp8_e4m3fn": (ml_dtypes.float8_e4m3fn, 1.0),
+    "fp8_e5m2": (ml_dtypes.float8_e5m2, 1.0),
+    "cfp8_e4m3_b10": (ml_dtypes.float8_e4m3, 2.0 ** (7 - 10)),
+    "cfp8_e5m2_b12": (ml_dtypes.float8_e5m2, 2.0 ** (15 - 12)),
+    "bf16": (ml_dtypes.bfloat16, 1.0),
+    "fp16": (np.float16, 1.0),
+    "fp32": (np.float32, 1.0),
+}
+FLOATS = [*ML, "tf32"]
+
+
+def _uint(bits: int):
+    return {8: np.uint8, 16: np.uint16, 32: np.uint32}[bits]
+
+
+def decode(bits, name: str) -> np.ndarray:
+    """float64 values of bit patterns, by ml_dtypes (tf32: the top 19 bits of a float32)."""
+    bits = np.asarray(bits)
+    if name == "tf32":
+        return (bits.astype(np.uint32) << 13).view(np.float32).astype(np.float64)
+    dtype, scale = ML[name]
+    width = np.dtype(dtype).itemsize * 8
+    return bits.astype(_uint(width)).view(dtype).astype(np.float64) * scale
+
+
+def encode(values, name: str) -> np.ndarray:
+    """Bit patterns (uint32) of float values, rounded by ml_dtypes (tf32: truncated fp32)."""
+    values = np.asarray(values, dtype=np.float64)
+    if name == "tf32":
+        return (values.astype(np.float32).view(np.uint32) >> 13).astype(np.uint32)
+    dtype, scale = ML[name]
+    width = np.dtype(dtype).itemsize * 8
+    return (values / scale).astype(dtype).view(_uint(width)).astype(np.uint32)
+
+
+def specials(name: str) -> np.ndarray:
+    """Zeros, subnormals, extremes, infinities and NaN of a format, as bit patterns."""
+    if name == "tf32":
+        fi = np.finfo(np.float32)
+        values = [0.0, -0.0, 2.0**-136, -(2.0**-136), float(fi.max) * (1 - 2**-11), 1.0,
+                  -1.0, 2.0**-126, np.inf, -np.inf, np.nan]
+        return encode(values, name)
+    dtype, scale = ML[name]
+    fi = ml_dtypes.finfo(dtype)
+    values = [0.0, -0.0, float(fi.smallest_subnormal), -float(fi.smallest_subnormal),
+              float(fi.max), -float(fi.max), float(fi.smallest_normal), 1.0, -1.0, np.nan]
+    if name not in ("fp8_e4m3fn",):
+        values += [np.inf, -np.inf]
+    return encode(np.array(values) * scale, name)
+
+
+def reference(stationary, moving, name: str, psum=None, accumulate=False) -> np.ndarray:
+    w, x = decode(stationary, name), decode(moving, name)
+    k_dim, m_dim = w.shape
+    acc = np.zeros((m_dim, moving.shape[1]), dtype=np.float32)
+    with np.errstate(all="ignore"):
+        for k in range(k_dim):
+            product = (w[k][:, None] * x[k][None, :]).astype(np.float32)
+            acc = (acc.astype(np.float64) + product.astype(np.float64)).astype(np.float32)
+        if accumulate:
+            old = np.asarray(psum, np.uint32).view(np.float32).astype(np.float64)
+            acc = (old + acc.astype(np.float64)).astype(np.float32)
+    return np.where(np.isnan(acc), NAN, acc.view(np.uint32)).astype(np.uint32)
+
+
+def scalar_reference(stationary, moving, name: str) -> np.ndarray:
+    w, x = decode(stationary, name), decode(moving, name)
+    out = np.zeros((w.shape[1], x.shape[1]), np.uint32)
+    for m in range(w.shape[1]):
+        for n in range(x.shape[1]):
+            acc = 0.0
+            for k in range(w.shape[0]):
+                with np.errstate(all="ignore"):
+                    product = float(np.float32(w[k, m] * x[k, n]))
+                    acc = float(np.float32(acc + product))
+            out[m, n] = NAN if acc != acc else np.float32(acc).view(np.uint32)
+    return out
+
+
+def random_tile(rng, name, shape, spread=2.0):
+    return encode(rng.standard_normal(shape) * np.exp2(rng.uniform(-spread, spread, shape)),
+                  name)
+
+
+@pytest.mark.parametrize("name", FLOATS)
+def test_float_random_tiles(name, seed):
+    rng = np.random.default_rng(seed)
+    for k, m, n in [(1, 1, 1), (7, 5, 3), (32, 16, 24)]:
+        w, x = random_tile(rng, name, (k, m)), random_tile(rng, name, (k, n))
+        got = matmul(w, x, name)
+        np.testing.assert_array_equal(got, reference(w, x, name))
+        psum = random_tile(rng, "fp32", (m, n))
+        np.testing.assert_array_equal(matmul(w, x, name, psum=psum, accumulate=True),
+                                      reference(w, x, name, psum=psum, accumulate=True))
+
+
+@pytest.mark.parametrize("name", FLOATS)
+def test_float_edge_tiles(name, seed):
+    rng = np.random.default_rng(seed)
+    pool = specials(name)
+    for k, m, n in [(4, 3, 5), (16, 8, 8)]:
+        w, x = rng.choice(pool, (k, m)), rng.choice(pool, (k, n))
+        got = matmul(w, x, name)
+        np.testing.assert_array_equal(got, reference(w, x, name))
+        np.testing.assert_array_equal(got, scalar_reference(w, x, name))
+
+
+@pytest.mark.parametrize("name", ["fp8_e4m3", "bf16", "fp16"])
+def test_float_underflow(name, seed):
+    """Products that underflow round once, in mul32, to the subnormal binary32 grid."""
+    rng = np.random.default_rng(seed)
+    _, scale = ML[name]
+    fi = ml_dtypes.finfo(ML[name][0])
+    tiny = float(fi.smallest_subnormal) * scale
+    w = encode(rng.choice([tiny, -tiny, 3 * tiny, 1.0], (8, 4)), name)
+    x = encode(rng.choice([tiny, 2.0**-60, 2.0**-70, -tiny], (8, 6)), name)
+    np.testing.assert_array_equal(matmul(w, x, name), scalar_reference(w, x, name))
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16", "tf32"])
+def test_float_sum_order(name):
+    """Products 1, 2**-24, 2**-24 summed k = 0, 1, 2 stay 1.0 (each half-ulp tie rounds to
+    even); any other order would give 1 + 2**-23."""
+    col = encode([[1.0], [2.0**-12], [2.0**-12]], name)
+    assert matmul(col, col, name)[0, 0] == np.float32(1.0).view(np.uint32)
+    assert matmul(col[::-1], col[::-1], name)[0, 0] == np.float32(1 + 2**-23).view(np.uint32)
+
+
+def test_int8_wraps(seed):
+    rng = np.random.default_rng(seed)
+    for k, m, n in [(1, 1, 1), (9, 4, 7), (64, 8, 8)]:
+        w = rng.integers(-128, 128, (k, m))
+        x = rng.integers(-128, 128, (k, n))
+        psum = rng.integers(0, 2**32, (m, n), dtype=np.uint64).astype(np.uint32)
+        want = np.zeros((m, n), np.uint32)
+        for i in range(m):
+            for j in range(n):
+                total = int(psum[i, j]) + sum(int(w[t, i]) * int(x[t, j]) for t in range(k))
+                want[i, j] = total % 2**32
+        got = matmul(w.astype(np.int8).view(np.uint8), x.astype(np.int8).view(np.uint8), "int8",
+                     psum=psum, accumulate=True)
+        np.testing.assert_array_equal(got, want)
+    extreme = np.full((4096, 1), 0x80, np.uint8)  # (-128)**2 * 4096 * 64 = 2**32 wraps to 0
+    assert matmul(np.tile(extreme, (64, 1)), np.tile(extreme, (64, 1)), "int8")[0, 0] == 0
+
+
+def test_matmul_rejects_mismatched_tiles():
+    with pytest.raises(ValueError, match=r"must share K"):
+        matmul(np.zeros((3, 2)), np.zeros((4, 2)), "bf16")
+    with pytest.raises(ValueError, match=r"psum must be given"):
+        matmul(np.zeros((3, 2)), np.zeros((3, 2)), "bf16", accumulate=True)
+
+
+def test_params_errors():
+    with pytest.raises(ValueError, match=r"rows must be a positive integer, not 0"):
+        SystolicParams(rows=0, cols=4, fmt="bf16")
+    with pytest.raises(ValueError, match=r"cols must be a positive integer, not 'x'"):
+        SystolicParams(rows=4, cols="x", fmt="bf16")
+    with pytest.raises(ValueError, match=r"format must be one of .*not 'bf17'"):
+        SystolicParams(rows=4, cols=4, fmt="bf17")
+    with pytest.raises(ValueError, match=r"fmt must be an 8-bit float format with double_rate"):
+        SystolicParams(rows=4, cols=4, fmt="bf16", double_rate=True)
+
+
+def test_cycle_model_closed_forms():
+    """The replayed schedule against the closed forms of the sequencer's timing."""
+    for rows, cols, k, m, n in [(1, 1, 1, 1, 1), (4, 4, 4, 4, 8), (5, 3, 2, 3, 16),
+                                (128, 128, 128, 128, 512), (128, 128, 128, 128, 64)]:
+        p = SystolicParams(rows=rows, cols=cols, fmt="bf16")
+        c = cycles(p, k, m, n)
+        assert c["load"] == k + 1
+        assert c["multiply"] == n + 1
+        assert c["latency"] == n + rows + cols + 2
+        assert c["matmul"] == k + 1 + n + rows + cols + 3
+        # Back to back, a load waits for the previous commit token to clear the array.
+        assert c["interval"] == max(n + 1, k + max(2, rows + cols - 1))
+    assert schedule(SystolicParams(rows=2, cols=2, fmt="int8"),
+                    [Load(2, 2), Multiply(1), Multiply(1)]).accepted == (0, 3, 5)
