@@ -9,9 +9,11 @@ the benchmark.
 
 Per rank (one logical NeuronCore of ``lnc`` physical cores) and GEMM:
 
-- tensor engine: tiles of ``K <= rows``, ``M <= cols``, ``N <= moving_max``; one matmul
-  issues every ``max(n, multiply_interval_min)`` cycles (``n`` the tile's moving size), at
-  ``rate`` MACs per PE per cycle for the input format. The ``lnc`` physical cores share the
+- tensor engine: :func:`sim.system.formulas.matmul_cycles`, the documented issue rule: tiles
+  of ``K <= rows`` (twice that for double-rate formats), ``M <= cols``, ``N <= moving_max``;
+  one matmul issues every ``max(n, multiply_interval_min)`` cycles (``n`` the tile's moving
+  size; ``1 / rate`` times that for formats below one MAC per PE per cycle), plus one
+  LoadStationary of ``rows`` cycles nothing hides. The ``lnc`` physical cores share the
   tiles: the M tiles or the N range are divided among them, whichever is faster.
 - memory: the HBM bytes of a weight-stationary schedule whose SBUF (the logical core's, half
   of it per operand) holds as many stationary columns (or moving columns) as fit; the operand
@@ -22,7 +24,8 @@ Per rank (one logical NeuronCore of ``lnc`` physical cores) and GEMM:
   ring whose steps read and write their chunk), the part across chips over the instance
   topology (multi-dimensional rings on a torus, one hop through a switch), then across the
   instances of a server (the server's ring of same-position chips), then across servers over
-  EFA. Alpha-beta costs as in :mod:`sim.system.collectives`.
+  EFA. Alpha-beta costs as in :mod:`sim.system.collectives`; NeuronLink carries payload at
+  the efficiency of the link model (:func:`sim.system.model.default_link_efficiency`).
 
 Step time = GEMM time + tensor-parallel all-reduces + the data-parallel all-reduce (the part
 of it not hidden behind the backward GEMMs when the workload overlaps them).
@@ -35,7 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.system import collectives, topology
+from sim.system import collectives, formulas, topology
+from sim.system import model as system_model
 from specs import loader
 from specs.errors import SpecError
 from specs.model import ChipSpec, SystemSpec
@@ -103,6 +107,7 @@ class Base:
     efa_bandwidth: float              # per server, bytes/s
     link_alpha: float
     efa_alpha: float
+    link_efficiency: float            # payload fraction of NeuronLink, from the link model
     price_per_hour: float             # of the base system, NaN when unknown
     price_shares: dict[str, float] = field(default_factory=lambda: {"chips": 1.0})
 
@@ -129,12 +134,11 @@ def base_from_spec(name, price: float | None = None,
     chip, chain = _chip_of(doc)
     t = chip.core.tensor
     rates = {}
-    for dtype, fmts in {"bf16": ("bf16",), "fp16": ("fp16",), "fp32": ("fp32",),
-                        "fp8": ("fp8_e4m3", "cfp8", "mxfp8")}.items():
-        for f in fmts:
-            if f in t.formats:
-                rates[dtype] = float(t.rates.get(f, 1.0))
-                break
+    for dtype in DTYPES:
+        found = [system_model.rate(t, f) for f in system_model.FORMAT_GROUPS[dtype]
+                 if f in t.formats]
+        if found:
+            rates[dtype] = float(max(found))
     systems = list(reversed(chain))          # innermost first
     chips, topo, instances, servers = 1, "none", 1, 1
     link_bw = chip.neuronlink.bandwidth
@@ -172,6 +176,7 @@ def base_from_spec(name, price: float | None = None,
         moving_max=t.moving_max, interval_min=t.multiply_interval_min, topology=topo,
         links=chip.neuronlink.links or 1, instances=instances, servers=servers,
         efa_bandwidth=float(efa), link_alpha=link_alpha, efa_alpha=efa_alpha,
+        link_efficiency=system_model.default_link_efficiency(chip),
         price_per_hour=float(price if price is not None else spec_price),
         price_shares=dict(price_shares or {"chips": 1.0}))
 
@@ -187,26 +192,17 @@ def _efa_per_member(chain: list[SystemSpec], cluster: SystemSpec) -> float:
 
 # --- formula functions (one place each, numpy-friendly) ---------------------------------
 
-def peak_flops(rows, cols, clock_hz, rate, cores):
-    """Peak tensor FLOP/s: 2 FLOPs per MAC, ``rate`` MACs per PE per cycle."""
-    return 2.0 * rows * cols * clock_hz * rate * cores
+def gemm_cycles(m, k, n, rows, cols, rate, moving_max, interval_min, lnc):
+    """Tensor-engine cycles of one ``(M, K, N)`` GEMM on a logical core of ``lnc`` cores.
 
-
-def moving_cycles(n, moving_max, interval_min):
-    """Cycles of the matmuls covering a moving size ``n``: tiles of ``moving_max``, each
-    issuing every ``max(tile, interval_min)`` cycles (back-to-back, LoadStationary hidden)."""
-    full = np.floor(n / moving_max)
-    rem = n - full * moving_max
-    return (full * np.maximum(moving_max, interval_min)
-            + np.where(rem > 0, np.maximum(rem, interval_min), 0.0))
-
-
-def gemm_cycles(m, k, n, rows, cols, moving_max, interval_min, lnc):
-    """Tensor-engine cycles of one ``(M, K, N)`` GEMM on a logical core of ``lnc`` cores."""
-    kt = np.ceil(k / rows)
-    mt = np.ceil(m / cols)
-    split_m = kt * np.ceil(mt / lnc) * moving_cycles(n, moving_max, interval_min)
-    split_n = kt * mt * moving_cycles(np.ceil(n / lnc), moving_max, interval_min)
+    :func:`sim.system.formulas.matmul_cycles` (the documented issue rule) for the share of
+    one physical core: the M tiles or the N range divided among the ``lnc`` cores, whichever
+    finishes first.
+    """
+    m_share = np.ceil(np.ceil(m / cols) / lnc) * cols
+    split_m = formulas.matmul_cycles(m_share, k, n, rows, cols, rate, moving_max, interval_min)
+    split_n = formulas.matmul_cycles(m, k, np.ceil(n / lnc), rows, cols, rate, moving_max,
+                                     interval_min)
     return np.minimum(split_m, split_n)
 
 
@@ -249,7 +245,7 @@ def group_allreduce(nbytes, group, per_chip, stride, v, base: Base, dims_long):
     r0, c1, c2, c3 = layout
     share = per_chip / r0                      # groups sharing one chip's links
     t = ring_allreduce(nbytes, r0, v["hbm_bandwidth"] / (2.0 * per_chip), CHIP_ALPHA)
-    link = v["link_bandwidth"] / base.links
+    link = v["link_bandwidth"] * base.link_efficiency / base.links
     chip_bytes = nbytes * share
     if base.topology == "torus":
         d1 = np.where(np.mod(c1, dims_long) == 0, dims_long, c1)
@@ -260,7 +256,7 @@ def group_allreduce(nbytes, group, per_chip, stride, v, base: Base, dims_long):
         t = t + ring_allreduce(chip_bytes, c1, link, base.link_alpha, 2.0)
     elif base.topology == "switch":
         t = t + np.where(c1 > 1, 2.0 * (2.0 * base.link_alpha + (c1 - 1) / c1 * chip_bytes
-                                        / v["link_bandwidth"]), 0.0)
+                                        / (v["link_bandwidth"] * base.link_efficiency)), 0.0)
     t = t + ring_allreduce(chip_bytes / c1, c2, link, base.link_alpha, 2.0)
     server_bytes = nbytes * per_chip * v["chips"] * base.instances / (r0 * c1 * c2)
     return t + ring_allreduce(server_bytes, c3, base.efa_bandwidth, base.efa_alpha)
@@ -325,9 +321,9 @@ def _evaluate(v, base: Base, work: Workload, detail: bool) -> dict[str, np.ndarr
         x = x / np.where(g.dp[:, j][None, :], dp[col], 1.0)
         shapes.append(x if dim == "count" else np.ceil(x))
     m, k, n, count = shapes
-    cycles = gemm_cycles(m, k, n, v["rows"][col], v["cols"][col], base.moving_max,
+    cycles = gemm_cycles(m, k, n, v["rows"][col], v["cols"][col], rate, base.moving_max,
                          base.interval_min, v["lnc"][col])
-    compute = cycles / (v["clock"][col] * rate) * count
+    compute = cycles / v["clock"][col] * count
     traffic = gemm_bytes(m, k, n, elem, v["sbuf"][col] * v["lnc"][col], v["cols"][col],
                          base.moving_max) * count
     memory = traffic / (v["hbm_bandwidth"][col] / per_chip[col])
@@ -346,7 +342,7 @@ def _evaluate(v, base: Base, work: Workload, detail: bool) -> dict[str, np.ndarr
 
     replicas = dp if work.replicated else 1.0
     flops = work.flops() * replicas
-    peak = peak_flops(v["rows"], v["cols"], v["clock"], rate, v["cores"]) * total_chips
+    peak = formulas.peak_flops(v["rows"], v["cols"], v["clock"], rate, v["cores"]) * total_chips
     tokens = work.tokens * replicas / step
     pe_total = v["rows"] * v["cols"] * v["cores"] * total_chips
     price = price_per_hour(v, base)
@@ -417,7 +413,7 @@ def evaluate_point(point: dict[str, float], base: Base, work: Workload) -> dict[
     sbuf = p["sbuf"] * lnc
     for i in range(len(shard.names)):
         m, k, n, count = (float(getattr(shard, d)[i]) for d in ("m", "k", "n", "count"))
-        compute = _cycles_loop(m, k, n, rows, cols, base, lnc) / (p["clock"] * rate) * count
+        compute = _cycles_loop(m, k, n, rows, cols, rate, base, lnc) / p["clock"] * count
         memory = _bytes_scalar(m, k, n, elem, sbuf, cols, base.moving_max) * count / hbm_share
         t = max(compute, memory)
         gemm_time += t
@@ -445,8 +441,10 @@ def evaluate_point(point: dict[str, float], base: Base, work: Workload) -> dict[
     }
 
 
-def _cycles_loop(m, k, n, rows, cols, base: Base, lnc) -> float:
-    """Cycles by walking the moving tiles one matmul at a time, for every (K, M) tile pair."""
+def _cycles_loop(m, k, n, rows, cols, rate, base: Base, lnc) -> float:
+    """Cycles by walking the moving tiles one matmul at a time, for every (K, M) tile pair:
+    passes of ``rows`` contraction indices (twice that at double rate), matmuls ``1 / rate``
+    times longer below one MAC per PE per cycle, one unhidden LoadStationary of ``rows``."""
     def walk(m_tiles, n_size):
         per_pair = 0
         left = n_size
@@ -454,7 +452,8 @@ def _cycles_loop(m, k, n, rows, cols, base: Base, lnc) -> float:
             tile = min(left, base.moving_max)
             per_pair += max(tile, base.interval_min)
             left -= tile
-        return math.ceil(k / rows) * m_tiles * per_pair
+        passes = math.ceil(k / (rows * max(rate, 1.0)))
+        return passes * m_tiles * per_pair / min(rate, 1.0) + rows
     mt = math.ceil(m / cols)
     return min(walk(math.ceil(mt / lnc), n), walk(mt, math.ceil(n / lnc)))
 
@@ -479,20 +478,21 @@ def _allreduce_point(nbytes, group, stride, p, base: Base, per_chip) -> float:
                               p["hbm_bandwidth"] / (2 * per_chip), CHIP_ALPHA)
     chip_bytes = nbytes * per_chip / r0
     link = p["link_bandwidth"] / base.links
+    eff = base.link_efficiency
     if c1 > 1:
         if base.topology == "torus":
             long = torus_dims(chips)[1]
             d1 = long if c1 % long == 0 else c1
             g = topology.torus((d1, c1 // d1), link)
-            t += collectives.topology_time(g, "all_reduce", chip_bytes, base.link_alpha,
+            t += collectives.topology_time(g, "all_reduce", chip_bytes, base.link_alpha, eff,
                                            bidirectional=True)
         elif base.topology == "ring":
-            t += collectives.ring_time("all_reduce", chip_bytes, c1, link, base.link_alpha,
+            t += collectives.ring_time("all_reduce", chip_bytes, c1, link, base.link_alpha, eff,
                                        bidirectional=True)
         elif base.topology == "switch":
             g = topology.switch(c1, p["link_bandwidth"])
-            t += collectives.topology_time(g, "all_reduce", chip_bytes, base.link_alpha)
-    t += collectives.ring_time("all_reduce", chip_bytes / c1, c2, link, base.link_alpha,
+            t += collectives.topology_time(g, "all_reduce", chip_bytes, base.link_alpha, eff)
+    t += collectives.ring_time("all_reduce", chip_bytes / c1, c2, link, base.link_alpha, eff,
                                bidirectional=True)
     if c3 > 1:
         server_bytes = nbytes * per_chip * chips * base.instances / (r0 * c1 * c2)

@@ -15,6 +15,8 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from sim.system import formulas  # noqa: E402
+
 from . import model  # noqa: E402
 
 #: How each parameter is shown: (scale from SI, label with unit).
@@ -144,8 +146,8 @@ def roofline(sw, out: Path) -> list[Path]:
         seconds = d["gemm_seconds"][0]
         intensity = flops / d["gemm_hbm_bytes"][0]
         achieved = flops / seconds / 1e12
-        peak = model.peak_flops(v["rows"], v["cols"], v["clock"], sw.base.rate(work.dtype),
-                                v["lnc"]) / 1e12
+        peak = formulas.peak_flops(v["rows"], v["cols"], v["clock"], sw.base.rate(work.dtype),
+                                   v["lnc"]) / 1e12
         x = np.geomspace(max(intensity.min() / 3, 0.1), intensity.max() * 3, 200)
         ax.plot(x, np.minimum(peak, x * per_rank_bw / 1e12), color="k", lw=1.5,
                 label=f"roof: {peak:.0f} TFLOP/s, {per_rank_bw / 1e9:.0f} GB/s per rank")

@@ -33,6 +33,7 @@ import numpy as np
 from pydantic import Discriminator, Field, Tag, model_validator
 from pydantic_core import PydanticCustomError
 
+from sim.system import formulas
 from specs import units
 from specs.errors import SpecError, nearest
 from specs.loader import find as find_spec
@@ -53,8 +54,8 @@ CONSTRAINTS = {
     "pe_per_chip": ("count", lambda v: v["rows"] * v["cols"] * v["cores"]),
     "pe_per_core": ("count", lambda v: v["rows"] * v["cols"]),
     "aspect": ("ratio", lambda v: v["rows"] / v["cols"]),
-    "peak_flops_chip": ("compute", lambda v: model.peak_flops(v["rows"], v["cols"], v["clock"],
-                                                              1.0, v["cores"])),
+    "peak_flops_chip": ("compute", lambda v: formulas.peak_flops(v["rows"], v["cols"],
+                                                                 v["clock"], 1.0, v["cores"])),
     "sbuf_per_chip": ("bytes", lambda v: v["sbuf"] * v["cores"]),
     "logical_cores": ("count", lambda v: v["cores"] / v["lnc"]),
 }

@@ -10,15 +10,19 @@ from explore import model, workloads
 
 
 def test_gemm_cycles_by_hand():
-    # 128 x 128 array, moving tiles of 512, matmuls every max(n, 64) cycles.
-    # (M=256, K=256, N=1000): 2 K tiles x 2 M tiles x (512 + 488) cycles.
-    assert model.gemm_cycles(256, 256, 1000, 128, 128, 512, 64, 1) == 2 * 2 * (512 + 488)
+    # 128 x 128 array, moving tiles of 512, matmuls every max(n, 64) cycles, plus the first
+    # LoadStationary of 128 cycles.
+    # (M=256, K=256, N=1000) at BF16: 2 K passes x 2 M tiles x (512 + 488) cycles.
+    assert model.gemm_cycles(256, 256, 1000, 128, 128, 1, 512, 64, 1) == 2 * 2 * 1000 + 128
     # A moving size of 30 still costs the 64-cycle minimum interval per matmul.
-    assert model.gemm_cycles(256, 256, 30, 128, 128, 512, 64, 1) == 2 * 2 * 64
+    assert model.gemm_cycles(256, 256, 30, 128, 128, 1, 512, 64, 1) == 2 * 2 * 64 + 128
     # Two physical cores (LNC=2) take one M tile each.
-    assert model.gemm_cycles(256, 256, 1000, 128, 128, 512, 64, 2) == 2 * 1 * 1000
+    assert model.gemm_cycles(256, 256, 1000, 128, 128, 1, 512, 64, 2) == 2 * 1 * 1000 + 128
     # One M tile: splitting N between the cores is faster (2 x 500 cycles, not 1000 + idle).
-    assert model.gemm_cycles(128, 128, 1000, 128, 128, 512, 64, 2) == 500
+    assert model.gemm_cycles(128, 128, 1000, 128, 128, 1, 512, 64, 2) == 500 + 128
+    # Double-rate FP8 contracts 256 per pass; FP32 at a quarter rate takes 4 times as long.
+    assert model.gemm_cycles(256, 256, 1000, 128, 128, 2, 512, 64, 1) == 1 * 2 * 1000 + 128
+    assert model.gemm_cycles(256, 256, 1000, 128, 128, 0.25, 512, 64, 1) == 4 * 4000 + 128
 
 
 def test_gemm_bytes_by_hand():
@@ -62,8 +66,17 @@ def test_vectorised_model_equals_scalar_model(base_name):
     pts = list(_points(base))
     rng = np.random.default_rng(7)
     pts = [pts[i] for i in rng.choice(len(pts), size=min(60, len(pts)), replace=False)]
-    for name, tensor in (("llama2-7b", 4), ("llama2-7b", 1), ("dit-xl-block", None)):
-        work = workloads.load(name, tensor=tensor)
+    fp8 = workloads.compile_gemms(workloads.GemmList(
+        kind="gemms", name="fp8", dtype="fp8", tokens=1000,
+        gemms=[workloads.Gemm(name="a", m=300, k=700, n=1000, count=3)]))
+    cases = [workloads.load("llama2-7b", tensor=4), workloads.load("llama2-7b", tensor=1),
+             workloads.load("dit-xl-block"), fp8]
+    if "fp32" in base.rates:
+        cases.append(workloads.compile_gemms(workloads.GemmList(
+            kind="gemms", name="fp32", dtype="fp32", tokens=64,
+            gemms=[workloads.Gemm(name="b", m=129, k=257, n=64)])))
+    for work in cases:
+        name = work.name
         arrays = {k: np.array([p[k] for p in pts], float) for k in pts[0]}
         vec = model.evaluate(arrays, base, work)
         for i, p in enumerate(pts):

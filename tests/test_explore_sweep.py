@@ -19,7 +19,7 @@ BASE = """sweep:
 CASES = {
     "unknown parameter": (
         BASE.replace("    rows:", "    rowz:"),
-        "t.yaml:5:11: sweep.parameters.rowz: expected one of the legal values, found 'rowz'; "
+        "t.yaml:5:5: sweep.parameters.rowz: expected one of the legal values, found 'rowz'; "
         "did you mean 'rows'? (legal: rows, cols, cores, clock, sbuf, hbm_bandwidth, "
         "hbm_capacity, link_bandwidth, chips, lnc)"),
     "wrong dimension": (
@@ -34,7 +34,7 @@ CASES = {
         "t.yaml:5:12: sweep.parameters.rows[0]: expected a positive integer, found '64'"),
     "two range rules": (
         BASE.replace("[64, 128]", "{start: 32, stop: 128, step: 32, num: 4}"),
-        "t.yaml:5:11: sweep.parameters.rows: expected exactly one of step, factor or num, "
+        "t.yaml:5:5: sweep.parameters.rows: expected exactly one of step, factor or num, "
         "found step, num"),
     "range backwards": (
         BASE.replace("[64, 128]", "{start: 128, stop: 64, factor: 2}"),
@@ -66,7 +66,7 @@ CASES = {
         "'tokens_per_secnd'; did you mean 'tokens_per_second'?"),
     "price shares": (
         BASE + "  price: {base: 44.7 USD/h, shares: {chips: 0.5, pe: 0.4}}\n",
-        "t.yaml:7:10: sweep.price: expected non-negative shares summing to 1, found a sum "
+        "t.yaml:7:3: sweep.price: expected non-negative shares summing to 1, found a sum "
         "of 0.9"),
     "price without time": (
         BASE + "  price: {base: 44.7 USD}\n",

@@ -99,7 +99,7 @@ W = """workload:
      "w.yaml:2:9: workload.kind: expected a workload kind, found 'transfomer'; did you mean "
      "'transformer'? (legal: transformer, gemms)"),
     (W.replace("heads: 4", "heads: 5"),
-     "w.yaml:2:3: workload: expected hidden (64) to be a multiple of heads (5)"),
+     "w.yaml:1:1: workload: expected hidden (64) to be a multiple of heads (5)"),
     (W.replace("ffn: 256", "ffn: -1"),
      "w.yaml:7:8: workload.ffn: expected a value greater than 0, found -1 (int)"),
 ])
