@@ -19,15 +19,21 @@ from sim.system import formulas  # noqa: E402
 
 from . import model  # noqa: E402
 
-#: How each parameter is shown: (scale from SI, label with unit).
+#: How each parameter is shown: (scale from SI, name, unit).
 DISPLAY = {
-    "rows": (1, "array rows"), "cols": (1, "array columns"), "cores": (1, "cores per chip"),
-    "clock": (1e-9, "tensor clock (GHz)"), "sbuf": (2.0**-20, "SBUF per core (MiB)"),
-    "hbm_bandwidth": (1e-12, "HBM bandwidth per chip (TB/s)"),
-    "hbm_capacity": (2.0**-30, "HBM capacity per chip (GiB)"),
-    "link_bandwidth": (1e-9, "link bandwidth per chip (GB/s)"),
-    "chips": (1, "chips per instance"), "lnc": (1, "LNC (cores per logical core)"),
+    "rows": (1, "array rows", ""), "cols": (1, "array columns", ""),
+    "cores": (1, "cores per chip", ""), "clock": (1e-9, "tensor clock", "GHz"),
+    "sbuf": (2.0**-20, "SBUF per core", "MiB"),
+    "hbm_bandwidth": (1e-12, "HBM bandwidth per chip", "TB/s"),
+    "hbm_capacity": (2.0**-30, "HBM capacity per chip", "GiB"),
+    "link_bandwidth": (1e-9, "link bandwidth per chip", "GB/s"),
+    "chips": (1, "chips per instance", ""), "lnc": (1, "LNC", ""),
 }
+
+
+def axis_label(name: str) -> str:
+    _, label, unit = DISPLAY[name]
+    return f"{label} ({unit})" if unit else label
 
 
 def _save(fig, out: Path, stem: str) -> list[Path]:
@@ -77,7 +83,9 @@ def pareto(table: pd.DataFrame, sw, out: Path, cost: str, label: str,
            stem: str) -> list[Path]:
     """Tokens per second against ``cost``, one panel per workload, front highlighted.
 
-    Points are coloured by the swept parameter with the most values.
+    Points are coloured by the sweep's ``plots.colour`` parameter (default: the swept one with
+    the most values): one colour and legend entry per value for up to 8 values, a colour bar
+    beyond.
     """
     ok = _feasible(table)
     names = list(dict.fromkeys(str(w) for w in table["workload"]))
@@ -94,11 +102,22 @@ def pareto(table: pd.DataFrame, sw, out: Path, cost: str, label: str,
             ax.text(0.5, 0.5, "no feasible design point\n(state does not fit HBM)",
                     ha="center", va="center", transform=ax.transAxes)
             continue
-        if colour is not None:
-            scale, clabel = DISPLAY[colour]
+        if colour is not None and len(sw.grid[colour]) <= 8:
+            scale, short, unit = DISPLAY[colour]
+            values = sw.grid[colour]
+            # Larger markers first, so that designs with equal results stay visible.
+            for i, (value, size) in enumerate(zip(values, np.linspace(70, 16, len(values)),
+                                                  strict=True)):
+                sel = np.isclose(df[colour].to_numpy(), value)
+                if sel.any():
+                    ax.scatter(c[sel], p[sel], s=size, color=plt.cm.tab10(i), zorder=2 + i,
+                               label=f"{short} = {value * scale:g} {unit}".rstrip()
+                               + f" ({sel.sum()})")
+        elif colour is not None:
+            scale = DISPLAY[colour][0]
             sc = ax.scatter(c, p, s=14, c=df[colour].to_numpy() * scale, cmap="viridis",
                             label=f"design points ({len(df)})")
-            fig.colorbar(sc, ax=ax, label=clabel)
+            fig.colorbar(sc, ax=ax, label=axis_label(colour))
         else:
             ax.scatter(c, p, s=14, color="0.6", label=f"design points ({len(df)})")
         front = pareto_mask(c, p)
@@ -196,18 +215,24 @@ def sensitivity(sw, out: Path) -> list[Path]:
     fig, axes = plt.subplots(rows, cols, figsize=(4.8 * cols, 3.8 * rows), squeeze=False)
     for ax, name in zip(axes.flat, swept, strict=False):
         vals = sw.grid[name]
-        scale, label = DISPLAY[name]
+        scale = DISPLAY[name][0]
         for work in sw.workloads:
             base = model.evaluate({}, sw.base, work)["tokens_per_second"][0]
             r = model.evaluate({name: vals}, sw.base, work)
             rel = base / r["tokens_per_second"]
             ok = np.isfinite(rel)
-            ax.plot(vals[ok] * scale, rel[ok], "o-", ms=4, label=work.name)
+            line, = ax.plot(vals[ok] * scale, rel[ok], "o-", ms=4, label=work.name)
+            over = ok & ~r["fits"].astype(bool)
+            if over.any():
+                ax.scatter(vals[over] * scale, rel[over], s=90, marker="x", zorder=4,
+                           color=line.get_color(), label=f"{work.name}: state exceeds HBM")
         ax.axvline(sw.base.values[name] * scale, color="0.5", ls="--", lw=1)
         ax.axhline(1.0, color="0.5", lw=0.8)
         if vals.max() > 8 * vals.min():
             ax.set_xscale("log", base=2)
-        ax.set_xlabel(label)
+        if model.PARAMS[name][1] == "count":
+            ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.set_xlabel(axis_label(name))
         ax.set_ylabel("time per token / base")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
