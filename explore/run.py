@@ -43,12 +43,16 @@ MODEL_VERSION = "explore-model-2"
 
 def evaluate_chunk(values: dict[str, np.ndarray], base: model.Base, work: Workload,
                    metrics: list[str], first_point: int) -> pd.DataFrame:
-    """The table of one chunk: one row per design point, parameters then metrics."""
+    """The table of one chunk: one row per design point, parameters then metrics.
+
+    ``values`` holds the swept parameters; the others take the base value.
+    """
     out = model.evaluate(values, base, work)
-    size = len(values["rows"])
+    size = len(out["step_time"])
     cols = {"point": np.arange(first_point, first_point + size, dtype=np.int64),
             "workload": pd.Categorical([work.name] * size)}
-    cols.update({k: np.asarray(values[k], float) for k in model.PARAMS})
+    cols.update({k: np.broadcast_to(np.asarray(values.get(k, base.values[k]), float), (size,))
+                 for k in model.PARAMS})
     for name in metrics:
         a = np.asarray(out[name])
         cols[name] = a.astype(bool) if name in ("valid", "fits") else a.astype(float)
@@ -127,6 +131,7 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
         for first in range(0, size, chunk):
             values = {k: a[first:first + chunk] for k, a in points.items()}
             key = chunk_key(digest, wi, values, first)
+            values = {k: values[k] for k in sw.grid}     # only the swept ones travel
             path = parts_dir / f"{sw.name}-{work.name}-{key}.parquet"
             tasks.append((path, values, wi, first))
     todo = [t for t in tasks if not t[0].exists()]
@@ -138,7 +143,7 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
     else:
         mode = "in-process"
     console = Console(stderr=True)
-    computed_points = sum(len(t[1]["rows"]) for t in todo)
+    computed_points = sum(_count(t[1], size) for t in todo)
     t0 = time.perf_counter()
     with _progress(console, progress) as bar:
         task = bar.add_task(f"{sw.name} ({mode})", total=len(tasks),
@@ -147,7 +152,7 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
             for path, values, wi, first in todo:
                 df = evaluate_chunk(values, sw.base, sw.workloads[wi], sw.spec.metrics, first)
                 _write(df, path)
-                _advance(bar, task, len(values["rows"]), t0)
+                _advance(bar, task, _count(values, size), t0)
             compute_seconds = time.perf_counter() - t0
         elif todo:
             compute_seconds = _run_dask(todo, sw, scheduler, bar, task)
@@ -170,6 +175,10 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     return summary
+
+
+def _count(values: dict[str, np.ndarray], default: int) -> int:
+    return len(next(iter(values.values()))) if values else default
 
 
 def _advance(bar: Progress, task, points: int, t0: float) -> None:
@@ -201,7 +210,7 @@ def _run_dask(todo, sw: sweeps.Sweep, scheduler: str | None, bar: Progress, task
                 fut = client.submit(chunk_to_file, *args, str(path), key=f"explore-{path.stem}")
             else:                        # remote workers may not share our file system
                 fut = client.submit(evaluate_chunk, *args, key=f"explore-{path.stem}")
-            futures[fut] = (path, len(values["rows"]))
+            futures[fut] = (path, _count(values, 1))
         for fut in as_completed(futures):
             path, n = futures[fut]
             result = fut.result()
