@@ -182,7 +182,10 @@ def base_from_spec(name, price: float | None = None,
 
 
 def _efa_per_member(chain: list[SystemSpec], cluster: SystemSpec) -> float:
-    member = chain[chain.index(cluster) - 1] if chain.index(cluster) > 0 else None
+    """EFA bandwidth of one member of a cluster (``chain`` runs outermost first): the
+    member's own figure, else the cluster's shared evenly."""
+    i = chain.index(cluster)
+    member = chain[i + 1] if i + 1 < len(chain) else None
     if member is not None and member.efa is not None:
         return member.efa.to("B/s").magnitude
     if cluster.efa is not None:

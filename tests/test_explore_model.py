@@ -117,3 +117,21 @@ def test_base_point_figures():
     assert 0 < r["utilisation"][0] < 1
     # Without a price the price metrics are unknown, not zero.
     assert math.isnan(r["price_per_hour"][0])
+
+
+@pytest.mark.parametrize("name, chips, topology, instances, servers, efa", [
+    ("trn2", 1, "none", 1, 1, None),
+    ("trn1.32xlarge", 16, "torus", 1, 1, 800e9 / 8),
+    ("trn2-ultraserver", 16, "torus", 4, 1, 12800e9 / 8),
+    ("trn3-ultraserver", 144, "switch", 1, 1, 28800e9 / 8),
+    ("trn2-ultracluster", 16, "torus", 1, 6250, 3200e9 / 8),
+])
+def test_systems_flatten_into_levels(name, chips, topology, instances, servers, efa):
+    base = model.base_from_spec(name)
+    assert (base.values["chips"], base.topology, base.instances, base.servers) == \
+        (chips, topology, instances, servers)
+    if efa is None:
+        assert math.isnan(base.efa_bandwidth)
+    else:
+        assert base.efa_bandwidth == pytest.approx(efa)
+    assert 0.9 < base.link_efficiency <= 1.0
