@@ -9,8 +9,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hdl.tensor.params import SystolicParams
+from sim.golden import systolic
 from sim.system import formulas
-from sim.system.model import Chip, ModelError, System, build, default_link_efficiency, sustained
+from sim.system.model import (
+    Chip,
+    ModelError,
+    System,
+    build,
+    default_link_efficiency,
+    rtl_tile_interval,
+    sustained,
+)
 from specs.loader import load
 
 GiB = 2**30
@@ -324,3 +334,38 @@ def test_system_efa_that_contradicts_its_members(tmp_path):
     with pytest.raises(ModelError, match=r"pair: efa must be its members' 2 x 3200 Gbps = "
                                          r"6400 Gbps or be left out, not 100 Gbps"):
         build(tmp_path / "pair.yaml").figures()
+
+
+# --- the tensor engine's RTL-checked cycle model -----------------------------------------
+
+def _rtl_interval(fmt, k, m, n, double_rate=False):
+    params = SystolicParams(rows=128, cols=128, fmt=fmt, moving_max=512,
+                            double_rate=double_rate)
+    return systolic.cycles(params, k, m, n)["interval"]
+
+
+def test_rtl_interval_tiles_a_matmul():
+    s = sustained(load("trn2"), 256, 256, 1024, "bf16", rtl_tile_interval)
+    assert s.cycles == 2 * 2 * 2 * _rtl_interval("bf16", 128, 128, 512) + 128
+    short = sustained(load("trn2"), 128, 128, 600, "bf16", rtl_tile_interval)
+    assert short.cycles == (_rtl_interval("bf16", 128, 128, 512)
+                            + _rtl_interval("bf16", 128, 128, 88) + 128)
+
+
+def test_rtl_interval_double_rate_and_quarter_rate():
+    t = load("trn2").core.tensor
+    assert rtl_tile_interval(t, "fp8_e4m3", 256, 128, 512) == _rtl_interval(
+        "fp8_e4m3", 256, 128, 512, double_rate=True)
+    assert rtl_tile_interval(t, "fp32", 128, 128, 512) == 4 * _rtl_interval("fp32", 128, 128,
+                                                                             512)
+
+
+def test_rtl_interval_keeps_the_documented_rule_where_there_is_no_rtl():
+    assert rtl_tile_interval(load("trn3").core.tensor, "mxfp8", 512, 128, 100) == 100
+    assert rtl_tile_interval(load("trn1").core.tensor, "int8", 256, 128, 32) == 64
+
+
+def test_build_uses_the_rtl_cycle_model():
+    chip = build("trn2")
+    expected = sustained(load("trn2"), 4096, 4096, 4096, "bf16", rtl_tile_interval)
+    assert chip.figures()["sustained.bf16"] == expected.flops

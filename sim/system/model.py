@@ -9,16 +9,21 @@ arrays welcome); this module maps spec fields onto it and returns pint quantitie
 Two figures measured on the RTL feed the model and are inputs here, so a change in the RTL
 shows up at every level above it:
 
-- the tensor engine's steady-state cycles per tile (``tile_interval``, default
-  :func:`tile_interval`: the documented issue rule of the array), used by :func:`sustained`;
+- the tensor engine's steady-state cycles per tile (``interval``, default
+  :func:`rtl_tile_interval`: the cycle model the systolic array's RTL is checked against;
+  :func:`tile_interval` is the documented issue rule), used by :func:`sustained`;
 - the NeuronLink efficiency (``link_efficiency``, default :func:`default_link_efficiency`:
-  payload over payload plus framing of the spec's link parameters), which scales the link
-  bandwidth in the collective times.
+  the link's golden model, framing, credit and replay loops, on the spec's link parameters),
+  which scales the link bandwidth in the collective times.
+
+A system's EFA bandwidth is its members' summed; a system of chips takes its own ``efa``, and
+a system that gives one beside members that have EFA must give their sum.
 
 Assumptions of the collective model (none is published): a chip's NeuronLink bandwidth is the
-sum over its links of one direction of each full-duplex link, shared equally by its links;
-the rings of a torus run both directions at once; a cluster all-reduces hierarchically, the
-instances' (or servers') EFA carrying the inter-member phase.
+sum over its links of one direction of each full-duplex link, shared equally by its links
+(``neuronlink.links``); every torus link, the ring across a Trn2 UltraServer's instances
+included, runs at that per-link figure; the rings of a torus run both directions at once; a
+cluster all-reduces hierarchically, its members' EFA carrying the inter-member phase.
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ import networkx as nx
 import pint
 
 from hdl.link.link import LinkParams
+from hdl.tensor.params import SystolicParams
 from sim.golden import link as golden_link
+from sim.golden import systolic
 from specs import units
 from specs.loader import find, load_document
 from specs.model import ChipSpec, SystemSpec, TensorSpec
@@ -47,7 +54,7 @@ __all__ = [
     "EXTRA_QUANTITIES",
     "FORMAT_GROUPS",
     "LEVELS",
-    "SUSTAINED_SHAPE",
+    "SUSTAINED_SHAPES",
     "Chip",
     "Core",
     "ModelError",
@@ -57,6 +64,7 @@ __all__ = [
     "default_link_efficiency",
     "quantity_info",
     "rate",
+    "rtl_tile_interval",
     "sustained",
     "tile_interval",
 ]
@@ -79,14 +87,16 @@ FORMAT_GROUPS: dict[str, tuple[str, ...]] = {
 
 #: Buffer size of the collective figures (bytes per chip).
 COLLECTIVE_BYTES = 2**30
-#: Matmul shape (m, k, n) of the ``sustained.*`` figures.
-SUSTAINED_SHAPE = (4096, 4096, 4096)
+#: Matmul shapes (m, k, n) of the ``sustained.*`` figures: a large square one, and one with a
+#: short moving tile (a decode step), where the LoadStationary cost shows.
+SUSTAINED_SHAPES = {"sustained.bf16": (4096, 4096, 4096),
+                    "sustained.bf16_n64": (4096, 4096, 64)}
 
 #: Figures the model derives beyond those a claim can name.
 EXTRA_QUANTITIES: dict[str, QuantityInfo] = {
-    "sustained.bf16": QuantityInfo(
-        "compute", "Sustained BF16 tensor throughput, every core running a "
-                   "{}x{}x{} matmul.".format(*SUSTAINED_SHAPE)),
+    **{name: QuantityInfo("compute", "Sustained BF16 tensor throughput, every core running "
+                                     "a {}x{}x{} matmul.".format(*shape))
+       for name, shape in SUSTAINED_SHAPES.items()},
     "neuronlink.efficiency": QuantityInfo(
         "ratio", "Fraction of NeuronLink bandwidth that carries payload."),
     **{f"collective.{op}": QuantityInfo(
@@ -136,6 +146,31 @@ def tile_interval(tensor: TensorSpec, fmt: str, k: int, m: int, n: int) -> float
     cycles, ``1 / rate`` times that for formats below one MAC per PE per cycle."""
     slow = min(rate(tensor, fmt), 1.0)
     return float(formulas.multiply_interval(n, tensor.multiply_interval_min)) / slow
+
+
+#: Spec format names the systolic RTL implements, by the name it knows them (the cFP8 bias
+#: does not change the timing).
+RTL_FORMATS = {"int8": "int8", "fp8_e4m3": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3fn",
+               "fp8_e5m2": "fp8_e5m2", "cfp8": "cfp8_e4m3_b7", "bf16": "bf16", "fp16": "fp16",
+               "tf32": "tf32", "fp32": "fp32"}
+_DOUBLE_RATE = ("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8")
+
+
+def rtl_tile_interval(tensor: TensorSpec, fmt: str, k: int, m: int, n: int) -> float:
+    """Cycles per tile from the systolic array's RTL-checked cycle model.
+
+    The steady-state interval of back-to-back LoadStationary + MultiplyMoving pairs on the
+    full-size array (:func:`sim.golden.systolic.cycles`), ``1 / rate`` times that for formats
+    below one MAC per PE per cycle. Formats the RTL does not implement (the MX block
+    formats, double-rate int8) keep the documented rule, :func:`tile_interval`.
+    """
+    r = rate(tensor, fmt)
+    double = r == 2 and fmt in _DOUBLE_RATE
+    if fmt not in RTL_FORMATS or (r > 1 and not double):
+        return tile_interval(tensor, fmt, k, m, n)
+    params = SystolicParams(rows=tensor.rows, cols=tensor.cols, fmt=RTL_FORMATS[fmt],
+                            moving_max=tensor.moving_max, double_rate=double)
+    return systolic.cycles(params, k, m, n)["interval"] / min(r, 1.0)
 
 
 @dataclass(frozen=True)
@@ -276,7 +311,7 @@ class Chip:
     spec: ChipSpec
     link_bandwidth: pint.Quantity | None = None
     link_efficiency: float | None = None
-    interval: TileInterval = field(default=tile_interval, compare=False)
+    interval: TileInterval = field(default=rtl_tile_interval, compare=False)
     level = "chip"
 
     @property
@@ -319,7 +354,8 @@ class Chip:
         s = self.spec
         out = self.compute()
         if "bf16" in s.core.tensor.formats:
-            out["sustained.bf16"] = self.sustained(*SUSTAINED_SHAPE, "bf16").flops
+            for name, shape in SUSTAINED_SHAPES.items():
+                out[name] = self.sustained(*shape, "bf16").flops
         for name in ("vector", "scalar"):
             engine = getattr(s.core, name)
             out[f"{name}.ops_per_cycle"] = float(formulas.engine_ops_per_cycle(
@@ -465,7 +501,7 @@ class System:
 
 
 def build(name: str | Path, *, link_efficiency: float | None = None,
-          interval: TileInterval = tile_interval,
+          interval: TileInterval = rtl_tile_interval,
           link_bandwidth: pint.Quantity | None = None) -> Chip | System:
     """The model of a bundled spec (or a spec file), members built recursively.
 
