@@ -256,3 +256,9 @@ def test_two_ports_exchange_packets_both_ways():
     sim.run_until(1e-8 * 1500)
     assert got["b"] == [(d, 1) for d in streams["a"]]   # a's packets arrive at b, from a
     assert got["a"] == [(d, 2) for d in streams["b"]]
+
+
+def test_packet_latency_is_the_first_delivery_of_the_cycle_model():
+    p = LinkParams(width=24, credits=11, max_packet=7, replay_depth=13)
+    s = golden.schedule(p, golden.Traffic(len_min=5), 4, 200)
+    assert s.pops[0] - s.starts[0] == golden.packet_latency(p, 5, 4)

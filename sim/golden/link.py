@@ -316,6 +316,16 @@ def efficiency(params: LinkParams, latency: int, lengths: int | Sequence[tuple[i
     return mean_len / mean_period
 
 
+def packet_latency(params: LinkParams, length: int, latency: int) -> int:
+    """Cycles from a packet's start decision to the delivery of its first word, unloaded.
+
+    ``n + D + 1``: the receiver forwards a packet only once its CRC has checked out. With the
+    link clock this is the per-hop ``alpha`` of the collective model (plus wire time, which
+    ``latency`` stands for).
+    """
+    return params.header_flits + length + params.crc_flits + latency + 1
+
+
 def packet_error_rate(params: LinkParams, length: float, bit_error_rate: float) -> float:
     """Probability that a packet of ``length`` words has at least one flipped bit."""
     flits = params.header_flits + length + params.crc_flits
