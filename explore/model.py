@@ -108,6 +108,7 @@ class Base:
     link_alpha: float
     efa_alpha: float
     link_efficiency: float            # payload fraction of NeuronLink, from the link model
+    torus: tuple[int, ...]            # the spec's torus dimensions of the base chip count
     price_per_hour: float             # of the base system, NaN when unknown
     price_shares: dict[str, float] = field(default_factory=lambda: {"chips": 1.0})
 
@@ -140,7 +141,7 @@ def base_from_spec(name, price: float | None = None,
         if found:
             rates[dtype] = float(max(found))
     systems = list(reversed(chain))          # innermost first
-    chips, topo, instances, servers = 1, "none", 1, 1
+    chips, topo, instances, servers, dims = 1, "none", 1, 1, ()
     link_bw = chip.neuronlink.bandwidth
     efa = math.nan
     link_alpha, efa_alpha = 1e-6, 10e-6
@@ -151,6 +152,7 @@ def base_from_spec(name, price: float | None = None,
         if s.level == "instance" or (s.level == "server" and chips == 1):
             chips = s.count
             topo = {"torus2d": "torus", "torus3d": "torus"}.get(s.topology.kind, s.topology.kind)
+            dims = tuple(s.topology.dims)
         elif s.level == "server":
             instances = s.count
         else:
@@ -176,7 +178,7 @@ def base_from_spec(name, price: float | None = None,
         moving_max=t.moving_max, interval_min=t.multiply_interval_min, topology=topo,
         links=chip.neuronlink.links or 1, instances=instances, servers=servers,
         efa_bandwidth=float(efa), link_alpha=link_alpha, efa_alpha=efa_alpha,
-        link_efficiency=system_model.default_link_efficiency(chip),
+        link_efficiency=system_model.default_link_efficiency(chip), torus=dims,
         price_per_hour=float(price if price is not None else spec_price),
         price_shares=dict(price_shares or {"chips": 1.0}))
 
@@ -335,7 +337,7 @@ def _evaluate(v, base: Base, work: Workload, detail: bool) -> dict[str, np.ndarr
     backward = seconds[:, g.backward].sum(axis=1)
     mem_bound = np.where(memory > compute, seconds, 0.0).sum(axis=1) / gemm_time
 
-    dims_long = _dims_long(v["chips"]) if base.topology == "torus" else None
+    dims_long = _dims_long(v["chips"], base) if base.topology == "torus" else None
     tp_comm = work.tp_allreduces * group_allreduce(
         work.tp_bytes / dp, np.full(size, tp), per_chip, np.ones(size), v, base, dims_long)
     dp_comm = (group_allreduce(work.dp_bytes / tp, dp, per_chip, np.full(size, tp), v, base,
@@ -365,9 +367,17 @@ def _evaluate(v, base: Base, work: Workload, detail: bool) -> dict[str, np.ndarr
     return out
 
 
-def _dims_long(chips: np.ndarray) -> np.ndarray:
+def _dims_long(chips: np.ndarray, base: Base) -> np.ndarray:
     uniq, inverse = np.unique(chips, return_inverse=True)
-    return np.array([torus_dims(c)[1] for c in uniq], float)[inverse]
+    return np.array([instance_long(c, base) for c in uniq], float)[inverse]
+
+
+def instance_long(chips, base: Base) -> int:
+    """Longest torus dimension of an instance of ``chips`` chips: the spec's own torus for
+    its chip count, a near-square 2D torus (:func:`torus_dims`) for any other."""
+    if base.torus and math.prod(base.torus) == chips:
+        return max(base.torus)
+    return torus_dims(chips)[1]
 
 
 def price_per_hour(v, base: Base):
@@ -484,7 +494,7 @@ def _allreduce_point(nbytes, group, stride, p, base: Base, per_chip) -> float:
     eff = base.link_efficiency
     if c1 > 1:
         if base.topology == "torus":
-            long = torus_dims(chips)[1]
+            long = instance_long(chips, base)
             d1 = long if c1 % long == 0 else c1
             g = topology.torus((d1, c1 // d1), link)
             t += collectives.topology_time(g, "all_reduce", chip_bytes, base.link_alpha, eff,
