@@ -16,6 +16,7 @@ drawn into ``OUT/plots/``.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import time
@@ -33,7 +34,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from . import model, plots
+from . import model
 from . import sweep as sweeps
 from .workloads import Workload
 
@@ -162,7 +163,10 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
         else pd.DataFrame()
     table_path = out / "results.parquet"
     _write(table, table_path)
-    drawn = [str(p) for p in plots.draw_all(table, sw, out / "plots")] if plot and size else []
+    drawn = []
+    if plot and size:
+        from . import plots  # matplotlib only where plots are drawn, not on the workers
+        drawn = [str(p) for p in plots.draw_all(table, sw, out / "plots")]
     summary = {
         "sweep": sw.name, "title": sw.spec.title, "base": sw.base.name,
         "points": size, "dropped": dropped, "workloads": [w.name for w in sw.workloads],
@@ -200,6 +204,9 @@ def _run_dask(todo, sw: sweeps.Sweep, scheduler: str | None, bar: Progress, task
     else:
         client = Client(scheduler)
     try:
+        # Import the model on every worker before the clock starts (a worker's first task
+        # would otherwise pay for it).
+        client.run(importlib.import_module, "explore.run")
         base = client.scatter(sw.base, broadcast=True)
         works = [client.scatter(w, broadcast=True) for w in sw.workloads]
         futures = {}
