@@ -83,8 +83,11 @@ METRICS = {
 
 #: On-chip collective latency per ring step (seconds): a DMA descriptor round, not published.
 CHIP_ALPHA = 1e-6
-#: Design points evaluated together (bounds the points x GEMMs temporaries).
-BLOCK = 2048
+#: Bytes of one points x GEMMs float64 temporary: the points of a block are chosen to keep each
+#: temporary below glibc's default mmap threshold (128 KiB). Above it, every temporary is
+#: mapped and unmapped afresh wherever the dynamic threshold is off (Dask worker processes set
+#: MALLOC_TRIM_THRESHOLD_, which turns it off), and evaluation runs 2-3 times slower.
+BLOCK_BYTES = 126 * 1024
 PRICE_FACTORS = ("chips", "pe", "peak_flops", "hbm_capacity", "hbm_bandwidth", "link_bandwidth")
 
 
@@ -298,8 +301,9 @@ def evaluate(values: dict[str, np.ndarray], base: Base, work: Workload,
     parts = []
     with np.errstate(divide="ignore", invalid="ignore"):
         # Blocks of points small enough that the points x GEMMs temporaries stay in cache.
-        for start in range(0, size, BLOCK):
-            parts.append(_evaluate({k: a[start:start + BLOCK] for k, a in v.items()},
+        block = max(64, BLOCK_BYTES // (8 * len(work.gemms.names)))
+        for start in range(0, size, block):
+            parts.append(_evaluate({k: a[start:start + block] for k, a in v.items()},
                                    base, work, detail))
     if len(parts) == 1:
         return parts[0]

@@ -96,7 +96,7 @@ def test_evaluate_in_blocks_equals_one_block(monkeypatch):
     values = {"rows": rng.choice([64.0, 128.0, 256.0], 5000),
               "clock": rng.uniform(1e9, 3e9, 5000)}
     whole = model.evaluate(values, base, work)
-    monkeypatch.setattr(model, "BLOCK", 777)
+    monkeypatch.setattr(model, "BLOCK_BYTES", 777 * 8 * len(work.gemms.names))
     blocks = model.evaluate(values, base, work)
     for key in whole:
         np.testing.assert_array_equal(whole[key], blocks[key])
