@@ -7,6 +7,9 @@
 2. One sweep run through ``explore.run.explore`` in-process, then on a local Dask cluster of
    one worker and of two workers: the chunk phase's seconds (evaluate, build the table, write
    the Parquet part; cluster start-up, joining and plotting left out) and the speed-up.
+3. The same chunk tasks submitted to 1 and 2 local workers under Dask's task stream: wall
+   time against the tasks' summed compute time, i.e. how many tasks really ran at once (this
+   separates Dask's own concurrency from the CPU share the machine grants the run).
 
 Usage: PYTHONPATH=. python benchmarks/explore.py [--points N] [--sweep-points N]
 """
@@ -99,6 +102,37 @@ def dask_scaling(sweep_points: int) -> dict:
     return out
 
 
+def concurrency(chunks: int = 24, size: int = 50_000) -> dict:
+    """Chunk tasks on 1 and 2 local workers, timed by Dask's task stream: wall seconds and
+    the sum of the tasks' compute seconds (their ratio is how many ran at once)."""
+    from distributed import Client, LocalCluster, get_task_stream, wait
+
+    base = model.base_from_spec("trn2.48xlarge")
+    work = workloads.load("llama2-7b")
+    rng = np.random.default_rng(3)
+    parts = [{"clock": rng.uniform(1.4e9, 3.2e9, size),
+              "rows": rng.choice([32.0, 64.0, 128.0, 256.0, 512.0], size)}
+             for _ in range(chunks)]
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for workers in (1, 2):
+            with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                              dashboard_address=None) as cluster, Client(cluster) as client:
+                client.run(__import__("importlib").import_module, "explore.run")
+                b = client.scatter(base, broadcast=True)
+                w = client.scatter(work, broadcast=True)
+                t = time.perf_counter()
+                with get_task_stream(client) as stream:
+                    wait([client.submit(run.chunk_to_file, values, b, w, ["step_time"], i * size,
+                                        str(Path(tmp) / f"c{workers}-{i}.parquet"))
+                          for i, values in enumerate(parts)])
+                wall = time.perf_counter() - t
+            busy = sum(s["stop"] - s["start"] for task in stream.data
+                       for s in task["startstops"] if s["action"] == "compute")
+            out[workers] = {"wall": wall, "busy": busy}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=200_000, help="vectorised points")
@@ -118,8 +152,20 @@ def main() -> None:
         print(f"{how}: {r['points']:,} points in {r['chunks']} chunks, "
               f"chunks {r['compute_seconds']:.2f} s ({r['points'] / r['compute_seconds']:,.0f} "
               f"points/s), whole sweep {r['seconds']:.2f} s")
-    print(f"dask speed-up 1 -> 2 workers: {d['speedup']:.2f}x (load average after: "
-          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())})")
+    print(f"dask speed-up 1 -> 2 workers: {d['speedup']:.2f}x")
+    c = concurrency()
+    for w in (1, 2):
+        print(f"task stream, {w} worker(s): wall {c[w]['wall']:.2f} s, task compute "
+              f"{c[w]['busy']:.2f} s, tasks running at once {c[w]['busy'] / c[w]['wall']:.2f}")
+    print(f"load average after: {', '.join(f'{x:.1f}' for x in os.getloadavg())}; "
+          f"scheduler autogroup: {_autogroup()}")
+
+
+def _autogroup() -> str:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip()
+    except OSError:
+        return "unknown"
 
 
 if __name__ == "__main__":
