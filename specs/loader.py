@@ -178,11 +178,24 @@ def _inner_model(annotation) -> type[BaseModel] | None:
 
 
 def _translate(exc: ValidationError, kind: str, data: dict, pos: Positions) -> SpecError:
+    return translate(exc, KINDS[kind], kind, data, pos)
+
+
+#: Error types of PydanticCustomError whose message is shown as it stands.
+CUSTOM_TYPES = ("quantity", "claim", "pattern", "rates", "lnc", "dims")
+
+
+def translate(exc: ValidationError, model: type[BaseModel], kind: str, data: dict,
+              pos: Positions, custom: tuple[str, ...] = CUSTOM_TYPES) -> SpecError:
+    """A SpecError (file:line:col, key path, expected, found) for pydantic's first error.
+
+    ``model`` validated ``data``, the value of the top-level key ``kind`` of a YAML file
+    whose positions are ``pos``; errors of the ``custom`` types keep their own message.
+    """
     # An unknown key is usually a misspelt one, which also shows up as a missing key: report
     # the unknown key, with the nearest known one.
     errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
     err = errors[0]
-    model = KINDS[kind]
     path = _walk(data, err["loc"])
     dotted = _fmt_path((kind, *path))
     etype, ctx = err["type"], err.get("ctx") or {}
@@ -214,7 +227,7 @@ def _translate(exc: ValidationError, kind: str, data: dict, pos: Positions) -> S
         choices = ctx.get("choices", [])
         return SpecError(err["msg"], location=location, path=dotted,
                          nearest=nearest(ctx.get("found", ""), choices), choices=choices)
-    if etype in ("quantity", "claim", "pattern", "rates", "lnc", "dims"):
+    if etype in custom:
         return SpecError(err["msg"], location=location, path=dotted)
     expected = err["msg"].removeprefix("Input should be ").removeprefix("Value should be ")
     expected = expected.replace("String should match pattern", "a string matching")

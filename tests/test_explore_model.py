@@ -1,0 +1,137 @@
+"""The vectorised analytic model against the scalar one, and its formulas worked by hand."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from explore import model, workloads
+
+
+def test_gemm_cycles_by_hand():
+    # 128 x 128 array, moving tiles of 512, matmuls every max(n, 64) cycles, plus the first
+    # LoadStationary of 128 cycles.
+    # (M=256, K=256, N=1000) at BF16: 2 K passes x 2 M tiles x (512 + 488) cycles.
+    assert model.gemm_cycles(256, 256, 1000, 128, 128, 1, 512, 64, 1) == 2 * 2 * 1000 + 128
+    # A moving size of 30 still costs the 64-cycle minimum interval per matmul.
+    assert model.gemm_cycles(256, 256, 30, 128, 128, 1, 512, 64, 1) == 2 * 2 * 64 + 128
+    # Two physical cores (LNC=2) take one M tile each.
+    assert model.gemm_cycles(256, 256, 1000, 128, 128, 1, 512, 64, 2) == 2 * 1 * 1000 + 128
+    # One M tile: splitting N between the cores is faster (2 x 500 cycles, not 1000 + idle).
+    assert model.gemm_cycles(128, 128, 1000, 128, 128, 1, 512, 64, 2) == 500 + 128
+    # Double-rate FP8 contracts 256 per pass; FP32 at a quarter rate takes 4 times as long.
+    assert model.gemm_cycles(256, 256, 1000, 128, 128, 2, 512, 64, 1) == 1 * 2 * 1000 + 128
+    assert model.gemm_cycles(256, 256, 1000, 128, 128, 0.25, 512, 64, 1) == 4 * 4000 + 128
+
+
+def test_gemm_bytes_by_hand():
+    # bf16, K=1024, M=512, N=4096: W = 1 MiB, X = 8 MiB, Y = 4 MiB.
+    w, x, y = 1024 * 512 * 2, 1024 * 4096 * 2, 512 * 4096 * 2
+    # A large SBUF holds all of W: every operand moves once.
+    assert model.gemm_bytes(512, 1024, 4096, 2, 64 * 2**20, 128, 512) == w + x + y
+    # 512 KiB per operand holds 256 stationary columns of K=1024 (2 blocks of M): X is read
+    # twice; or 256 moving columns, rounded down to none, so one tile of 512 (8 blocks of N):
+    # W read 8 times. The cheaper is taken.
+    assert model.gemm_bytes(512, 1024, 4096, 2, 2**20, 128, 512) == min(w + 2 * x, x + 8 * w) + y
+
+
+def test_ring_and_torus_all_reduce_by_hand():
+    n, bw, alpha = 64e6, 100e9, 1e-6
+    # Ring of 4, both directions: 2 x 3 steps of alpha + n / 4 / (2 bw).
+    assert model.ring_allreduce(n, 4.0, bw, alpha, 2.0) == pytest.approx(
+        6 * (alpha + n / 4 / (2 * bw)))
+    assert model.ring_allreduce(n, 1.0, bw, alpha) == 0.0
+    assert model.torus_dims(16) == (4, 4) and model.torus_dims(12) == (3, 4)
+    assert model.torus_dims(7) == (1, 7)
+
+
+BASES = ["trn2.48xlarge", "trn3-ultraserver", "trn2-ultraserver", "trn2-ultracluster",
+         "trn1.32xlarge", "trn2"]
+
+
+def _points(base: model.Base):
+    chips = [1] if base.topology == "none" else [1, 4, 6, 16]
+    grid = itertools.product([1, 64, 100, 128], [32, 128, 200], [2, 8], [1, 2], chips,
+                             [1.4e9, 2.4e9], [2 * 2**20, 28 * 2**20], [0.8e12, 2.9e12])
+    for rows, cols, cores, lnc, ch, clock, sbuf, hbm in grid:
+        yield {"rows": rows, "cols": cols, "cores": cores, "lnc": lnc, "chips": ch,
+               "clock": clock, "sbuf": sbuf, "hbm_bandwidth": hbm}
+
+
+@pytest.mark.parametrize("base_name", BASES)
+def test_vectorised_model_equals_scalar_model(base_name):
+    base = model.base_from_spec(base_name, price=10.0,
+                                price_shares={"chips": 0.5, "pe": 0.25, "hbm_bandwidth": 0.25})
+    pts = list(_points(base))
+    rng = np.random.default_rng(7)
+    pts = [pts[i] for i in rng.choice(len(pts), size=min(60, len(pts)), replace=False)]
+    fp8 = workloads.compile_gemms(workloads.GemmList(
+        kind="gemms", name="fp8", dtype="fp8", tokens=1000,
+        gemms=[workloads.Gemm(name="a", m=300, k=700, n=1000, count=3)]))
+    cases = [workloads.load("llama2-7b", tensor=4), workloads.load("llama2-7b", tensor=1),
+             workloads.load("dit-xl-block"), fp8]
+    if "fp32" in base.rates:
+        cases.append(workloads.compile_gemms(workloads.GemmList(
+            kind="gemms", name="fp32", dtype="fp32", tokens=64,
+            gemms=[workloads.Gemm(name="b", m=129, k=257, n=64)])))
+    for work in cases:
+        name = work.name
+        arrays = {k: np.array([p[k] for p in pts], float) for k in pts[0]}
+        vec = model.evaluate(arrays, base, work)
+        for i, p in enumerate(pts):
+            ref = model.evaluate_point(p, base, work)
+            assert bool(vec["valid"][i]) == ref["valid"], p
+            if not ref["valid"]:
+                assert math.isnan(vec["step_time"][i])
+                continue
+            for key, value in ref.items():
+                assert vec[key][i] == pytest.approx(value, rel=1e-9), (name, p, key)
+
+
+def test_evaluate_in_blocks_equals_one_block(monkeypatch):
+    base = model.base_from_spec("trn2.48xlarge")
+    work = workloads.load("llama2-7b")
+    rng = np.random.default_rng(1)
+    values = {"rows": rng.choice([64.0, 128.0, 256.0], 5000),
+              "clock": rng.uniform(1e9, 3e9, 5000)}
+    whole = model.evaluate(values, base, work)
+    monkeypatch.setattr(model, "BLOCK_BYTES", 777 * 8 * len(work.gemms.names))
+    blocks = model.evaluate(values, base, work)
+    for key in whole:
+        np.testing.assert_array_equal(whole[key], blocks[key])
+
+
+def test_base_point_figures():
+    base = model.base_from_spec("trn2.48xlarge")
+    assert base.values["chips"] == 16 and base.values["lnc"] == 2
+    assert base.topology == "torus" and base.links == 4
+    work = workloads.load("llama2-7b")
+    r = model.evaluate({}, base, work)
+    # 16 chips x 8 cores x 128 x 128 PEs x 2 FLOPs x 2.4 GHz
+    assert r["peak_flops"][0] == 16 * 8 * 128 * 128 * 2 * 2.4e9
+    assert r["ranks"][0] == 64 and r["data_parallel"][0] == 16
+    assert r["utilisation"][0] == pytest.approx(work.flops() / (r["peak_flops"][0]
+                                                                * r["step_time"][0]))
+    assert r["tokens_per_second"][0] == pytest.approx(256 * 4096 / r["step_time"][0])
+    assert 0 < r["utilisation"][0] < 1
+    # Without a price the price metrics are unknown, not zero.
+    assert math.isnan(r["price_per_hour"][0])
+
+
+@pytest.mark.parametrize("name, chips, topology, instances, servers, efa", [
+    ("trn2", 1, "none", 1, 1, None),
+    ("trn1.32xlarge", 16, "torus", 1, 1, 800e9 / 8),
+    ("trn2-ultraserver", 16, "torus", 4, 1, 12800e9 / 8),
+    ("trn3-ultraserver", 144, "switch", 1, 1, 28800e9 / 8),
+    ("trn2-ultracluster", 16, "torus", 1, 6250, 3200e9 / 8),
+])
+def test_systems_flatten_into_levels(name, chips, topology, instances, servers, efa):
+    base = model.base_from_spec(name)
+    assert (base.values["chips"], base.topology, base.instances, base.servers) == \
+        (chips, topology, instances, servers)
+    if efa is None:
+        assert math.isnan(base.efa_bandwidth)
+    else:
+        assert base.efa_bandwidth == pytest.approx(efa)
+    assert 0.9 < base.link_efficiency <= 1.0

@@ -1,0 +1,115 @@
+"""Running sweeps: Parquet table, resume after an interruption, Dask gives the same table."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from explore import model, run, workloads
+
+SWEEP = """sweep:
+  name: small
+  base: trn2.48xlarge
+  parameters:
+    rows: [64, 128, 256]
+    cols: [64, 128]
+    clock: [2.0 GHz, 2.4 GHz]
+  workloads: [llama2-7b, dit-xl-block]
+  metrics: [valid, step_time, utilisation, tokens_per_second, pe_total, price_per_hour, fits]
+  price: {base: 40 USD/h}
+  execution: {chunk_size: 5}
+"""
+
+
+@pytest.fixture
+def sweep_file(tmp_path):
+    f = tmp_path / "small.yaml"
+    f.write_text(SWEEP)
+    return f
+
+
+def test_table_has_one_row_per_point_and_workload(sweep_file, tmp_path):
+    out = tmp_path / "out"
+    summary = run.explore(sweep_file, out, progress=False)
+    table = pd.read_parquet(out / "results.parquet")
+    assert summary["points"] == 12 and summary["rows"] == 24 == len(table)
+    assert summary["chunks"] == {"total": 6, "computed": 6, "skipped": 0}
+    assert summary["mode"] == "in-process"
+    assert list(table.columns) == ["point", "workload", *model.PARAMS, "valid", "step_time",
+                                   "utilisation", "tokens_per_second", "pe_total",
+                                   "price_per_hour", "fits"]
+    assert sorted(set(table["workload"])) == ["dit-xl-block", "llama2-7b"]
+    assert table.groupby("workload", observed=True)["point"].apply(list).map(sorted).map(
+        lambda x: x == list(range(12))).all()
+    # The row of the base design point is the model evaluated there.
+    row = table[(table["workload"] == "llama2-7b") & (table["rows"] == 128)
+                & (table["cols"] == 128) & (table["clock"] == 2.4e9)]
+    expect = model.evaluate({}, model.base_from_spec("trn2.48xlarge"),
+                            workloads.load("llama2-7b"))
+    assert row["step_time"].item() == expect["step_time"][0]
+    # The best point of each workload is the fastest one whose state fits.
+    best = summary["best"]
+    assert set(best) == {"dit-xl-block", "llama2-7b"}
+    fastest = table[table["workload"] == "llama2-7b"]["tokens_per_second"].max()
+    assert best["llama2-7b"]["tokens_per_second"] == fastest
+    assert json.loads((out / "summary.json").read_text())["rows"] == 24
+    names = sorted(p.name for p in (out / "plots").iterdir())
+    assert names == sorted(f"{s}.{e}" for s in ("pareto_area", "pareto_price", "roofline",
+                                                   "sensitivity") for e in ("png", "svg"))
+    assert (out / "plots" / "roofline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_interrupted_sweep_resumes_without_recomputing(sweep_file, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    calls = []
+    real = run.evaluate_chunk
+
+    def failing(values, base, work, metrics, first):
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        calls.append((work.name, first))
+        return real(values, base, work, metrics, first)
+
+    monkeypatch.setattr(run, "evaluate_chunk", failing)
+    with pytest.raises(KeyboardInterrupt):
+        run.explore(sweep_file, out, progress=False, plot=False)
+    assert len(list((out / "parts").glob("*.parquet"))) == 4
+    assert not list((out / "parts").glob(".*"))          # no half-written part
+
+    done = list(calls)
+    calls.clear()
+    monkeypatch.setattr(run, "evaluate_chunk", lambda *a: calls.append(a[2].name) or real(*a))
+    summary = run.explore(sweep_file, out, progress=False, plot=False)
+    assert summary["chunks"] == {"total": 6, "computed": 2, "skipped": 4}
+    assert len(calls) == 2 and len(done) == 4
+    again = run.explore(sweep_file, out, progress=False, plot=False)
+    assert again["chunks"]["computed"] == 0 and len(calls) == 2
+
+    fresh = run.explore(sweep_file, tmp_path / "fresh", progress=False, plot=False)
+    pd.testing.assert_frame_equal(pd.read_parquet(summary["table"]),
+                                  pd.read_parquet(fresh["table"]))
+
+
+def test_dask_scheduler_gives_the_same_table(sweep_file, tmp_path):
+    from distributed import LocalCluster
+
+    local = run.explore(sweep_file, tmp_path / "local", progress=False, plot=False)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster:
+        remote = run.explore(sweep_file, tmp_path / "dask", scheduler=cluster.scheduler_address,
+                             progress=False, plot=False)
+    assert remote["mode"] == f"dask:{cluster.scheduler_address}"
+    assert remote["chunks"]["computed"] == 6
+    pd.testing.assert_frame_equal(pd.read_parquet(local["table"]),
+                                  pd.read_parquet(remote["table"]))
+
+
+def test_local_dask_cluster_workers_write_the_same_parts(sweep_file, tmp_path):
+    sweep_file.write_text(SWEEP.replace("{chunk_size: 5}", "{chunk_size: 5, workers: 1}"))
+    local = run.explore(sweep_file, tmp_path / "local", progress=False, plot=False)
+    dask = run.explore(sweep_file, tmp_path / "dask", progress=False, plot=False, dask=True)
+    assert dask["mode"] == "dask:local" and dask["chunks"]["computed"] == 6
+    assert sorted(p.name for p in (tmp_path / "dask" / "parts").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "local" / "parts").iterdir())
+    pd.testing.assert_frame_equal(pd.read_parquet(local["table"]),
+                                  pd.read_parquet(dask["table"]))
