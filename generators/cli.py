@@ -223,5 +223,24 @@ def sim(spec, unit_name, simulator, seed):
     sys.exit(0 if ok else 1)
 
 
+@main.command()
+@click.argument("sweep", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
+              help="Output directory (default: build/explore/<sweep>).")
+@click.option("--scheduler", metavar="ADDR", default=None,
+              help="Address of a running Dask scheduler, e.g. tcp://host:8786.")
+def explore(sweep, output, scheduler):
+    """Run an exploration SWEEP: Parquet table, summary and plots."""
+    from explore.run import explore as run_sweep
+
+    out = output or Path("build") / "explore" / sweep.stem
+    summary = run_sweep(sweep, out, scheduler=scheduler)
+    click.echo(f"{sweep.name}: results in {out}")
+    if isinstance(summary, dict):
+        for key in ("points", "rows", "computed", "reused", "elapsed_s"):
+            if key in summary:
+                click.echo(f"  {key}: {summary[key]}")
+
+
 if __name__ == "__main__":
     main()
