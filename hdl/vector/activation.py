@@ -33,6 +33,7 @@ from hdl.numerics.fpu import FpAdd32, FpMul32
 
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_lt, is_nan
 from .functions import DEFAULT_FUNCTIONS, RULE_BITS, FunctionSpec
+from .lanes import add_lane, lane_verilog
 
 __all__ = ["Activation", "ActivationLane", "ActivationParams"]
 
@@ -251,10 +252,13 @@ class Activation(wiring.Component):
     (``ArrayLayout(32, lanes)``, per partition).
     """
 
-    def __init__(self, params: ActivationParams):
+    LANE_MODULE = "activation_lane"
+
+    def __init__(self, params: ActivationParams, *, lane_instances: bool = False):
         if not isinstance(params, ActivationParams):
             raise ValueError(f"params must be an ActivationParams, not {params!r}")
         self.params = params
+        self.lane_instances = lane_instances
         n = params.lanes
         super().__init__({
             "i": In(stream.Signature(input_layout(n))),
@@ -263,6 +267,12 @@ class Activation(wiring.Component):
             "scale": In(data.ArrayLayout(32, n)),
             "bias": In(data.ArrayLayout(32, n)),
         })
+
+    def verilog_dependencies(self) -> list[str]:
+        """Verilog of the lane module when lanes are instances (see :mod:`.lanes`)."""
+        if not self.lane_instances:
+            return []
+        return [lane_verilog(ActivationLane(self.params), self.LANE_MODULE)]
 
     def elaborate(self, platform):
         m = Module()
@@ -285,18 +295,11 @@ class Activation(wiring.Component):
             ]
             with m.If(valid[-2]):
                 m.d.sync += first.eq(last[-2])
+        module = self.LANE_MODULE if self.lane_instances else None
         for lane in range(p.lanes):
-            unit = ActivationLane(p)
-            m.submodules[f"lane{lane}"] = unit
-            m.d.comb += [
-                unit.en.eq(en),
-                unit.func.eq(self.func),
-                unit.data.eq(self.i.payload.data[lane]),
-                unit.scale.eq(self.scale[lane]),
-                unit.bias.eq(self.bias[lane]),
-                unit.step.eq(valid[-2]),
-                unit.first.eq(first),
-                self.o.payload.data[lane].eq(unit.y),
-                self.o.payload.sum[lane].eq(unit.sum),
-            ]
+            inputs = {"en": en, "func": self.func, "data": self.i.payload.data[lane],
+                      "scale": self.scale[lane], "bias": self.bias[lane],
+                      "step": valid[-2], "first": first}
+            outputs = {"y": self.o.payload.data[lane], "sum": self.o.payload.sum[lane]}
+            add_lane(m, f"lane{lane}", lambda: ActivationLane(p), module, inputs, outputs)
         return m

@@ -30,6 +30,7 @@ from hdl.numerics.formats import FloatFormat, format_by_name
 from hdl.numerics.fpu import FpAdd32, FpMul32
 
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_eq, f_lt, f_max, is_nan
+from .lanes import add_lane, lane_verilog
 from .ops import Reduce, VectorOp
 
 __all__ = ["Vector", "VectorLane", "VectorParams"]
@@ -191,10 +192,13 @@ class Vector(wiring.Component):
     (``ArrayLayout(32, lanes)``, one scalar per partition).
     """
 
-    def __init__(self, params: VectorParams):
+    LANE_MODULE = "vector_lane"
+
+    def __init__(self, params: VectorParams, *, lane_instances: bool = False):
         if not isinstance(params, VectorParams):
             raise ValueError(f"params must be a VectorParams, not {params!r}")
         self.params = params
+        self.lane_instances = lane_instances
         n = params.lanes
         super().__init__({
             "i": In(stream.Signature(input_layout(n))),
@@ -204,6 +208,10 @@ class Vector(wiring.Component):
             "use_scalar": In(1),
             "scalar": In(data.ArrayLayout(32, n)),
         })
+
+    def verilog_dependencies(self) -> list[str]:
+        """Verilog of the lane module when lanes are instances (see :mod:`.lanes`)."""
+        return [lane_verilog(VectorLane(), self.LANE_MODULE)] if self.lane_instances else []
 
     def elaborate(self, platform):
         m = Module()
@@ -238,19 +246,11 @@ class Vector(wiring.Component):
             with m.If(self.i.valid):
                 m.d.sync += first.eq(self.i.payload.last)
 
+        module = self.LANE_MODULE if self.lane_instances else None
         for lane in range(p.lanes):
-            unit = VectorLane()
-            m.submodules[f"lane{lane}"] = unit
             b = Mux(self.use_scalar, self.scalar[lane], self.i.payload.b[lane])
-            m.d.comb += [
-                unit.en.eq(en),
-                unit.op.eq(self.op),
-                unit.reduce.eq(self.reduce),
-                unit.a.eq(self.i.payload.a[lane]),
-                unit.b.eq(b),
-                unit.step.eq(s1_valid),
-                unit.first.eq(s1_first),
-                unit.last.eq(s1_last),
-                sink.payload[lane].eq(unit.y),
-            ]
+            inputs = {"en": en, "op": self.op, "reduce": self.reduce,
+                      "a": self.i.payload.a[lane], "b": b, "step": s1_valid,
+                      "first": s1_first, "last": s1_last}
+            add_lane(m, f"lane{lane}", VectorLane, module, inputs, {"y": sink.payload[lane]})
         return m

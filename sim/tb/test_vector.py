@@ -254,7 +254,8 @@ def simulate(params: VectorParams, sim: str, seed: int | None = None) -> RunResu
         seed = random.SystemRandom().randrange(2**31)
     cfg = {"params": {f: getattr(params, f) for f in params.__dataclass_fields__},
            "seed": seed}
-    return run(lambda: Vector(params), "vector", "sim.tb.test_vector", sim, cfg, seed=seed)
+    return run(lambda: Vector(params, lane_instances=True), "vector", "sim.tb.test_vector",
+               sim, cfg, seed=seed)
 
 
 PARAMS = {
