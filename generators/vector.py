@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from scipy import special
@@ -222,3 +223,49 @@ def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None,
             "rel_floor": rel_floor,
         })
     return rows
+
+
+def _commented(header: str) -> str:
+    return "".join(f"// {line}".rstrip() + "\n" for line in header.splitlines())
+
+
+def _write(path: Path, text: str) -> Path:
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+def emit(params, rtl_dir: Path, header: str) -> list[Path]:
+    """Write the Verilog of the engines described by ``params`` into ``rtl_dir``.
+
+    ``params`` is a :class:`~hdl.vector.vector.VectorParams`, an
+    :class:`~hdl.vector.activation.ActivationParams`, or a sequence of them. Each engine
+    gives two files: the top (``vector.v`` / ``activation.v``) and its lane, emitted once and
+    instantiated per partition (``vector_lane.v`` / ``activation_lane.v``). The text is
+    deterministic (``header`` prepended as comments, no timestamps or paths); a file is only
+    rewritten when its content changes. Returns the paths written.
+    """
+    from amaranth.back import verilog
+
+    from hdl.vector.activation import Activation, ActivationLane, ActivationParams
+    from hdl.vector.lanes import lane_verilog
+    from hdl.vector.vector import Vector, VectorLane, VectorParams
+
+    items = params if isinstance(params, list | tuple) else [params]
+    rtl_dir = Path(rtl_dir)
+    rtl_dir.mkdir(parents=True, exist_ok=True)
+    prefix = _commented(header)
+    paths = []
+    for item in items:
+        if isinstance(item, VectorParams):
+            top, name, lane = Vector(item, lane_instances=True), "vector", VectorLane()
+        elif isinstance(item, ActivationParams):
+            top = Activation(item, lane_instances=True)
+            name, lane = "activation", ActivationLane(item)
+        else:
+            raise ValueError(f"params must be VectorParams or ActivationParams, not {item!r}")
+        text = verilog.convert(top, name=name, emit_src=False)
+        paths.append(_write(rtl_dir / f"{name}.v", prefix + text))
+        lane_text = lane_verilog(lane, top.LANE_MODULE)
+        paths.append(_write(rtl_dir / f"{top.LANE_MODULE}.v", prefix + lane_text))
+    return paths
