@@ -168,7 +168,8 @@ class ActivationLane(wiring.Component):
                 m.d.sync += r.eq(value)
             return r
 
-        flag_layout = data.StructLayout({"nan": 1, "below": 1, "above": 1, "flip": 1})
+        flag_layout = data.StructLayout({"nan": 1, "below": 1, "above": 1, "flip": 1,
+                                         "zero": 1})
 
         # stage 1: x = data * scale + bias
         x1 = reg(fp("add", fp("mul", self.data, self.scale, "mul_scale"), self.bias,
@@ -200,16 +201,17 @@ class ActivationLane(wiring.Component):
             flags.nan.eq(is_nan(x1)),
             flags.below.eq(f_lt(xs, sel("lo"))),
             flags.above.eq(~f_lt(xs, sel("hi")) & ~is_nan(x1)),
-            flags.flip.eq(log & x1[31] & (xs != 0)),
+            flags.flip.eq(log & x1[31]),
+            flags.zero.eq(xs[0:31] == 0),
         ]
         x2, xs2 = reg(x1, "x2"), reg(xs, "xs2")
-        f2 = reg(flags, "f2", 4)
+        f2 = reg(flags, "f2", 5)
 
         # stage 3: u = x' - centre
         word = rd.data
         u3 = reg(fp("add", xs2, word[0:32] ^ SIGN32, "add_centre"), "u3")
         coeff = [reg(word[32 * (k + 1):32 * (k + 2)], f"c3_{k}") for k in range(degree + 1)]
-        x, xs_, f = reg(x2, "x3"), reg(xs2, "xs3"), reg(f2, "f3", 4)
+        x, xs_, f = reg(x2, "x3"), reg(xs2, "xs3"), reg(f2, "f3", 5)
         u = u3
 
         # Horner stages: acc = c_D; acc = acc * u + c_k, k = D-1 .. 0
@@ -219,7 +221,7 @@ class ActivationLane(wiring.Component):
                       f"acc{k}")
             coeff = [reg(c, f"c{k}_{j}") for j, c in enumerate(coeff[:k])] + coeff[k:]
             u = reg(u, f"u{k}")
-            x, xs_, f = reg(x, f"x_h{k}"), reg(xs_, f"xs_h{k}"), reg(f, f"f_h{k}", 4)
+            x, xs_, f = reg(x, f"x_h{k}"), reg(xs_, f"xs_h{k}"), reg(f, f"f_h{k}", 5)
 
         # output stage: post-multiplication, range rules, running sum
         flags = flag_layout(f)
@@ -230,7 +232,7 @@ class ActivationLane(wiring.Component):
         ranged = Mux(flags.below, below_v, Mux(flags.above, above_v, poly))
         keep_x = (flags.below & sel("below_x", 1)) | (flags.above & sel("above_x", 1))
         signed_ = Mux(flags.flip & sel("odd", 1) & ~keep_x, ranged ^ SIGN32, ranged)
-        signed_ = Mux(flags.flip & sel("nan_neg", 1), CANONICAL_NAN32, signed_)
+        signed_ = Mux(flags.flip & ~flags.zero & sel("nan_neg", 1), CANONICAL_NAN32, signed_)
         relu = Mux(f_lt(Const(0, 32), x), x, 0)
         exact = Mux(sel("relu", 1), relu, x)
         y = Signal(32)

@@ -25,7 +25,8 @@ Outside the range, and for special inputs, the rules are (checked in this order)
 
 1. a NaN input gives the canonical NaN ``0x7FC00000``;
 2. log mode: a negative input (not -0) gives the canonical NaN (``negative="nan"``), or the
-   function is evaluated at ``|x|`` and the result's sign flipped (``negative="odd"``);
+   function is evaluated at ``|x|`` and the result's sign flipped (``negative="odd"``, -0
+   included, so that ``reciprocal(-0) = -inf``);
 3. ``x' < lo`` gives ``below``, ``x' >= hi`` gives ``above``: either a constant (``"zero"``,
    ``"one"``, ``"minus_one"``, ``"inf"``, ``"minus_inf"``) or ``"x"`` (the input itself);
    in log mode the odd sign flip still applies to the constant.

@@ -70,7 +70,8 @@ def evaluate(functions: tuple[FunctionSpec, ...], index: int, x) -> np.ndarray:
     lo, hi = _f32bits(spec.lo), _f32bits(spec.hi)
     if spec.mode == "log":
         xs = x & ~SIGN
-        flip = ((x & SIGN) != 0) & (xs != 0)
+        flip = (x & SIGN) != 0
+        negative = flip & (xs != 0)
         i = log_index(xs, spec)
     else:
         xs = x
@@ -96,7 +97,7 @@ def evaluate(functions: tuple[FunctionSpec, ...], index: int, x) -> np.ndarray:
             keep_x = (below & (spec.below == "x")) | (above & (spec.above == "x"))
             y = np.where(flip & ~keep_x, y ^ SIGN, y)
         else:
-            y = np.where(flip, NAN, y)
+            y = np.where(negative, NAN, y)
     return np.where(nan, NAN, y).astype(np.uint32)
 
 
