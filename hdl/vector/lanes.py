@@ -26,5 +26,14 @@ def add_lane(m, name: str, factory, module: str | None, inputs: dict, outputs: d
 
 
 def lane_verilog(lane, module: str) -> str:
-    """Verilog of one lane component as the module called ``module``."""
-    return verilog.convert(lane, name=module, emit_src=False)
+    """Verilog of one lane component as the module called ``module``.
+
+    The module carries Verilator's ``no_inline_module`` metacomment, so that a Verilator
+    build compiles the lane's C++ once and shares it between the instances instead of
+    flattening every lane into the top (which multiplies the C++ compile time by the lane
+    count). Other tools read it as a comment.
+    """
+    text = verilog.convert(lane, name=module, emit_src=False)
+    header = text.index(f"module {module}(")
+    end = text.index(");\n", header) + 3
+    return text[:end] + "  /* verilator no_inline_module */\n" + text[end:]
