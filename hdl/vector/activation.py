@@ -195,8 +195,11 @@ class ActivationLane(wiring.Component):
                      init=words or [0])
         m.submodules.rom = rom
         rd = rom.read_port(domain="sync")
-        m.d.comb += [rd.en.eq(en), rd.addr.eq(sel("base", 24) + index)]
         flags = Signal(flag_layout)
+        # out of range the result is a rule, not the polynomial: read row 0 of the function
+        # rather than an address past its rows (or past the ROM)
+        in_range = ~(flags.nan | flags.below | flags.above)
+        m.d.comb += [rd.en.eq(en), rd.addr.eq(sel("base", 24) + Mux(in_range, index, 0))]
         m.d.comb += [
             flags.nan.eq(is_nan(x1)),
             flags.below.eq(f_lt(xs, sel("lo"))),
