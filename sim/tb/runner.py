@@ -105,10 +105,18 @@ class RunResult:
 
 
 def emit_verilog(component, toplevel: str) -> str:
-    """Verilog text of an elaborated Amaranth component, with ``toplevel`` as module name."""
+    """Verilog text of an elaborated Amaranth component, with ``toplevel`` as module name.
+
+    A component that instantiates modules emitted apart (``Instance``) lists their Verilog
+    texts in a ``verilog_dependencies()`` method; they are appended.
+    """
     from amaranth.back import verilog
 
-    return verilog.convert(component, name=toplevel, emit_src=False)
+    text = verilog.convert(component, name=toplevel, emit_src=False)
+    dependencies = getattr(component, "verilog_dependencies", None)
+    if dependencies is not None:
+        text += "".join(dependencies())
+    return text
 
 
 def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = None) -> Path:

@@ -1,0 +1,47 @@
+"""Operation codes of the vector engine (shared by the RTL, the golden model and the tb)."""
+
+from amaranth.lib import enum
+
+
+class VectorOp(enum.Enum, shape=5):
+    """Element operation ``r = op(a, b)``; ``b`` is the second tensor or the lane's scalar.
+
+    Arithmetic is fp32 (``add32``/``mul32``, RNE, subnormals kept, NaN canonical).
+    ``MAX``/``MIN`` give the canonical NaN if either operand is NaN, else ``b`` if
+    ``b > a`` (``b < a``) and ``a`` otherwise (so ties, including -0/+0, give ``a``).
+    Comparisons give 1.0 or 0.0 (IEEE: NaN is unordered, -0 == +0). Bitwise operations act on
+    the 32-bit words as integers. ``COPY``, ``ABS`` and ``SQUARE`` read ``a`` only.
+    """
+
+    COPY = 0
+    ADD = 1
+    SUBTRACT = 2
+    MULTIPLY = 3
+    MAX = 4
+    MIN = 5
+    IS_EQUAL = 6
+    NOT_EQUAL = 7
+    GREATER = 8
+    GREATER_EQUAL = 9
+    LESS = 10
+    LESS_EQUAL = 11
+    BITWISE_AND = 12
+    BITWISE_OR = 13
+    BITWISE_XOR = 14
+    ABS = 15
+    SQUARE = 16
+
+
+class Reduce(enum.Enum, shape=2):
+    """Reduction along the free axis per partition, emitted on the element flagged ``last``.
+
+    ``SUM``: ``acc = add32(acc, r)`` sequentially from the first element, starting at +0.0.
+    ``MAX``: ``acc = max(acc, r)`` (the ``MAX`` rule above), starting at -inf.
+    """
+
+    NONE = 0
+    SUM = 1
+    MAX = 2
+
+
+BITWISE_OPS = (VectorOp.BITWISE_AND, VectorOp.BITWISE_OR, VectorOp.BITWISE_XOR)

@@ -1,0 +1,256 @@
+"""Vector engine: one lane per partition, the free axis streamed over time.
+
+Each beat of the input stream carries one element of every lane (partition): ``a``, ``b``
+(fp32 bit patterns) and ``last`` (the element ends a row of the free axis). Per lane:
+
+1. ``r = op(a, b')`` with ``b'`` = ``b`` or, when ``use_scalar`` is set, the lane's
+   ``scalar`` (tensor-scalar); see :class:`~hdl.vector.ops.VectorOp` (fp32 through
+   ``FpAdd32``/``FpMul32``: RNE, subnormals kept, NaN canonical).
+2. ``reduce`` (:class:`~hdl.vector.ops.Reduce`): none (one output beat per input beat), or a
+   sum (``add32`` from +0.0, element 0 first) or max (from -inf) along the free axis, one
+   output beat per row on the beat flagged ``last``.
+3. Output cast to ``params.out_format`` (RNE or stochastic rounding, :class:`Cast`), or fp32
+   unchanged. Bitwise results are cast like any other value: read them with ``fp32`` out.
+
+Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``) must hold while a stream is in
+flight. Pipeline: two register stages with a common stall (a beat moves when the output stage
+is empty or read), then the cast's register stage; one beat per cycle at full rate.
+The golden model is :mod:`sim.golden.vector`.
+"""
+
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hdl.numerics.cast import RNGS, ROUNDINGS, Cast, CastParams
+from hdl.numerics.formats import FloatFormat, format_by_name
+from hdl.numerics.fpu import FpAdd32, FpMul32
+
+from .fpcmp import CANONICAL_NAN32, SIGN32, f_eq, f_lt, f_max, is_nan
+from .lanes import add_lane, lane_verilog
+from .ops import Reduce, VectorOp
+
+__all__ = ["Vector", "VectorLane", "VectorParams"]
+
+ONE32 = 0x3F80_0000
+NEG_INF32 = 0xFF80_0000
+
+
+@dataclass(frozen=True, kw_only=True)
+class VectorParams:
+    """Parameters of the vector engine.
+
+    lanes : partitions processed side by side (the chip's SBUF partitions, 128; scaled down
+        for simulation).
+    out_format : name of the output format (``"fp32"``: no cast; else a float format of
+        :mod:`hdl.numerics.formats` narrower than fp32, e.g. ``"bf16"``).
+    rounding : output cast rounding, ``"rne"`` or ``"stochastic"``.
+    rng, seed : the stochastic rounding's per-lane generator and seed (see ``Cast``).
+    """
+
+    lanes: int
+    out_format: str = "fp32"
+    rounding: str = "rne"
+    rng: str = "xorwow"
+    seed: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or self.lanes < 1:
+            raise ValueError(f"lanes must be a positive integer, not {self.lanes!r}")
+        if self.out_format != "fp32":
+            try:
+                fmt = format_by_name(self.out_format)
+            except (ValueError, KeyError, TypeError):
+                fmt = None
+            if not isinstance(fmt, FloatFormat) or fmt.bits >= 32:
+                raise ValueError("out_format must be 'fp32' or a float format narrower than "
+                                 f"fp32, not {self.out_format!r}")
+        if self.rounding not in ROUNDINGS:
+            raise ValueError(f"rounding must be one of {', '.join(map(repr, ROUNDINGS))}, "
+                             f"not {self.rounding!r}")
+        if self.rng not in RNGS:
+            raise ValueError(f"rng must be one of {', '.join(map(repr, RNGS))}, "
+                             f"not {self.rng!r}")
+        if (not isinstance(self.seed, int) or isinstance(self.seed, bool)
+                or not 0 <= self.seed < 2**32):
+            raise ValueError(f"seed must be an integer in [0, 2**32), not {self.seed!r}")
+
+    @property
+    def cast(self) -> CastParams | None:
+        """The output cast's parameters (None for fp32 output)."""
+        if self.out_format == "fp32":
+            return None
+        return CastParams(fmt=format_by_name(self.out_format), rounding=self.rounding,
+                          rng=self.rng, seed=self.seed, lanes=self.lanes)
+
+    @property
+    def out_bits(self) -> int:
+        return 32 if self.out_format == "fp32" else format_by_name(self.out_format).bits
+
+
+def input_layout(lanes: int) -> data.StructLayout:
+    return data.StructLayout({
+        "a": data.ArrayLayout(32, lanes),
+        "b": data.ArrayLayout(32, lanes),
+        "last": 1,
+    })
+
+
+class VectorLane(wiring.Component):
+    """The datapath of one lane: the element operation and the reduction.
+
+    ``en`` moves the pipeline (both stages load); ``step`` (with ``en``) says the stage-1
+    value is a valid element to reduce, ``first`` that it starts a row, ``last`` that it ends
+    one. ``y`` is the stage-2 register: the element result, or the row's reduction.
+    """
+
+    en: In(1)
+    op: In(VectorOp)
+    reduce: In(Reduce)
+    a: In(32)
+    b: In(32)
+    step: In(1)
+    first: In(1)
+    last: In(1)
+    y: Out(32)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.add = add = FpAdd32()
+        m.submodules.mul = mul = FpMul32()
+        m.submodules.red = red = FpAdd32()
+        a, b, op = self.a, self.b, self.op
+
+        m.d.comb += [
+            add.a.eq(a),
+            add.b.eq(Mux(op == VectorOp.SUBTRACT, b ^ SIGN32, b)),
+            mul.a.eq(a),
+            mul.b.eq(Mux(op == VectorOp.SQUARE, a, b)),
+        ]
+        lt, gt, eq = f_lt(a, b), f_lt(b, a), f_eq(a, b)
+        unordered = is_nan(a) | is_nan(b)
+        r = Signal(32)
+        with m.Switch(op):
+            with m.Case(VectorOp.COPY):
+                m.d.comb += r.eq(Mux(is_nan(a), CANONICAL_NAN32, a))
+            with m.Case(VectorOp.ADD, VectorOp.SUBTRACT):
+                m.d.comb += r.eq(add.y)
+            with m.Case(VectorOp.MULTIPLY, VectorOp.SQUARE):
+                m.d.comb += r.eq(mul.y)
+            with m.Case(VectorOp.MAX):
+                m.d.comb += r.eq(Mux(unordered, CANONICAL_NAN32, Mux(lt, b, a)))
+            with m.Case(VectorOp.MIN):
+                m.d.comb += r.eq(Mux(unordered, CANONICAL_NAN32, Mux(gt, b, a)))
+            with m.Case(VectorOp.IS_EQUAL):
+                m.d.comb += r.eq(Mux(eq, ONE32, 0))
+            with m.Case(VectorOp.NOT_EQUAL):
+                m.d.comb += r.eq(Mux(eq, 0, ONE32))
+            with m.Case(VectorOp.GREATER):
+                m.d.comb += r.eq(Mux(gt, ONE32, 0))
+            with m.Case(VectorOp.GREATER_EQUAL):
+                m.d.comb += r.eq(Mux(gt | eq, ONE32, 0))
+            with m.Case(VectorOp.LESS):
+                m.d.comb += r.eq(Mux(lt, ONE32, 0))
+            with m.Case(VectorOp.LESS_EQUAL):
+                m.d.comb += r.eq(Mux(lt | eq, ONE32, 0))
+            with m.Case(VectorOp.BITWISE_AND):
+                m.d.comb += r.eq(a & b)
+            with m.Case(VectorOp.BITWISE_OR):
+                m.d.comb += r.eq(a | b)
+            with m.Case(VectorOp.BITWISE_XOR):
+                m.d.comb += r.eq(a ^ b)
+            with m.Case(VectorOp.ABS):
+                m.d.comb += r.eq(Mux(is_nan(a), CANONICAL_NAN32, a & ~SIGN32))
+
+        s1 = Signal(32)
+        acc = Signal(32)
+        with m.If(self.en):
+            m.d.sync += s1.eq(r)
+
+        is_sum = self.reduce == Reduce.SUM
+        acc_in = Mux(self.first, Mux(is_sum, 0, NEG_INF32), acc)
+        m.d.comb += [red.a.eq(acc_in), red.b.eq(s1)]
+        nxt = Mux(is_sum, red.y, f_max(acc_in, s1))
+        with m.If(self.en):
+            with m.If(self.reduce == Reduce.NONE):
+                m.d.sync += self.y.eq(s1)
+            with m.Elif(self.step):
+                m.d.sync += acc.eq(nxt)
+                with m.If(self.last):
+                    m.d.sync += self.y.eq(nxt)
+        return m
+
+
+class Vector(wiring.Component):
+    """The vector engine (see the module docstring).
+
+    Ports: ``i``, a stream of :func:`input_layout`; ``o``, a stream of
+    ``ArrayLayout(out_bits, lanes)``; control ``op``, ``reduce``, ``use_scalar`` and ``scalar``
+    (``ArrayLayout(32, lanes)``, one scalar per partition).
+    """
+
+    LANE_MODULE = "vector_lane"
+
+    def __init__(self, params: VectorParams, *, lane_instances: bool = False):
+        if not isinstance(params, VectorParams):
+            raise ValueError(f"params must be a VectorParams, not {params!r}")
+        self.params = params
+        self.lane_instances = lane_instances
+        n = params.lanes
+        super().__init__({
+            "i": In(stream.Signature(input_layout(n))),
+            "o": Out(stream.Signature(data.ArrayLayout(params.out_bits, n))),
+            "op": In(VectorOp),
+            "reduce": In(Reduce),
+            "use_scalar": In(1),
+            "scalar": In(data.ArrayLayout(32, n)),
+        })
+
+    def verilog_dependencies(self) -> list[str]:
+        """Verilog of the lane module when lanes are instances (see :mod:`.lanes`)."""
+        return [lane_verilog(VectorLane(), self.LANE_MODULE)] if self.lane_instances else []
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.params
+        cast = None
+        if p.cast is not None:
+            m.submodules.cast = cast = Cast(p.cast)
+            sink = cast.i
+            wiring.connect(m, wiring.flipped(self.o), cast.o)
+        else:
+            sink = self.o
+
+        s1_valid = Signal()
+        s1_last = Signal()
+        s1_first = Signal(init=1)  # the stage-1 element starts a row
+        first = Signal(init=1)  # the next accepted element starts a row
+        s2_valid = Signal()
+        en = Signal()
+        m.d.comb += [
+            en.eq(~s2_valid | sink.ready),
+            self.i.ready.eq(en),
+            sink.valid.eq(s2_valid),
+        ]
+        reducing = self.reduce != Reduce.NONE
+        with m.If(en):
+            m.d.sync += [
+                s1_valid.eq(self.i.valid),
+                s1_last.eq(self.i.payload.last),
+                s1_first.eq(first),
+                s2_valid.eq(s1_valid & (~reducing | s1_last)),
+            ]
+            with m.If(self.i.valid):
+                m.d.sync += first.eq(self.i.payload.last)
+
+        module = self.LANE_MODULE if self.lane_instances else None
+        for lane in range(p.lanes):
+            b = Mux(self.use_scalar, self.scalar[lane], self.i.payload.b[lane])
+            inputs = {"en": en, "op": self.op, "reduce": self.reduce,
+                      "a": self.i.payload.a[lane], "b": b, "step": s1_valid,
+                      "first": s1_first, "last": s1_last}
+            add_lane(m, f"lane{lane}", VectorLane, module, inputs, {"y": sink.payload[lane]})
+        return m

@@ -1,0 +1,98 @@
+"""Bit-exact golden model of the vector engine.
+
+Per lane (partition) and element: ``r = op(a, b)`` with ``b`` the second tensor or the lane's
+scalar (:class:`~hdl.vector.ops.VectorOp`), then an optional reduction along the free axis
+(:class:`~hdl.vector.ops.Reduce`), emitted on the element flagged ``last``. All values are fp32
+bit patterns in ``uint32`` arrays of shape ``(elements, lanes)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hdl.vector.ops import Reduce, VectorOp
+from sim.golden.numerics import add32, mul32
+
+NAN = np.uint32(0x7FC00000)
+SIGN = np.uint32(0x80000000)
+ONE = np.uint32(0x3F800000)
+NEG_INF = np.uint32(0xFF800000)
+
+
+def _f(x):
+    return x.view(np.float32)
+
+
+def fmax(a, b):
+    nan = np.isnan(_f(a)) | np.isnan(_f(b))
+    return np.where(nan, NAN, np.where(_f(b) > _f(a), b, a)).astype(np.uint32)
+
+
+def fmin(a, b):
+    nan = np.isnan(_f(a)) | np.isnan(_f(b))
+    return np.where(nan, NAN, np.where(_f(b) < _f(a), b, a)).astype(np.uint32)
+
+
+def _flag(c):
+    return np.where(c, ONE, np.uint32(0)).astype(np.uint32)
+
+
+def _canonical(x):
+    return np.where(np.isnan(_f(x)), NAN, x).astype(np.uint32)
+
+
+def elementwise(op: VectorOp, a, b) -> np.ndarray:
+    """``op(a, b)`` elementwise on fp32 bit patterns."""
+    a = np.asarray(a, dtype=np.uint32)
+    b = np.broadcast_to(np.asarray(b, dtype=np.uint32), a.shape)
+    op = VectorOp(op)
+    with np.errstate(invalid="ignore"):
+        table = {
+            VectorOp.COPY: lambda: _canonical(a),
+            VectorOp.ADD: lambda: add32(a, b),
+            VectorOp.SUBTRACT: lambda: add32(a, b ^ SIGN),
+            VectorOp.MULTIPLY: lambda: mul32(a, b),
+            VectorOp.MAX: lambda: fmax(a, b),
+            VectorOp.MIN: lambda: fmin(a, b),
+            VectorOp.IS_EQUAL: lambda: _flag(_f(a) == _f(b)),
+            VectorOp.NOT_EQUAL: lambda: _flag(_f(a) != _f(b)),
+            VectorOp.GREATER: lambda: _flag(_f(a) > _f(b)),
+            VectorOp.GREATER_EQUAL: lambda: _flag(_f(a) >= _f(b)),
+            VectorOp.LESS: lambda: _flag(_f(a) < _f(b)),
+            VectorOp.LESS_EQUAL: lambda: _flag(_f(a) <= _f(b)),
+            VectorOp.BITWISE_AND: lambda: a & b,
+            VectorOp.BITWISE_OR: lambda: a | b,
+            VectorOp.BITWISE_XOR: lambda: a ^ b,
+            VectorOp.ABS: lambda: _canonical(a & ~SIGN),
+            VectorOp.SQUARE: lambda: mul32(a, a),
+        }
+        return np.asarray(table[op](), dtype=np.uint32)
+
+
+def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE) -> np.ndarray:
+    """The engine on a stream of ``(elements, lanes)`` operands (before the output cast).
+
+    ``b`` is ignored when ``scalar`` (``(lanes,)``) is given. Without a reduction the result
+    has one row per element; with one, one row per element flagged ``last`` (``last`` is a
+    bool array of length ``elements``; an unterminated tail emits nothing).
+    """
+    a = np.asarray(a, dtype=np.uint32).reshape(-1, params.lanes)
+    if scalar is not None:
+        b = np.broadcast_to(np.asarray(scalar, dtype=np.uint32), a.shape)
+    elif b is None:
+        b = np.zeros_like(a)
+    r = elementwise(op, a, b)
+    reduce = Reduce(reduce)
+    if reduce == Reduce.NONE:
+        return r
+    last = np.zeros(len(a), dtype=bool) if last is None else np.asarray(last, dtype=bool)
+    init = np.uint32(0) if reduce == Reduce.SUM else NEG_INF
+    step = add32 if reduce == Reduce.SUM else fmax
+    acc = np.full(params.lanes, init, dtype=np.uint32)
+    rows = []
+    for e in range(len(r)):
+        acc = step(acc, r[e])
+        if last[e]:
+            rows.append(acc)
+            acc = np.full(params.lanes, init, dtype=np.uint32)
+    return np.array(rows, dtype=np.uint32).reshape(-1, params.lanes)

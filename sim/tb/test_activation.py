@@ -1,0 +1,201 @@
+"""cocotb testbench of the scalar (activation) engine, bit-exact against
+:mod:`sim.golden.activation`.
+
+Cocotb tests (run inside the simulator by :func:`simulate`):
+
+* ``directed``: every function of the set on inputs that cover its range, its segment
+  boundaries (+- 1 ulp), both out-of-range sides, zeros of both signs, infinities, NaN and
+  subnormals; identity scale and zero bias, then random per-lane scale and bias; rows of
+  several lengths for the running sum.
+* ``random_streams``: seeded random functions, scales, biases, inputs and row lengths, with
+  random idle cycles on the input and random backpressure on the output.
+
+Each output beat is checked, all lanes at once: ``data`` against the golden ``out``, ``sum``
+against the golden running sum, and ``last`` against the input's.
+"""
+
+import os
+import random
+
+import cocotb
+import numpy as np
+import pytest
+
+from generators.vector import segment_bounds
+from hdl.vector.activation import Activation, ActivationParams
+from hdl.vector.functions import FunctionSpec
+from sim.golden import activation as golden
+from sim.tb.runner import RunResult, available_simulators, run, tb_params
+from sim.tb.test_vector import SPECIALS, StreamBench, check_equal, pack, random_f32, unpack
+
+ONE = 0x3F80_0000
+
+
+def function_inputs(spec: FunctionSpec, rng: np.random.Generator, count: int) -> np.ndarray:
+    """fp32 inputs for ``spec``: its range, segment edges +- 1 ulp, beyond both ends, specials."""
+    if spec.mode == "exact":
+        return random_f32(rng, (count,))
+    bounds = segment_bounds(spec)
+    edges = bounds[:, 0].astype(np.float32)
+    pick = rng.choice(edges, count // 3)
+    near = np.concatenate([np.nextafter(pick, np.float32(np.inf)), pick,
+                           np.nextafter(pick, np.float32(-np.inf))])
+    lo, hi = float(bounds[0, 0]), float(bounds[-1, 1])
+    inside = rng.uniform(lo, hi, count).astype(np.float32)
+    beyond = np.array([lo - abs(lo) - 1, hi * 2 + 1, np.float32(hi), np.float32(lo)],
+                      dtype=np.float32)
+    x = np.concatenate([near, inside, beyond])
+    if spec.mode == "log":
+        x = np.concatenate([x, -x[: count // 2], np.float32(lo) / np.float32([4.0, 1e6])])
+    return np.concatenate([x.view(np.uint32), SPECIALS])
+
+
+class ActivationTB:
+    """Wires the stream bench, the golden model and the checker for :class:`Activation`."""
+
+    def __init__(self, dut, params: ActivationParams, seed: int):
+        self.dut = dut
+        self.params = params
+        self.rng = random.Random(seed)
+        self.nprng = np.random.default_rng(seed)
+        self.bench = StreamBench(dut, self.rng)
+        self.cases = 0
+
+    async def case(self, func: int, data, scale, bias, last, idle=0.0, stall=0.0):
+        p, dut = self.params, self.dut
+        lanes = p.lanes
+        await self.bench.reset()
+        data = np.asarray(data, dtype=np.uint32).reshape(-1, lanes)
+        last = np.asarray(last, dtype=bool)
+        dut.func.value = func
+        dut.scale.value = pack([scale[None]], [32])[0]
+        dut.bias.value = pack([bias[None]], [32])[0]
+        out, sums = golden.run(p, func, data, scale, bias, last)
+        beats = pack([data, last.astype(np.uint8)], [32, 8])
+        got = await self.bench.transfer(beats, len(data), idle, stall)
+        g_out = np.array([unpack(v, lanes, 32) for v in got]).reshape(-1, lanes)
+        g_sum = np.array([unpack(v, lanes, 32, 32 * lanes) for v in got]).reshape(-1, lanes)
+        g_last = np.array([(v >> (64 * lanes)) & 1 for v in got], dtype=bool)
+        ctx = {"function": p.functions[func].name, "beats": len(data)}
+        check_equal(dut._log, "data", g_out, out, ctx)
+        check_equal(dut._log, "sum", g_sum, sums, ctx)
+        if not np.array_equal(g_last, last):
+            raise AssertionError(f"last flags differ: got {g_last}, expected {last} ({ctx})")
+        self.cases += 1
+
+
+def _tb(dut):
+    cfg = tb_params()
+    params = params_from_json(cfg["params"])
+    seed = cfg["seed"]
+    dut._log.info("seed=%d lanes=%d functions=%s", seed, params.lanes,
+                  [f.name for f in params.functions])
+    return ActivationTB(dut, params, seed)
+
+
+def _rows(rng: random.Random, n: int) -> np.ndarray:
+    last = np.zeros(n, dtype=bool)
+    pos = -1
+    while pos < n - 1:
+        pos = min(n - 1, pos + rng.randint(1, 9))
+        last[pos] = True
+    return last
+
+
+@cocotb.test()
+async def directed(dut):
+    tb = _tb(dut)
+    await tb.bench.start()
+    lanes = tb.params.lanes
+    ones = np.full(lanes, ONE, dtype=np.uint32)
+    zeros = np.zeros(lanes, dtype=np.uint32)
+    for func, spec in enumerate(tb.params.functions):
+        x = function_inputs(spec, tb.nprng, 24)
+        x = np.concatenate([x, x[: (-len(x)) % lanes]]).reshape(-1, lanes)
+        await tb.case(func, x, ones, zeros, _rows(tb.rng, len(x)))
+        scale = (tb.nprng.uniform(0.5, 2.0, lanes)).astype(np.float32).view(np.uint32)
+        bias = (tb.nprng.uniform(-1.0, 1.0, lanes)).astype(np.float32).view(np.uint32)
+        await tb.case(func, x[:6], scale, bias, _rows(tb.rng, min(6, len(x))))
+    dut._log.info("directed: %d cases passed", tb.cases)
+
+
+@cocotb.test()
+async def random_streams(dut):
+    tb = _tb(dut)
+    await tb.bench.start()
+    lanes = tb.params.lanes
+    rng = tb.rng
+    for _ in range(8):
+        func = rng.randrange(len(tb.params.functions))
+        n = rng.randint(1, 20)
+        spec = tb.params.functions[func]
+        x = function_inputs(spec, tb.nprng, 8)
+        data = tb.nprng.choice(x, (n, lanes))
+        scale = tb.nprng.choice(np.float32([1.0, 0.5, -1.0, 1.25, 3.0]).view(np.uint32), lanes)
+        bias = tb.nprng.uniform(-0.5, 0.5, lanes).astype(np.float32).view(np.uint32)
+        idle, stall = rng.choice([(0.0, 0.0), (0.3, 0.3), (0.6, 0.1), (0.1, 0.6)])
+        await tb.case(func, data, scale, bias, _rows(rng, n), idle, stall)
+    dut._log.info("random_streams: %d cases passed", tb.cases)
+
+
+def params_to_json(params: ActivationParams) -> dict:
+    return {"lanes": params.lanes,
+            "functions": [{f: getattr(spec, f) for f in spec.__dataclass_fields__}
+                          for spec in params.functions]}
+
+
+def params_from_json(cfg: dict) -> ActivationParams:
+    return ActivationParams(lanes=cfg["lanes"],
+                            functions=tuple(FunctionSpec(**f) for f in cfg["functions"]))
+
+
+def simulate(params: ActivationParams, sim: str, seed: int | None = None) -> RunResult:
+    """Run the activation engine's full cocotb testbench for ``params`` on ``sim``."""
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**31)
+    cfg = {"params": params_to_json(params), "seed": seed}
+    return run(lambda: Activation(params, lane_instances=True), "activation",
+               "sim.tb.test_activation", sim, cfg, seed=seed)
+
+
+# A small function set (fewer ROM rows, one lower degree) that keeps every mode and rule.
+SMALL_FUNCTIONS = (
+    FunctionSpec("relu", mode="exact"),
+    FunctionSpec("exp", lo=-8.0, hi=8.0, segments=16, degree=3, below="zero", above="inf"),
+    FunctionSpec("gelu", lo=-4.0, hi=4.0, segments=8, degree=2, post_mul_x=True,
+                 below="zero", above="x"),
+    FunctionSpec("reciprocal", mode="log", lo=2.0**-4, hi=2.0**4, segments=2, degree=3,
+                 below="inf", above="zero", negative="odd"),
+    FunctionSpec("log", mode="log", lo=2.0**-4, hi=2.0**4, segments=2, degree=3,
+                 below="minus_inf", above="inf", negative="nan", root=1.0),
+)
+
+PARAMS = {
+    "lanes1-default": ActivationParams(lanes=1),
+    "lanes2-small": ActivationParams(lanes=2, functions=SMALL_FUNCTIONS),
+    "lanes3-small": ActivationParams(lanes=3, functions=SMALL_FUNCTIONS),
+}
+
+
+# One parameter set runs on every simulator; the other sizes run on Icarus only, because a
+# Verilator build of this engine costs minutes of C++ compilation per parameter set.
+BOTH_SIMULATORS = "lanes2-small"
+
+
+@pytest.mark.cocotb
+def test_activation(sim, seed):
+    result = simulate(PARAMS[BOTH_SIMULATORS], sim, seed)
+    assert result.ok, (f"{result.failures} of {result.tests} cocotb tests failed "
+                       f"(seed {seed}, see {result.results_xml})")
+
+
+@pytest.mark.cocotb
+@pytest.mark.parametrize("name", [n for n in PARAMS if n != BOTH_SIMULATORS])
+def test_activation_sizes_icarus(name, seed):
+    if "icarus" not in available_simulators():
+        if os.environ.get("CI") == "true":
+            raise AssertionError("icarus is not installed")
+        pytest.skip("icarus is not installed")
+    result = simulate(PARAMS[name], "icarus", seed)
+    assert result.ok, (f"{result.failures} of {result.tests} cocotb tests failed "
+                       f"(seed {seed}, see {result.results_xml})")

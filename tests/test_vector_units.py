@@ -1,0 +1,218 @@
+"""Amaranth-simulator tests of the engines' small blocks, parameter checks, and the golden
+vector model against independent numpy references."""
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module, Signal
+from amaranth.sim import Simulator
+
+from hdl.vector.activation import ActivationLane, ActivationParams
+from hdl.vector.fpcmp import f_eq, f_lt, f_max, f_min
+from hdl.vector.functions import FunctionSpec
+from hdl.vector.ops import Reduce, VectorOp
+from hdl.vector.vector import VectorLane, VectorParams
+from sim.golden import activation as golden_act
+from sim.golden import vector as golden
+
+CASES = np.array([
+    0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x00000001,
+    0x807FFFFF, 0x7F7FFFFF, 0x3F800000, 0xBF800000, 0x3F800001, 0x40490FDB, 0xC0000000,
+], dtype=np.uint32)
+
+
+def _pairs():
+    a, b = np.meshgrid(CASES, CASES, indexing="ij")
+    return a.ravel(), b.ravel()
+
+
+def test_fp_compare_helpers_match_ieee():
+    a_sig, b_sig = Signal(32), Signal(32)
+    outs = {name: Signal(32 if name in ("max", "min") else 1) for name in
+            ("lt", "eq", "max", "min")}
+    m = Module()
+    m.d.comb += [outs["lt"].eq(f_lt(a_sig, b_sig)), outs["eq"].eq(f_eq(a_sig, b_sig)),
+                 outs["max"].eq(f_max(a_sig, b_sig)), outs["min"].eq(f_min(a_sig, b_sig))]
+    a, b = _pairs()
+    got = {k: [] for k in outs}
+
+    async def bench(ctx):
+        for x, y in zip(a, b, strict=True):
+            ctx.set(a_sig, int(x))
+            ctx.set(b_sig, int(y))
+            for k, s in outs.items():
+                got[k].append(ctx.get(s))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    fa, fb = a.view(np.float32), b.view(np.float32)
+    with np.errstate(invalid="ignore"):
+        assert got["lt"] == list((fa < fb).astype(int))
+        assert got["eq"] == list((fa == fb).astype(int))
+    nan = np.isnan(fa) | np.isnan(fb)
+    # max/min: NaN canonical, else numpy's choice except that ties keep a
+    want_max = np.where(nan, 0x7FC00000, np.where(fb > fa, b, a))
+    want_min = np.where(nan, 0x7FC00000, np.where(fb < fa, b, a))
+    assert got["max"] == [int(v) for v in want_max]
+    assert got["min"] == [int(v) for v in want_min]
+    both = ~nan & (fa != fb)
+    assert np.array_equal(np.array(got["max"], np.uint32)[both].view(np.float32),
+                          np.maximum(fa, fb)[both])
+
+
+def _run_lane(op, reduce, a, b, first, last):
+    dut = VectorLane()
+    out = []
+
+    async def bench(ctx):
+        ctx.set(dut.en, 1)
+        ctx.set(dut.op, op)
+        ctx.set(dut.reduce, reduce)
+        n = len(a)
+        for k in range(n + 2):
+            if k < n:
+                ctx.set(dut.a, int(a[k]))
+                ctx.set(dut.b, int(b[k]))
+            if 1 <= k <= n:  # stage 1 holds element k-1
+                ctx.set(dut.step, 1)
+                ctx.set(dut.first, int(first[k - 1]))
+                ctx.set(dut.last, int(last[k - 1]))
+            else:
+                ctx.set(dut.step, 0)
+            await ctx.tick()
+            if k >= 1:
+                out.append(ctx.get(dut.y))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return np.array(out[: len(a)], dtype=np.uint32)  # out[k]: y once element k has left
+
+
+@pytest.mark.parametrize("op", list(VectorOp))
+def test_vector_lane_elementwise_matches_golden(op):
+    a, b = _pairs()
+    n = len(a)
+    got = _run_lane(op, Reduce.NONE, a, b, np.zeros(n, bool), np.zeros(n, bool))
+    assert [hex(v) for v in got] == [hex(v) for v in golden.elementwise(op, a, b)]
+
+
+def test_vector_lane_reductions_restart_each_row():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(9).astype(np.float32).view(np.uint32)
+    last = np.array([0, 0, 1, 1, 0, 0, 0, 0, 1], bool)
+    first = np.concatenate([[True], last[:-1]])
+    for reduce in (Reduce.SUM, Reduce.MAX):
+        got = _run_lane(VectorOp.COPY, reduce, a, a, first, last)[last]
+        rows = np.split(a.view(np.float32), np.flatnonzero(last)[:-1] + 1)
+        if reduce == Reduce.SUM:
+            want = []
+            for row in rows:  # sequential float32 sum from +0.0
+                acc = np.float32(0.0)
+                for v in row:
+                    acc = np.float32(acc + v)
+                want.append(acc)
+        else:
+            want = [row.max() for row in rows]
+        assert np.array_equal(got.view(np.float32), np.array(want, np.float32))
+
+
+def test_golden_vector_ops_against_numpy():
+    rng = np.random.default_rng(11)
+    fa = (rng.standard_normal(500) * 8).astype(np.float32)
+    fb = (rng.standard_normal(500) * 8).astype(np.float32)
+    a, b = fa.view(np.uint32), fb.view(np.uint32)
+    f = {op: golden.elementwise(op, a, b).view(np.float32) for op in VectorOp}
+    assert np.array_equal(f[VectorOp.ADD], fa + fb)
+    assert np.array_equal(f[VectorOp.SUBTRACT], fa - fb)
+    assert np.array_equal(f[VectorOp.MULTIPLY], fa * fb)
+    assert np.array_equal(f[VectorOp.MAX], np.maximum(fa, fb))
+    assert np.array_equal(f[VectorOp.MIN], np.minimum(fa, fb))
+    assert np.array_equal(f[VectorOp.GREATER], (fa > fb).astype(np.float32))
+    assert np.array_equal(f[VectorOp.LESS_EQUAL], (fa <= fb).astype(np.float32))
+    assert np.array_equal(f[VectorOp.ABS], np.abs(fa))
+    assert np.array_equal(f[VectorOp.SQUARE], fa * fa)
+    assert np.array_equal(golden.elementwise(VectorOp.BITWISE_XOR, a, b), a ^ b)
+    params = VectorParams(lanes=4)
+    rows = fa[:12].reshape(3, 4)
+    last = np.array([False, False, True])
+    out = golden.run(params, VectorOp.COPY, rows.view(np.uint32), last=last,
+                     reduce=Reduce.MAX)
+    assert np.array_equal(out.view(np.float32)[0], rows.max(axis=0))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"lanes": 0}, r"lanes must be a positive integer, not 0"),
+    ({"lanes": 2, "out_format": "fp64"}, r"out_format must be 'fp32' or a float format"),
+    ({"lanes": 2, "rounding": "up"}, r"rounding must be one of 'rne', 'stochastic', not 'up'"),
+    ({"lanes": 2, "seed": -1}, r"seed must be an integer in \[0, 2\*\*32\), not -1"),
+])
+def test_vector_params_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        VectorParams(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"name": "cosh"}, r"name must be one of identity, relu, .*, not 'cosh'"),
+    ({"name": "exp", "lo": 1.0, "hi": 0.0}, r"hi must be greater than lo=1.0, not 0.0"),
+    ({"name": "exp", "segments": 0}, r"segments must be a positive integer, not 0"),
+    ({"name": "exp", "degree": 9}, r"degree must be an integer in 0..8, not 9"),
+    ({"name": "exp", "below": "clamp"}, r"below must be one of zero, one, .*, not 'clamp'"),
+    ({"name": "log", "mode": "log", "lo": 0.3, "hi": 4.0},
+     r"lo must be a power of two .* in log mode, not 0.3"),
+    ({"name": "log", "mode": "log", "lo": 0.5, "hi": 4.0, "segments": 3},
+     r"segments must be a power of two up to 65536 in log mode, not 3"),
+    ({"name": "exp", "mode": "exact"}, r"mode must be 'uniform' or 'log' for exp"),
+])
+def test_function_spec_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        FunctionSpec(**kwargs)
+
+
+def test_activation_params_errors():
+    with pytest.raises(ValueError, match=r"lanes must be a positive integer, not -2"):
+        ActivationParams(lanes=-2)
+    with pytest.raises(ValueError, match=r"functions must be a non-empty tuple"):
+        ActivationParams(lanes=1, functions=())
+    with pytest.raises(ValueError, match=r"name must be one of .*, not 'cosh'"):
+        ActivationParams(lanes=1).index("cosh")
+
+
+def test_activation_lane_matches_golden():
+    functions = (
+        FunctionSpec("relu", mode="exact"),
+        FunctionSpec("sigmoid", lo=-8.0, hi=8.0, segments=8, degree=2,
+                     below="zero", above="one"),
+        FunctionSpec("rsqrt", mode="log", lo=0.25, hi=4.0, segments=2, degree=2,
+                     below="inf", above="zero"),
+    )
+    params = ActivationParams(lanes=1, functions=functions)
+    dut = ActivationLane(params)
+    xs = np.array([0.0, -0.0, 0.3, -1.5, 7.9, 8.0, -9.0, 3.99, 0.25, -0.5, 1e-3, np.inf,
+                   np.nan], dtype=np.float32).view(np.uint32)
+    one = 0x3F800000
+    latency = params.latency
+    results = {}
+
+    async def bench(ctx):
+        ctx.set(dut.en, 1)
+        ctx.set(dut.scale, one)
+        ctx.set(dut.bias, 0)
+        for func in range(len(functions)):
+            ctx.set(dut.func, func)
+            out = []
+            for k in range(len(xs) + latency):
+                ctx.set(dut.data, int(xs[k]) if k < len(xs) else 0)
+                await ctx.tick()
+                if k >= latency - 1 and len(out) < len(xs):
+                    out.append(ctx.get(dut.y))
+            results[func] = out
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    for func in range(len(functions)):
+        want = golden_act.evaluate(functions, func, xs)
+        assert [hex(v) for v in results[func]] == [hex(v) for v in want], functions[func].name
