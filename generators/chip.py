@@ -77,8 +77,7 @@ def datasheet_context(doc: Document, scale: str, rtl: list[str], skipped: dict[s
          if t.sparsity else "none"),
         ("Vector engine", f"{core.vector.lanes} lanes at {show(core.vector.clock, 'GHz')}"),
         ("Scalar engine", f"{core.scalar.lanes} lanes at {show(core.scalar.clock, 'GHz')}; "
-                          f"{len(core.scalar.functions)} functions, {core.scalar.segments} "
-                          f"segments of degree {core.scalar.degree}"),
+                          f"{', '.join(core.scalar.functions)}"),
         ("GpSimd", f"{core.gpsimd.cores} x {core.gpsimd.width}-bit at "
                    f"{show(core.gpsimd.clock, 'GHz')}" if core.gpsimd else "none"),
         ("SBUF per core", f"{core.sbuf.partitions} x {show(core.sbuf.partition_size, 'KiB')}"),

@@ -32,7 +32,7 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9.-]*$"
 FORMATS = ("int8", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8", "bf16", "fp16", "tf32", "fp32",
            "mxfp8", "mxfp4")
 ACTIVATIONS = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
-               "reciprocal", "rsqrt", "sqrt", "log", "sin")
+               "reciprocal", "rsqrt", "sqrt", "log")
 LEVELS = ("core", "chip", "instance", "server", "cluster")
 
 
@@ -164,6 +164,13 @@ class SparsitySpec(Strict):
         return v
 
 
+class Cfp8Spec(Strict):
+    """Configurable FP8: an e4m3 or e5m2 layout with a chosen exponent bias."""
+
+    layout: Literal["e4m3", "e5m2"] = Field("e4m3", description="Exponent/mantissa layout.")
+    bias: int = Field(7, ge=1, le=30, description="Exponent bias.")
+
+
 class TensorSpec(Strict):
     """The tensor engine: a weight-stationary systolic array of processing elements."""
 
@@ -181,6 +188,15 @@ class TensorSpec(Strict):
     row_tiles: list[PosInt] = Field(default_factory=lambda: [1],
                                     description="Ways the array can be split into row tiles.")
     sparsity: SparsitySpec | None = Field(None, description="Structured sparsity support.")
+    cfp8: Cfp8Spec | None = Field(None, description="Layout and exponent bias of cFP8 inputs "
+                                                    "in the RTL (the bias is configurable).")
+
+    @model_validator(mode="after")
+    def _cfp8_listed(self):
+        if self.cfp8 is not None and "cfp8" not in self.formats:
+            raise PydanticCustomError("rates", "expected cfp8 settings only with cfp8 in the "
+                                               "formats, found them without")
+        return self
 
     @model_validator(mode="after")
     def _rates_listed(self):
@@ -201,6 +217,27 @@ class VectorSpec(Strict):
                                                              "cycle.")
 
 
+class ApproximationSpec(Strict):
+    """How one activation function is approximated; unset fields keep the generator's
+    default for that function."""
+
+    range: list[float] | None = Field(
+        None, min_length=2, max_length=2,
+        description="Input range [lo, hi) fitted (of |x|, powers of two, for the functions "
+                    "segmented by octave: reciprocal, rsqrt, sqrt, log).")
+    segments: PosInt | None = Field(
+        None, description="Segments over the range (per octave for octave-segmented ones).")
+    degree: int | None = Field(None, ge=0, le=8, description="Degree of each polynomial.")
+
+    @field_validator("range")
+    @classmethod
+    def _ordered(cls, v):
+        if v is not None and not v[0] < v[1]:
+            raise PydanticCustomError("pattern", "expected [lo, hi] with lo < hi, found {v}",
+                                      {"v": v})
+        return v
+
+
 class ScalarSpec(Strict):
     """The scalar (activation) engine: op(data * scale + bias), op a piecewise polynomial."""
 
@@ -210,8 +247,18 @@ class ScalarSpec(Strict):
                                                              "cycle.")
     functions: list[Literal[ACTIVATIONS]] = Field(  # type: ignore[valid-type]
         min_length=1, description="Activation functions the engine evaluates.")
-    segments: PosInt = Field(32, description="Polynomial segments per function.")
-    degree: int = Field(3, ge=0, le=8, description="Degree of each segment's polynomial.")
+    approximations: dict[Literal[ACTIVATIONS], ApproximationSpec] = Field(  # type: ignore
+        default_factory=dict,
+        description="Per-function range, segments and degree of the piecewise polynomials; "
+                    "functions not listed use the generator's defaults.")
+
+    @model_validator(mode="after")
+    def _approximated_listed(self):
+        for name in self.approximations:
+            if name not in self.functions:
+                raise PydanticCustomError("rates", "expected approximations only for listed "
+                                                   "functions, found '{f}'", {"f": name})
+        return self
 
 
 class GpSimdSpec(Strict):
