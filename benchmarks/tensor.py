@@ -28,8 +28,8 @@ _EMIT = """
 import json, resource, sys, time, tempfile
 from pathlib import Path
 from hdl.tensor.params import SystolicParams
-n, flat = int(sys.argv[1]), sys.argv[2] == "flat"
-params = SystolicParams(rows=n, cols=n, fmt="bf16")
+n, flat, fmt = int(sys.argv[1]), sys.argv[2] == "flat", sys.argv[3]
+params = SystolicParams(rows=n, cols=n, fmt=fmt)
 begin = time.perf_counter()
 if flat:
     from amaranth.back import verilog
@@ -41,14 +41,15 @@ else:
     files = emit(params, Path(tempfile.mkdtemp()), "benchmark")
     size = sum(f.stat().st_size for f in files)
 seconds = time.perf_counter() - begin
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+peak = max(resource.getrusage(who).ru_maxrss
+           for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
 print(json.dumps({"seconds": seconds, "peak_mib": peak, "bytes": size}))
 """
 
 
-def bench_emit(n: int, style: str, timeout: float) -> dict:
+def bench_emit(n: int, style: str, timeout: float, fmt: str = "bf16") -> dict:
     try:
-        proc = subprocess.run([sys.executable, "-c", _EMIT, str(n), style], cwd=ROOT,
+        proc = subprocess.run([sys.executable, "-c", _EMIT, str(n), style, fmt], cwd=ROOT,
                               capture_output=True, text=True, timeout=timeout, check=True,
                               env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     except subprocess.TimeoutExpired:
@@ -116,17 +117,18 @@ def main() -> None:
     parser.add_argument("--hier", default="32,64,128")
     parser.add_argument("--flat", default="16,32")
     parser.add_argument("--flat-timeout", type=float, default=1200)
+    parser.add_argument("--fmt", default="bf16", help="format of the emitted arrays")
     parser.add_argument("--skip", default="", help="comma list of emit,golden,sim")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
-    results = {}
+    results = {"fmt": args.fmt}
     if "emit" not in skip:
         results["emit"] = {}
         for n in map(int, args.hier.split(",")):
-            results["emit"][f"hier-{n}"] = bench_emit(n, "hier", 600)
+            results["emit"][f"hier-{n}"] = bench_emit(n, "hier", 600, args.fmt)
             print(n, "hier", results["emit"][f"hier-{n}"], flush=True)
         for n in map(int, filter(None, args.flat.split(","))):
-            results["emit"][f"flat-{n}"] = bench_emit(n, "flat", args.flat_timeout)
+            results["emit"][f"flat-{n}"] = bench_emit(n, "flat", args.flat_timeout, args.fmt)
             print(n, "flat", results["emit"][f"flat-{n}"], flush=True)
     if "golden" not in skip:
         results["golden"] = bench_golden()

@@ -179,10 +179,12 @@ def test_params_errors():
         SystolicParams(rows=0, cols=4, fmt="bf16")
     with pytest.raises(ValueError, match=r"cols must be a positive integer, not 'x'"):
         SystolicParams(rows=4, cols="x", fmt="bf16")
-    with pytest.raises(ValueError, match=r"format must be one of .*not 'bf17'"):
+    with pytest.raises(ValueError, match=r"fmt must be one of .*bf16.*, not 'bf17'"):
         SystolicParams(rows=4, cols=4, fmt="bf17")
     with pytest.raises(ValueError, match=r"fmt must be an 8-bit float format with double_rate"):
         SystolicParams(rows=4, cols=4, fmt="bf16", double_rate=True)
+    with pytest.raises(ValueError, match=r"moving_max must be a positive integer, not -1"):
+        SystolicParams(rows=4, cols=4, fmt="bf16", moving_max=-1)
 
 
 def test_cycle_model_closed_forms():
