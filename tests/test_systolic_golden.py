@@ -147,6 +147,8 @@ def test_float_sum_order(name):
     col = encode([[1.0], [2.0**-12], [2.0**-12]], name)
     assert matmul(col, col, name)[0, 0] == np.float32(1.0).view(np.uint32)
     assert matmul(col[::-1], col[::-1], name)[0, 0] == np.float32(1 + 2**-23).view(np.uint32)
+    params = SystolicParams(rows=3, cols=1, fmt=name)  # the array's parameters name the format
+    assert matmul(col, col, params)[0, 0] == np.float32(1.0).view(np.uint32)
 
 
 def test_int8_wraps(seed):

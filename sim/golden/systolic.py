@@ -29,6 +29,8 @@ CANONICAL_NAN = np.uint32(0x7FC00000)
 
 
 def _format(fmt):
+    if isinstance(fmt, SystolicParams):
+        return fmt.format
     return format_by_name(fmt) if isinstance(fmt, str) else fmt
 
 
@@ -67,7 +69,8 @@ def matmul(stationary, moving, fmt, psum=None, accumulate: bool = False) -> np.n
     ----------
     stationary : array (K, M) of ``fmt`` bit patterns
     moving : array (K, N) of ``fmt`` bit patterns
-    fmt : format name or descriptor (:mod:`hdl.numerics.formats`)
+    fmt : format name or descriptor (:mod:`hdl.numerics.formats`), or the array's
+        :class:`~hdl.tensor.params.SystolicParams`
     psum : array (M, N) of uint32 bit patterns, the bank before the matmul (accumulate only)
     accumulate : add the sum to ``psum`` instead of overwriting it
     """
