@@ -267,19 +267,17 @@ def edge_fp32(rng: np.random.Generator, n: int) -> np.ndarray:
     signalling), short mantissas (which make exact ties in sums, products and casts), and
     uniformly random patterns."""
     cls = rng.integers(0, 9, n)
-    sign = rng.integers(0, 2, n, dtype=np.uint32) << np.uint32(31)
-    man = rng.integers(0, 1 << 23, n, dtype=np.uint32)
-    keep = rng.integers(0, 24, n, dtype=np.uint32)
-    short = (man & ~((np.uint32(1) << (np.uint32(23) - keep)) - np.uint32(1))) | (
-        rng.integers(0, 2, n, dtype=np.uint32) << rng.integers(0, 23, n, dtype=np.uint32))
-    exp = rng.integers(0, 256, n, dtype=np.uint32)
+    sign = rng.integers(0, 2, n) << 31
+    man = rng.integers(0, 1 << 23, n)
+    keep = rng.integers(0, 24, n)
+    short = (man & ~((1 << (23 - keep)) - 1)) | (rng.integers(0, 2, n) << rng.integers(0, 23, n))
     exp = np.select(
         [cls == 0, cls == 1, cls == 2, cls == 3, cls == 4, cls == 5, cls == 6],
         [0, 0, rng.integers(1, 4, n), rng.integers(250, 255, n), 255, 255,
-         rng.integers(100, 160, n)], exp).astype(np.uint32)
+         rng.integers(100, 160, n)], rng.integers(0, 256, n))
     man = np.select([cls == 0, cls == 4, cls == 5, cls == 6, cls == 7],
-                    [0, 0, man | 1, short, short & np.uint32(0x7FFFFF)], man).astype(np.uint32)
-    return (sign | (exp << np.uint32(23)) | (man & np.uint32(0x7FFFFF))).astype(np.uint32)
+                    [0, 0, man | 1, short, short], man) & 0x7FFFFF
+    return (sign | (exp << 23) | man).astype(np.uint32)
 
 
 def edge_fp32_pairs(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:

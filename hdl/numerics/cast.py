@@ -1,0 +1,205 @@
+"""Streamed cast from binary32 to a narrower float format, RNE or stochastic rounding.
+
+:class:`Cast` takes beats of ``params.lanes`` binary32 values on the stream ``i`` and gives the
+same beats in ``params.fmt`` on the stream ``o``, one register stage later. The golden
+counterpart is :func:`sim.golden.numerics.cast_bits` (called with ``cast_params(params)``).
+
+Rounding
+--------
+Let ``ulp`` be the spacing of the target's values at ``|x|``, on the subnormal grid below the
+smallest normal, and ``|x| = q*ulp + f*ulp`` with ``q`` an integer and ``0 <= f < 1``.
+
+* ``"rne"``: round to nearest, ties to even, exactly as ml_dtypes casts float32.
+* ``"stochastic"``: with ``N = 23 - fmt.man_bits`` and ``R`` the top ``N`` bits of the lane's
+  next random word, round up to ``(q+1)*ulp`` iff ``floor(f * 2**N) + R >= 2**N``, i.e. add a
+  uniform random integer below the last kept bit and truncate. The probability of rounding up
+  is ``f`` exactly wherever the input and the result are normal numbers, and ``f`` truncated
+  to ``N`` bits on the subnormal grid.
+
+Special values, both roundings: a result magnitude above the largest finite value (after
+rounding, so a stochastic round-up past the largest finite value counts) is infinity with
+the input's sign, or NaN for ``fn`` formats (ml_dtypes' non-saturating behaviour); an infinite
+input gives infinity (NaN for ``fn`` formats); a NaN input gives the format's canonical NaN
+(``FloatFormat.nan_bits``) with the input's sign; zeros keep their sign.
+
+Random generators (one per lane, advanced once per accepted beat: first step, then read)
+-----------------------------------------------------------------------------------------
+* ``"lfsr32"``: Galois LFSR of x^32 + x^22 + x^2 + x + 1; one step is
+  ``s = (s >> 1) ^ (0x80200003 if s & 1 else 0)``. A beat advances it by 32 steps (so each
+  beat's word shares no bit with the previous one) and reads the state as the word.
+* ``"xorwow"``: Marsaglia's xorwow (Xorshift RNGs, 2003), state ``x, y, z, w, v, d``:
+  ``t = x ^ (x >> 2); x, y, z, w = y, z, w, v; v = (v ^ (v << 4)) ^ (t ^ (t << 1));
+  d += 362437``; the word is ``v + d`` (all modulo 2**32).
+
+Seeding (:func:`rng_initial_state`): word ``i`` of lane ``l`` is
+``mix32((seed + 0x9E3779B9 * (8*l + i + 1)) mod 2**32)`` with ``mix32`` the MurmurHash3
+finaliser; the LFSR takes word 0 (1 if that is 0), xorwow takes x, y, z, w, v, d = words 0..5
+(v = 1 if x..v are all 0). ``seed`` is fixed at elaboration (an integer in [0, 2**32)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .formats import FP32, FloatFormat
+from .fpu import lzc, round_pack
+
+__all__ = ["LFSR_TAPS", "RNGS", "ROUNDINGS", "XORWOW_WEYL", "Cast", "CastParams",
+           "rng_initial_state"]
+
+ROUNDINGS = ("rne", "stochastic")
+RNGS = ("xorwow", "lfsr32")
+LFSR_TAPS = 0x8020_0003
+XORWOW_WEYL = 362437
+_MASK32 = 0xFFFF_FFFF
+
+
+def _mix32(h: int) -> int:
+    h ^= h >> 16
+    h = (h * 0x85EB_CA6B) & _MASK32
+    h ^= h >> 13
+    h = (h * 0xC2B2_AE35) & _MASK32
+    return h ^ (h >> 16)
+
+
+def rng_initial_state(rng: str, seed: int, lane: int) -> tuple[int, ...]:
+    """Initial state words of lane ``lane``'s generator (see the module docstring)."""
+    words = [_mix32((seed + 0x9E37_79B9 * (8 * lane + i + 1)) & _MASK32) for i in range(6)]
+    if rng == "lfsr32":
+        return (words[0] or 1,)
+    if rng == "xorwow":
+        if not any(words[:5]):
+            words[4] = 1
+        return tuple(words)
+    raise ValueError(f"rng must be one of {', '.join(map(repr, RNGS))}, not {rng!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CastParams:
+    """Parameters of :class:`Cast`.
+
+    fmt : target format, a FloatFormat narrower than fp32.
+    rounding : one of :data:`ROUNDINGS`.
+    rng : one of :data:`RNGS` (used by stochastic rounding only).
+    seed : generator seed, integer in [0, 2**32).
+    lanes : values per stream beat, at least 1.
+    """
+
+    fmt: FloatFormat
+    rounding: str = "rne"
+    rng: str = "xorwow"
+    seed: int = 0
+    lanes: int = 1
+
+    def __post_init__(self):
+        if not isinstance(self.fmt, FloatFormat) or self.fmt.man_bits >= FP32.man_bits:
+            raise ValueError(f"fmt must be a FloatFormat narrower than fp32, not {self.fmt!r}")
+        if self.rounding not in ROUNDINGS:
+            raise ValueError(f"rounding must be one of {', '.join(map(repr, ROUNDINGS))}, "
+                             f"not {self.rounding!r}")
+        if self.rng not in RNGS:
+            raise ValueError(f"rng must be one of {', '.join(map(repr, RNGS))}, "
+                             f"not {self.rng!r}")
+        if (not isinstance(self.seed, int) or isinstance(self.seed, bool)
+                or not 0 <= self.seed <= _MASK32):
+            raise ValueError(f"seed must be an integer in [0, 2**32), not {self.seed!r}")
+        if not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or self.lanes < 1:
+            raise ValueError(f"lanes must be a positive integer, not {self.lanes!r}")
+
+
+def _cast_lane(m: Module, fmt: FloatFormat, x, rand):
+    """Combinational binary32 -> ``fmt`` of one value (``rand``: N random bits or None)."""
+    exp = x[23:31]
+    man = x[:23]
+    sign = x[31]
+    sig = Cat(man, exp != 0)
+    shift = lzc(sig)
+    norm = Signal(24)
+    m.d.comb += norm.eq((sig << shift)[:24])
+    e_lead = Signal(signed(11))
+    m.d.comb += e_lead.eq(Mux(exp == 0, 1, exp) - 127 - shift)
+    rounded = round_pack(m, fmt, sign, e_lead, norm, rand=rand)
+    overflow_bits = fmt.inf_bits if fmt.has_inf else fmt.nan_bits
+    out = Signal(fmt.bits)
+    with m.If(exp == 0xFF):
+        special = Mux(man == 0, Const(overflow_bits, fmt.bits - 1),
+                      Const(fmt.nan_bits, fmt.bits - 1))
+        m.d.comb += out.eq(Cat(special, sign))
+    with m.Elif(sig == 0):
+        m.d.comb += out.eq(Cat(Const(0, fmt.bits - 1), sign))
+    with m.Else():
+        m.d.comb += out.eq(rounded)
+    return out
+
+
+class Cast(wiring.Component):
+    """Streamed binary32 -> ``params.fmt`` cast (see the module docstring).
+
+    Ports: ``i``, a stream of ``ArrayLayout(32, lanes)``; ``o``, a stream of
+    ``ArrayLayout(fmt.bits, lanes)``. One output register: ``i.ready`` is high while the
+    output register is empty or being read, so a full-rate stream passes one beat a cycle.
+    """
+
+    def __init__(self, params: CastParams):
+        if not isinstance(params, CastParams):
+            raise ValueError(f"params must be a CastParams, not {params!r}")
+        self.params = params
+        super().__init__({
+            "i": In(stream.Signature(data.ArrayLayout(32, params.lanes))),
+            "o": Out(stream.Signature(data.ArrayLayout(params.fmt.bits, params.lanes))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.params
+        accept = self.i.valid & self.i.ready
+        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
+        drop = FP32.man_bits - p.fmt.man_bits
+        for lane in range(p.lanes):
+            rand = None
+            if p.rounding == "stochastic":
+                word = self._rng(m, lane, accept)
+                rand = word[32 - drop:]
+            y = _cast_lane(m, p.fmt, self.i.payload[lane], rand)
+            with m.If(accept):
+                m.d.sync += self.o.payload[lane].eq(y)
+        with m.If(accept):
+            m.d.sync += self.o.valid.eq(1)
+        with m.Elif(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        return m
+
+    def _rng(self, m: Module, lane: int, advance):
+        """Lane ``lane``'s generator: returns the word of the next state (used this beat)."""
+        p = self.params
+        init = rng_initial_state(p.rng, p.seed, lane)
+        if p.rng == "lfsr32":
+            state = Signal(32, init=init[0], name=f"lfsr_{lane}")
+            nxt = state
+            for step in range(32):  # one signal per step keeps the expression linear in size
+                bit = Signal(32, name=f"lfsr_{lane}_step{step}")
+                m.d.comb += bit.eq(Cat(nxt[1:], Const(0, 1)) ^ Mux(nxt[0], LFSR_TAPS, 0))
+                nxt = bit
+            nxt_sig = nxt
+            with m.If(advance):
+                m.d.sync += state.eq(nxt_sig)
+            return nxt_sig
+        regs = [Signal(32, init=v, name=f"xorwow_{n}_{lane}")
+                for n, v in zip("xyzwvd", init, strict=True)]
+        x, y, z, w, v, d = regs
+        t = x ^ (x >> 2)
+        new_v = Signal(32, name=f"xorwow_nv_{lane}")
+        new_d = Signal(32, name=f"xorwow_nd_{lane}")
+        m.d.comb += [
+            new_v.eq(v ^ (v << 4)[:32] ^ t ^ (t << 1)[:32]),
+            new_d.eq(d + XORWOW_WEYL),
+        ]
+        word = Signal(32, name=f"xorwow_word_{lane}")
+        m.d.comb += word.eq(new_v + new_d)
+        with m.If(advance):
+            m.d.sync += [x.eq(y), y.eq(z), z.eq(w), w.eq(v), v.eq(new_v), d.eq(new_d)]
+        return word

@@ -1,0 +1,268 @@
+"""Binary32 arithmetic of the numerics contract: multiply, add, and exact widening.
+
+Combinational components (no clock):
+
+* :class:`FpMul32`: ``y = a * b``, IEEE 754 binary32.
+* :class:`FpAdd32`: ``y = a + b``, IEEE 754 binary32.
+* :class:`Widen`: ``y`` = the binary32 encoding of ``x``, a bit pattern of any format of
+  :mod:`hdl.numerics.formats` (exact: every such format fits in binary32).
+
+All three round to nearest, ties to even, keep subnormal inputs and outputs (no flushing),
+overflow to a signed infinity, give ``x + (-x) = +0`` and ``(-0) + (-0) = -0``, and output every
+NaN as the canonical ``0x7FC00000`` (also ``inf - inf``, ``0 * inf`` and any NaN input).
+The golden counterparts are ``mul32``, ``add32`` and ``widen`` in :mod:`sim.golden.numerics`.
+
+:func:`round_pack` is the rounding and packing stage shared with :mod:`hdl.numerics.cast`.
+"""
+
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .formats import FP32, FloatFormat, IntFormat
+
+__all__ = ["FpAdd32", "FpMul32", "Widen", "WidenParams", "lzc", "round_pack"]
+
+CANONICAL_NAN32 = 0x7FC0_0000
+
+
+def lzc(value):
+    """Leading-zero count of ``value`` (a log-depth tree); undefined result for zero."""
+    width = len(value)
+    padded = 1
+    while padded < width:
+        padded *= 2
+    padded = max(padded, 2)
+    bits = Cat(Const(0, padded - width), value)
+
+    def tree(v):
+        if len(v) == 2:
+            return ~(v[0] | v[1]), ~v[1]
+        half = len(v) // 2
+        zero_lo, count_lo = tree(v[:half])
+        zero_hi, count_hi = tree(v[half:])
+        return zero_lo & zero_hi, Cat(Mux(zero_hi, count_lo, count_hi), zero_hi)
+
+    return tree(bits)[1]
+
+
+def round_pack(m: Module, fmt: FloatFormat, sign, e_lead, sig, sticky=0, rand=None):
+    """Round a finite nonzero value into ``fmt`` and return its encoding.
+
+    The value is ``sig * 2**(e_lead - (len(sig) - 1))`` plus, when ``sticky`` is set, a
+    nonzero amount below the last bit of ``sig``; ``sig`` must have its top bit set. The
+    ``N = len(sig) - 1 - fmt.man_bits`` bits below the kept mantissa (after the extra right
+    shift onto the subnormal grid, if any) decide the rounding:
+
+    * ``rand is None``: round to nearest, ties to even (``sticky`` and bits shifted out count).
+    * ``rand`` (N bits): stochastic rounding, round up iff ``dropped + rand >= 2**N``, where
+      ``dropped`` is the top N bits below the kept mantissa; lower bits are truncated.
+
+    A rounded magnitude above the largest finite value gives infinity (formats with
+    infinities) or NaN (``fn`` formats), with ``sign``.
+    """
+    width = len(sig)
+    man = fmt.man_bits
+    drop = width - 1 - man
+    if drop < 1:
+        raise ValueError(f"significand must be wider than {man + 1} bits, not {width}")
+    exp = Signal(signed(max(len(e_lead), 12) + 1))
+    m.d.comb += exp.eq(e_lead + fmt.bias)
+    rsh = Signal(range(width + 1))
+    m.d.comb += rsh.eq(Mux(exp >= 1, 0, Mux(exp < 1 - width, width, 1 - exp)))
+    shifted = Signal(width)
+    m.d.comb += shifted.eq(sig >> rsh)
+    lost = (shifted << rsh)[:width] != sig
+    kept = shifted[drop:]
+    dropped = shifted[:drop]
+    if rand is None:
+        rest = dropped[:drop - 1].any() if drop > 1 else Const(0, 1)
+        up = dropped[drop - 1] & (rest | lost | sticky | kept[0])
+    else:
+        if len(rand) != drop:
+            raise ValueError(f"rand must be {drop} bits wide, not {len(rand)}")
+        up = (dropped + rand)[drop]
+    base = Mux(exp >= 1, exp - 1, 0)
+    mag = Signal(len(exp) + man + 2)
+    m.d.comb += mag.eq((base << man) + kept + up)
+    overflow_bits = fmt.inf_bits if fmt.has_inf else fmt.nan_bits
+    out = Signal(fmt.bits)
+    m.d.comb += out.eq(Cat(Mux(mag > fmt.max_finite_bits, overflow_bits,
+                               mag[:fmt.bits - 1]), sign))
+    return out
+
+
+def _unpack32(value):
+    """Fields and classes of a binary32 bit pattern."""
+    exp = value[23:31]
+    man = value[:23]
+    return {
+        "sign": value[31],
+        "zero": (exp == 0) & (man == 0),
+        "inf": (exp == 0xFF) & (man == 0),
+        "nan": (exp == 0xFF) & (man != 0),
+        "sig": Cat(man, exp != 0),  # 24 bits, hidden bit on top
+        "exp": Mux(exp == 0, 1, exp),  # biased exponent of the sig's top bit
+    }
+
+
+class FpMul32(wiring.Component):
+    """Binary32 multiplier, combinational; ``y = a * b`` (see the module docstring)."""
+
+    a: In(32)
+    b: In(32)
+    y: Out(32)
+
+    def elaborate(self, platform):
+        m = Module()
+        a, b = _unpack32(self.a), _unpack32(self.b)
+        sign = a["sign"] ^ b["sign"]
+        product = Signal(48)
+        m.d.comb += product.eq(a["sig"] * b["sig"])
+        shift = lzc(product)
+        norm = Signal(48)
+        m.d.comb += norm.eq((product << shift)[:48])
+        # product * 2**(ea + eb - 46), leading one at bit 47 - shift.
+        e_lead = Signal(signed(11))
+        m.d.comb += e_lead.eq(a["exp"] + b["exp"] - 254 + 1 - shift)
+        rounded = round_pack(m, FP32, sign, e_lead, norm)
+        with m.If(a["nan"] | b["nan"] | (a["inf"] & b["zero"]) | (a["zero"] & b["inf"])):
+            m.d.comb += self.y.eq(CANONICAL_NAN32)
+        with m.Elif(a["inf"] | b["inf"]):
+            m.d.comb += self.y.eq(Cat(Const(FP32.inf_bits, 31), sign))
+        with m.Elif(a["zero"] | b["zero"]):
+            m.d.comb += self.y.eq(Cat(Const(0, 31), sign))
+        with m.Else():
+            m.d.comb += self.y.eq(rounded)
+        return m
+
+
+class FpAdd32(wiring.Component):
+    """Binary32 adder, combinational; ``y = a + b`` (see the module docstring)."""
+
+    a: In(32)
+    b: In(32)
+    y: Out(32)
+
+    GUARD = 3  # guard, round and sticky positions below the 24-bit significand
+
+    def elaborate(self, platform):
+        m = Module()
+        swap = self.b[:31] > self.a[:31]
+        big_bits = Mux(swap, self.b, self.a)
+        small_bits = Mux(swap, self.a, self.b)
+        big, small = _unpack32(big_bits), _unpack32(small_bits)
+        a, b = _unpack32(self.a), _unpack32(self.b)
+
+        width = 24 + self.GUARD
+        big_sig = Cat(Const(0, self.GUARD), big["sig"])
+        small_sig = Cat(Const(0, self.GUARD), small["sig"])
+        diff = Signal(8)
+        m.d.comb += diff.eq(big["exp"] - small["exp"])
+        dist = Signal(range(width + 1))
+        m.d.comb += dist.eq(Mux(diff > width, width, diff))
+        aligned = Signal(width)
+        m.d.comb += aligned.eq(small_sig >> dist)
+        sticky = (aligned << dist)[:width] != small_sig
+        small_aligned = Cat(aligned[0] | sticky, aligned[1:])
+
+        total = Signal(width + 1)
+        subtract = big["sign"] ^ small["sign"]
+        m.d.comb += total.eq(Mux(subtract, big_sig - small_aligned, big_sig + small_aligned))
+        shift = lzc(total)
+        norm = Signal(width + 1)
+        m.d.comb += norm.eq((total << shift)[:width + 1])
+        # total * 2**(e_big - 127 - 26), leading one at bit 27 - shift.
+        e_lead = Signal(signed(11))
+        m.d.comb += e_lead.eq(big["exp"] - 127 + 1 - shift)
+        rounded = round_pack(m, FP32, big["sign"], e_lead, norm)
+
+        with m.If(a["nan"] | b["nan"] | (a["inf"] & b["inf"] & (a["sign"] != b["sign"]))):
+            m.d.comb += self.y.eq(CANONICAL_NAN32)
+        with m.Elif(a["inf"] | b["inf"]):
+            m.d.comb += self.y.eq(Mux(a["inf"], self.a, self.b))
+        with m.Elif(total == 0):
+            m.d.comb += self.y.eq(Cat(Const(0, 31), a["sign"] & b["sign"]))
+        with m.Else():
+            m.d.comb += self.y.eq(rounded)
+        return m
+
+
+@dataclass(frozen=True, kw_only=True)
+class WidenParams:
+    """Parameters of :class:`Widen`: ``fmt`` is the source format (any float format of
+    :mod:`hdl.numerics.formats`, or ``INT8``)."""
+
+    fmt: FloatFormat | IntFormat
+
+    def __post_init__(self):
+        if not isinstance(self.fmt, FloatFormat | IntFormat):
+            raise ValueError(f"fmt must be a FloatFormat or IntFormat, not {self.fmt!r}")
+
+
+class Widen(wiring.Component):
+    """Exact conversion of a ``params.fmt`` bit pattern ``x`` to binary32 bits ``y``.
+
+    Float formats: values are kept exactly (subnormals of the source become normals or
+    binary32 subnormals), infinities stay infinities, every NaN becomes ``0x7FC00000``.
+    Integer formats: the two's-complement value, exactly.
+    """
+
+    def __init__(self, params: WidenParams):
+        if not isinstance(params, WidenParams):
+            raise ValueError(f"params must be a WidenParams, not {params!r}")
+        self.params = params
+        super().__init__({"x": In(params.fmt.bits), "y": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        fmt = self.params.fmt
+        x = self.x
+        if isinstance(fmt, IntFormat):
+            sign = x[-1]
+            mag = Signal(fmt.bits)
+            m.d.comb += mag.eq(Mux(sign, -x, x))
+            self._widen_magnitude(m, sign, mag, fmt.bits - 1)
+            return m
+
+        exp = x[fmt.man_bits:fmt.man_bits + fmt.exp_bits]
+        man = x[:fmt.man_bits]
+        sign = x[-1]
+        top = (1 << fmt.exp_bits) - 1
+        if fmt.nan == "ieee":
+            is_nan = (exp == top) & (man != 0)
+            is_inf = (exp == top) & (man == 0)
+        else:
+            is_nan = (exp == top) & (man == (1 << fmt.man_bits) - 1)
+            is_inf = Const(0, 1)
+        with m.If(is_nan):
+            m.d.comb += self.y.eq(CANONICAL_NAN32)
+        with m.Elif(is_inf):
+            m.d.comb += self.y.eq(Cat(Const(FP32.inf_bits, 31), sign))
+        with m.Elif((exp == 0) & (man == 0)):
+            m.d.comb += self.y.eq(Cat(Const(0, 31), sign))
+        with m.Else():
+            if fmt.exp_bits == 8 and fmt.bias == 127:  # same exponent: bf16, tf32, fp32
+                m.d.comb += self.y.eq(Cat(Const(0, 23 - fmt.man_bits), man, exp, sign))
+            else:
+                sig = Cat(man, exp != 0)
+                self._widen_magnitude(m, sign, sig, Mux(exp == 0, 1, exp) - fmt.bias)
+        return m
+
+    def _widen_magnitude(self, m, sign, sig, e_top):
+        """Drive ``y`` from a nonzero integer significand whose top bit has exponent
+        ``e_top`` (zero input -> +0)."""
+        shift = lzc(sig)
+        width = max(len(sig), 23) + 2  # room so that round_pack never rounds
+        norm = Signal(width)
+        m.d.comb += norm.eq(Cat(Const(0, width - len(sig)), (sig << shift)[:len(sig)]))
+        e_lead = Signal(signed(12))
+        m.d.comb += e_lead.eq(e_top - shift)
+        packed = round_pack(m, FP32, sign, e_lead, norm)
+        with m.If(sig == 0):
+            m.d.comb += self.y.eq(0)
+        with m.Else():
+            m.d.comb += self.y.eq(packed)

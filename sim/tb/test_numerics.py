@@ -1,0 +1,357 @@
+"""Cocotb testbenches of the numerics units on their emitted Verilog, and pytest entry points.
+
+Units: ``FpMul32`` and ``FpAdd32`` (combinational; ``lanes`` copies side by side in a wrapper so
+that one simulator step checks many vectors), ``Widen`` (every bit pattern of the formats up to
+16 bits), ``Cast`` (streamed, with random idle cycles on the input and random backpressure on
+the output; several casts side by side in one bench, so that one build covers every target
+format). Every result is compared bit for bit with :mod:`sim.golden.numerics`; random tests
+log their seed and take it back through ``--seed``.
+
+:func:`simulate` runs a testbench for ``"fp32"``, Widen parameters or Cast parameters.
+"""
+
+import random
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hdl.numerics.cast import Cast, CastParams
+from hdl.numerics.formats import (
+    BF16,
+    FP8_E4M3,
+    FP8_E4M3FN,
+    FP8_E5M2,
+    FP16,
+    FP32,
+    INT8,
+    TF32,
+    cfp8,
+    format_by_name,
+)
+from hdl.numerics.fpu import FpAdd32, FpMul32, Widen, WidenParams
+from sim.golden import numerics as golden
+from sim.tb.runner import RunResult, run, tb_params
+
+FP32_UNITS = {"mul": golden.mul32, "add": golden.add32}
+
+
+# -- wrappers that put many copies of a combinational unit side by side ----------------------
+class Fp32Bench(wiring.Component):
+    """``lanes`` copies each of FpMul32 and FpAdd32 on packed ports ``a``, ``b`` (shared
+    operands) and ``mul``, ``add`` (results)."""
+
+    def __init__(self, lanes: int):
+        self.lanes = lanes
+        super().__init__({"a": In(32 * lanes), "b": In(32 * lanes),
+                          "mul": Out(32 * lanes), "add": Out(32 * lanes)})
+
+    def elaborate(self, platform):
+        m = Module()
+        for n in range(self.lanes):
+            for name, unit in (("mul", FpMul32), ("add", FpAdd32)):
+                m.submodules[f"{name}{n}"] = u = unit()
+                word = slice(32 * n, 32 * n + 32)
+                m.d.comb += [u.a.eq(self.a[word]), u.b.eq(self.b[word]),
+                             getattr(self, name)[word].eq(u.y)]
+        return m
+
+
+class WidenBench(wiring.Component):
+    """``lanes`` Widen units per format on packed ports ``x<k>``, ``y<k>``."""
+
+    def __init__(self, params: tuple[WidenParams, ...], lanes: int):
+        self.params, self.lanes = params, lanes
+        ports = {}
+        for k, p in enumerate(params):
+            ports[f"x{k}"] = In(p.fmt.bits * lanes)
+            ports[f"y{k}"] = Out(32 * lanes)
+        super().__init__(ports)
+
+    def elaborate(self, platform):
+        m = Module()
+        for k, p in enumerate(self.params):
+            x, y, w = getattr(self, f"x{k}"), getattr(self, f"y{k}"), p.fmt.bits
+            for n in range(self.lanes):
+                m.submodules[f"w{k}_{n}"] = u = Widen(p)
+                m.d.comb += [u.x.eq(x[w * n:w * n + w]), y[32 * n:32 * n + 32].eq(u.y)]
+        return m
+
+
+# -- packing helpers --------------------------------------------------------------------------
+def pack(values, width: int) -> int:
+    word = 0
+    for v in reversed([int(v) for v in values]):
+        word = (word << width) | v
+    return word
+
+
+def unpack(word: int, width: int, count: int) -> np.ndarray:
+    mask = (1 << width) - 1
+    return np.array([(word >> (width * n)) & mask for n in range(count)], dtype=np.int64)
+
+
+def _pad(x: np.ndarray, lanes: int) -> np.ndarray:
+    """``x`` repeated at its start up to a multiple of ``lanes``."""
+    return np.concatenate([x, x[:(-len(x)) % lanes]])
+
+
+def _mismatches(name, inputs, got, want, log, limit=10):
+    bad = np.flatnonzero(np.asarray(got, dtype=np.int64) != np.asarray(want, dtype=np.int64))
+    for n in bad[:limit]:
+        args = ", ".join(f"{int(v[n]):#x}" for v in inputs)
+        log.error("%s(%s): got %#x, want %#x", name, args, int(got[n]), int(want[n]))
+    return len(bad)
+
+
+# -- cocotb tests -----------------------------------------------------------------------------
+try:
+    import cocotb
+    from cocotb.clock import Clock
+    from cocotb.triggers import FallingEdge, RisingEdge, Timer
+except ImportError:  # pytest collection without cocotb is not a supported setup
+    cocotb = None
+
+
+if cocotb is not None:
+
+    @cocotb.test()
+    async def fp32_arith(dut):
+        """Edge-biased random operand pairs through FpMul32 and FpAdd32, bit exact."""
+        p = tb_params()
+        lanes, count = p["lanes"], p["vectors"]
+        dut._log.info("fp32 mul and add: %d vectors, seed=%d", count, p["seed"])
+        rng = np.random.default_rng(p["seed"])
+        a, b = golden.edge_fp32_pairs(rng, count)
+        a, b = _pad(a, lanes), _pad(b, lanes)
+        got = {unit: np.empty(len(a), dtype=np.int64) for unit in FP32_UNITS}
+        for start in range(0, len(a), lanes):
+            dut.a.value = pack(a[start:start + lanes], 32)
+            dut.b.value = pack(b[start:start + lanes], 32)
+            await Timer(1, "ns")
+            for unit, out in got.items():
+                out[start:start + lanes] = unpack(getattr(dut, unit).value.to_unsigned(), 32,
+                                                  lanes)
+        bad = sum(_mismatches(unit, (a, b), got[unit], model(a, b), dut._log)
+                  for unit, model in FP32_UNITS.items())
+        assert bad == 0, f"{bad} of {2 * len(a)} results differ"
+
+    @cocotb.test()
+    async def widen_patterns(dut):
+        """Every bit pattern of each format (random ones above 16 bits) through Widen."""
+        p = tb_params()
+        lanes = p["lanes"]
+        rng = np.random.default_rng(p["seed"])
+        fmts = [format_by_name(name) for name in p["formats"]]
+        total_bad = 0
+        for k, fmt in enumerate(fmts):
+            if fmt.bits <= 16:
+                x = np.arange(1 << fmt.bits, dtype=np.int64)
+            else:
+                x = rng.integers(0, 1 << fmt.bits, 1 << 16)
+            x = _pad(x, lanes)
+            port_x, port_y = getattr(dut, f"x{k}"), getattr(dut, f"y{k}")
+            got = np.empty(len(x), dtype=np.int64)
+            for start in range(0, len(x), lanes):
+                port_x.value = pack(x[start:start + lanes], fmt.bits)
+                await Timer(1, "ns")
+                got[start:start + lanes] = unpack(port_y.value.to_unsigned(), 32, lanes)
+            want = golden.widen(x, fmt)
+            total_bad += _mismatches(f"widen[{fmt.name}]", (x,), got, want, dut._log)
+        assert total_bad == 0, f"{total_bad} results differ"
+
+    class CastTB:
+        """Driver (input stream with random idle cycles), monitor (output stream under random
+        backpressure), golden model and checker of one Cast of the bench (ports
+        ``<prefix>__valid`` ...)."""
+
+        def __init__(self, dut, prefix: str, params: CastParams, x: np.ndarray,
+                     rng: random.Random, idle: float, stall: float):
+            self.params, self.x, self.rng, self.idle, self.stall = params, x, rng, idle, stall
+            self.log = dut._log
+            self.i_valid, self.i_ready, self.i_payload, self.o_valid, self.o_ready, \
+                self.o_payload = (getattr(dut, f"{port}__{name}")
+                                  for port in (f"i{prefix}", f"o{prefix}")
+                                  for name in ("valid", "ready", "payload"))
+            self.sent = 0
+            self.got: list[np.ndarray] = []
+            self.i_valid.value = 0
+            self.o_ready.value = 0
+
+        @property
+        def done(self) -> bool:
+            return len(self.got) == len(self.x)
+
+        def drive(self):
+            """After a rising edge: offer the next beat (or idle), accept output (or stall)."""
+            if self.sent < len(self.x) and self.rng.random() >= self.idle:
+                self.i_valid.value = 1
+                self.i_payload.value = pack(self.x[self.sent], 32)
+            else:
+                self.i_valid.value = 0
+            self.o_ready.value = int(self.rng.random() >= self.stall)
+
+        def sample(self):
+            """Before the next rising edge: record the transfers that edge will make."""
+            if self.i_valid.value == 1 and self.i_ready.value == 1:
+                self.sent += 1
+            if self.o_valid.value == 1 and self.o_ready.value == 1:
+                bits, lanes = self.params.fmt.bits, self.params.lanes
+                self.got.append(unpack(self.o_payload.value.to_unsigned(), bits, lanes))
+
+        def check(self) -> int:
+            p = self.params
+            want = golden.cast_bits(self.x.view(np.float32), **golden.cast_params(p))
+            got = np.array(self.got)
+            return _mismatches(f"cast[{p.fmt.name},{p.rounding},{p.rng}]",
+                               (self.x.reshape(-1),), got.reshape(-1), want.reshape(-1),
+                               self.log)
+
+    @cocotb.test()
+    async def cast_stream(dut):
+        """Edge-biased fp32 values (and, for 8-bit targets, every target value and every
+        midpoint between neighbours) through each Cast of the bench, with random idle
+        cycles on the inputs and random backpressure on the outputs."""
+        p = tb_params()
+        rng = np.random.default_rng(p["seed"])
+        pick = random.Random(p["seed"])
+        tbs = []
+        for k, spec in enumerate(p["casts"]):
+            params = CastParams(fmt=format_by_name(spec["fmt"]), rounding=spec["rounding"],
+                                rng=spec["rng"], seed=spec["seed"], lanes=spec["lanes"])
+            x = golden.edge_fp32_for_format(params.fmt, rng, p["vectors"])
+            x = _pad(x.view(np.uint32), params.lanes).reshape(-1, params.lanes)
+            tbs.append(CastTB(dut, str(k), params, x, pick, p["idle"], p["stall"]))
+            dut._log.info("cast %d: %s, %d values", k, params, x.size)
+        dut._log.info("seed=%d", p["seed"])
+        cocotb.start_soon(Clock(dut.clk, 10, "ns").start())
+        dut.rst.value = 1
+        await RisingEdge(dut.clk)
+        await RisingEdge(dut.clk)
+        dut.rst.value = 0
+        cycles, limit = 0, 20 * max(len(tb.x) for tb in tbs) + 100
+        while not all(tb.done for tb in tbs):
+            await RisingEdge(dut.clk)
+            for tb in tbs:
+                tb.drive()
+            await FallingEdge(dut.clk)
+            for tb in tbs:
+                tb.sample()
+            cycles += 1
+            assert cycles < limit, "stalled: " + ", ".join(
+                f"{len(tb.got)} of {len(tb.x)}" for tb in tbs)
+        dut._log.info("%d cycles", cycles)
+        bad = sum(tb.check() for tb in tbs)
+        assert bad == 0, f"{bad} results differ"
+
+
+class CastBench(wiring.Component):
+    """Casts side by side, each on its own streams ``i<k>`` and ``o<k>``."""
+
+    def __init__(self, params: tuple[CastParams, ...]):
+        self.params = params
+        ports = {}
+        for k, p in enumerate(params):
+            ports[f"i{k}"] = In(stream.Signature(data.ArrayLayout(32, p.lanes)))
+            ports[f"o{k}"] = Out(stream.Signature(data.ArrayLayout(p.fmt.bits, p.lanes)))
+        super().__init__(ports)
+
+    def elaborate(self, platform):
+        m = Module()
+        for k, p in enumerate(self.params):
+            m.submodules[f"cast{k}"] = cast = Cast(p)
+            wiring.connect(m, wiring.flipped(getattr(self, f"i{k}")), cast.i)
+            wiring.connect(m, cast.o, wiring.flipped(getattr(self, f"o{k}")))
+        return m
+
+
+# -- entry points -----------------------------------------------------------------------------
+def _one_type(params, kind) -> tuple | None:
+    if isinstance(params, kind):
+        return (params,)
+    if isinstance(params, tuple) and params and all(isinstance(p, kind) for p in params):
+        return params
+    return None
+
+
+def simulate(params, sim: str, seed: int | None = None, vectors: int = 20_000,
+             lanes: int = 1, idle: float = 0.2, stall: float = 0.2) -> RunResult:
+    """Run the cocotb testbench of numerics units; returns a :class:`RunResult`.
+
+    ``params``:
+
+    * ``"fp32"``: FpMul32 and FpAdd32 on ``vectors`` edge-biased operand pairs, ``lanes``
+      copies of each side by side (one simulator step checks ``lanes`` pairs);
+    * a :class:`WidenParams` or a tuple of them: every bit pattern of formats up to 16 bits
+      (65,536 random ones above) through Widen, ``lanes`` copies per format;
+    * a :class:`CastParams` or a tuple of them (one bench, side by side, one build):
+      ``vectors`` values per Cast; ``idle`` and ``stall`` are the probabilities of an idle
+      input cycle and of a stalled output cycle.
+    """
+    seed = random.SystemRandom().randrange(2**31) if seed is None else seed
+    module = "sim.tb.test_numerics"
+    if params == "fp32":
+        return run(lambda: Fp32Bench(lanes), "fp32", module, sim,
+                   {"lanes": lanes, "vectors": vectors, "seed": seed},
+                   testcase="fp32_arith", seed=seed)
+    widen = _one_type(params, WidenParams)
+    if widen:
+        return run(lambda: WidenBench(widen, lanes), "widen", module, sim,
+                   {"formats": [p.fmt.name for p in widen], "lanes": lanes, "seed": seed},
+                   testcase="widen_patterns", seed=seed)
+    casts = _one_type(params, CastParams)
+    if casts:
+        specs = [{"fmt": p.fmt.name, "rounding": p.rounding, "rng": p.rng, "seed": p.seed,
+                  "lanes": p.lanes} for p in casts]
+        return run(lambda: CastBench(casts), "cast", module, sim,
+                   {"casts": specs, "vectors": vectors, "seed": seed, "idle": idle,
+                    "stall": stall}, testcase="cast_stream", seed=seed)
+    raise ValueError(f"params must be 'fp32', a WidenParams, a CastParams or a tuple of "
+                     f"either, not {params!r}")
+
+
+# Verilator compiles slowly and runs fast, Icarus the reverse: the large runs go to
+# Verilator, and each simulator builds one bench per test.
+BIG = {"verilator": True, "icarus": False}
+
+
+@pytest.mark.cocotb
+def test_fp32_arith(sim, seed):
+    vectors = 150_000 if BIG[sim] else 3_000
+    result = simulate("fp32", sim, seed, vectors=vectors, lanes=1 if BIG[sim] else 4)
+    assert result.ok, result
+
+
+@pytest.mark.cocotb
+def test_widen(sim, seed):
+    fmts = (FP8_E4M3, FP8_E4M3FN, FP8_E5M2, cfp8(3, "e5m2"), cfp8(20), BF16, FP16, TF32,
+            FP32, INT8)
+    if not BIG[sim]:
+        fmts = (FP8_E4M3, FP8_E4M3FN, FP8_E5M2, cfp8(140), INT8)
+    result = simulate(tuple(WidenParams(fmt=f) for f in fmts), sim, seed,
+                      lanes=4 if BIG[sim] else 8)
+    assert result.ok, result
+
+
+CAST_CASES = (
+    CastParams(fmt=FP8_E4M3, lanes=1),
+    CastParams(fmt=FP8_E4M3FN, rounding="stochastic", rng="lfsr32", seed=7, lanes=4),
+    CastParams(fmt=FP8_E5M2, rounding="stochastic", lanes=3),
+    CastParams(fmt=BF16, lanes=2),
+    CastParams(fmt=FP16, rounding="stochastic", rng="lfsr32", lanes=4),
+    CastParams(fmt=TF32, rounding="stochastic", seed=12345, lanes=1),
+    CastParams(fmt=cfp8(11), lanes=4),
+    CastParams(fmt=cfp8(-20, "e5m2"), rounding="stochastic", seed=3, lanes=4),
+)
+
+
+@pytest.mark.cocotb
+def test_cast(sim, seed):
+    """Every target format, both roundings, both generators, lanes 1, 2, 3 and 4."""
+    if BIG[sim]:
+        result = simulate(CAST_CASES, sim, seed, vectors=100_000)
+    else:
+        result = simulate(CAST_CASES[1::3], sim, seed, vectors=1_500)
+    assert result.ok, result
