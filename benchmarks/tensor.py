@@ -3,10 +3,11 @@
 1. Emission: time and peak memory to write the Verilog of a bf16 array (PE, row, column and
    control emitted once, structural top) against elaborating the same array flat in Amaranth.
 2. Golden model: a bit-exact 128 x 128 x 512 bf16 matmul tile against numpy's float32 matmul.
-3. Simulation: Verilator against Icarus, simulated cycles per second on one 16 x 16 bf16 array
-   fed by the on-DUT harness (whole tiles per await).
+3. Simulation: Verilator against Icarus, simulated cycles per second on one 16 x 16 array fed by
+   the on-DUT harness (whole tiles per await; only the awaits are timed, results still checked).
 
-Run: ``PYTHONPATH=. python benchmarks/tensor.py [--flat 16,32] [--hier 32,64,128]``
+Run: ``PYTHONPATH=. python benchmarks/tensor.py [--fmt bf16] [--flat 16,32] [--hier 32,64,128]
+[--skip emit,golden,sim]``
 Each emission runs in a fresh subprocess so that its peak RSS is its own.
 """
 
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -84,12 +86,12 @@ def bench_golden(repeats: int = 5) -> dict:
             "ratio": golden / reference}
 
 
-def bench_sim(programs: dict[str, int]) -> dict:
+def bench_sim(programs: dict[str, int], fmt: str) -> dict:
     from hdl.tensor.params import SystolicParams
     from sim.tb import runner
     from sim.tb.test_systolic import TOP, harness_verilog
 
-    params = SystolicParams(rows=16, cols=16, fmt="bf16", moving_max=64)
+    params = SystolicParams(rows=16, cols=16, fmt=fmt, moving_max=64)
     text = harness_verilog(params)
     out = {}
     for sim, count in programs.items():
@@ -97,9 +99,7 @@ def bench_sim(programs: dict[str, int]) -> dict:
         runner.build(text, TOP, sim)
         build = time.perf_counter() - build_begin
         report = Path(tempfile.mkdtemp()) / "throughput.json"
-        tb = {"array": {"rows": 16, "cols": 16, "fmt": "bf16", "moving_max": 64,
-                        "double_rate": False},
-              "seed": 1, "programs": count, "report": str(report)}
+        tb = {"array": asdict(params), "seed": 1, "programs": count, "report": str(report)}
         result = runner.run_verilog(text, TOP, "sim.tb.test_systolic", sim, tb, "throughput",
                                     seed=1)
         if not result.ok:
@@ -117,7 +117,9 @@ def main() -> None:
     parser.add_argument("--hier", default="32,64,128")
     parser.add_argument("--flat", default="16,32")
     parser.add_argument("--flat-timeout", type=float, default=1200)
-    parser.add_argument("--fmt", default="bf16", help="format of the emitted arrays")
+    parser.add_argument("--fmt", default="bf16", help="format of the arrays")
+    parser.add_argument("--icarus-programs", type=int, default=1)
+    parser.add_argument("--verilator-programs", type=int, default=100)
     parser.add_argument("--skip", default="", help="comma list of emit,golden,sim")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -134,7 +136,8 @@ def main() -> None:
         results["golden"] = bench_golden()
         print("golden", results["golden"], flush=True)
     if "sim" not in skip:
-        results["sim"] = bench_sim({"icarus": 1, "verilator": 20})
+        results["sim"] = bench_sim({"icarus": args.icarus_programs,
+                                    "verilator": args.verilator_programs}, args.fmt)
         print("sim", results["sim"], flush=True)
     print(json.dumps(results, indent=2))
 
