@@ -11,6 +11,7 @@ log their seed and take it back through ``--seed``.
 """
 
 import random
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -38,45 +39,75 @@ from sim.tb.runner import RunResult, run, tb_params
 FP32_UNITS = {"mul": golden.mul32, "add": golden.add32}
 
 
-# -- wrappers that put many copies of a combinational unit side by side ----------------------
-class Fp32Bench(wiring.Component):
-    """``lanes`` copies each of FpMul32 and FpAdd32 on packed ports ``a``, ``b`` (shared
-    operands) and ``mul``, ``add`` (results)."""
+# -- the bench: units side by side, so that one build (per simulator) covers them all ------
+@dataclass(frozen=True, kw_only=True)
+class BenchParams:
+    """What a :class:`NumericsBench` holds.
 
-    def __init__(self, lanes: int):
-        self.lanes = lanes
-        super().__init__({"a": In(32 * lanes), "b": In(32 * lanes),
-                          "mul": Out(32 * lanes), "add": Out(32 * lanes)})
+    fp32_lanes : copies of FpMul32 and of FpAdd32 (0: none), on ports ``a``, ``b``,
+        ``mul``, ``add``.
+    widen : Widen parameters; ``widen_lanes`` copies each, on ports ``x<k>``, ``y<k>``.
+    casts : Cast parameters, each Cast on its own streams ``i<k>``, ``o<k>``.
+    """
 
-    def elaborate(self, platform):
-        m = Module()
-        for n in range(self.lanes):
-            for name, unit in (("mul", FpMul32), ("add", FpAdd32)):
-                m.submodules[f"{name}{n}"] = u = unit()
-                word = slice(32 * n, 32 * n + 32)
-                m.d.comb += [u.a.eq(self.a[word]), u.b.eq(self.b[word]),
-                             getattr(self, name)[word].eq(u.y)]
-        return m
+    fp32_lanes: int = 0
+    widen: tuple[WidenParams, ...] = ()
+    widen_lanes: int = 1
+    casts: tuple[CastParams, ...] = ()
+
+    def __post_init__(self):
+        for field in ("fp32_lanes", "widen_lanes"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{field} must be a non-negative integer, not {value!r}")
+        if not all(isinstance(p, WidenParams) for p in self.widen):
+            raise ValueError(f"widen must be a tuple of WidenParams, not {self.widen!r}")
+        if not all(isinstance(p, CastParams) for p in self.casts):
+            raise ValueError(f"casts must be a tuple of CastParams, not {self.casts!r}")
+
+    @property
+    def testcases(self) -> list[str]:
+        return [name for name, used in (("fp32_arith", self.fp32_lanes),
+                                        ("widen_patterns", self.widen and self.widen_lanes),
+                                        ("cast_stream", self.casts)) if used]
 
 
-class WidenBench(wiring.Component):
-    """``lanes`` Widen units per format on packed ports ``x<k>``, ``y<k>``."""
+class NumericsBench(wiring.Component):
+    """The units of a :class:`BenchParams` side by side (see there for the ports)."""
 
-    def __init__(self, params: tuple[WidenParams, ...], lanes: int):
-        self.params, self.lanes = params, lanes
+    def __init__(self, params: BenchParams):
+        self.params = params
+        lanes = params.fp32_lanes
         ports = {}
-        for k, p in enumerate(params):
-            ports[f"x{k}"] = In(p.fmt.bits * lanes)
-            ports[f"y{k}"] = Out(32 * lanes)
+        if lanes:
+            ports.update(a=In(32 * lanes), b=In(32 * lanes), mul=Out(32 * lanes),
+                         add=Out(32 * lanes))
+        for k, p in enumerate(params.widen):
+            ports[f"x{k}"] = In(p.fmt.bits * params.widen_lanes)
+            ports[f"y{k}"] = Out(32 * params.widen_lanes)
+        for k, p in enumerate(params.casts):
+            ports[f"i{k}"] = In(stream.Signature(data.ArrayLayout(32, p.lanes)))
+            ports[f"o{k}"] = Out(stream.Signature(data.ArrayLayout(p.fmt.bits, p.lanes)))
         super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
-        for k, p in enumerate(self.params):
+        params = self.params
+        for n in range(params.fp32_lanes):
+            word = slice(32 * n, 32 * n + 32)
+            for name, unit in (("mul", FpMul32), ("add", FpAdd32)):
+                m.submodules[f"{name}{n}"] = u = unit()
+                m.d.comb += [u.a.eq(self.a[word]), u.b.eq(self.b[word]),
+                             getattr(self, name)[word].eq(u.y)]
+        for k, p in enumerate(params.widen):
             x, y, w = getattr(self, f"x{k}"), getattr(self, f"y{k}"), p.fmt.bits
-            for n in range(self.lanes):
-                m.submodules[f"w{k}_{n}"] = u = Widen(p)
+            for n in range(params.widen_lanes):
+                m.submodules[f"widen{k}_{n}"] = u = Widen(p)
                 m.d.comb += [u.x.eq(x[w * n:w * n + w]), y[32 * n:32 * n + 32].eq(u.y)]
+        for k, p in enumerate(params.casts):
+            m.submodules[f"cast{k}"] = cast = Cast(p)
+            wiring.connect(m, wiring.flipped(getattr(self, f"i{k}")), cast.i)
+            wiring.connect(m, cast.o, wiring.flipped(getattr(self, f"o{k}")))
         return m
 
 
@@ -121,7 +152,7 @@ if cocotb is not None:
     async def fp32_arith(dut):
         """Edge-biased random operand pairs through FpMul32 and FpAdd32, bit exact."""
         p = tb_params()
-        lanes, count = p["lanes"], p["vectors"]
+        lanes, count = p["lanes"], p["fp32_vectors"]
         dut._log.info("fp32 mul and add: %d vectors, seed=%d", count, p["seed"])
         rng = np.random.default_rng(p["seed"])
         a, b = golden.edge_fp32_pairs(rng, count)
@@ -142,7 +173,7 @@ if cocotb is not None:
     async def widen_patterns(dut):
         """Every bit pattern of each format (random ones above 16 bits) through Widen."""
         p = tb_params()
-        lanes = p["lanes"]
+        lanes = p["widen_lanes"]
         rng = np.random.default_rng(p["seed"])
         fmts = [format_by_name(name) for name in p["formats"]]
         total_bad = 0
@@ -247,111 +278,77 @@ if cocotb is not None:
         assert bad == 0, f"{bad} results differ"
 
 
-class CastBench(wiring.Component):
-    """Casts side by side, each on its own streams ``i<k>`` and ``o<k>``."""
-
-    def __init__(self, params: tuple[CastParams, ...]):
-        self.params = params
-        ports = {}
-        for k, p in enumerate(params):
-            ports[f"i{k}"] = In(stream.Signature(data.ArrayLayout(32, p.lanes)))
-            ports[f"o{k}"] = Out(stream.Signature(data.ArrayLayout(p.fmt.bits, p.lanes)))
-        super().__init__(ports)
-
-    def elaborate(self, platform):
-        m = Module()
-        for k, p in enumerate(self.params):
-            m.submodules[f"cast{k}"] = cast = Cast(p)
-            wiring.connect(m, wiring.flipped(getattr(self, f"i{k}")), cast.i)
-            wiring.connect(m, cast.o, wiring.flipped(getattr(self, f"o{k}")))
-        return m
-
-
 # -- entry points -----------------------------------------------------------------------------
-def _one_type(params, kind) -> tuple | None:
-    if isinstance(params, kind):
-        return (params,)
-    if isinstance(params, tuple) and params and all(isinstance(p, kind) for p in params):
+def _bench_params(params) -> BenchParams:
+    if isinstance(params, BenchParams):
         return params
-    return None
+    if params == "fp32":
+        return BenchParams(fp32_lanes=1)
+    single = params if isinstance(params, tuple) else (params,)
+    if single and all(isinstance(p, WidenParams) for p in single):
+        return BenchParams(widen=single)
+    if single and all(isinstance(p, CastParams) for p in single):
+        return BenchParams(casts=single)
+    raise ValueError(f"params must be a BenchParams, 'fp32', a WidenParams, a CastParams or "
+                     f"a tuple of either, not {params!r}")
 
 
 def simulate(params, sim: str, seed: int | None = None, vectors: int = 20_000,
-             lanes: int = 1, idle: float = 0.2, stall: float = 0.2) -> RunResult:
-    """Run the cocotb testbench of numerics units; returns a :class:`RunResult`.
+             fp32_vectors: int | None = None, idle: float = 0.2,
+             stall: float = 0.2) -> RunResult:
+    """Run the cocotb testbenches of numerics units on one build; returns a RunResult
+    (one cocotb test per kind of unit in the bench).
 
-    ``params``:
-
-    * ``"fp32"``: FpMul32 and FpAdd32 on ``vectors`` edge-biased operand pairs, ``lanes``
-      copies of each side by side (one simulator step checks ``lanes`` pairs);
-    * a :class:`WidenParams` or a tuple of them: every bit pattern of formats up to 16 bits
-      (65,536 random ones above) through Widen, ``lanes`` copies per format;
-    * a :class:`CastParams` or a tuple of them (one bench, side by side, one build):
-      ``vectors`` values per Cast; ``idle`` and ``stall`` are the probabilities of an idle
-      input cycle and of a stalled output cycle.
+    ``params`` is a :class:`BenchParams`, or for one kind of unit: ``"fp32"`` (FpMul32 and
+    FpAdd32), a :class:`WidenParams`, a :class:`CastParams`, or a tuple of either.
+    FpMul32/FpAdd32 get ``fp32_vectors`` (default ``vectors``) edge-biased operand pairs;
+    Widen gets every bit pattern of formats up to 16 bits and 65,536 random ones above; each
+    Cast gets ``vectors`` values, with an idle input cycle with probability ``idle`` and a
+    stalled output cycle with probability ``stall``.
     """
+    bench = _bench_params(params)
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
-    module = "sim.tb.test_numerics"
-    if params == "fp32":
-        return run(lambda: Fp32Bench(lanes), "fp32", module, sim,
-                   {"lanes": lanes, "vectors": vectors, "seed": seed},
-                   testcase="fp32_arith", seed=seed)
-    widen = _one_type(params, WidenParams)
-    if widen:
-        return run(lambda: WidenBench(widen, lanes), "widen", module, sim,
-                   {"formats": [p.fmt.name for p in widen], "lanes": lanes, "seed": seed},
-                   testcase="widen_patterns", seed=seed)
-    casts = _one_type(params, CastParams)
-    if casts:
-        specs = [{"fmt": p.fmt.name, "rounding": p.rounding, "rng": p.rng, "seed": p.seed,
-                  "lanes": p.lanes} for p in casts]
-        return run(lambda: CastBench(casts), "cast", module, sim,
-                   {"casts": specs, "vectors": vectors, "seed": seed, "idle": idle,
-                    "stall": stall}, testcase="cast_stream", seed=seed)
-    raise ValueError(f"params must be 'fp32', a WidenParams, a CastParams or a tuple of "
-                     f"either, not {params!r}")
-
-
-# Verilator compiles slowly and runs fast, Icarus the reverse: the large runs go to
-# Verilator, and each simulator builds one bench per test.
-BIG = {"verilator": True, "icarus": False}
-
-
-@pytest.mark.cocotb
-def test_fp32_arith(sim, seed):
-    vectors = 150_000 if BIG[sim] else 3_000
-    result = simulate("fp32", sim, seed, vectors=vectors, lanes=1 if BIG[sim] else 4)
-    assert result.ok, result
-
-
-@pytest.mark.cocotb
-def test_widen(sim, seed):
-    fmts = (FP8_E4M3, FP8_E4M3FN, FP8_E5M2, cfp8(3, "e5m2"), cfp8(20), BF16, FP16, TF32,
-            FP32, INT8)
-    if not BIG[sim]:
-        fmts = (FP8_E4M3, FP8_E4M3FN, FP8_E5M2, cfp8(140), INT8)
-    result = simulate(tuple(WidenParams(fmt=f) for f in fmts), sim, seed,
-                      lanes=4 if BIG[sim] else 8)
-    assert result.ok, result
+    specs = [{"fmt": p.fmt.name, "rounding": p.rounding, "rng": p.rng, "seed": p.seed,
+              "lanes": p.lanes} for p in bench.casts]
+    tb = {"lanes": bench.fp32_lanes, "formats": [p.fmt.name for p in bench.widen],
+          "widen_lanes": bench.widen_lanes, "casts": specs, "vectors": vectors,
+          "fp32_vectors": vectors if fp32_vectors is None else fp32_vectors, "seed": seed,
+          "idle": idle, "stall": stall}
+    return run(lambda: NumericsBench(bench), "numerics", "sim.tb.test_numerics", sim, tb,
+               testcase=bench.testcases, seed=seed)
 
 
 CAST_CASES = (
     CastParams(fmt=FP8_E4M3, lanes=1),
-    CastParams(fmt=FP8_E4M3FN, rounding="stochastic", rng="lfsr32", seed=7, lanes=4),
+    CastParams(fmt=FP8_E4M3FN, rounding="stochastic", rng="lfsr32", seed=7, lanes=2),
     CastParams(fmt=FP8_E5M2, rounding="stochastic", lanes=3),
-    CastParams(fmt=BF16, lanes=2),
-    CastParams(fmt=FP16, rounding="stochastic", rng="lfsr32", lanes=4),
+    CastParams(fmt=BF16, lanes=1),
+    CastParams(fmt=FP16, rounding="stochastic", rng="lfsr32", lanes=2),
     CastParams(fmt=TF32, rounding="stochastic", seed=12345, lanes=1),
-    CastParams(fmt=cfp8(11), lanes=4),
-    CastParams(fmt=cfp8(-20, "e5m2"), rounding="stochastic", seed=3, lanes=4),
+    CastParams(fmt=cfp8(11), lanes=1),
+    CastParams(fmt=cfp8(-20, "e5m2"), rounding="stochastic", seed=3, lanes=2),
 )
+WIDEN_FORMATS = (FP8_E4M3, FP8_E4M3FN, FP8_E5M2, cfp8(3, "e5m2"), cfp8(140), BF16, FP16, TF32,
+                 FP32, INT8)
+
+# Verilator compiles slowly and runs fast, Icarus the reverse: Verilator gets every unit and
+# 10**5 vectors per unit and target format, Icarus a subset and a few thousand; each builds
+# one bench.
+BENCHES = {
+    "verilator": (BenchParams(fp32_lanes=1, widen=tuple(WidenParams(fmt=f)
+                                                        for f in WIDEN_FORMATS),
+                              widen_lanes=2, casts=CAST_CASES), 120_000, 100_000),
+    "icarus": (BenchParams(fp32_lanes=4, widen=tuple(WidenParams(fmt=f)
+                                                     for f in WIDEN_FORMATS[:5] + (INT8,)),
+                           widen_lanes=8, casts=CAST_CASES[1:3] + CAST_CASES[7:]), 3_000, 1_500),
+}
 
 
 @pytest.mark.cocotb
-def test_cast(sim, seed):
-    """Every target format, both roundings, both generators, lanes 1, 2, 3 and 4."""
-    if BIG[sim]:
-        result = simulate(CAST_CASES, sim, seed, vectors=100_000)
-    else:
-        result = simulate(CAST_CASES[1::3], sim, seed, vectors=1_500)
-    assert result.ok, result
+def test_numerics_bench(sim, seed):
+    """FpMul32, FpAdd32 (edge-biased pairs), Widen (every pattern up to 16 bits) and Cast
+    (every target format, both roundings, both generators, lanes 1 to 4) on the emitted
+    Verilog, bit exact against the golden model."""
+    bench, fp32_vectors, cast_vectors = BENCHES[sim]
+    result = simulate(bench, sim, seed, vectors=cast_vectors, fp32_vectors=fp32_vectors)
+    assert result.ok and result.tests == 3, result
