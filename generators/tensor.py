@@ -12,6 +12,7 @@ testbench runs both and checks them against the golden model.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from hdl.tensor.params import SystolicParams
@@ -75,10 +76,23 @@ def verilog_modules(params: SystolicParams, top: str = TOP) -> dict[str, str]:
         "column": PsumColumn(params),
         "control": SystolicControl(params),
     }
-    texts = {f"{names[level]}.v": verilog.convert(component, name=names[level], emit_src=False)
-             for level, component in parts.items()}
+    texts = {}
+    for level, component in parts.items():
+        text = verilog.convert(component, name=names[level], emit_src=False)
+        if level in ("pe", "column"):
+            text = _no_inline(text, names[level])
+        texts[f"{names[level]}.v"] = text
     texts[f"{top}.v"] = _array_text(params, names)
     return texts
+
+
+def _no_inline(text: str, module: str) -> str:
+    """Ask Verilator to keep ``module`` one C++ class instead of inlining every instance:
+    rows x cols copies of the PE's floating-point logic otherwise make its C++ build slow."""
+    head = re.search(rf"^module {re.escape(module)}\(.*?\);\n", text, flags=re.M | re.S)
+    if head is None:
+        raise ValueError(f"module {module!r} must be in the emitted text")
+    return text[:head.end()] + "  /*verilator no_inline_module*/\n" + text[head.end():]
 
 
 def _comment(header: str) -> str:

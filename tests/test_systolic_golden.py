@@ -147,6 +147,8 @@ def test_float_sum_order(name):
     col = encode([[1.0], [2.0**-12], [2.0**-12]], name)
     assert matmul(col, col, name)[0, 0] == np.float32(1.0).view(np.uint32)
     assert matmul(col[::-1], col[::-1], name)[0, 0] == np.float32(1 + 2**-23).view(np.uint32)
+    params = SystolicParams(rows=3, cols=1, fmt=name)  # the array's parameters name the format
+    assert matmul(col, col, params)[0, 0] == np.float32(1.0).view(np.uint32)
 
 
 def test_int8_wraps(seed):
@@ -179,10 +181,12 @@ def test_params_errors():
         SystolicParams(rows=0, cols=4, fmt="bf16")
     with pytest.raises(ValueError, match=r"cols must be a positive integer, not 'x'"):
         SystolicParams(rows=4, cols="x", fmt="bf16")
-    with pytest.raises(ValueError, match=r"format must be one of .*not 'bf17'"):
+    with pytest.raises(ValueError, match=r"fmt must be one of .*bf16.*, not 'bf17'"):
         SystolicParams(rows=4, cols=4, fmt="bf17")
     with pytest.raises(ValueError, match=r"fmt must be an 8-bit float format with double_rate"):
         SystolicParams(rows=4, cols=4, fmt="bf16", double_rate=True)
+    with pytest.raises(ValueError, match=r"moving_max must be a positive integer, not -1"):
+        SystolicParams(rows=4, cols=4, fmt="bf16", moving_max=-1)
 
 
 def test_cycle_model_closed_forms():

@@ -49,7 +49,10 @@ class SystolicParams:
         _check_positive("moving_max", self.moving_max)
         from hdl.numerics.formats import format_by_name
 
-        fmt = format_by_name(self.fmt)  # raises with the legal names
+        try:
+            fmt = format_by_name(self.fmt)
+        except ValueError as err:  # name the field, keep the list of legal formats
+            raise ValueError(f"fmt{str(err).removeprefix('format')}") from None
         if not isinstance(self.double_rate, bool):
             raise ValueError(f"double_rate must be a bool, not {self.double_rate!r}")
         if self.double_rate and not (fmt.is_float and fmt.bits == 8):

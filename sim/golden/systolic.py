@@ -29,14 +29,32 @@ CANONICAL_NAN = np.uint32(0x7FC00000)
 
 
 def _format(fmt):
+    if isinstance(fmt, SystolicParams):
+        return fmt.format
     return format_by_name(fmt) if isinstance(fmt, str) else fmt
 
 
-def to_fp32(bits, fmt) -> np.ndarray:
-    """float32 values of ``fmt`` bit patterns (exact: every format widens into binary32)."""
+@lru_cache(maxsize=64)
+def _widen_table(fmt) -> np.ndarray:
     from sim.golden.numerics import widen
 
-    return np.asarray(widen(np.asarray(bits), _format(fmt)), dtype=np.uint32).view(np.float32)
+    codes = np.arange(1 << fmt.bits, dtype=np.uint32)
+    return np.asarray(widen(codes, fmt), dtype=np.uint32).view(np.float32)
+
+
+def to_fp32(bits, fmt) -> np.ndarray:
+    """float32 values of ``fmt`` bit patterns (exact: every format widens into binary32).
+
+    Formats of up to 19 bits go through a table of every code, made once per format by
+    :func:`sim.golden.numerics.widen`; wider ones call it directly.
+    """
+    fmt = _format(fmt)
+    bits = np.asarray(bits)
+    if fmt.bits <= 19:
+        return _widen_table(fmt)[bits.astype(np.uint32) & ((1 << fmt.bits) - 1)]
+    from sim.golden.numerics import widen
+
+    return np.asarray(widen(bits, fmt), dtype=np.uint32).view(np.float32)
 
 
 def _int_values(bits, fmt: IntFormat) -> np.ndarray:
@@ -51,7 +69,8 @@ def matmul(stationary, moving, fmt, psum=None, accumulate: bool = False) -> np.n
     ----------
     stationary : array (K, M) of ``fmt`` bit patterns
     moving : array (K, N) of ``fmt`` bit patterns
-    fmt : format name or descriptor (:mod:`hdl.numerics.formats`)
+    fmt : format name or descriptor (:mod:`hdl.numerics.formats`), or the array's
+        :class:`~hdl.tensor.params.SystolicParams`
     psum : array (M, N) of uint32 bit patterns, the bank before the matmul (accumulate only)
     accumulate : add the sum to ``psum`` instead of overwriting it
     """

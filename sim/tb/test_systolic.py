@@ -30,6 +30,7 @@ from sim.tb import runner
 
 TOP = "systolic_harness"
 PERIOD_NS = 10
+TESTS = ["identity_and_zeros", "extremes_and_specials", "accumulation_chain", "random_programs"]
 
 
 # ---- parameters ----------------------------------------------------------------------------
@@ -47,21 +48,26 @@ def _params_from_json(d: dict) -> SystolicParams:
 def simulate(params: SystolicParams, sim: str, seed: int | None = None,
              hierarchical: bool = True) -> runner.RunResult:
     """Run the full cocotb testbench for one parameter set on ``sim``."""
-    from amaranth.back import verilog
-
     hp = harness_params(params)
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
     tb = {"array": asdict(params), "seed": seed}
     if hierarchical:
-        from generators.tensor import TOP as ARRAY_TOP
-        from generators.tensor import verilog_modules
-
-        text = verilog.convert(SystolicHarness(hp, dut_module=ARRAY_TOP), name=TOP,
-                               emit_src=False)
-        text += "".join(verilog_modules(params, ARRAY_TOP).values())
-        return runner.run_verilog(text, TOP, "sim.tb.test_systolic", sim, tb, seed=seed)
+        text = harness_verilog(params)
+        return runner.run_verilog(text, TOP, "sim.tb.test_systolic", sim, tb, TESTS, seed)
     return runner.run(lambda: SystolicHarness(hp), TOP, "sim.tb.test_systolic", sim, tb,
-                      seed=seed)
+                      TESTS, seed)
+
+
+def harness_verilog(params: SystolicParams) -> str:
+    """Verilog of the harness around the generator's hierarchical emission of ``params``."""
+    from amaranth.back import verilog
+
+    from generators.tensor import TOP as ARRAY_TOP
+    from generators.tensor import verilog_modules
+
+    text = verilog.convert(SystolicHarness(harness_params(params), dut_module=ARRAY_TOP),
+                           name=TOP, emit_src=False)
+    return text + "".join(verilog_modules(params, ARRAY_TOP).values())
 
 
 # ---- operand generation --------------------------------------------------------------------
@@ -339,6 +345,49 @@ async def random_programs(dut):
         idle, stall = (int(v) for v in tb.rng.integers(0, 200, size=2))
         await tb.run(program, name=f"random {case} (streaming)")
         await tb.run(program, idle=idle, stall=stall, name=f"random {case}")
+
+
+@_cocotb_test
+async def throughput(dut):
+    """Simulated cycles per wall-clock second on full tiles (used by benchmarks/tensor.py;
+    parameters ``programs`` and ``report``, a JSON file to write). Results are still checked,
+    outside the timed part."""
+    import json
+    import time
+
+    from cocotb.triggers import RisingEdge, with_timeout
+    from cocotb.utils import get_sim_time
+
+    config = runner.tb_params()
+    tb = _tb(dut)
+    await tb.reset()
+    p = tb.params
+    k, m, n = p.k_max, p.cols, p.moving_max
+    program = [tb.load(k, m), tb.multiply(k, n), tb.load(k, m),
+               tb.multiply(k, n, accumulate=True), tb.multiply(k, n, accumulate=True)]
+    want_cycles = schedule(p, [op for op, _ in program]).outputs
+    wall = cycles = 0.0
+    for _ in range(config["programs"]):
+        ops = tb._load_program(program)
+        dut.n_cmds.value = len(ops)
+        dut.seed.value = 1
+        dut.idle.value = 0
+        dut.stall.value = 0
+        dut.start.value = 1
+        await RisingEdge(dut.clk)
+        dut.start.value = 0
+        begin_ns = get_sim_time("ns")
+        begin = time.perf_counter()
+        await with_timeout(RisingEdge(dut.done), 100 * len(want_cycles) * PERIOD_NS, "ns")
+        wall += time.perf_counter() - begin
+        cycles += (get_sim_time("ns") - begin_ns) / PERIOD_NS
+        want = tb.expected(program)
+        for j, beat in enumerate(want):
+            word = int(dut.res[j].value)
+            got = [(word >> (32 * c)) & 0xFFFFFFFF for c in range(p.cols)]
+            assert got == [int(v) for v in beat], f"beat {j} differs"
+    with open(config["report"], "w") as fh:
+        json.dump({"cycles": cycles, "seconds": wall}, fh)
 
 
 # ---- pytest entry points -------------------------------------------------------------------
