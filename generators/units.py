@@ -207,3 +207,41 @@ def scalar_datasheet(spec: ChipSpec) -> list[dict]:
 
 UNITS["scalar"] = Unit("scalar", _scalar_params, _vector_emit, _scalar_simulate,
                        datasheet=scalar_datasheet)
+
+
+# --- tensor engine --------------------------------------------------------------------------
+
+def tensor_params(spec: ChipSpec, scale: str):
+    """One systolic array per RTL-supported input format of the spec (the PE's datapath
+    differs by format); double rate where the spec gives an 8-bit format rate 2."""
+    from hdl.tensor.params import SystolicParams
+
+    t = spec.core.tensor
+    rows, cols = (t.rows, t.cols) if scale == "full" else (spec.sim.tensor_rows,
+                                                           spec.sim.tensor_cols)
+    moving = t.moving_max if scale == "full" else min(t.moving_max, 16)
+    out = []
+    for fmt in t.formats:
+        name = rtl_format_name(spec, fmt)
+        if name is None:
+            continue
+        double = t.rates.get(fmt, 1) == 2 and fmt not in ("int8",)
+        out.append(SystolicParams(rows=rows, cols=cols, fmt=name, moving_max=moving,
+                                  double_rate=double))
+    return out
+
+
+def _tensor_emit(params, rtl_dir, header):
+    from generators.tensor import emit
+
+    top = "tensor_" + params.fmt + ("_x2" if params.double_rate else "")
+    return emit(params, rtl_dir, header, top=top)
+
+
+def _tensor_simulate(params, sim, seed=None):
+    from sim.tb.test_systolic import simulate
+
+    return simulate(params, sim, seed=seed)
+
+
+UNITS["tensor"] = Unit("tensor", tensor_params, _tensor_emit, _tensor_simulate)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from hdl.numerics.formats import IntFormat, format_by_name
 
+from hdl.numerics.formats import IntFormat, format_by_name
 from hdl.tensor.params import SystolicParams
 
 __all__ = ["CANONICAL_NAN", "Load", "Multiply", "Schedule", "cycles", "matmul", "schedule",
