@@ -12,6 +12,10 @@ Each beat of the input stream carries one element of every lane (partition): ``a
 3. Output cast to ``params.out_format`` (RNE or stochastic rounding, :class:`Cast`), or fp32
    unchanged. Bitwise results are cast like any other value: read them with ``fp32`` out.
 
+With ``lane_instances`` both the lane (:class:`VectorLane`) and the cast's lane
+(:class:`~hdl.numerics.cast.CastLane`, its seed tied per lane) are modules emitted once and
+instantiated per lane (:meth:`Vector.lane_modules`).
+
 Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``) must hold while a stream is in
 flight. Pipeline: two register stages with a common stall (a beat moves when the output stage
 is empty or read), then the cast's register stage; one beat per cycle at full rate.
