@@ -240,8 +240,9 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
 
     ``params`` is a :class:`~hdl.vector.vector.VectorParams`, an
     :class:`~hdl.vector.activation.ActivationParams`, or a sequence of them. Each engine
-    gives two files: the top (``vector.v`` / ``activation.v``) and its lane, emitted once and
-    instantiated per partition (``vector_lane.v`` / ``activation_lane.v``). The text is
+    gives the top (``vector.v`` / ``activation.v``) and its lane, emitted once and instantiated
+    per partition (``vector_lane.v`` / ``activation_lane.v``); a vector engine with an output
+    cast also gives the cast's lane (``vector_cast_lane.v``, likewise). The text is
     deterministic (``header`` prepended as comments, no timestamps or paths); a file is only
     rewritten when its content changes. Returns the paths written.
     """
@@ -249,7 +250,7 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
 
     from hdl.vector.activation import Activation, ActivationLane, ActivationParams
     from hdl.vector.lanes import lane_verilog
-    from hdl.vector.vector import Vector, VectorLane, VectorParams
+    from hdl.vector.vector import Vector, VectorParams
 
     items = params if isinstance(params, list | tuple) else [params]
     rtl_dir = Path(rtl_dir)
@@ -258,14 +259,16 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
     paths = []
     for item in items:
         if isinstance(item, VectorParams):
-            top, name, lane = Vector(item, lane_instances=True), "vector", VectorLane()
+            top, name = Vector(item, lane_instances=True), "vector"
+            lanes = top.lane_modules()
         elif isinstance(item, ActivationParams):
             top = Activation(item, lane_instances=True)
-            name, lane = "activation", ActivationLane(item)
+            name, lanes = "activation", {top.LANE_MODULE: ActivationLane(item)}
         else:
             raise ValueError(f"params must be VectorParams or ActivationParams, not {item!r}")
         text = verilog.convert(top, name=name, emit_src=False)
         paths.append(_write(rtl_dir / f"{name}.v", prefix + text))
-        lane_text = lane_verilog(lane, top.LANE_MODULE)
-        paths.append(_write(rtl_dir / f"{top.LANE_MODULE}.v", prefix + lane_text))
+        for module, lane in lanes.items():
+            lane_text = lane_verilog(lane, module)
+            paths.append(_write(rtl_dir / f"{module}.v", prefix + lane_text))
     return paths

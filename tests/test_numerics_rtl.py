@@ -9,9 +9,10 @@ import subprocess
 
 import numpy as np
 import pytest
+from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
-from hdl.numerics.cast import Cast, CastParams
+from hdl.numerics.cast import Cast, CastLane, CastParams, lane_seed
 from hdl.numerics.formats import (
     BF16,
     FP8_E4M3,
@@ -133,6 +134,51 @@ def test_cast(params, seed):
     got = run_cast(params, x, rng)
     want = golden.cast_bits(x.view(np.float32), **golden.cast_params(params))
     assert np.array_equal(got, want.astype(np.int64))
+
+
+@pytest.mark.parametrize("params", [
+    CastParams(fmt=BF16, rounding="stochastic", seed=5, lanes=128),
+    CastParams(fmt=FP8_E4M3, rounding="stochastic", rng="lfsr32", seed=2**32 - 1, lanes=128),
+], ids=lambda p: p.rng)
+def test_cast_lane_seed_port_and_reset(params, seed):
+    """One CastLane with lane 127's seed tied to its port gives that lane's golden sequence,
+    and a reset mid-stream restarts the sequence from the seed."""
+    rng = np.random.default_rng(seed)
+    lane = params.lanes - 1
+    # values between grid points, so that every result depends on the random word
+    x = rng.uniform(-3.0, 3.0, 80).astype(np.float32).view(np.uint32)
+    full = np.zeros((len(x), params.lanes), dtype=np.uint32)
+    full[:, lane] = x
+    want = golden.cast_bits(full.view(np.float32), **golden.cast_params(params))[:, lane]
+    restart = 30
+    dut = CastLane(params)
+    m = Module()
+    m.domains.sync = domain = ClockDomain()
+    m.submodules.dut = dut
+    m.d.comb += dut.seed.eq(lane_seed(params, lane))
+    got = []
+
+    async def bench(ctx):
+        beats = [*x[:restart], None, *x]  # None: one reset cycle
+        n = 0
+        while n < len(beats):
+            beat = beats[n]
+            en = beat is not None and rng.random() < 0.7
+            ctx.set(domain.rst, beat is None)
+            ctx.set(dut.en, en)
+            if beat is not None:
+                ctx.set(dut.x, int(beat))
+            await ctx.tick()
+            if en:
+                got.append(ctx.get(dut.y))
+            if en or beat is None:
+                n += 1
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8, domain="sync")
+    sim.add_testbench(bench)
+    sim.run()
+    assert np.array_equal(np.array(got), np.concatenate([want[:restart], want]).astype(np.int64))
 
 
 @pytest.mark.parametrize("name,unit", [

@@ -42,8 +42,8 @@ def emitted(tmp_path_factory):
 
 def test_emit_writes_top_and_lane_modules_deterministically(emitted, tmp_path):
     out, paths = emitted
-    assert [p.name for p in paths] == ["vector.v", "vector_lane.v", "activation.v",
-                                       "activation_lane.v"]
+    assert [p.name for p in paths] == ["vector.v", "vector_lane.v", "vector_cast_lane.v",
+                                       "activation.v", "activation_lane.v"]
     again = emit(PARAMS, tmp_path, "trngen vector test\nspec hash 0123")
     for a, b in zip(paths, again, strict=True):
         text = a.read_text()
@@ -52,6 +52,10 @@ def test_emit_writes_top_and_lane_modules_deterministically(emitted, tmp_path):
         assert str(out) not in text and str(tmp_path) not in text
     top = (out / "vector.v").read_text()
     assert top.count("vector_lane lane") == 3 and "module vector_lane" not in top
+    # the cast's lanes: one module, instantiated per lane with that lane's seed words
+    assert top.count("vector_cast_lane lane") == 3 and "module vector_cast_lane" not in top
+    cast_lane = (out / "vector_cast_lane.v").read_text()
+    assert "module vector_cast_lane(" in cast_lane and "seed" in cast_lane
     mtime = paths[0].stat().st_mtime_ns
     emit(PARAMS, out, "trngen vector test\nspec hash 0123")
     assert paths[0].stat().st_mtime_ns == mtime  # unchanged content: not rewritten
@@ -64,12 +68,13 @@ def test_emit_rejects_other_params(tmp_path):
 
 @pytest.mark.parametrize("top", ["vector", "activation"])
 def test_emitted_verilog_is_lint_clean(emitted, top):
-    out, _ = emitted
+    out, paths = emitted
+    files = [p.name for p in paths if p.name.startswith(f"{top}")]
     env = setup_verilator_env(dict(os.environ))
     verilator = shutil.which("verilator", path=env.get("PATH"))
     if verilator is None:
         pytest.skip("verilator is not installed")
     cmd = [verilator, "--lint-only", "-Wall", *(f"-Wno-{w}" for w in WAIVERS),
-           "--top-module", top, f"{top}.v", f"{top}_lane.v"]
+           "--top-module", top, *files]
     proc = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

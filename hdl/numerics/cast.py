@@ -35,21 +35,30 @@ Seeding (:func:`rng_initial_state`): word ``i`` of lane ``l`` is
 ``mix32((seed + 0x9E3779B9 * (8*l + i + 1)) mod 2**32)`` with ``mix32`` the MurmurHash3
 finaliser; the LFSR takes word 0 (1 if that is 0), xorwow takes x, y, z, w, v, d = words 0..5
 (v = 1 if x..v are all 0). ``seed`` is fixed at elaboration (an integer in [0, 2**32)).
+
+Lanes (:class:`CastLane`)
+-------------------------
+Each lane is a :class:`CastLane`: one value's rounding datapath, its output register and its
+generator. The lane's seed words come in on its ``seed`` port (a constant tied by the parent)
+instead of being built into the lane, so all lanes of a cast are the same module and can be
+emitted once and instantiated per lane (``Cast(params, lane_module=...)``). The generator's
+registers hold its state XOR ``seed`` and reset to 0, i.e. every lane resets (and powers up)
+with its own seed as the state, without a per-lane reset value.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .formats import FP32, FloatFormat
 from .fpu import lzc, round_pack
 
-__all__ = ["LFSR_TAPS", "RNGS", "ROUNDINGS", "XORWOW_WEYL", "Cast", "CastParams",
-           "rng_initial_state"]
+__all__ = ["LFSR_TAPS", "RNGS", "ROUNDINGS", "XORWOW_WEYL", "Cast", "CastLane", "CastParams",
+           "lane_seed", "rng_initial_state"]
 
 ROUNDINGS = ("rne", "stochastic")
 RNGS = ("xorwow", "lfsr32")
@@ -136,18 +145,103 @@ def _cast_lane(m: Module, fmt: FloatFormat, x, rand):
     return out
 
 
-class Cast(wiring.Component):
-    """Streamed binary32 -> ``params.fmt`` cast (see the module docstring).
+def _seed_words(rng: str) -> int:
+    return 1 if rng == "lfsr32" else 6
 
-    Ports: ``i``, a stream of ``ArrayLayout(32, lanes)``; ``o``, a stream of
-    ``ArrayLayout(fmt.bits, lanes)``. One output register: ``i.ready`` is high while the
-    output register is empty or being read, so a full-rate stream passes one beat a cycle.
+
+def lane_seed(params: CastParams, lane: int) -> int:
+    """The value to tie lane ``lane``'s ``seed`` port to: its initial state words
+    (:func:`rng_initial_state`), word ``k`` in bits ``32k .. 32k+31``."""
+    return sum(w << (32 * k)
+               for k, w in enumerate(rng_initial_state(params.rng, params.seed, lane)))
+
+
+class CastLane(wiring.Component):
+    """One lane of :class:`Cast`: a binary32 -> ``params.fmt`` cast, its output register and,
+    for stochastic rounding, its random generator.
+
+    Ports: ``x`` (32 bits), the value; ``en``, a beat is accepted: ``y`` loads the cast of
+    ``x`` and the generator advances (its next word rounds this beat); ``y`` (``fmt.bits``),
+    the output register. With stochastic rounding, ``seed`` (32 bits for ``"lfsr32"``, 192
+    for ``"xorwow"``) is the lane's initial generator state, :func:`lane_seed`; it must be
+    held constant (the generator's registers hold the state XOR ``seed`` and reset to 0).
+
+    Only ``params.fmt``, ``rounding`` and ``rng`` shape the lane; ``seed`` and ``lanes`` are
+    the parent's business, so every lane of a cast is the same module.
     """
 
     def __init__(self, params: CastParams):
         if not isinstance(params, CastParams):
             raise ValueError(f"params must be a CastParams, not {params!r}")
         self.params = params
+        ports = {"x": In(32), "en": In(1), "y": Out(params.fmt.bits)}
+        if params.rounding == "stochastic":
+            ports["seed"] = In(32 * _seed_words(params.rng))
+        super().__init__(ports)
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.params
+        rand = None
+        if p.rounding == "stochastic":
+            drop = FP32.man_bits - p.fmt.man_bits
+            rand = self._rng(m)[32 - drop:]
+        y = _cast_lane(m, p.fmt, self.x, rand)
+        with m.If(self.en):
+            m.d.sync += self.y.eq(y)
+        return m
+
+    def _rng(self, m: Module):
+        """The generator: returns the word of its next state (used this beat)."""
+        p = self.params
+        seeds = [self.seed[32 * k:32 * (k + 1)] for k in range(_seed_words(p.rng))]
+        if p.rng == "lfsr32":
+            reg = Signal(32, name="lfsr")
+            nxt = reg ^ seeds[0]
+            for step in range(32):  # one signal per step keeps the expression linear in size
+                bit = Signal(32, name=f"lfsr_step{step}")
+                m.d.comb += bit.eq(Cat(nxt[1:], Const(0, 1)) ^ Mux(nxt[0], LFSR_TAPS, 0))
+                nxt = bit
+            with m.If(self.en):
+                m.d.sync += reg.eq(nxt ^ seeds[0])
+            return nxt
+        regs = [Signal(32, name=f"xorwow_{n}") for n in "xyzwvd"]
+        x, y, z, w, v, d = (Signal(32, name=f"{n}_state") for n in "xyzwvd")
+        m.d.comb += [s.eq(r ^ k) for s, r, k in zip((x, y, z, w, v, d), regs, seeds,
+                                                    strict=True)]
+        t = x ^ (x >> 2)
+        new_v = Signal(32, name="xorwow_nv")
+        new_d = Signal(32, name="xorwow_nd")
+        m.d.comb += [
+            new_v.eq(v ^ (v << 4)[:32] ^ t ^ (t << 1)[:32]),
+            new_d.eq(d + XORWOW_WEYL),
+        ]
+        word = Signal(32, name="xorwow_word")
+        m.d.comb += word.eq(new_v + new_d)
+        with m.If(self.en):
+            m.d.sync += [r.eq(nxt ^ k) for r, nxt, k in zip(regs, (y, z, w, v, new_v, new_d),
+                                                            seeds, strict=True)]
+        return word
+
+
+class Cast(wiring.Component):
+    """Streamed binary32 -> ``params.fmt`` cast (see the module docstring).
+
+    Ports: ``i``, a stream of ``ArrayLayout(32, lanes)``; ``o``, a stream of
+    ``ArrayLayout(fmt.bits, lanes)``. One output register: ``i.ready`` is high while the
+    output register is empty or being read, so a full-rate stream passes one beat a cycle.
+
+    Each lane is a :class:`CastLane`, a submodule, or with ``lane_module`` an ``Instance`` of
+    the module of that name (ports ``clk``, ``rst``, ``x``, ``en``, ``y`` and ``seed``), which
+    the caller emits once from ``CastLane(params)``: the lanes differ only in the constant
+    tied to ``seed``.
+    """
+
+    def __init__(self, params: CastParams, *, lane_module: str | None = None):
+        if not isinstance(params, CastParams):
+            raise ValueError(f"params must be a CastParams, not {params!r}")
+        self.params = params
+        self.lane_module = lane_module
         super().__init__({
             "i": In(stream.Signature(data.ArrayLayout(32, params.lanes))),
             "o": Out(stream.Signature(data.ArrayLayout(params.fmt.bits, params.lanes))),
@@ -158,48 +252,22 @@ class Cast(wiring.Component):
         p = self.params
         accept = self.i.valid & self.i.ready
         m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
-        drop = FP32.man_bits - p.fmt.man_bits
+        stochastic = p.rounding == "stochastic"
         for lane in range(p.lanes):
-            rand = None
-            if p.rounding == "stochastic":
-                word = self._rng(m, lane, accept)
-                rand = word[32 - drop:]
-            y = _cast_lane(m, p.fmt, self.i.payload[lane], rand)
-            with m.If(accept):
-                m.d.sync += self.o.payload[lane].eq(y)
+            inputs = {"x": self.i.payload[lane], "en": accept}
+            if stochastic:
+                inputs["seed"] = Const(lane_seed(p, lane), 32 * _seed_words(p.rng))
+            if self.lane_module is None:
+                m.submodules[f"lane{lane}"] = unit = CastLane(p)
+                m.d.comb += [getattr(unit, port).eq(value) for port, value in inputs.items()]
+                m.d.comb += self.o.payload[lane].eq(unit.y)
+            else:
+                ports = {f"i_{port}": value for port, value in inputs.items()}
+                m.submodules[f"lane{lane}"] = Instance(
+                    self.lane_module, i_clk=ClockSignal(), i_rst=ResetSignal(),
+                    o_y=self.o.payload[lane], **ports)
         with m.If(accept):
             m.d.sync += self.o.valid.eq(1)
         with m.Elif(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         return m
-
-    def _rng(self, m: Module, lane: int, advance):
-        """Lane ``lane``'s generator: returns the word of the next state (used this beat)."""
-        p = self.params
-        init = rng_initial_state(p.rng, p.seed, lane)
-        if p.rng == "lfsr32":
-            state = Signal(32, init=init[0], name=f"lfsr_{lane}")
-            nxt = state
-            for step in range(32):  # one signal per step keeps the expression linear in size
-                bit = Signal(32, name=f"lfsr_{lane}_step{step}")
-                m.d.comb += bit.eq(Cat(nxt[1:], Const(0, 1)) ^ Mux(nxt[0], LFSR_TAPS, 0))
-                nxt = bit
-            nxt_sig = nxt
-            with m.If(advance):
-                m.d.sync += state.eq(nxt_sig)
-            return nxt_sig
-        regs = [Signal(32, init=v, name=f"xorwow_{n}_{lane}")
-                for n, v in zip("xyzwvd", init, strict=True)]
-        x, y, z, w, v, d = regs
-        t = x ^ (x >> 2)
-        new_v = Signal(32, name=f"xorwow_nv_{lane}")
-        new_d = Signal(32, name=f"xorwow_nd_{lane}")
-        m.d.comb += [
-            new_v.eq(v ^ (v << 4)[:32] ^ t ^ (t << 1)[:32]),
-            new_d.eq(d + XORWOW_WEYL),
-        ]
-        word = Signal(32, name=f"xorwow_word_{lane}")
-        m.d.comb += word.eq(new_v + new_d)
-        with m.If(advance):
-            m.d.sync += [x.eq(y), y.eq(z), z.eq(w), w.eq(v), v.eq(new_v), d.eq(new_d)]
-        return word

@@ -12,6 +12,10 @@ Each beat of the input stream carries one element of every lane (partition): ``a
 3. Output cast to ``params.out_format`` (RNE or stochastic rounding, :class:`Cast`), or fp32
    unchanged. Bitwise results are cast like any other value: read them with ``fp32`` out.
 
+With ``lane_instances`` both the lane (:class:`VectorLane`) and the cast's lane
+(:class:`~hdl.numerics.cast.CastLane`, its seed tied per lane) are modules emitted once and
+instantiated per lane (:meth:`Vector.lane_modules`).
+
 Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``) must hold while a stream is in
 flight. Pipeline: two register stages with a common stall (a beat moves when the output stage
 is empty or read), then the cast's register stage; one beat per cycle at full rate.
@@ -25,7 +29,7 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.numerics.cast import RNGS, ROUNDINGS, Cast, CastParams
+from hdl.numerics.cast import RNGS, ROUNDINGS, Cast, CastLane, CastParams
 from hdl.numerics.formats import FloatFormat, format_by_name
 from hdl.numerics.fpu import FpAdd32, FpMul32
 
@@ -193,6 +197,7 @@ class Vector(wiring.Component):
     """
 
     LANE_MODULE = "vector_lane"
+    CAST_LANE_MODULE = "vector_cast_lane"
 
     def __init__(self, params: VectorParams, *, lane_instances: bool = False):
         if not isinstance(params, VectorParams):
@@ -209,16 +214,28 @@ class Vector(wiring.Component):
             "scalar": In(data.ArrayLayout(32, n)),
         })
 
+    def lane_modules(self) -> dict[str, wiring.Component]:
+        """The modules instantiated per lane when lanes are instances (see :mod:`.lanes`), by
+        module name: the lane and, with an output cast, the cast's lane (``CastLane``, its
+        seed tied per lane)."""
+        if not self.lane_instances:
+            return {}
+        modules = {self.LANE_MODULE: VectorLane()}
+        if self.params.cast is not None:
+            modules[self.CAST_LANE_MODULE] = CastLane(self.params.cast)
+        return modules
+
     def verilog_dependencies(self) -> list[str]:
-        """Verilog of the lane module when lanes are instances (see :mod:`.lanes`)."""
-        return [lane_verilog(VectorLane(), self.LANE_MODULE)] if self.lane_instances else []
+        """Verilog of the lane modules when lanes are instances."""
+        return [lane_verilog(unit, name) for name, unit in self.lane_modules().items()]
 
     def elaborate(self, platform):
         m = Module()
         p = self.params
         cast = None
         if p.cast is not None:
-            m.submodules.cast = cast = Cast(p.cast)
+            cast_module = self.CAST_LANE_MODULE if self.lane_instances else None
+            m.submodules.cast = cast = Cast(p.cast, lane_module=cast_module)
             sink = cast.i
             wiring.connect(m, wiring.flipped(self.o), cast.o)
         else:
