@@ -160,9 +160,7 @@ def base_from_spec(name, price: float | None = None,
             instances = s.count
         else:
             servers = s.count
-            efa = _efa_per_member(chain, s)
-    if servers == 1 and systems and systems[-1].efa is not None:
-        efa = systems[-1].efa.to("B/s").magnitude
+    efa = _efa_per_server(doc, servers)
     if link_bw is None:
         raise SpecError("expected a NeuronLink bandwidth on the chip or the system, found none",
                         path=f"{doc.kind}.link_bandwidth")
@@ -186,16 +184,15 @@ def base_from_spec(name, price: float | None = None,
         price_shares=dict(price_shares or {"chips": 1.0}))
 
 
-def _efa_per_member(chain: list[SystemSpec], cluster: SystemSpec) -> float:
-    """EFA bandwidth of one member of a cluster (``chain`` runs outermost first): the
-    member's own figure, else the cluster's shared evenly."""
-    i = chain.index(cluster)
-    member = chain[i + 1] if i + 1 < len(chain) else None
-    if member is not None and member.efa is not None:
-        return member.efa.to("B/s").magnitude
-    if cluster.efa is not None:
-        return cluster.efa.to("B/s").magnitude / cluster.count
-    return math.nan
+def _efa_per_server(doc, servers: int) -> float:
+    """EFA bandwidth of one server (of the whole system when it is not a cluster), as the
+    system model derives it (members' sum, or the spec's own for a system of chips)."""
+    model = system_model.build(doc.file)
+    if not isinstance(model, system_model.System):
+        return math.nan
+    part = model.member if servers > 1 and isinstance(model.member, system_model.System) \
+        else model
+    return part.efa.to("B/s").magnitude if part.efa is not None else math.nan
 
 
 # --- formula functions (one place each, numpy-friendly) ---------------------------------

@@ -57,7 +57,7 @@ def test_schema_is_json():
 
 def test_chip_writes_manifest_and_datasheets(tmp_path):
     out = tmp_path / "trn2"
-    result = run("chip", "trn2.yaml", "-o", str(out))
+    result = run("chip", "trn2.yaml", "-o", str(out), "--scale", "sim")
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["spec"] == "trn2" and len(manifest["spec_sha256"]) == 64
@@ -70,15 +70,15 @@ def test_chip_writes_manifest_and_datasheets(tmp_path):
 
 
 def test_chip_default_output_is_build_dir(tmp_path):
-    result = run("chip", "inf1", cwd=tmp_path)
+    result = run("chip", "inf1", "--scale", "sim", cwd=tmp_path)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "build" / "inf1" / "manifest.json").is_file()
 
 
 def test_chip_output_is_deterministic(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    assert run("chip", "trn1", "-o", str(a)).exit_code == 0
-    assert run("chip", "trn1", "-o", str(b)).exit_code == 0
+    assert run("chip", "trn1", "-o", str(a), "--scale", "sim").exit_code == 0
+    assert run("chip", "trn1", "-o", str(b), "--scale", "sim").exit_code == 0
     files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
     files_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
     assert files_a == files_b
@@ -88,9 +88,9 @@ def test_chip_output_is_deterministic(tmp_path):
 
 def test_chip_unchanged_output_is_not_rewritten(tmp_path):
     out = tmp_path / "x"
-    assert run("chip", "trn1", "-o", str(out)).exit_code == 0
+    assert run("chip", "trn1", "-o", str(out), "--scale", "sim").exit_code == 0
     stamp = (out / "manifest.json").stat().st_mtime_ns
-    result = run("chip", "trn1", "-o", str(out))
+    result = run("chip", "trn1", "-o", str(out), "--scale", "sim")
     assert "unchanged" in result.output
     assert (out / "manifest.json").stat().st_mtime_ns == stamp
 
@@ -102,8 +102,24 @@ def test_chip_refuses_system_spec(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("name", ["trn2.yaml", "trn2", "specs/chips/trn2.yaml"])
+@pytest.mark.parametrize("name", ["trn2", "specs/chips/trn2.yaml"])
 def test_chip_finds_spec_from_repo_root(name, tmp_path):
     repo = Path(__file__).resolve().parents[1]
-    result = run("chip", name, "-o", str(tmp_path / "o"), cwd=repo)
+    result = run("chip", name, "-o", str(tmp_path / "o"), "--scale", "sim", cwd=repo)
     assert result.exit_code == 0, result.output
+
+
+def test_chip_full_scale_trn2(tmp_path):
+    """The main job: every unit at the spec's full scale, 128 x 128 arrays included."""
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path / "trn2"
+    result = run("chip", "trn2.yaml", "-o", str(out), cwd=repo)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["scale"] == "full"
+    rtl = {f["path"] for f in manifest["files"] if f["path"].startswith("rtl/")}
+    assert "rtl/tensor_bf16_pe.v" in rtl and "rtl/vector_cast_lane.v" in rtl
+    top = (out / "rtl" / "tensor_bf16.v").read_text()
+    assert "localparam ROWS = 128;" in top and "localparam COLS = 128;" in top
+    listed = (out / "rtl" / "files.f").read_text().split()
+    assert all((out / "rtl" / name).is_file() for name in listed)
