@@ -189,7 +189,10 @@ def chip(spec, output, scale):
 @click.option("--sim", "simulator", type=click.Choice(["icarus", "verilator"]),
               default="icarus", show_default=True)
 @click.option("--seed", type=int, default=None, help="Seed of the random tests.")
-def sim(spec, unit_name, simulator, seed):
+@click.option("--format", "formats", multiple=True, metavar="FMT",
+              help="Tensor engine only: simulate the arrays of these input formats "
+                   "(repeatable; default: every format of the spec).")
+def sim(spec, unit_name, simulator, seed, formats):
     """Run a unit's cocotb testbench on SPEC at simulation scale."""
     import random
 
@@ -207,10 +210,24 @@ def sim(spec, unit_name, simulator, seed):
     if reason:
         raise SpecError(f"{doc.name} has no {unit_name} unit ({reason})")
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
+    variants = list(unit.params(doc.spec, "sim"))
+    if formats:
+        known = sorted(str(getattr(p, "fmt", "")) for p in variants)
+        spec_formats = doc.spec.core.tensor.formats
+        for f in formats:
+            if f not in spec_formats and f not in known:
+                raise SpecError(f"expected a format of {doc.name}'s tensor engine, found "
+                                f"{f!r}", choices=spec_formats)
+        from .units import rtl_format_name
+
+        wanted = {rtl_format_name(doc.spec, f) if f in spec_formats else f for f in formats}
+        variants = [p for p in variants if getattr(p, "fmt", None) in wanted]
+        if not variants:
+            raise SpecError(f"expected a format with RTL, found only {', '.join(formats)}")
     click.echo(f"{doc.name}: {unit_name} on {simulator}, seed {seed}")
     ok = True
     try:
-        for params in unit.params(doc.spec, "sim"):
+        for params in variants:
             results = unit.simulate(params, simulator, seed=seed)
             for r in results if isinstance(results, list) else [results]:
                 ok &= r.ok

@@ -123,3 +123,13 @@ def test_chip_full_scale_trn2(tmp_path):
     assert "localparam ROWS = 128;" in top and "localparam COLS = 128;" in top
     listed = (out / "rtl" / "files.f").read_text().split()
     assert all((out / "rtl" / name).is_file() for name in listed)
+
+
+def test_sim_refuses_unknown_unit_and_format():
+    result = run("sim", "trn2", "--unit", "tensr")
+    assert result.exit_code == 2 and "expected a unit, found 'tensr'" in result.stderr
+    result = run("sim", "trn2", "--unit", "tensor", "--format", "mxfp8")
+    assert result.exit_code == 2
+    assert "expected a format of trn2's tensor engine, found 'mxfp8'" in result.stderr
+    result = run("sim", "trn3", "--unit", "tensor", "--format", "mxfp8")
+    assert result.exit_code == 2 and "expected a format with RTL" in result.stderr
