@@ -4,7 +4,8 @@ Inputs are made with ml_dtypes. The vectorised reference computes each product a
 float64 and rounds it to float32: narrow-format products are exact in float64, and float64
 (53 bits >= 2 * 24 + 2) rounds sums and products of float32 values innocuously, so one rounding
 to float32 afterwards is the correctly rounded binary32 result. A scalar loop in plain Python
-floats checks small tiles the same way, and int8 is checked with Python integers.
+floats checks small tiles the same way, and int8 is checked with Python integers. The compiled
+float kernel is also checked bit for bit against the model's own numpy passes on larger tiles.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from hdl.numerics.formats import format_by_name
 from hdl.tensor.params import SystolicParams
+from sim.golden import systolic
 from sim.golden.systolic import Load, Multiply, cycles, matmul, schedule
 
 NAN = 0x7FC00000
@@ -149,6 +152,42 @@ def test_float_sum_order(name):
     assert matmul(col[::-1], col[::-1], name)[0, 0] == np.float32(1 + 2**-23).view(np.uint32)
     params = SystolicParams(rows=3, cols=1, fmt=name)  # the array's parameters name the format
     assert matmul(col, col, params)[0, 0] == np.float32(1.0).view(np.uint32)
+
+
+def test_compiled_kernel_in_use():
+    assert systolic.numba is not None
+    assert systolic._sum is not systolic._sum_reference
+
+
+@pytest.mark.parametrize("name", FLOATS)
+def test_kernel_matches_numpy_passes(name, seed, monkeypatch):
+    """matmul through the compiled kernel gives the bits of matmul through the numpy passes,
+    on shapes across the kernel's row groups (4) and column blocks (128): random values,
+    special values (NaN, infinities, subnormals, extremes), both mixed, and random codes."""
+    rng = np.random.default_rng(seed)
+    codes = 1 << format_by_name(name).bits
+
+    def tiles(name, shape, codes):
+        pool = specials(name)
+        return [random_tile(rng, name, shape, 4.0), rng.choice(pool, shape),
+                np.where(rng.random(shape) < 0.1, rng.choice(pool, shape),
+                         random_tile(rng, name, shape, 4.0)),
+                rng.integers(0, codes, shape, dtype=np.uint64).astype(np.uint32)]
+
+    cases = []
+    for k, m, n in [(1, 1, 1), (3, 5, 129), (40, 9, 300), (130, 4, 128), (2, 7, 256)]:
+        cases += zip(tiles(name, (k, m), codes), tiles(name, (k, n), codes),
+                     tiles("fp32", (m, n), 2**32), strict=True)
+
+    def run():
+        return [(matmul(w, x, name), matmul(w, x, name, psum=psum, accumulate=True))
+                for w, x, psum in cases]
+
+    compiled = run()
+    monkeypatch.setattr(systolic, "_sum", systolic._sum_reference)
+    for (got, got_acc), (want, want_acc) in zip(compiled, run(), strict=True):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got_acc, want_acc)
 
 
 def test_int8_wraps(seed):
