@@ -59,7 +59,10 @@ def to_fp32(bits, fmt) -> np.ndarray:
     fmt = _format(fmt)
     bits = np.asarray(bits)
     if fmt.bits <= 19:
-        return _widen_table(fmt)[bits.astype(np.uint32) & ((1 << fmt.bits) - 1)]
+        if bits.dtype.kind != "u" or bits.dtype.itemsize > 4:
+            bits = bits.astype(np.uint32)
+        mask = min((1 << fmt.bits) - 1, np.iinfo(bits.dtype).max)
+        return np.take(_widen_table(fmt), bits & bits.dtype.type(mask))
     from sim.golden.numerics import widen
 
     return np.asarray(widen(bits, fmt), dtype=np.uint32).view(np.float32)
@@ -153,8 +156,9 @@ def matmul(stationary, moving, fmt, psum=None, accumulate: bool = False) -> np.n
     with np.errstate(all="ignore"):
         if accumulate:
             acc = np.add(np.asarray(psum, dtype=np.uint32).view(np.float32), acc)
-    bits = acc.view(np.uint32)
-    return np.where(np.isnan(acc), CANONICAL_NAN, bits).astype(np.uint32)
+    bits = acc.view(np.uint32)  # acc is this call's own array: canonicalise in place
+    bits[np.isnan(acc)] = CANONICAL_NAN
+    return bits
 
 
 # ---- cycle model ---------------------------------------------------------------------------
