@@ -73,8 +73,9 @@ def _int_values(bits, fmt: IntFormat) -> np.ndarray:
     return np.where(raw >= 1 << (fmt.bits - 1), raw - (1 << fmt.bits), raw)
 
 
-# A block of outputs summed together: 4 rows of 128 columns, 2 KiB of accumulators in L1; each
-# moving element loaded serves 4 rows, and the inner loop is long enough to vectorise well.
+# The kernel sums blocks of 4 rows by 128 columns (2 KiB of accumulators, in L1), two k-steps
+# per pass over the block: each accumulator is loaded and stored once for two ordered adds, each
+# moving element loaded serves 4 rows, and the inner loop over n is long enough to vectorise.
 _ROWS = 4
 _BLOCK_N = 128
 
@@ -91,17 +92,30 @@ def _sum_reference(w: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def _sum_kernel(w: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """The same sum: each output's k-loop in order, vectorised across a block of n only."""
+    """The same sum: each output's k-loop in order, vectorised across a block of n only.
+
+    ``r + a * v + b * u`` is ``(r + a * v) + b * u``: step k, then step k + 1, each rounded.
+    """
     k_dim, m_dim = w.shape
     n_dim = x.shape[1]
     acc = np.zeros((m_dim, n_dim), dtype=np.float32)
-    whole = m_dim - m_dim % _ROWS
+    whole_m, whole_k = m_dim - m_dim % _ROWS, k_dim - k_dim % 2
     for n0 in range(0, n_dim, _BLOCK_N):
         n1 = min(n0 + _BLOCK_N, n_dim)
-        for m in range(0, whole, _ROWS):
+        for m in range(0, whole_m, _ROWS):
             r0, r1 = acc[m, n0:n1], acc[m + 1, n0:n1]
             r2, r3 = acc[m + 2, n0:n1], acc[m + 3, n0:n1]
-            for k in range(k_dim):
+            for k in range(0, whole_k, 2):
+                a0, a1, a2, a3 = w[k, m], w[k, m + 1], w[k, m + 2], w[k, m + 3]
+                b0, b1, b2, b3 = w[k + 1, m], w[k + 1, m + 1], w[k + 1, m + 2], w[k + 1, m + 3]
+                xs, ys = x[k, n0:n1], x[k + 1, n0:n1]
+                for j in range(n1 - n0):
+                    v, u = xs[j], ys[j]
+                    r0[j] = r0[j] + a0 * v + b0 * u
+                    r1[j] = r1[j] + a1 * v + b1 * u
+                    r2[j] = r2[j] + a2 * v + b2 * u
+                    r3[j] = r3[j] + a3 * v + b3 * u
+            for k in range(whole_k, k_dim):
                 a0, a1, a2, a3 = w[k, m], w[k, m + 1], w[k, m + 2], w[k, m + 3]
                 xs = x[k, n0:n1]
                 for j in range(n1 - n0):
@@ -110,7 +124,7 @@ def _sum_kernel(w: np.ndarray, x: np.ndarray) -> np.ndarray:
                     r1[j] = r1[j] + a1 * v
                     r2[j] = r2[j] + a2 * v
                     r3[j] = r3[j] + a3 * v
-        for m in range(whole, m_dim):
+        for m in range(whole_m, m_dim):
             row = acc[m, n0:n1]
             for k in range(k_dim):
                 a0 = w[k, m]
