@@ -60,7 +60,7 @@ def bench_emit(n: int, style: str, timeout: float, fmt: str = "bf16") -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def bench_golden(repeats: int = 5) -> dict:
+def bench_golden(repeats: int = 25) -> dict:
     import ml_dtypes
 
     from sim.golden import systolic
