@@ -79,6 +79,19 @@ def require_simulator(sim: str) -> None:
         raise SimulatorMissing(f"{sim} is not installed ({hint})")
 
 
+def skip_unless_available(sim: str) -> None:
+    """In a test that needs ``sim``: skip it when ``sim`` is not installed, except under
+    ``CI=true``, where every simulator must be there (the same rule as the ``sim`` argument
+    in conftest.py)."""
+    if sim in available_simulators():
+        return
+    if os.environ.get("CI") == "true":
+        raise SimulatorMissing(f"{sim} is not installed, and CI must have it")
+    import pytest
+
+    pytest.skip(f"{sim} is not installed")
+
+
 @contextmanager
 def _locked(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)

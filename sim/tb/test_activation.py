@@ -14,7 +14,6 @@ Each output beat is checked, all lanes at once: ``data`` against the golden ``ou
 against the golden running sum, and ``last`` against the input's.
 """
 
-import os
 import random
 
 import cocotb
@@ -25,7 +24,7 @@ from generators.vector import segment_bounds
 from hdl.vector.activation import Activation, ActivationParams
 from hdl.vector.functions import FunctionSpec
 from sim.golden import activation as golden
-from sim.tb.runner import RunResult, available_simulators, run, tb_params
+from sim.tb.runner import RunResult, run, skip_unless_available, tb_params
 from sim.tb.test_vector import SPECIALS, StreamBench, check_equal, pack, random_f32, unpack
 
 ONE = 0x3F80_0000
@@ -192,10 +191,7 @@ def test_activation(sim, seed):
 @pytest.mark.cocotb
 @pytest.mark.parametrize("name", [n for n in PARAMS if n != BOTH_SIMULATORS])
 def test_activation_sizes_icarus(name, seed):
-    if "icarus" not in available_simulators():
-        if os.environ.get("CI") == "true":
-            raise AssertionError("icarus is not installed")
-        pytest.skip("icarus is not installed")
+    skip_unless_available("icarus")
     result = simulate(PARAMS[name], "icarus", seed)
     assert result.ok, (f"{result.failures} of {result.tests} cocotb tests failed "
                        f"(seed {seed}, see {result.results_xml})")

@@ -13,7 +13,6 @@ streams its beats through, collects the output beats and compares them, all lane
 with the golden model followed by the golden cast; then checks that no further beat comes out.
 """
 
-import os
 import random
 
 import cocotb
@@ -27,7 +26,7 @@ from hdl.vector.vector import Vector, VectorParams
 from sim.golden import vector as golden
 from sim.golden.numerics import cast_bits as golden_cast
 from sim.golden.numerics import cast_params
-from sim.tb.runner import RunResult, available_simulators, run, tb_params
+from sim.tb.runner import RunResult, run, skip_unless_available, tb_params
 
 SPECIALS = np.array([
     0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x7F800001,
@@ -282,10 +281,7 @@ def test_vector(sim, seed):
 @pytest.mark.cocotb
 @pytest.mark.parametrize("name", [n for n in PARAMS if n != BOTH_SIMULATORS])
 def test_vector_sizes_icarus(name, seed):
-    if "icarus" not in available_simulators():
-        if os.environ.get("CI") == "true":
-            raise AssertionError("icarus is not installed")
-        pytest.skip("icarus is not installed")
+    skip_unless_available("icarus")
     result = simulate(PARAMS[name], "icarus", seed)
     assert result.ok, (f"{result.failures} of {result.tests} cocotb tests failed "
                        f"(seed {seed}, see {result.results_xml})")
