@@ -232,12 +232,28 @@ def sim(spec, unit_name, simulator, seed, formats):
             for r in results if isinstance(results, list) else [results]:
                 ok &= r.ok
                 state = "PASS" if r.ok else "FAIL"
-                click.echo(f"  {state} {params!r}: {r.tests} tests, {r.failures} failed "
+                click.echo(f"  {state} {_label(params)}: {r.tests} tests, {r.failures} failed "
                            f"({r.results_xml})")
     except SimulatorMissing as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     sys.exit(0 if ok else 1)
+
+
+def _label(params) -> str:
+    """A parameter object in one short line: scalar fields as they are, collections by size."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(params):
+        return repr(params)
+    parts = []
+    for f in dataclasses.fields(params):
+        value = getattr(params, f.name)
+        if isinstance(value, (tuple, list, dict, set)):
+            parts.append(f"{f.name}=<{len(value)}>")
+        else:
+            parts.append(f"{f.name}={value!r}")
+    return f"{type(params).__name__}({', '.join(parts)})"
 
 
 @main.command()
