@@ -203,8 +203,9 @@ def sim(spec, unit_name, simulator, seed, formats):
     doc = load_document(spec)
     if doc.kind != "chip":
         raise SpecError(f"expected a chip spec, found the {doc.kind} spec {doc.name!r}")
-    if unit_name not in UNITS:
-        raise SpecError(f"expected a unit, found {unit_name!r}", choices=sorted(UNITS))
+    simulatable = sorted(n for n, u in UNITS.items() if u.simulate is not None)
+    if unit_name not in simulatable:
+        raise SpecError(f"expected a unit, found {unit_name!r}", choices=simulatable)
     unit = UNITS[unit_name]
     reason = unit.unsupported(doc.spec)
     if reason:
@@ -225,19 +226,22 @@ def sim(spec, unit_name, simulator, seed, formats):
         if not variants:
             raise SpecError(f"expected a format with RTL, found only {', '.join(formats)}")
     click.echo(f"{doc.name}: {unit_name} on {simulator}, seed {seed}")
-    ok = True
+    ok, runs = True, 0
     try:
         for params in variants:
             results = unit.simulate(params, simulator, seed=seed)
             for r in results if isinstance(results, list) else [results]:
                 ok &= r.ok
+                runs += 1
                 state = "PASS" if r.ok else "FAIL"
                 click.echo(f"  {state} {_label(params)}: {r.tests} tests, {r.failures} failed "
                            f"({r.results_xml})")
     except SimulatorMissing as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
-    sys.exit(0 if ok else 1)
+    if not runs:
+        click.echo("error: nothing was simulated", err=True)
+    sys.exit(0 if ok and runs else 1)
 
 
 def _label(params) -> str:

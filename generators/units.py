@@ -18,8 +18,8 @@ class Unit:
     params: Callable[[ChipSpec, str], Iterable[object]]
     #: (params, rtl_dir, header) -> files written
     emit: Callable[[object, Path, str], list[Path]]
-    #: (params, simulator, seed) -> RunResult or a list of them
-    simulate: Callable[..., object]
+    #: (params, simulator, seed) -> RunResult or a list of them; None: nothing to simulate
+    simulate: Callable[..., object] | None
     #: spec -> reason the chip has no such unit, or "" when it has
     unsupported: Callable[[ChipSpec], str] = lambda spec: ""
     #: spec -> datasheet tables (dicts with title, columns, rows, note)
@@ -112,7 +112,7 @@ def formats_datasheet(spec: ChipSpec) -> list[dict]:
     }]
 
 
-UNITS["formats"] = Unit("formats", lambda spec, scale: [], lambda *a: [], lambda *a, **k: [],
+UNITS["formats"] = Unit("formats", lambda spec, scale: [], lambda *a: [], None,
                         datasheet=formats_datasheet)
 
 

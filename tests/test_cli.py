@@ -133,3 +133,9 @@ def test_sim_refuses_unknown_unit_and_format():
     assert "expected a format of trn2's tensor engine, found 'mxfp8'" in result.stderr
     result = run("sim", "trn3", "--unit", "tensor", "--format", "mxfp8")
     assert result.exit_code == 2 and "expected a format with RTL" in result.stderr
+
+
+def test_sim_lists_only_simulated_units():
+    result = run("sim", "trn2", "--unit", "formats")
+    assert result.exit_code == 2
+    assert "(legal: link, scalar, tensor, vector)" in result.stderr
