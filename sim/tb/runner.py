@@ -116,6 +116,10 @@ class RunResult:
     def ok(self) -> bool:
         return self.tests > 0 and self.failures == 0
 
+    def __str__(self) -> str:
+        return (f"{self.sim}: {self.failures} of {self.tests} cocotb tests of {self.toplevel} "
+                f"failed (see {self.results_xml})")
+
 
 def emit_verilog(component, toplevel: str) -> str:
     """Verilog text of an elaborated Amaranth component, with ``toplevel`` as module name.

@@ -184,8 +184,7 @@ BOTH_SIMULATORS = "lanes2-small"
 @pytest.mark.cocotb
 def test_activation(sim, seed):
     result = simulate(PARAMS[BOTH_SIMULATORS], sim, seed)
-    assert result.ok, (f"{result.failures} of {result.tests} cocotb tests failed "
-                       f"(seed {seed}, see {result.results_xml})")
+    assert result.ok, f"{result} (seed {seed})"
 
 
 @pytest.mark.cocotb
@@ -193,5 +192,4 @@ def test_activation(sim, seed):
 def test_activation_sizes_icarus(name, seed):
     skip_unless_available("icarus")
     result = simulate(PARAMS[name], "icarus", seed)
-    assert result.ok, (f"{result.failures} of {result.tests} cocotb tests failed "
-                       f"(seed {seed}, see {result.results_xml})")
+    assert result.ok, f"{result} (seed {seed})"

@@ -415,25 +415,24 @@ FORMATS = {
 }
 
 
-def _check(result: runner.RunResult) -> None:
-    assert result.ok, f"{result.failures} of {result.tests} cocotb tests failed: {result}"
-
-
 @pytest.mark.cocotb
 @pytest.mark.parametrize("name", list(PARAMS))
 def test_systolic(name, sim, seed):
-    _check(simulate(PARAMS[name], sim, seed))
+    result = simulate(PARAMS[name], sim, seed)
+    assert result.ok, f"{result} (seed {seed})"
 
 
 @pytest.mark.cocotb
 def test_systolic_flat_emission(sim, seed):
     """The flat elaboration passes the same bench as the hierarchical emission."""
-    _check(simulate(SystolicParams(rows=4, cols=4, fmt="int8", moving_max=16), sim, seed,
-                    hierarchical=False))
+    result = simulate(SystolicParams(rows=4, cols=4, fmt="int8", moving_max=16), sim, seed,
+                      hierarchical=False)
+    assert result.ok, f"{result} (seed {seed})"
 
 
 @pytest.mark.cocotb
 @pytest.mark.parametrize("name", list(FORMATS))
 def test_systolic_format(name, seed):
     runner.skip_unless_available("icarus")
-    _check(simulate(FORMATS[name], "icarus", seed))
+    result = simulate(FORMATS[name], "icarus", seed)
+    assert result.ok, f"{result} (seed {seed})"
