@@ -1,0 +1,669 @@
+"""The NeuronCore simulator: every engine's stream on SBUF, PSUM and HBM, timed and checked.
+
+:class:`Core` runs a :class:`~sim.core.program.Program`:
+
+* **Rules.** Before anything runs, every instruction is checked against the documented rules
+  [NKI2, ISA]: which engine reaches which memory, tile limits, partition-start alignment,
+  bounds of SBUF, PSUM and HBM, PSUM bank overflow, operand shapes and formats. While it runs:
+  a multiply with no stationary loaded, and deadlock (every unfinished stream waiting), which
+  is reported with the wait graph. Every error is a :class:`ProgramError` naming the stream,
+  the index, the instruction's text form and the rule.
+* **Timing.** An event model: each stream issues in order on its engine's own clock; costs
+  come from :mod:`sim.core.costs` (the tensor engine from the RTL-checked cycle model). A
+  semaphore increment becomes visible ``semaphore_latency`` after every earlier instruction
+  of its stream completed; a wait resumes when the count reaches its value. DMA queues are
+  in order; transfers share the core's DMA bandwidth first come, first served.
+* **Data** (unless ``timing_only``): results bit for bit through the unit golden models,
+  :func:`sim.golden.systolic.matmul`, :mod:`sim.golden.vector`, :mod:`sim.golden.activation`
+  and the casts of :mod:`sim.golden.numerics`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from bisect import insort
+from dataclasses import dataclass, field
+from functools import cache
+
+import numpy as np
+
+from hdl.core import isa
+from hdl.core.isa import (
+    AP,
+    Activation,
+    DmaCopy,
+    Instruction,
+    Iota,
+    LoadStationary,
+    Memset,
+    MultiplyMoving,
+    SemSignal,
+    SemWait,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+    Transpose,
+)
+from hdl.core.params import CoreParams
+from hdl.numerics.formats import FP32, format_by_name
+from hdl.vector.ops import Reduce, VectorOp
+
+from .costs import dma_seconds, stream_cycles, tensor_cycles
+from .program import Program
+
+__all__ = ["Core", "ProgramError", "Result"]
+
+ENGINES = ("tensor", "vector", "scalar", "gpsimd")
+#: Memories each kind of engine reaches [NKI2, ISA].
+REACH = {"tensor": ("sbuf", "psum"), "vector": ("sbuf", "psum"), "scalar": ("sbuf", "psum"),
+         "gpsimd": ("sbuf",), "dma": ("hbm", "sbuf")}
+#: Largest free size of a vector/scalar/GpSimd tile, elements per partition [NKI2].
+FREE_MAX = {"sbuf": 64 * 1024, "psum": 4 * 1024}
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+
+
+class ProgramError(ValueError):
+    """A program that breaks a rule of the core; the message names where and which."""
+
+
+def _fail(stream: str, index: int, ins: Instruction | None, rule: str, detail: str):
+    where = f"{stream}[{index}]" + (f" `{isa.format_instruction(ins)}`" if ins else "")
+    raise ProgramError(f"{where}: {rule}: {detail}")
+
+
+@dataclass
+class Result:
+    """What a run produced: time, per-engine figures, work done and the trace."""
+
+    time: float
+    busy: dict[str, float]
+    cycles: dict[str, float]
+    instructions: dict[str, int]
+    flops: float
+    dma_bytes: int
+    events: list[dict] = field(default_factory=list)
+
+    def busy_fraction(self, stream: str) -> float:
+        return self.busy[stream] / self.time if self.time else 0.0
+
+    def trace_json(self) -> str:
+        """The run as Chrome/Perfetto trace-event JSON (one track per engine and queue)."""
+        names = sorted(self.busy, key=lambda s: (s.startswith("dma"), len(s), s))
+        meta = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "NeuronCore"}}]
+        meta += [{"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "args": {"name": s}}
+                 for i, s in enumerate(names)]
+        meta += [{"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": i,
+                  "args": {"sort_index": i}} for i in range(len(names))]
+        tid = {s: i for i, s in enumerate(names)}
+        events = [dict(e, pid=0, tid=tid[e.pop("stream")]) for e in
+                  (dict(e) for e in self.events)]
+        return json.dumps({"traceEvents": meta + events, "displayTimeUnit": "ns"})
+
+
+@cache
+def _extent(dims: tuple[tuple[int, int], ...]) -> tuple[int, int]:
+    lo = hi = 0
+    for n, s in dims:
+        if n < 1:
+            return 0, -1
+        if s >= 0:
+            hi += (n - 1) * s
+        else:
+            lo += (n - 1) * s
+    return lo, hi
+
+
+@cache
+def _index(dims: tuple[tuple[int, int], ...]) -> np.ndarray:
+    idx = np.zeros(tuple(n for n, _ in dims), dtype=np.int64)
+    for axis, (n, s) in enumerate(dims):
+        shape = [1] * len(dims)
+        shape[axis] = n
+        idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(shape)
+    return idx
+
+
+def _partition_start_ok(start: int, count: int) -> bool:
+    """A tile of more than 64 partitions starts at 0; 33-64 at 0 or 64; up to 32 at a
+    multiple of 32 [NKI2]."""
+    if count > 64:
+        return start == 0
+    if count > 32:
+        return start in (0, 64)
+    return start % 32 == 0
+
+
+class Core:
+    """One NeuronCore of ``params``; :meth:`run` executes programs on it."""
+
+    def __init__(self, params: CoreParams):
+        self.params = params
+        self.bytes = {"sbuf": params.sbuf_bytes, "psum": params.psum_bytes}
+        self._tensor_cache: dict = {}
+        self._stream_cache: dict = {}
+
+    # --- static rules -------------------------------------------------------------------
+    def _check_ap(self, where, name: str, ap: AP, kind: str, hbm_bytes: int) -> None:
+        stream, index, ins = where
+        p = self.params
+        if ap.space not in REACH[kind]:
+            _fail(stream, index, ins, "engine reach",
+                  f"the {kind} engine cannot reach {ap.space.upper()} ({name})")
+        if ap.offset % ap.itemsize or ap.pstride % ap.itemsize:
+            _fail(stream, index, ins, "alignment",
+                  f"{name} offset {ap.offset} is not a multiple of its {ap.itemsize}-byte "
+                  f"elements")
+        lo, hi = _extent(ap.dims)
+        if ap.space == "hbm":
+            first = ap.offset + lo * ap.itemsize
+            last = ap.offset + (ap.partitions - 1) * ap.pstride + (hi + 1) * ap.itemsize
+            if first < 0 or last > hbm_bytes:
+                _fail(stream, index, ins, "HBM bounds",
+                      f"{name} spans bytes {first} .. {last} of the program's {hbm_bytes}")
+            return
+        if ap.partition + ap.partitions > p.partitions:
+            _fail(stream, index, ins, "partition bounds",
+                  f"{name} spans partitions {ap.partition} .. "
+                  f"{ap.partition + ap.partitions - 1}, the core has {p.partitions}")
+        first, last = ap.offset + lo * ap.itemsize, ap.offset + (hi + 1) * ap.itemsize
+        size = self.bytes[ap.space]
+        if first < 0 or last > size:
+            _fail(stream, index, ins, f"{ap.space.upper()} bounds",
+                  f"{name} spans bytes {first} .. {last} of a {size}-byte partition")
+        if kind != "dma" and not _partition_start_ok(ap.partition, ap.partitions):
+            _fail(stream, index, ins, "partition start",
+                  f"a tile of {ap.partitions} partitions cannot start at partition "
+                  f"{ap.partition} (more than 64 start at 0; 33-64 at 0 or 64; up to 32 at a "
+                  f"multiple of 32)")
+        if kind in ("vector", "scalar", "gpsimd") and ap.free > FREE_MAX[ap.space]:
+            _fail(stream, index, ins, "tile limit",
+                  f"{name} has {ap.free} elements per partition, {ap.space.upper()} tiles "
+                  f"take at most {FREE_MAX[ap.space]}")
+
+    def _check_bank(self, where, name: str, ap: AP) -> None:
+        bank = self.params.psum_bank_bytes
+        lo, hi = _extent(ap.dims)
+        first, last = ap.offset + lo * 4, ap.offset + (hi + 1) * 4 - 1
+        if first // bank != last // bank:
+            _fail(*where, "PSUM bank overflow",
+                  f"{name} spans bytes {first} .. {last}, across the {bank}-byte bank "
+                  f"boundary at {(first // bank + 1) * bank}")
+
+    def _check_same(self, where, a: AP, b: AP, what: str) -> None:
+        if a.partitions != b.partitions or a.free != b.free:
+            _fail(*where, "operand shape",
+                  f"{what}: {a.partitions} x {a.free} against {b.partitions} x {b.free}")
+
+    def _check_scalar(self, where, name: str, ap: AP | None, src: AP) -> None:
+        if ap is not None and (ap.partitions != src.partitions or ap.free != 1):
+            _fail(*where, "operand shape",
+                  f"{name} must hold one element per partition of the {src.partitions}, "
+                  f"not {ap.partitions} x {ap.free}")
+
+    def check(self, program: Program) -> None:
+        """Raise :class:`ProgramError` for the first instruction that breaks a static rule."""
+        for stream, instructions in program.streams.items():
+            try:
+                kind = isa.engine_kind(stream)
+            except isa.IsaError as err:
+                raise ProgramError(f"{stream}: {err}") from None
+            if kind == "dma" and int(stream[3:]) >= self.params.dma_queues:
+                raise ProgramError(f"{stream}: the core has DMA queues dma0 .. "
+                                   f"dma{self.params.dma_queues - 1}")
+            for index, ins in enumerate(instructions):
+                self._check_one(stream, kind, index, ins, program.hbm_bytes)
+
+    def _check_one(self, stream: str, kind: str, index: int, ins: Instruction,
+                   hbm_bytes: int) -> None:
+        where = (stream, index, ins)
+        p = self.params
+        if not isinstance(ins, isa.ENGINE_OPS[kind]):
+            _fail(*where, "engine", f"the {kind} engine does not run {type(ins).__name__}")
+        if isinstance(ins, SemSignal | SemWait):
+            return
+        for name, ap, _ in ins.operands():
+            self._check_ap(where, name, ap, kind, hbm_bytes)
+        if isinstance(ins, LoadStationary):
+            fmt, k, m = ins.src.dtype, ins.src.partitions, ins.src.free
+            self._check_format(where, fmt)
+            k_max = p.rows * (2 if p.rate(fmt) == 2 and fmt != "int8" else 1)
+            if k > k_max or ins.row + min(k, p.rows) > p.rows or m + ins.col > p.cols:
+                _fail(*where, "tile limit",
+                      f"a stationary of {k} x {m} at tile position ({ins.row}, {ins.col}) "
+                      f"does not fit the {k_max}-deep, {p.cols}-wide array")
+            self._check_tile_position(where, ins.row, k, p.rows)
+            self._check_tile_position(where, ins.col, m, p.cols)
+        elif isinstance(ins, MultiplyMoving):
+            self._check_format(where, ins.src.dtype)
+            if ins.src.free > p.moving_max:
+                _fail(*where, "tile limit", f"moving free size {ins.src.free} exceeds "
+                                            f"{p.moving_max} (one PSUM bank of fp32)")
+            acc = "int32" if ins.src.dtype == "int8" else "fp32"
+            if ins.dst.space != "psum" or ins.dst.dtype != acc:
+                _fail(*where, "format", f"a matmul writes {acc} to PSUM, not "
+                                        f"{ins.dst.dtype} to {ins.dst.space.upper()}")
+            if ins.dst.free != ins.src.free:
+                _fail(*where, "operand shape", f"dst has {ins.dst.free} elements per "
+                                               f"partition, the moving tile {ins.src.free}")
+            self._check_bank(where, "dst", ins.dst)
+        elif isinstance(ins, Transpose):
+            if ins.src.partitions > p.rows or ins.src.free > p.cols:
+                _fail(*where, "tile limit", f"a transpose of {ins.src.partitions} x "
+                                            f"{ins.src.free} exceeds {p.rows} x {p.cols}")
+            if ins.dst.space != "psum" or ins.dst.dtype != "fp32":
+                _fail(*where, "format", "a transpose writes fp32 to PSUM")
+            if (ins.dst.partitions, ins.dst.free) != (ins.src.free, ins.src.partitions):
+                _fail(*where, "operand shape", f"dst must be {ins.src.free} x "
+                                               f"{ins.src.partitions}")
+            self._check_format(where, ins.src.dtype)
+            self._check_bank(where, "dst", ins.dst)
+        elif isinstance(ins, DmaCopy):
+            if ins.dst.shape != ins.src.shape and (ins.dst.partitions * ins.dst.free !=
+                                                   ins.src.partitions * ins.src.free
+                                                   or len(ins.dst.dims) != len(ins.src.dims)):
+                _fail(*where, "operand shape", f"dst {ins.dst.shape} and src {ins.src.shape}"
+                                               f" differ")
+            if ins.dst.shape != ins.src.shape:
+                _fail(*where, "operand shape", f"dst {ins.dst.shape} and src {ins.src.shape}"
+                                               f" differ")
+            if ins.dst.dtype != ins.src.dtype:
+                _fail(*where, "format", f"a DMA copies bytes: {ins.src.dtype} cannot become "
+                                        f"{ins.dst.dtype}")
+        elif isinstance(ins, Activation):
+            self._check_same(where, ins.dst, ins.src, "dst and src")
+            self._check_scalar(where, "bias", ins.bias, ins.src)
+            self._check_scalar(where, "reduce_dst", ins.reduce_dst, ins.src)
+            if ins.func >= len(p.functions):
+                _fail(*where, "function", f"func {ins.func} is not one of the "
+                                          f"{len(p.functions)} functions of {p.name}")
+        elif isinstance(ins, TensorTensor):
+            self._check_same(where, ins.dst, ins.a, "dst and a")
+            self._check_same(where, ins.dst, ins.b, "dst and b")
+        elif isinstance(ins, TensorScalar):
+            self._check_same(where, ins.dst, ins.src, "dst and src")
+            self._check_scalar(where, "operand0", ins.operand0, ins.src)
+            self._check_scalar(where, "operand1", ins.operand1, ins.src)
+        elif isinstance(ins, TensorReduce):
+            self._check_scalar(where, "dst", ins.dst, ins.src)
+            if ins.reduce == Reduce.NONE:
+                _fail(*where, "operand shape", "a reduce needs reduce=sum or reduce=max")
+        elif isinstance(ins, TensorCopy):
+            self._check_same(where, ins.dst, ins.src, "dst and src")
+
+    def _check_format(self, where, fmt: str) -> None:
+        if fmt not in self.params.formats:
+            _fail(*where, "format", f"the tensor engine of {self.params.name} takes "
+                                    f"{', '.join(self.params.formats)}, not {fmt}")
+
+    def _check_tile_position(self, where, pos: int, size: int, full: int) -> None:
+        ways = max(self.params.row_tiles)
+        tile = full // ways
+        if pos and (pos % tile or size > tile):
+            _fail(*where, "tile position",
+                  f"position {pos} with size {size}: the array splits into tiles of {tile}")
+
+    # --- costs ----------------------------------------------------------------------------
+    def _tensor(self, fmt: str, k: int, m: int, n: int) -> dict:
+        key = (fmt, k, m, n)
+        c = self._tensor_cache.get(key)
+        if c is None:
+            c = self._tensor_cache[key] = tensor_cycles(self.params, fmt, k, m, n)
+        return c
+
+    def _strided(self, ins: Instruction) -> bool:
+        limit = self.params.stride_penalty
+        return any(ap.dims and abs(ap.dims[-1][1]) * ap.itemsize > limit
+                   for _, ap, _ in ins.operands())
+
+    def _stream_cost(self, kind: str, ins: Instruction) -> tuple[float, float]:
+        """(cycles, flops) of a vector/scalar/GpSimd instruction."""
+        src = getattr(ins, "src", None) or getattr(ins, "a", None) or ins.dst
+        n = src.free
+        passes = 1.0
+        if isinstance(ins, TensorTensor):
+            passes = 1.0 if "psum" in (ins.a.space, ins.b.space) else 2.0
+        cycles = stream_cycles(self.params, kind, n, passes, self._strided(ins))
+        if isinstance(ins, Activation) and ins.reduce_dst is not None:
+            cycles += self.params.min_interval
+        work = src.partitions * n
+        flops = {Activation: 2, TensorScalar: 1 if ins.__class__ is not TensorScalar
+                 or ins.op1 == VectorOp.COPY else 2, TensorTensor: 1, TensorReduce: 1}
+        return cycles, work * flops.get(type(ins), 0)
+
+    # --- running --------------------------------------------------------------------------
+    def run(self, program: Program, *, timing_only: bool = False, trace: bool = False,
+            hbm: np.ndarray | None = None, seed: int = 0) -> Result:
+        """Run ``program``; ``hbm`` (uint8, ``program.hbm_bytes``) is read and updated in
+        place in numeric mode."""
+        self.check(program)
+        p = self.params
+        data = None if timing_only else _Data(self, program, hbm, seed)
+        streams = list(program.streams)
+        kinds = [isa.engine_kind(s) for s in streams]
+        code = [program.streams[s] for s in streams]
+        pc = [0] * len(streams)
+        now = [0.0] * len(streams)
+        done = [0.0] * len(streams)
+        busy = dict.fromkeys(streams, 0.0)
+        last_multiply: list = [None] * len(streams)
+        sems: dict[int, list[float]] = {}
+        waiting: dict[int, list[int]] = {}
+        pending: dict[int, float] = {}  # stream -> time its satisfied wait resumes
+        gen = [0] * len(streams)
+        heap = [(0.0, i, 0) for i in range(len(streams)) if code[i]]
+        heapq.heapify(heap)
+        period = {e: 1.0 / p.clock(e) for e in ENGINES}
+        sem_latency = p.semaphore_latency
+        fabric = 0.0
+        flops = 0.0
+        moved = 0
+        events: list[dict] = []
+        stationary = None
+        while heap:
+            t, s, g = heapq.heappop(heap)
+            if g != gen[s]:
+                continue  # superseded by a later push
+            i = pc[s]
+            ins = code[s][i]
+            cls = ins.__class__
+            if cls is SemWait:
+                if s in pending:
+                    del pending[s]
+                else:
+                    vis = sems.get(ins.sem, ())
+                    if len(vis) >= ins.value:
+                        resume = max(t, vis[ins.value - 1])
+                        if resume > t:
+                            pending[s] = resume
+                            waiting.setdefault(ins.sem, []).append(s)
+                            gen[s] += 1
+                            heapq.heappush(heap, (resume, s, gen[s]))
+                            continue
+                    else:
+                        waiting.setdefault(ins.sem, []).append(s)
+                        continue
+                w = waiting.get(ins.sem)
+                if w and s in w:
+                    w.remove(s)
+            elif cls is SemSignal:
+                visible = max(t, done[s]) + sem_latency
+                vis = sems.setdefault(ins.sem, [])
+                if not vis or visible >= vis[-1]:
+                    vis.extend([visible] * ins.count)
+                else:
+                    for _ in range(ins.count):
+                        insort(vis, visible)
+                for w in list(waiting.get(ins.sem, ())):
+                    want = code[w][pc[w]].value
+                    if len(vis) >= want:
+                        resume = max(now[w], vis[want - 1])
+                        if w not in pending or resume < pending[w]:
+                            pending[w] = resume
+                            gen[w] += 1
+                            heapq.heappush(heap, (resume, w, gen[w]))
+            else:
+                kind = kinds[s]
+                if kind == "tensor":
+                    if cls is LoadStationary:
+                        fmt, k, m = ins.src.dtype, ins.src.partitions, ins.src.free
+                        prev = last_multiply[s]
+                        if prev is not None:
+                            c = self._tensor(fmt, k, m, prev)
+                            cost = (c["interval"] - c["multiply"]) * period["tensor"]
+                        else:
+                            cost = self._tensor(fmt, k, m, 1)["load"] * period["tensor"]
+                        finish = t + cost
+                        stationary = (fmt, k, m)
+                        last_multiply[s] = None
+                        if data is not None:
+                            data.load(ins)
+                    elif cls is MultiplyMoving:
+                        if stationary is None or stationary[1] != ins.src.partitions \
+                                or stationary[0] != ins.src.dtype:
+                            _fail(streams[s], i, ins, "stationary",
+                                  "no stationary tile is loaded" if stationary is None else
+                                  f"the loaded stationary is {stationary[1]} x "
+                                  f"{stationary[2]} {stationary[0]}, the moving tile has "
+                                  f"{ins.src.partitions} partitions of {ins.src.dtype}")
+                        if ins.dst.partitions != stationary[2]:
+                            _fail(streams[s], i, ins, "operand shape",
+                                  f"dst has {ins.dst.partitions} partitions, the stationary "
+                                  f"{stationary[2]} columns")
+                        fmt, k, m, n = stationary[0], stationary[1], stationary[2], ins.src.free
+                        c = self._tensor(fmt, k, m, n)
+                        cost = c["multiply"] * period["tensor"]
+                        finish = t + c["latency"] * period["tensor"]
+                        last_multiply[s] = n
+                        flops += 2.0 * k * m * n
+                        if data is not None:
+                            data.multiply(ins)
+                    else:  # Transpose: a load of the data and a pass of an identity
+                        k, m = ins.src.partitions, ins.src.free
+                        c = self._tensor(ins.src.dtype, k, m, k)
+                        cost = (c["load"] + c["multiply"]) * period["tensor"]
+                        finish = t + (c["load"] + c["latency"]) * period["tensor"]
+                        last_multiply[s] = None
+                        stationary = None
+                        if data is not None:
+                            data.transpose(ins)
+                    end = t + cost
+                elif kind == "dma":
+                    latency, transfer = dma_seconds(p, ins.src.nbytes)
+                    begin = max(t + latency, fabric)
+                    fabric = end = finish = begin + transfer
+                    cost = end - t
+                    moved += ins.src.nbytes
+                    if data is not None:
+                        data.dma(ins)
+                else:
+                    key = (kind, ins)
+                    hit = self._stream_cache.get(key)
+                    if hit is None:
+                        hit = self._stream_cache[key] = self._stream_cost(kind, ins)
+                    cycles, work = hit
+                    cost = cycles * period[kind]
+                    end = finish = t + cost
+                    flops += work
+                    if data is not None:
+                        data.execute(s, ins)
+                busy[streams[s]] += cost
+                if trace:
+                    events.append({"name": ins.MNEMONIC, "ph": "X", "ts": t * 1e6,
+                                   "dur": cost * 1e6, "stream": streams[s],
+                                   "args": {"index": i}})
+                t = end
+                if finish > done[s]:
+                    done[s] = finish
+            pc[s] = i + 1
+            now[s] = t
+            if pc[s] < len(code[s]):
+                gen[s] += 1
+                heapq.heappush(heap, (t, s, gen[s]))
+        blocked = [s for s in range(len(streams)) if pc[s] < len(code[s])]
+        if blocked:
+            self._deadlock(streams, code, pc, blocked, sems)
+        total = max(max(done, default=0.0), max(now, default=0.0))
+        cycles = {}
+        for s, kind in zip(streams, kinds, strict=True):
+            cycles[s] = busy[s] * p.clock(kind) if kind != "dma" else 0.0
+        return Result(total, busy, cycles, {s: len(c) for s, c in zip(streams, code, strict=True)},
+                      flops, moved, events)
+
+    def _deadlock(self, streams, code, pc, blocked, sems) -> None:
+        edges = []
+        for s in blocked:
+            ins = code[s][pc[s]]
+            signallers = sorted({streams[o] for o in range(len(streams))
+                                 for later in code[o][pc[o]:]
+                                 if isinstance(later, SemSignal) and later.sem == ins.sem})
+            by = ("signalled later by " + ", ".join(signallers) if signallers
+                  else "nothing left signals it")
+            edges.append(f"{streams[s]}[{pc[s]}] waits for S[{ins.sem}] to reach {ins.value} "
+                         f"(at {len(sems.get(ins.sem, ()))}; {by})")
+        s = blocked[0]
+        _fail(streams[s], pc[s], code[s][pc[s]], "deadlock",
+              "every unfinished stream waits: " + "; ".join(edges))
+
+
+class _Data:
+    """The memories and the numeric effect of each instruction."""
+
+    def __init__(self, core: Core, program: Program, hbm, seed: int):
+        p = core.params
+        self.params = p
+        self.sbuf = np.zeros((p.partitions, p.sbuf_bytes), dtype=np.uint8)
+        self.psum = np.zeros((p.partitions, p.psum_bytes), dtype=np.uint8)
+        if hbm is None:
+            hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
+        if hbm.dtype != np.uint8 or hbm.size < program.hbm_bytes:
+            raise ProgramError(f"hbm must be a uint8 array of at least {program.hbm_bytes} "
+                               f"bytes, not {hbm.dtype} x {hbm.size}")
+        self.hbm = hbm
+        self.seed = seed
+        self.stationary = None
+        self._act = {}
+
+    # raw element access ---------------------------------------------------------------------
+    def _where(self, ap: AP):
+        uint = _UINT[ap.itemsize]
+        idx = _index(ap.dims) if ap.dims else np.zeros((), dtype=np.int64)
+        if ap.space == "hbm":
+            rows = (ap.offset + np.arange(ap.partitions) * ap.pstride) // ap.itemsize
+            flat = self.hbm[: self.hbm.size - self.hbm.size % ap.itemsize].view(uint)
+            return flat, rows.reshape((-1,) + (1,) * idx.ndim) + idx
+        mem = self.sbuf if ap.space == "sbuf" else self.psum
+        rows = mem[ap.partition: ap.partition + ap.partitions].view(uint)
+        return rows, ap.offset // ap.itemsize + idx
+
+    def read(self, ap: AP) -> np.ndarray:
+        mem, idx = self._where(ap)
+        if ap.space == "hbm":
+            return mem[idx]
+        return mem[:, idx.reshape(-1)].reshape(ap.shape)
+
+    def write(self, ap: AP, bits: np.ndarray) -> None:
+        mem, idx = self._where(ap)
+        bits = np.asarray(bits).reshape(ap.shape).astype(mem.dtype)
+        if ap.space == "hbm":
+            mem[idx] = bits
+        else:
+            mem[:, idx.reshape(-1)] = bits.reshape(ap.partitions, -1)
+
+    # typed access ----------------------------------------------------------------------------
+    def read32(self, ap: AP) -> np.ndarray:
+        """fp32 bit patterns, (partitions, free), of an operand of any float type."""
+        from sim.golden.numerics import widen
+
+        bits = self.read(ap).reshape(ap.partitions, -1)
+        if ap.dtype in ("fp32", "int32", "uint32"):
+            return bits.astype(np.uint32)
+        return np.asarray(widen(bits, format_by_name(ap.dtype)), dtype=np.uint32)
+
+    def write32(self, ap: AP, bits32: np.ndarray, rounding: str = "rne", seed: int = 0) -> None:
+        """Store fp32 bit patterns (partitions, free) into ``ap``, cast to its type."""
+        from sim.golden.numerics import cast_bits
+
+        bits32 = np.asarray(bits32, dtype=np.uint32).reshape(ap.partitions, -1)
+        if ap.dtype in ("fp32", "int32", "uint32"):
+            self.write(ap, bits32)
+            return
+        fmt = format_by_name(ap.dtype)
+        # lanes are partitions: the stochastic cast draws per lane, beat by beat
+        out = cast_bits(bits32.T.view(np.float32), fmt, rounding, seed ^ self.seed,
+                        self.params.rng)
+        self.write(ap, out.T)
+
+    def scalar(self, ap: AP | None, imm: float, partitions: int) -> np.ndarray:
+        if ap is None:
+            return np.full(partitions, np.float32(imm).view(np.uint32), dtype=np.uint32)
+        return self.read32(ap).reshape(partitions)
+
+    # instructions ----------------------------------------------------------------------------
+    def load(self, ins: LoadStationary) -> None:
+        self.stationary = self.read(ins.src).reshape(ins.src.partitions, -1)
+
+    def multiply(self, ins: MultiplyMoving) -> None:
+        from sim.golden import systolic
+
+        moving = self.read(ins.src).reshape(ins.src.partitions, -1)
+        psum = self.read(ins.dst).reshape(ins.dst.partitions, -1) if ins.accumulate else None
+        out = systolic.matmul(self.stationary, moving, ins.src.dtype, psum, ins.accumulate)
+        self.write(ins.dst, out)
+
+    def transpose(self, ins: Transpose) -> None:
+        from sim.golden import systolic
+        from sim.golden.numerics import encode
+
+        fmt = format_by_name(ins.src.dtype)
+        k = ins.src.partitions
+        one = encode(np.float32(1.0), fmt) if fmt != FP32 else np.uint32(0x3F800000)
+        identity = np.where(np.eye(k, dtype=bool), one, 0).astype(np.uint32)
+        data = self.read(ins.src).reshape(k, -1)
+        self.write(ins.dst, systolic.matmul(data, identity, ins.src.dtype))
+        self.stationary = None
+
+    def dma(self, ins: DmaCopy) -> None:
+        self.write(ins.dst, self.read(ins.src))
+
+    def _activation_params(self, lanes: int):
+        from hdl.vector.activation import ActivationParams
+
+        params = self._act.get(lanes)
+        if params is None:
+            params = self._act[lanes] = ActivationParams(lanes=lanes,
+                                                         functions=self.params.functions)
+        return params
+
+    def execute(self, stream: int, ins: Instruction) -> None:
+        from hdl.vector.vector import VectorParams
+        from sim.golden import activation, vector
+
+        cls = ins.__class__
+        if cls is Activation:
+            x = self.read32(ins.src)
+            lanes, n = x.shape
+            bias = self.scalar(ins.bias, 0.0, lanes)
+            scale = np.full(lanes, np.float32(ins.scale).view(np.uint32), dtype=np.uint32)
+            last = np.zeros(n, dtype=bool)
+            last[-1] = True
+            out, sums = activation.run(self._activation_params(lanes), ins.func, x.T, scale,
+                                       bias, last)
+            self.write32(ins.dst, out.T, ins.rounding, ins.seed)
+            if ins.reduce_dst is not None:
+                self.write32(ins.reduce_dst, sums[-1].reshape(lanes, 1))
+        elif cls is TensorTensor:
+            r = vector.elementwise(ins.op, self.read32(ins.a), self.read32(ins.b))
+            self.write32(ins.dst, r, ins.rounding, ins.seed)
+        elif cls is TensorScalar:
+            x = self.read32(ins.src)
+            lanes = x.shape[0]
+            r = vector.elementwise(ins.op0, x,
+                                   self.scalar(ins.operand0, ins.imm0, lanes)[:, None])
+            if ins.op1 != VectorOp.COPY:
+                r = vector.elementwise(ins.op1, r,
+                                       self.scalar(ins.operand1, ins.imm1, lanes)[:, None])
+            self.write32(ins.dst, r, ins.rounding, ins.seed)
+        elif cls is TensorReduce:
+            x = self.read32(ins.src)
+            lanes, n = x.shape
+            last = np.zeros(n, dtype=bool)
+            last[-1] = True
+            r = vector.run(VectorParams(lanes=lanes), ins.op, x.T, last=last,
+                           reduce=ins.reduce)
+            self.write32(ins.dst, r.T)
+        elif cls is TensorCopy:
+            self.write32(ins.dst, vector.elementwise(VectorOp.COPY, self.read32(ins.src), 0),
+                         ins.rounding, ins.seed)
+        elif cls is Memset:
+            self.write32(ins.dst, np.full((ins.dst.partitions, ins.dst.free),
+                                          np.float32(ins.value).view(np.uint32)))
+        elif cls is Iota:
+            p = np.arange(ins.dst.partitions, dtype=np.int64)[:, None]
+            i = np.arange(ins.dst.free, dtype=np.int64)[None, :]
+            v = ins.base + p * ins.pstep + i * ins.step
+            if ins.dst.dtype in ("int32", "uint32"):
+                self.write(ins.dst, (v & 0xFFFFFFFF).astype(np.uint32))
+            else:
+                self.write32(ins.dst, v.astype(np.float32).view(np.uint32))
