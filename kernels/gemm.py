@@ -135,7 +135,7 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                 slot += 1
             done = slot_free[(slot - 1) % _RING]
             engines = []
-            for mt, (mo, mp) in enumerate(m_tiles):
+            for mt, (_, mp) in enumerate(m_tiles):
                 eng = "scalar" if func or mt % 2 else "vector"
                 if eng not in engines:
                     engines.append(eng)
