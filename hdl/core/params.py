@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 from hdl.vector.functions import FunctionSpec
 
-__all__ = ["CoreParams", "core_params"]
+__all__ = ["CoreParams", "CoreSpecError", "core_params"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class CoreParams:
-    """One NeuronCore (or a logical core of ``lnc`` physical ones: see :func:`core_params`).
+    """One physical NeuronCore.
 
     Clocks are in Hz, bandwidths in bytes per second, times in seconds, sizes in bytes.
     """
@@ -61,14 +61,12 @@ class CoreSpecError(ValueError):
     """The spec lacks what the core simulator needs."""
 
 
-def core_params(spec, lnc: int = 1) -> CoreParams:
-    """The NeuronCore of chip spec ``spec``.
+def core_params(spec) -> CoreParams:
+    """One physical NeuronCore of chip spec ``spec``.
 
     The core's share of HBM bandwidth is the chip's divided by its physical cores; one DMA
     transfer is spread over the core's engines (``dma.engines / cores``), each at
-    ``dma.engine_bandwidth``, and runs at the lower of the two. ``lnc`` physical cores fused
-    into one logical core pool their DMA engines and HBM share (the engines themselves stay
-    one set: a kernel on a logical core runs per physical core, see :mod:`kernels`).
+    ``dma.engine_bandwidth``, and runs at the lower of the two.
     """
     from generators.units import activation_functions  # noqa: PLC0415  moves to hdl/params
 
@@ -80,16 +78,13 @@ def core_params(spec, lnc: int = 1) -> CoreParams:
     if missing:
         raise CoreSpecError(f"{spec.name}: the core simulator needs {', '.join(missing)} "
                             f"in the spec")
-    if lnc not in spec.lnc.options:
-        raise CoreSpecError(f"lnc must be one of {spec.lnc.options} on {spec.name}, "
-                            f"not {lnc!r}")
 
     def si(q, unit):
         return float(q.to(unit).magnitude)
 
     engines_per_core = d.engines // spec.cores
     dma_bw = min(engines_per_core * si(d.engine_bandwidth, "B/s"),
-                 si(spec.memory.bandwidth, "B/s") / spec.cores) * lnc
+                 si(spec.memory.bandwidth, "B/s") / spec.cores)
     t = c.tensor
     rate = {f: t.rates.get(f, 1.0) for f in t.formats}
     return CoreParams(
