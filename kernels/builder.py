@@ -37,6 +37,7 @@ class Builder:
         self._counts: dict[str, int] = {}
         self._sbuf = 0
         self._psum_banks = 0
+        self._interned: dict[Instruction, Instruction] = {}
 
     # --- memory ---------------------------------------------------------------------------
     def hbm(self, name: str, shape, dtype: str) -> HbmTensor:
@@ -72,6 +73,8 @@ class Builder:
 
     # --- streams and events ---------------------------------------------------------------
     def emit(self, stream: str, ins: Instruction) -> None:
+        # equal instructions share one object, which the simulator checks and costs once
+        ins = self._interned.setdefault(ins, ins)
         self.program.streams.setdefault(stream, []).append(ins)
 
     def signal(self, stream: str) -> Event:

@@ -64,6 +64,10 @@ FREE_MAX = {"sbuf": 64 * 1024, "psum": 4 * 1024}
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 
+_WAIT, _SIGNAL, _LOAD, _MULTIPLY, _TRANSPOSE, _STREAM, _DMA = (
+    "wait", "signal", "load", "multiply", "transpose", "stream", "dma")
+
+
 class ProgramError(ValueError):
     """A program that breaks a rule of the core; the message names where and which."""
 
@@ -143,6 +147,7 @@ class Core:
         self.bytes = {"sbuf": params.sbuf_bytes, "psum": params.psum_bytes}
         self._tensor_cache: dict = {}
         self._stream_cache: dict = {}
+        self._checked: dict = {}  # (engine kind, id, HBM size) of instructions that passed
 
     # --- static rules -------------------------------------------------------------------
     def _check_ap(self, where, name: str, ap: AP, kind: str, hbm_bytes: int) -> None:
@@ -217,6 +222,14 @@ class Core:
 
     def _check_one(self, stream: str, kind: str, index: int, ins: Instruction,
                    hbm_bytes: int) -> None:
+        key = (kind, id(ins), hbm_bytes)
+        if key in self._checked:
+            return
+        self._check_rules(stream, kind, index, ins, hbm_bytes)
+        self._checked[key] = ins  # holds the object, so that its id stays its own
+
+    def _check_rules(self, stream: str, kind: str, index: int, ins: Instruction,
+                     hbm_bytes: int) -> None:
         where = (stream, index, ins)
         p = self.params
         if not isinstance(ins, isa.ENGINE_OPS[kind]):
@@ -333,6 +346,31 @@ class Core:
         return cycles, work * flops.get(type(ins), 0)
 
     # --- running --------------------------------------------------------------------------
+    def _plan(self, kind: str, ins: Instruction) -> tuple:
+        """What the event loop needs of one instruction, costs in seconds."""
+        cls = ins.__class__
+        if cls is SemWait:
+            return (_WAIT, ins.sem, ins.value)
+        if cls is SemSignal:
+            return (_SIGNAL, ins.sem, ins.count)
+        if kind == "dma":
+            latency, transfer = dma_seconds(self.params, ins.src.nbytes)
+            return (_DMA, latency, transfer, ins.src.nbytes)
+        if kind == "tensor":
+            period = 1.0 / self.params.clock("tensor")
+            if cls is LoadStationary:
+                fmt, k, m = ins.src.dtype, ins.src.partitions, ins.src.free
+                return (_LOAD, (fmt, k, m), self._tensor(fmt, k, m, 1)["load"] * period)
+            if cls is MultiplyMoving:
+                return (_MULTIPLY, ins.src.dtype, ins.src.partitions, ins.dst.partitions,
+                        ins.src.free)
+            k, m = ins.src.partitions, ins.src.free
+            c = self._tensor(ins.src.dtype, k, m, k)
+            return (_TRANSPOSE, (c["load"] + c["multiply"]) * period,
+                    (c["load"] + c["latency"] + 1) * period)
+        cycles, work = self._stream_cost(kind, ins)
+        return (_STREAM, cycles / self.params.clock(kind), work)
+
     def run(self, program: Program, *, timing_only: bool = False, trace: bool = False,
             hbm: np.ndarray | None = None, seed: int = 0) -> Result:
         """Run ``program``; ``hbm`` (uint8, ``program.hbm_bytes``) is read and updated in
@@ -343,132 +381,131 @@ class Core:
         streams = list(program.streams)
         kinds = [isa.engine_kind(s) for s in streams]
         code = [program.streams[s] for s in streams]
+        plans = []
+        cache: dict[int, tuple] = {}
+        for kind, instructions in zip(kinds, code, strict=True):
+            row = []
+            for ins in instructions:
+                plan = cache.get(id(ins))
+                if plan is None:
+                    plan = cache[id(ins)] = self._plan(kind, ins)
+                row.append(plan)
+            plans.append(row)
+        lengths = [len(c) for c in code]
         pc = [0] * len(streams)
         now = [0.0] * len(streams)
         done = [0.0] * len(streams)
-        busy = dict.fromkeys(streams, 0.0)
-        last_multiply: list = [None] * len(streams)
+        busy = [0.0] * len(streams)
+        gen = [0] * len(streams)
         sems: dict[int, list[float]] = {}
         waiting: dict[int, list[int]] = {}
         pending: dict[int, float] = {}  # stream -> time its satisfied wait resumes
-        gen = [0] * len(streams)
         heap = [(0.0, i, 0) for i in range(len(streams)) if code[i]]
         heapq.heapify(heap)
-        period = {e: 1.0 / p.clock(e) for e in ENGINES}
+        tensor_period = 1.0 / p.clock("tensor")
         sem_latency = p.semaphore_latency
-        fabric = 0.0
-        flops = 0.0
+        multiply_cost: dict[tuple, tuple[float, float]] = {}
+        reload_cost: dict[tuple, float] = {}
+        fabric = flops = 0.0
         moved = 0
         events: list[dict] = []
         stationary = None
+        previous_n = 0  # moving size of the multiply a load follows (0: the array is idle)
+        pop, push = heapq.heappop, heapq.heappush
         while heap:
-            t, s, g = heapq.heappop(heap)
+            t, s, g = pop(heap)
             if g != gen[s]:
                 continue  # superseded by a later push
             i = pc[s]
-            ins = code[s][i]
-            cls = ins.__class__
-            if cls is SemWait:
+            plan = plans[s][i]
+            op = plan[0]
+            if op is _WAIT:
+                sem, value = plan[1], plan[2]
                 if s in pending:
                     del pending[s]
+                    waiting[sem].remove(s)
                 else:
-                    vis = sems.get(ins.sem, ())
-                    if len(vis) >= ins.value:
-                        resume = max(t, vis[ins.value - 1])
-                        if resume > t:
-                            pending[s] = resume
-                            waiting.setdefault(ins.sem, []).append(s)
-                            gen[s] += 1
-                            heapq.heappush(heap, (resume, s, gen[s]))
-                            continue
+                    vis = sems.get(sem, ())
+                    if len(vis) >= value and vis[value - 1] <= t:
+                        pass
                     else:
-                        waiting.setdefault(ins.sem, []).append(s)
+                        waiting.setdefault(sem, []).append(s)
+                        if len(vis) >= value:
+                            pending[s] = vis[value - 1]
+                            gen[s] += 1
+                            push(heap, (vis[value - 1], s, gen[s]))
                         continue
-                w = waiting.get(ins.sem)
-                if w and s in w:
-                    w.remove(s)
-            elif cls is SemSignal:
+            elif op is _SIGNAL:
+                sem = plan[1]
                 visible = max(t, done[s]) + sem_latency
-                vis = sems.setdefault(ins.sem, [])
+                vis = sems.setdefault(sem, [])
                 if not vis or visible >= vis[-1]:
-                    vis.extend([visible] * ins.count)
+                    vis.extend([visible] * plan[2])
                 else:
-                    for _ in range(ins.count):
+                    for _ in range(plan[2]):
                         insort(vis, visible)
-                for w in list(waiting.get(ins.sem, ())):
-                    want = code[w][pc[w]].value
+                for w in waiting.get(sem, ()):
+                    want = plans[w][pc[w]][2]
                     if len(vis) >= want:
                         resume = max(now[w], vis[want - 1])
                         if w not in pending or resume < pending[w]:
                             pending[w] = resume
                             gen[w] += 1
-                            heapq.heappush(heap, (resume, w, gen[w]))
+                            push(heap, (resume, w, gen[w]))
             else:
-                kind = kinds[s]
-                if kind == "tensor":
-                    if cls is LoadStationary:
-                        fmt, k, m = ins.src.dtype, ins.src.partitions, ins.src.free
-                        prev = last_multiply[s]
-                        if prev is not None:
-                            c = self._tensor(fmt, k, m, prev)
-                            cost = (c["interval"] - c["multiply"]) * period["tensor"]
-                        else:
-                            cost = self._tensor(fmt, k, m, 1)["load"] * period["tensor"]
-                        finish = t + cost
-                        stationary = (fmt, k, m)
-                        last_multiply[s] = None
-                        if data is not None:
-                            data.load(ins)
-                    elif cls is MultiplyMoving:
-                        if stationary is None or stationary[1] != ins.src.partitions \
-                                or stationary[0] != ins.src.dtype:
-                            _fail(streams[s], i, ins, "stationary",
-                                  "no stationary tile is loaded" if stationary is None else
-                                  f"the loaded stationary is {stationary[1]} x "
-                                  f"{stationary[2]} {stationary[0]}, the moving tile has "
-                                  f"{ins.src.partitions} partitions of {ins.src.dtype}")
-                        if ins.dst.partitions != stationary[2]:
-                            _fail(streams[s], i, ins, "operand shape",
-                                  f"dst has {ins.dst.partitions} partitions, the stationary "
-                                  f"{stationary[2]} columns")
-                        fmt, k, m, n = stationary[0], stationary[1], stationary[2], ins.src.free
-                        c = self._tensor(fmt, k, m, n)
-                        cost = c["multiply"] * period["tensor"]
-                        finish = t + c["latency"] * period["tensor"]
-                        last_multiply[s] = n
-                        flops += 2.0 * k * m * n
-                        if data is not None:
-                            data.multiply(ins)
-                    else:  # Transpose: a load of the data and a pass of an identity
-                        k, m = ins.src.partitions, ins.src.free
-                        c = self._tensor(ins.src.dtype, k, m, k)
-                        cost = (c["load"] + c["multiply"]) * period["tensor"]
-                        finish = t + (c["load"] + c["latency"]) * period["tensor"]
-                        last_multiply[s] = None
-                        stationary = None
-                        if data is not None:
-                            data.transpose(ins)
-                    end = t + cost
-                elif kind == "dma":
-                    latency, transfer = dma_seconds(p, ins.src.nbytes)
-                    begin = max(t + latency, fabric)
-                    fabric = end = finish = begin + transfer
-                    cost = end - t
-                    moved += ins.src.nbytes
+                ins = code[s][i]
+                if op is _MULTIPLY:
+                    fmt, k, m, n = plan[1], plan[2], plan[3], plan[4]
+                    if stationary is None or stationary[0] != fmt or stationary[1] != k \
+                            or stationary[2] != m:
+                        self._bad_multiply(streams[s], i, ins, stationary)
+                    key = (fmt, k, m, n)
+                    c = multiply_cost.get(key)
+                    if c is None:
+                        cy = self._tensor(fmt, k, m, n)
+                        c = multiply_cost[key] = (cy["multiply"] * tensor_period,
+                                                  (cy["latency"] + 1) * tensor_period)
+                    cost, end, finish = c[0], t + c[0], t + c[1]
+                    previous_n = n
+                    flops += 2.0 * k * m * n
                     if data is not None:
-                        data.dma(ins)
-                else:
-                    key = (kind, ins)
-                    hit = self._stream_cache.get(key)
-                    if hit is None:
-                        hit = self._stream_cache[key] = self._stream_cost(kind, ins)
-                    cycles, work = hit
-                    cost = cycles * period[kind]
+                        data.multiply(ins)
+                elif op is _LOAD:
+                    stationary = plan[1]
+                    if previous_n:
+                        key = plan[1] + (previous_n,)
+                        cost = reload_cost.get(key)
+                        if cost is None:
+                            cy = self._tensor(*key)
+                            cost = reload_cost[key] = (cy["interval"] - cy["multiply"]) \
+                                * tensor_period
+                        previous_n = 0
+                    else:
+                        cost = plan[2]
                     end = finish = t + cost
-                    flops += work
+                    if data is not None:
+                        data.load(ins)
+                elif op is _STREAM:
+                    cost = plan[1]
+                    end = finish = t + cost
+                    flops += plan[2]
                     if data is not None:
                         data.execute(s, ins)
-                busy[streams[s]] += cost
+                elif op is _DMA:
+                    begin = t + plan[1]
+                    if fabric > begin:
+                        begin = fabric
+                    fabric = end = finish = begin + plan[2]
+                    cost = end - t
+                    moved += plan[3]
+                    if data is not None:
+                        data.dma(ins)
+                else:  # _TRANSPOSE: a load of the data and a pass of an identity
+                    cost, end, finish = plan[1], t + plan[1], t + plan[2]
+                    stationary, previous_n = None, 0
+                    if data is not None:
+                        data.transpose(ins)
+                busy[s] += cost
                 if trace:
                     events.append({"name": ins.MNEMONIC, "ph": "X", "ts": t * 1e6,
                                    "dur": cost * 1e6, "stream": streams[s],
@@ -478,18 +515,28 @@ class Core:
                     done[s] = finish
             pc[s] = i + 1
             now[s] = t
-            if pc[s] < len(code[s]):
+            if i + 1 < lengths[s]:
                 gen[s] += 1
-                heapq.heappush(heap, (t, s, gen[s]))
-        blocked = [s for s in range(len(streams)) if pc[s] < len(code[s])]
+                push(heap, (t, s, gen[s]))
+        blocked = [s for s in range(len(streams)) if pc[s] < lengths[s]]
         if blocked:
             self._deadlock(streams, code, pc, blocked, sems)
         total = max(max(done, default=0.0), max(now, default=0.0))
-        cycles = {}
-        for s, kind in zip(streams, kinds, strict=True):
-            cycles[s] = busy[s] * p.clock(kind) if kind != "dma" else 0.0
-        return Result(total, busy, cycles, {s: len(c) for s, c in zip(streams, code, strict=True)},
-                      flops, moved, events)
+        cycles = {name: b * p.clock(kind) if kind != "dma" else 0.0
+                  for name, kind, b in zip(streams, kinds, busy, strict=True)}
+        return Result(total, dict(zip(streams, busy, strict=True)), cycles,
+                      dict(zip(streams, lengths, strict=True)), flops, moved, events)
+
+    def _bad_multiply(self, stream: str, index: int, ins: MultiplyMoving, stationary) -> None:
+        if stationary is None:
+            _fail(stream, index, ins, "stationary", "no stationary tile is loaded")
+        fmt, k, m = stationary
+        if (fmt, k) != (ins.src.dtype, ins.src.partitions):
+            _fail(stream, index, ins, "stationary",
+                  f"the loaded stationary is {k} x {m} {fmt}, the moving tile has "
+                  f"{ins.src.partitions} partitions of {ins.src.dtype}")
+        _fail(stream, index, ins, "operand shape",
+              f"dst has {ins.dst.partitions} partitions, the stationary {m} columns")
 
     def _deadlock(self, streams, code, pc, blocked, sems) -> None:
         edges = []
