@@ -48,7 +48,10 @@ from hdl.core.isa import (
 )
 from hdl.core.params import CoreParams
 from hdl.numerics.formats import FP32, format_by_name
+from hdl.vector.activation import ActivationParams
 from hdl.vector.ops import Reduce, VectorOp
+from hdl.vector.vector import VectorParams
+from sim.golden import activation, numerics, systolic, vector
 
 from .costs import dma_seconds, stream_cycles, tensor_cycles
 from .program import Program
@@ -117,16 +120,6 @@ def _extent(dims: tuple[tuple[int, int], ...]) -> tuple[int, int]:
         else:
             lo += (n - 1) * s
     return lo, hi
-
-
-@cache
-def _index(dims: tuple[tuple[int, int], ...]) -> np.ndarray:
-    idx = np.zeros(tuple(n for n, _ in dims), dtype=np.int64)
-    for axis, (n, s) in enumerate(dims):
-        shape = [1] * len(dims)
-        shape[axis] = n
-        idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(shape)
-    return idx
 
 
 def _partition_start_ok(start: int, count: int) -> bool:
@@ -416,108 +409,112 @@ class Core:
             t, s, g = pop(heap)
             if g != gen[s]:
                 continue  # superseded by a later push
-            i = pc[s]
-            plan = plans[s][i]
-            op = plan[0]
-            if op is _WAIT:
-                sem, value = plan[1], plan[2]
-                if s in pending:
-                    del pending[s]
-                    waiting[sem].remove(s)
-                else:
-                    vis = sems.get(sem, ())
-                    if len(vis) >= value and vis[value - 1] <= t:
-                        pass
+            while True:  # run stream s while it is the earliest
+                i = pc[s]
+                plan = plans[s][i]
+                op = plan[0]
+                if op is _WAIT:
+                    sem, value = plan[1], plan[2]
+                    if s in pending:
+                        del pending[s]
+                        waiting[sem].remove(s)
                     else:
-                        waiting.setdefault(sem, []).append(s)
-                        if len(vis) >= value:
-                            pending[s] = vis[value - 1]
-                            gen[s] += 1
-                            push(heap, (vis[value - 1], s, gen[s]))
-                        continue
-            elif op is _SIGNAL:
-                sem = plan[1]
-                visible = max(t, done[s]) + sem_latency
-                vis = sems.setdefault(sem, [])
-                if not vis or visible >= vis[-1]:
-                    vis.extend([visible] * plan[2])
-                else:
-                    for _ in range(plan[2]):
-                        insort(vis, visible)
-                for w in waiting.get(sem, ()):
-                    want = plans[w][pc[w]][2]
-                    if len(vis) >= want:
-                        resume = max(now[w], vis[want - 1])
-                        if w not in pending or resume < pending[w]:
-                            pending[w] = resume
-                            gen[w] += 1
-                            push(heap, (resume, w, gen[w]))
-            else:
-                ins = code[s][i]
-                if op is _MULTIPLY:
-                    fmt, k, m, n = plan[1], plan[2], plan[3], plan[4]
-                    if stationary is None or stationary[0] != fmt or stationary[1] != k \
-                            or stationary[2] != m:
-                        self._bad_multiply(streams[s], i, ins, stationary)
-                    key = (fmt, k, m, n)
-                    c = multiply_cost.get(key)
-                    if c is None:
-                        cy = self._tensor(fmt, k, m, n)
-                        c = multiply_cost[key] = (cy["multiply"] * tensor_period,
-                                                  (cy["latency"] + 1) * tensor_period)
-                    cost, end, finish = c[0], t + c[0], t + c[1]
-                    previous_n = n
-                    flops += 2.0 * k * m * n
-                    if data is not None:
-                        data.multiply(ins)
-                elif op is _LOAD:
-                    stationary = plan[1]
-                    if previous_n:
-                        key = plan[1] + (previous_n,)
-                        cost = reload_cost.get(key)
-                        if cost is None:
-                            cy = self._tensor(*key)
-                            cost = reload_cost[key] = (cy["interval"] - cy["multiply"]) \
-                                * tensor_period
-                        previous_n = 0
+                        vis = sems.get(sem, ())
+                        if len(vis) >= value and vis[value - 1] <= t:
+                            pass
+                        else:
+                            waiting.setdefault(sem, []).append(s)
+                            if len(vis) >= value:
+                                pending[s] = vis[value - 1]
+                                gen[s] += 1
+                                push(heap, (vis[value - 1], s, gen[s]))
+                            break
+                elif op is _SIGNAL:
+                    sem = plan[1]
+                    visible = max(t, done[s]) + sem_latency
+                    vis = sems.setdefault(sem, [])
+                    if not vis or visible >= vis[-1]:
+                        vis.extend([visible] * plan[2])
                     else:
-                        cost = plan[2]
-                    end = finish = t + cost
-                    if data is not None:
-                        data.load(ins)
-                elif op is _STREAM:
-                    cost = plan[1]
-                    end = finish = t + cost
-                    flops += plan[2]
-                    if data is not None:
-                        data.execute(s, ins)
-                elif op is _DMA:
-                    begin = t + plan[1]
-                    if fabric > begin:
-                        begin = fabric
-                    fabric = end = finish = begin + plan[2]
-                    cost = end - t
-                    moved += plan[3]
-                    if data is not None:
-                        data.dma(ins)
-                else:  # _TRANSPOSE: a load of the data and a pass of an identity
-                    cost, end, finish = plan[1], t + plan[1], t + plan[2]
-                    stationary, previous_n = None, 0
-                    if data is not None:
-                        data.transpose(ins)
-                busy[s] += cost
-                if trace:
-                    events.append({"name": ins.MNEMONIC, "ph": "X", "ts": t * 1e6,
-                                   "dur": cost * 1e6, "stream": streams[s],
-                                   "args": {"index": i}})
-                t = end
-                if finish > done[s]:
-                    done[s] = finish
-            pc[s] = i + 1
-            now[s] = t
-            if i + 1 < lengths[s]:
-                gen[s] += 1
-                push(heap, (t, s, gen[s]))
+                        for _ in range(plan[2]):
+                            insort(vis, visible)
+                    for w in waiting.get(sem, ()):
+                        want = plans[w][pc[w]][2]
+                        if len(vis) >= want:
+                            resume = max(now[w], vis[want - 1])
+                            if w not in pending or resume < pending[w]:
+                                pending[w] = resume
+                                gen[w] += 1
+                                push(heap, (resume, w, gen[w]))
+                else:
+                    ins = code[s][i]
+                    if op is _MULTIPLY:
+                        fmt, k, m, n = plan[1], plan[2], plan[3], plan[4]
+                        if stationary is None or stationary[0] != fmt or stationary[1] != k \
+                                or stationary[2] != m:
+                            self._bad_multiply(streams[s], i, ins, stationary)
+                        key = (fmt, k, m, n)
+                        c = multiply_cost.get(key)
+                        if c is None:
+                            cy = self._tensor(fmt, k, m, n)
+                            c = multiply_cost[key] = (cy["multiply"] * tensor_period,
+                                                      (cy["latency"] + 1) * tensor_period)
+                        cost, end, finish = c[0], t + c[0], t + c[1]
+                        previous_n = n
+                        flops += 2.0 * k * m * n
+                        if data is not None:
+                            data.multiply(ins)
+                    elif op is _LOAD:
+                        stationary = plan[1]
+                        if previous_n:
+                            key = plan[1] + (previous_n,)
+                            cost = reload_cost.get(key)
+                            if cost is None:
+                                cy = self._tensor(*key)
+                                cost = reload_cost[key] = (cy["interval"] - cy["multiply"]) \
+                                    * tensor_period
+                            previous_n = 0
+                        else:
+                            cost = plan[2]
+                        end = finish = t + cost
+                        if data is not None:
+                            data.load(ins)
+                    elif op is _STREAM:
+                        cost = plan[1]
+                        end = finish = t + cost
+                        flops += plan[2]
+                        if data is not None:
+                            data.execute(s, ins)
+                    elif op is _DMA:
+                        begin = t + plan[1]
+                        if fabric > begin:
+                            begin = fabric
+                        fabric = end = finish = begin + plan[2]
+                        cost = end - t
+                        moved += plan[3]
+                        if data is not None:
+                            data.dma(ins)
+                    else:  # _TRANSPOSE: a load of the data and a pass of an identity
+                        cost, end, finish = plan[1], t + plan[1], t + plan[2]
+                        stationary, previous_n = None, 0
+                        if data is not None:
+                            data.transpose(ins)
+                    busy[s] += cost
+                    if trace:
+                        events.append({"name": ins.MNEMONIC, "ph": "X", "ts": t * 1e6,
+                                       "dur": cost * 1e6, "stream": streams[s],
+                                       "args": {"index": i}})
+                    t = end
+                    if finish > done[s]:
+                        done[s] = finish
+                pc[s] = i + 1
+                now[s] = t
+                if i + 1 >= lengths[s]:
+                    break
+                if heap and heap[0][0] < t:
+                    gen[s] += 1
+                    push(heap, (t, s, gen[s]))
+                    break
         blocked = [s for s in range(len(streams)) if pc[s] < lengths[s]]
         if blocked:
             self._deadlock(streams, code, pc, blocked, sems)
@@ -573,52 +570,44 @@ class _Data:
         self._act = {}
 
     # raw element access ---------------------------------------------------------------------
-    def _where(self, ap: AP):
-        uint = _UINT[ap.itemsize]
-        idx = _index(ap.dims) if ap.dims else np.zeros((), dtype=np.int64)
+    def _view(self, ap: AP) -> np.ndarray:
+        """The elements of ``ap`` as a strided view of the memory (the rules checked its
+        bounds): partitions first, then the free dimensions."""
+        item = ap.itemsize
         if ap.space == "hbm":
-            rows = (ap.offset + np.arange(ap.partitions) * ap.pstride) // ap.itemsize
-            flat = self.hbm[: self.hbm.size - self.hbm.size % ap.itemsize].view(uint)
-            return flat, rows.reshape((-1,) + (1,) * idx.ndim) + idx
-        mem = self.sbuf if ap.space == "sbuf" else self.psum
-        rows = mem[ap.partition: ap.partition + ap.partitions].view(uint)
-        return rows, ap.offset // ap.itemsize + idx
+            mem, base, pstride = self.hbm, ap.offset, ap.pstride
+        else:
+            mem = self.sbuf if ap.space == "sbuf" else self.psum
+            pstride = mem.shape[1]
+            base = ap.partition * pstride + ap.offset
+        shape = (ap.partitions,) + tuple(n for n, _ in ap.dims)
+        strides = (pstride,) + tuple(st * item for _, st in ap.dims)
+        return np.ndarray(shape, dtype=_UINT[item], buffer=mem, offset=base, strides=strides)
 
     def read(self, ap: AP) -> np.ndarray:
-        mem, idx = self._where(ap)
-        if ap.space == "hbm":
-            return mem[idx]
-        return mem[:, idx.reshape(-1)].reshape(ap.shape)
+        return self._view(ap).copy()
 
     def write(self, ap: AP, bits: np.ndarray) -> None:
-        mem, idx = self._where(ap)
-        bits = np.asarray(bits).reshape(ap.shape).astype(mem.dtype)
-        if ap.space == "hbm":
-            mem[idx] = bits
-        else:
-            mem[:, idx.reshape(-1)] = bits.reshape(ap.partitions, -1)
+        view = self._view(ap)
+        view[...] = np.asarray(bits).reshape(view.shape)
 
     # typed access ----------------------------------------------------------------------------
     def read32(self, ap: AP) -> np.ndarray:
         """fp32 bit patterns, (partitions, free), of an operand of any float type."""
-        from sim.golden.numerics import widen
-
         bits = self.read(ap).reshape(ap.partitions, -1)
         if ap.dtype in ("fp32", "int32", "uint32"):
             return bits.astype(np.uint32)
-        return np.asarray(widen(bits, format_by_name(ap.dtype)), dtype=np.uint32)
+        return np.asarray(numerics.widen(bits, format_by_name(ap.dtype)), dtype=np.uint32)
 
     def write32(self, ap: AP, bits32: np.ndarray, rounding: str = "rne", seed: int = 0) -> None:
         """Store fp32 bit patterns (partitions, free) into ``ap``, cast to its type."""
-        from sim.golden.numerics import cast_bits
-
         bits32 = np.asarray(bits32, dtype=np.uint32).reshape(ap.partitions, -1)
         if ap.dtype in ("fp32", "int32", "uint32"):
             self.write(ap, bits32)
             return
         fmt = format_by_name(ap.dtype)
         # lanes are partitions: the stochastic cast draws per lane, beat by beat
-        out = cast_bits(bits32.T.view(np.float32), fmt, rounding, seed ^ self.seed,
+        out = numerics.cast_bits(bits32.T.view(np.float32), fmt, rounding, seed ^ self.seed,
                         self.params.rng)
         self.write(ap, out.T)
 
@@ -632,20 +621,15 @@ class _Data:
         self.stationary = self.read(ins.src).reshape(ins.src.partitions, -1)
 
     def multiply(self, ins: MultiplyMoving) -> None:
-        from sim.golden import systolic
-
         moving = self.read(ins.src).reshape(ins.src.partitions, -1)
         psum = self.read(ins.dst).reshape(ins.dst.partitions, -1) if ins.accumulate else None
         out = systolic.matmul(self.stationary, moving, ins.src.dtype, psum, ins.accumulate)
         self.write(ins.dst, out)
 
     def transpose(self, ins: Transpose) -> None:
-        from sim.golden import systolic
-        from sim.golden.numerics import encode
-
         fmt = format_by_name(ins.src.dtype)
         k = ins.src.partitions
-        one = encode(np.float32(1.0), fmt) if fmt != FP32 else np.uint32(0x3F800000)
+        one = numerics.encode(np.float32(1.0), fmt) if fmt != FP32 else np.uint32(0x3F800000)
         identity = np.where(np.eye(k, dtype=bool), one, 0).astype(np.uint32)
         data = self.read(ins.src).reshape(k, -1)
         self.write(ins.dst, systolic.matmul(data, identity, ins.src.dtype))
@@ -655,8 +639,6 @@ class _Data:
         self.write(ins.dst, self.read(ins.src))
 
     def _activation_params(self, lanes: int):
-        from hdl.vector.activation import ActivationParams
-
         params = self._act.get(lanes)
         if params is None:
             params = self._act[lanes] = ActivationParams(lanes=lanes,
@@ -664,9 +646,6 @@ class _Data:
         return params
 
     def execute(self, stream: int, ins: Instruction) -> None:
-        from hdl.vector.vector import VectorParams
-        from sim.golden import activation, vector
-
         cls = ins.__class__
         if cls is Activation:
             x = self.read32(ins.src)
