@@ -18,6 +18,7 @@ import numpy as np
 from hdl.core.params import CoreParams
 from sim.core import Core, Result
 
+from .attention import attention
 from .builder import Builder, KernelError
 from .gemm import gemm, gemm_naive, out_dtype
 from .norms import ADAM, adam, layernorm, residual_add, rmsnorm, softmax
@@ -91,6 +92,11 @@ def _adam(i):
             "m_out": m, "v_out": v}
 
 
+def _attention(i):
+    q, k, v = i["qT"].T, i["kT"].T, i["v"]
+    return {"out": _softmax(q @ k.T / np.sqrt(q.shape[1])) @ v}
+
+
 def _mkn(s, d):
     return {"lhsT": ((s["K"], s["M"]), d), "rhs": ((s["K"], s["N"]), d)}
 
@@ -130,6 +136,11 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
                          "beta": ((1, s["C"]), "fp32")},
            lambda i: {"out": _norm(i["x"], i["gamma"], i["beta"])}, polynomial=True,
            example={"R": 4096, "C": 4096}),
+    Kernel("attention", "one head, flash style: softmax(q k^T / sqrt(D)) v over key blocks, "
+           "online max and sum", ("S", "D"), ("bf16", "fp32"), attention,
+           lambda s, d: {"qT": ((s["D"], s["S"]), d), "kT": ((s["D"], s["S"]), d),
+                         "v": ((s["S"], s["D"]), d)},
+           _attention, polynomial=True, example={"S": 8192, "D": 128}),
     Kernel("residual_add", "out = x + y", ("R", "C"), ("fp32", "bf16"), residual_add,
            _rc("x", "y"), lambda i: {"out": i["x"] + i["y"]},
            example={"R": 4096, "C": 4096}),

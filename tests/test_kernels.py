@@ -23,7 +23,8 @@ def trn1():
 def _cases():
     small = {("M", "K", "N"): [dict(M=1, K=1, N=1), dict(M=128, K=256, N=512),
                                dict(M=130, K=300, N=520)],
-             ("R", "C"): [dict(R=1, C=64), dict(R=128, C=128), dict(R=200, C=300)]}
+             ("R", "C"): [dict(R=1, C=64), dict(R=128, C=128), dict(R=200, C=300)],
+             ("S", "D"): [dict(S=1, D=1), dict(S=128, D=64), dict(S=600, D=32)]}
     for k in kernels.KERNELS.values():
         for dtype in k.dtypes:
             shapes = small[k.dims]
