@@ -22,6 +22,7 @@ from .attention import attention
 from .builder import Builder, KernelError
 from .gemm import gemm, gemm_naive, out_dtype
 from .norms import ADAM, adam, layernorm, residual_add, rmsnorm, softmax
+from .swiglu import swiglu
 
 __all__ = ["KERNELS", "Kernel", "KernelError", "Run", "parse_shape", "run", "tolerance"]
 
@@ -81,6 +82,10 @@ def _norm(x, g, b=None, eps=1e-6):
         return x / np.sqrt((x * x).mean(axis=1, keepdims=True) + eps) * g
     xc = x - x.mean(axis=1, keepdims=True)
     return xc / np.sqrt((xc * xc).mean(axis=1, keepdims=True) + 1e-5) * g + b
+
+
+def _silu(x):
+    return x / (1 + np.exp(-x))
 
 
 def _adam(i):
@@ -144,6 +149,10 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("residual_add", "out = x + y", ("R", "C"), ("fp32", "bf16"), residual_add,
            _rc("x", "y"), lambda i: {"out": i["x"] + i["y"]},
            example={"R": 4096, "C": 4096}),
+    Kernel("swiglu", "out = silu(gate) * up (the gated FFN's activation)", ("R", "C"),
+           ("bf16", "fp32"), swiglu, _rc("gate", "up"),
+           lambda i: {"out": _silu(i["gate"]) * i["up"]}, polynomial=True,
+           example={"R": 4096, "C": 11008}),
     Kernel("adam", "one Adam step on fp32 param, m, v from grad", ("R", "C"), ("fp32",), adam,
            _rc("param", "grad", "m", "v"), _adam, polynomial=True, positive=("v",),
            example={"R": 4096, "C": 4096}),
