@@ -1,0 +1,337 @@
+"""A transformer training step lowered to core kernels and scheduled over a cluster.
+
+**Lowering** (:func:`lower`). One micro-batch of ``micro_batch`` sequences on one rank (a
+logical NeuronCore) of a tensor-parallel group of ``tp`` becomes calls of the kernels in
+:mod:`kernels`, forward and backward, each with its shape and how many times it runs:
+
+- per layer forward: norm, QKV GEMM, flash attention per local head, output GEMM, residual
+  add, norm, FFN up GEMM (fused with GELU for a plain FFN; a SwiGLU kernel after it for a gated
+  one), FFN down GEMM, residual add. Norms and residual adds see ``T / tp`` tokens with
+  sequence parallelism, ``T`` without.
+- per layer backward: each GEMM's input-gradient and weight-gradient GEMMs (``M = K, K = M``
+  and ``M = K, K = T, N = M``); flash attention's backward as its kernels: the forward
+  attention kernel again (it recomputes the probabilities, as a flash backward does), the four
+  GEMMs of ``dV, dP, dQ, dK`` and the element-wise ``dS`` over the score matrix; each norm,
+  activation and residual add as its forward kernel run again (the same data movement; the
+  library has no backward kernels for them yet); full recomputation re-runs the whole forward.
+  A causal mask skips the key blocks above the diagonal: attention counts are scaled by the
+  fraction of (query tile, key block) pairs the kernel's own tiling keeps.
+- the first stage adds the embedding gather (a row copy of the embedding) and its scatter-add
+  backward; the last stage the final norm, the LM head GEMM with its backward, and the loss
+  (softmax over the local vocabulary and its gradient).
+- per step: Adam over the rank's parameters (its ``1 / dp`` share with ZeRO-1).
+
+Kernel times are :class:`~explore.kerneltimes.KernelTimes`: the core simulator's timing-only
+runs, cached. A logical core of ``lnc`` physical cores divides each kernel's first shape key
+among them, as ``gen run --lnc`` does.
+
+**Schedule** (:func:`evaluate`). Per micro-batch, the busiest pipeline stage runs its
+kernels and its tensor-parallel collectives (two all-reduces per layer forward and two
+backward, or with sequence parallelism two all-gathers and two reduce-scatters each way; full
+recomputation repeats the forward ones); they sit on the critical path. 1F1B over ``m``
+micro-batches and ``pp`` stages: ``m`` micro-batch times plus a bubble of ``pp - 1`` of them,
+and a point-to-point send of the boundary activations each way per micro-batch and per
+bubble slot, over NeuronLink inside a node and EFA between nodes. The data-parallel gradient
+reduction (a reduce-scatter with ZeRO-1, an all-reduce without) overlaps the last
+micro-batch's backward when the workload says so; ZeRO-1's parameter all-gather follows the
+optimizer step and is exposed. Collective times are :func:`explore.model.group_allreduce`
+(:mod:`sim.system.collectives`' alpha-beta rings over the instance topology, the server and
+EFA); an all-gather or a reduce-scatter is half an all-reduce of the same bytes.
+
+Step time = GEMM + other kernels + exposed communication + bubble + optimizer, each part
+reported, so the breakdown adds up to the step time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from kernels.attention import _KB as KEY_BLOCK
+from sim.system import formulas
+
+from . import model
+from .kerneltimes import KernelTimes
+from .workloads import DTYPES, Transformer, compile_transformer, transformer_params
+
+__all__ = ["RECOMPUTE", "Call", "Layout", "evaluate", "lower", "PARTS"]
+
+RECOMPUTE = ("none", "selective", "full")
+#: The parts of the step time, in the order they are reported and stacked.
+PARTS = ("gemm", "other", "communication", "bubble", "optimizer")
+#: Free size of the row-wise kernels when a row has no meaning of its own (element-wise work,
+#: a loss row longer than one SBUF tile): elements are laid out ``R x 2048``.
+_ROW = 2048
+_SOFTMAX_MAX = 8192
+
+
+@dataclass(frozen=True)
+class Call:
+    """``count`` runs of ``kernel`` at ``shape`` in ``dtype``; ``part`` is gemm or other."""
+
+    what: str
+    kernel: str
+    shape: tuple[tuple[str, int], ...]
+    dtype: str
+    count: float
+    part: str
+    #: bytes of activations this forward call leaves for the backward pass (per run)
+    saved: float = 0.0
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a step is split: degrees, micro-batch, recomputation and the options."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    micro_batch: int = 1
+    recompute: str = "none"
+    sequence_parallel: bool = True
+    zero1: bool = True
+    gemm_only: bool = False
+
+
+def _gemm(what, m, k, n, dtype, count, saved=0.0):
+    return Call(what, "gemm", (("M", int(m)), ("K", int(k)), ("N", int(n))), dtype, count,
+                "gemm", saved)
+
+
+def _rows(what, kernel, r, c, dtype, count, saved=0.0):
+    return Call(what, kernel, (("R", int(r)), ("C", int(c))), dtype, count, "other", saved)
+
+
+def _flat(what, kernel, elements, dtype, count):
+    """An element-wise kernel over ``elements`` elements, laid out ``R x 2048``."""
+    return _rows(what, kernel, max(1, math.ceil(elements / _ROW)), min(_ROW, elements), dtype,
+                 count)
+
+
+def causal_fraction(seq: int, query_tile: int) -> float:
+    """Fraction of (query tile, key block) pairs of the flash kernel a causal mask keeps."""
+    kb = KEY_BLOCK
+    blocks = math.ceil(seq / kb)
+    kept = sum(min(blocks, math.ceil(min(q0 + query_tile, seq) / kb))
+               for q0 in range(0, seq, query_tile))
+    return kept / (math.ceil(seq / query_tile) * blocks)
+
+
+def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, list[Call]]:
+    """The kernel calls of one micro-batch on one rank: ``forward`` and ``backward`` (one
+    layer), ``first`` (embedding, first stage), ``last`` (head and loss, last stage) and
+    ``step`` (the optimizer, once per step)."""
+    tp, dt = layout.tp, t.dtype
+    es = DTYPES[dt]
+    seq, mb = t.seq, layout.micro_batch
+    tokens = mb * seq
+    local = math.ceil(tokens / tp) if layout.sequence_parallel else tokens
+    h, hd = t.hidden, t.hidden // t.heads
+    kv = (t.kv_heads or t.heads) * hd
+    heads = math.ceil(t.heads / tp)
+    ffn = math.ceil(t.ffn / tp)
+    norm = "rmsnorm" if t.norm == "rmsnorm" else "layernorm"
+    frac = causal_fraction(seq, query_tile) if t.causal else 1.0
+    pairs = mb * heads * frac
+
+    fwd = [
+        _rows("norm", norm, local, h, dt, 1, local * h * es),
+        _gemm("qkv", math.ceil((h + 2 * kv) / tp), h, tokens, dt, 1, tokens * h * es),
+        Call("attention", "attention", (("S", seq), ("D", hd)), dt, pairs, "other",
+             (3 * seq * hd + seq * hd) * es / frac),
+        _gemm("attn.out", h, math.ceil(h / tp), tokens, dt, 1, tokens * h * es / tp),
+        _rows("residual", "residual_add", local, h, dt, 1),
+        _rows("norm", norm, local, h, dt, 1, local * h * es),
+    ]
+    if t.gated_ffn:
+        fwd += [_gemm("ffn.up", 2 * ffn, h, tokens, dt, 1, tokens * h * es),
+                _flat("ffn.act", "swiglu", tokens * ffn, dt, 1)]
+        fwd[-1] = replace(fwd[-1], saved=2 * tokens * ffn * es)
+    else:
+        fwd.append(Call("ffn.up", "gemm_bias_gelu", (("M", ffn), ("K", h), ("N", tokens)), dt,
+                        1, "gemm", 2 * tokens * h * es))
+    fwd += [_gemm("ffn.down", h, ffn, tokens, dt, 1, tokens * ffn * es),
+            _rows("residual", "residual_add", local, h, dt, 1)]
+
+    bwd = []
+    for c in fwd:
+        if c.part == "gemm":
+            s = dict(c.shape)
+            m, k, n = s["M"], s["K"], s["N"]
+            bwd += [_gemm(c.what + ".dgrad", k, m, n, dt, c.count),
+                    _gemm(c.what + ".wgrad", k, n, m, dt, c.count)]
+            if c.kernel == "gemm_bias_gelu":
+                bwd.append(_flat("ffn.act.grad", "residual_add", n * m, dt, c.count))
+        elif c.kernel == "attention":
+            bwd += [replace(c, what="attention.recompute", saved=0.0),
+                    _gemm("attention.dv", seq, seq, hd, dt, pairs),
+                    _gemm("attention.dp", seq, hd, seq, dt, pairs),
+                    _gemm("attention.dq", seq, seq, hd, dt, pairs),
+                    _gemm("attention.dk", seq, seq, hd, dt, pairs),
+                    _flat("attention.ds", "residual_add", seq * seq, dt, pairs)]
+        else:
+            bwd.append(replace(c, what=c.what + ".grad", saved=0.0))
+    if layout.recompute == "full":
+        bwd += [replace(c, what=c.what + ".recompute", saved=0.0) for c in fwd]
+
+    vocab = math.ceil(t.vocab / tp) if t.vocab else 0
+    first, last = [], []
+    if t.vocab:
+        first = [_rows("embedding", "residual_add", local, h, dt, 1),
+                 _rows("embedding.grad", "residual_add", local, h, dt, 1)]
+        split = math.ceil(vocab / _SOFTMAX_MAX)
+        loss_rows, loss_cols = tokens * split, math.ceil(vocab / split)
+        head = _gemm("lm_head", vocab, h, tokens, dt, 1)
+        last = [_rows("final.norm", norm, local, h, dt, 1),
+                _rows("final.norm.grad", norm, local, h, dt, 1),
+                head, _gemm("lm_head.dgrad", h, vocab, tokens, dt, 1),
+                _gemm("lm_head.wgrad", h, tokens, vocab, dt, 1),
+                _rows("loss", "softmax", loss_rows, loss_cols, dt, 1),
+                _rows("loss.grad", "residual_add", loss_rows, loss_cols, dt, 1)]
+    stages = layout.pp
+    params = transformer_params(t) / (tp * stages)
+    shard = params / (layout.dp if layout.zero1 else 1)
+    step = [_flat("optimizer", "adam", math.ceil(shard), "fp32", 1)]
+    step = [replace(c, part="optimizer") for c in step]
+    out = {"forward": fwd, "backward": bwd, "first": first, "last": last, "step": step}
+    if layout.gemm_only:
+        out = {k: [c for c in v if c.part == "gemm"] for k, v in out.items()}
+    return out
+
+
+def activation_bytes(t: Transformer, layout: Layout, calls: dict[str, list[Call]]) -> float:
+    """Activation bytes one rank holds at the peak of 1F1B: its layers' saved tensors for
+    ``min(pp, micro-batches)`` micro-batches in flight (only each layer's input with full
+    recomputation)."""
+    per_layer = sum(c.saved * c.count for c in calls["forward"])
+    if layout.recompute == "full":
+        tokens = layout.micro_batch * t.seq
+        per_layer = (tokens / layout.tp if layout.sequence_parallel else tokens) * t.hidden \
+            * DTYPES[t.dtype]
+    layers = math.ceil(t.layers / layout.pp)
+    micro = t.batch / (layout.dp * layout.micro_batch)
+    return per_layer * layers * min(layout.pp, micro)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One design point's step: times in seconds, rates per second, bytes."""
+
+    layout: Layout
+    nodes: int
+    ranks: int
+    micro_batches: float
+    step_time: float
+    parts: dict[str, float]
+    sequences_per_second: float
+    tokens_per_second: float
+    mfu: float
+    memory: dict[str, float]
+    hbm_per_rank: float
+    fits: bool
+    kernel_calls: int
+    calls: dict[str, list[Call]]
+
+
+def _time(calls: list[Call], times: KernelTimes, lnc: int) -> dict[str, float]:
+    out = {"gemm": 0.0, "other": 0.0, "optimizer": 0.0}
+    for c in calls:
+        shape = dict(c.shape)
+        first = next(iter(shape))
+        shape[first] = math.ceil(shape[first] / lnc)
+        out[c.part] += times(c.kernel, shape, c.dtype) * c.count
+    return out
+
+
+def evaluate(t: Transformer, base: model.Base, times: KernelTimes, layout: Layout,
+             nodes: int) -> StepResult:
+    """The training step of ``t`` on ``nodes`` nodes of ``base`` split as ``layout``."""
+    v = {k: np.array([x]) for k, x in base.values.items()}
+    lnc = int(base.values["lnc"])
+    per_chip = base.values["cores"] / lnc
+    ranks_per_node = int(per_chip * base.values["chips"] * base.instances)
+    ranks = ranks_per_node * nodes
+    tp, pp = layout.tp, layout.pp
+    dp = ranks // (tp * pp)
+    layout = replace(layout, dp=dp)
+    micro = t.batch / (dp * layout.micro_batch)
+    calls = lower(t, layout)
+    fwd, bwd = _time(calls["forward"], times, lnc), _time(calls["backward"], times, lnc)
+    layer = {k: fwd[k] + bwd[k] for k in fwd}
+    first, last = _time(calls["first"], times, lnc), _time(calls["last"], times, lnc)
+    opt = _time(calls["step"], times, lnc)["optimizer"]
+    times.save()
+    layers = math.ceil(t.layers / pp)
+    ends = [first, last] if pp > 1 else [{k: first[k] + last[k] for k in first}]
+    end = max(ends, key=lambda d: d["gemm"] + d["other"])
+    gemm = layers * layer["gemm"] + end["gemm"]
+    other = layers * layer["other"] + end["other"]
+
+    es = DTYPES[t.dtype]
+    tokens = layout.micro_batch * t.seq
+    dims_long = model._dims_long(v["chips"], base) if base.topology == "torus" else None
+
+    def allreduce(nbytes, group, stride):
+        if group <= 1 or nbytes <= 0:
+            return 0.0
+        return float(model.group_allreduce(nbytes, np.array([float(group)]), per_chip,
+                                           np.array([float(stride)]), v, base, dims_long)[0])
+
+    # tensor parallel: 2 all-reduces (or 2 all-gathers + 2 reduce-scatters, the same bytes
+    # on a ring) per layer each way; full recomputation repeats the forward ones
+    per_layer = (4 if layout.recompute != "full" else 6)
+    tp_comm = layers * per_layer * allreduce(tokens * t.hidden * es, tp, 1)
+    # 1F1B: p2p sends of the boundary activations, one each way per micro-batch slot
+    p2p = 0.0
+    if pp > 1:
+        nbytes = tokens * t.hidden * es / (tp if layout.sequence_parallel else 1)
+        stride = tp * dp
+        if stride >= ranks_per_node:
+            bw, alpha = base.efa_bandwidth / ranks_per_node, base.efa_alpha
+        else:
+            bw = base.values["link_bandwidth"] * base.link_efficiency / base.links
+            alpha = base.link_alpha
+        p2p = 2 * (alpha + nbytes / bw)
+    micro_time = gemm + other + tp_comm + p2p
+    bubble = (pp - 1) * micro_time
+
+    params = transformer_params(t) / (tp * pp)
+    grad_bytes = params * t.grad_bytes
+    if layout.zero1:
+        dp_reduce = 0.5 * allreduce(grad_bytes, dp, tp)
+        dp_gather = 0.5 * allreduce(params * t.weight_bytes, dp, tp)
+    else:
+        dp_reduce, dp_gather = allreduce(grad_bytes, dp, tp), 0.0
+    last_backward = layers * (bwd["gemm"] + bwd["other"])
+    exposed_dp = max(dp_reduce - last_backward, 0.0) if t.overlap_gradients else dp_reduce
+    m = micro
+    comm = m * (tp_comm + p2p) + exposed_dp + dp_gather
+    parts = {"gemm": m * gemm, "other": m * other, "communication": comm, "bubble": bubble,
+             "optimizer": opt}
+    step = sum(parts.values())
+
+    work = compile_transformer(t, tp)
+    chips = base.values["chips"] * base.instances * nodes
+    rate = base.rate(t.dtype)
+    peak = formulas.peak_flops(base.values["rows"], base.values["cols"],
+                               base.values["clock"], rate, base.values["cores"]) * chips
+    hbm = base.values["hbm_capacity"] / per_chip
+    memory = {
+        "weights": params * t.weight_bytes,
+        "gradients": grad_bytes,
+        "optimizer": transformer_params(t) / (tp * pp) * t.optimizer_bytes
+        / (dp if layout.zero1 else 1),
+        "activations": activation_bytes(t, layout, calls),
+    }
+    return StepResult(
+        layout=layout, nodes=nodes, ranks=ranks, micro_batches=m, step_time=step, parts=parts,
+        sequences_per_second=t.batch / step, tokens_per_second=t.batch * t.seq / step,
+        mfu=work.flops() / (peak * step), memory=memory, hbm_per_rank=hbm,
+        fits=sum(memory.values()) <= hbm, kernel_calls=sum(len(c) for c in calls.values()),
+        calls=calls)
+
+
+def with_nodes(base: model.Base, nodes: int) -> model.Base:
+    return replace(base, servers=nodes)
