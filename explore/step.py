@@ -56,7 +56,7 @@ from . import model
 from .kerneltimes import KernelTimes
 from .workloads import DTYPES, Transformer, compile_transformer, transformer_params
 
-__all__ = ["RECOMPUTE", "Call", "Layout", "evaluate", "lower", "PARTS"]
+__all__ = ["PARTS", "RECOMPUTE", "Call", "Layout", "StepError", "evaluate", "from_cli", "lower"]
 
 RECOMPUTE = ("none", "selective", "full")
 #: The parts of the step time, in the order they are reported and stacked.
@@ -333,5 +333,90 @@ def evaluate(t: Transformer, base: model.Base, times: KernelTimes, layout: Layou
         calls=calls)
 
 
-def with_nodes(base: model.Base, nodes: int) -> model.Base:
-    return replace(base, servers=nodes)
+class StepError(ValueError):
+    """A step that cannot be split or run as asked (one line: what was expected, found)."""
+
+
+def check(t: Transformer, layout: Layout, ranks: int) -> None:
+    """Refuse a split the step cannot take, naming what was expected and what was found."""
+    tp, pp, mb = layout.tp, layout.pp, layout.micro_batch
+    for name, v in (("--tp", tp), ("--pp", pp), ("--micro-batch", mb)):
+        if v < 1:
+            raise StepError(f"expected {name} of at least 1, found {v}")
+    if layout.recompute not in RECOMPUTE:
+        raise StepError(f"expected --recompute one of {', '.join(RECOMPUTE)}, "
+                        f"found {layout.recompute!r}")
+    if ranks % (tp * pp):
+        raise StepError(f"expected TP x PP ({tp} x {pp}) to divide the {ranks} ranks")
+    if t.heads % tp or (t.kv_heads or t.heads) % tp and tp % (t.kv_heads or t.heads):
+        raise StepError(f"expected --tp to divide the {t.heads} heads of {t.name} (and its "
+                        f"key/value heads, or be a multiple of them), found {tp}")
+    if pp > t.layers:
+        raise StepError(f"expected --pp of at most the {t.layers} layers, found {pp}")
+    dp = ranks // (tp * pp)
+    if t.batch % (dp * mb):
+        raise StepError(f"expected DP x micro-batch ({dp} x {mb}) to divide the global batch "
+                        f"of {t.batch} sequences")
+
+
+@dataclass
+class Run:
+    system: str
+    workload: Transformer
+    result: StepResult
+    simulated: int
+
+
+def resolve(system: str):
+    """(base, core parameters, default node count) of an instance or cluster spec."""
+    from hdl.core.params import CoreSpecError, core_params  # noqa: PLC0415
+    from specs import loader  # noqa: PLC0415
+
+    doc = loader.load_document(system)
+    if doc.kind != "system" or doc.spec.level not in ("instance", "cluster"):
+        raise StepError(f"expected an instance or cluster system spec, found "
+                        f"{doc.kind} {doc.name!r}")
+    chip, chain = model._chip_of(doc)
+    try:
+        params = core_params(chip)
+    except CoreSpecError as exc:
+        raise StepError(str(exc)) from None
+    base = model.base_from_spec(system)
+    nodes = doc.spec.count if doc.spec.level == "cluster" else 1
+    if doc.spec.level == "cluster":
+        base = replace(base, servers=1)
+    return base, params, nodes
+
+
+def from_cli(system: str, workload: str, *, tp=None, pp=None, dp=None, nodes=None,
+             micro_batch=None, recompute=None, sequence_parallel=True, zero1=True,
+             gemm_only=False, times: KernelTimes | None = None) -> Run:
+    """``gen step``: options left ``None`` take the workload's (or the system's) own."""
+    from .workloads import load_spec  # noqa: PLC0415
+
+    t = load_spec(workload)
+    if not isinstance(t, Transformer):
+        raise StepError(f"expected a transformer workload, found the GEMM list {t.name!r}")
+    base, params, default_nodes = resolve(system)
+    par = t.parallel
+    tp = par.tensor if tp is None else tp
+    pp = par.pipeline if pp is None else pp
+    per_node = int(base.values["cores"] / base.values["lnc"] * base.values["chips"]
+                   * base.instances)
+    if nodes is None:
+        nodes = default_nodes if dp is None else -(-dp * tp * pp // per_node)
+    if nodes < 1:
+        raise StepError(f"expected --nodes of at least 1, found {nodes}")
+    ranks = per_node * nodes
+    layout = Layout(tp=tp, pp=pp, micro_batch=par.micro_batch if micro_batch is None
+                    else micro_batch, recompute=recompute or par.recompute,
+                    sequence_parallel=sequence_parallel and par.sequence_parallel,
+                    zero1=zero1 and t.shard_optimizer, gemm_only=gemm_only)
+    check(t, layout, ranks)
+    if dp is not None and dp * tp * pp != ranks:
+        raise StepError(f"expected TP x PP x DP to be the {ranks} ranks of {nodes} node(s), "
+                        f"found {tp} x {pp} x {dp} = {tp * pp * dp}")
+    times = times or KernelTimes(params)
+    before = times.computed
+    result = evaluate(t, base, times, layout, nodes)
+    return Run(system, t, result, times.computed - before)

@@ -348,6 +348,68 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed):
         click.echo(f"  trace         {trace}")
 
 
+@main.command("step")
+@click.argument("system")
+@click.argument("workload")
+@click.option("--tp", type=int, default=None, help="Tensor-parallel degree (default: the "
+              "workload's).")
+@click.option("--pp", type=int, default=None, help="Pipeline stages (default: the workload's).")
+@click.option("--dp", type=int, default=None, help="Data-parallel degree (default: every rank "
+              "left; with --nodes unset it sets the node count).")
+@click.option("--nodes", type=int, default=None, help="Nodes (instances) over EFA (default: "
+              "the cluster spec's count, 1 for an instance).")
+@click.option("--micro-batch", type=int, default=None, help="Sequences per micro-batch.")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None,
+              help="Activation recomputation (default: the workload's).")
+@click.option("--no-sequence-parallel", is_flag=True, help="Norms and residuals on every "
+              "tensor-parallel rank in full.")
+@click.option("--no-zero1", is_flag=True, help="Optimizer state on every data-parallel rank.")
+@click.option("--gemm-only", is_flag=True, help="Drop every kernel but the GEMMs (the "
+              "GEMM-only estimate, for comparison).")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a stacked bar of the breakdown (PNG and SVG beside it).")
+def step_cmd(system, workload, tp, pp, dp, nodes, micro_batch, recompute,
+             no_sequence_parallel, no_zero1, gemm_only, plot):
+    """Time one training step of WORKLOAD on SYSTEM (an instance or a cluster spec): step
+    time, sequences and tokens per second, MFU, the breakdown and the memory per rank."""
+    from explore import step as steps
+
+    try:
+        run = steps.from_cli(system, workload, tp=tp, pp=pp, dp=dp, nodes=nodes,
+                             micro_batch=micro_batch, recompute=recompute,
+                             sequence_parallel=not no_sequence_parallel, zero1=not no_zero1,
+                             gemm_only=gemm_only)
+    except steps.StepError as exc:
+        raise SpecError(str(exc)) from None
+    r, lay = run.result, run.result.layout
+    click.echo(f"{run.system}: {run.workload.name} on {r.nodes} node(s), {r.ranks} ranks "
+               f"(TP {lay.tp} x PP {lay.pp} x DP {lay.dp}), micro-batch {lay.micro_batch} x "
+               f"{r.micro_batches:g}, recompute {lay.recompute}, sequence parallel "
+               f"{'on' if lay.sequence_parallel else 'off'}, ZeRO-1 "
+               f"{'on' if lay.zero1 else 'off'}" + (", GEMMs only" if gemm_only else ""))
+    click.echo(f"  step time      {r.step_time:.4g} s")
+    click.echo(f"  sequences/s    {r.sequences_per_second:.4g}")
+    click.echo(f"  tokens/s       {r.tokens_per_second:,.0f}")
+    click.echo(f"  MFU            {100 * r.mfu:.1f} %")
+    table = Table(show_edge=False, box=None, title="breakdown")
+    for col in ("part", "seconds", "share"):
+        table.add_column(col, justify="left" if col == "part" else "right")
+    for part in steps.PARTS:
+        table.add_row(part, f"{r.parts[part]:.4g}", f"{100 * r.parts[part] / r.step_time:.1f} %")
+    table.add_row("step", f"{r.step_time:.4g}", "100.0 %")
+    _console().print(table)
+    mem = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in r.memory.items())
+    click.echo(f"  memory/rank    {mem} GiB; {sum(r.memory.values()) / 2**30:.2f} of "
+               f"{r.hbm_per_rank / 2**30:.2f} GiB: {'fits' if r.fits else 'DOES NOT FIT'}")
+    click.echo(f"  kernels        {r.kernel_calls} calls, {run.simulated} simulated now, "
+               f"the rest from the cache")
+    if plot:
+        from explore.plots import step_breakdown
+
+        written = step_breakdown([(run.workload.name, r.parts)], plot.parent, plot.stem)
+        click.echo(f"  plot           {', '.join(str(p) for p in written)}")
+
+
 def _label(params) -> str:
     """A parameter object in one short line: scalar fields as they are, collections by size."""
     import dataclasses

@@ -10,7 +10,7 @@ from specs.errors import SpecError
 
 def test_7b_training_step_flops_by_hand():
     w = workloads.load("llama2-7b")
-    h, L, ffn, vocab, seq, batch = 4096, 32, 11008, 32000, 4096, 256
+    h, L, ffn, vocab, seq, batch = 4096, 32, 11008, 32000, 4096, 1024
     tokens = batch * seq
     params = L * (4 * h * h + 3 * h * ffn + 2 * h) + 2 * vocab * h + h
     assert workloads.transformer_params(workloads.load_spec("llama2-7b")) == params
