@@ -64,7 +64,7 @@ PARTS = ("gemm", "other", "communication", "bubble", "optimizer")
 #: Free size of the row-wise kernels when a row has no meaning of its own (element-wise work,
 #: a loss row longer than one SBUF tile): elements are laid out ``R x 2048``.
 _ROW = 2048
-_SOFTMAX_MAX = 8192
+_WIDE = 4096
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,14 @@ def _rows(what, kernel, r, c, dtype, count, saved=0.0):
     return Call(what, kernel, (("R", int(r)), ("C", int(c))), dtype, count, "other", saved)
 
 
+def _wide(what, kernel, r, c, dtype, count, saved=0.0):
+    """A row-wise kernel whose rows may be longer than its SBUF tiles allow: a row of ``c``
+    is timed as ``ceil(c / 4096)`` pieces (the same data movement; combining the pieces'
+    statistics, a few instructions per row, is left out)."""
+    pieces = math.ceil(c / _WIDE)
+    return _rows(what, kernel, r * pieces, math.ceil(c / pieces), dtype, count, saved)
+
+
 def _flat(what, kernel, elements, dtype, count):
     """An element-wise kernel over ``elements`` elements, laid out ``R x 2048``."""
     return _rows(what, kernel, max(1, math.ceil(elements / _ROW)), min(_ROW, elements), dtype,
@@ -137,13 +145,13 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
     pairs = mb * heads * frac
 
     fwd = [
-        _rows("norm", norm, local, h, dt, 1, local * h * es),
+        _wide("norm", norm, local, h, dt, 1, local * h * es),
         _gemm("qkv", math.ceil((h + 2 * kv) / tp), h, tokens, dt, 1, tokens * h * es),
         Call("attention", "attention", (("S", seq), ("D", hd)), dt, pairs, "other",
              (3 * seq * hd + seq * hd) * es / frac),
         _gemm("attn.out", h, math.ceil(h / tp), tokens, dt, 1, tokens * h * es / tp),
-        _rows("residual", "residual_add", local, h, dt, 1),
-        _rows("norm", norm, local, h, dt, 1, local * h * es),
+        _flat("residual", "residual_add", local * h, dt, 1),
+        _wide("norm", norm, local, h, dt, 1, local * h * es),
     ]
     if t.gated_ffn:
         fwd += [_gemm("ffn.up", 2 * ffn, h, tokens, dt, 1, tokens * h * es),
@@ -153,7 +161,7 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
         fwd.append(Call("ffn.up", "gemm_bias_gelu", (("M", ffn), ("K", h), ("N", tokens)), dt,
                         1, "gemm", 2 * tokens * h * es))
     fwd += [_gemm("ffn.down", h, ffn, tokens, dt, 1, tokens * ffn * es),
-            _rows("residual", "residual_add", local, h, dt, 1)]
+            _flat("residual", "residual_add", local * h, dt, 1)]
 
     bwd = []
     for c in fwd:
@@ -179,17 +187,15 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
     vocab = math.ceil(t.vocab / tp) if t.vocab else 0
     first, last = [], []
     if t.vocab:
-        first = [_rows("embedding", "residual_add", local, h, dt, 1),
-                 _rows("embedding.grad", "residual_add", local, h, dt, 1)]
-        split = math.ceil(vocab / _SOFTMAX_MAX)
-        loss_rows, loss_cols = tokens * split, math.ceil(vocab / split)
+        first = [_flat("embedding", "residual_add", local * h, dt, 1),
+                 _flat("embedding.grad", "residual_add", local * h, dt, 1)]
         head = _gemm("lm_head", vocab, h, tokens, dt, 1)
-        last = [_rows("final.norm", norm, local, h, dt, 1),
-                _rows("final.norm.grad", norm, local, h, dt, 1),
+        last = [_wide("final.norm", norm, local, h, dt, 1),
+                _wide("final.norm.grad", norm, local, h, dt, 1),
                 head, _gemm("lm_head.dgrad", h, vocab, tokens, dt, 1),
                 _gemm("lm_head.wgrad", h, tokens, vocab, dt, 1),
-                _rows("loss", "softmax", loss_rows, loss_cols, dt, 1),
-                _rows("loss.grad", "residual_add", loss_rows, loss_cols, dt, 1)]
+                _wide("loss", "softmax", tokens, vocab, dt, 1),
+                _flat("loss.grad", "residual_add", tokens * vocab, dt, 1)]
     stages = layout.pp
     params = transformer_params(t) / (tp * stages)
     shard = params / (layout.dp if layout.zero1 else 1)
