@@ -8,7 +8,7 @@ from hdl.core.isa import Activation, DmaCopy, TensorTensor
 from hdl.vector.ops import VectorOp
 
 from .builder import Builder
-from .norms import _load, _rows, _Rows
+from .norms import _load, _Rows, _rows
 
 __all__ = ["swiglu"]
 
