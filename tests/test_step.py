@@ -174,3 +174,34 @@ def test_every_bundled_transformer_lowers(times):
         assert ("swiglu" in kinds) == spec.gated_ffn
         assert ("layernorm" in kinds) == (spec.norm == "layernorm")
         assert np.all([c.count > 0 for c in calls["forward"] + calls["backward"]])
+
+
+def test_many_points_at_once_match_one_at_a_time(times):
+    base, _, _ = step.resolve("trn1.32xlarge")
+    t = workloads.load_spec("llama2-7b")
+    grid = [(8, 1, 1, "selective", 16), (8, 2, 1, "full", 16), (16, 1, 2, "none", 8),
+            (8, 1, 1, "selective", 3), (32, 4, 1, "full", 32)]
+    tp, pp, mb, rc, nodes = (np.array(x) for x in zip(*grid, strict=True))
+    many = step.evaluate_many(t, base, times, tp=tp, pp=pp, micro_batch=mb, nodes=nodes,
+                              recompute=rc)
+    for i, (a, b, c, r, n) in enumerate(grid):
+        one = step.evaluate_many(t, base, times, tp=a, pp=b, micro_batch=c, nodes=n,
+                                 recompute=r)
+        for name in step.METRICS:
+            np.testing.assert_allclose(many[name][i], one[name][0], rtol=1e-12,
+                                       err_msg=f"{name} of point {i}")
+    # 3 nodes: 96 ranks give DP 12, which does not divide the batch of 1024
+    assert not many["valid"][3] and np.isnan(many["step_time"][3])
+
+
+def test_faster_efa_only_shortens_communication(times):
+    base, _, _ = step.resolve("trn1.32xlarge")
+    t = workloads.load_spec("llama2-7b")
+    efa = base.efa_bandwidth * np.array([1.0, 4.0])
+    out = step.evaluate_many(t, base, times, tp=8, pp=1, micro_batch=1, nodes=16,
+                             recompute="selective", values={"efa_bandwidth": efa})
+    assert out["communication_time"][1] < out["communication_time"][0]
+    assert out["gemm_time"][1] == out["gemm_time"][0]
+    with pytest.raises(step.StepError, match="system parameters"):
+        step.evaluate_many(t, base, times, tp=8, pp=1, micro_batch=1, nodes=16,
+                           recompute="none", values={"clock": 1e9})
