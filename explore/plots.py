@@ -264,7 +264,7 @@ def step_breakdown(rows: list[tuple[str, dict[str, float]]], out: Path, stem: st
     ``(label, parts)`` row, in seconds."""
     from .step import PARTS  # noqa: PLC0415
 
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(rows) + 2), 4.5))
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(rows) + 3), 5.0))
     bottom = np.zeros(len(rows))
     labels = [label for label, _ in rows]
     for part in PARTS:
@@ -272,6 +272,9 @@ def step_breakdown(rows: list[tuple[str, dict[str, float]]], out: Path, stem: st
         ax.bar(labels, heights, bottom=bottom, label=part)
         bottom += heights
     ax.set_ylabel("step time (s)")
+    ax.tick_params(axis="x", labelrotation=35)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
     ax.set_title("Training step time by part")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()

@@ -532,3 +532,41 @@ def from_cli(system: str, workload: str, *, tp=None, pp=None, dp=None, nodes=Non
     before = times.computed
     result = evaluate(t, base, times, layout, nodes)
     return Run(system, t, result, times.computed - before)
+
+
+def grid(system: str, workload: str, *, tp=None, pp=None, nodes=None, micro_batch=None,
+         recompute=None, sequence_parallel=True, zero1=True, gemm_only=False,
+         times: KernelTimes | None = None):
+    """Every combination of the given lists (``None``: the workload's or system's own) as a
+    table: one row per design point, the split then :data:`METRICS` (pandas DataFrame)."""
+    import pandas as pd  # noqa: PLC0415
+
+    from .workloads import load_spec  # noqa: PLC0415
+
+    t = load_spec(workload)
+    if not isinstance(t, Transformer):
+        raise StepError(f"expected a transformer workload, found the GEMM list {t.name!r}")
+    base, params, default_nodes = resolve(system)
+    par = t.parallel
+    axes = {"tp": tp or [par.tensor], "pp": pp or [par.pipeline],
+            "micro_batch": micro_batch or [par.micro_batch],
+            "recompute": recompute or [par.recompute], "nodes": nodes or [default_nodes]}
+    for name, vals in axes.items():
+        if name != "recompute" and min(vals) < 1:
+            raise StepError(f"expected --{name.replace('_', '-')} values of at least 1, "
+                            f"found {min(vals)}")
+    mesh = np.meshgrid(*(np.asarray(v, dtype=object) for v in axes.values()), indexing="ij")
+    cols = {k: m.ravel() for k, m in zip(axes, mesh, strict=True)}
+    times = times or KernelTimes(params)
+    out = evaluate_many(t, base, times, tp=cols["tp"].astype(int), pp=cols["pp"].astype(int),
+                        micro_batch=cols["micro_batch"].astype(int),
+                        nodes=cols["nodes"].astype(int),
+                        recompute=cols["recompute"].astype(str),
+                        sequence_parallel=sequence_parallel and par.sequence_parallel,
+                        zero1=zero1 and t.shard_optimizer, gemm_only=gemm_only)
+    table = pd.DataFrame({"workload": t.name, **{k: v for k, v in cols.items()},
+                          **{k: out[k] for k in METRICS}})
+    for k in ("tp", "pp", "micro_batch", "nodes"):
+        table[k] = table[k].astype(int)
+    table["recompute"] = table["recompute"].astype(str)
+    return t, table

@@ -205,3 +205,21 @@ def test_faster_efa_only_shortens_communication(times):
     with pytest.raises(step.StepError, match="system parameters"):
         step.evaluate_many(t, base, times, tp=8, pp=1, micro_batch=1, nodes=16,
                            recompute="none", values={"clock": 1e9})
+
+
+def test_grid_through_the_cli(tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "t.parquet"
+    result = run("step", "trn1-cluster", "llama2-7b", "--tp", "8,16", "--nodes", "16,3",
+                 "--recompute", "selective,full", "-o", str(out), "--plot",
+                 str(tmp_path / "g.png"))
+    assert result.exit_code == 0, result.output
+    assert "8 design points, 4 valid, 4 fit in HBM" in result.output
+    table = pd.read_parquet(out)
+    assert len(table) == 8 and set(step.METRICS) <= set(table.columns)
+    one = table[(table.tp == 8) & (table.nodes == 16) & (table.recompute == "selective")]
+    assert one.sequences_per_second.iloc[0] == pytest.approx(PUBLISHED_SEQ_S, rel=0.25)
+    assert (tmp_path / "g.png").is_file()
+    bad = run("step", "trn1-cluster", "llama2-7b", "--tp", "8,16", "--dp", "4")
+    assert bad.exit_code == 2 and "expected --nodes (not --dp) in a grid" in bad.output
