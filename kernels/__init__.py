@@ -19,6 +19,7 @@ from hdl.core.params import CoreParams
 from sim.core import Core, Result
 
 from .attention import attention
+from .backward import cross_entropy, rmsnorm_backward
 from .builder import Builder, KernelError
 from .gemm import gemm, gemm_naive, out_dtype
 from .norms import ADAM, adam, layernorm, residual_add, rmsnorm, softmax
@@ -88,6 +89,23 @@ def _silu(x):
     return x / (1 + np.exp(-x))
 
 
+def _rmsnorm_backward(i, eps=1e-6):
+    x, dy, g = i["x"], i["dy"], i["gamma"]
+    rstd = 1 / np.sqrt((x * x).mean(axis=1, keepdims=True) + eps)
+    xh, gdy = x * rstd, g * dy
+    return {"dx": rstd * (gdy - xh * (gdy * xh).mean(axis=1, keepdims=True))}
+
+
+def _cross_entropy(i):
+    from scipy.special import logsumexp
+
+    x, y = i["x"], i["y"]
+    sy = y.sum(axis=1, keepdims=True)
+    return {"dx": _softmax(x) * sy - y,
+            "loss": sy * logsumexp(x, axis=1, keepdims=True) - (x * y).sum(axis=1,
+                                                                            keepdims=True)}
+
+
 def _adam(i):
     h = ADAM
     m = h["beta1"] * i["m"] + (1 - h["beta1"]) * i["grad"]
@@ -146,6 +164,14 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
            lambda s, d: {"qT": ((s["D"], s["S"]), d), "kT": ((s["D"], s["S"]), d),
                          "v": ((s["S"], s["D"]), d)},
            _attention, polynomial=True, example={"S": 8192, "D": 128}),
+    Kernel("rmsnorm_backward", "dx of RMSNorm: rstd * (gamma dy - x_hat mean(gamma dy x_hat))",
+           ("R", "C"), ("fp32", "bf16"), rmsnorm_backward,
+           lambda s, d: {**_rc("x", "dy")(s, d), "gamma": ((1, s["C"]), "fp32")},
+           _rmsnorm_backward, polynomial=True, example={"R": 4096, "C": 4096}),
+    Kernel("cross_entropy", "loss = sum(y) logsumexp(x) - sum(x y) per row, dx = softmax(x) "
+           "sum(y) - y", ("R", "C"), ("fp32", "bf16"), cross_entropy,
+           lambda s, d: {**_rc("x")(s, d), "y": ((s["R"], s["C"]), "fp32")},
+           _cross_entropy, polynomial=True, example={"R": 4096, "C": 4000}),
     Kernel("residual_add", "out = x + y", ("R", "C"), ("fp32", "bf16"), residual_add,
            _rc("x", "y"), lambda i: {"out": i["x"] + i["y"]},
            example={"R": 4096, "C": 4096}),
