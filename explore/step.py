@@ -11,14 +11,18 @@ logical NeuronCore) of a tensor-parallel group of ``tp`` becomes calls of the ke
 - per layer backward: each GEMM's input-gradient and weight-gradient GEMMs (``M = K, K = M``
   and ``M = K, K = T, N = M``); flash attention's backward as its kernels: the forward
   attention kernel again (it recomputes the probabilities, as a flash backward does), the four
-  GEMMs of ``dV, dP, dQ, dK`` and the element-wise ``dS`` over the score matrix; each norm,
-  activation and residual add as its forward kernel run again (the same data movement; the
-  library has no backward kernels for them yet); full recomputation re-runs the whole forward.
+  GEMMs of ``dV, dP, dQ, dK`` and the element-wise ``dS`` over the score matrix; each norm's
+  input gradient by the RMSNorm backward kernel (for LayerNorm too, which needs one
+  centring pass more); the SwiGLU activation's by its backward kernel; the residual adds'
+  gradients (a sum of two branches) and the plain FFN's GELU gradient as residual-add
+  kernels of their size (the same data movement; no kernels of their own yet); full
+  recomputation re-runs the whole forward.
   A causal mask skips the key blocks above the diagonal: attention counts are scaled by the
   fraction of (query tile, key block) pairs the kernel's own tiling keeps.
 - the first stage adds the embedding gather (a row copy of the embedding) and its scatter-add
   backward; the last stage the final norm, the LM head GEMM with its backward, and the loss
-  (softmax over the local vocabulary and its gradient).
+  (the fused cross-entropy kernel over the local vocabulary: loss and gradient in one pass;
+  the vocabulary-parallel reduction of its row statistics is not counted).
 - per step: Adam over the rank's parameters (its ``1 / dp`` share with ZeRO-1).
 
 Kernel times are :class:`~explore.kerneltimes.KernelTimes`: the core simulator's timing-only
@@ -179,6 +183,10 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
                     _gemm("attention.dq", seq, seq, hd, dt, pairs),
                     _gemm("attention.dk", seq, seq, hd, dt, pairs),
                     _flat("attention.ds", "residual_add", seq * seq, dt, pairs)]
+        elif c.kernel == "swiglu":
+            bwd.append(replace(c, what=c.what + ".grad", kernel="swiglu_backward", saved=0.0))
+        elif c.kernel in ("rmsnorm", "layernorm"):
+            bwd.append(replace(c, what=c.what + ".grad", kernel="rmsnorm_backward", saved=0.0))
         else:
             bwd.append(replace(c, what=c.what + ".grad", saved=0.0))
     if layout.recompute == "full":
@@ -191,11 +199,10 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
                  _flat("embedding.grad", "residual_add", local * h, dt, 1)]
         head = _gemm("lm_head", vocab, h, tokens, dt, 1)
         last = [_wide("final.norm", norm, local, h, dt, 1),
-                _wide("final.norm.grad", norm, local, h, dt, 1),
+                _wide("final.norm.grad", "rmsnorm_backward", local, h, dt, 1),
                 head, _gemm("lm_head.dgrad", h, vocab, tokens, dt, 1),
                 _gemm("lm_head.wgrad", h, tokens, vocab, dt, 1),
-                _wide("loss", "softmax", tokens, vocab, dt, 1),
-                _flat("loss.grad", "residual_add", tokens * vocab, dt, 1)]
+                _wide("loss", "cross_entropy", tokens, vocab, dt, 1)]
     stages = layout.pp
     params = transformer_params(t) / (tp * stages)
     shard = params / (layout.dp if layout.zero1 else 1)

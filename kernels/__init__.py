@@ -23,7 +23,7 @@ from .backward import cross_entropy, rmsnorm_backward
 from .builder import Builder, KernelError
 from .gemm import gemm, gemm_naive, out_dtype
 from .norms import ADAM, adam, layernorm, residual_add, rmsnorm, softmax
-from .swiglu import swiglu
+from .swiglu import swiglu, swiglu_backward
 
 __all__ = ["KERNELS", "Kernel", "KernelError", "Run", "parse_shape", "run", "tolerance"]
 
@@ -87,6 +87,12 @@ def _norm(x, g, b=None, eps=1e-6):
 
 def _silu(x):
     return x / (1 + np.exp(-x))
+
+
+def _swiglu_backward(i):
+    g, u, dy = i["gate"], i["up"], i["dy"]
+    s = 1 / (1 + np.exp(-g))
+    return {"d_up": dy * g * s, "d_gate": dy * u * s * (1 + g * (1 - s))}
 
 
 def _rmsnorm_backward(i, eps=1e-6):
@@ -178,6 +184,10 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("swiglu", "out = silu(gate) * up (the gated FFN's activation)", ("R", "C"),
            ("bf16", "fp32"), swiglu, _rc("gate", "up"),
            lambda i: {"out": _silu(i["gate"]) * i["up"]}, polynomial=True,
+           example={"R": 4096, "C": 11008}),
+    Kernel("swiglu_backward", "d_up = dy silu(gate), d_gate = dy up s (1 + gate (1 - s)), "
+           "s = sigmoid(gate)", ("R", "C"), ("bf16", "fp32"), swiglu_backward,
+           _rc("gate", "up", "dy"), _swiglu_backward, polynomial=True,
            example={"R": 4096, "C": 11008}),
     Kernel("adam", "one Adam step on fp32 param, m, v from grad", ("R", "C"), ("fp32",), adam,
            _rc("param", "grad", "m", "v"), _adam, polynomial=True, positive=("v",),
