@@ -281,6 +281,14 @@ class BufferSpec(Strict):
     banks: PosInt = Field(1, description="Banks per partition.")
 
 
+class SharedPortSpec(Strict):
+    """Engines that cannot access one memory at the same time."""
+
+    engines: list[Literal["vector", "scalar", "gpsimd"]] = Field(
+        min_length=2, description="The engines sharing the port.")
+    memory: Literal["sbuf", "psum"] = Field(description="The memory the port reaches.")
+
+
 class CoreCostSpec(Strict):
     """Fixed costs of the core's instructions, shared by the core simulator and the models.
 
@@ -294,6 +302,8 @@ class CoreCostSpec(Strict):
                                               "halves an engine's access bandwidth.")
     semaphore_latency: Time = Field(description="From a semaphore increment to a waiting "
                                                 "engine seeing it.")
+    shared_ports: list[SharedPortSpec] = Field(
+        default_factory=list, description="Engines whose accesses to a memory take turns.")
 
 
 class CoreSpec(Strict):

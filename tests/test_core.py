@@ -172,3 +172,17 @@ def test_trace_is_trace_event_json(trn1):
     spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert {e["name"] for e in spans} == {"memset", "dma"}
     assert all(e["dur"] > 0 and {"ts", "pid", "tid"} <= e.keys() for e in spans)
+
+
+@pytest.mark.parametrize("chip, overlap", [("trn1", False), ("trn2", True)])
+def test_shared_ports_take_turns_on_v2(chip, overlap):
+    params = core_params(load(chip))
+    prog = program(vector=[Memset(dst=sbuf(0, 128, 0, 512), value=1.0)],
+                   gpsimd=[Memset(dst=sbuf(0, 128, 4096, 512), value=2.0)],
+                   scalar=[TensorCopy(dst=sbuf(0, 128, 8192, 512), src=sbuf(0, 128, 0, 512))])
+    r = Core(params).run(prog, timing_only=True, trace=True)
+    start = {e["stream"]: e["ts"] for e in r.events}
+    end = {e["stream"]: e["ts"] + e["dur"] for e in r.events}
+    # vector and GpSimd both write SBUF: one waits for the other on v2 only [NKI2, NKI3]
+    assert (start["gpsimd"] < end["vector"] and start["vector"] < end["gpsimd"]) == overlap
+    assert start["scalar"] == 0.0  # the scalar engine shares no SBUF port

@@ -40,6 +40,7 @@ class CoreParams:
     min_interval: int
     stride_penalty: int
     semaphore_latency: float
+    shared_ports: tuple[tuple[tuple[str, ...], str], ...]
     dma_queues: int
     dma_bandwidth: float
     dma_latency: float
@@ -100,6 +101,7 @@ def core_params(spec) -> CoreParams:
         access_start=c.costs.access_start, min_interval=c.costs.min_interval,
         stride_penalty=int(si(c.costs.stride_penalty, "B")),
         semaphore_latency=si(c.costs.semaphore_latency, "s"),
+        shared_ports=tuple((tuple(sp.engines), sp.memory) for sp in c.costs.shared_ports),
         dma_queues=d.queues, dma_bandwidth=dma_bw, dma_latency=si(d.latency, "s"),
         hbm_bytes=int(si(spec.memory.capacity, "B")),
     )

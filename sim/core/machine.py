@@ -12,7 +12,9 @@
   come from :mod:`sim.core.costs` (the tensor engine from the RTL-checked cycle model). A
   semaphore increment becomes visible ``semaphore_latency`` after every earlier instruction
   of its stream completed; a wait resumes when the count reaches its value. DMA queues are
-  in order; transfers share the core's DMA bandwidth first come, first served.
+  in order; transfers share the core's DMA bandwidth first come, first served. Engines that
+  share a memory port (the spec's ``shared_ports``: on NeuronCore-v2 vector and GpSimd on
+  SBUF, vector and scalar on PSUM) take turns.
 * **Data** (unless ``timing_only``): results bit for bit through the unit golden models,
   :func:`sim.golden.systolic.matmul`, :mod:`sim.golden.vector`, :mod:`sim.golden.activation`
   and the casts of :mod:`sim.golden.numerics`.
@@ -362,7 +364,10 @@ class Core:
             return (_TRANSPOSE, (c["load"] + c["multiply"]) * period,
                     (c["load"] + c["latency"] + 1) * period)
         cycles, work = self._stream_cost(kind, ins)
-        return (_STREAM, cycles / self.params.clock(kind), work)
+        spaces = {ap.space for _, ap, _ in ins.operands()}
+        ports = tuple(i for i, (engines, memory) in enumerate(self.params.shared_ports)
+                      if kind in engines and memory in spaces)
+        return (_STREAM, cycles / self.params.clock(kind), work, ports)
 
     def run(self, program: Program, *, timing_only: bool = False, trace: bool = False,
             hbm: np.ndarray | None = None, seed: int = 0) -> Result:
@@ -403,6 +408,7 @@ class Core:
         moved = 0
         events: list[dict] = []
         stationary = None
+        port_free = [0.0] * len(p.shared_ports)
         previous_n = 0  # moving size of the multiply a load follows (0: the array is idle)
         pop, push = heapq.heappop, heapq.heappush
         while heap:
@@ -481,7 +487,12 @@ class Core:
                             data.load(ins)
                     elif op is _STREAM:
                         cost = plan[1]
+                        for port in plan[3]:  # engines sharing a memory port take turns
+                            if port_free[port] > t:
+                                t = port_free[port]
                         end = finish = t + cost
+                        for port in plan[3]:
+                            port_free[port] = end
                         flops += plan[2]
                         if data is not None:
                             data.execute(s, ins)
