@@ -186,3 +186,66 @@ def test_shared_ports_take_turns_on_v2(chip, overlap):
     # vector and GpSimd both write SBUF: one waits for the other on v2 only [NKI2, NKI3]
     assert (start["gpsimd"] < end["vector"] and start["vector"] < end["gpsimd"]) == overlap
     assert start["scalar"] == 0.0  # the scalar engine shares no SBUF port
+
+
+def _run_vector(params, instructions, inputs, outputs, seed=0):
+    """Run ``instructions`` on the vector stream with ``inputs`` (AP -> fp32 array) DMA'd in
+    from HBM first and ``outputs`` (APs) DMA'd back; returns the output bit patterns."""
+    prog = Program()
+    dma_in, dma_out = [], []
+    hbm_aps = {}
+    for ap in list(inputs) + list(outputs):
+        t = prog.tensor(f"t{len(hbm_aps)}", (ap.partitions, ap.free), ap.dtype)
+        hbm_aps[ap] = t.ap((0, ap.partitions))
+    for ap in inputs:
+        dma_in.append(DmaCopy(dst=ap, src=hbm_aps[ap]))
+    for ap in outputs:
+        dma_out.append(DmaCopy(dst=hbm_aps[ap], src=ap))
+    prog.streams = {"dma0": dma_in + [SemSignal(sem=0)],
+                    "vector": [SemWait(sem=0, value=1)] + instructions + [SemSignal(sem=1)],
+                    "dma1": [SemWait(sem=1, value=1)] + dma_out}
+    hbm = np.zeros(prog.hbm_bytes, dtype=np.uint8)
+    for ap, values in inputs.items():
+        off = hbm_aps[ap].offset
+        raw = np.ascontiguousarray(values).view(np.uint8).reshape(-1)
+        hbm[off: off + raw.size] = raw
+    Core(params).run(prog, hbm=hbm, seed=seed)
+    out = {}
+    for ap in outputs:
+        off = hbm_aps[ap].offset
+        out[ap] = hbm[off: off + ap.nbytes].copy()
+    return out
+
+
+def test_stochastic_cast_rounds_to_a_neighbour(trn1, seed):
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    src, rne, sto = sbuf(0, 64, 0, 256), sbuf(0, 64, 2048, 256, "bf16"), \
+        sbuf(0, 64, 4096, 256, "bf16")
+    out = _run_vector(trn1, [TensorCopy(dst=rne, src=src),
+                             TensorCopy(dst=sto, src=src, rounding="stochastic", seed=5)],
+                      {src: x}, [rne, sto], seed=seed)
+    near = out[rne].view(ml_dtypes.bfloat16).reshape(x.shape)
+    assert np.array_equal(near, x.astype(ml_dtypes.bfloat16))  # RNE as ml_dtypes rounds
+    got = out[sto].view(ml_dtypes.bfloat16).reshape(x.shape).astype(np.float64)
+    down = x.astype(ml_dtypes.bfloat16).astype(np.float64)
+    ulp = 2.0 ** (np.floor(np.log2(np.abs(x))) - 7)  # bf16 keeps 7 fraction bits
+    assert np.all(np.abs(got - x) < ulp * 1.0001)  # a neighbour of x on the bf16 grid
+    assert 0.2 < np.mean(got != down) < 0.8  # and not always the nearest one
+
+
+def test_iota_and_memset_values(trn1):
+    from hdl.core.isa import Iota
+
+    dst = AP("sbuf", "int32", 0, 4, 0, ((3, 2),))
+    prog = program(gpsimd=[Iota(dst=dst, base=7, pstep=100, step=-1)])
+    from sim.core.machine import _Data
+
+    core = Core(trn1)
+    core.run(prog)  # the rules accept it
+    data = _Data(core, prog, None, 0)
+    data.execute(0, prog.streams["gpsimd"][0])
+    got = data.read(dst).view(np.int32)
+    assert got.tolist() == [[7 + 100 * p - i for i in range(3)] for p in range(4)]
