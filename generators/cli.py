@@ -219,9 +219,10 @@ def sim(spec, unit_name, simulator, seed, formats):
             if f not in spec_formats and f not in known:
                 raise SpecError(f"expected a format of {doc.name}'s tensor engine, found "
                                 f"{f!r}", choices=spec_formats)
-        from .units import rtl_format_name
+        from hdl.params import rtl_format_name
 
-        wanted = {rtl_format_name(doc.spec, f) if f in spec_formats else f for f in formats}
+        tensor = doc.spec.core.tensor
+        wanted = {rtl_format_name(tensor, f) if f in spec_formats else f for f in formats}
         variants = [p for p in variants if getattr(p, "fmt", None) in wanted]
         if not variants:
             raise SpecError(f"expected a format with RTL, found only {', '.join(formats)}")
@@ -285,7 +286,7 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed):
     import numpy as np
 
     import kernels
-    from hdl.core.params import CoreSpecError, core_params
+    from hdl.params import ModelError, core_params
     from sim.core import ProgramError
     from sim.system import formulas
 
@@ -306,7 +307,7 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed):
         params = core_params(chip)
         r = kernels.run(params, k, share, dtype, timing_only=timing_only, trace=bool(trace),
                         seed=seed)
-    except (kernels.KernelError, ProgramError, CoreSpecError) as exc:
+    except (kernels.KernelError, ProgramError, ModelError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     res = r.result

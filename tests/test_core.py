@@ -18,7 +18,7 @@ from hdl.core.isa import (
     TensorReduce,
     TensorTensor,
 )
-from hdl.core.params import core_params
+from hdl.params import core_params
 from hdl.tensor.params import SystolicParams
 from hdl.vector.ops import Reduce, VectorOp
 from sim.core import Core, Program, ProgramError
