@@ -249,3 +249,21 @@ def test_iota_and_memset_values(trn1):
     data.execute(0, prog.streams["gpsimd"][0])
     got = data.read(dst).view(np.int32)
     assert got.tolist() == [[7 + 100 * p - i for i in range(3)] for p in range(4)]
+
+
+@pytest.mark.parametrize("chip", ["trn1", "trn2"])
+@pytest.mark.parametrize("fmt, k, m, n", [("bf16", 128, 128, 512), ("fp32", 128, 128, 512),
+                                          ("fp8_e4m3", 96, 64, 48), ("bf16", 1, 1, 1)])
+def test_steady_pairs_match_the_system_models_tile_interval(chip, fmt, k, m, n):
+    """The core simulator and the chip model time a tile alike (two models, one rule)."""
+    from sim.system.model import rtl_tile_interval
+
+    spec = load(chip)
+    params = core_params(spec)
+    pairs = 6
+    ins = [LoadStationary(src=sbuf(0, k, 0, m, fmt)),
+           MultiplyMoving(dst=psum(0, m, 0, n), src=sbuf(0, k, 4096, n, fmt))] * pairs
+    r = Core(params).run(program(tensor=ins), timing_only=True, trace=True)
+    starts = [e["ts"] * 1e-6 for e in r.events if e["name"] == "matmul"]
+    per_pair = (starts[-1] - starts[1]) / (pairs - 2) * params.clock("tensor")
+    assert per_pair == pytest.approx(rtl_tile_interval(spec.core.tensor, fmt, k, m, n))
