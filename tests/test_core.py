@@ -88,26 +88,15 @@ def test_dma_shares_bandwidth(trn1):
 
 def test_numeric_result_through_golden_models(trn1, seed):
     rng = np.random.default_rng(seed)
-    prog = program(vector=[
-        TensorTensor(
-            dst=sbuf(0, 32, 1024, 8), a=sbuf(0, 32, 0, 8), b=sbuf(0, 32, 512, 8),
-            op=VectorOp.ADD),
-        TensorReduce(dst=sbuf(0, 32, 2048, 1), src=sbuf(0, 32, 1024, 8), reduce=Reduce.MAX),
-    ])
-    core = Core(trn1)
-    from sim.core.machine import _Data
-
-    data = _Data(core, prog, None, 0)
     a = rng.standard_normal((32, 8)).astype(np.float32)
     b = rng.standard_normal((32, 8)).astype(np.float32)
-    data.write(sbuf(0, 32, 0, 8), a.view(np.uint32))
-    data.write(sbuf(0, 32, 512, 8), b.view(np.uint32))
-    for ins in prog.streams["vector"]:
-        data.execute(0, ins)
-    got = data.read(sbuf(0, 32, 1024, 8)).view(np.float32)
-    assert np.array_equal(got, a + b)
-    assert np.array_equal(data.read(sbuf(0, 32, 2048, 1)).view(np.float32)[:, 0],
-                          (a + b).max(axis=1))
+    ia, ib, total, top = (sbuf(0, 32, 0, 8), sbuf(0, 32, 512, 8), sbuf(0, 32, 1024, 8),
+                          sbuf(0, 32, 2048, 1))
+    out = _run(trn1, "vector", [TensorTensor(dst=total, a=ia, b=ib, op=VectorOp.ADD),
+                                TensorReduce(dst=top, src=total, reduce=Reduce.MAX)],
+               {ia: a, ib: b}, [total, top])
+    assert np.array_equal(out[total].view(np.float32).reshape(32, 8), a + b)
+    assert np.array_equal(out[top].view(np.float32), (a + b).max(axis=1))
 
 
 @pytest.mark.parametrize("streams, rule", [
@@ -188,9 +177,9 @@ def test_shared_ports_take_turns_on_v2(chip, overlap):
     assert start["scalar"] == 0.0  # the scalar engine shares no SBUF port
 
 
-def _run_vector(params, instructions, inputs, outputs, seed=0):
-    """Run ``instructions`` on the vector stream with ``inputs`` (AP -> fp32 array) DMA'd in
-    from HBM first and ``outputs`` (APs) DMA'd back; returns the output bit patterns."""
+def _run(params, stream, instructions, inputs, outputs, seed=0):
+    """Run ``instructions`` on ``stream`` with ``inputs`` (AP -> array) DMA'd in from HBM
+    first and ``outputs`` (APs) DMA'd back after; returns the outputs' bytes."""
     prog = Program()
     dma_in, dma_out = [], []
     hbm_aps = {}
@@ -202,7 +191,7 @@ def _run_vector(params, instructions, inputs, outputs, seed=0):
     for ap in outputs:
         dma_out.append(DmaCopy(dst=hbm_aps[ap], src=ap))
     prog.streams = {"dma0": dma_in + [SemSignal(sem=0)],
-                    "vector": [SemWait(sem=0, value=1)] + instructions + [SemSignal(sem=1)],
+                    stream: [SemWait(sem=0, value=1)] + instructions + [SemSignal(sem=1)],
                     "dma1": [SemWait(sem=1, value=1)] + dma_out}
     hbm = np.zeros(prog.hbm_bytes, dtype=np.uint8)
     for ap, values in inputs.items():
@@ -224,7 +213,7 @@ def test_stochastic_cast_rounds_to_a_neighbour(trn1, seed):
     x = rng.standard_normal((64, 256)).astype(np.float32)
     src, rne, sto = sbuf(0, 64, 0, 256), sbuf(0, 64, 2048, 256, "bf16"), \
         sbuf(0, 64, 4096, 256, "bf16")
-    out = _run_vector(trn1, [TensorCopy(dst=rne, src=src),
+    out = _run(trn1, "vector", [TensorCopy(dst=rne, src=src),
                              TensorCopy(dst=sto, src=src, rounding="stochastic", seed=5)],
                       {src: x}, [rne, sto], seed=seed)
     near = out[rne].view(ml_dtypes.bfloat16).reshape(x.shape)
@@ -236,19 +225,16 @@ def test_stochastic_cast_rounds_to_a_neighbour(trn1, seed):
     assert 0.2 < np.mean(got != down) < 0.8  # and not always the nearest one
 
 
-def test_iota_and_memset_values(trn1):
+def test_iota_values(trn1):
     from hdl.core.isa import Iota
 
-    dst = AP("sbuf", "int32", 0, 4, 0, ((3, 2),))
-    prog = program(gpsimd=[Iota(dst=dst, base=7, pstep=100, step=-1)])
-    from sim.core.machine import _Data
-
-    core = Core(trn1)
-    core.run(prog)  # the rules accept it
-    data = _Data(core, prog, None, 0)
-    data.execute(0, prog.streams["gpsimd"][0])
-    got = data.read(dst).view(np.int32)
+    ints, floats = AP("sbuf", "int32", 0, 4, 0, ((3, 2),)), sbuf(0, 4, 64, 3)
+    out = _run(trn1, "gpsimd", [Iota(dst=ints, base=7, pstep=100, step=-1),
+                                Iota(dst=floats, base=-1, pstep=3, step=2)], {}, [ints, floats])
+    got = out[ints].view(np.int32).reshape(4, 3)  # i counts elements, not their addresses
     assert got.tolist() == [[7 + 100 * p - i for i in range(3)] for p in range(4)]
+    assert out[floats].view(np.float32).reshape(4, 3).tolist() == \
+        [[-1.0 + 3 * p + 2 * i for i in range(3)] for p in range(4)]
 
 
 @pytest.mark.parametrize("chip", ["trn1", "trn2"])
