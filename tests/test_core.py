@@ -253,3 +253,11 @@ def test_steady_pairs_match_the_system_models_tile_interval(chip, fmt, k, m, n):
     starts = [e["ts"] * 1e-6 for e in r.events if e["name"] == "matmul"]
     per_pair = (starts[-1] - starts[1]) / (pairs - 2) * params.clock("tensor")
     assert per_pair == pytest.approx(rtl_tile_interval(spec.core.tensor, fmt, k, m, n))
+
+
+def test_dma_shape_and_type_must_match(trn1):
+    hbm = AP("hbm", "fp32", 0, 4, 0, ((8, 1),), pstride=32)
+    for dst, rule in ((sbuf(0, 4, 0, 9), r"operand shape: dst \(4, 9\) and src \(4, 8\)"),
+                      (sbuf(0, 4, 0, 8, "bf16"), r"format: a DMA copies bytes")):
+        with pytest.raises(ProgramError, match=rule):
+            Core(trn1).run(program(dma0=[DmaCopy(dst=dst, src=hbm)]), timing_only=True)

@@ -268,11 +268,6 @@ class Core:
             self._check_format(where, ins.src.dtype)
             self._check_bank(where, "dst", ins.dst)
         elif isinstance(ins, DmaCopy):
-            if ins.dst.shape != ins.src.shape and (ins.dst.partitions * ins.dst.free !=
-                                                   ins.src.partitions * ins.src.free
-                                                   or len(ins.dst.dims) != len(ins.src.dims)):
-                _fail(*where, "operand shape", f"dst {ins.dst.shape} and src {ins.src.shape}"
-                                               f" differ")
             if ins.dst.shape != ins.src.shape:
                 _fail(*where, "operand shape", f"dst {ins.dst.shape} and src {ins.src.shape}"
                                                f" differ")
@@ -335,10 +330,11 @@ class Core:
         cycles = stream_cycles(self.params, kind, n, passes, self._strided(ins))
         if isinstance(ins, Activation) and ins.reduce_dst is not None:
             cycles += self.params.min_interval
-        work = src.partitions * n
-        flops = {Activation: 2, TensorScalar: 1 if ins.__class__ is not TensorScalar
-                 or ins.op1 == VectorOp.COPY else 2, TensorTensor: 1, TensorReduce: 1}
-        return cycles, work * flops.get(type(ins), 0)
+        # floating-point operations per element: scale-and-bias plus the function; one per
+        # operation otherwise; copies, memsets and iota do none
+        per_element = {Activation: 2, TensorTensor: 1, TensorReduce: 1,
+                       TensorScalar: 1 if getattr(ins, "op1", None) == VectorOp.COPY else 2}
+        return cycles, src.partitions * n * per_element.get(type(ins), 0)
 
     # --- running --------------------------------------------------------------------------
     def _plan(self, kind: str, ins: Instruction) -> tuple:
