@@ -15,6 +15,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -105,20 +106,26 @@ def _locked(path: Path):
 
 @dataclass(frozen=True)
 class RunResult:
+    """The outcome of one cocotb run; ``expected`` is how many cocotb tests had to run
+    (None: any number but zero), so that a test the filter or the simulator lost fails."""
+
     sim: str
     toplevel: str
     build_dir: Path
     tests: int
     failures: int
     results_xml: Path
+    expected: int | None = None
 
     @property
     def ok(self) -> bool:
-        return self.tests > 0 and self.failures == 0
+        ran_all = self.tests > 0 if self.expected is None else self.tests == self.expected
+        return ran_all and self.failures == 0
 
     def __str__(self) -> str:
+        ran = "" if self.expected in (None, self.tests) else f", {self.expected} expected"
         return (f"{self.sim}: {self.failures} of {self.tests} cocotb tests of {self.toplevel} "
-                f"failed (see {self.results_xml})")
+                f"failed{ran} (see {self.results_xml})")
 
 
 def emit_verilog(component, toplevel: str) -> str:
@@ -179,15 +186,19 @@ def run(
     testcase: str | list[str] | None = None,
     seed: int | None = None,
     build_root: Path | None = None,
+    expected: int | None = None,
 ) -> RunResult:
     """Elaborate, emit, build (cached) and run the cocotb tests of ``test_module``.
 
-    ``params`` is passed to the testbench as JSON (see :func:`tb_params`). Returns the counts
-    from cocotb's results file; the caller decides what a failure means.
+    ``params`` is passed to the testbench as JSON (see :func:`tb_params`). ``testcase`` names
+    the cocotb tests to run (with every variant of a ``cocotb.parametrize``d one);
+    ``expected`` is how many must run, by default one per name in ``testcase``. Returns the
+    counts from cocotb's results file; the caller decides what a failure means.
     """
     setup_verilator_env()
     text = emit_verilog(component_factory(), toplevel)
-    return run_verilog(text, toplevel, test_module, sim, params, testcase, seed, build_root)
+    return run_verilog(text, toplevel, test_module, sim, params, testcase, seed, build_root,
+                       expected)
 
 
 def run_verilog(
@@ -199,6 +210,7 @@ def run_verilog(
     testcase: str | list[str] | None = None,
     seed: int | None = None,
     build_root: Path | None = None,
+    expected: int | None = None,
 ) -> RunResult:
     """As :func:`run`, for Verilog text already emitted (e.g. by a generator, several modules
     in one text)."""
@@ -210,11 +222,16 @@ def run_verilog(
     runner = get_runner(sim)
     test_dir = Path(tempfile.mkdtemp(prefix="run-", dir=build_dir))
     env = {ENV_PARAMS: json.dumps(dict(params or {}), sort_keys=True)}
+    names = [testcase] if isinstance(testcase, str) else testcase
+    if expected is None and names is not None:
+        expected = len(names)
+    test_filter = None if names is None else (
+        r"\.(" + "|".join(re.escape(n) for n in names) + r")(/.*)?$")
     xml = runner.test(
         test_module=test_module,
         hdl_toplevel=toplevel,
         hdl_toplevel_lang="verilog",
-        testcase=testcase,
+        test_filter=test_filter,
         seed=seed,
         extra_env=env,
         build_dir=build_dir,
@@ -223,7 +240,7 @@ def run_verilog(
         log_file=test_dir / "sim.log",
     )
     tests, failures = get_results(Path(xml))
-    return RunResult(sim, toplevel, build_dir, tests, failures, Path(xml))
+    return RunResult(sim, toplevel, build_dir, tests, failures, Path(xml), expected)
 
 
 def tb_params() -> dict:
