@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from scipy import special
 
-from generators.vector import accuracy_table, activation_table, fit_function, rom_words
+from generators.vector import accuracy_table
+from hdl.vector.fitting import activation_table, fit_function, rom_words
 from hdl.vector.functions import DEFAULT_FUNCTIONS, FunctionSpec
 from sim.golden.activation import evaluate
 

@@ -6,7 +6,7 @@ Each beat of the input stream carries one fp32 element of every lane (partition)
 * ``x = add32(mul32(data, scale), bias)`` with the lane's ``scale`` and ``bias``;
 * ``y = f(x)``, ``f = params.functions[func]``, a piecewise polynomial evaluated in fp32 from
   a coefficient ROM (segment selection, Horner scheme and out-of-range rules as documented in
-  :mod:`hdl.vector.functions`; coefficients from :func:`generators.vector.activation_table`);
+  :mod:`hdl.vector.functions`; coefficients from :func:`hdl.vector.fitting.activation_table`);
 * ``sum = add32(sum, y)``, the running sum along the free axis, from +0.0, restarting after
   the element flagged ``last``.
 
@@ -28,9 +28,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from generators.vector import rom_words
 from hdl.numerics.fpu import FpAdd32, FpMul32
 
+from .fitting import rom_words
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_lt, is_nan
 from .functions import DEFAULT_FUNCTIONS, RULE_BITS, FunctionSpec
 from .lanes import add_lane, lane_verilog

@@ -2,7 +2,7 @@
 
 A :class:`FunctionSpec` says how one function is approximated: the input range, how that
 range is split into segments, the polynomial degree, and what happens outside the range.
-The coefficients themselves are computed from it by :func:`generators.vector.fit_function`.
+The coefficients themselves are computed from it by :func:`hdl.vector.fitting.fit_function`.
 
 Segment selection (exact, identical in the RTL and the golden model):
 

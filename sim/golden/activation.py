@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators.vector import activation_table, rom_words
+from hdl.vector.fitting import activation_table, rom_words
 from hdl.vector.functions import RULE_BITS, FunctionSpec
 from sim.golden.numerics import add32, mul32
 

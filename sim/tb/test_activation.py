@@ -20,8 +20,8 @@ import cocotb
 import numpy as np
 import pytest
 
-from generators.vector import segment_bounds
 from hdl.vector.activation import Activation, ActivationParams
+from hdl.vector.fitting import segment_bounds
 from hdl.vector.functions import FunctionSpec
 from sim.golden import activation as golden
 from sim.tb.runner import RunResult, run, skip_unless_available, tb_params
