@@ -16,7 +16,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from specs.errors import SpecError
+from specs.errors import InputError, SpecError
 from specs.loader import bundled, load_document
 
 from . import __version__
@@ -25,12 +25,13 @@ EXIT_BAD_INPUT = 2
 
 
 class SpecAwareGroup(click.Group):
-    """Turns SpecError (and unreadable output paths) into one line on stderr and status 2."""
+    """Turns bad input (the InputError family: SpecError, ModelError) and unreadable or
+    unwritable paths into one line on stderr and status 2."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except SpecError as exc:
+        except InputError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except OSError as exc:
@@ -141,13 +142,8 @@ def check(specs, fmt, output, strict):
     """Lay every derived figure of SPECS beside every published claim, at every level."""
     from sim.system.check import check as check_specs
     from sim.system.check import render, to_table
-    from sim.system.model import ModelError
 
-    try:
-        reports, status = check_specs(list(specs), strict)
-    except ModelError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+    reports, status = check_specs(list(specs), strict)
     if fmt == "table":
         if output:
             raise click.UsageError("--output needs --format json, md or html")
