@@ -25,28 +25,29 @@ from hdl.vector.fitting import segment_bounds
 from hdl.vector.functions import FunctionSpec
 from sim.golden import activation as golden
 from sim.tb.runner import RunResult, run, skip_unless_available, tb_params
-from sim.tb.test_vector import SPECIALS, StreamBench, check_equal, pack, random_f32, unpack
+from sim.tb.test_vector import SPECIALS, StreamBench, check_equal, pack, unpack
 
 ONE = 0x3F80_0000
 
 
 def function_inputs(spec: FunctionSpec, rng: np.random.Generator, count: int) -> np.ndarray:
-    """fp32 inputs for ``spec``: its range, segment edges +- 1 ulp, beyond both ends, specials."""
-    if spec.mode == "exact":
-        return random_f32(rng, (count,))
-    bounds = segment_bounds(spec)
-    edges = bounds[:, 0].astype(np.float32)
-    pick = rng.choice(edges, count // 3)
-    near = np.concatenate([np.nextafter(pick, np.float32(np.inf)), pick,
-                           np.nextafter(pick, np.float32(-np.inf))])
-    lo, hi = float(bounds[0, 0]), float(bounds[-1, 1])
-    inside = rng.uniform(lo, hi, count).astype(np.float32)
-    beyond = np.array([lo - abs(lo) - 1, hi * 2 + 1, np.float32(hi), np.float32(lo)],
-                      dtype=np.float32)
-    x = np.concatenate([near, inside, beyond])
-    if spec.mode == "log":
-        x = np.concatenate([x, -x[: count // 2], np.float32(lo) / np.float32([4.0, 1e6])])
-    return np.concatenate([x.view(np.uint32), SPECIALS])
+    """fp32 inputs for ``spec``: ``count`` values from random binades of fp32 (both signs,
+    subnormals included), every special value, and for a function fitted over a range of
+    ``x``: values inside it, its segment edges +- 1 ulp and both ends."""
+    fields = rng.integers(0, 255, count, dtype=np.uint32)
+    mant = rng.integers(0, 1 << 23, count, dtype=np.uint32) >> rng.integers(0, 23, count,
+                                                                             dtype=np.uint32)
+    signs = rng.integers(0, 2, count, dtype=np.uint32) << 31
+    x = [signs | (fields << 23) | mant, SPECIALS]
+    if spec.mode == "uniform" and not spec.reduced:
+        edges = segment_bounds(spec)[:, 0].astype(np.float32)
+        pick = rng.choice(edges, count // 3)
+        inside = rng.uniform(spec.lo, spec.hi, count // 2).astype(np.float32)
+        ends = np.float32([spec.lo, spec.hi])
+        x += [v.view(np.uint32) for v in (np.nextafter(pick, np.float32(np.inf)), pick,
+                                          np.nextafter(pick, np.float32(-np.inf)), inside,
+                                          ends, np.nextafter(ends, np.float32(-np.inf)))]
+    return np.concatenate(x).astype(np.uint32)
 
 
 class ActivationTB:
@@ -157,16 +158,18 @@ def simulate(params: ActivationParams, sim: str, seed: int | None = None) -> Run
                "sim.tb.test_activation", sim, cfg, seed=seed)
 
 
-# A small function set (fewer ROM rows, one lower degree) that keeps every mode and rule.
+# A small function set (fewer ROM rows, lower degrees) that keeps every path of the lane:
+# exact, the exp reduction, the exp tail, constant and ``x`` rules, the log-domain reductions.
 SMALL_FUNCTIONS = (
     FunctionSpec("relu", mode="exact"),
-    FunctionSpec("exp", lo=-8.0, hi=8.0, segments=16, degree=3, below="zero", above="inf"),
-    FunctionSpec("gelu", lo=-4.0, hi=4.0, segments=8, degree=2, post_mul_x=True,
-                 below="zero", above="x"),
-    FunctionSpec("reciprocal", mode="log", lo=2.0**-4, hi=2.0**4, segments=2, degree=3,
-                 below="inf", above="zero", negative="odd"),
-    FunctionSpec("log", mode="log", lo=2.0**-4, hi=2.0**4, segments=2, degree=3,
-                 below="minus_inf", above="inf", negative="nan", root=1.0),
+    FunctionSpec("exp", lo=-0.5, hi=0.5, segments=4, degree=3, anchor=0.0),
+    FunctionSpec("silu", lo=-8.0, hi=8.0, segments=8, degree=2, post_mul_x=True,
+                 below="exp", above="x"),
+    FunctionSpec("tanh", lo=-4.0, hi=4.0, segments=8, degree=2, post_mul_x=True,
+                 below="minus_one", above="one"),
+    FunctionSpec("reciprocal", mode="log", lo=1.0, hi=2.0, segments=2, degree=3, anchor=1.0),
+    FunctionSpec("rsqrt", mode="log", lo=1.0, hi=4.0, segments=1, degree=3),
+    FunctionSpec("log", mode="log", lo=0.5, hi=2.0, segments=2, degree=3, anchor=1.0),
 )
 
 PARAMS = {
