@@ -194,7 +194,7 @@ def scalar_datasheet(spec: ChipSpec) -> list[dict]:
         rng = "-" if r["range"] is None else f"[{r['range'][0]:g}, {r['range'][1]:g})"
         rows.append([r["function"], r["reduction"], r["mode"], rng, r["segments"], r["degree"],
                      r["rom_rows"], r["points"], f"{r['max_rel_error']:.3g}",
-                     f"{r['worst_x']:.7g}"])
+                     f"{r['worst_x']:.9g}"])
     _, words = rom_words(functions)
     return [{
         "title": "Scalar engine: activation accuracy over the whole fp32 domain",

@@ -176,6 +176,14 @@ def test_function_spec_errors(kwargs, message):
         FunctionSpec(**kwargs)
 
 
+def test_function_names_and_reductions_follow_the_spec_language():
+    from hdl.vector.functions import FUNCTION_NAMES, REDUCED
+    from specs.model import ACTIVATIONS, RANGE_REDUCED
+
+    assert FUNCTION_NAMES == ACTIVATIONS
+    assert set(REDUCED) == set(RANGE_REDUCED)
+
+
 def test_activation_params_errors():
     with pytest.raises(ValueError, match=r"lanes must be a positive integer, not -2"):
         ActivationParams(lanes=-2)

@@ -85,7 +85,8 @@ FUNCTION_NAMES = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", 
 MODES = ("uniform", "log", "exact")
 RULES = ("zero", "one", "minus_one", "inf", "minus_inf", "x", "exp")
 
-# The range-reduced functions: (mode, lo, hi) of the reduced argument, fixed by the reduction.
+# The range-reduced functions (specs.model.RANGE_REDUCED): (mode, lo, hi) of the reduced
+# argument, fixed by the reduction.
 REDUCED = {
     "exp": ("uniform", -0.5, 0.5),
     "log": ("log", 0.5, 2.0),
