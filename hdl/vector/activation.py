@@ -30,8 +30,11 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from hdl.numerics.cast import RNGS, FormatCastLane, seed_value, seed_words
+from hdl.numerics.formats import format_by_name
 from hdl.numerics.fpu import FpAdd32, FpMul32
 
+from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fitting import activation_table, exp_index, rom_words
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_lt, is_nan
 from .functions import DEFAULT_FUNCTIONS, RULE_BITS, FunctionSpec
@@ -62,10 +65,18 @@ class ActivationParams:
         for simulation).
     functions : the function set, selected at run time by index (``func``); each entry's
         range, segment count and degree fix its ROM rows (see :mod:`hdl.vector.functions`).
+    formats : the input and output formats, selected at run time by index (``in_format``,
+        ``out_format``): ``"fp32"`` and float formats of :mod:`hdl.numerics.formats`
+        narrower than fp32.
+    rng, seed : the per-lane generator of stochastic rounding and its seed
+        (:mod:`hdl.numerics.cast`).
     """
 
     lanes: int
     functions: tuple[FunctionSpec, ...] = DEFAULT_FUNCTIONS
+    formats: tuple[str, ...] = ENGINE_FORMATS
+    rng: str = "xorwow"
+    seed: int = 0
 
     def __post_init__(self):
         if not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or self.lanes < 1:
@@ -74,6 +85,19 @@ class ActivationParams:
                 or not all(isinstance(f, FunctionSpec) for f in self.functions)):
             raise ValueError("functions must be a non-empty tuple of FunctionSpec, "
                              f"not {self.functions!r}")
+        check_formats(self.formats)
+        if self.rng not in RNGS:
+            raise ValueError(f"rng must be one of {', '.join(map(repr, RNGS))}, "
+                             f"not {self.rng!r}")
+        if (not isinstance(self.seed, int) or isinstance(self.seed, bool)
+                or not 0 <= self.seed < 2**32):
+            raise ValueError(f"seed must be an integer in [0, 2**32), not {self.seed!r}")
+
+    def format_index(self, name: str) -> int:
+        """The ``in_format`` / ``out_format`` code of the format called ``name``."""
+        if name not in self.formats:
+            raise ValueError(f"format must be one of {', '.join(self.formats)}, not {name!r}")
+        return self.formats.index(name)
 
     def index(self, name: str) -> int:
         """The ``func`` code of the function called ``name``."""
@@ -171,6 +195,10 @@ class ActivationLane(wiring.Component):
             "data": In(32),
             "scale": In(32),
             "bias": In(32),
+            "in_format": In(range(max(len(params.formats), 2))),
+            "out_format": In(range(max(len(params.formats), 2))),
+            "stochastic": In(1),
+            "seed": In(32 * seed_words(params.rng)),
             "step": In(1),
             "first": In(1),
             "y": Out(32),
@@ -203,8 +231,9 @@ class ActivationLane(wiring.Component):
                                          "below": 1, "above": 1, "use_exp": 1})
         kshape = signed(10)
 
-        # stage 1: x = data * scale + bias
-        x1 = reg(fp("add", fp("mul", self.data, self.scale, "mul_scale"), self.bias,
+        # stage 1: x = widen(data) * scale + bias
+        data_in = widen_input(m, p.formats, self.data, self.in_format)
+        x1 = reg(fp("add", fp("mul", data_in, self.scale, "mul_scale"), self.bias,
                     "add_bias"), "x1")
 
         # stage 2: range reduction
@@ -340,8 +369,12 @@ class ActivationLane(wiring.Component):
         with m.Else():
             m.d.comb += y.eq(y_plain)
         total = fp("add", Mux(self.first, 0, self.sum), y, "add_sum")
+        m.submodules.cast = cast = FormatCastLane(tuple(map(format_by_name, p.formats)), p.rng)
+        m.d.comb += [cast.x.eq(y), cast.fmt.eq(self.out_format),
+                     cast.stochastic.eq(self.stochastic), cast.en.eq(en & self.step),
+                     cast.seed.eq(self.seed)]
         with m.If(en):
-            m.d.sync += self.y.eq(y)
+            m.d.sync += self.y.eq(cast.y)
             with m.If(self.step):
                 m.d.sync += self.sum.eq(total)
         return m
@@ -369,6 +402,9 @@ class Activation(wiring.Component):
             "func": In(range(len(params.functions))),
             "scale": In(data.ArrayLayout(32, n)),
             "bias": In(data.ArrayLayout(32, n)),
+            "in_format": In(range(max(len(params.formats), 2))),
+            "out_format": In(range(max(len(params.formats), 2))),
+            "stochastic": In(1),
         })
 
     def verilog_dependencies(self) -> list[str]:
@@ -402,6 +438,9 @@ class Activation(wiring.Component):
         for lane in range(p.lanes):
             inputs = {"en": en, "func": self.func, "data": self.i.payload.data[lane],
                       "scale": self.scale[lane], "bias": self.bias[lane],
+                      "in_format": self.in_format, "out_format": self.out_format,
+                      "stochastic": self.stochastic,
+                      "seed": Const(seed_value(p.rng, p.seed, lane), 32 * seed_words(p.rng)),
                       "step": valid[-2], "first": first}
             outputs = {"y": self.o.payload.data[lane], "sum": self.o.payload.sum[lane]}
             add_lane(m, f"lane{lane}", lambda: ActivationLane(p), module, inputs, outputs)

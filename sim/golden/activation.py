@@ -22,6 +22,7 @@ import numpy as np
 
 from hdl.vector.fitting import activation_table, exp_index, rom_words
 from hdl.vector.functions import RULE_BITS, FunctionSpec
+from sim.golden.convert import cast_output, widen_input
 from sim.golden.numerics import add32, mul32
 
 NAN = np.uint32(0x7FC00000)
@@ -218,18 +219,27 @@ def evaluate(functions: tuple[FunctionSpec, ...], index: int, x) -> np.ndarray:
     return np.where(nan, NAN, y).astype(np.uint32)
 
 
-def run(params, func: int, data, scale, bias, last) -> tuple[np.ndarray, np.ndarray]:
-    """The engine on a stream: ``data`` ``(elements, lanes)`` uint32, ``scale`` and ``bias``
-    ``(lanes,)``, ``last`` ``(elements,)`` bool. Returns ``(out, running_sum)``, each
-    ``(elements, lanes)``; ``running_sum[e]`` includes element ``e``."""
+def run(params, func: int, data, scale, bias, last, *, in_format: str = "fp32",
+        out_format: str = "fp32", rounding: str = "rne", beat: int = 0
+        ) -> tuple[np.ndarray, np.ndarray]:
+    """The engine on a stream.
+
+    ``data`` ``(elements, lanes)`` lane words in ``in_format`` (widened exactly), ``scale``
+    and ``bias`` ``(lanes,)`` fp32, ``last`` ``(elements,)`` bool. Returns ``(out,
+    running_sum)``, each ``(elements, lanes)`` ``uint32``: ``out`` in ``out_format``
+    (``rounding`` ``"rne"`` or ``"stochastic"``, see :func:`sim.golden.convert.cast_output`
+    for ``beat``), ``running_sum[e]`` the fp32 sum of the rows' fp32 results up to and
+    including element ``e`` (before the cast)."""
     data = np.asarray(data, dtype=np.uint32).reshape(-1, params.lanes)
-    x = add32(mul32(data, np.asarray(scale, np.uint32)), np.asarray(bias, np.uint32))
-    out = evaluate(params.functions, func, x)
-    sums = np.empty_like(out)
+    x = add32(mul32(widen_input(data, in_format), np.asarray(scale, np.uint32)),
+              np.asarray(bias, np.uint32))
+    y = evaluate(params.functions, func, x)
+    sums = np.empty_like(y)
     acc = np.zeros(params.lanes, dtype=np.uint32)
-    for e in range(out.shape[0]):
-        acc = add32(acc, out[e])
+    for e in range(y.shape[0]):
+        acc = add32(acc, y[e])
         sums[e] = acc
         if last[e]:
             acc = np.zeros_like(acc)
+    out = cast_output(y, out_format, rounding, params.rng, params.seed, beat)
     return out, sums
