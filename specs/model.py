@@ -32,7 +32,7 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9.-]*$"
 FORMATS = ("int8", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8", "bf16", "fp16", "tf32", "fp32",
            "mxfp8", "mxfp4")
 ACTIVATIONS = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
-               "reciprocal", "rsqrt", "sqrt", "log")
+               "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish", "gelu_tanh")
 #: Activations reduced on the fp32 exponent: their polynomial's range is fixed by the reduction.
 RANGE_REDUCED = ("exp", "reciprocal", "rsqrt", "sqrt", "log")
 LEVELS = ("core", "chip", "instance", "server", "cluster")

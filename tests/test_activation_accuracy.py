@@ -27,6 +27,11 @@ REFERENCE = {
     "rsqrt": lambda x: np.sqrt(1.0 / x),
     "sqrt": np.sqrt,
     "log": np.log,
+    "square": lambda x: x * x,
+    "abs": np.abs,
+    "mish": lambda x: x * np.tanh(np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0.0)),
+    "gelu_tanh": lambda x: x / (1.0 + np.exp(-2.0 * math.sqrt(2.0 / math.pi)
+                                             * (x + 0.044715 * x**3))),
 }
 
 # Maximum relative error |y - f| / |f| asserted wherever the exact result is a normal fp32
@@ -89,7 +94,9 @@ def test_accuracy_table_reports_every_function_within_bound():
         assert 0 <= r["max_rel_error"] <= REL_BOUND, r
         assert r["points"] > 10000
     by_name = {r["function"]: r for r in rows}
-    assert by_name["relu"]["max_rel_error"] == 0 and by_name["identity"]["max_rel_error"] == 0
+    for name in ("relu", "identity", "abs"):
+        assert by_name[name]["max_rel_error"] == 0, name
+    assert by_name["square"]["max_rel_error"] <= 2.0**-24
     assert by_name["exp"]["rom_rows"] == 8 and by_name["exp"]["reduction"] == "exponent"
 
 
@@ -122,6 +129,10 @@ def test_ieee_special_values():
     assert _one("gelu", 12.5) == 12.5 and _one("silu", 30.0) == 30.0
     assert _one("gelu", inf) == inf and _bits("gelu", -inf) == pos0
     assert _bits("silu", -inf) == neg0 and _one("softplus", inf) == inf
+    assert _bits("silu", -1e30) == neg0 and _bits("mish", -1e30) == neg0
+    assert _bits("gelu_tanh", -100.0) == neg0 and _one("gelu_tanh", 3e30) == _one("abs", 3e30)
+    assert _bits("abs", -0.0) == pos0 and _one("abs", -inf) == inf
+    assert _one("square", -3.0) == 9.0 and _one("square", 1e20) == inf
     assert _one("softplus", 25.0) == 25.0 and _bits("softplus", -inf) == pos0
     assert _one("relu", -3.0) == 0.0 and _one("relu", 2.5) == 2.5
     assert _bits("relu", -0.0) == pos0
@@ -137,11 +148,15 @@ def test_saturating_functions_follow_their_asymptotes():
     x = np.float32([-30.0, -60.0, -85.0, -87.0])
     xd = x.astype(np.float64)
     for name, asymptote in (("sigmoid", np.exp), ("softplus", np.exp),
-                            ("silu", lambda v: v * np.exp(v))):
+                            ("silu", lambda v: v * np.exp(v)),
+                            ("mish", lambda v: v * np.exp(v))):
         y = _eval(name, x).astype(np.float64)
         assert np.all(np.abs(y / asymptote(xd) - 1) < REL_BOUND), name
     assert _one("silu", -91.0) == pytest.approx(-91.0 * math.exp(-91.0), rel=REL_BOUND)
     assert _one("gelu", -13.0) == pytest.approx(-13.0 * special.ndtr(-13.0), rel=REL_BOUND)
+    c = math.sqrt(2.0 / math.pi)
+    assert _one("gelu_tanh", -9.0) == pytest.approx(
+        -9.0 * math.exp(2 * c * (-9.0 - 0.044715 * 729.0)), rel=REL_BOUND)
 
 
 def test_subnormal_inputs_and_results():

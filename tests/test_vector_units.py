@@ -193,8 +193,9 @@ def test_activation_params_errors():
         ActivationParams(lanes=1).index("cosh")
 
 
-# A small set with every path of the lane: exact, the exp reduction, the exp tail with and
-# without post-multiplication, constant and ``x`` rules, and the four log-domain reductions.
+# A small set with every path of the lane: the exact functions, the exp reduction, the exp
+# tail with and without post-multiplication and with gelu_tanh's cubic exponent, constant
+# and ``x`` rules, and the four log-domain reductions.
 LANE_FUNCTIONS = (
     FunctionSpec("relu", mode="exact"),
     FunctionSpec("exp", lo=-0.5, hi=0.5, segments=2, degree=2, anchor=0.0),
@@ -206,6 +207,10 @@ LANE_FUNCTIONS = (
     FunctionSpec("rsqrt", mode="log", lo=1.0, hi=4.0, segments=1, degree=2),
     FunctionSpec("sqrt", mode="log", lo=1.0, hi=4.0, segments=1, degree=2, anchor=1.0),
     FunctionSpec("log", mode="log", lo=0.5, hi=2.0, segments=2, degree=2, anchor=1.0),
+    FunctionSpec("square", mode="exact"),
+    FunctionSpec("abs", mode="exact"),
+    FunctionSpec("gelu_tanh", lo=-4.0, hi=8.0, segments=3, degree=1, post_mul_x=True,
+                 below="exp", above="x"),
 )
 
 

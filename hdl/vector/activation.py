@@ -37,7 +37,7 @@ from hdl.numerics.fpu import FpAdd32, FpMul32
 from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fitting import activation_table, exp_index, rom_words
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_lt, is_nan
-from .functions import DEFAULT_FUNCTIONS, RULE_BITS, FunctionSpec
+from .functions import DEFAULT_FUNCTIONS, EXP_TAIL_CUBIC, RULE_BITS, FunctionSpec
 from .lanes import add_lane, lane_verilog
 
 __all__ = ["Activation", "ActivationLane", "ActivationParams"]
@@ -137,12 +137,19 @@ def _consts(params: ActivationParams):
     fields = {k: [] for k in ("log_mode", "exact", "relu", "lo", "hi", "neg_lo", "inv_w", "n",
                               "kb", "e_lo", "base", "post", "is_exp", "is_log", "is_sqrt",
                               "is_rsqrt", "is_recip", "below_exp", "below_x", "below",
-                              "above_x", "above")}
+                              "above_x", "above", "square", "abs", "cubic", "cubic_a",
+                              "cubic_b")}
     for f, table in zip(params.functions, tables, strict=False):
         poly = f.mode != "exact"
         fields["log_mode"].append(int(f.mode == "log"))
         fields["exact"].append(int(not poly))
         fields["relu"].append(int(f.name == "relu"))
+        fields["square"].append(int(f.name == "square"))
+        fields["abs"].append(int(f.name == "abs"))
+        a, b = EXP_TAIL_CUBIC.get(f.name, (0.0, 0.0))
+        fields["cubic"].append(int(f.name in EXP_TAIL_CUBIC))
+        fields["cubic_a"].append(f32_bits(a))
+        fields["cubic_b"].append(f32_bits(b))
         fields["lo"].append(f32_bits(f.lo) if poly else 0)
         fields["hi"].append(f32_bits(f.hi) if poly else 0)
         fields["neg_lo"].append(f32_bits(-f.lo) if poly else 0)
@@ -228,7 +235,7 @@ class ActivationLane(wiring.Component):
             return r
 
         flag_layout = data.StructLayout({"nan": 1, "zero": 1, "inf": 1, "sign": 1,
-                                         "below": 1, "above": 1, "use_exp": 1})
+                                         "below": 1, "above": 1, "use_exp": 1, "low": 1})
         kshape = signed(10)
 
         # stage 1: x = widen(data) * scale + bias
@@ -248,10 +255,15 @@ class ActivationLane(wiring.Component):
             flags.above.eq(~f_lt(x1, sel("hi")) & ~is_nan(x1)),
             flags.use_exp.eq(sel("is_exp", 1) | (sel("below_exp", 1) & below)),
         ]
-        # exp: t = x log2(e), clamped; k = round(t) by the magic constant; f = t - k
-        t = fp("mul", x1, Const(LOG2E32, 32), "mul_log2e")
-        t_c = Mux(f_lt(t, Const(T_MAX32 | SIGN32, 32)), T_MAX32 | SIGN32,
-                  Mux(f_lt(Const(T_MAX32, 32), t), T_MAX32, t))
+        # exp: t = x log2(e) (x (a + b x**2) for a cubic tail), clamped; k = round(t) by the
+        # magic constant; f = t - k
+        cubic = fp("add", sel("cubic_a"), fp("mul", sel("cubic_b"),
+                                              fp("mul", x1, x1, "mul_xx"), "mul_cubic_b"),
+                   "add_cubic_a")
+        t = fp("mul", x1, Mux(sel("cubic", 1), cubic, LOG2E32), "mul_log2e")
+        low = f_lt(t, Const(T_MAX32 | SIGN32, 32))
+        m.d.comb += flags.low.eq(low)
+        t_c = Mux(low, T_MAX32 | SIGN32, Mux(f_lt(Const(T_MAX32, 32), t), T_MAX32, t))
         s = fp("add", t_c, Const(MAGIC32, 32), "add_magic")
         k_exp = Signal(kshape)
         m.d.comb += k_exp.eq(s[0:23] - 0x40_0000)
@@ -326,7 +338,8 @@ class ActivationLane(wiring.Component):
 
         # output stage: post-multiplication, 2**k or e' ln 2, special values, running sum
         fl = flag_layout(fl)
-        poly = Mux(sel("post", 1), fp("mul", acc, x, "mul_post"), acc)
+        post = fp("mul", Mux(sel("square", 1), x, acc), x, "mul_post")  # also square's x * x
+        poly = Mux(sel("post", 1), post, acc)
         k1 = Mux(kk < -126, -126, Mux(kk > 127, 127, kk))
         k_rest = Signal(kshape)
         m.d.comb += k_rest.eq(kk - k1)
@@ -344,13 +357,14 @@ class ActivationLane(wiring.Component):
         y_sqrt = Mux(fl.zero, x, Mux(neg, CANONICAL_NAN32, Mux(fl.inf, INF32, reduced)))
         y_rsqrt = Mux(fl.zero, zero_inf, Mux(neg, CANONICAL_NAN32, Mux(fl.inf, 0, reduced)))
         y_recip = Mux(fl.zero, INF32, Mux(fl.inf, 0, reduced)) | Cat(Const(0, 31), fl.sign)
-        tail_inf = Mux(sel("post", 1), SIGN32, 0)
-        below_v = Mux(sel("below_exp", 1), Mux(fl.inf & fl.sign, tail_inf, reduced),
+        tail_zero = Mux(sel("post", 1), SIGN32, 0)
+        below_v = Mux(sel("below_exp", 1), Mux(fl.low, tail_zero, reduced),
                       Mux(sel("below_x", 1), x, sel("below")))
         above_v = Mux(sel("above_x", 1), x, sel("above"))
         y_plain = Mux(fl.above, above_v, Mux(fl.below, below_v, reduced))
         relu = Mux(f_lt(Const(0, 32), x), x, 0)
-        exact = Mux(sel("relu", 1), relu, x)
+        exact = Mux(sel("relu", 1), relu, Mux(sel("square", 1), post,
+                                              Mux(sel("abs", 1), x & ~SIGN32, x)))
         y = Signal(32)
         with m.If(fl.nan):
             m.d.comb += y.eq(CANONICAL_NAN32)

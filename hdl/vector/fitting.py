@@ -28,6 +28,8 @@ def _div_x(f, limit):
     return g
 
 
+_GELU_TANH_2C = 2.0 * np.sqrt(2.0 / np.pi)
+
 # The exact functions (float64), the reference of the fit and of the accuracy figures.
 EXACT_FUNCTIONS = {
     "identity": lambda x: x,
@@ -43,6 +45,10 @@ EXACT_FUNCTIONS = {
     "rsqrt": lambda x: 1.0 / np.sqrt(x),
     "sqrt": np.sqrt,
     "log": np.log,
+    "square": np.square,
+    "abs": np.abs,
+    "mish": lambda x: x * np.tanh(np.logaddexp(0.0, x)),
+    "gelu_tanh": lambda x: x * special.expit(_GELU_TANH_2C * (x + 0.044715 * x**3)),
 }
 
 # f(x)/x for the functions fitted with post_mul_x (the limit at 0 filled in).
@@ -51,6 +57,8 @@ _OVER_X = {
     "silu": special.expit,
     "tanh": _div_x(np.tanh, 1.0),
     "erf": _div_x(special.erf, 2.0 / np.sqrt(np.pi)),
+    "mish": lambda x: np.tanh(np.logaddexp(0.0, x)),
+    "gelu_tanh": lambda x: special.expit(_GELU_TANH_2C * (x + 0.044715 * x**3)),
 }
 
 

@@ -65,11 +65,15 @@ Outside the range, and for special inputs, the rules are (checked in this order)
 2. ``x < lo`` gives ``below``, ``x >= hi`` gives ``above``: a constant (``"zero"``, ``"one"``,
    ``"minus_one"``, ``"inf"``, ``"minus_inf"``), ``"x"`` (the input itself), or (``below``
    only) ``"exp"``: the exp reduction above with the exp table, times ``x`` with
-   ``post_mul_x``. That is the asymptote of sigmoid and softplus (``exp(x)``) and of silu
-   (``x exp(x)``) for very negative ``x``, accurate down to the smallest normal result.
+   ``post_mul_x``. That is the asymptote of sigmoid and softplus (``exp(x)``), of silu and
+   mish (``x exp(x)``) and, with the exponent ``t = mul32(x, add32(a, mul32(b, x*x)))`` of
+   :data:`EXP_TAIL_CUBIC`, of gelu_tanh, for very negative ``x``, accurate down to the
+   smallest normal result. Where ``t < -192`` the result is a zero (with ``x``'s sign under
+   ``post_mul_x``).
 
-``identity`` and ``relu`` are exact and use no polynomial (``mode="exact"``): relu gives +0.0
-for ``x <= 0`` (also -0), ``x`` otherwise, NaN canonical.
+``identity``, ``relu``, ``square`` and ``abs`` are exact and use no polynomial
+(``mode="exact"``): relu gives +0.0 for ``x <= 0`` (also -0), ``x`` otherwise; square is
+``mul32(x, x)``; abs clears the sign; every NaN canonical.
 
 Subnormal inputs are kept (made normal by the exact scaling above where the reduction reads
 the exponent); subnormal results are rounded to nearest even by the last multiplication.
@@ -81,7 +85,9 @@ import math
 from dataclasses import dataclass
 
 FUNCTION_NAMES = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus",
-                  "erf", "reciprocal", "rsqrt", "sqrt", "log")
+                  "erf", "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish",
+                  "gelu_tanh")
+EXACT_NAMES = ("identity", "relu", "square", "abs")
 MODES = ("uniform", "log", "exact")
 RULES = ("zero", "one", "minus_one", "inf", "minus_inf", "x", "exp")
 
@@ -94,6 +100,12 @@ REDUCED = {
     "rsqrt": ("log", 1.0, 4.0),
     "reciprocal": ("log", 1.0, 2.0),
 }
+
+# The exp tail's exponent for gelu_tanh, 0.5 x (1 + tanh(c (x + 0.044715 x**3))) =
+# x sigmoid(2 c (x + 0.044715 x**3)) ~ x exp(z) with z = x (a + b x**2), where a and b
+# carry the factor log2(e) of the exp reduction: t = mul32(x, add32(a, mul32(b, x*x))).
+_C = 2.0 * math.sqrt(2.0 / math.pi) / math.log(2.0)
+EXP_TAIL_CUBIC = {"gelu_tanh": (_C, _C * 0.044715)}
 
 # fp32 bit patterns of the constant rules
 RULE_BITS = {
@@ -153,7 +165,7 @@ class FunctionSpec:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if self.mode == "exact":
-            if self.name not in ("identity", "relu"):
+            if self.name not in EXACT_NAMES:
                 raise ValueError(f"mode must be 'uniform' or 'log' for {self.name}, "
                                  f"not {self.mode!r}")
             return
@@ -236,6 +248,12 @@ DEFAULT_FUNCTIONS: tuple[FunctionSpec, ...] = (
     _reduced("rsqrt", 4, 3, anchor=1.0),
     _reduced("sqrt", 4, 3, anchor=1.0),
     _reduced("log", 8, 3, anchor=1.0),
+    FunctionSpec("square", mode="exact"),
+    FunctionSpec("abs", mode="exact"),
+    FunctionSpec("mish", lo=-20.0, hi=20.0, segments=80, degree=3, post_mul_x=True,
+                 below="exp", above="x"),
+    FunctionSpec("gelu_tanh", lo=-4.0, hi=8.0, segments=96, degree=3, post_mul_x=True,
+                 below="exp", above="x", anchor=0.0),
 )
 
 # The exp table that the ``below="exp"`` rule reads when the set has no exp function.

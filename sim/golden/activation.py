@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from hdl.vector.fitting import activation_table, exp_index, rom_words
-from hdl.vector.functions import RULE_BITS, FunctionSpec
+from hdl.vector.functions import EXP_TAIL_CUBIC, RULE_BITS, FunctionSpec
 from sim.golden.convert import cast_output, widen_input
 from sim.golden.numerics import add32, mul32
 
@@ -86,15 +86,22 @@ def scale_pow2(p, k) -> np.ndarray:
     return mul32(mul32(p, pow2(k1)), pow2(k2))
 
 
-def exp_reduce(x) -> tuple[np.ndarray, np.ndarray]:
-    """``(f, k)`` with ``exp(x) ~ 2**f * 2**k``: ``t = mul32(x, log2 e)`` clamped to
+def exp_reduce(x, cubic: tuple[float, float] | None = None):
+    """``(f, k, low)`` with ``exp(z) ~ 2**f * 2**k``: ``t = mul32(x, log2 e)`` (or, with the
+    tail's ``cubic = (a, b)``, ``t = mul32(x, add32(a, mul32(b, mul32(x, x))))``), ``low``
+    where ``t < -192`` (the result underflows whatever multiplies it), ``t`` clamped to
     ``[-192, 192]``, ``k`` its nearest integer (ties to even), ``f = t - k`` (exact)."""
-    t = mul32(x, LOG2E)
-    t = np.where(_lt(t, T_MAX | SIGN), T_MAX | SIGN, np.where(_lt(T_MAX, t), T_MAX, t))
+    if cubic is None:
+        t = mul32(x, LOG2E)
+    else:
+        a, b = f32_bits(cubic[0]), f32_bits(cubic[1])
+        t = mul32(x, add32(np.full_like(x, a), mul32(np.full_like(x, b), mul32(x, x))))
+    low = _lt(t, T_MAX | SIGN)
+    t = np.where(low, T_MAX | SIGN, np.where(_lt(T_MAX, t), T_MAX, t))
     s = add32(t, MAGIC)
     k = (s & 0x7FFFFF).astype(np.int64) - 0x400000
     f = add32(t, add32(s, MAGIC | SIGN) ^ SIGN)
-    return f, k
+    return f, k, low
 
 
 def normalise(xs) -> tuple[np.ndarray, np.ndarray]:
@@ -171,7 +178,8 @@ def evaluate(functions: tuple[FunctionSpec, ...], index: int, x) -> np.ndarray:
     xf = x.view(np.float32)
     nan = np.isnan(xf)
     if spec.mode == "exact":
-        y = x if spec.name == "identity" else np.where(xf > 0, x, np.uint32(0))
+        y = {"identity": lambda: x, "relu": lambda: np.where(xf > 0, x, np.uint32(0)),
+             "square": lambda: mul32(x, x), "abs": lambda: x & ~SIGN}[spec.name]()
         return np.where(nan, NAN, y).astype(np.uint32)
     tables = activation_table(functions)
     centres, _ = _rom(functions)
@@ -181,9 +189,9 @@ def evaluate(functions: tuple[FunctionSpec, ...], index: int, x) -> np.ndarray:
     own = tables[index]
     k = np.zeros(x.shape, np.int64)
     arg = x
-    use_exp = np.zeros(x.shape, bool)
+    use_exp = low = np.zeros(x.shape, bool)
     if spec.name == "exp" or (not spec.reduced and spec.below == "exp"):
-        f, kx = exp_reduce(x)
+        f, kx, low = exp_reduce(x, EXP_TAIL_CUBIC.get(spec.name))
         use_exp = _lt(x, f32_bits(spec.lo)) | (spec.name == "exp")
         arg, k = np.where(use_exp, f, x), np.where(use_exp, kx, 0)
     elif spec.reduced:
@@ -211,8 +219,8 @@ def evaluate(functions: tuple[FunctionSpec, ...], index: int, x) -> np.ndarray:
     elif spec.name == "reciprocal":
         y = np.where(zero, INF, np.where(inf, np.uint32(0), y)) | (x & SIGN)
     elif spec.name != "exp":
-        if spec.below == "exp":  # x exp(x) at -inf: the limit, not inf * 0
-            y = np.where(inf & sign, SIGN if spec.post_mul_x else np.uint32(0), y)
+        if spec.below == "exp":  # x exp(z) where exp(z) underflows: a zero, x's sign
+            y = np.where(use_exp & low, SIGN if spec.post_mul_x else np.uint32(0), y)
         else:
             y = np.where(_lt(x, f32_bits(spec.lo)), _rule(spec.below, x), y)
         y = np.where(~_lt(x, f32_bits(spec.hi)) & ~nan, _rule(spec.above, x), y)

@@ -193,7 +193,8 @@ def simulate(params: ActivationParams, sim: str, seed: int | None = None) -> Run
 
 
 # A small function set (fewer ROM rows, lower degrees) that keeps every path of the lane:
-# exact, the exp reduction, the exp tail, constant and ``x`` rules, the log-domain reductions.
+# exact, the exp reduction, the exp tails (gelu_tanh's with its cubic exponent), constant and
+# ``x`` rules, the log-domain reductions.
 SMALL_FUNCTIONS = (
     FunctionSpec("relu", mode="exact"),
     FunctionSpec("exp", lo=-0.5, hi=0.5, segments=4, degree=3, anchor=0.0),
@@ -204,6 +205,9 @@ SMALL_FUNCTIONS = (
     FunctionSpec("reciprocal", mode="log", lo=1.0, hi=2.0, segments=2, degree=3, anchor=1.0),
     FunctionSpec("rsqrt", mode="log", lo=1.0, hi=4.0, segments=1, degree=3),
     FunctionSpec("log", mode="log", lo=0.5, hi=2.0, segments=2, degree=3, anchor=1.0),
+    FunctionSpec("square", mode="exact"),
+    FunctionSpec("gelu_tanh", lo=-4.0, hi=8.0, segments=6, degree=2, post_mul_x=True,
+                 below="exp", above="x"),
 )
 
 PARAMS = {
