@@ -46,15 +46,16 @@ def check_formats(formats) -> None:
                              f"not {name!r}")
 
 
-def widen_input(m, formats: tuple[str, ...], word, select):
-    """fp32 bits of the 32-bit lane ``word`` read as ``formats[select]`` (combinational)."""
-    out = Signal(32, name="widened")
+def widen_input(m, formats: tuple[str, ...], word, select, prefix: str = "in"):
+    """fp32 bits of the 32-bit lane ``word`` read as ``formats[select]`` (combinational);
+    the widening units are submodules ``{prefix}_widen_{format}`` of ``m``."""
+    out = Signal(32, name=f"{prefix}_widened")
     value = word
     for index, name in enumerate(formats):
         if name == "fp32":
             continue
         fmt = format_by_name(name)
-        m.submodules[f"widen_{name}"] = unit = Widen(WidenParams(fmt=fmt))
+        m.submodules[f"{prefix}_widen_{name}"] = unit = Widen(WidenParams(fmt=fmt))
         m.d.comb += unit.x.eq(word[:fmt.bits])
         value = Mux(select == index, unit.y, value)
     m.d.comb += out.eq(value)
