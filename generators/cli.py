@@ -188,11 +188,14 @@ def chip(spec, output, scale):
 @click.option("--format", "formats", multiple=True, metavar="FMT",
               help="Tensor engine only: simulate the arrays of these input formats "
                    "(repeatable; default: every format of the spec).")
-def sim(spec, unit_name, simulator, seed, formats):
+@click.option("--waves", is_flag=True,
+              help="Record an FST waveform of each run, scoped to the unit, and print its path.")
+def sim(spec, unit_name, simulator, seed, formats, waves):
     """Run a unit's cocotb testbench on SPEC at simulation scale."""
+    import contextlib
     import random
 
-    from sim.tb.runner import SimulatorMissing
+    from sim.tb.runner import SimulatorMissing, recording_waves
 
     from .units import UNITS
 
@@ -225,14 +228,17 @@ def sim(spec, unit_name, simulator, seed, formats):
     click.echo(f"{doc.name}: {unit_name} on {simulator}, seed {seed}")
     ok, runs = True, 0
     try:
-        for params in variants:
-            results = unit.simulate(params, simulator, seed=seed)
-            for r in results if isinstance(results, list) else [results]:
-                ok &= r.ok
-                runs += 1
-                state = "PASS" if r.ok else "FAIL"
-                click.echo(f"  {state} {_label(params)}: {r.tests} tests, {r.failures} failed "
-                           f"({r.results_xml})")
+        with recording_waves() if waves else contextlib.nullcontext():
+            for params in variants:
+                results = unit.simulate(params, simulator, seed=seed)
+                for r in results if isinstance(results, list) else [results]:
+                    ok &= r.ok
+                    runs += 1
+                    state = "PASS" if r.ok else "FAIL"
+                    click.echo(f"  {state} {_label(params)}: {r.tests} tests, {r.failures} "
+                               f"failed ({r.results_xml})")
+                    if r.waves is not None:
+                        click.echo(f"    waves: {r.waves}")
     except SimulatorMissing as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
