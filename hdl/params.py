@@ -151,11 +151,12 @@ def activation_functions(spec: ChipSpec) -> tuple[FunctionSpec, ...]:
 
 
 def scalar_params(spec: ChipSpec, scale: Scale) -> ActivationParams:
-    """The scalar (activation) engine: its lanes and its function set."""
+    """The scalar (activation) engine: its lanes, its function set and the chip's generator
+    of stochastic rounding."""
     _check_scale(scale)
     lanes = spec.core.scalar.lanes if scale == "full" else spec.sim.lanes
     return _build(ActivationParams, f"{spec.name}: core.scalar fields", lanes=lanes,
-                  functions=activation_functions(spec))
+                  functions=activation_functions(spec), rng=spec.rounding.rng)
 
 
 def link_params(spec: ChipSpec, scale: Scale) -> LinkParams:
