@@ -16,7 +16,7 @@ import numpy as np
 
 from explore import step
 from explore.kerneltimes import KernelTimes
-from hdl.core.params import core_params
+from hdl.params import core_params
 from specs.loader import load
 
 

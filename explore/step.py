@@ -488,7 +488,7 @@ class Run:
 
 def resolve(system: str):
     """(base, core parameters, default node count) of an instance or cluster spec."""
-    from hdl.core.params import CoreSpecError, core_params  # noqa: PLC0415
+    from hdl.params import ModelError, core_params  # noqa: PLC0415
     from specs import loader  # noqa: PLC0415
 
     doc = loader.load_document(system)
@@ -498,7 +498,7 @@ def resolve(system: str):
     chip, chain = model._chip_of(doc)
     try:
         params = core_params(chip)
-    except CoreSpecError as exc:
+    except ModelError as exc:
         raise StepError(str(exc)) from None
     base = model.base_from_spec(system)
     nodes = doc.spec.count if doc.spec.level == "cluster" else 1

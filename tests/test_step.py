@@ -12,7 +12,7 @@ import kernels
 from explore import model, step, workloads
 from explore.kerneltimes import KernelTimes
 from generators.cli import main
-from hdl.core.params import core_params
+from hdl.params import core_params
 from specs.loader import load
 
 #: AWS Neuron SDK trn1 benchmark (neuroncore.md): Llama2-7B on 16 x trn1.32xlarge, TP 8,
