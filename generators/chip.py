@@ -34,21 +34,27 @@ def generate_chip(doc: Document, out: Path, scale: str = "full",
     """Write RTL, ``rtl/files.f``, ``datasheet.md``, ``datasheet.html`` and ``manifest.json``."""
     spec: ChipSpec = doc.spec
     chosen = list(UNITS) if units is None else units
+    # Every unit's parameters and the model's figures first: a spec that maps onto no unit
+    # fails here, before anything is elaborated or staged.
+    plan: list[tuple[object, list[object]]] = []
+    skipped: dict[str, str] = {}
+    for name in chosen:
+        unit = UNITS[name]
+        reason = unit.unsupported(spec)
+        if reason:
+            skipped[name] = reason
+            continue
+        plan.append((unit, list(unit.params(spec, scale))))
+    check = check_table(doc)
     with Staging(out) as stage:
         rtl: list[Path] = []
-        skipped: dict[str, str] = {}
         sections: dict[str, object] = {}
-        for name in chosen:
-            unit = UNITS[name]
-            reason = unit.unsupported(spec)
-            if reason:
-                skipped[name] = reason
-                continue
-            for params in unit.params(spec, scale):
+        for unit, variants in plan:
+            for params in variants:
                 rtl += unit.emit(params, stage.path("rtl"), header(doc))
             if unit.datasheet is not None:
-                sections[name] = unit.datasheet(spec)
-        sections["check"] = [check_table(doc)]
+                sections[unit.name] = unit.datasheet(spec)
+        sections["check"] = [check]
         rtl_names = sorted({p.relative_to(stage.root).as_posix() for p in rtl})
         if rtl_names:
             stage.write_text("rtl/files.f", "".join(f"{Path(n).name}\n" for n in rtl_names

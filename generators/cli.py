@@ -263,12 +263,15 @@ def _label(params) -> str:
               help="Output directory (default: build/explore/<sweep>).")
 @click.option("--scheduler", metavar="ADDR", default=None,
               help="Address of a running Dask scheduler, e.g. tcp://host:8786.")
-def explore(sweep, output, scheduler):
+@click.option("--max-points", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Refuse sweeps of more than N design points (default: the sweep's "
+                   "execution.max_points, 10,000,000 unless set).")
+def explore(sweep, output, scheduler, max_points):
     """Run an exploration SWEEP: Parquet table, summary and plots."""
     from explore.run import explore as run_sweep
 
     out = output or Path("build") / "explore" / sweep.stem
-    summary = run_sweep(sweep, out, scheduler=scheduler)
+    summary = run_sweep(sweep, out, scheduler=scheduler, max_points=max_points)
     click.echo(f"{sweep.name}: results in {out}")
     if isinstance(summary, dict):
         for key in ("points", "rows", "computed", "reused", "elapsed_s"):

@@ -15,6 +15,8 @@ import numpy as np
 from hdl.vector.fitting import EXACT_FUNCTIONS, accuracy_points
 from hdl.vector.functions import FunctionSpec
 
+from .output import write_if_changed as _write
+
 
 def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None,
                    rel_floor: float = 2.0**-20) -> list[dict]:
@@ -58,12 +60,6 @@ def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None,
 
 def _commented(header: str) -> str:
     return "".join(f"// {line}".rstrip() + "\n" for line in header.splitlines())
-
-
-def _write(path: Path, text: str) -> Path:
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-    return path
 
 
 def emit(params, rtl_dir: Path, header: str) -> list[Path]:
