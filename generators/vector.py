@@ -17,6 +17,21 @@ from hdl.vector.functions import FunctionSpec
 
 from .output import write_if_changed as _write
 
+#: ``verilator --lint-only -Wall`` warnings waived for the emitted engines, with the reason
+#: (each a habit of Amaranth's Verilog backend, not of the design).
+LINT_WAIVERS = {
+    "UNUSEDSIGNAL": "every intermediate wire of an expression is declared even when only "
+                    "some of its bits are read",
+    "WIDTHEXPAND": "arithmetic is sized by Amaranth's rules, with implicit extension at "
+                   "assignments",
+    "WIDTHTRUNC": "as WIDTHEXPAND, with implicit truncation",
+    "CASEINCOMPLETE": "case statements have a default-assignment prologue instead of a "
+                      "default arm",
+    "PROCASSINIT": "registers are initialised where they are declared",
+    "UNSIGNED": "generated range checks compare unsigned values against 0",
+    "DECLFILENAME": "modules are named by hierarchy, not by file",
+}
+
 
 def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None,
                    rel_floor: float = 2.0**-20) -> list[dict]:
