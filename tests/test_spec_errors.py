@@ -84,6 +84,11 @@ CASES = [
      r"did you mean 'bf16'\?", "formats"),
     ("rate-unlisted-format", sub("rates: {fp32: 0.25}", "rates: {fp32: 0.25, int8: 2}"),
      r"chip\.core\.tensor: expected a rate only for a listed format, found 'int8'", "tensor:"),
+    ("reduced-range", sub("functions: [exp, gelu]}",
+                          "functions: [exp, gelu],\n                 approximations: "
+                          "{exp: {range: [-8, 8]}}}"),
+     r"chip\.core\.scalar: expected no range for exp \(its argument is reduced on the fp32 "
+     r"exponent to a fixed range\), found \[-8\.0, 8\.0\]", "scalar:"),
     ("lnc-default", sub("lnc: {options: [1], default: 1}", "lnc: {options: [1], default: 2}"),
      r"chip\.lnc: expected default to be one of the options \[1\], found 2", "lnc"),
     ("claim-source", sub("source: TRN1}", "source: TRN9}"),

@@ -8,6 +8,11 @@ test directory, so runs of one build can go on side by side.
 
 Parameters reach the cocotb side as JSON in the ``TRNGEN_TB`` environment variable; a
 testbench reads them with :func:`tb_params`.
+
+Inside :func:`recording_waves`, every run also records a waveform of its toplevel (and all
+below it) into its test directory: FST from both simulators (Icarus through cocotb's dump
+module, Verilator built with ``--trace-fst``). Such builds are cached apart from the others,
+since tracing changes what is compiled.
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
 SIMULATORS = ("icarus", "verilator")
 ENV_PARAMS = "TRNGEN_TB"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+_WAVES: ContextVar[bool] = ContextVar("trngen_waves", default=False)
 
 
 class SimulatorMissing(RuntimeError):
@@ -105,6 +112,17 @@ def _locked(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+@contextmanager
+def recording_waves():
+    """Within this context, every run records a waveform; :attr:`RunResult.waves` is its
+    path."""
+    token = _WAVES.set(True)
+    try:
+        yield
+    finally:
+        _WAVES.reset(token)
+
+
 @dataclass(frozen=True)
 class RunResult:
     """The outcome of one cocotb run; ``expected`` is how many cocotb tests had to run
@@ -117,6 +135,7 @@ class RunResult:
     failures: int
     results_xml: Path
     expected: int | None = None
+    waves: Path | None = None
 
     @property
     def ok(self) -> bool:
@@ -179,7 +198,9 @@ def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = 
     require_simulator(sim)
     from cocotb_tools.runner import get_runner
 
-    digest = hashlib.sha256(f"{sim}\0{toplevel}\0{verilog_text}".encode()).hexdigest()[:16]
+    waves = _WAVES.get()
+    key = f"{sim}\0{toplevel}\0{verilog_text}" + ("\0waves" if waves else "")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     build_root = build_root or REPO_ROOT / "build" / "sim"
     build_dir = build_root / sim / f"{toplevel}-{digest}"
     stamp = build_dir / ".built"
@@ -198,6 +219,8 @@ def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = 
             # Amaranth's Verilog trips width warnings; lint cleanliness is checked apart
             # (tests run `verilator --lint-only` on the emitted RTL).
             args = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-O3"]
+            if waves:
+                args.append("--trace-fst")
         runner.build(
             sources=[src],
             hdl_toplevel=toplevel,
@@ -205,6 +228,7 @@ def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = 
             build_args=args,
             timescale=("1ns", "1ps"),
             always=True,
+            waves=waves,
             log_file=build_dir / "build.log",
         )
         if not artifact.is_file():
@@ -265,6 +289,7 @@ def run_verilog(
         expected = len(names)
     test_filter = None if names is None else (
         r"\.(" + "|".join(re.escape(n) for n in names) + r")(/.*)?$")
+    waves = test_dir / f"{toplevel}.fst" if _WAVES.get() else None
     xml = runner.test(
         test_module=test_module,
         hdl_toplevel=toplevel,
@@ -276,9 +301,12 @@ def run_verilog(
         test_dir=test_dir,
         timescale=("1ns", "1ps"),
         log_file=test_dir / "sim.log",
+        waves=waves is not None,
+        plusargs=[f"+dumpfile_path={waves}"] if waves and sim == "icarus" else [],
+        test_args=["--trace-file", str(waves)] if waves and sim == "verilator" else [],
     )
     tests, failures = get_results(Path(xml))
-    return RunResult(sim, toplevel, build_dir, tests, failures, Path(xml), expected)
+    return RunResult(sim, toplevel, build_dir, tests, failures, Path(xml), expected, waves)
 
 
 def tb_params() -> dict:
