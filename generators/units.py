@@ -44,7 +44,7 @@ def _link_emit(params, rtl_dir, header):
 
 
 def _link_simulate(params, sim, seed=None):
-    from sim.tb.test_link import simulate
+    from sim.tb.link import simulate
 
     return simulate(params, sim, seed=seed, packets=10_000 if sim == "verilator" else 1_000)
 

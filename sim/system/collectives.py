@@ -3,7 +3,7 @@
 A step that moves ``m`` bytes over one link costs ``alpha + m / (bandwidth * efficiency)``:
 ``alpha`` is the per-hop latency in seconds, ``bandwidth`` the link's raw bytes/s in one
 direction, ``efficiency`` the fraction of it that carries payload (take it from the link RTL,
-:func:`sim.tb.test_link.measured_efficiency`, or from :func:`sim.golden.link.efficiency`).
+:func:`sim.tb.link.measured_efficiency`, or from :func:`sim.golden.link.efficiency`).
 ``n`` is always the full message size per chip in bytes (the size of the vector being reduced
 on each chip; the all-gather output, the reduce-scatter input).
 
