@@ -11,6 +11,7 @@ time on installing, not on elaborating arrays; it still reads every packaged dat
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -30,8 +31,12 @@ chip:
 
 
 def _run(*args, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    # nothing of the calling environment leaks in: with the repository on PYTHONPATH, pip
+    # would find trngen (its egg-info) already there and install nothing
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     proc = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
     assert proc.returncode == 0, f"{' '.join(map(str, args))}:\n{proc.stdout}\n{proc.stderr}"
     return proc
 
