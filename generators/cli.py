@@ -16,7 +16,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from specs.errors import SpecError
+from specs.errors import InputError, SpecError
 from specs.loader import bundled, load_document
 
 from . import __version__
@@ -25,12 +25,13 @@ EXIT_BAD_INPUT = 2
 
 
 class SpecAwareGroup(click.Group):
-    """Turns SpecError (and unreadable output paths) into one line on stderr and status 2."""
+    """Turns bad input (the InputError family: SpecError, ModelError) and unreadable or
+    unwritable paths into one line on stderr and status 2."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except SpecError as exc:
+        except InputError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except OSError as exc:
@@ -141,13 +142,8 @@ def check(specs, fmt, output, strict):
     """Lay every derived figure of SPECS beside every published claim, at every level."""
     from sim.system.check import check as check_specs
     from sim.system.check import render, to_table
-    from sim.system.model import ModelError
 
-    try:
-        reports, status = check_specs(list(specs), strict)
-    except ModelError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+    reports, status = check_specs(list(specs), strict)
     if fmt == "table":
         if output:
             raise click.UsageError("--output needs --format json, md or html")
@@ -192,11 +188,14 @@ def chip(spec, output, scale):
 @click.option("--format", "formats", multiple=True, metavar="FMT",
               help="Tensor engine only: simulate the arrays of these input formats "
                    "(repeatable; default: every format of the spec).")
-def sim(spec, unit_name, simulator, seed, formats):
+@click.option("--waves", is_flag=True,
+              help="Record an FST waveform of each run, scoped to the unit, and print its path.")
+def sim(spec, unit_name, simulator, seed, formats, waves):
     """Run a unit's cocotb testbench on SPEC at simulation scale."""
+    import contextlib
     import random
 
-    from sim.tb.runner import SimulatorMissing
+    from sim.tb.runner import SimulatorMissing, recording_waves
 
     from .units import UNITS
 
@@ -229,20 +228,127 @@ def sim(spec, unit_name, simulator, seed, formats):
     click.echo(f"{doc.name}: {unit_name} on {simulator}, seed {seed}")
     ok, runs = True, 0
     try:
-        for params in variants:
-            results = unit.simulate(params, simulator, seed=seed)
-            for r in results if isinstance(results, list) else [results]:
-                ok &= r.ok
-                runs += 1
-                state = "PASS" if r.ok else "FAIL"
-                click.echo(f"  {state} {_label(params)}: {r.tests} tests, {r.failures} failed "
-                           f"({r.results_xml})")
+        with recording_waves() if waves else contextlib.nullcontext():
+            for params in variants:
+                results = unit.simulate(params, simulator, seed=seed)
+                for r in results if isinstance(results, list) else [results]:
+                    ok &= r.ok
+                    runs += 1
+                    state = "PASS" if r.ok else "FAIL"
+                    click.echo(f"  {state} {_label(params)}: {r.tests} tests, {r.failures} "
+                               f"failed ({r.results_xml})")
+                    if r.waves is not None:
+                        click.echo(f"    waves: {r.waves}")
     except SimulatorMissing as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     if not runs:
         click.echo("error: nothing was simulated", err=True)
     sys.exit(0 if ok and runs else 1)
+
+
+@main.command("kernels")
+def kernels_list():
+    """List the core kernels `gen run` runs, with their shape keys and formats."""
+    from kernels import KERNELS
+
+    table = Table(title="Core kernels")
+    for col in ("kernel", "shape", "formats", "what it computes"):
+        table.add_column(col)
+    for k in KERNELS.values():
+        table.add_row(k.name, ",".join(f"{d}={v}" for d, v in k.example.items()),
+                      " ".join(k.dtypes), k.summary)
+    _console().print(table)
+
+
+def _si(value: float, unit: str) -> str:
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+@main.command("run")
+@click.argument("spec")
+@click.argument("kernel")
+@click.option("--shape", default=None, metavar="K=V,...",
+              help="Shape keys of the kernel, e.g. M=4096,K=8192,N=8192 (default: the "
+                   "kernel's example in `gen kernels`).")
+@click.option("--dtype", default=None, help="Input format (default: the kernel's first).")
+@click.option("--lnc", type=int, default=1, show_default=True,
+              help="Physical cores of the logical core; the first shape key is split "
+                   "among them.")
+@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a Chrome/Perfetto trace-event JSON file.")
+@click.option("--timing-only", is_flag=True, help="Skip the data (large shapes).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the inputs.")
+def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed):
+    """Run KERNEL on one (logical) NeuronCore of chip SPEC: time, utilisation, per-engine
+    busy and bytes moved; numeric runs also compare the result with numpy in float64."""
+    import numpy as np
+
+    import kernels
+    from hdl.params import ModelError, core_params
+    from sim.core import ProgramError
+    from sim.system import formulas
+
+    doc = load_document(spec)
+    if doc.kind != "chip":
+        raise SpecError(f"expected a chip spec, found the {doc.kind} spec {doc.name!r}")
+    k = kernels.KERNELS.get(kernel)
+    if k is None:
+        raise SpecError(f"expected a kernel, found {kernel!r}", choices=sorted(kernels.KERNELS))
+    chip = doc.spec
+    try:
+        if lnc not in chip.lnc.options:
+            raise kernels.KernelError(f"--lnc must be one of {chip.lnc.options} on "
+                                      f"{chip.name}, not {lnc}")
+        dims = kernels.parse_shape(shape, k) if shape is not None else dict(k.example)
+        dtype = dtype or k.dtypes[0]
+        share = dict(dims, **{k.split: -(-dims[k.split] // lnc)})
+        params = core_params(chip)
+        r = kernels.run(params, k, share, dtype, timing_only=timing_only, trace=bool(trace),
+                        seed=seed)
+    except (kernels.KernelError, ProgramError, ModelError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    res = r.result
+    fmt_rate = chip.core.tensor.rates.get(dtype, 1.0) if dtype in chip.core.tensor.formats \
+        else 1.0
+    peak = formulas.peak_flops(params.rows, params.cols, params.clock("tensor"), fmt_rate)
+    shape_text = " ".join(f"{d}={v}" for d, v in dims.items())
+    mode = "timing only" if timing_only else f"numeric, seed {seed}"
+    click.echo(f"{chip.name}: {k.name} {shape_text} {dtype} on a logical core of {lnc} x "
+               f"NeuronCore-{chip.neuron_core} ({mode})")
+    if lnc > 1:
+        click.echo(f"  each physical core runs {k.split}={share[k.split]}")
+    flops = res.flops * lnc
+    click.echo(f"  time          {res.time * 1e3:.4g} ms")
+    click.echo(f"  work          {_si(flops, 'FLOP')}, {_si(flops / res.time, 'FLOPS')}, "
+               f"{100 * res.flops / res.time / peak:.1f} % of the tensor engine's "
+               f"{_si(peak, 'FLOPS')} ({dtype})")
+    click.echo(f"  DMA           {_si(res.dma_bytes * lnc, 'B')} moved, "
+               f"{_si(res.dma_bytes / res.time, 'B/s')} per core")
+    click.echo(f"  instructions  {r.instructions:,} per core")
+    table = Table(show_edge=False, box=None)
+    for col in ("engine", "instructions", "busy", "busy %", "cycles"):
+        table.add_column(col, justify="left" if col == "engine" else "right")
+    for eng, busy in res.busy.items():
+        cycles = f"{res.cycles[eng]:,.0f}" if res.cycles[eng] else "-"
+        table.add_row(eng, f"{res.instructions[eng]:,}", f"{busy * 1e6:.1f} us",
+                      f"{100 * res.busy_fraction(eng):.1f}", cycles)
+    _console().print(table)
+    if not timing_only:
+        ref = r.reference()
+        for name, want in ref.items():
+            err = float(np.abs(r.outputs[name] - want).max() / max(np.abs(want).max(), 1e-30))
+            tol = kernels.tolerance(k, dtype)
+            verdict = "ok" if err <= tol else "OUT OF TOLERANCE"
+            click.echo(f"  {name}: max error {err:.3g} of max |numpy float64| "
+                       f"(tolerance {tol:g}) {verdict}")
+    if trace:
+        trace.write_text(res.trace_json())
+        click.echo(f"  trace         {trace}")
 
 
 def _label(params) -> str:

@@ -68,6 +68,7 @@ Bytes = _quantity("bytes")
 Bandwidth = _quantity("bandwidth")
 Frequency = _quantity("frequency")
 Price = _quantity("price")
+Time = _quantity("time")
 PosInt = Annotated[int, Field(gt=0)]
 Format = Literal[FORMATS]  # type: ignore[valid-type]
 
@@ -219,6 +220,8 @@ class VectorSpec(Strict):
     lanes: PosInt = Field(description="Lanes (partitions processed in parallel).")
     ops_per_lane_cycle: float = Field(1.0, gt=0, description="FP32 operations per lane per "
                                                              "cycle.")
+    elements_per_cycle: float = Field(1.0, gt=0, description="Elements one lane streams per "
+                                                             "cycle in an instruction.")
     output_format: Literal[VECTOR_OUTPUTS] = Field(  # type: ignore[valid-type]
         "bf16", description="Format the engine's output is cast to ('fp32': no cast), with "
                             "the rounding of `rounding`.")
@@ -291,6 +294,31 @@ class BufferSpec(Strict):
     banks: PosInt = Field(1, description="Banks per partition.")
 
 
+class SharedPortSpec(Strict):
+    """Engines that cannot access one memory at the same time."""
+
+    engines: list[Literal["vector", "scalar", "gpsimd"]] = Field(
+        min_length=2, description="The engines sharing the port.")
+    memory: Literal["sbuf", "psum"] = Field(description="The memory the port reaches.")
+
+
+class CoreCostSpec(Strict):
+    """Fixed costs of the core's instructions, shared by the core simulator and the models.
+
+    Cycles are of the clock of the engine that runs the instruction."""
+
+    access_start: PosInt = Field(description="Cycles an engine spends starting an SBUF or "
+                                             "PSUM access, paid once per instruction.")
+    min_interval: PosInt = Field(description="Fewest cycles of the streaming part of a vector,"
+                                             " scalar or GpSimd instruction.")
+    stride_penalty: Bytes = Field(description="A minor-dimension stride wider than this "
+                                              "halves an engine's access bandwidth.")
+    semaphore_latency: Time = Field(description="From a semaphore increment to a waiting "
+                                                "engine seeing it.")
+    shared_ports: list[SharedPortSpec] = Field(
+        default_factory=list, description="Engines whose accesses to a memory take turns.")
+
+
 class CoreSpec(Strict):
     """One physical NeuronCore."""
 
@@ -300,6 +328,8 @@ class CoreSpec(Strict):
     gpsimd: GpSimdSpec | None = Field(None, description="The GpSimd engine (none on v1).")
     sbuf: BufferSpec = Field(description="State buffer (SBUF).")
     psum: BufferSpec = Field(description="Partial-sum buffer (PSUM).")
+    costs: CoreCostSpec | None = Field(None, description="Fixed instruction costs (the core "
+                                                         "simulator needs them).")
 
 
 class MemorySpec(Strict):
@@ -314,6 +344,11 @@ class MemorySpec(Strict):
 class DmaSpec(Strict):
     engines: PosInt = Field(description="DMA engines per chip.")
     bandwidth: Bandwidth | None = Field(None, description="Aggregate DMA bandwidth per chip.")
+    engine_bandwidth: Bandwidth | None = Field(None, description="Bandwidth of one DMA engine.")
+    queues: PosInt | None = Field(None, description="DMA queues a NeuronCore's program can "
+                                                    "issue to; in order within a queue.")
+    latency: Time | None = Field(None, description="From a DMA's start (its semaphore) to its "
+                                                   "first bytes moving.")
 
 
 class LinkSpec(Strict):
