@@ -163,7 +163,10 @@ def check(specs, fmt, output, strict):
               help="Output directory (default: build/<chip>).")
 @click.option("--scale", type=click.Choice(["full", "sim"]), default="full", show_default=True,
               help="Emit at the spec's full scale or at its simulation scale (chip.sim).")
-def chip(spec, output, scale):
+@click.option("--area", "synthesise", is_flag=True,
+              help="Synthesise the emitted modules not yet in the area cache (Yosys), for the "
+                   "datasheet's area tables; without it they come from the cache alone.")
+def chip(spec, output, scale, synthesise):
     """Validate a chip SPEC and write its RTL, datasheets and manifest."""
     from .chip import generate_chip
 
@@ -172,7 +175,7 @@ def chip(spec, output, scale):
         raise SpecError(f"expected a chip spec, found the {doc.kind} spec {doc.name!r} "
                         "(use `gen check` for systems)", location=None)
     out = output or Path("build") / doc.name
-    result = generate_chip(doc, out, scale)
+    result = generate_chip(doc, out, scale, synthesise=synthesise)
     state = "written" if result.changed else "unchanged"
     click.echo(f"{doc.name}: {len(result.files)} files {state} in {out}")
     for unit, reason in result.skipped.items():
