@@ -219,9 +219,10 @@ def sim(spec, unit_name, simulator, seed, formats):
             if f not in spec_formats and f not in known:
                 raise SpecError(f"expected a format of {doc.name}'s tensor engine, found "
                                 f"{f!r}", choices=spec_formats)
-        from .units import rtl_format_name
+        from hdl.params import rtl_format_name
 
-        wanted = {rtl_format_name(doc.spec, f) if f in spec_formats else f for f in formats}
+        tensor = doc.spec.core.tensor
+        wanted = {rtl_format_name(tensor, f) if f in spec_formats else f for f in formats}
         variants = [p for p in variants if getattr(p, "fmt", None) in wanted]
         if not variants:
             raise SpecError(f"expected a format with RTL, found only {', '.join(formats)}")

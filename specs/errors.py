@@ -76,3 +76,7 @@ def _show(value: object) -> str:
 def nearest(word: str, choices) -> str | None:
     match = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
     return match[0] if match else None
+
+
+class ModelError(ValueError):
+    """A spec that loads but cannot be mapped onto a unit or a model (message: what and why)."""

@@ -34,6 +34,8 @@ FORMATS = ("int8", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8", "bf16", "fp16",
 ACTIVATIONS = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
                "reciprocal", "rsqrt", "sqrt", "log")
 LEVELS = ("core", "chip", "instance", "server", "cluster")
+#: Output formats of the vector engine's cast: fp32 (no cast) or a narrower float format.
+VECTOR_OUTPUTS = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2")
 
 
 def _quantity(dimension: str):
@@ -218,6 +220,9 @@ class VectorSpec(Strict):
                                                              "cycle.")
     elements_per_cycle: float = Field(1.0, gt=0, description="Elements one lane streams per "
                                                              "cycle in an instruction.")
+    output_format: Literal[VECTOR_OUTPUTS] = Field(  # type: ignore[valid-type]
+        "bf16", description="Format the engine's output is cast to ('fp32': no cast), with "
+                            "the rounding of `rounding`.")
 
 
 class ApproximationSpec(Strict):
@@ -338,6 +343,14 @@ class LinkSpec(Strict):
     flit: PosInt = Field(256, description="Flit size in bits (a multiple of the width).")
     credits: PosInt = Field(16, description="Receive buffer depth in flits (credits).")
     max_packet: PosInt = Field(4096, description="Largest payload of one packet, bytes.")
+    replay_depth: PosInt | None = Field(
+        None, description="Transmit replay buffer depth in flits; default: as deep as the "
+                          "receive buffer (credits).")
+    ack_timeout: PosInt = Field(512, description="Link-clock cycles without acknowledgement "
+                                                 "progress after which the transmitter "
+                                                 "replays.")
+    latency: PosInt = Field(16, description="Channel latency of a lane, link-clock cycles "
+                                            "each way.")
 
 
 class LncSpec(Strict):
@@ -370,6 +383,14 @@ class SimScale(Strict):
     link_width: PosInt = Field(64, description="Link datapath width in simulation, bits.")
     link_packet: PosInt = Field(8, description="Largest link packet in simulation, words.")
     link_credits: PosInt = Field(16, description="Link receive buffer in simulation, words.")
+    link_replay_depth: PosInt | None = Field(
+        None, description="Link replay buffer in simulation, words; default: as deep as the "
+                          "receive buffer (link_credits), the rule of the full-scale link.")
+    link_ack_timeout: PosInt = Field(256, description="Link acknowledgement timeout in "
+                                                      "simulation, cycles.")
+    tensor_moving_max: PosInt = Field(
+        16, description="Largest moving free size N in simulation (at most the array's "
+                        "moving_max): the PSUM bank depth of the simulated array.")
 
 
 class ChipSpec(Strict):

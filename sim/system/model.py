@@ -38,11 +38,11 @@ from pathlib import Path
 import networkx as nx
 import pint
 
-from hdl.link.link import LinkParams
-from hdl.tensor.params import SystolicParams
+from hdl.params import link_params, systolic_params
 from sim.golden import link as golden_link
 from sim.golden import systolic
 from specs import units
+from specs.errors import ModelError
 from specs.loader import find, load_document
 from specs.model import ChipSpec, SystemSpec, TensorSpec
 from specs.quantities import QUANTITIES, QuantityInfo
@@ -108,10 +108,6 @@ _ureg = units.registry()
 Q = _ureg.Quantity
 
 
-class ModelError(ValueError):
-    """A spec the model cannot derive figures from (message: what and why)."""
-
-
 def quantity_info(name: str) -> QuantityInfo:
     """Dimension and description of a claimable or an extra derived quantity."""
     return QUANTITIES.get(name) or EXTRA_QUANTITIES[name]
@@ -148,14 +144,6 @@ def tile_interval(tensor: TensorSpec, fmt: str, k: int, m: int, n: int) -> float
     return float(formulas.multiply_interval(n, tensor.multiply_interval_min)) / slow
 
 
-#: Spec format names the systolic RTL implements, by the name it knows them (the cFP8 bias
-#: does not change the timing).
-RTL_FORMATS = {"int8": "int8", "fp8_e4m3": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3fn",
-               "fp8_e5m2": "fp8_e5m2", "cfp8": "cfp8_e4m3_b7", "bf16": "bf16", "fp16": "fp16",
-               "tf32": "tf32", "fp32": "fp32"}
-_DOUBLE_RATE = ("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8")
-
-
 def rtl_tile_interval(tensor: TensorSpec, fmt: str, k: int, m: int, n: int) -> float:
     """Cycles per tile from the systolic array's RTL-checked cycle model.
 
@@ -165,11 +153,9 @@ def rtl_tile_interval(tensor: TensorSpec, fmt: str, k: int, m: int, n: int) -> f
     formats, double-rate int8) keep the documented rule, :func:`tile_interval`.
     """
     r = rate(tensor, fmt)
-    double = r == 2 and fmt in _DOUBLE_RATE
-    if fmt not in RTL_FORMATS or (r > 1 and not double):
+    params = systolic_params(tensor, fmt)
+    if params is None or (r > 1 and not params.double_rate):
         return tile_interval(tensor, fmt, k, m, n)
-    params = SystolicParams(rows=tensor.rows, cols=tensor.cols, fmt=RTL_FORMATS[fmt],
-                            moving_max=tensor.moving_max, double_rate=double)
     return systolic.cycles(params, k, m, n)["interval"] / min(r, 1.0)
 
 
@@ -220,35 +206,12 @@ def sustained(chip: ChipSpec, m: int, k: int, n: int, fmt: str,
 
 # --- links --------------------------------------------------------------------------------
 
-#: Channel latency of a NeuronLink lane in link-clock cycles, each way (not published).
-LINK_LATENCY_CYCLES = 16
-
-
-def link_params(chip: ChipSpec) -> LinkParams:
-    """The link port parameters of the spec's NeuronLink, as the link RTL takes them.
-
-    One flit is one datapath word; ``max_packet`` bytes become words of ``width`` bits;
-    the receive buffer holds ``credits`` words and the replay buffer is assumed as deep.
-    """
-    link = chip.neuronlink
-    if link.flit != link.width:
-        raise ModelError(f"{chip.name}: neuronlink.flit must equal neuronlink.width "
-                         f"({link.width}) for the link RTL, not {link.flit}")
-    words = math.ceil(8 * link.max_packet / link.width)
-    try:
-        return LinkParams(width=link.width, credits=link.credits, max_packet=words,
-                          replay_depth=link.credits)
-    except ValueError as exc:
-        raise ModelError(f"{chip.name}: neuronlink parameters do not make a link port "
-                         f"({exc}; a packet of {link.max_packet} B is {words} flits of "
-                         f"{link.width} bits)") from None
-
-
-def default_link_efficiency(chip: ChipSpec, latency: int = LINK_LATENCY_CYCLES) -> float:
+def default_link_efficiency(chip: ChipSpec) -> float:
     """Payload fraction of the link in steady state, from the link's golden model
-    (framing, credit and replay loops) on the spec's parameters, full-size packets."""
-    params = link_params(chip)
-    return float(golden_link.efficiency(params, latency, params.max_packet))
+    (framing, credit and replay loops) on the spec's parameters and channel latency,
+    full-size packets."""
+    params = link_params(chip, "full")
+    return float(golden_link.efficiency(params, chip.neuronlink.latency, params.max_packet))
 
 
 # --- levels -------------------------------------------------------------------------------
