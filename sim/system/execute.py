@@ -26,8 +26,9 @@ heap, the same discrete-event scheme as the core simulator's engine streams.
   :func:`sim.golden.link.efficiency_with_errors`. A link cycle moves one ``width``-bit flit at
   the link's raw bandwidth. The data is delivered once, whatever the replays.
 - A reduction of ``e`` elements costs the vector engine's stream rule
-  (:func:`sim.core.costs.stream_cycles`, two input streams, ``e / partitions`` elements per
-  lane) at the vector clock; a chip's reductions go round its cores' vector engines by chunk.
+  (:func:`sim.core.costs.stream_cycles`, two input streams) at the vector clock, the chunk
+  spread over the vector engines of all the chip's cores (``e / (partitions * cores)``
+  elements per lane); a chip reduces one chunk at a time.
   The DMA between HBM and SBUF around it is not modelled.
 
 **Numerics** (unless ``timing_only``). ``fp32``: each reduction is ``add32`` of the vector
@@ -312,6 +313,7 @@ class _Builder:
         self.seed = seed
         self.barrier = [None] * fab.chips     # last phase's closing operation per chip
         self.phase_ops: list[list[int]] = [[] for _ in range(fab.chips)]
+        self.phase = 0
         self.messages: dict[int, np.ndarray] = {}
         self.deliveries: dict[tuple, int] = {}
         p = fab.params
@@ -320,7 +322,7 @@ class _Builder:
 
     # -- costs --
     def reduce_seconds(self, elems: int) -> float:
-        per_lane = -(-elems // self.lanes)
+        per_lane = -(-elems // (self.lanes * self.fab.cores))
         return stream_cycles(self.fab.params, "vector", per_lane, 2.0) / self.vector_clock
 
     # -- phases --
@@ -332,6 +334,7 @@ class _Builder:
                 self.barrier[c] = self.g.add(None, 0.0, ops + [self.barrier[c]],
                                              label="phase")
             self.phase_ops[c] = []
+        self.phase += 1
 
     def chunks(self, lo: int, hi: int):
         step = self.chunk_elems
@@ -339,9 +342,12 @@ class _Builder:
             yield a, min(hi, a + step)
 
     def transfer(self, src: int, dst: int, lo: int, hi: int, deps, *, reduce: bool,
-                 key) -> int:
-        """A chunk of chip ``src``'s elements ``lo:hi`` to chip ``dst``; ``reduce`` adds it into
-        ``dst``'s elements (on ``dst``'s vector engine), otherwise it overwrites them."""
+                 key, after=()) -> int:
+        """A chunk of chip ``src``'s elements ``lo:hi`` to chip ``dst`` once ``deps`` are done;
+        ``reduce`` adds it into ``dst``'s elements (on ``dst``'s vector engine, after
+        ``after``), otherwise it overwrites them. ``key`` names the delivery, which is
+        counted."""
+        key = (self.phase, *key)
         nbytes = (hi - lo) * self.itemsize
         data = self.data
         first = prev = None
@@ -359,10 +365,9 @@ class _Builder:
                         t, data[src][lo:hi].copy()))
         tid = first
         self.phase_ops[src].append(tid)
-        arrive = [prev, self.barrier[dst]]
+        arrive = [prev, self.barrier[dst], *after]
         if reduce:
-            core = (lo // self.chunk_elems) % self.fab.cores
-            op = self.g.add(("vector", dst, core), self.reduce_seconds(hi - lo), arrive,
+            op = self.g.add(("vector", dst), self.reduce_seconds(hi - lo), arrive,
                             action=self._reducer(dst, lo, hi, tid, key), label=f"add {lo}:{hi}")
         else:
             op = self.g.add(None, 0.0, arrive, action=self._writer(dst, lo, hi, tid, key))
@@ -611,10 +616,10 @@ def run(system: System, op: str, nbytes: int, *, algorithm: str | None = None,
                 coll.all_gather()
     elif op == "all_to_all":
         bounds = _split(0, n, p)
-        for s in range(p):
-            for d in range(p):
-                if s != d:
-                    for lo, hi in b.chunks(*bounds[d]):
+        for k in range(1, p):
+            for s in range(p):
+                d = (s + k) % p
+                for lo, hi in b.chunks(*bounds[d]):
                         b.transfer(s, d, lo, hi, [], reduce=False, key=("a2a", d, s, lo))
     else:
         dst = peer if peer is not None else min(
@@ -627,25 +632,27 @@ def run(system: System, op: str, nbytes: int, *, algorithm: str | None = None,
 
 
 def _direct(b: _Builder, op: str, n: int) -> None:
-    """Behind a switch: every chip sends segment ``j`` straight to chip ``j``, which adds them
-    in chip order; the all-gather sends every owned segment straight to every chip."""
+    """Behind a switch: every chip sends segment ``j`` straight to chip ``j``, which adds the
+    arrivals in the order ``j+1, j+2, ...`` (so its own last); the all-gather sends every
+    owned segment straight to every chip. Chip ``s`` sends to ``s+1, s+2, ...`` in turn, so
+    that no port receives from every chip at once."""
     p = b.fab.chips
     bounds = _split(0, n, p)
     if op in ("all_reduce", "reduce_scatter"):
-        for j in range(p):
-            last = None
+        last: dict[tuple[int, int], int] = {}
+        for k in range(1, p):
             for s in range(p):
-                if s != j:
-                    for lo, hi in b.chunks(*bounds[j]):
-                        last = b.transfer(s, j, lo, hi, [last], reduce=True,
-                                          key=("rs", j, lo, s))
+                j = (s - k) % p
+                for lo, hi in b.chunks(*bounds[j]):
+                    last[j, lo] = b.transfer(s, j, lo, hi, [], after=[last.get((j, lo))],
+                                             reduce=True, key=("rs", j, lo, s))
         b.close_phase()
     if op in ("all_reduce", "all_gather"):
-        for j in range(p):
-            for d in range(p):
-                if d != j:
-                    for lo, hi in b.chunks(*bounds[j]):
-                        b.transfer(j, d, lo, hi, [], reduce=False, key=("ag", d, lo, j))
+        for k in range(1, p):
+            for j in range(p):
+                d = (j + k) % p
+                for lo, hi in b.chunks(*bounds[j]):
+                    b.transfer(j, d, lo, hi, [], reduce=False, key=("ag", d, lo, j))
         b.close_phase()
 
 
