@@ -342,12 +342,13 @@ class _Builder:
             yield a, min(hi, a + step)
 
     def transfer(self, src: int, dst: int, lo: int, hi: int, deps, *, reduce: bool,
-                 key, after=()) -> int:
+                 key, after=(), to: int | None = None) -> int:
         """A chunk of chip ``src``'s elements ``lo:hi`` to chip ``dst`` once ``deps`` are done;
         ``reduce`` adds it into ``dst``'s elements (on ``dst``'s vector engine, after
         ``after``), otherwise it overwrites them. ``key`` names the delivery, which is
-        counted."""
+        counted. ``to`` moves the chunk to ``dst``'s elements from ``to`` instead of ``lo``."""
         key = (self.phase, *key)
+        at = lo if to is None else to
         nbytes = (hi - lo) * self.itemsize
         data = self.data
         first = prev = None
@@ -370,7 +371,8 @@ class _Builder:
             op = self.g.add(("vector", dst), self.reduce_seconds(hi - lo), arrive,
                             action=self._reducer(dst, lo, hi, tid, key), label=f"add {lo}:{hi}")
         else:
-            op = self.g.add(None, 0.0, arrive, action=self._writer(dst, lo, hi, tid, key))
+            op = self.g.add(None, 0.0, arrive,
+                            action=self._writer(dst, at, at + hi - lo, tid, key))
         self.phase_ops[dst].append(op)
         return op
 
@@ -574,6 +576,9 @@ def run(system: System, op: str, nbytes: int, *, algorithm: str | None = None,
     _check("size", isinstance(nbytes, int) and nbytes >= itemsize * p and nbytes % itemsize == 0,
            f"a whole number of {dtype} elements, at least one per chip ({itemsize * p} B)",
            nbytes)
+    if op == "all_to_all":
+        _check("size", nbytes % (itemsize * p) == 0,
+               f"a multiple of {p} {dtype} elements for an all-to-all", nbytes)
     kind = fab.inner.graph["kind"]
     default = "hierarchical" if fab.members > 1 else ("direct" if kind == "switch" else
                                                        "torus" if kind == "torus" else "ring")
@@ -615,12 +620,13 @@ def run(system: System, op: str, nbytes: int, *, algorithm: str | None = None,
             if op == "all_reduce":
                 coll.all_gather()
     elif op == "all_to_all":
-        bounds = _split(0, n, p)
+        block = n // p
         for k in range(1, p):
             for s in range(p):
                 d = (s + k) % p
-                for lo, hi in b.chunks(*bounds[d]):
-                        b.transfer(s, d, lo, hi, [], reduce=False, key=("a2a", d, s, lo))
+                for lo, hi in b.chunks(d * block, (d + 1) * block):
+                    b.transfer(s, d, lo, hi, [], reduce=False, key=("a2a", d, s, lo),
+                               to=s * block + lo - d * block)
     else:
         dst = peer if peer is not None else min(
             (v for v in nx.bfs_tree(fab.graph, 0) if isinstance(v, int) and v != 0),
