@@ -69,9 +69,11 @@ from sim.golden import link as golden_link
 from sim.golden import numerics, vector
 from specs.errors import ModelError
 
+from . import collectives
 from .model import System
 
-__all__ = ["ALGORITHMS", "DTYPES", "OPS", "Execution", "Fabric", "Link", "bus_factor",
+__all__ = ["ALGORITHMS", "DTYPES", "OPS", "Execution", "Fabric", "Link", "analytic",
+           "bus_factor",
            "fabric", "ring_order", "run"]
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
@@ -100,6 +102,7 @@ class Link:
     efficiency: float
     alpha: float
     kind: str  # "neuronlink" or "efa"
+    dim: object = None  # the torus dimension, "switch" or "efa"
 
 
 @dataclass
@@ -173,8 +176,8 @@ def fabric(system: System, members: int | None = None) -> Fabric:
         for u, v, data in inner_graph.edges(data=True):
             for a, b in ((u, v), (v, u)):
                 name = f"{a}->{b}" if m == 1 else f"m{k}:{a}->{b}"
-                g.add_edge(node(k, a), node(k, b),
-                           link=Link(name, data["bandwidth"], eff, alpha, "neuronlink"))
+                g.add_edge(node(k, a), node(k, b), link=Link(
+                    name, data["bandwidth"], eff, alpha, "neuronlink", data["dim"]))
     if m > 1:
         for k in range(m):
             nxt = (k + 1) % m
@@ -182,7 +185,7 @@ def fabric(system: System, members: int | None = None) -> Fabric:
                 if g.has_edge(f"efa{a}", f"efa{b}"):
                     continue
                 g.add_edge(f"efa{a}", f"efa{b}",
-                           link=Link(f"efa m{a}->m{b}", efa_bw, 1.0, efa_alpha, "efa"))
+                           link=Link(f"efa m{a}->m{b}", efa_bw, 1.0, efa_alpha, "efa", "efa"))
         for i in range(len(coords)):
             # A chip reaches its member's EFA port at no cost (the port's bandwidth is the
             # member's whole EFA figure, shared by every chip of the member).
@@ -257,6 +260,7 @@ class Execution:
     time: float
     link_busy: dict[str, float]
     link_bytes: dict[str, int]
+    link_dims: dict[str, object]
     chip_busy: dict[int, float]
     replays: int
     data: list[np.ndarray] | None = None
@@ -544,6 +548,28 @@ class _Collective:
         return stages
 
 
+def analytic(system: System, op: str, nbytes: int, algorithm: str,
+             members: int | None = None) -> float | None:
+    """The alpha-beta time (:mod:`sim.system.collectives`, on the system model's inputs) of
+    what :func:`run` executes, in seconds; None for the operations it has no formula for."""
+    if op not in collectives.OPS:
+        return None
+    eff = system.chip.efficiency
+    if algorithm == "hierarchical":
+        inner = system.member
+        return collectives.hierarchical_time(
+            op, nbytes, inner.topology, 2 if members is None else members,
+            float(inner.efa.to("B/s").magnitude), inner.spec.link_latency,
+            system.spec.efa_latency, eff, bidirectional=True)
+    if algorithm == "ring":
+        g = system.topology
+        bw = min(bw for *_, bw in g.edges(data="bandwidth"))
+        hops = 2 if g.graph["kind"] == "switch" else 1
+        return collectives.ring_time(op, nbytes, g.graph["chips"], bw,
+                                     hops * system.spec.link_latency, eff, bidirectional=True)
+    return float(system.collective(op, nbytes).to("s").magnitude)
+
+
 def _check(name: str, ok: bool, expected: str, value) -> None:
     if not ok:
         raise ModelError(f"{name} must be {expected}, not {value!r}")
@@ -725,9 +751,10 @@ def _execute(b: _Builder, name, op, algorithm, nbytes, dtype, ber, seed, trace) 
                 push(heap, (ready[c], c))
     link_busy = {fab.link(r).name: v for r, v in busy.items() if r[0] != "vector"}
     link_bytes = {fab.link(r).name: v for r, v in moved.items()}
+    link_dims = {fab.link(r).name: fab.link(r).dim for r in moved}
     chip_busy: dict[int, float] = {}
     for r, v in busy.items():
         if r[0] == "vector":
             chip_busy[r[1]] = chip_busy.get(r[1], 0.0) + v
     return Execution(name, op, algorithm, fab.chips, nbytes, dtype, end_time, link_busy,
-                     link_bytes, chip_busy, replays, b.data, b.deliveries, events)
+                     link_bytes, link_dims, chip_busy, replays, b.data, b.deliveries, events)
