@@ -263,8 +263,9 @@ class Execution:
     link_dims: dict[str, object]
     chip_busy: dict[int, float]
     replays: int
+    operations: int
     data: list[np.ndarray] | None = None
-    deliveries: dict | None = None
+    deliveries: dict | None = None  # numeric runs: how often each chunk arrived
     events: list[dict] = field(default_factory=list)
 
     @property
@@ -371,12 +372,14 @@ class _Builder:
         tid = first
         self.phase_ops[src].append(tid)
         arrive = [prev, self.barrier[dst], *after]
+        numeric = data is not None
         if reduce:
             op = self.g.add(("vector", dst), self.reduce_seconds(hi - lo), arrive,
-                            action=self._reducer(dst, lo, hi, tid, key), label=f"add {lo}:{hi}")
+                            action=self._reducer(dst, lo, hi, tid, key) if numeric else None,
+                            label=f"add {lo}:{hi}")
         else:
-            op = self.g.add(None, 0.0, arrive,
-                            action=self._writer(dst, at, at + hi - lo, tid, key))
+            op = self.g.add(None, 0.0, arrive, action=self._writer(dst, at, at + hi - lo, tid,
+                                                                   key) if numeric else None)
         self.phase_ops[dst].append(op)
         return op
 
@@ -388,8 +391,7 @@ class _Builder:
 
         def write():
             self._count(key)
-            if data is not None:
-                data[dst][lo:hi] = self.messages.pop(tid)
+            data[dst][lo:hi] = self.messages.pop(tid)
         return write
 
     def _reducer(self, dst, lo, hi, tid, key):
@@ -397,8 +399,6 @@ class _Builder:
 
         def add():
             self._count(key)
-            if data is None:
-                return
             incoming = self.messages.pop(tid)
             local = data[dst][lo:hi]
             if self.dtype == "fp32":
@@ -757,4 +757,5 @@ def _execute(b: _Builder, name, op, algorithm, nbytes, dtype, ber, seed, trace) 
         if r[0] == "vector":
             chip_busy[r[1]] = chip_busy.get(r[1], 0.0) + v
     return Execution(name, op, algorithm, fab.chips, nbytes, dtype, end_time, link_busy,
-                     link_bytes, link_dims, chip_busy, replays, b.data, b.deliveries, events)
+                     link_bytes, link_dims, chip_busy, replays, count, b.data, b.deliveries,
+                     events)
