@@ -237,3 +237,15 @@ def test_bad_arguments(instance, kwargs, match):
     args = {"op": "all_reduce", "nbytes": 2**20} | kwargs
     with pytest.raises(ModelError, match=match):
         execute.run(instance, args.pop("op"), args.pop("nbytes"), **args)
+
+
+def test_check_lays_executed_beside_formula():
+    from sim.system.check import rows
+
+    got = {r.quantity: r for r in rows(model.build("trn2.48xlarge"))
+           if r.quantity.endswith(".executed")}
+    assert set(got) == {f"collective.{op}.executed" for op in collectives.OPS}
+    for r in got.values():
+        assert r.source == "formula" and r.level == "instance"
+        assert abs(r.difference) < 0.02
+    assert not any(r.quantity.endswith(".executed") for r in rows(model.build("trn2")))
