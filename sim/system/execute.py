@@ -64,13 +64,12 @@ from hdl.core.params import core_params
 from hdl.numerics.formats import BF16
 from hdl.params import link_params
 from hdl.vector.ops import VectorOp
-from sim.core.costs import stream_cycles
 from sim.golden import link as golden_link
 from sim.golden import numerics, vector
 from specs.errors import ModelError
 
 from . import collectives
-from .model import System
+from .model import Chip, System
 
 __all__ = ["ALGORITHMS", "DTYPES", "OPS", "Execution", "Fabric", "Link", "analytic",
            "bus_factor",
@@ -116,8 +115,8 @@ class Fabric:
     member_of: list[int]         # member (instance, server) index of every chip
     members: int
     inner: nx.Graph              # one member's topology graph (the whole system's if members=1)
-    cores: int
-    params: object               # CoreParams of the chip (vector engine costs)
+    chip: Chip                   # the chip model (its reduction cost rule)
+    params: object               # CoreParams of the chip (its random generator)
     link_params: object          # LinkParams of the chip's NeuronLink port
     link_latency: int            # channel latency, link cycles
     _paths: dict = field(default_factory=dict)
@@ -191,7 +190,7 @@ def fabric(system: System, members: int | None = None) -> Fabric:
             # member's whole EFA figure, shared by every chip of the member).
             g.add_edge(i, f"efa{member_of[i]}", link=None, hops=len(coords))
             g.add_edge(f"efa{member_of[i]}", i, link=None, hops=len(coords))
-    return Fabric(system.name, len(coords), g, coords, member_of, m, inner_graph, spec.cores,
+    return Fabric(system.name, len(coords), g, coords, member_of, m, inner_graph, chip,
                   core_params(spec), lp, spec.neuronlink.latency)
 
 
@@ -321,14 +320,10 @@ class _Builder:
         self.phase = 0
         self.messages: dict[int, np.ndarray] = {}
         self.deliveries: dict[tuple, int] = {}
-        p = fab.params
-        self.vector_clock = p.clock("vector")
-        self.lanes = p.partitions
 
     # -- costs --
     def reduce_seconds(self, elems: int) -> float:
-        per_lane = -(-elems // (self.lanes * self.fab.cores))
-        return stream_cycles(self.fab.params, "vector", per_lane, 2.0) / self.vector_clock
+        return self.fab.chip.reduce_seconds(elems)
 
     # -- phases --
     def close_phase(self) -> None:
@@ -555,18 +550,20 @@ def analytic(system: System, op: str, nbytes: int, algorithm: str,
     if op not in collectives.OPS:
         return None
     eff = system.chip.efficiency
+    add = system.chip.reduce_seconds(1)
     if algorithm == "hierarchical":
         inner = system.member
         return collectives.hierarchical_time(
             op, nbytes, inner.topology, 2 if members is None else members,
             float(inner.efa.to("B/s").magnitude), inner.spec.link_latency,
-            system.spec.efa_latency, eff, bidirectional=True)
+            system.spec.efa_latency, eff, bidirectional=True, reduce=add)
     if algorithm == "ring":
         g = system.topology
         bw = min(bw for *_, bw in g.edges(data="bandwidth"))
         hops = 2 if g.graph["kind"] == "switch" else 1
         return collectives.ring_time(op, nbytes, g.graph["chips"], bw,
-                                     hops * system.spec.link_latency, eff, bidirectional=True)
+                                     hops * system.spec.link_latency, eff, bidirectional=True,
+                                     reduce=add)
     return float(system.collective(op, nbytes).to("s").magnitude)
 
 
