@@ -1,7 +1,7 @@
 """Executed collectives (sim/system/execute.py): wall time, agreement with the alpha-beta
 formula across message sizes, and how the time converges as the chunks shrink.
 
-    PYTHONPATH=. python benchmarks/collectives.py [--skip speed,sizes,chunks,contention]
+    PYTHONPATH=. python benchmarks/collectives.py [--skip speed,sizes,chunks,contention,faults]
 
 Prints Markdown tables; the results are in benchmarks/collectives.md.
 """
@@ -95,12 +95,33 @@ def contention() -> None:
     print()
 
 
+def faults() -> None:
+    from sim.golden import link as golden_link
+
+    print("## Link bit errors: executed slowdown against the link model's go-back-N figure\n")
+    print("| system | transfer | bit error rate | packet error rate | replays | executed "
+          "slowdown | efficiency / efficiency_with_errors |")
+    print("|---|---|---|---|---|---|---|")
+    s = model.build("trn2.48xlarge")
+    fab = execute.fabric(s)
+    lp, D = fab.link_params, fab.link_latency
+    clean = execute.run(s, "send_recv", 2**30, peer=1)
+    for ber in (1e-12, 1e-9, 1e-7, 1e-6, 5e-6):
+        r = execute.run(s, "send_recv", 2**30, peer=1, bit_error_rate=ber, seed=1)
+        want = (golden_link.efficiency(lp, D, lp.max_packet)
+                / golden_link.efficiency_with_errors(lp, D, lp.max_packet, ber))
+        per = golden_link.packet_error_rate(lp, lp.max_packet, ber)
+        print(f"| trn2.48xlarge | 1 GiB, one link | {ber:g} | {per:.3g} | {r.replays:,} | "
+              f"{r.time / clean.time:.5f} | {want:.5f} |")
+    print()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip", default="", help="comma-separated parts to skip")
     skip = set(ap.parse_args().skip.split(","))
     for name, part in (("speed", speed), ("sizes", sizes), ("chunks", chunks),
-                       ("contention", contention)):
+                       ("contention", contention), ("faults", faults)):
         if name not in skip:
             part()
 
