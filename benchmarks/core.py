@@ -11,7 +11,7 @@ import functools
 import time
 
 import kernels
-from hdl.core.params import core_params
+from hdl.params import core_params
 from sim.core import Core
 from sim.golden import activation, numerics, systolic, vector
 from specs.loader import load

@@ -16,7 +16,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from specs.errors import SpecError
+from specs.errors import InputError, SpecError
 from specs.loader import bundled, load_document
 
 from . import __version__
@@ -25,12 +25,13 @@ EXIT_BAD_INPUT = 2
 
 
 class SpecAwareGroup(click.Group):
-    """Turns SpecError (and unreadable output paths) into one line on stderr and status 2."""
+    """Turns bad input (the InputError family: SpecError, ModelError) and unreadable or
+    unwritable paths into one line on stderr and status 2."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except SpecError as exc:
+        except InputError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except OSError as exc:
@@ -141,13 +142,8 @@ def check(specs, fmt, output, strict):
     """Lay every derived figure of SPECS beside every published claim, at every level."""
     from sim.system.check import check as check_specs
     from sim.system.check import render, to_table
-    from sim.system.model import ModelError
 
-    try:
-        reports, status = check_specs(list(specs), strict)
-    except ModelError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+    reports, status = check_specs(list(specs), strict)
     if fmt == "table":
         if output:
             raise click.UsageError("--output needs --format json, md or html")
@@ -192,11 +188,14 @@ def chip(spec, output, scale):
 @click.option("--format", "formats", multiple=True, metavar="FMT",
               help="Tensor engine only: simulate the arrays of these input formats "
                    "(repeatable; default: every format of the spec).")
-def sim(spec, unit_name, simulator, seed, formats):
+@click.option("--waves", is_flag=True,
+              help="Record an FST waveform of each run, scoped to the unit, and print its path.")
+def sim(spec, unit_name, simulator, seed, formats, waves):
     """Run a unit's cocotb testbench on SPEC at simulation scale."""
+    import contextlib
     import random
 
-    from sim.tb.runner import SimulatorMissing
+    from sim.tb.runner import SimulatorMissing, recording_waves
 
     from .units import UNITS
 
@@ -229,14 +228,17 @@ def sim(spec, unit_name, simulator, seed, formats):
     click.echo(f"{doc.name}: {unit_name} on {simulator}, seed {seed}")
     ok, runs = True, 0
     try:
-        for params in variants:
-            results = unit.simulate(params, simulator, seed=seed)
-            for r in results if isinstance(results, list) else [results]:
-                ok &= r.ok
-                runs += 1
-                state = "PASS" if r.ok else "FAIL"
-                click.echo(f"  {state} {_label(params)}: {r.tests} tests, {r.failures} failed "
-                           f"({r.results_xml})")
+        with recording_waves() if waves else contextlib.nullcontext():
+            for params in variants:
+                results = unit.simulate(params, simulator, seed=seed)
+                for r in results if isinstance(results, list) else [results]:
+                    ok &= r.ok
+                    runs += 1
+                    state = "PASS" if r.ok else "FAIL"
+                    click.echo(f"  {state} {_label(params)}: {r.tests} tests, {r.failures} "
+                               f"failed ({r.results_xml})")
+                    if r.waves is not None:
+                        click.echo(f"    waves: {r.waves}")
     except SimulatorMissing as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
@@ -304,7 +306,7 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed, collec
     import numpy as np
 
     import kernels
-    from hdl.core.params import CoreSpecError, core_params
+    from hdl.params import ModelError, core_params
     from sim.core import ProgramError
     from sim.system import formulas
 
@@ -337,7 +339,7 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed, collec
         params = core_params(chip)
         r = kernels.run(params, k, share, dtype, timing_only=timing_only, trace=bool(trace),
                         seed=seed)
-    except (kernels.KernelError, ProgramError, CoreSpecError) as exc:
+    except (kernels.KernelError, ProgramError, ModelError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     res = r.result

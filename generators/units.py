@@ -131,21 +131,28 @@ def _scalar_simulate(params, sim, seed=None):
 
 def scalar_datasheet(spec: ChipSpec) -> list[dict]:
     from generators.vector import accuracy_table
+    from hdl.vector.fitting import rom_words
 
+    functions = activation_functions(spec)
     rows = []
-    for r in accuracy_table(activation_functions(spec)):
+    for r in accuracy_table(functions):
         rng = "-" if r["range"] is None else f"[{r['range'][0]:g}, {r['range'][1]:g})"
-        rows.append([r["function"], r["mode"], rng, r["segments"], r["degree"], r["rom_rows"],
-                     f"{r['max_abs_error']:.3g}", f"{r['max_rel_error']:.3g}",
-                     f"{r['worst_x']:.6g}"])
+        rows.append([r["function"], r["reduction"], r["mode"], rng, r["segments"], r["degree"],
+                     r["rom_rows"], r["points"], f"{r['max_rel_error']:.3g}",
+                     f"{r['worst_x']:.9g}"])
+    _, words = rom_words(functions)
     return [{
-        "title": "Scalar engine: activation accuracy",
+        "title": "Scalar engine: activation accuracy over the whole fp32 domain",
         "note": "Each function is a piecewise polynomial evaluated in fp32 (Horner, multiply "
-                "then add, bit-exact between RTL and golden model); errors are against the "
-                "exact function in float64 over the fitted range. Relative error is "
-                "|y - f| / max(|f|, 2^-20).",
-        "columns": ["function", "segmentation", "range", "segments", "degree", "ROM rows",
-                    "max abs error", "max rel error", "worst x"],
+                "then add, bit-exact between RTL and golden model); exp, log, sqrt, rsqrt and "
+                "reciprocal first reduce their argument on the fp32 exponent, and sigmoid, "
+                "softplus and silu follow exp(x) (x exp(x)) below their range. Errors are "
+                "relative, |y - f| / |f|, against the exact function in float64, at inputs "
+                "drawn from every binade of fp32 (both signs, subnormals included) and every "
+                "segment, wherever the exact result is a normal fp32 number. Range is that of "
+                f"the polynomial's argument. ROM: {len(words)} rows in all.",
+        "columns": ["function", "reduction", "segmentation", "range", "segments", "degree",
+                    "ROM rows", "points", "max rel error", "worst x"],
         "rows": rows,
     }]
 

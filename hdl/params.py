@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from hdl.core.params import CoreParams
 from hdl.link.link import LinkParams
 from hdl.numerics.formats import format_by_name
 from hdl.tensor.params import SystolicParams
@@ -31,6 +32,7 @@ __all__ = [
     "ChipParams",
     "ModelError",
     "activation_functions",
+    "core_params",
     "link_params",
     "params_from_spec",
     "rtl_format_name",
@@ -149,11 +151,12 @@ def activation_functions(spec: ChipSpec) -> tuple[FunctionSpec, ...]:
 
 
 def scalar_params(spec: ChipSpec, scale: Scale) -> ActivationParams:
-    """The scalar (activation) engine: its lanes and its function set."""
+    """The scalar (activation) engine: its lanes, its function set and the chip's generator
+    of stochastic rounding."""
     _check_scale(scale)
     lanes = spec.core.scalar.lanes if scale == "full" else spec.sim.lanes
     return _build(ActivationParams, f"{spec.name}: core.scalar fields", lanes=lanes,
-                  functions=activation_functions(spec))
+                  functions=activation_functions(spec), rng=spec.rounding.rng)
 
 
 def link_params(spec: ChipSpec, scale: Scale) -> LinkParams:
@@ -190,3 +193,46 @@ def params_from_spec(spec: ChipSpec, scale: Scale) -> ChipParams:
     return ChipParams(tensor=tensor_params(spec, scale), vector=vector_params(spec, scale),
                       scalar=scalar_params(spec, scale),
                       link=link_params(spec, scale) if spec.neuronlink.links else None)
+
+
+def core_params(spec: ChipSpec) -> CoreParams:
+    """One physical NeuronCore of ``spec``, for the core simulator.
+
+    The core's share of HBM bandwidth is the chip's divided by its physical cores; one DMA
+    transfer is spread over the core's engines (``dma.engines / cores``), each at
+    ``dma.engine_bandwidth``, and runs at the lower of the two. The tensor engine has one
+    array per input format with RTL (:func:`systolic_params`), full size.
+    """
+    c, d = spec.core, spec.dma
+    missing = [k for k, v in (("chip.core.costs", c.costs),
+                              ("chip.dma.engine_bandwidth", d.engine_bandwidth),
+                              ("chip.dma.queues", d.queues), ("chip.dma.latency", d.latency),
+                              ("chip.core.gpsimd", c.gpsimd)) if v is None]
+    if missing:
+        raise ModelError(f"{spec.name}: the core simulator needs {', '.join(missing)} in the "
+                         f"spec")
+
+    def si(q, unit):
+        return float(q.to(unit).magnitude)
+
+    dma_bw = min(d.engines // spec.cores * si(d.engine_bandwidth, "B/s"),
+                 si(spec.memory.bandwidth, "B/s") / spec.cores)
+    t = c.tensor
+    arrays = tuple((f, a) for f in t.formats if (a := systolic_params(t, f)) is not None)
+    return _build(
+        CoreParams, f"{spec.name}: core fields",
+        name=spec.name, version=spec.neuron_core, partitions=c.sbuf.partitions,
+        sbuf_bytes=int(si(c.sbuf.partition_size, "B")),
+        psum_bytes=int(si(c.psum.partition_size, "B")), psum_banks=c.psum.banks,
+        rows=t.rows, cols=t.cols, moving_max=t.moving_max, row_tiles=tuple(t.row_tiles),
+        formats=tuple(f for f, _ in arrays), arrays=arrays,
+        rates=tuple((f, t.rates.get(f, 1.0)) for f in t.formats),
+        clocks=(("tensor", si(t.clock, "Hz")), ("vector", si(c.vector.clock, "Hz")),
+                ("scalar", si(c.scalar.clock, "Hz")), ("gpsimd", si(c.gpsimd.clock, "Hz"))),
+        vector_elements=c.vector.elements_per_cycle, functions=activation_functions(spec),
+        rng=spec.rounding.rng, access_start=c.costs.access_start,
+        min_interval=c.costs.min_interval, stride_penalty=int(si(c.costs.stride_penalty, "B")),
+        semaphore_latency=si(c.costs.semaphore_latency, "s"),
+        shared_ports=tuple((tuple(sp.engines), sp.memory) for sp in c.costs.shared_ports),
+        dma_queues=d.queues, dma_bandwidth=dma_bw, dma_latency=si(d.latency, "s"),
+        hbm_bytes=int(si(spec.memory.capacity, "B")))

@@ -32,7 +32,9 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9.-]*$"
 FORMATS = ("int8", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8", "bf16", "fp16", "tf32", "fp32",
            "mxfp8", "mxfp4")
 ACTIVATIONS = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
-               "reciprocal", "rsqrt", "sqrt", "log")
+               "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish", "gelu_tanh")
+#: Activations reduced on the fp32 exponent: their polynomial's range is fixed by the reduction.
+RANGE_REDUCED = ("exp", "reciprocal", "rsqrt", "sqrt", "log")
 LEVELS = ("core", "chip", "instance", "server", "cluster")
 #: Output formats of the vector engine's cast: fp32 (no cast) or a narrower float format.
 VECTOR_OUTPUTS = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2")
@@ -231,10 +233,11 @@ class ApproximationSpec(Strict):
 
     range: list[float] | None = Field(
         None, min_length=2, max_length=2,
-        description="Input range [lo, hi) fitted (of |x|, powers of two, for the functions "
-                    "segmented by octave: reciprocal, rsqrt, sqrt, log).")
+        description="Input range [lo, hi) fitted; not for exp, reciprocal, rsqrt, sqrt and log, "
+                    "whose argument is reduced on the fp32 exponent to a fixed range.")
     segments: PosInt | None = Field(
-        None, description="Segments over the range (per octave for octave-segmented ones).")
+        None, description="Segments over the range (per octave of the reduced argument for "
+                          "reciprocal, rsqrt, sqrt and log, a power of two).")
     degree: int | None = Field(None, ge=0, le=8, description="Degree of each polynomial.")
 
     @field_validator("range")
@@ -262,10 +265,15 @@ class ScalarSpec(Strict):
 
     @model_validator(mode="after")
     def _approximated_listed(self):
-        for name in self.approximations:
+        for name, approx in self.approximations.items():
             if name not in self.functions:
                 raise PydanticCustomError("rates", "expected approximations only for listed "
                                                    "functions, found '{f}'", {"f": name})
+            if name in RANGE_REDUCED and approx.range is not None:
+                raise PydanticCustomError(
+                    "rates", "expected no range for {f} (its argument is reduced on the fp32 "
+                             "exponent to a fixed range), found {r}",
+                    {"f": name, "r": approx.range})
         return self
 
 
@@ -286,6 +294,14 @@ class BufferSpec(Strict):
     banks: PosInt = Field(1, description="Banks per partition.")
 
 
+class SharedPortSpec(Strict):
+    """Engines that cannot access one memory at the same time."""
+
+    engines: list[Literal["vector", "scalar", "gpsimd"]] = Field(
+        min_length=2, description="The engines sharing the port.")
+    memory: Literal["sbuf", "psum"] = Field(description="The memory the port reaches.")
+
+
 class CoreCostSpec(Strict):
     """Fixed costs of the core's instructions, shared by the core simulator and the models.
 
@@ -299,6 +315,8 @@ class CoreCostSpec(Strict):
                                               "halves an engine's access bandwidth.")
     semaphore_latency: Time = Field(description="From a semaphore increment to a waiting "
                                                 "engine seeing it.")
+    shared_ports: list[SharedPortSpec] = Field(
+        default_factory=list, description="Engines whose accesses to a memory take turns.")
 
 
 class CoreSpec(Strict):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kernels
-from hdl.core.params import core_params
+from hdl.params import core_params
 from specs.loader import load
 
 #: [MMT]: the blocked, DMA-overlapped NKI tutorial kernel, bf16 [4096, 8192] x [8192, 8192]

@@ -39,10 +39,10 @@ def test_trn2_full_scale():
     # 128 lanes, output cast to bf16 with stochastic rounding by the 32-bit LFSR.
     assert (p.vector.lanes, p.vector.out_format, p.vector.rounding, p.vector.rng) == (
         128, "bf16", "stochastic", "lfsr32")
-    assert p.scalar.lanes == 128
+    assert (p.scalar.lanes, p.scalar.rng) == (128, "lfsr32")
     assert [f.name for f in p.scalar.functions] == [
         "identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
-        "reciprocal", "rsqrt", "sqrt", "log"]
+        "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish", "gelu_tanh"]
     # 4096-byte packets of 256-bit flits are 128 words; 512 credits, replay as deep.
     assert p.link == LinkParams(width=256, credits=512, max_packet=128, replay_depth=512,
                                 ack_timeout=512)

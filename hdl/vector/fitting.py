@@ -7,7 +7,7 @@
   and the data of the golden model.
 * :data:`EXACT_FUNCTIONS` are the exact functions in float64 (numpy / scipy.special), the
   reference of the fit and of the accuracy figures; :func:`accuracy_points` the inputs at which
-  the accuracy is measured.
+  the accuracy is measured: every binade of fp32 and every segment of the table.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from .functions import FunctionSpec
+from .functions import EXP_TAIL, FunctionSpec
 
 
 def _div_x(f, limit):
@@ -27,6 +27,8 @@ def _div_x(f, limit):
             return np.where(x == 0.0, limit, f(x) / np.where(x == 0.0, 1.0, x))
     return g
 
+
+_GELU_TANH_2C = 2.0 * np.sqrt(2.0 / np.pi)
 
 # The exact functions (float64), the reference of the fit and of the accuracy figures.
 EXACT_FUNCTIONS = {
@@ -43,6 +45,10 @@ EXACT_FUNCTIONS = {
     "rsqrt": lambda x: 1.0 / np.sqrt(x),
     "sqrt": np.sqrt,
     "log": np.log,
+    "square": np.square,
+    "abs": np.abs,
+    "mish": lambda x: x * np.tanh(np.logaddexp(0.0, x)),
+    "gelu_tanh": lambda x: x * special.expit(_GELU_TANH_2C * (x + 0.044715 * x**3)),
 }
 
 # f(x)/x for the functions fitted with post_mul_x (the limit at 0 filled in).
@@ -51,10 +57,14 @@ _OVER_X = {
     "silu": special.expit,
     "tanh": _div_x(np.tanh, 1.0),
     "erf": _div_x(special.erf, 2.0 / np.sqrt(np.pi)),
+    "mish": lambda x: np.tanh(np.logaddexp(0.0, x)),
+    "gelu_tanh": lambda x: special.expit(_GELU_TANH_2C * (x + 0.044715 * x**3)),
 }
 
 
 def _target(spec: FunctionSpec):
+    if spec.name == "exp":
+        return np.exp2  # of the reduced argument: exp(x) = 2**k * 2**f
     if spec.post_mul_x:
         if spec.name in _OVER_X:
             return _OVER_X[spec.name]
@@ -82,8 +92,8 @@ def segment_bounds(spec: FunctionSpec) -> np.ndarray:
         a = base * (1.0 + p / k)
         b = base * (1.0 + (p + 1) / k)
         c = (a + b) / 2.0  # exact in fp32: one more mantissa bit than the segment index
-    if spec.root is not None:
-        c = np.where((a == spec.root) | (b == spec.root), float(spec.root), c)
+    if spec.anchor is not None:
+        c = np.where((a == spec.anchor) | (b == spec.anchor), float(spec.anchor), c)
     return np.stack([a, b, c], axis=1)
 
 
@@ -103,10 +113,11 @@ def fit_function(spec: FunctionSpec) -> np.ndarray:
     s = np.cos(np.pi * (np.arange(n_nodes) + 0.5) / n_nodes)  # Chebyshev nodes in (-1, 1)
     coeffs = np.empty((len(bounds), d + 1), dtype=np.float32)
     margin = 0.01 if spec.mode == "uniform" else 0.0
+    anchor_value = None if spec.anchor is None else float(g(np.float64(spec.anchor)))
     for r, (a, b, c) in enumerate(bounds):
-        at_root = spec.root is not None and spec.root in (a, b)
-        if at_root:
-            c = float(spec.root)
+        at_anchor = spec.anchor is not None and spec.anchor in (a, b)
+        if at_anchor:
+            c = float(spec.anchor)
         m = margin * (b - a)
         ua, ub = a - m - c, b + m - c
         h = max(abs(ua), abs(ub))
@@ -116,9 +127,12 @@ def fit_function(spec: FunctionSpec) -> np.ndarray:
         scale = np.max(np.abs(y))
         wgt = 1.0 / np.maximum(np.abs(y), 1e-12 * scale if scale > 0 else 1.0)
         vander = np.vander(v, d + 1, increasing=True)
-        if at_root:
-            vander[:, 0] = 0.0  # f(root) = 0: no constant term, exactly
+        if at_anchor:  # c_0 = f(anchor) exactly; fit the rest
+            vander[:, 0] = 0.0
+            y = y - anchor_value
         sol, *_ = np.linalg.lstsq(vander * wgt[:, None], y * wgt, rcond=None)
+        if at_anchor:
+            sol[0] = anchor_value
         coeffs[r] = _f32(sol / h ** np.arange(d + 1))
     return coeffs
 
@@ -133,12 +147,29 @@ class FunctionTable:
     coeffs: np.ndarray  # (rows, degree + 1) uint32, c_0 first
 
 
+def tail_functions(functions: tuple[FunctionSpec, ...]) -> tuple[FunctionSpec, ...]:
+    """``functions`` plus, when one of them takes the ``below="exp"`` rule and none is exp,
+    the exp table that rule reads (:data:`~hdl.vector.functions.EXP_TAIL`), last."""
+    names = [f.name for f in functions]
+    if "exp" not in names and any(f.mode != "exact" and f.below == "exp" for f in functions):
+        return (*functions, EXP_TAIL)
+    return functions
+
+
+def exp_index(functions: tuple[FunctionSpec, ...]) -> int | None:
+    """Index in :func:`tail_functions` of the exp table (None when nothing reads it)."""
+    names = [f.name for f in tail_functions(functions)]
+    return names.index("exp") if "exp" in names else None
+
+
 @functools.lru_cache(maxsize=16)
 def activation_table(functions: tuple[FunctionSpec, ...]) -> tuple[FunctionTable, ...]:
-    """The ROM layout of a function set: rows of all functions concatenated, in order."""
+    """The ROM layout of a function set: rows of all functions concatenated, in order,
+    then the exp table of the ``below="exp"`` rule if the set has no exp of its own (see
+    :func:`tail_functions`)."""
     out = []
     base = 0
-    for spec in functions:
+    for spec in tail_functions(functions):
         c = fit_function(spec).view(np.uint32)
         centres = _f32(segment_bounds(spec)[:, 2]).view(np.uint32) if spec.rows else \
             np.zeros(0, dtype=np.uint32)
@@ -167,18 +198,40 @@ def rom_words(functions: tuple[FunctionSpec, ...]) -> tuple[int, list[int]]:
     return degree, words
 
 
-def accuracy_points(spec: FunctionSpec, per_segment: int = 257) -> np.ndarray:
-    """fp32 test inputs over ``spec``'s range: a grid per segment plus each boundary +- 2 ulps."""
+def binade_points(rng: np.random.Generator, per_binade: int) -> np.ndarray:
+    """fp32 values drawn uniformly from every binade of fp32, both signs: ``per_binade``
+    from each of the 254 normal binades and of the 23 subnormal ones (``[2**j, 2**(j+1))``
+    times ``2**-149``), plus both zeros and both infinities."""
+    field = np.arange(1, 255, dtype=np.uint32)
+    mant = rng.integers(0, 1 << 23, (field.size, per_binade), dtype=np.uint32)
+    normal = (field[:, None] << 23) | mant
+    j = np.arange(23, dtype=np.uint32)[:, None]
+    sub = (np.uint32(1) << j) | (rng.integers(0, 1 << 22, (23, per_binade), dtype=np.uint32)
+                                 & ((np.uint32(1) << j) - np.uint32(1)))
+    mags = np.concatenate([normal.ravel(), sub.ravel(),
+                           np.array([0, 0x7F800000], dtype=np.uint32)])
+    return np.concatenate([mags, mags | np.uint32(0x80000000)]).view(np.float32)
+
+
+def accuracy_points(spec: FunctionSpec, per_segment: int = 65, per_binade: int = 64,
+                    seed: int = 0) -> np.ndarray:
+    """fp32 inputs at which ``spec``'s accuracy is measured: :func:`binade_points` and, for a
+    fitted function, a grid over every segment of its table plus each boundary +- 2 ulps (of
+    the reduced argument ``m`` for the reduced functions, taken at ``x = m`` and ``x = -m``
+    and, for exp, at ``x = f * ln 2``)."""
+    x = binade_points(np.random.default_rng(seed), per_binade)
     if spec.mode == "exact":
-        return _f32(np.linspace(-8.0, 8.0, 4097))
+        return np.unique(x[np.isfinite(x)])
     bounds = segment_bounds(spec)
     grid = bounds[:, :1] + (bounds[:, 1:2] - bounds[:, :1]) * np.linspace(0, 1, per_segment)
-    x = _f32(grid.ravel())
     edges = _f32(bounds[:, 0])
     near = [np.nextafter(edges, np.float32(np.inf)), np.nextafter(edges, np.float32(-np.inf))]
-    x = np.concatenate([x, *near, np.nextafter(near[0], np.float32(np.inf))])
-    lo, hi = np.float32(spec.lo), np.float32(spec.hi)
-    x = x[(x >= lo) & (x < hi)]
-    if spec.mode == "log" and spec.negative == "odd":
-        x = np.concatenate([x, -x])
-    return np.unique(x)
+    inner = np.concatenate([_f32(grid.ravel()), *near,
+                            np.nextafter(near[0], np.float32(np.inf))])
+    inner = inner[(inner >= np.float32(spec.lo)) & (inner < np.float32(spec.hi))]
+    if spec.name == "exp":
+        inner = _f32(inner * np.log(2.0))
+    elif spec.reduced:
+        inner = np.concatenate([inner, -inner])
+    x = np.concatenate([x, inner])
+    return np.unique(x[np.isfinite(x)])

@@ -15,27 +15,16 @@ from __future__ import annotations
 from functools import lru_cache
 
 from hdl.core.params import CoreParams
-from hdl.tensor.params import SystolicParams
 from sim.golden import systolic
 
-__all__ = ["dma_seconds", "stream_cycles", "systolic_params", "tensor_cycles"]
-
-_DOUBLE = ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn")
-
-
-@lru_cache(maxsize=64)
-def systolic_params(params: CoreParams, fmt: str) -> SystolicParams:
-    """The full-size array of ``params`` for input format ``fmt``."""
-    double = params.rate(fmt) == 2 and fmt in _DOUBLE
-    return SystolicParams(rows=params.rows, cols=params.cols, fmt=fmt,
-                          moving_max=params.moving_max, double_rate=double)
+__all__ = ["dma_seconds", "stream_cycles", "tensor_cycles"]
 
 
 @lru_cache(maxsize=4096)
 def tensor_cycles(params: CoreParams, fmt: str, k: int, m: int, n: int) -> dict[str, float]:
     """:func:`sim.golden.systolic.cycles` of a ``k x m`` stationary, ``k x n`` moving matmul,
     each figure ``1 / rate`` times longer below one MAC per PE per cycle."""
-    c = systolic.cycles(systolic_params(params, fmt), k, m, n)
+    c = systolic.cycles(params.array(fmt), k, m, n)
     slow = 1.0 / min(params.rate(fmt), 1.0)
     return {key: c[key] * slow for key in ("load", "multiply", "latency", "interval")}
 

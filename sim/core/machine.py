@@ -5,14 +5,18 @@
 * **Rules.** Before anything runs, every instruction is checked against the documented rules
   [NKI2, ISA]: which engine reaches which memory, tile limits, partition-start alignment,
   bounds of SBUF, PSUM and HBM, PSUM bank overflow, operand shapes and formats. While it runs:
-  a multiply with no stationary loaded, and deadlock (every unfinished stream waiting), which
-  is reported with the wait graph. Every error is a :class:`ProgramError` naming the stream,
-  the index, the instruction's text form and the rule.
+  a multiply with no stationary loaded; deadlock (every unfinished stream waiting), which
+  is reported with the wait graph; and (by default in numeric mode) races, two streams
+  touching the same bytes, one writing, with no semaphore ordering them (vector clocks).
+  Every error is a :class:`ProgramError` naming the stream, the index, the instruction's text
+  form and the rule.
 * **Timing.** An event model: each stream issues in order on its engine's own clock; costs
   come from :mod:`sim.core.costs` (the tensor engine from the RTL-checked cycle model). A
   semaphore increment becomes visible ``semaphore_latency`` after every earlier instruction
   of its stream completed; a wait resumes when the count reaches its value. DMA queues are
-  in order; transfers share the core's DMA bandwidth first come, first served.
+  in order; transfers share the core's DMA bandwidth first come, first served. Engines that
+  share a memory port (the spec's ``shared_ports``: on NeuronCore-v2 vector and GpSimd on
+  SBUF, vector and scalar on PSUM) take turns.
 * **Data** (unless ``timing_only``): results bit for bit through the unit golden models,
   :func:`sim.golden.systolic.matmul`, :mod:`sim.golden.vector`, :mod:`sim.golden.activation`
   and the casts of :mod:`sim.golden.numerics`.
@@ -266,11 +270,6 @@ class Core:
             self._check_format(where, ins.src.dtype)
             self._check_bank(where, "dst", ins.dst)
         elif isinstance(ins, DmaCopy):
-            if ins.dst.shape != ins.src.shape and (ins.dst.partitions * ins.dst.free !=
-                                                   ins.src.partitions * ins.src.free
-                                                   or len(ins.dst.dims) != len(ins.src.dims)):
-                _fail(*where, "operand shape", f"dst {ins.dst.shape} and src {ins.src.shape}"
-                                               f" differ")
             if ins.dst.shape != ins.src.shape:
                 _fail(*where, "operand shape", f"dst {ins.dst.shape} and src {ins.src.shape}"
                                                f" differ")
@@ -333,10 +332,11 @@ class Core:
         cycles = stream_cycles(self.params, kind, n, passes, self._strided(ins))
         if isinstance(ins, Activation) and ins.reduce_dst is not None:
             cycles += self.params.min_interval
-        work = src.partitions * n
-        flops = {Activation: 2, TensorScalar: 1 if ins.__class__ is not TensorScalar
-                 or ins.op1 == VectorOp.COPY else 2, TensorTensor: 1, TensorReduce: 1}
-        return cycles, work * flops.get(type(ins), 0)
+        # floating-point operations per element: scale-and-bias plus the function; one per
+        # operation otherwise; copies, memsets and iota do none
+        per_element = {Activation: 2, TensorTensor: 1, TensorReduce: 1,
+                       TensorScalar: 1 if getattr(ins, "op1", None) == VectorOp.COPY else 2}
+        return cycles, src.partitions * n * per_element.get(type(ins), 0)
 
     # --- running --------------------------------------------------------------------------
     def _plan(self, kind: str, ins: Instruction) -> tuple:
@@ -362,13 +362,21 @@ class Core:
             return (_TRANSPOSE, (c["load"] + c["multiply"]) * period,
                     (c["load"] + c["latency"] + 1) * period)
         cycles, work = self._stream_cost(kind, ins)
-        return (_STREAM, cycles / self.params.clock(kind), work)
+        spaces = {ap.space for _, ap, _ in ins.operands()}
+        ports = tuple(i for i, (engines, memory) in enumerate(self.params.shared_ports)
+                      if kind in engines and memory in spaces)
+        return (_STREAM, cycles / self.params.clock(kind), work, ports)
 
     def run(self, program: Program, *, timing_only: bool = False, trace: bool = False,
-            hbm: np.ndarray | None = None, seed: int = 0) -> Result:
+            hbm: np.ndarray | None = None, seed: int = 0, races: bool | None = None) -> Result:
         """Run ``program``; ``hbm`` (uint8, ``program.hbm_bytes``) is read and updated in
-        place in numeric mode."""
+        place in numeric mode. ``races`` (default: in numeric mode) checks that every two
+        accesses of different streams to the same bytes, one of them a write, are ordered by
+        semaphores."""
         self.check(program)
+        if races is None:
+            races = not timing_only
+        races = _Races(list(program.streams), program.streams) if races else None
         p = self.params
         data = None if timing_only else _Data(self, program, hbm, seed)
         streams = list(program.streams)
@@ -403,6 +411,7 @@ class Core:
         moved = 0
         events: list[dict] = []
         stationary = None
+        port_free = [0.0] * len(p.shared_ports)
         previous_n = 0  # moving size of the multiply a load follows (0: the array is idle)
         pop, push = heapq.heappop, heapq.heappush
         while heap:
@@ -418,10 +427,13 @@ class Core:
                     if s in pending:
                         del pending[s]
                         waiting[sem].remove(s)
+                        if races is not None:
+                            races.acquire(s, sem, value)
                     else:
                         vis = sems.get(sem, ())
                         if len(vis) >= value and vis[value - 1] <= t:
-                            pass
+                            if races is not None:
+                                races.acquire(s, sem, value)
                         else:
                             waiting.setdefault(sem, []).append(s)
                             if len(vis) >= value:
@@ -438,6 +450,8 @@ class Core:
                     else:
                         for _ in range(plan[2]):
                             insort(vis, visible)
+                    if races is not None:
+                        races.release(s, sem, visible, plan[2])
                     for w in waiting.get(sem, ()):
                         want = plans[w][pc[w]][2]
                         if len(vis) >= want:
@@ -448,6 +462,8 @@ class Core:
                                 push(heap, (resume, w, gen[w]))
                 else:
                     ins = code[s][i]
+                    if races is not None:
+                        races.access(s, i, ins)
                     if op is _MULTIPLY:
                         fmt, k, m, n = plan[1], plan[2], plan[3], plan[4]
                         if stationary is None or stationary[0] != fmt or stationary[1] != k \
@@ -481,7 +497,12 @@ class Core:
                             data.load(ins)
                     elif op is _STREAM:
                         cost = plan[1]
+                        for port in plan[3]:  # engines sharing a memory port take turns
+                            if port_free[port] > t:
+                                t = port_free[port]
                         end = finish = t + cost
+                        for port in plan[3]:
+                            port_free[port] = end
                         flops += plan[2]
                         if data is not None:
                             data.execute(s, ins)
@@ -549,6 +570,98 @@ class Core:
         s = blocked[0]
         _fail(streams[s], pc[s], code[s][pc[s]], "deadlock",
               "every unfinished stream waits: " + "; ".join(edges))
+
+
+def _footprint(ap: AP) -> tuple:
+    """Bytes ``ap`` may touch: on chip (space, first partition, end partition, first byte,
+    end byte); in HBM ("hbm", address of row 0, row stride, rows, first byte, end byte of a
+    row)."""
+    lo, hi = _extent(ap.dims)
+    lo, hi = lo * ap.itemsize, (hi + 1) * ap.itemsize
+    if ap.space == "hbm":
+        return ("hbm", ap.offset, ap.pstride, ap.partitions, lo, hi)
+    return (ap.space, ap.partition, ap.partition + ap.partitions, ap.offset + lo,
+            ap.offset + hi)
+
+
+def _overlap(a: tuple, b: tuple) -> bool:
+    if a[0] != b[0]:
+        return False
+    if a[0] != "hbm":
+        return a[1] < b[2] and b[1] < a[2] and a[3] < b[4] and b[3] < a[4]
+    _, a0, pa, ra, alo, ahi = a
+    _, b0, pb, rb, blo, bhi = b
+    if a0 + alo >= b0 + (rb - 1) * pb + bhi or b0 + blo >= a0 + (ra - 1) * pa + ahi:
+        return False
+    for i in range(ra):  # rows of a against the rows of b that could meet them
+        x0, x1 = a0 + i * pa + alo, a0 + i * pa + ahi
+        if pb == 0:
+            if b0 + blo < x1 and x0 < b0 + bhi:
+                return True
+            continue
+        j_min = max(0, (x0 - b0 - bhi) // pb + 1)
+        j_max = min(rb - 1, -((b0 + blo - x1) // pb) - 1)
+        if j_min <= j_max:
+            return True
+    return False
+
+
+class _Races:
+    """Happens-before by vector clocks: program order within a stream, and a semaphore wait
+    after the increments it consumed. Each stream's clock counts its signals; an access by
+    stream ``t`` at clock ``e`` is ordered before a later access by ``s`` when ``s`` has
+    acquired more than ``e`` of ``t``'s signals."""
+
+    def __init__(self, names: list[str], streams: dict):
+        self.names, self.streams = names, streams
+        n = len(names)
+        self.vc = [[0] * n for _ in range(n)]
+        self.sems: dict[int, list] = {}  # sem -> sorted [(visible, order, clock)]
+        self.order = 0
+        self.accesses: list[tuple] = []  # (footprint, write, stream, epoch, index)
+        self.since_prune = 0
+
+    def release(self, s: int, sem: int, visible: float, count: int) -> None:
+        self.vc[s][s] += 1
+        entry = (visible, self.order, tuple(self.vc[s]))
+        self.order += 1
+        lst = self.sems.setdefault(sem, [])
+        for _ in range(count):
+            insort(lst, entry)
+
+    def acquire(self, s: int, sem: int, value: int) -> None:
+        mine = self.vc[s]
+        for _, _, clock in self.sems[sem][:value]:
+            for j, c in enumerate(clock):
+                if c > mine[j]:
+                    mine[j] = c
+
+    def access(self, s: int, index: int, ins: Instruction) -> None:
+        mine = self.vc[s]
+        new = [(_footprint(ap), written) for _, ap, written in ins.operands()]
+        for fp, write, t, epoch, other in self.accesses:
+            if t == s or mine[t] > epoch:
+                continue  # same stream, or ordered by semaphores
+            for nfp, nwrite in new:
+                if (write or nwrite) and _overlap(fp, nfp):
+                    self._fail(s, index, ins, t, other, nfp, nwrite)
+        epoch = mine[s]
+        self.accesses.extend((fp, w, s, epoch, index) for fp, w in new)
+        self.since_prune += 1
+        if self.since_prune >= 64:
+            self.since_prune = 0
+            n = len(self.names)
+            floor = [min(self.vc[o][t] for o in range(n) if o != t) if n > 1 else 1 << 60
+                     for t in range(n)]
+            self.accesses = [a for a in self.accesses if floor[a[2]] <= a[3]]
+
+    def _fail(self, s, index, ins, t, other, nfp, nwrite) -> None:
+        theirs = self.streams[self.names[t]][other]
+        what = "writes" if nwrite else "reads"
+        _fail(self.names[s], index, ins, "race",
+              f"it {what} {nfp[0].upper()} bytes that {self.names[t]}[{other}] "
+              f"`{isa.format_instruction(theirs)}` also accesses, one of them writing, and "
+              f"no semaphore orders the two")
 
 
 class _Data:

@@ -4,9 +4,10 @@ Cocotb tests (run inside the simulator by :func:`simulate`):
 
 * ``directed``: every operation, tensor-tensor and tensor-scalar, on special values (zeros of
   both signs, infinities, NaNs, subnormals, the largest finite value) and random ones; sum and
-  max reductions over rows of lengths 1, 2, 3 and 7.
-* ``random_streams``: seeded random operations, reductions, operands and row lengths, with
-  random idle cycles on the input and random backpressure on the output.
+  max reductions over rows of lengths 1, 2, 3 and 7; every narrow input format (every bit
+  pattern of the 8-bit ones).
+* ``random_streams``: seeded random operations, reductions, input formats, operands and row
+  lengths, with random idle cycles on the input and random backpressure on the output.
 
 Each case resets the engine (so the stochastic-rounding generators restart from their seed),
 streams its beats through, collects the output beats and compares them, all lanes at once,
@@ -21,6 +22,7 @@ import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
 
+from hdl.numerics.formats import format_by_name
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 from sim.golden import vector as golden
@@ -152,15 +154,16 @@ class VectorTB:
         self.bench = StreamBench(dut, self.rng)
         self.cases = 0
 
-    def expected(self, op, reduce, a, b, scalar, last) -> np.ndarray:
-        r = golden.run(self.params, op, a, b, last=last, scalar=scalar, reduce=reduce)
+    def expected(self, op, reduce, a, b, scalar, last, in_format) -> np.ndarray:
+        r = golden.run(self.params, op, a, b, last=last, scalar=scalar, reduce=reduce,
+                       in_format=in_format)
         cast = self.params.cast
         if cast is None or len(r) == 0:
             return r
         return golden_cast(r.view(np.float32), **cast_params(cast)).astype(np.uint32)
 
     async def case(self, op, reduce=Reduce.NONE, a=None, b=None, scalar=None, last=None,
-                   idle=0.0, stall=0.0):
+                   idle=0.0, stall=0.0, in_format="fp32"):
         p, dut = self.params, self.dut
         await self.bench.reset()
         n = len(a)
@@ -171,20 +174,21 @@ class VectorTB:
         dut.use_scalar.value = int(scalar is not None)
         sc = np.zeros(p.lanes, np.uint32) if scalar is None else np.asarray(scalar, np.uint32)
         dut.scalar.value = pack([sc[None]], [32])[0]
-        want = self.expected(op, reduce, a, b, scalar, last)
+        dut.in_format.value = p.format_index(in_format)
+        want = self.expected(op, reduce, a, b, scalar, last, in_format)
         beats = pack([a, b, last.astype(np.uint8)], [32, 32, 8])
         got = await self.bench.transfer(beats, len(want), idle, stall)
         got = np.array([unpack(v, p.lanes, p.out_bits) for v in got],
                        dtype=np.uint32).reshape(-1, p.lanes)
         check_equal(dut._log, "output", got, want.reshape(-1, p.lanes),
                     {"op": VectorOp(op).name, "reduce": Reduce(reduce).name,
-                     "scalar": scalar is not None, "beats": n})
+                     "scalar": scalar is not None, "beats": n, "in": in_format})
         self.cases += 1
 
 
 def _tb(dut):
     cfg = tb_params()
-    params = VectorParams(**cfg["params"])
+    params = VectorParams(**{**cfg["params"], "formats": tuple(cfg["params"]["formats"])})
     seed = cfg["seed"]
     dut._log.info("seed=%d params=%s", seed, params)
     return VectorTB(dut, params, seed)
@@ -225,6 +229,15 @@ async def directed(dut):
     for reduce in (Reduce.SUM, Reduce.MAX):
         for op in (VectorOp.COPY, VectorOp.SQUARE, VectorOp.MULTIPLY):
             await tb.case(op, reduce, a=rows, b=rows[::-1].copy(), last=last)
+    for fmt in tb.params.formats:  # every narrow input format, every bit pattern of fp8
+        if fmt == "fp32":
+            continue
+        bits = format_by_name(fmt).bits
+        words = (np.arange(1 << bits, dtype=np.uint32) if bits <= 8 else
+                 tb.nprng.integers(0, 1 << bits, 64 * lanes, dtype=np.uint32))
+        words = np.concatenate([words, words[: (-len(words)) % lanes]]).reshape(-1, lanes)
+        for op in (VectorOp.COPY, VectorOp.ADD, VectorOp.MULTIPLY):
+            await tb.case(op, a=words, b=words[::-1].copy(), in_format=fmt)
     dut._log.info("directed: %d cases passed", tb.cases)
 
 @cocotb.test()
@@ -239,12 +252,17 @@ async def random_streams(dut):
         last = _rows(rng, rng.randint(1, 4), 6)
         if rng.random() < 0.3:
             last[-1] = False  # an unterminated row: the reduction emits nothing for it
-        a = random_f32(tb.nprng, (len(last), lanes))
-        b = random_f32(tb.nprng, (len(last), lanes))
+        in_format = rng.choice(tb.params.formats)
+        if in_format == "fp32":
+            a = random_f32(tb.nprng, (len(last), lanes))
+            b = random_f32(tb.nprng, (len(last), lanes))
+        else:
+            bits = format_by_name(in_format).bits
+            a, b = tb.nprng.integers(0, 1 << bits, (2, len(last), lanes), dtype=np.uint32)
         scalar = random_f32(tb.nprng, (lanes,)) if rng.random() < 0.4 else None
         idle, stall = rng.choice([(0.0, 0.0), (0.3, 0.3), (0.6, 0.1), (0.1, 0.6)])
         await tb.case(op, reduce, a=a, b=b, scalar=scalar, last=last,
-                      idle=idle, stall=stall)
+                      idle=idle, stall=stall, in_format=in_format)
     dut._log.info("random_streams: %d cases passed", tb.cases)
 
 
