@@ -354,9 +354,13 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed, collec
         click.echo(f"  each physical core runs {k.split}={share[k.split]}")
     flops = res.flops * lnc
     click.echo(f"  time          {res.time * 1e3:.4g} ms")
-    click.echo(f"  work          {_si(flops, 'FLOP')}, {_si(flops / res.time, 'FLOPS')}, "
-               f"{100 * res.flops / res.time / peak:.1f} % of the tensor engine's "
-               f"{_si(peak, 'FLOPS')} ({dtype})")
+    if res.instructions.get("tensor"):
+        click.echo(f"  work          {_si(flops, 'FLOP')}, {_si(flops / res.time, 'FLOPS')}, "
+                   f"{100 * res.flops / res.time / peak:.1f} % of the tensor engine's "
+                   f"{_si(peak, 'FLOPS')} ({dtype})")
+    else:
+        click.echo(f"  work          {_si(flops, 'FLOP')}, {_si(flops / res.time, 'FLOPS')} "
+                   f"on the vector, scalar and GpSimd engines")
     click.echo(f"  DMA           {_si(res.dma_bytes * lnc, 'B')} moved, "
                f"{_si(res.dma_bytes / res.time, 'B/s')} per core")
     click.echo(f"  instructions  {r.instructions:,} per core")
