@@ -118,7 +118,7 @@ def _sharded(system, kernel_name, shard, shape, dtype, chunk_bytes, trace, seed)
     """Row-sharded (contraction split) GEMM on every chip, then the all-reduce of the
     partial outputs: the chip's cores share the shard along the kernel's split key."""
     import kernels
-    from hdl.core.params import CoreSpecError, core_params
+    from hdl.params import core_params
     from sim.core import ProgramError
     from sim.system import execute
 
@@ -153,7 +153,7 @@ def _sharded(system, kernel_name, shard, shape, dtype, chunk_bytes, trace, seed)
         params = core_params(chip)
         run = kernels.run(params, k, share, dtype, timing_only=True, trace=False, seed=seed)
         program = kernels.build(params, k, dict(dims, K=dims["K"] // tp), dtype).program
-    except (kernels.KernelError, ProgramError, CoreSpecError) as exc:
+    except (kernels.KernelError, ProgramError) as exc:
         raise SpecError(str(exc)) from None
     inputs = k.inputs(dims, dtype)
     out = [t for name, t in program.tensors.items() if name not in inputs]

@@ -60,7 +60,6 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from hdl.core.params import core_params
 from hdl.numerics.formats import BF16
 from hdl.params import link_params
 from hdl.vector.ops import VectorOp
@@ -116,7 +115,7 @@ class Fabric:
     members: int
     inner: nx.Graph              # one member's topology graph (the whole system's if members=1)
     chip: Chip                   # the chip model (its reduction cost rule)
-    params: object               # CoreParams of the chip (its random generator)
+    rng: str                     # the chip's per-lane generator of stochastic rounding
     link_params: object          # LinkParams of the chip's NeuronLink port
     link_latency: int            # channel latency, link cycles
     _paths: dict = field(default_factory=dict)
@@ -191,7 +190,7 @@ def fabric(system: System, members: int | None = None) -> Fabric:
             g.add_edge(i, f"efa{member_of[i]}", link=None, hops=len(coords))
             g.add_edge(f"efa{member_of[i]}", i, link=None, hops=len(coords))
     return Fabric(system.name, len(coords), g, coords, member_of, m, inner_graph, chip,
-                  core_params(spec), lp, spec.neuronlink.latency)
+                  spec.rounding.rng, lp, spec.neuronlink.latency)
 
 
 def ring_order(nodes: list) -> list:
@@ -403,7 +402,7 @@ class _Builder:
                                       numerics.widen(incoming, BF16))
             seed = (self.seed * 1_000_003 + dst * 65_537 + lo) & 0xFFFFFFFF or 1
             data[dst][lo:hi] = numerics.cast_bits(wide.view(np.float32), BF16, self.rounding,
-                                                  seed, self.fab.params.rng)
+                                                  seed, self.fab.rng)
         return add
 
     # -- rings --

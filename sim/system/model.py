@@ -40,8 +40,8 @@ from pathlib import Path
 import networkx as nx
 import pint
 
-from hdl.core.params import CoreParams, CoreSpecError, core_params
-from hdl.params import link_params, systolic_params
+from hdl.core.params import CoreParams
+from hdl.params import core_params, link_params, systolic_params
 from sim.core.costs import stream_cycles
 from sim.golden import link as golden_link
 from sim.golden import systolic
@@ -312,7 +312,7 @@ class Chip:
         """The core simulator's parameters, None where the spec lacks its cost fields."""
         try:
             return core_params(self.spec)
-        except CoreSpecError:
+        except ModelError:
             return None
 
     def reduce_seconds(self, elements: int) -> float:
