@@ -316,7 +316,7 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed, collec
 
         run_system(doc, kernel, collective=collective, size=size, algorithm=algorithm,
                    chunk=chunk, members=members, shard=shard, shape=shape, dtype=dtype,
-                   trace=trace, seed=seed)
+                   trace=trace, seed=seed, timing_only=timing_only)
         return
     if kernel is None:
         raise SpecError(f"expected a kernel to run on the chip {doc.name!r}, found none",

@@ -64,7 +64,7 @@ def _links(result) -> Table:
 
 
 def run_system(doc, kernel, *, collective, size, algorithm, chunk, members, shard, shape,
-               dtype, trace: Path | None, seed: int) -> None:
+               dtype, trace: Path | None, seed: int, timing_only: bool) -> None:
     """Execute a collective, or a kernel sharded tensor-parallel, on the system of ``doc``."""
     from sim.system import execute, model
 
@@ -80,7 +80,8 @@ def run_system(doc, kernel, *, collective, size, algorithm, chunk, members, shar
             raise SpecError(f"expected a system of several chips, found {doc.name!r} with one")
         chunk_bytes = _bytes("--chunk", chunk)
         if kernel is not None:
-            _sharded(system, kernel, shard, shape, dtype, chunk_bytes, trace, seed)
+            _sharded(system, kernel, shard, shape, dtype, chunk_bytes, trace, seed,
+                     timing_only)
             return
         if collective not in execute.OPS:
             raise SpecError(f"--collective: expected one of {', '.join(execute.OPS)}, found "
@@ -114,12 +115,16 @@ def _report(system, r, op, nbytes, members, trace) -> None:
         click.echo(f"  trace    {trace}")
 
 
-def _sharded(system, kernel_name, shard, shape, dtype, chunk_bytes, trace, seed) -> None:
-    """Row-sharded (contraction split) GEMM on every chip, then the all-reduce of the
-    partial outputs: the chip's cores share the shard along the kernel's split key."""
+def _sharded(system, kernel_name, shard, shape, dtype, chunk_bytes, trace, seed,
+             timing_only) -> None:
+    """The kernel with its contraction split over every chip, then the all-reduce of the
+    partial outputs (:func:`sim.system.execute.run_sharded`)."""
+    import numpy as np
+
     import kernels
-    from hdl.params import core_params
+    from hdl.numerics.formats import BF16
     from sim.core import ProgramError
+    from sim.golden import numerics
     from sim.system import execute
 
     k = kernels.KERNELS.get(kernel_name)
@@ -141,34 +146,36 @@ def _sharded(system, kernel_name, shard, shape, dtype, chunk_bytes, trace, seed)
         raise SpecError(f"--shard: expected a kernel with a contraction K to split, found "
                         f"{k.name} ({', '.join(k.dims)})",
                         choices=sorted(n for n, x in kernels.KERNELS.items() if "K" in x.dims))
-    chip = system.chip.spec
     try:
         dims = kernels.parse_shape(shape, k) if shape is not None else dict(k.example)
         if dims["K"] % tp:
             raise kernels.KernelError(f"--shape: K={dims['K']} must be a multiple of tp={tp}")
         dtype = dtype or k.dtypes[0]
-        cores = chip.cores
-        share = dict(dims, K=dims["K"] // tp)
-        share[k.split] = -(-share[k.split] // cores)
-        params = core_params(chip)
-        run = kernels.run(params, k, share, dtype, timing_only=True, trace=False, seed=seed)
-        program = kernels.build(params, k, dict(dims, K=dims["K"] // tp), dtype).program
+        if dtype not in k.dtypes:
+            raise kernels.KernelError(f"{k.name} takes dtype {', '.join(k.dtypes)}, "
+                                      f"not {dtype!r}")
+        r = execute.run_sharded(system, k, dims, dtype, timing_only=timing_only,
+                                chunk=chunk_bytes, seed=seed, trace=bool(trace))
     except (kernels.KernelError, ProgramError) as exc:
         raise SpecError(str(exc)) from None
-    inputs = k.inputs(dims, dtype)
-    out = [t for name, t in program.tensors.items() if name not in inputs]
-    nbytes = sum(t.nbytes for t in out)
-    out_dtype = "bf16" if out[0].itemsize == 2 else "fp32"
-    r = execute.run(system, "all_reduce", nbytes, chunk=min(chunk_bytes, nbytes // tp),
-                    dtype=out_dtype, trace=bool(trace), seed=seed)
+    cores = system.chip.spec.cores
     shape_text = " ".join(f"{d}={v}" for d, v in dims.items())
-    kt = run.result.time
+    mode = "timing only" if timing_only else f"numeric, seed {seed}"
     click.echo(f"{system.name}: {k.name} {shape_text} {dtype}, tensor-parallel over "
-               f"{tp} chips (K split), then all-reduce of the {out_dtype} output (timing "
-               f"only)")
+               f"{tp} chips (K split), then all-reduce of the {r.out_dtype} output ({mode})")
+    split = -(-dims[k.split] // cores)
     click.echo(f"  each chip: {k.name} with K={dims['K'] // tp} on its {cores} cores, "
-               f"{k.split}={share[k.split]} each: {_time(kt)}")
-    click.echo(f"  all-reduce of {_show(nbytes, 'B')}: {_time(r.time)}")
-    click.echo(f"  step     {_time(kt + r.time)}   (the all-reduce "
-               f"{100 * r.time / (kt + r.time):.1f} %)")
-    _report(system, r, "all_reduce", nbytes, None, trace)
+               f"{k.split}={split} each: {_time(r.kernel_time)}")
+    click.echo(f"  all-reduce of {_show(r.collective.nbytes, 'B')}: {_time(r.collective.time)}")
+    click.echo(f"  step     {_time(r.time)}   (the all-reduce "
+               f"{100 * r.collective.time / r.time:.1f} %)")
+    if not timing_only:
+        want = k.reference({n: v.astype(np.float64) for n, v in r.inputs.items()})
+        want = next(iter(want.values()))
+        got = np.asarray(r.result, dtype=np.uint32)
+        values = (numerics.widen(got, BF16) if r.out_dtype == "bf16" else got).view(
+            np.float32).astype(np.float64).reshape(want.shape)
+        err = float(np.abs(values - want).max() / max(np.abs(want).max(), 1e-30))
+        click.echo(f"  out: max error {err:.3g} of max |numpy float64| (every chip's partial "
+                   f"and the all-reduce rounded to {r.out_dtype})")
+    _report(system, r.collective, "all_reduce", r.collective.nbytes, None, trace)

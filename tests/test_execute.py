@@ -262,3 +262,31 @@ def test_check_lays_executed_beside_formula():
         assert r.source == "formula" and r.level == "instance"
         assert abs(r.difference) < 0.02
     assert not any(r.quantity.endswith(".executed") for r in rows(model.build("trn2")))
+
+
+def test_sharded_gemm_on_the_core_simulator_then_all_reduce(instance):
+    """Each chip runs its K shard of a GEMM on the core simulator with data: its output is
+    the golden GEMM of its shard cast to bf16; the bf16 all-reduce over the ring is the left
+    fold of the documented order, each add rounded to bf16 (ml_dtypes as the reference)."""
+    import kernels
+
+    r = execute.run_sharded(instance, kernels.KERNELS["gemm"], {"M": 128, "K": 16 * 64,
+                                                               "N": 48}, "bf16",
+                            timing_only=False, algorithm="ring", seed=3)
+    lhs_t, rhs = (r.inputs[n].view(np.uint16).astype(np.uint32) for n in ("lhsT", "rhs"))
+    for c in range(16):
+        rows = slice(c * 64, (c + 1) * 64)
+        golden = systolic.matmul(lhs_t[rows], rhs[rows], "bf16").view(np.float32)
+        assert np.array_equal(r.outputs[c], numerics.cast_bits(golden, BF16).reshape(-1))
+    parts = [x.astype(np.uint16).view(ml_dtypes.bfloat16) for x in r.outputs]
+
+    def fold(chain):
+        acc = parts[chain[0]]
+        for c in chain[1:]:
+            acc = (acc.astype(np.float32) + parts[c].astype(np.float32)).astype(
+                ml_dtypes.bfloat16)
+        return acc.view(np.uint16).astype(np.uint32)
+
+    want = _ring_order_sum(parts, _ring_members(instance), 128 * 48, fold)
+    assert np.array_equal(r.result, want)
+    assert r.time == r.kernel_time + r.collective.time and r.kernel_time > 0

@@ -30,9 +30,17 @@ def test_collective_prints_time_bandwidths_and_links(tmp_path):
     assert "chip 15" in names and "(0, 0)->(1, 0)" in names
 
 
+def test_sharded_gemm_numeric():
+    result = run("run", "trn2.48xlarge", "gemm", "--shard", "tp=16", "--shape",
+                 "M=128,K=2048,N=64")
+    assert result.exit_code == 0, result.output
+    err = float(result.output.split("out: max error ")[1].split()[0])
+    assert 0 < err < 16 * 2**-8  # 16 bf16 roundings of partials and sums at most
+
+
 def test_sharded_gemm_adds_the_all_reduce():
     result = run("run", "trn2.48xlarge", "gemm", "--shard", "tp=16", "--shape",
-                 "M=1024,K=2048,N=512")
+                 "M=1024,K=2048,N=512", "--timing-only")
     assert result.exit_code == 0, result.output
     out = result.output
     assert "gemm M=1024 K=2048 N=512 bf16, tensor-parallel over 16 chips" in out
