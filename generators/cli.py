@@ -293,11 +293,13 @@ def _si(value: float, unit: str) -> str:
               help="Largest piece a link carries at once.")
 @click.option("--members", type=int, default=None,
               help="Members of a cluster executed over EFA (default 2).")
+@click.option("--bit-error-rate", type=float, default=0.0, show_default=True,
+              help="Bit error rate of every NeuronLink; failed packets are replayed.")
 @click.option("--shard", default=None, metavar="tp=N",
               help="On a system: run KERNEL tensor-parallel over N chips (the contraction "
                    "K split), then all-reduce its output.")
 def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed, collective, size,
-               algorithm, chunk, members, shard):
+               algorithm, chunk, members, bit_error_rate, shard):
     """Run KERNEL on one (logical) NeuronCore of chip SPEC: time, utilisation, per-engine
     busy and bytes moved; numeric runs also compare the result with numpy in float64.
 
@@ -316,13 +318,15 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed, collec
 
         run_system(doc, kernel, collective=collective, size=size, algorithm=algorithm,
                    chunk=chunk, members=members, shard=shard, shape=shape, dtype=dtype,
-                   trace=trace, seed=seed, timing_only=timing_only)
+                   trace=trace, seed=seed, timing_only=timing_only,
+                   bit_error_rate=bit_error_rate)
         return
     if kernel is None:
         raise SpecError(f"expected a kernel to run on the chip {doc.name!r}, found none",
                         choices=sorted(kernels.KERNELS))
     for name, value in (("--collective", collective), ("--shard", shard),
-                        ("--members", members), ("--algorithm", algorithm)):
+                        ("--members", members), ("--algorithm", algorithm),
+                        ("--bit-error-rate", bit_error_rate or None)):
         if value is not None:
             raise SpecError(f"{name} runs on a system spec, not on the chip {doc.name!r}")
     k = kernels.KERNELS.get(kernel)

@@ -64,7 +64,8 @@ def _links(result) -> Table:
 
 
 def run_system(doc, kernel, *, collective, size, algorithm, chunk, members, shard, shape,
-               dtype, trace: Path | None, seed: int, timing_only: bool) -> None:
+               dtype, trace: Path | None, seed: int, timing_only: bool,
+               bit_error_rate: float = 0.0) -> None:
     """Execute a collective, or a kernel sharded tensor-parallel, on the system of ``doc``."""
     from sim.system import execute, model
 
@@ -89,7 +90,8 @@ def run_system(doc, kernel, *, collective, size, algorithm, chunk, members, shar
         nbytes = _bytes("--size", size)
         dt = dtype or "fp32"
         r = execute.run(system, collective, nbytes, algorithm=algorithm, chunk=chunk_bytes,
-                        dtype=dt, members=members, trace=bool(trace), seed=seed)
+                        dtype=dt, members=members, trace=bool(trace), seed=seed,
+                        bit_error_rate=bit_error_rate)
     except ModelError as exc:
         raise SpecError(str(exc)) from None
     click.echo(f"{system.name}: {collective} of {_show(nbytes, 'B')} per chip over "
@@ -109,6 +111,8 @@ def _report(system, r, op, nbytes, members, trace) -> None:
     click.echo(f"  algbw    {_show(r.algbw, 'B/s')}")
     click.echo(f"  busbw    {_show(r.busbw, 'B/s')}   (algbw x "
                f"{execute.bus_factor(op, r.chips):.4g}, as nccl-tests counts it)")
+    if r.replays:
+        click.echo(f"  replays  {r.replays:,} packets replayed after bit errors")
     Console(width=100, highlight=False).print(_links(r))
     if trace:
         trace.write_text(r.trace_json())

@@ -290,3 +290,25 @@ def test_sharded_gemm_on_the_core_simulator_then_all_reduce(instance):
     want = _ring_order_sum(parts, _ring_members(instance), 128 * 48, fold)
     assert np.array_equal(r.result, want)
     assert r.time == r.kernel_time + r.collective.time and r.kernel_time > 0
+
+
+def test_tensor_parallel_gemm_bf16_stochastic_within_bound(instance, seed):
+    """The row-sharded GEMM's partials (golden, cast to bf16) all-reduced in bf16 with
+    stochastic rounding on the torus: within (p - 1) * 2**-7 * sum |partial| of the exact
+    sum of the partials, and unbiased enough that the mean error is far below that bound."""
+    rng = np.random.default_rng(seed)
+    p, m, k, n = 16, 32, 16 * 16, 64
+    lhs_t = _bf16_bits(rng.standard_normal((k, m)))
+    rhs = _bf16_bits(rng.standard_normal((k, n)))
+    parts = [numerics.cast_bits(systolic.matmul(lhs_t[c * 16:(c + 1) * 16],
+                                                rhs[c * 16:(c + 1) * 16], "bf16")
+                                .view(np.float32), BF16).astype(np.uint32).reshape(-1)
+             for c in range(p)]
+    r = execute.run(instance, "all_reduce", m * n * 2, dtype="bf16", rounding="stochastic",
+                    timing_only=False, inputs=parts, seed=seed)
+    vals = np.stack([numerics.widen(x, BF16).view(np.float32) for x in parts]).astype(
+        np.float64)
+    got = numerics.widen(r.data[0], BF16).view(np.float32).astype(np.float64)
+    err, s = got - vals.sum(0), np.abs(vals).sum(0)
+    assert (np.abs(err) <= (p - 1) * 2**-7 * s * (1 + 2**-6)).all()
+    assert abs(err.mean()) < 0.05 * ((p - 1) * 2**-7 * s).mean()

@@ -54,6 +54,8 @@ def test_sharded_gemm_adds_the_all_reduce():
     (("--collective", "all_reduce", "--size", "3 B"), "error: size must be a whole number"),
     (("--collective", "all_reduce", "--algorithm", "hierarchical"),
      "error: trn2.48xlarge: algorithm must be one of torus, ring"),
+    (("--collective", "all_reduce", "--bit-error-rate", "2"),
+     "error: bit_error_rate must be in [0, 1)"),
     (("--collective", "all_reduce", "--members", "3"),
      "error: trn2.48xlarge: members slices a cluster"),
     (("gemm", "--shard", "tp=4"), "error: --shard: expected tp=16"),
@@ -71,3 +73,10 @@ def test_collective_on_a_chip_is_bad_input():
     result = run("run", "trn2", "gemm", "--collective", "all_reduce")
     assert result.exit_code == 2
     assert result.output.startswith("error: --collective runs on a system spec")
+
+
+def test_bit_errors_are_replayed():
+    result = run("run", "trn2.48xlarge", "--collective", "send_recv", "--size", "64 MiB",
+                 "--bit-error-rate", "1e-6")
+    assert result.exit_code == 0, result.output
+    assert "packets replayed after bit errors" in result.output
