@@ -273,7 +273,7 @@ def _si(value: float, unit: str) -> str:
 
 @main.command("run")
 @click.argument("spec")
-@click.argument("kernel")
+@click.argument("kernel", required=False)
 @click.option("--shape", default=None, metavar="K=V,...",
               help="Shape keys of the kernel, e.g. M=4096,K=8192,N=8192 (default: the "
                    "kernel's example in `gen kernels`).")
@@ -285,9 +285,29 @@ def _si(value: float, unit: str) -> str:
               help="Write a Chrome/Perfetto trace-event JSON file.")
 @click.option("--timing-only", is_flag=True, help="Skip the data (large shapes).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the inputs.")
-def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed):
+@click.option("--collective", default=None, metavar="OP",
+              help="On a system: execute a collective (all_reduce, all_gather, "
+                   "reduce_scatter, all_to_all, send_recv) over every chip.")
+@click.option("--size", default="1 GiB", show_default=True,
+              help="Collective buffer per chip, as nccl-tests counts it.")
+@click.option("--algorithm", default=None,
+              help="ring, torus, hierarchical or direct (default: the topology's own).")
+@click.option("--chunk", default="4 MiB", show_default=True,
+              help="Largest piece a link carries at once.")
+@click.option("--members", type=int, default=None,
+              help="Members of a cluster executed over EFA (default 2).")
+@click.option("--bit-error-rate", type=float, default=0.0, show_default=True,
+              help="Bit error rate of every NeuronLink; failed packets are replayed.")
+@click.option("--shard", default=None, metavar="tp=N",
+              help="On a system: run KERNEL tensor-parallel over N chips (the contraction "
+                   "K split), then all-reduce its output.")
+def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed, collective, size,
+               algorithm, chunk, members, bit_error_rate, shard):
     """Run KERNEL on one (logical) NeuronCore of chip SPEC: time, utilisation, per-engine
-    busy and bytes moved; numeric runs also compare the result with numpy in float64."""
+    busy and bytes moved; numeric runs also compare the result with numpy in float64.
+
+    On a system SPEC: execute a collective (--collective) or a sharded kernel (--shard) on
+    its chips and links: time, algbw, busbw and per-link utilisation."""
     import numpy as np
 
     import kernels
@@ -297,7 +317,21 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed):
 
     doc = load_document(spec)
     if doc.kind != "chip":
-        raise SpecError(f"expected a chip spec, found the {doc.kind} spec {doc.name!r}")
+        from .multichip import run_system
+
+        run_system(doc, kernel, collective=collective, size=size, algorithm=algorithm,
+                   chunk=chunk, members=members, shard=shard, shape=shape, dtype=dtype,
+                   trace=trace, seed=seed, timing_only=timing_only,
+                   bit_error_rate=bit_error_rate)
+        return
+    if kernel is None:
+        raise SpecError(f"expected a kernel to run on the chip {doc.name!r}, found none",
+                        choices=sorted(kernels.KERNELS))
+    for name, value in (("--collective", collective), ("--shard", shard),
+                        ("--members", members), ("--algorithm", algorithm),
+                        ("--bit-error-rate", bit_error_rate or None)):
+        if value is not None:
+            raise SpecError(f"{name} runs on a system spec, not on the chip {doc.name!r}")
     k = kernels.KERNELS.get(kernel)
     if k is None:
         raise SpecError(f"expected a kernel, found {kernel!r}", choices=sorted(kernels.KERNELS))
