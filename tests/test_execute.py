@@ -85,8 +85,8 @@ def test_tensor_parallel_gemm_equals_golden_bit_for_bit(instance, seed):
     assert np.array_equal(want, _ring_order_sum(partial, members, m * n, numpy_fold))
     for c in range(p):
         assert np.array_equal(r.data[c], want), f"chip {c}"
-    exact = sum(q.view(np.float32).astype(np.float64) for q in partial).reshape(-1)
-    assert np.abs(want.view(np.float32) - exact).max() > 0  # the order does matter here
+    # the order matters: the plain left fold over chips 0 .. 15 differs somewhere
+    assert not np.array_equal(want, numpy_fold(list(range(p))))
 
 
 @pytest.mark.parametrize("rounding", ["rne", "stochastic"])

@@ -121,12 +121,11 @@ class Fabric:
 
     def path(self, a, b) -> list[tuple]:
         """Directed links from chip ``a`` to chip ``b`` along a shortest path."""
-        key = (a, b)
-        p = self._paths.get(key)
-        if p is None:
-            nodes = nx.shortest_path(self.graph, a, b, weight="hops")
-            p = self._paths[key] = list(itertools.pairwise(nodes))
-        return p
+        tree = self._paths.get(a)
+        if tree is None:
+            tree = self._paths[a] = nx.single_source_dijkstra_path(self.graph, a,
+                                                                   weight="hops")
+        return list(itertools.pairwise(tree[b]))
 
     def link(self, edge) -> Link:
         return self.graph.edges[edge]["link"]
@@ -366,7 +365,11 @@ class _Builder:
         self.phase_ops[src].append(tid)
         arrive = [prev, self.barrier[dst], *after]
         numeric = data is not None
-        if reduce:
+        if not reduce and not numeric:
+            # Timing only: the arrival is the delivery (what waits for it also waits for
+            # dst's previous phase, through the barrier every send from dst carries).
+            op = prev
+        elif reduce:
             op = self.g.add(("vector", dst), self.reduce_seconds(hi - lo), arrive,
                             action=self._reducer(dst, lo, hi, tid, key) if numeric else None,
                             label=f"add {lo}:{hi}")
