@@ -163,7 +163,10 @@ def check(specs, fmt, output, strict):
               help="Output directory (default: build/<chip>).")
 @click.option("--scale", type=click.Choice(["full", "sim"]), default="full", show_default=True,
               help="Emit at the spec's full scale or at its simulation scale (chip.sim).")
-def chip(spec, output, scale):
+@click.option("--area", "synthesise", is_flag=True,
+              help="Synthesise the emitted modules not yet in the area cache (Yosys), for the "
+                   "datasheet's area tables; without it they come from the cache alone.")
+def chip(spec, output, scale, synthesise):
     """Validate a chip SPEC and write its RTL, datasheets and manifest."""
     from .chip import generate_chip
 
@@ -172,7 +175,7 @@ def chip(spec, output, scale):
         raise SpecError(f"expected a chip spec, found the {doc.kind} spec {doc.name!r} "
                         "(use `gen check` for systems)", location=None)
     out = output or Path("build") / doc.name
-    result = generate_chip(doc, out, scale)
+    result = generate_chip(doc, out, scale, synthesise=synthesise)
     state = "written" if result.changed else "unchanged"
     click.echo(f"{doc.name}: {len(result.files)} files {state} in {out}")
     for unit, reason in result.skipped.items():
@@ -270,7 +273,7 @@ def _si(value: float, unit: str) -> str:
 
 @main.command("run")
 @click.argument("spec")
-@click.argument("kernel")
+@click.argument("kernel", required=False)
 @click.option("--shape", default=None, metavar="K=V,...",
               help="Shape keys of the kernel, e.g. M=4096,K=8192,N=8192 (default: the "
                    "kernel's example in `gen kernels`).")
@@ -282,9 +285,29 @@ def _si(value: float, unit: str) -> str:
               help="Write a Chrome/Perfetto trace-event JSON file.")
 @click.option("--timing-only", is_flag=True, help="Skip the data (large shapes).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the inputs.")
-def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed):
+@click.option("--collective", default=None, metavar="OP",
+              help="On a system: execute a collective (all_reduce, all_gather, "
+                   "reduce_scatter, all_to_all, send_recv) over every chip.")
+@click.option("--size", default="1 GiB", show_default=True,
+              help="Collective buffer per chip, as nccl-tests counts it.")
+@click.option("--algorithm", default=None,
+              help="ring, torus, hierarchical or direct (default: the topology's own).")
+@click.option("--chunk", default="4 MiB", show_default=True,
+              help="Largest piece a link carries at once.")
+@click.option("--members", type=int, default=None,
+              help="Members of a cluster executed over EFA (default 2).")
+@click.option("--bit-error-rate", type=float, default=0.0, show_default=True,
+              help="Bit error rate of every NeuronLink; failed packets are replayed.")
+@click.option("--shard", default=None, metavar="tp=N",
+              help="On a system: run KERNEL tensor-parallel over N chips (the contraction "
+                   "K split), then all-reduce its output.")
+def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed, collective, size,
+               algorithm, chunk, members, bit_error_rate, shard):
     """Run KERNEL on one (logical) NeuronCore of chip SPEC: time, utilisation, per-engine
-    busy and bytes moved; numeric runs also compare the result with numpy in float64."""
+    busy and bytes moved; numeric runs also compare the result with numpy in float64.
+
+    On a system SPEC: execute a collective (--collective) or a sharded kernel (--shard) on
+    its chips and links: time, algbw, busbw and per-link utilisation."""
     import numpy as np
 
     import kernels
@@ -294,7 +317,21 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed):
 
     doc = load_document(spec)
     if doc.kind != "chip":
-        raise SpecError(f"expected a chip spec, found the {doc.kind} spec {doc.name!r}")
+        from .multichip import run_system
+
+        run_system(doc, kernel, collective=collective, size=size, algorithm=algorithm,
+                   chunk=chunk, members=members, shard=shard, shape=shape, dtype=dtype,
+                   trace=trace, seed=seed, timing_only=timing_only,
+                   bit_error_rate=bit_error_rate)
+        return
+    if kernel is None:
+        raise SpecError(f"expected a kernel to run on the chip {doc.name!r}, found none",
+                        choices=sorted(kernels.KERNELS))
+    for name, value in (("--collective", collective), ("--shard", shard),
+                        ("--members", members), ("--algorithm", algorithm),
+                        ("--bit-error-rate", bit_error_rate or None)):
+        if value is not None:
+            raise SpecError(f"{name} runs on a system spec, not on the chip {doc.name!r}")
     k = kernels.KERNELS.get(kernel)
     if k is None:
         raise SpecError(f"expected a kernel, found {kernel!r}", choices=sorted(kernels.KERNELS))
@@ -324,9 +361,13 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed):
         click.echo(f"  each physical core runs {k.split}={share[k.split]}")
     flops = res.flops * lnc
     click.echo(f"  time          {res.time * 1e3:.4g} ms")
-    click.echo(f"  work          {_si(flops, 'FLOP')}, {_si(flops / res.time, 'FLOPS')}, "
-               f"{100 * res.flops / res.time / peak:.1f} % of the tensor engine's "
-               f"{_si(peak, 'FLOPS')} ({dtype})")
+    if res.instructions.get("tensor"):
+        click.echo(f"  work          {_si(flops, 'FLOP')}, {_si(flops / res.time, 'FLOPS')}, "
+                   f"{100 * res.flops / res.time / peak:.1f} % of the tensor engine's "
+                   f"{_si(peak, 'FLOPS')} ({dtype})")
+    else:
+        click.echo(f"  work          {_si(flops, 'FLOP')}, {_si(flops / res.time, 'FLOPS')} "
+                   f"on the vector, scalar and GpSimd engines")
     click.echo(f"  DMA           {_si(res.dma_bytes * lnc, 'B')} moved, "
                f"{_si(res.dma_bytes / res.time, 'B/s')} per core")
     click.echo(f"  instructions  {r.instructions:,} per core")
@@ -349,6 +390,136 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed):
     if trace:
         trace.write_text(res.trace_json())
         click.echo(f"  trace         {trace}")
+
+
+def _ints(ctx, param, value):
+    """``"8"`` -> 8, ``"8,16"`` -> [8, 16] (a grid), ``None`` as is."""
+    if value is None:
+        return None
+    try:
+        items = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected integers separated by commas, found "
+                                 f"{value!r}") from None
+    return items
+
+
+def _modes(ctx, param, value):
+    if value is None:
+        return None
+    items = [x.strip() for x in value.split(",") if x.strip()]
+    bad = [x for x in items if x not in ("none", "selective", "full")]
+    if bad or not items:
+        raise click.BadParameter(f"expected none, selective or full (comma-separated), "
+                                 f"found {value!r}")
+    return items
+
+
+@main.command("step")
+@click.argument("system")
+@click.argument("workload")
+@click.option("--tp", callback=_ints, help="Tensor-parallel degree (default: the workload's).")
+@click.option("--pp", callback=_ints, help="Pipeline stages (default: the workload's).")
+@click.option("--dp", callback=_ints, help="Data-parallel degree (default: every rank left; "
+              "with --nodes unset it sets the node count).")
+@click.option("--nodes", callback=_ints, help="Nodes (instances) over EFA (default: the "
+              "cluster spec's count, 1 for an instance).")
+@click.option("--micro-batch", callback=_ints, help="Sequences per micro-batch.")
+@click.option("--recompute", callback=_modes, help="Activation recomputation: none, "
+              "selective or full (default: the workload's).")
+@click.option("--no-sequence-parallel", is_flag=True, help="Norms and residuals on every "
+              "tensor-parallel rank in full.")
+@click.option("--no-zero1", is_flag=True, help="Optimizer state on every data-parallel rank.")
+@click.option("--gemm-only", is_flag=True, help="Drop every kernel but the GEMMs (the "
+              "GEMM-only estimate, for comparison).")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a stacked bar of the breakdown (PNG and SVG beside it).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="With comma-separated values (a grid): write every point as Parquet.")
+def step_cmd(system, workload, tp, pp, dp, nodes, micro_batch, recompute,
+             no_sequence_parallel, no_zero1, gemm_only, plot, output):
+    """Time one training step of WORKLOAD on SYSTEM (an instance or a cluster spec): step
+    time, sequences and tokens per second, MFU, the breakdown and the memory per rank.
+    Options given as comma-separated lists sweep every combination and print the best."""
+    from explore import step as steps
+
+    lists = {"tp": tp, "pp": pp, "dp": dp, "nodes": nodes, "micro_batch": micro_batch,
+             "recompute": recompute}
+    options = dict(sequence_parallel=not no_sequence_parallel, zero1=not no_zero1,
+                   gemm_only=gemm_only)
+    try:
+        if any(v is not None and len(v) > 1 for v in lists.values()):
+            if dp is not None:
+                raise steps.StepError("expected --nodes (not --dp) in a grid, found --dp")
+            _step_grid(steps, system, workload, lists, options, plot, output)
+            return
+        one = {k: (v[0] if v is not None else None) for k, v in lists.items()}
+        if one["recompute"] is None:
+            one.pop("recompute")
+        run = steps.from_cli(system, workload, **one, **options)
+    except steps.StepError as exc:
+        raise SpecError(str(exc)) from None
+    r, lay = run.result, run.result.layout
+    click.echo(f"{run.system}: {run.workload.name} on {r.nodes} node(s), {r.ranks} ranks "
+               f"(TP {lay.tp} x PP {lay.pp} x DP {lay.dp}), micro-batch {lay.micro_batch} x "
+               f"{r.micro_batches:g}, recompute {lay.recompute}, sequence parallel "
+               f"{'on' if lay.sequence_parallel else 'off'}, ZeRO-1 "
+               f"{'on' if lay.zero1 else 'off'}" + (", GEMMs only" if gemm_only else ""))
+    click.echo(f"  step time      {r.step_time:.4g} s")
+    click.echo(f"  sequences/s    {r.sequences_per_second:.4g}")
+    click.echo(f"  tokens/s       {r.tokens_per_second:,.0f}")
+    click.echo(f"  MFU            {100 * r.mfu:.1f} %")
+    table = Table(show_edge=False, box=None, title="breakdown")
+    for col in ("part", "seconds", "share"):
+        table.add_column(col, justify="left" if col == "part" else "right")
+    for part in steps.PARTS:
+        table.add_row(part, f"{r.parts[part]:.4g}", f"{100 * r.parts[part] / r.step_time:.1f} %")
+    table.add_row("step", f"{r.step_time:.4g}", "100.0 %")
+    _console().print(table)
+    mem = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in r.memory.items())
+    click.echo(f"  memory/rank    {mem} GiB; {sum(r.memory.values()) / 2**30:.2f} of "
+               f"{r.hbm_per_rank / 2**30:.2f} GiB: {'fits' if r.fits else 'DOES NOT FIT'}")
+    click.echo(f"  kernels        {r.kernel_calls} calls, {run.simulated} simulated now, "
+               f"the rest from the cache")
+    if plot:
+        from explore.plots import step_breakdown
+
+        written = step_breakdown([(run.workload.name, r.parts)], plot.parent, plot.stem)
+        click.echo(f"  plot           {', '.join(str(p) for p in written)}")
+
+
+def _step_grid(steps, system, workload, lists, options, plot, output, shown=15):
+    lists = {k: v for k, v in lists.items() if k != "dp"}
+    t, table = steps.grid(system, workload, **lists, **options)
+    ok = table[table["valid"] & table["fits"]].sort_values("sequences_per_second",
+                                                           ascending=False)
+    click.echo(f"{system}: {t.name}, {len(table)} design points, {int(table['valid'].sum())} "
+               f"valid, {len(ok)} fit in HBM" + (", GEMMs only" if options["gemm_only"]
+                                                 else ""))
+    view = Table(show_edge=False, box=None)
+    for col in ("nodes", "TP", "PP", "DP", "mb", "recompute", "step s", "seq/s", "MFU %",
+                *steps.PARTS):
+        view.add_column(col, justify="left" if col == "recompute" else "right")
+    rows = []
+    for _, x in ok.head(shown).iterrows():
+        view.add_row(str(x.nodes), str(x.tp), str(x.pp), str(int(x.data_parallel)),
+                     str(x.micro_batch), x.recompute, f"{x.step_time:.4g}",
+                     f"{x.sequences_per_second:.4g}", f"{100 * x.mfu:.1f}",
+                     *(f"{x[p + '_time']:.3g}" for p in steps.PARTS))
+        rows.append((f"{x.nodes}n TP{x.tp} PP{x.pp} mb{x.micro_batch} {x.recompute}",
+                     {p: x[p + "_time"] for p in steps.PARTS}))
+    _console().print(view)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp = output.with_suffix(output.suffix + ".tmp")
+        table.to_parquet(tmp, index=False)
+        tmp.replace(output)
+        click.echo(f"  table          {output}")
+    if plot and rows:
+        from explore.plots import step_breakdown
+
+        written = step_breakdown(rows, plot.parent, plot.stem)
+        click.echo(f"  plot           {', '.join(str(p) for p in written)}")
 
 
 def _label(params) -> str:

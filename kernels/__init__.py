@@ -19,9 +19,11 @@ from hdl.core.params import CoreParams
 from sim.core import Core, Result
 
 from .attention import attention
+from .backward import cross_entropy, rmsnorm_backward
 from .builder import Builder, KernelError
 from .gemm import gemm, gemm_naive, out_dtype
 from .norms import ADAM, adam, layernorm, residual_add, rmsnorm, softmax
+from .swiglu import swiglu, swiglu_backward
 
 __all__ = ["KERNELS", "Kernel", "KernelError", "Run", "parse_shape", "run", "tolerance"]
 
@@ -83,6 +85,33 @@ def _norm(x, g, b=None, eps=1e-6):
     return xc / np.sqrt((xc * xc).mean(axis=1, keepdims=True) + 1e-5) * g + b
 
 
+def _silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def _swiglu_backward(i):
+    g, u, dy = i["gate"], i["up"], i["dy"]
+    s = 1 / (1 + np.exp(-g))
+    return {"d_up": dy * g * s, "d_gate": dy * u * s * (1 + g * (1 - s))}
+
+
+def _rmsnorm_backward(i, eps=1e-6):
+    x, dy, g = i["x"], i["dy"], i["gamma"]
+    rstd = 1 / np.sqrt((x * x).mean(axis=1, keepdims=True) + eps)
+    xh, gdy = x * rstd, g * dy
+    return {"dx": rstd * (gdy - xh * (gdy * xh).mean(axis=1, keepdims=True))}
+
+
+def _cross_entropy(i):
+    from scipy.special import logsumexp
+
+    x, y = i["x"], i["y"]
+    sy = y.sum(axis=1, keepdims=True)
+    return {"dx": _softmax(x) * sy - y,
+            "loss": sy * logsumexp(x, axis=1, keepdims=True) - (x * y).sum(axis=1,
+                                                                            keepdims=True)}
+
+
 def _adam(i):
     h = ADAM
     m = h["beta1"] * i["m"] + (1 - h["beta1"]) * i["grad"]
@@ -141,9 +170,25 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
            lambda s, d: {"qT": ((s["D"], s["S"]), d), "kT": ((s["D"], s["S"]), d),
                          "v": ((s["S"], s["D"]), d)},
            _attention, polynomial=True, example={"S": 8192, "D": 128}),
+    Kernel("rmsnorm_backward", "dx of RMSNorm: rstd * (gamma dy - x_hat mean(gamma dy x_hat))",
+           ("R", "C"), ("fp32", "bf16"), rmsnorm_backward,
+           lambda s, d: {**_rc("x", "dy")(s, d), "gamma": ((1, s["C"]), "fp32")},
+           _rmsnorm_backward, polynomial=True, example={"R": 4096, "C": 4096}),
+    Kernel("cross_entropy", "loss = sum(y) logsumexp(x) - sum(x y) per row, dx = softmax(x) "
+           "sum(y) - y", ("R", "C"), ("fp32", "bf16"), cross_entropy,
+           lambda s, d: {**_rc("x")(s, d), "y": ((s["R"], s["C"]), "fp32")},
+           _cross_entropy, polynomial=True, example={"R": 4096, "C": 4000}),
     Kernel("residual_add", "out = x + y", ("R", "C"), ("fp32", "bf16"), residual_add,
            _rc("x", "y"), lambda i: {"out": i["x"] + i["y"]},
            example={"R": 4096, "C": 4096}),
+    Kernel("swiglu", "out = silu(gate) * up (the gated FFN's activation)", ("R", "C"),
+           ("bf16", "fp32"), swiglu, _rc("gate", "up"),
+           lambda i: {"out": _silu(i["gate"]) * i["up"]}, polynomial=True,
+           example={"R": 4096, "C": 11008}),
+    Kernel("swiglu_backward", "d_up = dy silu(gate), d_gate = dy up s (1 + gate (1 - s)), "
+           "s = sigmoid(gate)", ("R", "C"), ("bf16", "fp32"), swiglu_backward,
+           _rc("gate", "up", "dy"), _swiglu_backward, polynomial=True,
+           example={"R": 4096, "C": 11008}),
     Kernel("adam", "one Adam step on fp32 param, m, v from grad", ("R", "C"), ("fp32",), adam,
            _rc("param", "grad", "m", "v"), _adam, polynomial=True, positive=("v",),
            example={"R": 4096, "C": 4096}),

@@ -8,7 +8,7 @@ correction ``exp(max_old - max_new)`` (scalar), ``p`` transposed through the arr
 and copied to SBUF in bf16 (vector), ``p v`` (tensor), then ``l = l * corr + rowsum`` and
 ``o = o * corr + p v`` (vector); at the end ``out = o / l``. The next block's scores are issued
 before this block's transposes, into the other PSUM buffer, and key/value blocks are
-double-buffered on two DMA queues.
+double-buffered on four DMA queues.
 """
 
 from __future__ import annotations
@@ -76,22 +76,31 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
     out_free = None
     block_no = 0
     def load(j: int, first: int, loaded: list) -> None:
+        """Keys and values of block ``j``: one DMA each (the values' whole chunks in one
+        strided transfer), on two queues of their own so that their latencies overlap."""
         k0, kb = blocks[j]
         h = (first + j) % 2
-        q = f"dma{1 + h}"
-        b.wait(q, kv_free[h])
-        b.emit(q, DmaCopy(dst=b.tile("sbuf", dtype, k_sb[h], d, ((kb, 1),)),
-                          src=k_t.ap((0, d), (k0, k0 + kb))))
-        for c, c0 in enumerate(range(0, kb, chunk)):
-            rows = min(chunk, kb - c0)
-            b.emit(q, DmaCopy(dst=b.tile("sbuf", dtype, v_sb[h] + c * d * es, rows, ((d, 1),)),
-                              src=v.ap((k0 + c0, k0 + c0 + rows))))
-        loaded.append(b.signal(q))
+        qk, qv = f"dma{1 + 2 * h}", f"dma{2 + 2 * h}"
+        b.wait(qk, kv_free[h])
+        b.emit(qk, DmaCopy(dst=b.tile("sbuf", dtype, k_sb[h], d, ((kb, 1),)),
+                           src=k_t.ap((0, d), (k0, k0 + kb))))
+        b.wait(qv, kv_free[h])
+        whole = kb // chunk
+        if whole:
+            b.emit(qv, DmaCopy(
+                dst=b.tile("sbuf", dtype, v_sb[h], chunk, ((whole, d), (d, 1))),
+                src=b.tile("hbm", dtype, v.offset + k0 * d * es, chunk,
+                           ((whole, chunk * d), (d, 1)), pstride=d * es)))
+        if kb % chunk:
+            c0 = whole * chunk
+            b.emit(qv, DmaCopy(dst=b.tile("sbuf", dtype, v_sb[h] + whole * d * es, kb - c0,
+                                          ((d, 1),)), src=v.ap((k0 + c0, k0 + kb))))
+        loaded.append((b.signal(qk), b.signal(qv)))
 
     def scores(j: int, first: int, loaded: list, qp: int):
         kb = blocks[j][1]
         h = (first + j) % 2
-        b.wait("tensor", loaded[j], s_free[h])
+        b.wait("tensor", *loaded[j], s_free[h])
         b.emit("tensor", LoadStationary(src=b.tile("sbuf", dtype, q_sb, d, ((qp, 1),))))
         b.emit("tensor", MultiplyMoving(dst=b.tile("psum", "fp32", s_ps[h], qp, ((kb, 1),)),
                                         src=b.tile("sbuf", dtype, k_sb[h], d, ((kb, 1),))))
@@ -170,7 +179,7 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
         b.emit("vector", TensorScalar(dst=b.tile("sbuf", dtype, o_out, qp, ((d, 1),)),
                                       src=b.tile("sbuf", "fp32", o_acc, qp, ((d, 1),)),
                                       op0=VectorOp.MULTIPLY, operand0=col("inv", qp)))
-        b.wait("dma3", b.signal("vector"))
-        b.emit("dma3", DmaCopy(dst=out.ap((q0, q0 + qp)),
+        b.wait("dma5", b.signal("vector"))
+        b.emit("dma5", DmaCopy(dst=out.ap((q0, q0 + qp)),
                                src=b.tile("sbuf", dtype, o_out, qp, ((d, 1),))))
-        out_free = b.signal("dma3")
+        out_free = b.signal("dma5")

@@ -44,8 +44,23 @@ class _Rows:
         return self.b.column(self.cols[half][i], rows)
 
 
-def _load(b: Builder, q: str, t, r0: int, rows: int, dst):
-    b.emit(q, DmaCopy(dst=dst, src=t.ap((r0, r0 + rows))))
+def _load(b: Builder, q: str, t, r0: int, rows: int, dst, cols=None):
+    b.emit(q, DmaCopy(dst=dst, src=t.ap((r0, r0 + rows), cols)))
+
+
+#: Columns per pass of the element-wise kernels (residual add, Adam), whose rows need not be
+#: whole: 2,048 fp32 keep their double-buffered tiles within any generation's SBUF.
+_ELEMENTWISE_COLUMNS = 2048
+
+
+def _pieces(r: int, c: int, partitions: int):
+    """(tile number, first row, rows, (first column, end column)) of the element-wise passes."""
+    width = min(c, _ELEMENTWISE_COLUMNS)
+    n = 0
+    for r0 in range(0, r, partitions):
+        for c0 in range(0, c, width):
+            yield n, r0, min(partitions, r - r0), (c0, min(c, c0 + width))
+            n += 1
 
 
 def softmax(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
@@ -147,21 +162,24 @@ def layernorm(b: Builder, r: int, c: int, dtype: str = "fp32", eps: float = 1e-5
 
 def residual_add(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
     """``out = x + y``, loads on two queues, the add on the vector engine."""
-    tiles = _rows(b, r, c, dtype)
+    _rows(b, r, c, dtype)
     x, y = b.hbm("x", (r, c), dtype), b.hbm("y", (r, c), dtype)
     out = b.hbm("out", (r, c), dtype)
-    w = _Rows(b, c, dtype, ("x", "y", "out"), 0)
-    for i, (r0, rows) in enumerate(tiles):
+    width = min(c, _ELEMENTWISE_COLUMNS)
+    w = _Rows(b, width, dtype, ("x", "y", "out"), 0)
+    for i, r0, rows, cols in _pieces(r, c, b.params.partitions):
         h = i % 2
-        xa, ya, oa = (w.tile(w.io[n][h], rows, dtype) for n in ("x", "y", "out"))
+        cw = cols[1] - cols[0]
+        xa, ya, oa = (b.tile("sbuf", dtype, w.io[n][h], rows, ((cw, 1),))
+                      for n in ("x", "y", "out"))
         b.wait("dma0", w.free[h])
-        _load(b, "dma0", x, r0, rows, xa)
+        _load(b, "dma0", x, r0, rows, xa, cols)
         b.wait("dma2", w.free[h])
-        _load(b, "dma2", y, r0, rows, ya)
+        _load(b, "dma2", y, r0, rows, ya, cols)
         b.wait("vector", b.signal("dma0"), b.signal("dma2"))
         b.emit("vector", TensorTensor(dst=oa, a=xa, b=ya, op=VectorOp.ADD))
         b.wait("dma1", b.signal("vector"))
-        b.emit("dma1", DmaCopy(dst=out.ap((r0, r0 + rows)), src=oa))
+        b.emit("dma1", DmaCopy(dst=out.ap((r0, r0 + rows), cols), src=oa))
         w.free[h] = b.signal("dma1")
 
 
@@ -176,23 +194,29 @@ def adam(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
     are :data:`ADAM`."""
     if dtype != "fp32":
         raise KernelError(f"dtype must be fp32 (optimizer state), not {dtype!r}")
-    tiles = _rows(b, r, c, dtype)
+    _rows(b, r, c, dtype)
     h_ = ADAM
     b1, b2, t = h_["beta1"], h_["beta2"], h_["step"]
     names = ("param", "grad", "m", "v")
     t_in = {n: b.hbm(n, (r, c), "fp32") for n in names}
     t_out = {n: b.hbm(n + "_out", (r, c), "fp32") for n in ("param", "m", "v")}
-    w = _Rows(b, c, "fp32", names, 2)
+    width = min(c, _ELEMENTWISE_COLUMNS)
+    w = _Rows(b, width, "fp32", names, 2)
     sqrt, recip = b.function("sqrt"), b.function("reciprocal")
-    for i, (r0, rows) in enumerate(tiles):
+    for i, r0, rows, cols in _pieces(r, c, b.params.partitions):
         h = i % 2
-        a = {n: w.tile(w.io[n][h], rows) for n in names}
+        cw = cols[1] - cols[0]
+
+        def tile(base, rows=rows, cw=cw):
+            return b.tile("sbuf", "fp32", base, rows, ((cw, 1),))
+
+        a = {n: tile(w.io[n][h]) for n in names}
         for j, n in enumerate(names):
             q = f"dma{j % 2 * 2}"
             b.wait(q, w.free[h])
-            _load(b, q, t_in[n], r0, rows, a[n])
+            _load(b, q, t_in[n], r0, rows, a[n], cols)
         b.wait("vector", b.signal("dma0"), b.signal("dma2"))
-        tmp, den = w.tile(w.work[h][0], rows), w.tile(w.work[h][1], rows)
+        tmp, den = tile(w.work[h][0]), tile(w.work[h][1])
         g, m, v, prm = a["grad"], a["m"], a["v"], a["param"]
         b.emit("vector", TensorScalar(dst=m, src=m, op0=VectorOp.MULTIPLY, imm0=b1))
         b.emit("vector", TensorScalar(dst=tmp, src=g, op0=VectorOp.MULTIPLY, imm0=1 - b1))
@@ -214,5 +238,5 @@ def adam(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
         b.emit("vector", TensorTensor(dst=prm, a=prm, b=tmp, op=VectorOp.ADD))
         b.wait("dma1", b.signal("vector"))
         for n in ("param", "m", "v"):
-            b.emit("dma1", DmaCopy(dst=t_out[n].ap((r0, r0 + rows)), src=a[n]))
+            b.emit("dma1", DmaCopy(dst=t_out[n].ap((r0, r0 + rows), cols), src=a[n]))
         w.free[h] = b.signal("dma1")

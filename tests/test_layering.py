@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LOW_FLOORS = ("specs", "hdl", "sim/golden")
+LOW_FLOORS = ("specs", "hdl", "sim/golden", "sim/core")
 #: Packages above the low floors, and test code, which product code never imports.
 FORBIDDEN = ("generators", "explore", "sim.system", "sim.tb", "kernels", "tests", "benchmarks")
 

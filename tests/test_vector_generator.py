@@ -16,8 +16,8 @@ FUNCTIONS = (
     FunctionSpec("relu", mode="exact"),
     FunctionSpec("tanh", lo=-4.0, hi=4.0, segments=8, degree=2, post_mul_x=True,
                  below="minus_one", above="one"),
-    FunctionSpec("sqrt", mode="log", lo=0.25, hi=4.0, segments=2, degree=2,
-                 below="zero", above="inf"),
+    FunctionSpec("sqrt", mode="log", lo=1.0, hi=4.0, segments=2, degree=2),
+    FunctionSpec("sigmoid", lo=-8.0, hi=8.0, segments=4, degree=2, below="exp", above="one"),
 )
 PARAMS = [VectorParams(lanes=3, out_format="bf16", rounding="stochastic"),
           ActivationParams(lanes=2, functions=FUNCTIONS)]

@@ -20,7 +20,7 @@ import cocotb
 import numpy as np
 import pytest
 from cocotb.clock import Clock
-from cocotb.triggers import FallingEdge, ReadOnly
+from cocotb.triggers import FallingEdge, RisingEdge
 
 from hdl.numerics.formats import format_by_name
 from hdl.vector.ops import Reduce, VectorOp
@@ -29,6 +29,14 @@ from sim.golden import vector as golden
 from sim.golden.numerics import cast_bits as golden_cast
 from sim.golden.numerics import cast_params
 from sim.tb.runner import RunResult, run, skip_unless_available, tb_params
+from sim.tb.streams import (
+    StreamBus,
+    StreamSink,
+    StreamSource,
+    no_pause,
+    nothing_left_over,
+    random_pause,
+)
 
 SPECIALS = np.array([
     0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x7F800001,
@@ -72,11 +80,12 @@ def unpack(value: int, lanes: int, width: int, offset: int = 0) -> np.ndarray:
 
 
 class StreamBench:
-    """Driver and monitor of one valid/ready input stream and one output stream.
+    """Clock, reset and one transfer at a time on the engine's ``i`` and ``o`` streams,
+    through the shared stream source and sink (:mod:`sim.tb.streams`).
 
-    ``idle`` is the probability that the driver holds ``valid`` low in a cycle, ``stall`` the
-    probability that the monitor holds ``ready`` low. Ports follow Amaranth's naming
-    (``i__valid``, ``i__payload``, ``o__ready`` ...).
+    ``idle`` is the probability that the source holds ``valid`` low in a cycle, ``stall`` the
+    probability that the sink holds ``ready`` low; both pause generators draw from the
+    bench's seeded ``rng``.
     """
 
     def __init__(self, dut, rng: random.Random):
@@ -97,38 +106,39 @@ class StreamBench:
         await FallingEdge(dut.clk)
         dut.rst.value = 0
 
+    def _pause(self, probability: float):
+        return random_pause(self.rng, probability) if probability else no_pause()
+
     async def transfer(self, beats: list[int], expect: int, idle: float = 0.0,
                        stall: float = 0.0, drain: int = 12) -> list[int]:
-        """Send ``beats``, collect ``expect`` output payloads, then check ``drain`` quiet
-        cycles (with ``ready`` high) bring no further beat."""
-        dut, rng = self.dut, self.rng
-        sent, got = 0, []
+        """Send ``beats``, collect ``expect`` output payloads, then check that ``drain``
+        quiet cycles (with ``ready`` high) bring no further beat."""
+        dut = self.dut
+        bus_i, bus_o = StreamBus.from_prefix(dut, "i"), StreamBus.from_prefix(dut, "o")
+        source = StreamSource(bus_i, dut.clk, dut.rst, self._pause(idle))
+        sink = StreamSink(bus_o, dut.clk, dut.rst, self._pause(stall))
+        source.send(beats)
         limit = 50 * (len(beats) + expect) + 200
         cycles = 0
-        quiet = 0
-        while sent < len(beats) or len(got) < expect or quiet < drain:
-            await FallingEdge(dut.clk)
-            done = sent >= len(beats) and len(got) >= expect
-            valid = sent < len(beats) and rng.random() >= idle
-            ready = done or rng.random() >= stall
-            dut.i__valid.value = int(valid)
-            if valid:
-                dut.i__payload.value = beats[sent]
-            dut.o__ready.value = int(ready)
-            await ReadOnly()
-            if valid and int(dut.i__ready.value):
-                sent += 1
-            if ready and int(dut.o__valid.value):
-                if done:
-                    raise AssertionError(f"unexpected output beat after {expect} beats")
-                got.append(int(dut.o__payload.value))
-            quiet = quiet + 1 if done else 0
+        while not (source.idle and sink.count >= expect):
+            if cycles == limit:
+                raise AssertionError(f"timeout: sent {source.sent}/{len(beats)}, "
+                                     f"got {sink.count}/{expect} after {cycles} cycles")
+            await RisingEdge(dut.clk)
             cycles += 1
-            if cycles > limit:
-                raise AssertionError(f"timeout: sent {sent}/{len(beats)}, "
-                                     f"got {len(got)}/{expect} after {cycles} cycles")
+        got = sink.take(expect)
+        sink.stop()
+        quiet = StreamSink(bus_o, dut.clk, dut.rst)
+        for _ in range(drain):
+            await RisingEdge(dut.clk)
+        quiet.stop()
+        source.stop()
+        if quiet.received or sink.received:
+            raise AssertionError(f"unexpected output beat after {expect} beats")
+        nothing_left_over(source, sink, quiet)
         await FallingEdge(dut.clk)
         dut.i__valid.value = 0
+        dut.o__ready.value = 0
         return got
 
 
