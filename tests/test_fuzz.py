@@ -12,7 +12,8 @@ Every case must end with status 0 or 2 (a loader: a result or an InputError), ne
 traceback; status 2 is one line on stderr and leaves nothing behind. ``gen chip`` runs for
 real up to the point where the units' parameter objects exist (spec, mapping, system model,
 datasheets); the Verilog emitters, which see only those objects and are tested on their own,
-are replaced by a stand-in that writes one file, so that a case takes a fraction of a second.
+are replaced by a stand-in that writes one empty module per parameter set, so that a case
+takes a fraction of a second.
 A handful of cases also run as subprocesses, as a user runs them. The seed is the suite's
 (``--seed N`` re-runs a failure).
 """
@@ -108,12 +109,15 @@ def _one_line_or_nothing(result, what: str, out: Path | None = None) -> None:
 def stand_in_emitters(monkeypatch):
     """The units' Verilog emitters replaced by one that checks the parameters' type."""
     def stub(name):
+        count = []
+
         def emit(params, rtl_dir, header):
             assert dataclasses.is_dataclass(params), params
-            path = Path(rtl_dir) / f"{name}.txt"
+            module = f"{name}_{len(count)}"
+            count.append(module)
+            path = Path(rtl_dir) / f"{module}.v"
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a") as fh:
-                fh.write(f"{params!r}\n")
+            path.write_text(f"// {params!r}\nmodule {module};\nendmodule\n")
             return [path]
         return emit
 
