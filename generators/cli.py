@@ -163,7 +163,10 @@ def check(specs, fmt, output, strict):
               help="Output directory (default: build/<chip>).")
 @click.option("--scale", type=click.Choice(["full", "sim"]), default="full", show_default=True,
               help="Emit at the spec's full scale or at its simulation scale (chip.sim).")
-def chip(spec, output, scale):
+@click.option("--area", "synthesise", is_flag=True,
+              help="Synthesise the emitted modules not yet in the area cache (Yosys), for the "
+                   "datasheet's area tables; without it they come from the cache alone.")
+def chip(spec, output, scale, synthesise):
     """Validate a chip SPEC and write its RTL, datasheets and manifest."""
     from .chip import generate_chip
 
@@ -172,7 +175,7 @@ def chip(spec, output, scale):
         raise SpecError(f"expected a chip spec, found the {doc.kind} spec {doc.name!r} "
                         "(use `gen check` for systems)", location=None)
     out = output or Path("build") / doc.name
-    result = generate_chip(doc, out, scale)
+    result = generate_chip(doc, out, scale, synthesise=synthesise)
     state = "written" if result.changed else "unchanged"
     click.echo(f"{doc.name}: {len(result.files)} files {state} in {out}")
     for unit, reason in result.skipped.items():
@@ -270,7 +273,7 @@ def _si(value: float, unit: str) -> str:
 
 @main.command("run")
 @click.argument("spec")
-@click.argument("kernel")
+@click.argument("kernel", required=False)
 @click.option("--shape", default=None, metavar="K=V,...",
               help="Shape keys of the kernel, e.g. M=4096,K=8192,N=8192 (default: the "
                    "kernel's example in `gen kernels`).")
@@ -282,9 +285,29 @@ def _si(value: float, unit: str) -> str:
               help="Write a Chrome/Perfetto trace-event JSON file.")
 @click.option("--timing-only", is_flag=True, help="Skip the data (large shapes).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the inputs.")
-def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed):
+@click.option("--collective", default=None, metavar="OP",
+              help="On a system: execute a collective (all_reduce, all_gather, "
+                   "reduce_scatter, all_to_all, send_recv) over every chip.")
+@click.option("--size", default="1 GiB", show_default=True,
+              help="Collective buffer per chip, as nccl-tests counts it.")
+@click.option("--algorithm", default=None,
+              help="ring, torus, hierarchical or direct (default: the topology's own).")
+@click.option("--chunk", default="4 MiB", show_default=True,
+              help="Largest piece a link carries at once.")
+@click.option("--members", type=int, default=None,
+              help="Members of a cluster executed over EFA (default 2).")
+@click.option("--bit-error-rate", type=float, default=0.0, show_default=True,
+              help="Bit error rate of every NeuronLink; failed packets are replayed.")
+@click.option("--shard", default=None, metavar="tp=N",
+              help="On a system: run KERNEL tensor-parallel over N chips (the contraction "
+                   "K split), then all-reduce its output.")
+def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed, collective, size,
+               algorithm, chunk, members, bit_error_rate, shard):
     """Run KERNEL on one (logical) NeuronCore of chip SPEC: time, utilisation, per-engine
-    busy and bytes moved; numeric runs also compare the result with numpy in float64."""
+    busy and bytes moved; numeric runs also compare the result with numpy in float64.
+
+    On a system SPEC: execute a collective (--collective) or a sharded kernel (--shard) on
+    its chips and links: time, algbw, busbw and per-link utilisation."""
     import numpy as np
 
     import kernels
@@ -294,7 +317,21 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed):
 
     doc = load_document(spec)
     if doc.kind != "chip":
-        raise SpecError(f"expected a chip spec, found the {doc.kind} spec {doc.name!r}")
+        from .multichip import run_system
+
+        run_system(doc, kernel, collective=collective, size=size, algorithm=algorithm,
+                   chunk=chunk, members=members, shard=shard, shape=shape, dtype=dtype,
+                   trace=trace, seed=seed, timing_only=timing_only,
+                   bit_error_rate=bit_error_rate)
+        return
+    if kernel is None:
+        raise SpecError(f"expected a kernel to run on the chip {doc.name!r}, found none",
+                        choices=sorted(kernels.KERNELS))
+    for name, value in (("--collective", collective), ("--shard", shard),
+                        ("--members", members), ("--algorithm", algorithm),
+                        ("--bit-error-rate", bit_error_rate or None)):
+        if value is not None:
+            raise SpecError(f"{name} runs on a system spec, not on the chip {doc.name!r}")
     k = kernels.KERNELS.get(kernel)
     if k is None:
         raise SpecError(f"expected a kernel, found {kernel!r}", choices=sorted(kernels.KERNELS))
@@ -507,12 +544,15 @@ def _label(params) -> str:
               help="Output directory (default: build/explore/<sweep>).")
 @click.option("--scheduler", metavar="ADDR", default=None,
               help="Address of a running Dask scheduler, e.g. tcp://host:8786.")
-def explore(sweep, output, scheduler):
+@click.option("--max-points", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Refuse sweeps of more than N design points (default: the sweep's "
+                   "execution.max_points, 10,000,000 unless set).")
+def explore(sweep, output, scheduler, max_points):
     """Run an exploration SWEEP: Parquet table, summary and plots."""
     from explore.run import explore as run_sweep
 
     out = output or Path("build") / "explore" / sweep.stem
-    summary = run_sweep(sweep, out, scheduler=scheduler)
+    summary = run_sweep(sweep, out, scheduler=scheduler, max_points=max_points)
     click.echo(f"{sweep.name}: results in {out}")
     if isinstance(summary, dict):
         for key in ("points", "rows", "computed", "reused", "elapsed_s"):

@@ -44,7 +44,7 @@ def _link_emit(params, rtl_dir, header):
 
 
 def _link_simulate(params, sim, seed=None):
-    from sim.tb.test_link import simulate
+    from sim.tb.link import simulate
 
     return simulate(params, sim, seed=seed, packets=10_000 if sim == "verilator" else 1_000)
 
@@ -112,7 +112,7 @@ def _vector_emit(params, rtl_dir, header):
 
 
 def _vector_simulate(params, sim, seed=None):
-    from sim.tb.test_vector import simulate
+    from sim.tb.vector import simulate
 
     return simulate(params, sim, seed=seed)
 
@@ -124,7 +124,7 @@ UNITS["vector"] = Unit("vector", lambda spec, scale: [vector_params(spec, scale)
 # --- scalar (activation) engine -----------------------------------------------------------
 
 def _scalar_simulate(params, sim, seed=None):
-    from sim.tb.test_activation import simulate
+    from sim.tb.activation import simulate
 
     return simulate(params, sim, seed=seed)
 

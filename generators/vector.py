@@ -15,6 +15,23 @@ import numpy as np
 from hdl.vector.fitting import EXACT_FUNCTIONS, accuracy_points
 from hdl.vector.functions import FunctionSpec
 
+from .output import write_if_changed as _write
+
+#: ``verilator --lint-only -Wall`` warnings waived for the emitted engines, with the reason
+#: (each a habit of Amaranth's Verilog backend, not of the design).
+LINT_WAIVERS = {
+    "UNUSEDSIGNAL": "every intermediate wire of an expression is declared even when only "
+                    "some of its bits are read",
+    "WIDTHEXPAND": "arithmetic is sized by Amaranth's rules, with implicit extension at "
+                   "assignments",
+    "WIDTHTRUNC": "as WIDTHEXPAND, with implicit truncation",
+    "CASEINCOMPLETE": "case statements have a default-assignment prologue instead of a "
+                      "default arm",
+    "PROCASSINIT": "registers are initialised where they are declared",
+    "UNSIGNED": "generated range checks compare unsigned values against 0",
+    "DECLFILENAME": "modules are named by hierarchy, not by file",
+}
+
 
 def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None) -> list[dict]:
     """Each function's maximum relative error over the whole fp32 domain.
@@ -60,12 +77,6 @@ def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None) -> list[di
 
 def _commented(header: str) -> str:
     return "".join(f"// {line}".rstrip() + "\n" for line in header.splitlines())
-
-
-def _write(path: Path, text: str) -> Path:
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-    return path
 
 
 def emit(params, rtl_dir: Path, header: str) -> list[Path]:

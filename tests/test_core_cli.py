@@ -60,7 +60,8 @@ def test_run_timing_only_lnc():
     (("run", "trn1", "softmax", "--shape", "R=4,C=100000"),
      "error: C must be at most 65536 (one SBUF tile's free size), not 100000"),
     (("run", "inf1", "gemm"), "error: inf1: the core simulator needs"),
-    (("run", "trn2.48xlarge", "gemm"), "error: expected a chip spec"),
+    (("run", "trn2.48xlarge", "gemm"), "error: --shard: expected tp=N to run gemm on a "
+                                       "system"),
 ])
 def test_bad_input_exits_2_with_one_line(args, message):
     result = run(*args)

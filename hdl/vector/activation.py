@@ -219,8 +219,15 @@ class ActivationLane(wiring.Component):
         consts = _consts(p)
         en = self.en
 
+        selected = {}
+
         def sel(name, width=32):
-            return Array(Const(v, width) for v in consts[name])[self.func]
+            """The constant ``name`` of the function selected by ``func`` (one mux each)."""
+            if (name, width) not in selected:
+                value = Signal(width, name=f"sel_{name}")
+                m.d.comb += value.eq(Array(Const(v, width) for v in consts[name])[self.func])
+                selected[name, width] = value
+            return selected[name, width]
 
         def fp(kind, a, b, name):
             unit = FpAdd32() if kind == "add" else FpMul32()
@@ -365,20 +372,23 @@ class ActivationLane(wiring.Component):
         relu = Mux(f_lt(Const(0, 32), x), x, 0)
         exact = Mux(sel("relu", 1), relu, Mux(sel("square", 1), post,
                                               Mux(sel("abs", 1), x & ~SIGN32, x)))
+        exact_, exp_, log_, sqrt_, rsqrt_, recip_ = (
+            sel(name, 1) for name in ("exact", "is_exp", "is_log", "is_sqrt", "is_rsqrt",
+                                      "is_recip"))  # declared before the If chain
         y = Signal(32)
         with m.If(fl.nan):
             m.d.comb += y.eq(CANONICAL_NAN32)
-        with m.Elif(sel("exact", 1)):
+        with m.Elif(exact_):
             m.d.comb += y.eq(exact)
-        with m.Elif(sel("is_exp", 1)):
+        with m.Elif(exp_):
             m.d.comb += y.eq(reduced)
-        with m.Elif(sel("is_log", 1)):
+        with m.Elif(log_):
             m.d.comb += y.eq(y_log)
-        with m.Elif(sel("is_sqrt", 1)):
+        with m.Elif(sqrt_):
             m.d.comb += y.eq(y_sqrt)
-        with m.Elif(sel("is_rsqrt", 1)):
+        with m.Elif(rsqrt_):
             m.d.comb += y.eq(y_rsqrt)
-        with m.Elif(sel("is_recip", 1)):
+        with m.Elif(recip_):
             m.d.comb += y.eq(y_recip)
         with m.Else():
             m.d.comb += y.eq(y_plain)

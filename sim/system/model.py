@@ -23,7 +23,9 @@ Assumptions of the collective model (none is published): a chip's NeuronLink ban
 sum over its links of one direction of each full-duplex link, shared equally by its links
 (``neuronlink.links``); every torus link, the ring across a Trn2 UltraServer's instances
 included, runs at that per-link figure; the rings of a torus run both directions at once; a
-cluster all-reduces hierarchically, its members' EFA carrying the inter-member phase.
+cluster all-reduces hierarchically, its members' EFA carrying the inter-member phase; each
+reduce-scatter step ends with an add on the vector engines (:meth:`Chip.reduce_seconds` of one
+element), whose fixed cost the executed collectives showed the formula lacked.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ from pathlib import Path
 import networkx as nx
 import pint
 
-from hdl.params import link_params, systolic_params
+from hdl.core.params import CoreParams
+from hdl.params import core_params, link_params, systolic_params
+from sim.core.costs import stream_cycles
 from sim.golden import link as golden_link
 from sim.golden import systolic
 from specs import units
@@ -303,6 +307,25 @@ class Chip:
             return self.link_efficiency
         return default_link_efficiency(self.spec)
 
+    @cached_property
+    def core_params(self) -> CoreParams | None:
+        """The core simulator's parameters, None where the spec lacks its cost fields."""
+        try:
+            return core_params(self.spec)
+        except ModelError:
+            return None
+
+    def reduce_seconds(self, elements: int) -> float:
+        """Seconds to add ``elements`` received elements into the chip's own (a collective's
+        reduction): the vector engine's stream rule (:func:`sim.core.costs.stream_cycles`, two
+        input streams) with the elements spread over the vector engines of all the chip's
+        cores. 0 for a chip whose spec has no core cost fields."""
+        p = self.core_params
+        if p is None:
+            return 0.0
+        per_lane = -(-elements // (p.partitions * self.spec.cores))
+        return stream_cycles(p, "vector", per_lane, 2.0) / p.clock("vector")
+
     def sustained(self, m: int, k: int, n: int, fmt: str) -> Sustained:
         return sustained(self.spec, m, k, n, fmt, self.interval)
 
@@ -427,6 +450,7 @@ class System:
     def collective(self, op: str, nbytes: float = COLLECTIVE_BYTES) -> pint.Quantity:
         """Time of ``op`` on a buffer of ``nbytes`` per chip over every chip of the system."""
         eff = self.chip.efficiency
+        add = self.chip.reduce_seconds(1)
         if self.over_efa:
             inner = self.member
             if inner.efa is None:
@@ -436,10 +460,11 @@ class System:
                 raise ModelError(f"{self.name}: a cluster of clusters is not modelled")
             t = collectives.hierarchical_time(
                 op, nbytes, inner.topology, self.count, _si(inner.efa, "B/s"),
-                inner.spec.link_latency, self.spec.efa_latency, eff, bidirectional=True)
+                inner.spec.link_latency, self.spec.efa_latency, eff, bidirectional=True,
+                reduce=add)
         else:
             t = collectives.topology_time(self.topology, op, nbytes, self.spec.link_latency,
-                                          eff, bidirectional=True)
+                                          eff, bidirectional=True, reduce=add)
         return Q(t, "s").to("ms")
 
     def figures(self) -> Figures:

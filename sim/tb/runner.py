@@ -2,8 +2,9 @@
 
 One build per (simulator, Verilog text): the build directory is named by a hash of the emitted
 Verilog, so a parameter set is compiled once and reused by every test and every pytest-xdist
-worker (a file lock serialises the first build). Each run gets its own test directory, so runs
-of one build can go on side by side.
+worker (a file lock serialises the first build). A cached build is checked against the hash
+of its artifact before each reuse and built again when it is damaged. Each run gets its own
+test directory, so runs of one build can go on side by side.
 
 Parameters reach the cocotb side as JSON in the ``TRNGEN_TB`` environment variable; a
 testbench reads them with :func:`tb_params`.
@@ -162,8 +163,38 @@ def emit_verilog(component, toplevel: str) -> str:
     return text
 
 
+def _artifact(sim: str, build_dir: Path, toplevel: str) -> Path:
+    """The file a build produces and a run executes."""
+    return build_dir / ("sim.vvp" if sim == "icarus" else toplevel)
+
+
+def _file_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _intact(stamp: Path, src: Path, verilog_text: str, artifact: Path) -> bool:
+    """Whether a cached build can be trusted: its stamp names the artifact's hash, and both
+    the artifact and the Verilog it was built from are there as they were."""
+    try:
+        recorded = json.loads(stamp.read_text())
+        return (isinstance(recorded, dict) and src.read_text() == verilog_text
+                and recorded.get("artifact") == artifact.name
+                and recorded.get("sha256") == _file_hash(artifact))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+
+
 def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = None) -> Path:
-    """Compile ``verilog_text`` for ``sim`` once per distinct text; return the build dir."""
+    """Compile ``verilog_text`` for ``sim`` once per distinct text; return the build dir.
+
+    A cached build is checked before it is reused (the stamp records the hash of the
+    simulator's artifact; the Verilog must be the same text); a build that fails the check,
+    truncated, deleted or half-written, is built again.
+    """
     require_simulator(sim)
     from cocotb_tools.runner import get_runner
 
@@ -173,11 +204,14 @@ def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = 
     build_root = build_root or REPO_ROOT / "build" / "sim"
     build_dir = build_root / sim / f"{toplevel}-{digest}"
     stamp = build_dir / ".built"
+    src = build_dir / f"{toplevel}.v"
+    artifact = _artifact(sim, build_dir, toplevel)
     with _locked(build_root / sim / f"{toplevel}-{digest}.lock"):
-        if stamp.exists():
+        if _intact(stamp, src, verilog_text, artifact):
             return build_dir
+        stamp.unlink(missing_ok=True)
+        artifact.unlink(missing_ok=True)
         build_dir.mkdir(parents=True, exist_ok=True)
-        src = build_dir / f"{toplevel}.v"
         src.write_text(verilog_text)
         runner = get_runner(sim)
         args = []
@@ -197,7 +231,11 @@ def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = 
             waves=waves,
             log_file=build_dir / "build.log",
         )
-        stamp.write_text(digest)
+        if not artifact.is_file():
+            raise RuntimeError(f"{sim} build of {toplevel} left no {artifact.name} "
+                               f"(see {build_dir / 'build.log'})")
+        stamp.write_text(json.dumps({"digest": digest, "artifact": artifact.name,
+                                     "sha256": _file_hash(artifact)}))
     return build_dir
 
 
