@@ -227,7 +227,7 @@ def tensor_params(spec: ChipSpec, scale: str):
             continue
         double = t.rates.get(fmt, 1) == 2 and fmt not in ("int8",)
         out.append(SystolicParams(rows=rows, cols=cols, fmt=name, moving_max=moving,
-                                  double_rate=double))
+                                  double_rate=double, load_columns=t.load_columns))
     return out
 
 
