@@ -63,7 +63,7 @@ def _array_text(params: SystolicParams, names: dict[str, str]) -> str:
         meta_width=meta_layout(params).size, cmd_width=cmd_layout(params).size,
         stat_width=stationary_layout(params).size,
         wave_width=params.k_max * params.beat_columns * params.width,
-        skip_bits=params.skip_bits)
+        skip_bits=params.skip_bits, k_bits=params.k_bits)
 
 
 def verilog_modules(params: SystolicParams, top: str = TOP) -> dict[str, str]:

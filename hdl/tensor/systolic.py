@@ -18,7 +18,8 @@ Instructions (``cmd`` stream, executed in order):
 * ``LOAD`` (LoadStationary, fields ``k``, ``m``): takes ``ceil(m / beat_columns)`` beats from
   ``stationary``, beat g holding columns ``g * beat_columns + j`` of the K x M stationary tile
   (``k_max`` elements each; columns >= m are ignored by the PSUM write). Contraction indices
-  >= k read as zero. The array has two weight banks: a load fills the one the latest tile
+  >= k read as zero (a count of the indices left travels down the rows with the beat). The
+  array has two weight banks: a load fills the one the latest tile
   does not use, as soon as no moving vector still to be injected reads it, so it runs while
   the previous tile's multiply does (the load path takes ``beat_columns`` columns per cycle,
   a multiply one).
@@ -93,6 +94,8 @@ def row_ports(params: SystolicParams) -> dict:
         "wb_out": Out(1),
         "ws_in": In(params.skip_bits),
         "ws_out": Out(params.skip_bits),
+        "wk_in": In(params.k_bits),
+        "wk_out": Out(params.k_bits),
     }
 
 
@@ -153,7 +156,14 @@ class SystolicRow(wiring.Component):
             m.d.sync += [self.mov_out.eq(self.mov_in[lw:]), self.s_out.eq(self.s_in),
                          self.stat_out.eq(self.stat_in[ww:]), self.wv_out.eq(self.wv_in),
                          self.wb_out.eq(self.wb_in), self.ws_out.eq(self.ws_in)]
-        chain = {"x": self.mov_in[:lw], "s": self.s_in, "w": self.stat_in[:ww],
+            if p.k_max > p.lanes:  # else no row follows
+                m.d.sync += self.wk_out.eq(Mux(self.wk_in > p.lanes, self.wk_in - p.lanes, 0))
+        # Contraction indices >= k load as zeros: ``wk`` counts the tile's indices left.
+        lane_bits = p.beat_columns * p.width
+        weights = Cat(*[Mux(self.wk_in > lane, self.stat_in[lane * lane_bits:
+                                                             (lane + 1) * lane_bits], 0)
+                        for lane in range(p.lanes)])
+        chain = {"x": self.mov_in[:lw], "s": self.s_in, "w": weights,
                  "wv": self.wv_in, "wb": self.wb_in, "ws": self.ws_in}
         widths = {"x": lw, "s": 1, "w": ww, "wv": 1, "wb": 1, "ws": p.skip_bits}
         for col in range(p.cols):
@@ -249,6 +259,7 @@ def control_ports(params: SystolicParams) -> dict:
         "wv": Out(1),
         "wb": Out(1),
         "ws": Out(params.skip_bits),
+        "wk": Out(params.k_bits),
         "meta": Out(meta_layout(params).size),
     }
 
@@ -335,15 +346,15 @@ class SystolicControl(wiring.Component):
         # Stage 1 of both waves; the metadata waits `rows` more cycles for the bottom row.
         masked = Cat(*[Mux(mul_k > k, self.moving.payload[k], 0) for k in range(p.k_max)])
         columns = self.stationary.payload
-        weights = Cat(*[Mux(load_k > k, columns[j][k], 0)
-                        for k in range(p.k_max) for j in range(bc)])
+        weights = Cat(*[columns[j][k] for k in range(p.k_max) for j in range(bc)])
         meta = [Signal(layout, name=f"meta_{j}") for j in range(1, p.rows + 2)]
         with m.If(en):
             m.d.sync += [
                 self.mov.eq(Mux(inject_vector, masked, 0)),
                 self.sel.eq(mul_bank),
-                self.stat.eq(Mux(beat, weights, 0)),
+                self.stat.eq(weights),
                 self.wv.eq(beat),
+                self.wk.eq(load_k),
                 self.wb.eq(load_bank),
                 self.ws.eq(load_skip),
                 meta[0].valid.eq(inject_vector),
@@ -386,7 +397,7 @@ class SystolicArray(wiring.Component):
 
         psum = Const(0, 32 * p.cols)
         chain = {"mov": control.mov, "s": control.sel, "stat": control.stat,
-                 "wv": control.wv, "wb": control.wb, "ws": control.ws}
+                 "wv": control.wv, "wb": control.wb, "ws": control.ws, "wk": control.wk}
         ports = row_ports(p)
         for r in range(p.rows):
             wires = {"en": control.en, "psum_in": psum,

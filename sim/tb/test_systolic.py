@@ -29,7 +29,8 @@ from sim.tb import runner
 
 TOP = "systolic_harness"
 PERIOD_NS = 10
-TESTS = ["identity_and_zeros", "extremes_and_specials", "accumulation_chain", "random_programs"]
+TESTS = ["identity_and_zeros", "extremes_and_specials", "accumulation_chain", "hidden_loads",
+         "random_programs"]
 
 
 # ---- parameters ----------------------------------------------------------------------------
@@ -319,6 +320,22 @@ async def accumulation_chain(dut):
         program += [tb.load(k, m), tb.multiply(k, n, accumulate=True)]
     program.append(tb.multiply(k, n, accumulate=True))  # reuses the last stationary tile
     await tb.run_both(program, "accumulation chain")
+
+
+@_cocotb_test
+async def hidden_loads(dut):
+    """Loads behind multiplies: a load into the idle bank while a multiply runs, two loads in
+    a row (the second waits for the multiply that reads its bank), multiplies of one moving
+    column, partial tiles."""
+    tb = _tb(dut)
+    await tb.reset()
+    p = tb.params
+    k, m, n = p.k_max, p.cols, p.moving_max
+    half_k, part_m = max(1, k // 2), max(1, m - 1)
+    program = [tb.load(k, m), tb.multiply(k, n), tb.load(half_k, part_m),
+               tb.load(k, m), tb.multiply(k, 1, accumulate=True), tb.load(half_k, m),
+               tb.multiply(half_k, max(1, n // 2)), tb.multiply(half_k, 1, accumulate=True)]
+    await tb.run_both(program, "hidden loads")
 
 
 @_cocotb_test
