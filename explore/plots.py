@@ -256,3 +256,26 @@ def draw_all(table: pd.DataFrame, sw, out: Path) -> list[Path]:
     paths += roofline(sw, out)
     paths += sensitivity(sw, out)
     return paths
+
+
+def step_breakdown(rows: list[tuple[str, dict[str, float]]], out: Path, stem: str = "step"
+                   ) -> list[Path]:
+    """Stacked bars of training-step time by part (``explore.step.PARTS``), one bar per
+    ``(label, parts)`` row, in seconds."""
+    from .step import PARTS  # noqa: PLC0415
+
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(rows) + 3), 5.0))
+    bottom = np.zeros(len(rows))
+    labels = [label for label, _ in rows]
+    for part in PARTS:
+        heights = np.array([parts[part] for _, parts in rows])
+        ax.bar(labels, heights, bottom=bottom, label=part)
+        bottom += heights
+    ax.set_ylabel("step time (s)")
+    ax.tick_params(axis="x", labelrotation=35)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
+    ax.set_title("Training step time by part")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return _save(fig, out, stem)

@@ -5,8 +5,8 @@ workload is one task whose result is one Parquet part under ``OUT/parts/``, name
 everything that determines it (the base spec, the workload, the model version and the chunk's
 points). A part that already exists is not recomputed, so an interrupted sweep resumes where it
 stopped and a sweep re-run with more points computes only the new chunks. Parts are written
-atomically (a temporary file renamed into place) by the process that drives the sweep, so
-workers need no shared file system.
+atomically (a temporary file renamed into place), and an existing part is trusted only when it
+opens and holds the rows and columns its chunk must have; any other is computed again.
 
 When all parts are there they are joined into ``OUT/results.parquet`` (one row per design point
 x workload: ``point``, ``workload``, the parameters in SI units, the metrics) and the plots are
@@ -91,8 +91,42 @@ def _progress(console: Console, enabled: bool) -> Progress:
                     TimeRemainingColumn(), console=console, disable=not enabled)
 
 
+def part_is_whole(path: Path, rows: int, columns: list[str]) -> bool:
+    """Whether the Parquet part at ``path`` can be trusted: it opens (footer and metadata
+    intact), holds ``rows`` rows with exactly ``columns``, and every column chunk reads."""
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        part = pq.ParquetFile(path)
+        if part.metadata.num_rows != rows or part.schema_arrow.names != columns:
+            return False
+        part.read()
+    except (OSError, ValueError, pyarrow.ArrowException):
+        return False
+    return True
+
+
+def _clean_stale(parts_dir: Path) -> None:
+    """Remove temporary parts that runs killed while writing them left behind."""
+    for tmp in parts_dir.glob(".*.tmp"):
+        pid = tmp.name.rsplit(".", 2)[-2]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool = True,
-            dask: bool | None = None, plot: bool = True) -> dict:
+            dask: bool | None = None, plot: bool = True, max_points: int | None = None) -> dict:
     """Run the sweep ``sweep_path`` into ``out_dir``; return a summary.
 
     Parameters
@@ -108,6 +142,8 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
         smaller ones run in this process.
     dask
         Force (True) or forbid (False) a local Dask cluster regardless of the threshold.
+    max_points
+        Largest sweep accepted (default: the sweep's ``execution.max_points``).
 
     Returns
     -------
@@ -119,10 +155,11 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
         among the valid points whose state fits).
     """
     start = time.perf_counter()
-    sw = sweeps.load(sweep_path)
+    sw = sweeps.load(sweep_path, max_points=max_points)
     out = Path(out_dir)
     parts_dir = out / "parts"
     parts_dir.mkdir(parents=True, exist_ok=True)
+    _clean_stale(parts_dir)
     points, dropped = sw.points()
     size = len(points["rows"])
     chunk = sw.spec.execution.chunk_size
@@ -135,7 +172,9 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
             values = {k: values[k] for k in sw.grid}     # only the swept ones travel
             path = parts_dir / f"{sw.name}-{work.name}-{key}.parquet"
             tasks.append((path, values, wi, first))
-    todo = [t for t in tasks if not t[0].exists()]
+    columns = ["point", "workload", *model.PARAMS, *sw.spec.metrics]
+    todo = [t for t in tasks
+            if not (t[0].exists() and part_is_whole(t[0], min(chunk, size - t[3]), columns))]
     work_items = size * len(sw.workloads)
     if scheduler is not None:
         mode = f"dask:{scheduler}"

@@ -59,6 +59,9 @@ CONSTRAINTS = {
     "sbuf_per_chip": ("bytes", lambda v: v["sbuf"] * v["cores"]),
     "logical_cores": ("count", lambda v: v["cores"] / v["lnc"]),
 }
+#: Default limit on design points: 10 million points of the model's parameters take about a
+#: gigabyte of arrays and, at 100,000 points per second per workload, minutes per workload.
+MAX_POINTS = 10_000_000
 UNIT_OF = {"count": 1, "ratio": 1, "frequency": "Hz", "bytes": "B", "bandwidth": "B/s",
            "compute": "FLOPS"}
 
@@ -139,6 +142,10 @@ class Execution(Strict):
     dask_threshold: PosInt = Field(200_000, description="Design points x workloads from "
                                                         "which a Dask cluster is used.")
     workers: PosInt = Field(2, description="Workers of the local Dask cluster.")
+    max_points: PosInt = Field(
+        MAX_POINTS, description="Largest number of design points (the product of the "
+                                "parameters' value counts, before constraints) a run accepts; "
+                                "larger sweeps are refused before anything is allocated.")
 
 
 class Plots(Strict):
@@ -238,10 +245,15 @@ def find(name: str | Path) -> Path:
                     nearest=nearest(p.stem, bundled()), choices=bundled())
 
 
-def load(name: str | Path) -> Sweep:
-    """Load and validate a sweep; raise SpecError naming file:line:col on any fault."""
+def load(name: str | Path, max_points: int | None = None) -> Sweep:
+    """Load and validate a sweep; raise SpecError naming file:line:col on any fault.
+
+    ``max_points`` overrides the sweep's ``execution.max_points``: a sweep with more design
+    points is refused from the value counts alone, before any grid is built.
+    """
     file = find(name).resolve()
     spec, data, pos = load_model(file, "sweep", SweepSpec)
+    _check_size(spec, pos, max_points or spec.execution.max_points)
     try:
         base_file = find_spec(spec.base, near=file.parent)
     except SpecError as exc:
@@ -320,6 +332,38 @@ def _scalar(value, dimension: str, pos: Positions, path: tuple) -> float:
         raise SpecError(f"expected a positive value, found {value!r}",
                         location=pos.of(("sweep", *path)), path=_where(path))
     return value_
+
+
+def _count(name: str, spec, pos: Positions) -> float:
+    """How many values ``spec`` gives ``name``, from its bounds alone (nothing allocated);
+    ``inf`` where a step is too small for the count to be a number."""
+    if isinstance(spec, list):
+        return len(spec)
+    if spec.num is not None:
+        return spec.num
+    dimension = model.PARAMS[name][1]
+    path = ("parameters", name)
+    start = _scalar(spec.start, dimension, pos, (*path, "start"))
+    stop = _scalar(spec.stop, dimension, pos, (*path, "stop"))
+    if stop < start:
+        return 1.0
+    if spec.step is not None:
+        ratio = (stop - start) / _scalar(spec.step, dimension, pos, (*path, "step"))
+    else:
+        ratio = math.log(stop / start) / math.log(spec.factor)
+    return math.floor(ratio) + 1.0 if math.isfinite(ratio) else math.inf
+
+
+def _check_size(spec: SweepSpec, pos: Positions, limit: int) -> None:
+    counts = {n: _count(n, v, pos) for n, v in spec.parameters.items()}
+    total = math.prod(counts.values()) if counts else 1
+    if total > limit:
+        shown = " x ".join(f"{c:,.0f} {n}" if math.isfinite(c) else f"too many {n}"
+                           for n, c in counts.items())
+        found = f"{total:,.0f}" if math.isfinite(total) else "too many to count"
+        raise SpecError(f"expected at most {limit:,} design points (execution.max_points, or "
+                        f"--max-points), found {found} ({shown})",
+                        location=pos.of(("sweep", "parameters")), path="sweep.parameters")
 
 
 def _values(name: str, spec, pos: Positions) -> np.ndarray:

@@ -43,6 +43,12 @@ class Parallel(Strict):
 
     tensor: PosInt = Field(1, description="Tensor-parallel degree in ranks; the data-parallel "
                                           "degree is the rank count divided by it.")
+    pipeline: PosInt = Field(1, description="Pipeline-parallel degree (stages), for `gen step`.")
+    micro_batch: PosInt = Field(1, description="Sequences per micro-batch, for `gen step`.")
+    sequence_parallel: bool = Field(True, description="Norms, residuals and dropout split "
+                                                      "over the tensor-parallel ranks.")
+    recompute: Literal["none", "selective", "full"] = Field(
+        "none", description="Activation recomputation in the backward pass.")
 
 
 class Transformer(Strict):
@@ -58,6 +64,7 @@ class Transformer(Strict):
                                                       "attention); default: heads.")
     ffn: PosInt = Field(description="FFN inner size.")
     gated_ffn: bool = Field(True, description="Gated FFN (SwiGLU: three matrices, not two).")
+    norm: Literal["rmsnorm", "layernorm"] = Field("rmsnorm", description="Normalisation.")
     vocab: int = Field(0, ge=0, description="Vocabulary size (0: no embedding or LM head).")
     tied_embeddings: bool = Field(False, description="LM head shares the embedding matrix.")
     seq: PosInt = Field(description="Sequence length in tokens.")

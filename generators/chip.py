@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from specs.quantities import QUANTITIES
 from specs.units import show
 
 from . import __version__
+from .area import chip_area
+from .fusesoc import core_text
 from .output import Staging
 from .templates import render
 from .units import UNITS
@@ -30,25 +33,42 @@ def header(doc: Document) -> str:
 
 
 def generate_chip(doc: Document, out: Path, scale: str = "full",
-                  units: list[str] | None = None) -> ChipResult:
-    """Write RTL, ``rtl/files.f``, ``datasheet.md``, ``datasheet.html`` and ``manifest.json``."""
+                  units: list[str] | None = None, synthesise: bool = False) -> ChipResult:
+    """Write RTL, ``rtl/files.f``, ``datasheet.md``, ``datasheet.html`` and ``manifest.json``.
+
+    The datasheet's area tables take each emitted module's synthesis from the cache; with
+    ``synthesise``, modules not yet there are synthesised first (and ``area.json`` written)."""
     spec: ChipSpec = doc.spec
     chosen = list(UNITS) if units is None else units
+    # Every unit's parameters and the model's figures first: a spec that maps onto no unit
+    # fails here, before anything is elaborated or staged.
+    plan: list[tuple[object, list[object]]] = []
+    skipped: dict[str, str] = {}
+    for name in chosen:
+        unit = UNITS[name]
+        reason = unit.unsupported(spec)
+        if reason:
+            skipped[name] = reason
+            continue
+        plan.append((unit, list(unit.params(spec, scale))))
+    check = check_table(doc)
     with Staging(out) as stage:
         rtl: list[Path] = []
-        skipped: dict[str, str] = {}
         sections: dict[str, object] = {}
-        for name in chosen:
-            unit = UNITS[name]
-            reason = unit.unsupported(spec)
-            if reason:
-                skipped[name] = reason
-                continue
-            for params in unit.params(spec, scale):
-                rtl += unit.emit(params, stage.path("rtl"), header(doc))
+        emitted: dict[str, list[list[Path]]] = {}
+        for unit, variants in plan:
+            for params in variants:
+                files = unit.emit(params, stage.path("rtl"), header(doc))
+                emitted.setdefault(unit.name, []).append(files)
+                core, text = core_text(spec.name, files, header(doc), __version__)
+                rtl += files + [stage.write_text(f"rtl/{core}", text)]
             if unit.datasheet is not None:
-                sections[name] = unit.datasheet(spec)
-        sections["check"] = [check_table(doc)]
+                sections[unit.name] = unit.datasheet(spec)
+        sections["check"] = [check]
+        if emitted:
+            sections["area"], area_summary = chip_area(spec, emitted, synthesise)
+            if not area_summary["missing"]:
+                stage.write_text("area.json", json.dumps(area_summary, indent=1) + "\n")
         rtl_names = sorted({p.relative_to(stage.root).as_posix() for p in rtl})
         if rtl_names:
             stage.write_text("rtl/files.f", "".join(f"{Path(n).name}\n" for n in rtl_names

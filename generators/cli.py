@@ -16,7 +16,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from specs.errors import SpecError
+from specs.errors import InputError, SpecError
 from specs.loader import bundled, load_document
 
 from . import __version__
@@ -25,12 +25,13 @@ EXIT_BAD_INPUT = 2
 
 
 class SpecAwareGroup(click.Group):
-    """Turns SpecError (and unreadable output paths) into one line on stderr and status 2."""
+    """Turns bad input (the InputError family: SpecError, ModelError) and unreadable or
+    unwritable paths into one line on stderr and status 2."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except SpecError as exc:
+        except InputError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except OSError as exc:
@@ -141,13 +142,8 @@ def check(specs, fmt, output, strict):
     """Lay every derived figure of SPECS beside every published claim, at every level."""
     from sim.system.check import check as check_specs
     from sim.system.check import render, to_table
-    from sim.system.model import ModelError
 
-    try:
-        reports, status = check_specs(list(specs), strict)
-    except ModelError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+    reports, status = check_specs(list(specs), strict)
     if fmt == "table":
         if output:
             raise click.UsageError("--output needs --format json, md or html")
@@ -167,7 +163,10 @@ def check(specs, fmt, output, strict):
               help="Output directory (default: build/<chip>).")
 @click.option("--scale", type=click.Choice(["full", "sim"]), default="full", show_default=True,
               help="Emit at the spec's full scale or at its simulation scale (chip.sim).")
-def chip(spec, output, scale):
+@click.option("--area", "synthesise", is_flag=True,
+              help="Synthesise the emitted modules not yet in the area cache (Yosys), for the "
+                   "datasheet's area tables; without it they come from the cache alone.")
+def chip(spec, output, scale, synthesise):
     """Validate a chip SPEC and write its RTL, datasheets and manifest."""
     from .chip import generate_chip
 
@@ -176,7 +175,7 @@ def chip(spec, output, scale):
         raise SpecError(f"expected a chip spec, found the {doc.kind} spec {doc.name!r} "
                         "(use `gen check` for systems)", location=None)
     out = output or Path("build") / doc.name
-    result = generate_chip(doc, out, scale)
+    result = generate_chip(doc, out, scale, synthesise=synthesise)
     state = "written" if result.changed else "unchanged"
     click.echo(f"{doc.name}: {len(result.files)} files {state} in {out}")
     for unit, reason in result.skipped.items():
@@ -192,11 +191,14 @@ def chip(spec, output, scale):
 @click.option("--format", "formats", multiple=True, metavar="FMT",
               help="Tensor engine only: simulate the arrays of these input formats "
                    "(repeatable; default: every format of the spec).")
-def sim(spec, unit_name, simulator, seed, formats):
+@click.option("--waves", is_flag=True,
+              help="Record an FST waveform of each run, scoped to the unit, and print its path.")
+def sim(spec, unit_name, simulator, seed, formats, waves):
     """Run a unit's cocotb testbench on SPEC at simulation scale."""
+    import contextlib
     import random
 
-    from sim.tb.runner import SimulatorMissing
+    from sim.tb.runner import SimulatorMissing, recording_waves
 
     from .units import UNITS
 
@@ -219,29 +221,305 @@ def sim(spec, unit_name, simulator, seed, formats):
             if f not in spec_formats and f not in known:
                 raise SpecError(f"expected a format of {doc.name}'s tensor engine, found "
                                 f"{f!r}", choices=spec_formats)
-        from .units import rtl_format_name
+        from hdl.params import rtl_format_name
 
-        wanted = {rtl_format_name(doc.spec, f) if f in spec_formats else f for f in formats}
+        tensor = doc.spec.core.tensor
+        wanted = {rtl_format_name(tensor, f) if f in spec_formats else f for f in formats}
         variants = [p for p in variants if getattr(p, "fmt", None) in wanted]
         if not variants:
             raise SpecError(f"expected a format with RTL, found only {', '.join(formats)}")
     click.echo(f"{doc.name}: {unit_name} on {simulator}, seed {seed}")
     ok, runs = True, 0
     try:
-        for params in variants:
-            results = unit.simulate(params, simulator, seed=seed)
-            for r in results if isinstance(results, list) else [results]:
-                ok &= r.ok
-                runs += 1
-                state = "PASS" if r.ok else "FAIL"
-                click.echo(f"  {state} {_label(params)}: {r.tests} tests, {r.failures} failed "
-                           f"({r.results_xml})")
+        with recording_waves() if waves else contextlib.nullcontext():
+            for params in variants:
+                results = unit.simulate(params, simulator, seed=seed)
+                for r in results if isinstance(results, list) else [results]:
+                    ok &= r.ok
+                    runs += 1
+                    state = "PASS" if r.ok else "FAIL"
+                    click.echo(f"  {state} {_label(params)}: {r.tests} tests, {r.failures} "
+                               f"failed ({r.results_xml})")
+                    if r.waves is not None:
+                        click.echo(f"    waves: {r.waves}")
     except SimulatorMissing as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     if not runs:
         click.echo("error: nothing was simulated", err=True)
     sys.exit(0 if ok and runs else 1)
+
+
+@main.command("kernels")
+def kernels_list():
+    """List the core kernels `gen run` runs, with their shape keys and formats."""
+    from kernels import KERNELS
+
+    table = Table(title="Core kernels")
+    for col in ("kernel", "shape", "formats", "what it computes"):
+        table.add_column(col)
+    for k in KERNELS.values():
+        table.add_row(k.name, ",".join(f"{d}={v}" for d, v in k.example.items()),
+                      " ".join(k.dtypes), k.summary)
+    _console().print(table)
+
+
+def _si(value: float, unit: str) -> str:
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+@main.command("run")
+@click.argument("spec")
+@click.argument("kernel", required=False)
+@click.option("--shape", default=None, metavar="K=V,...",
+              help="Shape keys of the kernel, e.g. M=4096,K=8192,N=8192 (default: the "
+                   "kernel's example in `gen kernels`).")
+@click.option("--dtype", default=None, help="Input format (default: the kernel's first).")
+@click.option("--lnc", type=int, default=1, show_default=True,
+              help="Physical cores of the logical core; the first shape key is split "
+                   "among them.")
+@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a Chrome/Perfetto trace-event JSON file.")
+@click.option("--timing-only", is_flag=True, help="Skip the data (large shapes).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the inputs.")
+@click.option("--collective", default=None, metavar="OP",
+              help="On a system: execute a collective (all_reduce, all_gather, "
+                   "reduce_scatter, all_to_all, send_recv) over every chip.")
+@click.option("--size", default="1 GiB", show_default=True,
+              help="Collective buffer per chip, as nccl-tests counts it.")
+@click.option("--algorithm", default=None,
+              help="ring, torus, hierarchical or direct (default: the topology's own).")
+@click.option("--chunk", default="4 MiB", show_default=True,
+              help="Largest piece a link carries at once.")
+@click.option("--members", type=int, default=None,
+              help="Members of a cluster executed over EFA (default 2).")
+@click.option("--bit-error-rate", type=float, default=0.0, show_default=True,
+              help="Bit error rate of every NeuronLink; failed packets are replayed.")
+@click.option("--shard", default=None, metavar="tp=N",
+              help="On a system: run KERNEL tensor-parallel over N chips (the contraction "
+                   "K split), then all-reduce its output.")
+def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed, collective, size,
+               algorithm, chunk, members, bit_error_rate, shard):
+    """Run KERNEL on one (logical) NeuronCore of chip SPEC: time, utilisation, per-engine
+    busy and bytes moved; numeric runs also compare the result with numpy in float64.
+
+    On a system SPEC: execute a collective (--collective) or a sharded kernel (--shard) on
+    its chips and links: time, algbw, busbw and per-link utilisation."""
+    import numpy as np
+
+    import kernels
+    from hdl.params import ModelError, core_params
+    from sim.core import ProgramError
+    from sim.system import formulas
+
+    doc = load_document(spec)
+    if doc.kind != "chip":
+        from .multichip import run_system
+
+        run_system(doc, kernel, collective=collective, size=size, algorithm=algorithm,
+                   chunk=chunk, members=members, shard=shard, shape=shape, dtype=dtype,
+                   trace=trace, seed=seed, timing_only=timing_only,
+                   bit_error_rate=bit_error_rate)
+        return
+    if kernel is None:
+        raise SpecError(f"expected a kernel to run on the chip {doc.name!r}, found none",
+                        choices=sorted(kernels.KERNELS))
+    for name, value in (("--collective", collective), ("--shard", shard),
+                        ("--members", members), ("--algorithm", algorithm),
+                        ("--bit-error-rate", bit_error_rate or None)):
+        if value is not None:
+            raise SpecError(f"{name} runs on a system spec, not on the chip {doc.name!r}")
+    k = kernels.KERNELS.get(kernel)
+    if k is None:
+        raise SpecError(f"expected a kernel, found {kernel!r}", choices=sorted(kernels.KERNELS))
+    chip = doc.spec
+    try:
+        if lnc not in chip.lnc.options:
+            raise kernels.KernelError(f"--lnc must be one of {chip.lnc.options} on "
+                                      f"{chip.name}, not {lnc}")
+        dims = kernels.parse_shape(shape, k) if shape is not None else dict(k.example)
+        dtype = dtype or k.dtypes[0]
+        share = dict(dims, **{k.split: -(-dims[k.split] // lnc)})
+        params = core_params(chip)
+        r = kernels.run(params, k, share, dtype, timing_only=timing_only, trace=bool(trace),
+                        seed=seed)
+    except (kernels.KernelError, ProgramError, ModelError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    res = r.result
+    fmt_rate = chip.core.tensor.rates.get(dtype, 1.0) if dtype in chip.core.tensor.formats \
+        else 1.0
+    peak = formulas.peak_flops(params.rows, params.cols, params.clock("tensor"), fmt_rate)
+    shape_text = " ".join(f"{d}={v}" for d, v in dims.items())
+    mode = "timing only" if timing_only else f"numeric, seed {seed}"
+    click.echo(f"{chip.name}: {k.name} {shape_text} {dtype} on a logical core of {lnc} x "
+               f"NeuronCore-{chip.neuron_core} ({mode})")
+    if lnc > 1:
+        click.echo(f"  each physical core runs {k.split}={share[k.split]}")
+    flops = res.flops * lnc
+    click.echo(f"  time          {res.time * 1e3:.4g} ms")
+    if res.instructions.get("tensor"):
+        click.echo(f"  work          {_si(flops, 'FLOP')}, {_si(flops / res.time, 'FLOPS')}, "
+                   f"{100 * res.flops / res.time / peak:.1f} % of the tensor engine's "
+                   f"{_si(peak, 'FLOPS')} ({dtype})")
+    else:
+        click.echo(f"  work          {_si(flops, 'FLOP')}, {_si(flops / res.time, 'FLOPS')} "
+                   f"on the vector, scalar and GpSimd engines")
+    click.echo(f"  DMA           {_si(res.dma_bytes * lnc, 'B')} moved, "
+               f"{_si(res.dma_bytes / res.time, 'B/s')} per core")
+    click.echo(f"  instructions  {r.instructions:,} per core")
+    table = Table(show_edge=False, box=None)
+    for col in ("engine", "instructions", "busy", "busy %", "cycles"):
+        table.add_column(col, justify="left" if col == "engine" else "right")
+    for eng, busy in res.busy.items():
+        cycles = f"{res.cycles[eng]:,.0f}" if res.cycles[eng] else "-"
+        table.add_row(eng, f"{res.instructions[eng]:,}", f"{busy * 1e6:.1f} us",
+                      f"{100 * res.busy_fraction(eng):.1f}", cycles)
+    _console().print(table)
+    if not timing_only:
+        ref = r.reference()
+        for name, want in ref.items():
+            err = float(np.abs(r.outputs[name] - want).max() / max(np.abs(want).max(), 1e-30))
+            tol = kernels.tolerance(k, dtype)
+            verdict = "ok" if err <= tol else "OUT OF TOLERANCE"
+            click.echo(f"  {name}: max error {err:.3g} of max |numpy float64| "
+                       f"(tolerance {tol:g}) {verdict}")
+    if trace:
+        trace.write_text(res.trace_json())
+        click.echo(f"  trace         {trace}")
+
+
+def _ints(ctx, param, value):
+    """``"8"`` -> 8, ``"8,16"`` -> [8, 16] (a grid), ``None`` as is."""
+    if value is None:
+        return None
+    try:
+        items = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected integers separated by commas, found "
+                                 f"{value!r}") from None
+    return items
+
+
+def _modes(ctx, param, value):
+    if value is None:
+        return None
+    items = [x.strip() for x in value.split(",") if x.strip()]
+    bad = [x for x in items if x not in ("none", "selective", "full")]
+    if bad or not items:
+        raise click.BadParameter(f"expected none, selective or full (comma-separated), "
+                                 f"found {value!r}")
+    return items
+
+
+@main.command("step")
+@click.argument("system")
+@click.argument("workload")
+@click.option("--tp", callback=_ints, help="Tensor-parallel degree (default: the workload's).")
+@click.option("--pp", callback=_ints, help="Pipeline stages (default: the workload's).")
+@click.option("--dp", callback=_ints, help="Data-parallel degree (default: every rank left; "
+              "with --nodes unset it sets the node count).")
+@click.option("--nodes", callback=_ints, help="Nodes (instances) over EFA (default: the "
+              "cluster spec's count, 1 for an instance).")
+@click.option("--micro-batch", callback=_ints, help="Sequences per micro-batch.")
+@click.option("--recompute", callback=_modes, help="Activation recomputation: none, "
+              "selective or full (default: the workload's).")
+@click.option("--no-sequence-parallel", is_flag=True, help="Norms and residuals on every "
+              "tensor-parallel rank in full.")
+@click.option("--no-zero1", is_flag=True, help="Optimizer state on every data-parallel rank.")
+@click.option("--gemm-only", is_flag=True, help="Drop every kernel but the GEMMs (the "
+              "GEMM-only estimate, for comparison).")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a stacked bar of the breakdown (PNG and SVG beside it).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="With comma-separated values (a grid): write every point as Parquet.")
+def step_cmd(system, workload, tp, pp, dp, nodes, micro_batch, recompute,
+             no_sequence_parallel, no_zero1, gemm_only, plot, output):
+    """Time one training step of WORKLOAD on SYSTEM (an instance or a cluster spec): step
+    time, sequences and tokens per second, MFU, the breakdown and the memory per rank.
+    Options given as comma-separated lists sweep every combination and print the best."""
+    from explore import step as steps
+
+    lists = {"tp": tp, "pp": pp, "dp": dp, "nodes": nodes, "micro_batch": micro_batch,
+             "recompute": recompute}
+    options = dict(sequence_parallel=not no_sequence_parallel, zero1=not no_zero1,
+                   gemm_only=gemm_only)
+    try:
+        if any(v is not None and len(v) > 1 for v in lists.values()):
+            if dp is not None:
+                raise steps.StepError("expected --nodes (not --dp) in a grid, found --dp")
+            _step_grid(steps, system, workload, lists, options, plot, output)
+            return
+        one = {k: (v[0] if v is not None else None) for k, v in lists.items()}
+        if one["recompute"] is None:
+            one.pop("recompute")
+        run = steps.from_cli(system, workload, **one, **options)
+    except steps.StepError as exc:
+        raise SpecError(str(exc)) from None
+    r, lay = run.result, run.result.layout
+    click.echo(f"{run.system}: {run.workload.name} on {r.nodes} node(s), {r.ranks} ranks "
+               f"(TP {lay.tp} x PP {lay.pp} x DP {lay.dp}), micro-batch {lay.micro_batch} x "
+               f"{r.micro_batches:g}, recompute {lay.recompute}, sequence parallel "
+               f"{'on' if lay.sequence_parallel else 'off'}, ZeRO-1 "
+               f"{'on' if lay.zero1 else 'off'}" + (", GEMMs only" if gemm_only else ""))
+    click.echo(f"  step time      {r.step_time:.4g} s")
+    click.echo(f"  sequences/s    {r.sequences_per_second:.4g}")
+    click.echo(f"  tokens/s       {r.tokens_per_second:,.0f}")
+    click.echo(f"  MFU            {100 * r.mfu:.1f} %")
+    table = Table(show_edge=False, box=None, title="breakdown")
+    for col in ("part", "seconds", "share"):
+        table.add_column(col, justify="left" if col == "part" else "right")
+    for part in steps.PARTS:
+        table.add_row(part, f"{r.parts[part]:.4g}", f"{100 * r.parts[part] / r.step_time:.1f} %")
+    table.add_row("step", f"{r.step_time:.4g}", "100.0 %")
+    _console().print(table)
+    mem = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in r.memory.items())
+    click.echo(f"  memory/rank    {mem} GiB; {sum(r.memory.values()) / 2**30:.2f} of "
+               f"{r.hbm_per_rank / 2**30:.2f} GiB: {'fits' if r.fits else 'DOES NOT FIT'}")
+    click.echo(f"  kernels        {r.kernel_calls} calls, {run.simulated} simulated now, "
+               f"the rest from the cache")
+    if plot:
+        from explore.plots import step_breakdown
+
+        written = step_breakdown([(run.workload.name, r.parts)], plot.parent, plot.stem)
+        click.echo(f"  plot           {', '.join(str(p) for p in written)}")
+
+
+def _step_grid(steps, system, workload, lists, options, plot, output, shown=15):
+    lists = {k: v for k, v in lists.items() if k != "dp"}
+    t, table = steps.grid(system, workload, **lists, **options)
+    ok = table[table["valid"] & table["fits"]].sort_values("sequences_per_second",
+                                                           ascending=False)
+    click.echo(f"{system}: {t.name}, {len(table)} design points, {int(table['valid'].sum())} "
+               f"valid, {len(ok)} fit in HBM" + (", GEMMs only" if options["gemm_only"]
+                                                 else ""))
+    view = Table(show_edge=False, box=None)
+    for col in ("nodes", "TP", "PP", "DP", "mb", "recompute", "step s", "seq/s", "MFU %",
+                *steps.PARTS):
+        view.add_column(col, justify="left" if col == "recompute" else "right")
+    rows = []
+    for _, x in ok.head(shown).iterrows():
+        view.add_row(str(x.nodes), str(x.tp), str(x.pp), str(int(x.data_parallel)),
+                     str(x.micro_batch), x.recompute, f"{x.step_time:.4g}",
+                     f"{x.sequences_per_second:.4g}", f"{100 * x.mfu:.1f}",
+                     *(f"{x[p + '_time']:.3g}" for p in steps.PARTS))
+        rows.append((f"{x.nodes}n TP{x.tp} PP{x.pp} mb{x.micro_batch} {x.recompute}",
+                     {p: x[p + "_time"] for p in steps.PARTS}))
+    _console().print(view)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp = output.with_suffix(output.suffix + ".tmp")
+        table.to_parquet(tmp, index=False)
+        tmp.replace(output)
+        click.echo(f"  table          {output}")
+    if plot and rows:
+        from explore.plots import step_breakdown
+
+        written = step_breakdown(rows, plot.parent, plot.stem)
+        click.echo(f"  plot           {', '.join(str(p) for p in written)}")
 
 
 def _label(params) -> str:
@@ -266,12 +544,15 @@ def _label(params) -> str:
               help="Output directory (default: build/explore/<sweep>).")
 @click.option("--scheduler", metavar="ADDR", default=None,
               help="Address of a running Dask scheduler, e.g. tcp://host:8786.")
-def explore(sweep, output, scheduler):
+@click.option("--max-points", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Refuse sweeps of more than N design points (default: the sweep's "
+                   "execution.max_points, 10,000,000 unless set).")
+def explore(sweep, output, scheduler, max_points):
     """Run an exploration SWEEP: Parquet table, summary and plots."""
     from explore.run import explore as run_sweep
 
     out = output or Path("build") / "explore" / sweep.stem
-    summary = run_sweep(sweep, out, scheduler=scheduler)
+    summary = run_sweep(sweep, out, scheduler=scheduler, max_points=max_points)
     click.echo(f"{sweep.name}: results in {out}")
     if isinstance(summary, dict):
         for key in ("points", "rows", "computed", "reused", "elapsed_s"):

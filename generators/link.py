@@ -15,6 +15,8 @@ from amaranth.back import verilog
 
 from hdl.link.link import LinkParams, LinkPort
 
+from .output import write_if_changed
+
 TOPLEVEL = "link_port"
 
 #: ``verilator --lint-only -Wall`` warnings waived for the emitted text, with the reason.
@@ -48,12 +50,6 @@ def emit(params: LinkParams, rtl_dir: Path, header: str) -> list[Path]:
                       for rule, why in LINT_WAIVERS.items())
     prefix = "".join(f"// {line}".rstrip() + "\n" for line in header.splitlines())
     return [
-        _write(rtl_dir / f"{TOPLEVEL}.v", verilog_text(params, header)),
-        _write(rtl_dir / f"{TOPLEVEL}.vlt", f"{prefix}`verilator_config\n{waivers}"),
+        write_if_changed(rtl_dir / f"{TOPLEVEL}.v", verilog_text(params, header)),
+        write_if_changed(rtl_dir / f"{TOPLEVEL}.vlt", f"{prefix}`verilator_config\n{waivers}"),
     ]
-
-
-def _write(path: Path, text: str) -> Path:
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-    return path

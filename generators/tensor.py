@@ -26,6 +26,8 @@ from hdl.tensor.systolic import (
     stationary_layout,
 )
 
+from .output import write_if_changed as _write
+
 __all__ = ["TOP", "emit", "module_names", "verilog_modules"]
 
 TOP = "tensor_systolic"
@@ -102,12 +104,6 @@ def _comment(header: str) -> str:
     lines = header.rstrip("\n").splitlines() if header else []
     return "".join(line + "\n" if line.startswith("//") else f"// {line}\n".replace(" \n", "\n")
                    for line in lines)
-
-
-def _write(path: Path, text: str) -> Path:
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-    return path
 
 
 def emit(params: SystolicParams, rtl_dir: Path, header: str, top: str = TOP) -> list[Path]:

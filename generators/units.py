@@ -1,6 +1,6 @@
 """The hardware units `gen chip` emits and `gen sim` runs, and how each is parameterised
-from a chip spec. A unit never reads the spec itself: its ``params`` function here maps the
-spec to the unit's own small parameter object."""
+from a chip spec. A unit never reads the spec itself: its ``params`` entry is the unit's part of
+:mod:`hdl.params`, the one mapping from a spec to unit parameter objects."""
 
 from __future__ import annotations
 
@@ -8,6 +8,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hdl.params import (
+    activation_functions,
+    link_params,
+    rtl_format_name,
+    scalar_params,
+    tensor_params,
+    vector_params,
+)
 from specs.model import ChipSpec
 
 
@@ -29,17 +37,6 @@ class Unit:
 UNITS: dict[str, Unit] = {}
 
 
-def _link_params(spec: ChipSpec, scale: str):
-    from hdl.link.link import LinkParams
-    from sim.system.model import link_params
-
-    if scale == "full":
-        return [link_params(spec)]
-    s = spec.sim
-    return [LinkParams(width=s.link_width, credits=s.link_credits, max_packet=s.link_packet,
-                       replay_depth=2 * s.link_credits, ack_timeout=256)]
-
-
 def _link_emit(params, rtl_dir, header):
     from generators.link import emit
 
@@ -56,21 +53,11 @@ def _link_unsupported(spec: ChipSpec) -> str:
     return "" if spec.neuronlink.links else "the spec gives no NeuronLink ports"
 
 
-UNITS["link"] = Unit("link", _link_params, _link_emit, _link_simulate, _link_unsupported)
+UNITS["link"] = Unit("link", lambda spec, scale: [link_params(spec, scale)], _link_emit,
+                     _link_simulate, _link_unsupported)
 
 
 # --- number formats (datasheet only: the casts are inside the vector engine) ----------------
-
-def rtl_format_name(spec: ChipSpec, fmt: str) -> str | None:
-    """The numerics format name of a spec format, or None where the RTL has none (MX)."""
-    if fmt in ("mxfp8", "mxfp4"):
-        return None
-    if fmt == "cfp8":
-        c = spec.core.tensor.cfp8
-        layout, bias = (c.layout, c.bias) if c else ("e4m3", 7)
-        return f"cfp8_{layout}_b{bias}"
-    return fmt
-
 
 def _fmt_number(v) -> str:
     if v is None:
@@ -88,7 +75,7 @@ def formats_datasheet(spec: ChipSpec) -> list[dict]:
     t = spec.core.tensor
     rows = []
     for fmt in t.formats:
-        name = rtl_format_name(spec, fmt)
+        name = rtl_format_name(t, fmt)
         rate = f"{t.rates.get(fmt, 1):g}"
         if name is None:
             rows.append([fmt] + ["-"] * 8 + ["MX block format: throughput model only, no RTL",
@@ -118,18 +105,6 @@ UNITS["formats"] = Unit("formats", lambda spec, scale: [], lambda *a: [], None,
 
 # --- vector engine ----------------------------------------------------------------------------
 
-def _rounding(spec: ChipSpec) -> str:
-    return "stochastic" if "stochastic" in spec.rounding.modes else "rne"
-
-
-def _vector_params(spec: ChipSpec, scale: str):
-    from hdl.vector.vector import VectorParams
-
-    lanes = spec.core.vector.lanes if scale == "full" else spec.sim.lanes
-    return [VectorParams(lanes=lanes, out_format="bf16", rounding=_rounding(spec),
-                         rng=spec.rounding.rng)]
-
-
 def _vector_emit(params, rtl_dir, header):
     from generators.vector import emit
 
@@ -142,41 +117,11 @@ def _vector_simulate(params, sim, seed=None):
     return simulate(params, sim, seed=seed)
 
 
-UNITS["vector"] = Unit("vector", _vector_params, _vector_emit, _vector_simulate)
+UNITS["vector"] = Unit("vector", lambda spec, scale: [vector_params(spec, scale)],
+                       _vector_emit, _vector_simulate)
 
 
 # --- scalar (activation) engine -----------------------------------------------------------
-
-def activation_functions(spec: ChipSpec):
-    """The spec's functions as the generator's function specs, with the spec's overrides."""
-    import dataclasses
-
-    from hdl.vector.functions import DEFAULT_FUNCTIONS
-
-    by_name = {f.name: f for f in DEFAULT_FUNCTIONS}
-    out = []
-    for name in spec.core.scalar.functions:
-        f = by_name[name]
-        approx = spec.core.scalar.approximations.get(name)
-        if approx is not None:
-            changes = {}
-            if approx.range is not None:
-                changes["lo"], changes["hi"] = approx.range
-            if approx.segments is not None:
-                changes["segments"] = approx.segments
-            if approx.degree is not None:
-                changes["degree"] = approx.degree
-            f = dataclasses.replace(f, **changes)
-        out.append(f)
-    return tuple(out)
-
-
-def _scalar_params(spec: ChipSpec, scale: str):
-    from hdl.vector.activation import ActivationParams
-
-    lanes = spec.core.scalar.lanes if scale == "full" else spec.sim.lanes
-    return [ActivationParams(lanes=lanes, functions=activation_functions(spec))]
-
 
 def _scalar_simulate(params, sim, seed=None):
     from sim.tb.test_activation import simulate
@@ -186,50 +131,37 @@ def _scalar_simulate(params, sim, seed=None):
 
 def scalar_datasheet(spec: ChipSpec) -> list[dict]:
     from generators.vector import accuracy_table
+    from hdl.vector.fitting import rom_words
 
+    functions = activation_functions(spec)
     rows = []
-    for r in accuracy_table(activation_functions(spec)):
+    for r in accuracy_table(functions):
         rng = "-" if r["range"] is None else f"[{r['range'][0]:g}, {r['range'][1]:g})"
-        rows.append([r["function"], r["mode"], rng, r["segments"], r["degree"], r["rom_rows"],
-                     f"{r['max_abs_error']:.3g}", f"{r['max_rel_error']:.3g}",
-                     f"{r['worst_x']:.6g}"])
+        rows.append([r["function"], r["reduction"], r["mode"], rng, r["segments"], r["degree"],
+                     r["rom_rows"], r["points"], f"{r['max_rel_error']:.3g}",
+                     f"{r['worst_x']:.9g}"])
+    _, words = rom_words(functions)
     return [{
-        "title": "Scalar engine: activation accuracy",
+        "title": "Scalar engine: activation accuracy over the whole fp32 domain",
         "note": "Each function is a piecewise polynomial evaluated in fp32 (Horner, multiply "
-                "then add, bit-exact between RTL and golden model); errors are against the "
-                "exact function in float64 over the fitted range. Relative error is "
-                "|y - f| / max(|f|, 2^-20).",
-        "columns": ["function", "segmentation", "range", "segments", "degree", "ROM rows",
-                    "max abs error", "max rel error", "worst x"],
+                "then add, bit-exact between RTL and golden model); exp, log, sqrt, rsqrt and "
+                "reciprocal first reduce their argument on the fp32 exponent, and sigmoid, "
+                "softplus and silu follow exp(x) (x exp(x)) below their range. Errors are "
+                "relative, |y - f| / |f|, against the exact function in float64, at inputs "
+                "drawn from every binade of fp32 (both signs, subnormals included) and every "
+                "segment, wherever the exact result is a normal fp32 number. Range is that of "
+                f"the polynomial's argument. ROM: {len(words)} rows in all.",
+        "columns": ["function", "reduction", "segmentation", "range", "segments", "degree",
+                    "ROM rows", "points", "max rel error", "worst x"],
         "rows": rows,
     }]
 
 
-UNITS["scalar"] = Unit("scalar", _scalar_params, _vector_emit, _scalar_simulate,
-                       datasheet=scalar_datasheet)
+UNITS["scalar"] = Unit("scalar", lambda spec, scale: [scalar_params(spec, scale)],
+                       _vector_emit, _scalar_simulate, datasheet=scalar_datasheet)
 
 
 # --- tensor engine --------------------------------------------------------------------------
-
-def tensor_params(spec: ChipSpec, scale: str):
-    """One systolic array per RTL-supported input format of the spec (the PE's datapath
-    differs by format); double rate where the spec gives an 8-bit format rate 2."""
-    from hdl.tensor.params import SystolicParams
-
-    t = spec.core.tensor
-    rows, cols = (t.rows, t.cols) if scale == "full" else (spec.sim.tensor_rows,
-                                                           spec.sim.tensor_cols)
-    moving = t.moving_max if scale == "full" else min(t.moving_max, 16)
-    out = []
-    for fmt in t.formats:
-        name = rtl_format_name(spec, fmt)
-        if name is None:
-            continue
-        double = t.rates.get(fmt, 1) == 2 and fmt not in ("int8",)
-        out.append(SystolicParams(rows=rows, cols=cols, fmt=name, moving_max=moving,
-                                  double_rate=double, load_columns=t.load_columns))
-    return out
-
 
 def _tensor_emit(params, rtl_dir, header):
     from generators.tensor import emit

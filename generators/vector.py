@@ -1,199 +1,46 @@
 """Vector and scalar (activation) engine generator.
 
-* :func:`fit_function` / :func:`activation_table` compute the scalar engine's piecewise
-  polynomials from each :class:`~hdl.vector.functions.FunctionSpec` (range, segments, degree):
-  a weighted least-squares fit in float64 per segment (relative error weighted, over Chebyshev
-  nodes of the segment), coefficients rounded to fp32. The table is the ROM content of the RTL
-  and the data of the golden model.
-* :func:`accuracy_table` measures each function's maximum absolute and relative error, of the
-  bit-exact fp32 evaluation, against the exact function in float64 (numpy / scipy.special).
+* :func:`accuracy_table` measures each function's maximum relative error over the whole fp32
+  domain, of the bit-exact fp32 evaluation, against the exact function in float64 (numpy /
+  scipy.special); the fitting itself lives in :mod:`hdl.vector.fitting`.
 * :func:`emit` writes the Verilog of both engines.
 """
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy import special
 
+from hdl.vector.fitting import EXACT_FUNCTIONS, accuracy_points
 from hdl.vector.functions import FunctionSpec
 
+from .output import write_if_changed as _write
 
-def _div_x(f, limit):
-    def g(x):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(x == 0.0, limit, f(x) / np.where(x == 0.0, 1.0, x))
-    return g
-
-
-# The exact functions (float64), the reference of the fit and of the accuracy figures.
-EXACT_FUNCTIONS = {
-    "identity": lambda x: x,
-    "relu": lambda x: np.maximum(x, 0.0),
-    "exp": np.exp,
-    "gelu": lambda x: x * special.ndtr(x),
-    "silu": lambda x: x * special.expit(x),
-    "sigmoid": special.expit,
-    "tanh": np.tanh,
-    "softplus": lambda x: np.logaddexp(0.0, x),
-    "erf": special.erf,
-    "reciprocal": lambda x: 1.0 / x,
-    "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "sqrt": np.sqrt,
-    "log": np.log,
-}
-
-# f(x)/x for the functions fitted with post_mul_x (the limit at 0 filled in).
-_OVER_X = {
-    "gelu": special.ndtr,
-    "silu": special.expit,
-    "tanh": _div_x(np.tanh, 1.0),
-    "erf": _div_x(special.erf, 2.0 / np.sqrt(np.pi)),
+#: ``verilator --lint-only -Wall`` warnings waived for the emitted engines, with the reason
+#: (each a habit of Amaranth's Verilog backend, not of the design).
+LINT_WAIVERS = {
+    "UNUSEDSIGNAL": "every intermediate wire of an expression is declared even when only "
+                    "some of its bits are read",
+    "WIDTHEXPAND": "arithmetic is sized by Amaranth's rules, with implicit extension at "
+                   "assignments",
+    "WIDTHTRUNC": "as WIDTHEXPAND, with implicit truncation",
+    "CASEINCOMPLETE": "case statements have a default-assignment prologue instead of a "
+                      "default arm",
+    "PROCASSINIT": "registers are initialised where they are declared",
+    "UNSIGNED": "generated range checks compare unsigned values against 0",
+    "DECLFILENAME": "modules are named by hierarchy, not by file",
 }
 
 
-def _target(spec: FunctionSpec):
-    if spec.post_mul_x:
-        if spec.name in _OVER_X:
-            return _OVER_X[spec.name]
-        return _div_x(EXACT_FUNCTIONS[spec.name], 0.0)
-    return EXACT_FUNCTIONS[spec.name]
-
-
-def _f32(v) -> np.ndarray:
-    return np.asarray(v, dtype=np.float64).astype(np.float32)
-
-
-def segment_bounds(spec: FunctionSpec) -> np.ndarray:
-    """``(rows, 3)`` float64 array of each segment's ``[start, end)`` and fp32 centre."""
-    if spec.mode == "uniform":
-        w = (spec.hi - spec.lo) / spec.segments
-        i = np.arange(spec.segments, dtype=np.float64)
-        a = spec.lo + i * w
-        b = a + w
-        c = _f32(spec.lo + (i + 0.5) * w).astype(np.float64)
-    else:
-        e0 = int(round(np.log2(spec.lo)))
-        k = spec.segments
-        j, p = np.divmod(np.arange(spec.rows), k)
-        base = np.ldexp(1.0, e0 + j)
-        a = base * (1.0 + p / k)
-        b = base * (1.0 + (p + 1) / k)
-        c = (a + b) / 2.0  # exact in fp32: one more mantissa bit than the segment index
-    if spec.root is not None:
-        c = np.where((a == spec.root) | (b == spec.root), float(spec.root), c)
-    return np.stack([a, b, c], axis=1)
-
-
-def fit_function(spec: FunctionSpec) -> np.ndarray:
-    """Coefficients of ``spec``'s segments: ``(rows, degree + 1)`` float32, ``c_0`` first.
-
-    Segment ``i`` approximates ``f(c_i + u)`` (or ``f(c_i + u) / (c_i + u)`` with
-    ``post_mul_x``) for ``u`` over the segment, extended by 1 % of its width on either side
-    in uniform mode (where fp32 rounding of ``t`` can move a point across a boundary).
-    """
-    if spec.mode == "exact":
-        return np.zeros((0, 1), dtype=np.float32)
-    g = _target(spec)
-    d = spec.degree
-    bounds = segment_bounds(spec)
-    n_nodes = max(4 * (d + 1), 24)
-    s = np.cos(np.pi * (np.arange(n_nodes) + 0.5) / n_nodes)  # Chebyshev nodes in (-1, 1)
-    coeffs = np.empty((len(bounds), d + 1), dtype=np.float32)
-    margin = 0.01 if spec.mode == "uniform" else 0.0
-    for r, (a, b, c) in enumerate(bounds):
-        at_root = spec.root is not None and spec.root in (a, b)
-        if at_root:
-            c = float(spec.root)
-        m = margin * (b - a)
-        ua, ub = a - m - c, b + m - c
-        h = max(abs(ua), abs(ub))
-        x = c + (ua + ub) / 2 + s * (ub - ua) / 2
-        v = (x - c) / h
-        y = g(x)
-        scale = np.max(np.abs(y))
-        wgt = 1.0 / np.maximum(np.abs(y), 1e-12 * scale if scale > 0 else 1.0)
-        vander = np.vander(v, d + 1, increasing=True)
-        if at_root:
-            vander[:, 0] = 0.0  # f(root) = 0: no constant term, exactly
-        sol, *_ = np.linalg.lstsq(vander * wgt[:, None], y * wgt, rcond=None)
-        coeffs[r] = _f32(sol / h ** np.arange(d + 1))
-    return coeffs
-
-
-@dataclass(frozen=True)
-class FunctionTable:
-    """One function's ROM rows: fp32 bit patterns of the centres and the coefficients."""
-
-    spec: FunctionSpec
-    base: int  # first ROM row
-    centres: np.ndarray  # (rows,) uint32
-    coeffs: np.ndarray  # (rows, degree + 1) uint32, c_0 first
-
-
-@functools.lru_cache(maxsize=16)
-def activation_table(functions: tuple[FunctionSpec, ...]) -> tuple[FunctionTable, ...]:
-    """The ROM layout of a function set: rows of all functions concatenated, in order."""
-    out = []
-    base = 0
-    for spec in functions:
-        c = fit_function(spec).view(np.uint32)
-        centres = _f32(segment_bounds(spec)[:, 2]).view(np.uint32) if spec.rows else \
-            np.zeros(0, dtype=np.uint32)
-        c.setflags(write=False)
-        centres.setflags(write=False)
-        out.append(FunctionTable(spec, base, centres, c))
-        base += spec.rows
-    return tuple(out)
-
-
-def rom_words(functions: tuple[FunctionSpec, ...]) -> tuple[int, list[int]]:
-    """``(degree, words)``: the ROM as integers, row = centre | c_0 << 32 | ... | c_D << 32(D+1).
-
-    ``degree`` is the largest degree of the set; lower-degree functions get zero leading
-    coefficients (an exact no-op in Horner's scheme).
-    """
-    tables = activation_table(functions)
-    degree = max((t.spec.degree for t in tables if t.spec.rows), default=0)
-    words = []
-    for t in tables:
-        for r in range(t.spec.rows):
-            word = int(t.centres[r])
-            for k in range(t.spec.degree + 1):
-                word |= int(t.coeffs[r, k]) << (32 * (k + 1))
-            words.append(word)
-    return degree, words
-
-
-def accuracy_points(spec: FunctionSpec, per_segment: int = 257) -> np.ndarray:
-    """fp32 test inputs over ``spec``'s range: a grid per segment plus each boundary +- 2 ulps."""
-    if spec.mode == "exact":
-        return _f32(np.linspace(-8.0, 8.0, 4097))
-    bounds = segment_bounds(spec)
-    grid = bounds[:, :1] + (bounds[:, 1:2] - bounds[:, :1]) * np.linspace(0, 1, per_segment)
-    x = _f32(grid.ravel())
-    edges = _f32(bounds[:, 0])
-    near = [np.nextafter(edges, np.float32(np.inf)), np.nextafter(edges, np.float32(-np.inf))]
-    x = np.concatenate([x, *near, np.nextafter(near[0], np.float32(np.inf))])
-    lo, hi = np.float32(spec.lo), np.float32(spec.hi)
-    x = x[(x >= lo) & (x < hi)]
-    if spec.mode == "log" and spec.negative == "odd":
-        x = np.concatenate([x, -x])
-    return np.unique(x)
-
-
-def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None,
-                   rel_floor: float = 2.0**-20) -> list[dict]:
-    """Each function's maximum absolute and relative error over its range.
+def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None) -> list[dict]:
+    """Each function's maximum relative error over the whole fp32 domain.
 
     The fp32 evaluation (:func:`sim.golden.activation.evaluate`, bit-exact to the RTL) is
-    compared with the exact function in float64. The relative error is
-    ``|y - f| / max(|f|, rel_floor)`` (``rel_floor`` avoids dividing by an exact zero, e.g.
-    log at 1). ``functions`` is a tuple of specs or anything with a ``functions`` field
-    (``ActivationParams``).
+    compared with the exact function in float64 at :func:`~hdl.vector.fitting.accuracy_points`
+    (every binade of fp32, both signs, and every segment of the table), wherever the exact
+    result is a normal fp32 number: ``|y - f| / |f|``. ``functions`` is a tuple of specs or
+    anything with a ``functions`` field (``ActivationParams``).
     """
     from hdl.vector.functions import DEFAULT_FUNCTIONS
     from sim.golden.activation import evaluate
@@ -201,38 +48,35 @@ def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None,
     if functions is None:
         functions = DEFAULT_FUNCTIONS
     functions = getattr(functions, "functions", functions)
+    tiny, huge = 2.0**-126, float(np.finfo(np.float32).max)
     rows = []
     for index, spec in enumerate(functions):
         x = accuracy_points(spec)
         y = evaluate(functions, index, x.view(np.uint32)).view(np.float32).astype(np.float64)
-        ref = EXACT_FUNCTIONS[spec.name](x.astype(np.float64))
-        err = np.abs(y - ref)
-        rel = err / np.maximum(np.abs(ref), rel_floor)
+        with np.errstate(all="ignore"):
+            ref = EXACT_FUNCTIONS[spec.name](x.astype(np.float64))
+        normal = (np.abs(ref) >= tiny) & (np.abs(ref) <= huge)
+        x, y, ref = x[normal], y[normal], ref[normal]
+        rel = np.abs(y - ref) / np.abs(ref)
         worst = int(np.argmax(rel))
+        exact = spec.mode == "exact"
         rows.append({
             "function": spec.name,
+            "reduction": "exponent" if spec.reduced else "-",
             "mode": spec.mode,
-            "range": (spec.lo, spec.hi) if spec.mode != "exact" else None,
-            "segments": spec.segments if spec.mode != "exact" else 0,
+            "range": None if exact else (spec.lo, spec.hi),
+            "segments": 0 if exact else spec.segments,
             "rom_rows": spec.rows,
-            "degree": spec.degree if spec.mode != "exact" else 0,
+            "degree": 0 if exact else spec.degree,
             "points": int(x.size),
-            "max_abs_error": float(err.max()),
             "max_rel_error": float(rel.max()),
             "worst_x": float(x[worst]),
-            "rel_floor": rel_floor,
         })
     return rows
 
 
 def _commented(header: str) -> str:
     return "".join(f"// {line}".rstrip() + "\n" for line in header.splitlines())
-
-
-def _write(path: Path, text: str) -> Path:
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-    return path
 
 
 def emit(params, rtl_dir: Path, header: str) -> list[Path]:

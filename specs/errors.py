@@ -1,4 +1,10 @@
-"""The one exception type for bad spec input."""
+"""The exception family for bad input: everything the command line reports as one line.
+
+:class:`InputError` is the base the CLI catches (one line on stderr, status 2): a spec, sweep
+or workload file that cannot be accepted (:class:`SpecError`), or one that loads but cannot be
+mapped onto a unit or a model (:class:`ModelError`). Anything else that escapes is a bug and
+keeps its traceback.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +28,11 @@ class Location:
         return f"{name}:{self.line}:{self.column or 1}"
 
 
-class SpecError(ValueError):
+class InputError(ValueError):
+    """Input the tools cannot work with; the message is one line that says why."""
+
+
+class SpecError(InputError):
     """A spec that cannot be accepted.
 
     The message is one line: ``file:line:col: key.path: expected ..., found ...`` followed by the
@@ -76,3 +86,7 @@ def _show(value: object) -> str:
 def nearest(word: str, choices) -> str | None:
     match = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
     return match[0] if match else None
+
+
+class ModelError(InputError):
+    """A spec that loads but cannot be mapped onto a unit or a model (message: what and why)."""

@@ -32,8 +32,12 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9.-]*$"
 FORMATS = ("int8", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8", "bf16", "fp16", "tf32", "fp32",
            "mxfp8", "mxfp4")
 ACTIVATIONS = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
-               "reciprocal", "rsqrt", "sqrt", "log")
+               "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish", "gelu_tanh")
+#: Activations reduced on the fp32 exponent: their polynomial's range is fixed by the reduction.
+RANGE_REDUCED = ("exp", "reciprocal", "rsqrt", "sqrt", "log")
 LEVELS = ("core", "chip", "instance", "server", "cluster")
+#: Output formats of the vector engine's cast: fp32 (no cast) or a narrower float format.
+VECTOR_OUTPUTS = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2")
 
 
 def _quantity(dimension: str):
@@ -64,6 +68,7 @@ Bytes = _quantity("bytes")
 Bandwidth = _quantity("bandwidth")
 Frequency = _quantity("frequency")
 Price = _quantity("price")
+Time = _quantity("time")
 PosInt = Annotated[int, Field(gt=0)]
 Format = Literal[FORMATS]  # type: ignore[valid-type]
 
@@ -217,6 +222,11 @@ class VectorSpec(Strict):
     lanes: PosInt = Field(description="Lanes (partitions processed in parallel).")
     ops_per_lane_cycle: float = Field(1.0, gt=0, description="FP32 operations per lane per "
                                                              "cycle.")
+    elements_per_cycle: float = Field(1.0, gt=0, description="Elements one lane streams per "
+                                                             "cycle in an instruction.")
+    output_format: Literal[VECTOR_OUTPUTS] = Field(  # type: ignore[valid-type]
+        "bf16", description="Format the engine's output is cast to ('fp32': no cast), with "
+                            "the rounding of `rounding`.")
 
 
 class ApproximationSpec(Strict):
@@ -225,10 +235,11 @@ class ApproximationSpec(Strict):
 
     range: list[float] | None = Field(
         None, min_length=2, max_length=2,
-        description="Input range [lo, hi) fitted (of |x|, powers of two, for the functions "
-                    "segmented by octave: reciprocal, rsqrt, sqrt, log).")
+        description="Input range [lo, hi) fitted; not for exp, reciprocal, rsqrt, sqrt and log, "
+                    "whose argument is reduced on the fp32 exponent to a fixed range.")
     segments: PosInt | None = Field(
-        None, description="Segments over the range (per octave for octave-segmented ones).")
+        None, description="Segments over the range (per octave of the reduced argument for "
+                          "reciprocal, rsqrt, sqrt and log, a power of two).")
     degree: int | None = Field(None, ge=0, le=8, description="Degree of each polynomial.")
 
     @field_validator("range")
@@ -256,10 +267,15 @@ class ScalarSpec(Strict):
 
     @model_validator(mode="after")
     def _approximated_listed(self):
-        for name in self.approximations:
+        for name, approx in self.approximations.items():
             if name not in self.functions:
                 raise PydanticCustomError("rates", "expected approximations only for listed "
                                                    "functions, found '{f}'", {"f": name})
+            if name in RANGE_REDUCED and approx.range is not None:
+                raise PydanticCustomError(
+                    "rates", "expected no range for {f} (its argument is reduced on the fp32 "
+                             "exponent to a fixed range), found {r}",
+                    {"f": name, "r": approx.range})
         return self
 
 
@@ -280,6 +296,31 @@ class BufferSpec(Strict):
     banks: PosInt = Field(1, description="Banks per partition.")
 
 
+class SharedPortSpec(Strict):
+    """Engines that cannot access one memory at the same time."""
+
+    engines: list[Literal["vector", "scalar", "gpsimd"]] = Field(
+        min_length=2, description="The engines sharing the port.")
+    memory: Literal["sbuf", "psum"] = Field(description="The memory the port reaches.")
+
+
+class CoreCostSpec(Strict):
+    """Fixed costs of the core's instructions, shared by the core simulator and the models.
+
+    Cycles are of the clock of the engine that runs the instruction."""
+
+    access_start: PosInt = Field(description="Cycles an engine spends starting an SBUF or "
+                                             "PSUM access, paid once per instruction.")
+    min_interval: PosInt = Field(description="Fewest cycles of the streaming part of a vector,"
+                                             " scalar or GpSimd instruction.")
+    stride_penalty: Bytes = Field(description="A minor-dimension stride wider than this "
+                                              "halves an engine's access bandwidth.")
+    semaphore_latency: Time = Field(description="From a semaphore increment to a waiting "
+                                                "engine seeing it.")
+    shared_ports: list[SharedPortSpec] = Field(
+        default_factory=list, description="Engines whose accesses to a memory take turns.")
+
+
 class CoreSpec(Strict):
     """One physical NeuronCore."""
 
@@ -289,6 +330,8 @@ class CoreSpec(Strict):
     gpsimd: GpSimdSpec | None = Field(None, description="The GpSimd engine (none on v1).")
     sbuf: BufferSpec = Field(description="State buffer (SBUF).")
     psum: BufferSpec = Field(description="Partial-sum buffer (PSUM).")
+    costs: CoreCostSpec | None = Field(None, description="Fixed instruction costs (the core "
+                                                         "simulator needs them).")
 
 
 class MemorySpec(Strict):
@@ -303,6 +346,11 @@ class MemorySpec(Strict):
 class DmaSpec(Strict):
     engines: PosInt = Field(description="DMA engines per chip.")
     bandwidth: Bandwidth | None = Field(None, description="Aggregate DMA bandwidth per chip.")
+    engine_bandwidth: Bandwidth | None = Field(None, description="Bandwidth of one DMA engine.")
+    queues: PosInt | None = Field(None, description="DMA queues a NeuronCore's program can "
+                                                    "issue to; in order within a queue.")
+    latency: Time | None = Field(None, description="From a DMA's start (its semaphore) to its "
+                                                   "first bytes moving.")
 
 
 class LinkSpec(Strict):
@@ -315,6 +363,14 @@ class LinkSpec(Strict):
     flit: PosInt = Field(256, description="Flit size in bits (a multiple of the width).")
     credits: PosInt = Field(16, description="Receive buffer depth in flits (credits).")
     max_packet: PosInt = Field(4096, description="Largest payload of one packet, bytes.")
+    replay_depth: PosInt | None = Field(
+        None, description="Transmit replay buffer depth in flits; default: as deep as the "
+                          "receive buffer (credits).")
+    ack_timeout: PosInt = Field(512, description="Link-clock cycles without acknowledgement "
+                                                 "progress after which the transmitter "
+                                                 "replays.")
+    latency: PosInt = Field(16, description="Channel latency of a lane, link-clock cycles "
+                                            "each way.")
 
 
 class LncSpec(Strict):
@@ -347,6 +403,14 @@ class SimScale(Strict):
     link_width: PosInt = Field(64, description="Link datapath width in simulation, bits.")
     link_packet: PosInt = Field(8, description="Largest link packet in simulation, words.")
     link_credits: PosInt = Field(16, description="Link receive buffer in simulation, words.")
+    link_replay_depth: PosInt | None = Field(
+        None, description="Link replay buffer in simulation, words; default: as deep as the "
+                          "receive buffer (link_credits), the rule of the full-scale link.")
+    link_ack_timeout: PosInt = Field(256, description="Link acknowledgement timeout in "
+                                                      "simulation, cycles.")
+    tensor_moving_max: PosInt = Field(
+        16, description="Largest moving free size N in simulation (at most the array's "
+                        "moving_max): the PSUM bank depth of the simulated array.")
 
 
 class ChipSpec(Strict):

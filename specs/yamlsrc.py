@@ -121,6 +121,21 @@ class _Builder:
                         location=_loc(self.file, node.start_mark), path=_fmt_path(path))
 
 
+def _deep_point(file: Path, text: str) -> Location:
+    """Where flow collections (``[``, ``{``) first nest deeper than MAX_DEPTH, or where block
+    indentation first goes deeper than MAX_DEPTH levels of two spaces; the file alone when
+    neither does (quoted text is not told apart: this only places the message)."""
+    depth = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if len(line) - len(line.lstrip(" ")) > 2 * MAX_DEPTH:
+            return Location(file, number, 2 * MAX_DEPTH + 1)
+        for column, char in enumerate(line, 1):
+            depth += (char in "[{") - (char in "]}")
+            if depth > MAX_DEPTH:
+                return Location(file, number, column)
+    return Location(file)
+
+
 def load_yaml(file: Path) -> tuple[object, Positions]:
     """Load one YAML document from ``file``; return the data and its positions."""
     file = Path(file)
@@ -145,6 +160,9 @@ def load_yaml(file: Path) -> tuple[object, Positions]:
     text = text.removeprefix("\ufeff")
     try:
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except RecursionError:   # the YAML parser recurses per level, before our depth check
+        raise SpecError(f"expected nesting at most {MAX_DEPTH} deep, found deeper",
+                        location=_deep_point(file, text)) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         what = " ".join(filter(None, [exc.context, exc.problem]))

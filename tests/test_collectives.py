@@ -79,3 +79,17 @@ def test_single_chip_costs_nothing():
 def test_bad_arguments_are_explained(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_reduce_adds_one_add_per_reduce_scatter_step():
+    add = 1e-7
+    ring = coll.ring_time("all_reduce", N, 16, B, ALPHA, EFF, bidirectional=True, reduce=add)
+    assert ring - coll.ring_time("all_reduce", N, 16, B, ALPHA, EFF, bidirectional=True) \
+        == pytest.approx(15 * 2 * add, rel=1e-9)
+    assert coll.ring_time("all_gather", N, 16, B, ALPHA, EFF, reduce=add) == \
+        coll.ring_time("all_gather", N, 16, B, ALPHA, EFF)
+    g = topo.switch(144, 1e12)
+    assert coll.topology_time(g, "reduce_scatter", N, ALPHA, EFF, reduce=add) == pytest.approx(
+        2 * ALPHA + 143 / 144 * N / (1e12 * EFF) + 143 * add, rel=1e-12)
+    with pytest.raises(ValueError, match="reduce must be a non-negative number of seconds"):
+        coll.ring_time("all_reduce", N, 4, B, ALPHA, reduce=-1.0)

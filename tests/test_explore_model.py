@@ -134,7 +134,7 @@ def test_base_point_figures():
     assert r["ranks"][0] == 64 and r["data_parallel"][0] == 16
     assert r["utilisation"][0] == pytest.approx(work.flops() / (r["peak_flops"][0]
                                                                 * r["step_time"][0]))
-    assert r["tokens_per_second"][0] == pytest.approx(256 * 4096 / r["step_time"][0])
+    assert r["tokens_per_second"][0] == pytest.approx(1024 * 4096 / r["step_time"][0])
     assert 0 < r["utilisation"][0] < 1
     # Without a price the price metrics are unknown, not zero.
     assert math.isnan(r["price_per_hour"][0])

@@ -113,3 +113,49 @@ def test_local_dask_cluster_workers_write_the_same_parts(sweep_file, tmp_path):
         sorted(p.name for p in (tmp_path / "local" / "parts").iterdir())
     pd.testing.assert_frame_equal(pd.read_parquet(local["table"]),
                                   pd.read_parquet(dask["table"]))
+
+
+def test_torn_or_wrong_parts_are_computed_again(sweep_file, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    first = run.explore(sweep_file, out, progress=False, plot=False)
+    parts = sorted((out / "parts").glob("*.parquet"))
+    torn, short, stray = parts[0], parts[1], out / "parts" / ".x.parquet.999999999.tmp"
+    torn.write_bytes(torn.read_bytes()[:-40])              # a write cut off before its footer
+    pd.read_parquet(short).iloc[:1].to_parquet(short, index=False)   # too few rows
+    stray.write_bytes(b"PAR1")                               # a temporary part of a dead run
+    calls = []
+    real = run.evaluate_chunk
+    monkeypatch.setattr(run, "evaluate_chunk", lambda *a: calls.append(a[4]) or real(*a))
+    again = run.explore(sweep_file, out, progress=False, plot=False)
+    assert again["chunks"] == {"total": 6, "computed": 2, "skipped": 4} and len(calls) == 2
+    assert not stray.exists()
+    pd.testing.assert_frame_equal(pd.read_parquet(first["table"]),
+                                  pd.read_parquet(again["table"]))
+
+
+def test_too_large_a_sweep_is_refused_before_allocation(tmp_path):
+    from explore import sweep
+    from specs.errors import SpecError
+
+    f = tmp_path / "huge.yaml"
+    f.write_text(SWEEP.replace("cols: [64, 128]", "cols: {start: 1, stop: 1000000, step: 1}")
+                 .replace("clock: [2.0 GHz, 2.4 GHz]",
+                          "clock: {start: 1 GHz, stop: 3 GHz, step: 1 Hz}"))
+    with pytest.raises(SpecError, match=r"huge\.yaml:5:5: sweep\.parameters: expected at most "
+                                        r"10,000,000 design points \(execution\.max_points, or "
+                                        r"--max-points\), found 6,000,000,003,000,000 \(3 rows x "
+                                        r"1,000,000 cols x 2,000,000,001 clock\)"):
+        sweep.load(f)
+    with pytest.raises(SpecError, match=r"expected at most 5 design points .* found 12 "):
+        run.explore(sweep_file_with(tmp_path, SWEEP), tmp_path / "o", max_points=5)
+    f.write_text(SWEEP.replace("{chunk_size: 5}", "{chunk_size: 5, max_points: 11}"))
+    with pytest.raises(SpecError, match=r"expected at most 11 design points"):
+        sweep.load(f)
+    assert sweep.load(f, max_points=12).points()[0]["rows"].size == 12
+    assert not (tmp_path / "o").exists()
+
+
+def sweep_file_with(tmp_path, text):
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    return f

@@ -10,7 +10,7 @@ from specs.errors import SpecError
 
 def test_7b_training_step_flops_by_hand():
     w = workloads.load("llama2-7b")
-    h, L, ffn, vocab, seq, batch = 4096, 32, 11008, 32000, 4096, 256
+    h, L, ffn, vocab, seq, batch = 4096, 32, 11008, 32000, 4096, 1024
     tokens = batch * seq
     params = L * (4 * h * h + 3 * h * ffn + 2 * h) + 2 * vocab * h + h
     assert workloads.transformer_params(workloads.load_spec("llama2-7b")) == params
@@ -53,9 +53,9 @@ def test_backward_gemms_swap_dimensions_and_keep_flops():
     i, d, k = (g.names.index(n) for n in ("ffn.down", "ffn.down.dgrad", "ffn.down.wgrad"))
     # forward (M=hidden, K=ffn, N=tokens); dgrad (M=ffn, K=hidden, N=tokens);
     # wgrad (M=ffn, K=tokens, N=hidden)
-    assert (g.m[i], g.k[i], g.n[i]) == (4096, 11008, 256 * 4096)
-    assert (g.m[d], g.k[d], g.n[d]) == (11008, 4096, 256 * 4096)
-    assert (g.m[k], g.k[k], g.n[k]) == (11008, 256 * 4096, 4096)
+    assert (g.m[i], g.k[i], g.n[i]) == (4096, 11008, 1024 * 4096)
+    assert (g.m[d], g.k[d], g.n[d]) == (11008, 4096, 1024 * 4096)
+    assert (g.m[k], g.k[k], g.n[k]) == (11008, 1024 * 4096, 4096)
     assert g.backward[d] and g.backward[k] and not g.backward[i]
 
 
@@ -65,9 +65,9 @@ def test_split_divides_work_by_tensor_and_data_degrees():
     assert per_rank.flops() == pytest.approx(w.flops() / 64, rel=1e-12)
     i = w.gemms.names.index("ffn.down")
     # row-parallel: K split by tensor; tokens N split by data
-    assert (per_rank.m[i], per_rank.k[i], per_rank.n[i]) == (4096, 11008 / 4, 256 * 4096 / 16)
+    assert (per_rank.m[i], per_rank.k[i], per_rank.n[i]) == (4096, 11008 / 4, 1024 * 4096 / 16)
     j = w.gemms.names.index("ffn.down.wgrad")
-    assert (per_rank.m[j], per_rank.k[j], per_rank.n[j]) == (11008 / 4, 256 * 4096 / 16, 4096)
+    assert (per_rank.m[j], per_rank.k[j], per_rank.n[j]) == (11008 / 4, 1024 * 4096 / 16, 4096)
 
 
 def test_gemm_list_flops_by_hand():

@@ -37,3 +37,10 @@ def test_every_command_in_the_table_exists():
     assert documented <= set(main.commands), documented - set(main.commands)
     for name in documented:
         assert CliRunner().invoke(main, [name, "--help"]).exit_code == 0
+
+
+def test_python_examples_run():
+    blocks = _blocks("python")
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})

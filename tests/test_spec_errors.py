@@ -84,6 +84,11 @@ CASES = [
      r"did you mean 'bf16'\?", "formats"),
     ("rate-unlisted-format", sub("rates: {fp32: 0.25}", "rates: {fp32: 0.25, int8: 2}"),
      r"chip\.core\.tensor: expected a rate only for a listed format, found 'int8'", "tensor:"),
+    ("reduced-range", sub("functions: [exp, gelu]}",
+                          "functions: [exp, gelu],\n                 approximations: "
+                          "{exp: {range: [-8, 8]}}}"),
+     r"chip\.core\.scalar: expected no range for exp \(its argument is reduced on the fp32 "
+     r"exponent to a fixed range\), found \[-8\.0, 8\.0\]", "scalar:"),
     ("lnc-default", sub("lnc: {options: [1], default: 1}", "lnc: {options: [1], default: 2}"),
      r"chip\.lnc: expected default to be one of the options \[1\], found 2", "lnc"),
     ("claim-source", sub("source: TRN1}", "source: TRN9}"),
@@ -132,6 +137,11 @@ CASES = [
                                           "  topology: {kind: none}\n"},
      r"system\.member: expected a member of level chip or instance for a server, found the "
      r"server spec", "member"),
+    ("deep-flow-nesting", {"spec.yaml": "chip: " + "[" * 5000 + "]" * 5000 + "\n"},
+     r"spec\.yaml:1:71: expected nesting at most 64 deep, found deeper", "chip"),
+    ("deep-block-nesting", {"spec.yaml": "chip:\n" + "".join(
+        " " * i + f"k{i}:\n" for i in range(1, 1500)) + " " * 1500 + "x: 1\n"},
+     r"expected nesting at most 64 deep, found deeper", None),
     ("torus-dims", {"spec.yaml": "system:\n  name: s\n  title: S\n  level: instance\n"
                                  "  member: trn2\n  count: 16\n"
                                  "  topology: {kind: torus2d, dims: [4, 4, 4]}\n"},
@@ -209,3 +219,19 @@ def test_cli_subprocess_no_traceback(tmp_path):
     assert proc.stderr.startswith("error: spec.yaml:9:")
     assert proc.stdout == ""
     assert not (tmp_path / "out").exists() and not (tmp_path / "build").exists()
+
+
+@pytest.mark.parametrize("command", [["chip", "--scale", "sim"], ["check"]])
+def test_cli_model_error_is_one_line(tmp_path, command):
+    """A spec that loads but makes no link port: one line, status 2, nothing written."""
+    path = _write(tmp_path, "extends: trn2\nchip:\n  name: toy\n  title: Toy\n"
+                            "  neuronlink: {credits: 16}\n")
+    out = tmp_path / "out"
+    args = [command[0], str(path), *command[1:]] + (["-o", str(out)] if command[0] == "chip"
+                                                    else [])
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr == ("error: toy: neuronlink parameters do not make a link port "
+                             "(credits must be at least max_packet (128), not 16; a packet "
+                             "of 4096 B is 128 flits of 256 bits)\n")
+    assert not out.exists()

@@ -160,14 +160,28 @@ def test_vector_params_errors(kwargs, message):
     ({"name": "exp", "degree": 9}, r"degree must be an integer in 0..8, not 9"),
     ({"name": "exp", "below": "clamp"}, r"below must be one of zero, one, .*, not 'clamp'"),
     ({"name": "log", "mode": "log", "lo": 0.3, "hi": 4.0},
-     r"lo must be a power of two .* in log mode, not 0.3"),
-    ({"name": "log", "mode": "log", "lo": 0.5, "hi": 4.0, "segments": 3},
+     r"mode, lo and hi must be 'log', 0.5, 2.0 for log \(fixed by its range reduction\), "
+     r"not 'log', 0.3, 4.0"),
+    ({"name": "log", "mode": "log", "lo": 0.5, "hi": 2.0, "segments": 3},
      r"segments must be a power of two up to 65536 in log mode, not 3"),
+    ({"name": "sigmoid", "mode": "log", "lo": 0.5, "hi": 2.0},
+     r"mode must be 'uniform' for sigmoid \(log mode serves the range-reduced exp, log, "
+     r"sqrt, rsqrt, reciprocal\), not 'log'"),
+    ({"name": "exp", "above": "exp"}, r"above must be one of zero, one, .*, x, not 'exp'"),
+    ({"name": "exp", "anchor": 2.0}, r"anchor must be None or a number in \[lo, hi\], not 2.0"),
     ({"name": "exp", "mode": "exact"}, r"mode must be 'uniform' or 'log' for exp"),
 ])
 def test_function_spec_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         FunctionSpec(**kwargs)
+
+
+def test_function_names_and_reductions_follow_the_spec_language():
+    from hdl.vector.functions import FUNCTION_NAMES, REDUCED
+    from specs.model import ACTIVATIONS, RANGE_REDUCED
+
+    assert FUNCTION_NAMES == ACTIVATIONS
+    assert set(REDUCED) == set(RANGE_REDUCED)
 
 
 def test_activation_params_errors():
@@ -179,18 +193,44 @@ def test_activation_params_errors():
         ActivationParams(lanes=1).index("cosh")
 
 
-def test_activation_lane_matches_golden():
-    functions = (
-        FunctionSpec("relu", mode="exact"),
-        FunctionSpec("sigmoid", lo=-8.0, hi=8.0, segments=8, degree=2,
-                     below="zero", above="one"),
-        FunctionSpec("rsqrt", mode="log", lo=0.25, hi=4.0, segments=2, degree=2,
-                     below="inf", above="zero"),
-    )
+# A small set with every path of the lane: the exact functions, the exp reduction, the exp
+# tail with and without post-multiplication and with gelu_tanh's cubic exponent, constant
+# and ``x`` rules, and the four log-domain reductions.
+LANE_FUNCTIONS = (
+    FunctionSpec("relu", mode="exact"),
+    FunctionSpec("exp", lo=-0.5, hi=0.5, segments=2, degree=2, anchor=0.0),
+    FunctionSpec("silu", lo=-8.0, hi=8.0, segments=8, degree=2, post_mul_x=True,
+                 below="exp", above="x"),
+    FunctionSpec("tanh", lo=-4.0, hi=4.0, segments=4, degree=1, post_mul_x=True,
+                 below="minus_one", above="one"),
+    FunctionSpec("reciprocal", mode="log", lo=1.0, hi=2.0, segments=2, degree=2),
+    FunctionSpec("rsqrt", mode="log", lo=1.0, hi=4.0, segments=1, degree=2),
+    FunctionSpec("sqrt", mode="log", lo=1.0, hi=4.0, segments=1, degree=2, anchor=1.0),
+    FunctionSpec("log", mode="log", lo=0.5, hi=2.0, segments=2, degree=2, anchor=1.0),
+    FunctionSpec("square", mode="exact"),
+    FunctionSpec("abs", mode="exact"),
+    FunctionSpec("gelu_tanh", lo=-4.0, hi=8.0, segments=3, degree=1, post_mul_x=True,
+                 below="exp", above="x"),
+)
+
+
+def lane_inputs(rng: np.random.Generator, per_binade_step: int = 24) -> np.ndarray:
+    """Specials, a value from every ``per_binade_step``-th binade of both signs, subnormals
+    of several binades and values around the reduction's thresholds (fp32 bit patterns)."""
+    fields = np.arange(1, 255, per_binade_step, dtype=np.uint32)
+    normal = (fields << 23) | rng.integers(0, 1 << 23, fields.size, dtype=np.uint32)
+    sub = np.array([1, 0x35, 0x4000, 0x7FFFFF], dtype=np.uint32)
+    near = np.float32([1.0, 1.4142135, 1.4142137, 2.0, 0.75, -10.0, -87.5, -100.0, 88.7, 89.0,
+                       3.0, 4.0]).view(np.uint32)
+    mags = np.concatenate([normal, sub, near])
+    return np.concatenate([CASES, mags, mags | np.uint32(0x80000000)]).astype(np.uint32)
+
+
+def test_activation_lane_matches_golden(seed):
+    functions = LANE_FUNCTIONS
     params = ActivationParams(lanes=1, functions=functions)
     dut = ActivationLane(params)
-    xs = np.array([0.0, -0.0, 0.3, -1.5, 7.9, 8.0, -9.0, 3.99, 0.25, -0.5, 1e-3, np.inf,
-                   np.nan], dtype=np.float32).view(np.uint32)
+    xs = lane_inputs(np.random.default_rng(seed))
     one = 0x3F800000
     latency = params.latency
     results = {}
@@ -198,7 +238,7 @@ def test_activation_lane_matches_golden():
     async def bench(ctx):
         ctx.set(dut.en, 1)
         ctx.set(dut.scale, one)
-        ctx.set(dut.bias, 0)
+        ctx.set(dut.bias, 0x80000000)  # x * 1 + (-0) is x, -0 included
         for func in range(len(functions)):
             ctx.set(dut.func, func)
             out = []
@@ -215,4 +255,7 @@ def test_activation_lane_matches_golden():
     sim.run()
     for func in range(len(functions)):
         want = golden_act.evaluate(functions, func, xs)
-        assert [hex(v) for v in results[func]] == [hex(v) for v in want], functions[func].name
+        got = np.array(results[func], dtype=np.uint32)
+        bad = np.flatnonzero(got != want)
+        assert bad.size == 0, (f"{functions[func].name}: x={xs[bad[:4]].view(np.float32)} "
+                               f"rtl={got[bad[:4]]} golden={want[bad[:4]]}")

@@ -105,7 +105,9 @@ class LinkLoopback(wiring.Component):
 
     With ``ext`` high the user sides are the ``ext_*`` and ``out_*`` ports instead (for a
     testbench driver and monitor). Counters stop when ``cycles`` reaches ``stop_at``;
-    ``window_words`` counts the words delivered from cycle ``warmup`` on.
+    ``window_words`` counts the words delivered from cycle ``warmup`` on. A nonzero
+    ``corrupt_at`` flips bit 0 of the ``corrupt_at``-th delivered word on its way to the
+    checker: a fault after the receiver, which no CRC sees, to show the checker catches it.
     """
 
     def __init__(self, params: LinkParams, latency: int):
@@ -119,7 +121,7 @@ class LinkLoopback(wiring.Component):
             "len_min": In(16), "len_mask": In(16),
             "valid_thr": In(9), "ready_thr": In(9),
             "flit_flip_thr": In(32), "status_flip_thr": In(32),
-            "stop_at": In(32), "warmup": In(32),
+            "stop_at": In(32), "warmup": In(32), "corrupt_at": In(32),
             "ext_valid": In(1), "ext_ready": Out(1), "ext_data": In(params.width),
             "ext_last": In(1), "ext_dest": In(nb), "ext_type": In(2),
             "out_valid": Out(1), "out_ready": In(1), "out_data": Out(params.width),
@@ -213,15 +215,19 @@ class LinkLoopback(wiring.Component):
         m.d.comb += pop.eq(src.valid & src.ready)
         c_last = Signal()
         m.d.comb += c_last.eq(c_pos == c_len - 1)
+        checked = Signal(32)
+        seen = Signal(p.width)
+        m.d.comb += seen.eq(pl.data ^ ((self.corrupt_at != 0)
+                                       & (checked + 1 == self.corrupt_at)))
         wrong = Signal()
         m.d.comb += wrong.eq(
-            (pl.data != c_word) | (pl.first != (c_pos == 0)) | (pl.last != c_last)
+            (seen != c_word) | (pl.first != (c_pos == 0)) | (pl.last != c_last)
             | (pl.dest != c_pkt[:nb]) | (pl.type != c_pkt[nb:nb + 2])
             | (pl.src != TX_NODE % 2 ** nb))
         with m.If(~self.run):
             m.d.sync += c_len_state.eq(self.seed_len)
         with m.Elif(pop & ~self.ext):
-            m.d.sync += [c_word.eq(c_word + 1), c_pos.eq(c_pos + 1)]
+            m.d.sync += [c_word.eq(c_word + 1), c_pos.eq(c_pos + 1), checked.eq(checked + 1)]
             with m.If(c_last):
                 m.d.sync += [c_pos.eq(0), c_pkt.eq(c_pkt + 1),
                              c_len_state.eq(xorshift32(c_len_state))]

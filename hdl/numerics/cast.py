@@ -58,7 +58,8 @@ from .formats import FP32, FloatFormat
 from .fpu import lzc, round_pack
 
 __all__ = ["LFSR_TAPS", "RNGS", "ROUNDINGS", "XORWOW_WEYL", "Cast", "CastLane", "CastParams",
-           "lane_seed", "rng_initial_state"]
+           "FormatCastLane", "lane_seed", "rng_initial_state", "rng_word", "seed_value",
+           "seed_words"]
 
 ROUNDINGS = ("rne", "stochastic")
 RNGS = ("xorwow", "lfsr32")
@@ -145,15 +146,20 @@ def _cast_lane(m: Module, fmt: FloatFormat, x, rand):
     return out
 
 
-def _seed_words(rng: str) -> int:
+def seed_words(rng: str) -> int:
+    """32-bit words of a lane's generator state (and ``seed`` port)."""
     return 1 if rng == "lfsr32" else 6
 
 
 def lane_seed(params: CastParams, lane: int) -> int:
-    """The value to tie lane ``lane``'s ``seed`` port to: its initial state words
-    (:func:`rng_initial_state`), word ``k`` in bits ``32k .. 32k+31``."""
-    return sum(w << (32 * k)
-               for k, w in enumerate(rng_initial_state(params.rng, params.seed, lane)))
+    """The value to tie lane ``lane``'s ``seed`` port to (:func:`seed_value`)."""
+    return seed_value(params.rng, params.seed, lane)
+
+
+def seed_value(rng: str, seed: int, lane: int) -> int:
+    """Lane ``lane``'s initial state words (:func:`rng_initial_state`) as one integer, word
+    ``k`` in bits ``32k .. 32k+31``: the constant its ``seed`` port is tied to."""
+    return sum(w << (32 * k) for k, w in enumerate(rng_initial_state(rng, seed, lane)))
 
 
 class CastLane(wiring.Component):
@@ -176,7 +182,7 @@ class CastLane(wiring.Component):
         self.params = params
         ports = {"x": In(32), "en": In(1), "y": Out(params.fmt.bits)}
         if params.rounding == "stochastic":
-            ports["seed"] = In(32 * _seed_words(params.rng))
+            ports["seed"] = In(32 * seed_words(params.rng))
         super().__init__(ports)
 
     def elaborate(self, platform):
@@ -193,35 +199,83 @@ class CastLane(wiring.Component):
 
     def _rng(self, m: Module):
         """The generator: returns the word of its next state (used this beat)."""
-        p = self.params
-        seeds = [self.seed[32 * k:32 * (k + 1)] for k in range(_seed_words(p.rng))]
-        if p.rng == "lfsr32":
-            reg = Signal(32, name="lfsr")
-            nxt = reg ^ seeds[0]
-            for step in range(32):  # one signal per step keeps the expression linear in size
-                bit = Signal(32, name=f"lfsr_step{step}")
-                m.d.comb += bit.eq(Cat(nxt[1:], Const(0, 1)) ^ Mux(nxt[0], LFSR_TAPS, 0))
-                nxt = bit
-            with m.If(self.en):
-                m.d.sync += reg.eq(nxt ^ seeds[0])
-            return nxt
-        regs = [Signal(32, name=f"xorwow_{n}") for n in "xyzwvd"]
-        x, y, z, w, v, d = (Signal(32, name=f"{n}_state") for n in "xyzwvd")
-        m.d.comb += [s.eq(r ^ k) for s, r, k in zip((x, y, z, w, v, d), regs, seeds,
-                                                    strict=True)]
-        t = x ^ (x >> 2)
-        new_v = Signal(32, name="xorwow_nv")
-        new_d = Signal(32, name="xorwow_nd")
-        m.d.comb += [
-            new_v.eq(v ^ (v << 4)[:32] ^ t ^ (t << 1)[:32]),
-            new_d.eq(d + XORWOW_WEYL),
-        ]
-        word = Signal(32, name="xorwow_word")
-        m.d.comb += word.eq(new_v + new_d)
-        with m.If(self.en):
-            m.d.sync += [r.eq(nxt ^ k) for r, nxt, k in zip(regs, (y, z, w, v, new_v, new_d),
-                                                            seeds, strict=True)]
-        return word
+        return rng_word(m, self.params.rng, self.seed, self.en)
+
+
+def rng_word(m: Module, rng: str, seed, en):
+    """A lane's random generator (see the module docstring) in module ``m``: its registers
+    hold the state XOR ``seed`` and advance when ``en`` is set; returns the word of its next
+    state (the word that rounds the beat accepted with ``en``)."""
+    seeds = [seed[32 * k:32 * (k + 1)] for k in range(seed_words(rng))]
+    if rng == "lfsr32":
+        reg = Signal(32, name="lfsr")
+        nxt = reg ^ seeds[0]
+        for step in range(32):  # one signal per step keeps the expression linear in size
+            bit = Signal(32, name=f"lfsr_step{step}")
+            m.d.comb += bit.eq(Cat(nxt[1:], Const(0, 1)) ^ Mux(nxt[0], LFSR_TAPS, 0))
+            nxt = bit
+        with m.If(en):
+            m.d.sync += reg.eq(nxt ^ seeds[0])
+        return nxt
+    regs = [Signal(32, name=f"xorwow_{n}") for n in "xyzwvd"]
+    x, y, z, w, v, d = (Signal(32, name=f"{n}_state") for n in "xyzwvd")
+    m.d.comb += [s.eq(r ^ k) for s, r, k in zip((x, y, z, w, v, d), regs, seeds, strict=True)]
+    t = x ^ (x >> 2)
+    new_v = Signal(32, name="xorwow_nv")
+    new_d = Signal(32, name="xorwow_nd")
+    m.d.comb += [
+        new_v.eq(v ^ (v << 4)[:32] ^ t ^ (t << 1)[:32]),
+        new_d.eq(d + XORWOW_WEYL),
+    ]
+    word = Signal(32, name="xorwow_word")
+    m.d.comb += word.eq(new_v + new_d)
+    with m.If(en):
+        m.d.sync += [r.eq(nxt ^ k) for r, nxt, k in zip(regs, (y, z, w, v, new_v, new_d), seeds,
+                                                        strict=True)]
+    return word
+
+
+class FormatCastLane(wiring.Component):
+    """A cast lane whose target format and rounding are chosen at run time.
+
+    ``formats`` is a tuple of :class:`FloatFormat` (fp32 allowed: passed through unchanged,
+    every NaN canonical); ``rng`` the generator of stochastic rounding. Ports: ``x`` (32
+    bits); ``fmt``, the index of the target in ``formats``; ``stochastic``, stochastic
+    rounding instead of round-to-nearest-even; ``en``, a beat is accepted (the generator
+    advances, every beat, whatever the format and rounding); ``seed``, as for
+    :class:`CastLane`; ``y`` (32 bits, combinational), the target's bit pattern in its low
+    bits, zero above. Each narrow target rounds exactly as :class:`CastLane` with that
+    format does, the stochastic ones from the top bits of the same word.
+    """
+
+    def __init__(self, formats: tuple, rng: str = "xorwow"):
+        if (not isinstance(formats, tuple) or not formats
+                or not all(isinstance(f, FloatFormat) for f in formats)):
+            raise ValueError(f"formats must be a non-empty tuple of FloatFormat, not {formats!r}")
+        if rng not in RNGS:
+            raise ValueError(f"rng must be one of {', '.join(map(repr, RNGS))}, not {rng!r}")
+        self.formats = formats
+        self.rng = rng
+        super().__init__({"x": In(32), "fmt": In(range(max(len(formats), 2))),
+                          "stochastic": In(1), "en": In(1),
+                          "seed": In(32 * seed_words(rng)), "y": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        word = rng_word(m, self.rng, self.seed, self.en)
+        x = self.x
+        with m.Switch(self.fmt):
+            for index, fmt in enumerate(self.formats):
+                with m.Case(index):
+                    if fmt == FP32:
+                        nan = (x[23:31] == 0xFF) & (x[:23] != 0)
+                        m.d.comb += self.y.eq(Mux(nan, 0x7FC0_0000, x))
+                        continue
+                    drop = FP32.man_bits - fmt.man_bits
+                    rne = _cast_lane(m, fmt, x, None)
+                    sto = _cast_lane(m, fmt, x, word[32 - drop:])
+                    m.d.comb += self.y.eq(Mux(self.stochastic, sto, rne))
+        return m
 
 
 class Cast(wiring.Component):
@@ -256,7 +310,7 @@ class Cast(wiring.Component):
         for lane in range(p.lanes):
             inputs = {"x": self.i.payload[lane], "en": accept}
             if stochastic:
-                inputs["seed"] = Const(lane_seed(p, lane), 32 * _seed_words(p.rng))
+                inputs["seed"] = Const(lane_seed(p, lane), 32 * seed_words(p.rng))
             if self.lane_module is None:
                 m.submodules[f"lane{lane}"] = unit = CastLane(p)
                 m.d.comb += [getattr(unit, port).eq(value) for port, value in inputs.items()]

@@ -4,14 +4,16 @@ Each beat of the input stream carries one fp32 element of every lane (partition)
 ``last`` (the element ends a row of the free axis). Per lane:
 
 * ``x = add32(mul32(data, scale), bias)`` with the lane's ``scale`` and ``bias``;
-* ``y = f(x)``, ``f = params.functions[func]``, a piecewise polynomial evaluated in fp32 from
-  a coefficient ROM (segment selection, Horner scheme and out-of-range rules as documented in
-  :mod:`hdl.vector.functions`; coefficients from :func:`generators.vector.activation_table`);
+* ``y = f(x)``, ``f = params.functions[func]``: range reduction on the fp32 exponent (exp,
+  log, sqrt, rsqrt, reciprocal), a piecewise polynomial evaluated in fp32 from a coefficient
+  ROM, then the reduction undone and the special values and out-of-range rules applied, all
+  as documented in :mod:`hdl.vector.functions` (coefficients from
+  :func:`hdl.vector.fitting.activation_table`);
 * ``sum = add32(sum, y)``, the running sum along the free axis, from +0.0, restarting after
   the element flagged ``last``.
 
 Every output beat carries ``data`` (``y``), ``sum`` (the running sum including this element)
-and ``last``. Pipeline: ``4 + degree`` register stages with a common stall (a beat moves when
+and ``last``. Pipeline: ``5 + degree`` register stages with a common stall (a beat moves when
 the output register is empty or read); one beat per cycle at full rate. Control inputs
 (``func``, ``scale``, ``bias``) must hold while a stream is in flight.
 The golden model is :mod:`sim.golden.activation`.
@@ -23,16 +25,19 @@ import math
 import struct
 from dataclasses import dataclass
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from generators.vector import rom_words
+from hdl.numerics.cast import RNGS, FormatCastLane, seed_value, seed_words
+from hdl.numerics.formats import format_by_name
 from hdl.numerics.fpu import FpAdd32, FpMul32
 
+from .convert import ENGINE_FORMATS, check_formats, widen_input
+from .fitting import activation_table, exp_index, rom_words
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_lt, is_nan
-from .functions import DEFAULT_FUNCTIONS, RULE_BITS, FunctionSpec
+from .functions import DEFAULT_FUNCTIONS, EXP_TAIL_CUBIC, RULE_BITS, FunctionSpec
 from .lanes import add_lane, lane_verilog
 
 __all__ = ["Activation", "ActivationLane", "ActivationParams"]
@@ -40,6 +45,16 @@ __all__ = ["Activation", "ActivationLane", "ActivationParams"]
 
 def f32_bits(v: float) -> int:
     return struct.unpack("<I", struct.pack("<f", v))[0]
+
+
+INF32 = 0x7F80_0000
+NEG_INF32 = 0xFF80_0000
+MAGIC32 = 0x4B40_0000  # 1.5 * 2**23: adding it rounds |t| < 2**22 to an integer
+LOG2E32 = f32_bits(1.0 / math.log(2.0))
+LN2_32 = f32_bits(math.log(2.0))
+T_MAX32 = f32_bits(192.0)
+TWO64_32 = f32_bits(2.0**64)
+SQRT2_MANT = 0x3504F3  # mantissa of fp32 sqrt(2) (rounded down): m >= it halves m for log
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,10 +65,18 @@ class ActivationParams:
         for simulation).
     functions : the function set, selected at run time by index (``func``); each entry's
         range, segment count and degree fix its ROM rows (see :mod:`hdl.vector.functions`).
+    formats : the input and output formats, selected at run time by index (``in_format``,
+        ``out_format``): ``"fp32"`` and float formats of :mod:`hdl.numerics.formats`
+        narrower than fp32.
+    rng, seed : the per-lane generator of stochastic rounding and its seed
+        (:mod:`hdl.numerics.cast`).
     """
 
     lanes: int
     functions: tuple[FunctionSpec, ...] = DEFAULT_FUNCTIONS
+    formats: tuple[str, ...] = ENGINE_FORMATS
+    rng: str = "xorwow"
+    seed: int = 0
 
     def __post_init__(self):
         if not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or self.lanes < 1:
@@ -62,6 +85,19 @@ class ActivationParams:
                 or not all(isinstance(f, FunctionSpec) for f in self.functions)):
             raise ValueError("functions must be a non-empty tuple of FunctionSpec, "
                              f"not {self.functions!r}")
+        check_formats(self.formats)
+        if self.rng not in RNGS:
+            raise ValueError(f"rng must be one of {', '.join(map(repr, RNGS))}, "
+                             f"not {self.rng!r}")
+        if (not isinstance(self.seed, int) or isinstance(self.seed, bool)
+                or not 0 <= self.seed < 2**32):
+            raise ValueError(f"seed must be an integer in [0, 2**32), not {self.seed!r}")
+
+    def format_index(self, name: str) -> int:
+        """The ``in_format`` / ``out_format`` code of the format called ``name``."""
+        if name not in self.formats:
+            raise ValueError(f"format must be one of {', '.join(self.formats)}, not {name!r}")
+        return self.formats.index(name)
 
     def index(self, name: str) -> int:
         """The ``func`` code of the function called ``name``."""
@@ -78,7 +114,7 @@ class ActivationParams:
     @property
     def latency(self) -> int:
         """Register stages from input to output."""
-        return 4 + self.degree
+        return 5 + self.degree
 
 
 def input_layout(lanes: int) -> data.StructLayout:
@@ -94,16 +130,26 @@ def output_layout(lanes: int) -> data.StructLayout:
 
 
 def _consts(params: ActivationParams):
-    """Per-function control constants, as lists indexed by ``func``."""
-    fields = {k: [] for k in ("log", "exact", "relu", "lo", "hi", "neg_lo", "inv_w", "n",
-                              "kb", "e_lo", "base", "post", "odd", "nan_neg",
-                              "below_x", "below", "above_x", "above")}
-    base = 0
-    for f in params.functions:
+    """Per-function control constants, as lists indexed by ``func``; the exp table's
+    segment selection (the exp function's, or the tail table of ``below="exp"``) under
+    ``"exp_*"``."""
+    tables = activation_table(params.functions)
+    fields = {k: [] for k in ("log_mode", "exact", "relu", "lo", "hi", "neg_lo", "inv_w", "n",
+                              "kb", "e_lo", "base", "post", "is_exp", "is_log", "is_sqrt",
+                              "is_rsqrt", "is_recip", "below_exp", "below_x", "below",
+                              "above_x", "above", "square", "abs", "cubic", "cubic_a",
+                              "cubic_b")}
+    for f, table in zip(params.functions, tables, strict=False):
         poly = f.mode != "exact"
-        fields["log"].append(int(f.mode == "log"))
+        fields["log_mode"].append(int(f.mode == "log"))
         fields["exact"].append(int(not poly))
         fields["relu"].append(int(f.name == "relu"))
+        fields["square"].append(int(f.name == "square"))
+        fields["abs"].append(int(f.name == "abs"))
+        a, b = EXP_TAIL_CUBIC.get(f.name, (0.0, 0.0))
+        fields["cubic"].append(int(f.name in EXP_TAIL_CUBIC))
+        fields["cubic_a"].append(f32_bits(a))
+        fields["cubic_b"].append(f32_bits(b))
         fields["lo"].append(f32_bits(f.lo) if poly else 0)
         fields["hi"].append(f32_bits(f.hi) if poly else 0)
         fields["neg_lo"].append(f32_bits(-f.lo) if poly else 0)
@@ -112,15 +158,26 @@ def _consts(params: ActivationParams):
         fields["n"].append(f.segments if uni else 1)
         fields["kb"].append(f.segments.bit_length() - 1 if f.mode == "log" else 0)
         fields["e_lo"].append(int(round(math.log2(f.lo))) + 127 if f.mode == "log" else 0)
-        fields["base"].append(base)
+        fields["base"].append(table.base)
         fields["post"].append(int(f.post_mul_x))
-        fields["odd"].append(int(f.mode == "log" and f.negative == "odd"))
-        fields["nan_neg"].append(int(f.mode == "log" and f.negative == "nan"))
+        for name in ("exp", "log", "sqrt", "rsqrt"):
+            fields[f"is_{name}"].append(int(f.name == name))
+        fields["is_recip"].append(int(f.name == "reciprocal"))
+        tail = poly and not f.reduced and f.below == "exp"
+        fields["below_exp"].append(int(tail))
         for side in ("below", "above"):
             rule = getattr(f, side)
-            fields[f"{side}_x"].append(int(poly and rule == "x"))
-            fields[side].append(RULE_BITS.get(rule, 0) if poly else 0)
-        base += f.rows
+            fields[f"{side}_x"].append(int(poly and not f.reduced and rule == "x"))
+            fields[side].append(RULE_BITS.get(rule, 0) if poly and not f.reduced else 0)
+    e = exp_index(params.functions)
+    if e is not None:
+        spec = tables[e].spec
+        fields["exp_base"] = tables[e].base
+        fields["exp_inv_w"] = f32_bits(spec.segments / (spec.hi - spec.lo))
+        fields["exp_neg_lo"] = f32_bits(-spec.lo)
+        fields["exp_n"] = spec.segments
+    else:
+        fields.update(exp_base=0, exp_inv_w=0, exp_neg_lo=0, exp_n=1)
     return fields
 
 
@@ -130,6 +187,11 @@ class ActivationLane(wiring.Component):
     ``en`` moves every register stage; ``step`` (with ``en``) says the last Horner stage
     holds a valid element (it enters the running sum), ``first`` that it starts a row.
     ``y`` and ``sum`` are the output registers.
+
+    Stages: scale and bias; range reduction (:mod:`hdl.vector.functions`); segment selection
+    and ROM read; ``u``; one per Horner step; then post-multiplication, scaling by ``2**k``
+    (or log's ``e' ln 2`` added), special values and the running sum, into the output
+    registers.
     """
 
     def __init__(self, params: ActivationParams):
@@ -140,6 +202,10 @@ class ActivationLane(wiring.Component):
             "data": In(32),
             "scale": In(32),
             "bias": In(32),
+            "in_format": In(range(max(len(params.formats), 2))),
+            "out_format": In(range(max(len(params.formats), 2))),
+            "stochastic": In(1),
+            "seed": In(32 * seed_words(params.rng)),
             "step": In(1),
             "first": In(1),
             "y": Out(32),
@@ -153,8 +219,15 @@ class ActivationLane(wiring.Component):
         consts = _consts(p)
         en = self.en
 
+        selected = {}
+
         def sel(name, width=32):
-            return Array(Const(v, width) for v in consts[name])[self.func]
+            """The constant ``name`` of the function selected by ``func`` (one mux each)."""
+            if (name, width) not in selected:
+                value = Signal(width, name=f"sel_{name}")
+                m.d.comb += value.eq(Array(Const(v, width) for v in consts[name])[self.func])
+                selected[name, width] = value
+            return selected[name, width]
 
         def fp(kind, a, b, name):
             unit = FpAdd32() if kind == "add" else FpMul32()
@@ -162,88 +235,170 @@ class ActivationLane(wiring.Component):
             m.d.comb += [unit.a.eq(a), unit.b.eq(b)]
             return unit.y
 
-        def reg(value, name, width=32):
-            r = Signal(width, name=name)
+        def reg(value, name, shape=32):
+            r = Signal(shape, name=name)
             with m.If(en):
                 m.d.sync += r.eq(value)
             return r
 
-        flag_layout = data.StructLayout({"nan": 1, "below": 1, "above": 1, "flip": 1,
-                                         "zero": 1})
+        flag_layout = data.StructLayout({"nan": 1, "zero": 1, "inf": 1, "sign": 1,
+                                         "below": 1, "above": 1, "use_exp": 1, "low": 1})
+        kshape = signed(10)
 
-        # stage 1: x = data * scale + bias
-        x1 = reg(fp("add", fp("mul", self.data, self.scale, "mul_scale"), self.bias,
+        # stage 1: x = widen(data) * scale + bias
+        data_in = widen_input(m, p.formats, self.data, self.in_format)
+        x1 = reg(fp("add", fp("mul", data_in, self.scale, "mul_scale"), self.bias,
                     "add_bias"), "x1")
 
-        # stage 2: segment selection, ROM read
-        log = sel("log", 1)
-        xs = Mux(log, x1 & ~SIGN32, x1)
-        t = fp("mul", fp("add", x1, sel("neg_lo"), "add_lo"), sel("inv_w"), "mul_inv_w")
-        n = sel("n", 17)
+        # stage 2: range reduction
+        flags = Signal(flag_layout)
+        below = f_lt(x1, sel("lo"))
+        m.d.comb += [
+            flags.nan.eq(is_nan(x1)),
+            flags.zero.eq(x1[0:31] == 0),
+            flags.inf.eq(x1[0:31] == INF32),
+            flags.sign.eq(x1[31]),
+            flags.below.eq(below),
+            flags.above.eq(~f_lt(x1, sel("hi")) & ~is_nan(x1)),
+            flags.use_exp.eq(sel("is_exp", 1) | (sel("below_exp", 1) & below)),
+        ]
+        # exp: t = x log2(e) (x (a + b x**2) for a cubic tail), clamped; k = round(t) by the
+        # magic constant; f = t - k
+        cubic = fp("add", sel("cubic_a"), fp("mul", sel("cubic_b"),
+                                              fp("mul", x1, x1, "mul_xx"), "mul_cubic_b"),
+                   "add_cubic_a")
+        t = fp("mul", x1, Mux(sel("cubic", 1), cubic, LOG2E32), "mul_log2e")
+        low = f_lt(t, Const(T_MAX32 | SIGN32, 32))
+        m.d.comb += flags.low.eq(low)
+        t_c = Mux(low, T_MAX32 | SIGN32, Mux(f_lt(Const(T_MAX32, 32), t), T_MAX32, t))
+        s = fp("add", t_c, Const(MAGIC32, 32), "add_magic")
+        k_exp = Signal(kshape)
+        m.d.comb += k_exp.eq(s[0:23] - 0x40_0000)
+        f = fp("add", t_c, fp("add", s, Const(MAGIC32 | SIGN32, 32), "sub_magic") ^ SIGN32,
+               "sub_k")
+        # log domain: |x| = 1.mant * 2**e, subnormals scaled by 2**64 first
+        xs = x1 & ~SIGN32
+        sub = (xs[23:31] == 0) & (xs[0:23] != 0)
+        xn = Mux(sub, fp("mul", xs, Const(TWO64_32, 32), "mul_two64"), xs)
+        e = Signal(kshape)
+        m.d.comb += e.eq(xn[23:31] - 127 - Mux(sub, 64, 0))
+        mant = xn[0:23]
+        half = mant >= SQRT2_MANT
+        odd = e[0]
+        m_arg = Mux(sel("is_log", 1), Cat(mant, 127 - half, Const(0, 1)),
+                    Mux(sel("is_recip", 1), Cat(mant, Const(127, 8), Const(0, 1)),
+                        Cat(mant, 127 + odd, Const(0, 1))))
+        k_log = Signal(kshape)
+        m.d.comb += k_log.eq(Mux(sel("is_log", 1), e + half,
+                                 Mux(sel("is_recip", 1), -e,
+                                     Mux(sel("is_sqrt", 1), e >> 1, -(e >> 1)))))
+        arg = Mux(flags.use_exp, f, Mux(sel("log_mode", 1), m_arg, x1))
+        k = Mux(flags.use_exp, k_exp, Mux(sel("log_mode", 1), k_log, 0))
+        x2, arg2 = reg(x1, "x2"), reg(arg, "arg2")
+        k2, f2 = reg(k, "k2", kshape), reg(flags, "f2", flag_layout)
+
+        # stage 3: segment selection, ROM read; log's e' ln 2
+        use_exp = f2.use_exp
+
+        def pick(name, width=32):
+            return Mux(use_exp, Const(consts[f"exp_{name}"], width), sel(name, width))
+
+        t = fp("mul", fp("add", arg2, pick("neg_lo"), "add_lo"), pick("inv_w"), "mul_inv_w")
+        n = pick("n", 17)
         t_exp = t[23:31]
-        n_f = Array(Const(f32_bits(float(v)), 32) for v in consts["n"])[self.func]
+        n_f = Mux(use_exp, Const(f32_bits(float(consts["exp_n"])), 32),
+                  Array(Const(f32_bits(float(v)), 32) for v in consts["n"])[self.func])
         ge_one = ~f_lt(t, Const(0x3F80_0000, 32)) & ~is_nan(t)
         ge_n = ~f_lt(t, n_f) & ~is_nan(t)
         shifted = (Cat(t[0:23], Const(1, 1)) >> (150 - t_exp).as_unsigned()[:5])[:17]
         i_uni = Mux(ge_n, n - 1, Mux(ge_one, shifted, 0))
         kb = sel("kb", 5)
-        octave = (xs[23:31] - sel("e_lo", 8)).as_unsigned()[:8]
-        i_log = (octave << kb)[:24] | (xs[0:23] >> (23 - kb).as_unsigned()[:5])
-        index = Mux(log, i_log, i_uni)[:24]
+        octave = (arg2[23:31] - sel("e_lo", 8)).as_unsigned()[:8]
+        i_log = (octave << kb)[:24] | (arg2[0:23] >> (23 - kb).as_unsigned()[:5])
+        index = Mux(sel("log_mode", 1) & ~use_exp, i_log, i_uni)[:24]
         rows = max(len(words), 1)
-        rom = Memory(shape=unsigned(32 * (degree + 2)), depth=rows,
-                     init=words or [0])
+        rom = Memory(shape=unsigned(32 * (degree + 2)), depth=rows, init=words or [0])
         m.submodules.rom = rom
         rd = rom.read_port(domain="sync")
-        flags = Signal(flag_layout)
-        # out of range the result is a rule, not the polynomial: read row 0 of the function
-        # rather than an address past its rows (or past the ROM)
-        in_range = ~(flags.nan | flags.below | flags.above)
-        m.d.comb += [rd.en.eq(en), rd.addr.eq(sel("base", 24) + Mux(in_range, index, 0))]
-        m.d.comb += [
-            flags.nan.eq(is_nan(x1)),
-            flags.below.eq(f_lt(xs, sel("lo"))),
-            flags.above.eq(~f_lt(xs, sel("hi")) & ~is_nan(x1)),
-            flags.flip.eq(log & x1[31]),
-            flags.zero.eq(xs[0:31] == 0),
-        ]
-        x2, xs2 = reg(x1, "x2"), reg(xs, "xs2")
-        f2 = reg(flags, "f2", 5)
+        m.d.comb += [rd.en.eq(en), rd.addr.eq(pick("base", 24) + index)]
+        k_f = fp("add", (Const(MAGIC32, 32) + k2)[:32], Const(MAGIC32 | SIGN32, 32), "k_float")
+        ln = reg(fp("mul", k_f, Const(LN2_32, 32), "mul_ln2"), "ln3")
+        x3, arg3 = reg(x2, "x3"), reg(arg2, "arg3")
+        k3, f3 = reg(k2, "k3", kshape), reg(f2, "f3", flag_layout)
 
-        # stage 3: u = x' - centre
+        # stage 4: u = arg - centre
         word = rd.data
-        u3 = reg(fp("add", xs2, word[0:32] ^ SIGN32, "add_centre"), "u3")
-        coeff = [reg(word[32 * (k + 1):32 * (k + 2)], f"c3_{k}") for k in range(degree + 1)]
-        x, xs_, f = reg(x2, "x3"), reg(xs2, "xs3"), reg(f2, "f3", 5)
-        u = u3
+        u = reg(fp("add", arg3, word[0:32] ^ SIGN32, "add_centre"), "u4")
+        coeff = [reg(word[32 * (j + 1):32 * (j + 2)], f"c4_{j}") for j in range(degree + 1)]
+        x, fl, kk = reg(x3, "x4"), reg(f3, "f4", flag_layout), reg(k3, "k4", kshape)
+        ln = reg(ln, "ln4")
 
-        # Horner stages: acc = c_D; acc = acc * u + c_k, k = D-1 .. 0
+        # Horner stages: acc = c_D; acc = acc * u + c_j, j = D-1 .. 0
         acc = coeff[degree]
-        for k in range(degree - 1, -1, -1):
-            acc = reg(fp("add", fp("mul", acc, u, f"mul_h{k}"), coeff[k], f"add_h{k}"),
-                      f"acc{k}")
-            coeff = [reg(c, f"c{k}_{j}") for j, c in enumerate(coeff[:k])] + coeff[k:]
-            u = reg(u, f"u{k}")
-            x, xs_, f = reg(x, f"x_h{k}"), reg(xs_, f"xs_h{k}"), reg(f, f"f_h{k}", 5)
+        for j in range(degree - 1, -1, -1):
+            acc = reg(fp("add", fp("mul", acc, u, f"mul_h{j}"), coeff[j], f"add_h{j}"),
+                      f"acc{j}")
+            coeff = [reg(c, f"c{j}_{i}") for i, c in enumerate(coeff[:j])] + coeff[j:]
+            u = reg(u, f"u{j}")
+            x, fl = reg(x, f"x_h{j}"), reg(fl, f"f_h{j}", flag_layout)
+            kk, ln = reg(kk, f"k_h{j}", kshape), reg(ln, f"ln_h{j}")
 
-        # output stage: post-multiplication, range rules, running sum
-        flags = flag_layout(f)
-        post = fp("mul", acc, xs_, "mul_post")
+        # output stage: post-multiplication, 2**k or e' ln 2, special values, running sum
+        fl = flag_layout(fl)
+        post = fp("mul", Mux(sel("square", 1), x, acc), x, "mul_post")  # also square's x * x
         poly = Mux(sel("post", 1), post, acc)
-        below_v = Mux(sel("below_x", 1), x, sel("below"))
+        k1 = Mux(kk < -126, -126, Mux(kk > 127, 127, kk))
+        k_rest = Signal(kshape)
+        m.d.comb += k_rest.eq(kk - k1)
+        k2_ = Mux(k_rest < -126, -126, Mux(k_rest > 127, 127, k_rest))
+
+        def pow2(v):
+            return Cat(Const(0, 23), (v + 127).as_unsigned()[:8], Const(0, 1))
+
+        scaled = fp("mul", fp("mul", poly, pow2(k1), "mul_k1"), pow2(k2_), "mul_k2")
+        reduced = Mux(sel("is_log", 1), fp("add", ln, acc, "add_ln"), scaled)
+        neg = fl.sign & ~fl.zero
+        zero_inf = Cat(Const(0, 31), fl.sign) | INF32
+        y_log = Mux(fl.zero, NEG_INF32, Mux(neg, CANONICAL_NAN32,
+                                            Mux(fl.inf, INF32, reduced)))
+        y_sqrt = Mux(fl.zero, x, Mux(neg, CANONICAL_NAN32, Mux(fl.inf, INF32, reduced)))
+        y_rsqrt = Mux(fl.zero, zero_inf, Mux(neg, CANONICAL_NAN32, Mux(fl.inf, 0, reduced)))
+        y_recip = Mux(fl.zero, INF32, Mux(fl.inf, 0, reduced)) | Cat(Const(0, 31), fl.sign)
+        tail_zero = Mux(sel("post", 1), SIGN32, 0)
+        below_v = Mux(sel("below_exp", 1), Mux(fl.low, tail_zero, reduced),
+                      Mux(sel("below_x", 1), x, sel("below")))
         above_v = Mux(sel("above_x", 1), x, sel("above"))
-        ranged = Mux(flags.below, below_v, Mux(flags.above, above_v, poly))
-        keep_x = (flags.below & sel("below_x", 1)) | (flags.above & sel("above_x", 1))
-        signed_ = Mux(flags.flip & sel("odd", 1) & ~keep_x, ranged ^ SIGN32, ranged)
-        signed_ = Mux(flags.flip & ~flags.zero & sel("nan_neg", 1), CANONICAL_NAN32, signed_)
+        y_plain = Mux(fl.above, above_v, Mux(fl.below, below_v, reduced))
         relu = Mux(f_lt(Const(0, 32), x), x, 0)
-        exact = Mux(sel("relu", 1), relu, x)
+        exact = Mux(sel("relu", 1), relu, Mux(sel("square", 1), post,
+                                              Mux(sel("abs", 1), x & ~SIGN32, x)))
+        exact_, exp_, log_, sqrt_, rsqrt_, recip_ = (
+            sel(name, 1) for name in ("exact", "is_exp", "is_log", "is_sqrt", "is_rsqrt",
+                                      "is_recip"))  # declared before the If chain
         y = Signal(32)
-        m.d.comb += y.eq(Mux(flags.nan, CANONICAL_NAN32,
-                             Mux(sel("exact", 1), exact, signed_)))
+        with m.If(fl.nan):
+            m.d.comb += y.eq(CANONICAL_NAN32)
+        with m.Elif(exact_):
+            m.d.comb += y.eq(exact)
+        with m.Elif(exp_):
+            m.d.comb += y.eq(reduced)
+        with m.Elif(log_):
+            m.d.comb += y.eq(y_log)
+        with m.Elif(sqrt_):
+            m.d.comb += y.eq(y_sqrt)
+        with m.Elif(rsqrt_):
+            m.d.comb += y.eq(y_rsqrt)
+        with m.Elif(recip_):
+            m.d.comb += y.eq(y_recip)
+        with m.Else():
+            m.d.comb += y.eq(y_plain)
         total = fp("add", Mux(self.first, 0, self.sum), y, "add_sum")
+        m.submodules.cast = cast = FormatCastLane(tuple(map(format_by_name, p.formats)), p.rng)
+        m.d.comb += [cast.x.eq(y), cast.fmt.eq(self.out_format),
+                     cast.stochastic.eq(self.stochastic), cast.en.eq(en & self.step),
+                     cast.seed.eq(self.seed)]
         with m.If(en):
-            m.d.sync += self.y.eq(y)
+            m.d.sync += self.y.eq(cast.y)
             with m.If(self.step):
                 m.d.sync += self.sum.eq(total)
         return m
@@ -271,6 +426,9 @@ class Activation(wiring.Component):
             "func": In(range(len(params.functions))),
             "scale": In(data.ArrayLayout(32, n)),
             "bias": In(data.ArrayLayout(32, n)),
+            "in_format": In(range(max(len(params.formats), 2))),
+            "out_format": In(range(max(len(params.formats), 2))),
+            "stochastic": In(1),
         })
 
     def verilog_dependencies(self) -> list[str]:
@@ -304,6 +462,9 @@ class Activation(wiring.Component):
         for lane in range(p.lanes):
             inputs = {"en": en, "func": self.func, "data": self.i.payload.data[lane],
                       "scale": self.scale[lane], "bias": self.bias[lane],
+                      "in_format": self.in_format, "out_format": self.out_format,
+                      "stochastic": self.stochastic,
+                      "seed": Const(seed_value(p.rng, p.seed, lane), 32 * seed_words(p.rng)),
                       "step": valid[-2], "first": first}
             outputs = {"y": self.o.payload.data[lane], "sum": self.o.payload.sum[lane]}
             add_lane(m, f"lane{lane}", lambda: ActivationLane(p), module, inputs, outputs)

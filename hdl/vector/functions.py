@@ -1,38 +1,82 @@
 """Descriptors of the scalar (activation) engine's functions.
 
-A :class:`FunctionSpec` says how one function is approximated: the input range, how that
-range is split into segments, the polynomial degree, and what happens outside the range.
-The coefficients themselves are computed from it by :func:`generators.vector.fit_function`.
+A :class:`FunctionSpec` says how one function is approximated: the range of the polynomial's
+argument, how that range is split into segments, the polynomial degree, and what happens
+outside the range. The coefficients are computed from it by
+:func:`hdl.vector.fitting.fit_function`. The RTL (:mod:`hdl.vector.activation`) and the golden
+model (:mod:`sim.golden.activation`) evaluate exactly the steps below, in fp32 (``add32`` and
+``mul32``: round to nearest even, subnormals kept, NaN canonical).
 
-Segment selection (exact, identical in the RTL and the golden model):
+Range reduction
+---------------
+Five functions reduce their argument on the fp32 exponent, so that a small table serves the
+whole fp32 range; their segmentation and range are fixed by the reduction (:data:`REDUCED`).
+``x`` is first made normal: a subnormal ``|x|`` is multiplied by ``2**64`` (exact) and 64
+taken off its exponent. Then ``|x| = m * 2**e`` with ``m`` in ``[1, 2)`` and:
 
-``uniform``
-    ``segments`` equal segments over ``[lo, hi)``. ``t = mul32(add32(x, -lo), n / (hi - lo))``
-    (both constants rounded to fp32) and the segment is ``floor(t)`` clamped to
-    ``[0, segments - 1]``, taken from the bits of ``t``.
+``exp``
+    ``t = mul32(x, log2(e))`` clamped to ``[-192, 192]``; ``s = add32(t, 1.5 * 2**23)`` rounds
+    it to the integer ``k`` (read from the bits of ``s``), ``f = add32(t, -add32(s,
+    -1.5 * 2**23))`` (exact) in ``[-0.5, 0.5]``; the polynomial approximates ``2**f``
+    (uniform segments over ``[-0.5, 0.5)``) and the result is scaled by ``2**k``.
 ``log``
-    ``|x|`` in ``[lo, hi)`` with ``lo`` and ``hi`` powers of two; each octave is split into
-    ``segments`` (a power of two) equal parts, selected by the exponent and the top
-    ``log2(segments)`` mantissa bits of ``|x|``.
+    ``m' = m`` and ``e' = e`` when ``m < sqrt(2)``, else ``m' = m / 2`` and ``e' = e + 1``; the
+    polynomial approximates ``log(m')`` (octave segments over ``[0.5, 2)``) and the
+    result is ``add32(mul32(float(e'), ln 2), p)``: no cancellation next to 1, where ``e' = 0``.
+``sqrt``, ``rsqrt``
+    ``m' = m`` for even ``e``, ``2 m`` for odd ``e`` (``m'`` in ``[1, 4)``, octave segments); the
+    result is scaled by ``2**(e // 2)`` (sqrt) or ``2**-(e // 2)`` (rsqrt).
+``reciprocal``
+    ``m' = m`` (octave segments over ``[1, 2)``); the result is scaled by ``2**-e`` and takes
+    the sign of ``x``.
+
+Scaling by ``2**k`` is ``mul32(mul32(p, 2**k1), 2**k2)`` with ``k1 = clamp(k, -126, 127)`` and
+``k2 = clamp(k - k1, -126, 127)``: exact wherever the result is normal, rounded once (to
+nearest even) where it is subnormal, infinity on overflow.
+
+Special values of the reduced functions (IEEE 754 where it defines them):
+
+============  ==========  =======  ==========================  =====
+function      ``+-0``     ``+inf``  ``x < 0`` (``-inf`` too)    NaN
+============  ==========  =======  ==========================  =====
+exp           1           +inf     as for any ``x`` (-inf: +0)  NaN
+log           -inf        +inf     NaN                          NaN
+sqrt          ``+-0``     +inf     NaN                          NaN
+rsqrt         ``+-inf``   +0       NaN                          NaN
+reciprocal    ``+-inf``   +0       ``-reciprocal(-x)``          NaN
+============  ==========  =======  ==========================  =====
+
+Unreduced functions (segment selection exact, identical in the RTL and the golden model)
+-----------------------------------------------------------------------------------------
+``uniform``: ``segments`` equal segments over ``[lo, hi)``. ``t = mul32(add32(x, -lo),
+n / (hi - lo))`` (both constants rounded to fp32) and the segment is ``floor(t)`` clamped to
+``[0, segments - 1]``, taken from the bits of ``t``. (``log`` mode, octaves of ``m'`` each
+split into ``segments`` equal parts, serves only the reduced functions.)
 
 In every segment the polynomial is evaluated in ``u = add32(x', -c)`` where ``c`` is the
-segment's centre rounded to fp32 and ``x'`` is ``x`` (uniform) or ``|x|`` (log), by Horner's
-scheme ``acc = c_d; acc = add32(mul32(acc, u), c_k)`` for ``k = d-1 .. 0``. With
-``post_mul_x`` the polynomial approximates ``f(x) / x`` and the result is ``mul32(acc, x)``,
-which keeps the relative error small where ``f`` crosses zero at the origin.
+segment's centre rounded to fp32 and ``x'`` the (reduced) argument, by Horner's scheme
+``acc = c_d; acc = add32(mul32(acc, u), c_k)`` for ``k = d-1 .. 0``. With ``post_mul_x`` the
+polynomial approximates ``f(x) / x`` and the result is ``mul32(acc, x)``, which keeps the
+relative error small where ``f`` crosses zero at the origin and for tiny ``x``.
 
 Outside the range, and for special inputs, the rules are (checked in this order):
 
 1. a NaN input gives the canonical NaN ``0x7FC00000``;
-2. log mode: a negative input (not -0) gives the canonical NaN (``negative="nan"``), or the
-   function is evaluated at ``|x|`` and the result's sign flipped (``negative="odd"``, -0
-   included, so that ``reciprocal(-0) = -inf``);
-3. ``x' < lo`` gives ``below``, ``x' >= hi`` gives ``above``: either a constant (``"zero"``,
-   ``"one"``, ``"minus_one"``, ``"inf"``, ``"minus_inf"``) or ``"x"`` (the input itself);
-   in log mode the odd sign flip still applies to the constant.
+2. ``x < lo`` gives ``below``, ``x >= hi`` gives ``above``: a constant (``"zero"``, ``"one"``,
+   ``"minus_one"``, ``"inf"``, ``"minus_inf"``), ``"x"`` (the input itself), or (``below``
+   only) ``"exp"``: the exp reduction above with the exp table, times ``x`` with
+   ``post_mul_x``. That is the asymptote of sigmoid and softplus (``exp(x)``), of silu and
+   mish (``x exp(x)``) and, with the exponent ``t = mul32(x, add32(a, mul32(b, x*x)))`` of
+   :data:`EXP_TAIL_CUBIC`, of gelu_tanh, for very negative ``x``, accurate down to the
+   smallest normal result. Where ``t < -192`` the result is a zero (with ``x``'s sign under
+   ``post_mul_x``).
 
-``identity`` and ``relu`` are exact and use no polynomial (``mode="exact"``): relu gives +0.0
-for ``x <= 0`` (also -0), ``x`` otherwise, NaN canonical.
+``identity``, ``relu``, ``square`` and ``abs`` are exact and use no polynomial
+(``mode="exact"``): relu gives +0.0 for ``x <= 0`` (also -0), ``x`` otherwise; square is
+``mul32(x, x)``; abs clears the sign; every NaN canonical.
+
+Subnormal inputs are kept (made normal by the exact scaling above where the reduction reads
+the exponent); subnormal results are rounded to nearest even by the last multiplication.
 """
 
 from __future__ import annotations
@@ -41,10 +85,27 @@ import math
 from dataclasses import dataclass
 
 FUNCTION_NAMES = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus",
-                  "erf", "reciprocal", "rsqrt", "sqrt", "log")
+                  "erf", "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish",
+                  "gelu_tanh")
+EXACT_NAMES = ("identity", "relu", "square", "abs")
 MODES = ("uniform", "log", "exact")
-RULES = ("zero", "one", "minus_one", "inf", "minus_inf", "x")
-NEGATIVE_RULES = ("odd", "nan")
+RULES = ("zero", "one", "minus_one", "inf", "minus_inf", "x", "exp")
+
+# The range-reduced functions (specs.model.RANGE_REDUCED): (mode, lo, hi) of the reduced
+# argument, fixed by the reduction.
+REDUCED = {
+    "exp": ("uniform", -0.5, 0.5),
+    "log": ("log", 0.5, 2.0),
+    "sqrt": ("log", 1.0, 4.0),
+    "rsqrt": ("log", 1.0, 4.0),
+    "reciprocal": ("log", 1.0, 2.0),
+}
+
+# The exp tail's exponent for gelu_tanh, 0.5 x (1 + tanh(c (x + 0.044715 x**3))) =
+# x sigmoid(2 c (x + 0.044715 x**3)) ~ x exp(z) with z = x (a + b x**2), where a and b
+# carry the factor log2(e) of the exp reduction: t = mul32(x, add32(a, mul32(b, x*x))).
+_C = 2.0 * math.sqrt(2.0 / math.pi) / math.log(2.0)
+EXP_TAIL_CUBIC = {"gelu_tanh": (_C, _C * 0.044715)}
 
 # fp32 bit patterns of the constant rules
 RULE_BITS = {
@@ -56,13 +117,6 @@ RULE_BITS = {
 }
 
 
-def _is_pow2_float(v: float) -> bool:
-    if not v > 0 or math.isinf(v):
-        return False
-    m, _ = math.frexp(v)
-    return m == 0.5
-
-
 @dataclass(frozen=True)
 class FunctionSpec:
     """How one activation function is approximated (see the module docstring).
@@ -72,9 +126,10 @@ class FunctionSpec:
     name:
         Function name, one of :data:`FUNCTION_NAMES`.
     mode:
-        ``"uniform"``, ``"log"`` or ``"exact"``.
+        ``"uniform"``, ``"log"`` (reduced functions only) or ``"exact"``.
     lo, hi:
-        Input range ``[lo, hi)`` (of ``|x|`` in log mode, powers of two there).
+        Range ``[lo, hi)`` of the polynomial's argument (fixed by :data:`REDUCED` for the
+        reduced functions).
     segments:
         Number of segments (uniform) or segments per octave (log, a power of two).
     degree:
@@ -82,13 +137,14 @@ class FunctionSpec:
     post_mul_x:
         Fit ``f(x)/x`` and multiply the polynomial by ``x``.
     below, above:
-        Rules for ``x' < lo`` and ``x' >= hi``.
-    negative:
-        Log mode only: ``"odd"`` or ``"nan"`` for negative inputs.
-    root:
-        A zero of ``f`` on a segment boundary (log's 1.0): the segments that end or start
-        there take it as their centre and a zero constant coefficient, so that ``u`` is exact
-        and the relative error stays small next to the root.
+        Rules for ``x < lo`` and ``x >= hi`` (unreduced functions; the reduced ones take the
+        special values of the module docstring).
+    anchor:
+        A segment boundary where ``f`` is exactly representable (exp's 0, log's, sqrt's,
+        rsqrt's and reciprocal's 1): the segments that end or start there take it as their
+        centre and ``f(anchor)`` as their constant coefficient, so that ``u`` is exact there,
+        ``f(anchor)`` comes out exactly (``exp(0) = 1``, ``sqrt(4**k) = 2**k``, ``log(1) = 0``)
+        and the relative error stays small next to a zero.
     """
 
     name: str
@@ -100,8 +156,7 @@ class FunctionSpec:
     post_mul_x: bool = False
     below: str = "zero"
     above: str = "zero"
-    negative: str = "nan"
-    root: float | None = None
+    anchor: float | None = None
 
     def __post_init__(self):
         if self.name not in FUNCTION_NAMES:
@@ -110,7 +165,7 @@ class FunctionSpec:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if self.mode == "exact":
-            if self.name not in ("identity", "relu"):
+            if self.name not in EXACT_NAMES:
                 raise ValueError(f"mode must be 'uniform' or 'log' for {self.name}, "
                                  f"not {self.mode!r}")
             return
@@ -126,25 +181,33 @@ class FunctionSpec:
             raise ValueError(f"degree must be an integer in 0..8, not {self.degree!r}")
         for field in ("below", "above"):
             v = getattr(self, field)
-            if v not in RULES:
-                raise ValueError(f"{field} must be one of {', '.join(RULES)}, not {v!r}")
-        if self.root is not None and not (isinstance(self.root, int | float)
-                                          and self.lo <= self.root <= self.hi):
-            raise ValueError(f"root must be None or a number in [lo, hi], not {self.root!r}")
-        if self.negative not in NEGATIVE_RULES:
-            raise ValueError(f"negative must be one of {', '.join(NEGATIVE_RULES)}, "
-                             f"not {self.negative!r}")
+            legal = RULES if field == "below" else RULES[:-1]
+            if v not in legal:
+                raise ValueError(f"{field} must be one of {', '.join(legal)}, not {v!r}")
+        if self.anchor is not None and not (isinstance(self.anchor, int | float)
+                                            and self.lo <= self.anchor <= self.hi):
+            raise ValueError(f"anchor must be None or a number in [lo, hi], "
+                             f"not {self.anchor!r}")
+        if self.name in REDUCED:
+            mode, lo, hi = REDUCED[self.name]
+            if (self.mode, self.lo, self.hi) != (mode, lo, hi):
+                raise ValueError(f"mode, lo and hi must be {mode!r}, {lo!r}, {hi!r} for "
+                                 f"{self.name} (fixed by its range reduction), not "
+                                 f"{self.mode!r}, {self.lo!r}, {self.hi!r}")
+        elif self.mode == "log":
+            raise ValueError(f"mode must be 'uniform' for {self.name} (log mode serves the "
+                             f"range-reduced {', '.join(REDUCED)}), not 'log'")
         if self.mode == "log":
-            for field in ("lo", "hi"):
-                v = getattr(self, field)
-                if not _is_pow2_float(v) or not 2.0**-125 <= v <= 2.0**127:
-                    raise ValueError(f"{field} must be a power of two in 2**-125 .. 2**127 "
-                                     f"in log mode, not {v!r}")
             if self.segments & (self.segments - 1) or self.segments > 2**16:
                 raise ValueError(f"segments must be a power of two up to 65536 in log mode, "
                                  f"not {self.segments!r}")
         elif self.segments > 2**16:
             raise ValueError(f"segments must be at most 65536, not {self.segments!r}")
+
+    @property
+    def reduced(self) -> bool:
+        """Whether the argument is range-reduced on the fp32 exponent."""
+        return self.name in REDUCED
 
     @property
     def rows(self) -> int:
@@ -160,29 +223,38 @@ class FunctionSpec:
         return int(round(math.log2(self.hi) - math.log2(self.lo)))
 
 
+def _reduced(name: str, segments: int, degree: int, **kw) -> FunctionSpec:
+    mode, lo, hi = REDUCED[name]
+    return FunctionSpec(name, mode=mode, lo=lo, hi=hi, segments=segments, degree=degree, **kw)
+
+
 DEFAULT_FUNCTIONS: tuple[FunctionSpec, ...] = (
     FunctionSpec("identity", mode="exact"),
     FunctionSpec("relu", mode="exact"),
-    FunctionSpec("exp", lo=-87.0, hi=88.5, segments=256, degree=3,
-                 below="zero", above="inf"),
-    FunctionSpec("gelu", lo=-8.0, hi=8.0, segments=128, degree=3, post_mul_x=True,
-                 below="zero", above="x"),
+    _reduced("exp", 8, 3, anchor=0.0),
+    FunctionSpec("gelu", lo=-13.25, hi=8.0, segments=425, degree=3, post_mul_x=True,
+                 below="zero", above="x", anchor=0.0),
     FunctionSpec("silu", lo=-20.0, hi=20.0, segments=80, degree=3, post_mul_x=True,
-                 below="zero", above="x"),
+                 below="exp", above="x", anchor=0.0),
     FunctionSpec("sigmoid", lo=-20.0, hi=20.0, segments=80, degree=3,
-                 below="zero", above="one"),
+                 below="exp", above="one", anchor=0.0),
     FunctionSpec("tanh", lo=-9.0, hi=9.0, segments=36, degree=3, post_mul_x=True,
-                 below="minus_one", above="one"),
+                 below="minus_one", above="one", anchor=0.0),
     FunctionSpec("softplus", lo=-20.0, hi=20.0, segments=80, degree=3,
-                 below="zero", above="x"),
+                 below="exp", above="x"),
     FunctionSpec("erf", lo=-4.0, hi=4.0, segments=32, degree=3, post_mul_x=True,
                  below="minus_one", above="one"),
-    FunctionSpec("reciprocal", mode="log", lo=2.0**-16, hi=2.0**16, segments=4, degree=3,
-                 below="inf", above="zero", negative="odd"),
-    FunctionSpec("rsqrt", mode="log", lo=2.0**-16, hi=2.0**16, segments=4, degree=3,
-                 below="inf", above="zero", negative="nan"),
-    FunctionSpec("sqrt", mode="log", lo=2.0**-32, hi=2.0**32, segments=4, degree=3,
-                 below="zero", above="inf", negative="nan"),
-    FunctionSpec("log", mode="log", lo=2.0**-32, hi=2.0**32, segments=4, degree=3,
-                 below="minus_inf", above="inf", negative="nan", root=1.0),
+    _reduced("reciprocal", 8, 3, anchor=1.0),
+    _reduced("rsqrt", 4, 3, anchor=1.0),
+    _reduced("sqrt", 4, 3, anchor=1.0),
+    _reduced("log", 8, 3, anchor=1.0),
+    FunctionSpec("square", mode="exact"),
+    FunctionSpec("abs", mode="exact"),
+    FunctionSpec("mish", lo=-20.0, hi=20.0, segments=80, degree=3, post_mul_x=True,
+                 below="exp", above="x"),
+    FunctionSpec("gelu_tanh", lo=-4.0, hi=8.0, segments=96, degree=3, post_mul_x=True,
+                 below="exp", above="x", anchor=0.0),
 )
+
+# The exp table that the ``below="exp"`` rule reads when the set has no exp function.
+EXP_TAIL = DEFAULT_FUNCTIONS[2]

@@ -1,8 +1,11 @@
 """Vector engine: one lane per partition, the free axis streamed over time.
 
 Each beat of the input stream carries one element of every lane (partition): ``a``, ``b``
-(fp32 bit patterns) and ``last`` (the element ends a row of the free axis). Per lane:
+(32-bit lane words) and ``last`` (the element ends a row of the free axis). Per lane:
 
+0. ``a`` and ``b`` are read in the instruction's input format ``in_format`` (an index into
+   ``params.formats``) and widened exactly to fp32 (:mod:`hdl.vector.convert`; a narrow
+   value in the word's low bits). The lane's ``scalar`` is fp32.
 1. ``r = op(a, b')`` with ``b'`` = ``b`` or, when ``use_scalar`` is set, the lane's
    ``scalar`` (tensor-scalar); see :class:`~hdl.vector.ops.VectorOp` (fp32 through
    ``FpAdd32``/``FpMul32``: RNE, subnormals kept, NaN canonical).
@@ -16,9 +19,10 @@ With ``lane_instances`` both the lane (:class:`VectorLane`) and the cast's lane
 (:class:`~hdl.numerics.cast.CastLane`, its seed tied per lane) are modules emitted once and
 instantiated per lane (:meth:`Vector.lane_modules`).
 
-Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``) must hold while a stream is in
-flight. Pipeline: two register stages with a common stall (a beat moves when the output stage
-is empty or read), then the cast's register stage; one beat per cycle at full rate.
+Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``, ``in_format``) must hold
+while a stream is in flight. Pipeline: two register stages with a common stall (a beat moves
+when the output stage is empty or read), then the cast's register stage; one beat per cycle
+at full rate.
 The golden model is :mod:`sim.golden.vector`.
 """
 
@@ -33,6 +37,7 @@ from hdl.numerics.cast import RNGS, ROUNDINGS, Cast, CastLane, CastParams
 from hdl.numerics.formats import FloatFormat, format_by_name
 from hdl.numerics.fpu import FpAdd32, FpMul32
 
+from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_eq, f_lt, f_max, is_nan
 from .lanes import add_lane, lane_verilog
 from .ops import Reduce, VectorOp
@@ -53,6 +58,8 @@ class VectorParams:
         :mod:`hdl.numerics.formats` narrower than fp32, e.g. ``"bf16"``).
     rounding : output cast rounding, ``"rne"`` or ``"stochastic"``.
     rng, seed : the stochastic rounding's per-lane generator and seed (see ``Cast``).
+    formats : the input formats, selected at run time by index (``in_format``): ``"fp32"``
+        and float formats narrower than fp32.
     """
 
     lanes: int
@@ -60,10 +67,12 @@ class VectorParams:
     rounding: str = "rne"
     rng: str = "xorwow"
     seed: int = 0
+    formats: tuple[str, ...] = ENGINE_FORMATS
 
     def __post_init__(self):
         if not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or self.lanes < 1:
             raise ValueError(f"lanes must be a positive integer, not {self.lanes!r}")
+        check_formats(self.formats)
         if self.out_format != "fp32":
             try:
                 fmt = format_by_name(self.out_format)
@@ -90,6 +99,12 @@ class VectorParams:
         return CastParams(fmt=format_by_name(self.out_format), rounding=self.rounding,
                           rng=self.rng, seed=self.seed, lanes=self.lanes)
 
+    def format_index(self, name: str) -> int:
+        """The ``in_format`` code of the format called ``name``."""
+        if name not in self.formats:
+            raise ValueError(f"format must be one of {', '.join(self.formats)}, not {name!r}")
+        return self.formats.index(name)
+
     @property
     def out_bits(self) -> int:
         return 32 if self.out_format == "fp32" else format_by_name(self.out_format).bits
@@ -104,29 +119,42 @@ def input_layout(lanes: int) -> data.StructLayout:
 
 
 class VectorLane(wiring.Component):
-    """The datapath of one lane: the element operation and the reduction.
+    """The datapath of one lane: input widening, the element operation and the reduction.
 
     ``en`` moves the pipeline (both stages load); ``step`` (with ``en``) says the stage-1
     value is a valid element to reduce, ``first`` that it starts a row, ``last`` that it ends
-    one. ``y`` is the stage-2 register: the element result, or the row's reduction.
+    one. ``a`` and ``b`` are lane words in ``formats[in_format]``, ``scalar`` fp32, taken for
+    ``b`` with ``use_scalar``. ``y`` is the stage-2 register: the element result, or the
+    row's reduction.
     """
 
-    en: In(1)
-    op: In(VectorOp)
-    reduce: In(Reduce)
-    a: In(32)
-    b: In(32)
-    step: In(1)
-    first: In(1)
-    last: In(1)
-    y: Out(32)
+    def __init__(self, formats: tuple[str, ...] = ENGINE_FORMATS):
+        check_formats(formats)
+        self.formats = formats
+        super().__init__({
+            "en": In(1),
+            "op": In(VectorOp),
+            "reduce": In(Reduce),
+            "in_format": In(range(max(len(formats), 2))),
+            "a": In(32),
+            "b": In(32),
+            "use_scalar": In(1),
+            "scalar": In(32),
+            "step": In(1),
+            "first": In(1),
+            "last": In(1),
+            "y": Out(32),
+        })
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.add = add = FpAdd32()
         m.submodules.mul = mul = FpMul32()
         m.submodules.red = red = FpAdd32()
-        a, b, op = self.a, self.b, self.op
+        a = widen_input(m, self.formats, self.a, self.in_format, prefix="a")
+        b = Mux(self.use_scalar, self.scalar,
+                widen_input(m, self.formats, self.b, self.in_format, prefix="b"))
+        op = self.op
 
         m.d.comb += [
             add.a.eq(a),
@@ -212,6 +240,7 @@ class Vector(wiring.Component):
             "reduce": In(Reduce),
             "use_scalar": In(1),
             "scalar": In(data.ArrayLayout(32, n)),
+            "in_format": In(range(max(len(params.formats), 2))),
         })
 
     def lane_modules(self) -> dict[str, wiring.Component]:
@@ -220,7 +249,7 @@ class Vector(wiring.Component):
         seed tied per lane)."""
         if not self.lane_instances:
             return {}
-        modules = {self.LANE_MODULE: VectorLane()}
+        modules = {self.LANE_MODULE: VectorLane(self.params.formats)}
         if self.params.cast is not None:
             modules[self.CAST_LANE_MODULE] = CastLane(self.params.cast)
         return modules
@@ -265,9 +294,11 @@ class Vector(wiring.Component):
 
         module = self.LANE_MODULE if self.lane_instances else None
         for lane in range(p.lanes):
-            b = Mux(self.use_scalar, self.scalar[lane], self.i.payload.b[lane])
             inputs = {"en": en, "op": self.op, "reduce": self.reduce,
-                      "a": self.i.payload.a[lane], "b": b, "step": s1_valid,
-                      "first": s1_first, "last": s1_last}
-            add_lane(m, f"lane{lane}", VectorLane, module, inputs, {"y": sink.payload[lane]})
+                      "in_format": self.in_format, "a": self.i.payload.a[lane],
+                      "b": self.i.payload.b[lane], "use_scalar": self.use_scalar,
+                      "scalar": self.scalar[lane], "step": s1_valid, "first": s1_first,
+                      "last": s1_last}
+            add_lane(m, f"lane{lane}", lambda: VectorLane(p.formats), module, inputs,
+                     {"y": sink.payload[lane]})
         return m

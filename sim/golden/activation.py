@@ -1,26 +1,46 @@
 """Bit-exact golden model of the scalar (activation) engine.
 
 ``out = f(add32(mul32(data, scale), bias))`` per element, with ``scale`` and ``bias`` per
-partition (lane), ``f`` the piecewise polynomial of :mod:`hdl.vector.functions` evaluated
-with exactly the RTL's fp32 operations in the RTL's order, and a running sum per lane
-``sum = add32(sum, out)`` along the free axis, starting from +0.0 and restarting after each
-element flagged ``last``. All values are fp32 bit patterns in ``uint32`` arrays.
+partition (lane), ``f`` the function of :mod:`hdl.vector.functions` (range reduction,
+piecewise polynomial, special values) evaluated with exactly the RTL's fp32 operations in the
+RTL's order, and a running sum per lane ``sum = add32(sum, out)`` along the free axis, starting
+from +0.0 and restarting after each element flagged ``last``. All values are fp32 bit
+patterns in ``uint32`` arrays.
+
+Public API (used by the RTL testbenches and the core simulator):
+
+* :func:`evaluate`: ``f(x)`` of one function of a set, on fp32 bit patterns of any shape;
+* :func:`run`: the engine on a stream, with the per-lane scale, bias and running sum.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 
-from generators.vector import activation_table, rom_words
-from hdl.vector.functions import RULE_BITS, FunctionSpec
+from hdl.vector.fitting import activation_table, exp_index, rom_words
+from hdl.vector.functions import EXP_TAIL_CUBIC, RULE_BITS, FunctionSpec
+from sim.golden.convert import cast_output, widen_input
 from sim.golden.numerics import add32, mul32
 
 NAN = np.uint32(0x7FC00000)
 SIGN = np.uint32(0x80000000)
+INF = np.uint32(0x7F800000)
+MAGIC = np.uint32(0x4B400000)  # 1.5 * 2**23: adding it rounds |t| < 2**22 to an integer
 
 
-def _f32bits(v: float) -> np.uint32:
+def f32_bits(v: float) -> np.uint32:
+    """The fp32 bit pattern of ``v`` (rounded to nearest even)."""
     return np.array([v], dtype=np.float32).view(np.uint32)[0]
+
+
+LOG2E = f32_bits(1.0 / math.log(2.0))
+LN2 = f32_bits(math.log(2.0))
+T_MAX = f32_bits(192.0)
+TWO64 = f32_bits(2.0**64)
+SQRT2_MANT = 0x3504F3  # mantissa of fp32 sqrt(2) (rounded down): m >= it halves m for log
 
 
 def _lt(a, b):
@@ -28,26 +48,117 @@ def _lt(a, b):
     return a.view(np.float32) < b.view(np.float32)
 
 
-def uniform_index(t: np.ndarray, n: int) -> np.ndarray:
+def uniform_index(t: np.ndarray, n) -> np.ndarray:
     """``floor(t)`` clamped to ``[0, n-1]`` from the bits of fp32 ``t`` (NaN gives 0)."""
+    n = np.asarray(n, dtype=np.int64)
     tf = t.view(np.float32)
     e = ((t >> 23) & 0xFF).astype(np.int64) - 127
     m = ((t & 0x7FFFFF) | 0x800000).astype(np.int64)
     shift = np.clip(23 - e, 0, 31)
     i = np.where((tf >= 1.0) & (e <= 23), m >> shift, n - 1)
-    i = np.where(tf >= np.float32(n), n - 1, i)
+    i = np.where(tf >= n.astype(np.float32), n - 1, i)
     i = np.where(tf >= 1.0, i, 0)
     return np.minimum(i, n - 1)
 
 
-def log_index(xa: np.ndarray, spec: FunctionSpec) -> np.ndarray:
-    """Segment of ``|x|`` in log mode: octave from the exponent, part from the mantissa."""
+def log_index(m: np.ndarray, spec: FunctionSpec) -> np.ndarray:
+    """Segment of the positive ``m`` in log mode: octave from the exponent, part from the
+    mantissa."""
     kb = spec.segments.bit_length() - 1
     e_lo = int(round(np.log2(spec.lo))) + 127
-    e = ((xa >> 23) & 0xFF).astype(np.int64)
-    top = ((xa & 0x7FFFFF) >> (23 - kb)).astype(np.int64)
+    e = ((m >> 23) & 0xFF).astype(np.int64)
+    top = ((m & 0x7FFFFF) >> (23 - kb)).astype(np.int64)
     i = ((e - e_lo) << kb) | top
     return np.clip(i, 0, spec.rows - 1)
+
+
+def pow2(k) -> np.ndarray:
+    """fp32 bits of ``2**k`` for integers ``k`` in ``[-126, 127]``."""
+    return ((np.asarray(k, dtype=np.int64) + 127) << 23).astype(np.uint32)
+
+
+def scale_pow2(p, k) -> np.ndarray:
+    """``p * 2**k`` as ``mul32(mul32(p, 2**k1), 2**k2)``, ``k1 = clamp(k, -126, 127)``,
+    ``k2 = clamp(k - k1, -126, 127)``: exact for normal results, one rounding below."""
+    k = np.asarray(k, dtype=np.int64)
+    k1 = np.clip(k, -126, 127)
+    k2 = np.clip(k - k1, -126, 127)
+    return mul32(mul32(p, pow2(k1)), pow2(k2))
+
+
+def exp_reduce(x, cubic: tuple[float, float] | None = None):
+    """``(f, k, low)`` with ``exp(z) ~ 2**f * 2**k``: ``t = mul32(x, log2 e)`` (or, with the
+    tail's ``cubic = (a, b)``, ``t = mul32(x, add32(a, mul32(b, mul32(x, x))))``), ``low``
+    where ``t < -192`` (the result underflows whatever multiplies it), ``t`` clamped to
+    ``[-192, 192]``, ``k`` its nearest integer (ties to even), ``f = t - k`` (exact)."""
+    if cubic is None:
+        t = mul32(x, LOG2E)
+    else:
+        a, b = f32_bits(cubic[0]), f32_bits(cubic[1])
+        t = mul32(x, add32(np.full_like(x, a), mul32(np.full_like(x, b), mul32(x, x))))
+    low = _lt(t, T_MAX | SIGN)
+    t = np.where(low, T_MAX | SIGN, np.where(_lt(T_MAX, t), T_MAX, t))
+    s = add32(t, MAGIC)
+    k = (s & 0x7FFFFF).astype(np.int64) - 0x400000
+    f = add32(t, add32(s, MAGIC | SIGN) ^ SIGN)
+    return f, k, low
+
+
+def normalise(xs) -> tuple[np.ndarray, np.ndarray]:
+    """``(xn, e)`` for a magnitude ``xs``: subnormals scaled by ``2**64`` (exact), ``e`` the
+    unbiased exponent of ``xs`` (``xs = 1.mant(xn) * 2**e`` for nonzero finite ``xs``)."""
+    sub = ((xs >> 23) == 0) & (xs != 0)
+    xn = np.where(sub, mul32(xs, TWO64), xs)
+    e = ((xn >> 23) & 0xFF).astype(np.int64) - 127 - 64 * sub
+    return xn, e
+
+
+def reduce_log_domain(name: str, x) -> tuple[np.ndarray, np.ndarray]:
+    """``(m, k)`` of log, sqrt, rsqrt and reciprocal (see :mod:`hdl.vector.functions`): the
+    polynomial's argument ``m`` and ``k``, the power of two the result is scaled by (for log:
+    ``e'``, whose ``e' ln 2`` is added)."""
+    xn, e = normalise(x & ~SIGN)
+    mant = (xn & 0x7FFFFF).astype(np.int64)
+    if name == "log":
+        half = (mant >= SQRT2_MANT).astype(np.int64)
+        return ((((127 - half) << 23) | mant).astype(np.uint32), e + half)
+    if name == "reciprocal":
+        return ((127 << 23) | mant).astype(np.uint32), -e
+    odd = e & 1
+    m = (((127 + odd) << 23) | mant).astype(np.uint32)
+    return m, (e >> 1) if name == "sqrt" else -(e >> 1)
+
+
+def int_to_f32(k) -> np.ndarray:
+    """fp32 bits of the integer ``k`` (``|k| < 2**22``), exactly: ``add32(MAGIC + k, -MAGIC)``."""
+    return add32((MAGIC.astype(np.int64) + np.asarray(k, dtype=np.int64)).astype(np.uint32),
+                 MAGIC | SIGN)
+
+
+@functools.lru_cache(maxsize=16)
+def _rom(functions: tuple[FunctionSpec, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The ROM as arrays: centres ``(rows,)`` and coefficients ``(rows, degree + 1)``."""
+    degree, words = rom_words(functions)
+    w = np.array([[(word >> (32 * j)) & 0xFFFFFFFF for j in range(degree + 2)]
+                  for word in words] or np.zeros((0, degree + 2)), dtype=np.uint32)
+    w.setflags(write=False)
+    return w[:, 0], w[:, 1:]
+
+
+def _segment(spec: FunctionSpec, arg) -> np.ndarray:
+    if spec.mode == "log":
+        return log_index(arg, spec)
+    t = mul32(add32(arg, f32_bits(-spec.lo)), f32_bits(spec.segments / (spec.hi - spec.lo)))
+    return uniform_index(t, spec.segments)
+
+
+def _horner(functions, row, u) -> np.ndarray:
+    _, coeffs = _rom(functions)
+    c = coeffs[row]
+    acc = c[..., -1]
+    for k in range(c.shape[-1] - 2, -1, -1):
+        acc = add32(mul32(acc, u), c[..., k])
+    return acc
 
 
 def _rule(rule: str, x: np.ndarray) -> np.ndarray:
@@ -57,62 +168,86 @@ def _rule(rule: str, x: np.ndarray) -> np.ndarray:
 
 
 def evaluate(functions: tuple[FunctionSpec, ...], index: int, x) -> np.ndarray:
-    """``f(x)`` of function ``functions[index]`` for fp32 bit patterns ``x`` (any shape)."""
+    """``f(x)`` of function ``functions[index]`` for fp32 bit patterns ``x`` (any shape).
+
+    Bit-exact to the RTL (:class:`hdl.vector.activation.ActivationLane`), special values and
+    subnormals included (see :mod:`hdl.vector.functions`). Returns ``uint32`` bit patterns.
+    """
     x = np.asarray(x, dtype=np.uint32)
     spec = functions[index]
     xf = x.view(np.float32)
     nan = np.isnan(xf)
     if spec.mode == "exact":
-        y = x if spec.name == "identity" else np.where(xf > 0, x, np.uint32(0))
+        y = {"identity": lambda: x, "relu": lambda: np.where(xf > 0, x, np.uint32(0)),
+             "square": lambda: mul32(x, x), "abs": lambda: x & ~SIGN}[spec.name]()
         return np.where(nan, NAN, y).astype(np.uint32)
-    table = activation_table(functions)[index]
-    degree, _ = rom_words(functions)
-    lo, hi = _f32bits(spec.lo), _f32bits(spec.hi)
-    if spec.mode == "log":
-        xs = x & ~SIGN
-        flip = (x & SIGN) != 0
-        negative = flip & (xs != 0)
-        i = log_index(xs, spec)
-    else:
-        xs = x
-        flip = np.zeros(x.shape, dtype=bool)
-        neg_lo = _f32bits(-spec.lo)
-        inv_w = _f32bits(spec.segments / (spec.hi - spec.lo))
-        t = mul32(add32(xs, neg_lo), inv_w)
-        i = uniform_index(t, spec.segments)
-    u = add32(xs, table.centres[i] ^ SIGN)
-    coeffs = np.zeros(i.shape + (degree + 1,), dtype=np.uint32)
-    coeffs[..., : spec.degree + 1] = table.coeffs[i]
-    acc = coeffs[..., degree]
-    for k in range(degree - 1, -1, -1):
-        acc = add32(mul32(acc, u), coeffs[..., k])
+    tables = activation_table(functions)
+    centres, _ = _rom(functions)
+    sign = (x & SIGN) != 0
+    zero = (x & ~SIGN) == 0
+    inf = (x & ~SIGN) == INF
+    own = tables[index]
+    k = np.zeros(x.shape, np.int64)
+    arg = x
+    use_exp = low = np.zeros(x.shape, bool)
+    if spec.name == "exp" or (not spec.reduced and spec.below == "exp"):
+        f, kx, low = exp_reduce(x, EXP_TAIL_CUBIC.get(spec.name))
+        use_exp = _lt(x, f32_bits(spec.lo)) | (spec.name == "exp")
+        arg, k = np.where(use_exp, f, x), np.where(use_exp, kx, 0)
+    elif spec.reduced:
+        arg, k = reduce_log_domain(spec.name, x)
+    row = own.base + _segment(spec, arg)
+    if use_exp.any():
+        tail = tables[exp_index(functions)]
+        row = np.where(use_exp, tail.base + _segment(tail.spec, arg), row)
+    u = add32(arg, centres[row] ^ SIGN)
+    acc = _horner(functions, row, u)
     if spec.post_mul_x:
-        acc = mul32(acc, xs)
-    below = _lt(xs, np.full_like(xs, lo))
-    above = ~_lt(xs, np.full_like(xs, hi)) & ~nan
-    y = np.where(below, _rule(spec.below, x), acc)
-    y = np.where(above, _rule(spec.above, x), y)
-    if spec.mode == "log":
-        if spec.negative == "odd":
-            keep_x = (below & (spec.below == "x")) | (above & (spec.above == "x"))
-            y = np.where(flip & ~keep_x, y ^ SIGN, y)
+        acc = mul32(acc, x)
+    if spec.name == "log":
+        y = add32(mul32(int_to_f32(k), LN2), acc)
+    else:
+        y = scale_pow2(acc, k)
+    if spec.name == "log":
+        y = np.where(zero, RULE_BITS["minus_inf"], np.where(inf & ~sign, INF, y))
+        y = np.where(sign & ~zero, NAN, y)
+    elif spec.name in ("sqrt", "rsqrt"):
+        at_zero = x if spec.name == "sqrt" else (x & SIGN) | INF
+        at_inf = INF if spec.name == "sqrt" else np.uint32(0)
+        y = np.where(zero, at_zero, np.where(inf, at_inf, y))
+        y = np.where(sign & ~zero, NAN, y)
+    elif spec.name == "reciprocal":
+        y = np.where(zero, INF, np.where(inf, np.uint32(0), y)) | (x & SIGN)
+    elif spec.name != "exp":
+        if spec.below == "exp":  # x exp(z) where exp(z) underflows: a zero, x's sign
+            y = np.where(use_exp & low, SIGN if spec.post_mul_x else np.uint32(0), y)
         else:
-            y = np.where(negative, NAN, y)
+            y = np.where(_lt(x, f32_bits(spec.lo)), _rule(spec.below, x), y)
+        y = np.where(~_lt(x, f32_bits(spec.hi)) & ~nan, _rule(spec.above, x), y)
     return np.where(nan, NAN, y).astype(np.uint32)
 
 
-def run(params, func: int, data, scale, bias, last) -> tuple[np.ndarray, np.ndarray]:
-    """The engine on a stream: ``data`` ``(elements, lanes)`` uint32, ``scale`` and ``bias``
-    ``(lanes,)``, ``last`` ``(elements,)`` bool. Returns ``(out, running_sum)``, each
-    ``(elements, lanes)``; ``running_sum[e]`` includes element ``e``."""
+def run(params, func: int, data, scale, bias, last, *, in_format: str = "fp32",
+        out_format: str = "fp32", rounding: str = "rne", beat: int = 0
+        ) -> tuple[np.ndarray, np.ndarray]:
+    """The engine on a stream.
+
+    ``data`` ``(elements, lanes)`` lane words in ``in_format`` (widened exactly), ``scale``
+    and ``bias`` ``(lanes,)`` fp32, ``last`` ``(elements,)`` bool. Returns ``(out,
+    running_sum)``, each ``(elements, lanes)`` ``uint32``: ``out`` in ``out_format``
+    (``rounding`` ``"rne"`` or ``"stochastic"``, see :func:`sim.golden.convert.cast_output`
+    for ``beat``), ``running_sum[e]`` the fp32 sum of the rows' fp32 results up to and
+    including element ``e`` (before the cast)."""
     data = np.asarray(data, dtype=np.uint32).reshape(-1, params.lanes)
-    x = add32(mul32(data, np.asarray(scale, np.uint32)), np.asarray(bias, np.uint32))
-    out = evaluate(params.functions, func, x)
-    sums = np.empty_like(out)
+    x = add32(mul32(widen_input(data, in_format), np.asarray(scale, np.uint32)),
+              np.asarray(bias, np.uint32))
+    y = evaluate(params.functions, func, x)
+    sums = np.empty_like(y)
     acc = np.zeros(params.lanes, dtype=np.uint32)
-    for e in range(out.shape[0]):
-        acc = add32(acc, out[e])
+    for e in range(y.shape[0]):
+        acc = add32(acc, y[e])
         sums[e] = acc
         if last[e]:
             acc = np.zeros_like(acc)
+    out = cast_output(y, out_format, rounding, params.rng, params.seed, beat)
     return out, sums

@@ -350,10 +350,16 @@ def efficiency_with_errors(params: LinkParams, latency: int, length: int,
     """
     if not (0 <= bit_error_rate < 1):
         raise ValueError(f"bit_error_rate must be in [0, 1), not {bit_error_rate!r}")
-    D = latency
-    T = period(params, length, D)
-    n = params.header_flits + length + params.crc_flits
+    T = period(params, length, latency)
     P = packet_error_rate(params, length, bit_error_rate)
-    lost = n + 2 * D + 4 + (T - 1) / 2
+    lost = replay_cycles(params, latency, length)
     per_packet = T + P / (1 - P) * (lost + P * params.ack_timeout)
     return length / per_packet
+
+
+def replay_cycles(params: LinkParams, latency: int, length: int) -> float:
+    """Cycles one NAKed packet of ``length`` words costs (the go-back-N round trip of
+    :func:`efficiency_with_errors`): ``n + 2D + 4`` plus half a packet period on average.
+    A retransmission that fails again costs ``ack_timeout`` on top."""
+    n = params.header_flits + length + params.crc_flits
+    return n + 2 * latency + 4 + (period(params, length, latency) - 1) / 2

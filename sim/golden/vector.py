@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from hdl.vector.ops import Reduce, VectorOp
+from sim.golden.convert import widen_input
 from sim.golden.numerics import add32, mul32
 
 NAN = np.uint32(0x7FC00000)
@@ -69,18 +70,23 @@ def elementwise(op: VectorOp, a, b) -> np.ndarray:
         return np.asarray(table[op](), dtype=np.uint32)
 
 
-def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE) -> np.ndarray:
+def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE,
+        in_format: str = "fp32") -> np.ndarray:
     """The engine on a stream of ``(elements, lanes)`` operands (before the output cast).
 
-    ``b`` is ignored when ``scalar`` (``(lanes,)``) is given. Without a reduction the result
+    ``a`` and ``b`` are lane words in ``in_format``, widened exactly to fp32
+    (:func:`sim.golden.convert.widen_input`); ``b`` is ignored when ``scalar`` (``(lanes,)``,
+    fp32) is given. Without a reduction the result
     has one row per element; with one, one row per element flagged ``last`` (``last`` is a
     bool array of length ``elements``; an unterminated tail emits nothing).
     """
-    a = np.asarray(a, dtype=np.uint32).reshape(-1, params.lanes)
+    a = widen_input(np.asarray(a, dtype=np.uint32).reshape(-1, params.lanes), in_format)
     if scalar is not None:
         b = np.broadcast_to(np.asarray(scalar, dtype=np.uint32), a.shape)
     elif b is None:
         b = np.zeros_like(a)
+    else:
+        b = widen_input(np.asarray(b, dtype=np.uint32).reshape(a.shape), in_format)
     r = elementwise(op, a, b)
     reduce = Reduce(reduce)
     if reduce == Reduce.NONE:

@@ -31,7 +31,8 @@ from specs.loader import load_document, sources
 from specs.model import Claim
 from specs.quantities import QUANTITIES
 
-from .model import EXTRA_QUANTITIES, LEVELS, Chip, System, build
+from . import collectives, execute
+from .model import COLLECTIVE_BYTES, EXTRA_QUANTITIES, LEVELS, Chip, System, build
 
 __all__ = ["FIELDS", "VERDICTS", "Report", "Row", "check", "render", "rows"]
 
@@ -40,7 +41,13 @@ VERDICTS = ("agrees", "disagrees", "not modelled", "derived")
 FORMATS = ("table", "json", "md", "html")
 TEMPLATES = Path(__file__).resolve().parents[2] / "generators" / "templates"
 
-_ORDER = {name: i for i, name in enumerate([*QUANTITIES, *EXTRA_QUANTITIES])}
+#: The executed collectives laid beside the formula's (:mod:`sim.system.execute`).
+EXECUTED = {f"collective.{op}.executed": op for op in collectives.OPS}
+#: Chunk of the executed collectives in the check: large, so that the check stays quick
+#: (benchmarks/collectives.md: 4 MiB chunks give a time within 0.3 % of this one).
+CHECK_CHUNK = 64 * 2**20
+
+_ORDER = {name: i for i, name in enumerate([*QUANTITIES, *EXTRA_QUANTITIES, *EXECUTED])}
 
 #: Display units by dimension, smallest first; a figure is shown in the largest whose
 #: magnitude is at least 1.
@@ -178,7 +185,26 @@ def rows(model: Chip | System) -> list[Row]:
             if (level, quantity) not in claimed:
                 out.append(Row(level, quantity, value, None, None, None, "derived",
                                model.name))
+    out += _executed(model)
     out.sort(key=lambda r: (LEVELS.index(r.level), _ORDER[r.quantity]))
+    return out
+
+
+def _executed(model: Chip | System) -> list[Row]:
+    """For a system of chips on NeuronLink: each collective executed on its chips and links,
+    beside the alpha-beta formula's time (in the ``claimed`` column, source ``formula``)."""
+    if not (isinstance(model, System) and model.chips > 1 and not model.over_efa
+            and model.chip.neuronlink_bandwidth is not None):
+        return []
+    out = []
+    for quantity, op in EXECUTED.items():
+        executed = units.registry().Quantity(
+            execute.run(model, op, COLLECTIVE_BYTES, chunk=CHECK_CHUNK).time, "s").to("ms")
+        formula = model.collective(op)
+        out.append(Row(model.level, quantity, executed, formula, "formula",
+                       _difference(executed, formula), "derived", model.name,
+                       "executed on the chips and links (sim/system/execute.py), chunks "
+                       "of 64 MiB; beside it the alpha-beta formula"))
     return out
 
 

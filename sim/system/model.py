@@ -23,7 +23,9 @@ Assumptions of the collective model (none is published): a chip's NeuronLink ban
 sum over its links of one direction of each full-duplex link, shared equally by its links
 (``neuronlink.links``); every torus link, the ring across a Trn2 UltraServer's instances
 included, runs at that per-link figure; the rings of a torus run both directions at once; a
-cluster all-reduces hierarchically, its members' EFA carrying the inter-member phase.
+cluster all-reduces hierarchically, its members' EFA carrying the inter-member phase; each
+reduce-scatter step ends with an add on the vector engines (:meth:`Chip.reduce_seconds` of one
+element), whose fixed cost the executed collectives showed the formula lacked.
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ from pathlib import Path
 import networkx as nx
 import pint
 
-from hdl.link.link import LinkParams
+from hdl.core.params import CoreParams
+from hdl.params import core_params, link_params
+from sim.core.costs import stream_cycles
 from sim.golden import link as golden_link
 from sim.golden import systolic
 from specs import units
+from specs.errors import ModelError
 from specs.loader import find, load_document
 from specs.model import ChipSpec, SystemSpec, TensorSpec
 from specs.quantities import QUANTITIES, QuantityInfo
@@ -102,10 +107,6 @@ EXTRA_QUANTITIES: dict[str, QuantityInfo] = {
 
 _ureg = units.registry()
 Q = _ureg.Quantity
-
-
-class ModelError(ValueError):
-    """A spec the model cannot derive figures from (message: what and why)."""
 
 
 def quantity_info(name: str) -> QuantityInfo:
@@ -179,35 +180,12 @@ def sustained(chip: ChipSpec, m: int, k: int, n: int, fmt: str) -> Sustained:
 
 # --- links --------------------------------------------------------------------------------
 
-#: Channel latency of a NeuronLink lane in link-clock cycles, each way (not published).
-LINK_LATENCY_CYCLES = 16
-
-
-def link_params(chip: ChipSpec) -> LinkParams:
-    """The link port parameters of the spec's NeuronLink, as the link RTL takes them.
-
-    One flit is one datapath word; ``max_packet`` bytes become words of ``width`` bits;
-    the receive buffer holds ``credits`` words and the replay buffer is assumed as deep.
-    """
-    link = chip.neuronlink
-    if link.flit != link.width:
-        raise ModelError(f"{chip.name}: neuronlink.flit must equal neuronlink.width "
-                         f"({link.width}) for the link RTL, not {link.flit}")
-    words = math.ceil(8 * link.max_packet / link.width)
-    try:
-        return LinkParams(width=link.width, credits=link.credits, max_packet=words,
-                          replay_depth=link.credits)
-    except ValueError as exc:
-        raise ModelError(f"{chip.name}: neuronlink parameters do not make a link port "
-                         f"({exc}; a packet of {link.max_packet} B is {words} flits of "
-                         f"{link.width} bits)") from None
-
-
-def default_link_efficiency(chip: ChipSpec, latency: int = LINK_LATENCY_CYCLES) -> float:
+def default_link_efficiency(chip: ChipSpec) -> float:
     """Payload fraction of the link in steady state, from the link's golden model
-    (framing, credit and replay loops) on the spec's parameters, full-size packets."""
-    params = link_params(chip)
-    return float(golden_link.efficiency(params, latency, params.max_packet))
+    (framing, credit and replay loops) on the spec's parameters and channel latency,
+    full-size packets."""
+    params = link_params(chip, "full")
+    return float(golden_link.efficiency(params, chip.neuronlink.latency, params.max_packet))
 
 
 # --- levels -------------------------------------------------------------------------------
@@ -297,6 +275,25 @@ class Chip:
         if self.link_efficiency is not None:
             return self.link_efficiency
         return default_link_efficiency(self.spec)
+
+    @cached_property
+    def core_params(self) -> CoreParams | None:
+        """The core simulator's parameters, None where the spec lacks its cost fields."""
+        try:
+            return core_params(self.spec)
+        except ModelError:
+            return None
+
+    def reduce_seconds(self, elements: int) -> float:
+        """Seconds to add ``elements`` received elements into the chip's own (a collective's
+        reduction): the vector engine's stream rule (:func:`sim.core.costs.stream_cycles`, two
+        input streams) with the elements spread over the vector engines of all the chip's
+        cores. 0 for a chip whose spec has no core cost fields."""
+        p = self.core_params
+        if p is None:
+            return 0.0
+        per_lane = -(-elements // (p.partitions * self.spec.cores))
+        return stream_cycles(p, "vector", per_lane, 2.0) / p.clock("vector")
 
     def sustained(self, m: int, k: int, n: int, fmt: str) -> Sustained:
         return sustained(self.spec, m, k, n, fmt)
@@ -422,6 +419,7 @@ class System:
     def collective(self, op: str, nbytes: float = COLLECTIVE_BYTES) -> pint.Quantity:
         """Time of ``op`` on a buffer of ``nbytes`` per chip over every chip of the system."""
         eff = self.chip.efficiency
+        add = self.chip.reduce_seconds(1)
         if self.over_efa:
             inner = self.member
             if inner.efa is None:
@@ -431,10 +429,11 @@ class System:
                 raise ModelError(f"{self.name}: a cluster of clusters is not modelled")
             t = collectives.hierarchical_time(
                 op, nbytes, inner.topology, self.count, _si(inner.efa, "B/s"),
-                inner.spec.link_latency, self.spec.efa_latency, eff, bidirectional=True)
+                inner.spec.link_latency, self.spec.efa_latency, eff, bidirectional=True,
+                reduce=add)
         else:
             t = collectives.topology_time(self.topology, op, nbytes, self.spec.link_latency,
-                                          eff, bidirectional=True)
+                                          eff, bidirectional=True, reduce=add)
         return Q(t, "s").to("ms")
 
     def figures(self) -> Figures:

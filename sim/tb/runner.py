@@ -2,11 +2,17 @@
 
 One build per (simulator, Verilog text): the build directory is named by a hash of the emitted
 Verilog, so a parameter set is compiled once and reused by every test and every pytest-xdist
-worker (a file lock serialises the first build). Each run gets its own test directory, so runs
-of one build can go on side by side.
+worker (a file lock serialises the first build). A cached build is checked against the hash
+of its artifact before each reuse and built again when it is damaged. Each run gets its own
+test directory, so runs of one build can go on side by side.
 
 Parameters reach the cocotb side as JSON in the ``TRNGEN_TB`` environment variable; a
 testbench reads them with :func:`tb_params`.
+
+Inside :func:`recording_waves`, every run also records a waveform of its toplevel (and all
+below it) into its test directory: FST from both simulators (Icarus through cocotb's dump
+module, Verilator built with ``--trace-fst``). Such builds are cached apart from the others,
+since tracing changes what is compiled.
 """
 
 from __future__ import annotations
@@ -15,16 +21,19 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
 SIMULATORS = ("icarus", "verilator")
 ENV_PARAMS = "TRNGEN_TB"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+_WAVES: ContextVar[bool] = ContextVar("trngen_waves", default=False)
 
 
 class SimulatorMissing(RuntimeError):
@@ -103,22 +112,40 @@ def _locked(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+@contextmanager
+def recording_waves():
+    """Within this context, every run records a waveform; :attr:`RunResult.waves` is its
+    path."""
+    token = _WAVES.set(True)
+    try:
+        yield
+    finally:
+        _WAVES.reset(token)
+
+
 @dataclass(frozen=True)
 class RunResult:
+    """The outcome of one cocotb run; ``expected`` is how many cocotb tests had to run
+    (None: any number but zero), so that a test the filter or the simulator lost fails."""
+
     sim: str
     toplevel: str
     build_dir: Path
     tests: int
     failures: int
     results_xml: Path
+    expected: int | None = None
+    waves: Path | None = None
 
     @property
     def ok(self) -> bool:
-        return self.tests > 0 and self.failures == 0
+        ran_all = self.tests > 0 if self.expected is None else self.tests == self.expected
+        return ran_all and self.failures == 0
 
     def __str__(self) -> str:
+        ran = "" if self.expected in (None, self.tests) else f", {self.expected} expected"
         return (f"{self.sim}: {self.failures} of {self.tests} cocotb tests of {self.toplevel} "
-                f"failed (see {self.results_xml})")
+                f"failed{ran} (see {self.results_xml})")
 
 
 def emit_verilog(component, toplevel: str) -> str:
@@ -136,20 +163,55 @@ def emit_verilog(component, toplevel: str) -> str:
     return text
 
 
+def _artifact(sim: str, build_dir: Path, toplevel: str) -> Path:
+    """The file a build produces and a run executes."""
+    return build_dir / ("sim.vvp" if sim == "icarus" else toplevel)
+
+
+def _file_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _intact(stamp: Path, src: Path, verilog_text: str, artifact: Path) -> bool:
+    """Whether a cached build can be trusted: its stamp names the artifact's hash, and both
+    the artifact and the Verilog it was built from are there as they were."""
+    try:
+        recorded = json.loads(stamp.read_text())
+        return (isinstance(recorded, dict) and src.read_text() == verilog_text
+                and recorded.get("artifact") == artifact.name
+                and recorded.get("sha256") == _file_hash(artifact))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+
+
 def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = None) -> Path:
-    """Compile ``verilog_text`` for ``sim`` once per distinct text; return the build dir."""
+    """Compile ``verilog_text`` for ``sim`` once per distinct text; return the build dir.
+
+    A cached build is checked before it is reused (the stamp records the hash of the
+    simulator's artifact; the Verilog must be the same text); a build that fails the check,
+    truncated, deleted or half-written, is built again.
+    """
     require_simulator(sim)
     from cocotb_tools.runner import get_runner
 
-    digest = hashlib.sha256(f"{sim}\0{toplevel}\0{verilog_text}".encode()).hexdigest()[:16]
+    waves = _WAVES.get()
+    key = f"{sim}\0{toplevel}\0{verilog_text}" + ("\0waves" if waves else "")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     build_root = build_root or REPO_ROOT / "build" / "sim"
     build_dir = build_root / sim / f"{toplevel}-{digest}"
     stamp = build_dir / ".built"
+    src = build_dir / f"{toplevel}.v"
+    artifact = _artifact(sim, build_dir, toplevel)
     with _locked(build_root / sim / f"{toplevel}-{digest}.lock"):
-        if stamp.exists():
+        if _intact(stamp, src, verilog_text, artifact):
             return build_dir
+        stamp.unlink(missing_ok=True)
+        artifact.unlink(missing_ok=True)
         build_dir.mkdir(parents=True, exist_ok=True)
-        src = build_dir / f"{toplevel}.v"
         src.write_text(verilog_text)
         runner = get_runner(sim)
         args = []
@@ -157,6 +219,8 @@ def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = 
             # Amaranth's Verilog trips width warnings; lint cleanliness is checked apart
             # (tests run `verilator --lint-only` on the emitted RTL).
             args = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-O3"]
+            if waves:
+                args.append("--trace-fst")
         runner.build(
             sources=[src],
             hdl_toplevel=toplevel,
@@ -164,9 +228,14 @@ def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = 
             build_args=args,
             timescale=("1ns", "1ps"),
             always=True,
+            waves=waves,
             log_file=build_dir / "build.log",
         )
-        stamp.write_text(digest)
+        if not artifact.is_file():
+            raise RuntimeError(f"{sim} build of {toplevel} left no {artifact.name} "
+                               f"(see {build_dir / 'build.log'})")
+        stamp.write_text(json.dumps({"digest": digest, "artifact": artifact.name,
+                                     "sha256": _file_hash(artifact)}))
     return build_dir
 
 
@@ -179,15 +248,19 @@ def run(
     testcase: str | list[str] | None = None,
     seed: int | None = None,
     build_root: Path | None = None,
+    expected: int | None = None,
 ) -> RunResult:
     """Elaborate, emit, build (cached) and run the cocotb tests of ``test_module``.
 
-    ``params`` is passed to the testbench as JSON (see :func:`tb_params`). Returns the counts
-    from cocotb's results file; the caller decides what a failure means.
+    ``params`` is passed to the testbench as JSON (see :func:`tb_params`). ``testcase`` names
+    the cocotb tests to run (with every variant of a ``cocotb.parametrize``d one);
+    ``expected`` is how many must run, by default one per name in ``testcase``. Returns the
+    counts from cocotb's results file; the caller decides what a failure means.
     """
     setup_verilator_env()
     text = emit_verilog(component_factory(), toplevel)
-    return run_verilog(text, toplevel, test_module, sim, params, testcase, seed, build_root)
+    return run_verilog(text, toplevel, test_module, sim, params, testcase, seed, build_root,
+                       expected)
 
 
 def run_verilog(
@@ -199,6 +272,7 @@ def run_verilog(
     testcase: str | list[str] | None = None,
     seed: int | None = None,
     build_root: Path | None = None,
+    expected: int | None = None,
 ) -> RunResult:
     """As :func:`run`, for Verilog text already emitted (e.g. by a generator, several modules
     in one text)."""
@@ -210,20 +284,29 @@ def run_verilog(
     runner = get_runner(sim)
     test_dir = Path(tempfile.mkdtemp(prefix="run-", dir=build_dir))
     env = {ENV_PARAMS: json.dumps(dict(params or {}), sort_keys=True)}
+    names = [testcase] if isinstance(testcase, str) else testcase
+    if expected is None and names is not None:
+        expected = len(names)
+    test_filter = None if names is None else (
+        r"\.(" + "|".join(re.escape(n) for n in names) + r")(/.*)?$")
+    waves = test_dir / f"{toplevel}.fst" if _WAVES.get() else None
     xml = runner.test(
         test_module=test_module,
         hdl_toplevel=toplevel,
         hdl_toplevel_lang="verilog",
-        testcase=testcase,
+        test_filter=test_filter,
         seed=seed,
         extra_env=env,
         build_dir=build_dir,
         test_dir=test_dir,
         timescale=("1ns", "1ps"),
         log_file=test_dir / "sim.log",
+        waves=waves is not None,
+        plusargs=[f"+dumpfile_path={waves}"] if waves and sim == "icarus" else [],
+        test_args=["--trace-file", str(waves)] if waves and sim == "verilator" else [],
     )
     tests, failures = get_results(Path(xml))
-    return RunResult(sim, toplevel, build_dir, tests, failures, Path(xml))
+    return RunResult(sim, toplevel, build_dir, tests, failures, Path(xml), expected, waves)
 
 
 def tb_params() -> dict:

@@ -3,12 +3,15 @@
 
 Cocotb tests (run inside the simulator by :func:`simulate`):
 
-* ``directed``: every function of the set on inputs that cover its range, its segment
-  boundaries (+- 1 ulp), both out-of-range sides, zeros of both signs, infinities, NaN and
-  subnormals; identity scale and zero bias, then random per-lane scale and bias; rows of
-  several lengths for the running sum.
-* ``random_streams``: seeded random functions, scales, biases, inputs and row lengths, with
-  random idle cycles on the input and random backpressure on the output.
+* ``directed``: every function of the set on values from random binades of fp32 (subnormals
+  included), every special value and, for a function fitted over a range of ``x``, its
+  segment boundaries (+- 1 ulp) and ends; identity scale and zero bias, then random
+  per-lane scale and bias; rows of several lengths for the running sum. Then every narrow
+  input format (every bit pattern of the 8-bit ones, random ones of the 16-bit ones) and
+  every output format with both roundings.
+* ``random_streams``: seeded random functions, input and output formats, roundings, scales,
+  biases, inputs and row lengths, with random idle cycles on the input and random
+  backpressure on the output.
 
 Each output beat is checked, all lanes at once: ``data`` against the golden ``out``, ``sum``
 against the golden running sum, and ``last`` against the input's.
@@ -20,33 +23,35 @@ import cocotb
 import numpy as np
 import pytest
 
-from generators.vector import segment_bounds
+from hdl.numerics.formats import format_by_name
 from hdl.vector.activation import Activation, ActivationParams
+from hdl.vector.fitting import segment_bounds
 from hdl.vector.functions import FunctionSpec
 from sim.golden import activation as golden
 from sim.tb.runner import RunResult, run, skip_unless_available, tb_params
-from sim.tb.test_vector import SPECIALS, StreamBench, check_equal, pack, random_f32, unpack
+from sim.tb.test_vector import SPECIALS, StreamBench, check_equal, pack, unpack
 
 ONE = 0x3F80_0000
 
 
 def function_inputs(spec: FunctionSpec, rng: np.random.Generator, count: int) -> np.ndarray:
-    """fp32 inputs for ``spec``: its range, segment edges +- 1 ulp, beyond both ends, specials."""
-    if spec.mode == "exact":
-        return random_f32(rng, (count,))
-    bounds = segment_bounds(spec)
-    edges = bounds[:, 0].astype(np.float32)
-    pick = rng.choice(edges, count // 3)
-    near = np.concatenate([np.nextafter(pick, np.float32(np.inf)), pick,
-                           np.nextafter(pick, np.float32(-np.inf))])
-    lo, hi = float(bounds[0, 0]), float(bounds[-1, 1])
-    inside = rng.uniform(lo, hi, count).astype(np.float32)
-    beyond = np.array([lo - abs(lo) - 1, hi * 2 + 1, np.float32(hi), np.float32(lo)],
-                      dtype=np.float32)
-    x = np.concatenate([near, inside, beyond])
-    if spec.mode == "log":
-        x = np.concatenate([x, -x[: count // 2], np.float32(lo) / np.float32([4.0, 1e6])])
-    return np.concatenate([x.view(np.uint32), SPECIALS])
+    """fp32 inputs for ``spec``: ``count`` values from random binades of fp32 (both signs,
+    subnormals included), every special value, and for a function fitted over a range of
+    ``x``: values inside it, its segment edges +- 1 ulp and both ends."""
+    fields = rng.integers(0, 255, count, dtype=np.uint32)
+    mant = rng.integers(0, 1 << 23, count, dtype=np.uint32) >> rng.integers(0, 23, count,
+                                                                             dtype=np.uint32)
+    signs = rng.integers(0, 2, count, dtype=np.uint32) << 31
+    x = [signs | (fields << 23) | mant, SPECIALS]
+    if spec.mode == "uniform" and not spec.reduced:
+        edges = segment_bounds(spec)[:, 0].astype(np.float32)
+        pick = rng.choice(edges, count // 3)
+        inside = rng.uniform(spec.lo, spec.hi, count // 2).astype(np.float32)
+        ends = np.float32([spec.lo, spec.hi])
+        x += [v.view(np.uint32) for v in (np.nextafter(pick, np.float32(np.inf)), pick,
+                                          np.nextafter(pick, np.float32(-np.inf)), inside,
+                                          ends, np.nextafter(ends, np.float32(-np.inf)))]
+    return np.concatenate(x).astype(np.uint32)
 
 
 class ActivationTB:
@@ -60,7 +65,10 @@ class ActivationTB:
         self.bench = StreamBench(dut, self.rng)
         self.cases = 0
 
-    async def case(self, func: int, data, scale, bias, last, idle=0.0, stall=0.0):
+    async def case(self, func: int, data, scale, bias, last, idle=0.0, stall=0.0,
+                   in_format="fp32", out_format="fp32", rounding="rne"):
+        """One instruction: ``data`` lane words in ``in_format``, the result written in
+        ``out_format`` with ``rounding``; every beat checked against the golden model."""
         p, dut = self.params, self.dut
         lanes = p.lanes
         await self.bench.reset()
@@ -69,13 +77,18 @@ class ActivationTB:
         dut.func.value = func
         dut.scale.value = pack([scale[None]], [32])[0]
         dut.bias.value = pack([bias[None]], [32])[0]
-        out, sums = golden.run(p, func, data, scale, bias, last)
+        dut.in_format.value = p.format_index(in_format)
+        dut.out_format.value = p.format_index(out_format)
+        dut.stochastic.value = int(rounding == "stochastic")
+        out, sums = golden.run(p, func, data, scale, bias, last, in_format=in_format,
+                               out_format=out_format, rounding=rounding)
         beats = pack([data, last.astype(np.uint8)], [32, 8])
         got = await self.bench.transfer(beats, len(data), idle, stall)
         g_out = np.array([unpack(v, lanes, 32) for v in got]).reshape(-1, lanes)
         g_sum = np.array([unpack(v, lanes, 32, 32 * lanes) for v in got]).reshape(-1, lanes)
         g_last = np.array([(v >> (64 * lanes)) & 1 for v in got], dtype=bool)
-        ctx = {"function": p.functions[func].name, "beats": len(data)}
+        ctx = {"function": p.functions[func].name, "beats": len(data), "in": in_format,
+               "out": out_format, "rounding": rounding}
         check_equal(dut._log, "data", g_out, out, ctx)
         check_equal(dut._log, "sum", g_sum, sums, ctx)
         if not np.array_equal(g_last, last):
@@ -115,6 +128,20 @@ async def directed(dut):
         scale = (tb.nprng.uniform(0.5, 2.0, lanes)).astype(np.float32).view(np.uint32)
         bias = (tb.nprng.uniform(-1.0, 1.0, lanes)).astype(np.float32).view(np.uint32)
         await tb.case(func, x[:6], scale, bias, _rows(tb.rng, min(6, len(x))))
+    func = tb.rng.randrange(len(tb.params.functions))
+    for fmt in tb.params.formats:
+        if fmt == "fp32":
+            continue
+        bits = format_by_name(fmt).bits
+        words = (np.arange(1 << bits, dtype=np.uint32) if bits <= 8 else
+                 tb.nprng.integers(0, 1 << bits, 64 * lanes, dtype=np.uint32))
+        words = np.concatenate([words, words[: (-len(words)) % lanes]]).reshape(-1, lanes)
+        await tb.case(func, words, ones, zeros, _rows(tb.rng, len(words)), in_format=fmt)
+        x = function_inputs(tb.params.functions[func], tb.nprng, 24)
+        x = np.concatenate([x, x[: (-len(x)) % lanes]]).reshape(-1, lanes)
+        for rounding in ("rne", "stochastic"):
+            await tb.case(func, x, ones, zeros, _rows(tb.rng, len(x)), out_format=fmt,
+                          rounding=rounding)
     dut._log.info("directed: %d cases passed", tb.cases)
 
 
@@ -124,27 +151,35 @@ async def random_streams(dut):
     await tb.bench.start()
     lanes = tb.params.lanes
     rng = tb.rng
-    for _ in range(8):
+    formats = tb.params.formats
+    for _ in range(10):
         func = rng.randrange(len(tb.params.functions))
         n = rng.randint(1, 20)
         spec = tb.params.functions[func]
-        x = function_inputs(spec, tb.nprng, 8)
-        data = tb.nprng.choice(x, (n, lanes))
+        in_format, out_format = rng.choice(formats), rng.choice(formats)
+        if in_format == "fp32":
+            data = tb.nprng.choice(function_inputs(spec, tb.nprng, 8), (n, lanes))
+        else:  # every bit pattern of the narrow format: all its binades and specials
+            bits = format_by_name(in_format).bits
+            data = tb.nprng.integers(0, 1 << bits, (n, lanes), dtype=np.uint32)
         scale = tb.nprng.choice(np.float32([1.0, 0.5, -1.0, 1.25, 3.0]).view(np.uint32), lanes)
-        bias = tb.nprng.uniform(-0.5, 0.5, lanes).astype(np.float32).view(np.uint32)
+        bias = tb.nprng.choice(np.float32([-0.0, 0.25, -0.5]).view(np.uint32), lanes)
         idle, stall = rng.choice([(0.0, 0.0), (0.3, 0.3), (0.6, 0.1), (0.1, 0.6)])
-        await tb.case(func, data, scale, bias, _rows(rng, n), idle, stall)
+        await tb.case(func, data, scale, bias, _rows(rng, n), idle, stall, in_format,
+                      out_format, rng.choice(["rne", "stochastic"]))
     dut._log.info("random_streams: %d cases passed", tb.cases)
 
 
 def params_to_json(params: ActivationParams) -> dict:
-    return {"lanes": params.lanes,
+    return {"lanes": params.lanes, "formats": list(params.formats), "rng": params.rng,
+            "seed": params.seed,
             "functions": [{f: getattr(spec, f) for f in spec.__dataclass_fields__}
                           for spec in params.functions]}
 
 
 def params_from_json(cfg: dict) -> ActivationParams:
-    return ActivationParams(lanes=cfg["lanes"],
+    return ActivationParams(lanes=cfg["lanes"], formats=tuple(cfg["formats"]), rng=cfg["rng"],
+                            seed=cfg["seed"],
                             functions=tuple(FunctionSpec(**f) for f in cfg["functions"]))
 
 
@@ -157,22 +192,28 @@ def simulate(params: ActivationParams, sim: str, seed: int | None = None) -> Run
                "sim.tb.test_activation", sim, cfg, seed=seed)
 
 
-# A small function set (fewer ROM rows, one lower degree) that keeps every mode and rule.
+# A small function set (fewer ROM rows, lower degrees) that keeps every path of the lane:
+# exact, the exp reduction, the exp tails (gelu_tanh's with its cubic exponent), constant and
+# ``x`` rules, the log-domain reductions.
 SMALL_FUNCTIONS = (
     FunctionSpec("relu", mode="exact"),
-    FunctionSpec("exp", lo=-8.0, hi=8.0, segments=16, degree=3, below="zero", above="inf"),
-    FunctionSpec("gelu", lo=-4.0, hi=4.0, segments=8, degree=2, post_mul_x=True,
-                 below="zero", above="x"),
-    FunctionSpec("reciprocal", mode="log", lo=2.0**-4, hi=2.0**4, segments=2, degree=3,
-                 below="inf", above="zero", negative="odd"),
-    FunctionSpec("log", mode="log", lo=2.0**-4, hi=2.0**4, segments=2, degree=3,
-                 below="minus_inf", above="inf", negative="nan", root=1.0),
+    FunctionSpec("exp", lo=-0.5, hi=0.5, segments=4, degree=3, anchor=0.0),
+    FunctionSpec("silu", lo=-8.0, hi=8.0, segments=8, degree=2, post_mul_x=True,
+                 below="exp", above="x"),
+    FunctionSpec("tanh", lo=-4.0, hi=4.0, segments=8, degree=2, post_mul_x=True,
+                 below="minus_one", above="one"),
+    FunctionSpec("reciprocal", mode="log", lo=1.0, hi=2.0, segments=2, degree=3, anchor=1.0),
+    FunctionSpec("rsqrt", mode="log", lo=1.0, hi=4.0, segments=1, degree=3),
+    FunctionSpec("log", mode="log", lo=0.5, hi=2.0, segments=2, degree=3, anchor=1.0),
+    FunctionSpec("square", mode="exact"),
+    FunctionSpec("gelu_tanh", lo=-4.0, hi=8.0, segments=6, degree=2, post_mul_x=True,
+                 below="exp", above="x"),
 )
 
 PARAMS = {
     "lanes1-default": ActivationParams(lanes=1),
-    "lanes2-small": ActivationParams(lanes=2, functions=SMALL_FUNCTIONS),
-    "lanes3-small": ActivationParams(lanes=3, functions=SMALL_FUNCTIONS),
+    "lanes2-small": ActivationParams(lanes=2, functions=SMALL_FUNCTIONS, seed=7),
+    "lanes3-small": ActivationParams(lanes=3, functions=SMALL_FUNCTIONS, rng="lfsr32"),
 }
 
 

@@ -12,9 +12,13 @@ the user sides, so thousands of packets run under one ``await``. Two cocotb test
   the efficiency matches the closed form (:func:`sim.golden.link.efficiency`) within one packet
   per measurement window, or with bit errors the go-back-N estimate within
   :data:`ERROR_TOLERANCE`.
-- ``directed``: a Python driver and monitor on the ``ext_*``/``out_*`` ports send the golden
-  packet list (:func:`sim.golden.link.packets`) with random idle cycles and backpressure and
-  compare what arrives, packet by packet.
+- ``directed`` (once per idle/backpressure setting of :data:`sim.tb.streams.PAUSES`): the
+  stream driver and monitor of :mod:`sim.tb.streams` on the ``ext_*``/``out_*`` ports send the
+  golden packet list (:func:`sim.golden.link.packets`) and compare what arrives, packet by
+  packet, and that nothing more arrives.
+
+With ``corrupt_at`` set, ``bulk`` has the loopback flip one delivered word on its way to the
+in-hardware checker and requires the checker to count exactly that one mismatch.
 
 :func:`simulate` runs both for one parameter set; :func:`measured_efficiency` runs a short
 saturated simulation and returns the measured payload words per cycle.
@@ -37,6 +41,15 @@ from hdl.link.link import LinkParams
 from hdl.link.loopback import LinkLoopback
 from sim.golden import link as golden
 from sim.tb.runner import RunResult, run, tb_params
+from sim.tb.streams import (
+    PAUSES,
+    StreamBus,
+    StreamSink,
+    StreamSource,
+    no_pause,
+    nothing_left_over,
+    random_pause,
+)
 
 TOPLEVEL = "link_loopback"
 #: Relative tolerance of measured against estimated efficiency with bit errors.
@@ -52,7 +65,7 @@ async def _start(dut, cfg: dict, ext: bool):
     dut.ext.value = int(ext)
     for name in ("seed_len", "seed_valid", "seed_ready", "seed_flit", "seed_status",
                  "len_min", "len_mask", "valid_thr", "ready_thr", "flit_flip_thr",
-                 "status_flip_thr", "stop_at", "warmup"):
+                 "status_flip_thr", "stop_at", "warmup", "corrupt_at"):
         getattr(dut, name).value = cfg[name]
     for name in ("ext_valid", "ext_data", "ext_last", "ext_dest", "ext_type", "out_ready"):
         getattr(dut, name).value = 0
@@ -85,7 +98,11 @@ async def bulk(dut):
         if c["cycles"] >= cfg["stop_at"] or enough:
             break
     dut._log.info("counters %s", c)
-    assert c["mismatches"] == 0, f"{c['mismatches']} words delivered wrong or out of order"
+    if cfg["corrupt_at"]:
+        assert c["mismatches"] == 1, f"the checker counted {c['mismatches']} mismatches, not " \
+                                     f"the one corrupted word {cfg['corrupt_at']}"
+    else:
+        assert c["mismatches"] == 0, f"{c['mismatches']} words delivered wrong or out of order"
     assert c["packets"] >= cfg["packets"], f"only {c['packets']} packets delivered"
     window = c["cycles"] - cfg["warmup"]
     measured = c["window_words"] / window
@@ -114,51 +131,44 @@ async def bulk(dut):
 
 
 @cocotb.test()
-async def directed(dut):
-    """A Python driver and monitor: the golden packet list, idle cycles, backpressure."""
+@cocotb.parametrize(pauses=list(PAUSES))
+async def directed(dut, pauses):
+    """The golden packet list through the stream driver and monitor, under one setting of
+    idle cycles and backpressure; every packet arrives once, in order, and nothing more."""
     cfg = tb_params()
     params = LinkParams(**cfg["link"])
     traffic = golden.Traffic(**cfg["traffic"])
-    rng = random.Random(cfg["seed"])
-    dut._log.info("seed=%s params=%s", cfg["seed"], params)
+    rng = random.Random(f"{cfg['seed']}-{pauses}")
+    idle, stall = PAUSES[pauses]
+    dut._log.info("seed=%s params=%s pauses=%s", cfg["seed"], params, pauses)
     expected = golden.packets(params, traffic, cfg["directed_packets"])
-    beats = [(w, i == len(p.data) - 1, p.dest, p.type)
+    beats = [{"data": w, "last": int(i == len(p.data) - 1), "dest": p.dest, "type": p.type}
              for p in expected for i, w in enumerate(p.data)]
-    idle, stall = cfg["directed_idle"], cfg["directed_stall"]
+    source = StreamSource(StreamBus.from_prefix(dut, "ext", ("data", "last", "dest", "type")),
+                          dut.clk, dut.rst, random_pause(rng, idle))
+    sink = StreamSink(StreamBus.from_prefix(dut, "out", ("data", "first", "last", "dest",
+                                                         "src", "type")),
+                      dut.clk, dut.rst, random_pause(rng, stall))
     await _start(dut, cfg, ext=True)
+    source.send(beats)
     got: list[golden.Packet] = []
     current: list[int] = []
-    sent = 0
     for _ in range(200 * len(beats) + 10 * params.ack_timeout):
-        # Drive the inputs of this cycle, let them settle, then see what the edge takes.
-        offer = sent < len(beats) and rng.random() >= idle
-        if offer:
-            w, last, dest, typ = beats[sent]
-            dut.ext_data.value = w
-            dut.ext_last.value = int(last)
-            dut.ext_dest.value = dest
-            dut.ext_type.value = typ
-        dut.ext_valid.value = int(offer)
-        dut.out_ready.value = int(rng.random() >= stall)
-        await ReadOnly()
-        if offer and int(dut.ext_ready.value):
-            sent += 1
-        if int(dut.out_valid.value) and int(dut.out_ready.value):
-            assert int(dut.out_first.value) == (not current), f"first flag, packet {len(got)}"
-            current.append(int(dut.out_data.value))
-            if int(dut.out_last.value):
-                got.append(golden.Packet(tuple(current), int(dut.out_dest.value),
-                                         int(dut.out_src.value), int(dut.out_type.value)))
+        await RisingEdge(dut.clk)
+        for b in sink.take():
+            assert b["first"] == (not current), f"first flag, packet {len(got)}"
+            current.append(b["data"])
+            if b["last"]:
+                got.append(golden.Packet(tuple(current), b["dest"], b["src"], b["type"]))
                 current = []
                 k = len(got) - 1
                 assert got[k] == expected[k], f"packet {k}: {got[k]} != {expected[k]}"
-        await RisingEdge(dut.clk)
         if len(got) == len(expected):
             break
     assert got == expected, f"delivered {len(got)} of {len(expected)} packets"
-    dut.out_ready.value = 1
-    dut.ext_valid.value = 0
-    await ClockCycles(dut.clk, 4 * params.ack_timeout)
+    sink.pause = no_pause()
+    await ClockCycles(dut.clk, 4 * params.ack_timeout)   # a replayed duplicate would show
+    nothing_left_over(source, sink)
     await ReadOnly()
     assert int(dut.packets.value) == len(expected), "a packet was delivered twice"
 
@@ -183,7 +193,7 @@ def _flip_thr(p: float) -> int:
 
 def config(params: LinkParams, seed: int, *, packets: int, bit_error_rate: float,
            latency: int, traffic: golden.Traffic | None = None, directed_packets: int = 0,
-           report: str | None = None) -> dict:
+           corrupt_at: int = 0, report: str | None = None) -> dict:
     """The JSON parameters of one run (see the cocotb tests above)."""
     rng = random.Random(seed)
     seeds = _seeds(rng)
@@ -215,8 +225,7 @@ def config(params: LinkParams, seed: int, *, packets: int, bit_error_rate: float
         "stop_at": cycles,
         "warmup": min(cycles // 4, 2000),
         "directed_packets": directed_packets,
-        "directed_idle": 0.3,
-        "directed_stall": 0.3,
+        "corrupt_at": corrupt_at,
         "report": report,
     }
 
@@ -224,17 +233,18 @@ def config(params: LinkParams, seed: int, *, packets: int, bit_error_rate: float
 def simulate(params: LinkParams, sim: str, seed: int | None = None, *, packets: int = 10_000,
              bit_error_rate: float = 1e-4, latency: int = 4,
              traffic: golden.Traffic | None = None, directed_packets: int = 100,
-             testcase: str | list[str] | None = None, report: str | None = None) -> RunResult:
-    """Run the link testbench (``bulk`` and, if ``directed_packets``, ``directed``)."""
+             corrupt_at: int = 0, report: str | None = None) -> RunResult:
+    """Run the link testbench: ``bulk`` and, if ``directed_packets``, ``directed`` under
+    every pause setting; the result is ok only when every one of them ran and passed."""
     if seed is None:
         seed = random.SystemRandom().randrange(2 ** 31)
     cfg = config(params, seed, packets=packets, bit_error_rate=bit_error_rate,
                  latency=latency, traffic=traffic, directed_packets=directed_packets,
-                 report=report)
-    if testcase is None:
-        testcase = ["bulk", "directed"] if directed_packets else ["bulk"]
+                 corrupt_at=corrupt_at, report=report)
+    testcase = ["bulk", "directed"] if directed_packets else ["bulk"]
     return run(lambda: LinkLoopback(params, latency), TOPLEVEL, "sim.tb.test_link", sim,
-               params=cfg, testcase=testcase, seed=seed)
+               params=cfg, testcase=testcase, seed=seed,
+               expected=1 + (len(PAUSES) if directed_packets else 0))
 
 
 def measured_efficiency(params: LinkParams, sim: str, *, length: int | None = None,
@@ -286,6 +296,15 @@ def test_link_error_free_matches_golden_schedule(sim, seed):
     """Without errors the RTL's delivered words match the cycle-exact golden model."""
     result = simulate(PARAMS["odd"], sim, seed, packets=PACKETS[sim] // 2, bit_error_rate=0.0,
                       latency=3, directed_packets=0)
+    assert result.ok, result
+
+
+@pytest.mark.cocotb
+def test_link_checker_catches_a_corrupted_word(sim, seed):
+    """One word flipped after the receiver (where no CRC looks): the in-hardware checker
+    counts exactly one mismatch, so its silence in the other runs means something."""
+    result = simulate(PARAMS["pow2"], sim, seed, packets=200, bit_error_rate=0.0, latency=3,
+                      directed_packets=0, corrupt_at=random.Random(seed).randrange(1, 500))
     assert result.ok, result
 
 

@@ -4,8 +4,9 @@ Units: ``FpMul32`` and ``FpAdd32`` (combinational; ``lanes`` copies side by side
 that one simulator step checks many vectors), ``Widen`` (every bit pattern of the formats up to
 16 bits), ``Cast`` (streamed, with random idle cycles on the input and random backpressure on
 the output; several casts side by side in one bench, so that one build covers every target
-format). Every result is compared bit for bit with :mod:`sim.golden.numerics`; random tests
-log their seed and take it back through ``--seed``.
+format; the stream driver and monitor of :mod:`sim.tb.streams`). Every result is compared
+bit for bit with :mod:`sim.golden.numerics`; random tests log their seed and take it back
+through ``--seed``.
 
 :func:`simulate` runs a testbench for ``"fp32"``, Widen parameters or Cast parameters.
 """
@@ -141,7 +142,15 @@ def _mismatches(name, inputs, got, want, log, limit=10):
 try:
     import cocotb
     from cocotb.clock import Clock
-    from cocotb.triggers import FallingEdge, RisingEdge, Timer
+    from cocotb.triggers import ClockCycles, RisingEdge, Timer
+
+    from sim.tb.streams import (
+        StreamBus,
+        StreamSink,
+        StreamSource,
+        nothing_left_over,
+        random_pause,
+    )
 except ImportError:  # pytest collection without cocotb is not a supported setup
     cocotb = None
 
@@ -193,53 +202,6 @@ if cocotb is not None:
             total_bad += _mismatches(f"widen[{fmt.name}]", (x,), got, want, dut._log)
         assert total_bad == 0, f"{total_bad} results differ"
 
-    class CastTB:
-        """Driver (input stream with random idle cycles), monitor (output stream under random
-        backpressure), golden model and checker of one Cast of the bench (ports
-        ``<prefix>__valid`` ...)."""
-
-        def __init__(self, dut, prefix: str, params: CastParams, x: np.ndarray,
-                     rng: random.Random, idle: float, stall: float):
-            self.params, self.x, self.rng, self.idle, self.stall = params, x, rng, idle, stall
-            self.log = dut._log
-            self.i_valid, self.i_ready, self.i_payload, self.o_valid, self.o_ready, \
-                self.o_payload = (getattr(dut, f"{port}__{name}")
-                                  for port in (f"i{prefix}", f"o{prefix}")
-                                  for name in ("valid", "ready", "payload"))
-            self.sent = 0
-            self.got: list[np.ndarray] = []
-            self.i_valid.value = 0
-            self.o_ready.value = 0
-
-        @property
-        def done(self) -> bool:
-            return len(self.got) == len(self.x)
-
-        def drive(self):
-            """After a rising edge: offer the next beat (or idle), accept output (or stall)."""
-            if self.sent < len(self.x) and self.rng.random() >= self.idle:
-                self.i_valid.value = 1
-                self.i_payload.value = pack(self.x[self.sent], 32)
-            else:
-                self.i_valid.value = 0
-            self.o_ready.value = int(self.rng.random() >= self.stall)
-
-        def sample(self):
-            """Before the next rising edge: record the transfers that edge will make."""
-            if self.i_valid.value == 1 and self.i_ready.value == 1:
-                self.sent += 1
-            if self.o_valid.value == 1 and self.o_ready.value == 1:
-                bits, lanes = self.params.fmt.bits, self.params.lanes
-                self.got.append(unpack(self.o_payload.value.to_unsigned(), bits, lanes))
-
-        def check(self) -> int:
-            p = self.params
-            want = golden.cast_bits(self.x.view(np.float32), **golden.cast_params(p))
-            got = np.array(self.got)
-            return _mismatches(f"cast[{p.fmt.name},{p.rounding},{p.rng}]",
-                               (self.x.reshape(-1),), got.reshape(-1), want.reshape(-1),
-                               self.log)
-
     @cocotb.test()
     async def cast_stream(dut):
         """Edge-biased fp32 values (and, for 8-bit targets, every target value and every
@@ -247,34 +209,41 @@ if cocotb is not None:
         cycles on the inputs and random backpressure on the outputs."""
         p = tb_params()
         rng = np.random.default_rng(p["seed"])
-        pick = random.Random(p["seed"])
-        tbs = []
+        casts = []
         for k, spec in enumerate(p["casts"]):
             params = CastParams(fmt=format_by_name(spec["fmt"]), rounding=spec["rounding"],
                                 rng=spec["rng"], seed=spec["seed"], lanes=spec["lanes"])
             x = golden.edge_fp32_for_format(params.fmt, rng, p["vectors"])
             x = _pad(x.view(np.uint32), params.lanes).reshape(-1, params.lanes)
-            tbs.append(CastTB(dut, str(k), params, x, pick, p["idle"], p["stall"]))
+            pause = random.Random(f"{p['seed']}-{k}")
+            source = StreamSource(StreamBus.from_prefix(dut, f"i{k}"), dut.clk, dut.rst,
+                                  random_pause(pause, p["idle"]))
+            sink = StreamSink(StreamBus.from_prefix(dut, f"o{k}"), dut.clk, dut.rst,
+                              random_pause(pause, p["stall"]))
+            source.send(pack(row, 32) for row in x)
+            casts.append((params, x, source, sink))
             dut._log.info("cast %d: %s, %d values", k, params, x.size)
         dut._log.info("seed=%d", p["seed"])
         cocotb.start_soon(Clock(dut.clk, 10, "ns").start())
         dut.rst.value = 1
-        await RisingEdge(dut.clk)
-        await RisingEdge(dut.clk)
+        await ClockCycles(dut.clk, 2)
         dut.rst.value = 0
-        cycles, limit = 0, 20 * max(len(tb.x) for tb in tbs) + 100
-        while not all(tb.done for tb in tbs):
+        cycles, limit = 0, 20 * max(len(x) for _, x, _, _ in casts) + 100
+        while not all(sink.count >= len(x) for _, x, _, sink in casts):
             await RisingEdge(dut.clk)
-            for tb in tbs:
-                tb.drive()
-            await FallingEdge(dut.clk)
-            for tb in tbs:
-                tb.sample()
             cycles += 1
             assert cycles < limit, "stalled: " + ", ".join(
-                f"{len(tb.got)} of {len(tb.x)}" for tb in tbs)
+                f"{sink.count} of {len(x)}" for _, x, _, sink in casts)
+        await ClockCycles(dut.clk, 8)    # a beat too many would arrive now
         dut._log.info("%d cycles", cycles)
-        bad = sum(tb.check() for tb in tbs)
+        bad = 0
+        for params, x, _, sink in casts:
+            got = np.array([unpack(b, params.fmt.bits, params.lanes)
+                            for b in sink.take(len(x))])
+            want = golden.cast_bits(x.view(np.float32), **golden.cast_params(params))
+            bad += _mismatches(f"cast[{params.fmt.name},{params.rounding},{params.rng}]",
+                               (x.reshape(-1),), got.reshape(-1), want.reshape(-1), dut._log)
+        nothing_left_over(*(end for c in casts for end in c[2:]))
         assert bad == 0, f"{bad} results differ"
 
 
@@ -351,4 +320,4 @@ def test_numerics_bench(sim, seed):
     Verilog, bit exact against the golden model."""
     bench, fp32_vectors, cast_vectors = BENCHES[sim]
     result = simulate(bench, sim, seed, vectors=cast_vectors, fp32_vectors=fp32_vectors)
-    assert result.ok and result.tests == 3, result
+    assert result.ok and result.expected == 3, result

@@ -4,9 +4,10 @@ Cocotb tests (run inside the simulator by :func:`simulate`):
 
 * ``directed``: every operation, tensor-tensor and tensor-scalar, on special values (zeros of
   both signs, infinities, NaNs, subnormals, the largest finite value) and random ones; sum and
-  max reductions over rows of lengths 1, 2, 3 and 7.
-* ``random_streams``: seeded random operations, reductions, operands and row lengths, with
-  random idle cycles on the input and random backpressure on the output.
+  max reductions over rows of lengths 1, 2, 3 and 7; every narrow input format (every bit
+  pattern of the 8-bit ones).
+* ``random_streams``: seeded random operations, reductions, input formats, operands and row
+  lengths, with random idle cycles on the input and random backpressure on the output.
 
 Each case resets the engine (so the stochastic-rounding generators restart from their seed),
 streams its beats through, collects the output beats and compares them, all lanes at once,
@@ -19,14 +20,23 @@ import cocotb
 import numpy as np
 import pytest
 from cocotb.clock import Clock
-from cocotb.triggers import FallingEdge, ReadOnly
+from cocotb.triggers import FallingEdge, RisingEdge
 
+from hdl.numerics.formats import format_by_name
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 from sim.golden import vector as golden
 from sim.golden.numerics import cast_bits as golden_cast
 from sim.golden.numerics import cast_params
 from sim.tb.runner import RunResult, run, skip_unless_available, tb_params
+from sim.tb.streams import (
+    StreamBus,
+    StreamSink,
+    StreamSource,
+    no_pause,
+    nothing_left_over,
+    random_pause,
+)
 
 SPECIALS = np.array([
     0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x7F800001,
@@ -70,11 +80,12 @@ def unpack(value: int, lanes: int, width: int, offset: int = 0) -> np.ndarray:
 
 
 class StreamBench:
-    """Driver and monitor of one valid/ready input stream and one output stream.
+    """Clock, reset and one transfer at a time on the engine's ``i`` and ``o`` streams,
+    through the shared stream source and sink (:mod:`sim.tb.streams`).
 
-    ``idle`` is the probability that the driver holds ``valid`` low in a cycle, ``stall`` the
-    probability that the monitor holds ``ready`` low. Ports follow Amaranth's naming
-    (``i__valid``, ``i__payload``, ``o__ready`` ...).
+    ``idle`` is the probability that the source holds ``valid`` low in a cycle, ``stall`` the
+    probability that the sink holds ``ready`` low; both pause generators draw from the
+    bench's seeded ``rng``.
     """
 
     def __init__(self, dut, rng: random.Random):
@@ -95,38 +106,39 @@ class StreamBench:
         await FallingEdge(dut.clk)
         dut.rst.value = 0
 
+    def _pause(self, probability: float):
+        return random_pause(self.rng, probability) if probability else no_pause()
+
     async def transfer(self, beats: list[int], expect: int, idle: float = 0.0,
                        stall: float = 0.0, drain: int = 12) -> list[int]:
-        """Send ``beats``, collect ``expect`` output payloads, then check ``drain`` quiet
-        cycles (with ``ready`` high) bring no further beat."""
-        dut, rng = self.dut, self.rng
-        sent, got = 0, []
+        """Send ``beats``, collect ``expect`` output payloads, then check that ``drain``
+        quiet cycles (with ``ready`` high) bring no further beat."""
+        dut = self.dut
+        bus_i, bus_o = StreamBus.from_prefix(dut, "i"), StreamBus.from_prefix(dut, "o")
+        source = StreamSource(bus_i, dut.clk, dut.rst, self._pause(idle))
+        sink = StreamSink(bus_o, dut.clk, dut.rst, self._pause(stall))
+        source.send(beats)
         limit = 50 * (len(beats) + expect) + 200
         cycles = 0
-        quiet = 0
-        while sent < len(beats) or len(got) < expect or quiet < drain:
-            await FallingEdge(dut.clk)
-            done = sent >= len(beats) and len(got) >= expect
-            valid = sent < len(beats) and rng.random() >= idle
-            ready = done or rng.random() >= stall
-            dut.i__valid.value = int(valid)
-            if valid:
-                dut.i__payload.value = beats[sent]
-            dut.o__ready.value = int(ready)
-            await ReadOnly()
-            if valid and int(dut.i__ready.value):
-                sent += 1
-            if ready and int(dut.o__valid.value):
-                if done:
-                    raise AssertionError(f"unexpected output beat after {expect} beats")
-                got.append(int(dut.o__payload.value))
-            quiet = quiet + 1 if done else 0
+        while not (source.idle and sink.count >= expect):
+            if cycles == limit:
+                raise AssertionError(f"timeout: sent {source.sent}/{len(beats)}, "
+                                     f"got {sink.count}/{expect} after {cycles} cycles")
+            await RisingEdge(dut.clk)
             cycles += 1
-            if cycles > limit:
-                raise AssertionError(f"timeout: sent {sent}/{len(beats)}, "
-                                     f"got {len(got)}/{expect} after {cycles} cycles")
+        got = sink.take(expect)
+        sink.stop()
+        quiet = StreamSink(bus_o, dut.clk, dut.rst)
+        for _ in range(drain):
+            await RisingEdge(dut.clk)
+        quiet.stop()
+        source.stop()
+        if quiet.received or sink.received:
+            raise AssertionError(f"unexpected output beat after {expect} beats")
+        nothing_left_over(source, sink, quiet)
         await FallingEdge(dut.clk)
         dut.i__valid.value = 0
+        dut.o__ready.value = 0
         return got
 
 
@@ -152,15 +164,16 @@ class VectorTB:
         self.bench = StreamBench(dut, self.rng)
         self.cases = 0
 
-    def expected(self, op, reduce, a, b, scalar, last) -> np.ndarray:
-        r = golden.run(self.params, op, a, b, last=last, scalar=scalar, reduce=reduce)
+    def expected(self, op, reduce, a, b, scalar, last, in_format) -> np.ndarray:
+        r = golden.run(self.params, op, a, b, last=last, scalar=scalar, reduce=reduce,
+                       in_format=in_format)
         cast = self.params.cast
         if cast is None or len(r) == 0:
             return r
         return golden_cast(r.view(np.float32), **cast_params(cast)).astype(np.uint32)
 
     async def case(self, op, reduce=Reduce.NONE, a=None, b=None, scalar=None, last=None,
-                   idle=0.0, stall=0.0):
+                   idle=0.0, stall=0.0, in_format="fp32"):
         p, dut = self.params, self.dut
         await self.bench.reset()
         n = len(a)
@@ -171,20 +184,21 @@ class VectorTB:
         dut.use_scalar.value = int(scalar is not None)
         sc = np.zeros(p.lanes, np.uint32) if scalar is None else np.asarray(scalar, np.uint32)
         dut.scalar.value = pack([sc[None]], [32])[0]
-        want = self.expected(op, reduce, a, b, scalar, last)
+        dut.in_format.value = p.format_index(in_format)
+        want = self.expected(op, reduce, a, b, scalar, last, in_format)
         beats = pack([a, b, last.astype(np.uint8)], [32, 32, 8])
         got = await self.bench.transfer(beats, len(want), idle, stall)
         got = np.array([unpack(v, p.lanes, p.out_bits) for v in got],
                        dtype=np.uint32).reshape(-1, p.lanes)
         check_equal(dut._log, "output", got, want.reshape(-1, p.lanes),
                     {"op": VectorOp(op).name, "reduce": Reduce(reduce).name,
-                     "scalar": scalar is not None, "beats": n})
+                     "scalar": scalar is not None, "beats": n, "in": in_format})
         self.cases += 1
 
 
 def _tb(dut):
     cfg = tb_params()
-    params = VectorParams(**cfg["params"])
+    params = VectorParams(**{**cfg["params"], "formats": tuple(cfg["params"]["formats"])})
     seed = cfg["seed"]
     dut._log.info("seed=%d params=%s", seed, params)
     return VectorTB(dut, params, seed)
@@ -225,6 +239,15 @@ async def directed(dut):
     for reduce in (Reduce.SUM, Reduce.MAX):
         for op in (VectorOp.COPY, VectorOp.SQUARE, VectorOp.MULTIPLY):
             await tb.case(op, reduce, a=rows, b=rows[::-1].copy(), last=last)
+    for fmt in tb.params.formats:  # every narrow input format, every bit pattern of fp8
+        if fmt == "fp32":
+            continue
+        bits = format_by_name(fmt).bits
+        words = (np.arange(1 << bits, dtype=np.uint32) if bits <= 8 else
+                 tb.nprng.integers(0, 1 << bits, 64 * lanes, dtype=np.uint32))
+        words = np.concatenate([words, words[: (-len(words)) % lanes]]).reshape(-1, lanes)
+        for op in (VectorOp.COPY, VectorOp.ADD, VectorOp.MULTIPLY):
+            await tb.case(op, a=words, b=words[::-1].copy(), in_format=fmt)
     dut._log.info("directed: %d cases passed", tb.cases)
 
 @cocotb.test()
@@ -239,12 +262,17 @@ async def random_streams(dut):
         last = _rows(rng, rng.randint(1, 4), 6)
         if rng.random() < 0.3:
             last[-1] = False  # an unterminated row: the reduction emits nothing for it
-        a = random_f32(tb.nprng, (len(last), lanes))
-        b = random_f32(tb.nprng, (len(last), lanes))
+        in_format = rng.choice(tb.params.formats)
+        if in_format == "fp32":
+            a = random_f32(tb.nprng, (len(last), lanes))
+            b = random_f32(tb.nprng, (len(last), lanes))
+        else:
+            bits = format_by_name(in_format).bits
+            a, b = tb.nprng.integers(0, 1 << bits, (2, len(last), lanes), dtype=np.uint32)
         scalar = random_f32(tb.nprng, (lanes,)) if rng.random() < 0.4 else None
         idle, stall = rng.choice([(0.0, 0.0), (0.3, 0.3), (0.6, 0.1), (0.1, 0.6)])
         await tb.case(op, reduce, a=a, b=b, scalar=scalar, last=last,
-                      idle=idle, stall=stall)
+                      idle=idle, stall=stall, in_format=in_format)
     dut._log.info("random_streams: %d cases passed", tb.cases)
 
 

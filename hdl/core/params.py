@@ -1,0 +1,64 @@
+"""Parameters of one NeuronCore, for the core simulator and (later) the core's RTL.
+
+:func:`hdl.params.core_params` builds them from a chip spec; every figure comes from the spec
+(a parameter, a claim or an assumption with its reasoning), none is typed in here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hdl.tensor.params import SystolicParams
+from hdl.vector.functions import FunctionSpec
+
+__all__ = ["CoreParams"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoreParams:
+    """One physical NeuronCore.
+
+    Clocks are in Hz, bandwidths in bytes per second, times in seconds, sizes in bytes.
+    """
+
+    name: str
+    version: str
+    partitions: int
+    sbuf_bytes: int
+    psum_bytes: int
+    psum_banks: int
+    rows: int
+    cols: int
+    moving_max: int
+    row_tiles: tuple[int, ...]
+    formats: tuple[str, ...]
+    arrays: tuple[tuple[str, SystolicParams], ...]
+    rates: tuple[tuple[str, float], ...]
+    clocks: tuple[tuple[str, float], ...]
+    vector_elements: float
+    functions: tuple[FunctionSpec, ...]
+    rng: str
+    access_start: int
+    min_interval: int
+    stride_penalty: int
+    semaphore_latency: float
+    shared_ports: tuple[tuple[tuple[str, ...], str], ...]
+    dma_queues: int
+    dma_bandwidth: float
+    dma_latency: float
+    hbm_bytes: int
+
+    @property
+    def psum_bank_bytes(self) -> int:
+        return self.psum_bytes // self.psum_banks
+
+    def clock(self, engine: str) -> float:
+        return dict(self.clocks)[engine]
+
+    def array(self, fmt: str) -> SystolicParams:
+        """The full-size systolic array that runs input format ``fmt``."""
+        return dict(self.arrays)[fmt]
+
+    def rate(self, fmt: str) -> float:
+        """Multiply-accumulates per PE per cycle of ``fmt`` (1 unless the spec says)."""
+        return dict(self.rates).get(fmt, 1.0)

@@ -1,0 +1,239 @@
+"""The one mapping from a chip spec to the parameter objects of its hardware units.
+
+Every consumer of unit parameters calls this module: ``gen chip`` and ``gen sim`` (the
+generators), the system model (tensor-engine cycles, link efficiency), the core simulator and
+exploration. A unit never reads the spec; it takes the small frozen object built here.
+
+Two scales: ``"full"`` is the chip as specified; ``"sim"`` is its simulation instance, sized by
+the spec's explicit ``chip.sim`` fields. Where a parameter object cannot be built from a spec
+that loaded (a link whose credits cannot hold one packet, say), :class:`ModelError` names the
+spec fields and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from hdl.core.params import CoreParams
+from hdl.link.link import LinkParams
+from hdl.numerics.formats import format_by_name
+from hdl.tensor.params import SystolicParams
+from hdl.vector.activation import ActivationParams
+from hdl.vector.functions import DEFAULT_FUNCTIONS, FunctionSpec
+from hdl.vector.vector import VectorParams
+from specs.errors import ModelError
+from specs.model import ChipSpec, SimScale, TensorSpec
+
+__all__ = [
+    "SCALES",
+    "ChipParams",
+    "ModelError",
+    "activation_functions",
+    "core_params",
+    "link_params",
+    "params_from_spec",
+    "rtl_format_name",
+    "scalar_params",
+    "systolic_params",
+    "tensor_params",
+    "vector_params",
+]
+
+Scale = Literal["full", "sim"]
+SCALES: tuple[Scale, ...] = ("full", "sim")
+
+#: Spec formats the RTL has no datapath for (block formats: throughput model only).
+_NO_RTL = ("mxfp8", "mxfp4")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChipParams:
+    """Every unit's parameters for one chip spec at one scale.
+
+    tensor : one systolic array per input format with RTL (the PE datapath differs by format).
+    vector, scalar : the vector engine and the scalar (activation) engine.
+    link : the NeuronLink port; None where the spec gives no ports (``neuronlink.links``).
+    """
+
+    tensor: tuple[SystolicParams, ...]
+    vector: VectorParams
+    scalar: ActivationParams
+    link: LinkParams | None
+
+
+def _check_scale(scale: str) -> None:
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {', '.join(map(repr, SCALES))}, "
+                         f"not {scale!r}")
+
+
+def _build(cls, where: str, **kwargs):
+    """``cls(**kwargs)``, a refusal turned into a ModelError naming the spec fields."""
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        raise ModelError(f"{where} do not make a {cls.__name__} ({exc})") from None
+
+
+def rtl_format_name(tensor: TensorSpec, fmt: str) -> str | None:
+    """The numerics format name the RTL knows a spec format by, or None where the RTL has
+    none (the MX block formats); cFP8 carries the spec's layout and bias."""
+    if fmt in _NO_RTL:
+        return None
+    if fmt == "cfp8":
+        c = tensor.cfp8
+        layout, bias = (c.layout, c.bias) if c else ("e4m3", 7)
+        return f"cfp8_{layout}_b{bias}"
+    return fmt
+
+
+def systolic_params(tensor: TensorSpec, fmt: str,
+                    sim: SimScale | None = None) -> SystolicParams | None:
+    """The array that runs spec format ``fmt``: full size, or at ``sim`` scale when given.
+
+    Double rate where the spec gives an 8-bit float format rate 2 (the RTL has no double-rate
+    int8: a rate-2 int8 runs on the single-rate array, and the throughput model keeps the
+    documented rule for it). None for a format without RTL.
+    """
+    name = rtl_format_name(tensor, fmt)
+    if name is None:
+        return None
+    f = format_by_name(name)
+    double = tensor.rates.get(fmt, 1) == 2 and f.is_float and f.bits == 8
+    if sim is None:
+        rows, cols, moving = tensor.rows, tensor.cols, tensor.moving_max
+    else:
+        rows, cols = sim.tensor_rows, sim.tensor_cols
+        moving = min(tensor.moving_max, sim.tensor_moving_max)
+    return _build(SystolicParams, f"core.tensor fields for {fmt}", rows=rows, cols=cols,
+                  fmt=name, moving_max=moving, double_rate=double,
+                  load_columns=tensor.load_columns)
+
+
+def tensor_params(spec: ChipSpec, scale: Scale) -> tuple[SystolicParams, ...]:
+    """One systolic array per input format of the spec that has RTL, in the spec's order."""
+    _check_scale(scale)
+    sim = spec.sim if scale == "sim" else None
+    out = (systolic_params(spec.core.tensor, fmt, sim) for fmt in spec.core.tensor.formats)
+    return tuple(p for p in out if p is not None)
+
+
+def vector_params(spec: ChipSpec, scale: Scale) -> VectorParams:
+    """The vector engine: its lanes, its output cast and the chip's rounding."""
+    _check_scale(scale)
+    v = spec.core.vector
+    rounding = "stochastic" if "stochastic" in spec.rounding.modes else "rne"
+    return _build(VectorParams, f"{spec.name}: core.vector and rounding fields",
+                  lanes=v.lanes if scale == "full" else spec.sim.lanes,
+                  out_format=v.output_format, rounding=rounding, rng=spec.rounding.rng)
+
+
+def activation_functions(spec: ChipSpec) -> tuple[FunctionSpec, ...]:
+    """The spec's activation functions as function specs, with its approximation overrides."""
+    by_name = {f.name: f for f in DEFAULT_FUNCTIONS}
+    out = []
+    for name in spec.core.scalar.functions:
+        f = by_name[name]
+        approx = spec.core.scalar.approximations.get(name)
+        if approx is not None:
+            changes = {}
+            if approx.range is not None:
+                changes["lo"], changes["hi"] = approx.range
+            if approx.segments is not None:
+                changes["segments"] = approx.segments
+            if approx.degree is not None:
+                changes["degree"] = approx.degree
+            f = dataclasses.replace(f, **changes)
+        out.append(f)
+    return tuple(out)
+
+
+def scalar_params(spec: ChipSpec, scale: Scale) -> ActivationParams:
+    """The scalar (activation) engine: its lanes, its function set and the chip's generator
+    of stochastic rounding."""
+    _check_scale(scale)
+    lanes = spec.core.scalar.lanes if scale == "full" else spec.sim.lanes
+    return _build(ActivationParams, f"{spec.name}: core.scalar fields", lanes=lanes,
+                  functions=activation_functions(spec), rng=spec.rounding.rng)
+
+
+def link_params(spec: ChipSpec, scale: Scale) -> LinkParams:
+    """The NeuronLink port.
+
+    Full scale: one flit is one datapath word (``flit`` must equal ``width``), ``max_packet``
+    bytes become words of ``width`` bits. Both scales: the replay buffer is as deep as the
+    receive buffer (``credits``) unless the spec sets its depth.
+    """
+    _check_scale(scale)
+    link = spec.neuronlink
+    if scale == "sim":
+        s = spec.sim
+        return _build(LinkParams, f"{spec.name}: sim.link_* fields", width=s.link_width,
+                      credits=s.link_credits, max_packet=s.link_packet,
+                      replay_depth=s.link_replay_depth or s.link_credits,
+                      ack_timeout=s.link_ack_timeout)
+    if link.flit != link.width:
+        raise ModelError(f"{spec.name}: neuronlink.flit must equal neuronlink.width "
+                         f"({link.width}) for the link RTL, not {link.flit}")
+    words = math.ceil(8 * link.max_packet / link.width)
+    try:
+        return LinkParams(width=link.width, credits=link.credits, max_packet=words,
+                          replay_depth=link.replay_depth or link.credits,
+                          ack_timeout=link.ack_timeout)
+    except ValueError as exc:
+        raise ModelError(f"{spec.name}: neuronlink parameters do not make a link port "
+                         f"({exc}; a packet of {link.max_packet} B is {words} flits of "
+                         f"{link.width} bits)") from None
+
+
+def params_from_spec(spec: ChipSpec, scale: Scale) -> ChipParams:
+    """Every unit's parameter object for ``spec`` at ``scale`` (``"full"`` or ``"sim"``)."""
+    return ChipParams(tensor=tensor_params(spec, scale), vector=vector_params(spec, scale),
+                      scalar=scalar_params(spec, scale),
+                      link=link_params(spec, scale) if spec.neuronlink.links else None)
+
+
+def core_params(spec: ChipSpec) -> CoreParams:
+    """One physical NeuronCore of ``spec``, for the core simulator.
+
+    The core's share of HBM bandwidth is the chip's divided by its physical cores; one DMA
+    transfer is spread over the core's engines (``dma.engines / cores``), each at
+    ``dma.engine_bandwidth``, and runs at the lower of the two. The tensor engine has one
+    array per input format with RTL (:func:`systolic_params`), full size.
+    """
+    c, d = spec.core, spec.dma
+    missing = [k for k, v in (("chip.core.costs", c.costs),
+                              ("chip.dma.engine_bandwidth", d.engine_bandwidth),
+                              ("chip.dma.queues", d.queues), ("chip.dma.latency", d.latency),
+                              ("chip.core.gpsimd", c.gpsimd)) if v is None]
+    if missing:
+        raise ModelError(f"{spec.name}: the core simulator needs {', '.join(missing)} in the "
+                         f"spec")
+
+    def si(q, unit):
+        return float(q.to(unit).magnitude)
+
+    dma_bw = min(d.engines // spec.cores * si(d.engine_bandwidth, "B/s"),
+                 si(spec.memory.bandwidth, "B/s") / spec.cores)
+    t = c.tensor
+    arrays = tuple((f, a) for f in t.formats if (a := systolic_params(t, f)) is not None)
+    return _build(
+        CoreParams, f"{spec.name}: core fields",
+        name=spec.name, version=spec.neuron_core, partitions=c.sbuf.partitions,
+        sbuf_bytes=int(si(c.sbuf.partition_size, "B")),
+        psum_bytes=int(si(c.psum.partition_size, "B")), psum_banks=c.psum.banks,
+        rows=t.rows, cols=t.cols, moving_max=t.moving_max, row_tiles=tuple(t.row_tiles),
+        formats=tuple(f for f, _ in arrays), arrays=arrays,
+        rates=tuple((f, t.rates.get(f, 1.0)) for f in t.formats),
+        clocks=(("tensor", si(t.clock, "Hz")), ("vector", si(c.vector.clock, "Hz")),
+                ("scalar", si(c.scalar.clock, "Hz")), ("gpsimd", si(c.gpsimd.clock, "Hz"))),
+        vector_elements=c.vector.elements_per_cycle, functions=activation_functions(spec),
+        rng=spec.rounding.rng, access_start=c.costs.access_start,
+        min_interval=c.costs.min_interval, stride_penalty=int(si(c.costs.stride_penalty, "B")),
+        semaphore_latency=si(c.costs.semaphore_latency, "s"),
+        shared_ports=tuple((tuple(sp.engines), sp.memory) for sp in c.costs.shared_ports),
+        dma_queues=d.queues, dma_bandwidth=dma_bw, dma_latency=si(d.latency, "s"),
+        hbm_bytes=int(si(spec.memory.capacity, "B")))

@@ -1,0 +1,272 @@
+"""Programs for the NeuronCore, written once against :class:`~kernels.builder.Builder`.
+
+:data:`KERNELS` lists them with their shape keys, formats, inputs, a float64 numpy reference
+and the tolerance of each output format; :func:`run` builds one for a shape, runs it on the
+core simulator (with random inputs unless ``timing_only``) and checks nothing itself: the
+caller compares ``outputs`` with ``reference``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+
+from hdl.core.params import CoreParams
+from sim.core import Core, Result
+
+from .attention import attention
+from .backward import cross_entropy, rmsnorm_backward
+from .builder import Builder, KernelError
+from .gemm import gemm, gemm_naive, out_dtype
+from .norms import ADAM, adam, layernorm, residual_add, rmsnorm, softmax
+from .swiglu import swiglu, swiglu_backward
+
+__all__ = ["KERNELS", "Kernel", "KernelError", "Run", "parse_shape", "run", "tolerance"]
+
+_NUMPY = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
+          "fp8_e4m3": ml_dtypes.float8_e4m3, "fp8_e5m2": ml_dtypes.float8_e5m2,
+          "fp8_e4m3fn": ml_dtypes.float8_e4m3fn}
+
+#: Accepted error of an output, as the largest |out - reference| over the largest
+#: |reference|, by the output's format: the output cast's half ulp (2^-8 for bf16's 8-bit
+#: significand, 2^-24 for fp32) with room for the fp32 sums before it, and for kernels through
+#: the scalar engine's piecewise polynomials 2e-4 (their fits reach about 1e-5).
+TOLERANCE = {"fp32": 1e-5, "bf16": 1e-2}
+POLYNOMIAL = 2e-4
+
+
+def tolerance(kernel: Kernel, dtype: str) -> float:
+    out = kernel.out_dtype(dtype)
+    tol = TOLERANCE[out]
+    return max(tol, POLYNOMIAL) if kernel.polynomial else tol
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    summary: str
+    dims: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    build: Callable[..., None]
+    #: (shape, dtype) -> {input name: (shape, dtype)}
+    inputs: Callable[[dict, str], dict]
+    #: ({input name: float64 array}) -> {output name: float64 array}
+    reference: Callable[[dict], dict]
+    out_dtype: Callable[[str], str] = lambda d: d
+    polynomial: bool = False
+    positive: tuple[str, ...] = ()
+    example: dict = field(default_factory=dict)
+
+    @property
+    def split(self) -> str:
+        """The shape key a logical core of several physical cores divides among them."""
+        return self.dims[0]
+
+
+def _gelu(x):
+    from scipy.special import erf
+
+    return 0.5 * x * (1 + erf(x / np.sqrt(2)))
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _norm(x, g, b=None, eps=1e-6):
+    if b is None:
+        return x / np.sqrt((x * x).mean(axis=1, keepdims=True) + eps) * g
+    xc = x - x.mean(axis=1, keepdims=True)
+    return xc / np.sqrt((xc * xc).mean(axis=1, keepdims=True) + 1e-5) * g + b
+
+
+def _silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def _swiglu_backward(i):
+    g, u, dy = i["gate"], i["up"], i["dy"]
+    s = 1 / (1 + np.exp(-g))
+    return {"d_up": dy * g * s, "d_gate": dy * u * s * (1 + g * (1 - s))}
+
+
+def _rmsnorm_backward(i, eps=1e-6):
+    x, dy, g = i["x"], i["dy"], i["gamma"]
+    rstd = 1 / np.sqrt((x * x).mean(axis=1, keepdims=True) + eps)
+    xh, gdy = x * rstd, g * dy
+    return {"dx": rstd * (gdy - xh * (gdy * xh).mean(axis=1, keepdims=True))}
+
+
+def _cross_entropy(i):
+    from scipy.special import logsumexp
+
+    x, y = i["x"], i["y"]
+    sy = y.sum(axis=1, keepdims=True)
+    return {"dx": _softmax(x) * sy - y,
+            "loss": sy * logsumexp(x, axis=1, keepdims=True) - (x * y).sum(axis=1,
+                                                                            keepdims=True)}
+
+
+def _adam(i):
+    h = ADAM
+    m = h["beta1"] * i["m"] + (1 - h["beta1"]) * i["grad"]
+    v = h["beta2"] * i["v"] + (1 - h["beta2"]) * i["grad"] ** 2
+    mh, vh = m / (1 - h["beta1"] ** h["step"]), v / (1 - h["beta2"] ** h["step"])
+    return {"param_out": i["param"] - h["lr"] * mh / (np.sqrt(vh) + h["eps"]),
+            "m_out": m, "v_out": v}
+
+
+def _attention(i):
+    q, k, v = i["qT"].T, i["kT"].T, i["v"]
+    return {"out": _softmax(q @ k.T / np.sqrt(q.shape[1])) @ v}
+
+
+def _mkn(s, d):
+    return {"lhsT": ((s["K"], s["M"]), d), "rhs": ((s["K"], s["N"]), d)}
+
+
+def _rc(*names, dtype=None):
+    return lambda s, d: {n: ((s["R"], s["C"]), dtype or d) for n in names}
+
+
+_MATMUL_FORMATS = ("bf16", "fp8_e4m3", "fp8_e5m2", "fp16", "fp32")
+KERNELS: dict[str, Kernel] = {k.name: k for k in (
+    Kernel("gemm", "out[M,N] = lhsT[K,M].T @ rhs[K,N]; SBUF-blocked, DMA overlapped",
+           ("M", "K", "N"), _MATMUL_FORMATS, gemm, _mkn,
+           lambda i: {"out": i["lhsT"].T @ i["rhs"]}, out_dtype,
+           example={"M": 4096, "K": 8192, "N": 8192}),
+    Kernel("gemm_naive", "the same GEMM tile by tile: no blocking, no overlap",
+           ("M", "K", "N"), _MATMUL_FORMATS, gemm_naive, _mkn,
+           lambda i: {"out": i["lhsT"].T @ i["rhs"]}, out_dtype,
+           example={"M": 512, "K": 1024, "N": 1024}),
+    Kernel("gemm_bias_gelu", "out = gelu(lhsT.T @ rhs + bias[M]), fused: the scalar engine "
+           "empties PSUM", ("M", "K", "N"), _MATMUL_FORMATS,
+           lambda b, m, k, n, d: gemm(b, m, k, n, d, func="gelu"),
+           lambda s, d: {**_mkn(s, d), "bias": ((s["M"], 1), "fp32")},
+           lambda i: {"out": _gelu(i["lhsT"].T @ i["rhs"] + i["bias"])}, out_dtype,
+           polynomial=True, example={"M": 4096, "K": 4096, "N": 4096}),
+    Kernel("softmax", "row softmax: max-reduce, exp(x - max) with running sum, reciprocal, "
+           "scale", ("R", "C"), ("fp32", "bf16"), softmax, _rc("x"),
+           lambda i: {"out": _softmax(i["x"])}, polynomial=True,
+           example={"R": 4096, "C": 4096}),
+    Kernel("rmsnorm", "x / sqrt(mean(x^2) + 1e-6) * gamma per row", ("R", "C"),
+           ("fp32", "bf16"), rmsnorm,
+           lambda s, d: {**_rc("x")(s, d), "gamma": ((1, s["C"]), "fp32")},
+           lambda i: {"out": _norm(i["x"], i["gamma"])}, polynomial=True,
+           example={"R": 4096, "C": 4096}),
+    Kernel("layernorm", "(x - mean) / sqrt(var + 1e-5) * gamma + beta per row", ("R", "C"),
+           ("fp32", "bf16"), layernorm,
+           lambda s, d: {**_rc("x")(s, d), "gamma": ((1, s["C"]), "fp32"),
+                         "beta": ((1, s["C"]), "fp32")},
+           lambda i: {"out": _norm(i["x"], i["gamma"], i["beta"])}, polynomial=True,
+           example={"R": 4096, "C": 4096}),
+    Kernel("attention", "one head, flash style: softmax(q k^T / sqrt(D)) v over key blocks, "
+           "online max and sum", ("S", "D"), ("bf16", "fp32"), attention,
+           lambda s, d: {"qT": ((s["D"], s["S"]), d), "kT": ((s["D"], s["S"]), d),
+                         "v": ((s["S"], s["D"]), d)},
+           _attention, polynomial=True, example={"S": 8192, "D": 128}),
+    Kernel("rmsnorm_backward", "dx of RMSNorm: rstd * (gamma dy - x_hat mean(gamma dy x_hat))",
+           ("R", "C"), ("fp32", "bf16"), rmsnorm_backward,
+           lambda s, d: {**_rc("x", "dy")(s, d), "gamma": ((1, s["C"]), "fp32")},
+           _rmsnorm_backward, polynomial=True, example={"R": 4096, "C": 4096}),
+    Kernel("cross_entropy", "loss = sum(y) logsumexp(x) - sum(x y) per row, dx = softmax(x) "
+           "sum(y) - y", ("R", "C"), ("fp32", "bf16"), cross_entropy,
+           lambda s, d: {**_rc("x")(s, d), "y": ((s["R"], s["C"]), "fp32")},
+           _cross_entropy, polynomial=True, example={"R": 4096, "C": 4000}),
+    Kernel("residual_add", "out = x + y", ("R", "C"), ("fp32", "bf16"), residual_add,
+           _rc("x", "y"), lambda i: {"out": i["x"] + i["y"]},
+           example={"R": 4096, "C": 4096}),
+    Kernel("swiglu", "out = silu(gate) * up (the gated FFN's activation)", ("R", "C"),
+           ("bf16", "fp32"), swiglu, _rc("gate", "up"),
+           lambda i: {"out": _silu(i["gate"]) * i["up"]}, polynomial=True,
+           example={"R": 4096, "C": 11008}),
+    Kernel("swiglu_backward", "d_up = dy silu(gate), d_gate = dy up s (1 + gate (1 - s)), "
+           "s = sigmoid(gate)", ("R", "C"), ("bf16", "fp32"), swiglu_backward,
+           _rc("gate", "up", "dy"), _swiglu_backward, polynomial=True,
+           example={"R": 4096, "C": 11008}),
+    Kernel("adam", "one Adam step on fp32 param, m, v from grad", ("R", "C"), ("fp32",), adam,
+           _rc("param", "grad", "m", "v"), _adam, polynomial=True, positive=("v",),
+           example={"R": 4096, "C": 4096}),
+)}
+
+
+def parse_shape(text: str, kernel: Kernel) -> dict[str, int]:
+    """``"M=4096,K=8192,N=8192"`` -> ``{"M": 4096, ...}``, every key of the kernel once."""
+    shape = {}
+    for item in filter(None, text.replace(" ", "").split(",")):
+        m = re.fullmatch(r"([A-Za-z]+)=([0-9]+)", item)
+        if not m:
+            raise KernelError(f"--shape must be KEY=INT,... with keys "
+                              f"{', '.join(kernel.dims)}, found {item!r}")
+        key, value = m.group(1).upper(), int(m.group(2))
+        if key not in kernel.dims:
+            raise KernelError(f"{kernel.name} takes shape keys {', '.join(kernel.dims)}, "
+                              f"found {key!r}")
+        if key in shape:
+            raise KernelError(f"shape key {key} given twice")
+        if value < 1:
+            raise KernelError(f"shape {key} must be at least 1, found {value}")
+        shape[key] = value
+    missing = [k for k in kernel.dims if k not in shape]
+    if missing:
+        raise KernelError(f"{kernel.name} needs shape keys {', '.join(kernel.dims)}; "
+                          f"missing {', '.join(missing)}")
+    return shape
+
+
+@dataclass
+class Run:
+    kernel: Kernel
+    shape: dict
+    dtype: str
+    result: Result
+    instructions: int
+    inputs: dict = field(default_factory=dict)
+    outputs: dict = field(default_factory=dict)
+
+    def reference(self) -> dict:
+        return self.kernel.reference({k: v.astype(np.float64) for k, v in self.inputs.items()})
+
+
+def build(params: CoreParams, kernel: Kernel, shape: dict, dtype: str) -> Builder:
+    if dtype not in kernel.dtypes:
+        raise KernelError(f"{kernel.name} takes dtype {', '.join(kernel.dtypes)}, "
+                          f"not {dtype!r}")
+    b = Builder(params)
+    kernel.build(b, *(shape[k] for k in kernel.dims), dtype)
+    return b
+
+
+def run(params: CoreParams, kernel: Kernel, shape: dict, dtype: str, *,
+        timing_only: bool = False, trace: bool = False, seed: int = 0) -> Run:
+    """Build ``kernel`` for ``shape`` and run it; numeric runs draw random inputs."""
+    b = build(params, kernel, shape, dtype)
+    program = b.program
+    core = Core(params)
+    if timing_only:
+        return Run(kernel, shape, dtype, core.run(program, timing_only=True, trace=trace),
+                   len(program))
+    rng = np.random.default_rng(seed)
+    hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
+    inputs = {}
+    for name, (shp, dt) in kernel.inputs(shape, dtype).items():
+        x = rng.standard_normal(shp)
+        if name in kernel.positive:
+            x = np.abs(x)
+        x = x.astype(_NUMPY[dt])
+        inputs[name] = x
+        t = program.tensors[name]
+        hbm[t.offset: t.offset + t.nbytes] = np.ascontiguousarray(x).view(np.uint8).reshape(-1)
+    result = core.run(program, trace=trace, hbm=hbm, seed=seed)
+    outputs = {}
+    for name, t in program.tensors.items():
+        if name in inputs:
+            continue
+        raw = hbm[t.offset: t.offset + t.nbytes]
+        outputs[name] = raw.view(_NUMPY[t.dtype]).reshape(t.shape).astype(np.float64)
+    return Run(kernel, shape, dtype, result, len(program), inputs, outputs)

@@ -1,0 +1,100 @@
+"""A small builder for core programs: HBM tensors, SBUF/PSUM space, streams and events.
+
+Kernels are written once against :class:`Builder` and are shape-generic. Synchronisation is
+by events: :meth:`Builder.signal` adds one to the stream's own semaphore and returns the
+:class:`Event` "that count reached", which :meth:`Builder.wait` turns into a wait on another
+stream. Semaphores only count up, so an event stays true once reached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hdl.core.isa import AP, DTYPES, Instruction, SemSignal, SemWait
+from hdl.core.params import CoreParams
+from sim.core.program import HbmTensor, Program
+
+__all__ = ["Builder", "Event", "KernelError"]
+
+
+class KernelError(ValueError):
+    """A kernel asked for something the core cannot give (a shape, a format, space)."""
+
+
+@dataclass(frozen=True)
+class Event:
+    sem: int
+    value: int
+
+
+class Builder:
+    """Builds one :class:`~sim.core.program.Program` for a core of ``params``."""
+
+    def __init__(self, params: CoreParams):
+        self.params = params
+        self.program = Program()
+        self._sems: dict[str, int] = {}
+        self._counts: dict[str, int] = {}
+        self._sbuf = 0
+        self._psum_banks = 0
+        self._interned: dict[Instruction, Instruction] = {}
+
+    # --- memory ---------------------------------------------------------------------------
+    def hbm(self, name: str, shape, dtype: str) -> HbmTensor:
+        return self.program.tensor(name, shape, dtype)
+
+    def sbuf(self, nbytes: int, what: str) -> int:
+        """``nbytes`` per partition of SBUF (64-byte aligned); the offset."""
+        offset = self._sbuf
+        self._sbuf += -(-nbytes // 64) * 64
+        if self._sbuf > self.params.sbuf_bytes:
+            raise KernelError(f"{what}: the kernel needs {self._sbuf} bytes of SBUF per "
+                              f"partition, {self.params.name} has {self.params.sbuf_bytes}")
+        return offset
+
+    def psum_banks(self, count: int, what: str) -> list[int]:
+        """``count`` whole PSUM banks; their byte offsets."""
+        first = self._psum_banks
+        self._psum_banks += count
+        if self._psum_banks > self.params.psum_banks:
+            raise KernelError(f"{what}: the kernel needs {self._psum_banks} PSUM banks, "
+                              f"{self.params.name} has {self.params.psum_banks}")
+        bank = self.params.psum_bank_bytes
+        return [(first + i) * bank for i in range(count)]
+
+    @staticmethod
+    def tile(space: str, dtype: str, offset: int, partitions: int, dims,
+             partition: int = 0, pstride: int = 0) -> AP:
+        return AP(space, dtype, partition, partitions, offset, tuple(dims), pstride)
+
+    def column(self, offset: int, partitions: int, partition: int = 0) -> AP:
+        """One fp32 per partition in SBUF (a per-partition scalar)."""
+        return AP("sbuf", "fp32", partition, partitions, offset, ((1, 1),))
+
+    # --- streams and events ---------------------------------------------------------------
+    def emit(self, stream: str, ins: Instruction) -> None:
+        # equal instructions share one object, which the simulator checks and costs once
+        ins = self._interned.setdefault(ins, ins)
+        self.program.streams.setdefault(stream, []).append(ins)
+
+    def signal(self, stream: str) -> Event:
+        sem = self._sems.setdefault(stream, len(self._sems))
+        self._counts[stream] = self._counts.get(stream, 0) + 1
+        self.emit(stream, SemSignal(sem=sem, count=1))
+        return Event(sem, self._counts[stream])
+
+    def wait(self, stream: str, *events: Event | None) -> None:
+        for ev in events:
+            if ev is not None:
+                self.emit(stream, SemWait(sem=ev.sem, value=ev.value))
+
+    def function(self, name: str) -> int:
+        names = [f.name for f in self.params.functions]
+        if name not in names:
+            raise KernelError(f"function must be one of {', '.join(names)} on "
+                              f"{self.params.name}, not {name!r}")
+        return names.index(name)
+
+
+def itemsize(dtype: str) -> int:
+    return DTYPES[dtype][1]

@@ -1,0 +1,242 @@
+"""Row-wise kernels on ``x[R, C]``: rows on partitions (tiles of 128), columns on the free
+axis. Softmax, RMSNorm, LayerNorm, residual add and an Adam step."""
+
+from __future__ import annotations
+
+from hdl.core.isa import Activation, DmaCopy, Memset, TensorReduce, TensorScalar, TensorTensor
+from hdl.vector.ops import Reduce, VectorOp
+
+from .builder import Builder, KernelError, itemsize
+
+__all__ = ["adam", "layernorm", "residual_add", "rmsnorm", "softmax"]
+
+_FREE_MAX = 64 * 1024  # elements per partition of an SBUF tile [NKI2]
+
+
+def _rows(b: Builder, r: int, c: int, dtype: str):
+    for name, v in (("R", r), ("C", c)):
+        if not isinstance(v, int) or v < 1:
+            raise KernelError(f"{name} must be a positive integer, not {v!r}")
+    if c > _FREE_MAX:
+        raise KernelError(f"C must be at most {_FREE_MAX} (one SBUF tile's free size), not {c}")
+    if dtype not in ("fp32", "bf16"):
+        raise KernelError(f"dtype must be fp32 or bf16, not {dtype!r}")
+    p = b.params.partitions
+    return [(o, min(p, r - o)) for o in range(0, r, p)]
+
+
+class _Rows:
+    """Per row tile: an fp32 work area, loaded from / stored to HBM on two queues, with the
+    events that keep the double buffer safe."""
+
+    def __init__(self, b: Builder, c: int, dtype: str, names: tuple[str, ...], slots: int):
+        self.b, self.c, self.dtype = b, c, dtype
+        self.es = itemsize(dtype)
+        self.io = {n: [b.sbuf(c * self.es, n) for _ in range(2)] for n in names}
+        self.work = [[b.sbuf(c * 4, "work") for _ in range(slots)] for _ in range(2)]
+        self.cols = [[b.sbuf(4, "column") for _ in range(8)] for _ in range(2)]
+        self.free: list = [None, None]
+
+    def tile(self, base: int, rows: int, dtype: str = "fp32"):
+        return self.b.tile("sbuf", dtype, base, rows, ((self.c, 1),))
+
+    def col(self, half: int, i: int, rows: int):
+        return self.b.column(self.cols[half][i], rows)
+
+
+def _load(b: Builder, q: str, t, r0: int, rows: int, dst, cols=None):
+    b.emit(q, DmaCopy(dst=dst, src=t.ap((r0, r0 + rows), cols)))
+
+
+#: Columns per pass of the element-wise kernels (residual add, Adam), whose rows need not be
+#: whole: 2,048 fp32 keep their double-buffered tiles within any generation's SBUF.
+_ELEMENTWISE_COLUMNS = 2048
+
+
+def _pieces(r: int, c: int, partitions: int):
+    """(tile number, first row, rows, (first column, end column)) of the element-wise passes."""
+    width = min(c, _ELEMENTWISE_COLUMNS)
+    n = 0
+    for r0 in range(0, r, partitions):
+        for c0 in range(0, c, width):
+            yield n, r0, min(partitions, r - r0), (c0, min(c, c0 + width))
+            n += 1
+
+
+def softmax(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
+    """``out = exp(x - max) / sum(exp(x - max))`` per row: max-reduce (vector), exp with
+    bias -max and a running sum (scalar), reciprocal (scalar), scale (vector)."""
+    tiles = _rows(b, r, c, dtype)
+    x, out = b.hbm("x", (r, c), dtype), b.hbm("out", (r, c), dtype)
+    w = _Rows(b, c, dtype, ("x", "out"), 1)
+    exp, recip = b.function("exp"), b.function("reciprocal")
+    for i, (r0, rows) in enumerate(tiles):
+        h = i % 2
+        b.wait("dma0", w.free[h])
+        xin = w.tile(w.io["x"][h], rows, dtype)
+        _load(b, "dma0", x, r0, rows, xin)
+        b.wait("vector", b.signal("dma0"))
+        mx, neg, total, inv = (w.col(h, j, rows) for j in range(4))
+        b.emit("vector", TensorReduce(dst=mx, src=xin, reduce=Reduce.MAX))
+        b.emit("vector", TensorScalar(dst=neg, src=mx, op0=VectorOp.MULTIPLY, imm0=-1.0))
+        b.wait("scalar", b.signal("vector"))
+        e = w.tile(w.work[h][0], rows)
+        b.emit("scalar", Activation(dst=e, src=xin, func=exp, bias=neg, reduce_dst=total))
+        b.emit("scalar", Activation(dst=inv, src=total, func=recip))
+        b.wait("vector", b.signal("scalar"))
+        y = w.tile(w.io["out"][h], rows, dtype)
+        b.emit("vector", TensorScalar(dst=y, src=e, op0=VectorOp.MULTIPLY, operand0=inv))
+        b.wait("dma1", b.signal("vector"))
+        b.emit("dma1", DmaCopy(dst=out.ap((r0, r0 + rows)), src=y))
+        w.free[h] = b.signal("dma1")
+
+
+def _broadcast(b: Builder, q: str, t, rows: int, dst) -> None:
+    """Row vector ``t[1, C]`` into every partition of ``dst`` (a partition stride of 0)."""
+    src = t.ap((0, 1))
+    b.emit(q, DmaCopy(dst=dst, src=src.__class__(src.space, src.dtype, 0, rows, src.offset,
+                                                 src.dims, 0)))
+
+
+def _norm(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: float) -> None:
+    tiles = _rows(b, r, c, dtype)
+    x, out = b.hbm("x", (r, c), dtype), b.hbm("out", (r, c), dtype)
+    gamma = b.hbm("gamma", (1, c), "fp32")
+    beta = b.hbm("beta", (1, c), "fp32") if centre else None
+    w = _Rows(b, c, dtype, ("x", "out"), 2)
+    p = b.params.partitions
+    g_base = b.sbuf(c * 4, "gamma")
+    be_base = b.sbuf(c * 4, "beta") if centre else 0
+    eps_col = b.column(b.sbuf(4, "eps"), p)
+    rsqrt = b.function("rsqrt")
+    _broadcast(b, "dma2", gamma, p, b.tile("sbuf", "fp32", g_base, p, ((c, 1),)))
+    if centre:
+        _broadcast(b, "dma2", beta, p, b.tile("sbuf", "fp32", be_base, p, ((c, 1),)))
+    b.emit("gpsimd", Memset(dst=eps_col, value=eps))
+    consts = [b.signal("dma2"), b.signal("gpsimd")]
+    b.wait("vector", *consts)
+    b.wait("scalar", *consts)
+    for i, (r0, rows) in enumerate(tiles):
+        h = i % 2
+        b.wait("dma0", w.free[h])
+        xin = w.tile(w.io["x"][h], rows, dtype)
+        _load(b, "dma0", x, r0, rows, xin)
+        b.wait("vector", b.signal("dma0"))
+        s1, mean, s2, rstd = (w.col(h, j, rows) for j in range(4))
+        xc = xin
+        if centre:
+            b.emit("vector", TensorReduce(dst=s1, src=xin, reduce=Reduce.SUM))
+            b.emit("vector", TensorScalar(dst=mean, src=s1, op0=VectorOp.MULTIPLY, imm0=1 / c))
+            xc = w.tile(w.work[h][0], rows)
+            b.emit("vector", TensorScalar(dst=xc, src=xin, op0=VectorOp.SUBTRACT,
+                                          operand0=mean))
+        b.emit("vector", TensorReduce(dst=s2, src=xc, op=VectorOp.SQUARE, reduce=Reduce.SUM))
+        b.wait("scalar", b.signal("vector"))
+        b.emit("scalar", Activation(dst=rstd, src=s2, func=rsqrt, scale=1 / c,
+                                    bias=b.column(eps_col.offset, rows)))
+        b.wait("vector", b.signal("scalar"))
+        y = w.tile(w.work[h][1], rows)
+        b.emit("vector", TensorScalar(dst=y, src=xc, op0=VectorOp.MULTIPLY, operand0=rstd))
+        res = w.tile(w.io["out"][h], rows, dtype)
+        g = b.tile("sbuf", "fp32", g_base, rows, ((c, 1),))
+        if centre:
+            b.emit("vector", TensorTensor(dst=y, a=y, b=g, op=VectorOp.MULTIPLY))
+            b.emit("vector", TensorTensor(dst=res, a=y, op=VectorOp.ADD,
+                                          b=b.tile("sbuf", "fp32", be_base, rows, ((c, 1),))))
+        else:
+            b.emit("vector", TensorTensor(dst=res, a=y, b=g, op=VectorOp.MULTIPLY))
+        b.wait("dma1", b.signal("vector"))
+        b.emit("dma1", DmaCopy(dst=out.ap((r0, r0 + rows)), src=res))
+        w.free[h] = b.signal("dma1")
+
+
+def rmsnorm(b: Builder, r: int, c: int, dtype: str = "fp32", eps: float = 1e-6) -> None:
+    """``out = x / sqrt(mean(x^2) + eps) * gamma`` per row."""
+    _norm(b, r, c, dtype, False, eps)
+
+
+def layernorm(b: Builder, r: int, c: int, dtype: str = "fp32", eps: float = 1e-5) -> None:
+    """``out = (x - mean) / sqrt(var + eps) * gamma + beta`` per row."""
+    _norm(b, r, c, dtype, True, eps)
+
+
+def residual_add(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
+    """``out = x + y``, loads on two queues, the add on the vector engine."""
+    _rows(b, r, c, dtype)
+    x, y = b.hbm("x", (r, c), dtype), b.hbm("y", (r, c), dtype)
+    out = b.hbm("out", (r, c), dtype)
+    width = min(c, _ELEMENTWISE_COLUMNS)
+    w = _Rows(b, width, dtype, ("x", "y", "out"), 0)
+    for i, r0, rows, cols in _pieces(r, c, b.params.partitions):
+        h = i % 2
+        cw = cols[1] - cols[0]
+        xa, ya, oa = (b.tile("sbuf", dtype, w.io[n][h], rows, ((cw, 1),))
+                      for n in ("x", "y", "out"))
+        b.wait("dma0", w.free[h])
+        _load(b, "dma0", x, r0, rows, xa, cols)
+        b.wait("dma2", w.free[h])
+        _load(b, "dma2", y, r0, rows, ya, cols)
+        b.wait("vector", b.signal("dma0"), b.signal("dma2"))
+        b.emit("vector", TensorTensor(dst=oa, a=xa, b=ya, op=VectorOp.ADD))
+        b.wait("dma1", b.signal("vector"))
+        b.emit("dma1", DmaCopy(dst=out.ap((r0, r0 + rows), cols), src=oa))
+        w.free[h] = b.signal("dma1")
+
+
+#: Adam's hyper-parameters as the kernel bakes them in (step 1).
+ADAM = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "step": 1}
+
+
+def adam(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
+    """One Adam step on fp32 ``param``, ``m``, ``v`` given ``grad`` (all ``[R, C]``):
+    ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2``,
+    ``param -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)``; the hyper-parameters
+    are :data:`ADAM`."""
+    if dtype != "fp32":
+        raise KernelError(f"dtype must be fp32 (optimizer state), not {dtype!r}")
+    _rows(b, r, c, dtype)
+    h_ = ADAM
+    b1, b2, t = h_["beta1"], h_["beta2"], h_["step"]
+    names = ("param", "grad", "m", "v")
+    t_in = {n: b.hbm(n, (r, c), "fp32") for n in names}
+    t_out = {n: b.hbm(n + "_out", (r, c), "fp32") for n in ("param", "m", "v")}
+    width = min(c, _ELEMENTWISE_COLUMNS)
+    w = _Rows(b, width, "fp32", names, 2)
+    sqrt, recip = b.function("sqrt"), b.function("reciprocal")
+    for i, r0, rows, cols in _pieces(r, c, b.params.partitions):
+        h = i % 2
+        cw = cols[1] - cols[0]
+
+        def tile(base, rows=rows, cw=cw):
+            return b.tile("sbuf", "fp32", base, rows, ((cw, 1),))
+
+        a = {n: tile(w.io[n][h]) for n in names}
+        for j, n in enumerate(names):
+            q = f"dma{j % 2 * 2}"
+            b.wait(q, w.free[h])
+            _load(b, q, t_in[n], r0, rows, a[n], cols)
+        b.wait("vector", b.signal("dma0"), b.signal("dma2"))
+        tmp, den = tile(w.work[h][0]), tile(w.work[h][1])
+        g, m, v, prm = a["grad"], a["m"], a["v"], a["param"]
+        b.emit("vector", TensorScalar(dst=m, src=m, op0=VectorOp.MULTIPLY, imm0=b1))
+        b.emit("vector", TensorScalar(dst=tmp, src=g, op0=VectorOp.MULTIPLY, imm0=1 - b1))
+        b.emit("vector", TensorTensor(dst=m, a=m, b=tmp, op=VectorOp.ADD))
+        b.emit("vector", TensorScalar(dst=v, src=v, op0=VectorOp.MULTIPLY, imm0=b2))
+        b.emit("vector", TensorTensor(dst=tmp, a=g, b=g, op=VectorOp.MULTIPLY))
+        b.emit("vector", TensorScalar(dst=tmp, src=tmp, op0=VectorOp.MULTIPLY, imm0=1 - b2))
+        b.emit("vector", TensorTensor(dst=v, a=v, b=tmp, op=VectorOp.ADD))
+        b.wait("scalar", b.signal("vector"))
+        b.emit("scalar", Activation(dst=den, src=v, func=sqrt, scale=1 / (1 - b2 ** t)))
+        b.wait("vector", b.signal("scalar"))
+        b.emit("vector", TensorScalar(dst=den, src=den, op0=VectorOp.ADD, imm0=h_["eps"]))
+        b.wait("scalar", b.signal("vector"))
+        b.emit("scalar", Activation(dst=den, src=den, func=recip))
+        b.wait("vector", b.signal("scalar"))
+        b.emit("vector", TensorTensor(dst=tmp, a=m, b=den, op=VectorOp.MULTIPLY))
+        b.emit("vector", TensorScalar(dst=tmp, src=tmp, op0=VectorOp.MULTIPLY,
+                                      imm0=-h_["lr"] / (1 - b1 ** t)))
+        b.emit("vector", TensorTensor(dst=prm, a=prm, b=tmp, op=VectorOp.ADD))
+        b.wait("dma1", b.signal("vector"))
+        for n in ("param", "m", "v"):
+            b.emit("dma1", DmaCopy(dst=t_out[n].ap((r0, r0 + rows), cols), src=a[n]))
+        w.free[h] = b.signal("dma1")

@@ -1,0 +1,808 @@
+"""The NeuronCore simulator: every engine's stream on SBUF, PSUM and HBM, timed and checked.
+
+:class:`Core` runs a :class:`~sim.core.program.Program`:
+
+* **Rules.** Before anything runs, every instruction is checked against the documented rules
+  [NKI2, ISA]: which engine reaches which memory, tile limits, partition-start alignment,
+  bounds of SBUF, PSUM and HBM, PSUM bank overflow, operand shapes and formats. While it runs:
+  a multiply with no stationary loaded; deadlock (every unfinished stream waiting), which
+  is reported with the wait graph; and (by default in numeric mode) races, two streams
+  touching the same bytes, one writing, with no semaphore ordering them (vector clocks).
+  Every error is a :class:`ProgramError` naming the stream, the index, the instruction's text
+  form and the rule.
+* **Timing.** An event model: each stream issues in order on its engine's own clock; costs
+  come from :mod:`sim.core.costs` (the tensor engine from the RTL-checked cycle model). A
+  semaphore increment becomes visible ``semaphore_latency`` after every earlier instruction
+  of its stream completed; a wait resumes when the count reaches its value. DMA queues are
+  in order; transfers share the core's DMA bandwidth first come, first served. Engines that
+  share a memory port (the spec's ``shared_ports``: on NeuronCore-v2 vector and GpSimd on
+  SBUF, vector and scalar on PSUM) take turns.
+* **Data** (unless ``timing_only``): results bit for bit through the unit golden models,
+  :func:`sim.golden.systolic.matmul`, :mod:`sim.golden.vector`, :mod:`sim.golden.activation`
+  and the casts of :mod:`sim.golden.numerics`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from bisect import insort
+from dataclasses import dataclass, field
+from functools import cache
+
+import numpy as np
+
+from hdl.core import isa
+from hdl.core.isa import (
+    AP,
+    Activation,
+    DmaCopy,
+    Instruction,
+    Iota,
+    LoadStationary,
+    Memset,
+    MultiplyMoving,
+    SemSignal,
+    SemWait,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+    Transpose,
+)
+from hdl.core.params import CoreParams
+from hdl.numerics.formats import FP32, format_by_name
+from hdl.vector.activation import ActivationParams
+from hdl.vector.ops import Reduce, VectorOp
+from hdl.vector.vector import VectorParams
+from sim.golden import activation, numerics, systolic, vector
+
+from .costs import dma_seconds, stream_cycles, tensor_cycles
+from .program import Program
+
+__all__ = ["Core", "ProgramError", "Result"]
+
+ENGINES = ("tensor", "vector", "scalar", "gpsimd")
+#: Memories each kind of engine reaches [NKI2, ISA].
+REACH = {"tensor": ("sbuf", "psum"), "vector": ("sbuf", "psum"), "scalar": ("sbuf", "psum"),
+         "gpsimd": ("sbuf",), "dma": ("hbm", "sbuf")}
+#: Largest free size of a vector/scalar/GpSimd tile, elements per partition [NKI2].
+FREE_MAX = {"sbuf": 64 * 1024, "psum": 4 * 1024}
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+
+
+_WAIT, _SIGNAL, _LOAD, _MULTIPLY, _TRANSPOSE, _STREAM, _DMA = (
+    "wait", "signal", "load", "multiply", "transpose", "stream", "dma")
+
+
+class ProgramError(ValueError):
+    """A program that breaks a rule of the core; the message names where and which."""
+
+
+def _fail(stream: str, index: int, ins: Instruction | None, rule: str, detail: str):
+    where = f"{stream}[{index}]" + (f" `{isa.format_instruction(ins)}`" if ins else "")
+    raise ProgramError(f"{where}: {rule}: {detail}")
+
+
+@dataclass
+class Result:
+    """What a run produced: time, per-engine figures, work done and the trace."""
+
+    time: float
+    busy: dict[str, float]
+    cycles: dict[str, float]
+    instructions: dict[str, int]
+    flops: float
+    dma_bytes: int
+    events: list[dict] = field(default_factory=list)
+
+    def busy_fraction(self, stream: str) -> float:
+        return self.busy[stream] / self.time if self.time else 0.0
+
+    def trace_json(self) -> str:
+        """The run as Chrome/Perfetto trace-event JSON (one track per engine and queue)."""
+        names = sorted(self.busy, key=lambda s: (s.startswith("dma"), len(s), s))
+        meta = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "NeuronCore"}}]
+        meta += [{"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "args": {"name": s}}
+                 for i, s in enumerate(names)]
+        meta += [{"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": i,
+                  "args": {"sort_index": i}} for i in range(len(names))]
+        tid = {s: i for i, s in enumerate(names)}
+        events = [dict(e, pid=0, tid=tid[e.pop("stream")]) for e in
+                  (dict(e) for e in self.events)]
+        return json.dumps({"traceEvents": meta + events, "displayTimeUnit": "ns"})
+
+
+@cache
+def _extent(dims: tuple[tuple[int, int], ...]) -> tuple[int, int]:
+    lo = hi = 0
+    for n, s in dims:
+        if n < 1:
+            return 0, -1
+        if s >= 0:
+            hi += (n - 1) * s
+        else:
+            lo += (n - 1) * s
+    return lo, hi
+
+
+def _partition_start_ok(start: int, count: int) -> bool:
+    """A tile of more than 64 partitions starts at 0; 33-64 at 0 or 64; up to 32 at a
+    multiple of 32 [NKI2]."""
+    if count > 64:
+        return start == 0
+    if count > 32:
+        return start in (0, 64)
+    return start % 32 == 0
+
+
+class Core:
+    """One NeuronCore of ``params``; :meth:`run` executes programs on it."""
+
+    def __init__(self, params: CoreParams):
+        self.params = params
+        self.bytes = {"sbuf": params.sbuf_bytes, "psum": params.psum_bytes}
+        self._tensor_cache: dict = {}
+        self._stream_cache: dict = {}
+        self._checked: dict = {}  # (engine kind, id, HBM size) of instructions that passed
+
+    # --- static rules -------------------------------------------------------------------
+    def _check_ap(self, where, name: str, ap: AP, kind: str, hbm_bytes: int) -> None:
+        stream, index, ins = where
+        p = self.params
+        if ap.space not in REACH[kind]:
+            _fail(stream, index, ins, "engine reach",
+                  f"the {kind} engine cannot reach {ap.space.upper()} ({name})")
+        if ap.offset % ap.itemsize or ap.pstride % ap.itemsize:
+            _fail(stream, index, ins, "alignment",
+                  f"{name} offset {ap.offset} is not a multiple of its {ap.itemsize}-byte "
+                  f"elements")
+        lo, hi = _extent(ap.dims)
+        if ap.space == "hbm":
+            first = ap.offset + lo * ap.itemsize
+            last = ap.offset + (ap.partitions - 1) * ap.pstride + (hi + 1) * ap.itemsize
+            if first < 0 or last > hbm_bytes:
+                _fail(stream, index, ins, "HBM bounds",
+                      f"{name} spans bytes {first} .. {last} of the program's {hbm_bytes}")
+            return
+        if ap.partition + ap.partitions > p.partitions:
+            _fail(stream, index, ins, "partition bounds",
+                  f"{name} spans partitions {ap.partition} .. "
+                  f"{ap.partition + ap.partitions - 1}, the core has {p.partitions}")
+        first, last = ap.offset + lo * ap.itemsize, ap.offset + (hi + 1) * ap.itemsize
+        size = self.bytes[ap.space]
+        if first < 0 or last > size:
+            _fail(stream, index, ins, f"{ap.space.upper()} bounds",
+                  f"{name} spans bytes {first} .. {last} of a {size}-byte partition")
+        if kind != "dma" and not _partition_start_ok(ap.partition, ap.partitions):
+            _fail(stream, index, ins, "partition start",
+                  f"a tile of {ap.partitions} partitions cannot start at partition "
+                  f"{ap.partition} (more than 64 start at 0; 33-64 at 0 or 64; up to 32 at a "
+                  f"multiple of 32)")
+        if kind in ("vector", "scalar", "gpsimd") and ap.free > FREE_MAX[ap.space]:
+            _fail(stream, index, ins, "tile limit",
+                  f"{name} has {ap.free} elements per partition, {ap.space.upper()} tiles "
+                  f"take at most {FREE_MAX[ap.space]}")
+
+    def _check_bank(self, where, name: str, ap: AP) -> None:
+        bank = self.params.psum_bank_bytes
+        lo, hi = _extent(ap.dims)
+        first, last = ap.offset + lo * 4, ap.offset + (hi + 1) * 4 - 1
+        if first // bank != last // bank:
+            _fail(*where, "PSUM bank overflow",
+                  f"{name} spans bytes {first} .. {last}, across the {bank}-byte bank "
+                  f"boundary at {(first // bank + 1) * bank}")
+
+    def _check_same(self, where, a: AP, b: AP, what: str) -> None:
+        if a.partitions != b.partitions or a.free != b.free:
+            _fail(*where, "operand shape",
+                  f"{what}: {a.partitions} x {a.free} against {b.partitions} x {b.free}")
+
+    def _check_scalar(self, where, name: str, ap: AP | None, src: AP) -> None:
+        if ap is not None and (ap.partitions != src.partitions or ap.free != 1):
+            _fail(*where, "operand shape",
+                  f"{name} must hold one element per partition of the {src.partitions}, "
+                  f"not {ap.partitions} x {ap.free}")
+
+    def check(self, program: Program) -> None:
+        """Raise :class:`ProgramError` for the first instruction that breaks a static rule."""
+        for stream, instructions in program.streams.items():
+            try:
+                kind = isa.engine_kind(stream)
+            except isa.IsaError as err:
+                raise ProgramError(f"{stream}: {err}") from None
+            if kind == "dma" and int(stream[3:]) >= self.params.dma_queues:
+                raise ProgramError(f"{stream}: the core has DMA queues dma0 .. "
+                                   f"dma{self.params.dma_queues - 1}")
+            for index, ins in enumerate(instructions):
+                self._check_one(stream, kind, index, ins, program.hbm_bytes)
+
+    def _check_one(self, stream: str, kind: str, index: int, ins: Instruction,
+                   hbm_bytes: int) -> None:
+        key = (kind, id(ins), hbm_bytes)
+        if key in self._checked:
+            return
+        self._check_rules(stream, kind, index, ins, hbm_bytes)
+        self._checked[key] = ins  # holds the object, so that its id stays its own
+
+    def _check_rules(self, stream: str, kind: str, index: int, ins: Instruction,
+                     hbm_bytes: int) -> None:
+        where = (stream, index, ins)
+        p = self.params
+        if not isinstance(ins, isa.ENGINE_OPS[kind]):
+            _fail(*where, "engine", f"the {kind} engine does not run {type(ins).__name__}")
+        if isinstance(ins, SemSignal | SemWait):
+            return
+        for name, ap, _ in ins.operands():
+            self._check_ap(where, name, ap, kind, hbm_bytes)
+        if isinstance(ins, LoadStationary):
+            fmt, k, m = ins.src.dtype, ins.src.partitions, ins.src.free
+            self._check_format(where, fmt)
+            k_max = p.rows * (2 if p.rate(fmt) == 2 and fmt != "int8" else 1)
+            if k > k_max or ins.row + min(k, p.rows) > p.rows or m + ins.col > p.cols:
+                _fail(*where, "tile limit",
+                      f"a stationary of {k} x {m} at tile position ({ins.row}, {ins.col}) "
+                      f"does not fit the {k_max}-deep, {p.cols}-wide array")
+            self._check_tile_position(where, ins.row, k, p.rows)
+            self._check_tile_position(where, ins.col, m, p.cols)
+        elif isinstance(ins, MultiplyMoving):
+            self._check_format(where, ins.src.dtype)
+            if ins.src.free > p.moving_max:
+                _fail(*where, "tile limit", f"moving free size {ins.src.free} exceeds "
+                                            f"{p.moving_max} (one PSUM bank of fp32)")
+            acc = "int32" if ins.src.dtype == "int8" else "fp32"
+            if ins.dst.space != "psum" or ins.dst.dtype != acc:
+                _fail(*where, "format", f"a matmul writes {acc} to PSUM, not "
+                                        f"{ins.dst.dtype} to {ins.dst.space.upper()}")
+            if ins.dst.free != ins.src.free:
+                _fail(*where, "operand shape", f"dst has {ins.dst.free} elements per "
+                                               f"partition, the moving tile {ins.src.free}")
+            self._check_bank(where, "dst", ins.dst)
+        elif isinstance(ins, Transpose):
+            if ins.src.partitions > p.rows or ins.src.free > p.cols:
+                _fail(*where, "tile limit", f"a transpose of {ins.src.partitions} x "
+                                            f"{ins.src.free} exceeds {p.rows} x {p.cols}")
+            if ins.dst.space != "psum" or ins.dst.dtype != "fp32":
+                _fail(*where, "format", "a transpose writes fp32 to PSUM")
+            if (ins.dst.partitions, ins.dst.free) != (ins.src.free, ins.src.partitions):
+                _fail(*where, "operand shape", f"dst must be {ins.src.free} x "
+                                               f"{ins.src.partitions}")
+            self._check_format(where, ins.src.dtype)
+            self._check_bank(where, "dst", ins.dst)
+        elif isinstance(ins, DmaCopy):
+            if ins.dst.shape != ins.src.shape:
+                _fail(*where, "operand shape", f"dst {ins.dst.shape} and src {ins.src.shape}"
+                                               f" differ")
+            if ins.dst.dtype != ins.src.dtype:
+                _fail(*where, "format", f"a DMA copies bytes: {ins.src.dtype} cannot become "
+                                        f"{ins.dst.dtype}")
+        elif isinstance(ins, Activation):
+            self._check_same(where, ins.dst, ins.src, "dst and src")
+            self._check_scalar(where, "bias", ins.bias, ins.src)
+            self._check_scalar(where, "reduce_dst", ins.reduce_dst, ins.src)
+            if ins.func >= len(p.functions):
+                _fail(*where, "function", f"func {ins.func} is not one of the "
+                                          f"{len(p.functions)} functions of {p.name}")
+        elif isinstance(ins, TensorTensor):
+            self._check_same(where, ins.dst, ins.a, "dst and a")
+            self._check_same(where, ins.dst, ins.b, "dst and b")
+        elif isinstance(ins, TensorScalar):
+            self._check_same(where, ins.dst, ins.src, "dst and src")
+            self._check_scalar(where, "operand0", ins.operand0, ins.src)
+            self._check_scalar(where, "operand1", ins.operand1, ins.src)
+        elif isinstance(ins, TensorReduce):
+            self._check_scalar(where, "dst", ins.dst, ins.src)
+            if ins.reduce == Reduce.NONE:
+                _fail(*where, "operand shape", "a reduce needs reduce=sum or reduce=max")
+        elif isinstance(ins, TensorCopy):
+            self._check_same(where, ins.dst, ins.src, "dst and src")
+
+    def _check_format(self, where, fmt: str) -> None:
+        if fmt not in self.params.formats:
+            _fail(*where, "format", f"the tensor engine of {self.params.name} takes "
+                                    f"{', '.join(self.params.formats)}, not {fmt}")
+
+    def _check_tile_position(self, where, pos: int, size: int, full: int) -> None:
+        ways = max(self.params.row_tiles)
+        tile = full // ways
+        if pos and (pos % tile or size > tile):
+            _fail(*where, "tile position",
+                  f"position {pos} with size {size}: the array splits into tiles of {tile}")
+
+    # --- costs ----------------------------------------------------------------------------
+    def _tensor(self, fmt: str, k: int, m: int, n: int) -> dict:
+        key = (fmt, k, m, n)
+        c = self._tensor_cache.get(key)
+        if c is None:
+            c = self._tensor_cache[key] = tensor_cycles(self.params, fmt, k, m, n)
+        return c
+
+    def _strided(self, ins: Instruction) -> bool:
+        limit = self.params.stride_penalty
+        return any(ap.dims and abs(ap.dims[-1][1]) * ap.itemsize > limit
+                   for _, ap, _ in ins.operands())
+
+    def _stream_cost(self, kind: str, ins: Instruction) -> tuple[float, float]:
+        """(cycles, flops) of a vector/scalar/GpSimd instruction."""
+        src = getattr(ins, "src", None) or getattr(ins, "a", None) or ins.dst
+        n = src.free
+        passes = 1.0
+        if isinstance(ins, TensorTensor):
+            passes = 1.0 if "psum" in (ins.a.space, ins.b.space) else 2.0
+        cycles = stream_cycles(self.params, kind, n, passes, self._strided(ins))
+        if isinstance(ins, Activation) and ins.reduce_dst is not None:
+            cycles += self.params.min_interval
+        # floating-point operations per element: scale-and-bias plus the function; one per
+        # operation otherwise; copies, memsets and iota do none
+        per_element = {Activation: 2, TensorTensor: 1, TensorReduce: 1,
+                       TensorScalar: 1 if getattr(ins, "op1", None) == VectorOp.COPY else 2}
+        return cycles, src.partitions * n * per_element.get(type(ins), 0)
+
+    # --- running --------------------------------------------------------------------------
+    def _plan(self, kind: str, ins: Instruction) -> tuple:
+        """What the event loop needs of one instruction, costs in seconds."""
+        cls = ins.__class__
+        if cls is SemWait:
+            return (_WAIT, ins.sem, ins.value)
+        if cls is SemSignal:
+            return (_SIGNAL, ins.sem, ins.count)
+        if kind == "dma":
+            latency, transfer = dma_seconds(self.params, ins.src.nbytes)
+            return (_DMA, latency, transfer, ins.src.nbytes)
+        if kind == "tensor":
+            period = 1.0 / self.params.clock("tensor")
+            if cls is LoadStationary:
+                fmt, k, m = ins.src.dtype, ins.src.partitions, ins.src.free
+                return (_LOAD, (fmt, k, m), self._tensor(fmt, k, m, 1)["load"] * period)
+            if cls is MultiplyMoving:
+                return (_MULTIPLY, ins.src.dtype, ins.src.partitions, ins.dst.partitions,
+                        ins.src.free)
+            k, m = ins.src.partitions, ins.src.free
+            c = self._tensor(ins.src.dtype, k, m, k)
+            return (_TRANSPOSE, (c["load"] + c["multiply"]) * period,
+                    (c["load"] + c["latency"] + 1) * period)
+        cycles, work = self._stream_cost(kind, ins)
+        spaces = {ap.space for _, ap, _ in ins.operands()}
+        ports = tuple(i for i, (engines, memory) in enumerate(self.params.shared_ports)
+                      if kind in engines and memory in spaces)
+        return (_STREAM, cycles / self.params.clock(kind), work, ports)
+
+    def run(self, program: Program, *, timing_only: bool = False, trace: bool = False,
+            hbm: np.ndarray | None = None, seed: int = 0, races: bool | None = None) -> Result:
+        """Run ``program``; ``hbm`` (uint8, ``program.hbm_bytes``) is read and updated in
+        place in numeric mode. ``races`` (default: in numeric mode) checks that every two
+        accesses of different streams to the same bytes, one of them a write, are ordered by
+        semaphores."""
+        self.check(program)
+        if races is None:
+            races = not timing_only
+        races = _Races(list(program.streams), program.streams) if races else None
+        p = self.params
+        data = None if timing_only else _Data(self, program, hbm, seed)
+        streams = list(program.streams)
+        kinds = [isa.engine_kind(s) for s in streams]
+        code = [program.streams[s] for s in streams]
+        plans = []
+        cache: dict[int, tuple] = {}
+        for kind, instructions in zip(kinds, code, strict=True):
+            row = []
+            for ins in instructions:
+                plan = cache.get(id(ins))
+                if plan is None:
+                    plan = cache[id(ins)] = self._plan(kind, ins)
+                row.append(plan)
+            plans.append(row)
+        lengths = [len(c) for c in code]
+        pc = [0] * len(streams)
+        now = [0.0] * len(streams)
+        done = [0.0] * len(streams)
+        busy = [0.0] * len(streams)
+        gen = [0] * len(streams)
+        sems: dict[int, list[float]] = {}
+        waiting: dict[int, list[int]] = {}
+        pending: dict[int, float] = {}  # stream -> time its satisfied wait resumes
+        heap = [(0.0, i, 0) for i in range(len(streams)) if code[i]]
+        heapq.heapify(heap)
+        tensor_period = 1.0 / p.clock("tensor")
+        sem_latency = p.semaphore_latency
+        multiply_cost: dict[tuple, tuple[float, float]] = {}
+        reload_cost: dict[tuple, float] = {}
+        fabric = flops = 0.0
+        moved = 0
+        events: list[dict] = []
+        stationary = None
+        port_free = [0.0] * len(p.shared_ports)
+        previous_n = 0  # moving size of the multiply a load follows (0: the array is idle)
+        pop, push = heapq.heappop, heapq.heappush
+        while heap:
+            t, s, g = pop(heap)
+            if g != gen[s]:
+                continue  # superseded by a later push
+            while True:  # run stream s while it is the earliest
+                i = pc[s]
+                plan = plans[s][i]
+                op = plan[0]
+                if op is _WAIT:
+                    sem, value = plan[1], plan[2]
+                    if s in pending:
+                        del pending[s]
+                        waiting[sem].remove(s)
+                        if races is not None:
+                            races.acquire(s, sem, value)
+                    else:
+                        vis = sems.get(sem, ())
+                        if len(vis) >= value and vis[value - 1] <= t:
+                            if races is not None:
+                                races.acquire(s, sem, value)
+                        else:
+                            waiting.setdefault(sem, []).append(s)
+                            if len(vis) >= value:
+                                pending[s] = vis[value - 1]
+                                gen[s] += 1
+                                push(heap, (vis[value - 1], s, gen[s]))
+                            break
+                elif op is _SIGNAL:
+                    sem = plan[1]
+                    visible = max(t, done[s]) + sem_latency
+                    vis = sems.setdefault(sem, [])
+                    if not vis or visible >= vis[-1]:
+                        vis.extend([visible] * plan[2])
+                    else:
+                        for _ in range(plan[2]):
+                            insort(vis, visible)
+                    if races is not None:
+                        races.release(s, sem, visible, plan[2])
+                    for w in waiting.get(sem, ()):
+                        want = plans[w][pc[w]][2]
+                        if len(vis) >= want:
+                            resume = max(now[w], vis[want - 1])
+                            if w not in pending or resume < pending[w]:
+                                pending[w] = resume
+                                gen[w] += 1
+                                push(heap, (resume, w, gen[w]))
+                else:
+                    ins = code[s][i]
+                    if races is not None:
+                        races.access(s, i, ins)
+                    if op is _MULTIPLY:
+                        fmt, k, m, n = plan[1], plan[2], plan[3], plan[4]
+                        if stationary is None or stationary[0] != fmt or stationary[1] != k \
+                                or stationary[2] != m:
+                            self._bad_multiply(streams[s], i, ins, stationary)
+                        key = (fmt, k, m, n)
+                        c = multiply_cost.get(key)
+                        if c is None:
+                            cy = self._tensor(fmt, k, m, n)
+                            c = multiply_cost[key] = (cy["multiply"] * tensor_period,
+                                                      (cy["latency"] + 1) * tensor_period)
+                        cost, end, finish = c[0], t + c[0], t + c[1]
+                        previous_n = n
+                        flops += 2.0 * k * m * n
+                        if data is not None:
+                            data.multiply(ins)
+                    elif op is _LOAD:
+                        stationary = plan[1]
+                        if previous_n:
+                            key = plan[1] + (previous_n,)
+                            cost = reload_cost.get(key)
+                            if cost is None:
+                                cy = self._tensor(*key)
+                                cost = reload_cost[key] = (cy["interval"] - cy["multiply"]) \
+                                    * tensor_period
+                            previous_n = 0
+                        else:
+                            cost = plan[2]
+                        end = finish = t + cost
+                        if data is not None:
+                            data.load(ins)
+                    elif op is _STREAM:
+                        cost = plan[1]
+                        for port in plan[3]:  # engines sharing a memory port take turns
+                            if port_free[port] > t:
+                                t = port_free[port]
+                        end = finish = t + cost
+                        for port in plan[3]:
+                            port_free[port] = end
+                        flops += plan[2]
+                        if data is not None:
+                            data.execute(s, ins)
+                    elif op is _DMA:
+                        begin = t + plan[1]
+                        if fabric > begin:
+                            begin = fabric
+                        fabric = end = finish = begin + plan[2]
+                        cost = end - t
+                        moved += plan[3]
+                        if data is not None:
+                            data.dma(ins)
+                    else:  # _TRANSPOSE: a load of the data and a pass of an identity
+                        cost, end, finish = plan[1], t + plan[1], t + plan[2]
+                        stationary, previous_n = None, 0
+                        if data is not None:
+                            data.transpose(ins)
+                    busy[s] += cost
+                    if trace:
+                        events.append({"name": ins.MNEMONIC, "ph": "X", "ts": t * 1e6,
+                                       "dur": cost * 1e6, "stream": streams[s],
+                                       "args": {"index": i}})
+                    t = end
+                    if finish > done[s]:
+                        done[s] = finish
+                pc[s] = i + 1
+                now[s] = t
+                if i + 1 >= lengths[s]:
+                    break
+                if heap and heap[0][0] < t:
+                    gen[s] += 1
+                    push(heap, (t, s, gen[s]))
+                    break
+        blocked = [s for s in range(len(streams)) if pc[s] < lengths[s]]
+        if blocked:
+            self._deadlock(streams, code, pc, blocked, sems)
+        total = max(max(done, default=0.0), max(now, default=0.0))
+        cycles = {name: b * p.clock(kind) if kind != "dma" else 0.0
+                  for name, kind, b in zip(streams, kinds, busy, strict=True)}
+        return Result(total, dict(zip(streams, busy, strict=True)), cycles,
+                      dict(zip(streams, lengths, strict=True)), flops, moved, events)
+
+    def _bad_multiply(self, stream: str, index: int, ins: MultiplyMoving, stationary) -> None:
+        if stationary is None:
+            _fail(stream, index, ins, "stationary", "no stationary tile is loaded")
+        fmt, k, m = stationary
+        if (fmt, k) != (ins.src.dtype, ins.src.partitions):
+            _fail(stream, index, ins, "stationary",
+                  f"the loaded stationary is {k} x {m} {fmt}, the moving tile has "
+                  f"{ins.src.partitions} partitions of {ins.src.dtype}")
+        _fail(stream, index, ins, "operand shape",
+              f"dst has {ins.dst.partitions} partitions, the stationary {m} columns")
+
+    def _deadlock(self, streams, code, pc, blocked, sems) -> None:
+        edges = []
+        for s in blocked:
+            ins = code[s][pc[s]]
+            signallers = sorted({streams[o] for o in range(len(streams))
+                                 for later in code[o][pc[o]:]
+                                 if isinstance(later, SemSignal) and later.sem == ins.sem})
+            by = ("signalled later by " + ", ".join(signallers) if signallers
+                  else "nothing left signals it")
+            edges.append(f"{streams[s]}[{pc[s]}] waits for S[{ins.sem}] to reach {ins.value} "
+                         f"(at {len(sems.get(ins.sem, ()))}; {by})")
+        s = blocked[0]
+        _fail(streams[s], pc[s], code[s][pc[s]], "deadlock",
+              "every unfinished stream waits: " + "; ".join(edges))
+
+
+def _footprint(ap: AP) -> tuple:
+    """Bytes ``ap`` may touch: on chip (space, first partition, end partition, first byte,
+    end byte); in HBM ("hbm", address of row 0, row stride, rows, first byte, end byte of a
+    row)."""
+    lo, hi = _extent(ap.dims)
+    lo, hi = lo * ap.itemsize, (hi + 1) * ap.itemsize
+    if ap.space == "hbm":
+        return ("hbm", ap.offset, ap.pstride, ap.partitions, lo, hi)
+    return (ap.space, ap.partition, ap.partition + ap.partitions, ap.offset + lo,
+            ap.offset + hi)
+
+
+def _overlap(a: tuple, b: tuple) -> bool:
+    if a[0] != b[0]:
+        return False
+    if a[0] != "hbm":
+        return a[1] < b[2] and b[1] < a[2] and a[3] < b[4] and b[3] < a[4]
+    _, a0, pa, ra, alo, ahi = a
+    _, b0, pb, rb, blo, bhi = b
+    if a0 + alo >= b0 + (rb - 1) * pb + bhi or b0 + blo >= a0 + (ra - 1) * pa + ahi:
+        return False
+    for i in range(ra):  # rows of a against the rows of b that could meet them
+        x0, x1 = a0 + i * pa + alo, a0 + i * pa + ahi
+        if pb == 0:
+            if b0 + blo < x1 and x0 < b0 + bhi:
+                return True
+            continue
+        j_min = max(0, (x0 - b0 - bhi) // pb + 1)
+        j_max = min(rb - 1, -((b0 + blo - x1) // pb) - 1)
+        if j_min <= j_max:
+            return True
+    return False
+
+
+class _Races:
+    """Happens-before by vector clocks: program order within a stream, and a semaphore wait
+    after the increments it consumed. Each stream's clock counts its signals; an access by
+    stream ``t`` at clock ``e`` is ordered before a later access by ``s`` when ``s`` has
+    acquired more than ``e`` of ``t``'s signals."""
+
+    def __init__(self, names: list[str], streams: dict):
+        self.names, self.streams = names, streams
+        n = len(names)
+        self.vc = [[0] * n for _ in range(n)]
+        self.sems: dict[int, list] = {}  # sem -> sorted [(visible, order, clock)]
+        self.order = 0
+        self.accesses: list[tuple] = []  # (footprint, write, stream, epoch, index)
+        self.since_prune = 0
+
+    def release(self, s: int, sem: int, visible: float, count: int) -> None:
+        self.vc[s][s] += 1
+        entry = (visible, self.order, tuple(self.vc[s]))
+        self.order += 1
+        lst = self.sems.setdefault(sem, [])
+        for _ in range(count):
+            insort(lst, entry)
+
+    def acquire(self, s: int, sem: int, value: int) -> None:
+        mine = self.vc[s]
+        for _, _, clock in self.sems[sem][:value]:
+            for j, c in enumerate(clock):
+                if c > mine[j]:
+                    mine[j] = c
+
+    def access(self, s: int, index: int, ins: Instruction) -> None:
+        mine = self.vc[s]
+        new = [(_footprint(ap), written) for _, ap, written in ins.operands()]
+        for fp, write, t, epoch, other in self.accesses:
+            if t == s or mine[t] > epoch:
+                continue  # same stream, or ordered by semaphores
+            for nfp, nwrite in new:
+                if (write or nwrite) and _overlap(fp, nfp):
+                    self._fail(s, index, ins, t, other, nfp, nwrite)
+        epoch = mine[s]
+        self.accesses.extend((fp, w, s, epoch, index) for fp, w in new)
+        self.since_prune += 1
+        if self.since_prune >= 64:
+            self.since_prune = 0
+            n = len(self.names)
+            floor = [min(self.vc[o][t] for o in range(n) if o != t) if n > 1 else 1 << 60
+                     for t in range(n)]
+            self.accesses = [a for a in self.accesses if floor[a[2]] <= a[3]]
+
+    def _fail(self, s, index, ins, t, other, nfp, nwrite) -> None:
+        theirs = self.streams[self.names[t]][other]
+        what = "writes" if nwrite else "reads"
+        _fail(self.names[s], index, ins, "race",
+              f"it {what} {nfp[0].upper()} bytes that {self.names[t]}[{other}] "
+              f"`{isa.format_instruction(theirs)}` also accesses, one of them writing, and "
+              f"no semaphore orders the two")
+
+
+class _Data:
+    """The memories and the numeric effect of each instruction."""
+
+    def __init__(self, core: Core, program: Program, hbm, seed: int):
+        p = core.params
+        self.params = p
+        self.sbuf = np.zeros((p.partitions, p.sbuf_bytes), dtype=np.uint8)
+        self.psum = np.zeros((p.partitions, p.psum_bytes), dtype=np.uint8)
+        if hbm is None:
+            hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
+        if hbm.dtype != np.uint8 or hbm.size < program.hbm_bytes:
+            raise ProgramError(f"hbm must be a uint8 array of at least {program.hbm_bytes} "
+                               f"bytes, not {hbm.dtype} x {hbm.size}")
+        self.hbm = hbm
+        self.seed = seed
+        self.stationary = None
+        self._act = {}
+
+    # raw element access ---------------------------------------------------------------------
+    def _view(self, ap: AP) -> np.ndarray:
+        """The elements of ``ap`` as a strided view of the memory (the rules checked its
+        bounds): partitions first, then the free dimensions."""
+        item = ap.itemsize
+        if ap.space == "hbm":
+            mem, base, pstride = self.hbm, ap.offset, ap.pstride
+        else:
+            mem = self.sbuf if ap.space == "sbuf" else self.psum
+            pstride = mem.shape[1]
+            base = ap.partition * pstride + ap.offset
+        shape = (ap.partitions,) + tuple(n for n, _ in ap.dims)
+        strides = (pstride,) + tuple(st * item for _, st in ap.dims)
+        return np.ndarray(shape, dtype=_UINT[item], buffer=mem, offset=base, strides=strides)
+
+    def read(self, ap: AP) -> np.ndarray:
+        return self._view(ap).copy()
+
+    def write(self, ap: AP, bits: np.ndarray) -> None:
+        view = self._view(ap)
+        view[...] = np.asarray(bits).reshape(view.shape)
+
+    # typed access ----------------------------------------------------------------------------
+    def read32(self, ap: AP) -> np.ndarray:
+        """fp32 bit patterns, (partitions, free), of an operand of any float type."""
+        bits = self.read(ap).reshape(ap.partitions, -1)
+        if ap.dtype in ("fp32", "int32", "uint32"):
+            return bits.astype(np.uint32)
+        return np.asarray(numerics.widen(bits, format_by_name(ap.dtype)), dtype=np.uint32)
+
+    def write32(self, ap: AP, bits32: np.ndarray, rounding: str = "rne", seed: int = 0) -> None:
+        """Store fp32 bit patterns (partitions, free) into ``ap``, cast to its type."""
+        bits32 = np.asarray(bits32, dtype=np.uint32).reshape(ap.partitions, -1)
+        if ap.dtype in ("fp32", "int32", "uint32"):
+            self.write(ap, bits32)
+            return
+        fmt = format_by_name(ap.dtype)
+        # lanes are partitions: the stochastic cast draws per lane, beat by beat
+        out = numerics.cast_bits(bits32.T.view(np.float32), fmt, rounding, seed ^ self.seed,
+                        self.params.rng)
+        self.write(ap, out.T)
+
+    def scalar(self, ap: AP | None, imm: float, partitions: int) -> np.ndarray:
+        if ap is None:
+            return np.full(partitions, np.float32(imm).view(np.uint32), dtype=np.uint32)
+        return self.read32(ap).reshape(partitions)
+
+    # instructions ----------------------------------------------------------------------------
+    def load(self, ins: LoadStationary) -> None:
+        self.stationary = self.read(ins.src).reshape(ins.src.partitions, -1)
+
+    def multiply(self, ins: MultiplyMoving) -> None:
+        moving = self.read(ins.src).reshape(ins.src.partitions, -1)
+        psum = self.read(ins.dst).reshape(ins.dst.partitions, -1) if ins.accumulate else None
+        out = systolic.matmul(self.stationary, moving, ins.src.dtype, psum, ins.accumulate)
+        self.write(ins.dst, out)
+
+    def transpose(self, ins: Transpose) -> None:
+        fmt = format_by_name(ins.src.dtype)
+        k = ins.src.partitions
+        one = numerics.encode(np.float32(1.0), fmt) if fmt != FP32 else np.uint32(0x3F800000)
+        identity = np.where(np.eye(k, dtype=bool), one, 0).astype(np.uint32)
+        data = self.read(ins.src).reshape(k, -1)
+        self.write(ins.dst, systolic.matmul(data, identity, ins.src.dtype))
+        self.stationary = None
+
+    def dma(self, ins: DmaCopy) -> None:
+        self.write(ins.dst, self.read(ins.src))
+
+    def _activation_params(self, lanes: int):
+        params = self._act.get(lanes)
+        if params is None:
+            params = self._act[lanes] = ActivationParams(lanes=lanes,
+                                                         functions=self.params.functions)
+        return params
+
+    def execute(self, stream: int, ins: Instruction) -> None:
+        cls = ins.__class__
+        if cls is Activation:
+            x = self.read32(ins.src)
+            lanes, n = x.shape
+            bias = self.scalar(ins.bias, 0.0, lanes)
+            scale = np.full(lanes, np.float32(ins.scale).view(np.uint32), dtype=np.uint32)
+            last = np.zeros(n, dtype=bool)
+            last[-1] = True
+            out, sums = activation.run(self._activation_params(lanes), ins.func, x.T, scale,
+                                       bias, last)
+            self.write32(ins.dst, out.T, ins.rounding, ins.seed)
+            if ins.reduce_dst is not None:
+                self.write32(ins.reduce_dst, sums[-1].reshape(lanes, 1))
+        elif cls is TensorTensor:
+            r = vector.elementwise(ins.op, self.read32(ins.a), self.read32(ins.b))
+            self.write32(ins.dst, r, ins.rounding, ins.seed)
+        elif cls is TensorScalar:
+            x = self.read32(ins.src)
+            lanes = x.shape[0]
+            r = vector.elementwise(ins.op0, x,
+                                   self.scalar(ins.operand0, ins.imm0, lanes)[:, None])
+            if ins.op1 != VectorOp.COPY:
+                r = vector.elementwise(ins.op1, r,
+                                       self.scalar(ins.operand1, ins.imm1, lanes)[:, None])
+            self.write32(ins.dst, r, ins.rounding, ins.seed)
+        elif cls is TensorReduce:
+            x = self.read32(ins.src)
+            lanes, n = x.shape
+            last = np.zeros(n, dtype=bool)
+            last[-1] = True
+            r = vector.run(VectorParams(lanes=lanes), ins.op, x.T, last=last,
+                           reduce=ins.reduce)
+            self.write32(ins.dst, r.T)
+        elif cls is TensorCopy:
+            self.write32(ins.dst, vector.elementwise(VectorOp.COPY, self.read32(ins.src), 0),
+                         ins.rounding, ins.seed)
+        elif cls is Memset:
+            self.write32(ins.dst, np.full((ins.dst.partitions, ins.dst.free),
+                                          np.float32(ins.value).view(np.uint32)))
+        elif cls is Iota:
+            p = np.arange(ins.dst.partitions, dtype=np.int64)[:, None]
+            i = np.arange(ins.dst.free, dtype=np.int64)[None, :]
+            v = ins.base + p * ins.pstep + i * ins.step
+            if ins.dst.dtype in ("int32", "uint32"):
+                self.write(ins.dst, (v & 0xFFFFFFFF).astype(np.uint32))
+            else:
+                self.write32(ins.dst, v.astype(np.float32).view(np.uint32))

@@ -1,0 +1,40 @@
+"""Golden model of the engines' run-time input and output formats (:mod:`hdl.vector.convert`).
+
+A narrow value travels in the low bits of a 32-bit lane word (``uint32``), zero above.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hdl.numerics.formats import format_by_name
+from sim.golden.numerics import cast_bits, widen
+
+CANONICAL_NAN32 = np.uint32(0x7FC00000)
+
+
+def widen_input(words, fmt: str) -> np.ndarray:
+    """fp32 bits of the lane words read as ``fmt`` (exact; fp32 words unchanged)."""
+    words = np.asarray(words, dtype=np.uint32)
+    if fmt == "fp32":
+        return words
+    f = format_by_name(fmt)
+    return widen(words & np.uint32((1 << f.bits) - 1), f).reshape(words.shape)
+
+
+def cast_output(y, fmt: str, rounding: str = "rne", rng: str = "xorwow", seed: int = 0,
+                beat: int = 0) -> np.ndarray:
+    """``(beats, lanes)`` fp32 bits ``y`` cast to ``fmt`` (``uint32`` words, the pattern in
+    the low bits). Stochastic rounding reads lane ``l``'s generator (seeded by ``rng`` and
+    ``seed``) from its ``beat``-th word on: ``beat`` is the number of output beats the engine
+    gave since reset (its generator advances on every one, whatever the format)."""
+    y = np.asarray(y, dtype=np.uint32)
+    if fmt == "fp32":
+        return np.where(np.isnan(y.view(np.float32)), CANONICAL_NAN32, y).astype(np.uint32)
+    f = format_by_name(fmt)
+    if rounding == "rne":
+        return cast_bits(y.view(np.float32), f).astype(np.uint32)
+    y2 = y.reshape(len(y), -1)
+    padded = np.concatenate([np.zeros((beat, y2.shape[1]), np.uint32), y2])
+    out = cast_bits(padded.view(np.float32), f, "stochastic", seed, rng)[beat:]
+    return out.astype(np.uint32).reshape(y.shape)

@@ -1,0 +1,78 @@
+"""Area from synthesis (hdl/area.py) on modules small enough to count by hand.
+
+Expected figures are worked from the Nangate 45 nm cell areas (um^2) the module documents:
+NAND2_X1 0.798, INV_X1 0.532, XOR2_X1 1.596, DFF_X1 4.522, MUX2_X1 1.862, AND2_X1 1.064.
+"""
+
+import pytest
+
+from hdl import area
+
+XOR_REG = """
+module xor_reg(input clk, input [3:0] a, input [3:0] b, output reg [3:0] q);
+  always @(posedge clk) q <= a ^ b;
+endmodule
+"""
+PAIR = """
+module pair(input clk, input [3:0] a, input [3:0] b, output [3:0] x, output [3:0] y);
+  xor_reg u0(.clk(clk), .a(a), .b(b), .q(x));
+  xor_reg u1(.clk(clk), .a(b), .b(a), .q(y));
+endmodule
+"""
+RAM = """
+module ram(input clk, input we, input [3:0] wa, input [3:0] ra, input [7:0] d,
+           output reg [7:0] q);
+  reg [7:0] mem [0:15];
+  always @(posedge clk) begin
+    if (we) mem[wa] <= d;
+    q <= mem[ra];
+  end
+endmodule
+"""
+
+
+def test_weights_follow_the_documented_cell_areas():
+    assert area.cell_weight("$_NAND_") == 1.0
+    assert area.cell_weight("$_NOT_") == pytest.approx(0.532 / 0.798)
+    assert area.cell_weight("$_XOR_") == pytest.approx(2.0)
+    assert area.cell_weight("$_DFF_P_") == pytest.approx(4.522 / 0.798)
+    # A flip-flop with an enable and a synchronous reset: DFF + MUX2 + AND2.
+    assert area.cell_weight("$_SDFFE_PP0P_") == pytest.approx((4.522 + 1.862 + 1.064) / 0.798)
+    assert area.cell_weight("$scopeinfo") == 0.0
+    with pytest.raises(area.AreaError, match=r"cell '\$lut' has no area weight"):
+        area.cell_weight("$lut")
+    with pytest.raises(area.AreaError, match=r"cell '\$_DFF_PPPPP_' has no area weight"):
+        area.cell_weight("$_DFF_PPPPP_")
+
+
+def test_a_register_of_xors_and_its_hierarchy(tmp_path):
+    result = area.synthesize({"xor_reg": XOR_REG, "pair": PAIR}, cache=tmp_path)
+    leaf, top = result["xor_reg"], result["pair"]
+    assert dict(leaf.cells) == {"$_XOR_": 4, "$_DFF_P_": 4}
+    assert leaf.gates == pytest.approx(4 * (1.596 + 4.522) / 0.798)
+    assert dict(top.children) == {"xor_reg": 2} and top.gates == 0
+    assert area.tops(result) == ["pair"]
+    assert area.counts(result, "pair") == {"pair": 1, "xor_reg": 2}
+    assert area.rollup(result, "pair") == pytest.approx(8 * (1.596 + 4.522) / 0.798)
+
+
+def test_memories_count_by_bits_and_results_are_cached(tmp_path, monkeypatch):
+    first = area.synthesize({"ram": RAM}, cache=tmp_path)["ram"]
+    assert first.memory_bits == 16 * 8
+    assert first.gates == pytest.approx(first.logic_gates + 128 * area.SRAM_BIT)
+    assert area.SRAM_BIT == pytest.approx(0.346 / 0.45 / 0.798)
+
+    def no_synthesis(*args):
+        raise AssertionError("synthesised again")
+
+    monkeypatch.setattr(area, "_run", no_synthesis)
+    again = area.synthesize({"ram": "// a comment changes nothing\n" + RAM}, cache=tmp_path)
+    assert again["ram"] == first
+    other = area.synthesize({"xor_reg": XOR_REG}, cache=tmp_path, cached_only=True)
+    assert other == {"xor_reg": None}
+
+
+def test_a_design_that_does_not_synthesise_is_an_area_error(tmp_path):
+    with pytest.raises(area.AreaError, match="synthesis of 'broken' failed"):
+        area.synthesize({"broken": "module broken(input a); assign b = ; endmodule\n"},
+                        cache=tmp_path)

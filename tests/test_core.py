@@ -1,0 +1,299 @@
+"""The core simulator: rules with named errors, semaphores, timing against the cycle model."""
+
+import json
+
+import numpy as np
+import pytest
+
+from hdl.core.isa import (
+    AP,
+    Activation,
+    DmaCopy,
+    LoadStationary,
+    Memset,
+    MultiplyMoving,
+    SemSignal,
+    SemWait,
+    TensorCopy,
+    TensorReduce,
+    TensorTensor,
+)
+from hdl.params import core_params
+from hdl.tensor.params import SystolicParams
+from hdl.vector.ops import Reduce, VectorOp
+from sim.core import Core, Program, ProgramError
+from sim.golden import systolic
+from specs.loader import load
+
+
+@pytest.fixture(scope="module")
+def trn1():
+    return core_params(load("trn1"))
+
+
+def sbuf(p0, n, off, free, dtype="fp32"):
+    return AP("sbuf", dtype, p0, n, off, ((free, 1),))
+
+
+def psum(p0, n, off, free):
+    return AP("psum", "fp32", p0, n, off, ((free, 1),))
+
+
+def program(**streams):
+    prog = Program()
+    prog.tensor("x", (128, 1024), "fp32")
+    prog.streams = {k: list(v) for k, v in streams.items()}
+    return prog
+
+
+@pytest.mark.parametrize("fmt, k, m, n", [("bf16", 128, 128, 512), ("bf16", 64, 128, 32),
+                                          ("fp32", 128, 96, 512), ("fp8_e4m3", 1, 1, 1)])
+def test_tensor_timing_is_the_cycle_model(trn1, fmt, k, m, n):
+    pairs = 5
+    ins = [LoadStationary(src=sbuf(0, k, 0, m, fmt)),
+           MultiplyMoving(dst=psum(0, m, 0, n), src=sbuf(0, k, 4096, n, fmt))] * pairs
+    r = Core(trn1).run(program(tensor=ins), timing_only=True, trace=True)
+    sched = systolic.schedule(SystolicParams(rows=128, cols=128, fmt=fmt),
+                              [systolic.Load(k, m), systolic.Multiply(n)] * pairs)
+    clock = trn1.clock("tensor")
+    slow = 4 if fmt == "fp32" else 1  # the spec's quarter rate
+    starts = [round(e["ts"] * 1e-6 * clock) for e in r.events if e["name"] == "matmul"]
+    assert starts == [slow * a for a in sched.accepted[1::2]]
+    if slow == 1:  # the last output beat's cycle (fp32's pipeline is not in the RTL model)
+        assert round(r.time * clock) == sched.total
+
+
+def test_semaphore_latency_and_order(trn1):
+    lat = trn1.semaphore_latency
+    prog = program(vector=[Memset(dst=sbuf(0, 128, 0, 64), value=2.0), SemSignal(sem=0)],
+                   scalar=[SemWait(sem=0, value=1),
+                           TensorCopy(dst=sbuf(0, 128, 512, 64), src=sbuf(0, 128, 0, 64))])
+    r = Core(trn1).run(prog, trace=True)
+    memset, copy = (next(e for e in r.events if e["name"] == n) for n in ("memset", "copy"))
+    assert copy["ts"] == pytest.approx(memset["ts"] + memset["dur"] + lat * 1e6)
+    # vector: 60 + max(64, 64) cycles at 1.12 GHz, the spec's access start and interval
+    assert memset["dur"] * 1e-6 == pytest.approx((60 + 64) / 1.12e9)
+
+
+def test_dma_shares_bandwidth(trn1):
+    src = AP("hbm", "fp32", 0, 128, 0, ((1024, 1),), pstride=4096)
+    one = [DmaCopy(dst=sbuf(0, 128, 0, 1024), src=src)]
+    two = {"dma0": one, "dma1": [DmaCopy(dst=sbuf(0, 128, 8192, 1024), src=src)]}
+    t1 = Core(trn1).run(program(dma0=one), timing_only=True).time
+    t2 = Core(trn1).run(program(**two), timing_only=True).time
+    nbytes = 128 * 1024 * 4
+    assert t1 == pytest.approx(trn1.dma_latency + nbytes / trn1.dma_bandwidth)
+    assert t2 == pytest.approx(trn1.dma_latency + 2 * nbytes / trn1.dma_bandwidth)
+
+
+def test_numeric_result_through_golden_models(trn1, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((32, 8)).astype(np.float32)
+    b = rng.standard_normal((32, 8)).astype(np.float32)
+    ia, ib, total, top = (sbuf(0, 32, 0, 8), sbuf(0, 32, 512, 8), sbuf(0, 32, 1024, 8),
+                          sbuf(0, 32, 2048, 1))
+    out = _run(trn1, "vector", [TensorTensor(dst=total, a=ia, b=ib, op=VectorOp.ADD),
+                                TensorReduce(dst=top, src=total, reduce=Reduce.MAX)],
+               {ia: a, ib: b}, [total, top])
+    assert np.array_equal(out[total].view(np.float32).reshape(32, 8), a + b)
+    assert np.array_equal(out[top].view(np.float32), (a + b).max(axis=1))
+
+
+@pytest.mark.parametrize("streams, rule", [
+    ({"gpsimd": [Memset(dst=psum(0, 128, 0, 8), value=0.0)]},
+     r"gpsimd\[0\] `memset dst=psum.fp32\[0:128\]@0x0\{8x1\} value=0.0`: engine reach: "
+     r"the gpsimd engine cannot reach PSUM"),
+    ({"tensor": [TensorCopy(dst=sbuf(0, 1, 0, 1), src=sbuf(0, 1, 0, 1))]},
+     r"tensor\[0\] `copy .*`: engine: the tensor engine does not run TensorCopy"),
+    ({"vector": [Memset(dst=sbuf(32, 64, 0, 8), value=0.0)]},
+     r"vector\[0\] .*: partition start: a tile of 64 partitions cannot start at partition 32"),
+    ({"vector": [Memset(dst=sbuf(0, 128, 192 * 1024 - 16, 8), value=0.0)]},
+     r"SBUF bounds: dst spans bytes 196592 .. 196624 of a 196608-byte partition"),
+    ({"vector": [Memset(dst=psum(0, 128, 16 * 1024, 1), value=0.0)]}, r"PSUM bounds"),
+    ({"vector": [Memset(dst=sbuf(96, 64, 0, 8), value=0.0)]}, r"partition bounds"),
+    ({"tensor": [LoadStationary(src=sbuf(0, 128, 0, 129, "bf16"))]}, r"tensor\[0\].*tile limit"),
+    ({"tensor": [LoadStationary(src=sbuf(0, 128, 0, 128, "bf16")),
+                 MultiplyMoving(dst=psum(0, 128, 0, 513), src=sbuf(0, 128, 0, 513, "bf16"))]},
+     r"tensor\[1\].*tile limit: moving free size 513 exceeds 512"),
+    ({"tensor": [LoadStationary(src=sbuf(0, 128, 0, 128, "bf16")),
+                 MultiplyMoving(dst=psum(0, 128, 1024, 512), src=sbuf(0, 128, 0, 512, "bf16"))]},
+     r"tensor\[1\].*PSUM bank overflow: dst spans bytes 1024 .. 3071, across the 2048-byte "
+     r"bank boundary at 2048"),
+    ({"tensor": [MultiplyMoving(dst=psum(0, 128, 0, 8), src=sbuf(0, 128, 0, 8, "bf16"))]},
+     r"tensor\[0\].*stationary: no stationary tile is loaded"),
+    ({"tensor": [LoadStationary(src=sbuf(0, 128, 0, 128, "fp16")),
+                 MultiplyMoving(dst=psum(0, 128, 0, 8), src=sbuf(0, 128, 0, 8, "int32"))]},
+     r"tensor\[1\].*format: the tensor engine of trn1 takes .*, not int32"),
+    ({"vector": [TensorTensor(dst=sbuf(0, 8, 0, 4), a=sbuf(0, 8, 0, 4), b=sbuf(0, 8, 0, 5),
+                              op=VectorOp.ADD)]},
+     r"operand shape: dst and b: 8 x 4 against 8 x 5"),
+    ({"scalar": [Activation(dst=sbuf(0, 8, 0, 4), src=sbuf(0, 8, 0, 4), func=40)]},
+     r"function: func 40 is not one of the \d+ functions of trn1"),
+    ({"vector": [Memset(dst=sbuf(0, 8, 2, 4), value=0.0)]}, r"alignment"),
+    ({"dma0": [DmaCopy(dst=sbuf(0, 1, 0, 4), src=AP("hbm", "fp32", 0, 1, 1 << 30, ((4, 1),)))]},
+     r"dma0\[0\].*HBM bounds"),
+    ({"dma0": [DmaCopy(dst=psum(0, 1, 0, 4), src=AP("hbm", "fp32", 0, 1, 0, ((4, 1),)))]},
+     r"engine reach: the dma engine cannot reach PSUM"),
+    ({"dma99": [SemSignal(sem=0)]}, r"dma99: the core has DMA queues dma0 .. dma15"),
+    ({"tensor": [SemWait(sem=1, value=1), SemSignal(sem=0)],
+      "vector": [SemWait(sem=0, value=1), SemSignal(sem=1)]},
+     r"tensor\[0\] `wait sem=1 value=1`: deadlock: every unfinished stream waits: tensor\[0\] "
+     r"waits for S\[1\] to reach 1 \(at 0; signalled later by vector\); vector\[0\] waits for "
+     r"S\[0\] to reach 1 \(at 0; signalled later by tensor\)"),
+    ({"scalar": [SemWait(sem=3, value=2)], "vector": [SemSignal(sem=3)]},
+     r"scalar\[0\].*deadlock.*S\[3\] to reach 2 \(at 1; nothing left signals it\)"),
+])
+def test_rules_name_the_instruction(trn1, streams, rule):
+    with pytest.raises(ProgramError, match=rule):
+        Core(trn1).run(program(**streams), timing_only=True)
+    with pytest.raises(ProgramError, match=rule):  # the same in numeric mode
+        Core(trn1).run(program(**streams))
+
+
+def test_trace_is_trace_event_json(trn1):
+    prog = program(vector=[Memset(dst=sbuf(0, 128, 0, 64), value=1.0), SemSignal(sem=0)],
+                   dma0=[SemWait(sem=0, value=1),
+                         DmaCopy(dst=AP("hbm", "fp32", 0, 128, 0, ((64, 1),), pstride=4096),
+                                 src=sbuf(0, 128, 0, 64))])
+    doc = json.loads(Core(trn1).run(prog, trace=True).trace_json())
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert names == {"vector", "dma0"}
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert {e["name"] for e in spans} == {"memset", "dma"}
+    assert all(e["dur"] > 0 and {"ts", "pid", "tid"} <= e.keys() for e in spans)
+
+
+@pytest.mark.parametrize("chip, overlap", [("trn1", False), ("trn2", True)])
+def test_shared_ports_take_turns_on_v2(chip, overlap):
+    params = core_params(load(chip))
+    prog = program(vector=[Memset(dst=sbuf(0, 128, 0, 512), value=1.0)],
+                   gpsimd=[Memset(dst=sbuf(0, 128, 4096, 512), value=2.0)],
+                   scalar=[TensorCopy(dst=sbuf(0, 128, 8192, 512), src=sbuf(0, 128, 0, 512))])
+    r = Core(params).run(prog, timing_only=True, trace=True)
+    start = {e["stream"]: e["ts"] for e in r.events}
+    end = {e["stream"]: e["ts"] + e["dur"] for e in r.events}
+    # vector and GpSimd both write SBUF: one waits for the other on v2 only [NKI2, NKI3]
+    assert (start["gpsimd"] < end["vector"] and start["vector"] < end["gpsimd"]) == overlap
+    assert start["scalar"] == 0.0  # the scalar engine shares no SBUF port
+
+
+def _run(params, stream, instructions, inputs, outputs, seed=0):
+    """Run ``instructions`` on ``stream`` with ``inputs`` (AP -> array) DMA'd in from HBM
+    first and ``outputs`` (APs) DMA'd back after; returns the outputs' bytes."""
+    prog = Program()
+    dma_in, dma_out = [], []
+    hbm_aps = {}
+    for ap in list(inputs) + list(outputs):
+        t = prog.tensor(f"t{len(hbm_aps)}", (ap.partitions, ap.free), ap.dtype)
+        hbm_aps[ap] = t.ap((0, ap.partitions))
+    for ap in inputs:
+        dma_in.append(DmaCopy(dst=ap, src=hbm_aps[ap]))
+    for ap in outputs:
+        dma_out.append(DmaCopy(dst=hbm_aps[ap], src=ap))
+    prog.streams = {"dma0": dma_in + [SemSignal(sem=0)],
+                    stream: [SemWait(sem=0, value=1)] + instructions + [SemSignal(sem=1)],
+                    "dma1": [SemWait(sem=1, value=1)] + dma_out}
+    hbm = np.zeros(prog.hbm_bytes, dtype=np.uint8)
+    for ap, values in inputs.items():
+        off = hbm_aps[ap].offset
+        raw = np.ascontiguousarray(values).view(np.uint8).reshape(-1)
+        hbm[off: off + raw.size] = raw
+    Core(params).run(prog, hbm=hbm, seed=seed)
+    out = {}
+    for ap in outputs:
+        off = hbm_aps[ap].offset
+        out[ap] = hbm[off: off + ap.nbytes].copy()
+    return out
+
+
+def test_stochastic_cast_rounds_to_a_neighbour(trn1, seed):
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    src, rne, sto = sbuf(0, 64, 0, 256), sbuf(0, 64, 2048, 256, "bf16"), \
+        sbuf(0, 64, 4096, 256, "bf16")
+    out = _run(trn1, "vector", [TensorCopy(dst=rne, src=src),
+                             TensorCopy(dst=sto, src=src, rounding="stochastic", seed=5)],
+                      {src: x}, [rne, sto], seed=seed)
+    near = out[rne].view(ml_dtypes.bfloat16).reshape(x.shape)
+    assert np.array_equal(near, x.astype(ml_dtypes.bfloat16))  # RNE as ml_dtypes rounds
+    got = out[sto].view(ml_dtypes.bfloat16).reshape(x.shape).astype(np.float64)
+    down = x.astype(ml_dtypes.bfloat16).astype(np.float64)
+    ulp = 2.0 ** (np.floor(np.log2(np.abs(x))) - 7)  # bf16 keeps 7 fraction bits
+    assert np.all(np.abs(got - x) < ulp * 1.0001)  # a neighbour of x on the bf16 grid
+    assert 0.2 < np.mean(got != down) < 0.8  # and not always the nearest one
+
+
+def test_iota_values(trn1):
+    from hdl.core.isa import Iota
+
+    ints, floats = AP("sbuf", "int32", 0, 4, 0, ((3, 2),)), sbuf(0, 4, 64, 3)
+    out = _run(trn1, "gpsimd", [Iota(dst=ints, base=7, pstep=100, step=-1),
+                                Iota(dst=floats, base=-1, pstep=3, step=2)], {}, [ints, floats])
+    got = out[ints].view(np.int32).reshape(4, 3)  # i counts elements, not their addresses
+    assert got.tolist() == [[7 + 100 * p - i for i in range(3)] for p in range(4)]
+    assert out[floats].view(np.float32).reshape(4, 3).tolist() == \
+        [[-1.0 + 3 * p + 2 * i for i in range(3)] for p in range(4)]
+
+
+@pytest.mark.parametrize("chip", ["trn1", "trn2"])
+@pytest.mark.parametrize("fmt, k, m, n", [("bf16", 128, 128, 512), ("fp32", 128, 128, 512),
+                                          ("fp8_e4m3", 96, 64, 48), ("bf16", 1, 1, 1)])
+def test_steady_pairs_match_the_system_models_tile_interval(chip, fmt, k, m, n):
+    """The core simulator and the chip model time a tile alike (two models, one rule)."""
+    from sim.system.model import tile_interval
+
+    spec = load(chip)
+    params = core_params(spec)
+    pairs = 6
+    ins = [LoadStationary(src=sbuf(0, k, 0, m, fmt)),
+           MultiplyMoving(dst=psum(0, m, 0, n), src=sbuf(0, k, 4096, n, fmt))] * pairs
+    r = Core(params).run(program(tensor=ins), timing_only=True, trace=True)
+    starts = [e["ts"] * 1e-6 for e in r.events if e["name"] == "matmul"]
+    per_pair = (starts[-1] - starts[1]) / (pairs - 2) * params.clock("tensor")
+    assert per_pair == pytest.approx(tile_interval(spec.core.tensor, fmt, k, m, n))
+
+
+def test_dma_shape_and_type_must_match(trn1):
+    hbm = AP("hbm", "fp32", 0, 4, 0, ((8, 1),), pstride=32)
+    for dst, rule in ((sbuf(0, 4, 0, 9), r"operand shape: dst \(4, 9\) and src \(4, 8\)"),
+                      (sbuf(0, 4, 0, 8, "bf16"), r"format: a DMA copies bytes")):
+        with pytest.raises(ProgramError, match=rule):
+            Core(trn1).run(program(dma0=[DmaCopy(dst=dst, src=hbm)]), timing_only=True)
+
+
+def test_unordered_access_is_a_race(trn1):
+    write = Memset(dst=sbuf(0, 128, 0, 64), value=1.0)
+    read = TensorCopy(dst=sbuf(0, 128, 1024, 16), src=sbuf(0, 128, 128, 16))
+    with pytest.raises(ProgramError, match=r"scalar\[0\] `copy .*`: race: it reads SBUF bytes "
+                                           r"that vector\[0\] `memset .*` also accesses"):
+        Core(trn1).run(program(vector=[write], scalar=[read]))
+    # ordered by a semaphore, or touching other bytes: no race
+    Core(trn1).run(program(vector=[write, SemSignal(sem=0)],
+                           scalar=[SemWait(sem=0, value=1), read]))
+    apart = TensorCopy(dst=sbuf(0, 128, 1024, 16), src=sbuf(0, 128, 256, 16))
+    Core(trn1).run(program(vector=[write], scalar=[apart]))
+
+
+def test_hbm_footprints_overlap_exactly(seed):
+    from sim.core.machine import _footprint, _overlap
+
+    rng = np.random.default_rng(seed)
+    for _ in range(400):
+        aps = []
+        for _ in range(2):
+            n = int(rng.integers(1, 6))
+            aps.append(AP("hbm", "bf16", 0, int(rng.integers(1, 5)), 2 * int(rng.integers(40)),
+                          ((n, int(rng.integers(1, 3))),), pstride=2 * int(rng.integers(0, 12))))
+
+        def touched(ap):
+            return {ap.offset + r * ap.pstride + 2 * i * ap.dims[0][1] + byte
+                    for r in range(ap.partitions) for i in range(ap.dims[0][0])
+                    for byte in range(2)}
+
+        exact = bool(touched(aps[0]) & touched(aps[1]))
+        found = _overlap(_footprint(aps[0]), _footprint(aps[1]))
+        assert found or not exact  # never misses a shared byte
+        if aps[0].dims[0][1] == 1 and aps[1].dims[0][1] == 1:
+            assert found == exact  # rows of contiguous bytes: exact
