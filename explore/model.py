@@ -9,12 +9,13 @@ the benchmark.
 
 Per rank (one logical NeuronCore of ``lnc`` physical cores) and GEMM:
 
-- tensor engine: :func:`sim.system.formulas.matmul_cycles`, the documented issue rule: tiles
-  of ``K <= rows`` (twice that for double-rate formats), ``M <= cols``, ``N <= moving_max``;
-  one matmul issues every ``max(n, multiply_interval_min)`` cycles (``n`` the tile's moving
-  size; ``1 / rate`` times that for formats below one MAC per PE per cycle), plus one
-  LoadStationary of ``rows`` cycles nothing hides. The ``lnc`` physical cores share the
-  tiles: the M tiles or the N range are divided among them, whichever is faster.
+- tensor engine: :func:`sim.golden.systolic.matmul_cycles`, the closed form of the systolic
+  array's RTL-checked cycle model that the system model uses too: tiles of ``K <= rows``
+  (twice that for double-rate formats), ``M <= cols``, ``N <= moving_max``; a new tile every
+  ``max(n, ceil(m / load_columns) + 1)`` cycles (``1 / rate`` times that for formats below
+  one MAC per PE per cycle), plus the first load and the pipeline's drain. The ``lnc``
+  physical cores share the tiles: the M tiles or the N range are divided among them,
+  whichever is faster.
 - memory: the HBM bytes of a weight-stationary schedule whose SBUF (the logical core's, half
   of it per operand) holds as many stationary columns (or moving columns) as fit; the operand
   not held is re-read once per block of the other. A chip's HBM bandwidth is shared by its
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sim.golden import systolic
 from sim.system import collectives, formulas, topology
 from sim.system import model as system_model
 from specs import loader
@@ -102,7 +104,7 @@ class Base:
     values: dict[str, float]
     rates: dict[str, float]           # MACs per PE per cycle by workload dtype
     moving_max: int
-    interval_min: int
+    load_columns: int                 # stationary columns per LoadStationary cycle
     topology: str                     # instance topology: torus, ring, switch or none
     links: int                        # NeuronLink ports per chip
     instances: int                    # instances per server (joined by a ring of links)
@@ -176,7 +178,7 @@ def base_from_spec(name, price: float | None = None,
     spec_price = chain[0].price.to("USD/h").magnitude if chain and chain[0].price else math.nan
     return Base(
         name=doc.name, values={k: float(v) for k, v in values.items()}, rates=rates,
-        moving_max=t.moving_max, interval_min=t.multiply_interval_min, topology=topo,
+        moving_max=t.moving_max, load_columns=t.load_columns, topology=topo,
         links=chip.neuronlink.links or 1, instances=instances, servers=servers,
         efa_bandwidth=float(efa), link_alpha=link_alpha, efa_alpha=efa_alpha,
         link_efficiency=system_model.default_link_efficiency(chip), torus=dims,
@@ -197,17 +199,17 @@ def _efa_per_server(doc, servers: int) -> float:
 
 # --- formula functions (one place each, numpy-friendly) ---------------------------------
 
-def gemm_cycles(m, k, n, rows, cols, rate, moving_max, interval_min, lnc):
+def gemm_cycles(m, k, n, rows, cols, rate, moving_max, load_columns, lnc):
     """Tensor-engine cycles of one ``(M, K, N)`` GEMM on a logical core of ``lnc`` cores.
 
-    :func:`sim.system.formulas.matmul_cycles` (the documented issue rule) for the share of
+    :func:`sim.system.formulas.matmul_cycles` (the array's cycle model) for the share of
     one physical core: the M tiles or the N range divided among the ``lnc`` cores, whichever
     finishes first.
     """
     m_share = np.ceil(np.ceil(m / cols) / lnc) * cols
-    split_m = formulas.matmul_cycles(m_share, k, n, rows, cols, rate, moving_max, interval_min)
+    split_m = formulas.matmul_cycles(m_share, k, n, rows, cols, rate, moving_max, load_columns)
     split_n = formulas.matmul_cycles(m, k, np.ceil(n / lnc), rows, cols, rate, moving_max,
-                                     interval_min)
+                                     load_columns)
     return np.minimum(split_m, split_n)
 
 
@@ -328,7 +330,7 @@ def _evaluate(v, base: Base, work: Workload, detail: bool) -> dict[str, np.ndarr
         shapes.append(x if dim == "count" else np.ceil(x))
     m, k, n, count = shapes
     cycles = gemm_cycles(m, k, n, v["rows"][col], v["cols"][col], rate, base.moving_max,
-                         base.interval_min, v["lnc"][col])
+                         base.load_columns, v["lnc"][col])
     compute = cycles / v["clock"][col] * count
     traffic = gemm_bytes(m, k, n, elem, v["sbuf"][col] * v["lnc"][col], v["cols"][col],
                          base.moving_max) * count
@@ -456,20 +458,25 @@ def evaluate_point(point: dict[str, float], base: Base, work: Workload) -> dict[
 
 
 def _cycles_loop(m, k, n, rows, cols, rate, base: Base, lnc) -> float:
-    """Cycles by walking the moving tiles one matmul at a time, for every (K, M) tile pair:
-    passes of ``rows`` contraction indices (twice that at double rate), matmuls ``1 / rate``
-    times longer below one MAC per PE per cycle, one unhidden LoadStationary of ``rows``."""
-    def walk(m_tiles, n_size):
-        per_pair = 0
-        left = n_size
-        while left > 0:
-            tile = min(left, base.moving_max)
-            per_pair += max(tile, base.interval_min)
-            left -= tile
+    """Cycles by counting the LoadStationary + MultiplyMoving pairs of each tile shape:
+    passes of ``rows`` contraction indices (twice that at double rate), stationary tiles of
+    ``cols`` columns, moving tiles of ``moving_max``, each pair costing the array's
+    :func:`sim.golden.systolic.tile_interval` (``1 / rate`` times that below one MAC per PE
+    per cycle), then the first tile's load and the pipeline's drain."""
+    def pieces(size, tile):
+        full, rest = divmod(int(size), int(tile))
+        return [(t, c) for t, c in ((tile, full), (rest, 1)) if t and c]
+
+    def walk(m_size, n_size):
+        pairs = sum(mc * nc * float(systolic.tile_interval(mt, nt, base.load_columns))
+                    for mt, mc in pieces(m_size, cols)
+                    for nt, nc in pieces(n_size, base.moving_max))
         passes = math.ceil(k / (rows * max(rate, 1.0)))
-        return passes * m_tiles * per_pair / min(rate, 1.0) + rows
+        first_m, first_n = min(m_size, cols), min(n_size, base.moving_max)
+        tail = min(-(-first_m // base.load_columns), first_n - 1) + rows + cols + 3
+        return passes * pairs / min(rate, 1.0) + tail
     mt = math.ceil(m / cols)
-    return min(walk(math.ceil(mt / lnc), n), walk(mt, math.ceil(n / lnc)))
+    return min(walk(math.ceil(mt / lnc) * cols, n), walk(m, math.ceil(n / lnc)))
 
 
 def _bytes_scalar(m, k, n, elem, sbuf, cols, moving_max) -> float:

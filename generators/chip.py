@@ -92,7 +92,8 @@ def datasheet_context(doc: Document, scale: str, rtl: list[str], skipped: dict[s
         ("Tensor engine", f"{t.rows} x {t.cols} PEs at {show(t.clock, 'GHz')}"),
         ("Tensor formats", ", ".join(t.formats)),
         ("Rates (MAC/PE/cycle)", ", ".join(f"{f}: {t.rates.get(f, 1):g}" for f in t.formats)),
-        ("Moving tile", f"N <= {t.moving_max}; issue every max(N, {t.multiply_interval_min})"),
+        ("Moving tile", f"N <= {t.moving_max}; a new tile every max(N, ceil(M / "
+                        f"{t.load_columns}) + 1) cycles"),
         ("Sparsity", ", ".join(t.sparsity.patterns) + f" (x{t.sparsity.speedup:g})"
          if t.sparsity else "none"),
         ("Vector engine", f"{core.vector.lanes} lanes at {show(core.vector.clock, 'GHz')}"),

@@ -23,6 +23,7 @@ from hdl.tensor.systolic import (
     SystolicRow,
     cmd_layout,
     meta_layout,
+    stationary_layout,
 )
 
 from .output import write_if_changed as _write
@@ -62,7 +63,9 @@ def _array_text(params: SystolicParams, names: dict[str, str]) -> str:
         column=names["column"], rows=params.rows, cols=params.cols, lanes=params.lanes,
         fmt=params.fmt, mov_width=params.k_max * params.width,
         meta_width=meta_layout(params).size, cmd_width=cmd_layout(params).size,
-        stat_width=params.cols * params.width)
+        stat_width=stationary_layout(params).size,
+        wave_width=params.k_max * params.beat_columns * params.width,
+        skip_bits=params.skip_bits, k_bits=params.k_bits)
 
 
 def verilog_modules(params: SystolicParams, top: str = TOP) -> dict[str, str]:

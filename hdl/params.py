@@ -109,7 +109,8 @@ def systolic_params(tensor: TensorSpec, fmt: str,
         rows, cols = sim.tensor_rows, sim.tensor_cols
         moving = min(tensor.moving_max, sim.tensor_moving_max)
     return _build(SystolicParams, f"core.tensor fields for {fmt}", rows=rows, cols=cols,
-                  fmt=name, moving_max=moving, double_rate=double)
+                  fmt=name, moving_max=moving, double_rate=double,
+                  load_columns=tensor.load_columns)
 
 
 def tensor_params(spec: ChipSpec, scale: Scale) -> tuple[SystolicParams, ...]:

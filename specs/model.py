@@ -188,8 +188,10 @@ class TensorSpec(Strict):
         description="Multiply-accumulates per PE per cycle by input format (1 when not listed;"
                     " 2 for double-rate FP8, 0.25 for FP32 at a quarter rate).")
     moving_max: PosInt = Field(512, description="Largest moving free size N of one matmul.")
-    multiply_interval_min: PosInt = Field(
-        64, description="Back-to-back matmuls issue every max(N, this) cycles.")
+    load_columns: PosInt = Field(
+        4, description="Stationary columns a LoadStationary takes per cycle, where a "
+                       "MultiplyMoving takes one moving column: the load runs up to 4x faster "
+                       "than a multiply of the same free size (NKI architecture guide).")
     row_tiles: list[PosInt] = Field(default_factory=lambda: [1],
                                     description="Ways the array can be split into row tiles.")
     sparsity: SparsitySpec | None = Field(None, description="Structured sparsity support.")

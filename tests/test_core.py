@@ -242,7 +242,7 @@ def test_iota_values(trn1):
                                           ("fp8_e4m3", 96, 64, 48), ("bf16", 1, 1, 1)])
 def test_steady_pairs_match_the_system_models_tile_interval(chip, fmt, k, m, n):
     """The core simulator and the chip model time a tile alike (two models, one rule)."""
-    from sim.system.model import rtl_tile_interval
+    from sim.system.model import tile_interval
 
     spec = load(chip)
     params = core_params(spec)
@@ -252,7 +252,7 @@ def test_steady_pairs_match_the_system_models_tile_interval(chip, fmt, k, m, n):
     r = Core(params).run(program(tensor=ins), timing_only=True, trace=True)
     starts = [e["ts"] * 1e-6 for e in r.events if e["name"] == "matmul"]
     per_pair = (starts[-1] - starts[1]) / (pairs - 2) * params.clock("tensor")
-    assert per_pair == pytest.approx(rtl_tile_interval(spec.core.tensor, fmt, k, m, n))
+    assert per_pair == pytest.approx(tile_interval(spec.core.tensor, fmt, k, m, n))
 
 
 def test_dma_shape_and_type_must_match(trn1):

@@ -10,19 +10,40 @@ from explore import model, workloads
 
 
 def test_gemm_cycles_by_hand():
-    # 128 x 128 array, moving tiles of 512, matmuls every max(n, 64) cycles, plus the first
-    # LoadStationary of 128 cycles.
+    # 128 x 128 array, moving tiles of 512, a new tile every max(n, ceil(m / 4) + 1) cycles
+    # (33 for a full 128-column tile), plus what nothing hides: the first tile's load and
+    # the pipeline's drain, min(32, n - 1) + 128 + 128 + 3 (291 for a full tile).
     # (M=256, K=256, N=1000) at BF16: 2 K passes x 2 M tiles x (512 + 488) cycles.
-    assert model.gemm_cycles(256, 256, 1000, 128, 128, 1, 512, 64, 1) == 2 * 2 * 1000 + 128
-    # A moving size of 30 still costs the 64-cycle minimum interval per matmul.
-    assert model.gemm_cycles(256, 256, 30, 128, 128, 1, 512, 64, 1) == 2 * 2 * 64 + 128
+    assert model.gemm_cycles(256, 256, 1000, 128, 128, 1, 512, 4, 1) == 2 * 2 * 1000 + 291
+    # A moving size of 30 costs the 33 cycles of the next tile's load.
+    assert model.gemm_cycles(256, 256, 30, 128, 128, 1, 512, 4, 1) == 2 * 2 * 33 + 29 + 259
     # Two physical cores (LNC=2) take one M tile each.
-    assert model.gemm_cycles(256, 256, 1000, 128, 128, 1, 512, 64, 2) == 2 * 1 * 1000 + 128
+    assert model.gemm_cycles(256, 256, 1000, 128, 128, 1, 512, 4, 2) == 2 * 1 * 1000 + 291
     # One M tile: splitting N between the cores is faster (2 x 500 cycles, not 1000 + idle).
-    assert model.gemm_cycles(128, 128, 1000, 128, 128, 1, 512, 64, 2) == 500 + 128
+    assert model.gemm_cycles(128, 128, 1000, 128, 128, 1, 512, 4, 2) == 500 + 291
     # Double-rate FP8 contracts 256 per pass; FP32 at a quarter rate takes 4 times as long.
-    assert model.gemm_cycles(256, 256, 1000, 128, 128, 2, 512, 64, 1) == 1 * 2 * 1000 + 128
-    assert model.gemm_cycles(256, 256, 1000, 128, 128, 0.25, 512, 64, 1) == 4 * 4000 + 128
+    assert model.gemm_cycles(256, 256, 1000, 128, 128, 2, 512, 4, 1) == 1 * 2 * 1000 + 291
+    assert model.gemm_cycles(256, 256, 1000, 128, 128, 0.25, 512, 4, 1) == 4 * 4000 + 291
+
+
+@pytest.mark.parametrize("chip", ["trn1", "trn2", "trn3"])
+def test_gemm_cycles_equal_the_system_model(chip):
+    """Exploration and the system model price a matmul alike, on every shape and format."""
+    from sim.system import model as system_model
+    from specs.loader import load
+
+    base = model.base_from_spec(chip)
+    spec = load(chip)
+    v = base.values
+    shapes = itertools.product([1, 64, 100, 128, 129, 4096], [1, 127, 128, 300, 4096],
+                               [1, 30, 64, 512, 600, 4096])
+    for dtype, (m, k, n) in itertools.product(base.rates, shapes):
+        fmt = next(f for f in system_model.FORMAT_GROUPS[dtype]
+                   if f in spec.core.tensor.formats
+                   and system_model.rate(spec.core.tensor, f) == base.rate(dtype))
+        explored = model.gemm_cycles(m, k, n, v["rows"], v["cols"], base.rate(dtype),
+                                     base.moving_max, base.load_columns, 1)
+        assert explored == system_model.sustained(spec, m, k, n, fmt).cycles, (dtype, m, k, n)
 
 
 def test_gemm_bytes_by_hand():

@@ -17,7 +17,15 @@ import pytest
 from hdl.numerics.formats import format_by_name
 from hdl.tensor.params import SystolicParams
 from sim.golden import systolic
-from sim.golden.systolic import Load, Multiply, cycles, matmul, schedule
+from sim.golden.systolic import (
+    Load,
+    Multiply,
+    cycles,
+    matmul,
+    matmul_cycles,
+    schedule,
+    tile_interval,
+)
 
 NAN = 0x7FC00000
 
@@ -229,16 +237,53 @@ def test_params_errors():
 
 
 def test_cycle_model_closed_forms():
-    """The replayed schedule against the closed forms of the sequencer's timing."""
+    """The replayed schedule against hand-worked figures of the sequencer's timing."""
     for rows, cols, k, m, n in [(1, 1, 1, 1, 1), (4, 4, 4, 4, 8), (5, 3, 2, 3, 16),
-                                (128, 128, 128, 128, 512), (128, 128, 128, 128, 64)]:
+                                (128, 128, 128, 128, 512), (128, 128, 128, 128, 64),
+                                (128, 128, 128, 128, 16), (128, 128, 128, 5, 1)]:
         p = SystolicParams(rows=rows, cols=cols, fmt="bf16")
+        beats = -(-m // min(4, cols))
         c = cycles(p, k, m, n)
-        assert c["load"] == k + 1
-        assert c["multiply"] == n + 1
+        assert c["load"] == beats
+        assert c["multiply"] == n
         assert c["latency"] == n + rows + cols + 2
-        assert c["matmul"] == k + 1 + n + rows + cols + 3
-        # Back to back, a load waits for the previous commit token to clear the array.
-        assert c["interval"] == max(n + 1, k + max(2, rows + cols - 1))
+        assert c["matmul"] == beats + n + rows + cols + 3
+        # Back to back, each load fills the idle bank while the previous multiply runs.
+        assert c["interval"] == max(n, beats + 1)
+    # The published rule at N = 64 on a full array: one tile every 64 cycles.
+    assert cycles(SystolicParams(rows=128, cols=128, fmt="bf16"), 128, 128, 64)["interval"] == 64
     assert schedule(SystolicParams(rows=2, cols=2, fmt="int8"),
-                    [Load(2, 2), Multiply(1), Multiply(1)]).accepted == (0, 3, 5)
+                    [Load(2, 2), Multiply(1), Multiply(1)]).accepted == (0, 1, 2)
+
+
+def test_load_waits_for_the_multiply_that_reads_its_bank():
+    """Two loads in a row: the second refills the bank the running multiply reads, so its
+    beats wait for that multiply's last moving beat (and may share its cycle)."""
+    p = SystolicParams(rows=2, cols=8, fmt="bf16", load_columns=4)
+    s = schedule(p, [Load(2, 8), Multiply(10), Load(2, 8), Load(2, 8), Multiply(1)])
+    # Load 0: beats at 1, 2; multiply at 2 (moving 3 .. 12); load 1 at 3 (beats 4, 5);
+    # load 2 at 5, into multiply 0's bank: beats at 12 (its last moving beat) and 13;
+    # the last multiply at 13.
+    assert s.accepted == (0, 2, 3, 5, 13)
+    assert s.outputs[-1] == 14 + p.depth + 2
+
+
+@pytest.mark.parametrize("rows,cols,load_columns", [(1, 1, 4), (2, 3, 4), (3, 5, 2),
+                                                     (4, 9, 4), (2, 2, 1)])
+def test_tile_interval_is_the_schedule(rows, cols, load_columns):
+    """The vectorised rule every model uses against the replayed sequencer, every shape."""
+    p = SystolicParams(rows=rows, cols=cols, fmt="bf16", moving_max=12,
+                       load_columns=load_columns)
+    ms, ns = np.meshgrid(np.arange(1, cols + 1), np.arange(1, 13), indexing="ij")
+    rule = tile_interval(ms, ns, p.beat_columns)
+    for m, n, want in zip(ms.ravel(), ns.ravel(), rule.ravel(), strict=True):
+        for k in (1, rows):
+            assert cycles(p, k, int(m), int(n))["interval"] == want
+            # A one-tile matmul: the rule's total is the replay's.
+            tiles = schedule(p, [Load(k, int(m)), Multiply(int(n))]).total
+            assert matmul_cycles(int(m), k, int(n), rows, cols, 1.0, 12,
+                                 p.beat_columns) == tiles
+    for a, b in ((2, 1), (3, 2)):  # whole matmuls of identical tiles
+        total = schedule(p, [Load(rows, cols), Multiply(12)] * (a * b)).total
+        assert matmul_cycles(a * cols, b * rows, 12, rows, cols, 1.0, 12,
+                             p.beat_columns) == total

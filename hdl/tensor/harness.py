@@ -21,7 +21,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
 from .params import SystolicParams
-from .systolic import Op, SystolicArray, cmd_layout
+from .systolic import Op, SystolicArray, cmd_layout, stationary_layout
 
 __all__ = ["HarnessParams", "SystolicHarness", "xorshift32"]
 
@@ -76,7 +76,7 @@ class SystolicHarness(wiring.Component):
         hp, p = self.params, self.params.array
         m = Module()
         cmd_width = cmd_layout(p).size
-        stat_width = p.cols * p.width
+        stat_width = stationary_layout(p).size
         mov_width = p.k_max * p.width
         res_width = 32 * p.cols
 

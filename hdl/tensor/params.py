@@ -35,6 +35,9 @@ class SystolicParams:
     double_rate : bool
         Two products per PE per cycle (PE row r holds contraction indices 2r and 2r+1);
         8-bit float formats only.
+    load_columns : int
+        Stationary columns one LoadStationary beat carries: the load path's speed against a
+        multiply, which takes one moving column per cycle (at most ``cols`` are used).
     """
 
     rows: int
@@ -42,11 +45,13 @@ class SystolicParams:
     fmt: str
     moving_max: int = 512
     double_rate: bool = False
+    load_columns: int = 4
 
     def __post_init__(self):
         _check_positive("rows", self.rows)
         _check_positive("cols", self.cols)
         _check_positive("moving_max", self.moving_max)
+        _check_positive("load_columns", self.load_columns)
         from hdl.numerics.formats import format_by_name
 
         try:
@@ -107,6 +112,17 @@ class SystolicParams:
         """Rows of a PSUM column's memory: ``moving_max``, at least two so that its address
         is at least one bit wide."""
         return max(2, self.moving_max)
+
+    @property
+    def beat_columns(self) -> int:
+        """Stationary columns per LoadStationary beat: ``min(load_columns, cols)``."""
+        return min(self.load_columns, self.cols)
+
+    @property
+    def skip_bits(self) -> int:
+        """Bits of a stationary beat's hop count (the last PE column it writes, up to
+        ``cols + beat_columns - 2``)."""
+        return bits_for(self.cols + self.beat_columns)
 
     @property
     def depth(self) -> int:

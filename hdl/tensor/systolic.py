@@ -15,15 +15,19 @@ identical :class:`PsumColumn`, so that a generator can emit each kind of cell on
 
 Instructions (``cmd`` stream, executed in order):
 
-* ``LOAD`` (LoadStationary, fields ``k``, ``m``): takes ``k`` beats from ``stationary``, beat i
-  holding row i of the K x M stationary tile (``cols`` elements; columns >= m are ignored by
-  the PSUM write). Contraction indices >= k read as zero. The tile is loaded into shadow
-  registers while an earlier multiply still runs, then committed by a token that travels with
-  the moving wavefront, so it applies exactly to the multiplies that follow it.
+* ``LOAD`` (LoadStationary, fields ``k``, ``m``): takes ``ceil(m / beat_columns)`` beats from
+  ``stationary``, beat g holding columns ``g * beat_columns + j`` of the K x M stationary tile
+  (``k_max`` elements each; columns >= m are ignored by the PSUM write). Contraction indices
+  >= k read as zero (a count of the indices left travels down the rows with the beat). The
+  array has two weight banks: a load fills the one the latest tile
+  does not use, as soon as no moving vector still to be injected reads it, so it runs while
+  the previous tile's multiply does (the load path takes ``beat_columns`` columns per cycle,
+  a multiply one).
 * ``MULTIPLY`` (MultiplyMoving, fields ``n``, ``accumulate``): takes ``n`` beats from
   ``moving``, beat j holding column j of the K x N moving tile (``k_max`` elements, indices
   >= k zeroed), and produces ``n`` beats on ``out``: beat j is PSUM row j after the update,
-  ``cols`` fp32 (or int32) values; columns >= m keep the bank's earlier contents.
+  ``cols`` fp32 (or int32) values; columns >= m keep the bank's earlier contents. It reads the
+  latest tile's bank, and starts once that tile is loaded.
 
 The whole datapath advances on one enable, ``~out.valid | out.ready``, so backpressure on
 ``out`` stalls it and an idle ``moving`` stream only inserts bubbles. Cycle counts are given
@@ -41,7 +45,7 @@ from .pe import ProcessingElement, pe_ports
 
 __all__ = ["Op", "PsumColumn", "SystolicArray", "SystolicControl", "SystolicParams",
            "SystolicRow", "cmd_layout", "column_ports", "control_ports", "meta_layout",
-           "row_ports"]
+           "row_ports", "stationary_layout"]
 
 
 class Op(enum.Enum, shape=1):
@@ -73,17 +77,25 @@ def meta_layout(params: SystolicParams) -> data.StructLayout:
 
 def row_ports(params: SystolicParams) -> dict:
     """Port signature of one PE row (also the port list of its emitted Verilog module)."""
+    stat = params.k_max * params.beat_columns * params.width
     return {
         "en": In(1),
         "mov_in": In(params.k_max * params.width),
         "mov_out": Out(params.k_max * params.width),
-        "c_in": In(1),
-        "c_out": Out(1),
+        "s_in": In(1),
+        "s_out": Out(1),
         "psum_in": In(32 * params.cols),
         "psum_out": Out(32 * params.cols),
-        "shadow_we": In(params.lanes),
-        "shadow_clear": In(1),
-        "shadow_data": In(params.width * params.cols),
+        "stat_in": In(stat),
+        "stat_out": Out(stat),
+        "wv_in": In(1),
+        "wv_out": Out(1),
+        "wb_in": In(1),
+        "wb_out": Out(1),
+        "ws_in": In(params.skip_bits),
+        "ws_out": Out(params.skip_bits),
+        "wk_in": In(params.k_bits),
+        "wk_out": Out(params.k_bits),
     }
 
 
@@ -118,12 +130,14 @@ def _attach(m: Module, name: str, component, ports: dict, wires: dict) -> None:
 
 
 class SystolicRow(wiring.Component):
-    """``cols`` PEs chained left to right (moving elements and commit token flow right).
+    """``cols`` PEs chained left to right (the moving wave and the weight wave flow right).
 
-    The row takes lanes ``0 .. lanes-1`` of ``mov_in`` (its own contraction indices) and
-    passes the vector on, one cycle later and shifted down by one row's lanes, to the next
-    row: that is the input skew, built from identical rows. With ``pe_module`` set, the PEs
-    are instances of that separately emitted Verilog module (ports :func:`pe_ports`).
+    The row takes lanes ``0 .. lanes-1`` of ``mov_in`` and of ``stat_in`` (its own
+    contraction indices; ``stat_in`` is contraction-major, ``beat_columns`` elements per
+    index) and passes both vectors on, one cycle later and shifted down by one row's lanes,
+    to the next row: that is the input skew of both waves, built from identical rows. With
+    ``pe_module`` set, the PEs are instances of that separately emitted Verilog module
+    (ports :func:`pe_ports`).
     """
 
     def __init__(self, params: SystolicParams, *, pe_module: str | None = None):
@@ -137,28 +151,35 @@ class SystolicRow(wiring.Component):
         p = self.params
         m = Module()
         lw = p.lanes * p.width
+        ww = lw * p.beat_columns
         with m.If(self.en):
-            m.d.sync += [self.mov_out.eq(self.mov_in[lw:]), self.c_out.eq(self.c_in)]
-        x, c = self.mov_in[:lw], self.c_in
+            m.d.sync += [self.mov_out.eq(self.mov_in[lw:]), self.s_out.eq(self.s_in),
+                         self.stat_out.eq(self.stat_in[ww:]), self.wv_out.eq(self.wv_in),
+                         self.wb_out.eq(self.wb_in), self.ws_out.eq(self.ws_in)]
+            if p.k_max > p.lanes:  # else no row follows
+                m.d.sync += self.wk_out.eq(Mux(self.wk_in > p.lanes, self.wk_in - p.lanes, 0))
+        # Contraction indices >= k load as zeros: ``wk`` counts the tile's indices left.
+        lane_bits = p.beat_columns * p.width
+        weights = Cat(*[Mux(self.wk_in > lane, self.stat_in[lane * lane_bits:
+                                                             (lane + 1) * lane_bits], 0)
+                        for lane in range(p.lanes)])
+        chain = {"x": self.mov_in[:lw], "s": self.s_in, "w": weights,
+                 "wv": self.wv_in, "wb": self.wb_in, "ws": self.ws_in}
+        widths = {"x": lw, "s": 1, "w": ww, "wv": 1, "wb": 1, "ws": p.skip_bits}
         for col in range(p.cols):
-            wires = {
-                "en": self.en,
-                "x_in": x,
-                "x_out": Signal(lw, name=f"x_{col}"),
-                "c_in": c,
-                "c_out": Signal(name=f"c_{col}"),
-                "psum_in": self.psum_in[32 * col:32 * (col + 1)],
-                "psum_out": self.psum_out[32 * col:32 * (col + 1)],
-                "shadow_we": self.shadow_we,
-                "shadow_clear": self.shadow_clear,
-                "shadow_data": self.shadow_data[p.width * col:p.width * (col + 1)],
-            }
+            wires = {"en": self.en,
+                     "psum_in": self.psum_in[32 * col:32 * (col + 1)],
+                     "psum_out": self.psum_out[32 * col:32 * (col + 1)]}
+            nxt = {}
+            for name, value in chain.items():
+                wires[f"{name}_in"] = value
+                wires[f"{name}_out"] = nxt[name] = Signal(widths[name], name=f"{name}_{col}")
             if self.pe_module is None:
                 _attach(m, f"pe_{col}", ProcessingElement(p), pe_ports(p), wires)
             else:
                 m.submodules[f"pe_{col}"] = _instance(self.pe_module, pe_ports(p),
                                                       wires.__getitem__)
-            x, c = wires["x_out"], wires["c_out"]
+            chain = nxt
         return m
 
 
@@ -216,33 +237,40 @@ class PsumColumn(wiring.Component):
         return m
 
 
+def stationary_layout(params: SystolicParams) -> data.ArrayLayout:
+    """Payload of the ``stationary`` stream: ``beat_columns`` columns of ``k_max`` elements."""
+    return data.ArrayLayout(data.ArrayLayout(params.width, params.k_max), params.beat_columns)
+
+
 def control_ports(params: SystolicParams) -> dict:
     """Port signature of the sequencer (also the port list of its emitted Verilog module)."""
     w = params.width
     return {
         "cmd": In(stream.Signature(cmd_layout(params))),
-        "stationary": In(stream.Signature(data.ArrayLayout(w, params.cols))),
+        "stationary": In(stream.Signature(stationary_layout(params))),
         "moving": In(stream.Signature(data.ArrayLayout(w, params.k_max))),
         "out_valid": Out(1),
         "out_ready": In(1),
         "last_meta": In(meta_layout(params).size),
         "en": Out(1),
         "mov": Out(params.k_max * w),
-        "tok": Out(1),
+        "sel": Out(1),
+        "stat": Out(params.k_max * params.beat_columns * w),
+        "wv": Out(1),
+        "wb": Out(1),
+        "ws": Out(params.skip_bits),
+        "wk": Out(params.k_bits),
         "meta": Out(meta_layout(params).size),
-        "shadow_we": Out(params.rows * params.lanes),
-        "shadow_clear": Out(1),
-        "shadow_data": Out(params.cols * w),
     }
 
 
 class SystolicControl(wiring.Component):
     """The array's sequencer: instruction decode, stationary loading, moving injection.
 
-    Drives the first stage of the moving wavefront (``mov``, the commit token ``tok``), the
-    metadata that reaches the PSUM columns ``rows + 1`` cycles later (``meta``), the shadow
-    weight writes of every row, and the pipeline enable ``en``; ``last_meta`` (the metadata
-    leaving the last PSUM column) becomes ``out_valid``.
+    Drives the first stage of both waves (``mov`` with its bank select ``sel``; ``stat`` with
+    ``wv``/``wb``/``ws``), the metadata that reaches the PSUM columns ``rows + 1`` cycles later
+    (``meta``), and the pipeline enable ``en``; ``last_meta`` (the metadata leaving the last
+    PSUM column) becomes ``out_valid``.
     """
 
     def __init__(self, params: SystolicParams):
@@ -255,85 +283,84 @@ class SystolicControl(wiring.Component):
         p = self.params
         m = Module()
         layout = meta_layout(p)
-        depth = p.depth
+        bc = p.beat_columns
         en = self.en
         m.d.comb += en.eq(~self.out_valid | self.out_ready)
 
-        load_idle, load_fill, load_pend = 0, 1, 2
-        load_state = Signal(2)
+        cur_bank = Signal()
+        cur_k = Signal(p.k_bits)
+        cur_m = Signal(p.m_bits)
+        load_run = Signal()
+        load_bank = Signal()
+        load_k = Signal(p.k_bits)
+        load_m = Signal(p.m_bits)
+        load_skip = Signal(p.skip_bits)
         mul_run = Signal()
-        k_load = Signal(p.k_bits)
-        m_load = Signal(p.m_bits)
-        k_act = Signal(p.k_bits)
-        m_act = Signal(p.m_bits)
-        fill_count = Signal(p.k_bits)
+        mul_bank = Signal()
+        mul_k = Signal(p.k_bits)
+        mul_m = Signal(p.m_bits)
         mul_count = Signal(p.index_bits)
         mul_last = Signal(p.index_bits)
         mul_acc = Signal()
 
-        # Stage (cycles of `en` since injection) of the latest commit token, saturating. A
-        # shadow write at the end of this cycle is safe once that token has passed every PE
-        # it still has to update: stage >= depth - 1, and past it unless it moves now.
-        token_age = Signal(range(depth + 1), init=depth)
-        token_clear = Signal()
-        m.d.comb += token_clear.eq((token_age >= depth - 1) & ((token_age != depth - 1) | en))
-
-        inject_token = Signal()
         inject_vector = Signal()
+        last_vector = Signal()
+        beat = Signal()
+        last_beat = Signal()
+        load_free = Signal()
         m.d.comb += [
-            inject_token.eq((load_state == load_pend) & ~mul_run & en),
-            inject_vector.eq(mul_run & self.moving.valid & en),
             self.moving.ready.eq(mul_run & en),
+            inject_vector.eq(self.moving.valid & self.moving.ready),
+            last_vector.eq(inject_vector & (mul_count == mul_last)),
+            self.stationary.ready.eq(
+                load_run & en & (~mul_run | (mul_bank != load_bank) | last_vector)),
+            beat.eq(self.stationary.valid & self.stationary.ready),
+            last_beat.eq(beat & (load_skip >= load_m - 1)),
+            load_free.eq(~load_run | last_beat),
         ]
-        with m.If(inject_token):
-            m.d.sync += token_age.eq(1)
-        with m.Elif(en & (token_age != depth)):
-            m.d.sync += token_age.eq(token_age + 1)
 
         cmd = self.cmd.payload
         with m.If(cmd.op == Op.LOAD):
-            m.d.comb += self.cmd.ready.eq(load_state == load_idle)
+            m.d.comb += self.cmd.ready.eq(load_free)
         with m.Else():
-            m.d.comb += self.cmd.ready.eq(
-                ~mul_run & ((load_state == load_idle) | inject_token))
-        with m.If(self.cmd.valid & self.cmd.ready):
-            with m.If(cmd.op == Op.LOAD):
-                m.d.sync += [load_state.eq(load_fill), fill_count.eq(0),
-                             k_load.eq(cmd.k), m_load.eq(cmd.m)]
-            with m.Else():
-                m.d.sync += [mul_run.eq(1), mul_count.eq(0), mul_last.eq(cmd.n - 1),
-                             mul_acc.eq(cmd.accumulate)]
+            m.d.comb += self.cmd.ready.eq(load_free & (~mul_run | last_vector))
 
-        fill_we = Signal()
-        m.d.comb += [
-            self.stationary.ready.eq((load_state == load_fill) & token_clear),
-            fill_we.eq(self.stationary.valid & self.stationary.ready),
-            self.shadow_we.eq(Cat(*[fill_we & (fill_count == k) for k in range(p.k_max)])),
-            self.shadow_clear.eq(fill_we & (fill_count == 0)),
-            self.shadow_data.eq(self.stationary.payload),
-        ]
-        with m.If(fill_we):
-            m.d.sync += fill_count.eq(fill_count + 1)
-            with m.If(fill_count == k_load - 1):
-                m.d.sync += load_state.eq(load_pend)
-        with m.If(inject_token):
-            m.d.sync += [load_state.eq(load_idle), k_act.eq(k_load), m_act.eq(m_load)]
+        with m.If(beat):
+            m.d.sync += load_skip.eq(load_skip + bc)
+            with m.If(last_beat):
+                m.d.sync += load_run.eq(0)
         with m.If(inject_vector):
             m.d.sync += mul_count.eq(mul_count + 1)
-            with m.If(mul_count == mul_last):
+            with m.If(last_vector):
                 m.d.sync += mul_run.eq(0)
+        with m.If(self.cmd.valid & self.cmd.ready):
+            with m.If(cmd.op == Op.LOAD):
+                m.d.sync += [load_run.eq(1), load_bank.eq(~cur_bank), load_k.eq(cmd.k),
+                             load_m.eq(cmd.m), load_skip.eq(bc - 1), cur_bank.eq(~cur_bank),
+                             cur_k.eq(cmd.k), cur_m.eq(cmd.m)]
+            with m.Else():
+                m.d.sync += [mul_run.eq(1), mul_count.eq(0), mul_last.eq(cmd.n - 1),
+                             mul_acc.eq(cmd.accumulate), mul_bank.eq(cur_bank),
+                             mul_k.eq(cur_k), mul_m.eq(cur_m)]
 
-        # Stage 1 of the wavefront; the metadata waits `rows` more cycles for the bottom row.
-        masked = Cat(*[Mux(k_act > k, self.moving.payload[k], 0) for k in range(p.k_max)])
+        # Stage 1 of both waves; the metadata waits `rows` more cycles for the bottom row.
+        masked = Cat(*[Mux(mul_k > k, self.moving.payload[k], 0) for k in range(p.k_max)])
+        columns = self.stationary.payload
+        weights = Cat(*[columns[j][k] for k in range(p.k_max) for j in range(bc)])
         meta = [Signal(layout, name=f"meta_{j}") for j in range(1, p.rows + 2)]
         with m.If(en):
             m.d.sync += [
                 self.mov.eq(Mux(inject_vector, masked, 0)),
-                self.tok.eq(inject_token),
+                self.sel.eq(mul_bank),
+                self.stat.eq(weights),
+                self.wv.eq(beat),
+                self.wk.eq(load_k),
+                self.wb.eq(load_bank),
+                self.ws.eq(load_skip),
                 meta[0].valid.eq(inject_vector),
                 meta[0].index.eq(mul_count),
                 meta[0].accumulate.eq(mul_acc),
-                meta[0].m_left.eq(m_act),
+                meta[0].m_left.eq(mul_m),
                 self.out_valid.eq(data.View(layout, self.last_meta).valid),
             ]
             m.d.sync += [meta[j].eq(meta[j - 1]) for j in range(1, p.rows + 1)]
@@ -353,40 +380,35 @@ class SystolicArray(wiring.Component):
         if not isinstance(params, SystolicParams):
             raise TypeError(f"params must be a SystolicParams, not {params!r}")
         self.params = params
-        w = params.width
         super().__init__({
             "cmd": In(stream.Signature(cmd_layout(params))),
-            "stationary": In(stream.Signature(data.ArrayLayout(w, params.cols))),
-            "moving": In(stream.Signature(data.ArrayLayout(w, params.k_max))),
+            "stationary": In(stream.Signature(stationary_layout(params))),
+            "moving": In(stream.Signature(data.ArrayLayout(params.width, params.k_max))),
             "out": Out(stream.Signature(data.ArrayLayout(32, params.cols))),
         })
 
     def elaborate(self, platform):
         p = self.params
         m = Module()
-        lanes = p.lanes
         m.submodules.control = control = SystolicControl(p)
         for name in ("cmd", "stationary", "moving"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(control, name))
         m.d.comb += [self.out.valid.eq(control.out_valid), control.out_ready.eq(self.out.ready)]
 
         psum = Const(0, 32 * p.cols)
-        mov_in, c_in = control.mov, control.tok
+        chain = {"mov": control.mov, "s": control.sel, "stat": control.stat,
+                 "wv": control.wv, "wb": control.wb, "ws": control.ws, "wk": control.wk}
+        ports = row_ports(p)
         for r in range(p.rows):
-            wires = {
-                "en": control.en,
-                "mov_in": mov_in,
-                "mov_out": Signal(p.k_max * p.width, name=f"mov_{r}"),
-                "c_in": c_in,
-                "c_out": Signal(name=f"tok_{r}"),
-                "psum_in": psum,
-                "psum_out": Signal(32 * p.cols, name=f"psum_{r}"),
-                "shadow_we": control.shadow_we[r * lanes:(r + 1) * lanes],
-                "shadow_clear": control.shadow_clear,
-                "shadow_data": control.shadow_data,
-            }
-            _attach(m, f"row_{r}", SystolicRow(p), row_ports(p), wires)
-            psum, mov_in, c_in = wires["psum_out"], wires["mov_out"], wires["c_out"]
+            wires = {"en": control.en, "psum_in": psum,
+                     "psum_out": Signal(32 * p.cols, name=f"psum_{r}")}
+            nxt = {}
+            for name, value in chain.items():
+                wires[f"{name}_in"] = value
+                wires[f"{name}_out"] = nxt[name] = Signal(ports[f"{name}_out"].shape,
+                                                          name=f"{name}_{r}")
+            _attach(m, f"row_{r}", SystolicRow(p), ports, wires)
+            psum, chain = wires["psum_out"], nxt
 
         meta_in, vec_in = control.meta, Const(0, 32 * p.cols)
         for col in range(p.cols):

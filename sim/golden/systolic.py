@@ -30,8 +30,8 @@ except ImportError:  # the numpy passes below give the same bits, about 10x slow
 from hdl.numerics.formats import IntFormat, format_by_name
 from hdl.tensor.params import SystolicParams
 
-__all__ = ["CANONICAL_NAN", "Load", "Multiply", "Schedule", "cycles", "matmul", "schedule",
-           "to_fp32"]
+__all__ = ["CANONICAL_NAN", "Load", "Multiply", "Schedule", "cycles", "load_beats", "matmul",
+           "matmul_cycles", "schedule", "tile_interval", "to_fp32"]
 
 CANONICAL_NAN = np.uint32(0x7FC00000)
 
@@ -224,49 +224,91 @@ def schedule(params: SystolicParams, program) -> Schedule:
     """Replay the sequencer of :class:`hdl.tensor.systolic.SystolicArray` for ``program``.
 
     Every source is always valid and the sink always ready; cycle 0 is the first cycle the
-    first command is offered. The rules (per cycle, from the state at its start):
+    first command is offered. The array has two weight banks; each ``LOAD`` fills the one the
+    latest tile does not use, and each multiply reads the bank of the latest tile. The rules
+    (per cycle, from the state at its start):
 
-    * a commit token is injected when a tile is loaded and no multiply runs;
-    * ``LOAD`` is accepted when no tile is being loaded or waits for its token; ``MULTIPLY``
-      when no multiply runs and no tile is loading or waiting (or its token goes in now);
-    * a stationary beat is taken when every earlier token is at least ``rows + cols - 1``
-      stages in (it has passed every PE it still must update);
     * a moving beat is taken every cycle of a multiply and leaves ``rows + cols + 2`` cycles
-      later on ``out``.
+      later on ``out``;
+    * a stationary beat (``beat_columns`` columns of the tile) is taken every cycle of a load,
+      except while a multiply that reads the bank being filled still takes moving beats
+      before this cycle's (its last beat and the first stationary beat may share a cycle:
+      both waves cross every PE in the same order, the weight write just behind the read);
+    * ``LOAD`` is accepted when no load runs or the running one takes its last beat now;
+      ``MULTIPLY`` when, in the same sense, neither a load nor a multiply runs.
     """
     _check_program(params, program)
-    depth = params.depth
+    depth, bc = params.depth, params.beat_columns
     program = list(program)
-    accepted, outputs, tokens = [], [], []
-    load_state, k_load, fill = "idle", 0, 0
-    mul_left = 0
+    accepted, outputs = [], []
+    cur_bank = 0
+    load_left, load_bank = 0, 0
+    mul_left, mul_bank = 0, 0
     cycle = 0
-    while len(accepted) < len(program) or mul_left or load_state != "idle":
-        inject_token = load_state == "pend" and mul_left == 0
-        token_clear = all(cycle - t >= depth - 1 for t in tokens)
-        nxt_load, nxt_mul = load_state, mul_left
+    while len(accepted) < len(program) or mul_left or load_left:
+        vector = mul_left > 0
+        last_vector = mul_left == 1
+        beat = load_left > 0 and (not vector or mul_bank != load_bank or last_vector)
+        last_beat = beat and load_left == 1
+        nxt_load = load_left - 1 if beat else load_left
+        nxt_mul = mul_left - 1 if vector else mul_left
+        if vector:
+            outputs.append(cycle + depth + 2)
         if len(accepted) < len(program):
             op = program[len(accepted)]
-            if isinstance(op, Load) and load_state == "idle":
+            load_free = load_left == 0 or last_beat
+            if isinstance(op, Load) and load_free:
                 accepted.append(cycle)
-                nxt_load, k_load, fill = "fill", op.k, 0
-            elif (isinstance(op, Multiply) and mul_left == 0
-                  and (load_state == "idle" or inject_token)):
+                cur_bank ^= 1
+                nxt_load, load_bank = -(-op.m // bc), cur_bank
+            elif isinstance(op, Multiply) and load_free and (mul_left == 0 or last_vector):
                 accepted.append(cycle)
-                nxt_mul = op.n
-        if load_state == "fill" and token_clear:
-            fill += 1
-            if fill == k_load:
-                nxt_load = "pend"
-        if inject_token:
-            tokens.append(cycle)
-            nxt_load = "idle"
-        if mul_left:
-            outputs.append(cycle + depth + 2)
-            nxt_mul = mul_left - 1
-        load_state, mul_left = nxt_load, nxt_mul
+                nxt_mul, mul_bank = op.n, cur_bank
+        load_left, mul_left = nxt_load, nxt_mul
         cycle += 1
     return Schedule(tuple(accepted), tuple(outputs))
+
+
+def load_beats(m, load_columns):
+    """Beats of a LoadStationary of ``m`` columns, ``ceil(m / load_columns)`` (the same as with
+    :attr:`~hdl.tensor.params.SystolicParams.beat_columns`, as ``m <= cols``); numpy-friendly.
+    """
+    return -(-np.asarray(m) // load_columns)
+
+
+def tile_interval(m, n, load_columns):
+    """Steady-state cycles per LoadStationary + MultiplyMoving pair of ``m`` stationary columns
+    and ``n`` moving columns: ``max(n, load_beats(m) + 1)``, whatever ``k`` and the array's
+    size (the load fills the idle bank while the previous multiply runs). The closed form of
+    :func:`schedule`, which the tests pin to it; element-wise on numpy arrays."""
+    return np.maximum(n, load_beats(m, load_columns) + 1)
+
+
+def matmul_cycles(m, k, n, rows, cols, rate, moving_max, load_columns):
+    """Tensor-engine cycles of an ``m x k`` by ``k x n`` matmul tiled onto one array.
+
+    The contraction ``k`` is cut into passes of ``rows * max(rate, 1)`` (double-rate formats
+    contract two indices per PE row), ``m`` into stationary tiles of ``cols`` and ``n`` into
+    moving tiles of ``moving_max``; one LoadStationary + MultiplyMoving pair per tile, back to
+    back, each costing :func:`tile_interval`, ``1 / rate`` times that for formats below one
+    MAC per PE per cycle (FP32 at a quarter), plus what the stream does not hide: the first
+    tile's load and the pipeline's drain, ``min(load_beats, n - 1) + rows + cols + 3`` for
+    the largest tile. Exactly :func:`schedule`'s total where every tile has the same shape.
+    Element-wise on numpy arrays.
+    """
+    rate = np.asarray(rate, dtype=float)
+    k_tiles = np.ceil(k / (rows * np.maximum(rate, 1.0)))
+    m_full, m_rest = np.divmod(m, cols)
+    n_full, n_rest = np.divmod(n, moving_max)
+    tiles = 0
+    for mt, mc in ((cols, m_full), (m_rest, 1)):
+        for nt, nc in ((moving_max, n_full), (n_rest, 1)):
+            tiles = tiles + np.where((mt > 0) & (nt > 0) & (mc > 0) & (nc > 0),
+                                     mc * nc * tile_interval(np.maximum(mt, 1), nt,
+                                                             load_columns), 0)
+    first_m, first_n = np.minimum(m, cols), np.minimum(n, moving_max)
+    tail = np.minimum(load_beats(first_m, load_columns), first_n - 1) + rows + cols + 3
+    return k_tiles * tiles / np.minimum(rate, 1.0) + tail
 
 
 @lru_cache(maxsize=4096)
@@ -283,7 +325,7 @@ def cycles(params: SystolicParams, k: int, m: int, n: int) -> dict[str, int]:
         ``matmul``: LoadStationary + MultiplyMoving from the load's acceptance to the last
         output beat, inclusive;
         ``interval``: steady-state cycles per matmul when load/multiply pairs run back to back
-        (the load overlaps the previous multiply);
+        (the load overlaps the previous multiply), :func:`tile_interval`;
         ``macs``: useful multiply-accumulates, ``k * m * n``;
         ``utilisation_permille``: ``macs`` per interval against the array's peak, in 1/1000.
     """

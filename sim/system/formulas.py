@@ -8,11 +8,15 @@ evaluate millions of design points with the same arithmetic as the system model
 Tensor-engine throughput counts a multiply-accumulate as two operations:
 ``peak = rows * cols * 2 * clock * rate`` per core, where ``rate`` is the multiply-accumulates
 per processing element per cycle for the input format (2 for double-rate FP8, 0.25 for FP32).
+A matmul's tensor-engine cycles are :func:`sim.golden.systolic.matmul_cycles`, the closed form
+of the systolic array's RTL-checked cycle model, re-exported here as :func:`matmul_cycles`.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from sim.golden.systolic import matmul_cycles
 
 __all__ = [
     "buffer_bytes",
@@ -22,7 +26,6 @@ __all__ = [
     "logical_cores",
     "matmul_cycles",
     "matmul_flops",
-    "multiply_interval",
     "peak_flops",
     "scaled",
     "sparse_flops",
@@ -63,34 +66,6 @@ def scaled(per_member, count):
 def logical_cores(cores, lnc):
     """Logical NeuronCores when ``lnc`` physical cores are fused into one."""
     return np.floor_divide(cores, lnc)
-
-
-def multiply_interval(n, interval_min):
-    """Cycles between back-to-back MultiplyMoving issues of moving free size ``n``.
-
-    The documented behaviour of the tensor engine: a multiply issues every
-    ``max(n, interval_min)`` cycles, the LoadStationary of the next tile hidden behind it.
-    """
-    return np.maximum(n, interval_min)
-
-
-def matmul_cycles(m, k, n, rows, cols, rate, moving_max, interval_min):
-    """Tensor-engine cycles of an ``m x k`` by ``k x n`` matmul tiled onto one array.
-
-    The contraction ``k`` is cut into passes of ``rows * max(rate, 1)`` (double-rate formats
-    contract two indices per PE row), ``m`` into tiles of ``cols`` and ``n`` into moving tiles
-    of at most ``moving_max``. Each multiply issues every :func:`multiply_interval` cycles,
-    divided by ``rate`` where the format runs below one MAC per PE per cycle (FP32 at a
-    quarter). The first LoadStationary (``rows`` cycles) has nothing to hide behind.
-    """
-    rate = np.asarray(rate, dtype=float)
-    k_pass = rows * np.maximum(rate, 1.0)
-    k_tiles = np.ceil(k / k_pass)
-    m_tiles = np.ceil(m / cols)
-    full, rest = np.divmod(n, moving_max)
-    n_cycles = (full * multiply_interval(moving_max, interval_min)
-                + np.where(rest > 0, multiply_interval(rest, interval_min), 0))
-    return k_tiles * m_tiles * n_cycles / np.minimum(rate, 1.0) + rows
 
 
 def matmul_flops(m, k, n):

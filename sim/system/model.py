@@ -6,12 +6,12 @@ EFA to the outside; a server is ``count`` instances (or chips); a cluster is ``c
 instances or servers. The arithmetic is in :mod:`sim.system.formulas` (plain numbers, numpy
 arrays welcome); this module maps spec fields onto it and returns pint quantities.
 
-Two figures measured on the RTL feed the model and are inputs here, so a change in the RTL
-shows up at every level above it:
+Two figures measured on the RTL feed the model, so a change in the RTL shows up at every
+level above it:
 
-- the tensor engine's steady-state cycles per tile (``interval``, default
-  :func:`rtl_tile_interval`: the cycle model the systolic array's RTL is checked against;
-  :func:`tile_interval` is the documented issue rule), used by :func:`sustained`;
+- the tensor engine's cycles per matmul, :func:`sim.golden.systolic.matmul_cycles`: the closed
+  form of the cycle model the systolic array's RTL is checked against, the same function the
+  exploration model and the core simulator use (:func:`sustained`, :func:`tile_interval`);
 - the NeuronLink efficiency (``link_efficiency``, default :func:`default_link_efficiency`:
   the link's golden model, framing, credit and replay loops, on the spec's link parameters),
   which scales the link bandwidth in the collective times.
@@ -30,10 +30,8 @@ element), whose fixed cost the executed collectives showed the formula lacked.
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -41,7 +39,7 @@ import networkx as nx
 import pint
 
 from hdl.core.params import CoreParams
-from hdl.params import core_params, link_params, systolic_params
+from hdl.params import core_params, link_params
 from sim.core.costs import stream_cycles
 from sim.golden import link as golden_link
 from sim.golden import systolic
@@ -68,7 +66,6 @@ __all__ = [
     "default_link_efficiency",
     "quantity_info",
     "rate",
-    "rtl_tile_interval",
     "sustained",
     "tile_interval",
 ]
@@ -136,31 +133,13 @@ def _group_rate(tensor: TensorSpec, group: str) -> float | None:
 
 # --- tensor engine: cycles per tile and sustained throughput ------------------------------
 
-#: Steady-state cycles of one LoadStationary + MultiplyMoving pair on a tile of
-#: ``k x m`` stationary and ``k x n`` moving, the load overlapping the previous multiply.
-TileInterval = Callable[[TensorSpec, str, int, int, int], float]
-
-
 def tile_interval(tensor: TensorSpec, fmt: str, k: int, m: int, n: int) -> float:
-    """Cycles per tile by the documented issue rule: every ``max(n, multiply_interval_min)``
-    cycles, ``1 / rate`` times that for formats below one MAC per PE per cycle."""
+    """Steady-state cycles of one LoadStationary + MultiplyMoving pair on a tile of ``k x m``
+    stationary and ``k x n`` moving, the load hidden behind the previous multiply:
+    :func:`sim.golden.systolic.tile_interval`, ``1 / rate`` times that for formats below one
+    MAC per PE per cycle."""
     slow = min(rate(tensor, fmt), 1.0)
-    return float(formulas.multiply_interval(n, tensor.multiply_interval_min)) / slow
-
-
-def rtl_tile_interval(tensor: TensorSpec, fmt: str, k: int, m: int, n: int) -> float:
-    """Cycles per tile from the systolic array's RTL-checked cycle model.
-
-    The steady-state interval of back-to-back LoadStationary + MultiplyMoving pairs on the
-    full-size array (:func:`sim.golden.systolic.cycles`), ``1 / rate`` times that for formats
-    below one MAC per PE per cycle. Formats the RTL does not implement (the MX block
-    formats, double-rate int8) keep the documented rule, :func:`tile_interval`.
-    """
-    r = rate(tensor, fmt)
-    params = systolic_params(tensor, fmt)
-    if params is None or (r > 1 and not params.double_rate):
-        return tile_interval(tensor, fmt, k, m, n)
-    return systolic.cycles(params, k, m, n)["interval"] / min(r, 1.0)
+    return float(systolic.tile_interval(m, n, tensor.load_columns)) / slow
 
 
 @dataclass(frozen=True)
@@ -183,25 +162,16 @@ def _pieces(size: int, tile: int) -> list[tuple[int, int]]:
     return [(t, c) for t, c in ((tile, full), (rest, 1)) if t and c]
 
 
-def sustained(chip: ChipSpec, m: int, k: int, n: int, fmt: str,
-              interval: TileInterval = tile_interval) -> Sustained:
-    """Sustained throughput of an ``m x k`` by ``k x n`` matmul in ``fmt`` on every core.
-
-    The matmul is tiled as in :func:`formulas.matmul_cycles` (contraction passes of
-    ``rows * max(rate, 1)``, ``cols`` stationary columns, moving tiles of ``moving_max``); each
-    distinct tile shape costs ``interval(...)`` cycles, plus one LoadStationary of ``rows``
-    cycles that nothing hides.
-    """
+def sustained(chip: ChipSpec, m: int, k: int, n: int, fmt: str) -> Sustained:
+    """Sustained throughput of an ``m x k`` by ``k x n`` matmul in ``fmt`` on every core:
+    :func:`sim.golden.systolic.matmul_cycles` on the spec's array."""
     for name, v in (("m", m), ("k", k), ("n", n)):
         if not (isinstance(v, int) and v >= 1):
             raise ModelError(f"{name} must be a positive integer, not {v!r}")
     t = chip.core.tensor
     r = rate(t, fmt)
-    k_pass = int(t.rows * max(r, 1.0))
-    cycles = float(t.rows)
-    for (kt, kc), (mt, mc), (nt, nc) in itertools.product(
-            _pieces(k, k_pass), _pieces(m, t.cols), _pieces(n, t.moving_max)):
-        cycles += kc * mc * nc * interval(t, fmt, kt, mt, nt)
+    cycles = float(formulas.matmul_cycles(m, k, n, t.rows, t.cols, r, t.moving_max,
+                                          t.load_columns))
     clock = _si(t.clock, "Hz")
     flops = formulas.sustained_flops(m, k, n, cycles, clock, chip.cores)
     peak = formulas.peak_flops(t.rows, t.cols, clock, r, chip.cores)
@@ -272,13 +242,12 @@ class Chip:
 
     ``link_bandwidth`` replaces the chip's NeuronLink bandwidth when the system it sits in
     says so; ``link_efficiency`` overrides :func:`default_link_efficiency` (e.g. with the
-    figure measured on the link RTL); ``interval`` is the tensor cycle model.
+    figure measured on the link RTL).
     """
 
     spec: ChipSpec
     link_bandwidth: pint.Quantity | None = None
     link_efficiency: float | None = None
-    interval: TileInterval = field(default=rtl_tile_interval, compare=False)
     level = "chip"
 
     @property
@@ -327,7 +296,7 @@ class Chip:
         return stream_cycles(p, "vector", per_lane, 2.0) / p.clock("vector")
 
     def sustained(self, m: int, k: int, n: int, fmt: str) -> Sustained:
-        return sustained(self.spec, m, k, n, fmt, self.interval)
+        return sustained(self.spec, m, k, n, fmt)
 
     def compute(self) -> Figures:
         return self.core.compute(self.spec.cores)
@@ -489,19 +458,17 @@ class System:
 
 
 def build(name: str | Path, *, link_efficiency: float | None = None,
-          interval: TileInterval = rtl_tile_interval,
           link_bandwidth: pint.Quantity | None = None) -> Chip | System:
     """The model of a bundled spec (or a spec file), members built recursively.
 
-    ``link_efficiency`` and ``interval`` are the RTL-measured inputs (see the module
-    docstring). A system's ``link_bandwidth`` applies to the chips inside it, the outermost
-    system that sets one taking precedence.
+    ``link_efficiency`` overrides the link model's figure (see the module docstring). A
+    system's ``link_bandwidth`` applies to the chips inside it, the outermost system that
+    sets one taking precedence.
     """
     doc = load_document(name)
     spec = doc.spec
     if isinstance(spec, ChipSpec):
-        return Chip(spec, link_bandwidth, link_efficiency, interval)
+        return Chip(spec, link_bandwidth, link_efficiency)
     bw = link_bandwidth or spec.link_bandwidth
     member = find(spec.member, near=doc.file.parent)
-    return System(spec, build(member, link_efficiency=link_efficiency, interval=interval,
-                              link_bandwidth=bw))
+    return System(spec, build(member, link_efficiency=link_efficiency, link_bandwidth=bw))

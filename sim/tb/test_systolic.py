@@ -29,14 +29,16 @@ from sim.tb import runner
 
 TOP = "systolic_harness"
 PERIOD_NS = 10
-TESTS = ["identity_and_zeros", "extremes_and_specials", "accumulation_chain", "random_programs"]
+TESTS = ["identity_and_zeros", "extremes_and_specials", "accumulation_chain", "hidden_loads",
+         "random_programs"]
 
 
 # ---- parameters ----------------------------------------------------------------------------
 
 def harness_params(params: SystolicParams) -> HarnessParams:
     """Memory depths sized for the programs below (a few tiles per program)."""
-    return HarnessParams(array=params, program_depth=16, stationary_depth=6 * params.k_max,
+    return HarnessParams(array=params, program_depth=16,
+                         stationary_depth=6 * -(-params.cols // params.beat_columns),
                          moving_depth=6 * params.moving_max, result_depth=6 * params.moving_max)
 
 
@@ -157,25 +159,27 @@ class SystolicTB:
         return word
 
     def _load_program(self, program):
-        p, w = self.params, self.params.width
-        ops, stat_rows, mov_cols = [], [], []
+        p, w, bc = self.params, self.params.width, self.params.beat_columns
+        ops, stat_beats, mov_cols = [], [], []
         for op, tile in program:
             ops.append(op)
             if isinstance(op, Load):
-                padded = random_bits(self.fmt, self.rng, (op.k, p.cols), "any")
-                padded[:, :op.m] = tile  # columns >= m: junk the PSUM write must ignore
-                stat_rows.extend(padded)
+                beats = -(-op.m // bc)
+                # Contraction indices >= k and columns >= m: junk the array must ignore.
+                padded = random_bits(self.fmt, self.rng, (p.k_max, beats * bc), "any")
+                padded[:op.k, :op.m] = tile
+                stat_beats.extend(padded.T.reshape(beats, bc * p.k_max))
             else:
                 padded = random_bits(self.fmt, self.rng, (p.k_max, op.n), "any")
                 padded[:tile.shape[0]] = tile  # indices >= k: junk the array must zero
                 mov_cols.extend(padded.T)
-        if (len(ops) > self.hp.program_depth or len(stat_rows) > self.hp.stationary_depth
+        if (len(ops) > self.hp.program_depth or len(stat_beats) > self.hp.stationary_depth
                 or len(mov_cols) > self.hp.moving_depth):
             raise ValueError("program must fit the harness memories")
         for i, op in enumerate(ops):
             self.dut.prog[i].value = self._encode_cmd(op)
-        for i, row in enumerate(stat_rows):
-            self.dut.stat[i].value = self._pack(row, w)
+        for i, beat in enumerate(stat_beats):
+            self.dut.stat[i].value = self._pack(beat, w)
         for i, col in enumerate(mov_cols):
             self.dut.mov[i].value = self._pack(col, w)
         return ops
@@ -319,6 +323,22 @@ async def accumulation_chain(dut):
 
 
 @_cocotb_test
+async def hidden_loads(dut):
+    """Loads behind multiplies: a load into the idle bank while a multiply runs, two loads in
+    a row (the second waits for the multiply that reads its bank), multiplies of one moving
+    column, partial tiles."""
+    tb = _tb(dut)
+    await tb.reset()
+    p = tb.params
+    k, m, n = p.k_max, p.cols, p.moving_max
+    half_k, part_m = max(1, k // 2), max(1, m - 1)
+    program = [tb.load(k, m), tb.multiply(k, n), tb.load(half_k, part_m),
+               tb.load(k, m), tb.multiply(k, 1, accumulate=True), tb.load(half_k, m),
+               tb.multiply(half_k, max(1, n // 2)), tb.multiply(half_k, 1, accumulate=True)]
+    await tb.run_both(program, "hidden loads")
+
+
+@_cocotb_test
 async def random_programs(dut):
     tb = _tb(dut)
     await tb.reset()
@@ -328,9 +348,10 @@ async def random_programs(dut):
         for _ in range(int(tb.rng.integers(1, 4))):
             k = int(tb.rng.integers(1, p.k_max + 1))
             m = int(tb.rng.integers(1, p.cols + 1))
-            if k > budget_k:
+            beats = -(-m // p.beat_columns)
+            if beats > budget_k:
                 break
-            budget_k -= k
+            budget_k -= beats
             program.append(tb.load(k, m, kind=str(tb.rng.choice(["normal", "finite"]))))
             for _ in range(int(tb.rng.integers(1, 3))):
                 n = int(tb.rng.integers(1, p.moving_max + 1))
