@@ -103,7 +103,7 @@ def bench_golden(repeats: int = 25) -> dict:
 def bench_sim(programs: dict[str, int], fmt: str) -> dict:
     from hdl.tensor.params import SystolicParams
     from sim.tb import runner
-    from sim.tb.test_systolic import TOP, harness_verilog
+    from sim.tb.systolic import TOP, harness_verilog
 
     params = SystolicParams(rows=16, cols=16, fmt=fmt, moving_max=64)
     text = harness_verilog(params)
@@ -114,7 +114,7 @@ def bench_sim(programs: dict[str, int], fmt: str) -> dict:
         build = time.perf_counter() - build_begin
         report = Path(tempfile.mkdtemp()) / "throughput.json"
         tb = {"array": asdict(params), "seed": 1, "programs": count, "report": str(report)}
-        result = runner.run_verilog(text, TOP, "sim.tb.test_systolic", sim, tb, "throughput",
+        result = runner.run_verilog(text, TOP, "sim.tb.systolic", sim, tb, "throughput",
                                     seed=1)
         if not result.ok:
             raise RuntimeError(f"{sim} throughput run failed: {result}")

@@ -171,7 +171,7 @@ def _tensor_emit(params, rtl_dir, header):
 
 
 def _tensor_simulate(params, sim, seed=None):
-    from sim.tb.test_systolic import simulate
+    from sim.tb.systolic import simulate
 
     return simulate(params, sim, seed=seed)
 

@@ -84,3 +84,16 @@ def test_the_check_sees_upward_imports(tmp_path):
         "hdl/unit/bad.py:9: imports hdl.unit.conftest",
     ]
     assert ("5", "hdl.vector.fitting") in {(str(n), m) for n, m in imports(bad, tmp_path)}
+
+
+PRODUCT = sorted(p for floor in ("generators", "explore", "sim/system", "kernels", "sim/tb")
+                 for p in (ROOT / floor).rglob("*.py") if not p.name.startswith("test_"))
+
+
+@pytest.mark.parametrize("path", PRODUCT, ids=lambda p: str(p.relative_to(ROOT)))
+def test_product_code_imports_no_test_module(path):
+    """gen sim and the benches reach a testbench through its non-test module
+    (``sim/tb/systolic.py``), never through the pytest entry points."""
+    bad = [f"{path.relative_to(ROOT)}:{line}: imports {name}" for line, name in imports(path)
+           if any(part.startswith("test_") or part == "conftest" for part in name.split("."))]
+    assert bad == []

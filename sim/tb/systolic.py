@@ -1,0 +1,410 @@
+"""cocotb testbench of the tensor engine's systolic array (pytest entry points in
+``sim/tb/test_systolic.py``; ``gen sim`` calls :func:`simulate`).
+
+The DUT is the array inside :class:`hdl.tensor.harness.SystolicHarness`. The testbench writes a
+whole program into the harness memories (driver), lets the RTL run it with the harness's own
+stream sources and sink, then reads every output beat and its cycle (monitor). The model is
+the golden :func:`sim.golden.systolic.matmul` over a running copy of the PSUM bank; the checker
+compares every beat bit for bit and, in the runs without idle cycles or backpressure, every
+command and output cycle with :func:`sim.golden.systolic.schedule`. Every program runs twice:
+once with streams always valid and ready (cycles checked), once with random idle cycles on the
+sources and random backpressure on the sink (values checked).
+
+By default the array is the generator's hierarchical emission (PE and row modules emitted once
+and instantiated); ``hierarchical=False`` runs the flat elaboration of the same array.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict
+
+import numpy as np
+
+from hdl.tensor.harness import HarnessParams, SystolicHarness
+from hdl.tensor.params import SystolicParams
+from hdl.tensor.systolic import cmd_layout
+from sim.golden.systolic import Load, Multiply, matmul, schedule, to_fp32
+from sim.tb import runner
+
+TOP = "systolic_harness"
+PERIOD_NS = 10
+TESTS = ["identity_and_zeros", "extremes_and_specials", "accumulation_chain", "hidden_loads",
+         "random_programs"]
+
+
+# ---- parameters ----------------------------------------------------------------------------
+
+def harness_params(params: SystolicParams) -> HarnessParams:
+    """Memory depths sized for the programs below (a few tiles per program)."""
+    return HarnessParams(array=params, program_depth=16,
+                         stationary_depth=6 * -(-params.cols // params.beat_columns),
+                         moving_depth=6 * params.moving_max, result_depth=6 * params.moving_max)
+
+
+def _params_from_json(d: dict) -> SystolicParams:
+    return SystolicParams(**d["array"])
+
+
+def simulate(params: SystolicParams, sim: str, seed: int | None = None,
+             hierarchical: bool = True) -> runner.RunResult:
+    """Run the full cocotb testbench for one parameter set on ``sim``."""
+    hp = harness_params(params)
+    seed = random.SystemRandom().randrange(2**31) if seed is None else seed
+    tb = {"array": asdict(params), "seed": seed}
+    if hierarchical:
+        text = harness_verilog(params)
+        return runner.run_verilog(text, TOP, "sim.tb.systolic", sim, tb, TESTS, seed)
+    return runner.run(lambda: SystolicHarness(hp), TOP, "sim.tb.systolic", sim, tb,
+                      TESTS, seed)
+
+
+def harness_verilog(params: SystolicParams) -> str:
+    """Verilog of the harness around the generator's hierarchical emission of ``params``."""
+    from amaranth.back import verilog
+
+    from generators.tensor import TOP as ARRAY_TOP
+    from generators.tensor import verilog_modules
+
+    text = verilog.convert(SystolicHarness(harness_params(params), dut_module=ARRAY_TOP),
+                           name=TOP, emit_src=False)
+    return text + "".join(verilog_modules(params, ARRAY_TOP).values())
+
+
+# ---- operand generation --------------------------------------------------------------------
+
+def one_bits(fmt) -> int:
+    return 1 if not fmt.is_float else fmt.bias << fmt.man_bits
+
+
+def random_bits(fmt, rng: np.random.Generator, shape, kind: str = "normal") -> np.ndarray:
+    """Bit patterns of ``fmt``: ``"any"`` (every pattern, NaN and infinities included),
+    ``"normal"`` (values within a few binades of 1, where rounding is busy), ``"finite"``."""
+    bits = rng.integers(0, 1 << fmt.bits, size=shape, dtype=np.int64)
+    if not fmt.is_float or kind == "any":
+        return bits.astype(np.uint32)
+    if kind == "normal":
+        lo = max(1, fmt.bias - 3)
+        hi = min(fmt.max_exp_field, fmt.bias + 3)
+        exp = rng.integers(lo, hi + 1, size=shape)
+        man = rng.integers(0, 1 << fmt.man_bits, size=shape)
+        sign = rng.integers(0, 2, size=shape)
+        bits = (sign << (fmt.bits - 1)) | (exp << fmt.man_bits) | man
+        return bits.astype(np.uint32)
+    values = to_fp32(bits, fmt)
+    return np.where(np.isfinite(values), bits, 0).astype(np.uint32)
+
+
+def edge_bits(fmt, rng: np.random.Generator, shape) -> np.ndarray:
+    """A mix of the format's extremes: zeros of both signs, smallest subnormals, largest
+    finite values, infinities and NaN (where the format has them), and ones."""
+    if not fmt.is_float:
+        pool = [0, 1, 0x7F, 0x80, 0xFF, 0x81, 0x40]
+    else:
+        sign = 1 << (fmt.bits - 1)
+        pool = [0, sign, 1, sign | 1, fmt.max_finite_bits, sign | fmt.max_finite_bits,
+                one_bits(fmt), sign | one_bits(fmt), (1 << fmt.man_bits) - 1, fmt.nan_bits]
+        if fmt.inf_bits is not None:
+            pool += [fmt.inf_bits, sign | fmt.inf_bits]
+    return rng.choice(np.array(pool, dtype=np.uint32), size=shape)
+
+
+# ---- the testbench -------------------------------------------------------------------------
+
+_PSUM: dict[str, np.ndarray] = {}  # the bank's contents, kept across the tests of one run
+
+
+class SystolicTB:
+    """Driver, monitor, model and checker around one harness instance."""
+
+    def __init__(self, dut, seed: int):
+        import cocotb
+        from cocotb.clock import Clock
+
+        config = runner.tb_params()
+        self.dut = dut
+        self.params = _params_from_json(config)
+        self.hp = harness_params(self.params)
+        self.fmt = self.params.format
+        self.rng = np.random.default_rng(seed)
+        self.log = dut._log
+        self.layout = cmd_layout(self.params)
+        if "bank" not in _PSUM:
+            _PSUM["bank"] = np.zeros((self.params.moving_max, self.params.cols), np.uint32)
+        cocotb.start_soon(Clock(dut.clk, PERIOD_NS, unit="ns").start())
+
+    async def reset(self):
+        from cocotb.triggers import ClockCycles
+
+        self.dut.rst.value = 1
+        self.dut.start.value = 0
+        await ClockCycles(self.dut.clk, 2)
+        self.dut.rst.value = 0
+        await ClockCycles(self.dut.clk, 1)
+
+    # -- driver --
+    def _encode_cmd(self, op) -> int:
+        fields = ({"op": 0, "k": op.k, "m": op.m} if isinstance(op, Load)
+                  else {"op": 1, "n": op.n, "accumulate": int(op.accumulate)})
+        word = 0
+        for name, field in self.layout:
+            word |= fields.get(name, 0) << field.offset
+        return word
+
+    @staticmethod
+    def _pack(row, width: int) -> int:
+        word = 0
+        for i, value in enumerate(row):
+            word |= int(value) << (i * width)
+        return word
+
+    def _load_program(self, program):
+        p, w, bc = self.params, self.params.width, self.params.beat_columns
+        ops, stat_beats, mov_cols = [], [], []
+        for op, tile in program:
+            ops.append(op)
+            if isinstance(op, Load):
+                beats = -(-op.m // bc)
+                # Contraction indices >= k and columns >= m: junk the array must ignore.
+                padded = random_bits(self.fmt, self.rng, (p.k_max, beats * bc), "any")
+                padded[:op.k, :op.m] = tile
+                stat_beats.extend(padded.T.reshape(beats, bc * p.k_max))
+            else:
+                padded = random_bits(self.fmt, self.rng, (p.k_max, op.n), "any")
+                padded[:tile.shape[0]] = tile  # indices >= k: junk the array must zero
+                mov_cols.extend(padded.T)
+        if (len(ops) > self.hp.program_depth or len(stat_beats) > self.hp.stationary_depth
+                or len(mov_cols) > self.hp.moving_depth):
+            raise ValueError("program must fit the harness memories")
+        for i, op in enumerate(ops):
+            self.dut.prog[i].value = self._encode_cmd(op)
+        for i, beat in enumerate(stat_beats):
+            self.dut.stat[i].value = self._pack(beat, w)
+        for i, col in enumerate(mov_cols):
+            self.dut.mov[i].value = self._pack(col, w)
+        return ops
+
+    # -- model --
+    def expected(self, program) -> list[np.ndarray]:
+        """Output beats (each ``cols`` uint32) of ``program``; updates the PSUM copy."""
+        bank = _PSUM["bank"]
+        beats, stationary = [], None
+        for op, tile in program:
+            if isinstance(op, Load):
+                stationary = tile
+            else:
+                k, m = stationary.shape
+                before = bank[:op.n, :m].T
+                after = matmul(stationary, tile[:k], self.fmt, psum=before,
+                               accumulate=op.accumulate)
+                bank[:op.n, :m] = after.T
+                beats.extend(bank[:op.n].copy())
+        return beats
+
+    # -- driver + monitor + checker --
+    async def run(self, program, idle: int = 0, stall: int = 0, name: str = "") -> None:
+        from cocotb.triggers import RisingEdge, with_timeout
+
+        dut = self.dut
+        ops = self._load_program(program)
+        sched = schedule(self.params, ops)
+        dut.n_cmds.value = len(ops)
+        dut.seed.value = int(self.rng.integers(1, 2**32))
+        dut.idle.value = idle
+        dut.stall.value = stall
+        dut.start.value = 1
+        await RisingEdge(dut.clk)
+        dut.start.value = 0
+        slack = 1 + 8 * (idle + stall)
+        await with_timeout(RisingEdge(dut.done), (sched.total * slack + 100) * PERIOD_NS, "ns")
+
+        want = self.expected(program)
+        cols, mask = self.params.cols, (1 << 32) - 1
+        errors = 0
+        for j, beat in enumerate(want):
+            word = int(dut.res[j].value)
+            got = np.array([(word >> (32 * c)) & mask for c in range(cols)], np.uint32)
+            if not np.array_equal(got, beat):
+                errors += 1
+                if errors <= 5:
+                    self.log.error("%s beat %d: got %s want %s", name, j,
+                                   [f"{v:08x}" for v in got], [f"{v:08x}" for v in beat])
+        assert errors == 0, f"{name}: {errors} of {len(want)} output beats differ"
+        if idle == 0 and stall == 0:
+            base = int(dut.cmd_stamp[0].value)
+            accepted = tuple(int(dut.cmd_stamp[i].value) - base for i in range(len(ops)))
+            outputs = tuple(int(dut.res_stamp[j].value) - base for j in range(len(want)))
+            want_acc = tuple(c - sched.accepted[0] for c in sched.accepted)
+            want_out = tuple(c - sched.accepted[0] for c in sched.outputs)
+            assert accepted == want_acc, f"{name}: commands at {accepted}, model {want_acc}"
+            assert outputs == want_out, f"{name}: outputs at {outputs}, model {want_out}"
+        self.log.info("%s: %d beats ok (idle %d/256, stall %d/256, %d cycles modelled)",
+                      name, len(want), idle, stall, sched.total)
+
+    async def run_both(self, program, name: str) -> None:
+        """Stall-free (values and cycles), then with random idle cycles and backpressure."""
+        await self.run(program, name=f"{name} (streaming)")
+        await self.run(program, idle=96, stall=96, name=f"{name} (idle+backpressure)")
+
+    # -- program builders --
+    def load(self, k: int, m: int, kind: str = "normal", tile=None):
+        tile = random_bits(self.fmt, self.rng, (k, m), kind) if tile is None else tile
+        return Load(k, m), np.asarray(tile, np.uint32)
+
+    def multiply(self, k: int, n: int, accumulate: bool = False, kind: str = "normal",
+                 tile=None):
+        tile = random_bits(self.fmt, self.rng, (k, n), kind) if tile is None else tile
+        return Multiply(n, accumulate), np.asarray(tile, np.uint32)
+
+
+def _tb(dut):
+    import cocotb
+
+    seed = runner.tb_params()["seed"] ^ (cocotb.RANDOM_SEED & 0xFFFF)
+    dut._log.info("testbench seed %d", seed)
+    return SystolicTB(dut, seed)
+
+
+def _cocotb_test(fn):
+    import cocotb
+
+    return cocotb.test()(fn)
+
+
+# ---- cocotb tests (names do not start with test_, so pytest leaves them to cocotb) ---------
+
+@_cocotb_test
+async def identity_and_zeros(dut):
+    tb = _tb(dut)
+    await tb.reset()
+    p = tb.params
+    k, m = p.k_max, p.cols
+    eye = np.zeros((k, m), np.uint32)
+    for i in range(min(k, m)):
+        eye[i, i] = one_bits(tb.fmt)
+    n = min(p.moving_max, 8)
+    await tb.run_both([tb.load(k, m, tile=eye), tb.multiply(k, n)], "identity")
+    zeros = np.zeros((k, m), np.uint32)
+    await tb.run_both([tb.load(k, m, tile=zeros), tb.multiply(k, n, kind="any")], "zeros")
+
+
+@_cocotb_test
+async def extremes_and_specials(dut):
+    tb = _tb(dut)
+    await tb.reset()
+    p = tb.params
+    k, m, n = p.k_max, p.cols, min(p.moving_max, 12)
+    edge_w = edge_bits(tb.fmt, tb.rng, (k, m))
+    edge_x = edge_bits(tb.fmt, tb.rng, (k, n))
+    await tb.run_both([tb.load(k, m, tile=edge_w), tb.multiply(k, n, tile=edge_x),
+                       tb.multiply(k, n, accumulate=True, kind="any")], "edges")
+    await tb.run_both([tb.load(k, m, kind="any"), tb.multiply(k, n, kind="any")], "any bits")
+    if tb.fmt.is_float:
+        # Subnormal products and sums: the smallest magnitudes of the format.
+        tiny = tb.rng.integers(0, 4, size=(k, m)).astype(np.uint32)
+        sub = (tb.rng.integers(0, 2, size=(k, n)) << (tb.fmt.bits - 1)
+               | tb.rng.integers(1, 1 << tb.fmt.man_bits, size=(k, n))).astype(np.uint32)
+        await tb.run_both([tb.load(k, m, tile=tiny), tb.multiply(k, n, tile=sub)],
+                          "subnormals")
+
+
+@_cocotb_test
+async def accumulation_chain(dut):
+    tb = _tb(dut)
+    await tb.reset()
+    p = tb.params
+    n = min(p.moving_max, 10)
+    k, m = p.k_max, p.cols
+    program = [tb.load(k, m), tb.multiply(k, n)]
+    for _ in range(3):
+        program += [tb.load(k, m), tb.multiply(k, n, accumulate=True)]
+    program.append(tb.multiply(k, n, accumulate=True))  # reuses the last stationary tile
+    await tb.run_both(program, "accumulation chain")
+
+
+@_cocotb_test
+async def hidden_loads(dut):
+    """Loads behind multiplies: a load into the idle bank while a multiply runs, two loads in
+    a row (the second waits for the multiply that reads its bank), multiplies of one moving
+    column, partial tiles."""
+    tb = _tb(dut)
+    await tb.reset()
+    p = tb.params
+    k, m, n = p.k_max, p.cols, p.moving_max
+    half_k, part_m = max(1, k // 2), max(1, m - 1)
+    program = [tb.load(k, m), tb.multiply(k, n), tb.load(half_k, part_m),
+               tb.load(k, m), tb.multiply(k, 1, accumulate=True), tb.load(half_k, m),
+               tb.multiply(half_k, max(1, n // 2)), tb.multiply(half_k, 1, accumulate=True)]
+    await tb.run_both(program, "hidden loads")
+
+
+@_cocotb_test
+async def random_programs(dut):
+    tb = _tb(dut)
+    await tb.reset()
+    p = tb.params
+    for case in range(3):
+        program, budget_k, budget_n = [], tb.hp.stationary_depth, tb.hp.moving_depth
+        for _ in range(int(tb.rng.integers(1, 4))):
+            k = int(tb.rng.integers(1, p.k_max + 1))
+            m = int(tb.rng.integers(1, p.cols + 1))
+            beats = -(-m // p.beat_columns)
+            if beats > budget_k:
+                break
+            budget_k -= beats
+            program.append(tb.load(k, m, kind=str(tb.rng.choice(["normal", "finite"]))))
+            for _ in range(int(tb.rng.integers(1, 3))):
+                n = int(tb.rng.integers(1, p.moving_max + 1))
+                if n > budget_n:
+                    break
+                budget_n -= n
+                program.append(tb.multiply(k, n, accumulate=bool(tb.rng.integers(0, 2)),
+                                           kind="normal"))
+        if not isinstance(program[-1][0], Multiply):
+            program.append(tb.multiply(program[-1][0].k, 1))
+        idle, stall = (int(v) for v in tb.rng.integers(0, 200, size=2))
+        await tb.run(program, name=f"random {case} (streaming)")
+        await tb.run(program, idle=idle, stall=stall, name=f"random {case}")
+
+
+@_cocotb_test
+async def throughput(dut):
+    """Simulated cycles per wall-clock second on full tiles (used by benchmarks/tensor.py;
+    parameters ``programs`` and ``report``, a JSON file to write). Results are still checked,
+    outside the timed part."""
+    import json
+    import time
+
+    from cocotb.triggers import RisingEdge, with_timeout
+    from cocotb.utils import get_sim_time
+
+    config = runner.tb_params()
+    tb = _tb(dut)
+    await tb.reset()
+    p = tb.params
+    k, m, n = p.k_max, p.cols, p.moving_max
+    program = [tb.load(k, m), tb.multiply(k, n), tb.load(k, m),
+               tb.multiply(k, n, accumulate=True), tb.multiply(k, n, accumulate=True)]
+    want_cycles = schedule(p, [op for op, _ in program]).outputs
+    wall = cycles = 0.0
+    for _ in range(config["programs"]):
+        ops = tb._load_program(program)
+        dut.n_cmds.value = len(ops)
+        dut.seed.value = 1
+        dut.idle.value = 0
+        dut.stall.value = 0
+        dut.start.value = 1
+        await RisingEdge(dut.clk)
+        dut.start.value = 0
+        begin_ns = get_sim_time("ns")
+        begin = time.perf_counter()
+        await with_timeout(RisingEdge(dut.done), 100 * len(want_cycles) * PERIOD_NS, "ns")
+        wall += time.perf_counter() - begin
+        cycles += (get_sim_time("ns") - begin_ns) / PERIOD_NS
+        want = tb.expected(program)
+        for j, beat in enumerate(want):
+            word = int(dut.res[j].value)
+            got = [(word >> (32 * c)) & 0xFFFFFFFF for c in range(p.cols)]
+            assert got == [int(v) for v in beat], f"beat {j} differs"
+    with open(config["report"], "w") as fh:
+        json.dump({"cycles": cycles, "seconds": wall}, fh)
