@@ -74,5 +74,36 @@ def test_memories_count_by_bits_and_results_are_cached(tmp_path, monkeypatch):
 
 def test_a_design_that_does_not_synthesise_is_an_area_error(tmp_path):
     with pytest.raises(area.AreaError, match="synthesis of 'broken' failed"):
-        area.synthesize({"broken": "module broken(input a); assign b = ; endmodule\n"},
-                        cache=tmp_path)
+        area.synthesize({"broken": "module broken(input a, output reg b);\n"
+                                   "  always @* b = a +;\nendmodule\n"}, cache=tmp_path)
+
+
+GRID = """
+module grid(input clk, input [7:0] a, output [7:0] q);
+  localparam ROWS = 3;
+  localparam COLS = 5;
+  wire [7:0] w [0:ROWS];
+  assign w[0] = a;
+  assign q = w[ROWS];
+  genvar r, c;
+  generate
+    for (r = 0; r < ROWS; r = r + 1) begin : row
+      xor_reg head (.clk(clk), .a(w[r][3:0]), .b(w[r][7:4]), .q(w[r + 1][3:0]));
+      for (c = 1; c < COLS; c = c + 1) begin : col
+        xor_reg cell (.clk(clk), .a(w[r][3:0]), .b(w[r][7:4]), .q());
+      end
+    end
+  endgenerate
+  pair tail (.clk(clk), .a(a[3:0]), .b(a[7:4]), .x(), .y());
+endmodule
+"""
+
+
+def test_a_structural_module_counts_its_generate_loops_without_synthesis(tmp_path):
+    assert area.structural_children(GRID, ["xor_reg", "pair"]) == {"xor_reg": 3 + 3 * 4,
+                                                                    "pair": 1}
+    assert area.structural_children(XOR_REG, []) is None  # has logic: synthesised
+    result = area.synthesize({"xor_reg": XOR_REG, "pair": PAIR, "grid": GRID}, cache=tmp_path)
+    assert result["grid"].cells == {} and area.tops(result) == ["grid"]
+    assert area.counts(result, "grid") == {"grid": 1, "xor_reg": 15 + 2, "pair": 1}
+    assert area.rollup(result, "grid") == pytest.approx(17 * 4 * (1.596 + 4.522) / 0.798)
