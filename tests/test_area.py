@@ -7,6 +7,7 @@ NAND2_X1 0.798, INV_X1 0.532, XOR2_X1 1.596, DFF_X1 4.522, MUX2_X1 1.862, AND2_X
 import pytest
 
 from hdl import area
+from specs.loader import load_document
 
 XOR_REG = """
 module xor_reg(input clk, input [3:0] a, input [3:0] b, output reg [3:0] q);
@@ -107,3 +108,33 @@ def test_a_structural_module_counts_its_generate_loops_without_synthesis(tmp_pat
     assert result["grid"].cells == {} and area.tops(result) == ["grid"]
     assert area.counts(result, "grid") == {"grid": 1, "xor_reg": 15 + 2, "pair": 1}
     assert area.rollup(result, "grid") == pytest.approx(17 * 4 * (1.596 + 4.522) / 0.798)
+
+
+def test_chip_area_rolls_engines_up_to_core_and_chip(tmp_path, monkeypatch):
+    from generators.area import chip_area
+
+    monkeypatch.setattr(area, "CACHE", tmp_path / "cache")
+    rtl = tmp_path / "rtl"
+    rtl.mkdir()
+    files = {}
+    for name, text in {"xor_reg": XOR_REG, "pair": PAIR, "ram": RAM}.items():
+        files[name] = rtl / f"{name}.v"
+        files[name].write_text(text)
+    emitted = {"vector": [[files["xor_reg"], files["pair"]]], "link": [[files["ram"]]]}
+    spec = load_document("trn2").spec  # 8 cores, 4 NeuronLink ports
+
+    tables, summary = chip_area(spec, emitted, synthesise=False)
+    assert summary["missing"] == ["pair", "ram", "xor_reg"]
+    assert [r[0] for r in tables[0]["rows"]] == ["pair", "ram", "xor_reg"]
+
+    tables, summary = chip_area(spec, emitted, synthesise=True)
+    xor_reg = 4 * (1.596 + 4.522) / 0.798
+    ram = area.synthesize({"ram": RAM})["ram"].gates
+    assert summary["core"] == pytest.approx(2 * xor_reg)
+    assert summary["chip"] == pytest.approx(8 * 2 * xor_reg + 4 * ram)
+    rows = {(r[0], r[2]): r for r in tables[0]["rows"]}
+    assert rows[("vector", "xor_reg")][3] == "2"
+    assert rows[("link", "total")][3] == "4 per chip"
+    assert rows[("chip", "total")][6] == f"{8 * 2 * xor_reg + 4 * ram:,.0f}"
+    assert tables[1]["columns"] == ["module", "XOR", "flip-flops"]
+    assert ["xor_reg", "4", "4"] in tables[1]["rows"]
