@@ -72,20 +72,25 @@ def block_diagram(spec: ChipSpec) -> str:
                          sub=f"{core.sbuf.partitions} partitions, {show(sbuf.to('MiB'))}"))
         body.append(_box(x + 8, y + 152, cw - 16, 28, "PSUM", "#ffd7d7", size=10,
                          sub=f"{core.psum.banks} banks, {show(psum.to('KiB'))}"))
-    stacks = spec.memory.stacks
-    per_side = math.ceil(stacks / 2)
+    stacks = spec.memory.stacks or 0
+    kind = spec.memory.kind.upper()
     side_h = height - 2 * margin
-    for s in range(stacks):
-        left = s < per_side
-        k = s if left else s - per_side
-        n = per_side if left else stacks - per_side
-        h = min(70, (side_h - (n - 1) * 8) / n)
-        y = margin + k * (h + 8)
-        x = 8 if left else width - 8 - 56
-        body.append(_box(x, y, 56, h, "HBM", "#e6d9f7", size=10, sub=f"stack {s}"))
+    if stacks:
+        per_side = math.ceil(stacks / 2)
+        for s in range(stacks):
+            left = s < per_side
+            k = s if left else s - per_side
+            n = per_side if left else stacks - per_side
+            h = min(70, (side_h - (n - 1) * 8) / n)
+            y = margin + k * (h + 8)
+            x = 8 if left else width - 8 - 56
+            body.append(_box(x, y, 56, h, "HBM", "#e6d9f7", size=10, sub=f"stack {s}"))
+    else:
+        body.append(_box(8, margin, 56, side_h, kind, "#e6d9f7", size=10, sub="memory"))
     body.append(f"<text x='{width / 2:.0f}' y='{height - 38}' font-size='11' "
-                f"text-anchor='middle'>{escape(spec.memory.kind.upper())}: "
-                f"{stacks} stacks, {escape(show(spec.memory.capacity, 'GiB'))}, "
+                f"text-anchor='middle'>{escape(kind)}: "
+                + (f"{stacks} stacks, " if stacks else "")
+                + f"{escape(show(spec.memory.capacity, 'GiB'))}, "
                 f"{escape(show(spec.memory.bandwidth, 'TB/s'))}</text>")
     dma = f"DMA: {spec.dma.engines} engines" + (
         f", {show(spec.dma.bandwidth, 'GB/s')}" if spec.dma.bandwidth else "")
