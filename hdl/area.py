@@ -283,7 +283,8 @@ def synthesize(sources: Mapping[str, str], *, cache: Path | None = None,
         libs = {name: text for name, text in sources.items()
                 if name != top and re.search(rf"(?<![\w$.]){re.escape(name)}(?![\w$.])",
                                              sources[top])}
-        if cached_only and not (cache / f"{top}-{_key(top, sources[top])[:20]}.json").is_file():
+        if (cached_only and structural_children(sources[top], libs) is None
+                and not (cache / f"{top}-{_key(top, sources[top])[:20]}.json").is_file()):
             return None
         return _synthesise_one(top, sources[top], libs, cache)
 

@@ -108,6 +108,9 @@ def test_a_structural_module_counts_its_generate_loops_without_synthesis(tmp_pat
     assert result["grid"].cells == {} and area.tops(result) == ["grid"]
     assert area.counts(result, "grid") == {"grid": 1, "xor_reg": 15 + 2, "pair": 1}
     assert area.rollup(result, "grid") == pytest.approx(17 * 4 * (1.596 + 4.522) / 0.798)
+    cached = area.synthesize({"xor_reg": XOR_REG, "pair": PAIR, "grid": GRID}, cache=tmp_path,
+                             cached_only=True)
+    assert cached == result  # structural modules need no cache entry
 
 
 def test_chip_area_rolls_engines_up_to_core_and_chip(tmp_path, monkeypatch):
@@ -124,8 +127,8 @@ def test_chip_area_rolls_engines_up_to_core_and_chip(tmp_path, monkeypatch):
     spec = load_document("trn2").spec  # 8 cores, 4 NeuronLink ports
 
     tables, summary = chip_area(spec, emitted, synthesise=False)
-    assert summary["missing"] == ["pair", "ram", "xor_reg"]
-    assert [r[0] for r in tables[0]["rows"]] == ["pair", "ram", "xor_reg"]
+    assert summary["missing"] == ["ram", "xor_reg"]  # "pair" is structural: never synthesised
+    assert [r[0] for r in tables[0]["rows"]] == ["ram", "xor_reg"]
 
     tables, summary = chip_area(spec, emitted, synthesise=True)
     xor_reg = 4 * (1.596 + 4.522) / 0.798
