@@ -241,33 +241,36 @@ def structural_children(text: str, modules: Iterable[str]) -> dict[str, int] | N
     return children if len(stack) == 1 else None
 
 
-def _synthesise_one(top: str, text: str, libraries: Mapping[str, str],
-                    cache: Path) -> ModuleArea:
+def _store(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+
+
+def _load(data: dict, names: Iterable[str]) -> ModuleArea:
+    """A cache entry as a ModuleArea: cells that are modules of ``names`` are children."""
+    known = set(names)
+    cells = {c: n for c, n in data["cells"].items() if c not in known}
+    children = {c: n for c, n in data["cells"].items() if c in known}
+    children.update(data.get("children", {}))
+    return ModuleArea(data["module"], cells, data["memory_bits"], children)
+
+
+def _synthesise_one(top: str, text: str, libraries: Mapping[str, str], path: Path) -> dict:
     children = structural_children(text, libraries)
     if children is not None:
-        return ModuleArea(top, {}, 0, children)
-    path = cache / f"{top}-{_key(top, text)[:20]}.json"
-    if path.is_file():
-        data = json.loads(path.read_text())
+        data = {"module": top, "memory_bits": 0, "cells": {}, "children": children}
     else:
         stat = _run(top, text, libraries)
         by_type = stat["modules"][f"\\{top}"]["num_cells_by_type"] if (
             f"\\{top}" in stat["modules"]) else stat["design"]["num_cells_by_type"]
         data = {"module": top, "memory_bits": stat["memory_bits"],
                 "cells": {c: n for c, n in sorted(by_type.items()) if c != "$mem_v2"}}
-        cache.mkdir(parents=True, exist_ok=True)
-        with open(cache / ".lock", "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-            os.replace(tmp, path)
-    cells, children = {}, {}
-    for cell, n in data["cells"].items():
-        if cell in libraries:
-            children[cell] = n
-        else:
-            cells[cell] = n
-    return ModuleArea(top, cells, data["memory_bits"], children)
+    _store(path, data)
+    return data
 
 
 def synthesize(sources: Mapping[str, str], *, cache: Path | None = None,
@@ -280,13 +283,15 @@ def synthesize(sources: Mapping[str, str], *, cache: Path | None = None,
     cache = CACHE if cache is None else Path(cache)
 
     def one(top: str) -> ModuleArea | None:
+        path = cache / f"{top}-{_key(top, sources[top])[:20]}.json"
+        if path.is_file():
+            return _load(json.loads(path.read_text()), sources)
         libs = {name: text for name, text in sources.items()
                 if name != top and re.search(rf"(?<![\w$.]){re.escape(name)}(?![\w$.])",
                                              sources[top])}
-        if (cached_only and structural_children(sources[top], libs) is None
-                and not (cache / f"{top}-{_key(top, sources[top])[:20]}.json").is_file()):
+        if cached_only and structural_children(sources[top], libs) is None:
             return None
-        return _synthesise_one(top, sources[top], libs, cache)
+        return _load(_synthesise_one(top, sources[top], libs, path), sources)
 
     names = list(sources)
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
