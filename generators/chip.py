@@ -73,7 +73,11 @@ def generate_chip(doc: Document, out: Path, scale: str = "full",
         if rtl_names:
             stage.write_text("rtl/files.f", "".join(f"{Path(n).name}\n" for n in rtl_names
                                                     if n.endswith(".v")))
+        figures = draw_figures(doc)
+        for name, text in figures.items():
+            stage.write_text(f"figures/{name}.svg", text)
         context = datasheet_context(doc, scale, rtl_names, skipped, sections)
+        context["figures"] = [(f"figures/{name}.svg", FIGURE_TITLES[name]) for name in figures]
         stage.write_text("datasheet.md", render("datasheet.md.j2", context))
         stage.write_text("datasheet.html", render("datasheet.html.j2", context))
         manifest = stage.manifest(doc.name, doc.digest, {"scale": scale})
@@ -129,6 +133,39 @@ def datasheet_context(doc: Document, scale: str, rtl: list[str], skipped: dict[s
         "sections": sections,
         "sources": [(k, known[k]) for k in cited],
     }
+
+
+FIGURE_TITLES = {
+    "block": "Block diagram: cores, engines, buffers, HBM, DMA and links",
+    "topology": "Topology of the instance the system model builds from this chip",
+    "roofline": "Roofline: tensor throughput against arithmetic intensity under HBM",
+}
+
+
+def draw_figures(doc: Document) -> dict[str, str]:
+    """The datasheet's SVG pictures, by name (see :mod:`generators.pictures`)."""
+    from sim.system.model import ModelError, build
+    from specs.loader import bundled, load_document
+
+    from .pictures import block_diagram, roofline, topology
+
+    spec: ChipSpec = doc.spec
+    out = {"block": block_diagram(spec)}
+    for name in bundled()["system"]:
+        system = load_document(name).spec
+        if system.member == spec.name and system.level == "instance":
+            try:
+                graph = build(name).topology
+            except ModelError:
+                break  # the system model draws no links for it (no NeuronLink figures)
+            out["topology"] = topology(graph, f"{name}: chip topology")
+            break
+    chip = build(doc.file)
+    peaks = {k.removeprefix("compute."): v.to("FLOPS").magnitude
+             for k, v in chip.compute().items()
+             if k.startswith("compute.") and not k.endswith("_sparse")}
+    out["roofline"] = roofline(spec, peaks, spec.memory.bandwidth.to("B/s").magnitude)
+    return out
 
 
 def check_table(doc: Document) -> dict:

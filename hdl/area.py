@@ -34,12 +34,18 @@ a synchronous reset or set (``$_SDFF*``) adds an AND2_X1 (1.333); a latch with a
 same. ``$scopeinfo`` cells (names kept for debugging) weigh nothing. Any other cell is an
 error: a new kind of cell needs a documented weight, not a guess.
 
-Memories with a write port (PSUM banks, the link's replay and receive buffers) are not mapped
-to flip-flops, as no chip builds them so: they stay memories and count by their bits, at
-:data:`SRAM_BIT` NAND2 equivalents a bit. That figure is an assumption: a 45 nm 6T bit cell of
-0.346 um^2 (Intel's 45 nm SRAM) at an array efficiency of 45 % (decoders, sense amplifiers
-and write drivers of small macros), 0.77 um^2 a bit. ROMs (no write port: the activation
-coefficients) are mapped to logic, as synthesis would.
+Memories (PSUM banks, the link's replay and receive buffers, the activation coefficient ROM)
+are not mapped to flip-flops or gates, as no chip builds them so: they stay memories and count
+by their bits, at :data:`SRAM_BIT` NAND2 equivalents a bit. That figure is an assumption: a
+45 nm 6T bit cell of 0.346 um^2 (Intel's 45 nm SRAM) at an array efficiency of 45 % (decoders,
+sense amplifiers and write drivers of small macros), 0.77 um^2 a bit. A ROM bit is smaller,
+so for ROMs the figure is an upper bound.
+
+Structural modules (generate loops of instances and wiring, no ``always`` and no logic
+operators, such as the tensor array's top) are not synthesised: Yosys takes minutes over their
+wide wire arrays, and their own logic is nil. Their instances are counted from the text: an
+instance inside ``for (v = A; v < B; v = v + 1)`` counts ``B - A`` times, with ``A`` and ``B``
+numbers or ``localparam`` s.
 
 Synthesis results are cached per module under ``build/area/``, keyed by a hash of the
 module's text (comments removed), the Yosys version and the script, so a module is synthesised
@@ -56,7 +62,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,9 +83,9 @@ _DFF, _DFFR, _DFFRS, _LATCH = 4.522, 5.320, 6.384, 2.660
 _ENABLE, _SYNC = 1.862, 1.064  # MUX2_X1 on D, AND2_X1 on D
 #: NAND2 equivalents of one bit of a memory with a write port (see the module's text).
 SRAM_BIT = 0.346 / 0.45 / NAND2_UM2
-#: Yosys's ``synth -flatten``, with its fine stage written out to keep RAMs unmapped.
-_SCRIPT = ("synth -flatten -top {top} -run :fine; opt -fast -full; memory_map -rom-only; "
-           "opt -full; techmap; opt -fast; abc; opt -fast")
+#: Yosys's ``synth -flatten``, with its fine stage written out to keep memories unmapped.
+_SCRIPT = ("synth -flatten -top {top} -run :fine; opt -fast -full; opt -full; techmap; "
+           "opt -fast; abc; opt -fast")
 
 
 class AreaError(RuntimeError):
@@ -192,30 +198,79 @@ def _run(top: str, text: str, libraries: Mapping[str, str]) -> dict:
         return stat
 
 
-def _synthesise_one(top: str, text: str, libraries: Mapping[str, str],
-                    cache: Path) -> ModuleArea:
-    path = cache / f"{top}-{_key(top, text)[:20]}.json"
-    if path.is_file():
-        data = json.loads(path.read_text())
+_FOR = re.compile(r"for\s*\(\s*(\w+)\s*=\s*(\w+)\s*;\s*\1\s*<\s*(\w+)\s*;\s*\1\s*=\s*\1\s*"
+                  r"\+\s*1\s*\)\s*begin\b")
+
+
+def structural_children(text: str, modules: Iterable[str]) -> dict[str, int] | None:
+    """Instances of ``modules`` in a structural module's text (see the module's notes), or
+    None when the text is not structural."""
+    body = _strip_comments(text)
+    if re.search(r"\balways\b|[?&|^~+*/%]|<<|>>", re.sub(r"\[[^\]]*\]|\{[^}]*\}|"
+                                                      r"for\s*\([^)]*\)", "", body)):
+        return None
+    params = {m.group(1): int(m.group(2))
+              for m in re.finditer(r"localparam\s+(\w+)\s*=\s*(\d+)\s*;", body)}
+
+    def value(token: str) -> int | None:
+        return int(token) if token.isdigit() else params.get(token)
+
+    children: dict[str, int] = {}
+    names = "|".join(re.escape(m) for m in sorted(modules, key=len, reverse=True))
+    if not names:
+        return children
+    # Each "begin ... end" of a for loop multiplies the instances written inside it.
+    tokens = re.finditer(rf"{_FOR.pattern}|\bbegin\b|\bend\b|^\s*({names})\s+\w+\s*\(",
+                         body, flags=re.M)
+    stack: list[int] = [1]
+    for t in tokens:
+        if t.group(1):
+            lo, hi = value(t.group(2)), value(t.group(3))
+            if lo is None or hi is None:
+                return None
+            stack.append(stack[-1] * max(hi - lo, 0))
+        elif t.group(0) == "begin":
+            stack.append(stack[-1])
+        elif t.group(0) == "end":
+            if len(stack) == 1:
+                return None
+            stack.pop()
+        else:
+            name = t.group(4)
+            children[name] = children.get(name, 0) + stack[-1]
+    return children if len(stack) == 1 else None
+
+
+def _store(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+
+
+def _load(data: dict, names: Iterable[str]) -> ModuleArea:
+    """A cache entry as a ModuleArea: cells that are modules of ``names`` are children."""
+    known = set(names)
+    cells = {c: n for c, n in data["cells"].items() if c not in known}
+    children = {c: n for c, n in data["cells"].items() if c in known}
+    children.update(data.get("children", {}))
+    return ModuleArea(data["module"], cells, data["memory_bits"], children)
+
+
+def _synthesise_one(top: str, text: str, libraries: Mapping[str, str], path: Path) -> dict:
+    children = structural_children(text, libraries)
+    if children is not None:
+        data = {"module": top, "memory_bits": 0, "cells": {}, "children": children}
     else:
         stat = _run(top, text, libraries)
         by_type = stat["modules"][f"\\{top}"]["num_cells_by_type"] if (
             f"\\{top}" in stat["modules"]) else stat["design"]["num_cells_by_type"]
         data = {"module": top, "memory_bits": stat["memory_bits"],
                 "cells": {c: n for c, n in sorted(by_type.items()) if c != "$mem_v2"}}
-        cache.mkdir(parents=True, exist_ok=True)
-        with open(cache / ".lock", "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-            os.replace(tmp, path)
-    cells, children = {}, {}
-    for cell, n in data["cells"].items():
-        if cell in libraries:
-            children[cell] = n
-        else:
-            cells[cell] = n
-    return ModuleArea(top, cells, data["memory_bits"], children)
+    _store(path, data)
+    return data
 
 
 def synthesize(sources: Mapping[str, str], *, cache: Path | None = None,
@@ -228,12 +283,15 @@ def synthesize(sources: Mapping[str, str], *, cache: Path | None = None,
     cache = CACHE if cache is None else Path(cache)
 
     def one(top: str) -> ModuleArea | None:
+        path = cache / f"{top}-{_key(top, sources[top])[:20]}.json"
+        if path.is_file():
+            return _load(json.loads(path.read_text()), sources)
         libs = {name: text for name, text in sources.items()
                 if name != top and re.search(rf"(?<![\w$.]){re.escape(name)}(?![\w$.])",
                                              sources[top])}
-        if cached_only and not (cache / f"{top}-{_key(top, sources[top])[:20]}.json").is_file():
+        if cached_only and structural_children(sources[top], libs) is None:
             return None
-        return _synthesise_one(top, sources[top], libs, cache)
+        return _load(_synthesise_one(top, sources[top], libs, path), sources)
 
     names = list(sources)
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:

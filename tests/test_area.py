@@ -7,6 +7,7 @@ NAND2_X1 0.798, INV_X1 0.532, XOR2_X1 1.596, DFF_X1 4.522, MUX2_X1 1.862, AND2_X
 import pytest
 
 from hdl import area
+from specs.loader import load_document
 
 XOR_REG = """
 module xor_reg(input clk, input [3:0] a, input [3:0] b, output reg [3:0] q);
@@ -74,5 +75,69 @@ def test_memories_count_by_bits_and_results_are_cached(tmp_path, monkeypatch):
 
 def test_a_design_that_does_not_synthesise_is_an_area_error(tmp_path):
     with pytest.raises(area.AreaError, match="synthesis of 'broken' failed"):
-        area.synthesize({"broken": "module broken(input a); assign b = ; endmodule\n"},
-                        cache=tmp_path)
+        area.synthesize({"broken": "module broken(input a, output reg b);\n"
+                                   "  always @* b = a +;\nendmodule\n"}, cache=tmp_path)
+
+
+GRID = """
+module grid(input clk, input [7:0] a, output [7:0] q);
+  localparam ROWS = 3;
+  localparam COLS = 5;
+  wire [7:0] w [0:ROWS];
+  assign w[0] = a;
+  assign q = w[ROWS];
+  genvar r, c;
+  generate
+    for (r = 0; r < ROWS; r = r + 1) begin : row
+      xor_reg head (.clk(clk), .a(w[r][3:0]), .b(w[r][7:4]), .q(w[r + 1][3:0]));
+      for (c = 1; c < COLS; c = c + 1) begin : col
+        xor_reg cell (.clk(clk), .a(w[r][3:0]), .b(w[r][7:4]), .q());
+      end
+    end
+  endgenerate
+  pair tail (.clk(clk), .a(a[3:0]), .b(a[7:4]), .x(), .y());
+endmodule
+"""
+
+
+def test_a_structural_module_counts_its_generate_loops_without_synthesis(tmp_path):
+    assert area.structural_children(GRID, ["xor_reg", "pair"]) == {"xor_reg": 3 + 3 * 4,
+                                                                    "pair": 1}
+    assert area.structural_children(XOR_REG, []) is None  # has logic: synthesised
+    result = area.synthesize({"xor_reg": XOR_REG, "pair": PAIR, "grid": GRID}, cache=tmp_path)
+    assert result["grid"].cells == {} and area.tops(result) == ["grid"]
+    assert area.counts(result, "grid") == {"grid": 1, "xor_reg": 15 + 2, "pair": 1}
+    assert area.rollup(result, "grid") == pytest.approx(17 * 4 * (1.596 + 4.522) / 0.798)
+    cached = area.synthesize({"xor_reg": XOR_REG, "pair": PAIR, "grid": GRID}, cache=tmp_path,
+                             cached_only=True)
+    assert cached == result  # structural modules need no cache entry
+
+
+def test_chip_area_rolls_engines_up_to_core_and_chip(tmp_path, monkeypatch):
+    from generators.area import chip_area
+
+    monkeypatch.setattr(area, "CACHE", tmp_path / "cache")
+    rtl = tmp_path / "rtl"
+    rtl.mkdir()
+    files = {}
+    for name, text in {"xor_reg": XOR_REG, "pair": PAIR, "ram": RAM}.items():
+        files[name] = rtl / f"{name}.v"
+        files[name].write_text(text)
+    emitted = {"vector": [[files["xor_reg"], files["pair"]]], "link": [[files["ram"]]]}
+    spec = load_document("trn2").spec  # 8 cores, 4 NeuronLink ports
+
+    tables, summary = chip_area(spec, emitted, synthesise=False)
+    assert summary["missing"] == ["ram", "xor_reg"]  # "pair" is structural: never synthesised
+    assert [r[0] for r in tables[0]["rows"]] == ["ram", "xor_reg"]
+
+    tables, summary = chip_area(spec, emitted, synthesise=True)
+    xor_reg = 4 * (1.596 + 4.522) / 0.798
+    ram = area.synthesize({"ram": RAM})["ram"].gates
+    assert summary["core"] == pytest.approx(2 * xor_reg)
+    assert summary["chip"] == pytest.approx(8 * 2 * xor_reg + 4 * ram)
+    rows = {(r[0], r[2]): r for r in tables[0]["rows"]}
+    assert rows[("vector", "xor_reg")][3] == "2"
+    assert rows[("link", "total")][3] == "4 per chip"
+    assert rows[("chip", "total")][6] == f"{8 * 2 * xor_reg + 4 * ram:,.0f}"
+    assert tables[1]["columns"] == ["module", "XOR", "flip-flops"]
+    assert ["xor_reg", "4", "4"] in tables[1]["rows"]
