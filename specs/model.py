@@ -376,8 +376,9 @@ class LinkSpec(Strict):
 class LncSpec(Strict):
     """Logical NeuronCore configuration: physical cores fused into one logical core."""
 
-    options: list[PosInt] = Field(description="Allowed LNC settings.")
-    default: PosInt = Field(description="The setting used unless one is chosen.")
+    options: list[Literal[1, 2]] = Field(description="Allowed LNC settings: 1 (each physical "
+                                                     "core on its own) or 2 (two fused).")
+    default: Literal[1, 2] = Field(description="The setting used unless one is chosen.")
 
     @model_validator(mode="after")
     def _default_listed(self):
