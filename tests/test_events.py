@@ -11,7 +11,7 @@ def test_agenda_pops_in_time_order_ties_by_process():
     a = Agenda(4)
     for t, p in ((3.0, 0), (1.0, 3), (1.0, 1), (2.0, 2)):
         a.wake(t, p)
-    assert [a.pop() for _ in range(5)] == [(1.0, 1), (1.0, 3), (2.0, 2), (3.0, 0), None]
+    assert [a.pop() for _ in range(5)] == [(1.0, 1, 1), (1.0, 3, 1), (2.0, 2, 1), (3.0, 0, 1), None]
 
 
 def test_a_later_wake_up_supersedes_the_pending_one():
@@ -20,7 +20,7 @@ def test_a_later_wake_up_supersedes_the_pending_one():
     a.wake(1.0, 1)
     a.wake(2.0, 0)  # earlier than the pending 5.0: only 2.0 stays
     a.wake(9.0, 1)  # later than the pending 1.0: only 9.0 stays
-    assert [a.pop() for _ in range(3)] == [(2.0, 0), (9.0, 1), None]
+    assert [a.pop() for _ in range(3)] == [(2.0, 0, 2), (9.0, 1, 2), None]
 
 
 def test_resources_serve_first_come_first_served():
@@ -50,7 +50,7 @@ def test_agenda_runs_a_chain_of_operations_as_a_hand_worked_pipeline(n):
         agenda.wake(0.0, c)
     end = 0.0
     while (woken := agenda.pop()) is not None:
-        t, op = woken
+        t, op, _ = woken
         if op < n:
             agenda.wake(res.serve("first", t, 2.0) + 2.0, n + op)
         else:

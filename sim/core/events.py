@@ -37,13 +37,14 @@ class Agenda:
         g = gen[process] = gen[process] + 1
         heappush(self.heap, (time, process, g))
 
-    def pop(self) -> tuple[float, int] | None:
-        """The earliest pending wake-up (time, process), removed; None when none is left."""
+    def pop(self) -> tuple[float, int, int] | None:
+        """The earliest pending wake-up (time, process, count), removed; None when none is
+        left."""
         heap, gen = self.heap, self._gen
         while heap:
-            t, process, g = heappop(heap)
-            if g == gen[process]:
-                return t, process
+            entry = heappop(heap)
+            if entry[2] == gen[entry[1]]:
+                return entry
         return None
 
 

@@ -419,7 +419,7 @@ class Core:
         pop, wake, serve, serve_all = agenda.pop, agenda.wake, resources.serve, \
             resources.serve_all
         while (woken := pop()) is not None:
-            t, s = woken
+            t, s, _ = woken
             while True:  # run stream s while it is the earliest
                 i = pc[s]
                 plan = plans[s][i]

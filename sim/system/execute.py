@@ -711,7 +711,7 @@ def _execute(b: _Builder, name, op, algorithm, nbytes, dtype, ber, seed, trace) 
                                                      g.children, g.action)
     pop, wake, serve = agenda.pop, agenda.wake, resources.serve
     while (woken := pop()) is not None:
-        t, i = woken
+        t, i, _ = woken
         r = resource[i]
         if r is None:
             done = t
