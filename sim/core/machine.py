@@ -10,8 +10,9 @@
   touching the same bytes, one writing, with no semaphore ordering them (vector clocks).
   Every error is a :class:`ProgramError` naming the stream, the index, the instruction's text
   form and the rule.
-* **Timing.** An event model: each stream issues in order on its engine's own clock; costs
-  come from :mod:`sim.core.costs` (the tensor engine from the RTL-checked cycle model). A
+* **Timing.** An event model on the engine of :mod:`sim.core.events`: each stream issues in
+  order on its engine's own clock; costs come from :mod:`sim.core.costs` (the tensor engine
+  from the RTL-checked cycle model). A
   semaphore increment becomes visible ``semaphore_latency`` after every earlier instruction
   of its stream completed; a wait resumes when the count reaches its value. DMA queues are
   in order; transfers share the core's DMA bandwidth first come, first served. Engines that
@@ -24,7 +25,6 @@
 
 from __future__ import annotations
 
-import heapq
 import json
 from bisect import insort
 from dataclasses import dataclass, field
@@ -58,6 +58,7 @@ from hdl.vector.vector import VectorParams
 from sim.golden import activation, numerics, systolic, vector
 
 from .costs import dma_seconds, stream_cycles, tensor_cycles
+from .events import Agenda, Resources
 from .program import Program
 
 __all__ = ["Core", "ProgramError", "Result"]
@@ -397,27 +398,28 @@ class Core:
         now = [0.0] * len(streams)
         done = [0.0] * len(streams)
         busy = [0.0] * len(streams)
-        gen = [0] * len(streams)
         sems: dict[int, list[float]] = {}
         waiting: dict[int, list[int]] = {}
         pending: dict[int, float] = {}  # stream -> time its satisfied wait resumes
-        heap = [(0.0, i, 0) for i in range(len(streams)) if code[i]]
-        heapq.heapify(heap)
+        agenda = Agenda(len(streams))
+        for i in range(len(streams)):
+            if code[i]:
+                agenda.wake(0.0, i)
+        heap = agenda.heap
+        resources = Resources()  # the shared memory ports and the DMA fabric
         tensor_period = 1.0 / p.clock("tensor")
         sem_latency = p.semaphore_latency
         multiply_cost: dict[tuple, tuple[float, float]] = {}
         reload_cost: dict[tuple, float] = {}
-        fabric = flops = 0.0
+        flops = 0.0
         moved = 0
         events: list[dict] = []
         stationary = None
-        port_free = [0.0] * len(p.shared_ports)
         previous_n = 0  # moving size of the multiply a load follows (0: the array is idle)
-        pop, push = heapq.heappop, heapq.heappush
-        while heap:
-            t, s, g = pop(heap)
-            if g != gen[s]:
-                continue  # superseded by a later push
+        pop, wake, serve, serve_all = agenda.pop, agenda.wake, resources.serve, \
+            resources.serve_all
+        while (woken := pop()) is not None:
+            t, s, _ = woken
             while True:  # run stream s while it is the earliest
                 i = pc[s]
                 plan = plans[s][i]
@@ -438,8 +440,7 @@ class Core:
                             waiting.setdefault(sem, []).append(s)
                             if len(vis) >= value:
                                 pending[s] = vis[value - 1]
-                                gen[s] += 1
-                                push(heap, (vis[value - 1], s, gen[s]))
+                                wake(vis[value - 1], s)
                             break
                 elif op is _SIGNAL:
                     sem = plan[1]
@@ -458,8 +459,7 @@ class Core:
                             resume = max(now[w], vis[want - 1])
                             if w not in pending or resume < pending[w]:
                                 pending[w] = resume
-                                gen[w] += 1
-                                push(heap, (resume, w, gen[w]))
+                                wake(resume, w)
                 else:
                     ins = code[s][i]
                     if races is not None:
@@ -497,20 +497,15 @@ class Core:
                             data.load(ins)
                     elif op is _STREAM:
                         cost = plan[1]
-                        for port in plan[3]:  # engines sharing a memory port take turns
-                            if port_free[port] > t:
-                                t = port_free[port]
+                        if plan[3]:  # engines sharing a memory port take turns
+                            t = serve_all(plan[3], t, cost)
                         end = finish = t + cost
-                        for port in plan[3]:
-                            port_free[port] = end
                         flops += plan[2]
                         if data is not None:
                             data.execute(s, ins)
                     elif op is _DMA:
-                        begin = t + plan[1]
-                        if fabric > begin:
-                            begin = fabric
-                        fabric = end = finish = begin + plan[2]
+                        begin = serve(_DMA, t + plan[1], plan[2])  # the core's DMA bandwidth
+                        end = finish = begin + plan[2]
                         cost = end - t
                         moved += plan[3]
                         if data is not None:
@@ -532,9 +527,8 @@ class Core:
                 now[s] = t
                 if i + 1 >= lengths[s]:
                     break
-                if heap and heap[0][0] < t:
-                    gen[s] += 1
-                    push(heap, (t, s, gen[s]))
+                if heap and heap[0][0] < t:  # another stream is earlier
+                    wake(t, s)
                     break
         blocked = [s for s in range(len(streams)) if pc[s] < lengths[s]]
         if blocked:

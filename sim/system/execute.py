@@ -9,8 +9,9 @@ member's whole EFA bandwidth. :func:`run` executes one collective on it.
 one directed link (a hop), or a chunk reduced on a chip's vector engine. An operation starts
 when all it depends on has finished and its resource is free; a resource serves its
 operations in the order they become ready (first come, first served), so transfers that share
-a link queue behind each other (contention). Operations are processed in time order from a
-heap, the same discrete-event scheme as the core simulator's engine streams.
+a link queue behind each other (contention). Operations run in time order on the core
+simulator's event engine (:mod:`sim.core.events`): an operation is woken when its last
+dependency finishes, links and vector engines are its first-come-first-served resources.
 
 - A hop of ``b`` bytes holds its link for ``b / (bandwidth * efficiency)`` and lands ``alpha``
   later (``link_latency`` or ``efa_latency`` of the system spec). ``efficiency`` is the link
@@ -50,7 +51,6 @@ algorithm.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import json
 import math
@@ -63,6 +63,7 @@ import numpy as np
 from hdl.numerics.formats import BF16, format_by_name
 from hdl.params import link_params
 from hdl.vector.ops import VectorOp
+from sim.core.events import Agenda, Resources
 from sim.golden import link as golden_link
 from sim.golden import numerics, vector
 from specs.errors import ModelError
@@ -691,8 +692,8 @@ def _execute(b: _Builder, name, op, algorithm, nbytes, dtype, ber, seed, trace) 
     fab = b.fab
     count = len(g.resource)
     ready = [0.0] * count
-    free: dict = {}
-    busy: dict = {}
+    agenda = Agenda(count)
+    resources = Resources()
     moved: dict = {}
     rng = np.random.default_rng(seed + 1)
     lp, D = fab.link_params, fab.link_latency
@@ -700,23 +701,21 @@ def _execute(b: _Builder, name, op, algorithm, nbytes, dtype, ber, seed, trace) 
     fail = (golden_link.packet_error_rate(lp, lp.max_packet, ber) if ber else 0.0)
     lost = golden_link.replay_cycles(lp, D, lp.max_packet)
     replays = 0
-    heap = [(0.0, i) for i in range(count) if g.waiting[i] == 0]
-    heapq.heapify(heap)
+    for i in range(count):
+        if g.waiting[i] == 0:
+            agenda.wake(0.0, i)
     events: list[dict] = []
     end_time = 0.0
     waiting = list(g.waiting)
     resource, duration, latency, children, action = (g.resource, g.duration, g.latency,
                                                      g.children, g.action)
-    pop, push = heapq.heappop, heapq.heappush
-    while heap:
-        t, i = pop(heap)
+    pop, wake, serve = agenda.pop, agenda.wake, resources.serve
+    while (woken := pop()) is not None:
+        t, i, _ = woken
         r = resource[i]
         if r is None:
             done = t
         else:
-            start = free.get(r, 0.0)
-            if start < t:
-                start = t
             dur = duration[i]
             if fail and isinstance(r, tuple) and r[0] != "vector":
                 link = fab.link(r)
@@ -727,9 +726,8 @@ def _execute(b: _Builder, name, op, algorithm, nbytes, dtype, ber, seed, trace) 
                     replays += first + again
                     cycle = lp.width / 8 / link.bandwidth
                     dur += ((first + again) * lost + again * lp.ack_timeout) * cycle
+            start = serve(r, t, dur)
             end = start + dur
-            free[r] = end
-            busy[r] = busy.get(r, 0.0) + dur
             if r[0] != "vector":
                 moved[r] = moved.get(r, 0) + g.nbytes[i]
             done = end + latency[i]
@@ -746,7 +744,8 @@ def _execute(b: _Builder, name, op, algorithm, nbytes, dtype, ber, seed, trace) 
                 ready[c] = done
             waiting[c] -= 1
             if waiting[c] == 0:
-                push(heap, (ready[c], c))
+                wake(ready[c], c)
+    busy = resources.busy
     link_busy = {fab.link(r).name: v for r, v in busy.items() if r[0] != "vector"}
     link_bytes = {fab.link(r).name: v for r, v in moved.items()}
     link_dims = {fab.link(r).name: fab.link(r).dim for r in moved}
