@@ -196,14 +196,21 @@ def params_from_spec(spec: ChipSpec, scale: Scale) -> ChipParams:
                       link=link_params(spec, scale) if spec.neuronlink.links else None)
 
 
-def core_params(spec: ChipSpec) -> CoreParams:
-    """One physical NeuronCore of ``spec``, for the core simulator.
+def core_params(spec: ChipSpec, scale: Scale = "full") -> CoreParams:
+    """One physical NeuronCore of ``spec``, for the core simulator and the core's RTL.
 
     The core's share of HBM bandwidth is the chip's divided by its physical cores; one DMA
     transfer is spread over the core's engines (``dma.engines / cores``), each at
     ``dma.engine_bandwidth``, and runs at the lower of the two. The tensor engine has one
-    array per input format with RTL (:func:`systolic_params`), full size.
+    array per input format with RTL (:func:`systolic_params`).
+
+    At ``"sim"`` scale the spec's ``chip.sim`` fields cut the core down: ``partitions``,
+    ``sbuf_partition_bytes``, ``hbm_bytes``, ``dma_queues``, ``instructions`` and
+    ``semaphores``, the simulated arrays (``tensor_rows`` x ``tensor_cols``, moving tiles of
+    ``tensor_moving_max``), and PSUM banks each one moving tile of fp32 deep. Clocks and cost
+    rules stay the chip's.
     """
+    _check_scale(scale)
     c, d = spec.core, spec.dma
     missing = [k for k, v in (("chip.core.costs", c.costs),
                               ("chip.dma.engine_bandwidth", d.engine_bandwidth),
@@ -219,13 +226,24 @@ def core_params(spec: ChipSpec) -> CoreParams:
     dma_bw = min(d.engines // spec.cores * si(d.engine_bandwidth, "B/s"),
                  si(spec.memory.bandwidth, "B/s") / spec.cores)
     t = c.tensor
-    arrays = tuple((f, a) for f in t.formats if (a := systolic_params(t, f)) is not None)
+    sim = spec.sim if scale == "sim" else None
+    arrays = tuple((f, a) for f in t.formats if (a := systolic_params(t, f, sim)) is not None)
+    if sim is None:
+        partitions, sbuf_bytes = c.sbuf.partitions, int(si(c.sbuf.partition_size, "B"))
+        psum_bytes, rows, cols = int(si(c.psum.partition_size, "B")), t.rows, t.cols
+        moving, hbm, queues = t.moving_max, int(si(spec.memory.capacity, "B")), d.queues
+        instructions, semaphores = c.instructions, c.semaphores
+    else:
+        moving = min(t.moving_max, sim.tensor_moving_max)
+        partitions, sbuf_bytes = sim.partitions, sim.sbuf_partition_bytes
+        psum_bytes, rows, cols = c.psum.banks * moving * 4, sim.tensor_rows, sim.tensor_cols
+        hbm, queues, instructions = sim.hbm_bytes, sim.dma_queues, sim.instructions
+        semaphores = min(sim.semaphores, c.semaphores)
     return _build(
-        CoreParams, f"{spec.name}: core fields",
-        name=spec.name, version=spec.neuron_core, partitions=c.sbuf.partitions,
-        sbuf_bytes=int(si(c.sbuf.partition_size, "B")),
-        psum_bytes=int(si(c.psum.partition_size, "B")), psum_banks=c.psum.banks,
-        rows=t.rows, cols=t.cols, moving_max=t.moving_max, row_tiles=tuple(t.row_tiles),
+        CoreParams, f"{spec.name}: core fields" + (" at sim scale" if sim else ""),
+        name=spec.name, version=spec.neuron_core, partitions=partitions,
+        sbuf_bytes=sbuf_bytes, psum_bytes=psum_bytes, psum_banks=c.psum.banks,
+        rows=rows, cols=cols, moving_max=moving, row_tiles=tuple(t.row_tiles),
         formats=tuple(f for f, _ in arrays), arrays=arrays,
         rates=tuple((f, t.rates.get(f, 1.0)) for f in t.formats),
         clocks=(("tensor", si(t.clock, "Hz")), ("vector", si(c.vector.clock, "Hz")),
@@ -235,5 +253,5 @@ def core_params(spec: ChipSpec) -> CoreParams:
         min_interval=c.costs.min_interval, stride_penalty=int(si(c.costs.stride_penalty, "B")),
         semaphore_latency=si(c.costs.semaphore_latency, "s"),
         shared_ports=tuple((tuple(sp.engines), sp.memory) for sp in c.costs.shared_ports),
-        dma_queues=d.queues, dma_bandwidth=dma_bw, dma_latency=si(d.latency, "s"),
-        hbm_bytes=int(si(spec.memory.capacity, "B")))
+        dma_queues=queues, dma_bandwidth=dma_bw, dma_latency=si(d.latency, "s"),
+        hbm_bytes=hbm, instructions=instructions, semaphores=semaphores)

@@ -332,6 +332,13 @@ class CoreSpec(Strict):
     psum: BufferSpec = Field(description="Partial-sum buffer (PSUM).")
     costs: CoreCostSpec | None = Field(None, description="Fixed instruction costs (the core "
                                                          "simulator needs them).")
+    semaphores: PosInt = Field(
+        256, le=256, description="Hardware semaphores. Not published; an assumption: as many "
+                                 "as SemSignal's 8-bit semaphore field names.")
+    instructions: PosInt = Field(
+        4096, description="Instruction words each engine's sequencer holds on chip. Not "
+                          "published; an assumption: enough for the unrolled loops of one "
+                          "kernel tile sequence, reloaded by the host between kernels.")
 
 
 class MemorySpec(Strict):
@@ -412,6 +419,27 @@ class SimScale(Strict):
     tensor_moving_max: PosInt = Field(
         16, description="Largest moving free size N in simulation (at most the array's "
                         "moving_max): the PSUM bank depth of the simulated array.")
+    partitions: PosInt = Field(
+        16, description="SBUF and PSUM partitions of the simulated core (the full core's "
+                        "128 cut down so that a cocotb run of the whole core stays short); "
+                        "also the lanes of the core's vector and scalar engines.")
+    sbuf_partition_bytes: PosInt = Field(
+        4096, description="SBUF bytes per partition of the simulated core: room for the "
+                          "working set of the library's kernels at simulation shapes (two "
+                          "buffers of row tiles and their per-partition columns), read back "
+                          "whole after every co-simulation run.")
+    hbm_bytes: PosInt = Field(
+        65536, description="Bytes of the external memory behind the simulated core's DMA "
+                           "port (the testbench's AXI memory model).")
+    instructions: PosInt = Field(
+        256, description="Instruction words each sequencer of the simulated core holds: "
+                         "enough for the co-simulated kernels at simulation scale.")
+    dma_queues: PosInt = Field(
+        3, description="DMA queues of the simulated core: the three (dma0 .. dma2) that the "
+                       "element-wise and normalisation kernels use.")
+    semaphores: PosInt = Field(
+        16, description="Hardware semaphores of the simulated core: more than the kernel "
+                        "builder's one per stream.")
 
 
 class ChipSpec(Strict):

@@ -31,7 +31,7 @@ __all__ = [
     "SPACES", "WORD_BITS", "Activation", "DmaCopy", "Instruction", "IsaError", "Iota",
     "LoadStationary", "Memset", "MultiplyMoving", "SemSignal", "SemWait", "TensorCopy",
     "TensorReduce", "TensorScalar", "TensorTensor", "Transpose", "decode", "encode",
-    "engine_kind", "format_instruction", "parse",
+    "engine_kind", "field_positions", "format_instruction", "parse",
 ]
 
 
@@ -433,6 +433,16 @@ def _decode_ap(word: int) -> AP | None:
     dims = tuple((v[f"n{i}"], v[f"s{i}"]) for i in range(MAX_DIMS) if v[f"n{i}"])
     return AP(SPACES[v["space"]], _DTYPE_BY_CODE[v["dtype"]], v["partition"],
               v["partitions"], v["offset"], dims, v["pstride"])
+
+
+def field_positions(cls: type[Instruction]) -> dict[str, tuple[int, int, str]]:
+    """Where each field of ``cls`` sits in the word: name -> (first bit, bits, kind), the
+    table an RTL decoder slices by (the same walk as :func:`encode`)."""
+    out, pos = {}, OPCODE_BITS
+    for name, kind, bits in cls.FIELDS:
+        out[name] = (pos, bits, kind)
+        pos += bits
+    return out
 
 
 def encode(ins: Instruction) -> bytes:

@@ -47,6 +47,8 @@ class CoreParams:
     dma_bandwidth: float
     dma_latency: float
     hbm_bytes: int
+    instructions: int
+    semaphores: int
 
     @property
     def psum_bank_bytes(self) -> int:

@@ -96,6 +96,9 @@ class Result:
     flops: float
     dma_bytes: int
     events: list[dict] = field(default_factory=list)
+    #: The final SBUF and PSUM (partitions x bytes) in numeric mode, else None.
+    sbuf: np.ndarray | None = None
+    psum: np.ndarray | None = None
 
     def busy_fraction(self, stream: str) -> float:
         return self.busy[stream] / self.time if self.time else 0.0
@@ -537,7 +540,8 @@ class Core:
         cycles = {name: b * p.clock(kind) if kind != "dma" else 0.0
                   for name, kind, b in zip(streams, kinds, busy, strict=True)}
         return Result(total, dict(zip(streams, busy, strict=True)), cycles,
-                      dict(zip(streams, lengths, strict=True)), flops, moved, events)
+                      dict(zip(streams, lengths, strict=True)), flops, moved, events,
+                      data.sbuf if data else None, data.psum if data else None)
 
     def _bad_multiply(self, stream: str, index: int, ins: MultiplyMoving, stationary) -> None:
         if stationary is None:

@@ -1,0 +1,253 @@
+"""The NeuronCore: SBUF and PSUM, one sequencer per instruction stream, hardware semaphores,
+the DMA engine on an AXI4 port, the vector engine, and a host port.
+
+Sized by :class:`~hdl.core.params.CoreParams` (:func:`hdl.params.core_params`, full or
+simulation scale):
+
+* **SBUF**: ``partitions`` banks of ``sbuf_bytes`` each, as one ``amaranth.lib.memory`` whose
+  row holds the 32-bit word at one address of every partition, with byte enables (so an
+  engine reads a word of every partition in one cycle, the DMA one partition's word).
+  **PSUM**: likewise, ``psum_bytes`` per partition (``psum_banks`` banks of accumulation).
+* **Streams** (:attr:`NeuronCore.streams`): ``vector`` and the DMA queues ``dma0`` ..; each
+  its :class:`~hdl.core.sequencer.Sequencer` of ``instructions`` words.
+* **Semaphores**: ``semaphores`` counters of 32 bits (the width of ``SemWait.value``),
+  cleared at start; a signal adds its count the cycle after it issues,
+  several signals in one cycle add up.
+* **Host port**: word reads (data the cycle after the address) and writes at the addresses
+  of :class:`HostMap`: control and status, stream lengths, instruction memories,
+  per-instruction cycle stamps, and SBUF and PSUM (read while the core is stopped).
+* **Deadlock**: status bit ``deadlock`` is set when every running stream waits on a
+  semaphore that no running stream can signal any more.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hdl.core.dma import AxiSignature, Dma
+from hdl.core.engines import VectorEngine
+from hdl.core.isa import WORD_BITS
+from hdl.core.params import CoreParams
+from hdl.core.sequencer import CHUNK_BITS, Sequencer
+
+__all__ = ["HostMap", "NeuronCore"]
+
+HOST_BITS = 32
+
+
+def _bits(n: int) -> int:
+    return max(1, (n - 1).bit_length())
+
+
+class HostMap:
+    """Word addresses of the host port of a core of ``params``: region in the top four
+    bits, then the region's fields.
+
+    Registers (region 0): ``START`` (write: start every stream from instruction 0),
+    ``STATUS`` (bit 0 running, bit 1 deadlock), ``CYCLES`` (cycles since start),
+    ``length(s)`` (write), ``pc(s)``, ``waiting(s)`` (bit 0 waiting, bits 8.. the
+    semaphore).
+    """
+
+    REGS, IMEM, STAMP, SBUF, PSUM = range(5)
+    START, STATUS, CYCLES = 0, 1, 2
+
+    def __init__(self, params: CoreParams):
+        self.streams = ("vector",) + tuple(f"dma{q}" for q in range(params.dma_queues))
+        self.index_bits = _bits(params.instructions)
+        self.chunks = WORD_BITS // CHUNK_BITS
+        self.sbuf_words = params.sbuf_bytes // 4
+        self.psum_words = params.psum_bytes // 4
+        self.sbuf_bits = _bits(self.sbuf_words)
+        self.psum_bits = _bits(self.psum_words)
+        self.stream_bits = _bits(len(self.streams))
+        for region, used in ((self.IMEM, self.stream_bits + self.index_bits + 5),
+                             (self.SBUF, _bits(params.partitions) + self.sbuf_bits)):
+            if used > HOST_BITS - 4:
+                raise ValueError(f"host region {region} needs {used} address bits, more than "
+                                 f"{HOST_BITS - 4}")
+
+    @staticmethod
+    def _at(region: int, offset: int) -> int:
+        return region << (HOST_BITS - 4) | offset
+
+    def reg(self, index: int) -> int:
+        return self._at(self.REGS, index)
+
+    def length(self, stream: int) -> int:
+        return self._at(self.REGS, 0x100 + stream)
+
+    def pc(self, stream: int) -> int:
+        return self._at(self.REGS, 0x200 + stream)
+
+    def waiting(self, stream: int) -> int:
+        return self._at(self.REGS, 0x300 + stream)
+
+    def imem(self, stream: int, index: int, chunk: int) -> int:
+        return self._at(self.IMEM, (stream << self.index_bits | index) << 5 | chunk)
+
+    def stamp(self, stream: int, index: int, end: bool) -> int:
+        return self._at(self.STAMP, (stream << self.index_bits | index) << 1 | int(end))
+
+    def sbuf(self, partition: int, word: int) -> int:
+        return self._at(self.SBUF, partition << self.sbuf_bits | word)
+
+    def psum(self, partition: int, word: int) -> int:
+        return self._at(self.PSUM, partition << self.psum_bits | word)
+
+
+def host_signature() -> wiring.Signature:
+    """The host port from the core's side."""
+    return wiring.Signature({"addr": In(HOST_BITS), "wdata": In(HOST_BITS), "we": In(1),
+                             "rdata": Out(HOST_BITS)})
+
+
+class NeuronCore(wiring.Component):
+    """One NeuronCore of ``params`` (see the module docstring)."""
+
+    def __init__(self, params: CoreParams):
+        if not isinstance(params, CoreParams):
+            raise ValueError(f"params must be a CoreParams, not {params!r}")
+        self.params = params
+        self.map = HostMap(params)
+        self.addr_bits = _bits(params.hbm_bytes)
+        super().__init__({"host": Out(host_signature()),
+                          "m_axi": Out(AxiSignature(self.addr_bits))})
+        words = max(self.map.sbuf_words, self.map.psum_words)
+        self.vector = VectorEngine(params.partitions, words)
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return self.map.streams
+
+    def verilog_dependencies(self) -> list[str]:
+        return self.vector.verilog_dependencies()
+
+    def elaborate(self, platform):
+        m = Module()
+        p, hm = self.params, self.map
+        n = p.partitions
+        host = self.host
+        region = host.addr[HOST_BITS - 4:]
+        offset = host.addr[:HOST_BITS - 4]
+
+        # --- sequencers, control and semaphores ---------------------------------------------
+        start = Signal()
+        running, deadlock = Signal(), Signal()
+        cycles = Signal(32)
+        seqs = []
+        for s, name in enumerate(self.streams):
+            seq = Sequencer(p.instructions)
+            m.submodules[f"seq_{name}"] = seq
+            seqs.append(seq)
+            length = Signal(range(p.instructions + 1), name=f"length_{name}")
+            with m.If(host.we & (host.addr == hm.length(s))):
+                m.d.sync += length.eq(host.wdata)
+            m.d.comb += [
+                seq.load_en.eq(host.we & (region == hm.IMEM)
+                               & (offset[5 + hm.index_bits:] == s)),
+                seq.load_index.eq(offset[5:5 + hm.index_bits]),
+                seq.load_chunk.eq(offset[:5]),
+                seq.load_data.eq(host.wdata),
+                seq.length.eq(length), seq.start.eq(start), seq.cycle.eq(cycles),
+                seq.stamp_index.eq(offset[1:1 + hm.index_bits]),
+            ]
+        m.d.comb += start.eq(host.we & (host.addr == hm.reg(hm.START)) & host.wdata[0])
+        any_running = Cat(*[s.running for s in seqs]).any()
+        all_stuck = Cat(*[~s.running | s.waiting for s in seqs]).all()
+        with m.If(start):
+            m.d.sync += [cycles.eq(0), deadlock.eq(0), running.eq(1)]
+        with m.Elif(running):
+            m.d.sync += cycles.eq(cycles + 1)
+            with m.If(~any_running & (cycles > 0)):
+                m.d.sync += running.eq(0)
+            with m.If(any_running & all_stuck):
+                m.d.sync += [deadlock.eq(1), running.eq(0)]
+
+        sems = Array(Signal(32, name=f"sem{k}") for k in range(p.semaphores))
+        for k in range(p.semaphores):
+            add = 0
+            for seq in seqs:
+                add = add + ((seq.signal & (seq.signal_sem == k)) * seq.signal_count)
+            with m.If(start):
+                m.d.sync += sems[k].eq(0)
+            with m.Else():
+                m.d.sync += sems[k].eq(sems[k] + add)
+        for seq in seqs:
+            m.d.comb += seq.wait_ok.eq(sems[seq.wait_sem] >= seq.wait_value)
+
+        # --- memories ---------------------------------------------------------------------
+        m.submodules.dma = dma = Dma(p.dma_queues, n, hm.sbuf_words, self.addr_bits)
+        wiring.connect(m, wiring.flipped(self.m_axi), dma.axi)
+        m.submodules.vector = vec = self.vector
+        vseq = seqs[0]
+        m.d.comb += [vec.issue.eq(vseq.issue), vec.word.eq(vseq.word), vseq.done.eq(vec.done)]
+        for q in range(p.dma_queues):
+            seq = seqs[1 + q]
+            m.d.comb += [dma.issue[q].eq(seq.issue), dma.word[q].eq(seq.word),
+                         seq.done.eq(dma.done[q])]
+
+        # SBUF and PSUM: one row of every partition's 32-bit word per address, byte enables
+        m.submodules.sbuf = sbuf = Memory(shape=32 * n, depth=hm.sbuf_words, init=[])
+        m.submodules.psum = psum = Memory(shape=32 * n, depth=hm.psum_words, init=[])
+        dma_rpart = Signal.like(dma.sbuf.rpart)
+        m.d.sync += dma_rpart.eq(dma.sbuf.rpart)
+        d_r = sbuf.read_port()
+        m.d.comb += [d_r.addr.eq(dma.sbuf.raddr), d_r.en.eq(dma.sbuf.ren),
+                     dma.sbuf.rdata.eq(d_r.data.word_select(dma_rpart, 32))]
+        d_w = sbuf.write_port(granularity=8)
+        m.d.comb += [d_w.addr.eq(dma.sbuf.waddr), d_w.data.eq(dma.sbuf.wdata.replicate(n)),
+                     d_w.en.eq(Cat(*[dma.sbuf.wen & (dma.sbuf.wpart == part).replicate(4)
+                                     for part in range(n)]))]
+        host_data = {}
+        for name, mem, words in (("sbuf", sbuf, hm.sbuf_words), ("psum", psum, hm.psum_words)):
+            h = mem.read_port()
+            m.d.comb += h.addr.eq(offset[:_bits(words)])
+            host_data[name] = h.data
+        for port in ("a", "b"):
+            addr, en = getattr(vec, f"{port}_addr"), getattr(vec, f"{port}_en")
+            is_psum = Signal(name=f"{port}_psum")
+            with m.If(en):
+                m.d.sync += is_psum.eq(getattr(vec, f"{port}_psum"))
+            rs, rp = sbuf.read_port(), psum.read_port()
+            m.d.comb += [rs.addr.eq(addr), rs.en.eq(en), rp.addr.eq(addr), rp.en.eq(en),
+                         getattr(vec, f"{port}_data").eq(Mux(is_psum, rp.data, rs.data))]
+        for mem, is_psum in ((sbuf, 0), (psum, 1)):
+            w = mem.write_port(granularity=8)
+            sel = vec.w_psum == is_psum
+            m.d.comb += [w.addr.eq(vec.w_addr), w.data.eq(vec.w_data),
+                         w.en.eq(Cat(*[vec.w_be & (sel & vec.w_part[part]).replicate(4)
+                                       for part in range(n)]))]
+
+        # --- host reads -------------------------------------------------------------------
+        h_region = Signal(4)
+        h_offset = Signal(HOST_BITS - 4)
+        m.d.sync += [h_region.eq(region), h_offset.eq(offset)]
+        regs = Signal(HOST_BITS)
+        with m.Switch(host.addr):
+            with m.Case(hm.reg(hm.STATUS)):
+                m.d.sync += regs.eq(Cat(running, deadlock))
+            with m.Case(hm.reg(hm.CYCLES)):
+                m.d.sync += regs.eq(cycles)
+            for s, seq in enumerate(seqs):
+                with m.Case(hm.pc(s)):
+                    m.d.sync += regs.eq(seq.pc)
+                with m.Case(hm.waiting(s)):
+                    m.d.sync += regs.eq(Cat(seq.waiting, Const(0, 7), seq.wait_sem))
+        stamp_stream = h_offset[1 + hm.index_bits:1 + hm.index_bits + hm.stream_bits]
+        stamps = Array(seq.stamp for seq in seqs)[stamp_stream]
+        part_s = h_offset[hm.sbuf_bits:hm.sbuf_bits + _bits(n)]
+        part_p = h_offset[hm.psum_bits:hm.psum_bits + _bits(n)]
+        with m.Switch(h_region):
+            with m.Case(hm.REGS):
+                m.d.comb += host.rdata.eq(regs)
+            with m.Case(hm.STAMP):
+                m.d.comb += host.rdata.eq(stamps.word_select(h_offset[0], 32))
+            with m.Case(hm.SBUF):
+                m.d.comb += host.rdata.eq(host_data["sbuf"].word_select(part_s, 32))
+            with m.Case(hm.PSUM):
+                m.d.comb += host.rdata.eq(host_data["psum"].word_select(part_p, 32))
+        return m

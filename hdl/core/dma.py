@@ -1,0 +1,178 @@
+"""The core's DMA engine: its queues' ``DmaCopy`` instructions, element by element, between
+an AXI4 memory port (HBM) and SBUF.
+
+Queues are served round robin, one instruction at a time, in order within a queue. Each
+element is read (an AXI4 single-beat read of the aligned 32-bit word holding it, or an SBUF
+read) and written (an AXI4 single-beat write with byte strobes, or an SBUF write with byte
+enables) before the next; both patterns are walked by :class:`~hdl.core.access.ApWalker`,
+partitions outermost. The data port is 32 bits wide: every element (at most 4 bytes,
+aligned to its size) lies in one word.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Module, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
+from hdl.core.isa import WORD_BITS, DmaCopy, field_positions
+
+__all__ = ["AxiSignature", "Dma", "SbufPort"]
+
+DATA_BITS = 32
+
+
+class AxiSignature(wiring.Signature):
+    """An AXI4 initiator with a 32-bit data bus and one-bit IDs, members named as
+    cocotbext-axi's ``AxiBus`` expects them (``awaddr`` ... ``rready``)."""
+
+    def __init__(self, addr_bits: int):
+        if not isinstance(addr_bits, int) or addr_bits < 2:
+            raise ValueError(f"addr_bits must be an integer of at least 2, not {addr_bits!r}")
+        self.addr_bits = addr_bits
+        members = {}
+        for ch in ("aw", "ar"):
+            members.update({f"{ch}id": Out(1), f"{ch}addr": Out(addr_bits), f"{ch}len": Out(8),
+                            f"{ch}size": Out(3), f"{ch}burst": Out(2), f"{ch}valid": Out(1),
+                            f"{ch}ready": In(1)})
+        members.update({"wdata": Out(DATA_BITS), "wstrb": Out(DATA_BITS // 8), "wlast": Out(1),
+                        "wvalid": Out(1), "wready": In(1),
+                        "bid": In(1), "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+                        "rid": In(1), "rdata": In(DATA_BITS), "rresp": In(2), "rlast": In(1),
+                        "rvalid": In(1), "rready": Out(1)})
+        super().__init__(members)
+
+    def __eq__(self, other):
+        return isinstance(other, AxiSignature) and other.addr_bits == self.addr_bits
+
+    def __repr__(self):
+        return f"AxiSignature({self.addr_bits})"
+
+
+class SbufPort(wiring.Signature):
+    """One partition-addressed port into SBUF: a read (``raddr`` -> ``rdata`` next cycle)
+    and a write (``waddr``, ``wdata``, byte enables ``wen``) of one 32-bit word of one
+    partition."""
+
+    def __init__(self, partitions: int, words: int):
+        self.partitions, self.words = partitions, words
+        super().__init__({
+            "rpart": Out(range(partitions)), "raddr": Out(range(words)), "ren": Out(1),
+            "rdata": In(DATA_BITS),
+            "wpart": Out(range(partitions)), "waddr": Out(range(words)),
+            "wdata": Out(DATA_BITS), "wen": Out(DATA_BITS // 8),
+        })
+
+    def __eq__(self, other):
+        return isinstance(other, SbufPort) and (other.partitions, other.words) == (
+            self.partitions, self.words)
+
+    def __repr__(self):
+        return f"SbufPort({self.partitions}, {self.words})"
+
+
+def _ap(word, name):
+    pos, bits, _ = field_positions(DmaCopy)[name]
+    return data.View(AP_LAYOUT, word[pos:pos + bits])
+
+
+class Dma(wiring.Component):
+    """The DMA engine of ``queues`` queues; ``issue[q]``/``word[q]`` from queue ``q``'s
+    sequencer, ``done[q]`` back to it."""
+
+    def __init__(self, queues: int, partitions: int, sbuf_words: int, addr_bits: int):
+        self.queues = queues
+        super().__init__({
+            "issue": In(queues), "word": In(WORD_BITS).array(queues), "done": Out(queues),
+            "axi": Out(AxiSignature(addr_bits)),
+            "sbuf": Out(SbufPort(partitions, sbuf_words)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        axi = self.axi
+        word = Signal(WORD_BITS)
+        queue = Signal(range(self.queues))
+        src, dst = _ap(word, "src"), _ap(word, "dst")
+        m.submodules.rd = rd = ApWalker()
+        m.submodules.wr = wr = ApWalker()
+        value = Signal(DATA_BITS)
+        start = Signal()
+        m.d.comb += [rd.ap.eq(src), wr.ap.eq(dst), rd.start.eq(start), wr.start.eq(start)]
+        item_mask = Signal(DATA_BITS // 8)
+        m.d.comb += item_mask.eq((1 << (1 << dtype_shift(dst.dtype))) - 1)
+        rshift = rd.byte[:2] * 8
+        wshift = wr.byte[:2]
+        aligned_r = rd.byte[2:] << 2
+        aligned_w = wr.byte[2:] << 2
+        aw_done, w_done = Signal(), Signal()
+        for ch in ("aw", "ar"):
+            m.d.comb += [getattr(axi, f"{ch}size").eq(2), getattr(axi, f"{ch}burst").eq(1)]
+        m.d.comb += [axi.araddr.eq(aligned_r), axi.awaddr.eq(aligned_w), axi.wlast.eq(1),
+                     axi.wdata.eq(value << (wshift * 8)), axi.wstrb.eq(item_mask << wshift),
+                     self.sbuf.rpart.eq(src.partition + rd.row), self.sbuf.raddr.eq(rd.byte[2:]),
+                     self.sbuf.wpart.eq(dst.partition + wr.row), self.sbuf.waddr.eq(wr.byte[2:]),
+                     self.sbuf.wdata.eq(value << (wshift * 8))]
+        rr = Signal(range(self.queues))  # the queue served first at the next choice
+        with m.FSM():
+            with m.State("IDLE"):
+                chosen = Signal(range(self.queues))
+                found = Signal()
+                for k in reversed(range(self.queues)):  # the first from rr onwards wins
+                    idx = Signal(range(self.queues), name=f"candidate{k}")
+                    m.d.comb += idx.eq((rr + k) % self.queues if self.queues > 1 else 0)
+                    with m.If(self.issue.bit_select(idx, 1)):
+                        m.d.comb += [chosen.eq(idx), found.eq(1)]
+                with m.If(found):
+                    m.d.sync += [queue.eq(chosen), word.eq(Array(self.word)[chosen])]
+                    m.d.sync += rr.eq(chosen + 1 if self.queues > 1 else 0)
+                    m.next = "START"
+            with m.State("START"):
+                m.d.comb += start.eq(1)
+                m.next = "READ"
+            with m.State("READ"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(src.space == SPACE["hbm"]):
+                    m.d.comb += axi.arvalid.eq(1)
+                    with m.If(axi.arready):
+                        m.next = "READ_DATA"
+                with m.Else():
+                    m.d.comb += self.sbuf.ren.eq(1)
+                    m.next = "SBUF_DATA"
+            with m.State("READ_DATA"):
+                m.d.comb += [self.busy.eq(1), axi.rready.eq(1)]
+                with m.If(axi.rvalid):
+                    m.d.sync += value.eq(axi.rdata >> rshift)
+                    m.next = "WRITE"
+            with m.State("SBUF_DATA"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += value.eq(self.sbuf.rdata >> rshift)
+                m.next = "WRITE"
+            with m.State("WRITE"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(dst.space == SPACE["hbm"]):
+                    m.d.comb += [axi.awvalid.eq(~aw_done), axi.wvalid.eq(~w_done)]
+                    aw = aw_done | axi.awready
+                    w = w_done | axi.wready
+                    with m.If(aw & w):
+                        m.d.sync += [aw_done.eq(0), w_done.eq(0)]
+                        m.next = "RESPONSE"
+                    with m.Else():
+                        m.d.sync += [aw_done.eq(aw), w_done.eq(w)]
+                with m.Else():
+                    m.d.comb += self.sbuf.wen.eq(item_mask << wshift)
+                    m.next = "NEXT"
+            with m.State("RESPONSE"):
+                m.d.comb += [self.busy.eq(1), axi.bready.eq(1)]
+                with m.If(axi.bvalid):
+                    m.next = "NEXT"
+            with m.State("NEXT"):
+                m.d.comb += [self.busy.eq(1), rd.step.eq(1), wr.step.eq(1)]
+                with m.If(wr.last):
+                    m.d.comb += self.done.bit_select(queue, 1).eq(1)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "READ"
+        return m

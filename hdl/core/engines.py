@@ -1,0 +1,233 @@
+"""The core's vector engine: the vector unit (:class:`hdl.vector.vector.Vector`, one lane
+per partition) fed from and writing to SBUF and PSUM through the access patterns of
+``TensorTensor``, ``TensorScalar``, ``TensorReduce``, ``TensorCopy`` and ``Memset``.
+
+Per instruction: decode (the fields of the opcode's ``FIELDS`` table), then for a
+per-partition scalar operand one read of it, then the stream: every cycle the next element
+of ``a`` (and ``b``) is read from all partitions at once, one cycle later it enters the unit
+(lane ``l`` takes partition ``first + l``), and every result beat is written to ``dst`` at
+the destination pattern's next element, in the partitions of the tile only. ``Memset``
+writes its value without the unit. Two read ports (``a``, ``b``) and one write port.
+
+What this datapath runs (:func:`supported` says why not otherwise): operand types the unit
+reads (``formats``), ``a`` and ``b`` of one type, fp32 destinations and scalar operands, and
+``TensorScalar`` with ``op1`` COPY.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from hdl.core.access import AP_LAYOUT, SPACE, ApWalker
+from hdl.core.isa import (
+    AP,
+    DTYPES,
+    WORD_BITS,
+    Instruction,
+    Memset,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+    field_positions,
+)
+from hdl.vector.ops import Reduce, VectorOp
+from hdl.vector.vector import Vector, VectorParams
+
+__all__ = ["VECTOR_OPS", "VectorEngine", "supported"]
+
+VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
+DATA_BITS = 32
+
+
+def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
+    """Why the core's vector engine cannot run ``ins`` (None: it can)."""
+    if not isinstance(ins, VECTOR_OPS):
+        return f"the vector engine runs {', '.join(c.__name__ for c in VECTOR_OPS)}"
+    aps: dict[str, AP] = {name: ap for name, ap, _ in ins.operands()}
+    if aps["dst"].dtype != "fp32":
+        return "destinations are fp32 (no output cast in the core's vector engine yet)"
+    inputs = [aps[n] for n in ("a", "b", "src") if n in aps]
+    for ap in inputs:
+        if ap.dtype not in formats:
+            return f"inputs are {', '.join(formats)}, not {ap.dtype}"
+    if len({ap.dtype for ap in inputs}) > 1:
+        return "both inputs must have one type"
+    for name in ("operand0", "operand1"):
+        if name in aps and aps[name].dtype != "fp32":
+            return f"{name} must be fp32"
+    if isinstance(ins, TensorScalar) and ins.op1 != VectorOp.COPY:
+        return "TensorScalar runs one operation (op1 COPY)"
+    return None
+
+
+def rotate(values: list, first, chunk: int) -> list:
+    """``values`` rotated so that element 0 is ``values[first]``, ``first`` a multiple of
+    ``chunk`` (the partition-start rule); a mux of ``len(values) // chunk`` ways."""
+    n = len(values)
+    out = list(values)
+    for k in range(1, n // chunk):
+        shifted = values[k * chunk:] + values[:k * chunk]
+        out = [Mux(first == k * chunk, s, o) for s, o in zip(shifted, out, strict=True)]
+    return out
+
+
+def unrotate(values: list, first, chunk: int) -> list:
+    """The inverse of :func:`rotate`: element ``p`` is ``values[p - first]``."""
+    n = len(values)
+    out = list(values)
+    for k in range(1, n // chunk):
+        shifted = values[n - k * chunk:] + values[:n - k * chunk]
+        out = [Mux(first == k * chunk, s, o) for s, o in zip(shifted, out, strict=True)]
+    return out
+
+
+class VectorEngine(wiring.Component):
+    """The vector engine of a core of ``partitions`` partitions; ``words`` is the depth of
+    the deeper of SBUF and PSUM in 32-bit words."""
+
+    def __init__(self, partitions: int, words: int):
+        self.partitions = partitions
+        self.params = VectorParams(lanes=partitions)
+        n = partitions
+        members = {"issue": In(1), "word": In(WORD_BITS), "done": Out(1)}
+        for port in ("a", "b"):
+            members.update({f"{port}_addr": Out(range(words)), f"{port}_en": Out(1),
+                            f"{port}_psum": Out(1),
+                            f"{port}_data": In(data.ArrayLayout(DATA_BITS, n))})
+        members.update({"w_addr": Out(range(words)), "w_psum": Out(1), "w_part": Out(n),
+                        "w_be": Out(DATA_BITS // 8),
+                        "w_data": Out(data.ArrayLayout(DATA_BITS, n))})
+        super().__init__(members)
+        self.unit = Vector(self.params, lane_instances=True)
+
+    def verilog_dependencies(self) -> list[str]:
+        return self.unit.verilog_dependencies()
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.partitions
+        chunk = min(32, n)
+        m.submodules.unit = unit = self.unit
+        word = Signal(WORD_BITS)
+        opcode = word[:8]
+
+        def field(cls, name):
+            pos, bits, kind = field_positions(cls)[name]
+            value = word[pos:pos + bits]
+            return data.View(AP_LAYOUT, value) if kind == "ap" else value
+
+        dst, a, b, s0 = (Signal(AP_LAYOUT, name=nm) for nm in ("dst", "a", "b", "s0"))
+        op, reduce = Signal(VectorOp), Signal(Reduce)
+        use_scalar, memset, imm = Signal(), Signal(), Signal(32)
+        with m.Switch(opcode):
+            with m.Case(TensorTensor.OPCODE):
+                m.d.comb += [dst.eq(field(TensorTensor, "dst")), a.eq(field(TensorTensor, "a")),
+                             b.eq(field(TensorTensor, "b")), op.eq(field(TensorTensor, "op"))]
+            with m.Case(TensorScalar.OPCODE):
+                m.d.comb += [dst.eq(field(TensorScalar, "dst")),
+                             a.eq(field(TensorScalar, "src")),
+                             s0.eq(field(TensorScalar, "operand0")),
+                             op.eq(field(TensorScalar, "op0")), use_scalar.eq(1),
+                             imm.eq(field(TensorScalar, "imm0"))]
+            with m.Case(TensorReduce.OPCODE):
+                m.d.comb += [dst.eq(field(TensorReduce, "dst")),
+                             a.eq(field(TensorReduce, "src")),
+                             op.eq(field(TensorReduce, "op")),
+                             reduce.eq(field(TensorReduce, "reduce"))]
+            with m.Case(TensorCopy.OPCODE):
+                m.d.comb += [dst.eq(field(TensorCopy, "dst")), a.eq(field(TensorCopy, "src")),
+                             op.eq(VectorOp.COPY)]
+            with m.Case(Memset.OPCODE):
+                m.d.comb += [dst.eq(field(Memset, "dst")), memset.eq(1),
+                             imm.eq(field(Memset, "value"))]
+
+        m.submodules.wa = wa = ApWalker()
+        m.submodules.wb = wb = ApWalker()
+        m.submodules.wd = wd = ApWalker()
+        start = Signal()
+        m.d.comb += [wa.ap.eq(a), wb.ap.eq(b), wd.ap.eq(dst),
+                     wa.start.eq(start), wb.start.eq(start), wd.start.eq(start)]
+
+        in_format = 0
+        for index, name in enumerate(self.params.formats):
+            in_format = Mux(a.dtype == DTYPES[name][0], index, in_format)
+        m.d.comb += [unit.op.eq(op), unit.reduce.eq(reduce), unit.use_scalar.eq(use_scalar),
+                     unit.in_format.eq(in_format)]
+
+        # the read side: a (and b) of every partition, one cycle after the address
+        s1_valid, s1_last, sent = Signal(), Signal(), Signal()
+        a_shift, b_shift = Signal(2), Signal(2)
+        lanes_a = rotate([self.a_data[p] for p in range(n)], a.partition, chunk)
+        lanes_b = rotate([self.b_data[p] for p in range(n)], b.partition, chunk)
+        m.d.comb += [
+            self.a_addr.eq(wa.byte[2:]),
+            self.b_addr.eq(wb.byte[2:]),
+            self.a_psum.eq(a.space == SPACE["psum"]), self.b_psum.eq(b.space == SPACE["psum"]),
+            unit.i.valid.eq(s1_valid),
+            unit.i.payload.last.eq(s1_last),
+        ]
+        for lane in range(n):
+            m.d.comb += [unit.i.payload.a[lane].eq(lanes_a[lane] >> (a_shift * 8)),
+                         unit.i.payload.b[lane].eq(lanes_b[lane] >> (b_shift * 8))]
+
+        # the write side: dst's next element, in the tile's partitions
+        result = [Mux(memset, imm, unit.o.payload[lane]) for lane in range(n)]
+        out_lanes = unrotate(result, dst.partition, chunk)
+        in_tile = Cat(*[(dst.partition <= p) & (p < dst.partition + dst.partitions)
+                        for p in range(n)])
+        m.d.comb += [self.w_addr.eq(wd.byte[2:]), self.w_psum.eq(dst.space == SPACE["psum"]),
+                     self.w_part.eq(in_tile)]
+        m.d.comb += [self.w_data[p].eq(out_lanes[p]) for p in range(n)]
+        writing = Signal()
+        m.d.comb += self.w_be.eq(Mux(writing, 0xF, 0))
+
+        scalars = Signal(data.ArrayLayout(32, n))
+        m.d.comb += unit.scalar.eq(scalars)
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.issue):
+                    m.d.sync += word.eq(self.word)
+                    m.next = "SETUP"
+            with m.State("SETUP"):
+                m.d.comb += start.eq(1)
+                m.d.sync += [sent.eq(0), s1_valid.eq(0)]
+                with m.If(memset):
+                    m.next = "MEMSET"
+                with m.Elif(use_scalar & (s0.partitions != 0)):
+                    m.next = "SCALAR"
+                with m.Else():
+                    m.d.sync += [scalars[lane].eq(imm) for lane in range(n)]
+                    m.next = "STREAM"
+            with m.State("SCALAR"):
+                # the operand's one element per partition: read it through port b
+                m.d.comb += [self.b_addr.eq(s0.offset[2:]), self.b_en.eq(1),
+                             self.b_psum.eq(s0.space == SPACE["psum"])]
+                m.next = "SCALAR_DATA"
+            with m.State("SCALAR_DATA"):
+                lanes_s = rotate([self.b_data[p] for p in range(n)], s0.partition, chunk)
+                m.d.sync += [scalars[lane].eq(lanes_s[lane]) for lane in range(n)]
+                m.next = "STREAM"
+            with m.State("STREAM"):
+                adv = ~s1_valid | unit.i.ready
+                m.d.comb += [self.a_en.eq(adv), self.b_en.eq(adv)]
+                with m.If(adv):
+                    m.d.sync += s1_valid.eq(~sent)
+                    with m.If(~sent):
+                        m.d.comb += [wa.step.eq(1), wb.step.eq(1)]
+                        m.d.sync += [s1_last.eq(wa.row_last), a_shift.eq(wa.byte[:2]),
+                                     b_shift.eq(wb.byte[:2]), sent.eq(wa.row_last)]
+                m.d.comb += [unit.o.ready.eq(1), writing.eq(unit.o.valid)]
+                with m.If(unit.o.valid):
+                    m.d.comb += wd.step.eq(1)
+                    with m.If(wd.row_last):
+                        m.d.comb += self.done.eq(1)
+                        m.next = "IDLE"
+            with m.State("MEMSET"):
+                m.d.comb += [writing.eq(1), wd.step.eq(1)]
+                with m.If(wd.row_last):
+                    m.d.comb += self.done.eq(1)
+                    m.next = "IDLE"
+        return m

@@ -1,0 +1,124 @@
+"""One engine's sequencer: its instruction memory, fetch, the semaphore instructions and
+the hand-off of every other instruction to its engine.
+
+The host writes the instruction memory 32 bits at a time (``load``) and the stream's length;
+``start`` runs it from instruction 0. Per instruction: fetch (one cycle: the memory's read
+latency), decode, then
+
+* ``SemSignal``: one cycle, ``signal`` carries the semaphore and count to the core's
+  semaphores (every earlier instruction of the stream has completed: the sequencer runs one
+  instruction at a time);
+* ``SemWait``: ``wait_sem``/``wait_value`` out, ``waiting`` high until ``wait_ok``;
+* otherwise ``issue`` holds the word to the engine until the engine's ``done``.
+
+Each retired instruction's start cycle (its decode) and end cycle (its retirement) go to the
+stamp memory, which the host reads.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hdl.core.isa import OPCODE_BITS, WORD_BITS, SemSignal, SemWait, field_positions
+
+__all__ = ["CHUNK_BITS", "Sequencer"]
+
+#: Width of one host write into the instruction memory.
+CHUNK_BITS = 32
+CYCLE_BITS = 32
+
+
+def _field(word, cls, name):
+    pos, bits, _ = field_positions(cls)[name]
+    return word[pos:pos + bits]
+
+
+class Sequencer(wiring.Component):
+    """The sequencer of one instruction stream of at most ``depth`` instructions."""
+
+    def __init__(self, depth: int):
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth must be a positive integer, not {depth!r}")
+        self.depth = depth
+        chunks = WORD_BITS // CHUNK_BITS
+        super().__init__({
+            "load_en": In(1), "load_index": In(range(depth)), "load_chunk": In(range(chunks)),
+            "load_data": In(CHUNK_BITS),
+            "length": In(range(depth + 1)),
+            "start": In(1),
+            "cycle": In(CYCLE_BITS),
+            "word": Out(WORD_BITS),
+            "issue": Out(1),
+            "done": In(1),
+            "signal": Out(1), "signal_sem": Out(8), "signal_count": Out(16),
+            "waiting": Out(1), "wait_sem": Out(8), "wait_value": Out(32), "wait_ok": In(1),
+            "running": Out(1),
+            "pc": Out(range(depth + 1)),
+            "stamp_index": In(range(depth)),
+            "stamp": Out(2 * CYCLE_BITS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        chunks = WORD_BITS // CHUNK_BITS
+        m.submodules.imem = imem = Memory(shape=WORD_BITS, depth=self.depth, init=[])
+        load = imem.write_port(granularity=CHUNK_BITS)
+        fetch = imem.read_port()
+        m.d.comb += [
+            load.addr.eq(self.load_index),
+            load.data.eq(Cat(*([self.load_data] * chunks))),
+            load.en.eq(Cat(*[self.load_en & (self.load_chunk == i) for i in range(chunks)])),
+        ]
+        m.submodules.stamps = stamps = Memory(shape=2 * CYCLE_BITS, depth=self.depth, init=[])
+        record = stamps.write_port()
+        host = stamps.read_port()
+        m.d.comb += host.addr.eq(self.stamp_index), self.stamp.eq(host.data)
+
+        word = self.word
+        begin = Signal(CYCLE_BITS)
+        opcode = word[:OPCODE_BITS]
+        m.d.comb += [
+            fetch.addr.eq(self.pc),
+            self.signal_sem.eq(_field(word, SemSignal, "sem")),
+            self.signal_count.eq(_field(word, SemSignal, "count")),
+            self.wait_sem.eq(_field(word, SemWait, "sem")),
+            self.wait_value.eq(_field(word, SemWait, "value")),
+            record.addr.eq(self.pc),
+            record.data.eq(Cat(begin, self.cycle)),
+        ]
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += self.pc.eq(0)
+                    m.d.sync += self.running.eq(self.length != 0)
+                    with m.If(self.length != 0):
+                        m.next = "FETCH"
+            with m.State("FETCH"):
+                m.next = "DECODE"
+            with m.State("DECODE"):
+                m.d.sync += word.eq(fetch.data), begin.eq(self.cycle)
+                m.next = "EXECUTE"
+            with m.State("EXECUTE"):
+                with m.If(opcode == SemSignal.OPCODE):
+                    m.d.comb += self.signal.eq(1)
+                    m.next = "RETIRE"
+                with m.Elif(opcode == SemWait.OPCODE):
+                    m.d.comb += self.waiting.eq(~self.wait_ok)
+                    with m.If(self.wait_ok):
+                        m.next = "RETIRE"
+                with m.Else():
+                    m.d.comb += self.issue.eq(1)
+                    with m.If(self.done):
+                        m.next = "RETIRE"
+            with m.State("RETIRE"):
+                m.d.comb += record.en.eq(1)
+                m.d.sync += self.pc.eq(self.pc + 1)
+                with m.If(self.pc + 1 == self.length):
+                    m.d.sync += self.running.eq(0)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "FETCH"
+        return m

@@ -1,0 +1,368 @@
+"""cocotb co-simulation of the NeuronCore RTL against the core simulator.
+
+One cocotb test, ``program``, runs the program named in the testbench parameters
+(:data:`PROGRAMS`, built with the kernel builder for the core at simulation scale):
+
+1. the core simulator (:class:`sim.core.Core`, numeric mode) checks the program and runs it;
+   a program it rejects is never run on the RTL, except ``deadlock``, which both must refuse;
+2. the testbench loads the program's words through the host port, fills the external memory
+   (cocotbext-axi's ``AxiRam`` on the AXI4 port) with the same seeded inputs, starts the core
+   and polls its status until it stops, the deadlock bit rises or the cycle limit passes;
+3. every byte of SBUF and PSUM (read through the host port) and of the external memory must
+   equal the simulator's.
+
+Per-instruction cycle stamps (decode to retirement) are read back and logged beside the
+simulator's times; see ``sim/tb/test_core.py`` for what is and is not compared.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+
+import cocotb
+import ml_dtypes
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
+from cocotbext.axi import AxiBus, AxiRam
+
+from hdl.core.core import HostMap, NeuronCore
+from hdl.core.engines import supported
+from hdl.core.isa import (
+    WORD_BITS,
+    DmaCopy,
+    Memset,
+    SemSignal,
+    SemWait,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+    encode,
+)
+from hdl.core.params import CoreParams
+from hdl.params import core_params
+from hdl.vector.convert import ENGINE_FORMATS
+from hdl.vector.ops import Reduce, VectorOp
+from kernels import KERNELS
+from kernels.builder import Builder
+from sim.core import Core, ProgramError
+from sim.core.program import Program
+from sim.tb.runner import RunResult, emit_verilog, run_verilog, tb_params
+from specs.loader import load
+
+__all__ = ["PROGRAMS", "CoreTB", "build_program", "rtl_refusal", "simulate"]
+
+
+def _tile(b: Builder, offset: int, n: int, dtype: str = "fp32", space: str = "sbuf",
+          dims=None) -> object:
+    p = b.params.partitions
+    return b.tile(space, dtype, offset, p, dims or ((n, 1),))
+
+
+def _vector_add(b: Builder) -> None:
+    """Two DMA queues load x and y, the vector engine adds them, a queue stores the sum:
+    semaphores across three streams."""
+    p, n = b.params.partitions, 16
+    x, y, z = (b.hbm(name, (p, n), "fp32") for name in "xyz")
+    sx, sy, sz = (b.sbuf(4 * n, name) for name in ("x", "y", "z"))
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n), src=x.ap((0, p))))
+    ex = b.signal("dma0")
+    b.emit("dma1", DmaCopy(dst=_tile(b, sy, n), src=y.ap((0, p))))
+    ey = b.signal("dma1")
+    b.wait("vector", ex, ey)
+    b.emit("vector", TensorTensor(dst=_tile(b, sz, n), a=_tile(b, sx, n), b=_tile(b, sy, n),
+                                  op=VectorOp.ADD))
+    ez = b.signal("vector")
+    b.wait("dma0", ez)
+    b.emit("dma0", DmaCopy(dst=z.ap((0, p)), src=_tile(b, sz, n)))
+
+
+def _vector_ops(b: Builder) -> None:
+    """bf16 input, a per-partition scalar, reductions, a memset, a strided copy and a round
+    trip through PSUM, then the results out over both queues."""
+    p, n = b.params.partitions, 16
+    x = b.hbm("x", (p, n), "bf16")
+    s = b.hbm("s", (p, 1), "fp32")
+    out = b.hbm("out", (p, n), "fp32")
+    red = b.hbm("red", (p, 2), "fp32")
+    sx = b.sbuf(2 * n, "x")
+    ss = b.sbuf(4, "s")
+    t1, t2, t3 = (b.sbuf(4 * n, name) for name in ("t1", "t2", "t3"))
+    sr = b.sbuf(8, "red")
+    bank = b.psum_banks(1, "psum")[0]
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n, "bf16"), src=x.ap((0, p))))
+    b.emit("dma1", DmaCopy(dst=b.column(ss, p), src=s.ap((0, p))))
+    e0, e1 = b.signal("dma0"), b.signal("dma1")
+    b.wait("vector", e0, e1)
+    v = "vector"
+    b.emit(v, TensorScalar(dst=_tile(b, t1, n), src=_tile(b, sx, n, "bf16"),
+                           op0=VectorOp.MULTIPLY, operand0=b.column(ss, p)))
+    b.emit(v, TensorScalar(dst=_tile(b, t2, n), src=_tile(b, t1, n), op0=VectorOp.ADD,
+                           imm0=0.75))
+    b.emit(v, TensorReduce(dst=b.column(sr, p), src=_tile(b, t2, n), reduce=Reduce.MAX))
+    b.emit(v, TensorReduce(dst=b.column(sr + 4, p), src=_tile(b, t1, n), reduce=Reduce.SUM,
+                           op=VectorOp.SQUARE))
+    b.emit(v, Memset(dst=_tile(b, bank, n, space="psum"), value=-2.5))
+    # a 4 x 4 transpose within each partition, into PSUM
+    b.emit(v, TensorCopy(dst=_tile(b, bank, n, space="psum"),
+                         src=_tile(b, t2, n, dims=((4, 1), (4, 4)))))
+    b.emit(v, TensorTensor(dst=_tile(b, t3, n), a=_tile(b, t1, n),
+                           b=_tile(b, bank, n, space="psum"), op=VectorOp.MAX))
+    done = b.signal(v)
+    b.wait("dma0", done)
+    b.emit("dma0", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t3, n)))
+    b.wait("dma1", done)
+    b.emit("dma1", DmaCopy(dst=red.ap((0, p)), src=_tile(b, sr, 2)))
+
+
+def _deadlock(b: Builder) -> None:
+    """The vector engine waits for a count no stream will reach."""
+    p, n = b.params.partitions, 4
+    x = b.hbm("x", (p, n), "fp32")
+    sx = b.sbuf(4 * n, "x")
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n), src=x.ap((0, p))))
+    e = b.signal("dma0")
+    b.emit("vector", SemWait(sem=e.sem, value=e.value + 1))
+    b.emit("vector", Memset(dst=_tile(b, sx, n), value=1.0))
+
+
+def _kernel(name: str, shape: dict, dtype: str):
+    """A kernel of :data:`kernels.KERNELS` at one shape."""
+    def build(b: Builder) -> None:
+        kernel = KERNELS[name]
+        kernel.build(b, *(shape[k] for k in kernel.dims), dtype)
+    build.__doc__ = f"The library's {name} kernel, {shape}, {dtype}."
+    return build
+
+
+#: name -> (builder function, whether the program must deadlock)
+PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, False),
+            "deadlock": (_deadlock, True),
+            "residual_add": (_kernel("residual_add", {"R": 32, "C": 24}, "fp32"), False)}
+
+
+def build_program(params: CoreParams, name: str) -> Program:
+    """The program ``name`` of :data:`PROGRAMS` for a core of ``params``."""
+    if name not in PROGRAMS:
+        raise ValueError(f"program must be one of {', '.join(PROGRAMS)}, not {name!r}")
+    b = Builder(params)
+    PROGRAMS[name][0](b)
+    return b.program
+
+
+def rtl_refusal(program: Program, params: CoreParams) -> str | None:
+    """Why the core RTL of ``params`` as built cannot run ``program`` (None: it can)."""
+    streams = HostMap(params).streams
+    for stream, code in program.streams.items():
+        if stream not in streams:
+            return f"stream {stream}: the core RTL has streams {', '.join(streams)}"
+        for i, ins in enumerate(code):
+            if isinstance(ins, SemSignal | SemWait) and ins.sem >= params.semaphores:
+                return f"{stream}[{i}]: the core has semaphores 0 .. {params.semaphores - 1}"
+            if isinstance(ins, SemSignal | SemWait | DmaCopy):
+                continue
+            why = supported(ins, ENGINE_FORMATS)
+            if why:
+                return f"{stream}[{i}] {type(ins).__name__}: {why}"
+    return None
+
+
+def words(ins) -> list[int]:
+    """The instruction's word as host writes, least significant first."""
+    word = int.from_bytes(encode(ins), "little")
+    return [(word >> (32 * k)) & 0xFFFFFFFF for k in range(WORD_BITS // 32)]
+
+
+def random_inputs(program: Program, seed: int) -> np.ndarray:
+    """The program's HBM with every tensor filled from ``seed``: normal values in the
+    tensor's type (positive ones for names starting with ``s``)."""
+    rng = np.random.default_rng(seed)
+    hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
+    types = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16}
+    for t in program.tensors.values():
+        v = rng.standard_normal(t.shape)
+        if t.name.startswith("s"):
+            v = np.abs(v) + 0.5
+        raw = v.astype(types[t.dtype]).tobytes()
+        hbm[t.offset:t.offset + len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    return hbm
+
+
+# --- the cocotb side ------------------------------------------------------------------------
+
+class CoreTB:
+    """Drives a :class:`~hdl.core.core.NeuronCore`: its host port and its AXI memory."""
+
+    def __init__(self, dut, params: CoreParams, pause: bool, seed: int):
+        self.dut, self.params = dut, params
+        self.map = HostMap(params)
+        dut.rst.value = 1  # before the memory model samples it
+        dut.host__we.value = 0
+        self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi_"), dut.clk, dut.rst,
+                          size=params.hbm_bytes)
+        if pause:  # random stalls on every AXI channel
+            rng = random.Random(seed)
+
+            def stalls():
+                while True:
+                    yield rng.random() < 0.3
+
+            for ch in ("aw_channel", "w_channel", "b_channel"):
+                getattr(self.ram.write_if, ch).set_pause_generator(stalls())
+            for ch in ("ar_channel", "r_channel"):
+                getattr(self.ram.read_if, ch).set_pause_generator(stalls())
+
+    async def start_clock(self):
+        cocotb.start_soon(Clock(self.dut.clk, 10, unit="ns").start())
+        self.dut.host__we.value = 0
+        self.dut.host__addr.value = 0
+        self.dut.host__wdata.value = 0
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 2)
+        self.dut.rst.value = 0
+
+    async def write(self, addr: int, value: int):
+        await FallingEdge(self.dut.clk)
+        self.dut.host__addr.value = addr
+        self.dut.host__wdata.value = value
+        self.dut.host__we.value = 1
+        await RisingEdge(self.dut.clk)
+        await FallingEdge(self.dut.clk)
+        self.dut.host__we.value = 0
+
+    async def read(self, addr: int) -> int:
+        await FallingEdge(self.dut.clk)
+        self.dut.host__addr.value = addr
+        await RisingEdge(self.dut.clk)
+        await FallingEdge(self.dut.clk)
+        return int(self.dut.host__rdata.value)
+
+    async def load(self, program: Program):
+        for s, name in enumerate(self.map.streams):
+            code = program.streams.get(name, [])
+            for i, ins in enumerate(code):
+                for k, w in enumerate(words(ins)):
+                    await self.write(self.map.imem(s, i, k), w)
+            await self.write(self.map.length(s), len(code))
+
+    async def run(self, limit: int) -> tuple[int, bool]:
+        """Start, poll until stopped; (cycles, deadlock). Fails past ``limit`` cycles."""
+        await self.write(self.map.reg(self.map.START), 1)
+        while True:
+            await ClockCycles(self.dut.clk, 16)
+            status = await self.read(self.map.reg(self.map.STATUS))
+            cycles = await self.read(self.map.reg(self.map.CYCLES))
+            if not status & 1:
+                return cycles, bool(status & 2)
+            if cycles > limit:
+                state = []
+                for s, name in enumerate(self.map.streams):
+                    pc = await self.read(self.map.pc(s))
+                    w = await self.read(self.map.waiting(s))
+                    state.append(f"{name} at {pc}" + (f" waiting on S[{w >> 8}]" if w & 1
+                                                      else ""))
+                raise AssertionError(f"the core ran past the cycle limit {limit} without "
+                                     f"stopping: {'; '.join(state)}")
+
+    async def read_many(self, addresses: list[int]) -> list[int]:
+        """Reads back to back: each cycle a new address, the previous one's data."""
+        out = []
+        await FallingEdge(self.dut.clk)
+        for addr in addresses:
+            self.dut.host__addr.value = addr
+            await FallingEdge(self.dut.clk)
+            out.append(int(self.dut.host__rdata.value))
+        return out
+
+    async def memory(self, name: str) -> np.ndarray:
+        """Every byte of SBUF or PSUM, partitions x bytes."""
+        p = self.params
+        nbytes = p.sbuf_bytes if name == "sbuf" else p.psum_bytes
+        at = self.map.sbuf if name == "sbuf" else self.map.psum
+        values = await self.read_many([at(part, w) for part in range(p.partitions)
+                                       for w in range(nbytes // 4)])
+        out = np.array(values, dtype=np.uint32).reshape(p.partitions, nbytes // 4)
+        return out.view(np.uint8).reshape(p.partitions, nbytes)
+
+    async def stamps(self, program: Program) -> dict[str, list[tuple[int, int]]]:
+        """Each stream's (decode cycle, retirement cycle) per instruction."""
+        out = {}
+        for s, name in enumerate(self.map.streams):
+            count = len(program.streams.get(name, []))
+            v = await self.read_many([self.map.stamp(s, i, end) for i in range(count)
+                                      for end in (False, True)])
+            out[name] = list(zip(v[::2], v[1::2], strict=True))
+        return out
+
+
+def _first_difference(name: str, rtl: np.ndarray, sim: np.ndarray) -> str:
+    idx = tuple(int(i) for i in np.argwhere(rtl != sim)[0])
+    count = int(np.count_nonzero(rtl != sim))
+    return f"{name}: {count} bytes differ, first at {idx}: RTL {rtl[idx]:#04x}, " \
+           f"simulator {sim[idx]:#04x}"
+
+
+@cocotb.test()
+async def program(dut):
+    """Run one program on the RTL and the simulator; compare every byte."""
+    cfg = tb_params()
+    params = core_params(load(cfg["spec"]), "sim")
+    prog = build_program(params, cfg["program"])
+    must_deadlock = PROGRAMS[cfg["program"]][1]
+    tb = CoreTB(dut, params, cfg["pause"], cfg["seed"])
+    why = rtl_refusal(prog, params)
+    assert why is None, f"the core RTL cannot run {cfg['program']}: {why}"
+    hbm = random_inputs(prog, cfg["seed"])
+    sim_hbm = hbm.copy()
+    try:
+        result = Core(params).run(prog, hbm=sim_hbm, trace=True, seed=cfg["seed"])
+    except ProgramError as err:
+        assert must_deadlock and "deadlock" in str(err), f"the simulator rejects it: {err}"
+        result = None
+    else:
+        assert not must_deadlock, "the simulator ran a program that must deadlock"
+    tb.ram.write(0, hbm.tobytes())
+    await tb.start_clock()
+    await tb.load(prog)
+    cycles, deadlock = await tb.run(cfg["cycle_limit"])
+    dut._log.info(f"{cfg['program']}: {cycles} cycles, deadlock {deadlock}")
+    if must_deadlock:
+        assert deadlock, "the RTL did not report the deadlock"
+        return
+    assert not deadlock, "the RTL reported a deadlock the simulator did not see"
+    failures = []
+    for name, sim_mem in (("sbuf", result.sbuf), ("psum", result.psum)):
+        rtl_mem = await tb.memory(name)
+        if not np.array_equal(rtl_mem, sim_mem):
+            failures.append(_first_difference(name.upper(), rtl_mem, sim_mem))
+    rtl_hbm = np.frombuffer(tb.ram.read(0, params.hbm_bytes), dtype=np.uint8)
+    sim_full = np.zeros(params.hbm_bytes, dtype=np.uint8)
+    sim_full[:sim_hbm.size] = sim_hbm
+    if not np.array_equal(rtl_hbm, sim_full):
+        failures.append(_first_difference("HBM", rtl_hbm, sim_full))
+    stamps = await tb.stamps(prog)
+    for name, rows in stamps.items():
+        for i, (begin, end) in enumerate(rows):
+            ins = prog.streams[name][i]
+            dut._log.info(f"{name}[{i}] {type(ins).__name__}: cycles {begin} .. {end}")
+    assert not failures, "; ".join(failures)
+
+
+def simulate(spec: str, program_name: str, sim: str, seed: int | None = None,
+             pause: bool = True, cycle_limit: int = 100_000) -> RunResult:
+    """Co-simulate ``program_name`` on the core of ``spec`` at simulation scale."""
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**31)
+    params = core_params(load(spec), "sim")
+    cfg = {"spec": spec, "program": program_name, "seed": seed, "pause": pause,
+           "cycle_limit": cycle_limit}
+    return run_verilog(core_verilog(params), "neuron_core", "sim.tb.core", sim, cfg,
+                       testcase="program", seed=seed)
+
+
+@functools.cache
+def core_verilog(params: CoreParams) -> str:
+    """The core's Verilog (emitted once per parameter set in a process)."""
+    return emit_verilog(NeuronCore(params), "neuron_core")
