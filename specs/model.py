@@ -32,9 +32,11 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9.-]*$"
 FORMATS = ("int8", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8", "bf16", "fp16", "tf32", "fp32",
            "mxfp8", "mxfp4")
 ACTIVATIONS = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
-               "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish", "gelu_tanh")
-#: Activations reduced on the fp32 exponent: their polynomial's range is fixed by the reduction.
-RANGE_REDUCED = ("exp", "reciprocal", "rsqrt", "sqrt", "log")
+               "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish", "gelu_tanh", "sin",
+               "cos", "arctan")
+#: Activations whose argument is reduced (on the fp32 exponent, modulo pi/2 or to 1/x): their
+#: polynomial's range is fixed by the reduction.
+RANGE_REDUCED = ("exp", "reciprocal", "rsqrt", "sqrt", "log", "sin", "cos", "arctan")
 LEVELS = ("core", "chip", "instance", "server", "cluster")
 #: Output formats of the vector engine's cast: fp32 (no cast) or a narrower float format.
 VECTOR_OUTPUTS = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2")
@@ -235,8 +237,8 @@ class ApproximationSpec(Strict):
 
     range: list[float] | None = Field(
         None, min_length=2, max_length=2,
-        description="Input range [lo, hi) fitted; not for exp, reciprocal, rsqrt, sqrt and log, "
-                    "whose argument is reduced on the fp32 exponent to a fixed range.")
+        description="Input range [lo, hi) fitted; not for exp, reciprocal, rsqrt, sqrt, log, "
+                    "sin, cos and arctan, whose argument is reduced to a fixed range.")
     segments: PosInt | None = Field(
         None, description="Segments over the range (per octave of the reduced argument for "
                           "reciprocal, rsqrt, sqrt and log, a power of two).")
@@ -273,8 +275,8 @@ class ScalarSpec(Strict):
                                                    "functions, found '{f}'", {"f": name})
             if name in RANGE_REDUCED and approx.range is not None:
                 raise PydanticCustomError(
-                    "rates", "expected no range for {f} (its argument is reduced on the fp32 "
-                             "exponent to a fixed range), found {r}",
+                    "rates", "expected no range for {f} (its argument is reduced to a fixed "
+                             "range), found {r}",
                     {"f": name, "r": approx.range})
         return self
 

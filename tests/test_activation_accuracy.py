@@ -32,6 +32,9 @@ REFERENCE = {
     "mish": lambda x: x * np.tanh(np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0.0)),
     "gelu_tanh": lambda x: x / (1.0 + np.exp(-2.0 * math.sqrt(2.0 / math.pi)
                                              * (x + 0.044715 * x**3))),
+    "sin": np.sin,
+    "cos": np.cos,
+    "arctan": lambda x: np.arctan2(x, 1.0),
 }
 
 # Maximum relative error |y - f| / |f| asserted wherever the exact result is a normal fp32
