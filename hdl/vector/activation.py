@@ -34,8 +34,8 @@ from hdl.numerics.cast import RNGS, FormatCastLane, seed_value, seed_words
 from hdl.numerics.formats import format_by_name
 from hdl.numerics.fpu import FpAdd32, FpMul32
 
-from .convert import ENGINE_FORMATS, check_formats, widen_input
 from . import trig
+from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fitting import activation_table, exp_index, rom_words
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_lt, is_nan
 from .functions import DEFAULT_FUNCTIONS, EXP_TAIL_CUBIC, RULE_BITS, TRIG, FunctionSpec

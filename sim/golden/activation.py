@@ -20,8 +20,8 @@ import math
 
 import numpy as np
 
-from hdl.vector.fitting import activation_table, exp_index, rom_words
 from hdl.vector import trig
+from hdl.vector.fitting import activation_table, exp_index, rom_words
 from hdl.vector.functions import EXP_TAIL_CUBIC, RULE_BITS, TRIG, FunctionSpec
 from sim.golden.convert import cast_output, widen_input
 from sim.golden.numerics import add32, mul32
