@@ -243,6 +243,9 @@ class ApproximationSpec(Strict):
         None, description="Segments over the range (per octave of the reduced argument for "
                           "reciprocal, rsqrt, sqrt and log, a power of two).")
     degree: int | None = Field(None, ge=0, le=8, description="Degree of each polynomial.")
+    max_rel_error: float | None = Field(
+        None, gt=0, lt=1, description="Bound on this function's max relative error over the "
+                                      "whole fp32 domain; unset: the engine's max_rel_error.")
 
     @field_validator("range")
     @classmethod
@@ -262,6 +265,12 @@ class ScalarSpec(Strict):
                                                              "cycle.")
     functions: list[Literal[ACTIVATIONS]] = Field(  # type: ignore[valid-type]
         min_length=1, description="Activation functions the engine evaluates.")
+    max_rel_error: float = Field(
+        2.0**-13, gt=0, lt=1,
+        description="Bound on each function's max relative error |y - f| / |f| over the whole "
+                    "fp32 domain, wherever the exact result f is a normal fp32 number (well "
+                    "below bf16's half ulp, 2^-9, by default), unless approximations sets "
+                    "another; the accuracy test and the datasheet hold the functions to it.")
     approximations: dict[Literal[ACTIVATIONS], ApproximationSpec] = Field(  # type: ignore
         default_factory=dict,
         description="Per-function range, segments and degree of the piecewise polynomials; "
