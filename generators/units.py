@@ -166,8 +166,7 @@ UNITS["scalar"] = Unit("scalar", lambda spec, scale: [scalar_params(spec, scale)
 def _tensor_emit(params, rtl_dir, header):
     from generators.tensor import emit
 
-    top = "tensor_" + params.fmt + ("_x2" if params.double_rate else "")
-    return emit(params, rtl_dir, header, top=top)
+    return emit(params, rtl_dir, header, top="tensor")
 
 
 def _tensor_simulate(params, sim, seed=None):
@@ -176,4 +175,5 @@ def _tensor_simulate(params, sim, seed=None):
     return simulate(params, sim, seed=seed)
 
 
-UNITS["tensor"] = Unit("tensor", tensor_params, _tensor_emit, _tensor_simulate)
+UNITS["tensor"] = Unit("tensor", lambda spec, scale: [tensor_params(spec, scale)],
+                       _tensor_emit, _tensor_simulate)
