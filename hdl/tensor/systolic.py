@@ -3,13 +3,14 @@
 ``rows`` PE rows hold the contraction (partition) axis K, ``cols`` PE columns the stationary
 free axis M. PE (r, c) holds ``stationary[r, c]`` (with a double-rate format:
 ``stationary[2r + l, c]`` in element l of its word). Each instruction names its input format
-(a code, the position in ``params.formats``), so one array runs every format and a program may
-change format from one instruction to the next. A moving vector (one column of the K x N
-moving tile) enters row r after r cycles of skew and travels right; partial sums travel down, so column c sums k = 0 .. K-1 in order from
-+0.0 and leaves the bottom row as ``dst[c, n]``. Each column's sum then meets its PSUM column,
-one cycle after the column to its left, which stores it (overwrite) or adds it to what the bank
-holds (accumulate) and appends the new value to the output row passing along the columns, so
-the row leaves the last column aligned (the deskew). Each PSUM row written leaves on ``out``.
+(a code, the position in ``params.formats``), so one array runs every format and a program
+may change format from one instruction to the next. A moving vector (one column of the K x N
+moving tile) enters row r after r cycles of skew and travels right; partial sums travel
+down, so column c sums k = 0 .. K-1 in order from +0.0 and leaves the bottom row as
+``dst[c, n]``. Each column's sum then meets its PSUM column, one cycle after the column to its left,
+which stores it (overwrite) or adds it to what the bank holds (accumulate) and appends the
+new value to the output row passing along the columns, so the row leaves the last column
+aligned (the deskew). Each PSUM row written leaves on ``out``.
 
 Structure: :class:`SystolicControl` (sequencer), ``rows`` identical :class:`SystolicRow` (``cols``
 :class:`~hdl.tensor.pe.ProcessingElement` each, plus one stage of the input skew) and ``cols``
@@ -297,9 +298,9 @@ class SystolicControl(wiring.Component):
     """The array's sequencer: instruction decode, stationary loading, moving injection.
 
     Drives the first stage of both waves (``mov`` with its control ``ctl``; ``stat`` with
-    ``wv``/``wb``/``ws``/``wk``/``wd``), the metadata that reaches the PSUM columns
-    ``rows + 1`` cycles later (``meta``), and the pipeline enable ``en``; ``last_meta`` (the metadata leaving the last
-    PSUM column) becomes ``out_valid``.
+    ``wv``/``wb``/``ws``/``wk``/``wd``), the metadata that reaches the PSUM columns ``rows + 1``
+    cycles later (``meta``), and the pipeline enable ``en``; ``last_meta`` (the metadata leaving
+    the last PSUM column) becomes ``out_valid``.
     """
 
     def __init__(self, params: SystolicParams):
