@@ -326,3 +326,74 @@ def test_tile_interval_is_the_schedule(rows, cols, load_columns):
         total = schedule(p, [Load(rows, cols), Multiply(12)] * (a * b)).total
         assert matmul_cycles(a * cols, b * rows, 12, rows, cols, 1.0, 12,
                              p.beat_columns) == total
+
+
+# ---- block-scaled (MX) formats, against a scalar reference built on ml_dtypes --------------
+
+MX_ML = {"mxfp8": ml_dtypes.float8_e4m3fn, "mxfp4": ml_dtypes.float4_e2m1fn}
+
+
+def _mx_reference(w, x, sw, sx, name, psum=None):
+    """Scalar loop: ml_dtypes decodes elements and E8M0 scales exactly into float64, whose
+    product is exact; np.float32 rounds it once; float32 additions in k order from +0.0."""
+    elem = MX_ML[name]
+    wv = w.astype(np.uint8).view(elem).astype(np.float64)
+    xv = x.astype(np.uint8).view(elem).astype(np.float64)
+    swv = sw.astype(np.uint8).view(ml_dtypes.float8_e8m0fnu).astype(np.float64)
+    sxv = sx.astype(np.uint8).view(ml_dtypes.float8_e8m0fnu).astype(np.float64)
+    k_dim, m_dim = w.shape
+    out = np.zeros((m_dim, x.shape[1]), np.uint32)
+    with np.errstate(all="ignore"):
+        for m in range(m_dim):
+            for n in range(x.shape[1]):
+                acc = np.float32(0.0)
+                for k in range(k_dim):
+                    b = k // 32
+                    # the scales as exact powers of two: 2**-127 * 2**-127 underflows float64's
+                    # normal range only past 2**-1022, so the product stays exact
+                    p = np.float32(wv[k, m] * xv[k, n] * swv[b, m] * sxv[b, n])
+                    acc = np.float32(acc + p)
+                if psum is not None:
+                    acc = np.float32(np.uint32(psum[m, n]).view(np.float32) + acc)
+                out[m, n] = NAN if np.isnan(acc) else np.float32(acc).view(np.uint32)
+    return out
+
+
+@pytest.mark.parametrize("name", ["mxfp8", "mxfp4"])
+def test_mx_matmul_against_ml_dtypes(name, seed):
+    rng = np.random.default_rng(seed)
+    codes = 256 if name == "mxfp8" else 16
+    for k, m, n in [(1, 1, 1), (32, 2, 3), (70, 3, 4)]:
+        blocks = -(-k // 32)
+        w = rng.integers(0, codes, (k, m))
+        x = rng.integers(0, codes, (k, n))
+        # scales near 2**0 (busy rounding), at the extremes (overflow, subnormal products,
+        # underflow to zero) and NaN (255)
+        pool = np.array([127, 126, 130, 0, 1, 60, 200, 254, 255])
+        sw = np.where(rng.random((blocks, m)) < 0.5, rng.integers(120, 135, (blocks, m)),
+                      rng.choice(pool, (blocks, m)))
+        sx = np.where(rng.random((blocks, n)) < 0.5, rng.integers(120, 135, (blocks, n)),
+                      rng.choice(pool, (blocks, n)))
+        psum = rng.integers(0, 2**32, (m, n), dtype=np.uint64).astype(np.uint32)
+        np.testing.assert_array_equal(systolic.matmul_mx(w, x, name, sw, sx),
+                                      _mx_reference(w, x, sw, sx, name))
+        np.testing.assert_array_equal(
+            systolic.matmul_mx(w, x, name, sw, sx, psum=psum, accumulate=True),
+            _mx_reference(w, x, sw, sx, name, psum))
+
+
+def test_mx_scale_folds_into_the_products_exponent():
+    """Scales that cancel (2**100 * 2**-100) give the unscaled product exactly, where scaling
+    an operand first would overflow; one product of 2**-149 * 0.75 rounds once, to 2**-149."""
+    one = 0x38  # e4m3 1.0
+    got = systolic.matmul_mx([[one]], [[one]], "mxfp8", [[227]], [[27]])
+    assert got[0, 0] == np.float32(1.0).view(np.uint32)
+    three_quarters = 0x30 | 0x4  # 0.75 = 1.5 * 2**-1
+    got = systolic.matmul_mx([[three_quarters]], [[one]], "mxfp8", [[0]], [[105]])
+    assert got[0, 0] == 1
+
+
+def test_mx_rejects_bad_scales():
+    with pytest.raises(ValueError, match=r"stationary_scales must have shape \(2, 1\)"):
+        systolic.matmul_mx(np.zeros((33, 1)), np.zeros((33, 1)), "mxfp4", np.zeros((1, 1)),
+                           np.zeros((2, 1)))

@@ -27,11 +27,11 @@ try:
 except ImportError:  # the numpy passes below give the same bits, about 10x slower
     numba = None
 
-from hdl.numerics.formats import IntFormat, format_by_name
+from hdl.numerics.formats import MX_FORMATS, IntFormat, MxFormat, format_by_name
 from hdl.tensor.params import SystolicParams
 
 __all__ = ["CANONICAL_NAN", "Load", "Multiply", "Schedule", "cycles", "load_beats", "matmul",
-           "matmul_cycles", "schedule", "tile_interval", "to_fp32"]
+           "matmul_cycles", "matmul_mx", "mx_values", "schedule", "tile_interval", "to_fp32"]
 
 CANONICAL_NAN = np.uint32(0x7FC00000)
 
@@ -174,6 +174,78 @@ def matmul(stationary, moving, fmt, psum=None, accumulate: bool = False,
         if accumulate:
             acc = np.add(np.asarray(psum, dtype=np.uint32).view(np.float32), acc)
     bits = acc.view(np.uint32)  # acc is this call's own array: canonicalise in place
+    bits[np.isnan(acc)] = CANONICAL_NAN
+    return bits
+
+
+# ---- block-scaled (MX) formats -------------------------------------------------------------
+
+def mx_values(bits, fmt: MxFormat | str) -> np.ndarray:
+    """float64 values of MX element codes (exact; NaN for NaN codes, infinities kept)."""
+    fmt = MX_FORMATS[fmt] if isinstance(fmt, str) else fmt
+    raw = np.asarray(bits).astype(np.int64) & ((1 << fmt.bits) - 1)
+    sign = raw >> (fmt.bits - 1)
+    exp = (raw >> fmt.man_bits) & ((1 << fmt.exp_bits) - 1)
+    man = raw & ((1 << fmt.man_bits) - 1)
+    scale = np.where(exp == 0, 1 - fmt.bias, exp - fmt.bias) - fmt.man_bits
+    value = np.ldexp(np.where(exp == 0, man, man + (1 << fmt.man_bits)).astype(np.float64),
+                     scale)
+    top = (1 << fmt.exp_bits) - 1
+    if fmt.nan == "ieee":
+        value = np.where((exp == top) & (man == 0), np.inf, value)
+        value = np.where((exp == top) & (man != 0), np.nan, value)
+    elif fmt.nan == "fn":
+        value = np.where((exp == top) & (man == (1 << fmt.man_bits) - 1), np.nan, value)
+    return np.where(sign == 1, -value, value)
+
+
+def matmul_mx(stationary, moving, fmt, stationary_scales, moving_scales, psum=None,
+              accumulate: bool = False) -> np.ndarray:
+    """The PSUM contents after one block-scaled matmul, as uint32 bit patterns (M x N).
+
+    Each product is the exact product of the two elements and their two scales, rounded once
+    to binary32 (round-to-nearest-even, subnormals kept, overflow to infinity): the scales
+    fold into the product's exponent, ``mul32`` with ``2**(sw + sx - 254)`` applied before
+    its rounding; a NaN scale (255) makes its products NaN. The products are then summed as
+    :func:`matmul` sums, ``add32`` in k order from +0.0, and PSUM stores or accumulates.
+
+    Parameters
+    ----------
+    stationary, moving : arrays (K, M) and (K, N) of element codes of ``fmt``
+    fmt : MX format name or :class:`~hdl.numerics.formats.MxFormat` (``"mxfp8"``, ``"mxfp4"``)
+    stationary_scales, moving_scales : arrays (ceil(K / block), M) and (ceil(K / block), N)
+        of E8M0 codes: row b scales contraction indices ``b * block .. (b + 1) * block - 1``
+    psum, accumulate : as for :func:`matmul`
+    """
+    fmt = MX_FORMATS[fmt] if isinstance(fmt, str) else fmt
+    stationary, moving = np.asarray(stationary), np.asarray(moving)
+    sw, sx = np.asarray(stationary_scales), np.asarray(moving_scales)
+    if stationary.ndim != 2 or moving.ndim != 2 or stationary.shape[0] != moving.shape[0]:
+        raise ValueError(f"stationary (K, M) and moving (K, N) must share K, not "
+                         f"{stationary.shape} and {moving.shape}")
+    blocks = -(-stationary.shape[0] // fmt.block)
+    for name, scales, tile in (("stationary_scales", sw, stationary),
+                               ("moving_scales", sx, moving)):
+        if scales.shape != (blocks, tile.shape[1]):
+            raise ValueError(f"{name} must have shape {(blocks, tile.shape[1])} (one scale "
+                             f"per {fmt.block} contraction indices and column), not "
+                             f"{scales.shape}")
+    if accumulate and psum is None:
+        raise ValueError("psum must be given when accumulate is set, not None")
+    w, x = mx_values(stationary, fmt), mx_values(moving, fmt)
+    sw, sx = sw.astype(np.int64) & 0xFF, sx.astype(np.int64) & 0xFF
+    acc = np.zeros((w.shape[1], x.shape[1]), np.float32)
+    with np.errstate(all="ignore"):
+        for k in range(w.shape[0]):
+            b = k // fmt.block
+            exact = np.ldexp(w[k][:, None] * x[k][None, :],
+                             sw[b][:, None] + sx[b][None, :] - 254)
+            product = exact.astype(np.float32)  # the one rounding, RNE
+            product[(sw[b][:, None] == 255) | (sx[b][None, :] == 255)] = np.nan
+            acc = acc + product
+        if accumulate:
+            acc = np.add(np.asarray(psum, dtype=np.uint32).view(np.float32), acc)
+    bits = acc.view(np.uint32)
     bits[np.isnan(acc)] = CANONICAL_NAN
     return bits
 
