@@ -147,12 +147,13 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
     norm = "rmsnorm" if t.norm == "rmsnorm" else "layernorm"
     frac = causal_fraction(seq, query_tile) if t.causal else 1.0
     pairs = mb * heads * frac
+    attention = "attention_causal" if t.causal else "attention"
 
     fwd = [
         _wide("norm", norm, local, h, dt, 1, local * h * es),
         _gemm("qkv", math.ceil((h + 2 * kv) / tp), h, tokens, dt, 1, tokens * h * es),
-        Call("attention", "attention", (("S", seq), ("D", hd)), dt, pairs, "other",
-             (3 * seq * hd + seq * hd) * es / frac),
+        Call("attention", attention, (("S", seq), ("D", hd)), dt, mb * heads, "other",
+             (3 * seq * hd + seq * hd) * es),
         _gemm("attn.out", h, math.ceil(h / tp), tokens, dt, 1, tokens * h * es / tp),
         _flat("residual", "residual_add", local * h, dt, 1),
         _wide("norm", norm, local, h, dt, 1, local * h * es),
@@ -176,7 +177,7 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
                     _gemm(c.what + ".wgrad", k, n, m, dt, c.count)]
             if c.kernel == "gemm_bias_gelu":
                 bwd.append(_flat("ffn.act.grad", "residual_add", n * m, dt, c.count))
-        elif c.kernel == "attention":
+        elif c.kernel == attention:
             bwd += [replace(c, what="attention.recompute", saved=0.0),
                     _gemm("attention.dv", seq, seq, hd, dt, pairs),
                     _gemm("attention.dp", seq, hd, seq, dt, pairs),
@@ -186,23 +187,39 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
         elif c.kernel == "swiglu":
             bwd.append(replace(c, what=c.what + ".grad", kernel="swiglu_backward", saved=0.0))
         elif c.kernel in ("rmsnorm", "layernorm"):
-            bwd.append(replace(c, what=c.what + ".grad", kernel="rmsnorm_backward", saved=0.0))
+            bwd.append(replace(c, what=c.what + ".grad", kernel=c.kernel + "_backward",
+                               saved=0.0))
         else:
             bwd.append(replace(c, what=c.what + ".grad", saved=0.0))
     if layout.recompute == "full":
         bwd += [replace(c, what=c.what + ".recompute", saved=0.0) for c in fwd]
 
+    # gradient accumulation: each micro-batch's weight gradients added to the fp32
+    # accumulator (counted by the schedule only when a step has several micro-batches)
+    weights = (h * (h + 2 * kv) + h * h) / tp + (3 if t.gated_ffn else 2) * h * ffn + 2 * h
+    bwd.append(replace(_flat("grad.accumulate", "grad_accumulate", math.ceil(weights), dt, 1),
+                       part="accumulate"))
+
     vocab = math.ceil(t.vocab / tp) if t.vocab else 0
     first, last = [], []
     if t.vocab:
+        table = replace(_flat("embedding.grad.accumulate", "grad_accumulate", vocab * h, dt, 1),
+                        part="accumulate")
         first = [_flat("embedding", "residual_add", local * h, dt, 1),
                  _flat("embedding.grad", "residual_add", local * h, dt, 1)]
+        if not t.tied_embeddings:
+            first.append(table)
         head = _gemm("lm_head", vocab, h, tokens, dt, 1)
+        # the vocabulary-parallel loss: row max (all-reduced), exp and its sum with the
+        # target's logit (all-reduced), then loss and gradient
         last = [_wide("final.norm", norm, local, h, dt, 1),
-                _wide("final.norm.grad", "rmsnorm_backward", local, h, dt, 1),
+                _wide("final.norm.grad", norm + "_backward", local, h, dt, 1),
                 head, _gemm("lm_head.dgrad", h, vocab, tokens, dt, 1),
                 _gemm("lm_head.wgrad", h, tokens, vocab, dt, 1),
-                _wide("loss", "cross_entropy", tokens, vocab, dt, 1)]
+                _wide("loss.max", "logits_max", tokens, vocab, dt, 1),
+                _wide("loss.exp", "cross_entropy", tokens, vocab, dt, 1),
+                _wide("loss.grad", "cross_entropy_backward", tokens, vocab, dt, 1),
+                replace(table, what="lm_head.grad.accumulate")]
     stages = layout.pp
     params = transformer_params(t) / (tp * stages)
     shard = params / (layout.dp if layout.zero1 else 1)
@@ -247,7 +264,7 @@ class StepResult:
 
 
 def _time(calls: list[Call], times: KernelTimes, lnc: int) -> dict[str, float]:
-    out = {"gemm": 0.0, "other": 0.0, "optimizer": 0.0}
+    out = {"gemm": 0.0, "other": 0.0, "optimizer": 0.0, "accumulate": 0.0}
     for c in calls:
         shape = dict(c.shape)
         first = next(iter(shape))
@@ -287,7 +304,7 @@ def _combo(t, times, lnc, tp, pp, mb, recompute, dp, sp, zero1, gemm_only):
     opt = _time(calls["step"], times, lnc)["optimizer"]
     row = (fwd["gemm"] + bwd["gemm"], fwd["other"] + bwd["other"],
            bwd["gemm"] + bwd["other"], end["gemm"], end["other"], opt,
-           activation_bytes(t, layout, calls))
+           activation_bytes(t, layout, calls), bwd["accumulate"], end["accumulate"])
     return row, calls
 
 
@@ -334,7 +351,7 @@ def evaluate_many(t: Transformer, base: model.Base, times: KernelTimes, *, tp, p
     key = ((tp * (pp.max() + 1) + pp) * (mb.max() + 1) + mb) * len(RECOMPUTE) + rc_code
     key = np.where(valid, key, -1)
     uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    rows = np.zeros((len(uniq), 7))
+    rows = np.zeros((len(uniq), 9))
     for i, j in enumerate(first):
         if uniq[i] < 0:
             continue
@@ -343,7 +360,8 @@ def evaluate_many(t: Transformer, base: model.Base, times: KernelTimes, *, tp, p
                                 gemm_only)
         if _calls is not None:
             _calls.update(calls)
-    layer_gemm, layer_other, layer_bwd, end_g, end_o, opt, act = rows[inverse.reshape(-1)].T
+    layer_gemm, layer_other, layer_bwd, end_g, end_o, opt, act, layer_acc, end_acc = \
+        rows[inverse.reshape(-1)].T
     total = transformer_params(t)
     if zero1 and not gemm_only:
         # the optimizer's shard depends on dp as well: once per distinct shard
@@ -355,7 +373,9 @@ def evaluate_many(t: Transformer, base: model.Base, times: KernelTimes, *, tp, p
     layers = np.ceil(t.layers / pp)
     act = act * layers * np.minimum(pp, np.nan_to_num(micro))
     gemm = layers * layer_gemm + end_g
-    other = layers * layer_other + end_o
+    # gradient accumulation runs per micro-batch only when there are several
+    other = layers * layer_other + end_o \
+        + np.where(np.nan_to_num(micro) > 1, layers * layer_acc + end_acc, 0.0)
 
     values = dict(values or {})
     unknown = sorted(set(values) - set(SYSTEM_PARAMS))
@@ -382,6 +402,12 @@ def evaluate_many(t: Transformer, base: model.Base, times: KernelTimes, *, tp, p
 
     per_layer = np.where(rc_code == RECOMPUTE.index("full"), 6, 4)
     tp_comm = layers * per_layer * allreduce(tokens * t.hidden * es, tp, np.ones(size))
+    if t.vocab and not gemm_only:
+        # the vocabulary-parallel embedding's output reduced over TP (and its gradient
+        # gathered), and the loss's all-reduces of the row max and of (sum, target logit)
+        tp_comm = tp_comm + allreduce(tokens * t.hidden * es, tp, np.ones(size)) \
+            + allreduce(tokens * 4.0, tp, np.ones(size)) \
+            + allreduce(tokens * 8.0, tp, np.ones(size))
     nbytes = tokens * t.hidden * es / (tp if sequence_parallel else 1)
     stride = tp * dp
     link = v["link_bandwidth"] * base.link_efficiency / base.links

@@ -18,6 +18,7 @@ import math
 from hdl.core.isa import (
     Activation,
     DmaCopy,
+    Iota,
     LoadStationary,
     Memset,
     MultiplyMoving,
@@ -36,7 +37,11 @@ __all__ = ["attention"]
 _KB = 512  # keys per block: one PSUM bank of fp32 scores
 
 
-def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
+def attention(b: Builder, s: int, d: int, dtype: str = "bf16", *, causal: bool = False) -> None:
+    """One head; with ``causal``, query ``i`` sees keys ``0 .. i`` only: key blocks wholly
+    after a query tile are skipped, and a block that straddles its diagonal has an additive
+    mask (0 or -1e30, built once per distinct offset by GpSimd's iota and the vector engine)
+    added to its scores by the vector engine before the max and the exp."""
     p = b.params
     for name, v in (("S", s), ("D", d)):
         if not isinstance(v, int) or v < 1:
@@ -54,7 +59,7 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
     scale = 1.0 / math.sqrt(d)
     exp = b.function("exp")
     recip = b.function("reciprocal")
-    blocks = [(o, min(_KB, s - o)) for o in range(0, s, _KB)]
+    blocks = all_blocks = [(o, min(_KB, s - o)) for o in range(0, s, _KB)]
     q_sb = b.sbuf(tq * es, "q tile")
     k_sb = [b.sbuf(_KB * es, "k block") for _ in range(2)]
     v_sb = [b.sbuf(_KB // chunk * d * es, "v block") for _ in range(2)]
@@ -71,11 +76,26 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
     def col(n, rows):
         return b.column(cols[n], rows)
 
+    masks: dict[int, int] = {}
+    m_sb = [b.sbuf(_KB * 4, "masked scores") for _ in range(2)] if causal else []
+    if causal:
+        for q0 in range(0, s, tq):
+            for k0, kb in blocks:
+                if q0 < k0 + kb - 1 and k0 <= q0 + min(tq, s - q0) - 1 \
+                        and k0 - q0 not in masks:
+                    # mask[i, j] = -1e30 where key k0 + j follows query q0 + i, else 0
+                    base = masks[k0 - q0] = b.sbuf(_KB * 4, "causal mask")
+                    t = b.tile("sbuf", "fp32", base, tq, ((_KB, 1),))
+                    b.emit("gpsimd", Iota(dst=t, base=k0 - q0, pstep=-1, step=1))
+                    b.wait("vector", b.signal("gpsimd"))
+                    b.emit("vector", TensorScalar(dst=t, src=t, op0=VectorOp.GREATER, imm0=0.0,
+                                                  op1=VectorOp.MULTIPLY, imm1=-1e30))
+
     kv_free = [None, None]
     s_free = [None, None]
     out_free = None
     block_no = 0
-    def load(j: int, first: int, loaded: list) -> None:
+    def load(j: int, first: int, loaded: list, blocks: list) -> None:
         """Keys and values of block ``j``: one DMA each (the values' whole chunks in one
         strided transfer), on two queues of their own so that their latencies overlap."""
         k0, kb = blocks[j]
@@ -97,7 +117,7 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
                                           ((d, 1),)), src=v.ap((k0 + c0, k0 + kb))))
         loaded.append((b.signal(qk), b.signal(qv)))
 
-    def scores(j: int, first: int, loaded: list, qp: int):
+    def scores(j: int, first: int, loaded: list, qp: int, blocks: list):
         kb = blocks[j][1]
         h = (first + j) % 2
         b.wait("tensor", *loaded[j], s_free[h])
@@ -108,6 +128,7 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
 
     for q0 in range(0, s, tq):
         qp = min(tq, s - q0)
+        blocks = [(k0, kb) for k0, kb in all_blocks if not causal or k0 <= q0 + qp - 1]
         b.wait("dma0", out_free)
         b.emit("dma0", DmaCopy(dst=b.tile("sbuf", dtype, q_sb, d, ((qp, 1),)),
                                src=q_t.ap((0, d), (q0, q0 + qp))))
@@ -119,12 +140,18 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
         b.wait("tensor", q_ready)
         loaded = []
 
-        load(0, block_no, loaded)
-        pending = scores(0, block_no, loaded, qp)
-        for j, (_, kb) in enumerate(blocks):
+        load(0, block_no, loaded, blocks)
+        pending = scores(0, block_no, loaded, qp, blocks)
+        for j, (k0, kb) in enumerate(blocks):
             h = (block_no + j) % 2
             s_tile = b.tile("psum", "fp32", s_ps[h], qp, ((kb, 1),))
             b.wait("vector", pending)
+            if causal and q0 < k0 + kb - 1:
+                masked = b.tile("sbuf", "fp32", m_sb[h], qp, ((kb, 1),))
+                b.emit("vector", TensorTensor(dst=masked, a=s_tile, op=VectorOp.ADD,
+                                              b=b.tile("sbuf", "fp32", masks[k0 - q0], qp,
+                                                       ((kb, 1),))))
+                s_tile = masked
             b.emit("vector", TensorReduce(dst=col("bmax", qp), src=s_tile, reduce=Reduce.MAX))
             b.emit("vector", TensorScalar(dst=col("bmax", qp), src=col("bmax", qp),
                                           op0=VectorOp.MULTIPLY, imm0=scale))
@@ -141,8 +168,8 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
             b.emit("scalar", Activation(dst=col("corr", qp), src=col("diff", qp), func=exp))
             s_free[h] = exped = b.signal("scalar")
             if j + 1 < len(blocks):
-                load(j + 1, block_no, loaded)
-                pending = scores(j + 1, block_no, loaded, qp)
+                load(j + 1, block_no, loaded, blocks)
+                pending = scores(j + 1, block_no, loaded, qp, blocks)
             b.wait("tensor", exped)
             parts = [(c, c0, min(chunk, kb - c0)) for c, c0 in enumerate(range(0, kb, chunk))]
             for c, c0, rows in parts:

@@ -45,11 +45,6 @@ def test_llama2_7b_through_the_cli(tmp_path, llama):
     assert (tmp_path / "b.png").stat().st_size > 0 and (tmp_path / "b.svg").is_file()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the model predicts 102.6 sequences/s (1.27x) and 38.3 % MFU since weight loads are "
-    "hidden in the tensor engine; kernels the lowering still stands in for or leaves out "
-    "(embedding, norm weight gradients, fp32 gradient accumulation, the vocabulary-parallel "
-    "loss reduction, gaps between kernels) are open in the training-step issue"))
 def test_published_llama2_7b_anchor(llama):
     r = llama.result
     assert r.sequences_per_second == pytest.approx(PUBLISHED_SEQ_S, rel=0.25)
