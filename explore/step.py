@@ -4,25 +4,28 @@
 logical NeuronCore) of a tensor-parallel group of ``tp`` becomes calls of the kernels in
 :mod:`kernels`, forward and backward, each with its shape and how many times it runs:
 
-- per layer forward: norm, QKV GEMM, flash attention per local head, output GEMM, residual
-  add, norm, FFN up GEMM (fused with GELU for a plain FFN; a SwiGLU kernel after it for a gated
-  one), FFN down GEMM, residual add. Norms and residual adds see ``T / tp`` tokens with
-  sequence parallelism, ``T`` without.
+- per layer forward: norm, QKV GEMM, flash attention (one kernel over the micro-batch's
+  local heads; the causal kernel for a causal workload, which skips the key blocks after
+  each query tile and masks the diagonal ones), output GEMM, residual add, norm, FFN up GEMM
+  (fused with GELU for a plain FFN; a SwiGLU kernel after it for a gated one), FFN down GEMM,
+  residual add. Norms and residual adds see ``T / tp`` tokens with sequence parallelism,
+  ``T`` without.
 - per layer backward: each GEMM's input-gradient and weight-gradient GEMMs (``M = K, K = M``
-  and ``M = K, K = T, N = M``); flash attention's backward as its kernels: the forward
-  attention kernel again (it recomputes the probabilities, as a flash backward does), the four
-  GEMMs of ``dV, dP, dQ, dK`` and the element-wise ``dS`` over the score matrix; each norm's
-  input gradient by the RMSNorm backward kernel (for LayerNorm too, which needs one
-  centring pass more); the SwiGLU activation's by its backward kernel; the residual adds'
-  gradients (a sum of two branches) and the plain FFN's GELU gradient as residual-add
-  kernels of their size (the same data movement; no kernels of their own yet); full
-  recomputation re-runs the whole forward.
-  A causal mask skips the key blocks above the diagonal: attention counts are scaled by the
-  fraction of (query tile, key block) pairs the kernel's own tiling keeps.
-- the first stage adds the embedding gather (a row copy of the embedding) and its scatter-add
-  backward; the last stage the final norm, the LM head GEMM with its backward, and the loss
-  (the fused cross-entropy kernel over the local vocabulary: loss and gradient in one pass;
-  the vocabulary-parallel reduction of its row statistics is not counted).
+  and ``M = K, K = T, N = M``); flash attention's backward as: the forward attention kernel
+  again (it recomputes the probabilities, as a flash backward does), the four GEMMs of
+  ``dV, dP, dQ, dK`` with the heads stacked along ``M`` and the element-wise ``dS`` over the
+  score matrices (a residual-add kernel of that size), both scaled by the fraction of
+  (query tile, key block) pairs a causal mask keeps; each norm's input and weight gradients
+  by the RMSNorm or LayerNorm backward kernel; the SwiGLU activation's by its backward
+  kernel; the residual adds' gradients (a sum of two branches) and the plain FFN's GELU
+  gradient as residual-add kernels of their size (the same data movement; no kernels of
+  their own yet); full recomputation re-runs the whole forward; and, when a step has
+  several micro-batches, the layer's weight gradients added to their fp32 accumulators.
+- the first stage adds the embedding (a row copy of its size, standing in for a gather, and
+  the same for its scatter-add backward: the instruction set has no indirect DMA yet) and its
+  output's reduction over the vocabulary-parallel ranks; the last stage the final norm, the LM
+  head GEMM with its backward, and the vocabulary-parallel loss: row max, all-reduce (max),
+  ``exp`` with its row sum and the target's logit, all-reduce (sum), loss and gradient.
 - per step: Adam over the rank's parameters (its ``1 / dp`` share with ZeRO-1).
 
 Kernel times are :class:`~explore.kerneltimes.KernelTimes`: the core simulator's timing-only
@@ -146,14 +149,14 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
     ffn = math.ceil(t.ffn / tp)
     norm = "rmsnorm" if t.norm == "rmsnorm" else "layernorm"
     frac = causal_fraction(seq, query_tile) if t.causal else 1.0
-    pairs = mb * heads * frac
+    nb = mb * heads  # heads of the micro-batch's sequences, one attention kernel for all
     attention = "attention_causal" if t.causal else "attention"
 
     fwd = [
         _wide("norm", norm, local, h, dt, 1, local * h * es),
         _gemm("qkv", math.ceil((h + 2 * kv) / tp), h, tokens, dt, 1, tokens * h * es),
-        Call("attention", attention, (("S", seq), ("D", hd)), dt, mb * heads, "other",
-             (3 * seq * hd + seq * hd) * es),
+        Call("attention", attention, (("B", nb), ("S", seq), ("D", hd)), dt, 1, "other",
+             (3 * seq * hd + seq * hd) * es * nb),
         _gemm("attn.out", h, math.ceil(h / tp), tokens, dt, 1, tokens * h * es / tp),
         _flat("residual", "residual_add", local * h, dt, 1),
         _wide("norm", norm, local, h, dt, 1, local * h * es),
@@ -179,11 +182,11 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
                 bwd.append(_flat("ffn.act.grad", "residual_add", n * m, dt, c.count))
         elif c.kernel == attention:
             bwd += [replace(c, what="attention.recompute", saved=0.0),
-                    _gemm("attention.dv", seq, seq, hd, dt, pairs),
-                    _gemm("attention.dp", seq, hd, seq, dt, pairs),
-                    _gemm("attention.dq", seq, seq, hd, dt, pairs),
-                    _gemm("attention.dk", seq, seq, hd, dt, pairs),
-                    _flat("attention.ds", "residual_add", seq * seq, dt, pairs)]
+                    _gemm("attention.dv", nb * seq, seq, hd, dt, frac),
+                    _gemm("attention.dp", nb * seq, hd, seq, dt, frac),
+                    _gemm("attention.dq", nb * seq, seq, hd, dt, frac),
+                    _gemm("attention.dk", nb * seq, seq, hd, dt, frac),
+                    _flat("attention.ds", "residual_add", nb * seq * seq, dt, frac)]
         elif c.kernel == "swiglu":
             bwd.append(replace(c, what=c.what + ".grad", kernel="swiglu_backward", saved=0.0))
         elif c.kernel in ("rmsnorm", "layernorm"):

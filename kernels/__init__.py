@@ -149,11 +149,22 @@ def _adam(i):
 
 
 def _attention(i, causal=False):
-    q, k, v = i["qT"].T, i["kT"].T, i["v"]
-    s = q @ k.T / np.sqrt(q.shape[1])
-    if causal:
-        s = np.where(np.triu(np.ones(s.shape, dtype=bool), 1), -np.inf, s)
-    return {"out": _softmax(s) @ v}
+    s_len = i["qT"].shape[1]
+    heads = i["v"].shape[0] // s_len
+    outs = []
+    for h in range(heads):
+        d = i["qT"].shape[0] // heads
+        q, k = i["qT"][h * d:(h + 1) * d].T, i["kT"][h * d:(h + 1) * d].T
+        s = q @ k.T / np.sqrt(d)
+        if causal:
+            s = np.where(np.triu(np.ones(s.shape, dtype=bool), 1), -np.inf, s)
+        outs.append(_softmax(s) @ i["v"][h * s_len:(h + 1) * s_len])
+    return {"out": np.vstack(outs)}
+
+
+def _heads(s, d):
+    return {"qT": ((s["B"] * s["D"], s["S"]), d), "kT": ((s["B"] * s["D"], s["S"]), d),
+            "v": ((s["B"] * s["S"], s["D"]), d)}
 
 
 def _mkn(s, d):
@@ -195,18 +206,14 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
                          "beta": ((1, s["C"]), "fp32")},
            lambda i: {"out": _norm(i["x"], i["gamma"], i["beta"])}, polynomial=True,
            example={"R": 4096, "C": 4096}),
-    Kernel("attention", "one head, flash style: softmax(q k^T / sqrt(D)) v over key blocks, "
-           "online max and sum", ("S", "D"), ("bf16", "fp32"), attention,
-           lambda s, d: {"qT": ((s["D"], s["S"]), d), "kT": ((s["D"], s["S"]), d),
-                         "v": ((s["S"], s["D"]), d)},
-           _attention, polynomial=True, example={"S": 8192, "D": 128}),
+    Kernel("attention", "B heads, flash style: softmax(q k^T / sqrt(D)) v over key blocks, "
+           "online max and sum", ("B", "S", "D"), ("bf16", "fp32"), attention, _heads,
+           _attention, polynomial=True, example={"B": 1, "S": 8192, "D": 128}),
     Kernel("attention_causal", "the same with a causal mask: key blocks after a query tile "
-           "skipped, the diagonal blocks masked", ("S", "D"), ("bf16", "fp32"),
-           lambda b, s, d, dt: attention(b, s, d, dt, causal=True),
-           lambda s, d: {"qT": ((s["D"], s["S"]), d), "kT": ((s["D"], s["S"]), d),
-                         "v": ((s["S"], s["D"]), d)},
+           "skipped, the diagonal blocks masked", ("B", "S", "D"), ("bf16", "fp32"),
+           lambda b, nb, s, d, dt: attention(b, nb, s, d, dt, causal=True), _heads,
            lambda i: _attention(i, causal=True), polynomial=True,
-           example={"S": 4096, "D": 128}),
+           example={"B": 1, "S": 4096, "D": 128}),
     Kernel("rmsnorm_backward", "dx of RMSNorm: rstd * (gamma dy - x_hat mean(gamma dy x_hat)), "
            "and dgamma = sum of dy x_hat over rows", ("R", "C"), ("fp32", "bf16"),
            rmsnorm_backward,

@@ -24,7 +24,8 @@ def _cases():
     small = {("M", "K", "N"): [dict(M=1, K=1, N=1), dict(M=128, K=256, N=512),
                                dict(M=130, K=300, N=520)],
              ("R", "C"): [dict(R=1, C=64), dict(R=128, C=128), dict(R=200, C=300)],
-             ("S", "D"): [dict(S=1, D=1), dict(S=128, D=64), dict(S=600, D=32)]}
+             ("B", "S", "D"): [dict(B=1, S=1, D=1), dict(B=2, S=128, D=64),
+                                 dict(B=1, S=600, D=32)]}
     for k in kernels.KERNELS.values():
         for dtype in k.dtypes:
             shapes = small[k.dims]
@@ -33,7 +34,7 @@ def _cases():
                 # rsqrt range (2^-16 and up, hdl/vector/functions.py)
                 shapes = shapes + [dict(R=130, C=1)]
             if k.name == "attention_causal":
-                shapes = shapes + [dict(S=1100, D=16)]  # 3 key blocks, 4 diagonal offsets
+                shapes = shapes + [dict(B=2, S=1100, D=16)]  # 3 key blocks, 4 diagonal offsets
             if k.name in ("adam", "residual_add", "grad_accumulate"):
                 shapes = shapes + [dict(R=130, C=2100)]  # two column passes, one partial
             if dtype not in ("bf16", "fp32"):
