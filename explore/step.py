@@ -11,8 +11,10 @@ logical NeuronCore) of a tensor-parallel group of ``tp`` becomes calls of the ke
   residual add. Norms and residual adds see ``T / tp`` tokens with sequence parallelism,
   ``T`` without.
 - per layer backward: each GEMM's input-gradient and weight-gradient GEMMs (``M = K, K = M``
-  and ``M = K, K = T, N = M``); flash attention's backward as: the forward attention kernel
-  again (it recomputes the probabilities, as a flash backward does), the four GEMMs of
+  and ``M = K, K = T, N = M``); attention's backward as: the forward attention kernel again
+  with selective or full recomputation (it recomputes the probabilities, as a flash backward
+  and Megatron-LM's selective recomputation do; without recomputation they are saved from
+  the forward instead), the four GEMMs of
   ``dV, dP, dQ, dK`` with the heads stacked along ``M`` and the element-wise ``dS`` over the
   score matrices (a residual-add kernel of that size), both scaled by the fraction of
   (query tile, key block) pairs a causal mask keeps; each norm's input and weight gradients
@@ -63,7 +65,8 @@ from . import model
 from .kerneltimes import KernelTimes
 from .workloads import DTYPES, Transformer, compile_transformer, transformer_params
 
-__all__ = ["PARTS", "RECOMPUTE", "Call", "Layout", "StepError", "evaluate", "from_cli", "lower"]
+__all__ = ["PARTS", "RECOMPUTE", "Call", "Layout", "StepError", "evaluate", "from_cli",
+           "load_workload", "lower"]
 
 RECOMPUTE = ("none", "selective", "full")
 #: The parts of the step time, in the order they are reported and stacked.
@@ -155,8 +158,10 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
     fwd = [
         _wide("norm", norm, local, h, dt, 1, local * h * es),
         _gemm("qkv", math.ceil((h + 2 * kv) / tp), h, tokens, dt, 1, tokens * h * es),
+        # saved: q, k, v and the output; without recomputation the probabilities too
         Call("attention", attention, (("B", nb), ("S", seq), ("D", hd)), dt, 1, "other",
-             (3 * seq * hd + seq * hd) * es * nb),
+             (3 * seq * hd + seq * hd + (seq * seq * frac if layout.recompute == "none"
+                                         else 0)) * es * nb),
         _gemm("attn.out", h, math.ceil(h / tp), tokens, dt, 1, tokens * h * es / tp),
         _flat("residual", "residual_add", local * h, dt, 1),
         _wide("norm", norm, local, h, dt, 1, local * h * es),
@@ -181,8 +186,9 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
             if c.kernel == "gemm_bias_gelu":
                 bwd.append(_flat("ffn.act.grad", "residual_add", n * m, dt, c.count))
         elif c.kernel == attention:
-            bwd += [replace(c, what="attention.recompute", saved=0.0),
-                    _gemm("attention.dv", nb * seq, seq, hd, dt, frac),
+            if layout.recompute != "none":
+                bwd.append(replace(c, what="attention.recompute", saved=0.0))
+            bwd += [_gemm("attention.dv", nb * seq, seq, hd, dt, frac),
                     _gemm("attention.dp", nb * seq, hd, seq, dt, frac),
                     _gemm("attention.dq", nb * seq, seq, hd, dt, frac),
                     _gemm("attention.dk", nb * seq, seq, hd, dt, frac),
@@ -536,15 +542,27 @@ def resolve(system: str):
     return base, params, nodes
 
 
-def from_cli(system: str, workload: str, *, tp=None, pp=None, dp=None, nodes=None,
-             micro_batch=None, recompute=None, sequence_parallel=True, zero1=True,
-             gemm_only=False, times: KernelTimes | None = None) -> Run:
-    """``gen step``: options left ``None`` take the workload's (or the system's) own."""
+def load_workload(workload: str, seq: int | None = None, batch: int | None = None
+                  ) -> Transformer:
+    """A transformer workload, its sequence length and global batch (sequences per step)
+    replaced where given."""
     from .workloads import load_spec  # noqa: PLC0415
 
     t = load_spec(workload)
     if not isinstance(t, Transformer):
         raise StepError(f"expected a transformer workload, found the GEMM list {t.name!r}")
+    update = {k: v for k, v in (("seq", seq), ("batch", batch)) if v is not None}
+    for k, v in update.items():
+        if not isinstance(v, int) or v < 1:
+            raise StepError(f"expected --{k} of at least 1, found {v}")
+    return t.model_copy(update=update) if update else t
+
+
+def from_cli(system: str, workload: str, *, tp=None, pp=None, dp=None, nodes=None,
+             micro_batch=None, recompute=None, sequence_parallel=True, zero1=True,
+             gemm_only=False, seq=None, batch=None, times: KernelTimes | None = None) -> Run:
+    """``gen step``: options left ``None`` take the workload's (or the system's) own."""
+    t = load_workload(workload, seq, batch)
     base, params, default_nodes = resolve(system)
     par = t.parallel
     tp = par.tensor if tp is None else tp
@@ -571,17 +589,13 @@ def from_cli(system: str, workload: str, *, tp=None, pp=None, dp=None, nodes=Non
 
 
 def grid(system: str, workload: str, *, tp=None, pp=None, nodes=None, micro_batch=None,
-         recompute=None, sequence_parallel=True, zero1=True, gemm_only=False,
-         times: KernelTimes | None = None):
+         recompute=None, sequence_parallel=True, zero1=True, gemm_only=False, seq=None,
+         batch=None, times: KernelTimes | None = None):
     """Every combination of the given lists (``None``: the workload's or system's own) as a
     table: one row per design point, the split then :data:`METRICS` (pandas DataFrame)."""
     import pandas as pd  # noqa: PLC0415
 
-    from .workloads import load_spec  # noqa: PLC0415
-
-    t = load_spec(workload)
-    if not isinstance(t, Transformer):
-        raise StepError(f"expected a transformer workload, found the GEMM list {t.name!r}")
+    t = load_workload(workload, seq, batch)
     base, params, default_nodes = resolve(system)
     par = t.parallel
     axes = {"tp": tp or [par.tensor], "pp": pp or [par.pipeline],

@@ -42,10 +42,11 @@ _KB = 512  # keys per block: one PSUM bank of fp32 scores
 def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
               causal: bool = False) -> None:
     """``nb`` heads one after another in one kernel (the pipeline runs on from one head's
-    last key block into the next head's first); with ``causal``, query ``i`` sees keys ``0 .. i`` only: key blocks wholly
-    after a query tile are skipped, and a block that straddles its diagonal has an additive
-    mask (0 or -1e30, built once per distinct offset by GpSimd's iota and the vector engine)
-    added to its scores by the vector engine before the max and the exp."""
+    last key block into the next head's first); with ``causal``, query ``i`` sees keys
+    ``0 .. i`` only: key blocks wholly after a query tile are skipped, and a block that
+    straddles its diagonal has an additive mask (0 or -1e30, built once per distinct offset
+    by GpSimd's iota and the vector engine) added to its scores by the vector engine before
+    the max and the exp."""
     p = b.params
     for name, v in (("B", nb), ("S", s), ("D", d)):
         if not isinstance(v, int) or v < 1:

@@ -35,6 +35,32 @@ def run(*args):
     return CliRunner().invoke(main, list(args))
 
 
+#: More published trn1 training results (sources.yaml NEURON-TRN1-TRAIN): workload, options of
+#: `gen step` as the table states the run (nodes, TP, PP, micro-batch, sequence length, global
+#: batch), published sequences per second.
+ANCHORS = {
+    "llama3.1-8b": ("llama3.1-8b", dict(nodes=32, tp=32, pp=1, micro_batch=1, seq=8192,
+                                        batch=1024), 47.95),
+    "llama3.1-70b": ("llama3.1-70b", dict(nodes=32, tp=32, pp=8, micro_batch=1, seq=8192,
+                                          batch=1024), 7.94),
+    "bert-large-ph1-16-nodes": ("bert-large-ph1", dict(nodes=16, tp=1, pp=1, micro_batch=16,
+                                                       batch=1048576), 56923.65),
+    "bert-large-ph1-1-node": ("bert-large-ph1", dict(nodes=1, tp=1, pp=1, micro_batch=16,
+                                                     batch=16384), 3836.47),
+}
+
+
+@pytest.mark.parametrize("name", list(ANCHORS))
+def test_published_trn1_anchors(name, times):
+    from specs.loader import sources
+
+    assert "NEURON-TRN1-TRAIN" in sources()
+    workload, options, published = ANCHORS[name]
+    r = step.from_cli("trn1.32xlarge", workload, times=times, **options).result
+    assert r.fits
+    assert r.sequences_per_second == pytest.approx(published, rel=0.25)
+
+
 def test_llama2_7b_through_the_cli(tmp_path, llama):
     result = run("step", "trn1.32xlarge", "llama2-7b", "--tp", "8", "--nodes", "16",
                  "--plot", str(tmp_path / "b.png"))
