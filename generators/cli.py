@@ -410,6 +410,10 @@ def _modes(ctx, param, value):
 @click.option("--micro-batch", callback=_ints, help="Sequences per micro-batch.")
 @click.option("--recompute", callback=_modes, help="Activation recomputation: none, "
               "selective or full (default: the workload's).")
+@click.option("--seq", type=int, default=None, help="Sequence length in tokens (default: the "
+              "workload's).")
+@click.option("--batch", type=int, default=None, help="Global batch, sequences per step "
+              "(default: the workload's).")
 @click.option("--no-sequence-parallel", is_flag=True, help="Norms and residuals on every "
               "tensor-parallel rank in full.")
 @click.option("--no-zero1", is_flag=True, help="Optimizer state on every data-parallel rank.")
@@ -419,7 +423,7 @@ def _modes(ctx, param, value):
               help="Write a stacked bar of the breakdown (PNG and SVG beside it).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With comma-separated values (a grid): write every point as Parquet.")
-def step_cmd(system, workload, tp, pp, dp, nodes, micro_batch, recompute,
+def step_cmd(system, workload, tp, pp, dp, nodes, micro_batch, recompute, seq, batch,
              no_sequence_parallel, no_zero1, gemm_only, plot, output):
     """Time one training step of WORKLOAD on SYSTEM (an instance or a cluster spec): step
     time, sequences and tokens per second, MFU, the breakdown and the memory per rank.
@@ -429,7 +433,7 @@ def step_cmd(system, workload, tp, pp, dp, nodes, micro_batch, recompute,
     lists = {"tp": tp, "pp": pp, "dp": dp, "nodes": nodes, "micro_batch": micro_batch,
              "recompute": recompute}
     options = dict(sequence_parallel=not no_sequence_parallel, zero1=not no_zero1,
-                   gemm_only=gemm_only)
+                   gemm_only=gemm_only, seq=seq, batch=batch)
     try:
         if any(v is not None and len(v) > 1 for v in lists.values()):
             if dp is not None:
