@@ -9,9 +9,13 @@ of ``a`` (and ``b``) is read from all partitions at once, one cycle later it ent
 the destination pattern's next element, in the partitions of the tile only. ``Memset``
 writes its value without the unit. Two read ports (``a``, ``b``) and one write port.
 
-What this datapath runs (:func:`supported` says why not otherwise): operand types the unit
-reads (``formats``), ``a`` and ``b`` of one type, fp32 destinations and scalar operands, and
-``TensorScalar`` with ``op1`` COPY.
+Results go to ``dst``'s type through a run-time cast lane per partition
+(:class:`~hdl.numerics.cast.FormatCastLane`, round to nearest even; fp32 written as it comes,
+as the simulator writes it), at the element's byte offset in its word.
+
+What this datapath runs (:func:`supported` says why not otherwise): operand and destination
+types the unit reads (``formats``), ``a`` and ``b`` of one type, fp32 scalar operands,
+round-to-nearest-even casts, and ``TensorScalar`` with ``op1`` COPY.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.core.access import AP_LAYOUT, SPACE, ApWalker
+from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
 from hdl.core.isa import (
     AP,
     DTYPES,
@@ -33,6 +37,9 @@ from hdl.core.isa import (
     TensorTensor,
     field_positions,
 )
+from hdl.numerics.cast import FormatCastLane
+from hdl.numerics.formats import format_by_name
+from hdl.vector.lanes import add_lane, lane_verilog
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
@@ -47,8 +54,10 @@ def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
     if not isinstance(ins, VECTOR_OPS):
         return f"the vector engine runs {', '.join(c.__name__ for c in VECTOR_OPS)}"
     aps: dict[str, AP] = {name: ap for name, ap, _ in ins.operands()}
-    if aps["dst"].dtype != "fp32":
-        return "destinations are fp32 (no output cast in the core's vector engine yet)"
+    if aps["dst"].dtype not in formats:
+        return f"destinations are {', '.join(formats)}, not {aps['dst'].dtype}"
+    if getattr(ins, "rounding", "rne") != "rne":
+        return "casts round to nearest even (no stochastic rounding in the core yet)"
     inputs = [aps[n] for n in ("a", "b", "src") if n in aps]
     for ap in inputs:
         if ap.dtype not in formats:
@@ -102,9 +111,13 @@ class VectorEngine(wiring.Component):
                         "w_data": Out(data.ArrayLayout(DATA_BITS, n))})
         super().__init__(members)
         self.unit = Vector(self.params, lane_instances=True)
+        self.cast_formats = tuple(format_by_name(f) for f in self.params.formats)
+
+    CAST_LANE_MODULE = "core_cast_lane"
 
     def verilog_dependencies(self) -> list[str]:
-        return self.unit.verilog_dependencies()
+        return self.unit.verilog_dependencies() + [
+            lane_verilog(FormatCastLane(self.cast_formats), self.CAST_LANE_MODULE)]
 
     def elaborate(self, platform):
         m = Module()
@@ -175,14 +188,26 @@ class VectorEngine(wiring.Component):
 
         # the write side: dst's next element, in the tile's partitions
         result = [Mux(memset, imm, unit.o.payload[lane]) for lane in range(n)]
-        out_lanes = unrotate(result, dst.partition, chunk)
+        out_format, dst_fp32 = 0, dst.dtype == DTYPES["fp32"][0]
+        for index, name in enumerate(self.params.formats):
+            out_format = Mux(dst.dtype == DTYPES[name][0], index, out_format)
+        writing = Signal()
+        cast = []
+        for lane in range(n):
+            y = Signal(DATA_BITS, name=f"cast{lane}")
+            add_lane(m, f"cast{lane}", lambda: FormatCastLane(self.cast_formats),
+                     self.CAST_LANE_MODULE,
+                     {"x": result[lane], "fmt": out_format, "stochastic": 0, "en": writing,
+                      "seed": 0}, {"y": y})
+            cast.append(Mux(dst_fp32, result[lane], y) << (wd.byte[:2] * 8))
+        out_lanes = unrotate(cast, dst.partition, chunk)
         in_tile = Cat(*[(dst.partition <= p) & (p < dst.partition + dst.partitions)
                         for p in range(n)])
         m.d.comb += [self.w_addr.eq(wd.byte[2:]), self.w_psum.eq(dst.space == SPACE["psum"]),
                      self.w_part.eq(in_tile)]
         m.d.comb += [self.w_data[p].eq(out_lanes[p]) for p in range(n)]
-        writing = Signal()
-        m.d.comb += self.w_be.eq(Mux(writing, 0xF, 0))
+        item_mask = (1 << (1 << dtype_shift(dst.dtype))) - 1
+        m.d.comb += self.w_be.eq(Mux(writing, item_mask << wd.byte[:2], 0))
 
         scalars = Signal(data.ArrayLayout(32, n))
         m.d.comb += unit.scalar.eq(scalars)

@@ -117,6 +117,31 @@ def _vector_ops(b: Builder) -> None:
     b.emit("dma1", DmaCopy(dst=red.ap((0, p)), src=_tile(b, sr, 2)))
 
 
+def _vector_casts(b: Builder) -> None:
+    """Results cast to bf16, fp16 and fp8 at byte offsets inside words, a narrow memset."""
+    p, n = b.params.partitions, 12
+    x = b.hbm("x", (p, n), "bf16")
+    out16 = b.hbm("out16", (p, n), "bf16")
+    out8 = b.hbm("out8", (p, n), "fp8_e4m3")
+    sx, s1, s2, s3 = (b.sbuf(4 * n + 4, name) for name in ("x", "t1", "t2", "t3"))
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n, "bf16"), src=x.ap((0, p))))
+    b.wait("vector", b.signal("dma0"))
+    v = "vector"
+    b.emit(v, TensorScalar(dst=_tile(b, s1 + 2, n, "bf16"), src=_tile(b, sx, n, "bf16"),
+                           op0=VectorOp.MULTIPLY, imm0=1.0 / 3.0))
+    b.emit(v, TensorCopy(dst=_tile(b, s2 + 1, n, "fp8_e4m3"), src=_tile(b, s1 + 2, n, "bf16")))
+    b.emit(v, Memset(dst=_tile(b, s3, n, "fp16"), value=0.1))
+    b.emit(v, TensorTensor(dst=_tile(b, s3 + 2 * n, n // 2, "fp16", dims=((n // 2, 1),)),
+                           a=_tile(b, s1 + 2, n // 2, "bf16", dims=((n // 2, 2),)),
+                           b=_tile(b, s1 + 4, n // 2, "bf16", dims=((n // 2, 2),)),
+                           op=VectorOp.SUBTRACT))
+    done = b.signal(v)
+    b.wait("dma1", done)
+    b.emit("dma1", DmaCopy(dst=out16.ap((0, p)), src=_tile(b, s1 + 2, n, "bf16")))
+    b.wait("dma2", done)
+    b.emit("dma2", DmaCopy(dst=out8.ap((0, p)), src=_tile(b, s2 + 1, n, "fp8_e4m3")))
+
+
 def _deadlock(b: Builder) -> None:
     """The vector engine waits for a count no stream will reach."""
     p, n = b.params.partitions, 4
@@ -139,8 +164,10 @@ def _kernel(name: str, shape: dict, dtype: str):
 
 #: name -> (builder function, whether the program must deadlock)
 PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, False),
-            "deadlock": (_deadlock, True),
-            "residual_add": (_kernel("residual_add", {"R": 32, "C": 24}, "fp32"), False)}
+            "vector_casts": (_vector_casts, False), "deadlock": (_deadlock, True),
+            "residual_add": (_kernel("residual_add", {"R": 32, "C": 24}, "fp32"), False),
+            "residual_add_bf16": (_kernel("residual_add", {"R": 16, "C": 40}, "bf16"),
+                                  False)}
 
 
 def build_program(params: CoreParams, name: str) -> Program:
@@ -180,7 +207,8 @@ def random_inputs(program: Program, seed: int) -> np.ndarray:
     tensor's type (positive ones for names starting with ``s``)."""
     rng = np.random.default_rng(seed)
     hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
-    types = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16}
+    types = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
+             "fp8_e4m3": ml_dtypes.float8_e4m3}
     for t in program.tensors.values():
         v = rng.standard_normal(t.shape)
         if t.name.startswith("s"):
