@@ -13,7 +13,7 @@ sharing and ABC's default script), no cache: NAND2 equivalents and CPU seconds o
 The load average is printed with each figure: the machine is shared, and synthesis is CPU
 bound. Usage: PYTHONPATH=. python benchmarks/area.py [--chip trn2] [--cache DIR]
 [--jobs N]
-[--compare MODULE...]
+[--compare MODULE... [--rtl DIR]]
 """
 
 from __future__ import annotations
@@ -80,13 +80,16 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=None)
     ap.add_argument("--compare", nargs="+", metavar="MODULE", default=None)
     ap.add_argument("--jobs", type=int, default=None, help="modules synthesised at once")
+    ap.add_argument("--rtl", type=Path, default=None,
+                    help="with --compare: RTL already emitted by gen chip (its rtl/ folder)")
     args = ap.parse_args()
     doc = load_document(args.chip)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if args.compare:
-            generate_chip(doc, tmp / "chip")
-            compare(tmp / "chip" / "rtl", args.compare)
+            if args.rtl is None:
+                generate_chip(doc, tmp / "chip")
+            compare(args.rtl or tmp / "chip" / "rtl", args.compare)
             return
         emitted = emitted_files(doc, tmp / "chip")
         modules = sum(1 for g in emitted.values() for f in g for p in f if p.suffix == ".v")
