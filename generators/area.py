@@ -46,9 +46,9 @@ def shape_terms(spec: ChipSpec, engines, known: dict[str, area.ModuleArea],
 
     Composed from the figures at the spec's own shape: instance counts follow the shape,
     each module's own logic stays as synthesised (a row's pipeline registers, whose width
-    follows the columns, are counted per row). None when a tensor array's top is not a
-    structural module whose loops run over ``ROWS`` and ``COLS`` (the terms cannot be told
-    apart then)."""
+    follows the columns, are counted per row). None without a tensor array, or when its top
+    is not a structural module whose loops run over ``ROWS`` and ``COLS`` (the terms cannot
+    be told apart then)."""
     terms = {"rows": 0.0, "cols": 0.0, "chip": 0.0, "core": 0.0,
              "array": 0.0, "row": 0.0, "column": 0.0, "pe": 0.0}
     for unit, _, group in engines:
@@ -79,7 +79,7 @@ def shape_terms(spec: ChipSpec, engines, known: dict[str, area.ModuleArea],
                     terms["column"] += area.rollup(known, child)
                 else:
                     return None
-    return terms
+    return terms if terms["rows"] else None
 
 
 def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: bool,

@@ -197,6 +197,7 @@ def test_shape_terms_compose_back_to_the_rolled_up_chip():
     assert compose(5, 4) == pytest.approx(4 * 6 * or2 + 8 * (4 * and2 + 3 * inv + 5 * 10 * dff
                                                            + 20 * 7 * xor + 4 * column))
     assert shape_terms(spec, engines, known, {"arr": ARRAY.replace("COLS", "WIDTH")}) is None
+    assert shape_terms(spec, engines[1:], known, {}) is None  # no tensor array
 
 
 def test_the_datasheet_names_the_modules_not_yet_synthesised(tmp_path, monkeypatch):
