@@ -17,7 +17,7 @@ places, both for time (``benchmarks/area.md`` measures them):
 - ABC maps with ``strash; dc2; &get -n; &dch -f; &nf; &put``: Yosys's default script without
   its SAT sweeping (``&fraig -x``), signal correspondence (``scorr``) and retiming
   (``dretime``), which take most of ABC's time on large datapaths. What is kept (AIG
-  rewriting, choice computation and the area-aware ``&nf`` mapper) gives figures 3 % to 8 %
+  rewriting, choice computation and the area-aware ``&nf`` mapper) gives figures 0 % to 8 %
   above Yosys's default flow's, in a third of its time or less on the larger modules;
   ``strash; map`` alone is faster still but overstates the vector lane's area by 80 %.
 
