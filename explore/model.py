@@ -414,13 +414,19 @@ def instance_long(chips, base: Base) -> int:
     return torus_dims(chips)[1]
 
 
+def chip_document(doc: loader.Document) -> loader.Document:
+    """The chip spec a chip or system spec is built of."""
+    while doc.kind == "system":
+        doc = loader.load_document(loader.find(doc.spec.member, near=doc.file.parent))
+    return doc
+
+
 def area_terms(doc: loader.Document) -> dict[str, float] | None:
     """The area terms of the chip a spec is built of, as `gen chip` left them in the
     synthesis cache (``hdl.area.load_chip``); None until every module of that chip has been
     synthesised (``gen chip CHIP --area``)."""
-    while doc.kind == "system":
-        doc = loader.load_document(loader.find(doc.spec.member, near=doc.file.parent))
-    return synthesis.load_chip(doc.spec.name, doc.digest)
+    chip = chip_document(doc)
+    return synthesis.load_chip(chip.spec.name, chip.digest)
 
 
 def chip_area(rows, cols, cores, base: Base):

@@ -34,6 +34,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from specs.loader import load_document
+
 from . import model, step
 from . import sweep as sweeps
 from .workloads import Workload
@@ -221,8 +223,7 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
         "compute_seconds": compute_seconds,
         "points_per_second": computed_points / compute_seconds if computed_points else None,
         "table": str(table_path), "plots": drawn, "best": best_points(table),
-        "area": ("from synthesis" if sw.base.area is not None else
-                 "not known: the base chip is not synthesised yet (gen chip CHIP --area)"),
+        "area": _area_source(sw.base),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     return summary
@@ -276,6 +277,13 @@ def _run_dask(todo, sw: sweeps.Sweep, scheduler: str | None, bar: Progress, task
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def _area_source(base: model.Base) -> str:
+    if base.area is not None:
+        return "from synthesis"
+    chip = model.chip_document(load_document(base.spec_file)).spec.name
+    return f"not known: {chip} is not synthesised yet (gen chip {chip} --area)"
 
 
 def best_points(table: pd.DataFrame) -> dict:
