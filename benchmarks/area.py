@@ -26,15 +26,14 @@ import time
 from pathlib import Path
 
 from generators.area import chip_area
-from generators.chip import generate_chip
 from generators.units import UNITS
 from hdl import area
 from specs.loader import load_document
 
 
 def emitted_files(doc, out: Path) -> dict[str, list[list[Path]]]:
-    generate_chip(doc, out)
     rtl = out / "rtl"
+    rtl.mkdir(parents=True, exist_ok=True)
     emitted: dict[str, list[list[Path]]] = {}
     for name, unit in UNITS.items():
         if unit.unsupported(doc.spec):
@@ -88,7 +87,7 @@ def main() -> None:
         tmp = Path(tmp)
         if args.compare:
             if args.rtl is None:
-                generate_chip(doc, tmp / "chip")
+                emitted_files(doc, tmp / "chip")
             compare(args.rtl or tmp / "chip" / "rtl", args.compare)
             return
         emitted = emitted_files(doc, tmp / "chip")
