@@ -19,10 +19,10 @@ logical NeuronCore) of a tensor-parallel group of ``tp`` becomes calls of the ke
   score matrices (a residual-add kernel of that size), both scaled by the fraction of
   (query tile, key block) pairs a causal mask keeps; each norm's input and weight gradients
   by the RMSNorm or LayerNorm backward kernel; the SwiGLU activation's by its backward
-  kernel; the residual adds' gradients (a sum of two branches) and the plain FFN's GELU
-  gradient as residual-add kernels of their size (the same data movement; no kernels of
-  their own yet); full recomputation re-runs the whole forward; and, when a step has
-  several micro-batches, the layer's weight gradients added to their fp32 accumulators.
+  kernel, the plain FFN's GELU by its own; the residual adds' gradients (the sum of the
+  two branches' gradients, a residual-add kernel); full recomputation re-runs the whole
+  forward; and, when a step has several micro-batches, the layer's weight gradients added
+  to their fp32 accumulators.
 - the first stage adds the embedding (a row copy of its size, standing in for a gather, and
   the same for its scatter-add backward: the instruction set has no indirect DMA yet) and its
   output's reduction over the vocabulary-parallel ranks; the last stage the final norm, the LM
@@ -191,7 +191,7 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
             bwd += [_gemm(c.what + ".dgrad", k, m, n, dt, c.count),
                     _gemm(c.what + ".wgrad", k, n, m, dt, c.count)]
             if c.kernel == "gemm_bias_gelu":
-                bwd.append(_flat("ffn.act.grad", "residual_add", n * m, dt, c.count))
+                bwd.append(_flat("ffn.act.grad", "gelu_backward", n * m, dt, c.count))
         elif c.kernel == attention:
             if layout.recompute != "none":
                 bwd.append(replace(c, what="attention.recompute", saved=0.0))
