@@ -64,6 +64,7 @@ PARAMS = {
     "link_bandwidth": ("B/s", "bandwidth", "chip-to-chip bandwidth per chip"),
     "chips": ("", "count", "chips per instance"),
     "lnc": ("", "count", "physical cores per logical core (LNC)"),
+    "nodes": ("", "count", "nodes (servers, or instances of a cluster) joined by EFA"),
 }
 
 #: Metrics of a design point x workload: name -> (unit, description).
@@ -112,7 +113,6 @@ class Base:
     topology: str                     # instance topology: torus, ring, switch or none
     links: int                        # NeuronLink ports per chip
     instances: int                    # instances per server (joined by a ring of links)
-    servers: int                      # servers joined by EFA
     efa_bandwidth: float              # per server, bytes/s
     link_alpha: float
     efa_alpha: float
@@ -121,6 +121,8 @@ class Base:
     price_per_hour: float             # of the base system, NaN when unknown
     add: collectives.Add = collectives.Add(0.0, 0.0, math.inf)  # a collective's add, base cores
     price_shares: dict[str, float] = field(default_factory=lambda: {"chips": 1.0})
+    #: the spec file it was flattened from (the lowered step builds its core from it)
+    spec_file: str = ""
 
     def rate(self, dtype: str) -> float:
         return self.rates.get(dtype, math.nan)
@@ -178,13 +180,14 @@ def base_from_spec(name, price: float | None = None,
         "hbm_bandwidth": chip.memory.bandwidth.to("B/s").magnitude,
         "hbm_capacity": chip.memory.capacity.to("B").magnitude,
         "link_bandwidth": link_bw.to("B/s").magnitude,
-        "chips": chips, "lnc": chip.lnc.default,
+        "chips": chips, "lnc": chip.lnc.default, "nodes": servers,
     }
     spec_price = chain[0].price.to("USD/h").magnitude if chain and chain[0].price else math.nan
     return Base(
+        spec_file=str(doc.file),
         name=doc.name, values={k: float(v) for k, v in values.items()}, rates=rates,
         moving_max=t.moving_max, load_columns=t.load_columns, topology=topo,
-        links=chip.neuronlink.links or 1, instances=instances, servers=servers,
+        links=chip.neuronlink.links or 1, instances=instances,
         efa_bandwidth=float(efa), link_alpha=link_alpha, efa_alpha=efa_alpha,
         link_efficiency=system_model.default_link_efficiency(chip), torus=dims,
         price_per_hour=float(price if price is not None else spec_price),
@@ -329,7 +332,7 @@ def _evaluate(v, base: Base, work: Workload, detail: bool) -> dict[str, np.ndarr
     rate = base.rate(work.dtype)
     elem = DTYPES[work.dtype]
     per_chip = v["cores"] / v["lnc"]
-    total_chips = v["chips"] * base.instances * base.servers
+    total_chips = v["chips"] * base.instances * v["nodes"]
     ranks = total_chips * per_chip
     tp = float(work.tensor)
     dp = ranks / tp
@@ -401,8 +404,8 @@ def instance_long(chips, base: Base) -> int:
 def price_per_hour(v, base: Base):
     """Price of a design point: the base price scaled, factor by factor, by its share."""
     b = base.values
-    total_chips = v["chips"] * base.instances * base.servers
-    base_chips = b["chips"] * base.instances * base.servers
+    total_chips = v["chips"] * base.instances * v["nodes"]
+    base_chips = b["chips"] * base.instances * b["nodes"]
     scale = {
         "chips": total_chips / base_chips,
         "pe": (v["rows"] * v["cols"] * v["cores"] * total_chips)
@@ -429,7 +432,7 @@ def evaluate_point(point: dict[str, float], base: Base, work: Workload) -> dict[
     rows, cols, cores, lnc = (int(p[k]) for k in ("rows", "cols", "cores", "lnc"))
     chips = int(p["chips"])
     per_chip = cores // lnc if cores % lnc == 0 else cores / lnc
-    total_chips = chips * base.instances * base.servers
+    total_chips = chips * base.instances * int(p["nodes"])
     ranks = total_chips * per_chip
     tp = work.tensor
     valid = cores % lnc == 0 and ranks % tp == 0

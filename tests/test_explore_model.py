@@ -162,7 +162,7 @@ def test_base_point_figures():
 ])
 def test_systems_flatten_into_levels(name, chips, topology, instances, servers, efa):
     base = model.base_from_spec(name)
-    assert (base.values["chips"], base.topology, base.instances, base.servers) == \
+    assert (base.values["chips"], base.topology, base.instances, base.values["nodes"]) == \
         (chips, topology, instances, servers)
     if efa is None:
         assert math.isnan(base.efa_bandwidth)

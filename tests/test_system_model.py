@@ -371,8 +371,9 @@ def test_tile_interval_is_the_replayed_sequencer():
     t = load("trn2").core.tensor
     for fmt, k, m, n, double in [("bf16", 128, 128, 64, False), ("bf16", 100, 77, 5, False),
                                  ("fp8_e4m3", 256, 128, 512, True)]:
-        params = SystolicParams(rows=128, cols=128, fmt=fmt, moving_max=512,
-                                double_rate=double, load_columns=t.load_columns)
+        params = SystolicParams(rows=128, cols=128, formats=(fmt,), moving_max=512,
+                                double_rate=(fmt,) if double else (),
+                                load_columns=t.load_columns)
         assert tile_interval(t, fmt, k, m, n) == systolic.cycles(params, k, m, n)["interval"]
     # FP32 at a quarter rate: four times the bf16 tile.
     assert tile_interval(t, "fp32", 128, 128, 512) == 4 * 512
