@@ -149,7 +149,16 @@ class Fabric:
 
 def fabric(system: System, members: int | None = None) -> Fabric:
     """The chips and links of ``system``; a cluster over EFA executes a slice of ``members``
-    of its members (default 2), joined in a ring of EFA links."""
+    of its members (default 2), joined in a ring of EFA links. Built once per system and
+    ``members`` (its shortest paths are what a large system's runs spend most time finding),
+    and kept beside the system's other cached figures."""
+    built = system.__dict__.setdefault("_fabrics", {})
+    if members not in built:
+        built[members] = _fabric(system, members)
+    return built[members]
+
+
+def _fabric(system: System, members: int | None) -> Fabric:
     chip = system.chip
     spec = chip.spec
     lp = link_params(spec, "full")
