@@ -3,6 +3,7 @@ times, the analytic formulas and the link model's replay figures."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import ml_dtypes
@@ -317,3 +318,17 @@ def test_tensor_parallel_gemm_bf16_stochastic_within_bound(instance, seed):
     err, s = got - vals.sum(0), np.abs(vals).sum(0)
     assert (np.abs(err) <= (p - 1) * 2**-7 * s * (1 + 2**-6)).all()
     assert abs(err.mean()) < 0.05 * ((p - 1) * 2**-7 * s).mean()
+
+
+def test_the_spec_bit_error_rate_is_the_fault_models_default(instance):
+    """Without an argument the run takes the chip spec's neuronlink.bit_error_rate: a chip
+    whose spec says 1e-6 replays exactly as a run given 1e-6."""
+    chip = instance.chip.spec
+    noisy = chip.model_copy(update={"neuronlink": chip.neuronlink.model_copy(
+        update={"bit_error_rate": 1e-6})})
+    system = model.System(instance.spec, dataclasses.replace(instance.chip, spec=noisy))
+    a = execute.run(system, "send_recv", 16 * 2**20, peer=1, seed=1)
+    b = execute.run(instance, "send_recv", 16 * 2**20, peer=1, seed=1, bit_error_rate=1e-6)
+    assert a.bit_error_rate == 1e-6 and a.replays == b.replays > 0 and a.time == b.time
+    assert execute.run(instance, "send_recv", 2**20, peer=1).bit_error_rate == \
+        chip.neuronlink.bit_error_rate
