@@ -521,7 +521,7 @@ def _base_core(spec_file: str):
 
 def core_variant(base: model.Base, point: dict[str, float]):
     """The base chip's core at a design point of :data:`KERNEL_PARAMS` (SI units), as
-    :func:`hdl.params.core_params` derives it: every array of ``rows x cols``, the tensor
+    :func:`hdl.params.core_params` derives it: the tensor array at ``rows x cols``, the tensor
     clock, the SBUF split over the partitions, and the DMA bandwidth per core the lower of its
     engines' and its share of HBM. None when the chip cannot be simulated."""
     found = _base_core(base.spec_file)
@@ -533,7 +533,7 @@ def core_variant(base: model.Base, point: dict[str, float]):
     rows, cols, cores = (int(point[k]) for k in ("rows", "cols", "cores"))
     return replace(
         params, rows=rows, cols=cols,
-        arrays=tuple((f, replace(a, rows=rows, cols=cols)) for f, a in params.arrays),
+        tensor=replace(params.tensor, rows=rows, cols=cols),
         clocks=tuple((e, float(point["clock"]) if e == "tensor" else c)
                      for e, c in params.clocks),
         sbuf_bytes=int(point["sbuf"] // params.partitions),

@@ -286,7 +286,7 @@ def test_core_variant_by_hand():
     v = step.core_variant(base, point)
     assert (v.rows, v.cols, v.clock("tensor"), v.clock("vector")) == \
         (64, 256, 2.0e9, params.clock("vector"))
-    assert all((a.rows, a.cols) == (64, 256) for _, a in v.arrays)
+    assert (v.tensor.rows, v.tensor.cols) == (64, 256)
     # 16 MiB over 128 partitions; DMA: the lower of 16 engines x 17 GB/s and 400 GB/s / 2
     assert v.sbuf_bytes == 131072
     assert v.dma_bandwidth == pytest.approx(200e9)
