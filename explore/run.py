@@ -221,6 +221,8 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
         "compute_seconds": compute_seconds,
         "points_per_second": computed_points / compute_seconds if computed_points else None,
         "table": str(table_path), "plots": drawn, "best": best_points(table),
+        "area": ("from synthesis" if sw.base.area is not None else
+                 "not known: the base chip is not synthesised yet (gen chip CHIP --area)"),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     return summary

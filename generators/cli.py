@@ -543,7 +543,7 @@ def explore(sweep, output, scheduler, max_points):
     summary = run_sweep(sweep, out, scheduler=scheduler, max_points=max_points)
     click.echo(f"{sweep.name}: results in {out}")
     if isinstance(summary, dict):
-        for key in ("points", "rows", "computed", "reused", "elapsed_s"):
+        for key in ("points", "rows", "computed", "reused", "elapsed_s", "area"):
             if key in summary:
                 click.echo(f"  {key}: {summary[key]}")
 
