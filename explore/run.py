@@ -41,7 +41,7 @@ from . import sweep as sweeps
 from .workloads import Workload
 
 #: Changes whenever the model's formulas change, so that stale parts are not reused.
-MODEL_VERSION = "explore-model-4"
+MODEL_VERSION = "explore-model-5"
 
 
 def evaluate_chunk(values: dict[str, np.ndarray], base: model.Base, work: Workload,
