@@ -90,7 +90,8 @@ METRICS = {
     "peak_flops": ("FLOP/s", "peak tensor throughput of the system"),
     "pe_total": ("PEs", "PEs per array x cores x chips"),
     "tokens_per_second_per_pe": ("tokens/s/PE", "performance per PE"),
-    "area": ("NAND2", "logic area of the chips from synthesis (NaN until synthesised)"),
+    "area": ("NAND2", "area of the chips' RTL from synthesis, memories included (NaN until "
+                      "synthesised)"),
     "tokens_per_second_per_area": ("tokens/s/MNAND2", "performance per million NAND2"),
     "price_per_hour": ("USD/h", "price of the system (sweep price model)"),
     "tokens_per_dollar": ("tokens/USD", "performance per price"),
