@@ -25,8 +25,12 @@ Per rank (one logical NeuronCore of ``lnc`` physical cores) and GEMM:
   ring whose steps read and write their chunk), the part across chips over the instance
   topology (multi-dimensional rings on a torus, one hop through a switch), then across the
   instances of a server (the server's ring of same-position chips), then across servers over
-  EFA. Alpha-beta costs as in :mod:`sim.system.collectives`; NeuronLink carries payload at
-  the efficiency of the link model (:func:`sim.system.model.default_link_efficiency`).
+  EFA. Every phase is timed by :mod:`sim.system.collectives` (evaluated on arrays of design
+  points), the formula the system model uses: chunks of ``collectives.CHUNK`` pipelined
+  across ring steps, each reduce-scatter step ending with the vector engines' add
+  (:meth:`sim.system.model.Chip.add`, its rate scaled with the point's cores); NeuronLink
+  carries payload at the efficiency of the link model
+  (:func:`sim.system.model.default_link_efficiency`).
 
 Step time = GEMM time + tensor-parallel all-reduces + the data-parallel all-reduce (the part
 of it not hidden behind the backward GEMMs when the workload overlaps them).
@@ -60,6 +64,7 @@ PARAMS = {
     "link_bandwidth": ("B/s", "bandwidth", "chip-to-chip bandwidth per chip"),
     "chips": ("", "count", "chips per instance"),
     "lnc": ("", "count", "physical cores per logical core (LNC)"),
+    "nodes": ("", "count", "nodes (servers, or instances of a cluster) joined by EFA"),
 }
 
 #: Metrics of a design point x workload: name -> (unit, description).
@@ -108,14 +113,16 @@ class Base:
     topology: str                     # instance topology: torus, ring, switch or none
     links: int                        # NeuronLink ports per chip
     instances: int                    # instances per server (joined by a ring of links)
-    servers: int                      # servers joined by EFA
     efa_bandwidth: float              # per server, bytes/s
     link_alpha: float
     efa_alpha: float
     link_efficiency: float            # payload fraction of NeuronLink, from the link model
     torus: tuple[int, ...]            # the spec's torus dimensions of the base chip count
     price_per_hour: float             # of the base system, NaN when unknown
+    add: collectives.Add = collectives.Add(0.0, 0.0, math.inf)  # a collective's add, base cores
     price_shares: dict[str, float] = field(default_factory=lambda: {"chips": 1.0})
+    #: the spec file it was flattened from (the lowered step builds its core from it)
+    spec_file: str = ""
 
     def rate(self, dtype: str) -> float:
         return self.rates.get(dtype, math.nan)
@@ -173,16 +180,18 @@ def base_from_spec(name, price: float | None = None,
         "hbm_bandwidth": chip.memory.bandwidth.to("B/s").magnitude,
         "hbm_capacity": chip.memory.capacity.to("B").magnitude,
         "link_bandwidth": link_bw.to("B/s").magnitude,
-        "chips": chips, "lnc": chip.lnc.default,
+        "chips": chips, "lnc": chip.lnc.default, "nodes": servers,
     }
     spec_price = chain[0].price.to("USD/h").magnitude if chain and chain[0].price else math.nan
     return Base(
+        spec_file=str(doc.file),
         name=doc.name, values={k: float(v) for k, v in values.items()}, rates=rates,
         moving_max=t.moving_max, load_columns=t.load_columns, topology=topo,
-        links=chip.neuronlink.links or 1, instances=instances, servers=servers,
+        links=chip.neuronlink.links or 1, instances=instances,
         efa_bandwidth=float(efa), link_alpha=link_alpha, efa_alpha=efa_alpha,
         link_efficiency=system_model.default_link_efficiency(chip), torus=dims,
         price_per_hour=float(price if price is not None else spec_price),
+        add=system_model.Chip(chip).add(),
         price_shares=dict(price_shares or {"chips": 1.0}))
 
 
@@ -223,11 +232,6 @@ def gemm_bytes(m, k, n, elem, sbuf, cols, moving_max):
     return np.minimum(w + x * np.ceil(m / mb), x + w * np.ceil(n / nb)) + y
 
 
-def ring_allreduce(nbytes, p, bandwidth, alpha, ways=1.0):
-    """All-reduce of ``nbytes`` per member on a ring of ``p`` (reduce-scatter + all-gather)."""
-    return np.where(p > 1, 2.0 * (p - 1) * (alpha + nbytes / p / (ways * bandwidth)), 0.0)
-
-
 def torus_dims(chips):
     """Near-square 2D torus of ``chips`` chips: (a, b), a <= b, a the largest divisor <= sqrt."""
     chips = int(chips)
@@ -251,22 +255,36 @@ def group_allreduce(nbytes, group, per_chip, stride, v, base: Base, dims_long):
     layout = group_layout(group, per_chip, stride, v["chips"], base.instances)
     r0, c1, c2, c3 = layout
     share = per_chip / r0                      # groups sharing one chip's links
-    t = ring_allreduce(nbytes, r0, v["hbm_bandwidth"] / (2.0 * per_chip), CHIP_ALPHA)
-    link = v["link_bandwidth"] * base.link_efficiency / base.links
+    t = collectives.ring_time("all_reduce", nbytes, r0, v["hbm_bandwidth"] / (2.0 * per_chip),
+                              CHIP_ALPHA)
+    link = v["link_bandwidth"] / base.links
+    eff, alpha, add, chunk = base.link_efficiency, base.link_alpha, adds(v, base), \
+        collectives.CHUNK
     chip_bytes = nbytes * share
     if base.topology == "torus":
         d1 = np.where(np.mod(c1, dims_long) == 0, dims_long, c1)
-        d2 = c1 / d1
-        t = t + ring_allreduce(chip_bytes, d1, link, base.link_alpha, 2.0)
-        t = t + ring_allreduce(chip_bytes / d1, d2, link, base.link_alpha, 2.0)
+        t = t + collectives.torus_time("all_reduce", chip_bytes, (d1, c1 / d1), link, alpha,
+                                       eff, True, add, chunk)
     elif base.topology == "ring":
-        t = t + ring_allreduce(chip_bytes, c1, link, base.link_alpha, 2.0)
+        t = t + collectives.ring_time("all_reduce", chip_bytes, c1, link, alpha, eff, True,
+                                      add, chunk)
     elif base.topology == "switch":
-        t = t + np.where(c1 > 1, 2.0 * (2.0 * base.link_alpha + (c1 - 1) / c1 * chip_bytes
-                                        / (v["link_bandwidth"] * base.link_efficiency)), 0.0)
-    t = t + ring_allreduce(chip_bytes / c1, c2, link, base.link_alpha, 2.0)
+        t = t + collectives.switch_time("all_reduce", chip_bytes, c1, v["link_bandwidth"],
+                                        alpha, eff, add, chunk)
+    t = t + collectives.ring_time("all_reduce", chip_bytes / c1, c2, link, alpha, eff, True,
+                                  add, chunk)
+    if np.ndim(base.efa_bandwidth) == 0 and math.isnan(base.efa_bandwidth):
+        return t                               # a chip alone: no EFA, no group spans it
     server_bytes = nbytes * per_chip * v["chips"] * base.instances / (r0 * c1 * c2)
-    return t + ring_allreduce(server_bytes, c3, base.efa_bandwidth, base.efa_alpha)
+    return t + collectives.ring_time("all_reduce", server_bytes, c3, base.efa_bandwidth,
+                                     base.efa_alpha, 1.0, False, add, chunk)
+
+
+def adds(v, base: Base) -> collectives.Add:
+    """The base chip's add (:meth:`sim.system.model.Chip.add`), its streaming rate scaled
+    with the cores of each point (the add is spread over every core's vector engine)."""
+    a = base.add
+    return collectives.Add(a.fixed, a.start, a.rate * v["cores"] / base.values["cores"])
 
 
 def group_layout(group, per_chip, stride, chips, instances):
@@ -314,7 +332,7 @@ def _evaluate(v, base: Base, work: Workload, detail: bool) -> dict[str, np.ndarr
     rate = base.rate(work.dtype)
     elem = DTYPES[work.dtype]
     per_chip = v["cores"] / v["lnc"]
-    total_chips = v["chips"] * base.instances * base.servers
+    total_chips = v["chips"] * base.instances * v["nodes"]
     ranks = total_chips * per_chip
     tp = float(work.tensor)
     dp = ranks / tp
@@ -386,8 +404,8 @@ def instance_long(chips, base: Base) -> int:
 def price_per_hour(v, base: Base):
     """Price of a design point: the base price scaled, factor by factor, by its share."""
     b = base.values
-    total_chips = v["chips"] * base.instances * base.servers
-    base_chips = b["chips"] * base.instances * base.servers
+    total_chips = v["chips"] * base.instances * v["nodes"]
+    base_chips = b["chips"] * base.instances * b["nodes"]
     scale = {
         "chips": total_chips / base_chips,
         "pe": (v["rows"] * v["cols"] * v["cores"] * total_chips)
@@ -414,7 +432,7 @@ def evaluate_point(point: dict[str, float], base: Base, work: Workload) -> dict[
     rows, cols, cores, lnc = (int(p[k]) for k in ("rows", "cols", "cores", "lnc"))
     chips = int(p["chips"])
     per_chip = cores // lnc if cores % lnc == 0 else cores / lnc
-    total_chips = chips * base.instances * base.servers
+    total_chips = chips * base.instances * int(p["nodes"])
     ranks = total_chips * per_chip
     tp = work.tensor
     valid = cores % lnc == 0 and ranks % tp == 0
@@ -499,24 +517,27 @@ def _allreduce_point(nbytes, group, stride, p, base: Base, per_chip) -> float:
                               p["hbm_bandwidth"] / (2 * per_chip), CHIP_ALPHA)
     chip_bytes = nbytes * per_chip / r0
     link = p["link_bandwidth"] / base.links
-    eff = base.link_efficiency
+    eff, alpha, chunk = base.link_efficiency, base.link_alpha, collectives.CHUNK
+    add = collectives.Add(base.add.fixed, base.add.start,
+                          base.add.rate * p["cores"] / base.values["cores"])
     if c1 > 1:
         if base.topology == "torus":
             long = instance_long(chips, base)
             d1 = long if c1 % long == 0 else c1
             g = topology.torus((d1, c1 // d1), link)
-            t += collectives.topology_time(g, "all_reduce", chip_bytes, base.link_alpha, eff,
-                                           bidirectional=True)
+            t += collectives.topology_time(g, "all_reduce", chip_bytes, alpha, eff,
+                                           bidirectional=True, reduce=add, chunk=chunk)
         elif base.topology == "ring":
-            t += collectives.ring_time("all_reduce", chip_bytes, c1, link, base.link_alpha, eff,
-                                       bidirectional=True)
+            t += collectives.ring_time("all_reduce", chip_bytes, c1, link, alpha, eff,
+                                       bidirectional=True, reduce=add, chunk=chunk)
         elif base.topology == "switch":
             g = topology.switch(c1, p["link_bandwidth"])
-            t += collectives.topology_time(g, "all_reduce", chip_bytes, base.link_alpha, eff)
-    t += collectives.ring_time("all_reduce", chip_bytes / c1, c2, link, base.link_alpha, eff,
-                               bidirectional=True)
+            t += collectives.topology_time(g, "all_reduce", chip_bytes, alpha, eff, reduce=add,
+                                           chunk=chunk)
+    t += collectives.ring_time("all_reduce", chip_bytes / c1, c2, link, alpha, eff,
+                               bidirectional=True, reduce=add, chunk=chunk)
     if c3 > 1:
         server_bytes = nbytes * per_chip * chips * base.instances / (r0 * c1 * c2)
         t += collectives.ring_time("all_reduce", server_bytes, c3, base.efa_bandwidth,
-                                   base.efa_alpha)
+                                   base.efa_alpha, reduce=add, chunk=chunk)
     return t

@@ -34,12 +34,12 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from . import model
+from . import model, step
 from . import sweep as sweeps
 from .workloads import Workload
 
 #: Changes whenever the model's formulas change, so that stale parts are not reused.
-MODEL_VERSION = "explore-model-3"
+MODEL_VERSION = "explore-model-4"
 
 
 def evaluate_chunk(values: dict[str, np.ndarray], base: model.Base, work: Workload,
@@ -50,13 +50,19 @@ def evaluate_chunk(values: dict[str, np.ndarray], base: model.Base, work: Worklo
     """
     out = model.evaluate(values, base, work)
     size = len(out["step_time"])
+    lowered = [m for m in metrics if m in step.SWEEP_METRICS]
+    if lowered:
+        full = {k: np.broadcast_to(np.asarray(values.get(k, base.values[k]), float), (size,))
+                for k in model.PARAMS}
+        out.update(step.evaluate_sweep(full, base, work, lowered))
     cols = {"point": np.arange(first_point, first_point + size, dtype=np.int64),
             "workload": pd.Categorical([work.name] * size)}
     cols.update({k: np.broadcast_to(np.asarray(values.get(k, base.values[k]), float), (size,))
                  for k in model.PARAMS})
     for name in metrics:
         a = np.asarray(out[name])
-        cols[name] = a.astype(bool) if name in ("valid", "fits") else a.astype(float)
+        cols[name] = a.astype(bool) if name in ("valid", "fits", "lowered_valid", "lowered_fits") \
+            else a.astype(float)
     return pd.DataFrame(cols)
 
 

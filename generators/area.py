@@ -3,9 +3,8 @@ and rolled up by instance counts to the engine, the core and the chip.
 
 Generic over the unit generators: a unit's emitted ``.v`` files are its modules (each file
 named after its main module); which module instantiates which, and how many times, comes from
-synthesis itself. Per core: one of each core engine (today's RTL has one tensor array per input
-format, and the core figure counts every array emitted); per chip: ``cores`` cores and
-``neuronlink.links`` link ports.
+synthesis itself. Per core: one of each core engine (the tensor engine is one array that
+runs every input format); per chip: ``cores`` cores and ``neuronlink.links`` link ports.
 """
 
 from __future__ import annotations
@@ -98,8 +97,7 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
                 "instance); gates are NAND2 equivalents by the Nangate 45 nm cell areas "
                 "(hdl/area.py documents the table), memories with a write port at "
                 f"{area.SRAM_BIT:.2f} NAND2 a bit. Instances are per engine; the core counts "
-                "one of each engine (every tensor array emitted), the chip its cores and "
-                "link ports.",
+                "one of each engine, the chip its cores and link ports.",
         "columns": ["unit", "engine", "module", "instances", "NAND2 each", "memory bits",
                     "NAND2 total"],
         "rows": rows,

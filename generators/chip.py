@@ -93,7 +93,8 @@ def datasheet_context(doc: Document, scale: str, rtl: list[str], skipped: dict[s
     t = core.tensor
     rows = [
         ("NeuronCores", f"{spec.cores} x NeuronCore-{spec.neuron_core}"),
-        ("Tensor engine", f"{t.rows} x {t.cols} PEs at {show(t.clock, 'GHz')}"),
+        ("Tensor engine", f"one {t.rows} x {t.cols} PE array at {show(t.clock, 'GHz')}, "
+                          f"the input format chosen per instruction"),
         ("Tensor formats", ", ".join(t.formats)),
         ("Rates (MAC/PE/cycle)", ", ".join(f"{f}: {t.rates.get(f, 1):g}" for f in t.formats)),
         ("Moving tile", f"N <= {t.moving_max}; a new tile every max(N, ceil(M / "

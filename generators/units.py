@@ -79,8 +79,8 @@ def formats_datasheet(spec: ChipSpec) -> list[dict]:
         name = rtl_format_name(t, fmt)
         rate = f"{t.rates.get(fmt, 1):g}"
         if name is None:
-            rows.append([fmt] + ["-"] * 8 + ["MX block format: throughput model only, no RTL",
-                                             rate])
+            rows.append([fmt] + ["-"] * 8 + ["MX block format: golden model and throughput "
+                                             "model, no RTL", rate])
             continue
         row = format_table([name])[0]
         rows.append([fmt if fmt == name else f"{fmt} ({name})", row["bits"],
@@ -173,8 +173,7 @@ UNITS["scalar"] = Unit("scalar", lambda spec, scale: [scalar_params(spec, scale)
 def _tensor_emit(params, rtl_dir, header):
     from generators.tensor import emit
 
-    top = "tensor_" + params.fmt + ("_x2" if params.double_rate else "")
-    return emit(params, rtl_dir, header, top=top)
+    return emit(params, rtl_dir, header, top="tensor")
 
 
 def _tensor_simulate(params, sim, seed=None):
@@ -183,4 +182,5 @@ def _tensor_simulate(params, sim, seed=None):
     return simulate(params, sim, seed=seed)
 
 
-UNITS["tensor"] = Unit("tensor", tensor_params, _tensor_emit, _tensor_simulate)
+UNITS["tensor"] = Unit("tensor", lambda spec, scale: [tensor_params(spec, scale)],
+                       _tensor_emit, _tensor_simulate)

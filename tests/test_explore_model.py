@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from explore import model, workloads
+from sim.system import model as system_model
 
 
 def test_gemm_cycles_by_hand():
@@ -57,14 +58,26 @@ def test_gemm_bytes_by_hand():
     assert model.gemm_bytes(512, 1024, 4096, 2, 2**20, 128, 512) == min(w + 2 * x, x + 8 * w) + y
 
 
-def test_ring_and_torus_all_reduce_by_hand():
-    n, bw, alpha = 64e6, 100e9, 1e-6
-    # Ring of 4, both directions: 2 x 3 steps of alpha + n / 4 / (2 bw).
-    assert model.ring_allreduce(n, 4.0, bw, alpha, 2.0) == pytest.approx(
-        6 * (alpha + n / 4 / (2 * bw)))
-    assert model.ring_allreduce(n, 1.0, bw, alpha) == 0.0
+def test_torus_dims():
     assert model.torus_dims(16) == (4, 4) and model.torus_dims(12) == (3, 4)
     assert model.torus_dims(7) == (1, 7)
+
+
+@pytest.mark.parametrize("name", ["trn2.48xlarge", "trn1.32xlarge", "trn3-ultraserver"])
+def test_collectives_equal_the_system_models(name):
+    """A group of one rank per chip over every chip of an instance is the system model's
+    all-reduce (sim.system.model.System.collective) of each chip's bytes, at every size."""
+    base = model.base_from_spec(name)
+    system = system_model.build(name)
+    sizes = np.array([4096.0, 2**20, 16 * 2**20, 2**30])
+    size = len(sizes)
+    v = {k: np.full(size, x) for k, x in base.values.items()}
+    per_chip = v["cores"] / v["lnc"]
+    chips = v["chips"]
+    long = model._dims_long(chips, base) if base.topology == "torus" else None
+    got = model.group_allreduce(sizes, chips, per_chip, per_chip, v, base, long)
+    want = [system.collective("all_reduce", x * per_chip[0]).to("s").magnitude for x in sizes]
+    assert got == pytest.approx(want, rel=1e-9)
 
 
 BASES = ["trn2.48xlarge", "trn3-ultraserver", "trn2-ultraserver", "trn2-ultracluster",
@@ -149,7 +162,7 @@ def test_base_point_figures():
 ])
 def test_systems_flatten_into_levels(name, chips, topology, instances, servers, efa):
     base = model.base_from_spec(name)
-    assert (base.values["chips"], base.topology, base.instances, base.servers) == \
+    assert (base.values["chips"], base.topology, base.instances, base.values["nodes"]) == \
         (chips, topology, instances, servers)
     if efa is None:
         assert math.isnan(base.efa_bandwidth)

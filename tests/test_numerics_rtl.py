@@ -25,7 +25,7 @@ from hdl.numerics.formats import (
     TF32,
     cfp8,
 )
-from hdl.numerics.fpu import FpAdd32, FpMul32, Widen, WidenParams
+from hdl.numerics.fpu import FpAdd32, FpMul32, MultiWiden, MultiWidenParams, Widen, WidenParams
 from sim.golden import numerics as golden
 from sim.tb.runner import emit_verilog, setup_verilator_env
 
@@ -93,6 +93,20 @@ def test_widen(fmt, seed):
         values = golden.decode(x, fmt)
         finite = np.isfinite(values)
         assert np.array_equal(got[finite], values[finite].view(np.uint32))
+
+
+def test_multi_widen_matches_each_format(seed):
+    """One run-time-selected widen gives each format's Widen result (codes mixed per input)."""
+    formats = (FP8_E4M3, None, FP8_E5M2, cfp8(147), BF16, FP16, TF32, FP32, FP8_E4M3FN)
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, len(formats), 600)
+    x = rng.integers(0, 1 << 32, 600, dtype=np.int64)
+    got = run_comb(MultiWiden(MultiWidenParams(formats=formats, width=32)),
+                   {"x": x, "code": codes}, "y")
+    for code, fmt in enumerate(formats):
+        sel = codes == code
+        want = 0 if fmt is None else golden.widen(x[sel] & ((1 << fmt.bits) - 1), fmt)
+        assert np.array_equal(got[sel], np.broadcast_to(want, got[sel].shape)), fmt
 
 
 def run_cast(params: CastParams, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:

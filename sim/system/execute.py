@@ -78,7 +78,7 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 ALGORITHMS = ("ring", "torus", "hierarchical", "direct")
 DTYPES = {"fp32": 4, "bf16": 2}
 ROUNDINGS = ("rne", "stochastic")
-DEFAULT_CHUNK = 4 * 2**20
+DEFAULT_CHUNK = collectives.CHUNK
 
 
 def bus_factor(op: str, p: int) -> float:
@@ -546,27 +546,29 @@ class _Collective:
 
 
 def analytic(system: System, op: str, nbytes: int, algorithm: str,
-             members: int | None = None) -> float | None:
-    """The alpha-beta time (:mod:`sim.system.collectives`, on the system model's inputs) of
-    what :func:`run` executes, in seconds; None for the operations it has no formula for."""
+             members: int | None = None, chunk: int = DEFAULT_CHUNK) -> float | None:
+    """The formula's time (:mod:`sim.system.collectives`, on the system model's inputs, with
+    ``chunk`` as the execution cuts messages) of what :func:`run` executes, in seconds; None
+    for the operations it has no formula for."""
     if op not in collectives.OPS:
         return None
     eff = system.chip.efficiency
-    add = system.chip.reduce_seconds(1)
+    add = system.chip.add()
     if algorithm == "hierarchical":
         inner = system.member
         return collectives.hierarchical_time(
             op, nbytes, inner.topology, 2 if members is None else members,
             float(inner.efa.to("B/s").magnitude), inner.spec.link_latency,
-            system.spec.efa_latency, eff, bidirectional=True, reduce=add)
+            system.spec.efa_latency, eff, bidirectional=True, reduce=add, chunk=chunk)
     if algorithm == "ring":
         g = system.topology
         bw = min(bw for *_, bw in g.edges(data="bandwidth"))
         hops = 2 if g.graph["kind"] == "switch" else 1
         return collectives.ring_time(op, nbytes, g.graph["chips"], bw,
                                      hops * system.spec.link_latency, eff, bidirectional=True,
-                                     reduce=add)
-    return float(system.collective(op, nbytes).to("s").magnitude)
+                                     reduce=add, chunk=chunk)
+    return collectives.topology_time(system.topology, op, nbytes, system.spec.link_latency,
+                                     eff, bidirectional=True, reduce=add, chunk=chunk)
 
 
 def _check(name: str, ok: bool, expected: str, value) -> None:
