@@ -6,9 +6,9 @@ Each beat of the input stream carries one fp32 element of every lane (partition)
 * ``x = add32(mul32(data, scale), bias)`` with the lane's ``scale`` and ``bias``;
 * ``y = f(x)``, ``f = params.functions[func]``: range reduction on the fp32 exponent (exp,
   log, sqrt, rsqrt, reciprocal), exactly modulo pi/2 (sin, cos) or to 1/x (arctan), a
-  piecewise polynomial evaluated in fp32 from a coefficient ROM, then the reduction undone and the special values and out-of-range rules applied, all
-  as documented in :mod:`hdl.vector.functions` (coefficients from
-  :func:`hdl.vector.fitting.activation_table`);
+  piecewise polynomial evaluated in fp32 from a coefficient ROM, then the reduction undone
+  and the special values and out-of-range rules applied, all as documented in
+  :mod:`hdl.vector.functions` (coefficients from :func:`hdl.vector.fitting.activation_table`);
 * ``sum = add32(sum, y)``, the running sum along the free axis, from +0.0, restarting after
   the element flagged ``last``.
 
