@@ -34,12 +34,12 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from . import model
+from . import model, step
 from . import sweep as sweeps
 from .workloads import Workload
 
 #: Changes whenever the model's formulas change, so that stale parts are not reused.
-MODEL_VERSION = "explore-model-3"
+MODEL_VERSION = "explore-model-5"
 
 
 def evaluate_chunk(values: dict[str, np.ndarray], base: model.Base, work: Workload,
@@ -50,13 +50,19 @@ def evaluate_chunk(values: dict[str, np.ndarray], base: model.Base, work: Worklo
     """
     out = model.evaluate(values, base, work)
     size = len(out["step_time"])
+    lowered = [m for m in metrics if m in step.SWEEP_METRICS]
+    if lowered:
+        full = {k: np.broadcast_to(np.asarray(values.get(k, base.values[k]), float), (size,))
+                for k in model.PARAMS}
+        out.update(step.evaluate_sweep(full, base, work, lowered))
     cols = {"point": np.arange(first_point, first_point + size, dtype=np.int64),
             "workload": pd.Categorical([work.name] * size)}
     cols.update({k: np.broadcast_to(np.asarray(values.get(k, base.values[k]), float), (size,))
                  for k in model.PARAMS})
     for name in metrics:
         a = np.asarray(out[name])
-        cols[name] = a.astype(bool) if name in ("valid", "fits") else a.astype(float)
+        cols[name] = a.astype(bool) if name in ("valid", "fits", "lowered_valid", "lowered_fits") \
+            else a.astype(float)
     return pd.DataFrame(cols)
 
 
@@ -215,6 +221,8 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
         "compute_seconds": compute_seconds,
         "points_per_second": computed_points / compute_seconds if computed_points else None,
         "table": str(table_path), "plots": drawn, "best": best_points(table),
+        "area": ("from synthesis" if sw.base.area is not None else
+                 "not known: the base chip is not synthesised yet (gen chip CHIP --area)"),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     return summary

@@ -156,6 +156,18 @@ def activation_functions(spec: ChipSpec) -> tuple[FunctionSpec, ...]:
     return tuple(out)
 
 
+def accuracy_bounds(spec: ChipSpec) -> dict[str, float]:
+    """Each of the spec's activation functions' bound on its max relative error: its
+    ``approximations`` entry's ``max_rel_error``, else the engine's."""
+    scalar = spec.core.scalar
+    out = {}
+    for name in scalar.functions:
+        approx = scalar.approximations.get(name)
+        bound = None if approx is None else approx.max_rel_error
+        out[name] = scalar.max_rel_error if bound is None else bound
+    return out
+
+
 def scalar_params(spec: ChipSpec, scale: Scale) -> ActivationParams:
     """The scalar (activation) engine: its lanes, its function set and the chip's generator
     of stochastic rounding."""
