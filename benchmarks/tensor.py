@@ -1,7 +1,8 @@
 """Tensor-engine benchmarks, each a ratio against a baseline measured in the same run.
 
-1. Emission: time and peak memory to write the Verilog of an array (PE, row, column and
-   control emitted once, structural top) against elaborating the same array flat in Amaranth;
+1. Emission: time (wall, and CPU of the process and its children) and peak memory to write
+   the Verilog of an array (PE, row, column and control emitted once, structural top) against
+   elaborating the same array flat in Amaranth;
    the array takes ``--formats`` (one or more input formats) or a chip's whole tensor engine
    (``--spec trn2``: every format of the spec, fp8 at double rate, at each size).
 2. Golden model: a bit-exact 128 x 128 x 512 bf16 matmul tile against numpy's float32 matmul
@@ -41,6 +42,8 @@ n, flat = int(sys.argv[1]), sys.argv[2] == "flat"
 array = json.loads(sys.argv[3])
 params = SystolicParams(rows=n, cols=n, formats=tuple(array["formats"]),
                         double_rate=tuple(array["double_rate"]))
+cpu0 = sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                              resource.getrusage(resource.RUSAGE_CHILDREN)))
 begin = time.perf_counter()
 if flat:
     from amaranth.back import verilog
@@ -52,9 +55,10 @@ else:
     files = emit(params, Path(tempfile.mkdtemp()), "benchmark")
     size = sum(f.stat().st_size for f in files)
 seconds = time.perf_counter() - begin
-peak = max(resource.getrusage(who).ru_maxrss
-           for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
-print(json.dumps({"seconds": seconds, "peak_mib": peak, "bytes": size}))
+usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+peak = max(u.ru_maxrss for u in usage) / 1024
+cpu = sum(u.ru_utime + u.ru_stime for u in usage) - cpu0
+print(json.dumps({"seconds": seconds, "cpu_s": cpu, "peak_mib": peak, "bytes": size}))
 """
 
 

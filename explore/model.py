@@ -34,6 +34,13 @@ Per rank (one logical NeuronCore of ``lnc`` physical cores) and GEMM:
 
 Step time = GEMM time + tensor-parallel all-reduces + the data-parallel all-reduce (the part
 of it not hidden behind the backward GEMMs when the workload overlaps them).
+
+Area (``area``, NAND2 equivalents of the system's chips) is composed from synthesis: `gen chip`
+synthesises every module of the base chip (:mod:`hdl.area`) and leaves the chip's area terms
+in the synthesis cache (fixed per chip, per core, per tensor array, per array row, per array
+column and per PE: ``generators.area.shape_terms``); a design point's area is those terms
+times its instance counts (:func:`chip_area`). It is NaN until the base chip has been
+synthesised (``gen chip CHIP --area``).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hdl import area as synthesis
 from sim.golden import systolic
 from sim.system import collectives, formulas, topology
 from sim.system import model as system_model
@@ -80,8 +88,11 @@ METRICS = {
     "utilisation": ("", "model FLOPs over peak FLOPs x step time"),
     "tokens_per_second": ("tokens/s", "tokens processed per second"),
     "peak_flops": ("FLOP/s", "peak tensor throughput of the system"),
-    "pe_total": ("PEs", "area proxy: PEs per array x cores x chips"),
-    "tokens_per_second_per_pe": ("tokens/s/PE", "performance per area proxy"),
+    "pe_total": ("PEs", "PEs per array x cores x chips"),
+    "tokens_per_second_per_pe": ("tokens/s/PE", "performance per PE"),
+    "area": ("NAND2", "area of the chips' RTL from synthesis, memories included (NaN until "
+                      "synthesised)"),
+    "tokens_per_second_per_area": ("tokens/s/MNAND2", "performance per million NAND2"),
     "price_per_hour": ("USD/h", "price of the system (sweep price model)"),
     "tokens_per_dollar": ("tokens/USD", "performance per price"),
     "state_bytes": ("B", "weights, gradients and optimizer state per rank"),
@@ -123,6 +134,7 @@ class Base:
     price_shares: dict[str, float] = field(default_factory=lambda: {"chips": 1.0})
     #: the spec file it was flattened from (the lowered step builds its core from it)
     spec_file: str = ""
+    area: dict[str, float] | None = None  # the chip's area terms (chip_area), None: unknown
 
     def rate(self, dtype: str) -> float:
         return self.rates.get(dtype, math.nan)
@@ -192,7 +204,7 @@ def base_from_spec(name, price: float | None = None,
         link_efficiency=system_model.default_link_efficiency(chip), torus=dims,
         price_per_hour=float(price if price is not None else spec_price),
         add=system_model.Chip(chip).add(),
-        price_shares=dict(price_shares or {"chips": 1.0}))
+        price_shares=dict(price_shares or {"chips": 1.0}), area=area_terms(doc))
 
 
 def _efa_per_server(doc, servers: int) -> float:
@@ -371,6 +383,7 @@ def _evaluate(v, base: Base, work: Workload, detail: bool) -> dict[str, np.ndarr
     peak = formulas.peak_flops(v["rows"], v["cols"], v["clock"], rate, v["cores"]) * total_chips
     tokens = work.tokens * replicas / step
     pe_total = v["rows"] * v["cols"] * v["cores"] * total_chips
+    gates = chip_area(v["rows"], v["cols"], v["cores"], base) * total_chips
     price = price_per_hour(v, base)
     state = work.state_bytes_tp / tp + work.state_bytes_tpdp / (tp * dp)
     out = {
@@ -378,7 +391,8 @@ def _evaluate(v, base: Base, work: Workload, detail: bool) -> dict[str, np.ndarr
         "gemm_time": gemm_time, "memory_bound": mem_bound, "tp_comm_time": tp_comm,
         "dp_comm_time": dp_comm, "utilisation": flops / (peak * step),
         "tokens_per_second": tokens, "peak_flops": peak, "pe_total": pe_total,
-        "tokens_per_second_per_pe": tokens / pe_total, "price_per_hour": price,
+        "tokens_per_second_per_pe": tokens / pe_total, "area": gates,
+        "tokens_per_second_per_area": tokens / gates * 1e6, "price_per_hour": price,
         "tokens_per_dollar": tokens * 3600.0 / price, "state_bytes": state,
         "fits": state <= v["hbm_capacity"] / per_chip,
     }
@@ -399,6 +413,32 @@ def instance_long(chips, base: Base) -> int:
     if base.torus and math.prod(base.torus) == chips:
         return max(base.torus)
     return torus_dims(chips)[1]
+
+
+def chip_document(doc: loader.Document) -> loader.Document:
+    """The chip spec a chip or system spec is built of."""
+    while doc.kind == "system":
+        doc = loader.load_document(loader.find(doc.spec.member, near=doc.file.parent))
+    return doc
+
+
+def area_terms(doc: loader.Document) -> dict[str, float] | None:
+    """The area terms of the chip a spec is built of, as `gen chip` left them in the
+    synthesis cache (``hdl.area.load_chip``); None until every module of that chip has been
+    synthesised (``gen chip CHIP --area``)."""
+    chip = chip_document(doc)
+    return synthesis.load_chip(chip.spec.name, chip.digest)
+
+
+def chip_area(rows, cols, cores, base: Base):
+    """NAND2 equivalents of one chip with ``cores`` cores of ``rows x cols`` tensor arrays:
+    the chip's area terms (``generators.area.shape_terms``, composed from the synthesised
+    modules' figures and their instance counts), NaN when they are unknown."""
+    a = base.area
+    if a is None:
+        return np.full(np.shape(rows), np.nan)
+    array = a["array"] + rows * a["row"] + cols * a["column"] + rows * cols * a["pe"]
+    return cores * (a["core"] + array) + a["chip"]
 
 
 def price_per_hour(v, base: Base):
@@ -462,6 +502,12 @@ def evaluate_point(point: dict[str, float], base: Base, work: Workload) -> dict[
     peak = 2 * rows * cols * p["clock"] * rate * cores * total_chips
     tokens = work.tokens * replicas / step
     pe_total = rows * cols * cores * total_chips
+    if base.area is None:
+        gates = math.nan
+    else:
+        a = base.area
+        array = a["array"] + rows * a["row"] + cols * a["column"] + rows * cols * a["pe"]
+        gates = (cores * (a["core"] + array) + a["chip"]) * total_chips
     price = float(price_per_hour({k: np.float64(x) for k, x in p.items()}, base))
     state = work.state_bytes_tp / tp + work.state_bytes_tpdp / (tp * dp)
     return {
@@ -469,7 +515,8 @@ def evaluate_point(point: dict[str, float], base: Base, work: Workload) -> dict[
         "gemm_time": gemm_time, "memory_bound": bound / gemm_time, "tp_comm_time": tp_comm,
         "dp_comm_time": dp_comm, "utilisation": work.flops() * replicas / (peak * step),
         "tokens_per_second": tokens, "peak_flops": peak, "pe_total": pe_total,
-        "tokens_per_second_per_pe": tokens / pe_total, "price_per_hour": price,
+        "tokens_per_second_per_pe": tokens / pe_total, "area": gates,
+        "tokens_per_second_per_area": tokens / gates * 1e6, "price_per_hour": price,
         "tokens_per_dollar": tokens * 3600 / price, "state_bytes": state,
         "fits": state <= p["hbm_capacity"] / per_chip,
     }

@@ -249,9 +249,12 @@ def draw_all(table: pd.DataFrame, sw, out: Path) -> list[Path]:
     """Every plot of a sweep; the price Pareto front only when the base price is known."""
     out = Path(out)
     paths = []
-    if "pe_total" in table and "tokens_per_second" in table:
-        paths += pareto(table, sw, out, "pe_total", "area proxy (PEs: rows x cols x cores x "
-                        "chips)", "pareto_area")
+    if "area" in table and "tokens_per_second" in table and np.isfinite(table["area"]).any():
+        paths += pareto(table, sw, out, "area", "area from synthesis (NAND2 equivalents)",
+                        "pareto_area")
+    elif "pe_total" in table and "tokens_per_second" in table:
+        paths += pareto(table, sw, out, "pe_total", "PEs (rows x cols x cores x chips; the "
+                        "chip is not synthesised yet)", "pareto_area")
     if "price_per_hour" in table and np.isfinite(table["price_per_hour"]).any():
         paths += pareto(table, sw, out, "price_per_hour", "price (USD/h)", "pareto_price")
     paths += roofline(sw, out)

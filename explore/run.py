@@ -34,12 +34,14 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from specs.loader import load_document
+
 from . import model, step
 from . import sweep as sweeps
 from .workloads import Workload
 
 #: Changes whenever the model's formulas change, so that stale parts are not reused.
-MODEL_VERSION = "explore-model-4"
+MODEL_VERSION = "explore-model-5"
 
 
 def evaluate_chunk(values: dict[str, np.ndarray], base: model.Base, work: Workload,
@@ -221,6 +223,7 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
         "compute_seconds": compute_seconds,
         "points_per_second": computed_points / compute_seconds if computed_points else None,
         "table": str(table_path), "plots": drawn, "best": best_points(table),
+        "area": _area_source(sw.base),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     return summary
@@ -274,6 +277,13 @@ def _run_dask(todo, sw: sweeps.Sweep, scheduler: str | None, bar: Progress, task
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def _area_source(base: model.Base) -> str:
+    if base.area is not None:
+        return "from synthesis"
+    chip = model.chip_document(load_document(base.spec_file)).spec.name
+    return f"not known: {chip} is not synthesised yet (gen chip {chip} --area)"
 
 
 def best_points(table: pd.DataFrame) -> dict:

@@ -19,10 +19,10 @@ logical NeuronCore) of a tensor-parallel group of ``tp`` becomes calls of the ke
   score matrices (a residual-add kernel of that size), both scaled by the fraction of
   (query tile, key block) pairs a causal mask keeps; each norm's input and weight gradients
   by the RMSNorm or LayerNorm backward kernel; the SwiGLU activation's by its backward
-  kernel; the residual adds' gradients (a sum of two branches) and the plain FFN's GELU
-  gradient as residual-add kernels of their size (the same data movement; no kernels of
-  their own yet); full recomputation re-runs the whole forward; and, when a step has
-  several micro-batches, the layer's weight gradients added to their fp32 accumulators.
+  kernel, the plain FFN's GELU by its own; the residual adds' gradients (the sum of the
+  two branches' gradients, a residual-add kernel); full recomputation re-runs the whole
+  forward; and, when a step has several micro-batches, the layer's weight gradients added
+  to their fp32 accumulators.
 - the first stage adds the embedding (a row copy of its size, standing in for a gather, and
   the same for its scatter-add backward: the instruction set has no indirect DMA yet) and its
   output's reduction over the vocabulary-parallel ranks; the last stage the final norm, the LM
@@ -37,7 +37,9 @@ among them, as ``gen run --lnc`` does.
 **Schedule** (:func:`evaluate`). Per micro-batch, the busiest pipeline stage runs its
 kernels and its tensor-parallel collectives (two all-reduces per layer forward and two
 backward, or with sequence parallelism two all-gathers and two reduce-scatters each way; full
-recomputation repeats the forward ones); they sit on the critical path. 1F1B over ``m``
+recomputation repeats the forward ones; on the end stages the vocabulary-parallel
+embedding's reduction and the loss's all-reduces of its row max and of its sum and target
+logit); they sit on the critical path. 1F1B over ``m``
 micro-batches and ``pp`` stages: ``m`` micro-batch times plus a bubble of ``pp - 1`` of them,
 and a point-to-point send of the boundary activations each way per micro-batch and per
 bubble slot, over NeuronLink inside a node and EFA between nodes. The data-parallel gradient
@@ -46,6 +48,9 @@ micro-batch's backward when the workload says so; ZeRO-1's parameter all-gather 
 optimizer step and is exposed. Collective times are :func:`explore.model.group_allreduce`
 (:mod:`sim.system.collectives`' alpha-beta rings over the instance topology, the server and
 EFA); an all-gather or a reduce-scatter is half an all-reduce of the same bytes.
+
+Memory per rank: bf16 weights, the gradients (in fp32 accumulators when a step has several
+micro-batches), the optimizer state (its ``1 / dp`` share with ZeRO-1) and the activations.
 
 Step time = GEMM + other kernels + exposed communication + bubble + optimizer, each part
 reported, so the breakdown adds up to the step time.
@@ -186,7 +191,7 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
             bwd += [_gemm(c.what + ".dgrad", k, m, n, dt, c.count),
                     _gemm(c.what + ".wgrad", k, n, m, dt, c.count)]
             if c.kernel == "gemm_bias_gelu":
-                bwd.append(_flat("ffn.act.grad", "residual_add", n * m, dt, c.count))
+                bwd.append(_flat("ffn.act.grad", "gelu_backward", n * m, dt, c.count))
         elif c.kernel == attention:
             if layout.recompute != "none":
                 bwd.append(replace(c, what="attention.recompute", saved=0.0))
@@ -450,7 +455,9 @@ def evaluate_many(t: Transformer, base: model.Base, times: KernelTimes, *, tp, p
                                base.values["clock"], base.rate(t.dtype),
                                base.values["cores"]) * chips
     hbm = v["hbm_capacity"] / per_chip
-    memory = {"weights": params * t.weight_bytes, "gradients": grad_bytes,
+    # with several micro-batches the gradients live in their fp32 accumulators
+    held = np.where(np.nan_to_num(micro) > 1, params * DTYPES["fp32"], grad_bytes)
+    memory = {"weights": params * t.weight_bytes, "gradients": held,
               "optimizer": params * t.optimizer_bytes / np.where(zero1, np.maximum(dp, 1), 1),
               "activations": act}
     mem_total = sum(memory.values())

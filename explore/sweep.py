@@ -215,7 +215,8 @@ class Sweep:
 
     def digest(self) -> str:
         """Hash of what determines the results (base, workloads, model parameters)."""
-        text = json.dumps({"base": self.base_digest, "price": self.spec.price.model_dump(),
+        text = json.dumps({"base": self.base_digest, "area": self.base.area,
+                           "price": self.spec.price.model_dump(),
                            "metrics": self.spec.metrics,
                            "workloads": [_workload_key(w) for w in self.workloads]},
                           sort_keys=True)

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from hdl import area
 from specs.loader import Document, sources
 from specs.model import ChipSpec
 from specs.quantities import QUANTITIES
@@ -69,6 +70,8 @@ def generate_chip(doc: Document, out: Path, scale: str = "full",
             sections["area"], area_summary = chip_area(spec, emitted, synthesise)
             if not area_summary["missing"]:
                 stage.write_text("area.json", json.dumps(area_summary, indent=1) + "\n")
+                if scale == "full" and units is None and area_summary["terms"] is not None:
+                    area.store_chip(spec.name, doc.digest, area_summary["terms"])
         rtl_names = sorted({p.relative_to(stage.root).as_posix() for p in rtl})
         if rtl_names:
             stage.write_text("rtl/files.f", "".join(f"{Path(n).name}\n" for n in rtl_names

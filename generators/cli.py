@@ -279,8 +279,9 @@ def _si(value: float, unit: str) -> str:
               help="Largest piece a link carries at once.")
 @click.option("--members", type=int, default=None,
               help="Members of a cluster executed over EFA (default 2).")
-@click.option("--bit-error-rate", type=float, default=0.0, show_default=True,
-              help="Bit error rate of every NeuronLink; failed packets are replayed.")
+@click.option("--bit-error-rate", type=float, default=None,
+              help="Bit error rate of every NeuronLink; failed packets are replayed "
+                   "(default: the chip spec's neuronlink.bit_error_rate).")
 @click.option("--shard", default=None, metavar="tp=N",
               help="On a system: run KERNEL tensor-parallel over N chips (the contraction "
                    "K split), then all-reduce its output.")
@@ -312,7 +313,7 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed, collec
                         choices=sorted(kernels.KERNELS))
     for name, value in (("--collective", collective), ("--shard", shard),
                         ("--members", members), ("--algorithm", algorithm),
-                        ("--bit-error-rate", bit_error_rate or None)):
+                        ("--bit-error-rate", bit_error_rate)):
         if value is not None:
             raise SpecError(f"{name} runs on a system spec, not on the chip {doc.name!r}")
     k = kernels.KERNELS.get(kernel)
@@ -542,7 +543,7 @@ def explore(sweep, output, scheduler, max_points):
     summary = run_sweep(sweep, out, scheduler=scheduler, max_points=max_points)
     click.echo(f"{sweep.name}: results in {out}")
     if isinstance(summary, dict):
-        for key in ("points", "rows", "computed", "reused", "elapsed_s"):
+        for key in ("points", "rows", "computed", "reused", "elapsed_s", "area"):
             if key in summary:
                 click.echo(f"  {key}: {summary[key]}")
 

@@ -22,6 +22,7 @@ from .attention import attention
 from .backward import (
     cross_entropy,
     cross_entropy_backward,
+    gelu_backward,
     layernorm_backward,
     logits_max,
     rmsnorm_backward,
@@ -91,6 +92,14 @@ def _norm(x, g, b=None, eps=1e-6):
         return x / np.sqrt((x * x).mean(axis=1, keepdims=True) + eps) * g
     xc = x - x.mean(axis=1, keepdims=True)
     return xc / np.sqrt((xc * xc).mean(axis=1, keepdims=True) + 1e-5) * g + b
+
+
+def _gelu_backward(i):
+    from scipy.special import erf
+
+    x = i["x"]
+    return {"dx": i["dy"] * (0.5 * (1 + erf(x / np.sqrt(2)))
+                             + x * np.exp(-x * x / 2) / np.sqrt(2 * np.pi))}
 
 
 def _silu(x):
@@ -242,6 +251,9 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("residual_add", "out = x + y", ("R", "C"), ("fp32", "bf16"), residual_add,
            _rc("x", "y"), lambda i: {"out": i["x"] + i["y"]},
            example={"R": 4096, "C": 4096}),
+    Kernel("gelu_backward", "dx = dy gelu'(x) = dy (Phi(x) + x phi(x)) (the plain FFN's "
+           "activation)", ("R", "C"), ("bf16", "fp32"), gelu_backward, _rc("x", "dy"),
+           _gelu_backward, polynomial=True, example={"R": 4096, "C": 4096}),
     Kernel("grad_accumulate", "acc_out = acc + grad: a micro-batch's gradient added to the "
            "fp32 accumulator", ("R", "C"), ("bf16", "fp32"), grad_accumulate,
            lambda s, d: {"acc": ((s["R"], s["C"]), "fp32"), "grad": ((s["R"], s["C"]), d)},

@@ -10,6 +10,7 @@ partitions in tiles of 128, columns on the free axis), double-buffered like :mod
 - :func:`layernorm_backward`: the same for ``y = (x - mean) * rstd * gamma + beta``:
   ``dx = rstd * (gamma dy - mean(gamma dy) - x_hat * mean(gamma dy x_hat))``,
   ``dgamma`` as above and ``dbeta = sum over rows of dy``.
+- :func:`gelu_backward`: ``dx = dy * gelu'(x)`` of the plain FFN's activation.
 - the vocabulary-parallel cross-entropy loss over a rank's ``C`` columns of the logits (as
   Megatron-LM splits it), three passes with an all-reduce between each: :func:`logits_max`
   (row max; all-reduce max), :func:`cross_entropy` (``exp(x - max)``, its row sum and the
@@ -19,6 +20,8 @@ partitions in tiles of 128, columns on the free axis), double-buffered like :mod
 """
 
 from __future__ import annotations
+
+import math
 
 from hdl.core.isa import (
     Activation,
@@ -37,8 +40,8 @@ from hdl.vector.ops import Reduce, VectorOp
 from .builder import Builder, KernelError
 from .norms import _broadcast, _load, _Rows, _rows
 
-__all__ = ["cross_entropy", "cross_entropy_backward", "layernorm_backward", "logits_max",
-           "rmsnorm_backward"]
+__all__ = ["cross_entropy", "cross_entropy_backward", "gelu_backward", "layernorm_backward",
+           "logits_max", "rmsnorm_backward"]
 
 
 def _partition_sum(b: Builder, acc: int, c: int, out, queue: str) -> None:
@@ -157,6 +160,48 @@ def layernorm_backward(b: Builder, r: int, c: int, dtype: str = "fp32",
                        eps: float = 1e-5) -> None:
     """``dx`` of LayerNorm and the weight gradients ``dgamma`` and ``dbeta``."""
     _norm_backward(b, r, c, dtype, True, eps)
+
+
+def gelu_backward(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
+    """``dx = dy * gelu'(x)``, ``gelu'(x) = Phi(x) + x phi(x)``, from the pre-activation
+    ``x`` the forward kept. The element-wise work is split between the engines by their
+    cost: the scalar engine (one input) squares, ``phi = exp(-x^2 / 2 - log sqrt(2 pi))``,
+    ``erf(x / sqrt 2)`` and ``Phi = erf / 2 + 1 / 2``; the vector engine (two inputs, twice
+    the cycles) ``x phi``, the sum and the product with ``dy``."""
+    tiles = _rows(b, r, c, dtype)
+    x, dy = b.hbm("x", (r, c), dtype), b.hbm("dy", (r, c), dtype)
+    dx = b.hbm("dx", (r, c), dtype)
+    w = _Rows(b, c, dtype, ("x", "dy", "dx"), 2)
+    p = b.params.partitions
+    erf, exp = b.function("erf"), b.function("exp")
+    square, identity = b.function("square"), b.function("identity")
+    consts = {"log": -0.5 * math.log(2 * math.pi), "half": 0.5}
+    col = {k: b.column(b.sbuf(4, k), p) for k in consts}
+    for k, v in consts.items():
+        b.emit("gpsimd", Memset(dst=col[k], value=v))
+    b.wait("scalar", b.signal("gpsimd"))
+    for i, (r0, rows) in enumerate(tiles):
+        h = i % 2
+        xa, da, oa = (w.tile(w.io[n][h], rows, dtype) for n in ("x", "dy", "dx"))
+        cdf, pdf = w.tile(w.work[h][0], rows), w.tile(w.work[h][1], rows)
+        b.wait("dma0", w.free[h])
+        _load(b, "dma0", x, r0, rows, xa)
+        b.wait("dma2", w.free[h])
+        _load(b, "dma2", dy, r0, rows, da)
+        b.wait("scalar", b.signal("dma0"))
+        b.emit("scalar", Activation(dst=pdf, src=xa, func=square))
+        b.emit("scalar", Activation(dst=pdf, src=pdf, func=exp, scale=-0.5,
+                                    bias=b.column(col["log"].offset, rows)))
+        b.emit("scalar", Activation(dst=cdf, src=xa, func=erf, scale=2 ** -0.5))
+        b.emit("scalar", Activation(dst=cdf, src=cdf, func=identity, scale=0.5,
+                                    bias=b.column(col["half"].offset, rows)))
+        b.wait("vector", b.signal("scalar"), b.signal("dma2"))
+        b.emit("vector", TensorTensor(dst=pdf, a=pdf, b=xa, op=VectorOp.MULTIPLY))
+        b.emit("vector", TensorTensor(dst=cdf, a=cdf, b=pdf, op=VectorOp.ADD))
+        b.emit("vector", TensorTensor(dst=oa, a=cdf, b=da, op=VectorOp.MULTIPLY))
+        b.wait("dma1", b.signal("vector"))
+        b.emit("dma1", DmaCopy(dst=dx.ap((r0, r0 + rows)), src=oa))
+        w.free[h] = b.signal("dma1")
 
 
 def _labels(b: Builder, c: int):

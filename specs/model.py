@@ -389,6 +389,10 @@ class LinkSpec(Strict):
                                                  "replays.")
     latency: PosInt = Field(16, description="Channel latency of a lane, link-clock cycles "
                                             "each way.")
+    bit_error_rate: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.0, description="Probability that a bit on a lane arrives flipped (the CRC catches "
+                         "it and the packet is replayed); the default of the executed "
+                         "collectives' fault model (gen run --bit-error-rate).")
 
 
 class LncSpec(Strict):

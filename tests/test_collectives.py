@@ -63,8 +63,10 @@ def test_hierarchical_all_reduce_over_efa():
     t = coll.hierarchical_time("all_reduce", N, server, servers, efa, ALPHA, 10e-6)
     rs_local = 3 * (ALPHA + N / 4 / B) + 3 * (ALPHA + N / 16 / B)
     # Over EFA the 16 chips' shards pipeline on the one link: 7 steps of N/8 back to back
-    # (N/8/efa = 84 us, far above a 16th of it plus the 10 us latency), one latency at the end.
-    inter = 2 * (7 * N / 8 / efa + 10e-6)
+    # (N/8/efa = 84 us, far above a 16th of it plus the 10 us latency), and the first chip
+    # to finish its reduce-scatter starts its all-gather while the others' last chunks land:
+    # both passes' bytes back to back, one latency at the end.
+    inter = 2 * 7 * N / 8 / efa + 10e-6
     assert t == pytest.approx(2 * rs_local + inter, rel=1e-12)
     one = coll.hierarchical_time("all_reduce", N, server, 1, efa, ALPHA, 10e-6)
     assert one == pytest.approx(coll.topology_time(server, "all_reduce", N, ALPHA))

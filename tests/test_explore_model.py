@@ -120,7 +120,8 @@ def test_vectorised_model_equals_scalar_model(base_name):
                 assert math.isnan(vec["step_time"][i])
                 continue
             for key, value in ref.items():
-                assert vec[key][i] == pytest.approx(value, rel=1e-9), (name, p, key)
+                assert vec[key][i] == pytest.approx(value, rel=1e-9, nan_ok=True), (name, p,
+                                                                                    key)
 
 
 def test_evaluate_in_blocks_equals_one_block(monkeypatch):
@@ -169,3 +170,55 @@ def test_systems_flatten_into_levels(name, chips, topology, instances, servers, 
     else:
         assert base.efa_bandwidth == pytest.approx(efa)
     assert 0.9 < base.link_efficiency <= 1.0
+
+
+#: Area terms of a chip as `gen chip` would store them (see generators.area.shape_terms):
+#: NAND2 per chip, per core, per array, per row, per column and per PE.
+TERMS = {"rows": 128.0, "cols": 128.0, "chip": 1000.0, "core": 50.0, "array": 7.0, "row": 3.0,
+         "column": 11.0, "pe": 2.0}
+
+
+def _hand_area(rows, cols, cores, chips):
+    return chips * (1000.0 + cores * (50.0 + 7.0 + 3.0 * rows + 11.0 * cols + 2.0 * rows * cols))
+
+
+def test_area_comes_from_the_synthesised_terms_of_the_base_chip(tmp_path, monkeypatch):
+    from hdl import area
+    from specs.loader import load_document
+
+    monkeypatch.setattr(area, "CACHE", tmp_path)
+    work = workloads.load("llama2-7b")
+    base = model.base_from_spec("trn2.48xlarge")
+    assert base.area is None
+    assert np.isnan(model.evaluate({"rows": np.array([64.0])}, base, work)["area"]).all()
+    area.store_chip("trn2", load_document("trn2").digest, TERMS)
+    base = model.base_from_spec("trn2.48xlarge")  # 16 chips of 8 cores
+    assert base.area == TERMS
+    pts = {"rows": np.array([32.0, 128.0, 256.0]), "cols": np.array([512.0, 128.0, 64.0]),
+           "cores": np.array([16.0, 8.0, 4.0])}
+    out = model.evaluate(pts, base, work)
+    want = [_hand_area(r, c, n, 16) for r, c, n in zip(*pts.values(), strict=True)]
+    np.testing.assert_allclose(out["area"], want, rtol=1e-12)
+    np.testing.assert_allclose(out["tokens_per_second_per_area"],
+                               out["tokens_per_second"] / np.array(want) * 1e6, rtol=1e-12)
+    point = model.evaluate_point({"rows": 32.0, "cols": 512.0, "cores": 16.0}, base, work)
+    assert point["area"] == pytest.approx(want[0], rel=1e-12)
+
+
+def test_the_array_shape_sweep_reports_area_from_synthesis(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from explore import run
+    from explore.sweep import SWEEP_ROOT
+    from hdl import area
+    from specs.loader import load_document
+
+    monkeypatch.setattr(area, "CACHE", tmp_path / "cache")
+    area.store_chip("trn2", load_document("trn2").digest, TERMS)
+    summary = run.explore(SWEEP_ROOT / "array-vs-clock.yaml", tmp_path / "out", progress=False,
+                          dask=False, plot=False)
+    assert summary["area"] == "from synthesis"
+    table = pd.read_parquet(summary["table"])
+    assert len(table) > 20 and table["rows"].nunique() > 2
+    want = _hand_area(table["rows"], table["cols"], table["cores"], table["chips"])
+    np.testing.assert_allclose(table["area"], want, rtol=1e-12)

@@ -318,37 +318,43 @@ class MultiWiden(wiring.Component):
         formats = self.params.formats
         narrow = [f for f in formats if f is not None and not _fp32_exponent(f)]
         sig_bits = max([f.man_bits + 1 for f in narrow], default=2)
-        sign, nan, inf, zero, wide = (Signal(name=n) for n in
-                                      ("sign", "nan", "inf", "zero", "wide"))
-        direct = Signal(32)
-        sig = Signal(sig_bits)
-        e_top = Signal(signed(12))
-        codes = formats + (None,) * ((1 << self.params.code_bits) - len(formats))
-        with m.Switch(self.code):
-            for code, fmt in enumerate(codes):  # every code a case, every signal driven in
-                with m.Case(code):               # each (no default, no latch: lint clean)
-                    m.d.comb += [c.eq(0) for c in (sign, nan, inf, wide, direct, sig, e_top)]
-                    if fmt is None:
-                        m.d.comb += zero.eq(1)
-                        continue
-                    x = self.x[:fmt.bits]
-                    exp = x[fmt.man_bits:fmt.man_bits + fmt.exp_bits]
-                    man = x[:fmt.man_bits]
-                    top = (1 << fmt.exp_bits) - 1
-                    m.d.comb += [sign.eq(x[-1]), zero.eq((exp == 0) & (man == 0))]
-                    if fmt.nan == "ieee":
-                        m.d.comb += [nan.eq((exp == top) & (man != 0)),
-                                     inf.eq((exp == top) & (man == 0))]
-                    else:
-                        m.d.comb += nan.eq((exp == top) & (man == (1 << fmt.man_bits) - 1))
-                    if _fp32_exponent(fmt):
-                        m.d.comb += [wide.eq(1), direct.eq(
-                            Cat(Const(0, 23 - fmt.man_bits), man, exp, x[-1]))]
-                    else:
-                        m.d.comb += [
-                            sig.eq(Cat(Const(0, sig_bits - 1 - fmt.man_bits), man, exp != 0)),
-                            e_top.eq(Mux(exp == 0, 1, exp) - fmt.bias),
-                        ]
+        # Each field is a Mux chain over the codes, not a case statement: a case on `code`
+        # alone would be a process that Icarus never runs while `code` stays constant.
+        fields = {"sign": [], "nan": [], "inf": [], "zero": [], "wide": [], "direct": [],
+                  "sig": [], "e_top": []}
+        for fmt in formats:
+            if fmt is None:
+                for name in fields:
+                    fields[name].append(int(name == "zero"))
+                continue
+            x = self.x[:fmt.bits]
+            exp = x[fmt.man_bits:fmt.man_bits + fmt.exp_bits]
+            man = x[:fmt.man_bits]
+            top = (1 << fmt.exp_bits) - 1
+            fields["sign"].append(x[-1])
+            fields["zero"].append((exp == 0) & (man == 0))
+            if fmt.nan == "ieee":
+                fields["nan"].append((exp == top) & (man != 0))
+                fields["inf"].append((exp == top) & (man == 0))
+            else:
+                fields["nan"].append((exp == top) & (man == (1 << fmt.man_bits) - 1))
+                fields["inf"].append(0)
+            wide_fmt = _fp32_exponent(fmt)
+            fields["wide"].append(int(wide_fmt))
+            fields["direct"].append(Cat(Const(0, 23 - fmt.man_bits), man, exp, x[-1])
+                                    if wide_fmt else 0)
+            fields["sig"].append(0 if wide_fmt else
+                                 Cat(Const(0, sig_bits - 1 - fmt.man_bits), man, exp != 0))
+            fields["e_top"].append(0 if wide_fmt else Mux(exp == 0, 1, exp) - fmt.bias)
+        shapes = {"direct": 32, "sig": sig_bits, "e_top": signed(12)}
+        picked = {}
+        for name, values in fields.items():
+            value = Const(int(name == "zero"), 1)  # codes past the list: +0
+            for code in reversed(range(len(values))):
+                value = Mux(self.code == code, values[code], value)
+            picked[name] = Signal(shapes.get(name, 1), name=name)
+            m.d.comb += picked[name].eq(value)
+        sign, nan, inf, zero, wide, direct, sig, e_top = picked.values()
         packed = Const(0, 32)
         if narrow:
             shift = lzc(sig)

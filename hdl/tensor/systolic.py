@@ -94,6 +94,8 @@ def row_ports(params: SystolicParams) -> dict:
         "mov_out": Out(params.rows * params.width),
         "ctl_in": In(ctl),
         "ctl_out": Out(ctl),
+        "mk_in": In(params.k_bits),
+        "mk_out": Out(params.k_bits),
         "psum_in": In(32 * params.cols),
         "psum_out": Out(32 * params.cols),
         "stat_in": In(stat),
@@ -116,7 +118,10 @@ def _mask_word(word, keep0, keep1):
     (bits 8-15, a double-rate word's second element) unless ``keep1``."""
     if len(word) < 16:
         return Mux(keep0, word, 0)
-    return Cat(Mux(keep0, word[:8], 0), Mux(keep1, word[8:16], 0), Mux(keep0, word[16:], 0))
+    parts = [Mux(keep0, word[:8], 0), Mux(keep1, word[8:16], 0)]
+    if len(word) > 16:
+        parts.append(Mux(keep0, word[16:], 0))
+    return Cat(*parts)
 
 
 def column_ports(params: SystolicParams) -> dict:
@@ -155,7 +160,9 @@ class SystolicRow(wiring.Component):
     The row takes word 0 of ``mov_in`` and words ``0 .. beat_columns-1`` of ``stat_in`` (its
     own contraction indices; ``stat_in`` is row-major, ``beat_columns`` words per row) and
     passes both vectors on, one cycle later and shifted down by one row's words, to the next
-    row: that is the input skew of both waves, built from identical rows. With
+    row: that is the input skew of both waves, built from identical rows. Each wave carries
+    the count of its tile's contraction indices left (``mk``, ``wk``): the row zeroes the
+    elements of its word past that count, so indices >= k contribute +0. With
     ``pe_module`` set, the PEs are instances of that separately emitted Verilog module
     (ports :func:`pe_ports`).
     """
@@ -175,18 +182,24 @@ class SystolicRow(wiring.Component):
         # Contraction indices >= k load as zeros: ``wk`` counts the tile's indices left,
         # two per row for a double-rate tile (``wd``).
         step = Mux(self.wd_in, 2, 1) if p.double_rate else 1
+        ctl = data.View(ctl_layout(p), self.ctl_in)
+        mstep = Mux(ctl.double, 2, 1) if p.double_rate else 1
         with m.If(self.en):
             m.d.sync += [self.mov_out.eq(self.mov_in[lw:]), self.ctl_out.eq(self.ctl_in),
                          self.stat_out.eq(self.stat_in[ww:]), self.wv_out.eq(self.wv_in),
                          self.wb_out.eq(self.wb_in), self.ws_out.eq(self.ws_in),
                          self.wd_out.eq(self.wd_in)]
             if p.rows > 1:  # else no row follows
-                m.d.sync += self.wk_out.eq(Mux(self.wk_in > step, self.wk_in - step, 0))
+                m.d.sync += [self.wk_out.eq(Mux(self.wk_in > step, self.wk_in - step, 0)),
+                             self.mk_out.eq(Mux(self.mk_in > mstep, self.mk_in - mstep, 0))]
         keep0 = self.wk_in > 0
         keep1 = Mux(self.wd_in, self.wk_in > 1, keep0) if p.double_rate else keep0
         weights = Cat(*[_mask_word(self.stat_in[j * lw:(j + 1) * lw], keep0, keep1)
                         for j in range(p.beat_columns)])
-        chain = {"x": self.mov_in[:lw], "ctl": self.ctl_in, "w": weights,
+        mkeep0 = self.mk_in > 0
+        mkeep1 = Mux(ctl.double, self.mk_in > 1, mkeep0) if p.double_rate else mkeep0
+        chain = {"x": _mask_word(self.mov_in[:lw], mkeep0, mkeep1), "ctl": self.ctl_in,
+                 "w": weights,
                  "wv": self.wv_in, "wb": self.wb_in, "ws": self.ws_in}
         widths = {"x": lw, "ctl": ctl_layout(p).size, "w": ww, "wv": 1, "wb": 1,
                   "ws": p.skip_bits}
@@ -284,6 +297,7 @@ def control_ports(params: SystolicParams) -> dict:
         "en": Out(1),
         "mov": Out(params.rows * w),
         "ctl": Out(ctl_layout(params).size),
+        "mk": Out(params.k_bits),
         "stat": Out(params.rows * params.beat_columns * w),
         "wv": Out(1),
         "wb": Out(1),
@@ -297,7 +311,8 @@ def control_ports(params: SystolicParams) -> dict:
 class SystolicControl(wiring.Component):
     """The array's sequencer: instruction decode, stationary loading, moving injection.
 
-    Drives the first stage of both waves (``mov`` with its control ``ctl``; ``stat`` with
+    Drives the first stage of both waves (``mov`` with its control ``ctl`` and index count
+    ``mk``; ``stat`` with
     ``wv``/``wb``/``ws``/``wk``/``wd``), the metadata that reaches the PSUM columns ``rows + 1``
     cycles later (``meta``), and the pipeline enable ``en``; ``last_meta`` (the metadata leaving
     the last PSUM column) becomes ``out_valid``.
@@ -392,16 +407,6 @@ class SystolicControl(wiring.Component):
                              mul_int.eq(cmd_int)]
 
         # Stage 1 of both waves; the metadata waits `rows` more cycles for the bottom row.
-        # Moving indices >= k are zeroed (row r holds index r, or 2r and 2r + 1).
-        words = []
-        for r in range(p.rows):
-            word = self.moving.payload[r]
-            if p.double_rate:
-                keep0 = Mux(mul_double, mul_k > 2 * r, mul_k > r)
-                keep1 = Mux(mul_double, mul_k > 2 * r + 1, keep0)
-            else:
-                keep0 = keep1 = mul_k > r
-            words.append(_mask_word(word, keep0, keep1))
         columns = self.stationary.payload
         weights = Cat(*[columns[j][r] for r in range(p.rows) for j in range(bc)])
         ctl = Signal(ctl_layout(p))
@@ -410,8 +415,9 @@ class SystolicControl(wiring.Component):
         meta = [Signal(layout, name=f"meta_{j}") for j in range(1, p.rows + 2)]
         with m.If(en):
             m.d.sync += [
-                self.mov.eq(Mux(inject_vector, Cat(*words), 0)),
+                self.mov.eq(self.moving.payload),  # zeroed by the rows where no vector is
                 self.ctl.eq(ctl),
+                self.mk.eq(Mux(inject_vector, mul_k, 0)),
                 self.stat.eq(weights),
                 self.wv.eq(beat),
                 self.wk.eq(load_k),
@@ -458,7 +464,7 @@ class SystolicArray(wiring.Component):
         m.d.comb += [self.out.valid.eq(control.out_valid), control.out_ready.eq(self.out.ready)]
 
         psum = Const(0, 32 * p.cols)
-        chain = {"mov": control.mov, "ctl": control.ctl, "stat": control.stat,
+        chain = {"mov": control.mov, "ctl": control.ctl, "mk": control.mk, "stat": control.stat,
                  "wv": control.wv, "wb": control.wb, "ws": control.ws, "wk": control.wk,
                  "wd": control.wd}
         ports = row_ports(p)

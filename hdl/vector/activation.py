@@ -5,10 +5,10 @@ Each beat of the input stream carries one fp32 element of every lane (partition)
 
 * ``x = add32(mul32(data, scale), bias)`` with the lane's ``scale`` and ``bias``;
 * ``y = f(x)``, ``f = params.functions[func]``: range reduction on the fp32 exponent (exp,
-  log, sqrt, rsqrt, reciprocal), a piecewise polynomial evaluated in fp32 from a coefficient
-  ROM, then the reduction undone and the special values and out-of-range rules applied, all
-  as documented in :mod:`hdl.vector.functions` (coefficients from
-  :func:`hdl.vector.fitting.activation_table`);
+  log, sqrt, rsqrt, reciprocal), exactly modulo pi/2 (sin, cos) or to 1/x (arctan), a
+  piecewise polynomial evaluated in fp32 from a coefficient ROM, then the reduction undone
+  and the special values and out-of-range rules applied, all as documented in
+  :mod:`hdl.vector.functions` (coefficients from :func:`hdl.vector.fitting.activation_table`);
 * ``sum = add32(sum, y)``, the running sum along the free axis, from +0.0, restarting after
   the element flagged ``last``.
 
@@ -304,42 +304,15 @@ class ActivationLane(wiring.Component):
         m.d.comb += k_log.eq(Mux(sel("is_log", 1), e + half,
                                  Mux(sel("is_recip", 1), -e,
                                      Mux(sel("is_sqrt", 1), e >> 1, -(e >> 1)))))
-        # sin, cos: |x| 2/pi = q + f, exact for |x| >= 0.5 (hdl.vector.trig)
-        field = xs[23:31]
-        big_x = field >= 127 + trig.E_MIN
-        shift = Mux(field == 255, 0, 127 + trig.E_MAX - field)[:8]
-        window = (Const(trig.TWO_OVER_PI_BITS, trig.LAST_BIT) >> shift)[:trig.WINDOW_BITS]
-        fb = trig.FRACTION_BITS
-        prod = Signal(24 + trig.WINDOW_BITS)
-        m.d.comb += prod.eq(Cat(xs[0:23], Const(1, 1)) * window)
-        frac = prod[:fb]
-        half_t = big_x & frac[fb - 1]
-        mag = Signal(fb)
-        m.d.comb += mag.eq(Mux(frac[fb - 1], Const(1 << fb, fb + 1) - frac, frac))
-        n_mag = Signal(range(fb + 1))
-        for i in range(fb):
-            with m.If(mag[i]):
-                m.d.comb += n_mag.eq(i + 1)
-        top = (mag << (fb - n_mag).as_unsigned()[:7])[fb - 24:fb]
-        f_exact = Mux(n_mag == 0, 0,
-                      Cat(top[:23], (n_mag + 126 - fb)[:8], Const(0, 1)))
-        q = Mux(big_x, prod[fb:fb + 2] + frac[fb - 1], 0)[:2] + sel("is_cos", 1)
-        quad = Signal(2)
-        m.d.comb += quad.eq(q)
-        m.d.comb += [
-            flags.kc.eq(is_trig & quad[0]),
-            flags.neg.eq(quad[1] ^ (~quad[0] & half_t) ^ (x1[31] & sel("is_sin", 1))),
-        ]
-        f_trig = Mux(big_x, f_exact, t)
-        # arctan: r = 1/|x| for |x| > 1, truncated to 24 bits (0 where subnormal)
+        # sin, cos: |x| 2/pi = q + f; arctan: 1/|x| above 1 (elaborated when in the set)
         is_atan = sel("is_atan", 1)
-        quotient = Const(1 << 47, 48) // Cat(xs[0:23], Const(1, 1))
-        r_field = Signal(signed(10))
-        m.d.comb += r_field.eq(254 - field - (xs[0:23] != 0))
-        r = Mux(r_field >= 1, Cat(quotient[:23], r_field[:8], Const(0, 1)), 0)
-        big_a = xs > ONE32
-        m.d.comb += flags.big.eq(big_a)
-        f_atan = Mux(big_a, r, xs)
+        f_trig = f_atan = Const(0, 32)
+        if any(f.name in TRIG for f in p.functions):
+            f_trig, kc, neg = _trig_reduce(m, x1, t, sel("is_cos", 1), sel("is_sin", 1))
+            m.d.comb += [flags.kc.eq(is_trig & kc), flags.neg.eq(neg)]
+        if any(f.name == "arctan" for f in p.functions):
+            f_atan, big = _atan_reduce(m, xs)
+            m.d.comb += flags.big.eq(big)
         arg = Mux(flags.use_exp, f, Mux(sel("log_mode", 1), m_arg,
                                          Mux(is_trig, f_trig, Mux(is_atan, f_atan, x1))))
         k = Mux(flags.use_exp, k_exp, Mux(sel("log_mode", 1), k_log, 0))
@@ -408,7 +381,7 @@ class ActivationLane(wiring.Component):
             return Cat(Const(0, 23), (v + 127).as_unsigned()[:8], Const(0, 1))
 
         scaled = fp("mul", fp("mul", poly, pow2(k1), "mul_k1"), pow2(k2_), "mul_k2")
-        is_atan = sel("is_atan", 1)  # arctan's pi/2 - r A(r) shares log's adder
+        # arctan's pi/2 - r A(r) shares log's adder
         added = fp("add", Mux(is_atan, HALF_PI32, ln), Mux(is_atan, post ^ SIGN32, acc), "add_ln")
         reduced = Mux(sel("is_log", 1), added, scaled)
         neg = fl.sign & ~fl.zero
@@ -463,6 +436,46 @@ class ActivationLane(wiring.Component):
             with m.If(self.step):
                 m.d.sync += self.sum.eq(total)
         return m
+
+
+def _trig_reduce(m: Module, x1, t, is_cos, is_sin):
+    """sin's and cos's reduction (:mod:`hdl.vector.functions`, :mod:`hdl.vector.trig`):
+    ``(|f|, kc, neg)``, the fp32 bits of ``|f|``, whether the cosine kernel applies and
+    whether the result is negated. ``t`` is ``mul32(|x|, 2/pi)``, ``|f|`` below 0.5."""
+    xs = x1 & ~SIGN32
+    field = xs[23:31]
+    big_x = field >= 127 + trig.E_MIN
+    shift = Mux(field == 255, 0, 127 + trig.E_MAX - field)[:8]
+    window = (Const(trig.TWO_OVER_PI_BITS, trig.LAST_BIT) >> shift)[:trig.WINDOW_BITS]
+    fb = trig.FRACTION_BITS
+    prod = Signal(24 + trig.WINDOW_BITS)
+    m.d.comb += prod.eq(Cat(xs[0:23], Const(1, 1)) * window)
+    frac = prod[:fb]
+    half_t = big_x & frac[fb - 1]
+    mag = Signal(fb)
+    m.d.comb += mag.eq(Mux(frac[fb - 1], Const(1 << fb, fb + 1) - frac, frac))
+    n_mag = Signal(range(fb + 1))  # bit length of mag
+    for i in range(fb):
+        with m.If(mag[i]):
+            m.d.comb += n_mag.eq(i + 1)
+    top = (mag << (fb - n_mag).as_unsigned()[:7])[fb - 24:fb]
+    f_exact = Mux(n_mag == 0, 0, Cat(top[:23], (n_mag + 126 - fb)[:8], Const(0, 1)))
+    quad = Signal(2)
+    m.d.comb += quad.eq(Mux(big_x, prod[fb:fb + 2] + frac[fb - 1], 0)[:2] + is_cos)
+    neg = quad[1] ^ (~quad[0] & half_t) ^ (x1[31] & is_sin)
+    return Mux(big_x, f_exact, t), quad[0], neg
+
+
+def _atan_reduce(m: Module, xs):
+    """arctan's reduction: ``(arg, big)``, ``big`` where ``|x| > 1``, then ``arg = 1/|x|``
+    truncated to 24 bits (0 where subnormal), else ``|x|``."""
+    field = xs[23:31]
+    quotient = Const(1 << 47, 48) // Cat(xs[0:23], Const(1, 1))
+    r_field = Signal(signed(10))
+    m.d.comb += r_field.eq(254 - field - (xs[0:23] != 0))
+    r = Mux(r_field >= 1, Cat(quotient[:23], r_field[:8], Const(0, 1)), 0)
+    big = xs > ONE32
+    return Mux(big, r, xs), big
 
 
 class Activation(wiring.Component):

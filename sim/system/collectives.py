@@ -49,7 +49,8 @@ Algorithms:
   ``alpha``); an owner adds its ``p - 1`` arrivals one chunk at a time, in turn.
 - hierarchical: reduce-scatter inside each server, all-reduce of the shards between servers
   over EFA (a ring over the servers whose per-server EFA bandwidth is shared by the shards of
-  all chips of the server), all-gather inside each server.
+  all chips of the server; a chip goes on to the all-gather as soon as its own shard is
+  reduced), all-gather inside each server.
 """
 
 from __future__ import annotations
@@ -280,7 +281,9 @@ def hierarchical_time(op: str, n, server: nx.Graph, servers, efa_bandwidth, alph
     for a trn2.48xlarge; 4 x 3,200 Gbps for a Trn2 UltraServer). Intra-server phases use the
     server topology; the inter-server phase is a ring over the servers in which every chip's
     shard of ``n / chips`` crosses EFA, so one server moves ``n`` per ring pass, the regions
-    of all its chips pipelining on the one EFA link.
+    of all its chips pipelining on the one EFA link. In an all-reduce the chips go from the
+    reduce-scatter to the all-gather each on its own, so the first chip's all-gather fills
+    the link while the last chunks of the others' reduce-scatter land.
     """
     _check_op(op)
     _check(n, efa_alpha, efa_efficiency)
@@ -299,7 +302,17 @@ def hierarchical_time(op: str, n, server: nx.Graph, servers, efa_bandwidth, alph
     inter_rs, inter_ag = _passes(n, servers, efa_bandwidth * efa_efficiency, efa_alpha, 1.0,
                                  p_local * regions, chunk, reduce, queued=regions)
     if op == "all_reduce":
-        t = local("reduce_scatter") + inter_rs + inter_ag + local("all_gather")
+        # The chips' shards queue on the one EFA link in turn, so the first chip is done with
+        # its reduce-scatter after a p_local-th of the link's bytes (and its landing and add)
+        # and starts its all-gather while the others' reduce-scatter still flows: the link
+        # idles for neither the landing nor the add of the last chunk.
+        shard = n / servers
+        a = _add(reduce, np.minimum(chunk, shard / (p_local * regions)))
+        bulk = (servers - 1.0) * shard / (efa_bandwidth * efa_efficiency)
+        overlap = np.where(np.asarray(servers) > 1,
+                           np.minimum(efa_alpha + a, bulk * (1.0 - 1.0 / p_local)), 0.0)
+        t = (local("reduce_scatter") + inter_rs + inter_ag - overlap
+             + local("all_gather"))
     elif op == "reduce_scatter":
         # Reduce-scatter inside, then across servers; output n / (servers * p_local) per chip.
         t = local("reduce_scatter") + inter_rs

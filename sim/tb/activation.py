@@ -45,7 +45,7 @@ def function_inputs(spec: FunctionSpec, rng: np.random.Generator, count: int) ->
     signs = rng.integers(0, 2, count, dtype=np.uint32) << 31
     x = [signs | (fields << 23) | mant, SPECIALS]
     if spec.name in TRIG:  # next to the zeros of sin and cos, near and far
-        turns = rng.integers(1, 1 << 12, count // 2) * 2.0 ** rng.integers(0, 110, count // 2)
+        turns = rng.integers(1, 1 << 12, count // 4) * 2.0 ** rng.integers(0, 110, count // 4)
         near = (turns * (np.pi / 2)).astype(np.float32)
         x += [v.view(np.uint32) for v in (near, np.nextafter(near, np.float32(0)))]
     if spec.mode == "uniform" and not spec.reduced:
@@ -127,7 +127,7 @@ async def directed(dut):
     ones = np.full(lanes, ONE, dtype=np.uint32)
     zeros = np.zeros(lanes, dtype=np.uint32)
     for func, spec in enumerate(tb.params.functions):
-        x = function_inputs(spec, tb.nprng, 24)
+        x = function_inputs(spec, tb.nprng, 16)
         x = np.concatenate([x, x[: (-len(x)) % lanes]]).reshape(-1, lanes)
         await tb.case(func, x, ones, zeros, _rows(tb.rng, len(x)))
         scale = (tb.nprng.uniform(0.5, 2.0, lanes)).astype(np.float32).view(np.uint32)
