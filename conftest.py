@@ -21,7 +21,7 @@ def pytest_addoption(parser):
                      help="seed of the random tests (default: a fresh one, printed)")
     parser.addoption("--slow-builds", action="store_true",
                      help="also run the cocotb tests whose simulator build takes tens of "
-                          "minutes (the multi-format tensor array on Verilator)")
+                          "minutes (the multi-format tensor array and the NeuronCore on Verilator)")
 
 
 def pytest_generate_tests(metafunc):
