@@ -13,14 +13,14 @@ moved aside in the middle of a swap) is cleaned up, or put back, by the next run
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
+
+from specs.files import locked, pid_alive
 
 from . import __version__
 
@@ -38,27 +38,6 @@ def write_if_changed(path: Path, text: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     return path
-
-
-@contextmanager
-def locked(path: Path):
-    """Hold an exclusive lock on the file ``path`` (created if missing) for the block."""
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Staging:
@@ -80,7 +59,7 @@ class Staging:
             prefix = f".{self.target.name}.{kind}."
             for p in sorted(self.target.parent.glob(prefix + "*")):
                 pid = p.name.removeprefix(prefix).partition(".")[0]
-                if p == self.root or not pid.isdigit() or _alive(int(pid)):
+                if p == self.root or not pid.isdigit() or pid_alive(int(pid)):
                     continue
                 if kind == "old" and not self.target.exists() and (p / "old").is_dir():
                     os.replace(p / "old", self.target)
