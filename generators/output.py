@@ -40,6 +40,15 @@ def write_if_changed(path: Path, text: str) -> Path:
     return path
 
 
+def verilator_waivers(waivers: dict[str, str], header: str = "") -> str:
+    """The text of a Verilator configuration file (``.vlt``) that waives each lint rule of
+    ``waivers`` (rule: reason), its reason as a comment above it; ``header`` leads, as
+    comments."""
+    prefix = "".join(f"// {line}".rstrip() + "\n" for line in header.splitlines())
+    rules = "".join(f"// {rule}: {why}\nlint_off -rule {rule}\n" for rule, why in waivers.items())
+    return f"{prefix}`verilator_config\n{rules}"
+
+
 class Staging:
     """A temporary directory that becomes ``target`` on :meth:`commit`."""
 
