@@ -6,8 +6,14 @@
    (``generators.area.chip_area``): wall time, and the CPU time of the Yosys processes.
 3. Second pass: the same again on the filled cache.
 
+With ``--compare MODULE...``, instead: each named module synthesised with the flow of
+:mod:`hdl.area` and with the reference flow below (Yosys's default ``synth``: resource
+sharing and ABC's default script), no cache: NAND2 equivalents and CPU seconds of each.
+
 The load average is printed with each figure: the machine is shared, and synthesis is CPU
 bound. Usage: PYTHONPATH=. python benchmarks/area.py [--chip trn2] [--cache DIR]
+[--jobs N]
+[--compare MODULE... [--rtl DIR]]
 """
 
 from __future__ import annotations
@@ -20,15 +26,14 @@ import time
 from pathlib import Path
 
 from generators.area import chip_area
-from generators.chip import generate_chip
 from generators.units import UNITS
 from hdl import area
 from specs.loader import load_document
 
 
 def emitted_files(doc, out: Path) -> dict[str, list[list[Path]]]:
-    generate_chip(doc, out)
     rtl = out / "rtl"
+    rtl.mkdir(parents=True, exist_ok=True)
     emitted: dict[str, list[list[Path]]] = {}
     for name, unit in UNITS.items():
         if unit.unsupported(doc.spec):
@@ -37,6 +42,30 @@ def emitted_files(doc, out: Path) -> dict[str, list[list[Path]]]:
             files = unit.emit(params, rtl, "")
             emitted.setdefault(name, []).append([rtl / p.name for p in files])
     return emitted
+
+
+#: The reference: ``synth -flatten`` as Yosys runs it by default (``share``, then ABC's default
+#: script), memories kept unmapped as in hdl/area.py.
+REFERENCE = ("synth -flatten -top {top} -run :fine; opt -fast -full; opt -full; techmap; "
+             "opt -fast; abc; opt -fast")
+
+
+def compare(rtl: Path, modules: list[str]) -> None:
+    sources = {p.stem: p.read_text() for p in sorted(rtl.glob("*.v"))}
+    for top in modules:
+        libs = {n: t for n, t in sources.items() if n != top and n in sources[top]}
+        figures = []
+        for script in (area.SCRIPT, REFERENCE):
+            cpu0 = children_cpu()
+            stat = area._run(top, sources[top], libs, script=script)
+            by_type = stat["modules"].get(f"\\{top}", stat["design"])["num_cells_by_type"]
+            cells = {c: n for c, n in by_type.items() if c != "$mem_v2" and c not in sources}
+            gates = area.ModuleArea(top, cells, stat["memory_bits"]).gates
+            figures.append((gates, children_cpu() - cpu0))
+        (new, new_cpu), (ref, ref_cpu) = figures
+        print(f"{top}: {new:,.0f} NAND2 in {new_cpu:.1f} s CPU; reference {ref:,.0f} NAND2 in "
+              f"{ref_cpu:.1f} s CPU; {100 * (new / ref - 1):+.2f} %; load average "
+              f"{os.getloadavg()[0]:.1f}")
 
 
 def children_cpu() -> float:
@@ -48,16 +77,25 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--chip", default="trn2")
     ap.add_argument("--cache", type=Path, default=None)
+    ap.add_argument("--compare", nargs="+", metavar="MODULE", default=None)
+    ap.add_argument("--jobs", type=int, default=None, help="modules synthesised at once")
+    ap.add_argument("--rtl", type=Path, default=None,
+                    help="with --compare: RTL already emitted by gen chip (its rtl/ folder)")
     args = ap.parse_args()
     doc = load_document(args.chip)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        if args.compare:
+            if args.rtl is None:
+                emitted_files(doc, tmp / "chip")
+            compare(args.rtl or tmp / "chip" / "rtl", args.compare)
+            return
         emitted = emitted_files(doc, tmp / "chip")
         modules = sum(1 for g in emitted.values() for f in g for p in f if p.suffix == ".v")
         area.CACHE = args.cache or tmp / "cache"
         for label in ("first pass", "second pass"):
             cpu0, t0 = children_cpu(), time.perf_counter()
-            _, summary = chip_area(doc.spec, emitted, synthesise=True)
+            _, summary = chip_area(doc.spec, emitted, synthesise=True, jobs=args.jobs)
             wall, cpu = time.perf_counter() - t0, children_cpu() - cpu0
             print(f"{args.chip} {label}: {modules} modules, {wall:.2f} s wall, {cpu:.1f} s "
                   f"Yosys CPU, load average {os.getloadavg()[0]:.1f}; chip "

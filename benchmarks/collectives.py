@@ -67,14 +67,14 @@ def chunks() -> None:
     print("|---|---|---|---|---|---|")
     for name in ("trn2.48xlarge", "trn2-ultraserver"):
         s = model.build(name)
-        f = execute.analytic(s, "all_reduce", 2**30, "torus")
         rows = []
         for c in CHUNKS:
             t0 = time.perf_counter()
             r = execute.run(s, "all_reduce", 2**30, chunk=c)
-            rows.append((c, r.time, time.perf_counter() - t0))
+            f = execute.analytic(s, "all_reduce", 2**30, "torus", chunk=c)
+            rows.append((c, r.time, f, time.perf_counter() - t0))
         finest = rows[-1][1]
-        for c, t, wall in rows:
+        for c, t, f, wall in rows:
             print(f"| {name} | {_size(c)} | {t * 1e3:.4f} | {100 * (t / finest - 1):+.2f} % | "
                   f"{f * 1e3:.4f} | {wall:.2f} |")
     print()

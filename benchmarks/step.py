@@ -1,5 +1,7 @@
 """Training-step model: a cold kernel-time cache for one design point, and design points per
-second with the kernel times cached, on one core. Prints the figures BENCHMARKS.md quotes.
+second with the kernel times cached, on one core, through :func:`explore.step.evaluate_many`
+and through the sweep metrics of ``gen explore`` (:func:`explore.step.evaluate_sweep`,
+which groups points by core). Prints the figures BENCHMARKS.md quotes.
 
     PYTHONPATH=. PYTHONSAFEPATH=1 python benchmarks/step.py
 
@@ -51,6 +53,38 @@ def main() -> None:
         assert out["valid"].all()
         print(f"cached kernel times: {len(tp) / best:,.0f} design points/s "
               f"({len(tp):,} points in {best:.3f} s, best of 3)")
+
+        # gen explore's lowered-step metrics: nodes x link bandwidth x HBM capacity on the
+        # base core (one group), every point's kernels cached
+        from explore import model, workloads  # noqa: PLC0415
+        from explore import run as runs
+
+        work = workloads.load("llama2-7b", tensor=8)
+        mesh = np.meshgrid([16, 32, 64, 128], np.linspace(0.5, 2.0, 250)
+                           * base.values["link_bandwidth"],
+                           np.linspace(1.0, 2.0, 100) * base.values["hbm_capacity"],
+                           indexing="ij")
+        size = mesh[0].size
+        values = {k: np.full(size, base.values[k]) for k in model.PARAMS}
+        values.update(nodes=mesh[0].ravel().astype(float), link_bandwidth=mesh[1].ravel(),
+                      hbm_capacity=mesh[2].ravel())
+        step._TIMES[params] = times
+        metrics = list(step.SWEEP_METRICS)
+        best = math.inf
+        for _ in range(3):
+            t0 = time.perf_counter()
+            out = step.evaluate_sweep(values, base, work, metrics)
+            best = min(best, time.perf_counter() - t0)
+        assert out["lowered_valid"].all()
+        print(f"gen explore lowered-step metrics: {size / best:,.0f} design points/s "
+              f"({size:,} points in {best:.3f} s, best of 3)")
+        t0 = time.perf_counter()
+        runs.evaluate_chunk({k: values[k] for k in ("nodes", "link_bandwidth",
+                                                    "hbm_capacity")},
+                            base, work, list(model.METRICS) + metrics, 0)
+        whole = time.perf_counter() - t0
+        print(f"the same points with the analytic model's metrics too (one chunk, as "
+              f"gen explore runs it): {size / whole:,.0f} design points/s")
 
 
 if __name__ == "__main__":

@@ -1,20 +1,26 @@
 """Tensor-engine benchmarks, each a ratio against a baseline measured in the same run.
 
-1. Emission: time and peak memory to write the Verilog of a bf16 array (PE, row, column and
-   control emitted once, structural top) against elaborating the same array flat in Amaranth.
+1. Emission: time and peak memory to write the Verilog of an array (PE, row, column and
+   control emitted once, structural top) against elaborating the same array flat in Amaranth;
+   the array takes ``--formats`` (one or more input formats) or a chip's whole tensor engine
+   (``--spec trn2``: every format of the spec, fp8 at double rate, at each size).
 2. Golden model: a bit-exact 128 x 128 x 512 bf16 matmul tile against numpy's float32 matmul
    (compiled kernel, warm: its one-off compile is timed apart; also the numpy-pass reference).
 3. Simulation: Verilator against Icarus, simulated cycles per second on one 16 x 16 array fed by
    the on-DUT harness (whole tiles per await; only the awaits are timed, results still checked).
+4. Area: the multi-format PE of ``--spec`` (default trn2) against one single-format PE per
+   format (fp8 formats at double rate), each synthesised by :mod:`hdl.area` (Yosys generic
+   ``synth``, NAND2 equivalents; cached per module text).
 
-Run: ``PYTHONPATH=. python benchmarks/tensor.py [--fmt bf16] [--flat 16,32] [--hier 32,64,128]
-[--skip emit,golden,sim]``
+Run: ``PYTHONPATH=. python benchmarks/tensor.py [--formats bf16 | --spec trn2] [--flat 16,32]
+[--hier 32,64,128] [--skip emit,golden,sim,area]``
 Each emission runs in a fresh subprocess so that its peak RSS is its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -31,8 +37,10 @@ _EMIT = """
 import json, resource, sys, time, tempfile
 from pathlib import Path
 from hdl.tensor.params import SystolicParams
-n, flat, fmt = int(sys.argv[1]), sys.argv[2] == "flat", sys.argv[3]
-params = SystolicParams(rows=n, cols=n, fmt=fmt)
+n, flat = int(sys.argv[1]), sys.argv[2] == "flat"
+array = json.loads(sys.argv[3])
+params = SystolicParams(rows=n, cols=n, formats=tuple(array["formats"]),
+                        double_rate=tuple(array["double_rate"]))
 begin = time.perf_counter()
 if flat:
     from amaranth.back import verilog
@@ -50,9 +58,30 @@ print(json.dumps({"seconds": seconds, "peak_mib": peak, "bytes": size}))
 """
 
 
-def bench_emit(n: int, style: str, timeout: float, fmt: str = "bf16") -> dict:
+def array_params(formats: str, spec: str | None, n: int = 128, moving_max: int = 512):
+    """The array to measure: a spec's tensor engine at ``n`` x ``n``, or ``formats`` (comma
+    list; its 8-bit floats at double rate)."""
+    from hdl.numerics.formats import format_by_name
+    from hdl.tensor.params import SystolicParams
+
+    if spec is not None:
+        from hdl.params import tensor_params
+        from specs.loader import load
+
+        p = tensor_params(load(spec), "full")
+        return SystolicParams(rows=n, cols=n, formats=p.formats, double_rate=p.double_rate,
+                              moving_max=moving_max)
+    names = tuple(formats.split(","))
+    double = tuple(f for f in names
+                   if format_by_name(f).is_float and format_by_name(f).bits == 8)
+    return SystolicParams(rows=n, cols=n, formats=names, double_rate=double,
+                          moving_max=moving_max)
+
+
+def bench_emit(n: int, style: str, timeout: float, array) -> dict:
+    spec = json.dumps({"formats": array.formats, "double_rate": array.double_rate})
     try:
-        proc = subprocess.run([sys.executable, "-c", _EMIT, str(n), style, fmt], cwd=ROOT,
+        proc = subprocess.run([sys.executable, "-c", _EMIT, str(n), style, spec], cwd=ROOT,
                               capture_output=True, text=True, timeout=timeout, check=True,
                               env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     except subprocess.TimeoutExpired:
@@ -100,12 +129,11 @@ def bench_golden(repeats: int = 25) -> dict:
             "compile_s": compile_s}
 
 
-def bench_sim(programs: dict[str, int], fmt: str) -> dict:
-    from hdl.tensor.params import SystolicParams
+def bench_sim(programs: dict[str, int], array) -> dict:
     from sim.tb import runner
     from sim.tb.systolic import TOP, harness_verilog
 
-    params = SystolicParams(rows=16, cols=16, fmt=fmt, moving_max=64)
+    params = dataclasses.replace(array, rows=16, cols=16, moving_max=64)
     text = harness_verilog(params)
     out = {}
     for sim, count in programs.items():
@@ -113,7 +141,8 @@ def bench_sim(programs: dict[str, int], fmt: str) -> dict:
         runner.build(text, TOP, sim)
         build = time.perf_counter() - build_begin
         report = Path(tempfile.mkdtemp()) / "throughput.json"
-        tb = {"array": asdict(params), "seed": 1, "programs": count, "report": str(report)}
+        tb = {"array": asdict(params), "seed": 1, "programs": count, "report": str(report),
+              "format": params.formats[0]}
         result = runner.run_verilog(text, TOP, "sim.tb.systolic", sim, tb, "throughput",
                                     seed=1)
         if not result.ok:
@@ -126,33 +155,71 @@ def bench_sim(programs: dict[str, int], fmt: str) -> dict:
     return out
 
 
+def bench_area(spec: str) -> dict:
+    """NAND2 equivalents and flip-flops of the multi-format PE of ``spec`` against a
+    single-format PE per format, and against their sum (one array per format)."""
+    from amaranth.back import verilog
+
+    from hdl import area
+    from hdl.tensor.pe import ProcessingElement
+
+    multi = array_params("", spec)
+    pes = {"multi": multi}
+    for f in multi.formats:
+        pes[f] = dataclasses.replace(multi, formats=(f,),
+                                     double_rate=(f,) if multi.is_double(f) else ())
+    sources = {f"pe_{name.replace('-', '_')}": verilog.convert(
+        ProcessingElement(p), name=f"pe_{name.replace('-', '_')}", emit_src=False)
+        for name, p in pes.items()}
+    begin = time.perf_counter()
+    results = area.synthesize(sources)
+    seconds = time.perf_counter() - begin
+    out = {"seconds": seconds, "pes": {}}
+    for name in pes:
+        a = results[f"pe_{name.replace('-', '_')}"]
+        flops = sum(n for c, n in a.cells.items() if "FF" in c)
+        out["pes"][name] = {"gates": a.gates, "flip_flops": flops}
+    singles = [v["gates"] for k, v in out["pes"].items() if k != "multi"]
+    out["sum_of_single"] = sum(singles)
+    out["multi_over_largest_single"] = out["pes"]["multi"]["gates"] / max(singles)
+    out["multi_over_sum"] = out["pes"]["multi"]["gates"] / sum(singles)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hier", default="32,64,128")
     parser.add_argument("--flat", default="16,32")
     parser.add_argument("--flat-timeout", type=float, default=1200)
-    parser.add_argument("--fmt", default="bf16", help="format of the arrays")
+    parser.add_argument("--formats", default="bf16",
+                        help="comma list of the array's input formats")
+    parser.add_argument("--spec", default=None,
+                        help="measure this chip's tensor engine (every format) instead")
     parser.add_argument("--icarus-programs", type=int, default=1)
     parser.add_argument("--verilator-programs", type=int, default=100)
-    parser.add_argument("--skip", default="", help="comma list of emit,golden,sim")
+    parser.add_argument("--skip", default="", help="comma list of emit,golden,sim,area")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
-    results = {"fmt": args.fmt}
+    array = array_params(args.formats, args.spec)
+    results = {"formats": array.formats, "double_rate": array.double_rate}
     if "emit" not in skip:
         results["emit"] = {}
         for n in map(int, args.hier.split(",")):
-            results["emit"][f"hier-{n}"] = bench_emit(n, "hier", 600, args.fmt)
+            results["emit"][f"hier-{n}"] = bench_emit(n, "hier", 600, array)
             print(n, "hier", results["emit"][f"hier-{n}"], flush=True)
         for n in map(int, filter(None, args.flat.split(","))):
-            results["emit"][f"flat-{n}"] = bench_emit(n, "flat", args.flat_timeout, args.fmt)
+            results["emit"][f"flat-{n}"] = bench_emit(n, "flat", args.flat_timeout, array)
             print(n, "flat", results["emit"][f"flat-{n}"], flush=True)
     if "golden" not in skip:
         results["golden"] = bench_golden()
         print("golden", results["golden"], flush=True)
     if "sim" not in skip:
         results["sim"] = bench_sim({"icarus": args.icarus_programs,
-                                    "verilator": args.verilator_programs}, args.fmt)
+                                    "verilator": args.verilator_programs}, array)
         print("sim", results["sim"], flush=True)
+    if "area" not in skip:
+        results["area"] = bench_area(args.spec or "trn2")
+        print("area", results["area"], flush=True)
     print(json.dumps(results, indent=2))
 
 

@@ -25,11 +25,22 @@ Per rank (one logical NeuronCore of ``lnc`` physical cores) and GEMM:
   ring whose steps read and write their chunk), the part across chips over the instance
   topology (multi-dimensional rings on a torus, one hop through a switch), then across the
   instances of a server (the server's ring of same-position chips), then across servers over
-  EFA. Alpha-beta costs as in :mod:`sim.system.collectives`; NeuronLink carries payload at
-  the efficiency of the link model (:func:`sim.system.model.default_link_efficiency`).
+  EFA. Every phase is timed by :mod:`sim.system.collectives` (evaluated on arrays of design
+  points), the formula the system model uses: chunks of ``collectives.CHUNK`` pipelined
+  across ring steps, each reduce-scatter step ending with the vector engines' add
+  (:meth:`sim.system.model.Chip.add`, its rate scaled with the point's cores); NeuronLink
+  carries payload at the efficiency of the link model
+  (:func:`sim.system.model.default_link_efficiency`).
 
 Step time = GEMM time + tensor-parallel all-reduces + the data-parallel all-reduce (the part
 of it not hidden behind the backward GEMMs when the workload overlaps them).
+
+Area (``area``, NAND2 equivalents of the system's chips) is composed from synthesis: `gen chip`
+synthesises every module of the base chip (:mod:`hdl.area`) and leaves the chip's area terms
+in the synthesis cache (fixed per chip, per core, per tensor array, per array row, per array
+column and per PE: ``generators.area.shape_terms``); a design point's area is those terms
+times its instance counts (:func:`chip_area`). It is NaN until the base chip has been
+synthesised (``gen chip CHIP --area``).
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hdl import area as synthesis
 from sim.golden import systolic
 from sim.system import collectives, formulas, topology
 from sim.system import model as system_model
@@ -60,6 +72,7 @@ PARAMS = {
     "link_bandwidth": ("B/s", "bandwidth", "chip-to-chip bandwidth per chip"),
     "chips": ("", "count", "chips per instance"),
     "lnc": ("", "count", "physical cores per logical core (LNC)"),
+    "nodes": ("", "count", "nodes (servers, or instances of a cluster) joined by EFA"),
 }
 
 #: Metrics of a design point x workload: name -> (unit, description).
@@ -75,8 +88,11 @@ METRICS = {
     "utilisation": ("", "model FLOPs over peak FLOPs x step time"),
     "tokens_per_second": ("tokens/s", "tokens processed per second"),
     "peak_flops": ("FLOP/s", "peak tensor throughput of the system"),
-    "pe_total": ("PEs", "area proxy: PEs per array x cores x chips"),
-    "tokens_per_second_per_pe": ("tokens/s/PE", "performance per area proxy"),
+    "pe_total": ("PEs", "PEs per array x cores x chips"),
+    "tokens_per_second_per_pe": ("tokens/s/PE", "performance per PE"),
+    "area": ("NAND2", "area of the chips' RTL from synthesis, memories included (NaN until "
+                      "synthesised)"),
+    "tokens_per_second_per_area": ("tokens/s/MNAND2", "performance per million NAND2"),
     "price_per_hour": ("USD/h", "price of the system (sweep price model)"),
     "tokens_per_dollar": ("tokens/USD", "performance per price"),
     "state_bytes": ("B", "weights, gradients and optimizer state per rank"),
@@ -108,14 +124,17 @@ class Base:
     topology: str                     # instance topology: torus, ring, switch or none
     links: int                        # NeuronLink ports per chip
     instances: int                    # instances per server (joined by a ring of links)
-    servers: int                      # servers joined by EFA
     efa_bandwidth: float              # per server, bytes/s
     link_alpha: float
     efa_alpha: float
     link_efficiency: float            # payload fraction of NeuronLink, from the link model
     torus: tuple[int, ...]            # the spec's torus dimensions of the base chip count
     price_per_hour: float             # of the base system, NaN when unknown
+    add: collectives.Add = collectives.Add(0.0, 0.0, math.inf)  # a collective's add, base cores
     price_shares: dict[str, float] = field(default_factory=lambda: {"chips": 1.0})
+    #: the spec file it was flattened from (the lowered step builds its core from it)
+    spec_file: str = ""
+    area: dict[str, float] | None = None  # the chip's area terms (chip_area), None: unknown
 
     def rate(self, dtype: str) -> float:
         return self.rates.get(dtype, math.nan)
@@ -173,17 +192,19 @@ def base_from_spec(name, price: float | None = None,
         "hbm_bandwidth": chip.memory.bandwidth.to("B/s").magnitude,
         "hbm_capacity": chip.memory.capacity.to("B").magnitude,
         "link_bandwidth": link_bw.to("B/s").magnitude,
-        "chips": chips, "lnc": chip.lnc.default,
+        "chips": chips, "lnc": chip.lnc.default, "nodes": servers,
     }
     spec_price = chain[0].price.to("USD/h").magnitude if chain and chain[0].price else math.nan
     return Base(
+        spec_file=str(doc.file),
         name=doc.name, values={k: float(v) for k, v in values.items()}, rates=rates,
         moving_max=t.moving_max, load_columns=t.load_columns, topology=topo,
-        links=chip.neuronlink.links or 1, instances=instances, servers=servers,
+        links=chip.neuronlink.links or 1, instances=instances,
         efa_bandwidth=float(efa), link_alpha=link_alpha, efa_alpha=efa_alpha,
         link_efficiency=system_model.default_link_efficiency(chip), torus=dims,
         price_per_hour=float(price if price is not None else spec_price),
-        price_shares=dict(price_shares or {"chips": 1.0}))
+        add=system_model.Chip(chip).add(),
+        price_shares=dict(price_shares or {"chips": 1.0}), area=area_terms(doc))
 
 
 def _efa_per_server(doc, servers: int) -> float:
@@ -223,11 +244,6 @@ def gemm_bytes(m, k, n, elem, sbuf, cols, moving_max):
     return np.minimum(w + x * np.ceil(m / mb), x + w * np.ceil(n / nb)) + y
 
 
-def ring_allreduce(nbytes, p, bandwidth, alpha, ways=1.0):
-    """All-reduce of ``nbytes`` per member on a ring of ``p`` (reduce-scatter + all-gather)."""
-    return np.where(p > 1, 2.0 * (p - 1) * (alpha + nbytes / p / (ways * bandwidth)), 0.0)
-
-
 def torus_dims(chips):
     """Near-square 2D torus of ``chips`` chips: (a, b), a <= b, a the largest divisor <= sqrt."""
     chips = int(chips)
@@ -251,22 +267,36 @@ def group_allreduce(nbytes, group, per_chip, stride, v, base: Base, dims_long):
     layout = group_layout(group, per_chip, stride, v["chips"], base.instances)
     r0, c1, c2, c3 = layout
     share = per_chip / r0                      # groups sharing one chip's links
-    t = ring_allreduce(nbytes, r0, v["hbm_bandwidth"] / (2.0 * per_chip), CHIP_ALPHA)
-    link = v["link_bandwidth"] * base.link_efficiency / base.links
+    t = collectives.ring_time("all_reduce", nbytes, r0, v["hbm_bandwidth"] / (2.0 * per_chip),
+                              CHIP_ALPHA)
+    link = v["link_bandwidth"] / base.links
+    eff, alpha, add, chunk = base.link_efficiency, base.link_alpha, adds(v, base), \
+        collectives.CHUNK
     chip_bytes = nbytes * share
     if base.topology == "torus":
         d1 = np.where(np.mod(c1, dims_long) == 0, dims_long, c1)
-        d2 = c1 / d1
-        t = t + ring_allreduce(chip_bytes, d1, link, base.link_alpha, 2.0)
-        t = t + ring_allreduce(chip_bytes / d1, d2, link, base.link_alpha, 2.0)
+        t = t + collectives.torus_time("all_reduce", chip_bytes, (d1, c1 / d1), link, alpha,
+                                       eff, True, add, chunk)
     elif base.topology == "ring":
-        t = t + ring_allreduce(chip_bytes, c1, link, base.link_alpha, 2.0)
+        t = t + collectives.ring_time("all_reduce", chip_bytes, c1, link, alpha, eff, True,
+                                      add, chunk)
     elif base.topology == "switch":
-        t = t + np.where(c1 > 1, 2.0 * (2.0 * base.link_alpha + (c1 - 1) / c1 * chip_bytes
-                                        / (v["link_bandwidth"] * base.link_efficiency)), 0.0)
-    t = t + ring_allreduce(chip_bytes / c1, c2, link, base.link_alpha, 2.0)
+        t = t + collectives.switch_time("all_reduce", chip_bytes, c1, v["link_bandwidth"],
+                                        alpha, eff, add, chunk)
+    t = t + collectives.ring_time("all_reduce", chip_bytes / c1, c2, link, alpha, eff, True,
+                                  add, chunk)
+    if np.ndim(base.efa_bandwidth) == 0 and math.isnan(base.efa_bandwidth):
+        return t                               # a chip alone: no EFA, no group spans it
     server_bytes = nbytes * per_chip * v["chips"] * base.instances / (r0 * c1 * c2)
-    return t + ring_allreduce(server_bytes, c3, base.efa_bandwidth, base.efa_alpha)
+    return t + collectives.ring_time("all_reduce", server_bytes, c3, base.efa_bandwidth,
+                                     base.efa_alpha, 1.0, False, add, chunk)
+
+
+def adds(v, base: Base) -> collectives.Add:
+    """The base chip's add (:meth:`sim.system.model.Chip.add`), its streaming rate scaled
+    with the cores of each point (the add is spread over every core's vector engine)."""
+    a = base.add
+    return collectives.Add(a.fixed, a.start, a.rate * v["cores"] / base.values["cores"])
 
 
 def group_layout(group, per_chip, stride, chips, instances):
@@ -314,7 +344,7 @@ def _evaluate(v, base: Base, work: Workload, detail: bool) -> dict[str, np.ndarr
     rate = base.rate(work.dtype)
     elem = DTYPES[work.dtype]
     per_chip = v["cores"] / v["lnc"]
-    total_chips = v["chips"] * base.instances * base.servers
+    total_chips = v["chips"] * base.instances * v["nodes"]
     ranks = total_chips * per_chip
     tp = float(work.tensor)
     dp = ranks / tp
@@ -353,6 +383,7 @@ def _evaluate(v, base: Base, work: Workload, detail: bool) -> dict[str, np.ndarr
     peak = formulas.peak_flops(v["rows"], v["cols"], v["clock"], rate, v["cores"]) * total_chips
     tokens = work.tokens * replicas / step
     pe_total = v["rows"] * v["cols"] * v["cores"] * total_chips
+    gates = chip_area(v["rows"], v["cols"], v["cores"], base) * total_chips
     price = price_per_hour(v, base)
     state = work.state_bytes_tp / tp + work.state_bytes_tpdp / (tp * dp)
     out = {
@@ -360,7 +391,8 @@ def _evaluate(v, base: Base, work: Workload, detail: bool) -> dict[str, np.ndarr
         "gemm_time": gemm_time, "memory_bound": mem_bound, "tp_comm_time": tp_comm,
         "dp_comm_time": dp_comm, "utilisation": flops / (peak * step),
         "tokens_per_second": tokens, "peak_flops": peak, "pe_total": pe_total,
-        "tokens_per_second_per_pe": tokens / pe_total, "price_per_hour": price,
+        "tokens_per_second_per_pe": tokens / pe_total, "area": gates,
+        "tokens_per_second_per_area": tokens / gates * 1e6, "price_per_hour": price,
         "tokens_per_dollar": tokens * 3600.0 / price, "state_bytes": state,
         "fits": state <= v["hbm_capacity"] / per_chip,
     }
@@ -383,11 +415,37 @@ def instance_long(chips, base: Base) -> int:
     return torus_dims(chips)[1]
 
 
+def chip_document(doc: loader.Document) -> loader.Document:
+    """The chip spec a chip or system spec is built of."""
+    while doc.kind == "system":
+        doc = loader.load_document(loader.find(doc.spec.member, near=doc.file.parent))
+    return doc
+
+
+def area_terms(doc: loader.Document) -> dict[str, float] | None:
+    """The area terms of the chip a spec is built of, as `gen chip` left them in the
+    synthesis cache (``hdl.area.load_chip``); None until every module of that chip has been
+    synthesised (``gen chip CHIP --area``)."""
+    chip = chip_document(doc)
+    return synthesis.load_chip(chip.spec.name, chip.digest)
+
+
+def chip_area(rows, cols, cores, base: Base):
+    """NAND2 equivalents of one chip with ``cores`` cores of ``rows x cols`` tensor arrays:
+    the chip's area terms (``generators.area.shape_terms``, composed from the synthesised
+    modules' figures and their instance counts), NaN when they are unknown."""
+    a = base.area
+    if a is None:
+        return np.full(np.shape(rows), np.nan)
+    array = a["array"] + rows * a["row"] + cols * a["column"] + rows * cols * a["pe"]
+    return cores * (a["core"] + array) + a["chip"]
+
+
 def price_per_hour(v, base: Base):
     """Price of a design point: the base price scaled, factor by factor, by its share."""
     b = base.values
-    total_chips = v["chips"] * base.instances * base.servers
-    base_chips = b["chips"] * base.instances * base.servers
+    total_chips = v["chips"] * base.instances * v["nodes"]
+    base_chips = b["chips"] * base.instances * b["nodes"]
     scale = {
         "chips": total_chips / base_chips,
         "pe": (v["rows"] * v["cols"] * v["cores"] * total_chips)
@@ -414,7 +472,7 @@ def evaluate_point(point: dict[str, float], base: Base, work: Workload) -> dict[
     rows, cols, cores, lnc = (int(p[k]) for k in ("rows", "cols", "cores", "lnc"))
     chips = int(p["chips"])
     per_chip = cores // lnc if cores % lnc == 0 else cores / lnc
-    total_chips = chips * base.instances * base.servers
+    total_chips = chips * base.instances * int(p["nodes"])
     ranks = total_chips * per_chip
     tp = work.tensor
     valid = cores % lnc == 0 and ranks % tp == 0
@@ -444,6 +502,12 @@ def evaluate_point(point: dict[str, float], base: Base, work: Workload) -> dict[
     peak = 2 * rows * cols * p["clock"] * rate * cores * total_chips
     tokens = work.tokens * replicas / step
     pe_total = rows * cols * cores * total_chips
+    if base.area is None:
+        gates = math.nan
+    else:
+        a = base.area
+        array = a["array"] + rows * a["row"] + cols * a["column"] + rows * cols * a["pe"]
+        gates = (cores * (a["core"] + array) + a["chip"]) * total_chips
     price = float(price_per_hour({k: np.float64(x) for k, x in p.items()}, base))
     state = work.state_bytes_tp / tp + work.state_bytes_tpdp / (tp * dp)
     return {
@@ -451,7 +515,8 @@ def evaluate_point(point: dict[str, float], base: Base, work: Workload) -> dict[
         "gemm_time": gemm_time, "memory_bound": bound / gemm_time, "tp_comm_time": tp_comm,
         "dp_comm_time": dp_comm, "utilisation": work.flops() * replicas / (peak * step),
         "tokens_per_second": tokens, "peak_flops": peak, "pe_total": pe_total,
-        "tokens_per_second_per_pe": tokens / pe_total, "price_per_hour": price,
+        "tokens_per_second_per_pe": tokens / pe_total, "area": gates,
+        "tokens_per_second_per_area": tokens / gates * 1e6, "price_per_hour": price,
         "tokens_per_dollar": tokens * 3600 / price, "state_bytes": state,
         "fits": state <= p["hbm_capacity"] / per_chip,
     }
@@ -499,24 +564,27 @@ def _allreduce_point(nbytes, group, stride, p, base: Base, per_chip) -> float:
                               p["hbm_bandwidth"] / (2 * per_chip), CHIP_ALPHA)
     chip_bytes = nbytes * per_chip / r0
     link = p["link_bandwidth"] / base.links
-    eff = base.link_efficiency
+    eff, alpha, chunk = base.link_efficiency, base.link_alpha, collectives.CHUNK
+    add = collectives.Add(base.add.fixed, base.add.start,
+                          base.add.rate * p["cores"] / base.values["cores"])
     if c1 > 1:
         if base.topology == "torus":
             long = instance_long(chips, base)
             d1 = long if c1 % long == 0 else c1
             g = topology.torus((d1, c1 // d1), link)
-            t += collectives.topology_time(g, "all_reduce", chip_bytes, base.link_alpha, eff,
-                                           bidirectional=True)
+            t += collectives.topology_time(g, "all_reduce", chip_bytes, alpha, eff,
+                                           bidirectional=True, reduce=add, chunk=chunk)
         elif base.topology == "ring":
-            t += collectives.ring_time("all_reduce", chip_bytes, c1, link, base.link_alpha, eff,
-                                       bidirectional=True)
+            t += collectives.ring_time("all_reduce", chip_bytes, c1, link, alpha, eff,
+                                       bidirectional=True, reduce=add, chunk=chunk)
         elif base.topology == "switch":
             g = topology.switch(c1, p["link_bandwidth"])
-            t += collectives.topology_time(g, "all_reduce", chip_bytes, base.link_alpha, eff)
-    t += collectives.ring_time("all_reduce", chip_bytes / c1, c2, link, base.link_alpha, eff,
-                               bidirectional=True)
+            t += collectives.topology_time(g, "all_reduce", chip_bytes, alpha, eff, reduce=add,
+                                           chunk=chunk)
+    t += collectives.ring_time("all_reduce", chip_bytes / c1, c2, link, alpha, eff,
+                               bidirectional=True, reduce=add, chunk=chunk)
     if c3 > 1:
         server_bytes = nbytes * per_chip * chips * base.instances / (r0 * c1 * c2)
         t += collectives.ring_time("all_reduce", server_bytes, c3, base.efa_bandwidth,
-                                   base.efa_alpha)
+                                   base.efa_alpha, reduce=add, chunk=chunk)
     return t

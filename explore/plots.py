@@ -28,6 +28,7 @@ DISPLAY = {
     "hbm_capacity": (2.0**-30, "HBM capacity per chip", "GiB"),
     "link_bandwidth": (1e-9, "link bandwidth per chip", "GB/s"),
     "chips": (1, "chips per instance", ""), "lnc": (1, "LNC", ""),
+    "nodes": (1, "nodes over EFA", ""),
 }
 
 
@@ -248,14 +249,38 @@ def draw_all(table: pd.DataFrame, sw, out: Path) -> list[Path]:
     """Every plot of a sweep; the price Pareto front only when the base price is known."""
     out = Path(out)
     paths = []
-    if "pe_total" in table and "tokens_per_second" in table:
-        paths += pareto(table, sw, out, "pe_total", "area proxy (PEs: rows x cols x cores x "
-                        "chips)", "pareto_area")
+    if "area" in table and "tokens_per_second" in table and np.isfinite(table["area"]).any():
+        paths += pareto(table, sw, out, "area", "area from synthesis (NAND2 equivalents)",
+                        "pareto_area")
+    elif "pe_total" in table and "tokens_per_second" in table:
+        paths += pareto(table, sw, out, "pe_total", "PEs (rows x cols x cores x chips; the "
+                        "chip is not synthesised yet)", "pareto_area")
     if "price_per_hour" in table and np.isfinite(table["price_per_hour"]).any():
         paths += pareto(table, sw, out, "price_per_hour", "price (USD/h)", "pareto_price")
     paths += roofline(sw, out)
     paths += sensitivity(sw, out)
+    paths += lowered_breakdown(table, out)
     return paths
+
+
+def lowered_breakdown(table: pd.DataFrame, out: Path) -> list[Path]:
+    """When the sweep kept the lowered step's parts: a stacked bar of the fastest valid point
+    of each workload that fits (``lowered_breakdown``)."""
+    from .step import PARTS  # noqa: PLC0415
+
+    cols = [f"lowered_{p}_time" for p in PARTS]
+    if not all(c in table for c in (*cols, "lowered_sequences_per_second")):
+        return []
+    ok = table[np.isfinite(table["lowered_sequences_per_second"])]
+    for flag in ("lowered_valid", "lowered_fits"):
+        if flag in ok:
+            ok = ok[ok[flag]]
+    rows = []
+    for name, group in ok.groupby("workload", observed=True):
+        x = group.loc[group["lowered_sequences_per_second"].idxmax()]
+        rows.append((f"{name} (point {int(x['point'])})",
+                     {p: float(x[f"lowered_{p}_time"]) for p in PARTS}))
+    return step_breakdown(rows, out, "lowered_breakdown") if rows else []
 
 
 def step_breakdown(rows: list[tuple[str, dict[str, float]]], out: Path, stem: str = "step"

@@ -34,13 +34,14 @@ from rich.progress import (
 )
 
 from specs.files import remove_stale_temporaries, replace_atomically
+from specs.loader import load_document
 
-from . import model
+from . import model, step
 from . import sweep as sweeps
 from .workloads import Workload
 
 #: Changes whenever the model's formulas change, so that stale parts are not reused.
-MODEL_VERSION = "explore-model-3"
+MODEL_VERSION = "explore-model-5"
 
 
 def evaluate_chunk(values: dict[str, np.ndarray], base: model.Base, work: Workload,
@@ -51,13 +52,19 @@ def evaluate_chunk(values: dict[str, np.ndarray], base: model.Base, work: Worklo
     """
     out = model.evaluate(values, base, work)
     size = len(out["step_time"])
+    lowered = [m for m in metrics if m in step.SWEEP_METRICS]
+    if lowered:
+        full = {k: np.broadcast_to(np.asarray(values.get(k, base.values[k]), float), (size,))
+                for k in model.PARAMS}
+        out.update(step.evaluate_sweep(full, base, work, lowered))
     cols = {"point": np.arange(first_point, first_point + size, dtype=np.int64),
             "workload": pd.Categorical([work.name] * size)}
     cols.update({k: np.broadcast_to(np.asarray(values.get(k, base.values[k]), float), (size,))
                  for k in model.PARAMS})
     for name in metrics:
         a = np.asarray(out[name])
-        cols[name] = a.astype(bool) if name in ("valid", "fits") else a.astype(float)
+        cols[name] = a.astype(bool) if name in ("valid", "fits", "lowered_valid", "lowered_fits") \
+            else a.astype(float)
     return pd.DataFrame(cols)
 
 
@@ -196,6 +203,7 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
         "compute_seconds": compute_seconds,
         "points_per_second": computed_points / compute_seconds if computed_points else None,
         "table": str(table_path), "plots": drawn, "best": best_points(table),
+        "area": _area_source(sw.base),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     return summary
@@ -249,6 +257,13 @@ def _run_dask(todo, sw: sweeps.Sweep, scheduler: str | None, bar: Progress, task
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def _area_source(base: model.Base) -> str:
+    if base.area is not None:
+        return "from synthesis"
+    chip = model.chip_document(load_document(base.spec_file)).spec.name
+    return f"not known: {chip} is not synthesised yet (gen chip {chip} --area)"
 
 
 def best_points(table: pd.DataFrame) -> dict:

@@ -4,25 +4,30 @@
 logical NeuronCore) of a tensor-parallel group of ``tp`` becomes calls of the kernels in
 :mod:`kernels`, forward and backward, each with its shape and how many times it runs:
 
-- per layer forward: norm, QKV GEMM, flash attention per local head, output GEMM, residual
-  add, norm, FFN up GEMM (fused with GELU for a plain FFN; a SwiGLU kernel after it for a gated
-  one), FFN down GEMM, residual add. Norms and residual adds see ``T / tp`` tokens with
-  sequence parallelism, ``T`` without.
+- per layer forward: norm, QKV GEMM, flash attention (one kernel over the micro-batch's
+  local heads; the causal kernel for a causal workload, which skips the key blocks after
+  each query tile and masks the diagonal ones), output GEMM, residual add, norm, FFN up GEMM
+  (fused with GELU for a plain FFN; a SwiGLU kernel after it for a gated one), FFN down GEMM,
+  residual add. Norms and residual adds see ``T / tp`` tokens with sequence parallelism,
+  ``T`` without.
 - per layer backward: each GEMM's input-gradient and weight-gradient GEMMs (``M = K, K = M``
-  and ``M = K, K = T, N = M``); flash attention's backward as its kernels: the forward
-  attention kernel again (it recomputes the probabilities, as a flash backward does), the four
-  GEMMs of ``dV, dP, dQ, dK`` and the element-wise ``dS`` over the score matrix; each norm's
-  input gradient by the RMSNorm backward kernel (for LayerNorm too, which needs one
-  centring pass more); the SwiGLU activation's by its backward kernel; the residual adds'
-  gradients (a sum of two branches) and the plain FFN's GELU gradient as residual-add
-  kernels of their size (the same data movement; no kernels of their own yet); full
-  recomputation re-runs the whole forward.
-  A causal mask skips the key blocks above the diagonal: attention counts are scaled by the
-  fraction of (query tile, key block) pairs the kernel's own tiling keeps.
-- the first stage adds the embedding gather (a row copy of the embedding) and its scatter-add
-  backward; the last stage the final norm, the LM head GEMM with its backward, and the loss
-  (the fused cross-entropy kernel over the local vocabulary: loss and gradient in one pass;
-  the vocabulary-parallel reduction of its row statistics is not counted).
+  and ``M = K, K = T, N = M``); attention's backward as: the forward attention kernel again
+  with selective or full recomputation (it recomputes the probabilities, as a flash backward
+  and Megatron-LM's selective recomputation do; without recomputation they are saved from
+  the forward instead), the four GEMMs of
+  ``dV, dP, dQ, dK`` with the heads stacked along ``M`` and the element-wise ``dS`` over the
+  score matrices (a residual-add kernel of that size), both scaled by the fraction of
+  (query tile, key block) pairs a causal mask keeps; each norm's input and weight gradients
+  by the RMSNorm or LayerNorm backward kernel; the SwiGLU activation's by its backward
+  kernel, the plain FFN's GELU by its own; the residual adds' gradients (the sum of the
+  two branches' gradients, a residual-add kernel); full recomputation re-runs the whole
+  forward; and, when a step has several micro-batches, the layer's weight gradients added
+  to their fp32 accumulators.
+- the first stage adds the embedding (a row copy of its size, standing in for a gather, and
+  the same for its scatter-add backward: the instruction set has no indirect DMA yet) and its
+  output's reduction over the vocabulary-parallel ranks; the last stage the final norm, the LM
+  head GEMM with its backward, and the vocabulary-parallel loss: row max, all-reduce (max),
+  ``exp`` with its row sum and the target's logit, all-reduce (sum), loss and gradient.
 - per step: Adam over the rank's parameters (its ``1 / dp`` share with ZeRO-1).
 
 Kernel times are :class:`~explore.kerneltimes.KernelTimes`: the core simulator's timing-only
@@ -32,7 +37,9 @@ among them, as ``gen run --lnc`` does.
 **Schedule** (:func:`evaluate`). Per micro-batch, the busiest pipeline stage runs its
 kernels and its tensor-parallel collectives (two all-reduces per layer forward and two
 backward, or with sequence parallelism two all-gathers and two reduce-scatters each way; full
-recomputation repeats the forward ones); they sit on the critical path. 1F1B over ``m``
+recomputation repeats the forward ones; on the end stages the vocabulary-parallel
+embedding's reduction and the loss's all-reduces of its row max and of its sum and target
+logit); they sit on the critical path. 1F1B over ``m``
 micro-batches and ``pp`` stages: ``m`` micro-batch times plus a bubble of ``pp - 1`` of them,
 and a point-to-point send of the boundary activations each way per micro-batch and per
 bubble slot, over NeuronLink inside a node and EFA between nodes. The data-parallel gradient
@@ -42,6 +49,9 @@ optimizer step and is exposed. Collective times are :func:`explore.model.group_a
 (:mod:`sim.system.collectives`' alpha-beta rings over the instance topology, the server and
 EFA); an all-gather or a reduce-scatter is half an all-reduce of the same bytes.
 
+Memory per rank: bf16 weights, the gradients (in fp32 accumulators when a step has several
+micro-batches), the optimizer state (its ``1 / dp`` share with ZeRO-1) and the activations.
+
 Step time = GEMM + other kernels + exposed communication + bubble + optimizer, each part
 reported, so the breakdown adds up to the step time.
 """
@@ -50,6 +60,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -60,7 +71,9 @@ from . import model
 from .kerneltimes import KernelTimes
 from .workloads import DTYPES, Transformer, compile_transformer, transformer_params
 
-__all__ = ["PARTS", "RECOMPUTE", "Call", "Layout", "StepError", "evaluate", "from_cli", "lower"]
+__all__ = ["KERNEL_PARAMS", "PARTS", "RECOMPUTE", "SWEEP_METRICS", "Call", "Layout",
+           "StepError", "core_variant", "evaluate", "evaluate_sweep", "from_cli",
+           "load_workload", "lower"]
 
 RECOMPUTE = ("none", "selective", "full")
 #: The parts of the step time, in the order they are reported and stacked.
@@ -146,13 +159,16 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
     ffn = math.ceil(t.ffn / tp)
     norm = "rmsnorm" if t.norm == "rmsnorm" else "layernorm"
     frac = causal_fraction(seq, query_tile) if t.causal else 1.0
-    pairs = mb * heads * frac
+    nb = mb * heads  # heads of the micro-batch's sequences, one attention kernel for all
+    attention = "attention_causal" if t.causal else "attention"
 
     fwd = [
         _wide("norm", norm, local, h, dt, 1, local * h * es),
         _gemm("qkv", math.ceil((h + 2 * kv) / tp), h, tokens, dt, 1, tokens * h * es),
-        Call("attention", "attention", (("S", seq), ("D", hd)), dt, pairs, "other",
-             (3 * seq * hd + seq * hd) * es / frac),
+        # saved: q, k, v and the output; without recomputation the probabilities too
+        Call("attention", attention, (("B", nb), ("S", seq), ("D", hd)), dt, 1, "other",
+             (3 * seq * hd + seq * hd + (seq * seq * frac if layout.recompute == "none"
+                                         else 0)) * es * nb),
         _gemm("attn.out", h, math.ceil(h / tp), tokens, dt, 1, tokens * h * es / tp),
         _flat("residual", "residual_add", local * h, dt, 1),
         _wide("norm", norm, local, h, dt, 1, local * h * es),
@@ -175,34 +191,51 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
             bwd += [_gemm(c.what + ".dgrad", k, m, n, dt, c.count),
                     _gemm(c.what + ".wgrad", k, n, m, dt, c.count)]
             if c.kernel == "gemm_bias_gelu":
-                bwd.append(_flat("ffn.act.grad", "residual_add", n * m, dt, c.count))
-        elif c.kernel == "attention":
-            bwd += [replace(c, what="attention.recompute", saved=0.0),
-                    _gemm("attention.dv", seq, seq, hd, dt, pairs),
-                    _gemm("attention.dp", seq, hd, seq, dt, pairs),
-                    _gemm("attention.dq", seq, seq, hd, dt, pairs),
-                    _gemm("attention.dk", seq, seq, hd, dt, pairs),
-                    _flat("attention.ds", "residual_add", seq * seq, dt, pairs)]
+                bwd.append(_flat("ffn.act.grad", "gelu_backward", n * m, dt, c.count))
+        elif c.kernel == attention:
+            if layout.recompute != "none":
+                bwd.append(replace(c, what="attention.recompute", saved=0.0))
+            bwd += [_gemm("attention.dv", nb * seq, seq, hd, dt, frac),
+                    _gemm("attention.dp", nb * seq, hd, seq, dt, frac),
+                    _gemm("attention.dq", nb * seq, seq, hd, dt, frac),
+                    _gemm("attention.dk", nb * seq, seq, hd, dt, frac),
+                    _flat("attention.ds", "residual_add", nb * seq * seq, dt, frac)]
         elif c.kernel == "swiglu":
             bwd.append(replace(c, what=c.what + ".grad", kernel="swiglu_backward", saved=0.0))
         elif c.kernel in ("rmsnorm", "layernorm"):
-            bwd.append(replace(c, what=c.what + ".grad", kernel="rmsnorm_backward", saved=0.0))
+            bwd.append(replace(c, what=c.what + ".grad", kernel=c.kernel + "_backward",
+                               saved=0.0))
         else:
             bwd.append(replace(c, what=c.what + ".grad", saved=0.0))
     if layout.recompute == "full":
         bwd += [replace(c, what=c.what + ".recompute", saved=0.0) for c in fwd]
 
+    # gradient accumulation: each micro-batch's weight gradients added to the fp32
+    # accumulator (counted by the schedule only when a step has several micro-batches)
+    weights = (h * (h + 2 * kv) + h * h) / tp + (3 if t.gated_ffn else 2) * h * ffn + 2 * h
+    bwd.append(replace(_flat("grad.accumulate", "grad_accumulate", math.ceil(weights), dt, 1),
+                       part="accumulate"))
+
     vocab = math.ceil(t.vocab / tp) if t.vocab else 0
     first, last = [], []
     if t.vocab:
+        table = replace(_flat("embedding.grad.accumulate", "grad_accumulate", vocab * h, dt, 1),
+                        part="accumulate")
         first = [_flat("embedding", "residual_add", local * h, dt, 1),
                  _flat("embedding.grad", "residual_add", local * h, dt, 1)]
+        if not t.tied_embeddings:
+            first.append(table)
         head = _gemm("lm_head", vocab, h, tokens, dt, 1)
+        # the vocabulary-parallel loss: row max (all-reduced), exp and its sum with the
+        # target's logit (all-reduced), then loss and gradient
         last = [_wide("final.norm", norm, local, h, dt, 1),
-                _wide("final.norm.grad", "rmsnorm_backward", local, h, dt, 1),
+                _wide("final.norm.grad", norm + "_backward", local, h, dt, 1),
                 head, _gemm("lm_head.dgrad", h, vocab, tokens, dt, 1),
                 _gemm("lm_head.wgrad", h, tokens, vocab, dt, 1),
-                _wide("loss", "cross_entropy", tokens, vocab, dt, 1)]
+                _wide("loss.max", "logits_max", tokens, vocab, dt, 1),
+                _wide("loss.exp", "cross_entropy", tokens, vocab, dt, 1),
+                _wide("loss.grad", "cross_entropy_backward", tokens, vocab, dt, 1),
+                replace(table, what="lm_head.grad.accumulate")]
     stages = layout.pp
     params = transformer_params(t) / (tp * stages)
     shard = params / (layout.dp if layout.zero1 else 1)
@@ -247,7 +280,7 @@ class StepResult:
 
 
 def _time(calls: list[Call], times: KernelTimes, lnc: int) -> dict[str, float]:
-    out = {"gemm": 0.0, "other": 0.0, "optimizer": 0.0}
+    out = {"gemm": 0.0, "other": 0.0, "optimizer": 0.0, "accumulate": 0.0}
     for c in calls:
         shape = dict(c.shape)
         first = next(iter(shape))
@@ -287,7 +320,7 @@ def _combo(t, times, lnc, tp, pp, mb, recompute, dp, sp, zero1, gemm_only):
     opt = _time(calls["step"], times, lnc)["optimizer"]
     row = (fwd["gemm"] + bwd["gemm"], fwd["other"] + bwd["other"],
            bwd["gemm"] + bwd["other"], end["gemm"], end["other"], opt,
-           activation_bytes(t, layout, calls))
+           activation_bytes(t, layout, calls), bwd["accumulate"], end["accumulate"])
     return row, calls
 
 
@@ -334,7 +367,7 @@ def evaluate_many(t: Transformer, base: model.Base, times: KernelTimes, *, tp, p
     key = ((tp * (pp.max() + 1) + pp) * (mb.max() + 1) + mb) * len(RECOMPUTE) + rc_code
     key = np.where(valid, key, -1)
     uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    rows = np.zeros((len(uniq), 7))
+    rows = np.zeros((len(uniq), 9))
     for i, j in enumerate(first):
         if uniq[i] < 0:
             continue
@@ -343,7 +376,8 @@ def evaluate_many(t: Transformer, base: model.Base, times: KernelTimes, *, tp, p
                                 gemm_only)
         if _calls is not None:
             _calls.update(calls)
-    layer_gemm, layer_other, layer_bwd, end_g, end_o, opt, act = rows[inverse.reshape(-1)].T
+    layer_gemm, layer_other, layer_bwd, end_g, end_o, opt, act, layer_acc, end_acc = \
+        rows[inverse.reshape(-1)].T
     total = transformer_params(t)
     if zero1 and not gemm_only:
         # the optimizer's shard depends on dp as well: once per distinct shard
@@ -355,7 +389,9 @@ def evaluate_many(t: Transformer, base: model.Base, times: KernelTimes, *, tp, p
     layers = np.ceil(t.layers / pp)
     act = act * layers * np.minimum(pp, np.nan_to_num(micro))
     gemm = layers * layer_gemm + end_g
-    other = layers * layer_other + end_o
+    # gradient accumulation runs per micro-batch only when there are several
+    other = layers * layer_other + end_o \
+        + np.where(np.nan_to_num(micro) > 1, layers * layer_acc + end_acc, 0.0)
 
     values = dict(values or {})
     unknown = sorted(set(values) - set(SYSTEM_PARAMS))
@@ -382,6 +418,12 @@ def evaluate_many(t: Transformer, base: model.Base, times: KernelTimes, *, tp, p
 
     per_layer = np.where(rc_code == RECOMPUTE.index("full"), 6, 4)
     tp_comm = layers * per_layer * allreduce(tokens * t.hidden * es, tp, np.ones(size))
+    if t.vocab and not gemm_only:
+        # the vocabulary-parallel embedding's output reduced over TP (and its gradient
+        # gathered), and the loss's all-reduces of the row max and of (sum, target logit)
+        tp_comm = tp_comm + allreduce(tokens * t.hidden * es, tp, np.ones(size)) \
+            + allreduce(tokens * 4.0, tp, np.ones(size)) \
+            + allreduce(tokens * 8.0, tp, np.ones(size))
     nbytes = tokens * t.hidden * es / (tp if sequence_parallel else 1)
     stride = tp * dp
     link = v["link_bandwidth"] * base.link_efficiency / base.links
@@ -413,7 +455,9 @@ def evaluate_many(t: Transformer, base: model.Base, times: KernelTimes, *, tp, p
                                base.values["clock"], base.rate(t.dtype),
                                base.values["cores"]) * chips
     hbm = v["hbm_capacity"] / per_chip
-    memory = {"weights": params * t.weight_bytes, "gradients": grad_bytes,
+    # with several micro-batches the gradients live in their fp32 accumulators
+    held = np.where(np.nan_to_num(micro) > 1, params * DTYPES["fp32"], grad_bytes)
+    memory = {"weights": params * t.weight_bytes, "gradients": held,
               "optimizer": params * t.optimizer_bytes / np.where(zero1, np.maximum(dp, 1), 1),
               "activations": act}
     mem_total = sum(memory.values())
@@ -450,6 +494,109 @@ def evaluate(t: Transformer, base: model.Base, times: KernelTimes, layout: Layou
         tokens_per_second=float(m["tokens_per_second"][0]), mfu=float(m["mfu"][0]),
         memory=memory, hbm_per_rank=float(m["hbm_per_rank"][0]), fits=bool(m["fits"][0]),
         kernel_calls=sum(len(x) for x in c.values()), calls=c)
+
+
+#: Parameters of a sweep (:data:`explore.model.PARAMS`) that change a kernel's time: a design
+#: point that varies one of them gets its own core, and its kernels are simulated for it.
+KERNEL_PARAMS = ("rows", "cols", "clock", "sbuf", "hbm_bandwidth", "cores")
+#: The lowered step's figures as sweep metrics of ``gen explore`` (the prefix keeps them apart
+#: from the analytic model's): name -> (unit, description).
+SWEEP_METRICS = {f"lowered_{k}": (u, f"lowered step: {d}") for k, (u, d) in METRICS.items()}
+
+
+@lru_cache(maxsize=8)
+def _base_core(spec_file: str):
+    """(core parameters, DMA engines, bandwidth of one engine) of a spec's chip, or None when
+    the chip spec lacks what the core simulator needs."""
+    from hdl.params import ModelError, core_params  # noqa: PLC0415
+    from specs import loader  # noqa: PLC0415
+
+    chip, _ = model._chip_of(loader.load_document(spec_file))
+    try:
+        params = core_params(chip)
+    except ModelError:
+        return None
+    return params, chip.dma.engines, chip.dma.engine_bandwidth.to("B/s").magnitude
+
+
+def core_variant(base: model.Base, point: dict[str, float]):
+    """The base chip's core at a design point of :data:`KERNEL_PARAMS` (SI units), as
+    :func:`hdl.params.core_params` derives it: the tensor array at ``rows x cols``, the tensor
+    clock, the SBUF split over the partitions, and the DMA bandwidth per core the lower of its
+    engines' and its share of HBM. None when the chip cannot be simulated."""
+    found = _base_core(base.spec_file)
+    if found is None:
+        return None
+    params, engines, engine_bw = found
+    if all(point[k] == base.values[k] for k in KERNEL_PARAMS):
+        return params
+    rows, cols, cores = (int(point[k]) for k in ("rows", "cols", "cores"))
+    return replace(
+        params, rows=rows, cols=cols,
+        tensor=replace(params.tensor, rows=rows, cols=cols),
+        clocks=tuple((e, float(point["clock"]) if e == "tensor" else c)
+                     for e, c in params.clocks),
+        sbuf_bytes=int(point["sbuf"] // params.partitions),
+        dma_bandwidth=min(engines // cores * engine_bw, point["hbm_bandwidth"] / cores))
+
+
+_TIMES: dict = {}
+
+
+def evaluate_sweep(values: dict[str, np.ndarray], base: model.Base, work,
+                   metrics: list[str]) -> dict[str, np.ndarray]:
+    """:data:`SWEEP_METRICS` of a sweep's design points (``values``: every parameter of
+    :data:`explore.model.PARAMS`, arrays in SI units) for a compiled transformer workload:
+    its split and schedule are the workload's (``tensor`` as the sweep sets it). Points are
+    grouped by their core (:data:`KERNEL_PARAMS`, with ``chips`` and ``lnc``); each group is
+    one vectorised :func:`evaluate_many` over its node counts, link bandwidths and HBM
+    capacities, on kernel times cached per core. Points whose core the kernels cannot run on
+    (or a GEMM-list workload) are not valid."""
+    size = len(values["rows"])
+    out = {m: np.full(size, np.nan) for m in metrics}
+    if "lowered_valid" in out:
+        out["lowered_valid"][:] = 0.0
+    t = work.spec
+    if t is None or not metrics:
+        return out
+    from kernels import KernelError  # noqa: PLC0415
+    from sim.core import ProgramError  # noqa: PLC0415
+
+    par = t.parallel
+    keys = ("rows", "cols", "clock", "sbuf", "hbm_bandwidth", "cores", "chips", "lnc")
+    columns = [np.broadcast_to(np.asarray(values[k], float), (size,)) for k in keys]
+    # a group number per point from each column's codes (a sweep varies few of them)
+    code = np.zeros(size, dtype=np.int64)
+    for col in columns:
+        if col.size and (col == col[0]).all():
+            continue
+        uniq, where = np.unique(col, return_inverse=True)
+        code = code * len(uniq) + where.reshape(-1)
+    firsts = np.unique(code, return_index=True)[1] if size else []
+    for j in firsts:
+        row = [c[j] for c in columns]
+        idx = np.nonzero(code == code[j])[0] if len(firsts) > 1 else np.arange(size)
+        point = dict(zip(keys, (float(x) for x in row), strict=True))
+        params = core_variant(base, point)
+        if params is None:
+            continue
+        times = _TIMES.get(params)
+        if times is None:
+            times = _TIMES[params] = KernelTimes(params)
+        b = replace(base, values={**base.values, **point})
+        try:
+            m = evaluate_many(
+                t, b, times, tp=work.tensor, pp=par.pipeline, micro_batch=par.micro_batch,
+                nodes=np.asarray(values["nodes"], float)[idx].astype(np.int64),
+                recompute=par.recompute, sequence_parallel=par.sequence_parallel,
+                zero1=t.shard_optimizer,
+                values={k: np.asarray(values[k], float)[idx]
+                        for k in ("link_bandwidth", "hbm_capacity")})
+        except (KernelError, ProgramError):
+            continue
+        for name in metrics:
+            out[name][idx] = m[name.removeprefix("lowered_")]
+    return out
 
 
 class StepError(ValueError):
@@ -503,19 +650,31 @@ def resolve(system: str):
     base = model.base_from_spec(system)
     nodes = doc.spec.count if doc.spec.level == "cluster" else 1
     if doc.spec.level == "cluster":
-        base = replace(base, servers=1)
+        base = replace(base, values={**base.values, "nodes": 1.0})
     return base, params, nodes
 
 
-def from_cli(system: str, workload: str, *, tp=None, pp=None, dp=None, nodes=None,
-             micro_batch=None, recompute=None, sequence_parallel=True, zero1=True,
-             gemm_only=False, times: KernelTimes | None = None) -> Run:
-    """``gen step``: options left ``None`` take the workload's (or the system's) own."""
+def load_workload(workload: str, seq: int | None = None, batch: int | None = None
+                  ) -> Transformer:
+    """A transformer workload, its sequence length and global batch (sequences per step)
+    replaced where given."""
     from .workloads import load_spec  # noqa: PLC0415
 
     t = load_spec(workload)
     if not isinstance(t, Transformer):
         raise StepError(f"expected a transformer workload, found the GEMM list {t.name!r}")
+    update = {k: v for k, v in (("seq", seq), ("batch", batch)) if v is not None}
+    for k, v in update.items():
+        if not isinstance(v, int) or v < 1:
+            raise StepError(f"expected --{k} of at least 1, found {v}")
+    return t.model_copy(update=update) if update else t
+
+
+def from_cli(system: str, workload: str, *, tp=None, pp=None, dp=None, nodes=None,
+             micro_batch=None, recompute=None, sequence_parallel=True, zero1=True,
+             gemm_only=False, seq=None, batch=None, times: KernelTimes | None = None) -> Run:
+    """``gen step``: options left ``None`` take the workload's (or the system's) own."""
+    t = load_workload(workload, seq, batch)
     base, params, default_nodes = resolve(system)
     par = t.parallel
     tp = par.tensor if tp is None else tp
@@ -542,17 +701,13 @@ def from_cli(system: str, workload: str, *, tp=None, pp=None, dp=None, nodes=Non
 
 
 def grid(system: str, workload: str, *, tp=None, pp=None, nodes=None, micro_batch=None,
-         recompute=None, sequence_parallel=True, zero1=True, gemm_only=False,
-         times: KernelTimes | None = None):
+         recompute=None, sequence_parallel=True, zero1=True, gemm_only=False, seq=None,
+         batch=None, times: KernelTimes | None = None):
     """Every combination of the given lists (``None``: the workload's or system's own) as a
     table: one row per design point, the split then :data:`METRICS` (pandas DataFrame)."""
     import pandas as pd  # noqa: PLC0415
 
-    from .workloads import load_spec  # noqa: PLC0415
-
-    t = load_spec(workload)
-    if not isinstance(t, Transformer):
-        raise StepError(f"expected a transformer workload, found the GEMM list {t.name!r}")
+    t = load_workload(workload, seq, batch)
     base, params, default_nodes = resolve(system)
     par = t.parallel
     axes = {"tp": tp or [par.tensor], "pp": pp or [par.pipeline],

@@ -42,12 +42,13 @@ from specs.yamlsrc import Positions
 
 from . import model, workloads
 from .specio import Strict, load_model
+from .step import SWEEP_METRICS
 
 SWEEP_ROOT = Path(__file__).resolve().parent / "sweeps"
 PosInt = Annotated[int, Field(gt=0)]
 Number = int | float | str
 ParamName = Literal[tuple(model.PARAMS)]  # type: ignore[valid-type]
-MetricName = Literal[tuple(model.METRICS)]  # type: ignore[valid-type]
+MetricName = Literal[(*model.METRICS, *SWEEP_METRICS)]  # type: ignore[valid-type]
 PriceFactor = Literal[model.PRICE_FACTORS]  # type: ignore[valid-type]
 #: Quantities a constraint can bound: name -> (dimension, function of the parameter arrays).
 CONSTRAINTS = {
@@ -214,7 +215,8 @@ class Sweep:
 
     def digest(self) -> str:
         """Hash of what determines the results (base, workloads, model parameters)."""
-        text = json.dumps({"base": self.base_digest, "price": self.spec.price.model_dump(),
+        text = json.dumps({"base": self.base_digest, "area": self.base.area,
+                           "price": self.spec.price.model_dump(),
                            "metrics": self.spec.metrics,
                            "workloads": [_workload_key(w) for w in self.workloads]},
                           sort_keys=True)

@@ -181,6 +181,8 @@ class Workload:
     replicated: bool
     state_bytes_tp: float       # held per rank, divided by tp
     state_bytes_tpdp: float     # held per rank, divided by tp * dp
+    #: the transformer it was compiled from (for the lowered step), None for a GEMM list
+    spec: Transformer | None = None
 
     @property
     def elem_bytes(self) -> int:
@@ -247,7 +249,7 @@ def compile_transformer(t: Transformer, tensor: int | None = None) -> Workload:
         dp_bytes=p * t.grad_bytes, overlap_gradients=t.overlap_gradients, replicated=False,
         state_bytes_tp=p * (t.weight_bytes + t.grad_bytes
                             + (0 if t.shard_optimizer else t.optimizer_bytes)),
-        state_bytes_tpdp=p * t.optimizer_bytes if t.shard_optimizer else 0.0)
+        state_bytes_tpdp=p * t.optimizer_bytes if t.shard_optimizer else 0.0, spec=t)
 
 
 def compile_gemms(g: GemmList) -> Workload:

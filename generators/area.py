@@ -3,9 +3,8 @@ and rolled up by instance counts to the engine, the core and the chip.
 
 Generic over the unit generators: a unit's emitted ``.v`` files are its modules (each file
 named after its main module); which module instantiates which, and how many times, comes from
-synthesis itself. Per core: one of each core engine (today's RTL has one tensor array per input
-format, and the core figure counts every array emitted); per chip: ``cores`` cores and
-``neuronlink.links`` link ports.
+synthesis itself. Per core: one of each core engine (the tensor engine is one array that
+runs every input format); per chip: ``cores`` cores and ``neuronlink.links`` link ports.
 """
 
 from __future__ import annotations
@@ -30,11 +29,65 @@ def _fmt(x: float) -> str:
     return f"{x:,.0f}"
 
 
-def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: bool
-              ) -> tuple[list[dict], dict]:
+#: The loop bounds of the tensor array's structural top, and the shape parameter each counts.
+AXES = {"ROWS": "rows", "COLS": "cols"}
+
+
+def shape_terms(spec: ChipSpec, engines, known: dict[str, area.ModuleArea],
+                sources: dict[str, str]) -> dict | None:
+    """The chip's area as a function of the tensor array's shape, for exploration: NAND2
+    equivalents that are fixed per chip (``chip``: link ports), per core (``core``: every
+    engine but the tensor engine; ``array``: the tensor arrays' parts outside their loops),
+    per array row (``row``: a row module's own logic), per array column (``column``: a PSUM
+    column module with all it holds) and per PE (``pe``: what a row module instantiates, a
+    row spanning the columns). So a chip of ``cores`` cores with ``rows x cols`` arrays has
+    ``chip + cores * (core + array + rows * row + cols * column + rows * cols * pe)``;
+    ``rows`` and ``cols`` hold the synthesised shape.
+
+    Composed from the figures at the spec's own shape: instance counts follow the shape,
+    each module's own logic stays as synthesised (a row's pipeline registers, whose width
+    follows the columns, are counted per row). None without a tensor array, or when its top
+    is not a structural module whose loops run over ``ROWS`` and ``COLS`` (the terms cannot
+    be told apart then)."""
+    terms = {"rows": 0.0, "cols": 0.0, "chip": 0.0, "core": 0.0,
+             "array": 0.0, "row": 0.0, "column": 0.0, "pe": 0.0}
+    for unit, _, group in engines:
+        for top in area.tops({n: known[n] for n in group}):
+            total = area.rollup(known, top)
+            if unit in PER_CHIP:
+                terms["chip"] += PER_CHIP[unit](spec) * total
+                continue
+            if unit != "tensor":
+                terms["core"] += total
+                continue
+            loops = {child: {tuple((AXES.get(b), n) for b, n in bs) for bs in found}
+                     for child, found in area.structural_loops(sources[top], known).items()}
+            shape = {axis: n for found in loops.values() for bs in found for axis, n in bs}
+            if not loops or set(shape) != {"rows", "cols"}:
+                return None
+            terms["rows"], terms["cols"] = float(shape["rows"]), float(shape["cols"])
+            terms["array"] += known[top].gates
+            for child in known[top].children:
+                found = loops.get(child, set())
+                if found == {()}:
+                    terms["array"] += area.rollup(known, child)
+                elif found == {(("rows", shape["rows"]),)}:
+                    own = known[child].gates
+                    terms["row"] += own
+                    terms["pe"] += (area.rollup(known, child) - own) / shape["cols"]
+                elif found == {(("cols", shape["cols"]),)}:
+                    terms["column"] += area.rollup(known, child)
+                else:
+                    return None
+    return terms if terms["rows"] else None
+
+
+def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: bool,
+              jobs: int | None = None) -> tuple[list[dict], dict]:
     """Datasheet tables and a JSON-ready summary for the files ``emitted`` (unit -> one file
     list per parameter set). Without ``synthesise``, only modules already in the cache count;
-    the others are listed as missing."""
+    the others are listed as missing. ``jobs``: modules synthesised at once (default: the
+    machine's cores)."""
     engines: list[tuple[str, str, dict[str, area.ModuleArea | None]]] = []
     sources: dict[str, str] = {}
     for unit, groups in emitted.items():
@@ -43,7 +96,7 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
             if group:
                 sources.update(group)
                 engines.append((unit, "", group))
-    results = area.synthesize(sources, cached_only=not synthesise)
+    results = area.synthesize(sources, cached_only=not synthesise, jobs=jobs)
     missing = sorted(n for n, a in results.items() if a is None)
     summary: dict = {"unit": "NAND2 equivalents", "sram_bit": area.SRAM_BIT,
                      "yosys": area.yosys_version(), "missing": missing, "engines": []}
@@ -75,6 +128,7 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
             summary["engines"].append({"unit": unit, "top": top, "per": where, "count": count,
                                        "gates": total, "modules": area.counts(known, top)})
     chip_total = spec.cores * per_core + per_chip
+    summary["terms"] = shape_terms(spec, engines, known, sources)
     rows.append(["core", "", "total", "1", "", "", _fmt(per_core)])
     rows.append(["chip", "", "total", f"{spec.cores} cores", "", "",
                  _fmt(chip_total)])
@@ -93,13 +147,13 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
         cell_rows.append([name] + [f"{by_kind[k]:,}" for k in kinds])
     return [{
         "title": "Area from synthesis",
-        "note": "Yosys " + area.yosys_version() + " generic `synth -flatten` of each emitted "
-                "module on its own (the modules it instantiates are black boxes, counted by "
-                "instance); gates are NAND2 equivalents by the Nangate 45 nm cell areas "
+        "note": "Yosys " + area.yosys_version() + " generic `synth -flatten -noshare` of each "
+                "emitted module on its own, gates mapped by ABC with `" + area.ABC_SCRIPT +
+                "` (hdl/area.py says why; the modules it instantiates are black boxes, counted "
+                "by instance); gates are NAND2 equivalents by the Nangate 45 nm cell areas "
                 "(hdl/area.py documents the table), memories with a write port at "
                 f"{area.SRAM_BIT:.2f} NAND2 a bit. Instances are per engine; the core counts "
-                "one of each engine (every tensor array emitted), the chip its cores and "
-                "link ports.",
+                "one of each engine, the chip its cores and link ports.",
         "columns": ["unit", "engine", "module", "instances", "NAND2 each", "memory bits",
                     "NAND2 total"],
         "rows": rows,

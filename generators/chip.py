@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from hdl import area
 from specs.loader import Document, sources
 from specs.model import ChipSpec
 from specs.quantities import QUANTITIES
@@ -69,6 +70,8 @@ def generate_chip(doc: Document, out: Path, scale: str = "full",
             sections["area"], area_summary = chip_area(spec, emitted, synthesise)
             if not area_summary["missing"]:
                 stage.write_text("area.json", json.dumps(area_summary, indent=1) + "\n")
+                if scale == "full" and units is None and area_summary["terms"] is not None:
+                    area.store_chip(spec.name, doc.digest, area_summary["terms"])
         rtl_names = sorted({p.relative_to(stage.root).as_posix() for p in rtl})
         if rtl_names:
             stage.write_text("rtl/files.f", "".join(f"{Path(n).name}\n" for n in rtl_names
@@ -93,7 +96,8 @@ def datasheet_context(doc: Document, scale: str, rtl: list[str], skipped: dict[s
     t = core.tensor
     rows = [
         ("NeuronCores", f"{spec.cores} x NeuronCore-{spec.neuron_core}"),
-        ("Tensor engine", f"{t.rows} x {t.cols} PEs at {show(t.clock, 'GHz')}"),
+        ("Tensor engine", f"one {t.rows} x {t.cols} PE array at {show(t.clock, 'GHz')}, "
+                          f"the input format chosen per instruction"),
         ("Tensor formats", ", ".join(t.formats)),
         ("Rates (MAC/PE/cycle)", ", ".join(f"{f}: {t.rates.get(f, 1):g}" for f in t.formats)),
         ("Moving tile", f"N <= {t.moving_max}; a new tile every max(N, ceil(M / "

@@ -188,12 +188,9 @@ def chip(spec, output, scale, synthesise):
 @click.option("--sim", "simulator", type=click.Choice(["icarus", "verilator"]),
               default="icarus", show_default=True)
 @click.option("--seed", type=int, default=None, help="Seed of the random tests.")
-@click.option("--format", "formats", multiple=True, metavar="FMT",
-              help="Tensor engine only: simulate the arrays of these input formats "
-                   "(repeatable; default: every format of the spec).")
 @click.option("--waves", is_flag=True,
               help="Record an FST waveform of each run, scoped to the unit, and print its path.")
-def sim(spec, unit_name, simulator, seed, formats, waves):
+def sim(spec, unit_name, simulator, seed, waves):
     """Run a unit's cocotb testbench on SPEC at simulation scale."""
     import contextlib
     import random
@@ -214,20 +211,6 @@ def sim(spec, unit_name, simulator, seed, formats, waves):
         raise SpecError(f"{doc.name} has no {unit_name} unit ({reason})")
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
     variants = list(unit.params(doc.spec, "sim"))
-    if formats:
-        known = sorted(str(getattr(p, "fmt", "")) for p in variants)
-        spec_formats = doc.spec.core.tensor.formats
-        for f in formats:
-            if f not in spec_formats and f not in known:
-                raise SpecError(f"expected a format of {doc.name}'s tensor engine, found "
-                                f"{f!r}", choices=spec_formats)
-        from hdl.params import rtl_format_name
-
-        tensor = doc.spec.core.tensor
-        wanted = {rtl_format_name(tensor, f) if f in spec_formats else f for f in formats}
-        variants = [p for p in variants if getattr(p, "fmt", None) in wanted]
-        if not variants:
-            raise SpecError(f"expected a format with RTL, found only {', '.join(formats)}")
     click.echo(f"{doc.name}: {unit_name} on {simulator}, seed {seed}")
     ok, runs = True, 0
     try:
@@ -296,8 +279,9 @@ def _si(value: float, unit: str) -> str:
               help="Largest piece a link carries at once.")
 @click.option("--members", type=int, default=None,
               help="Members of a cluster executed over EFA (default 2).")
-@click.option("--bit-error-rate", type=float, default=0.0, show_default=True,
-              help="Bit error rate of every NeuronLink; failed packets are replayed.")
+@click.option("--bit-error-rate", type=float, default=None,
+              help="Bit error rate of every NeuronLink; failed packets are replayed "
+                   "(default: the chip spec's neuronlink.bit_error_rate).")
 @click.option("--shard", default=None, metavar="tp=N",
               help="On a system: run KERNEL tensor-parallel over N chips (the contraction "
                    "K split), then all-reduce its output.")
@@ -329,7 +313,7 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed, collec
                         choices=sorted(kernels.KERNELS))
     for name, value in (("--collective", collective), ("--shard", shard),
                         ("--members", members), ("--algorithm", algorithm),
-                        ("--bit-error-rate", bit_error_rate or None)):
+                        ("--bit-error-rate", bit_error_rate)):
         if value is not None:
             raise SpecError(f"{name} runs on a system spec, not on the chip {doc.name!r}")
     k = kernels.KERNELS.get(kernel)
@@ -427,6 +411,10 @@ def _modes(ctx, param, value):
 @click.option("--micro-batch", callback=_ints, help="Sequences per micro-batch.")
 @click.option("--recompute", callback=_modes, help="Activation recomputation: none, "
               "selective or full (default: the workload's).")
+@click.option("--seq", type=int, default=None, help="Sequence length in tokens (default: the "
+              "workload's).")
+@click.option("--batch", type=int, default=None, help="Global batch, sequences per step "
+              "(default: the workload's).")
 @click.option("--no-sequence-parallel", is_flag=True, help="Norms and residuals on every "
               "tensor-parallel rank in full.")
 @click.option("--no-zero1", is_flag=True, help="Optimizer state on every data-parallel rank.")
@@ -436,7 +424,7 @@ def _modes(ctx, param, value):
               help="Write a stacked bar of the breakdown (PNG and SVG beside it).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With comma-separated values (a grid): write every point as Parquet.")
-def step_cmd(system, workload, tp, pp, dp, nodes, micro_batch, recompute,
+def step_cmd(system, workload, tp, pp, dp, nodes, micro_batch, recompute, seq, batch,
              no_sequence_parallel, no_zero1, gemm_only, plot, output):
     """Time one training step of WORKLOAD on SYSTEM (an instance or a cluster spec): step
     time, sequences and tokens per second, MFU, the breakdown and the memory per rank.
@@ -446,7 +434,7 @@ def step_cmd(system, workload, tp, pp, dp, nodes, micro_batch, recompute,
     lists = {"tp": tp, "pp": pp, "dp": dp, "nodes": nodes, "micro_batch": micro_batch,
              "recompute": recompute}
     options = dict(sequence_parallel=not no_sequence_parallel, zero1=not no_zero1,
-                   gemm_only=gemm_only)
+                   gemm_only=gemm_only, seq=seq, batch=batch)
     try:
         if any(v is not None and len(v) > 1 for v in lists.values()):
             if dp is not None:
@@ -555,7 +543,7 @@ def explore(sweep, output, scheduler, max_points):
     summary = run_sweep(sweep, out, scheduler=scheduler, max_points=max_points)
     click.echo(f"{sweep.name}: results in {out}")
     if isinstance(summary, dict):
-        for key in ("points", "rows", "computed", "reused", "elapsed_s"):
+        for key in ("points", "rows", "computed", "reused", "elapsed_s", "area"):
             if key in summary:
                 click.echo(f"  {key}: {summary[key]}")
 

@@ -5,7 +5,7 @@ its top module, and carries the Verilator configuration files (``.vlt``) its gen
 with the justified lint waivers. Targets: ``default`` (the sources and top, for a parent
 core or a synthesis flow) and ``lint`` (``verilator --lint-only -Wall`` through edalize)::
 
-    fusesoc --cores-root build/trn2 run --target lint trngen:trn2:tensor_bf16
+    fusesoc --cores-root build/trn2 run --target lint trngen:trn2:tensor
 
 The top is the module of the emitted files that none of the others instantiates.
 """

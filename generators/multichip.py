@@ -65,7 +65,7 @@ def _links(result) -> Table:
 
 def run_system(doc, kernel, *, collective, size, algorithm, chunk, members, shard, shape,
                dtype, trace: Path | None, seed: int, timing_only: bool,
-               bit_error_rate: float = 0.0) -> None:
+               bit_error_rate: float | None = None) -> None:
     """Execute a collective, or a kernel sharded tensor-parallel, on the system of ``doc``."""
     from sim.system import execute, model
 
@@ -103,7 +103,7 @@ def run_system(doc, kernel, *, collective, size, algorithm, chunk, members, shar
 def _report(system, r, op, nbytes, members, trace) -> None:
     from sim.system import execute
 
-    want = execute.analytic(system, op, nbytes, r.algorithm, members)
+    want = execute.analytic(system, op, nbytes, r.algorithm, members, r.chunk)
     note = ""
     if want:
         note = f"   (alpha-beta formula {_time(want)}, {100 * (r.time / want - 1):+.2f} %)"
@@ -111,8 +111,9 @@ def _report(system, r, op, nbytes, members, trace) -> None:
     click.echo(f"  algbw    {_show(r.algbw, 'B/s')}")
     click.echo(f"  busbw    {_show(r.busbw, 'B/s')}   (algbw x "
                f"{execute.bus_factor(op, r.chips):.4g}, as nccl-tests counts it)")
-    if r.replays:
-        click.echo(f"  replays  {r.replays:,} packets replayed after bit errors")
+    if r.bit_error_rate:
+        click.echo(f"  replays  {r.replays:,} packets replayed after bit errors "
+                   f"(bit error rate {r.bit_error_rate:g})")
     Console(width=100, highlight=False).print(_links(r))
     if trace:
         trace.write_text(r.trace_json())

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 from hdl.tensor.params import SystolicParams
-from hdl.tensor.pe import ProcessingElement
+from hdl.tensor.pe import ProcessingElement, ctl_layout
 from hdl.tensor.systolic import (
     PsumColumn,
     SystolicControl,
@@ -60,11 +60,12 @@ def _array_text(params: SystolicParams, names: dict[str, str]) -> str:
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     return env.get_template("tensor_array.v.j2").render(
         top=names["top"], control=names["control"], row=names["row"],
-        column=names["column"], rows=params.rows, cols=params.cols, lanes=params.lanes,
-        fmt=params.fmt, mov_width=params.k_max * params.width,
+        column=names["column"], rows=params.rows, cols=params.cols,
+        formats=", ".join(params.formats), double=", ".join(params.double_rate),
+        mov_width=params.rows * params.width, ctl_width=ctl_layout(params).size,
         meta_width=meta_layout(params).size, cmd_width=cmd_layout(params).size,
         stat_width=stationary_layout(params).size,
-        wave_width=params.k_max * params.beat_columns * params.width,
+        wave_width=params.rows * params.beat_columns * params.width,
         skip_bits=params.skip_bits, k_bits=params.k_bits)
 
 

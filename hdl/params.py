@@ -53,12 +53,12 @@ _NO_RTL = ("mxfp8", "mxfp4")
 class ChipParams:
     """Every unit's parameters for one chip spec at one scale.
 
-    tensor : one systolic array per input format with RTL (the PE datapath differs by format).
+    tensor : the tensor engine's one systolic array, every input format with RTL.
     vector, scalar : the vector engine and the scalar (activation) engine.
     link : the NeuronLink port; None where the spec gives no ports (``neuronlink.links``).
     """
 
-    tensor: tuple[SystolicParams, ...]
+    tensor: SystolicParams
     vector: VectorParams
     scalar: ActivationParams
     link: LinkParams | None
@@ -90,35 +90,40 @@ def rtl_format_name(tensor: TensorSpec, fmt: str) -> str | None:
     return fmt
 
 
-def systolic_params(tensor: TensorSpec, fmt: str,
-                    sim: SimScale | None = None) -> SystolicParams | None:
-    """The array that runs spec format ``fmt``: full size, or at ``sim`` scale when given.
+def systolic_params(tensor: TensorSpec, sim: SimScale | None = None) -> SystolicParams:
+    """The tensor engine's array: full size, or at ``sim`` scale when given.
 
-    Double rate where the spec gives an 8-bit float format rate 2 (the RTL has no double-rate
-    int8: a rate-2 int8 runs on the single-rate array, and the throughput model keeps the
-    documented rule for it). None for a format without RTL.
+    Its formats are the spec's input formats that have RTL, in the spec's order; double rate
+    for each 8-bit float format the spec gives rate 2 (the RTL has no double-rate int8: a
+    rate-2 int8 runs one product per PE per cycle, and the throughput model keeps the
+    documented rule for it).
     """
-    name = rtl_format_name(tensor, fmt)
-    if name is None:
-        return None
-    f = format_by_name(name)
-    double = tensor.rates.get(fmt, 1) == 2 and f.is_float and f.bits == 8
+    names, double = [], []
+    for fmt in tensor.formats:
+        name = rtl_format_name(tensor, fmt)
+        if name is None:
+            continue
+        f = format_by_name(name)
+        names.append(name)
+        if tensor.rates.get(fmt, 1) == 2 and f.is_float and f.bits == 8:
+            double.append(name)
+    if not names:
+        raise ModelError(f"core.tensor.formats must name a format with RTL, not "
+                         f"{list(tensor.formats)}")
     if sim is None:
         rows, cols, moving = tensor.rows, tensor.cols, tensor.moving_max
     else:
         rows, cols = sim.tensor_rows, sim.tensor_cols
         moving = min(tensor.moving_max, sim.tensor_moving_max)
-    return _build(SystolicParams, f"core.tensor fields for {fmt}", rows=rows, cols=cols,
-                  fmt=name, moving_max=moving, double_rate=double,
+    return _build(SystolicParams, "core.tensor fields", rows=rows, cols=cols,
+                  formats=tuple(names), double_rate=tuple(double), moving_max=moving,
                   load_columns=tensor.load_columns)
 
 
-def tensor_params(spec: ChipSpec, scale: Scale) -> tuple[SystolicParams, ...]:
-    """One systolic array per input format of the spec that has RTL, in the spec's order."""
+def tensor_params(spec: ChipSpec, scale: Scale) -> SystolicParams:
+    """The tensor engine's one array at ``scale``."""
     _check_scale(scale)
-    sim = spec.sim if scale == "sim" else None
-    out = (systolic_params(spec.core.tensor, fmt, sim) for fmt in spec.core.tensor.formats)
-    return tuple(p for p in out if p is not None)
+    return systolic_params(spec.core.tensor, spec.sim if scale == "sim" else None)
 
 
 def vector_params(spec: ChipSpec, scale: Scale) -> VectorParams:
@@ -149,6 +154,18 @@ def activation_functions(spec: ChipSpec) -> tuple[FunctionSpec, ...]:
             f = dataclasses.replace(f, **changes)
         out.append(f)
     return tuple(out)
+
+
+def accuracy_bounds(spec: ChipSpec) -> dict[str, float]:
+    """Each of the spec's activation functions' bound on its max relative error: its
+    ``approximations`` entry's ``max_rel_error``, else the engine's."""
+    scalar = spec.core.scalar
+    out = {}
+    for name in scalar.functions:
+        approx = scalar.approximations.get(name)
+        bound = None if approx is None else approx.max_rel_error
+        out[name] = scalar.max_rel_error if bound is None else bound
+    return out
 
 
 def scalar_params(spec: ChipSpec, scale: Scale) -> ActivationParams:
@@ -201,8 +218,8 @@ def core_params(spec: ChipSpec) -> CoreParams:
 
     The core's share of HBM bandwidth is the chip's divided by its physical cores; one DMA
     transfer is spread over the core's engines (``dma.engines / cores``), each at
-    ``dma.engine_bandwidth``, and runs at the lower of the two. The tensor engine has one
-    array per input format with RTL (:func:`systolic_params`), full size.
+    ``dma.engine_bandwidth``, and runs at the lower of the two. The tensor engine is its one
+    array (:func:`systolic_params`), full size.
     """
     c, d = spec.core, spec.dma
     missing = [k for k, v in (("chip.core.costs", c.costs),
@@ -219,14 +236,15 @@ def core_params(spec: ChipSpec) -> CoreParams:
     dma_bw = min(d.engines // spec.cores * si(d.engine_bandwidth, "B/s"),
                  si(spec.memory.bandwidth, "B/s") / spec.cores)
     t = c.tensor
-    arrays = tuple((f, a) for f in t.formats if (a := systolic_params(t, f)) is not None)
+    array = systolic_params(t)
+    formats = tuple(f for f in t.formats if rtl_format_name(t, f) is not None)
     return _build(
         CoreParams, f"{spec.name}: core fields",
         name=spec.name, version=spec.neuron_core, partitions=c.sbuf.partitions,
         sbuf_bytes=int(si(c.sbuf.partition_size, "B")),
         psum_bytes=int(si(c.psum.partition_size, "B")), psum_banks=c.psum.banks,
         rows=t.rows, cols=t.cols, moving_max=t.moving_max, row_tiles=tuple(t.row_tiles),
-        formats=tuple(f for f, _ in arrays), arrays=arrays,
+        formats=formats, tensor=array,
         rates=tuple((f, t.rates.get(f, 1.0)) for f in t.formats),
         clocks=(("tensor", si(t.clock, "Hz")), ("vector", si(c.vector.clock, "Hz")),
                 ("scalar", si(c.scalar.clock, "Hz")), ("gpsimd", si(c.gpsimd.clock, "Hz"))),

@@ -19,10 +19,17 @@ from hdl.core.params import CoreParams
 from sim.core import Core, Result
 
 from .attention import attention
-from .backward import cross_entropy, rmsnorm_backward
+from .backward import (
+    cross_entropy,
+    cross_entropy_backward,
+    gelu_backward,
+    layernorm_backward,
+    logits_max,
+    rmsnorm_backward,
+)
 from .builder import Builder, KernelError
 from .gemm import gemm, gemm_naive, out_dtype
-from .norms import ADAM, adam, layernorm, residual_add, rmsnorm, softmax
+from .norms import ADAM, adam, grad_accumulate, layernorm, residual_add, rmsnorm, softmax
 from .swiglu import swiglu, swiglu_backward
 
 __all__ = ["KERNELS", "Kernel", "KernelError", "Run", "parse_shape", "run", "tolerance"]
@@ -59,6 +66,8 @@ class Kernel:
     out_dtype: Callable[[str], str] = lambda d: d
     polynomial: bool = False
     positive: tuple[str, ...] = ()
+    #: inputs drawn as class indices ``0 .. C-1`` (stored in their format) for numeric runs
+    labels: tuple[str, ...] = ()
     example: dict = field(default_factory=dict)
 
     @property
@@ -85,6 +94,14 @@ def _norm(x, g, b=None, eps=1e-6):
     return xc / np.sqrt((xc * xc).mean(axis=1, keepdims=True) + 1e-5) * g + b
 
 
+def _gelu_backward(i):
+    from scipy.special import erf
+
+    x = i["x"]
+    return {"dx": i["dy"] * (0.5 * (1 + erf(x / np.sqrt(2)))
+                             + x * np.exp(-x * x / 2) / np.sqrt(2 * np.pi))}
+
+
 def _silu(x):
     return x / (1 + np.exp(-x))
 
@@ -99,17 +116,36 @@ def _rmsnorm_backward(i, eps=1e-6):
     x, dy, g = i["x"], i["dy"], i["gamma"]
     rstd = 1 / np.sqrt((x * x).mean(axis=1, keepdims=True) + eps)
     xh, gdy = x * rstd, g * dy
-    return {"dx": rstd * (gdy - xh * (gdy * xh).mean(axis=1, keepdims=True))}
+    return {"dx": rstd * (gdy - xh * (gdy * xh).mean(axis=1, keepdims=True)),
+            "dgamma": (dy * xh).sum(axis=0, keepdims=True)}
+
+
+def _layernorm_backward(i, eps=1e-5):
+    x, dy, g = i["x"], i["dy"], i["gamma"]
+    xc = x - x.mean(axis=1, keepdims=True)
+    rstd = 1 / np.sqrt((xc * xc).mean(axis=1, keepdims=True) + eps)
+    xh, gdy = xc * rstd, g * dy
+    return {"dx": rstd * (gdy - gdy.mean(axis=1, keepdims=True)
+                          - xh * (gdy * xh).mean(axis=1, keepdims=True)),
+            "dgamma": (dy * xh).sum(axis=0, keepdims=True),
+            "dbeta": dy.sum(axis=0, keepdims=True)}
+
+
+def _onehot(labels, c):
+    return (labels == np.arange(c)[None, :]).astype(np.float64)
 
 
 def _cross_entropy(i):
-    from scipy.special import logsumexp
+    x, m, lab = i["x"], i["max"], i["labels"]
+    return {"exp": np.exp(x - m),
+            "stats": np.hstack([np.exp(x - m).sum(axis=1, keepdims=True),
+                                (x * _onehot(lab, x.shape[1])).sum(axis=1, keepdims=True)])}
 
-    x, y = i["x"], i["y"]
-    sy = y.sum(axis=1, keepdims=True)
-    return {"dx": _softmax(x) * sy - y,
-            "loss": sy * logsumexp(x, axis=1, keepdims=True) - (x * y).sum(axis=1,
-                                                                            keepdims=True)}
+
+def _cross_entropy_backward(i):
+    e, st = i["exp"], i["stats"]
+    return {"dx": e / st[:, :1] - _onehot(i["labels"], e.shape[1]),
+            "loss": np.log(st[:, :1]) + i["max"] - st[:, 1:]}
 
 
 def _adam(i):
@@ -121,9 +157,23 @@ def _adam(i):
             "m_out": m, "v_out": v}
 
 
-def _attention(i):
-    q, k, v = i["qT"].T, i["kT"].T, i["v"]
-    return {"out": _softmax(q @ k.T / np.sqrt(q.shape[1])) @ v}
+def _attention(i, causal=False):
+    s_len = i["qT"].shape[1]
+    heads = i["v"].shape[0] // s_len
+    outs = []
+    for h in range(heads):
+        d = i["qT"].shape[0] // heads
+        q, k = i["qT"][h * d:(h + 1) * d].T, i["kT"][h * d:(h + 1) * d].T
+        s = q @ k.T / np.sqrt(d)
+        if causal:
+            s = np.where(np.triu(np.ones(s.shape, dtype=bool), 1), -np.inf, s)
+        outs.append(_softmax(s) @ i["v"][h * s_len:(h + 1) * s_len])
+    return {"out": np.vstack(outs)}
+
+
+def _heads(s, d):
+    return {"qT": ((s["B"] * s["D"], s["S"]), d), "kT": ((s["B"] * s["D"], s["S"]), d),
+            "v": ((s["B"] * s["S"], s["D"]), d)}
 
 
 def _mkn(s, d):
@@ -165,21 +215,49 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
                          "beta": ((1, s["C"]), "fp32")},
            lambda i: {"out": _norm(i["x"], i["gamma"], i["beta"])}, polynomial=True,
            example={"R": 4096, "C": 4096}),
-    Kernel("attention", "one head, flash style: softmax(q k^T / sqrt(D)) v over key blocks, "
-           "online max and sum", ("S", "D"), ("bf16", "fp32"), attention,
-           lambda s, d: {"qT": ((s["D"], s["S"]), d), "kT": ((s["D"], s["S"]), d),
-                         "v": ((s["S"], s["D"]), d)},
-           _attention, polynomial=True, example={"S": 8192, "D": 128}),
-    Kernel("rmsnorm_backward", "dx of RMSNorm: rstd * (gamma dy - x_hat mean(gamma dy x_hat))",
-           ("R", "C"), ("fp32", "bf16"), rmsnorm_backward,
+    Kernel("attention", "B heads, flash style: softmax(q k^T / sqrt(D)) v over key blocks, "
+           "online max and sum", ("B", "S", "D"), ("bf16", "fp32"), attention, _heads,
+           _attention, polynomial=True, example={"B": 1, "S": 8192, "D": 128}),
+    Kernel("attention_causal", "the same with a causal mask: key blocks after a query tile "
+           "skipped, the diagonal blocks masked", ("B", "S", "D"), ("bf16", "fp32"),
+           lambda b, nb, s, d, dt: attention(b, nb, s, d, dt, causal=True), _heads,
+           lambda i: _attention(i, causal=True), polynomial=True,
+           example={"B": 1, "S": 4096, "D": 128}),
+    Kernel("rmsnorm_backward", "dx of RMSNorm: rstd * (gamma dy - x_hat mean(gamma dy x_hat)), "
+           "and dgamma = sum of dy x_hat over rows", ("R", "C"), ("fp32", "bf16"),
+           rmsnorm_backward,
            lambda s, d: {**_rc("x", "dy")(s, d), "gamma": ((1, s["C"]), "fp32")},
            _rmsnorm_backward, polynomial=True, example={"R": 4096, "C": 4096}),
-    Kernel("cross_entropy", "loss = sum(y) logsumexp(x) - sum(x y) per row, dx = softmax(x) "
-           "sum(y) - y", ("R", "C"), ("fp32", "bf16"), cross_entropy,
-           lambda s, d: {**_rc("x")(s, d), "y": ((s["R"], s["C"]), "fp32")},
-           _cross_entropy, polynomial=True, example={"R": 4096, "C": 4000}),
+    Kernel("layernorm_backward", "dx of LayerNorm, dgamma = sum of dy x_hat and dbeta = sum "
+           "of dy over rows", ("R", "C"), ("fp32", "bf16"), layernorm_backward,
+           lambda s, d: {**_rc("x", "dy")(s, d), "gamma": ((1, s["C"]), "fp32")},
+           _layernorm_backward, polynomial=True, example={"R": 4096, "C": 4096}),
+    Kernel("logits_max", "max[R] = row max of x (the loss's first pass)", ("R", "C"),
+           ("bf16", "fp32"), logits_max, _rc("x"),
+           lambda i: {"max": i["x"].max(axis=1, keepdims=True)},
+           out_dtype=lambda d: "fp32", example={"R": 4096, "C": 4000}),
+    Kernel("cross_entropy", "exp = exp(x - max), stats = (row sum of exp, x[label]) (the "
+           "loss's second pass)", ("R", "C"), ("bf16", "fp32"), cross_entropy,
+           lambda s, d: {"x": ((s["R"], s["C"]), d), "labels": ((s["R"], 1), "fp32"),
+                         "max": ((s["R"], 1), "fp32")},
+           _cross_entropy, polynomial=True, labels=("labels",),
+           example={"R": 4096, "C": 4000}),
+    Kernel("cross_entropy_backward", "loss = log S + max - T, dx = exp / S - onehot(label) "
+           "(the loss's last pass)", ("R", "C"), ("bf16", "fp32"), cross_entropy_backward,
+           lambda s, d: {"exp": ((s["R"], s["C"]), d), "labels": ((s["R"], 1), "fp32"),
+                         "stats": ((s["R"], 2), "fp32"), "max": ((s["R"], 1), "fp32")},
+           _cross_entropy_backward, polynomial=True, labels=("labels",),
+           positive=("exp", "stats"), example={"R": 4096, "C": 4000}),
     Kernel("residual_add", "out = x + y", ("R", "C"), ("fp32", "bf16"), residual_add,
            _rc("x", "y"), lambda i: {"out": i["x"] + i["y"]},
+           example={"R": 4096, "C": 4096}),
+    Kernel("gelu_backward", "dx = dy gelu'(x) = dy (Phi(x) + x phi(x)) (the plain FFN's "
+           "activation)", ("R", "C"), ("bf16", "fp32"), gelu_backward, _rc("x", "dy"),
+           _gelu_backward, polynomial=True, example={"R": 4096, "C": 4096}),
+    Kernel("grad_accumulate", "acc_out = acc + grad: a micro-batch's gradient added to the "
+           "fp32 accumulator", ("R", "C"), ("bf16", "fp32"), grad_accumulate,
+           lambda s, d: {"acc": ((s["R"], s["C"]), "fp32"), "grad": ((s["R"], s["C"]), d)},
+           lambda i: {"acc_out": i["acc"] + i["grad"]}, out_dtype=lambda d: "fp32",
            example={"R": 4096, "C": 4096}),
     Kernel("swiglu", "out = silu(gate) * up (the gated FFN's activation)", ("R", "C"),
            ("bf16", "fp32"), swiglu, _rc("gate", "up"),
@@ -258,6 +336,8 @@ def run(params: CoreParams, kernel: Kernel, shape: dict, dtype: str, *,
         x = rng.standard_normal(shp)
         if name in kernel.positive:
             x = np.abs(x)
+        if name in kernel.labels:
+            x = rng.integers(0, shape["C"], shp)
         x = x.astype(_NUMPY[dt])
         inputs[name] = x
         t = program.tensors[name]

@@ -1,7 +1,9 @@
-"""One attention head in flash style: ``out = softmax(q k^T / sqrt(D)) v`` for ``S`` queries
-and keys of width ``D`` (at most 128), keys in blocks so that no ``S x S`` matrix exists.
+"""Attention heads in flash style: ``out = softmax(q k^T / sqrt(D)) v`` for ``S`` queries
+and keys of width ``D`` (at most 128) per head, ``B`` heads (or sequences x heads) in one
+kernel, keys in blocks so that no ``S x S`` matrix exists.
 
-Inputs as the tensor engine wants them: ``qT[D, S]``, ``kT[D, S]`` (transposed) and ``v[S, D]``.
+Inputs as the tensor engine wants them, head after head: ``qT[B * D, S]``, ``kT[B * D, S]``
+(transposed) and ``v[B * S, D]``; ``out[B * S, D]``.
 Per query tile of 128 rows and key block of 512: scores ``q k^T`` into PSUM (tensor), the block's
 row max and the running max (vector), ``p = exp(s / sqrt(D) - max)`` with its row sum and the
 correction ``exp(max_old - max_new)`` (scalar), ``p`` transposed through the array (tensor)
@@ -18,6 +20,7 @@ import math
 from hdl.core.isa import (
     Activation,
     DmaCopy,
+    Iota,
     LoadStationary,
     Memset,
     MultiplyMoving,
@@ -36,9 +39,16 @@ __all__ = ["attention"]
 _KB = 512  # keys per block: one PSUM bank of fp32 scores
 
 
-def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
+def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
+              causal: bool = False) -> None:
+    """``nb`` heads one after another in one kernel (the pipeline runs on from one head's
+    last key block into the next head's first); with ``causal``, query ``i`` sees keys
+    ``0 .. i`` only: key blocks wholly after a query tile are skipped, and a block that
+    straddles its diagonal has an additive mask (0 or -1e30, built once per distinct offset
+    by GpSimd's iota and the vector engine) added to its scores by the vector engine before
+    the max and the exp."""
     p = b.params
-    for name, v in (("S", s), ("D", d)):
+    for name, v in (("B", nb), ("S", s), ("D", d)):
         if not isinstance(v, int) or v < 1:
             raise KernelError(f"{name} must be a positive integer, not {v!r}")
     if d > min(p.rows, p.partitions):
@@ -48,13 +58,13 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
     es = itemsize(dtype)
     tq = min(p.cols, p.partitions)
     chunk = min(p.rows, p.cols)  # keys per transpose and per p v pass
-    q_t, k_t = b.hbm("qT", (d, s), dtype), b.hbm("kT", (d, s), dtype)
-    v = b.hbm("v", (s, d), dtype)
-    out = b.hbm("out", (s, d), dtype)
+    q_t, k_t = b.hbm("qT", (nb * d, s), dtype), b.hbm("kT", (nb * d, s), dtype)
+    v = b.hbm("v", (nb * s, d), dtype)
+    out = b.hbm("out", (nb * s, d), dtype)
     scale = 1.0 / math.sqrt(d)
     exp = b.function("exp")
     recip = b.function("reciprocal")
-    blocks = [(o, min(_KB, s - o)) for o in range(0, s, _KB)]
+    blocks = all_blocks = [(o, min(_KB, s - o)) for o in range(0, s, _KB)]
     q_sb = b.sbuf(tq * es, "q tile")
     k_sb = [b.sbuf(_KB * es, "k block") for _ in range(2)]
     v_sb = [b.sbuf(_KB // chunk * d * es, "v block") for _ in range(2)]
@@ -71,11 +81,26 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
     def col(n, rows):
         return b.column(cols[n], rows)
 
+    masks: dict[int, int] = {}
+    m_sb = [b.sbuf(_KB * 4, "masked scores") for _ in range(2)] if causal else []
+    if causal:
+        for q0 in range(0, s, tq):
+            for k0, kb in blocks:
+                if q0 < k0 + kb - 1 and k0 <= q0 + min(tq, s - q0) - 1 \
+                        and k0 - q0 not in masks:
+                    # mask[i, j] = -1e30 where key k0 + j follows query q0 + i, else 0
+                    base = masks[k0 - q0] = b.sbuf(_KB * 4, "causal mask")
+                    t = b.tile("sbuf", "fp32", base, tq, ((_KB, 1),))
+                    b.emit("gpsimd", Iota(dst=t, base=k0 - q0, pstep=-1, step=1))
+                    b.wait("vector", b.signal("gpsimd"))
+                    b.emit("vector", TensorScalar(dst=t, src=t, op0=VectorOp.GREATER, imm0=0.0,
+                                                  op1=VectorOp.MULTIPLY, imm1=-1e30))
+
     kv_free = [None, None]
     s_free = [None, None]
     out_free = None
     block_no = 0
-    def load(j: int, first: int, loaded: list) -> None:
+    def load(j: int, first: int, loaded: list, blocks: list, head: int) -> None:
         """Keys and values of block ``j``: one DMA each (the values' whole chunks in one
         strided transfer), on two queues of their own so that their latencies overlap."""
         k0, kb = blocks[j]
@@ -83,7 +108,8 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
         qk, qv = f"dma{1 + 2 * h}", f"dma{2 + 2 * h}"
         b.wait(qk, kv_free[h])
         b.emit(qk, DmaCopy(dst=b.tile("sbuf", dtype, k_sb[h], d, ((kb, 1),)),
-                           src=k_t.ap((0, d), (k0, k0 + kb))))
+                           src=k_t.ap((head * d, head * d + d), (k0, k0 + kb))))
+        k0 += head * s  # the head's rows of v
         b.wait(qv, kv_free[h])
         whole = kb // chunk
         if whole:
@@ -97,7 +123,7 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
                                           ((d, 1),)), src=v.ap((k0 + c0, k0 + kb))))
         loaded.append((b.signal(qk), b.signal(qv)))
 
-    def scores(j: int, first: int, loaded: list, qp: int):
+    def scores(j: int, first: int, loaded: list, qp: int, blocks: list):
         kb = blocks[j][1]
         h = (first + j) % 2
         b.wait("tensor", *loaded[j], s_free[h])
@@ -106,11 +132,12 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
                                         src=b.tile("sbuf", dtype, k_sb[h], d, ((kb, 1),))))
         return b.signal("tensor")
 
-    for q0 in range(0, s, tq):
+    for head, q0 in ((hd, q0) for hd in range(nb) for q0 in range(0, s, tq)):
         qp = min(tq, s - q0)
+        blocks = [(k0, kb) for k0, kb in all_blocks if not causal or k0 <= q0 + qp - 1]
         b.wait("dma0", out_free)
         b.emit("dma0", DmaCopy(dst=b.tile("sbuf", dtype, q_sb, d, ((qp, 1),)),
-                               src=q_t.ap((0, d), (q0, q0 + qp))))
+                               src=q_t.ap((head * d, head * d + d), (q0, q0 + qp))))
         q_ready = b.signal("dma0")
         b.wait("vector", out_free)
         b.emit("vector", Memset(dst=col("m", qp), value=-1e30))
@@ -119,12 +146,18 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
         b.wait("tensor", q_ready)
         loaded = []
 
-        load(0, block_no, loaded)
-        pending = scores(0, block_no, loaded, qp)
-        for j, (_, kb) in enumerate(blocks):
+        load(0, block_no, loaded, blocks, head)
+        pending = scores(0, block_no, loaded, qp, blocks)
+        for j, (k0, kb) in enumerate(blocks):
             h = (block_no + j) % 2
             s_tile = b.tile("psum", "fp32", s_ps[h], qp, ((kb, 1),))
             b.wait("vector", pending)
+            if causal and q0 < k0 + kb - 1:
+                masked = b.tile("sbuf", "fp32", m_sb[h], qp, ((kb, 1),))
+                b.emit("vector", TensorTensor(dst=masked, a=s_tile, op=VectorOp.ADD,
+                                              b=b.tile("sbuf", "fp32", masks[k0 - q0], qp,
+                                                       ((kb, 1),))))
+                s_tile = masked
             b.emit("vector", TensorReduce(dst=col("bmax", qp), src=s_tile, reduce=Reduce.MAX))
             b.emit("vector", TensorScalar(dst=col("bmax", qp), src=col("bmax", qp),
                                           op0=VectorOp.MULTIPLY, imm0=scale))
@@ -141,8 +174,8 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
             b.emit("scalar", Activation(dst=col("corr", qp), src=col("diff", qp), func=exp))
             s_free[h] = exped = b.signal("scalar")
             if j + 1 < len(blocks):
-                load(j + 1, block_no, loaded)
-                pending = scores(j + 1, block_no, loaded, qp)
+                load(j + 1, block_no, loaded, blocks, head)
+                pending = scores(j + 1, block_no, loaded, qp, blocks)
             b.wait("tensor", exped)
             parts = [(c, c0, min(chunk, kb - c0)) for c, c0 in enumerate(range(0, kb, chunk))]
             for c, c0, rows in parts:
@@ -180,6 +213,6 @@ def attention(b: Builder, s: int, d: int, dtype: str = "bf16") -> None:
                                       src=b.tile("sbuf", "fp32", o_acc, qp, ((d, 1),)),
                                       op0=VectorOp.MULTIPLY, operand0=col("inv", qp)))
         b.wait("dma5", b.signal("vector"))
-        b.emit("dma5", DmaCopy(dst=out.ap((q0, q0 + qp)),
+        b.emit("dma5", DmaCopy(dst=out.ap((head * s + q0, head * s + q0 + qp)),
                                src=b.tile("sbuf", dtype, o_out, qp, ((d, 1),))))
         out_free = b.signal("dma5")

@@ -1,5 +1,5 @@
 """Row-wise kernels on ``x[R, C]``: rows on partitions (tiles of 128), columns on the free
-axis. Softmax, RMSNorm, LayerNorm, residual add and an Adam step."""
+axis. Softmax, RMSNorm, LayerNorm, residual add, gradient accumulation and an Adam step."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hdl.vector.ops import Reduce, VectorOp
 
 from .builder import Builder, KernelError, itemsize
 
-__all__ = ["adam", "layernorm", "residual_add", "rmsnorm", "softmax"]
+__all__ = ["adam", "grad_accumulate", "layernorm", "residual_add", "rmsnorm", "softmax"]
 
 _FREE_MAX = 64 * 1024  # elements per partition of an SBUF tile [NKI2]
 
@@ -180,6 +180,32 @@ def residual_add(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
         b.emit("vector", TensorTensor(dst=oa, a=xa, b=ya, op=VectorOp.ADD))
         b.wait("dma1", b.signal("vector"))
         b.emit("dma1", DmaCopy(dst=out.ap((r0, r0 + rows), cols), src=oa))
+        w.free[h] = b.signal("dma1")
+
+
+def grad_accumulate(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
+    """``acc_out = acc + grad``: one micro-batch's gradient (``dtype``) added to the fp32
+    accumulator of gradient accumulation, loads on two queues, the add on the vector engine
+    (which reads either format and computes in fp32)."""
+    _rows(b, r, c, dtype)
+    acc, grad = b.hbm("acc", (r, c), "fp32"), b.hbm("grad", (r, c), dtype)
+    out = b.hbm("acc_out", (r, c), "fp32")
+    width = min(c, _ELEMENTWISE_COLUMNS)
+    w = _Rows(b, width, "fp32", ("acc",), 0)
+    g_io = [b.sbuf(width * itemsize(dtype), "grad") for _ in range(2)]
+    for i, r0, rows, cols in _pieces(r, c, b.params.partitions):
+        h = i % 2
+        cw = cols[1] - cols[0]
+        aa = b.tile("sbuf", "fp32", w.io["acc"][h], rows, ((cw, 1),))
+        ga = b.tile("sbuf", dtype, g_io[h], rows, ((cw, 1),))
+        b.wait("dma0", w.free[h])
+        _load(b, "dma0", acc, r0, rows, aa, cols)
+        b.wait("dma2", w.free[h])
+        _load(b, "dma2", grad, r0, rows, ga, cols)
+        b.wait("vector", b.signal("dma0"), b.signal("dma2"))
+        b.emit("vector", TensorTensor(dst=aa, a=aa, b=ga, op=VectorOp.ADD))
+        b.wait("dma1", b.signal("vector"))
+        b.emit("dma1", DmaCopy(dst=out.ap((r0, r0 + rows), cols), src=aa))
         w.free[h] = b.signal("dma1")
 
 

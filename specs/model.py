@@ -32,9 +32,11 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9.-]*$"
 FORMATS = ("int8", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8", "bf16", "fp16", "tf32", "fp32",
            "mxfp8", "mxfp4")
 ACTIVATIONS = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
-               "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish", "gelu_tanh")
-#: Activations reduced on the fp32 exponent: their polynomial's range is fixed by the reduction.
-RANGE_REDUCED = ("exp", "reciprocal", "rsqrt", "sqrt", "log")
+               "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish", "gelu_tanh", "sin",
+               "cos", "arctan")
+#: Activations whose argument is reduced (on the fp32 exponent, modulo pi/2 or to 1/x): their
+#: polynomial's range is fixed by the reduction.
+RANGE_REDUCED = ("exp", "reciprocal", "rsqrt", "sqrt", "log", "sin", "cos", "arctan")
 LEVELS = ("core", "chip", "instance", "server", "cluster")
 #: Output formats of the vector engine's cast: fp32 (no cast) or a narrower float format.
 VECTOR_OUTPUTS = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2")
@@ -236,12 +238,15 @@ class ApproximationSpec(Strict):
 
     range: list[float] | None = Field(
         None, min_length=2, max_length=2,
-        description="Input range [lo, hi) fitted; not for exp, reciprocal, rsqrt, sqrt and log, "
-                    "whose argument is reduced on the fp32 exponent to a fixed range.")
+        description="Input range [lo, hi) fitted; not for exp, reciprocal, rsqrt, sqrt, log, "
+                    "sin, cos and arctan, whose argument is reduced to a fixed range.")
     segments: PosInt | None = Field(
         None, description="Segments over the range (per octave of the reduced argument for "
                           "reciprocal, rsqrt, sqrt and log, a power of two).")
     degree: int | None = Field(None, ge=0, le=8, description="Degree of each polynomial.")
+    max_rel_error: float | None = Field(
+        None, gt=0, lt=1, description="Bound on this function's max relative error over the "
+                                      "whole fp32 domain; unset: the engine's max_rel_error.")
 
     @field_validator("range")
     @classmethod
@@ -261,6 +266,12 @@ class ScalarSpec(Strict):
                                                              "cycle.")
     functions: list[Literal[ACTIVATIONS]] = Field(  # type: ignore[valid-type]
         min_length=1, description="Activation functions the engine evaluates.")
+    max_rel_error: float = Field(
+        2.0**-13, gt=0, lt=1,
+        description="Bound on each function's max relative error |y - f| / |f| over the whole "
+                    "fp32 domain, wherever the exact result f is a normal fp32 number (well "
+                    "below bf16's half ulp, 2^-9, by default), unless approximations sets "
+                    "another; the accuracy test and the datasheet hold the functions to it.")
     approximations: dict[Literal[ACTIVATIONS], ApproximationSpec] = Field(  # type: ignore
         default_factory=dict,
         description="Per-function range, segments and degree of the piecewise polynomials; "
@@ -274,8 +285,8 @@ class ScalarSpec(Strict):
                                                    "functions, found '{f}'", {"f": name})
             if name in RANGE_REDUCED and approx.range is not None:
                 raise PydanticCustomError(
-                    "rates", "expected no range for {f} (its argument is reduced on the fp32 "
-                             "exponent to a fixed range), found {r}",
+                    "rates", "expected no range for {f} (its argument is reduced to a fixed "
+                             "range), found {r}",
                     {"f": name, "r": approx.range})
         return self
 
@@ -372,6 +383,10 @@ class LinkSpec(Strict):
                                                  "replays.")
     latency: PosInt = Field(16, description="Channel latency of a lane, link-clock cycles "
                                             "each way.")
+    bit_error_rate: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.0, description="Probability that a bit on a lane arrives flipped (the CRC catches "
+                         "it and the packet is replayed); the default of the executed "
+                         "collectives' fault model (gen run --bit-error-rate).")
 
 
 class LncSpec(Strict):

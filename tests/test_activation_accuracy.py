@@ -7,10 +7,13 @@ import numpy as np
 import pytest
 from scipy import special
 
+from generators.units import scalar_datasheet
 from generators.vector import accuracy_table
+from hdl.params import accuracy_bounds
 from hdl.vector.fitting import activation_table, fit_function, rom_words
 from hdl.vector.functions import DEFAULT_FUNCTIONS, FunctionSpec
 from sim.golden.activation import evaluate
+from specs.loader import load
 
 # The references, written apart from the generator's table.
 REFERENCE = {
@@ -32,10 +35,15 @@ REFERENCE = {
     "mish": lambda x: x * np.tanh(np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0.0)),
     "gelu_tanh": lambda x: x / (1.0 + np.exp(-2.0 * math.sqrt(2.0 / math.pi)
                                              * (x + 0.044715 * x**3))),
+    "sin": np.sin,
+    "cos": np.cos,
+    "arctan": lambda x: np.arctan2(x, 1.0),
 }
 
 # Maximum relative error |y - f| / |f| asserted wherever the exact result is a normal fp32
-# number: well below bf16's half ulp (2**-9), so the engine is exact enough for bf16 outputs.
+# number: the spec's bound per function (core.scalar.max_rel_error, 2**-13 unless set: well
+# below bf16's half ulp, 2**-9, so the engine is exact enough for bf16 outputs).
+BOUNDS = accuracy_bounds(load("trn2"))
 REL_BOUND = 2.0**-13
 TINY, HUGE = 2.0**-126, float(np.finfo(np.float32).max)
 
@@ -75,7 +83,21 @@ def test_relative_error_within_bound_over_every_binade(name, seed):
     x, y, ref = x[normal], y[normal], ref[normal]
     rel = np.abs(y - ref) / np.abs(ref)
     worst = int(np.argmax(rel))
-    assert rel[worst] <= REL_BOUND, f"{name}: rel error {rel[worst]:.3g} at x={x[worst]!r}"
+    assert rel[worst] <= BOUNDS[name], f"{name}: rel error {rel[worst]:.3g} at x={x[worst]!r}"
+
+
+def test_every_function_has_the_default_bound_unless_the_spec_sets_one(tmp_path):
+    assert set(BOUNDS) == set(NAMES) and set(BOUNDS.values()) == {REL_BOUND}
+    (tmp_path / "toy.yaml").write_text(
+        "extends: trn2\nchip:\n  name: toy\n  title: Toy\n  core:\n    scalar:\n"
+        "      max_rel_error: 1.0e-3\n      approximations:\n"
+        "        sin: {max_rel_error: 1.0e-8}\n")
+    spec = load(tmp_path / "toy.yaml")
+    bounds = accuracy_bounds(spec)
+    assert bounds["sin"] == 1e-8 and bounds["exp"] == 1e-3
+    (table,) = scalar_datasheet(spec)
+    verdict = {row[0]: row[-1] for row in table["rows"]}
+    assert verdict["sin"] == "EXCEEDS" and verdict["exp"] == "within"
 
 
 def test_hold_out_inputs_named_in_the_issue():
@@ -139,6 +161,15 @@ def test_ieee_special_values():
     for name in ("sqrt", "rsqrt", "reciprocal", "exp"):  # exact at powers of 4 / 0
         assert _one(name, 16.0) == {"sqrt": 4.0, "rsqrt": 0.25, "reciprocal": 0.0625,
                                     "exp": _one("exp", 16.0)}[name]
+    half_pi = int(np.float32(math.pi / 2).view(np.uint32))
+    assert _bits("sin", 0.0) == pos0 and _bits("sin", -0.0) == neg0
+    assert _one("cos", 0.0) == 1.0 and _one("cos", -0.0) == 1.0 and _one("cos", 1e-30) == 1.0
+    for name in ("sin", "cos"):
+        assert _bits(name, inf) == nan and _bits(name, -inf) == nan, name
+    assert _bits("arctan", inf) == half_pi and _bits("arctan", -inf) == half_pi | neg0
+    assert _bits("arctan", 0.0) == pos0 and _bits("arctan", -0.0) == neg0
+    assert _one("arctan", 3e38) == _one("arctan", inf)
+    assert _one("sin", 1e-30) == float(np.float32(1e-30))
     for name in NAMES:
         assert _bits(name, math.nan) == nan, name
         assert _eval(name, np.array([-np.nan], np.float32)).view(np.uint32)[0] == nan, name
@@ -201,3 +232,20 @@ def test_more_segments_reduce_the_error():
                             below="exp", above="one")
         errors.append(accuracy_table((spec,))[0]["max_rel_error"])
     assert errors[0] > errors[1] > errors[2]
+
+
+def test_sin_and_cos_are_reduced_exactly_at_the_hardest_inputs():
+    # The fp32 values nearest a multiple of pi/2 in the binades [2**95, 2**96) and
+    # [2**34, 2**35) (the two closest approaches over all of fp32, about 2**-29.9 and 2**-29.5
+    # quarter turns), their neighbours, and fp32(k pi) for k up to 2**20: results of the
+    # order of 1e-9 that lose every bit with a reduction in fp32.
+    hard = np.float32([16367173 * 2.0**72, 10741887 * 2.0**11])
+    k = np.arange(1, 1 << 20, 97, dtype=np.float64)
+    x = np.concatenate([hard, np.nextafter(hard, np.float32(0)), (k * math.pi).astype(np.float32)])
+    x = np.concatenate([x, -x])
+    for name, ref in (("sin", np.sin), ("cos", np.cos)):
+        y = _eval(name, x).astype(np.float64)
+        want = ref(x.astype(np.float64))
+        rel = np.abs(y - want) / np.abs(want)
+        assert rel.max() <= BOUNDS[name], (name, x[np.argmax(rel)], rel.max())
+    assert abs(_one("cos", float(hard[0]))) < 2e-9  # next to a zero of cos

@@ -141,3 +141,73 @@ def test_chip_area_rolls_engines_up_to_core_and_chip(tmp_path, monkeypatch):
     assert rows[("chip", "total")][6] == f"{8 * 2 * xor_reg + 4 * ram:,.0f}"
     assert tables[1]["columns"] == ["module", "XOR", "flip-flops"]
     assert ["xor_reg", "4", "4"] in tables[1]["rows"]
+
+
+ARRAY = """
+module arr(input clk);
+  localparam ROWS = 3;
+  localparam COLS = 2;
+  genvar r, c;
+  generate
+    for (r = 0; r < ROWS; r = r + 1) begin : row
+      arr_row row_unit (.clk(clk));
+    end
+    for (c = 0; c < COLS; c = c + 1) begin : column
+      arr_column column_unit (.clk(clk));
+    end
+  endgenerate
+  arr_control control (.clk(clk));
+endmodule
+"""
+
+
+def test_shape_terms_compose_back_to_the_rolled_up_chip():
+    from generators.area import shape_terms
+
+    spec = load_document("trn2").spec  # 8 cores, 4 NeuronLink ports
+    names = ["arr", "arr_row", "arr_pe", "arr_column", "arr_control", "vec", "lnk"]
+    known = {
+        "arr": area.ModuleArea("arr", {}, 0, area.structural_children(ARRAY, names)),
+        "arr_row": area.ModuleArea("arr_row", {"$_DFF_P_": 10}, 0, {"arr_pe": 2}),
+        "arr_pe": area.ModuleArea("arr_pe", {"$_XOR_": 7}),
+        "arr_column": area.ModuleArea("arr_column", {"$_NAND_": 5}, 64),
+        "arr_control": area.ModuleArea("arr_control", {"$_NOT_": 3}),
+        "vec": area.ModuleArea("vec", {"$_AND_": 4}),
+        "lnk": area.ModuleArea("lnk", {"$_OR_": 6}),
+    }
+    engines = [("tensor", "", {n: "" for n in names[:5]}), ("vector", "", {"vec": ""}),
+               ("link", "", {"lnk": ""})]
+    terms = shape_terms(spec, engines, known, {"arr": ARRAY})
+    dff, xor, nand, inv = 4.522 / 0.798, 2.0, 1.0, 0.532 / 0.798
+    and2 = or2 = 1.064 / 0.798
+    column = 5 * nand + 64 * area.SRAM_BIT
+    assert terms == pytest.approx({"rows": 3, "cols": 2, "chip": 4 * 6 * or2, "core": 4 * and2,
+                                   "array": 3 * inv, "row": 10 * dff, "column": column,
+                                   "pe": 7 * xor})
+
+    def compose(rows, cols):
+        t = terms
+        tensor = t["array"] + rows * t["row"] + cols * t["column"] + rows * cols * t["pe"]
+        return t["chip"] + spec.cores * (t["core"] + tensor)
+
+    # At the synthesised shape, the terms give the hierarchy's roll-up; at another, the
+    # instance counts follow: 5 rows of 4 PEs and 4 columns.
+    rolled = area.rollup(known, "arr") + area.rollup(known, "vec")
+    assert compose(3, 2) == pytest.approx(4 * area.rollup(known, "lnk") + 8 * rolled)
+    assert compose(5, 4) == pytest.approx(4 * 6 * or2 + 8 * (4 * and2 + 3 * inv + 5 * 10 * dff
+                                                           + 20 * 7 * xor + 4 * column))
+    assert shape_terms(spec, engines, known, {"arr": ARRAY.replace("COLS", "WIDTH")}) is None
+    assert shape_terms(spec, engines[1:], known, {}) is None  # no tensor array
+
+
+def test_the_datasheet_names_the_modules_not_yet_synthesised(tmp_path, monkeypatch):
+    from generators.chip import generate_chip
+
+    monkeypatch.setattr(area, "CACHE", tmp_path / "cache")  # nothing synthesised yet
+    generate_chip(load_document("trn2"), tmp_path / "out", "sim", units=["link"])
+    text = (tmp_path / "out" / "datasheet.md").read_text()
+    section = text[text.index("## Area from synthesis"):]
+    assert ("1 of 1 emitted modules are not synthesised yet (`gen chip trn2 --area` "
+            "synthesises them") in section
+    assert "| link_port |" in section
+    assert not (tmp_path / "out" / "area.json").exists()

@@ -118,21 +118,18 @@ def test_chip_full_scale_trn2(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["scale"] == "full"
     rtl = {f["path"] for f in manifest["files"] if f["path"].startswith("rtl/")}
-    assert "rtl/tensor_bf16_pe.v" in rtl and "rtl/vector_cast_lane.v" in rtl
-    top = (out / "rtl" / "tensor_bf16.v").read_text()
+    assert "rtl/tensor_pe.v" in rtl and "rtl/vector_cast_lane.v" in rtl
+    assert not any(p.startswith("rtl/tensor_bf16") for p in rtl)  # one engine, every format
+    top = (out / "rtl" / "tensor.v").read_text()
     assert "localparam ROWS = 128;" in top and "localparam COLS = 128;" in top
+    assert "fp8_e4m3, fp8_e5m2, cfp8_e4m3_b7, bf16, fp16, tf32, fp32" in top
     listed = (out / "rtl" / "files.f").read_text().split()
     assert all((out / "rtl" / name).is_file() for name in listed)
 
 
-def test_sim_refuses_unknown_unit_and_format():
+def test_sim_refuses_unknown_unit():
     result = run("sim", "trn2", "--unit", "tensr")
     assert result.exit_code == 2 and "expected a unit, found 'tensr'" in result.stderr
-    result = run("sim", "trn2", "--unit", "tensor", "--format", "mxfp8")
-    assert result.exit_code == 2
-    assert "expected a format of trn2's tensor engine, found 'mxfp8'" in result.stderr
-    result = run("sim", "trn3", "--unit", "tensor", "--format", "mxfp8")
-    assert result.exit_code == 2 and "expected a format with RTL" in result.stderr
 
 
 def test_sim_lists_only_simulated_units():

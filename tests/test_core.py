@@ -53,8 +53,10 @@ def test_tensor_timing_is_the_cycle_model(trn1, fmt, k, m, n):
     ins = [LoadStationary(src=sbuf(0, k, 0, m, fmt)),
            MultiplyMoving(dst=psum(0, m, 0, n), src=sbuf(0, k, 4096, n, fmt))] * pairs
     r = Core(trn1).run(program(tensor=ins), timing_only=True, trace=True)
-    sched = systolic.schedule(SystolicParams(rows=128, cols=128, fmt=fmt),
-                              [systolic.Load(k, m), systolic.Multiply(n)] * pairs)
+    array = SystolicParams(rows=128, cols=128, formats=(fmt,),
+                           double_rate=(fmt,) if fmt == "fp8_e4m3" else ())
+    sched = systolic.schedule(array, [systolic.Load(k, m, fmt), systolic.Multiply(n, fmt=fmt)]
+                              * pairs)
     clock = trn1.clock("tensor")
     slow = 4 if fmt == "fp32" else 1  # the spec's quarter rate
     starts = [round(e["ts"] * 1e-6 * clock) for e in r.events if e["name"] == "matmul"]

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from explore import model, workloads
+from sim.system import model as system_model
 
 
 def test_gemm_cycles_by_hand():
@@ -57,14 +58,26 @@ def test_gemm_bytes_by_hand():
     assert model.gemm_bytes(512, 1024, 4096, 2, 2**20, 128, 512) == min(w + 2 * x, x + 8 * w) + y
 
 
-def test_ring_and_torus_all_reduce_by_hand():
-    n, bw, alpha = 64e6, 100e9, 1e-6
-    # Ring of 4, both directions: 2 x 3 steps of alpha + n / 4 / (2 bw).
-    assert model.ring_allreduce(n, 4.0, bw, alpha, 2.0) == pytest.approx(
-        6 * (alpha + n / 4 / (2 * bw)))
-    assert model.ring_allreduce(n, 1.0, bw, alpha) == 0.0
+def test_torus_dims():
     assert model.torus_dims(16) == (4, 4) and model.torus_dims(12) == (3, 4)
     assert model.torus_dims(7) == (1, 7)
+
+
+@pytest.mark.parametrize("name", ["trn2.48xlarge", "trn1.32xlarge", "trn3-ultraserver"])
+def test_collectives_equal_the_system_models(name):
+    """A group of one rank per chip over every chip of an instance is the system model's
+    all-reduce (sim.system.model.System.collective) of each chip's bytes, at every size."""
+    base = model.base_from_spec(name)
+    system = system_model.build(name)
+    sizes = np.array([4096.0, 2**20, 16 * 2**20, 2**30])
+    size = len(sizes)
+    v = {k: np.full(size, x) for k, x in base.values.items()}
+    per_chip = v["cores"] / v["lnc"]
+    chips = v["chips"]
+    long = model._dims_long(chips, base) if base.topology == "torus" else None
+    got = model.group_allreduce(sizes, chips, per_chip, per_chip, v, base, long)
+    want = [system.collective("all_reduce", x * per_chip[0]).to("s").magnitude for x in sizes]
+    assert got == pytest.approx(want, rel=1e-9)
 
 
 BASES = ["trn2.48xlarge", "trn3-ultraserver", "trn2-ultraserver", "trn2-ultracluster",
@@ -107,7 +120,8 @@ def test_vectorised_model_equals_scalar_model(base_name):
                 assert math.isnan(vec["step_time"][i])
                 continue
             for key, value in ref.items():
-                assert vec[key][i] == pytest.approx(value, rel=1e-9), (name, p, key)
+                assert vec[key][i] == pytest.approx(value, rel=1e-9, nan_ok=True), (name, p,
+                                                                                    key)
 
 
 def test_evaluate_in_blocks_equals_one_block(monkeypatch):
@@ -149,10 +163,62 @@ def test_base_point_figures():
 ])
 def test_systems_flatten_into_levels(name, chips, topology, instances, servers, efa):
     base = model.base_from_spec(name)
-    assert (base.values["chips"], base.topology, base.instances, base.servers) == \
+    assert (base.values["chips"], base.topology, base.instances, base.values["nodes"]) == \
         (chips, topology, instances, servers)
     if efa is None:
         assert math.isnan(base.efa_bandwidth)
     else:
         assert base.efa_bandwidth == pytest.approx(efa)
     assert 0.9 < base.link_efficiency <= 1.0
+
+
+#: Area terms of a chip as `gen chip` would store them (see generators.area.shape_terms):
+#: NAND2 per chip, per core, per array, per row, per column and per PE.
+TERMS = {"rows": 128.0, "cols": 128.0, "chip": 1000.0, "core": 50.0, "array": 7.0, "row": 3.0,
+         "column": 11.0, "pe": 2.0}
+
+
+def _hand_area(rows, cols, cores, chips):
+    return chips * (1000.0 + cores * (50.0 + 7.0 + 3.0 * rows + 11.0 * cols + 2.0 * rows * cols))
+
+
+def test_area_comes_from_the_synthesised_terms_of_the_base_chip(tmp_path, monkeypatch):
+    from hdl import area
+    from specs.loader import load_document
+
+    monkeypatch.setattr(area, "CACHE", tmp_path)
+    work = workloads.load("llama2-7b")
+    base = model.base_from_spec("trn2.48xlarge")
+    assert base.area is None
+    assert np.isnan(model.evaluate({"rows": np.array([64.0])}, base, work)["area"]).all()
+    area.store_chip("trn2", load_document("trn2").digest, TERMS)
+    base = model.base_from_spec("trn2.48xlarge")  # 16 chips of 8 cores
+    assert base.area == TERMS
+    pts = {"rows": np.array([32.0, 128.0, 256.0]), "cols": np.array([512.0, 128.0, 64.0]),
+           "cores": np.array([16.0, 8.0, 4.0])}
+    out = model.evaluate(pts, base, work)
+    want = [_hand_area(r, c, n, 16) for r, c, n in zip(*pts.values(), strict=True)]
+    np.testing.assert_allclose(out["area"], want, rtol=1e-12)
+    np.testing.assert_allclose(out["tokens_per_second_per_area"],
+                               out["tokens_per_second"] / np.array(want) * 1e6, rtol=1e-12)
+    point = model.evaluate_point({"rows": 32.0, "cols": 512.0, "cores": 16.0}, base, work)
+    assert point["area"] == pytest.approx(want[0], rel=1e-12)
+
+
+def test_the_array_shape_sweep_reports_area_from_synthesis(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from explore import run
+    from explore.sweep import SWEEP_ROOT
+    from hdl import area
+    from specs.loader import load_document
+
+    monkeypatch.setattr(area, "CACHE", tmp_path / "cache")
+    area.store_chip("trn2", load_document("trn2").digest, TERMS)
+    summary = run.explore(SWEEP_ROOT / "array-vs-clock.yaml", tmp_path / "out", progress=False,
+                          dask=False, plot=False)
+    assert summary["area"] == "from synthesis"
+    table = pd.read_parquet(summary["table"])
+    assert len(table) > 20 and table["rows"].nunique() > 2
+    want = _hand_area(table["rows"], table["cols"], table["cores"], table["chips"])
+    np.testing.assert_allclose(table["area"], want, rtol=1e-12)

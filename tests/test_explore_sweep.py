@@ -21,7 +21,7 @@ CASES = {
         BASE.replace("    rows:", "    rowz:"),
         "t.yaml:5:5: sweep.parameters.rowz: expected one of the legal values, found 'rowz'; "
         "did you mean 'rows'? (legal: rows, cols, cores, clock, sbuf, hbm_bandwidth, "
-        "hbm_capacity, link_bandwidth, chips, lnc)"),
+        "hbm_capacity, link_bandwidth, chips, lnc, nodes)"),
     "wrong dimension": (
         BASE.replace("    rows: [64, 128]", "    clock: [2.4 GHz, 2.9 TB/s]"),
         "t.yaml:5:22: sweep.parameters.clock[1]: expected a frequency such as '2.4 GHz', "

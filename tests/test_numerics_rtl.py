@@ -7,6 +7,7 @@ the emitted Verilog). The binary32 results are also checked against float64 arit
 import os
 import subprocess
 
+import ml_dtypes
 import numpy as np
 import pytest
 from amaranth.hdl import ClockDomain, Module
@@ -14,7 +15,7 @@ from amaranth.sim import Simulator
 
 from generators.output import verilator_waivers
 from generators.vector import VECTOR_WAIVERS
-from hdl.numerics.cast import Cast, CastLane, CastParams, lane_seed
+from hdl.numerics.cast import Cast, CastLane, CastParams, FormatCastLane, lane_seed, seed_value
 from hdl.numerics.formats import (
     BF16,
     FP8_E4M3,
@@ -26,7 +27,7 @@ from hdl.numerics.formats import (
     TF32,
     cfp8,
 )
-from hdl.numerics.fpu import FpAdd32, FpMul32, Widen, WidenParams
+from hdl.numerics.fpu import FpAdd32, FpMul32, MultiWiden, MultiWidenParams, Widen, WidenParams
 from sim.golden import numerics as golden
 from sim.tb.runner import emit_verilog, setup_verilator_env
 
@@ -94,6 +95,20 @@ def test_widen(fmt, seed):
         values = golden.decode(x, fmt)
         finite = np.isfinite(values)
         assert np.array_equal(got[finite], values[finite].view(np.uint32))
+
+
+def test_multi_widen_matches_each_format(seed):
+    """One run-time-selected widen gives each format's Widen result (codes mixed per input)."""
+    formats = (FP8_E4M3, None, FP8_E5M2, cfp8(147), BF16, FP16, TF32, FP32, FP8_E4M3FN)
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, len(formats), 600)
+    x = rng.integers(0, 1 << 32, 600, dtype=np.int64)
+    got = run_comb(MultiWiden(MultiWidenParams(formats=formats, width=32)),
+                   {"x": x, "code": codes}, "y")
+    for code, fmt in enumerate(formats):
+        sel = codes == code
+        want = 0 if fmt is None else golden.widen(x[sel] & ((1 << fmt.bits) - 1), fmt)
+        assert np.array_equal(got[sel], np.broadcast_to(want, got[sel].shape)), fmt
 
 
 def run_cast(params: CastParams, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -204,3 +219,95 @@ def test_emitted_verilog_is_clean(name, unit, sim, tmp_path):
         cmd = ["iverilog", "-o", str(tmp_path / "out.vvp"), "-s", name, str(path)]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
+
+
+RUN_TIME_FORMATS = (FP32, BF16, FP16, FP8_E4M3, FP8_E5M2)
+ML_DTYPES = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16,
+             "fp8_e4m3": ml_dtypes.float8_e4m3, "fp8_e5m2": ml_dtypes.float8_e5m2}
+
+
+def run_format_cast(rng_name: str, x, fmt, stochastic) -> np.ndarray:
+    """Lane 0 of a :class:`FormatCastLane` (seed 3) fed one beat per cycle, ``fmt`` (an
+    index into :data:`RUN_TIME_FORMATS`) and ``stochastic`` chosen per beat."""
+    dut = FormatCastLane(RUN_TIME_FORMATS, rng_name)
+    m = Module()
+    m.domains.sync = ClockDomain()
+    m.submodules.dut = dut
+    m.d.comb += [dut.seed.eq(seed_value(rng_name, 3, 0)), dut.en.eq(1)]
+    got = np.empty(len(x), dtype=np.uint32)
+
+    async def bench(ctx):
+        for n in range(len(x)):
+            ctx.set(dut.x, int(x[n]))
+            ctx.set(dut.fmt, int(fmt[n]))
+            ctx.set(dut.stochastic, int(stochastic[n]))
+            got[n] = ctx.get(dut.y)
+            await ctx.tick()
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8, domain="sync")
+    sim.add_testbench(bench)
+    sim.run()
+    return got
+
+
+@pytest.mark.parametrize("rng_name", ["xorwow", "lfsr32"])
+def test_format_cast_lane_against_ml_dtypes(rng_name, seed):
+    """The run-time cast lane of both engines: round-to-nearest-even gives ml_dtypes' cast
+    bit for bit in every format, beats of mixed formats and roundings interleaved; stochastic
+    rounding gives one of the two neighbours, unbiased: the mean of many casts of one value
+    is that value."""
+    rng = np.random.default_rng(seed)
+    n_rne = 80
+    xs, fmts = [], []
+    for index, f in enumerate(RUN_TIME_FORMATS):
+        v = golden.edge_fp32_for_format(f, rng, n_rne) if f != FP32 else \
+            rng.integers(0, 2**32, n_rne, dtype=np.uint32).view(np.float32)
+        xs.append(np.asarray(v, np.float32).view(np.uint32))
+        fmts.append(np.full(len(v), index))
+    # stochastic: one value between two bf16 neighbours (3/8 of the way up), one between two
+    # fp8_e5m2 neighbours (5/8 of the way up), each many times, interleaved with the rest
+    bf16_x, e5_x = np.float32(1.0 + 3 / 8 * 2.0**-7), np.float32(1.0 + 5 / 8 * 2.0**-2)
+    n_sto = 400
+    xs += [np.full(n_sto, bf16_x).view(np.uint32), np.full(n_sto, e5_x).view(np.uint32)]
+    fmts += [np.full(n_sto, 1), np.full(n_sto, 4)]
+    x, fmt = np.concatenate(xs), np.concatenate(fmts)
+    sto = np.concatenate([np.zeros(len(x) - 2 * n_sto, bool), np.ones(2 * n_sto, bool)])
+    order = rng.permutation(len(x))
+    x, fmt, sto = x[order], fmt[order], sto[order]
+    got = run_format_cast(rng_name, x, fmt, sto)
+    for index, f in enumerate(RUN_TIME_FORMATS):
+        pick = (fmt == index) & ~sto
+        xf = x[pick].view(np.float32)
+        nan = np.isnan(xf)
+        if f == FP32:
+            want = x[pick]
+            nan_bits = 0x7FC00000
+        else:
+            dtype = ML_DTYPES[f.name]
+            with np.errstate(over="ignore"):
+                want = xf.astype(dtype).view(np.uint8 if f.bits == 8 else np.uint16)
+            want = want.astype(np.uint32)
+            nan_bits = None
+        g = got[pick]
+        assert np.array_equal(g[~nan], want[~nan]), f.name
+        if nan_bits is None:  # any NaN of the format
+            assert np.all(np.isnan(g[nan].astype(
+                {8: np.uint8, 16: np.uint16}[f.bits]).view(dtype).astype(np.float32))), f.name
+        else:
+            assert np.all(g[nan] == nan_bits)
+    for value, index, frac in ((bf16_x, 1, 3 / 8), (e5_x, 4, 5 / 8)):
+        f = RUN_TIME_FORMATS[index]
+        dtype = ML_DTYPES[f.name]
+        pick = sto & (fmt == index)
+        y = got[pick].astype(np.uint8 if f.bits == 8 else np.uint16).view(dtype)
+        y = y.astype(np.float64)
+        near = np.asarray(np.float32(value).astype(dtype))
+        if float(near) > float(value):
+            near = np.nextafter(near, np.asarray(-np.inf, dtype))
+        down = float(near)
+        up = float(np.nextafter(near, np.asarray(np.inf, dtype)))
+        assert set(np.unique(y)) <= {down, up}, f.name
+        p_up = np.mean(y == up)
+        sigma = np.sqrt(frac * (1 - frac) / pick.sum())
+        assert abs(p_up - frac) < 4.5 * sigma, (f.name, p_up, frac)

@@ -31,18 +31,19 @@ def _variant(tmp_path, text: str, base: str = "trn2") -> ChipSpec:
 def test_trn2_full_scale():
     p = params_from_spec(load("trn2"), "full")
     # formats [fp8_e4m3, fp8_e5m2, cfp8, bf16, fp16, tf32, fp32], the 8-bit floats at rate 2,
-    # cFP8 inherited from trn1 as e4m3 with bias 7; a 128 x 128 array, moving_max 512.
-    assert p.tensor == tuple(
-        SystolicParams(rows=128, cols=128, fmt=f, moving_max=512, double_rate=d)
-        for f, d in (("fp8_e4m3", True), ("fp8_e5m2", True), ("cfp8_e4m3_b7", True),
-                     ("bf16", False), ("fp16", False), ("tf32", False), ("fp32", False)))
+    # cFP8 inherited from trn1 as e4m3 with bias 7; one 128 x 128 array, moving_max 512.
+    assert p.tensor == SystolicParams(
+        rows=128, cols=128, moving_max=512,
+        formats=("fp8_e4m3", "fp8_e5m2", "cfp8_e4m3_b7", "bf16", "fp16", "tf32", "fp32"),
+        double_rate=("fp8_e4m3", "fp8_e5m2", "cfp8_e4m3_b7"))
     # 128 lanes, output cast to bf16 with stochastic rounding by the 32-bit LFSR.
     assert (p.vector.lanes, p.vector.out_format, p.vector.rounding, p.vector.rng) == (
         128, "bf16", "stochastic", "lfsr32")
     assert (p.scalar.lanes, p.scalar.rng) == (128, "lfsr32")
     assert [f.name for f in p.scalar.functions] == [
         "identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
-        "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish", "gelu_tanh"]
+        "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish", "gelu_tanh", "sin", "cos",
+        "arctan"]
     # 4096-byte packets of 256-bit flits are 128 words; 512 credits, replay as deep.
     assert p.link == LinkParams(width=256, credits=512, max_packet=128, replay_depth=512,
                                 ack_timeout=512)
@@ -52,9 +53,9 @@ def test_trn2_sim_scale():
     p = params_from_spec(load("trn2"), "sim")
     # chip.sim of trn1: an 8 x 8 array, 4 lanes; moving_max min(512, 16); a 64-bit link of
     # 16 credits and 8-word packets, replay as deep as the credits, timeout 256.
-    assert {(t.rows, t.cols, t.moving_max) for t in p.tensor} == {(8, 8, 16)}
-    assert [t.fmt for t in p.tensor] == [t.fmt for t in params_from_spec(load("trn2"),
-                                                                         "full").tensor]
+    assert (p.tensor.rows, p.tensor.cols, p.tensor.moving_max) == (8, 8, 16)
+    full = params_from_spec(load("trn2"), "full").tensor
+    assert (p.tensor.formats, p.tensor.double_rate) == (full.formats, full.double_rate)
     assert (p.vector.lanes, p.scalar.lanes) == (4, 4)
     assert p.link == LinkParams(width=64, credits=16, max_packet=8, replay_depth=16,
                                 ack_timeout=256)
@@ -63,8 +64,9 @@ def test_trn2_sim_scale():
 def test_inf1_has_no_link_and_no_double_rate_int8():
     p = params_from_spec(load("inf1"), "full")
     assert p.link is None
-    # rates {int8: 2}: the RTL has no double-rate int8, so int8 runs on the single-rate array
-    assert p.tensor[0] == SystolicParams(rows=128, cols=64, fmt="int8", moving_max=512)
+    # rates {int8: 2}: the RTL has no double-rate int8, so int8 runs one product per PE
+    assert p.tensor == SystolicParams(rows=128, cols=64, formats=("int8", "bf16", "fp16"),
+                                      moving_max=512)
     assert p.vector.rounding == "rne"
 
 
@@ -78,14 +80,14 @@ def test_spec_fields_reach_the_parameters(tmp_path):
     assert full.vector.out_format == sim.vector.out_format == "fp8_e5m2"
     assert (full.link.replay_depth, full.link.ack_timeout) == (1024, 900)
     assert (sim.link.replay_depth, sim.link.ack_timeout) == (40, 99)
-    assert full.tensor[2].fmt == "cfp8_e5m2_b12"
-    assert {t.moving_max for t in full.tensor} == {8}
-    assert {t.moving_max for t in sim.tensor} == {8}     # min(8, 32): never above full scale
+    assert full.tensor.formats[2] == "cfp8_e5m2_b12"
+    assert full.tensor.moving_max == 8
+    assert sim.tensor.moving_max == 8     # min(8, 32): never above full scale
 
 
 def test_block_formats_have_no_array():
     t = load("trn3").core.tensor
-    assert "mxfp8" not in t.formats or systolic_params(t, "mxfp8") is None
+    assert "mxfp8" in t.formats and "mxfp8" not in systolic_params(t).formats
     assert rtl_format_name(t, "mxfp4") is None
     assert rtl_format_name(t, "bf16") == "bf16"
 
@@ -101,7 +103,7 @@ def test_parameters_that_make_no_unit(tmp_path):
         params_from_spec(spec, "full")
     spec = _variant(tmp_path, "  core:\n    tensor: {rates: {bf16: 2}}\n")
     # bf16 at rate 2 is not an 8-bit float: the array cannot be double rate, so single rate
-    assert params_from_spec(spec, "full").tensor[3].double_rate is False
+    assert "bf16" not in params_from_spec(spec, "full").tensor.double_rate
     with pytest.raises(ValueError, match=r"scale must be one of 'full', 'sim', not 'half'"):
         tensor_params(spec, "half")
 
@@ -111,7 +113,7 @@ def test_parameters_that_make_no_unit(tmp_path):
 def test_the_generators_use_the_one_mapping(name, scale):
     spec = load(name)
     p = params_from_spec(spec, scale)
-    assert list(UNITS["tensor"].params(spec, scale)) == list(p.tensor)
+    assert list(UNITS["tensor"].params(spec, scale)) == [p.tensor]
     assert list(UNITS["vector"].params(spec, scale)) == [p.vector]
     assert list(UNITS["scalar"].params(spec, scale)) == [p.scalar]
     if p.link is not None:

@@ -202,15 +202,18 @@ def test_ultracluster():
 
 # --- collectives -------------------------------------------------------------------------
 
-def _ring_rs(n, p, bw, alpha, eff):
-    """Bidirectional ring reduce-scatter, written out: p - 1 steps of n / p / 2 bytes."""
-    return (p - 1) * (alpha + n / p / 2 / (bw * eff))
+def _pass(n, p, bw, alpha, eff):
+    """A bidirectional ring pass over a 1 GiB-scale buffer in 4 MiB chunks: p - 1 steps of
+    n / p / 2 bytes per direction, the chunks back to back on each link (their number covers
+    every step's latency and add), then the last chunk's landing."""
+    return (p - 1) * n / p / 2 / (bw * eff) + alpha
 
 
-#: One add on the vector engines ending each reduce-scatter step, one per ring direction:
-#: access_start 60 + min_interval 64 cycles (trn1.yaml, which trn2 and trn3 extend) at the
-#: 0.96 GHz vector clock.
-ADD = (60 + 64) / 0.96e9
+#: The add of one 4 MiB chunk of fp32 (2**20 elements) on the vector engines of the chip's 8
+#: cores x 128 lanes: 1,024 elements per lane, two input streams at 2 elements per cycle, so
+#: access_start 60 + 1,024 cycles (trn1.yaml, which trn2 and trn3 extend) at the 0.96 GHz
+#: vector clock. A reduce-scatter pass ends with the last chunk's add in each direction.
+ADD = (60 + 1024) / 0.96e9
 
 
 def test_trn2_48xlarge_all_reduce_by_hand():
@@ -218,20 +221,19 @@ def test_trn2_48xlarge_all_reduce_by_hand():
     link = 1024e9 / 4  # 1,024 GB/s per chip over its 4 links
     n = 2**30
     # 2D torus 4 x 4: reduce-scatter and all-gather along x on n, then along y on n / 4.
-    # Two dimensions, 3 reduce-scatter steps each, an add per direction of every step.
-    moves = 2 * _ring_rs(n, 4, link, 1e-6, eff) + 2 * _ring_rs(n / 4, 4, link, 1e-6, eff)
-    expected = moves + 2 * 3 * 2 * ADD
+    moves = _pass(n, 4, link, 1e-6, eff) + _pass(n / 4, 4, link, 1e-6, eff)
+    expected = 2 * moves + 2 * 2 * ADD
     m = build("trn2.48xlarge")
     close(m.collective("all_reduce"), "s", expected, rel=1e-9)
     close(m.figures()["collective.all_reduce"], "s", expected, rel=1e-9)
-    close(m.collective("all_gather"), "s", moves / 2, rel=1e-9)
+    close(m.collective("all_gather"), "s", moves, rel=1e-9)
 
 
 def test_link_efficiency_is_an_input():
     link = 1024e9 / 4
     n = 2**30
-    expected = (2 * _ring_rs(n, 4, link, 1e-6, 0.5) + 2 * _ring_rs(n / 4, 4, link, 1e-6, 0.5)
-                + 12 * ADD)
+    expected = (2 * _pass(n, 4, link, 1e-6, 0.5) + 2 * _pass(n / 4, 4, link, 1e-6, 0.5)
+                + 4 * ADD)
     close(build("trn2.48xlarge", link_efficiency=0.5).collective("all_reduce"), "s", expected,
           rel=1e-9)
 
@@ -240,16 +242,25 @@ def test_trn2_ultraserver_all_reduce_by_hand():
     eff = 4096 * 8 / (4096 * 8 + 2 * 256)
     link = 1024e9 / 4
     n = 2**30
-    expected = sum(2 * _ring_rs(n / 4**i, 4, link, 1e-6, eff) for i in range(3)) + 18 * ADD
+    # 3D torus 4 x 4 x 4: by the third dimension a chip owns 4 regions (two directions of
+    # each of the two before), each 2 MiB per step: its chunks are 2 MiB, adds of 512
+    # elements per lane, (60 + 512) cycles.
+    last_add = (60 + 512) / 0.96e9
+    expected = (sum(2 * _pass(n / 4**i, 4, link, 1e-6, eff) for i in range(3))
+                + 4 * ADD + 2 * last_add)
     close(build("trn2-ultraserver").collective("all_reduce"), "s", expected, rel=1e-9)
 
 
 def test_trn3_switch_all_reduce_by_hand():
     eff = 4096 * 8 / (4096 * 8 + 2 * 256)
     n = 2**30
-    # Two phases, each 2 hops of latency and 143/144 of the buffer through the chip's port.
-    # ... and the owner adds the 143 arrivals in turn.
-    expected = 2 * (2 * 1e-6 + 143 / 144 * n / (2.56e12 * eff)) + 143 * ADD
+    port = 2.56e12 * eff
+    # Two phases, each 143/144 of the buffer through the chip's port, store and forward
+    # through the switch (one 4 MiB chunk's link time, 1.66 us) and 2 hops of latency. The
+    # owner's 143 x 2 chunk adds (1.13 us each, 323 us) hide behind the 423 us of transfers
+    # but the last.
+    chunk = 4 * 2**20 / port
+    expected = 2 * (2 * 1e-6 + chunk + 143 / 144 * n / port) + ADD
     close(build("trn3-ultraserver").collective("all_reduce"), "s", expected, rel=1e-9)
 
 
@@ -360,8 +371,9 @@ def test_tile_interval_is_the_replayed_sequencer():
     t = load("trn2").core.tensor
     for fmt, k, m, n, double in [("bf16", 128, 128, 64, False), ("bf16", 100, 77, 5, False),
                                  ("fp8_e4m3", 256, 128, 512, True)]:
-        params = SystolicParams(rows=128, cols=128, fmt=fmt, moving_max=512,
-                                double_rate=double, load_columns=t.load_columns)
+        params = SystolicParams(rows=128, cols=128, formats=(fmt,), moving_max=512,
+                                double_rate=(fmt,) if double else (),
+                                load_columns=t.load_columns)
         assert tile_interval(t, fmt, k, m, n) == systolic.cycles(params, k, m, n)["interval"]
     # FP32 at a quarter rate: four times the bf16 tile.
     assert tile_interval(t, "fp32", 128, 128, 512) == 4 * 512

@@ -21,10 +21,11 @@ def _verilator() -> str | None:
 
 
 @pytest.mark.parametrize("params", [
-    SystolicParams(rows=1, cols=1, fmt="int8", moving_max=1),
-    SystolicParams(rows=5, cols=3, fmt="bf16", moving_max=16),
-    SystolicParams(rows=2, cols=4, fmt="fp8_e5m2", moving_max=8, double_rate=True),
-], ids=["int8-1x1", "bf16-5x3", "fp8-double-2x4"])
+    SystolicParams(rows=1, cols=1, formats=("int8",), moving_max=1),
+    SystolicParams(rows=5, cols=3, formats=("bf16",), moving_max=16),
+    SystolicParams(rows=2, cols=4, formats=("int8", "fp8_e5m2", "bf16", "fp32"),
+                   double_rate=("fp8_e5m2",), moving_max=8),
+], ids=["int8-1x1", "bf16-5x3", "mixed-2x4"])
 def test_lint_clean(params, tmp_path):
     if _verilator() is None and os.environ.get("CI") != "true":
         pytest.skip("verilator is not installed")
@@ -44,7 +45,7 @@ def test_lint_clean(params, tmp_path):
 
 
 def test_emission_is_deterministic_and_headed(tmp_path):
-    params = SystolicParams(rows=3, cols=2, fmt="fp16", moving_max=4)
+    params = SystolicParams(rows=3, cols=2, formats=("fp16",), moving_max=4)
     first = {f.name: f.read_text() for f in emit(params, tmp_path / "a", HEADER)}
     second = {f.name: f.read_text() for f in emit(params, tmp_path / "b", HEADER)}
     assert first == second
@@ -64,7 +65,7 @@ def test_emission_is_deterministic_and_headed(tmp_path):
 
 
 def test_emission_writes_only_changed_files(tmp_path):
-    params = SystolicParams(rows=2, cols=2, fmt="int8", moving_max=4)
+    params = SystolicParams(rows=2, cols=2, formats=("int8",), moving_max=4)
     files = emit(params, tmp_path, HEADER)
     stamps = {f: f.stat().st_mtime_ns for f in files}
     os.utime(files[0], ns=(1, 1))

@@ -158,8 +158,6 @@ def test_float_sum_order(name):
     col = encode([[1.0], [2.0**-12], [2.0**-12]], name)
     assert matmul(col, col, name)[0, 0] == np.float32(1.0).view(np.uint32)
     assert matmul(col[::-1], col[::-1], name)[0, 0] == np.float32(1 + 2**-23).view(np.uint32)
-    params = SystolicParams(rows=3, cols=1, fmt=name)  # the array's parameters name the format
-    assert matmul(col, col, params)[0, 0] == np.float32(1.0).view(np.uint32)
 
 
 def test_compiled_kernel_in_use():
@@ -223,17 +221,57 @@ def test_matmul_rejects_mismatched_tiles():
         matmul(np.zeros((3, 2)), np.zeros((3, 2)), "bf16", accumulate=True)
 
 
+def test_matmul_mixes_float_formats_not_int_and_float(seed):
+    """A bf16 stationary tile against an fp16 moving tile: each widened by its own format."""
+    rng = np.random.default_rng(seed)
+    w, x = random_tile(rng, "bf16", (5, 3), 4.0), random_tile(rng, "fp16", (5, 4), 4.0)
+    wf = decode(w, "bf16").astype(np.float32)
+    xf = decode(x, "fp16").astype(np.float32)
+    want = np.zeros((3, 4), np.float32)
+    for k in range(5):  # the contract's order, one rounded multiply and add per step
+        want = want + wf[k][:, None] * xf[k][None, :]
+    got = matmul(w, x, "bf16", moving_fmt="fp16")
+    np.testing.assert_array_equal(got, want.view(np.uint32))
+    with pytest.raises(ValueError, match=r"moving_fmt must be a float format with a float "
+                                         r"stationary and int8 with int8, not 'int8' with "
+                                         r"'bf16'"):
+        matmul(w, x, "bf16", moving_fmt="int8")
+
+
 def test_params_errors():
+    one = ("bf16",)
     with pytest.raises(ValueError, match=r"rows must be a positive integer, not 0"):
-        SystolicParams(rows=0, cols=4, fmt="bf16")
+        SystolicParams(rows=0, cols=4, formats=one)
     with pytest.raises(ValueError, match=r"cols must be a positive integer, not 'x'"):
-        SystolicParams(rows=4, cols="x", fmt="bf16")
-    with pytest.raises(ValueError, match=r"fmt must be one of .*bf16.*, not 'bf17'"):
-        SystolicParams(rows=4, cols=4, fmt="bf17")
-    with pytest.raises(ValueError, match=r"fmt must be an 8-bit float format with double_rate"):
-        SystolicParams(rows=4, cols=4, fmt="bf16", double_rate=True)
+        SystolicParams(rows=4, cols="x", formats=one)
+    with pytest.raises(ValueError, match=r"formats must be one of .*bf16.*, not 'bf17'"):
+        SystolicParams(rows=4, cols=4, formats=("bf17",))
+    with pytest.raises(ValueError, match=r"formats must be a non-empty tuple"):
+        SystolicParams(rows=4, cols=4, formats="bf16")
+    with pytest.raises(ValueError, match=r"formats must not repeat a format"):
+        SystolicParams(rows=4, cols=4, formats=("bf16", "bf16"))
+    with pytest.raises(ValueError, match=r"double_rate must name 8-bit float formats, "
+                                         r"not 'bf16'"):
+        SystolicParams(rows=4, cols=4, formats=one, double_rate=one)
+    with pytest.raises(ValueError, match=r"double_rate must name formats of"):
+        SystolicParams(rows=4, cols=4, formats=one, double_rate=("fp8_e4m3",))
     with pytest.raises(ValueError, match=r"moving_max must be a positive integer, not -1"):
-        SystolicParams(rows=4, cols=4, fmt="bf16", moving_max=-1)
+        SystolicParams(rows=4, cols=4, formats=one, moving_max=-1)
+
+
+def test_schedule_checks_formats():
+    p = SystolicParams(rows=2, cols=2, formats=("int8", "fp8_e4m3", "bf16"),
+                       double_rate=("fp8_e4m3",))
+    assert p.k_limit("fp8_e4m3") == 4 and p.k_limit("bf16") == 2
+    schedule(p, [Load(4, 2, "fp8_e4m3"), Multiply(1, fmt="fp8_e4m3")])
+    with pytest.raises(ValueError, match=r"k must be in 1 \.\. 2, not 3"):
+        schedule(p, [Load(3, 2, "bf16")])
+    with pytest.raises(ValueError, match=r"fmt must be one of int8, fp8_e4m3, bf16, not 'fp16'"):
+        schedule(p, [Load(2, 2, "fp16")])
+    for tile, moving in (("fp8_e4m3", "bf16"), ("int8", "bf16")):
+        with pytest.raises(ValueError, match=rf"fmt of a multiply must match its tile's "
+                                             rf"'{tile}' in rate and kind, not '{moving}'"):
+            schedule(p, [Load(1, 2, tile), Multiply(1, fmt=moving)])
 
 
 def test_cycle_model_closed_forms():
@@ -241,7 +279,7 @@ def test_cycle_model_closed_forms():
     for rows, cols, k, m, n in [(1, 1, 1, 1, 1), (4, 4, 4, 4, 8), (5, 3, 2, 3, 16),
                                 (128, 128, 128, 128, 512), (128, 128, 128, 128, 64),
                                 (128, 128, 128, 128, 16), (128, 128, 128, 5, 1)]:
-        p = SystolicParams(rows=rows, cols=cols, fmt="bf16")
+        p = SystolicParams(rows=rows, cols=cols, formats=("bf16",))
         beats = -(-m // min(4, cols))
         c = cycles(p, k, m, n)
         assert c["load"] == beats
@@ -251,15 +289,16 @@ def test_cycle_model_closed_forms():
         # Back to back, each load fills the idle bank while the previous multiply runs.
         assert c["interval"] == max(n, beats + 1)
     # The published rule at N = 64 on a full array: one tile every 64 cycles.
-    assert cycles(SystolicParams(rows=128, cols=128, fmt="bf16"), 128, 128, 64)["interval"] == 64
-    assert schedule(SystolicParams(rows=2, cols=2, fmt="int8"),
+    full = SystolicParams(rows=128, cols=128, formats=("bf16",))
+    assert cycles(full, 128, 128, 64)["interval"] == 64
+    assert schedule(SystolicParams(rows=2, cols=2, formats=("int8",)),
                     [Load(2, 2), Multiply(1), Multiply(1)]).accepted == (0, 1, 2)
 
 
 def test_load_waits_for_the_multiply_that_reads_its_bank():
     """Two loads in a row: the second refills the bank the running multiply reads, so its
     beats wait for that multiply's last moving beat (and may share its cycle)."""
-    p = SystolicParams(rows=2, cols=8, fmt="bf16", load_columns=4)
+    p = SystolicParams(rows=2, cols=8, formats=("bf16",), load_columns=4)
     s = schedule(p, [Load(2, 8), Multiply(10), Load(2, 8), Load(2, 8), Multiply(1)])
     # Load 0: beats at 1, 2; multiply at 2 (moving 3 .. 12); load 1 at 3 (beats 4, 5);
     # load 2 at 5, into multiply 0's bank: beats at 12 (its last moving beat) and 13;
@@ -272,7 +311,7 @@ def test_load_waits_for_the_multiply_that_reads_its_bank():
                                                      (4, 9, 4), (2, 2, 1)])
 def test_tile_interval_is_the_schedule(rows, cols, load_columns):
     """The vectorised rule every model uses against the replayed sequencer, every shape."""
-    p = SystolicParams(rows=rows, cols=cols, fmt="bf16", moving_max=12,
+    p = SystolicParams(rows=rows, cols=cols, formats=("bf16",), moving_max=12,
                        load_columns=load_columns)
     ms, ns = np.meshgrid(np.arange(1, cols + 1), np.arange(1, 13), indexing="ij")
     rule = tile_interval(ms, ns, p.beat_columns)
@@ -287,3 +326,74 @@ def test_tile_interval_is_the_schedule(rows, cols, load_columns):
         total = schedule(p, [Load(rows, cols), Multiply(12)] * (a * b)).total
         assert matmul_cycles(a * cols, b * rows, 12, rows, cols, 1.0, 12,
                              p.beat_columns) == total
+
+
+# ---- block-scaled (MX) formats, against a scalar reference built on ml_dtypes --------------
+
+MX_ML = {"mxfp8": ml_dtypes.float8_e4m3fn, "mxfp4": ml_dtypes.float4_e2m1fn}
+
+
+def _mx_reference(w, x, sw, sx, name, psum=None):
+    """Scalar loop: ml_dtypes decodes elements and E8M0 scales exactly into float64, whose
+    product is exact; np.float32 rounds it once; float32 additions in k order from +0.0."""
+    elem = MX_ML[name]
+    wv = w.astype(np.uint8).view(elem).astype(np.float64)
+    xv = x.astype(np.uint8).view(elem).astype(np.float64)
+    swv = sw.astype(np.uint8).view(ml_dtypes.float8_e8m0fnu).astype(np.float64)
+    sxv = sx.astype(np.uint8).view(ml_dtypes.float8_e8m0fnu).astype(np.float64)
+    k_dim, m_dim = w.shape
+    out = np.zeros((m_dim, x.shape[1]), np.uint32)
+    with np.errstate(all="ignore"):
+        for m in range(m_dim):
+            for n in range(x.shape[1]):
+                acc = np.float32(0.0)
+                for k in range(k_dim):
+                    b = k // 32
+                    # the scales as exact powers of two: 2**-127 * 2**-127 underflows float64's
+                    # normal range only past 2**-1022, so the product stays exact
+                    p = np.float32(wv[k, m] * xv[k, n] * swv[b, m] * sxv[b, n])
+                    acc = np.float32(acc + p)
+                if psum is not None:
+                    acc = np.float32(np.uint32(psum[m, n]).view(np.float32) + acc)
+                out[m, n] = NAN if np.isnan(acc) else np.float32(acc).view(np.uint32)
+    return out
+
+
+@pytest.mark.parametrize("name", ["mxfp8", "mxfp4"])
+def test_mx_matmul_against_ml_dtypes(name, seed):
+    rng = np.random.default_rng(seed)
+    codes = 256 if name == "mxfp8" else 16
+    for k, m, n in [(1, 1, 1), (32, 2, 3), (70, 3, 4)]:
+        blocks = -(-k // 32)
+        w = rng.integers(0, codes, (k, m))
+        x = rng.integers(0, codes, (k, n))
+        # scales near 2**0 (busy rounding), at the extremes (overflow, subnormal products,
+        # underflow to zero) and NaN (255)
+        pool = np.array([127, 126, 130, 0, 1, 60, 200, 254, 255])
+        sw = np.where(rng.random((blocks, m)) < 0.5, rng.integers(120, 135, (blocks, m)),
+                      rng.choice(pool, (blocks, m)))
+        sx = np.where(rng.random((blocks, n)) < 0.5, rng.integers(120, 135, (blocks, n)),
+                      rng.choice(pool, (blocks, n)))
+        psum = rng.integers(0, 2**32, (m, n), dtype=np.uint64).astype(np.uint32)
+        np.testing.assert_array_equal(systolic.matmul_mx(w, x, name, sw, sx),
+                                      _mx_reference(w, x, sw, sx, name))
+        np.testing.assert_array_equal(
+            systolic.matmul_mx(w, x, name, sw, sx, psum=psum, accumulate=True),
+            _mx_reference(w, x, sw, sx, name, psum))
+
+
+def test_mx_scale_folds_into_the_products_exponent():
+    """Scales that cancel (2**100 * 2**-100) give the unscaled product exactly, where scaling
+    an operand first would overflow; one product of 2**-149 * 0.75 rounds once, to 2**-149."""
+    one = 0x38  # e4m3 1.0
+    got = systolic.matmul_mx([[one]], [[one]], "mxfp8", [[227]], [[27]])
+    assert got[0, 0] == np.float32(1.0).view(np.uint32)
+    three_quarters = 0x30 | 0x4  # 0.75 = 1.5 * 2**-1
+    got = systolic.matmul_mx([[three_quarters]], [[one]], "mxfp8", [[0]], [[105]])
+    assert got[0, 0] == 1
+
+
+def test_mx_rejects_bad_scales():
+    with pytest.raises(ValueError, match=r"stationary_scales must have shape \(2, 1\)"):
+        systolic.matmul_mx(np.zeros((33, 1)), np.zeros((33, 1)), "mxfp4", np.zeros((1, 1)),
+                           np.zeros((2, 1)))

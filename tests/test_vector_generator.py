@@ -19,6 +19,8 @@ FUNCTIONS = (
                  below="minus_one", above="one"),
     FunctionSpec("sqrt", mode="log", lo=1.0, hi=4.0, segments=2, degree=2),
     FunctionSpec("sigmoid", lo=-8.0, hi=8.0, segments=4, degree=2, below="exp", above="one"),
+    FunctionSpec("sin", lo=0.0, hi=0.5, segments=1, degree=2),
+    FunctionSpec("arctan", lo=0.0, hi=1.0, segments=1, degree=2),
 )
 PARAMS = [VectorParams(lanes=3, out_format="bf16", rounding="stochastic"),
           ActivationParams(lanes=2, functions=FUNCTIONS)]

@@ -165,8 +165,11 @@ def test_vector_params_errors(kwargs, message):
     ({"name": "log", "mode": "log", "lo": 0.5, "hi": 2.0, "segments": 3},
      r"segments must be a power of two up to 65536 in log mode, not 3"),
     ({"name": "sigmoid", "mode": "log", "lo": 0.5, "hi": 2.0},
-     r"mode must be 'uniform' for sigmoid \(log mode serves the range-reduced exp, log, "
+     r"mode must be 'uniform' for sigmoid \(log mode serves the range-reduced log, "
      r"sqrt, rsqrt, reciprocal\), not 'log'"),
+    ({"name": "sin", "lo": 0.0, "hi": 0.5, "post_mul_x": True},
+     r"post_mul_x must be False for sin \(its reduction fixes what multiplies the "
+     r"polynomial\), not True"),
     ({"name": "exp", "above": "exp"}, r"above must be one of zero, one, .*, x, not 'exp'"),
     ({"name": "exp", "anchor": 2.0}, r"anchor must be None or a number in \[lo, hi\], not 2.0"),
     ({"name": "exp", "mode": "exact"}, r"mode must be 'uniform' or 'log' for exp"),
@@ -211,6 +214,9 @@ LANE_FUNCTIONS = (
     FunctionSpec("abs", mode="exact"),
     FunctionSpec("gelu_tanh", lo=-4.0, hi=8.0, segments=3, degree=1, post_mul_x=True,
                  below="exp", above="x"),
+    FunctionSpec("sin", lo=0.0, hi=0.5, segments=2, degree=2, anchor=0.0),
+    FunctionSpec("cos", lo=0.0, hi=0.5, segments=1, degree=2),
+    FunctionSpec("arctan", lo=0.0, hi=1.0, segments=2, degree=1),
 )
 
 
@@ -221,7 +227,8 @@ def lane_inputs(rng: np.random.Generator, per_binade_step: int = 24) -> np.ndarr
     normal = (fields << 23) | rng.integers(0, 1 << 23, fields.size, dtype=np.uint32)
     sub = np.array([1, 0x35, 0x4000, 0x7FFFFF], dtype=np.uint32)
     near = np.float32([1.0, 1.4142135, 1.4142137, 2.0, 0.75, -10.0, -87.5, -100.0, 88.7, 89.0,
-                       3.0, 4.0]).view(np.uint32)
+                       3.0, 4.0, 0.5, 0.49999997, 3.1415927, 1.5707964, 16367173 * 2.0**72,
+                       1e30, 2.0**126, 1.5 * 2.0**126]).view(np.uint32)
     mags = np.concatenate([normal, sub, near])
     return np.concatenate([CASES, mags, mags | np.uint32(0x80000000)]).astype(np.uint32)
 

@@ -32,7 +32,7 @@ class CoreParams:
     moving_max: int
     row_tiles: tuple[int, ...]
     formats: tuple[str, ...]
-    arrays: tuple[tuple[str, SystolicParams], ...]
+    tensor: SystolicParams
     rates: tuple[tuple[str, float], ...]
     clocks: tuple[tuple[str, float], ...]
     vector_elements: float
@@ -54,10 +54,6 @@ class CoreParams:
 
     def clock(self, engine: str) -> float:
         return dict(self.clocks)[engine]
-
-    def array(self, fmt: str) -> SystolicParams:
-        """The full-size systolic array that runs input format ``fmt``."""
-        return dict(self.arrays)[fmt]
 
     def rate(self, fmt: str) -> float:
         """Multiply-accumulates per PE per cycle of ``fmt`` (1 unless the spec says)."""

@@ -29,10 +29,14 @@ __all__ = [
     "FP16",
     "FP32",
     "INT8",
+    "MX_FORMATS",
+    "MXFP4",
+    "MXFP8",
     "NAN_STYLES",
     "TF32",
     "FloatFormat",
     "IntFormat",
+    "MxFormat",
     "cfp8",
     "format_by_name",
     "format_table",
@@ -201,6 +205,49 @@ INT8 = IntFormat(name="int8", bits=8, acc_bits=32)
 FORMATS: dict[str, FloatFormat | IntFormat] = {
     f.name: f for f in (FP8_E4M3, FP8_E4M3FN, FP8_E5M2, BF16, FP16, TF32, FP32, INT8)
 }
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class MxFormat:
+    """A block-scaled format of the OCP Microscaling (MX) specification v1.0.
+
+    ``block`` consecutive elements along the contraction share one scale, an E8M0 code ``s``
+    worth ``2**(s - 127)`` (``s = 255`` is NaN; there is no zero or sign). An element is a
+    small float of ``exp_bits``, ``man_bits`` and ``bias``, with NaN style ``nan``: ``"fn"``
+    (all-ones exponent and mantissa is NaN, no infinities), ``"ieee"``, or ``"none"`` (every
+    code finite, as FP4 E2M1).
+    """
+
+    name: str
+    exp_bits: int
+    man_bits: int
+    bias: int
+    nan: str
+    block: int = 32
+
+    def __post_init__(self):
+        _check_int("exp_bits", self.exp_bits, 1, 8)
+        _check_int("man_bits", self.man_bits, 1, 23)
+        _check_int("block", self.block, 1, 1 << 16)
+        if self.nan not in (*NAN_STYLES, "none"):
+            raise ValueError(f"nan must be one of 'ieee', 'fn', 'none', not {self.nan!r}")
+
+    @property
+    def bits(self) -> int:
+        return 1 + self.exp_bits + self.man_bits
+
+    @property
+    def is_float(self) -> bool:
+        return True
+
+
+#: MXFP8 with E4M3 elements (OCP E4M3: NaN at S.1111.111, no infinities); the OCP
+#: specification also defines E5M2 elements, which Trainium3's documents do not name.
+MXFP8 = MxFormat(name="mxfp8", exp_bits=4, man_bits=3, bias=7, nan="fn")
+#: MXFP4: E2M1 elements, every code finite (largest 6).
+MXFP4 = MxFormat(name="mxfp4", exp_bits=2, man_bits=1, bias=1, nan="none")
+MX_FORMATS: dict[str, MxFormat] = {f.name: f for f in (MXFP8, MXFP4)}
 
 _CFP8_LAYOUTS = {"e4m3": FP8_E4M3, "e5m2": FP8_E5M2}
 _CFP8_NAME = re.compile(r"cfp8_(e4m3|e5m2)_b(-?\d+)")

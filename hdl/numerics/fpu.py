@@ -6,6 +6,8 @@ Combinational components (no clock):
 * :class:`FpAdd32`: ``y = a + b``, IEEE 754 binary32.
 * :class:`Widen`: ``y`` = the binary32 encoding of ``x``, a bit pattern of any format of
   :mod:`hdl.numerics.formats` (exact: every such format fits in binary32).
+* :class:`MultiWiden`: the same for a format chosen at run time by a code, with one
+  normaliser shared by the formats that need one.
 
 All three round to nearest, ties to even, keep subnormal inputs and outputs (no flushing),
 overflow to a signed infinity, give ``x + (-x) = +0`` and ``(-0) + (-0) = -0``, and output every
@@ -24,7 +26,8 @@ from amaranth.lib.wiring import In, Out
 
 from .formats import FP32, FloatFormat, IntFormat
 
-__all__ = ["FpAdd32", "FpMul32", "Widen", "WidenParams", "lzc", "round_pack"]
+__all__ = ["FpAdd32", "FpMul32", "MultiWiden", "MultiWidenParams", "Widen", "WidenParams", "lzc",
+           "round_pack"]
 
 CANONICAL_NAN32 = 0x7FC0_0000
 
@@ -266,3 +269,108 @@ class Widen(wiring.Component):
             m.d.comb += self.y.eq(0)
         with m.Else():
             m.d.comb += self.y.eq(packed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MultiWidenParams:
+    """Parameters of :class:`MultiWiden`: code ``i`` selects ``formats[i]``, a float format
+    of :mod:`hdl.numerics.formats`, or None for a code this unit does not serve (its output
+    is then +0); ``width`` is the input's width (each format reads its low bits)."""
+
+    formats: tuple[FloatFormat | None, ...]
+    width: int
+
+    def __post_init__(self):
+        if not isinstance(self.formats, tuple) or not self.formats or not any(self.formats):
+            raise ValueError(f"formats must be a non-empty tuple with a float format, "
+                             f"not {self.formats!r}")
+        for fmt in self.formats:
+            if fmt is not None and not isinstance(fmt, FloatFormat):
+                raise ValueError(f"formats must hold FloatFormat or None, not {fmt!r}")
+        widest = max(f.bits for f in self.formats if f is not None)
+        if not isinstance(self.width, int) or isinstance(self.width, bool) \
+                or self.width < widest:
+            raise ValueError(f"width must be an integer of at least {widest}, "
+                             f"not {self.width!r}")
+
+    @property
+    def code_bits(self) -> int:
+        return max(1, (len(self.formats) - 1).bit_length())
+
+
+class MultiWiden(wiring.Component):
+    """Exact conversion to binary32 of ``x`` in the format that ``code`` selects.
+
+    Same results as :class:`Widen` of that format. Formats with binary32's exponent (bf16,
+    tf32, fp32) are re-packed as they are; the others (fp16, the fp8 family) share one
+    normaliser: each format's significand is left-aligned in a common width, so that one
+    leading-zero count and one packing serve them all.
+    """
+
+    def __init__(self, params: MultiWidenParams):
+        if not isinstance(params, MultiWidenParams):
+            raise ValueError(f"params must be a MultiWidenParams, not {params!r}")
+        self.params = params
+        super().__init__({"x": In(params.width), "code": In(params.code_bits), "y": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        formats = self.params.formats
+        narrow = [f for f in formats if f is not None and not _fp32_exponent(f)]
+        sig_bits = max([f.man_bits + 1 for f in narrow], default=2)
+        sign, nan, inf, zero, wide = (Signal(name=n) for n in
+                                      ("sign", "nan", "inf", "zero", "wide"))
+        direct = Signal(32)
+        sig = Signal(sig_bits)
+        e_top = Signal(signed(12))
+        codes = formats + (None,) * ((1 << self.params.code_bits) - len(formats))
+        with m.Switch(self.code):
+            for code, fmt in enumerate(codes):  # every code a case, every signal driven in
+                with m.Case(code):               # each (no default, no latch: lint clean)
+                    m.d.comb += [c.eq(0) for c in (sign, nan, inf, wide, direct, sig, e_top)]
+                    if fmt is None:
+                        m.d.comb += zero.eq(1)
+                        continue
+                    x = self.x[:fmt.bits]
+                    exp = x[fmt.man_bits:fmt.man_bits + fmt.exp_bits]
+                    man = x[:fmt.man_bits]
+                    top = (1 << fmt.exp_bits) - 1
+                    m.d.comb += [sign.eq(x[-1]), zero.eq((exp == 0) & (man == 0))]
+                    if fmt.nan == "ieee":
+                        m.d.comb += [nan.eq((exp == top) & (man != 0)),
+                                     inf.eq((exp == top) & (man == 0))]
+                    else:
+                        m.d.comb += nan.eq((exp == top) & (man == (1 << fmt.man_bits) - 1))
+                    if _fp32_exponent(fmt):
+                        m.d.comb += [wide.eq(1), direct.eq(
+                            Cat(Const(0, 23 - fmt.man_bits), man, exp, x[-1]))]
+                    else:
+                        m.d.comb += [
+                            sig.eq(Cat(Const(0, sig_bits - 1 - fmt.man_bits), man, exp != 0)),
+                            e_top.eq(Mux(exp == 0, 1, exp) - fmt.bias),
+                        ]
+        packed = Const(0, 32)
+        if narrow:
+            shift = lzc(sig)
+            width = max(sig_bits, 23) + 2  # room so that round_pack never rounds
+            norm = Signal(width)
+            m.d.comb += norm.eq(Cat(Const(0, width - sig_bits), (sig << shift)[:sig_bits]))
+            e_lead = Signal(signed(12))
+            m.d.comb += e_lead.eq(e_top - shift)
+            packed = round_pack(m, FP32, sign, e_lead, norm)
+        with m.If(nan):
+            m.d.comb += self.y.eq(CANONICAL_NAN32)
+        with m.Elif(inf):
+            m.d.comb += self.y.eq(Cat(Const(FP32.inf_bits, 31), sign))
+        with m.Elif(zero):
+            m.d.comb += self.y.eq(Cat(Const(0, 31), sign))
+        with m.Elif(wide):
+            m.d.comb += self.y.eq(direct)
+        with m.Else():
+            m.d.comb += self.y.eq(packed)
+        return m
+
+
+def _fp32_exponent(fmt: FloatFormat) -> bool:
+    """Whether ``fmt`` has binary32's exponent field (bf16, tf32, fp32): widening re-packs."""
+    return fmt.exp_bits == 8 and fmt.bias == 127

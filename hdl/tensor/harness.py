@@ -77,7 +77,7 @@ class SystolicHarness(wiring.Component):
         m = Module()
         cmd_width = cmd_layout(p).size
         stat_width = stationary_layout(p).size
-        mov_width = p.k_max * p.width
+        mov_width = p.rows * p.width
         res_width = 32 * p.cols
 
         # The testbench reads and writes these through the simulator (names are the API).

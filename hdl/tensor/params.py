@@ -17,34 +17,38 @@ def _check_positive(field: str, value) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class SystolicParams:
-    """One weight-stationary systolic array.
+    """One weight-stationary systolic array that takes its input format per instruction.
 
     Parameters
     ----------
     rows : int
-        PE rows: the contraction (partition) axis K of one pass. With ``double_rate`` each row
-        takes two contraction indices, so one pass contracts ``2 * rows``.
+        PE rows: the contraction (partition) axis K of one pass. With a double-rate format
+        each row takes two contraction indices, so one pass contracts ``2 * rows``.
     cols : int
         PE columns: the stationary free size M, which becomes the partition axis of the result.
-    fmt : str
-        Input format of both operands, a name known to
-        :func:`hdl.numerics.formats.format_by_name` (``"int8"``, ``"bf16"``, ``"fp8_e4m3"``,
-        ``"cfp8_e5m2_b12"``, ...). Floats accumulate in fp32, int8 in wrapping int32.
+    formats : tuple of str
+        The input formats, names known to :func:`hdl.numerics.formats.format_by_name`
+        (``"int8"``, ``"bf16"``, ``"fp8_e4m3"``, ``"cfp8_e5m2_b12"``, ...). An instruction
+        names its format by its position here (its code). Floats accumulate in fp32, int8 in
+        wrapping int32.
+    double_rate : tuple of str
+        The formats of ``formats`` that run two products per PE per cycle (PE row r holds
+        contraction indices 2r and 2r+1); 8-bit float formats only.
     moving_max : int
         Largest moving free size N of one multiply: the depth of the PSUM bank.
-    double_rate : bool
-        Two products per PE per cycle (PE row r holds contraction indices 2r and 2r+1);
-        8-bit float formats only.
     load_columns : int
         Stationary columns one LoadStationary beat carries: the load path's speed against a
         multiply, which takes one moving column per cycle (at most ``cols`` are used).
+
+    An operand beat carries one word of :attr:`width` bits per PE row: the element in its
+    low bits, or with a double-rate format index 2r in bits 0-7 and 2r+1 in bits 8-15.
     """
 
     rows: int
     cols: int
-    fmt: str
+    formats: tuple[str, ...]
+    double_rate: tuple[str, ...] = ()
     moving_max: int = 512
-    double_rate: bool = False
     load_columns: int = 4
 
     def __post_init__(self):
@@ -54,40 +58,77 @@ class SystolicParams:
         _check_positive("load_columns", self.load_columns)
         from hdl.numerics.formats import format_by_name
 
-        try:
-            fmt = format_by_name(self.fmt)
-        except ValueError as err:  # name the field, keep the list of legal formats
-            raise ValueError(f"fmt{str(err).removeprefix('format')}") from None
-        if not isinstance(self.double_rate, bool):
-            raise ValueError(f"double_rate must be a bool, not {self.double_rate!r}")
-        if self.double_rate and not (fmt.is_float and fmt.bits == 8):
-            raise ValueError(f"fmt must be an 8-bit float format with double_rate, "
-                             f"not {self.fmt!r}")
+        if not isinstance(self.formats, tuple) or not self.formats:
+            raise ValueError(f"formats must be a non-empty tuple of format names, "
+                             f"not {self.formats!r}")
+        for name in self.formats:
+            try:
+                format_by_name(name)
+            except ValueError as err:  # name the field, keep the list of legal formats
+                raise ValueError(f"formats{str(err).removeprefix('format')}") from None
+        if len(set(self.formats)) != len(self.formats):
+            raise ValueError(f"formats must not repeat a format, not {self.formats!r}")
+        if not isinstance(self.double_rate, tuple):
+            raise ValueError(f"double_rate must be a tuple of format names, "
+                             f"not {self.double_rate!r}")
+        for name in self.double_rate:
+            if name not in self.formats:
+                raise ValueError(f"double_rate must name formats of {self.formats!r}, "
+                                 f"not {name!r}")
+            fmt = format_by_name(name)
+            if not (fmt.is_float and fmt.bits == 8):
+                raise ValueError(f"double_rate must name 8-bit float formats, not {name!r}")
 
     @cached_property
-    def format(self):
-        """The format descriptor of :attr:`fmt`."""
+    def format_list(self):
+        """The format descriptors of :attr:`formats`, in code order."""
         from hdl.numerics.formats import format_by_name
 
-        return format_by_name(self.fmt)
+        return tuple(format_by_name(name) for name in self.formats)
+
+    def code(self, fmt: str) -> int:
+        """The code of input format ``fmt`` (its position in :attr:`formats`)."""
+        if fmt not in self.formats:
+            raise ValueError(f"fmt must be one of {', '.join(self.formats)}, not {fmt!r}")
+        return self.formats.index(fmt)
+
+    def is_double(self, fmt: str) -> bool:
+        return fmt in self.double_rate
+
+    def is_int(self, fmt: str) -> bool:
+        return not self.format_list[self.code(fmt)].is_float
+
+    def k_limit(self, fmt: str) -> int:
+        """Largest contraction K of one pass in ``fmt``."""
+        return (2 if self.is_double(fmt) else 1) * self.rows
 
     @property
-    def is_float(self) -> bool:
-        return self.format.is_float
+    def has_float(self) -> bool:
+        return any(f.is_float for f in self.format_list)
+
+    @property
+    def has_int(self) -> bool:
+        return any(not f.is_float for f in self.format_list)
+
+    @property
+    def code_bits(self) -> int:
+        return max(1, (len(self.formats) - 1).bit_length())
 
     @property
     def width(self) -> int:
-        """Bits of one input element."""
-        return self.format.bits
+        """Bits of one operand word (one per PE row): the widest format, at least 16 with
+        double-rate formats (two 8-bit elements)."""
+        widest = max(f.bits for f in self.format_list)
+        return max(widest, 16) if self.double_rate else widest
 
     @property
     def lanes(self) -> int:
-        """Products per PE per cycle."""
+        """Multipliers per PE: two with double-rate formats."""
         return 2 if self.double_rate else 1
 
     @property
     def k_max(self) -> int:
-        """Largest contraction K of one pass."""
+        """Largest contraction K of one pass over all formats."""
         return self.lanes * self.rows
 
     @property

@@ -1,48 +1,60 @@
 """Processing element of the weight-stationary systolic array.
 
-A PE holds two weight banks of one stationary element per lane (two lanes with double-rate
-FP8). Each enabled cycle it forwards the moving element, with the bank select ``s`` that
-travels beside it, to its right neighbour, and the partial sum to the PE below::
+A PE holds two weight banks of one operand word each. Each enabled cycle it forwards the
+moving word, with the control that travels beside it (``ctl``: the bank to read, the weight's
+and the moving word's format codes, the double-rate and integer flags), to its right
+neighbour, and the partial sum to the PE below::
 
-    psum_out <= add32(psum_in, mul32(w0, x0))                 (one lane)
-    psum_out <= add32(add32(psum_in, mul32(w0, x0)), mul32(w1, x1))   (two lanes)
+    psum_out <= add32(psum_in, mul32(w0, x0))                         (one product)
+    psum_out <= add32(add32(psum_in, mul32(w0, x0)), mul32(w1, x1))   (double rate)
 
-with ``w`` the weights of bank ``s_in``; int8 computes ``psum_in + w * x`` in wrapping int32.
+with ``w`` the weight word of the selected bank and each operand widened exactly to fp32 by
+its own format (:class:`~hdl.numerics.fpu.MultiWiden`, the format chosen at run time); with
+double rate, element 0 of a word is bits 0-7 and element 1 bits 8-15. An int8 pass computes
+``psum_in + w * x`` in wrapping int32.
 
 Weights arrive on a second wave beside the moving one: a stationary beat carries
-``beat_columns`` columns' weights (``w``, each column's lanes), the bank to write (``wb``) and
-``ws``, the hop count to the last column it serves, one less at each PE. A PE with
-``ws < beat_columns`` writes column slot ``beat_columns - 1 - ws`` of the beat into bank
-``wb``; the beat goes no further than ``ws == 0``. The sequencer fills a bank only after the
-last moving element that reads it has been injected, and the two waves cross every PE in the
-same order, so a new tile loads while the other bank still multiplies.
+``beat_columns`` columns' words (``w``), the bank to write (``wb``) and ``ws``, the hop count
+to the last column it serves, one less at each PE. A PE with ``ws < beat_columns`` writes
+column slot ``beat_columns - 1 - ws`` of the beat into bank ``wb``; the beat goes no further
+than ``ws == 0``. The sequencer fills a bank only after the last moving element that reads it
+has been injected, and the two waves cross every PE in the same order, so a new tile loads
+while the other bank still multiplies.
 """
 
 from __future__ import annotations
 
 from amaranth import Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .params import SystolicParams
 
-__all__ = ["ProcessingElement", "pe_ports"]
+__all__ = ["ProcessingElement", "ctl_layout", "pe_ports"]
+
+
+def ctl_layout(params: SystolicParams) -> data.StructLayout:
+    """What travels with a moving word: the weight bank to read (``bank``), the format codes
+    of the weight (``wfmt``) and of the moving word (``xfmt``), and whether the pass is
+    double-rate (``double``) or integer (``int``)."""
+    return data.StructLayout({"bank": 1, "wfmt": params.code_bits, "xfmt": params.code_bits,
+                              "double": 1, "int": 1})
 
 
 def pe_ports(params: SystolicParams) -> dict:
     """Port signature of a PE (also the port list of its emitted Verilog module)."""
-    lw = params.lanes * params.width
-    ww = params.beat_columns * lw
+    w = params.width
+    ctl = ctl_layout(params).size
     return {
         "en": In(1),
-        "x_in": In(lw),
-        "x_out": Out(lw),
-        "s_in": In(1),
-        "s_out": Out(1),
+        "x_in": In(w),
+        "x_out": Out(w),
+        "ctl_in": In(ctl),
+        "ctl_out": Out(ctl),
         "psum_in": In(32),
         "psum_out": Out(32),
-        "w_in": In(ww),
-        "w_out": Out(ww),
+        "w_in": In(params.beat_columns * w),
+        "w_out": Out(params.beat_columns * w),
         "wv_in": In(1),
         "wv_out": Out(1),
         "wb_in": In(1),
@@ -55,8 +67,8 @@ def pe_ports(params: SystolicParams) -> dict:
 class ProcessingElement(wiring.Component):
     """One multiply-accumulate cell; see the module docstring for its contract.
 
-    Ports: ``en`` advances both waves (``x``/``s``/``psum`` and ``w``/``wv``/``wb``/``ws``);
-    ``w_in`` holds slot ``j`` of lane ``l`` at element ``l * beat_columns + j``.
+    Ports: ``en`` advances both waves (``x``/``ctl``/``psum`` and ``w``/``wv``/``wb``/``ws``);
+    ``w_in`` holds slot ``j`` at word ``j``.
     """
 
     def __init__(self, params: SystolicParams):
@@ -65,60 +77,64 @@ class ProcessingElement(wiring.Component):
         self.params = params
         super().__init__(pe_ports(params))
 
-    def _widen(self, m: Module, name: str, bits):
-        """fp32 bits of an operand (fp32 operands go to the multiplier as they are)."""
-        if self.params.width == 32:
-            return bits
-        from hdl.numerics.fpu import Widen, WidenParams
+    def _widen(self, m: Module, name: str, bits, code, formats):
+        from hdl.numerics.fpu import MultiWiden, MultiWidenParams
 
-        m.submodules[f"widen_{name}"] = widen = Widen(WidenParams(fmt=self.params.format))
-        m.d.comb += widen.x.eq(bits)
+        m.submodules[f"widen_{name}"] = widen = MultiWiden(
+            MultiWidenParams(formats=formats, width=len(bits)))
+        m.d.comb += [widen.x.eq(bits), widen.code.eq(code)]
         return widen.y
 
     def elaborate(self, platform):
         p = self.params
         m = Module()
         w, bc = p.width, p.beat_columns
-        banks = [[Signal(w, name=f"bank{b}_{lane}") for lane in range(p.lanes)]
-                 for b in range(2)]
-        xs = [self.x_in[lane * w:(lane + 1) * w] for lane in range(p.lanes)]
+        banks = [Signal(w, name=f"bank{b}") for b in range(2)]
+        ctl = data.View(ctl_layout(p), self.ctl_in)
 
         take = Signal()
         m.d.comb += take.eq(self.wv_in & (self.ws_in < bc))
         if bc > 1:
             slot = Signal(range(bc), name="slot")
             m.d.comb += slot.eq(bc - 1 - self.ws_in)
+        value = self.w_in.word_select(slot, w) if bc > 1 else self.w_in
         with m.If(self.en & take):
-            for lane in range(p.lanes):
-                chunk = self.w_in[lane * bc * w:(lane + 1) * bc * w]
-                value = chunk.word_select(slot, w) if bc > 1 else chunk
-                with m.If(self.wb_in):
-                    m.d.sync += banks[1][lane].eq(value)
-                with m.Else():
-                    m.d.sync += banks[0][lane].eq(value)
+            with m.If(self.wb_in):
+                m.d.sync += banks[1].eq(value)
+            with m.Else():
+                m.d.sync += banks[0].eq(value)
 
-        weights = [Mux(self.s_in, banks[1][lane], banks[0][lane]) for lane in range(p.lanes)]
-        acc = self.psum_in
-        if p.is_float:
+        weight = Signal(w)
+        m.d.comb += weight.eq(Mux(ctl.bank, banks[1], banks[0]))
+        x = self.x_in
+        acc = None
+        if p.has_float:
             from hdl.numerics.fpu import FpAdd32, FpMul32
 
-            for lane in range(p.lanes):
-                m.submodules[f"mul{lane}"] = mul = FpMul32()
-                m.submodules[f"add{lane}"] = add = FpAdd32()
-                m.d.comb += [
-                    mul.a.eq(self._widen(m, f"w{lane}", weights[lane])),
-                    mul.b.eq(self._widen(m, f"x{lane}", xs[lane])),
-                    add.a.eq(acc), add.b.eq(mul.y),
-                ]
-                acc = add.y
-        else:
-            for lane in range(p.lanes):
-                acc = (acc + weights[lane].as_signed() * xs[lane].as_signed())[:32]
+            every = tuple(f if f.is_float else None for f in p.format_list)
+            m.submodules.mul0 = mul0 = FpMul32()
+            m.submodules.add0 = add0 = FpAdd32()
+            m.d.comb += [mul0.a.eq(self._widen(m, "w0", weight, ctl.wfmt, every)),
+                         mul0.b.eq(self._widen(m, "x0", x, ctl.xfmt, every)),
+                         add0.a.eq(self.psum_in), add0.b.eq(mul0.y)]
+            acc = add0.y
+            if p.double_rate:
+                fp8 = tuple(f if n in p.double_rate else None
+                            for n, f in zip(p.formats, p.format_list, strict=True))
+                m.submodules.mul1 = mul1 = FpMul32()
+                m.submodules.add1 = add1 = FpAdd32()
+                m.d.comb += [mul1.a.eq(self._widen(m, "w1", weight[8:16], ctl.wfmt, fp8)),
+                             mul1.b.eq(self._widen(m, "x1", x[8:16], ctl.xfmt, fp8)),
+                             add1.a.eq(add0.y), add1.b.eq(mul1.y)]
+                acc = Mux(ctl.double, add1.y, add0.y)
+        if p.has_int:
+            product = (self.psum_in + weight[:8].as_signed() * x[:8].as_signed())[:32]
+            acc = product if acc is None else Mux(ctl.int, product, acc)
 
         with m.If(self.en):
             m.d.sync += [
                 self.x_out.eq(self.x_in),
-                self.s_out.eq(self.s_in),
+                self.ctl_out.eq(self.ctl_in),
                 self.psum_out.eq(acc),
                 self.w_out.eq(self.w_in),
                 self.wv_out.eq(self.wv_in & (self.ws_in != 0)),

@@ -1,13 +1,16 @@
 """Weight-stationary systolic array: the tensor engine's matmul datapath.
 
 ``rows`` PE rows hold the contraction (partition) axis K, ``cols`` PE columns the stationary
-free axis M. PE (r, c) holds ``stationary[r, c]`` (with double rate: ``stationary[2r + l, c]``
-in lane l). A moving vector (one column of the K x N moving tile) enters row r after r cycles of
-skew and travels right; partial sums travel down, so column c sums k = 0 .. K-1 in order from
-+0.0 and leaves the bottom row as ``dst[c, n]``. Each column's sum then meets its PSUM column,
-one cycle after the column to its left, which stores it (overwrite) or adds it to what the bank
-holds (accumulate) and appends the new value to the output row passing along the columns, so
-the row leaves the last column aligned (the deskew). Each PSUM row written leaves on ``out``.
+free axis M. PE (r, c) holds ``stationary[r, c]`` (with a double-rate format:
+``stationary[2r + l, c]`` in element l of its word). Each instruction names its input format
+(a code, the position in ``params.formats``), so one array runs every format and a program
+may change format from one instruction to the next. A moving vector (one column of the K x N
+moving tile) enters row r after r cycles of skew and travels right; partial sums travel
+down, so column c sums k = 0 .. K-1 in order from +0.0 and leaves the bottom row as
+``dst[c, n]``. Each column's sum then meets its PSUM column, one cycle after the column to its left,
+which stores it (overwrite) or adds it to what the bank holds (accumulate) and appends the
+new value to the output row passing along the columns, so the row leaves the last column
+aligned (the deskew). Each PSUM row written leaves on ``out``.
 
 Structure: :class:`SystolicControl` (sequencer), ``rows`` identical :class:`SystolicRow` (``cols``
 :class:`~hdl.tensor.pe.ProcessingElement` each, plus one stage of the input skew) and ``cols``
@@ -15,19 +18,22 @@ identical :class:`PsumColumn`, so that a generator can emit each kind of cell on
 
 Instructions (``cmd`` stream, executed in order):
 
-* ``LOAD`` (LoadStationary, fields ``k``, ``m``): takes ``ceil(m / beat_columns)`` beats from
-  ``stationary``, beat g holding columns ``g * beat_columns + j`` of the K x M stationary tile
-  (``k_max`` elements each; columns >= m are ignored by the PSUM write). Contraction indices
+* ``LOAD`` (LoadStationary, fields ``fmt``, ``k``, ``m``): takes ``ceil(m / beat_columns)``
+  beats from ``stationary``, beat g holding columns ``g * beat_columns + j`` of the K x M
+  stationary tile (``rows`` words each, packed as :class:`SystolicParams` says; columns >= m
+  are ignored by the PSUM write). Contraction indices
   >= k read as zero (a count of the indices left travels down the rows with the beat). The
   array has two weight banks: a load fills the one the latest tile
   does not use, as soon as no moving vector still to be injected reads it, so it runs while
   the previous tile's multiply does (the load path takes ``beat_columns`` columns per cycle,
   a multiply one).
-* ``MULTIPLY`` (MultiplyMoving, fields ``n``, ``accumulate``): takes ``n`` beats from
-  ``moving``, beat j holding column j of the K x N moving tile (``k_max`` elements, indices
+* ``MULTIPLY`` (MultiplyMoving, fields ``fmt``, ``n``, ``accumulate``): takes ``n`` beats from
+  ``moving``, beat j holding column j of the K x N moving tile (``rows`` words, indices
   >= k zeroed), and produces ``n`` beats on ``out``: beat j is PSUM row j after the update,
   ``cols`` fp32 (or int32) values; columns >= m keep the bank's earlier contents. It reads the
-  latest tile's bank, and starts once that tile is loaded.
+  latest tile's bank, and starts once that tile is loaded. Its format may differ from the
+  tile's if both are double-rate or both not, and both float or both int8 (the golden
+  model's :func:`~sim.golden.systolic.schedule` refuses other programs).
 
 The whole datapath advances on one enable, ``~out.valid | out.ready``, so backpressure on
 ``out`` stalls it and an idle ``moving`` stream only inserts bubbles. Cycle counts are given
@@ -36,16 +42,16 @@ exactly by :func:`sim.golden.systolic.schedule`.
 
 from __future__ import annotations
 
-from amaranth import Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal
+from amaranth import Array, Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .params import SystolicParams
-from .pe import ProcessingElement, pe_ports
+from .pe import ProcessingElement, ctl_layout, pe_ports
 
 __all__ = ["Op", "PsumColumn", "SystolicArray", "SystolicControl", "SystolicParams",
            "SystolicRow", "cmd_layout", "column_ports", "control_ports", "meta_layout",
-           "row_ports", "stationary_layout"]
+           "moving_layout", "row_ports", "stationary_layout"]
 
 
 class Op(enum.Enum, shape=1):
@@ -54,9 +60,10 @@ class Op(enum.Enum, shape=1):
 
 
 def cmd_layout(params: SystolicParams) -> data.StructLayout:
-    """Payload of the ``cmd`` stream."""
+    """Payload of the ``cmd`` stream (``fmt``: the input format's code)."""
     return data.StructLayout({
         "op": Op,
+        "fmt": params.code_bits,
         "k": params.k_bits,
         "m": params.m_bits,
         "n": params.n_bits,
@@ -66,24 +73,27 @@ def cmd_layout(params: SystolicParams) -> data.StructLayout:
 
 def meta_layout(params: SystolicParams) -> data.StructLayout:
     """What travels with a moving vector to the PSUM columns (``m_left`` counts down one per
-    column: column c writes the bank while it is nonzero, i.e. for c < m)."""
+    column: column c writes the bank while it is nonzero, i.e. for c < m; ``int``: the sum
+    is an int32 one)."""
     return data.StructLayout({
         "valid": 1,
         "index": params.index_bits,
         "accumulate": 1,
         "m_left": params.m_bits,
+        "int": 1,
     })
 
 
 def row_ports(params: SystolicParams) -> dict:
     """Port signature of one PE row (also the port list of its emitted Verilog module)."""
-    stat = params.k_max * params.beat_columns * params.width
+    stat = params.rows * params.beat_columns * params.width
+    ctl = ctl_layout(params).size
     return {
         "en": In(1),
-        "mov_in": In(params.k_max * params.width),
-        "mov_out": Out(params.k_max * params.width),
-        "s_in": In(1),
-        "s_out": Out(1),
+        "mov_in": In(params.rows * params.width),
+        "mov_out": Out(params.rows * params.width),
+        "ctl_in": In(ctl),
+        "ctl_out": Out(ctl),
         "psum_in": In(32 * params.cols),
         "psum_out": Out(32 * params.cols),
         "stat_in": In(stat),
@@ -96,7 +106,17 @@ def row_ports(params: SystolicParams) -> dict:
         "ws_out": Out(params.skip_bits),
         "wk_in": In(params.k_bits),
         "wk_out": Out(params.k_bits),
+        "wd_in": In(1),
+        "wd_out": Out(1),
     }
+
+
+def _mask_word(word, keep0, keep1):
+    """``word`` with element 0 (bits 0-7 and 16 up) zeroed unless ``keep0`` and element 1
+    (bits 8-15, a double-rate word's second element) unless ``keep1``."""
+    if len(word) < 16:
+        return Mux(keep0, word, 0)
+    return Cat(Mux(keep0, word[:8], 0), Mux(keep1, word[8:16], 0), Mux(keep0, word[16:], 0))
 
 
 def column_ports(params: SystolicParams) -> dict:
@@ -132,10 +152,10 @@ def _attach(m: Module, name: str, component, ports: dict, wires: dict) -> None:
 class SystolicRow(wiring.Component):
     """``cols`` PEs chained left to right (the moving wave and the weight wave flow right).
 
-    The row takes lanes ``0 .. lanes-1`` of ``mov_in`` and of ``stat_in`` (its own
-    contraction indices; ``stat_in`` is contraction-major, ``beat_columns`` elements per
-    index) and passes both vectors on, one cycle later and shifted down by one row's lanes,
-    to the next row: that is the input skew of both waves, built from identical rows. With
+    The row takes word 0 of ``mov_in`` and words ``0 .. beat_columns-1`` of ``stat_in`` (its
+    own contraction indices; ``stat_in`` is row-major, ``beat_columns`` words per row) and
+    passes both vectors on, one cycle later and shifted down by one row's words, to the next
+    row: that is the input skew of both waves, built from identical rows. With
     ``pe_module`` set, the PEs are instances of that separately emitted Verilog module
     (ports :func:`pe_ports`).
     """
@@ -150,22 +170,26 @@ class SystolicRow(wiring.Component):
     def elaborate(self, platform):
         p = self.params
         m = Module()
-        lw = p.lanes * p.width
+        lw = p.width
         ww = lw * p.beat_columns
+        # Contraction indices >= k load as zeros: ``wk`` counts the tile's indices left,
+        # two per row for a double-rate tile (``wd``).
+        step = Mux(self.wd_in, 2, 1) if p.double_rate else 1
         with m.If(self.en):
-            m.d.sync += [self.mov_out.eq(self.mov_in[lw:]), self.s_out.eq(self.s_in),
+            m.d.sync += [self.mov_out.eq(self.mov_in[lw:]), self.ctl_out.eq(self.ctl_in),
                          self.stat_out.eq(self.stat_in[ww:]), self.wv_out.eq(self.wv_in),
-                         self.wb_out.eq(self.wb_in), self.ws_out.eq(self.ws_in)]
-            if p.k_max > p.lanes:  # else no row follows
-                m.d.sync += self.wk_out.eq(Mux(self.wk_in > p.lanes, self.wk_in - p.lanes, 0))
-        # Contraction indices >= k load as zeros: ``wk`` counts the tile's indices left.
-        lane_bits = p.beat_columns * p.width
-        weights = Cat(*[Mux(self.wk_in > lane, self.stat_in[lane * lane_bits:
-                                                             (lane + 1) * lane_bits], 0)
-                        for lane in range(p.lanes)])
-        chain = {"x": self.mov_in[:lw], "s": self.s_in, "w": weights,
+                         self.wb_out.eq(self.wb_in), self.ws_out.eq(self.ws_in),
+                         self.wd_out.eq(self.wd_in)]
+            if p.rows > 1:  # else no row follows
+                m.d.sync += self.wk_out.eq(Mux(self.wk_in > step, self.wk_in - step, 0))
+        keep0 = self.wk_in > 0
+        keep1 = Mux(self.wd_in, self.wk_in > 1, keep0) if p.double_rate else keep0
+        weights = Cat(*[_mask_word(self.stat_in[j * lw:(j + 1) * lw], keep0, keep1)
+                        for j in range(p.beat_columns)])
+        chain = {"x": self.mov_in[:lw], "ctl": self.ctl_in, "w": weights,
                  "wv": self.wv_in, "wb": self.wb_in, "ws": self.ws_in}
-        widths = {"x": lw, "s": 1, "w": ww, "wv": 1, "wb": 1, "ws": p.skip_bits}
+        widths = {"x": lw, "ctl": ctl_layout(p).size, "w": ww, "wv": 1, "wb": 1,
+                  "ws": p.skip_bits}
         for col in range(p.cols):
             wires = {"en": self.en,
                      "psum_in": self.psum_in[32 * col:32 * (col + 1)],
@@ -213,14 +237,13 @@ class PsumColumn(wiring.Component):
         with m.If(self.en):
             m.d.sync += [meta_a.eq(meta_in), sum_a.eq(self.sum_in)]
 
-        if p.is_float:
+        total = int_total = (rp.data + sum_a)[:32]
+        if p.has_float:
             from hdl.numerics.fpu import FpAdd32
 
             m.submodules.add = add = FpAdd32()
             m.d.comb += [add.a.eq(rp.data), add.b.eq(sum_a)]
-            total = add.y
-        else:
-            total = (rp.data + sum_a)[:32]
+            total = Mux(meta_a.int, int_total, add.y) if p.has_int else add.y
         write = meta_a.m_left != 0
         updated = Mux(write, Mux(meta_a.accumulate, total, sum_a), rp.data)
         m.d.comb += [wp.addr.eq(meta_a.index), wp.data.eq(updated),
@@ -231,6 +254,7 @@ class PsumColumn(wiring.Component):
             meta_out.index.eq(meta_a.index),
             meta_out.accumulate.eq(meta_a.accumulate),
             meta_out.m_left.eq(Mux(write, meta_a.m_left - 1, 0)),
+            meta_out.int.eq(meta_a.int),
         ]
         with m.If(self.en):
             m.d.sync += self.vec_out.eq(Cat(self.vec_in[32:], updated))
@@ -238,8 +262,13 @@ class PsumColumn(wiring.Component):
 
 
 def stationary_layout(params: SystolicParams) -> data.ArrayLayout:
-    """Payload of the ``stationary`` stream: ``beat_columns`` columns of ``k_max`` elements."""
-    return data.ArrayLayout(data.ArrayLayout(params.width, params.k_max), params.beat_columns)
+    """Payload of the ``stationary`` stream: ``beat_columns`` columns of ``rows`` words."""
+    return data.ArrayLayout(data.ArrayLayout(params.width, params.rows), params.beat_columns)
+
+
+def moving_layout(params: SystolicParams) -> data.ArrayLayout:
+    """Payload of the ``moving`` stream: one column of ``rows`` words."""
+    return data.ArrayLayout(params.width, params.rows)
 
 
 def control_ports(params: SystolicParams) -> dict:
@@ -248,18 +277,19 @@ def control_ports(params: SystolicParams) -> dict:
     return {
         "cmd": In(stream.Signature(cmd_layout(params))),
         "stationary": In(stream.Signature(stationary_layout(params))),
-        "moving": In(stream.Signature(data.ArrayLayout(w, params.k_max))),
+        "moving": In(stream.Signature(moving_layout(params))),
         "out_valid": Out(1),
         "out_ready": In(1),
         "last_meta": In(meta_layout(params).size),
         "en": Out(1),
-        "mov": Out(params.k_max * w),
-        "sel": Out(1),
-        "stat": Out(params.k_max * params.beat_columns * w),
+        "mov": Out(params.rows * w),
+        "ctl": Out(ctl_layout(params).size),
+        "stat": Out(params.rows * params.beat_columns * w),
         "wv": Out(1),
         "wb": Out(1),
         "ws": Out(params.skip_bits),
         "wk": Out(params.k_bits),
+        "wd": Out(1),
         "meta": Out(meta_layout(params).size),
     }
 
@@ -267,10 +297,10 @@ def control_ports(params: SystolicParams) -> dict:
 class SystolicControl(wiring.Component):
     """The array's sequencer: instruction decode, stationary loading, moving injection.
 
-    Drives the first stage of both waves (``mov`` with its bank select ``sel``; ``stat`` with
-    ``wv``/``wb``/``ws``), the metadata that reaches the PSUM columns ``rows + 1`` cycles later
-    (``meta``), and the pipeline enable ``en``; ``last_meta`` (the metadata leaving the last
-    PSUM column) becomes ``out_valid``.
+    Drives the first stage of both waves (``mov`` with its control ``ctl``; ``stat`` with
+    ``wv``/``wb``/``ws``/``wk``/``wd``), the metadata that reaches the PSUM columns ``rows + 1``
+    cycles later (``meta``), and the pipeline enable ``en``; ``last_meta`` (the metadata leaving
+    the last PSUM column) becomes ``out_valid``.
     """
 
     def __init__(self, params: SystolicParams):
@@ -290,11 +320,13 @@ class SystolicControl(wiring.Component):
         cur_bank = Signal()
         cur_k = Signal(p.k_bits)
         cur_m = Signal(p.m_bits)
+        cur_fmt = Signal(p.code_bits)
         load_run = Signal()
         load_bank = Signal()
         load_k = Signal(p.k_bits)
         load_m = Signal(p.m_bits)
         load_skip = Signal(p.skip_bits)
+        load_double = Signal()
         mul_run = Signal()
         mul_bank = Signal()
         mul_k = Signal(p.k_bits)
@@ -302,6 +334,10 @@ class SystolicControl(wiring.Component):
         mul_count = Signal(p.index_bits)
         mul_last = Signal(p.index_bits)
         mul_acc = Signal()
+        mul_wfmt = Signal(p.code_bits)
+        mul_xfmt = Signal(p.code_bits)
+        mul_double = Signal()
+        mul_int = Signal()
 
         inject_vector = Signal()
         last_vector = Signal()
@@ -325,6 +361,15 @@ class SystolicControl(wiring.Component):
         with m.Else():
             m.d.comb += self.cmd.ready.eq(load_free & (~mul_run | last_vector))
 
+        # Per-format constants, looked up by code (codes past the list read as zero).
+        def table(flags):
+            flags = [int(f) for f in flags]
+            flags += [0] * ((1 << p.code_bits) - len(flags))
+            return Array(Const(f, 1) for f in flags)[cmd.fmt]
+
+        cmd_double = table(p.is_double(f) for f in p.formats)
+        cmd_int = table(p.is_int(f) for f in p.formats)
+
         with m.If(beat):
             m.d.sync += load_skip.eq(load_skip + bc)
             with m.If(last_beat):
@@ -337,30 +382,47 @@ class SystolicControl(wiring.Component):
             with m.If(cmd.op == Op.LOAD):
                 m.d.sync += [load_run.eq(1), load_bank.eq(~cur_bank), load_k.eq(cmd.k),
                              load_m.eq(cmd.m), load_skip.eq(bc - 1), cur_bank.eq(~cur_bank),
-                             cur_k.eq(cmd.k), cur_m.eq(cmd.m)]
+                             cur_k.eq(cmd.k), cur_m.eq(cmd.m), cur_fmt.eq(cmd.fmt),
+                             load_double.eq(cmd_double)]
             with m.Else():
                 m.d.sync += [mul_run.eq(1), mul_count.eq(0), mul_last.eq(cmd.n - 1),
                              mul_acc.eq(cmd.accumulate), mul_bank.eq(cur_bank),
-                             mul_k.eq(cur_k), mul_m.eq(cur_m)]
+                             mul_k.eq(cur_k), mul_m.eq(cur_m), mul_wfmt.eq(cur_fmt),
+                             mul_xfmt.eq(cmd.fmt), mul_double.eq(cmd_double),
+                             mul_int.eq(cmd_int)]
 
         # Stage 1 of both waves; the metadata waits `rows` more cycles for the bottom row.
-        masked = Cat(*[Mux(mul_k > k, self.moving.payload[k], 0) for k in range(p.k_max)])
+        # Moving indices >= k are zeroed (row r holds index r, or 2r and 2r + 1).
+        words = []
+        for r in range(p.rows):
+            word = self.moving.payload[r]
+            if p.double_rate:
+                keep0 = Mux(mul_double, mul_k > 2 * r, mul_k > r)
+                keep1 = Mux(mul_double, mul_k > 2 * r + 1, keep0)
+            else:
+                keep0 = keep1 = mul_k > r
+            words.append(_mask_word(word, keep0, keep1))
         columns = self.stationary.payload
-        weights = Cat(*[columns[j][k] for k in range(p.k_max) for j in range(bc)])
+        weights = Cat(*[columns[j][r] for r in range(p.rows) for j in range(bc)])
+        ctl = Signal(ctl_layout(p))
+        m.d.comb += [ctl.bank.eq(mul_bank), ctl.wfmt.eq(mul_wfmt), ctl.xfmt.eq(mul_xfmt),
+                     ctl.double.eq(mul_double), ctl.int.eq(mul_int)]
         meta = [Signal(layout, name=f"meta_{j}") for j in range(1, p.rows + 2)]
         with m.If(en):
             m.d.sync += [
-                self.mov.eq(Mux(inject_vector, masked, 0)),
-                self.sel.eq(mul_bank),
+                self.mov.eq(Mux(inject_vector, Cat(*words), 0)),
+                self.ctl.eq(ctl),
                 self.stat.eq(weights),
                 self.wv.eq(beat),
                 self.wk.eq(load_k),
+                self.wd.eq(load_double),
                 self.wb.eq(load_bank),
                 self.ws.eq(load_skip),
                 meta[0].valid.eq(inject_vector),
                 meta[0].index.eq(mul_count),
                 meta[0].accumulate.eq(mul_acc),
                 meta[0].m_left.eq(mul_m),
+                meta[0].int.eq(mul_int),
                 self.out_valid.eq(data.View(layout, self.last_meta).valid),
             ]
             m.d.sync += [meta[j].eq(meta[j - 1]) for j in range(1, p.rows + 1)]
@@ -383,7 +445,7 @@ class SystolicArray(wiring.Component):
         super().__init__({
             "cmd": In(stream.Signature(cmd_layout(params))),
             "stationary": In(stream.Signature(stationary_layout(params))),
-            "moving": In(stream.Signature(data.ArrayLayout(params.width, params.k_max))),
+            "moving": In(stream.Signature(moving_layout(params))),
             "out": Out(stream.Signature(data.ArrayLayout(32, params.cols))),
         })
 
@@ -396,8 +458,9 @@ class SystolicArray(wiring.Component):
         m.d.comb += [self.out.valid.eq(control.out_valid), control.out_ready.eq(self.out.ready)]
 
         psum = Const(0, 32 * p.cols)
-        chain = {"mov": control.mov, "s": control.sel, "stat": control.stat,
-                 "wv": control.wv, "wb": control.wb, "ws": control.ws, "wk": control.wk}
+        chain = {"mov": control.mov, "ctl": control.ctl, "stat": control.stat,
+                 "wv": control.wv, "wb": control.wb, "ws": control.ws, "wk": control.wk,
+                 "wd": control.wd}
         ports = row_ports(p)
         for r in range(p.rows):
             wires = {"en": control.en, "psum_in": psum,

@@ -5,10 +5,10 @@ Each beat of the input stream carries one fp32 element of every lane (partition)
 
 * ``x = add32(mul32(data, scale), bias)`` with the lane's ``scale`` and ``bias``;
 * ``y = f(x)``, ``f = params.functions[func]``: range reduction on the fp32 exponent (exp,
-  log, sqrt, rsqrt, reciprocal), a piecewise polynomial evaluated in fp32 from a coefficient
-  ROM, then the reduction undone and the special values and out-of-range rules applied, all
-  as documented in :mod:`hdl.vector.functions` (coefficients from
-  :func:`hdl.vector.fitting.activation_table`);
+  log, sqrt, rsqrt, reciprocal), exactly modulo pi/2 (sin, cos) or to 1/x (arctan), a
+  piecewise polynomial evaluated in fp32 from a coefficient ROM, then the reduction undone
+  and the special values and out-of-range rules applied, all as documented in
+  :mod:`hdl.vector.functions` (coefficients from :func:`hdl.vector.fitting.activation_table`);
 * ``sum = add32(sum, y)``, the running sum along the free axis, from +0.0, restarting after
   the element flagged ``last``.
 
@@ -34,10 +34,11 @@ from hdl.numerics.cast import RNGS, FormatCastLane, seed_value, seed_words
 from hdl.numerics.formats import format_by_name
 from hdl.numerics.fpu import FpAdd32, FpMul32
 
+from . import trig
 from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fitting import activation_table, exp_index, rom_words
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_lt, is_nan
-from .functions import DEFAULT_FUNCTIONS, EXP_TAIL_CUBIC, RULE_BITS, FunctionSpec
+from .functions import DEFAULT_FUNCTIONS, EXP_TAIL_CUBIC, RULE_BITS, TRIG, FunctionSpec
 from .lanes import add_lane, lane_verilog
 
 __all__ = ["Activation", "ActivationLane", "ActivationParams"]
@@ -55,6 +56,9 @@ LN2_32 = f32_bits(math.log(2.0))
 T_MAX32 = f32_bits(192.0)
 TWO64_32 = f32_bits(2.0**64)
 SQRT2_MANT = 0x3504F3  # mantissa of fp32 sqrt(2) (rounded down): m >= it halves m for log
+TWO_OVER_PI32 = f32_bits(2.0 / math.pi)
+HALF_PI32 = f32_bits(math.pi / 2.0)
+ONE32 = 0x3F80_0000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,7 +142,7 @@ def _consts(params: ActivationParams):
                               "kb", "e_lo", "base", "post", "is_exp", "is_log", "is_sqrt",
                               "is_rsqrt", "is_recip", "below_exp", "below_x", "below",
                               "above_x", "above", "square", "abs", "cubic", "cubic_a",
-                              "cubic_b")}
+                              "cubic_b", "is_trig", "is_sin", "is_cos", "is_atan")}
     for f, table in zip(params.functions, tables, strict=False):
         poly = f.mode != "exact"
         fields["log_mode"].append(int(f.mode == "log"))
@@ -163,6 +167,10 @@ def _consts(params: ActivationParams):
         for name in ("exp", "log", "sqrt", "rsqrt"):
             fields[f"is_{name}"].append(int(f.name == name))
         fields["is_recip"].append(int(f.name == "reciprocal"))
+        fields["is_trig"].append(int(f.name in TRIG))
+        fields["is_sin"].append(int(f.name == "sin"))
+        fields["is_cos"].append(int(f.name == "cos"))
+        fields["is_atan"].append(int(f.name == "arctan"))
         tail = poly and not f.reduced and f.below == "exp"
         fields["below_exp"].append(int(tail))
         for side in ("below", "above"):
@@ -242,7 +250,8 @@ class ActivationLane(wiring.Component):
             return r
 
         flag_layout = data.StructLayout({"nan": 1, "zero": 1, "inf": 1, "sign": 1,
-                                         "below": 1, "above": 1, "use_exp": 1, "low": 1})
+                                         "below": 1, "above": 1, "use_exp": 1, "low": 1,
+                                         "kc": 1, "neg": 1, "big": 1})
         kshape = signed(10)
 
         # stage 1: x = widen(data) * scale + bias
@@ -267,7 +276,11 @@ class ActivationLane(wiring.Component):
         cubic = fp("add", sel("cubic_a"), fp("mul", sel("cubic_b"),
                                               fp("mul", x1, x1, "mul_xx"), "mul_cubic_b"),
                    "add_cubic_a")
-        t = fp("mul", x1, Mux(sel("cubic", 1), cubic, LOG2E32), "mul_log2e")
+        # (the same multiplier gives sin's and cos's |x| 2/pi for |x| < 0.5)
+        xs = x1 & ~SIGN32
+        is_trig = sel("is_trig", 1)
+        t = fp("mul", Mux(is_trig, xs, x1),
+               Mux(is_trig, TWO_OVER_PI32, Mux(sel("cubic", 1), cubic, LOG2E32)), "mul_log2e")
         low = f_lt(t, Const(T_MAX32 | SIGN32, 32))
         m.d.comb += flags.low.eq(low)
         t_c = Mux(low, T_MAX32 | SIGN32, Mux(f_lt(Const(T_MAX32, 32), t), T_MAX32, t))
@@ -277,7 +290,6 @@ class ActivationLane(wiring.Component):
         f = fp("add", t_c, fp("add", s, Const(MAGIC32 | SIGN32, 32), "sub_magic") ^ SIGN32,
                "sub_k")
         # log domain: |x| = 1.mant * 2**e, subnormals scaled by 2**64 first
-        xs = x1 & ~SIGN32
         sub = (xs[23:31] == 0) & (xs[0:23] != 0)
         xn = Mux(sub, fp("mul", xs, Const(TWO64_32, 32), "mul_two64"), xs)
         e = Signal(kshape)
@@ -292,9 +304,21 @@ class ActivationLane(wiring.Component):
         m.d.comb += k_log.eq(Mux(sel("is_log", 1), e + half,
                                  Mux(sel("is_recip", 1), -e,
                                      Mux(sel("is_sqrt", 1), e >> 1, -(e >> 1)))))
-        arg = Mux(flags.use_exp, f, Mux(sel("log_mode", 1), m_arg, x1))
+        # sin, cos: |x| 2/pi = q + f; arctan: 1/|x| above 1 (elaborated when in the set)
+        is_atan = sel("is_atan", 1)
+        f_trig = f_atan = Const(0, 32)
+        if any(f.name in TRIG for f in p.functions):
+            f_trig, kc, neg = _trig_reduce(m, x1, t, sel("is_cos", 1), sel("is_sin", 1))
+            m.d.comb += [flags.kc.eq(is_trig & kc), flags.neg.eq(neg)]
+        if any(f.name == "arctan" for f in p.functions):
+            f_atan, big = _atan_reduce(m, xs)
+            m.d.comb += flags.big.eq(big)
+        arg = Mux(flags.use_exp, f, Mux(sel("log_mode", 1), m_arg,
+                                         Mux(is_trig, f_trig, Mux(is_atan, f_atan, x1))))
         k = Mux(flags.use_exp, k_exp, Mux(sel("log_mode", 1), k_log, 0))
-        x2, arg2 = reg(x1, "x2"), reg(arg, "arg2")
+        # sin, cos and arctan multiply the polynomial by the reduced argument: it takes x's place
+        x2 = reg(Mux(is_trig | is_atan, arg, x1), "x2")
+        arg2 = reg(arg, "arg2")
         k2, f2 = reg(k, "k2", kshape), reg(flags, "f2", flag_layout)
 
         # stage 3: segment selection, ROM read; log's e' ln 2
@@ -320,7 +344,8 @@ class ActivationLane(wiring.Component):
         rom = Memory(shape=unsigned(32 * (degree + 2)), depth=rows, init=words or [0])
         m.submodules.rom = rom
         rd = rom.read_port(domain="sync")
-        m.d.comb += [rd.en.eq(en), rd.addr.eq(pick("base", 24) + index)]
+        m.d.comb += [rd.en.eq(en),
+                     rd.addr.eq(pick("base", 24) + index + Mux(f2.kc, sel("n", 17), 0))]
         k_f = fp("add", (Const(MAGIC32, 32) + k2)[:32], Const(MAGIC32 | SIGN32, 32), "k_float")
         ln = reg(fp("mul", k_f, Const(LN2_32, 32), "mul_ln2"), "ln3")
         x3, arg3 = reg(x2, "x3"), reg(arg2, "arg3")
@@ -356,7 +381,9 @@ class ActivationLane(wiring.Component):
             return Cat(Const(0, 23), (v + 127).as_unsigned()[:8], Const(0, 1))
 
         scaled = fp("mul", fp("mul", poly, pow2(k1), "mul_k1"), pow2(k2_), "mul_k2")
-        reduced = Mux(sel("is_log", 1), fp("add", ln, acc, "add_ln"), scaled)
+        # arctan's pi/2 - r A(r) shares log's adder
+        added = fp("add", Mux(is_atan, HALF_PI32, ln), Mux(is_atan, post ^ SIGN32, acc), "add_ln")
+        reduced = Mux(sel("is_log", 1), added, scaled)
         neg = fl.sign & ~fl.zero
         zero_inf = Cat(Const(0, 31), fl.sign) | INF32
         y_log = Mux(fl.zero, NEG_INF32, Mux(neg, CANONICAL_NAN32,
@@ -372,9 +399,12 @@ class ActivationLane(wiring.Component):
         relu = Mux(f_lt(Const(0, 32), x), x, 0)
         exact = Mux(sel("relu", 1), relu, Mux(sel("square", 1), post,
                                               Mux(sel("abs", 1), x & ~SIGN32, x)))
-        exact_, exp_, log_, sqrt_, rsqrt_, recip_ = (
+        y_trig = Mux(fl.inf, CANONICAL_NAN32,
+                     Mux(fl.kc, acc, post) ^ Cat(Const(0, 31), fl.neg))
+        y_atan = Mux(fl.big, added, post) | Cat(Const(0, 31), fl.sign)
+        exact_, exp_, log_, sqrt_, rsqrt_, recip_, trig_ = (
             sel(name, 1) for name in ("exact", "is_exp", "is_log", "is_sqrt", "is_rsqrt",
-                                      "is_recip"))  # declared before the If chain
+                                      "is_recip", "is_trig"))  # declared before the If chain
         y = Signal(32)
         with m.If(fl.nan):
             m.d.comb += y.eq(CANONICAL_NAN32)
@@ -390,6 +420,10 @@ class ActivationLane(wiring.Component):
             m.d.comb += y.eq(y_rsqrt)
         with m.Elif(recip_):
             m.d.comb += y.eq(y_recip)
+        with m.Elif(trig_):
+            m.d.comb += y.eq(y_trig)
+        with m.Elif(is_atan):
+            m.d.comb += y.eq(y_atan)
         with m.Else():
             m.d.comb += y.eq(y_plain)
         total = fp("add", Mux(self.first, 0, self.sum), y, "add_sum")
@@ -402,6 +436,46 @@ class ActivationLane(wiring.Component):
             with m.If(self.step):
                 m.d.sync += self.sum.eq(total)
         return m
+
+
+def _trig_reduce(m: Module, x1, t, is_cos, is_sin):
+    """sin's and cos's reduction (:mod:`hdl.vector.functions`, :mod:`hdl.vector.trig`):
+    ``(|f|, kc, neg)``, the fp32 bits of ``|f|``, whether the cosine kernel applies and
+    whether the result is negated. ``t`` is ``mul32(|x|, 2/pi)``, ``|f|`` below 0.5."""
+    xs = x1 & ~SIGN32
+    field = xs[23:31]
+    big_x = field >= 127 + trig.E_MIN
+    shift = Mux(field == 255, 0, 127 + trig.E_MAX - field)[:8]
+    window = (Const(trig.TWO_OVER_PI_BITS, trig.LAST_BIT) >> shift)[:trig.WINDOW_BITS]
+    fb = trig.FRACTION_BITS
+    prod = Signal(24 + trig.WINDOW_BITS)
+    m.d.comb += prod.eq(Cat(xs[0:23], Const(1, 1)) * window)
+    frac = prod[:fb]
+    half_t = big_x & frac[fb - 1]
+    mag = Signal(fb)
+    m.d.comb += mag.eq(Mux(frac[fb - 1], Const(1 << fb, fb + 1) - frac, frac))
+    n_mag = Signal(range(fb + 1))  # bit length of mag
+    for i in range(fb):
+        with m.If(mag[i]):
+            m.d.comb += n_mag.eq(i + 1)
+    top = (mag << (fb - n_mag).as_unsigned()[:7])[fb - 24:fb]
+    f_exact = Mux(n_mag == 0, 0, Cat(top[:23], (n_mag + 126 - fb)[:8], Const(0, 1)))
+    quad = Signal(2)
+    m.d.comb += quad.eq(Mux(big_x, prod[fb:fb + 2] + frac[fb - 1], 0)[:2] + is_cos)
+    neg = quad[1] ^ (~quad[0] & half_t) ^ (x1[31] & is_sin)
+    return Mux(big_x, f_exact, t), quad[0], neg
+
+
+def _atan_reduce(m: Module, xs):
+    """arctan's reduction: ``(arg, big)``, ``big`` where ``|x| > 1``, then ``arg = 1/|x|``
+    truncated to 24 bits (0 where subnormal), else ``|x|``."""
+    field = xs[23:31]
+    quotient = Const(1 << 47, 48) // Cat(xs[0:23], Const(1, 1))
+    r_field = Signal(signed(10))
+    m.d.comb += r_field.eq(254 - field - (xs[0:23] != 0))
+    r = Mux(r_field >= 1, Cat(quotient[:23], r_field[:8], Const(0, 1)), 0)
+    big = xs > ONE32
+    return Mux(big, r, xs), big
 
 
 class Activation(wiring.Component):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from .functions import EXP_TAIL, FunctionSpec
+from .functions import EXP_TAIL, TRIG, FunctionSpec
 
 
 def _div_x(f, limit):
@@ -49,6 +49,9 @@ EXACT_FUNCTIONS = {
     "abs": np.abs,
     "mish": lambda x: x * np.tanh(np.logaddexp(0.0, x)),
     "gelu_tanh": lambda x: x * special.expit(_GELU_TANH_2C * (x + 0.044715 * x**3)),
+    "sin": np.sin,
+    "cos": np.cos,
+    "arctan": np.arctan,
 }
 
 # f(x)/x for the functions fitted with post_mul_x (the limit at 0 filled in).
@@ -60,6 +63,22 @@ _OVER_X = {
     "mish": lambda x: np.tanh(np.logaddexp(0.0, x)),
     "gelu_tanh": lambda x: special.expit(_GELU_TANH_2C * (x + 0.044715 * x**3)),
 }
+
+
+# The kernels of the reduced sin, cos (sine then cosine kernel, of the quarter-turn fraction
+# f) and arctan (arctan(r)/r).
+_KERNELS = {
+    "sin": (_div_x(lambda f: np.sin(np.pi / 2 * f), np.pi / 2), lambda f: np.cos(np.pi / 2 * f)),
+    "arctan": (_div_x(np.arctan, 1.0),),
+}
+_KERNELS["cos"] = _KERNELS["sin"]
+
+
+def _targets(spec: FunctionSpec) -> tuple:
+    """The functions fitted by ``spec``'s tables, one per block of ``segments`` rows."""
+    if spec.name in _KERNELS:
+        return _KERNELS[spec.name]
+    return (_target(spec),)
 
 
 def _target(spec: FunctionSpec):
@@ -94,7 +113,8 @@ def segment_bounds(spec: FunctionSpec) -> np.ndarray:
         c = (a + b) / 2.0  # exact in fp32: one more mantissa bit than the segment index
     if spec.anchor is not None:
         c = np.where((a == spec.anchor) | (b == spec.anchor), float(spec.anchor), c)
-    return np.stack([a, b, c], axis=1)
+    out = np.stack([a, b, c], axis=1)
+    return np.concatenate([out, out]) if spec.name in TRIG else out
 
 
 def fit_function(spec: FunctionSpec) -> np.ndarray:
@@ -106,15 +126,16 @@ def fit_function(spec: FunctionSpec) -> np.ndarray:
     """
     if spec.mode == "exact":
         return np.zeros((0, 1), dtype=np.float32)
-    g = _target(spec)
+    targets = _targets(spec)
     d = spec.degree
     bounds = segment_bounds(spec)
     n_nodes = max(4 * (d + 1), 24)
     s = np.cos(np.pi * (np.arange(n_nodes) + 0.5) / n_nodes)  # Chebyshev nodes in (-1, 1)
     coeffs = np.empty((len(bounds), d + 1), dtype=np.float32)
     margin = 0.01 if spec.mode == "uniform" else 0.0
-    anchor_value = None if spec.anchor is None else float(g(np.float64(spec.anchor)))
     for r, (a, b, c) in enumerate(bounds):
+        g = targets[r // spec.segments] if len(targets) > 1 else targets[0]
+        anchor_value = None if spec.anchor is None else float(g(np.float64(spec.anchor)))
         at_anchor = spec.anchor is not None and spec.anchor in (a, b)
         if at_anchor:
             c = float(spec.anchor)
@@ -217,8 +238,10 @@ def accuracy_points(spec: FunctionSpec, per_segment: int = 65, per_binade: int =
                     seed: int = 0) -> np.ndarray:
     """fp32 inputs at which ``spec``'s accuracy is measured: :func:`binade_points` and, for a
     fitted function, a grid over every segment of its table plus each boundary +- 2 ulps (of
-    the reduced argument ``m`` for the reduced functions, taken at ``x = m`` and ``x = -m``
-    and, for exp, at ``x = f * ln 2``)."""
+    the reduced argument ``m`` for the reduced functions, taken at ``x = m`` and ``x = -m``,
+    for exp at ``x = f * ln 2``, for sin and cos at ``x = (f + q) * pi/2`` for a few small and
+    large ``q`` and next to every multiple of ``pi/2`` up to ``4096 pi/2``, for arctan at
+    ``+-r`` and ``+-1/r``)."""
     x = binade_points(np.random.default_rng(seed), per_binade)
     if spec.mode == "exact":
         return np.unique(x[np.isfinite(x)])
@@ -231,6 +254,17 @@ def accuracy_points(spec: FunctionSpec, per_segment: int = 65, per_binade: int =
     inner = inner[(inner >= np.float32(spec.lo)) & (inner < np.float32(spec.hi))]
     if spec.name == "exp":
         inner = _f32(inner * np.log(2.0))
+    elif spec.name in TRIG:  # f in quarter turns, in the first quadrants and far out
+        turns = np.concatenate([np.arange(8.0), 2.0 ** np.arange(4, 120, 7)])
+        x_f = (inner[:, None].astype(np.float64) + turns) * (np.pi / 2)
+        near = _f32(np.arange(1, 4097) * (np.pi / 2))  # next to the zeros of sin and cos
+        inner = np.concatenate([_f32(x_f.ravel()), near, np.nextafter(near, np.float32(0)),
+                                np.nextafter(near, np.float32(np.inf))])
+        inner = np.concatenate([inner, -inner])
+    elif spec.name == "arctan":  # r and 1/r
+        inner = inner[inner >= 2.0**-126]
+        inner = np.concatenate([inner, _f32(1.0 / inner.astype(np.float64))])
+        inner = np.concatenate([inner, -inner])
     elif spec.reduced:
         inner = np.concatenate([inner, -inner])
     x = np.concatenate([x, inner])

@@ -9,8 +9,9 @@ model (:mod:`sim.golden.activation`) evaluate exactly the steps below, in fp32 (
 
 Range reduction
 ---------------
-Five functions reduce their argument on the fp32 exponent, so that a small table serves the
-whole fp32 range; their segmentation and range are fixed by the reduction (:data:`REDUCED`).
+Eight functions reduce their argument (on the fp32 exponent, modulo pi/2, or to 1/x), so that
+a small table serves the whole fp32 range; their segmentation and range are fixed by the
+reduction (:data:`REDUCED`).
 ``x`` is first made normal: a subnormal ``|x|`` is multiplied by ``2**64`` (exact) and 64
 taken off its exponent. Then ``|x| = m * 2**e`` with ``m`` in ``[1, 2)`` and:
 
@@ -30,6 +31,25 @@ taken off its exponent. Then ``|x| = m * 2**e`` with ``m`` in ``[1, 2)`` and:
     ``m' = m`` (octave segments over ``[1, 2)``); the result is scaled by ``2**-e`` and takes
     the sign of ``x``.
 
+``sin``, ``cos``
+    ``|x| * 2/pi = q + f`` with the integer ``q`` and ``f`` in ``[-0.5, 0.5]``. For ``|x| >=
+    0.5`` this is exact (Payne-Hanek, :mod:`hdl.vector.trig`): the mantissa of ``|x|`` times
+    the 82 bits of ``2/pi`` its exponent selects, an integer product holding ``q mod 4`` and
+    80 fraction bits; ``f`` above one half becomes ``f - 1`` (``q + 1``), and ``|f|`` is
+    converted to fp32 by truncation. For ``|x| < 0.5`` (``q = 0``), ``f = mul32(|x|, 2/pi)``.
+    Then ``sin(|x|) = sin(pi/2 (q + f))``: with ``q`` even the sine kernel, ``sin(pi f/2) =
+    mul32(S(|f|), |f|)`` with ``f``'s sign, with ``q`` odd the cosine kernel ``C(|f|) =
+    cos(pi f/2)``, negated when ``q mod 4 >= 2``. ``S`` and ``C`` are two tables of
+    ``segments`` uniform segments over ``[0, 0.5]``, in that order; the result takes ``x``'s
+    sign for sin, and cos is sin with ``q + 1``. Every fp32 input is reduced exactly enough
+    to keep ``f``'s fp32 value, so the relative error stays bounded next to the zeros of sin
+    and cos too.
+``arctan``
+    ``|x| <= 1``: ``mul32(A(|x|), |x|)``; ``|x| > 1``: ``add32(pi/2, -mul32(A(r), r))`` with
+    ``r = 1/|x|`` truncated to 24 bits (``floor(2**47 / M)`` of the 24-bit mantissa ``M``,
+    ``r = 0`` where it would be subnormal, and for infinities); ``A(r) = arctan(r)/r`` one
+    table of uniform segments over ``[0, 1]``; the result takes ``x``'s sign.
+
 Scaling by ``2**k`` is ``mul32(mul32(p, 2**k1), 2**k2)`` with ``k1 = clamp(k, -126, 127)`` and
 ``k2 = clamp(k - k1, -126, 127)``: exact wherever the result is normal, rounded once (to
 nearest even) where it is subnormal, infinity on overflow.
@@ -44,6 +64,9 @@ log           -inf        +inf     NaN                          NaN
 sqrt          ``+-0``     +inf     NaN                          NaN
 rsqrt         ``+-inf``   +0       NaN                          NaN
 reciprocal    ``+-inf``   +0       ``-reciprocal(-x)``          NaN
+sin           ``+-0``     NaN      ``-sin(-x)``                 NaN
+cos           1           NaN      ``cos(-x)``                  NaN
+arctan        ``+-0``     pi/2     ``-arctan(-x)``              NaN
 ============  ==========  =======  ==========================  =====
 
 Unreduced functions (segment selection exact, identical in the RTL and the golden model)
@@ -51,7 +74,8 @@ Unreduced functions (segment selection exact, identical in the RTL and the golde
 ``uniform``: ``segments`` equal segments over ``[lo, hi)``. ``t = mul32(add32(x, -lo),
 n / (hi - lo))`` (both constants rounded to fp32) and the segment is ``floor(t)`` clamped to
 ``[0, segments - 1]``, taken from the bits of ``t``. (``log`` mode, octaves of ``m'`` each
-split into ``segments`` equal parts, serves only the reduced functions.)
+split into ``segments`` equal parts, serves only the reduced functions; sin, cos and arctan
+select their segment like this from the reduced argument, ``lo = 0``.)
 
 In every segment the polynomial is evaluated in ``u = add32(x', -c)`` where ``c`` is the
 segment's centre rounded to fp32 and ``x'`` the (reduced) argument, by Horner's scheme
@@ -86,7 +110,7 @@ from dataclasses import dataclass
 
 FUNCTION_NAMES = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus",
                   "erf", "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish",
-                  "gelu_tanh")
+                  "gelu_tanh", "sin", "cos", "arctan")
 EXACT_NAMES = ("identity", "relu", "square", "abs")
 MODES = ("uniform", "log", "exact")
 RULES = ("zero", "one", "minus_one", "inf", "minus_inf", "x", "exp")
@@ -99,7 +123,12 @@ REDUCED = {
     "sqrt": ("log", 1.0, 4.0),
     "rsqrt": ("log", 1.0, 4.0),
     "reciprocal": ("log", 1.0, 2.0),
+    "sin": ("uniform", 0.0, 0.5),
+    "cos": ("uniform", 0.0, 0.5),
+    "arctan": ("uniform", 0.0, 1.0),
 }
+#: sin and cos: two tables of ``segments`` rows each, the sine kernel then the cosine kernel.
+TRIG = ("sin", "cos")
 
 # The exp tail's exponent for gelu_tanh, 0.5 x (1 + tanh(c (x + 0.044715 x**3))) =
 # x sigmoid(2 c (x + 0.044715 x**3)) ~ x exp(z) with z = x (a + b x**2), where a and b
@@ -190,13 +219,17 @@ class FunctionSpec:
                              f"not {self.anchor!r}")
         if self.name in REDUCED:
             mode, lo, hi = REDUCED[self.name]
+            if self.post_mul_x:
+                raise ValueError(f"post_mul_x must be False for {self.name} (its reduction "
+                                 f"fixes what multiplies the polynomial), not True")
             if (self.mode, self.lo, self.hi) != (mode, lo, hi):
                 raise ValueError(f"mode, lo and hi must be {mode!r}, {lo!r}, {hi!r} for "
                                  f"{self.name} (fixed by its range reduction), not "
                                  f"{self.mode!r}, {self.lo!r}, {self.hi!r}")
         elif self.mode == "log":
+            log_mode = [n for n, (mode, _, _) in REDUCED.items() if mode == "log"]
             raise ValueError(f"mode must be 'uniform' for {self.name} (log mode serves the "
-                             f"range-reduced {', '.join(REDUCED)}), not 'log'")
+                             f"range-reduced {', '.join(log_mode)}), not 'log'")
         if self.mode == "log":
             if self.segments & (self.segments - 1) or self.segments > 2**16:
                 raise ValueError(f"segments must be a power of two up to 65536 in log mode, "
@@ -206,7 +239,8 @@ class FunctionSpec:
 
     @property
     def reduced(self) -> bool:
-        """Whether the argument is range-reduced on the fp32 exponent."""
+        """Whether the argument is range-reduced (on the fp32 exponent, modulo pi/2 or to
+        1/x)."""
         return self.name in REDUCED
 
     @property
@@ -216,6 +250,8 @@ class FunctionSpec:
             return 0
         if self.mode == "log":
             return self.octaves * self.segments
+        if self.name in TRIG:
+            return 2 * self.segments
         return self.segments
 
     @property
@@ -254,6 +290,9 @@ DEFAULT_FUNCTIONS: tuple[FunctionSpec, ...] = (
                  below="exp", above="x"),
     FunctionSpec("gelu_tanh", lo=-4.0, hi=8.0, segments=96, degree=3, post_mul_x=True,
                  below="exp", above="x", anchor=0.0),
+    _reduced("sin", 2, 3, anchor=0.0),
+    _reduced("cos", 2, 3, anchor=0.0),
+    _reduced("arctan", 4, 3, anchor=0.0),
 )
 
 # The exp table that the ``below="exp"`` rule reads when the set has no exp function.

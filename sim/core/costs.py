@@ -24,7 +24,7 @@ __all__ = ["dma_seconds", "stream_cycles", "tensor_cycles"]
 def tensor_cycles(params: CoreParams, fmt: str, k: int, m: int, n: int) -> dict[str, float]:
     """:func:`sim.golden.systolic.cycles` of a ``k x m`` stationary, ``k x n`` moving matmul,
     each figure ``1 / rate`` times longer below one MAC per PE per cycle."""
-    c = systolic.cycles(params.array(fmt), k, m, n)
+    c = systolic.cycles(params.tensor, k, m, n)
     slow = 1.0 / min(params.rate(fmt), 1.0)
     return {key: c[key] * slow for key in ("load", "multiply", "latency", "interval")}
 

@@ -20,8 +20,9 @@ import math
 
 import numpy as np
 
+from hdl.vector import trig
 from hdl.vector.fitting import activation_table, exp_index, rom_words
-from hdl.vector.functions import EXP_TAIL_CUBIC, RULE_BITS, FunctionSpec
+from hdl.vector.functions import EXP_TAIL_CUBIC, RULE_BITS, TRIG, FunctionSpec
 from sim.golden.convert import cast_output, widen_input
 from sim.golden.numerics import add32, mul32
 
@@ -41,6 +42,50 @@ LN2 = f32_bits(math.log(2.0))
 T_MAX = f32_bits(192.0)
 TWO64 = f32_bits(2.0**64)
 SQRT2_MANT = 0x3504F3  # mantissa of fp32 sqrt(2) (rounded down): m >= it halves m for log
+TWO_OVER_PI = f32_bits(2.0 / math.pi)
+HALF_PI = f32_bits(math.pi / 2.0)
+ONE = np.uint32(0x3F800000)
+_WINDOWS = np.array([trig.window(e) for e in range(trig.E_MIN, trig.E_MAX + 1)], dtype=object)
+
+
+def trig_reduce(x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(f, q, half)`` of sin and cos (see :mod:`hdl.vector.functions`): ``|x| * 2/pi =
+    q + f`` with ``f`` in ``[-0.5, 0.5]``; ``f`` is returned as the fp32 bits of ``|f|``,
+    ``q`` modulo 4, ``half`` where ``f`` is negative (the fraction was above one half)."""
+    xs = np.asarray(x, dtype=np.uint32) & ~SIGN
+    e = (xs >> 23).astype(np.int64) - 127
+    exact = e >= trig.E_MIN
+    small = mul32(xs, TWO_OVER_PI)
+    mag = np.zeros(xs.shape, dtype=object)
+    q = np.zeros(xs.shape, dtype=np.int64)
+    half = np.zeros(xs.shape, dtype=bool)
+    if exact.any():
+        bits = trig.FRACTION_BITS
+        m = ((xs[exact] & 0x7FFFFF) | 0x800000).astype(object)
+        p = m * _WINDOWS[np.minimum(e[exact], trig.E_MAX) - trig.E_MIN]
+        frac = p & ((1 << bits) - 1)
+        h = (frac >> (bits - 1)).astype(bool)
+        mag[exact] = np.where(h, (1 << bits) - frac, frac)
+        q[exact] = ((p >> bits) + h).astype(np.int64) & 3
+        half[exact] = h
+    n = np.frompyfunc(int.bit_length, 1, 1)(mag).astype(np.int64)
+    top = (mag << (trig.FRACTION_BITS - n)) >> (trig.FRACTION_BITS - 24)  # 24 bits, truncated
+    f_exact = np.where(n > 0, ((n + 127 - 1 - trig.FRACTION_BITS) << 23)
+                       | (top.astype(np.int64) & 0x7FFFFF), 0).astype(np.uint32)
+    return np.where(exact, f_exact, small).astype(np.uint32), q, half
+
+
+def atan_reduce(x) -> tuple[np.ndarray, np.ndarray]:
+    """``(r, big)`` of arctan: ``big`` where ``|x| > 1``, then ``r = 1/|x|`` truncated to 24
+    bits (0 where it would be subnormal, and for infinities); ``r = |x|`` elsewhere."""
+    xs = np.asarray(x, dtype=np.uint32) & ~SIGN
+    big = xs > ONE
+    e = (xs >> 23).astype(np.int64) - 127
+    mant = (xs & 0x7FFFFF).astype(np.int64)
+    quotient = (1 << 47) // (mant | 0x800000)
+    field = 127 - e - (mant != 0)
+    r = np.where(field >= 1, (np.maximum(field, 0) << 23) | (quotient & 0x7FFFFF), 0)
+    return np.where(big, r.astype(np.uint32), xs).astype(np.uint32), big
 
 
 def _lt(a, b):
@@ -190,6 +235,8 @@ def evaluate(functions: tuple[FunctionSpec, ...], index: int, x) -> np.ndarray:
     k = np.zeros(x.shape, np.int64)
     arg = x
     use_exp = low = np.zeros(x.shape, bool)
+    if spec.name in TRIG or spec.name == "arctan":
+        return _trig_atan(functions, index, x)
     if spec.name == "exp" or (not spec.reduced and spec.below == "exp"):
         f, kx, low = exp_reduce(x, EXP_TAIL_CUBIC.get(spec.name))
         use_exp = _lt(x, f32_bits(spec.lo)) | (spec.name == "exp")
@@ -225,6 +272,31 @@ def evaluate(functions: tuple[FunctionSpec, ...], index: int, x) -> np.ndarray:
             y = np.where(_lt(x, f32_bits(spec.lo)), _rule(spec.below, x), y)
         y = np.where(~_lt(x, f32_bits(spec.hi)) & ~nan, _rule(spec.above, x), y)
     return np.where(nan, NAN, y).astype(np.uint32)
+
+
+def _trig_atan(functions, index, x) -> np.ndarray:
+    spec = functions[index]
+    own = activation_table(functions)[index]
+    centres, _ = _rom(functions)
+    sign = (x & SIGN) != 0
+    inf = (x & ~SIGN) == INF
+    if spec.name == "arctan":
+        arg, big = atan_reduce(x)
+        kernel_cos = np.zeros(x.shape, bool)
+    else:
+        arg, q, half = trig_reduce(x)
+        q = (q + (spec.name == "cos")) & 3
+        kernel_cos = (q & 1) == 1
+    row = own.base + _segment(spec, arg) + np.where(kernel_cos, spec.segments, 0)
+    acc = _horner(functions, row, add32(arg, centres[row] ^ SIGN))
+    post = mul32(acc, arg)
+    if spec.name == "arctan":
+        y = np.where(big, add32(np.full_like(x, HALF_PI), post ^ SIGN), post) | (x & SIGN)
+    else:
+        neg = ((q & 2) != 0) ^ (~kernel_cos & half) ^ (sign & (spec.name == "sin"))
+        y = np.where(kernel_cos, acc, post) ^ np.where(neg, SIGN, np.uint32(0))
+        y = np.where(inf, NAN, y)
+    return np.where(np.isnan(x.view(np.float32)), NAN, y).astype(np.uint32)
 
 
 def run(params, func: int, data, scale, bias, last, *, in_format: str = "fp32",

@@ -27,18 +27,16 @@ try:
 except ImportError:  # the numpy passes below give the same bits, about 10x slower
     numba = None
 
-from hdl.numerics.formats import IntFormat, format_by_name
+from hdl.numerics.formats import MX_FORMATS, IntFormat, MxFormat, format_by_name
 from hdl.tensor.params import SystolicParams
 
 __all__ = ["CANONICAL_NAN", "Load", "Multiply", "Schedule", "cycles", "load_beats", "matmul",
-           "matmul_cycles", "schedule", "tile_interval", "to_fp32"]
+           "matmul_cycles", "matmul_mx", "mx_values", "schedule", "tile_interval", "to_fp32"]
 
 CANONICAL_NAN = np.uint32(0x7FC00000)
 
 
 def _format(fmt):
-    if isinstance(fmt, SystolicParams):
-        return fmt.format
     return format_by_name(fmt) if isinstance(fmt, str) else fmt
 
 
@@ -141,32 +139,37 @@ else:
     _sum = _sum_reference
 
 
-def matmul(stationary, moving, fmt, psum=None, accumulate: bool = False) -> np.ndarray:
+def matmul(stationary, moving, fmt, psum=None, accumulate: bool = False,
+           moving_fmt=None) -> np.ndarray:
     """The PSUM contents after one matmul, as uint32 bit patterns (M x N).
 
     Parameters
     ----------
     stationary : array (K, M) of ``fmt`` bit patterns
-    moving : array (K, N) of ``fmt`` bit patterns
-    fmt : format name or descriptor (:mod:`hdl.numerics.formats`), or the array's
-        :class:`~hdl.tensor.params.SystolicParams`
+    moving : array (K, N) of ``moving_fmt`` bit patterns
+    fmt : format name or descriptor (:mod:`hdl.numerics.formats`) of the stationary tile
     psum : array (M, N) of uint32 bit patterns, the bank before the matmul (accumulate only)
     accumulate : add the sum to ``psum`` instead of overwriting it
+    moving_fmt : format of the moving tile, ``fmt`` when None; both float, or both int8
     """
     fmt = _format(fmt)
+    mfmt = fmt if moving_fmt is None else _format(moving_fmt)
     stationary, moving = np.asarray(stationary), np.asarray(moving)
     if stationary.ndim != 2 or moving.ndim != 2 or stationary.shape[0] != moving.shape[0]:
         raise ValueError(f"stationary (K, M) and moving (K, N) must share K, not "
                          f"{stationary.shape} and {moving.shape}")
     if accumulate and psum is None:
         raise ValueError("psum must be given when accumulate is set, not None")
+    if fmt.is_float != mfmt.is_float:
+        raise ValueError(f"moving_fmt must be a float format with a float stationary and "
+                         f"int8 with int8, not {mfmt.name!r} with {fmt.name!r}")
     if not fmt.is_float:
         total = _int_values(stationary, fmt).T @ _int_values(moving, fmt)  # exact in int64
         if accumulate:
             total = total + np.asarray(psum, dtype=np.uint32).view(np.int32)
         return (total & 0xFFFFFFFF).astype(np.uint32)
     acc = _sum(np.ascontiguousarray(to_fp32(stationary, fmt)),
-               np.ascontiguousarray(to_fp32(moving, fmt)))
+               np.ascontiguousarray(to_fp32(moving, mfmt)))
     with np.errstate(all="ignore"):
         if accumulate:
             acc = np.add(np.asarray(psum, dtype=np.uint32).view(np.float32), acc)
@@ -175,22 +178,98 @@ def matmul(stationary, moving, fmt, psum=None, accumulate: bool = False) -> np.n
     return bits
 
 
+# ---- block-scaled (MX) formats -------------------------------------------------------------
+
+def mx_values(bits, fmt: MxFormat | str) -> np.ndarray:
+    """float64 values of MX element codes (exact; NaN for NaN codes, infinities kept)."""
+    fmt = MX_FORMATS[fmt] if isinstance(fmt, str) else fmt
+    raw = np.asarray(bits).astype(np.int64) & ((1 << fmt.bits) - 1)
+    sign = raw >> (fmt.bits - 1)
+    exp = (raw >> fmt.man_bits) & ((1 << fmt.exp_bits) - 1)
+    man = raw & ((1 << fmt.man_bits) - 1)
+    scale = np.where(exp == 0, 1 - fmt.bias, exp - fmt.bias) - fmt.man_bits
+    value = np.ldexp(np.where(exp == 0, man, man + (1 << fmt.man_bits)).astype(np.float64),
+                     scale)
+    top = (1 << fmt.exp_bits) - 1
+    if fmt.nan == "ieee":
+        value = np.where((exp == top) & (man == 0), np.inf, value)
+        value = np.where((exp == top) & (man != 0), np.nan, value)
+    elif fmt.nan == "fn":
+        value = np.where((exp == top) & (man == (1 << fmt.man_bits) - 1), np.nan, value)
+    return np.where(sign == 1, -value, value)
+
+
+def matmul_mx(stationary, moving, fmt, stationary_scales, moving_scales, psum=None,
+              accumulate: bool = False) -> np.ndarray:
+    """The PSUM contents after one block-scaled matmul, as uint32 bit patterns (M x N).
+
+    Each product is the exact product of the two elements and their two scales, rounded once
+    to binary32 (round-to-nearest-even, subnormals kept, overflow to infinity): the scales
+    fold into the product's exponent, ``mul32`` with ``2**(sw + sx - 254)`` applied before
+    its rounding; a NaN scale (255) makes its products NaN. The products are then summed as
+    :func:`matmul` sums, ``add32`` in k order from +0.0, and PSUM stores or accumulates.
+
+    Parameters
+    ----------
+    stationary, moving : arrays (K, M) and (K, N) of element codes of ``fmt``
+    fmt : MX format name or :class:`~hdl.numerics.formats.MxFormat` (``"mxfp8"``, ``"mxfp4"``)
+    stationary_scales, moving_scales : arrays (ceil(K / block), M) and (ceil(K / block), N)
+        of E8M0 codes: row b scales contraction indices ``b * block .. (b + 1) * block - 1``
+    psum, accumulate : as for :func:`matmul`
+    """
+    fmt = MX_FORMATS[fmt] if isinstance(fmt, str) else fmt
+    stationary, moving = np.asarray(stationary), np.asarray(moving)
+    sw, sx = np.asarray(stationary_scales), np.asarray(moving_scales)
+    if stationary.ndim != 2 or moving.ndim != 2 or stationary.shape[0] != moving.shape[0]:
+        raise ValueError(f"stationary (K, M) and moving (K, N) must share K, not "
+                         f"{stationary.shape} and {moving.shape}")
+    blocks = -(-stationary.shape[0] // fmt.block)
+    for name, scales, tile in (("stationary_scales", sw, stationary),
+                               ("moving_scales", sx, moving)):
+        if scales.shape != (blocks, tile.shape[1]):
+            raise ValueError(f"{name} must have shape {(blocks, tile.shape[1])} (one scale "
+                             f"per {fmt.block} contraction indices and column), not "
+                             f"{scales.shape}")
+    if accumulate and psum is None:
+        raise ValueError("psum must be given when accumulate is set, not None")
+    w, x = mx_values(stationary, fmt), mx_values(moving, fmt)
+    sw, sx = sw.astype(np.int64) & 0xFF, sx.astype(np.int64) & 0xFF
+    acc = np.zeros((w.shape[1], x.shape[1]), np.float32)
+    with np.errstate(all="ignore"):
+        for k in range(w.shape[0]):
+            b = k // fmt.block
+            exact = np.ldexp(w[k][:, None] * x[k][None, :],
+                             sw[b][:, None] + sx[b][None, :] - 254)
+            product = exact.astype(np.float32)  # the one rounding, RNE
+            product[(sw[b][:, None] == 255) | (sx[b][None, :] == 255)] = np.nan
+            acc = acc + product
+        if accumulate:
+            acc = np.add(np.asarray(psum, dtype=np.uint32).view(np.float32), acc)
+    bits = acc.view(np.uint32)
+    bits[np.isnan(acc)] = CANONICAL_NAN
+    return bits
+
+
 # ---- cycle model ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Load:
-    """LoadStationary of a K x M tile."""
+    """LoadStationary of a K x M tile in input format ``fmt`` (a name of the array's
+    ``formats``; None: any, for timing alone, as no cycle depends on the format)."""
 
     k: int
     m: int
+    fmt: str | None = None
 
 
 @dataclass(frozen=True)
 class Multiply:
-    """MultiplyMoving of a K x N tile (K from the last Load)."""
+    """MultiplyMoving of a K x N tile (K from the last Load) in input format ``fmt`` (None as
+    for :class:`Load`)."""
 
     n: int
     accumulate: bool = False
+    fmt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -207,15 +286,28 @@ class Schedule:
 
 
 def _check_program(params: SystolicParams, program) -> None:
+    """Refuse what the array cannot run: fields out of range, unknown formats, a multiply
+    whose format differs from its tile's in rate (double or single) or in kind (int8 or
+    float)."""
+    tile = None
     for op in program:
+        if isinstance(op, (Load, Multiply)) and op.fmt is not None:
+            params.code(op.fmt)  # the error names the legal formats
         if isinstance(op, Load):
-            if not 1 <= op.k <= params.k_max:
-                raise ValueError(f"k must be in 1 .. {params.k_max}, not {op.k!r}")
+            k_max = params.k_max if op.fmt is None else params.k_limit(op.fmt)
+            if not 1 <= op.k <= k_max:
+                raise ValueError(f"k must be in 1 .. {k_max}, not {op.k!r}")
             if not 1 <= op.m <= params.cols:
                 raise ValueError(f"m must be in 1 .. {params.cols}, not {op.m!r}")
+            tile = op.fmt
         elif isinstance(op, Multiply):
             if not 1 <= op.n <= params.moving_max:
                 raise ValueError(f"n must be in 1 .. {params.moving_max}, not {op.n!r}")
+            if tile is not None and op.fmt is not None and (
+                    params.is_double(tile) != params.is_double(op.fmt)
+                    or params.is_int(tile) != params.is_int(op.fmt)):
+                raise ValueError(f"fmt of a multiply must match its tile's {tile!r} in rate "
+                                 f"and kind, not {op.fmt!r}")
         else:
             raise ValueError(f"program entries must be Load or Multiply, not {op!r}")
 
@@ -273,7 +365,26 @@ def load_beats(m, load_columns):
     """Beats of a LoadStationary of ``m`` columns, ``ceil(m / load_columns)`` (the same as with
     :attr:`~hdl.tensor.params.SystolicParams.beat_columns`, as ``m <= cols``); numpy-friendly.
     """
-    return -(-np.asarray(m) // load_columns)
+    return _ceil_div(m, load_columns)
+
+
+def _ceil_div(a, b):
+    """``ceil(a / b)`` of non-negative whole numbers: exact integer division for integers, and
+    for float arrays (exploration's design points) ``np.ceil(a / b)``, which is exact for whole
+    numbers below 2**40 and eight times faster than floor division of floats."""
+    a = np.asarray(a)
+    if a.dtype.kind == "f":
+        return np.ceil(a / b)
+    return -(-a // b)
+
+
+def _divmod(a, b):
+    """``divmod`` of non-negative whole numbers, the float case as in :func:`_ceil_div`."""
+    a = np.asarray(a)
+    if a.dtype.kind == "f" or np.asarray(b).dtype.kind == "f":
+        q = np.floor(a / b)
+        return q, a - q * b
+    return np.divmod(a, b)
 
 
 def tile_interval(m, n, load_columns):
@@ -298,8 +409,8 @@ def matmul_cycles(m, k, n, rows, cols, rate, moving_max, load_columns):
     """
     rate = np.asarray(rate, dtype=float)
     k_tiles = np.ceil(k / (rows * np.maximum(rate, 1.0)))
-    m_full, m_rest = np.divmod(m, cols)
-    n_full, n_rest = np.divmod(n, moving_max)
+    m_full, m_rest = _divmod(m, cols)
+    n_full, n_rest = _divmod(n, moving_max)
     tiles = 0
     for mt, mc in ((cols, m_full), (m_rest, 1)):
         for nt, nc in ((moving_max, n_full), (n_rest, 1)):
@@ -326,13 +437,11 @@ def cycles(params: SystolicParams, k: int, m: int, n: int) -> dict[str, int]:
         output beat, inclusive;
         ``interval``: steady-state cycles per matmul when load/multiply pairs run back to back
         (the load overlaps the previous multiply), :func:`tile_interval`;
-        ``macs``: useful multiply-accumulates, ``k * m * n``;
-        ``utilisation_permille``: ``macs`` per interval against the array's peak, in 1/1000.
+        ``macs``: useful multiply-accumulates, ``k * m * n``.
     """
     one = schedule(params, [Load(k, m), Multiply(n), Multiply(n)])
     pairs = schedule(params, [Load(k, m), Multiply(n)] * 4)
     interval = pairs.accepted[7] - pairs.accepted[5]
-    peak = params.rows * params.lanes * params.cols * interval
     return {
         "load": one.accepted[1] - one.accepted[0],
         "multiply": one.accepted[2] - one.accepted[1],
@@ -340,5 +449,4 @@ def cycles(params: SystolicParams, k: int, m: int, n: int) -> dict[str, int]:
         "matmul": one.outputs[n - 1] - one.accepted[0] + 1,
         "interval": interval,
         "macs": k * m * n,
-        "utilisation_permille": (1000 * k * m * n) // peak,
     }

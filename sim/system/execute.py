@@ -20,7 +20,8 @@ dependency finishes, links and vector engines are its first-come-first-served re
   analytic model does. Messages are cut into chunks of at most ``chunk`` bytes, so the steps of
   a ring pipeline; a transfer between chips that are not neighbours crosses every link of the
   shortest path, store and forward per chunk.
-- With ``bit_error_rate``, each hop's packets (``neuronlink.max_packet`` bytes) fail with the
+- With a ``bit_error_rate`` (by default the chip spec's ``neuronlink.bit_error_rate``, an
+  assumption), each hop's packets (``neuronlink.max_packet`` bytes) fail with the
   link model's packet error rate; a failed packet is replayed (go-back-N) and costs
   :func:`sim.golden.link.replay_cycles` link cycles, a retransmission that fails again
   ``ack_timeout`` more, so the expected time per packet is that of
@@ -78,7 +79,7 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 ALGORITHMS = ("ring", "torus", "hierarchical", "direct")
 DTYPES = {"fp32": 4, "bf16": 2}
 ROUNDINGS = ("rne", "stochastic")
-DEFAULT_CHUNK = 4 * 2**20
+DEFAULT_CHUNK = collectives.CHUNK
 
 
 def bus_factor(op: str, p: int) -> float:
@@ -119,6 +120,8 @@ class Fabric:
     link_params: object          # LinkParams of the chip's NeuronLink port
     link_latency: int            # channel latency, link cycles
     _paths: dict = field(default_factory=dict)
+    _hops: dict = field(default_factory=dict)
+    _links: dict = field(default_factory=dict)
 
     def path(self, a, b) -> list[tuple]:
         """Directed links from chip ``a`` to chip ``b`` along a shortest path."""
@@ -128,13 +131,34 @@ class Fabric:
                                                                    weight="hops")
         return list(itertools.pairwise(tree[b]))
 
+    def hops(self, a, b) -> tuple[tuple[tuple, Link], ...]:
+        """:meth:`path`'s links that carry data (a chip's way to its member's EFA port
+        carries none), each with its :class:`Link`; remembered per pair."""
+        got = self._hops.get((a, b))
+        if got is None:
+            got = self._hops[a, b] = tuple((e, self.link(e)) for e in self.path(a, b)
+                                           if self.link(e) is not None)
+        return got
+
     def link(self, edge) -> Link:
-        return self.graph.edges[edge]["link"]
+        got = self._links.get(edge)
+        if got is None and edge not in self._links:
+            got = self._links[edge] = self.graph.edges[edge]["link"]
+        return got
 
 
 def fabric(system: System, members: int | None = None) -> Fabric:
     """The chips and links of ``system``; a cluster over EFA executes a slice of ``members``
-    of its members (default 2), joined in a ring of EFA links."""
+    of its members (default 2), joined in a ring of EFA links. Built once per system and
+    ``members`` (its shortest paths are what a large system's runs spend most time finding),
+    and kept beside the system's other cached figures."""
+    built = system.__dict__.setdefault("_fabrics", {})
+    if members not in built:
+        built[members] = _fabric(system, members)
+    return built[members]
+
+
+def _fabric(system: System, members: int | None) -> Fabric:
     chip = system.chip
     spec = chip.spec
     lp = link_params(spec, "full")
@@ -237,10 +261,13 @@ class _Graph:
         self.children.append([])
         self.action.append(action)
         self.label.append(label)
-        deps = [d for d in deps if d is not None]
-        self.waiting.append(len(deps))
+        waiting = 0
+        children = self.children
         for d in deps:
-            self.children[d].append(i)
+            if d is not None:
+                children[d].append(i)
+                waiting += 1
+        self.waiting.append(waiting)
         return i
 
 
@@ -264,6 +291,8 @@ class Execution:
     data: list[np.ndarray] | None = None
     deliveries: dict | None = None  # numeric runs: how often each chunk arrived
     events: list[dict] = field(default_factory=list)
+    chunk: int = DEFAULT_CHUNK
+    bit_error_rate: float = 0.0
 
     @property
     def algbw(self) -> float:
@@ -318,10 +347,14 @@ class _Builder:
         self.phase = 0
         self.messages: dict[int, np.ndarray] = {}
         self.deliveries: dict[tuple, int] = {}
+        self._adds: dict[int, float] = {}     # reduce_seconds by element count
 
     # -- costs --
     def reduce_seconds(self, elems: int) -> float:
-        return self.fab.chip.reduce_seconds(elems)
+        got = self._adds.get(elems)
+        if got is None:
+            got = self._adds[elems] = self.fab.chip.reduce_seconds(elems)
+        return got
 
     # -- phases --
     def close_phase(self) -> None:
@@ -350,10 +383,7 @@ class _Builder:
         nbytes = (hi - lo) * self.itemsize
         data = self.data
         first = prev = None
-        for edge in self.fab.path(src, dst):
-            link = self.fab.link(edge)
-            if link is None:
-                continue
+        for edge, link in self.fab.hops(src, dst):
             prev = self.g.add(edge, nbytes / (link.bandwidth * link.efficiency),
                               [prev] if first is not None else list(deps) + [self.barrier[src]],
                               latency=link.alpha, nbytes=nbytes, label=f"{lo}:{hi}")
@@ -546,27 +576,29 @@ class _Collective:
 
 
 def analytic(system: System, op: str, nbytes: int, algorithm: str,
-             members: int | None = None) -> float | None:
-    """The alpha-beta time (:mod:`sim.system.collectives`, on the system model's inputs) of
-    what :func:`run` executes, in seconds; None for the operations it has no formula for."""
+             members: int | None = None, chunk: int = DEFAULT_CHUNK) -> float | None:
+    """The formula's time (:mod:`sim.system.collectives`, on the system model's inputs, with
+    ``chunk`` as the execution cuts messages) of what :func:`run` executes, in seconds; None
+    for the operations it has no formula for."""
     if op not in collectives.OPS:
         return None
     eff = system.chip.efficiency
-    add = system.chip.reduce_seconds(1)
+    add = system.chip.add()
     if algorithm == "hierarchical":
         inner = system.member
         return collectives.hierarchical_time(
             op, nbytes, inner.topology, 2 if members is None else members,
             float(inner.efa.to("B/s").magnitude), inner.spec.link_latency,
-            system.spec.efa_latency, eff, bidirectional=True, reduce=add)
+            system.spec.efa_latency, eff, bidirectional=True, reduce=add, chunk=chunk)
     if algorithm == "ring":
         g = system.topology
         bw = min(bw for *_, bw in g.edges(data="bandwidth"))
         hops = 2 if g.graph["kind"] == "switch" else 1
         return collectives.ring_time(op, nbytes, g.graph["chips"], bw,
                                      hops * system.spec.link_latency, eff, bidirectional=True,
-                                     reduce=add)
-    return float(system.collective(op, nbytes).to("s").magnitude)
+                                     reduce=add, chunk=chunk)
+    return collectives.topology_time(system.topology, op, nbytes, system.spec.link_latency,
+                                     eff, bidirectional=True, reduce=add, chunk=chunk)
 
 
 def _check(name: str, ok: bool, expected: str, value) -> None:
@@ -577,7 +609,7 @@ def _check(name: str, ok: bool, expected: str, value) -> None:
 def run(system: System, op: str, nbytes: int, *, algorithm: str | None = None,
         chunk: int = DEFAULT_CHUNK, dtype: str = "fp32", rounding: str = "rne",
         timing_only: bool = True, inputs: list[np.ndarray] | None = None,
-        bit_error_rate: float = 0.0, members: int | None = None, seed: int = 0,
+        bit_error_rate: float | None = None, members: int | None = None, seed: int = 0,
         trace: bool = False, peer: int | None = None) -> Execution:
     """Execute ``op`` on a buffer of ``nbytes`` per chip over every chip of ``system``.
 
@@ -587,13 +619,16 @@ def run(system: System, op: str, nbytes: int, *, algorithm: str | None = None,
     on a torus, ``direct`` behind a switch, ``hierarchical`` over EFA. With data
     (``timing_only=False``), ``inputs`` holds each chip's buffer as bit patterns of
     ``dtype`` (uint32 for fp32, bf16 as uint32 too), random when left out; the results are
-    in :attr:`Execution.data`.
+    in :attr:`Execution.data`. ``bit_error_rate`` defaults to the chip spec's
+    ``neuronlink.bit_error_rate``.
     """
     _check("op", op in OPS, f"one of {', '.join(OPS)}", op)
     _check("dtype", dtype in DTYPES, f"one of {', '.join(DTYPES)}", dtype)
     _check("rounding", rounding in ROUNDINGS, f"one of {', '.join(ROUNDINGS)}", rounding)
     _check("chunk", isinstance(chunk, int) and chunk >= DTYPES[dtype],
            "a whole number of bytes of at least one element", chunk)
+    if bit_error_rate is None:
+        bit_error_rate = system.chip.spec.neuronlink.bit_error_rate
     _check("bit_error_rate", 0 <= bit_error_rate < 1, "in [0, 1)", bit_error_rate)
     fab = fabric(system, members)
     p = fab.chips
@@ -659,7 +694,9 @@ def run(system: System, op: str, nbytes: int, *, algorithm: str | None = None,
         _check("peer", isinstance(dst, int) and 0 < dst < p, f"a chip 1 .. {p - 1}", dst)
         for lo, hi in b.chunks(0, n):
             b.transfer(0, dst, lo, hi, [], reduce=False, key=("p2p", dst, lo))
-    return _execute(b, system.name, op, algorithm, nbytes, dtype, bit_error_rate, seed, trace)
+    r = _execute(b, system.name, op, algorithm, nbytes, dtype, bit_error_rate, seed, trace)
+    r.chunk, r.bit_error_rate = chunk, bit_error_rate
+    return r
 
 
 def _direct(b: _Builder, op: str, n: int) -> None:
@@ -701,6 +738,9 @@ def _execute(b: _Builder, name, op, algorithm, nbytes, dtype, ber, seed, trace) 
     fail = (golden_link.packet_error_rate(lp, lp.max_packet, ber) if ber else 0.0)
     lost = golden_link.replay_cycles(lp, D, lp.max_packet)
     replays = 0
+    # The failed first transmissions of every hop, drawn at once (most are none).
+    firsts = (rng.binomial(-(-np.asarray(g.nbytes, dtype=np.int64) // packet_bytes), fail)
+              .tolist() if fail else None)
     for i in range(count):
         if g.waiting[i] == 0:
             agenda.wake(0.0, i)
@@ -717,11 +757,10 @@ def _execute(b: _Builder, name, op, algorithm, nbytes, dtype, ber, seed, trace) 
             done = t
         else:
             dur = duration[i]
-            if fail and isinstance(r, tuple) and r[0] != "vector":
+            if fail and firsts[i] and r[0] != "vector":
                 link = fab.link(r)
                 if link.kind == "neuronlink":
-                    packets = -(-g.nbytes[i] // packet_bytes)
-                    first = int(rng.binomial(packets, fail))
+                    first = firsts[i]
                     again = int(rng.negative_binomial(first, 1 - fail)) if first else 0
                     replays += first + again
                     cycle = lp.width / 8 / link.bandwidth

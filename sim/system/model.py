@@ -295,6 +295,19 @@ class Chip:
         per_lane = -(-elements // (p.partitions * self.spec.cores))
         return stream_cycles(p, "vector", per_lane, 2.0) / p.clock("vector")
 
+    def add(self, itemsize: int = 4) -> collectives.Add:
+        """:meth:`reduce_seconds` as a cost of adding received bytes of ``itemsize``-byte
+        elements, for the collective formulas: its fixed cost (one element), and the start-up
+        and streaming rate read off it at two sizes where the stream dominates."""
+        small = self.reduce_seconds(1)
+        if not small:
+            return collectives.Add(0.0, 0.0, math.inf)
+        p = self.core_params
+        big = p.partitions * self.spec.cores * 2**12
+        t1, t2 = self.reduce_seconds(big), self.reduce_seconds(2 * big)
+        rate = big * itemsize / (t2 - t1)
+        return collectives.Add(small, t1 - big * itemsize / rate, rate)
+
     def sustained(self, m: int, k: int, n: int, fmt: str) -> Sustained:
         return sustained(self.spec, m, k, n, fmt)
 
@@ -419,7 +432,7 @@ class System:
     def collective(self, op: str, nbytes: float = COLLECTIVE_BYTES) -> pint.Quantity:
         """Time of ``op`` on a buffer of ``nbytes`` per chip over every chip of the system."""
         eff = self.chip.efficiency
-        add = self.chip.reduce_seconds(1)
+        add = self.chip.add()
         if self.over_efa:
             inner = self.member
             if inner.efa is None:
@@ -430,10 +443,11 @@ class System:
             t = collectives.hierarchical_time(
                 op, nbytes, inner.topology, self.count, _si(inner.efa, "B/s"),
                 inner.spec.link_latency, self.spec.efa_latency, eff, bidirectional=True,
-                reduce=add)
+                reduce=add, chunk=collectives.CHUNK)
         else:
             t = collectives.topology_time(self.topology, op, nbytes, self.spec.link_latency,
-                                          eff, bidirectional=True, reduce=add)
+                                          eff, bidirectional=True, reduce=add,
+                                          chunk=collectives.CHUNK)
         return Q(t, "s").to("ms")
 
     def figures(self) -> Figures:

@@ -6,7 +6,8 @@ pytest entry points are in ``sim/tb/test_activation.py``):
 
 * ``directed``: every function of the set on values from random binades of fp32 (subnormals
   included), every special value and, for a function fitted over a range of ``x``, its
-  segment boundaries (+- 1 ulp) and ends; identity scale and zero bias, then random
+  segment boundaries (+- 1 ulp) and ends, for sin and cos values next to multiples of pi/2
+  far out; identity scale and zero bias, then random
   per-lane scale and bias; rows of several lengths for the running sum. Then every narrow
   input format (every bit pattern of the 8-bit ones, random ones of the 16-bit ones) and
   every output format with both roundings.
@@ -26,7 +27,7 @@ import numpy as np
 from hdl.numerics.formats import format_by_name
 from hdl.vector.activation import Activation, ActivationParams
 from hdl.vector.fitting import segment_bounds
-from hdl.vector.functions import FunctionSpec
+from hdl.vector.functions import TRIG, FunctionSpec
 from sim.golden import activation as golden
 from sim.tb.runner import RunResult, run, tb_params
 from sim.tb.vector import SPECIALS, StreamBench, check_equal, pack, unpack
@@ -43,6 +44,10 @@ def function_inputs(spec: FunctionSpec, rng: np.random.Generator, count: int) ->
                                                                              dtype=np.uint32)
     signs = rng.integers(0, 2, count, dtype=np.uint32) << 31
     x = [signs | (fields << 23) | mant, SPECIALS]
+    if spec.name in TRIG:  # next to the zeros of sin and cos, near and far
+        turns = rng.integers(1, 1 << 12, count // 4) * 2.0 ** rng.integers(0, 110, count // 4)
+        near = (turns * (np.pi / 2)).astype(np.float32)
+        x += [v.view(np.uint32) for v in (near, np.nextafter(near, np.float32(0)))]
     if spec.mode == "uniform" and not spec.reduced:
         edges = segment_bounds(spec)[:, 0].astype(np.float32)
         pick = rng.choice(edges, count // 3)
@@ -122,7 +127,7 @@ async def directed(dut):
     ones = np.full(lanes, ONE, dtype=np.uint32)
     zeros = np.zeros(lanes, dtype=np.uint32)
     for func, spec in enumerate(tb.params.functions):
-        x = function_inputs(spec, tb.nprng, 24)
+        x = function_inputs(spec, tb.nprng, 16)
         x = np.concatenate([x, x[: (-len(x)) % lanes]]).reshape(-1, lanes)
         await tb.case(func, x, ones, zeros, _rows(tb.rng, len(x)))
         scale = (tb.nprng.uniform(0.5, 2.0, lanes)).astype(np.float32).view(np.uint32)

@@ -8,7 +8,8 @@ the golden :func:`sim.golden.systolic.matmul` over a running copy of the PSUM ba
 compares every beat bit for bit and, in the runs without idle cycles or backpressure, every
 command and output cycle with :func:`sim.golden.systolic.schedule`. Every program runs twice:
 once with streams always valid and ready (cycles checked), once with random idle cycles on the
-sources and random backpressure on the sink (values checked).
+sources and random backpressure on the sink (values checked). Programs mix the array's input
+formats: every test covers each format, and consecutive tiles and multiplies change format.
 
 By default the array is the generator's hierarchical emission (PE and row modules emitted once
 and instantiated); ``hierarchical=False`` runs the flat elaboration of the same array.
@@ -36,14 +37,18 @@ TESTS = ["identity_and_zeros", "extremes_and_specials", "accumulation_chain", "h
 # ---- parameters ----------------------------------------------------------------------------
 
 def harness_params(params: SystolicParams) -> HarnessParams:
-    """Memory depths sized for the programs below (a few tiles per program)."""
-    return HarnessParams(array=params, program_depth=16,
-                         stationary_depth=6 * -(-params.cols // params.beat_columns),
-                         moving_depth=6 * params.moving_max, result_depth=6 * params.moving_max)
+    """Memory depths sized for the programs below (a few tiles per format, or per program)."""
+    tiles = max(6, 3 * len(params.formats))
+    return HarnessParams(array=params, program_depth=4 * tiles,
+                         stationary_depth=tiles * -(-params.cols // params.beat_columns),
+                         moving_depth=6 * params.moving_max + 8 * tiles,
+                         result_depth=6 * params.moving_max + 8 * tiles)
 
 
 def _params_from_json(d: dict) -> SystolicParams:
-    return SystolicParams(**d["array"])
+    a = d["array"]
+    return SystolicParams(**{**a, "formats": tuple(a["formats"]),
+                             "double_rate": tuple(a["double_rate"])})
 
 
 def simulate(params: SystolicParams, sim: str, seed: int | None = None,
@@ -109,6 +114,26 @@ def edge_bits(fmt, rng: np.random.Generator, shape) -> np.ndarray:
     return rng.choice(np.array(pool, dtype=np.uint32), size=shape)
 
 
+def pack_words(params: SystolicParams, fmt: str, tile: np.ndarray,
+               rng: np.random.Generator) -> np.ndarray:
+    """Operand words (rows, columns) of a K x C ``tile`` of ``fmt`` bit patterns: element
+    k in the low bits of word k, or with a double-rate format in byte ``k % 2`` of word
+    ``k // 2``. Every bit no element claims (indices >= K, bits above the elements) is
+    random: the array must ignore it."""
+    w = params.width
+    words = rng.integers(0, 1 << w, size=(params.rows, tile.shape[1]), dtype=np.uint64)
+    if params.is_double(fmt):
+        per, bits = 2, 8
+    else:
+        per, bits = 1, params.format_list[params.code(fmt)].bits
+    for k in range(tile.shape[0]):
+        r, shift = divmod(k, per)
+        shift *= bits
+        mask = np.uint64(((1 << bits) - 1) << shift)
+        words[r] = (words[r] & ~mask) | (tile[k].astype(np.uint64) << np.uint64(shift))
+    return words
+
+
 # ---- the testbench -------------------------------------------------------------------------
 
 _PSUM: dict[str, np.ndarray] = {}  # the bank's contents, kept across the tests of one run
@@ -125,13 +150,21 @@ class SystolicTB:
         self.dut = dut
         self.params = _params_from_json(config)
         self.hp = harness_params(self.params)
-        self.fmt = self.params.format
         self.rng = np.random.default_rng(seed)
         self.log = dut._log
         self.layout = cmd_layout(self.params)
         if "bank" not in _PSUM:
             _PSUM["bank"] = np.zeros((self.params.moving_max, self.params.cols), np.uint32)
         cocotb.start_soon(Clock(dut.clk, PERIOD_NS, unit="ns").start())
+
+    def fmt(self, name: str):
+        return self.params.format_list[self.params.code(name)]
+
+    def partners(self, name: str) -> list[str]:
+        """Formats a multiply may use on a tile of ``name`` (same rate, same kind)."""
+        p = self.params
+        return [f for f in p.formats
+                if p.is_double(f) == p.is_double(name) and p.is_int(f) == p.is_int(name)]
 
     async def reset(self):
         from cocotb.triggers import ClockCycles
@@ -144,8 +177,9 @@ class SystolicTB:
 
     # -- driver --
     def _encode_cmd(self, op) -> int:
-        fields = ({"op": 0, "k": op.k, "m": op.m} if isinstance(op, Load)
-                  else {"op": 1, "n": op.n, "accumulate": int(op.accumulate)})
+        code = self.params.code(op.fmt)
+        fields = ({"op": 0, "fmt": code, "k": op.k, "m": op.m} if isinstance(op, Load)
+                  else {"op": 1, "fmt": code, "n": op.n, "accumulate": int(op.accumulate)})
         word = 0
         for name, field in self.layout:
             word |= fields.get(name, 0) << field.offset
@@ -165,14 +199,14 @@ class SystolicTB:
             ops.append(op)
             if isinstance(op, Load):
                 beats = -(-op.m // bc)
-                # Contraction indices >= k and columns >= m: junk the array must ignore.
-                padded = random_bits(self.fmt, self.rng, (p.k_max, beats * bc), "any")
-                padded[:op.k, :op.m] = tile
-                stat_beats.extend(padded.T.reshape(beats, bc * p.k_max))
+                # Columns >= m: junk the PSUM write must ignore.
+                cols = np.concatenate([tile, random_bits(self.fmt(op.fmt), self.rng,
+                                                         (op.k, beats * bc - op.m), "any")],
+                                      axis=1)
+                words = pack_words(p, op.fmt, cols, self.rng)  # (rows, beats * bc)
+                stat_beats.extend(words.T.reshape(beats, bc * p.rows))
             else:
-                padded = random_bits(self.fmt, self.rng, (p.k_max, op.n), "any")
-                padded[:tile.shape[0]] = tile  # indices >= k: junk the array must zero
-                mov_cols.extend(padded.T)
+                mov_cols.extend(pack_words(p, op.fmt, tile, self.rng).T)
         if (len(ops) > self.hp.program_depth or len(stat_beats) > self.hp.stationary_depth
                 or len(mov_cols) > self.hp.moving_depth):
             raise ValueError("program must fit the harness memories")
@@ -188,15 +222,15 @@ class SystolicTB:
     def expected(self, program) -> list[np.ndarray]:
         """Output beats (each ``cols`` uint32) of ``program``; updates the PSUM copy."""
         bank = _PSUM["bank"]
-        beats, stationary = [], None
+        beats, stationary, tile_fmt = [], None, None
         for op, tile in program:
             if isinstance(op, Load):
-                stationary = tile
+                stationary, tile_fmt = tile, op.fmt
             else:
                 k, m = stationary.shape
                 before = bank[:op.n, :m].T
-                after = matmul(stationary, tile[:k], self.fmt, psum=before,
-                               accumulate=op.accumulate)
+                after = matmul(stationary, tile[:k], tile_fmt, psum=before,
+                               accumulate=op.accumulate, moving_fmt=op.fmt)
                 bank[:op.n, :m] = after.T
                 beats.extend(bank[:op.n].copy())
         return beats
@@ -238,8 +272,10 @@ class SystolicTB:
             want_out = tuple(c - sched.accepted[0] for c in sched.outputs)
             assert accepted == want_acc, f"{name}: commands at {accepted}, model {want_acc}"
             assert outputs == want_out, f"{name}: outputs at {outputs}, model {want_out}"
-        self.log.info("%s: %d beats ok (idle %d/256, stall %d/256, %d cycles modelled)",
-                      name, len(want), idle, stall, sched.total)
+        formats = sorted({op.fmt for op in ops})
+        self.log.info("%s: %d beats ok (formats %s; idle %d/256, stall %d/256, %d cycles "
+                      "modelled)", name, len(want), ", ".join(formats), idle, stall,
+                      sched.total)
 
     async def run_both(self, program, name: str) -> None:
         """Stall-free (values and cycles), then with random idle cycles and backpressure."""
@@ -247,14 +283,23 @@ class SystolicTB:
         await self.run(program, idle=96, stall=96, name=f"{name} (idle+backpressure)")
 
     # -- program builders --
-    def load(self, k: int, m: int, kind: str = "normal", tile=None):
-        tile = random_bits(self.fmt, self.rng, (k, m), kind) if tile is None else tile
-        return Load(k, m), np.asarray(tile, np.uint32)
+    def load(self, fmt: str, k: int, m: int, kind: str = "normal", tile=None):
+        tile = random_bits(self.fmt(fmt), self.rng, (k, m), kind) if tile is None else tile
+        return Load(k, m, fmt), np.asarray(tile, np.uint32)
 
-    def multiply(self, k: int, n: int, accumulate: bool = False, kind: str = "normal",
-                 tile=None):
-        tile = random_bits(self.fmt, self.rng, (k, n), kind) if tile is None else tile
-        return Multiply(n, accumulate), np.asarray(tile, np.uint32)
+    def multiply(self, fmt: str, k: int, n: int, accumulate: bool = False,
+                 kind: str = "normal", tile=None):
+        tile = random_bits(self.fmt(fmt), self.rng, (k, n), kind) if tile is None else tile
+        return Multiply(n, accumulate, fmt), np.asarray(tile, np.uint32)
+
+    def random_format(self) -> str:
+        return str(self.rng.choice(self.params.formats))
+
+    def random_partner(self, fmt: str) -> str:
+        """Mostly the tile's own format, else another of the same rate and kind."""
+        if self.rng.integers(0, 3):
+            return fmt
+        return str(self.rng.choice(self.partners(fmt)))
 
 
 def _tb(dut):
@@ -275,50 +320,71 @@ def _cocotb_test(fn):
 
 @_cocotb_test
 async def identity_and_zeros(dut):
+    """Per format: an identity tile, then a zero tile against any bit pattern."""
     tb = _tb(dut)
     await tb.reset()
     p = tb.params
-    k, m = p.k_max, p.cols
-    eye = np.zeros((k, m), np.uint32)
-    for i in range(min(k, m)):
-        eye[i, i] = one_bits(tb.fmt)
-    n = min(p.moving_max, 8)
-    await tb.run_both([tb.load(k, m, tile=eye), tb.multiply(k, n)], "identity")
-    zeros = np.zeros((k, m), np.uint32)
-    await tb.run_both([tb.load(k, m, tile=zeros), tb.multiply(k, n, kind="any")], "zeros")
+    n = min(p.moving_max, 4)
+    program = []
+    for fmt in p.formats:
+        k, m = p.k_limit(fmt), p.cols
+        eye = np.zeros((k, m), np.uint32)
+        for i in range(min(k, m)):
+            eye[i, i] = one_bits(tb.fmt(fmt))
+        program += [tb.load(fmt, k, m, tile=eye), tb.multiply(fmt, k, n)]
+    await tb.run_both(program, "identity")
+    program = []
+    for fmt in p.formats:
+        k, m = p.k_limit(fmt), p.cols
+        program += [tb.load(fmt, k, m, tile=np.zeros((k, m), np.uint32)),
+                    tb.multiply(fmt, k, n, kind="any")]
+    await tb.run_both(program, "zeros")
 
 
 @_cocotb_test
 async def extremes_and_specials(dut):
+    """Per format: extremes, every bit pattern, and (floats) subnormal products."""
     tb = _tb(dut)
     await tb.reset()
     p = tb.params
-    k, m, n = p.k_max, p.cols, min(p.moving_max, 12)
-    edge_w = edge_bits(tb.fmt, tb.rng, (k, m))
-    edge_x = edge_bits(tb.fmt, tb.rng, (k, n))
-    await tb.run_both([tb.load(k, m, tile=edge_w), tb.multiply(k, n, tile=edge_x),
-                       tb.multiply(k, n, accumulate=True, kind="any")], "edges")
-    await tb.run_both([tb.load(k, m, kind="any"), tb.multiply(k, n, kind="any")], "any bits")
-    if tb.fmt.is_float:
+    n = min(p.moving_max, 4)
+    program = []
+    for fmt in p.formats:
+        f, k, m = tb.fmt(fmt), p.k_limit(fmt), p.cols
+        program += [tb.load(fmt, k, m, tile=edge_bits(f, tb.rng, (k, m))),
+                    tb.multiply(fmt, k, n, tile=edge_bits(f, tb.rng, (k, n))),
+                    tb.multiply(tb.random_partner(fmt), k, n, accumulate=True, kind="any")]
+    await tb.run_both(program, "edges")
+    program = []
+    for fmt in p.formats:
+        f, k, m = tb.fmt(fmt), p.k_limit(fmt), p.cols
+        if not f.is_float:
+            continue
         # Subnormal products and sums: the smallest magnitudes of the format.
         tiny = tb.rng.integers(0, 4, size=(k, m)).astype(np.uint32)
-        sub = (tb.rng.integers(0, 2, size=(k, n)) << (tb.fmt.bits - 1)
-               | tb.rng.integers(1, 1 << tb.fmt.man_bits, size=(k, n))).astype(np.uint32)
-        await tb.run_both([tb.load(k, m, tile=tiny), tb.multiply(k, n, tile=sub)],
-                          "subnormals")
+        sub = (tb.rng.integers(0, 2, size=(k, n)) << (f.bits - 1)
+               | tb.rng.integers(1, 1 << f.man_bits, size=(k, n))).astype(np.uint32)
+        program += [tb.load(fmt, k, m, tile=tiny), tb.multiply(fmt, k, n, tile=sub)]
+    if program:
+        await tb.run_both(program, "subnormals")
 
 
 @_cocotb_test
 async def accumulation_chain(dut):
+    """Accumulation across tiles of changing formats, the last reusing its tile."""
     tb = _tb(dut)
     await tb.reset()
     p = tb.params
     n = min(p.moving_max, 10)
-    k, m = p.k_max, p.cols
-    program = [tb.load(k, m), tb.multiply(k, n)]
+    fmt = tb.random_format()
+    program = [tb.load(fmt, p.k_limit(fmt), p.cols),
+               tb.multiply(fmt, p.k_limit(fmt), n)]
     for _ in range(3):
-        program += [tb.load(k, m), tb.multiply(k, n, accumulate=True)]
-    program.append(tb.multiply(k, n, accumulate=True))  # reuses the last stationary tile
+        fmt = tb.random_format()
+        k = p.k_limit(fmt)
+        program += [tb.load(fmt, k, p.cols),
+                    tb.multiply(tb.random_partner(fmt), k, n, accumulate=True)]
+    program.append(tb.multiply(tb.random_partner(fmt), p.k_limit(fmt), n, accumulate=True))
     await tb.run_both(program, "accumulation chain")
 
 
@@ -326,42 +392,50 @@ async def accumulation_chain(dut):
 async def hidden_loads(dut):
     """Loads behind multiplies: a load into the idle bank while a multiply runs, two loads in
     a row (the second waits for the multiply that reads its bank), multiplies of one moving
-    column, partial tiles."""
+    column, partial tiles; formats change from tile to tile."""
     tb = _tb(dut)
     await tb.reset()
     p = tb.params
-    k, m, n = p.k_max, p.cols, p.moving_max
-    half_k, part_m = max(1, k // 2), max(1, m - 1)
-    program = [tb.load(k, m), tb.multiply(k, n), tb.load(half_k, part_m),
-               tb.load(k, m), tb.multiply(k, 1, accumulate=True), tb.load(half_k, m),
-               tb.multiply(half_k, max(1, n // 2)), tb.multiply(half_k, 1, accumulate=True)]
+    m, n = p.cols, p.moving_max
+    f1, f2, f3, f4 = (tb.random_format() for _ in range(4))
+    k1, k2, k3, k4 = (p.k_limit(f) for f in (f1, f2, f3, f4))
+    part_m = max(1, m - 1)
+    program = [tb.load(f1, k1, m), tb.multiply(f1, k1, n),
+               tb.load(f2, max(1, k2 // 2), part_m),
+               tb.load(f3, k3, m), tb.multiply(tb.random_partner(f3), k3, 1, accumulate=True),
+               tb.load(f4, max(1, k4 // 2), m),
+               tb.multiply(f4, max(1, k4 // 2), max(1, n // 2)),
+               tb.multiply(tb.random_partner(f4), max(1, k4 // 2), 1, accumulate=True)]
     await tb.run_both(program, "hidden loads")
 
 
 @_cocotb_test
 async def random_programs(dut):
+    """Random mixed-format programs: shapes, formats, accumulation, idle and backpressure."""
     tb = _tb(dut)
     await tb.reset()
     p = tb.params
     for case in range(3):
         program, budget_k, budget_n = [], tb.hp.stationary_depth, tb.hp.moving_depth
-        for _ in range(int(tb.rng.integers(1, 4))):
-            k = int(tb.rng.integers(1, p.k_max + 1))
+        for _ in range(int(tb.rng.integers(1, 5))):
+            fmt = tb.random_format()
+            k = int(tb.rng.integers(1, p.k_limit(fmt) + 1))
             m = int(tb.rng.integers(1, p.cols + 1))
             beats = -(-m // p.beat_columns)
             if beats > budget_k:
                 break
             budget_k -= beats
-            program.append(tb.load(k, m, kind=str(tb.rng.choice(["normal", "finite"]))))
+            program.append(tb.load(fmt, k, m, kind=str(tb.rng.choice(["normal", "finite"]))))
             for _ in range(int(tb.rng.integers(1, 3))):
                 n = int(tb.rng.integers(1, p.moving_max + 1))
                 if n > budget_n:
                     break
                 budget_n -= n
-                program.append(tb.multiply(k, n, accumulate=bool(tb.rng.integers(0, 2)),
-                                           kind="normal"))
+                program.append(tb.multiply(tb.random_partner(fmt), k, n,
+                                           accumulate=bool(tb.rng.integers(0, 2))))
         if not isinstance(program[-1][0], Multiply):
-            program.append(tb.multiply(program[-1][0].k, 1))
+            last = program[-1][0]
+            program.append(tb.multiply(last.fmt, last.k, 1))
         idle, stall = (int(v) for v in tb.rng.integers(0, 200, size=2))
         await tb.run(program, name=f"random {case} (streaming)")
         await tb.run(program, idle=idle, stall=stall, name=f"random {case}")
@@ -370,7 +444,8 @@ async def random_programs(dut):
 @_cocotb_test
 async def throughput(dut):
     """Simulated cycles per wall-clock second on full tiles (used by benchmarks/tensor.py;
-    parameters ``programs`` and ``report``, a JSON file to write). Results are still checked,
+    parameters ``programs``, ``report``, a JSON file to write, and ``format``, the input
+    format of its tiles, the array's first when missing). Results are still checked,
     outside the timed part."""
     import json
     import time
@@ -382,9 +457,11 @@ async def throughput(dut):
     tb = _tb(dut)
     await tb.reset()
     p = tb.params
-    k, m, n = p.k_max, p.cols, p.moving_max
-    program = [tb.load(k, m), tb.multiply(k, n), tb.load(k, m),
-               tb.multiply(k, n, accumulate=True), tb.multiply(k, n, accumulate=True)]
+    fmt = config.get("format", p.formats[0])
+    k, m, n = p.k_limit(fmt), p.cols, p.moving_max
+    program = [tb.load(fmt, k, m), tb.multiply(fmt, k, n), tb.load(fmt, k, m),
+               tb.multiply(fmt, k, n, accumulate=True),
+               tb.multiply(fmt, k, n, accumulate=True)]
     want_cycles = schedule(p, [op for op, _ in program]).outputs
     wall = cycles = 0.0
     for _ in range(config["programs"]):

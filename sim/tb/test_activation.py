@@ -10,7 +10,7 @@ from sim.tb.runner import skip_unless_available
 
 # A small function set (fewer ROM rows, lower degrees) that keeps every path of the lane:
 # exact, the exp reduction, the exp tails (gelu_tanh's with its cubic exponent), constant and
-# ``x`` rules, the log-domain reductions.
+# ``x`` rules, the log-domain reductions, sin's and cos's reduction modulo pi/2, arctan's 1/x.
 SMALL_FUNCTIONS = (
     FunctionSpec("relu", mode="exact"),
     FunctionSpec("exp", lo=-0.5, hi=0.5, segments=4, degree=3, anchor=0.0),
@@ -24,6 +24,9 @@ SMALL_FUNCTIONS = (
     FunctionSpec("square", mode="exact"),
     FunctionSpec("gelu_tanh", lo=-4.0, hi=8.0, segments=6, degree=2, post_mul_x=True,
                  below="exp", above="x"),
+    FunctionSpec("sin", lo=0.0, hi=0.5, segments=2, degree=3, anchor=0.0),
+    FunctionSpec("cos", lo=0.0, hi=0.5, segments=1, degree=3, anchor=0.0),
+    FunctionSpec("arctan", lo=0.0, hi=1.0, segments=2, degree=3, anchor=0.0),
 )
 
 PARAMS = {
