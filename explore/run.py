@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import os
 import time
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from specs.files import remove_stale_temporaries, replace_atomically
 from specs.loader import load_document
 
 from . import model, step
@@ -87,9 +87,7 @@ def chunk_key(sweep_digest: str, work_index: int, values: dict[str, np.ndarray],
 
 
 def _write(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    replace_atomically(path, lambda tmp: df.to_parquet(tmp, index=False))
 
 
 def _progress(console: Console, enabled: bool) -> Progress:
@@ -112,24 +110,6 @@ def part_is_whole(path: Path, rows: int, columns: list[str]) -> bool:
         part.read()
     except (OSError, ValueError, pyarrow.ArrowException):
         return False
-    return True
-
-
-def _clean_stale(parts_dir: Path) -> None:
-    """Remove temporary parts that runs killed while writing them left behind."""
-    for tmp in parts_dir.glob(".*.tmp"):
-        pid = tmp.name.rsplit(".", 2)[-2]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            tmp.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 
@@ -167,7 +147,7 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
     out = Path(out_dir)
     parts_dir = out / "parts"
     parts_dir.mkdir(parents=True, exist_ok=True)
-    _clean_stale(parts_dir)
+    remove_stale_temporaries(parts_dir)
     points, dropped = sw.points()
     size = len(points["rows"])
     chunk = sw.spec.execution.chunk_size

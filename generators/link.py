@@ -15,7 +15,7 @@ from amaranth.back import verilog
 
 from hdl.link.link import LinkParams, LinkPort
 
-from .output import write_if_changed
+from .output import verilator_waivers, write_if_changed
 
 TOPLEVEL = "link_port"
 
@@ -46,10 +46,7 @@ def emit(params: LinkParams, rtl_dir: Path, header: str) -> list[Path]:
         raise TypeError(f"params must be a LinkParams, not {params!r}")
     rtl_dir = Path(rtl_dir)
     rtl_dir.mkdir(parents=True, exist_ok=True)
-    waivers = "".join(f"// {rule}: {why}\nlint_off -rule {rule}\n"
-                      for rule, why in LINT_WAIVERS.items())
-    prefix = "".join(f"// {line}".rstrip() + "\n" for line in header.splitlines())
     return [
         write_if_changed(rtl_dir / f"{TOPLEVEL}.v", verilog_text(params, header)),
-        write_if_changed(rtl_dir / f"{TOPLEVEL}.vlt", f"{prefix}`verilator_config\n{waivers}"),
+        write_if_changed(rtl_dir / f"{TOPLEVEL}.vlt", verilator_waivers(LINT_WAIVERS, header)),
     ]

@@ -13,14 +13,14 @@ moved aside in the middle of a swap) is cleaned up, or put back, by the next run
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
+
+from specs.files import locked, pid_alive
 
 from . import __version__
 
@@ -40,25 +40,13 @@ def write_if_changed(path: Path, text: str) -> Path:
     return path
 
 
-@contextmanager
-def locked(path: Path):
-    """Hold an exclusive lock on the file ``path`` (created if missing) for the block."""
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def verilator_waivers(waivers: dict[str, str], header: str = "") -> str:
+    """The text of a Verilator configuration file (``.vlt``) that waives each lint rule of
+    ``waivers`` (rule: reason), its reason as a comment above it; ``header`` leads, as
+    comments."""
+    prefix = "".join(f"// {line}".rstrip() + "\n" for line in header.splitlines())
+    rules = "".join(f"// {rule}: {why}\nlint_off -rule {rule}\n" for rule, why in waivers.items())
+    return f"{prefix}`verilator_config\n{rules}"
 
 
 class Staging:
@@ -80,7 +68,7 @@ class Staging:
             prefix = f".{self.target.name}.{kind}."
             for p in sorted(self.target.parent.glob(prefix + "*")):
                 pid = p.name.removeprefix(prefix).partition(".")[0]
-                if p == self.root or not pid.isdigit() or _alive(int(pid)):
+                if p == self.root or not pid.isdigit() or pid_alive(int(pid)):
                     continue
                 if kind == "old" and not self.target.exists() and (p / "old").is_dir():
                     os.replace(p / "old", self.target)

@@ -15,11 +15,13 @@ import numpy as np
 from hdl.vector.fitting import EXACT_FUNCTIONS, accuracy_points
 from hdl.vector.functions import FunctionSpec
 
+from .output import verilator_waivers
 from .output import write_if_changed as _write
 
-#: ``verilator --lint-only -Wall`` warnings waived for the emitted engines, with the reason
-#: (each a habit of Amaranth's Verilog backend, not of the design).
-LINT_WAIVERS = {
+#: ``verilator --lint-only -Wall`` warnings waived for the emitted vector engine (its top, its
+#: lanes and its cast lanes), with the reason: each a habit of Amaranth's Verilog backend, not
+#: of the design. Written beside the engine as ``vector.vlt``.
+VECTOR_WAIVERS = {
     "UNUSEDSIGNAL": "every intermediate wire of an expression is declared even when only "
                     "some of its bits are read",
     "WIDTHEXPAND": "arithmetic is sized by Amaranth's rules, with implicit extension at "
@@ -27,10 +29,20 @@ LINT_WAIVERS = {
     "WIDTHTRUNC": "as WIDTHEXPAND, with implicit truncation",
     "CASEINCOMPLETE": "case statements have a default-assignment prologue instead of a "
                       "default arm",
+    "CASEOVERLAP": "If/Elif chains (the special encodings of a format, e.g. fp8_e4m3fn's NaN "
+                   "among its finite codes) are emitted as priority casez with overlapping "
+                   "patterns",
     "PROCASSINIT": "registers are initialised where they are declared",
-    "UNSIGNED": "generated range checks compare unsigned values against 0",
-    "DECLFILENAME": "modules are named by hierarchy, not by file",
+    "DECLFILENAME": "submodules are named by hierarchy (vector_lane.a_widen_bf16) and share "
+                    "their parent's file",
 }
+#: The same for the scalar (activation) engine, written as ``activation.vlt``.
+ACTIVATION_WAIVERS = {
+    **VECTOR_WAIVERS,
+    "UNSIGNED": "the range checks of the function table compare unsigned fields with 0",
+}
+#: The waiver list of each emitted engine, by its top module.
+LINT_WAIVERS = {"vector": VECTOR_WAIVERS, "activation": ACTIVATION_WAIVERS}
 
 
 #: How the reduced functions that do not reduce on the fp32 exponent reduce their argument.
@@ -90,7 +102,9 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
     :class:`~hdl.vector.activation.ActivationParams`, or a sequence of them. Each engine
     gives the top (``vector.v`` / ``activation.v``) and its lane, emitted once and instantiated
     per partition (``vector_lane.v`` / ``activation_lane.v``); a vector engine with an output
-    cast also gives the cast's lane (``vector_cast_lane.v``, likewise). The text is
+    cast also gives the cast's lane (``vector_cast_lane.v``, likewise); then the Verilator
+    configuration with the engine's lint waivers (``vector.vlt`` / ``activation.vlt``, from
+    :data:`LINT_WAIVERS`). The text is
     deterministic (``header`` prepended as comments, no timestamps or paths); a file is only
     rewritten when its content changes. Returns the paths written.
     """
@@ -119,4 +133,6 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
         for module, lane in lanes.items():
             lane_text = lane_verilog(lane, module)
             paths.append(_write(rtl_dir / f"{module}.v", prefix + lane_text))
+        paths.append(_write(rtl_dir / f"{name}.vlt", verilator_waivers(LINT_WAIVERS[name],
+                                                                      header)))
     return paths

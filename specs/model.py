@@ -72,6 +72,7 @@ Frequency = _quantity("frequency")
 Price = _quantity("price")
 Time = _quantity("time")
 PosInt = Annotated[int, Field(gt=0)]
+PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Format = Literal[FORMATS]  # type: ignore[valid-type]
 
 
@@ -185,7 +186,7 @@ class TensorSpec(Strict):
     cols: PosInt = Field(description="PE columns: the stationary free dimension M.")
     clock: Frequency = Field(description="Clock of the array.")
     formats: list[Format] = Field(min_length=1, description="Input formats the array accepts.")
-    rates: dict[Format, float] = Field(
+    rates: dict[Format, PosFloat] = Field(
         default_factory=dict,
         description="Multiply-accumulates per PE per cycle by input format (1 when not listed;"
                     " 2 for double-rate FP8, 0.25 for FP32 at a quarter rate).")

@@ -38,6 +38,9 @@ CASES = [
      r"chip\.core\.tensor\.rows: expected a value greater than 0, found 0", "rows"),
     ("negative-size", sub("cores: 2", "cores: -8"),
      r"chip\.cores: expected a value greater than 0, found -8", "cores"),
+    # found by the fuzz test (seed 104): a zero rate crashed the roofline picture
+    ("zero-rate", sub("rates: {fp32: 0.25}", "rates: {fp32: 0.0}"),
+     r"chip\.core\.tensor\.rates\.fp32: expected a value greater than 0, found 0\.0", "rates"),
     ("negative-quantity", sub("clock: 2.8 GHz", "clock: -2.8 GHz"),
      r"chip\.core\.tensor\.clock: expected a positive frequency", "clock: -2.8"),
     ("wrong-dimension", sub("bandwidth: 820 GiB/s", "bandwidth: 2.9 GHz"),

