@@ -14,6 +14,7 @@ from conftest import BASE_CHIP
 from generators.cli import main
 from specs.errors import SpecError
 from specs.loader import load_document
+from sim.system.model import MAX_GRAPH_CHIPS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -238,3 +239,18 @@ def test_cli_model_error_is_one_line(tmp_path, command):
                              "(credits must be at least max_packet (128), not 16; a packet "
                              "of 4096 B is 128 flits of 256 bits)\n")
     assert not out.exists()
+
+
+def test_a_huge_neuronlink_domain_is_refused_before_its_graph(tmp_path):
+    """A chip count mutated to 1e11 (found by the fuzz test) built switch nodes until memory ran
+    out; the model refuses a NeuronLink graph above its limit at once, with status 2."""
+    text = (REPO / "specs" / "systems" / "trn3-ultraserver.yaml").read_text()
+    assert "count: 144\n" in text
+    path = tmp_path / "big.yaml"
+    path.write_text(text.replace("count: 144\n", "count: 100000000000\n"))
+    result = CliRunner().invoke(main, ["check", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        "error: trn3-ultraserver: 100,000,000,000 chips joined by NeuronLink (switch); the "
+        f"model builds link graphs of at most {MAX_GRAPH_CHIPS} chips (join larger systems "
+        "over EFA)\n")

@@ -88,6 +88,15 @@ FORMAT_GROUPS: dict[str, tuple[str, ...]] = {
 
 #: Buffer size of the collective figures (bytes per chip).
 COLLECTIVE_BYTES = 2**30
+
+#: Most chips one NeuronLink graph (ring, torus or switch) may join: a limit of the model, not of
+#: the hardware. The largest bundled NeuronLink domain is the Trn3 UltraServer's 144 chips.
+#: `gen check` executes collectives on the graph, which grows with the square of the chips
+#: (28 CPU s for a 512-chip switch, 108 s for 1,024, over 5 minutes for 8,192), and a count
+#: mutated to 1e11 would build nodes until memory ran out. Larger systems join their members
+#: over EFA.
+MAX_GRAPH_CHIPS = 512
+
 #: Matmul shapes (m, k, n) of the ``sustained.*`` figures: a large square one, and one with a
 #: short moving tile (a decode step), where the LoadStationary cost shows.
 SUSTAINED_SHAPES = {"sustained.bf16": (4096, 4096, 4096),
@@ -409,6 +418,10 @@ class System:
     def topology(self) -> nx.Graph:
         """Graph of the chip-to-chip links inside this system (EFA not included)."""
         kind, dims = self.spec.topology.kind, tuple(self.spec.topology.dims)
+        if self.chips > MAX_GRAPH_CHIPS:
+            raise ModelError(f"{self.name}: {self.chips:,} chips joined by NeuronLink "
+                             f"({kind}); the model builds link graphs of at most "
+                             f"{MAX_GRAPH_CHIPS:,} chips (join larger systems over EFA)")
         if kind == "none":
             if self.chips != 1:
                 raise ModelError(f"{self.name}: topology 'none' must join 1 chip, "
