@@ -1,8 +1,7 @@
 """Shared pytest options: which HDL simulators to run, and the random seed of seeded tests;
 and the order the tests run in.
 
-Every test that takes a ``sim`` argument runs once per simulator of ``--sim`` (default: all);
-``--slow-builds`` adds the few whose simulator build takes tens of minutes.
+Every test that takes a ``sim`` argument runs once per simulator of ``--sim`` (default: all).
 A simulator that is not installed is skipped with a reason; under ``CI=true`` the test runs
 and fails, because CI installs both.
 
@@ -99,9 +98,6 @@ def pytest_addoption(parser):
                      help="HDL simulator to run cocotb tests on (repeatable; default: all)")
     parser.addoption("--seed", type=int, default=None,
                      help="seed of the random tests (default: a fresh one, printed)")
-    parser.addoption("--slow-builds", action="store_true",
-                     help="also run the cocotb tests whose simulator build takes tens of "
-                          "minutes (the multi-format tensor array and the NeuronCore on Verilator)")
 
 
 def pytest_generate_tests(metafunc):

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from conftest import BASE_CHIP
 from generators.cli import main
+from sim.system.model import MAX_GRAPH_CHIPS
 from specs.errors import SpecError
 from specs.loader import load_document
-from sim.system.model import MAX_GRAPH_CHIPS
 
 REPO = Path(__file__).resolve().parents[1]
 
