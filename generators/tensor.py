@@ -26,6 +26,7 @@ from hdl.tensor.systolic import (
     stationary_layout,
 )
 
+from .output import verilator_waivers
 from .output import write_if_changed as _write
 
 __all__ = ["TOP", "emit", "module_names", "verilog_modules"]
@@ -119,9 +120,7 @@ def emit(params: SystolicParams, rtl_dir: Path, header: str, top: str = TOP) -> 
     prefix = _comment(header)
     written = [_write(rtl_dir / name, prefix + text)
                for name, text in verilog_modules(params, top).items()]
-    waivers = "".join(f"// {rule}: {why}\nlint_off -rule {rule}\n"
-                      for rule, why in WAIVERS.items())
-    written.append(_write(rtl_dir / f"{top}.vlt", f"{prefix}`verilator_config\n{waivers}"))
+    written.append(_write(rtl_dir / f"{top}.vlt", prefix + verilator_waivers(WAIVERS)))
     file_list = "".join(f"{path.name}\n" for path in written[:-1])
     written.append(_write(rtl_dir / f"{top}.f", prefix.replace("//", "#") + file_list))
     return written
