@@ -65,7 +65,7 @@ from functools import lru_cache
 import numpy as np
 
 from kernels.attention import _KB as KEY_BLOCK
-from sim.system import formulas
+from sim.system import collectives, formulas
 
 from . import model
 from .kerneltimes import KernelTimes
@@ -430,7 +430,7 @@ def evaluate_many(t: Transformer, base: model.Base, times: KernelTimes, *, tp, p
     over_efa = stride >= per_node
     bw = np.where(over_efa, base.efa_bandwidth / per_node, link)
     alpha = np.where(over_efa, base.efa_alpha, base.link_alpha)
-    p2p = np.where(pp > 1, 2 * (alpha + nbytes / bw), 0.0)
+    p2p = np.where(pp > 1, 2 * collectives.send_time(nbytes, bw, alpha), 0.0)
     micro_time = gemm + other + tp_comm + p2p
     bubble = (pp - 1) * micro_time
 
@@ -524,6 +524,8 @@ def core_variant(base: model.Base, point: dict[str, float]):
     :func:`hdl.params.core_params` derives it: the tensor array at ``rows x cols``, the tensor
     clock, the SBUF split over the partitions, and the DMA bandwidth per core the lower of its
     engines' and its share of HBM. None when the chip cannot be simulated."""
+    from hdl.params import core_dma_bandwidth  # noqa: PLC0415
+
     found = _base_core(base.spec_file)
     if found is None:
         return None
@@ -537,7 +539,7 @@ def core_variant(base: model.Base, point: dict[str, float]):
         clocks=tuple((e, float(point["clock"]) if e == "tensor" else c)
                      for e, c in params.clocks),
         sbuf_bytes=int(point["sbuf"] // params.partitions),
-        dma_bandwidth=min(engines // cores * engine_bw, point["hbm_bandwidth"] / cores))
+        dma_bandwidth=core_dma_bandwidth(engines, cores, engine_bw, point["hbm_bandwidth"]))
 
 
 _TIMES: dict = {}

@@ -32,6 +32,7 @@ __all__ = [
     "ChipParams",
     "ModelError",
     "activation_functions",
+    "core_dma_bandwidth",
     "core_params",
     "link_params",
     "params_from_spec",
@@ -213,6 +214,12 @@ def params_from_spec(spec: ChipSpec, scale: Scale) -> ChipParams:
                       link=link_params(spec, scale) if spec.neuronlink.links else None)
 
 
+def core_dma_bandwidth(engines, cores, engine_bandwidth: float, hbm_bandwidth: float) -> float:
+    """DMA bandwidth of one core in bytes/s: its share of the chip's DMA engines, each at
+    ``engine_bandwidth``, or its share of HBM, whichever is lower."""
+    return min(engines // cores * engine_bandwidth, hbm_bandwidth / cores)
+
+
 def core_params(spec: ChipSpec, scale: Scale = "full") -> CoreParams:
     """One physical NeuronCore of ``spec``, for the core simulator and the core's RTL.
 
@@ -240,8 +247,8 @@ def core_params(spec: ChipSpec, scale: Scale = "full") -> CoreParams:
     def si(q, unit):
         return float(q.to(unit).magnitude)
 
-    dma_bw = min(d.engines // spec.cores * si(d.engine_bandwidth, "B/s"),
-                 si(spec.memory.bandwidth, "B/s") / spec.cores)
+    dma_bw = core_dma_bandwidth(d.engines, spec.cores, si(d.engine_bandwidth, "B/s"),
+                                si(spec.memory.bandwidth, "B/s"))
     t = c.tensor
     sim = spec.sim if scale == "sim" else None
     array = systolic_params(t, sim)

@@ -1,5 +1,6 @@
 """The alpha-beta collective model against times worked out by hand."""
 
+import numpy as np
 import pytest
 
 from sim.system import collectives as coll
@@ -165,3 +166,10 @@ def test_arrays_give_what_scalars_give():
         want = [coll.switch_time(op, float(n), int(p), float(b), ALPHA, EFF, add, coll.CHUNK)
                 for n, p, b in zip(ns, ps, bws, strict=True)]
         assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_send_is_latency_plus_bytes_over_bandwidth():
+    # 1 MB over 100 GB/s at 80 % efficiency: 12.5 us, plus 2 us of latency
+    assert coll.send_time(1e6, 100e9, 2e-6, 0.8) == pytest.approx(14.5e-6, rel=1e-12)
+    got = coll.send_time(np.array([0.0, 1e6]), 100e9, 2e-6, 0.8)
+    np.testing.assert_allclose(got, [2e-6, 14.5e-6], rtol=1e-12)

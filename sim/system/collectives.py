@@ -210,6 +210,13 @@ def torus_time(op: str, n, dims: Sequence, bandwidth, alpha, efficiency=1.0,
     return _scalar(total)
 
 
+def send_time(n, bandwidth, alpha, efficiency=1.0):
+    """Time of one point-to-point send of ``n`` bytes over a path of ``bandwidth`` (one
+    direction) with latency ``alpha`` (seconds): ``alpha + n / (bandwidth * efficiency)``.
+    Element-wise on numpy arrays."""
+    return _scalar(alpha + np.asarray(n, dtype=float) / (bandwidth * efficiency))
+
+
 def switch_time(op: str, n, p, bandwidth, alpha, efficiency=1.0, reduce=0.0, chunk=math.inf):
     """Time of ``op`` among ``p`` chips behind a non-blocking switch (seconds).
 
