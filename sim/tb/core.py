@@ -17,7 +17,10 @@ simulator's times; see ``sim/tb/test_core.py`` for what is and is not compared.
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import functools
+import pickle
 import random
 
 import cocotb
@@ -30,6 +33,7 @@ from cocotbext.axi import AxiBus, AxiRam
 from hdl.core.core import HostMap, NeuronCore
 from hdl.core.engines import supported
 from hdl.core.isa import (
+    AP,
     WORD_BITS,
     DmaCopy,
     Memset,
@@ -46,13 +50,14 @@ from hdl.params import core_params
 from hdl.vector.convert import ENGINE_FORMATS
 from hdl.vector.ops import Reduce, VectorOp
 from kernels import KERNELS
-from kernels.builder import Builder
+from kernels.builder import Builder, KernelError
 from sim.core import Core, ProgramError
 from sim.core.program import Program
 from sim.tb.runner import RunResult, emit_verilog, run_verilog, tb_params
 from specs.loader import load
 
-__all__ = ["PROGRAMS", "CoreTB", "build_program", "rtl_refusal", "simulate"]
+__all__ = ["PROGRAMS", "RANDOM", "CoreTB", "build_program", "check_program", "program_names",
+           "random_program", "rtl_refusal", "simulate"]
 
 
 def _tile(b: Builder, offset: int, n: int, dtype: str = "fp32", space: str = "sbuf",
@@ -170,13 +175,107 @@ PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, Fals
                                   False)}
 
 
-def build_program(params: CoreParams, name: str) -> Program:
-    """The program ``name`` of :data:`PROGRAMS` for a core of ``params``."""
-    if name not in PROGRAMS:
-        raise ValueError(f"program must be one of {', '.join(PROGRAMS)}, not {name!r}")
+#: The name of the seeded random program (:func:`random_program`).
+RANDOM = "random"
+#: Types the random program gives its tensors (those :func:`random_inputs` fills).
+RANDOM_TYPES = ("fp32", "bf16", "fp16", "fp8_e4m3")
+#: Element operations of its ``TensorTensor`` and ``TensorScalar`` instructions.
+RANDOM_OPS = (VectorOp.ADD, VectorOp.SUBTRACT, VectorOp.MULTIPLY, VectorOp.MAX, VectorOp.MIN,
+              VectorOp.GREATER, VectorOp.LESS_EQUAL, VectorOp.IS_EQUAL)
+
+
+def random_program(params: CoreParams, seed: int) -> Program:
+    """A program drawn from ``seed`` that keeps the rules: two or three tensors loaded over
+    random DMA queues, three to eight vector instructions (element-wise, with immediates or
+    a per-partition scalar from an earlier reduction, reductions, casting copies, memsets;
+    every type of :data:`RANDOM_TYPES`, whole tiles of every partition), and the last
+    result stored over another queue. Semaphores order the streams."""
+    rng = random.Random(seed)
     b = Builder(params)
-    PROGRAMS[name][0](b)
+    p = params.partitions
+    queues = [f"dma{q}" for q in range(params.dma_queues)]
+    n = rng.choice((4, 8, 12, 16, 24))
+    tiles: list[AP] = []
+    columns: list[AP] = []
+
+    def new_tile(dtype: str) -> AP:
+        return _tile(b, b.sbuf(4 * n, f"t{len(tiles)}"), n, dtype)
+
+    loaded = []
+    for i in range(rng.randint(2, 3)):
+        dtype = rng.choice(RANDOM_TYPES)
+        x = b.hbm(f"x{i}", (p, n), dtype)
+        tiles.append(new_tile(dtype))
+        q = rng.choice(queues)
+        b.emit(q, DmaCopy(dst=tiles[-1], src=x.ap((0, p))))
+        loaded.append(b.signal(q))
+    b.wait("vector", *loaded)
+    last = tiles[0]
+    for _ in range(rng.randint(3, 8)):
+        kind = rng.choice(("tt", "ts", "reduce", "copy", "memset"))
+        src = rng.choice(tiles)
+        if kind == "reduce":
+            dst = b.column(b.sbuf(4, "column"), p)
+            b.emit("vector", TensorReduce(dst=dst, src=src, reduce=rng.choice(
+                (Reduce.SUM, Reduce.MAX)), op=rng.choice((VectorOp.COPY, VectorOp.SQUARE))))
+            columns.append(dst)
+            continue
+        dst = new_tile(rng.choice(RANDOM_TYPES))
+        if kind == "tt":
+            other = rng.choice([t for t in tiles if t.dtype == src.dtype])
+            ins = TensorTensor(dst=dst, a=src, b=other, op=rng.choice(RANDOM_OPS))
+        elif kind == "ts" and columns and rng.random() < 0.5:
+            ins = TensorScalar(dst=dst, src=src, op0=rng.choice(RANDOM_OPS),
+                               operand0=rng.choice(columns))
+        elif kind == "ts":
+            ins = TensorScalar(dst=dst, src=src, op0=rng.choice(RANDOM_OPS),
+                               imm0=rng.choice((0.5, -1.25, 3.0, 1.0 / 3.0, 0.0)))
+        elif kind == "copy":
+            ins = TensorCopy(dst=dst, src=src)
+        else:
+            ins = Memset(dst=dst, value=rng.choice((0.0, -2.5, 0.1, 7.0)))
+        b.emit("vector", ins)
+        tiles.append(dst)
+        last = dst
+    done = b.signal("vector")
+    q = rng.choice(queues)
+    out = b.hbm("out", (p, n), last.dtype)
+    b.wait(q, done)
+    b.emit(q, DmaCopy(dst=out.ap((0, p)), src=last))
     return b.program
+
+
+def kernel_shape(name: str, params: CoreParams) -> dict[str, int]:
+    """The shape a kernel of :data:`kernels.KERNELS` runs at on the core at simulation
+    scale: two tiles of every partition along its split dimension, 24 along the others."""
+    kernel = KERNELS[name]
+    return {d: 2 * params.partitions if d == kernel.split else 24 for d in kernel.dims}
+
+
+def program_names() -> list[str]:
+    """Every name :func:`build_program` takes."""
+    return list(PROGRAMS) + [RANDOM] + [k for k in KERNELS if k not in PROGRAMS]
+
+
+def must_deadlock(name: str) -> bool:
+    return name in PROGRAMS and PROGRAMS[name][1]
+
+
+def build_program(params: CoreParams, name: str, seed: int = 0) -> Program:
+    """The program ``name`` for a core of ``params``: one of :data:`PROGRAMS`, the random
+    program of ``seed`` (:data:`RANDOM`), or a kernel of :data:`kernels.KERNELS` at
+    :func:`kernel_shape` in its first type."""
+    if name in PROGRAMS:
+        b = Builder(params)
+        PROGRAMS[name][0](b)
+        return b.program
+    if name == RANDOM:
+        return random_program(params, seed)
+    if name in KERNELS:
+        b = Builder(params)
+        _kernel(name, kernel_shape(name, params), KERNELS[name].dtypes[0])(b)
+        return b.program
+    raise ValueError(f"program must be one of {', '.join(program_names())}, not {name!r}")
 
 
 def rtl_refusal(program: Program, params: CoreParams) -> str | None:
@@ -336,9 +435,9 @@ def _first_difference(name: str, rtl: np.ndarray, sim: np.ndarray) -> str:
 async def program(dut):
     """Run one program on the RTL and the simulator; compare every byte."""
     cfg = tb_params()
-    params = core_params(load(cfg["spec"]), "sim")
-    prog = build_program(params, cfg["program"])
-    must_deadlock = PROGRAMS[cfg["program"]][1]
+    params = pickle.loads(base64.b64decode(cfg["params"]))
+    prog = build_program(params, cfg["program"], cfg["seed"])
+    deadlocks = must_deadlock(cfg["program"])
     tb = CoreTB(dut, params, cfg["pause"], cfg["seed"])
     why = rtl_refusal(prog, params)
     assert why is None, f"the core RTL cannot run {cfg['program']}: {why}"
@@ -347,16 +446,16 @@ async def program(dut):
     try:
         result = Core(params).run(prog, hbm=sim_hbm, trace=True, seed=cfg["seed"])
     except ProgramError as err:
-        assert must_deadlock and "deadlock" in str(err), f"the simulator rejects it: {err}"
+        assert deadlocks and "deadlock" in str(err), f"the simulator rejects it: {err}"
         result = None
     else:
-        assert not must_deadlock, "the simulator ran a program that must deadlock"
+        assert not deadlocks, "the simulator ran a program that must deadlock"
     tb.ram.write(0, hbm.tobytes())
     await tb.start_clock()
     await tb.load(prog)
     cycles, deadlock = await tb.run(cfg["cycle_limit"])
     dut._log.info(f"{cfg['program']}: {cycles} cycles, deadlock {deadlock}")
-    if must_deadlock:
+    if deadlocks:
         assert deadlock, "the RTL did not report the deadlock"
         return
     assert not deadlock, "the RTL reported a deadlock the simulator did not see"
@@ -378,16 +477,38 @@ async def program(dut):
     assert not failures, "; ".join(failures)
 
 
-def simulate(spec: str, program_name: str, sim: str, seed: int | None = None,
+def simulate(spec: str | CoreParams, program_name: str, sim: str, seed: int | None = None,
              pause: bool = True, cycle_limit: int = 100_000) -> RunResult:
-    """Co-simulate ``program_name`` on the core of ``spec`` at simulation scale."""
+    """Co-simulate ``program_name`` (a name of :func:`program_names`) on the core of
+    ``spec`` (a spec's name, taken at simulation scale, or the core's parameters)."""
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)
-    params = core_params(load(spec), "sim")
-    cfg = {"spec": spec, "program": program_name, "seed": seed, "pause": pause,
-           "cycle_limit": cycle_limit}
-    return run_verilog(core_verilog(params), "neuron_core", "sim.tb.core", sim, cfg,
-                       testcase="program", seed=seed)
+    params = spec if isinstance(spec, CoreParams) else core_params(load(spec), "sim")
+    cfg = {"params": base64.b64encode(pickle.dumps(params)).decode(),
+           "program": program_name, "seed": seed, "pause": pause, "cycle_limit": cycle_limit}
+    result = run_verilog(core_verilog(params), "neuron_core", "sim.tb.core", sim, cfg,
+                         testcase="program", seed=seed)
+    return dataclasses.replace(result, name=program_name)
+
+
+def check_program(params: CoreParams, name: str, seed: int) -> str | None:
+    """Why ``name`` is not run on the RTL (None: it is): the core simulator rejects it (a
+    program that must deadlock is rejected for its deadlock alone), or the RTL cannot run
+    it (:func:`rtl_refusal`)."""
+    try:
+        prog = build_program(params, name, seed)
+    except KernelError as err:
+        return f"{name}: {err}"
+    try:
+        Core(params).run(prog, timing_only=True)
+    except ProgramError as err:
+        if not (must_deadlock(name) and "deadlock" in str(err)):
+            return f"{name}: the core simulator rejects it: {err}"
+    else:
+        if must_deadlock(name):
+            return f"{name}: the core simulator runs it, but it must deadlock"
+    why = rtl_refusal(prog, params)
+    return None if why is None else f"{name}: the core RTL cannot run it: {why}"
 
 
 @functools.cache

@@ -148,6 +148,8 @@ class RunResult:
     waves: Path | None = None
     #: ``test: ExceptionType: message`` of each failed cocotb test
     messages: tuple[str, ...] = ()
+    #: what ran, in a word, where the toplevel does not say (the core's program)
+    name: str = ""
 
     @property
     def ok(self) -> bool:
