@@ -60,7 +60,8 @@ def generate_chip(doc: Document, out: Path, scale: str = "full",
         for unit, variants in plan:
             for params in variants:
                 files = unit.emit(params, stage.path("rtl"), header(doc))
-                emitted.setdefault(unit.name, []).append(files)
+                if unit.area:
+                    emitted.setdefault(unit.name, []).append(files)
                 core, text = core_text(spec.name, files, header(doc), __version__)
                 rtl += files + [stage.write_text(f"rtl/{core}", text)]
             if unit.datasheet is not None:

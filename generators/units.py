@@ -36,6 +36,9 @@ class Unit:
     #: (params, simulator, seed, **options) -> None, or raises InputError: what `gen sim`
     #: would refuse, checked before anything is simulated
     check: Callable[..., None] | None = None
+    #: whether the datasheet's area tables count the unit's modules (not the core's: it
+    #: assembles engines they already count, once per core)
+    area: bool = True
 
 
 UNITS: dict[str, Unit] = {}
@@ -292,4 +295,4 @@ def _core_emit(params, rtl_dir, header):
 
 
 UNITS["core"] = Unit("core", _core_params, _core_emit, _core_simulate, _core_unsupported,
-                     datasheet=core_datasheet, check=_core_check)
+                     datasheet=core_datasheet, check=_core_check, area=False)

@@ -374,11 +374,12 @@ class CoreTB:
                     await self.write(self.map.imem(s, i, k), w)
             await self.write(self.map.length(s), len(code))
 
-    async def run(self, limit: int) -> tuple[int, bool]:
-        """Start, poll until stopped; (cycles, deadlock). Fails past ``limit`` cycles."""
+    async def run(self, limit: int, poll: int = 16) -> tuple[int, bool]:
+        """Start, poll every ``poll`` cycles until stopped; (cycles, deadlock). Fails past
+        ``limit`` cycles."""
         await self.write(self.map.reg(self.map.START), 1)
         while True:
-            await ClockCycles(self.dut.clk, 16)
+            await ClockCycles(self.dut.clk, poll)
             status = await self.read(self.map.reg(self.map.STATUS))
             cycles = await self.read(self.map.reg(self.map.CYCLES))
             if not status & 1:
@@ -475,6 +476,46 @@ async def program(dut):
             ins = prog.streams[name][i]
             dut._log.info(f"{name}[{i}] {type(ins).__name__}: cycles {begin} .. {end}")
     assert not failures, "; ".join(failures)
+
+
+def throughput_program(params: CoreParams, instructions: int, n: int) -> Program:
+    """The vector engine alone, ``instructions`` element-wise instructions over tiles of
+    ``n`` fp32 elements of every partition (no DMA: the AXI model stays idle)."""
+    b = Builder(params)
+    a, c, d = (b.sbuf(4 * n, name) for name in "acd")
+    b.emit("vector", Memset(dst=_tile(b, a, n), value=1.5))
+    b.emit("vector", Memset(dst=_tile(b, c, n), value=-0.25))
+    for i in range(instructions - 2):
+        dst, src = (d, a) if i % 2 == 0 else (a, d)
+        b.emit("vector", TensorTensor(dst=_tile(b, dst, n), a=_tile(b, src, n),
+                                      b=_tile(b, c, n), op=VectorOp.ADD))
+    return b.program
+
+
+@cocotb.test()
+async def throughput(dut):
+    """Simulated cycles per wall-clock second (used by benchmarks/core_rtl.py): the program
+    of :func:`throughput_program` (parameters ``instructions`` and ``n``) with the testbench
+    quiet, status polled every 1024 cycles; cycles and seconds go to the JSON file
+    ``report``. The SBUF is still compared with the simulator's, outside the timed part."""
+    import json
+    import time
+
+    cfg = tb_params()
+    params = pickle.loads(base64.b64decode(cfg["params"]))
+    prog = throughput_program(params, cfg["instructions"], cfg["n"])
+    want = Core(params).run(prog, seed=1)
+    tb = CoreTB(dut, params, pause=False, seed=1)
+    await tb.start_clock()
+    await tb.load(prog)
+    begin = time.perf_counter()
+    cycles, deadlock = await tb.run(cfg["cycle_limit"], poll=1024)
+    seconds = time.perf_counter() - begin
+    assert not deadlock
+    rtl = await tb.memory("sbuf")
+    assert np.array_equal(rtl, want.sbuf), _first_difference("SBUF", rtl, want.sbuf)
+    with open(cfg["report"], "w") as fh:
+        json.dump({"cycles": cycles, "seconds": seconds}, fh)
 
 
 def simulate(spec: str | CoreParams, program_name: str, sim: str, seed: int | None = None,

@@ -1,9 +1,9 @@
 """Pytest entry points of the NeuronCore co-simulation (:mod:`sim.tb.core`).
 
-Every program of :data:`sim.tb.core.PROGRAMS` runs on Verilator, one build of the core at
-trn2's simulation scale reused by all, with random stalls on every AXI channel (the build and
-the six runs take about 2 minutes on two busy cores, since the runner makes only the toplevel's
-signals public). Compared:
+Every program of :data:`sim.tb.core.PROGRAMS`, and the random program of the run's seed, runs
+on Verilator, one build of the core at trn2's simulation scale reused by all, with random
+stalls on every AXI channel (the build and the six programs take about 2 minutes on two busy
+cores, since the runner makes only the toplevel's signals public). Compared:
 every byte of SBUF, PSUM and the external memory after the run, and the deadlock verdict.
 
 Per-instruction cycles are logged, not compared. The simulator times each engine on its own
@@ -17,14 +17,14 @@ implements the cost structure; the simulator follows its sources and is not chan
 
 import pytest
 
-from sim.tb.core import PROGRAMS, simulate
+from sim.tb.core import PROGRAMS, RANDOM, simulate
 from sim.tb.runner import skip_unless_available
 
 SPEC = "trn2"
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("name", list(PROGRAMS))
+@pytest.mark.parametrize("name", [*PROGRAMS, RANDOM])
 def test_core_verilator(name, seed):
     skip_unless_available("verilator")
     result = simulate(SPEC, name, "verilator", seed)
