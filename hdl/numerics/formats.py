@@ -325,8 +325,9 @@ def format_table(formats) -> list[dict]:
     """One row per format for the datasheet, every figure computed from the descriptor.
 
     ``formats`` holds format objects or names (:func:`input_format_by_name`); an MX format's
-    figures are those of its elements, its scale noted with the NaN encoding. Keys: name, bits, exponent_bits,
-    mantissa_bits, bias, max_finite, min_normal, min_subnormal, infinities, nan_encoding.
+    figures are those of its elements, its scale noted with the NaN encoding. Keys: name,
+    bits, exponent_bits, mantissa_bits, bias, max_finite, min_normal, min_subnormal,
+    infinities, nan_encoding.
     Integer formats give their range in max_finite / min_normal (the minimum value) and None
     where a float-only figure does not apply.
     """

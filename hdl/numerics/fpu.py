@@ -30,8 +30,8 @@ from amaranth.lib.wiring import In, Out
 
 from .formats import FP32, FloatFormat, IntFormat, MxFormat
 
-__all__ = ["FpAdd32", "FpMul32", "FpMulScaled32", "MultiWiden", "MultiWidenParams", "Widen", "WidenParams", "lzc",
-           "round_pack"]
+__all__ = ["FpAdd32", "FpMul32", "FpMulScaled32", "MultiWiden", "MultiWidenParams", "Widen",
+           "WidenParams", "lzc", "round_pack"]
 
 CANONICAL_NAN32 = 0x7FC0_0000
 

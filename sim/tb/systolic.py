@@ -8,10 +8,11 @@ the golden :func:`sim.golden.systolic.matmul` over a running copy of the PSUM ba
 compares every beat bit for bit and, in the runs without idle cycles or backpressure, every
 command and output cycle with :func:`sim.golden.systolic.schedule`. An MX tile is held as its
 operand words, element and block scale (bits 8-15) together, the scale the same for the 32
-indices of a block; the model splits them again for :func:`sim.golden.systolic.matmul_mx`. Every program runs twice:
-once with streams always valid and ready (cycles checked), once with random idle cycles on the
-sources and random backpressure on the sink (values checked). Programs mix the array's input
-formats: every test covers each format, and consecutive tiles and multiplies change format.
+indices of a block; the model splits them again for :func:`sim.golden.systolic.matmul_mx`.
+Every program runs twice: once with streams always valid and ready (cycles checked), once with
+random idle cycles on the sources and random backpressure on the sink (values checked).
+Programs mix the array's input formats: every test covers each format, and consecutive tiles
+and multiplies change format.
 
 By default the array is the generator's hierarchical emission (PE and row modules emitted once
 and instantiated); ``hierarchical=False`` runs the flat elaboration of the same array.
@@ -173,8 +174,9 @@ def pack_words(params: SystolicParams, fmt: str, tile: np.ndarray,
                rng: np.random.Generator) -> np.ndarray:
     """Operand words (rows, columns) of a K x C ``tile`` of ``fmt`` bit patterns: element
     k in the low bits of word k, or with a double-rate format in byte ``k % 2`` of word
-    ``k // 2``; an MX tile holds words already (element, scale in bits 8-15). Every bit no element claims (indices >= K, bits above the elements) is
-    random: the array must ignore it."""
+    ``k // 2``; an MX tile holds words already (element, scale in bits 8-15). Every bit no
+    element claims (indices >= K, bits above the elements) is random: the array must
+    ignore it."""
     w = params.width
     words = rng.integers(0, 1 << w, size=(params.rows, tile.shape[1]), dtype=np.uint64)
     f = params.format_list[params.code(fmt)]
