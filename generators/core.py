@@ -96,8 +96,9 @@ def verilog_texts(params: CoreParams) -> tuple[str, tuple[str, ...]]:
 
 def emit(params: CoreParams, rtl_dir: Path, header: str) -> list[Path]:
     """Write the core's Verilog into ``rtl_dir``: each lane module its own file (leaves first),
-    then ``neuron_core.v`` (its SBUF and PSUM uninitialised: :func:`uninitialised_memories`)
-    and ``neuron_core.vlt`` (:data:`WAIVERS`). Deterministic, and a
+    then ``neuron_core.v`` (its SBUF and PSUM uninitialised: :func:`uninitialised_memories`),
+    ``neuron_core.vlt`` (:data:`WAIVERS`) and the file list ``neuron_core.f`` (the ``.v``
+    files in compile order). Deterministic, and a
     file is only rewritten when its content changes. Returns the paths written.
 
     Raises ``ValueError`` when a lane module's file is already there with another text (two
@@ -115,5 +116,7 @@ def emit(params: CoreParams, rtl_dir: Path, header: str) -> list[Path]:
                              f"of that name another unit wrote")
         paths.append(_write(path, prefix + text))
     paths.append(_write(rtl_dir / f"{TOP}.v", prefix + top))
+    file_list = "".join(f"{path.name}\n" for path in paths)
     paths.append(_write(rtl_dir / f"{TOP}.vlt", verilator_waivers(WAIVERS, header)))
+    paths.append(_write(rtl_dir / f"{TOP}.f", prefix.replace("//", "#") + file_list))
     return paths

@@ -33,8 +33,8 @@ class Unit:
     unsupported: Callable[[ChipSpec], str] = lambda spec: ""
     #: spec -> datasheet tables (dicts with title, columns, rows, note)
     datasheet: Callable[[ChipSpec], list[dict]] | None = None
-    #: (params, simulator, seed, **options) -> None, or raises InputError: what `gen sim`
-    #: would refuse, checked before anything is simulated
+    #: (params, simulator, seed, **options) -> raises InputError for what `gen sim` would
+    #: refuse, checked before anything is simulated (its return value is not used)
     check: Callable[..., None] | None = None
     #: whether the datasheet's area tables count the unit's modules (not the core's: it
     #: assembles engines they already count, once per core)
@@ -191,8 +191,8 @@ UNITS["tensor"] = Unit("tensor", lambda spec, scale: [tensor_params(spec, scale)
 # --- the NeuronCore -------------------------------------------------------------------------
 
 #: The programs `gen sim --unit core` runs without --kernel, by simulator: on Verilator every
-#: program of the co-simulation and a seeded random one; on Icarus, about 20 times slower,
-#: a small one and the deadlock.
+#: program of the co-simulation and a seeded random one; on Icarus, about ten times slower
+#: (benchmarks/core_rtl.md), a small one and the deadlock.
 CORE_PROGRAMS = {"verilator": None, "icarus": ("vector_add", "deadlock")}
 
 
@@ -215,10 +215,6 @@ def _core_names(params, sim, seed, kernel=None) -> list[str]:
         if why is not None:
             raise InputError(f"not simulated: {why}")
     return names
-
-
-def _core_check(params, sim, seed, kernel=None) -> None:
-    _core_names(params, sim, seed, kernel)
 
 
 def _core_simulate(params, sim, seed=None, kernel=None):
@@ -291,4 +287,4 @@ def _core_emit(params, rtl_dir, header):
 
 
 UNITS["core"] = Unit("core", _core_params, _core_emit, _core_simulate, _core_unsupported,
-                     datasheet=core_datasheet, check=_core_check, area=False)
+                     datasheet=core_datasheet, check=_core_names, area=False)

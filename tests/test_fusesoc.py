@@ -85,6 +85,8 @@ def test_neuron_core_is_a_fusesoc_core_that_lints_clean(core_build, tmp_path):
     assert core["filesets"]["rtl"]["files"] == ["vector_lane.v", "core_cast_lane.v",
                                                 "neuron_core.v"]
     assert (rtl / "files.f").read_text().splitlines().count("vector_lane.v") == 1
+    assert (rtl / "neuron_core.f").read_text().splitlines()[-3:] == [
+        "vector_lane.v", "core_cast_lane.v", "neuron_core.v"]
     result = fusesoc("--cores-root", str(core_build), "core-info", "trngen:trn2:neuron_core",
                      cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
