@@ -260,7 +260,8 @@ def core_datasheet(spec: ChipSpec) -> list[dict]:
         row("PSUM", lambda p, hm: f"{p.partitions} partitions x {p.psum_bytes} B in "
             f"{p.psum_banks} banks of {p.psum_bank_bytes} B: {hm.psum_words} rows x "
             f"{32 * p.partitions} bits"),
-        row("Engines", lambda p, hm: f"{engines(p, hm)}, {p.partitions} lanes each; DMA"),
+        row("Engines", lambda p, hm: f"{engines(p, hm)} and DMA, over {p.partitions} "
+            "partitions"),
         row("DMA", lambda p, hm: f"{p.dma_queues} queues on one AXI4 manager port, "
             f"{max(1, (p.hbm_bytes - 1).bit_length())}-bit addresses, 32-bit data"),
         row("Sequencers", lambda p, hm: f"{len(hm.streams)} ({', '.join(hm.streams[:4])}"
