@@ -40,7 +40,7 @@ def test_pictures_are_drawn_from_the_spec(trn2):
     # queues; 96 GiB of HBM (TRN2) take 37 address bits.
     assert "128 x 224 KiB: 57344 rows of 4096 bits" in core
     assert "8 banks, 128 x 16 KiB: 4096 rows of 4096 bits" in core
-    assert "16 sequencers (dma0 .. dma15)" in core and ">128 lanes<" in core
+    assert "16 sequencers (dma0 .. dma15)" in core and ">128 partitions<" in core
     assert "37-bit addresses, 32-bit data, 96 GiB of memory" in core
 
 
