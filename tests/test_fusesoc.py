@@ -1,6 +1,6 @@
-"""`gen chip` writes a CAPI2 core per emitted engine, and FuseSoC takes it: core-info reads
-it, and its lint target runs Verilator through edalize on the emitted link port, vector
-engine and scalar (activation) engine."""
+"""`gen chip` writes a CAPI2 core per emitted engine and the NeuronCore, and FuseSoC takes it:
+core-info reads it, and its lint target runs Verilator through edalize on the emitted link port,
+vector engine, scalar (activation) engine and core."""
 
 import os
 import re
@@ -63,6 +63,35 @@ def test_fusesoc_lint_target_passes(sim_build, tmp_path, top):
     assert core["filesets"]["waivers"] == {"files": [f"{top}.vlt"], "file_type": "vlt"}
     result = fusesoc("--cores-root", str(sim_build), "run", "--build-root",
                      str(tmp_path / "b"), "--target", "lint", f"trngen:trn2:{top}",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Warning" not in result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def core_build(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("chip") / "trn2"
+    generate_chip(load_document("trn2"), out, "sim", units=["vector", "core"])
+    return out
+
+
+def test_neuron_core_is_a_fusesoc_core_that_lints_clean(core_build, tmp_path):
+    """The NeuronCore's .core lists its lane modules before it (the vector lane shared with
+    the vector engine, one file in the file list), core-info reads it, and its lint target
+    (verilator -Wall with neuron_core.vlt) passes at simulation scale."""
+    rtl = core_build / "rtl"
+    core = yaml.safe_load((rtl / "neuron_core.core").read_text())
+    assert core["name"] == "trngen:trn2:neuron_core:0.1.0"
+    assert core["filesets"]["rtl"]["files"] == ["vector_lane.v", "core_cast_lane.v",
+                                                "neuron_core.v"]
+    assert (rtl / "files.f").read_text().splitlines().count("vector_lane.v") == 1
+    result = fusesoc("--cores-root", str(core_build), "core-info", "trngen:trn2:neuron_core",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "trngen:trn2:neuron_core:0.1.0" in result.stdout
+    skip_unless_available("verilator")
+    result = fusesoc("--cores-root", str(core_build), "run", "--build-root",
+                     str(tmp_path / "b"), "--target", "lint", "trngen:trn2:neuron_core",
                      cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Warning" not in result.stdout + result.stderr

@@ -11,13 +11,17 @@ One cocotb test, ``program``, runs the program named in the testbench parameters
 3. every byte of SBUF and PSUM (read through the host port) and of the external memory must
    equal the simulator's.
 
-Per-instruction cycle stamps (decode to retirement) are read back and logged beside the
-simulator's times; see ``sim/tb/test_core.py`` for what is and is not compared.
+Per-instruction cycle stamps (decode to retirement) are read back, logged beside the
+simulator's cycles, and each compute instruction's must keep the bound the simulator
+documents (:func:`sim.core.machine.rtl_cycle_bound`; :func:`timing`).
 """
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import functools
+import pickle
 import random
 
 import cocotb
@@ -49,15 +53,16 @@ from hdl.params import core_params
 from hdl.vector.convert import ENGINE_FORMATS
 from hdl.vector.ops import Reduce, VectorOp
 from kernels import KERNELS
-from kernels.builder import Builder
+from kernels.builder import Builder, KernelError
 from sim.core import Core, ProgramError
 from sim.core.machine import rtl_cycle_bound
 from sim.core.program import Program
-from sim.tb.core_random import random_program, vetted_seed
+from sim.tb.core_random import random_program
 from sim.tb.runner import RunResult, emit_verilog, run_verilog, tb_params
 from specs.loader import load
 
-__all__ = ["PROGRAMS", "CoreTB", "build_program", "rtl_refusal", "simulate"]
+__all__ = ["PROGRAMS", "RANDOM", "CoreTB", "build_program", "check_program", "program_names",
+           "random_program", "rtl_refusal", "simulate"]
 
 #: What each engine of the core RTL runs (the DMA queues: DmaCopy).
 SUPPORTED = {"tensor": tensor.supported, "vector": engines.supported,
@@ -229,11 +234,6 @@ def _deadlock(b: Builder) -> None:
     b.emit("vector", Memset(dst=_tile(b, sx, n), value=1.0))
 
 
-def _random(b: Builder, seed: int) -> None:
-    """A random program of :mod:`sim.tb.core_random`, vetted by the core simulator."""
-    random_program(b, vetted_seed(b.params, seed))
-
-
 def _kernel(name: str, shape: dict, dtype: str):
     """A kernel of :data:`kernels.KERNELS` at one shape."""
     def build(b: Builder) -> None:
@@ -257,20 +257,42 @@ PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, Fals
                                False),
             "softmax": (_kernel("softmax", {"R": 16, "C": 24}, "fp32"), False),
             "rmsnorm": (_kernel("rmsnorm", {"R": 16, "C": 24}, "bf16"), False)}
-#: Seeded random programs (:mod:`sim.tb.core_random`), each from the first seed on whose
-#: program the core simulator accepts.
-RANDOM_PROGRAMS = 4
-for _k in range(RANDOM_PROGRAMS):
-    PROGRAMS[f"random{_k}"] = (functools.partial(_random, seed=1000 * _k), False)
 
 
-def build_program(params: CoreParams, name: str) -> Program:
-    """The program ``name`` of :data:`PROGRAMS` for a core of ``params``."""
-    if name not in PROGRAMS:
-        raise ValueError(f"program must be one of {', '.join(PROGRAMS)}, not {name!r}")
-    b = Builder(params)
-    PROGRAMS[name][0](b)
-    return b.program
+#: The name of the seeded random program (:func:`sim.tb.core_random.random_program`).
+RANDOM = "random"
+
+def kernel_shape(name: str, params: CoreParams) -> dict[str, int]:
+    """The shape a kernel of :data:`kernels.KERNELS` runs at on the core at simulation
+    scale: two tiles of every partition along its split dimension, 24 along the others."""
+    kernel = KERNELS[name]
+    return {d: 2 * params.partitions if d == kernel.split else 24 for d in kernel.dims}
+
+
+def program_names() -> list[str]:
+    """Every name :func:`build_program` takes."""
+    return list(PROGRAMS) + [RANDOM] + [k for k in KERNELS if k not in PROGRAMS]
+
+
+def must_deadlock(name: str) -> bool:
+    return name in PROGRAMS and PROGRAMS[name][1]
+
+
+def build_program(params: CoreParams, name: str, seed: int = 0) -> Program:
+    """The program ``name`` for a core of ``params``: one of :data:`PROGRAMS`, the random
+    program of ``seed`` (:data:`RANDOM`), or a kernel of :data:`kernels.KERNELS` at
+    :func:`kernel_shape` in its first type."""
+    if name in PROGRAMS:
+        b = Builder(params)
+        PROGRAMS[name][0](b)
+        return b.program
+    if name == RANDOM:
+        return random_program(params, seed)
+    if name in KERNELS:
+        b = Builder(params)
+        _kernel(name, kernel_shape(name, params), KERNELS[name].dtypes[0])(b)
+        return b.program
+    raise ValueError(f"program must be one of {', '.join(program_names())}, not {name!r}")
 
 
 def rtl_refusal(program: Program, params: CoreParams) -> str | None:
@@ -371,11 +393,12 @@ class CoreTB:
                     await self.write(self.map.imem(s, i, k), w)
             await self.write(self.map.length(s), len(code))
 
-    async def run(self, limit: int) -> tuple[int, bool]:
-        """Start, poll until stopped; (cycles, deadlock). Fails past ``limit`` cycles."""
+    async def run(self, limit: int, poll: int = 16) -> tuple[int, bool]:
+        """Start, poll every ``poll`` cycles until stopped; (cycles, deadlock). Fails past
+        ``limit`` cycles."""
         await self.write(self.map.reg(self.map.START), 1)
         while True:
-            await ClockCycles(self.dut.clk, 16)
+            await ClockCycles(self.dut.clk, poll)
             status = await self.read(self.map.reg(self.map.STATUS))
             cycles = await self.read(self.map.reg(self.map.CYCLES))
             if not status & 1:
@@ -432,9 +455,9 @@ def _first_difference(name: str, rtl: np.ndarray, sim: np.ndarray) -> str:
 async def program(dut):
     """Run one program on the RTL and the simulator; compare every byte."""
     cfg = tb_params()
-    params = core_params(load(cfg["spec"]), "sim")
-    prog = build_program(params, cfg["program"])
-    must_deadlock = PROGRAMS[cfg["program"]][1]
+    params = pickle.loads(base64.b64decode(cfg["params"]))
+    prog = build_program(params, cfg["program"], cfg["seed"])
+    deadlocks = must_deadlock(cfg["program"])
     tb = CoreTB(dut, params, cfg["pause"], cfg["seed"])
     why = rtl_refusal(prog, params)
     assert why is None, f"the core RTL cannot run {cfg['program']}: {why}"
@@ -443,16 +466,16 @@ async def program(dut):
     try:
         result = Core(params).run(prog, hbm=sim_hbm, trace=True, seed=cfg["seed"])
     except ProgramError as err:
-        assert must_deadlock and "deadlock" in str(err), f"the simulator rejects it: {err}"
+        assert deadlocks and "deadlock" in str(err), f"the simulator rejects it: {err}"
         result = None
     else:
-        assert not must_deadlock, "the simulator ran a program that must deadlock"
+        assert not deadlocks, "the simulator ran a program that must deadlock"
     tb.ram.write(0, hbm.tobytes())
     await tb.start_clock()
     await tb.load(prog)
     cycles, deadlock = await tb.run(cfg["cycle_limit"])
     dut._log.info(f"{cfg['program']}: {cycles} cycles, deadlock {deadlock}")
-    if must_deadlock:
+    if deadlocks:
         assert deadlock, "the RTL did not report the deadlock"
         return
     assert not deadlock, "the RTL reported a deadlock the simulator did not see"
@@ -505,16 +528,78 @@ def timing(params: CoreParams, prog: Program, result, stamps: dict) -> list[str]
     return lines
 
 
-def simulate(spec: str, program_name: str, sim: str, seed: int | None = None,
+def throughput_program(params: CoreParams, instructions: int, n: int) -> Program:
+    """The vector engine alone, ``instructions`` element-wise instructions over tiles of
+    ``n`` fp32 elements of every partition (no DMA: the AXI model stays idle)."""
+    b = Builder(params)
+    a, c, d = (b.sbuf(4 * n, name) for name in "acd")
+    b.emit("vector", Memset(dst=_tile(b, a, n), value=1.5))
+    b.emit("vector", Memset(dst=_tile(b, c, n), value=-0.25))
+    for i in range(instructions - 2):
+        dst, src = (d, a) if i % 2 == 0 else (a, d)
+        b.emit("vector", TensorTensor(dst=_tile(b, dst, n), a=_tile(b, src, n),
+                                      b=_tile(b, c, n), op=VectorOp.ADD))
+    return b.program
+
+
+@cocotb.test()
+async def throughput(dut):
+    """Simulated cycles per wall-clock second (used by benchmarks/core_rtl.py): the program
+    of :func:`throughput_program` (parameters ``instructions`` and ``n``) with the testbench
+    quiet, status polled every 1024 cycles; cycles and seconds go to the JSON file
+    ``report``. The SBUF is still compared with the simulator's, outside the timed part."""
+    import json
+    import time
+
+    cfg = tb_params()
+    params = pickle.loads(base64.b64decode(cfg["params"]))
+    prog = throughput_program(params, cfg["instructions"], cfg["n"])
+    want = Core(params).run(prog, seed=1)
+    tb = CoreTB(dut, params, pause=False, seed=1)
+    await tb.start_clock()
+    await tb.load(prog)
+    begin = time.perf_counter()
+    cycles, deadlock = await tb.run(cfg["cycle_limit"], poll=1024)
+    seconds = time.perf_counter() - begin
+    assert not deadlock
+    rtl = await tb.memory("sbuf")
+    assert np.array_equal(rtl, want.sbuf), _first_difference("SBUF", rtl, want.sbuf)
+    with open(cfg["report"], "w") as fh:
+        json.dump({"cycles": cycles, "seconds": seconds}, fh)
+
+
+def simulate(spec: str | CoreParams, program_name: str, sim: str, seed: int | None = None,
              pause: bool = True, cycle_limit: int = 100_000) -> RunResult:
-    """Co-simulate ``program_name`` on the core of ``spec`` at simulation scale."""
+    """Co-simulate ``program_name`` (a name of :func:`program_names`) on the core of
+    ``spec`` (a spec's name, taken at simulation scale, or the core's parameters)."""
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)
-    params = core_params(load(spec), "sim")
-    cfg = {"spec": spec, "program": program_name, "seed": seed, "pause": pause,
-           "cycle_limit": cycle_limit}
-    return run_verilog(core_verilog(params), "neuron_core", "sim.tb.core", sim, cfg,
-                       testcase="program", seed=seed)
+    params = spec if isinstance(spec, CoreParams) else core_params(load(spec), "sim")
+    cfg = {"params": base64.b64encode(pickle.dumps(params)).decode(),
+           "program": program_name, "seed": seed, "pause": pause, "cycle_limit": cycle_limit}
+    result = run_verilog(core_verilog(params), "neuron_core", "sim.tb.core", sim, cfg,
+                         testcase="program", seed=seed)
+    return dataclasses.replace(result, name=program_name)
+
+
+def check_program(params: CoreParams, name: str, seed: int) -> str | None:
+    """Why ``name`` is not run on the RTL (None: it is): the core simulator rejects it (a
+    program that must deadlock is rejected for its deadlock alone), or the RTL cannot run
+    it (:func:`rtl_refusal`)."""
+    try:
+        prog = build_program(params, name, seed)
+    except KernelError as err:
+        return f"{name}: {err}"
+    try:
+        Core(params).run(prog, timing_only=True)
+    except ProgramError as err:
+        if not (must_deadlock(name) and "deadlock" in str(err)):
+            return f"{name}: the core simulator rejects it: {err}"
+    else:
+        if must_deadlock(name):
+            return f"{name}: the core simulator runs it, but it must deadlock"
+    why = rtl_refusal(prog, params)
+    return None if why is None else f"{name}: the core RTL cannot run it: {why}"
 
 
 @functools.cache

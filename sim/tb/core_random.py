@@ -7,7 +7,8 @@ memsets, the scalar engine's activations (with a bias column and a running sum),
 tensor engine's load-and-multiply pairs (with accumulation), and DMA stores back to HBM.
 Each operation waits for the last writer of every slot it touches and, before it writes a
 slot, for every reader since; the streams otherwise run concurrently. A draw the core
-simulator rejects never reaches the RTL: :func:`vetted_seed` draws again from the next seed.
+simulator rejects never reaches the RTL: :func:`random_program` draws again from the next
+seed.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from hdl.core.params import CoreParams
 from hdl.vector.ops import Reduce, VectorOp
 from kernels.builder import Builder, Event
 from sim.core import Core, ProgramError
+from sim.core.program import Program
 
-__all__ = ["random_program", "vetted_seed"]
+__all__ = ["draw", "random_program"]
 
-#: Element-wise operations drawn for the vector engine (those of every vector program).
-_TT_OPS = (VectorOp.ADD, VectorOp.SUBTRACT, VectorOp.MULTIPLY, VectorOp.MAX, VectorOp.MIN)
-_TS_OPS = (VectorOp.ADD, VectorOp.MULTIPLY, VectorOp.MAX)
+#: Element operations of its ``TensorTensor`` and ``TensorScalar`` instructions.
+_OPS = (VectorOp.ADD, VectorOp.SUBTRACT, VectorOp.MULTIPLY, VectorOp.MAX, VectorOp.MIN,
+        VectorOp.GREATER, VectorOp.LESS_EQUAL, VectorOp.IS_EQUAL)
 _TYPES = ("fp32", "bf16", "fp16")
 _SIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8_e4m3": 1}
 _SLOTS = 6
@@ -74,9 +76,9 @@ class _Plan:
             self.state[key] = (ev, [])
 
 
-def random_program(b: Builder, seed: int, steps: int = 14) -> None:
+def draw(b: Builder, seed: int, steps: int = 14) -> None:
     """Build into ``b`` one random program of about ``steps`` operations drawn from
-    ``seed``."""
+    ``seed`` (not yet vetted)."""
     rng = random.Random(seed)
     params = b.params
     p = params.partitions
@@ -141,13 +143,19 @@ def random_program(b: Builder, seed: int, steps: int = 14) -> None:
             reads, writes = [("s", a)], [("s", dst)]
             if kind == "tt":
                 b_ap = slot_ap(c, a_t, n // 2, stride=2) if strided else slot_ap(c, a_t, n)
-                ins = TensorTensor(dst=dst_ap, a=src_ap, b=b_ap, op=rng.choice(_TT_OPS))
+                ins = TensorTensor(dst=dst_ap, a=src_ap, b=b_ap, op=rng.choice(_OPS))
                 reads.append(("s", c))
                 stream = "vector"
             elif kind == "ts":
-                ins = TensorScalar(dst=dst_ap, src=src_ap, op0=rng.choice(_TS_OPS),
-                                   imm0=rng.uniform(-2, 2))
                 stream = "vector"
+                if rng.random() < 0.4:  # a per-partition operand, such as a reduction's
+                    col = rng.randrange(_SLOTS)
+                    ins = TensorScalar(dst=dst_ap, src=src_ap, op0=rng.choice(_OPS),
+                                       operand0=b.column(plan.cols + 4 * col, p))
+                    reads.append(("c", col))
+                else:
+                    ins = TensorScalar(dst=dst_ap, src=src_ap, op0=rng.choice(_OPS),
+                                       imm0=rng.choice((0.5, -1.25, 3.0, 1.0 / 3.0, 0.0)))
             elif kind == "copy":
                 ins, stream = TensorCopy(dst=dst_ap, src=src_ap), "vector"
             else:
@@ -170,7 +178,8 @@ def random_program(b: Builder, seed: int, steps: int = 14) -> None:
             a_t, n = plan.types[("s", a)]
             col = rng.randrange(_SLOTS)
             ins = TensorReduce(dst=b.column(plan.cols + 4 * col, p), src=slot_ap(a, a_t, n),
-                               reduce=rng.choice((Reduce.SUM, Reduce.MAX)))
+                               reduce=rng.choice((Reduce.SUM, Reduce.MAX)),
+                               op=rng.choice((VectorOp.COPY, VectorOp.SQUARE)))
             plan.touch("vector", [("s", a)], [("c", col)], lambda ins=ins: b.emit("vector", ins))
         elif kind == "memset":
             plan.types[("s", dst)] = (out_t, free)
@@ -203,16 +212,17 @@ def random_program(b: Builder, seed: int, steps: int = 14) -> None:
             plan.touch("tensor", [("s", w), ("s", x)], [("b", bank)], emit)
 
 
-def vetted_seed(params: CoreParams, seed: int) -> int:
-    """The first seed from ``seed`` on whose random program the core simulator accepts."""
+def random_program(params: CoreParams, seed: int) -> Program:
+    """The random program of ``seed``: the first draw from ``seed`` on (:func:`draw`) that
+    the core simulator accepts."""
     core = Core(params)
     for attempt in range(seed, seed + 100):
         b = Builder(params)
-        random_program(b, attempt)
+        draw(b, attempt)
         try:
             core.run(b.program, timing_only=True, races=True)
         except ProgramError:
             continue
-        return attempt
+        return b.program
     raise ProgramError(f"no random program from seeds {seed} .. {seed + 99} passes the "
                        f"core simulator's rules")

@@ -3,24 +3,25 @@
 Every program of :data:`sim.tb.core.PROGRAMS` runs on Verilator, one build of the core at
 trn2's simulation scale reused by all, with random stalls on every AXI channel: hand-written
 programs for each engine, the library's kernels (tiled GEMM in bf16 and fp8, fused GEMM +
-GELU, softmax, RMSNorm, residual add) and seeded random programs that the core simulator
-vetted. Compared: every byte of SBUF, PSUM and the external memory after the run, the
-deadlock verdict, and each compute instruction's cycles against the simulator's within the
-bound documented in :mod:`sim.core.machine` (:func:`~sim.core.machine.rtl_cycle_bound`:
-exact for the tensor engine's multiplies, at most the simulator's cost in the engine's
-turns plus a fixed overhead elsewhere; DMA timing is not compared).
+GELU, softmax, RMSNorm, residual add), and the seeded random program of the run's seed
+(:mod:`sim.tb.core_random`, vetted by the core simulator). Compared: every byte of SBUF,
+PSUM and the external memory after the run, the deadlock verdict, and each compute
+instruction's cycles against the simulator's within the bound documented in
+:mod:`sim.core.machine` (:func:`~sim.core.machine.rtl_cycle_bound`: exact for the tensor
+engine's multiplies, between the elements streamed and the simulator's cost (in the
+engine's turns) plus a fixed overhead elsewhere; DMA timing is not compared).
 """
 
 import pytest
 
-from sim.tb.core import PROGRAMS, simulate
+from sim.tb.core import PROGRAMS, RANDOM, simulate
 from sim.tb.runner import skip_unless_available
 
 SPEC = "trn2"
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("name", list(PROGRAMS))
+@pytest.mark.parametrize("name", [*PROGRAMS, RANDOM])
 def test_core_verilator(name, seed):
     skip_unless_available("verilator")
     result = simulate(SPEC, name, "verilator", seed)
