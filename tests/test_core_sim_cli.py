@@ -22,9 +22,9 @@ def params():
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--kernel", "softmax"), "error: not simulated: softmax: the core RTL cannot run it: "
-                              "stream scalar: the core RTL has streams vector, dma0"),
-    (("--kernel", "gemm"), "error: not simulated: gemm: the core simulator rejects it: dma"),
+    (("--kernel", "cross_entropy"), "error: not simulated: cross_entropy: the core RTL cannot "
+                                    "run it: gpsimd[0] Iota: "),
+    (("--kernel", "attention"), "error: not simulated: attention: D must be at most 8, "),
     (("--kernel", "softmx"), "error: --kernel must be one of vector_add, "),
 ])
 def test_refused_before_anything_is_simulated(args, message):

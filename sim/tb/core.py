@@ -11,8 +11,9 @@ One cocotb test, ``program``, runs the program named in the testbench parameters
 3. every byte of SBUF and PSUM (read through the host port) and of the external memory must
    equal the simulator's.
 
-Per-instruction cycle stamps (decode to retirement) are read back and logged beside the
-simulator's times; see ``sim/tb/test_core.py`` for what is and is not compared.
+Per-instruction cycle stamps (decode to retirement) are read back, logged beside the
+simulator's cycles, and each compute instruction's must keep the bound the simulator
+documents (:func:`sim.core.machine.rtl_cycle_bound`; :func:`timing`).
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam
 
+from hdl.core import engines, isa, scalar, tensor
 from hdl.core.core import HostMap, NeuronCore
-from hdl.core.engines import supported
 from hdl.core.isa import (
-    AP,
     WORD_BITS,
+    Activation,
     DmaCopy,
+    LoadStationary,
     Memset,
+    MultiplyMoving,
     SemSignal,
     SemWait,
     TensorCopy,
@@ -52,12 +55,18 @@ from hdl.vector.ops import Reduce, VectorOp
 from kernels import KERNELS
 from kernels.builder import Builder, KernelError
 from sim.core import Core, ProgramError
+from sim.core.machine import rtl_cycle_bound
 from sim.core.program import Program
+from sim.tb.core_random import random_program
 from sim.tb.runner import RunResult, emit_verilog, run_verilog, tb_params
 from specs.loader import load
 
 __all__ = ["PROGRAMS", "RANDOM", "CoreTB", "build_program", "check_program", "program_names",
            "random_program", "rtl_refusal", "simulate"]
+
+#: What each engine of the core RTL runs (the DMA queues: DmaCopy).
+SUPPORTED = {"tensor": tensor.supported, "vector": engines.supported,
+             "scalar": scalar.supported, "gpsimd": engines.supported}
 
 
 def _tile(b: Builder, offset: int, n: int, dtype: str = "fp32", space: str = "sbuf",
@@ -147,6 +156,73 @@ def _vector_casts(b: Builder) -> None:
     b.emit("dma2", DmaCopy(dst=out8.ap((0, p)), src=_tile(b, s2 + 1, n, "fp8_e4m3")))
 
 
+def _activations(b: Builder) -> None:
+    """The scalar engine: a bias column and a running sum, a PSUM source, a bf16 result at
+    a byte offset inside words, a tile of fewer partitions than the lanes' turns cover, and
+    functions of every kind of range reduction."""
+    p, n = b.params.partitions, 12
+    x = b.hbm("x", (p, n), "bf16")
+    s = b.hbm("s", (p, 1), "fp32")
+    out = b.hbm("out", (p, n), "fp32")
+    sx, ss = b.sbuf(2 * n, "x"), b.sbuf(4, "s")
+    t1, t2, t3 = (b.sbuf(4 * n + 4, name) for name in ("t1", "t2", "t3"))
+    sr = b.sbuf(8, "sums")
+    bank = b.psum_banks(1, "psum")[0]
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n, "bf16"), src=x.ap((0, p))))
+    b.emit("dma1", DmaCopy(dst=b.column(ss, p), src=s.ap((0, p))))
+    b.wait("scalar", b.signal("dma0"), b.signal("dma1"))
+    sc, fn = "scalar", b.function
+    b.emit(sc, Activation(dst=_tile(b, t1, n), src=_tile(b, sx, n, "bf16"), func=fn("exp"),
+                          scale=-0.75, bias=b.column(ss, p), reduce_dst=b.column(sr, p)))
+    b.emit(sc, Activation(dst=_tile(b, bank, n, space="psum"), src=_tile(b, t1, n),
+                          func=fn("log")))
+    b.emit(sc, Activation(dst=_tile(b, t2 + 2, n, "bf16"), src=_tile(b, bank, n, space="psum"),
+                          func=fn("gelu"), scale=3.0))
+    b.emit(sc, Activation(dst=b.tile("sbuf", "fp32", t3, 6, ((n // 2, 2),)),
+                          src=b.tile("sbuf", "bf16", t2 + 2, 6, ((n // 2, 2),)),
+                          func=fn("sin"), scale=40.0, reduce_dst=b.column(sr + 4, 6)))
+    b.emit(sc, Activation(dst=_tile(b, t3 + 4, n // 2, dims=((n // 2, 2),)),
+                          src=_tile(b, t1, n // 2, dims=((n // 2, 2),)), func=fn("rsqrt"),
+                          bias=b.column(ss, p)))
+    done = b.signal(sc)
+    b.wait("dma2", done)
+    b.emit("dma2", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t3, n)))
+
+
+def _matmuls(b: Builder) -> None:
+    """The tensor engine: bf16, a double-rate fp8 tile of twice the array's rows accumulated
+    onto the bf16 result, fp32 with a strided moving tile and fewer rows than the array,
+    stationaries at byte offsets inside words."""
+    p, r, c = b.params.partitions, b.params.rows, b.params.cols
+    n = min(12, b.params.moving_max)
+    x16 = b.hbm("x16", (p, 2 * n), "bf16")
+    x8 = b.hbm("x8", (p, 2 * n), "fp8_e4m3")
+    x32 = b.hbm("x32", (p, 2 * n), "fp32")
+    s16, s8, s32 = b.sbuf(4 * n, "x16"), b.sbuf(2 * n, "x8"), b.sbuf(8 * n, "x32")
+    bank0, bank1 = b.psum_banks(2, "psum")
+    for q, (t, at, dt) in enumerate(((x16, s16, "bf16"), (x8, s8, "fp8_e4m3"),
+                                     (x32, s32, "fp32"))):
+        b.emit(f"dma{q}", DmaCopy(dst=_tile(b, at, 2 * n, dt), src=t.ap((0, p))))
+    b.wait("tensor", *(b.signal(f"dma{q}") for q in range(3)))
+    t = "tensor"
+    m16, m8 = c - 2, c - 2
+    b.emit(t, LoadStationary(src=b.tile("sbuf", "bf16", s16 + 2, r, ((m16, 1),))))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank0, m16, ((n, 1),)),
+                             src=b.tile("sbuf", "bf16", s16 + 2 * c, r, ((n, 1),))))
+    k8 = min(2 * r, p)
+    b.emit(t, LoadStationary(src=b.tile("sbuf", "fp8_e4m3", s8 + 3, k8, ((m8, 1),))))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank0, m8, ((n, 1),)),
+                             src=b.tile("sbuf", "fp8_e4m3", s8 + n, k8, ((n, 1),)),
+                             accumulate=True))
+    k32 = r - 3
+    b.emit(t, LoadStationary(src=b.tile("sbuf", "fp32", s32, k32, ((c, 1),))))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank1, c, ((n, 1),)),
+                             src=b.tile("sbuf", "fp32", s32 + 4, k32, ((n, 2),))))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank1, c, ((n, 1),)),
+                             src=b.tile("sbuf", "fp32", s32, k32, ((n, 1),)),
+                             accumulate=True))
+
+
 def _deadlock(b: Builder) -> None:
     """The vector engine waits for a count no stream will reach."""
     p, n = b.params.partitions, 4
@@ -169,81 +245,22 @@ def _kernel(name: str, shape: dict, dtype: str):
 
 #: name -> (builder function, whether the program must deadlock)
 PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, False),
-            "vector_casts": (_vector_casts, False), "deadlock": (_deadlock, True),
+            "vector_casts": (_vector_casts, False), "activations": (_activations, False),
+            "matmuls": (_matmuls, False),
+            "deadlock": (_deadlock, True),
             "residual_add": (_kernel("residual_add", {"R": 32, "C": 24}, "fp32"), False),
             "residual_add_bf16": (_kernel("residual_add", {"R": 16, "C": 40}, "bf16"),
-                                  False)}
+                                  False),
+            "gemm": (_kernel("gemm", {"M": 8, "K": 16, "N": 16}, "bf16"), False),
+            "gemm_fp8": (_kernel("gemm", {"M": 8, "K": 32, "N": 16}, "fp8_e4m3"), False),
+            "gemm_bias_gelu": (_kernel("gemm_bias_gelu", {"M": 8, "K": 16, "N": 16}, "bf16"),
+                               False),
+            "softmax": (_kernel("softmax", {"R": 16, "C": 24}, "fp32"), False),
+            "rmsnorm": (_kernel("rmsnorm", {"R": 16, "C": 24}, "bf16"), False)}
 
 
-#: The name of the seeded random program (:func:`random_program`).
+#: The name of the seeded random program (:func:`sim.tb.core_random.random_program`).
 RANDOM = "random"
-#: Types the random program gives its tensors (those :func:`random_inputs` fills).
-RANDOM_TYPES = ("fp32", "bf16", "fp16", "fp8_e4m3")
-#: Element operations of its ``TensorTensor`` and ``TensorScalar`` instructions.
-RANDOM_OPS = (VectorOp.ADD, VectorOp.SUBTRACT, VectorOp.MULTIPLY, VectorOp.MAX, VectorOp.MIN,
-              VectorOp.GREATER, VectorOp.LESS_EQUAL, VectorOp.IS_EQUAL)
-
-
-def random_program(params: CoreParams, seed: int) -> Program:
-    """A program drawn from ``seed`` that keeps the rules: two or three tensors loaded over
-    random DMA queues, three to eight vector instructions (element-wise, with immediates or
-    a per-partition scalar from an earlier reduction, reductions, casting copies, memsets;
-    every type of :data:`RANDOM_TYPES`, whole tiles of every partition), and the last
-    result stored over another queue. Semaphores order the streams."""
-    rng = random.Random(seed)
-    b = Builder(params)
-    p = params.partitions
-    queues = [f"dma{q}" for q in range(params.dma_queues)]
-    n = rng.choice((4, 8, 12, 16, 24))
-    tiles: list[AP] = []
-    columns: list[AP] = []
-
-    def new_tile(dtype: str) -> AP:
-        return _tile(b, b.sbuf(4 * n, f"t{len(tiles)}"), n, dtype)
-
-    loaded = []
-    for i in range(rng.randint(2, 3)):
-        dtype = rng.choice(RANDOM_TYPES)
-        x = b.hbm(f"x{i}", (p, n), dtype)
-        tiles.append(new_tile(dtype))
-        q = rng.choice(queues)
-        b.emit(q, DmaCopy(dst=tiles[-1], src=x.ap((0, p))))
-        loaded.append(b.signal(q))
-    b.wait("vector", *loaded)
-    last = tiles[0]
-    for _ in range(rng.randint(3, 8)):
-        kind = rng.choice(("tt", "ts", "reduce", "copy", "memset"))
-        src = rng.choice(tiles)
-        if kind == "reduce":
-            dst = b.column(b.sbuf(4, "column"), p)
-            b.emit("vector", TensorReduce(dst=dst, src=src, reduce=rng.choice(
-                (Reduce.SUM, Reduce.MAX)), op=rng.choice((VectorOp.COPY, VectorOp.SQUARE))))
-            columns.append(dst)
-            continue
-        dst = new_tile(rng.choice(RANDOM_TYPES))
-        if kind == "tt":
-            other = rng.choice([t for t in tiles if t.dtype == src.dtype])
-            ins = TensorTensor(dst=dst, a=src, b=other, op=rng.choice(RANDOM_OPS))
-        elif kind == "ts" and columns and rng.random() < 0.5:
-            ins = TensorScalar(dst=dst, src=src, op0=rng.choice(RANDOM_OPS),
-                               operand0=rng.choice(columns))
-        elif kind == "ts":
-            ins = TensorScalar(dst=dst, src=src, op0=rng.choice(RANDOM_OPS),
-                               imm0=rng.choice((0.5, -1.25, 3.0, 1.0 / 3.0, 0.0)))
-        elif kind == "copy":
-            ins = TensorCopy(dst=dst, src=src)
-        else:
-            ins = Memset(dst=dst, value=rng.choice((0.0, -2.5, 0.1, 7.0)))
-        b.emit("vector", ins)
-        tiles.append(dst)
-        last = dst
-    done = b.signal("vector")
-    q = rng.choice(queues)
-    out = b.hbm("out", (p, n), last.dtype)
-    b.wait(q, done)
-    b.emit(q, DmaCopy(dst=out.ap((0, p)), src=last))
-    return b.program
-
 
 def kernel_shape(name: str, params: CoreParams) -> dict[str, int]:
     """The shape a kernel of :data:`kernels.KERNELS` runs at on the core at simulation
@@ -289,7 +306,9 @@ def rtl_refusal(program: Program, params: CoreParams) -> str | None:
                 return f"{stream}[{i}]: the core has semaphores 0 .. {params.semaphores - 1}"
             if isinstance(ins, SemSignal | SemWait | DmaCopy):
                 continue
-            why = supported(ins, ENGINE_FORMATS)
+            kind = isa.engine_kind(stream)
+            formats = params.formats if kind == "tensor" else ENGINE_FORMATS
+            why = SUPPORTED[kind](ins, formats)
             if why:
                 return f"{stream}[{i}] {type(ins).__name__}: {why}"
     return None
@@ -475,7 +494,38 @@ async def program(dut):
         for i, (begin, end) in enumerate(rows):
             ins = prog.streams[name][i]
             dut._log.info(f"{name}[{i}] {type(ins).__name__}: cycles {begin} .. {end}")
+    for line in timing(params, prog, result, stamps):
+        dut._log.info(line)
+        if "OUT OF BOUND" in line:
+            failures.append(line)
     assert not failures, "; ".join(failures)
+
+
+def timing(params: CoreParams, prog: Program, result, stamps: dict) -> list[str]:
+    """Each compute instruction's cycles on the RTL (decode to retirement) against the
+    simulator's (:func:`sim.core.machine.rtl_cycle_bound`), one line each; a line holding
+    ``OUT OF BOUND`` breaks the documented bound."""
+    sim_cycles = {}
+    for e in result.events:
+        kind = isa.engine_kind(e["stream"])
+        if kind == "dma":
+            continue
+        sim_cycles[e["stream"], e["args"]["index"]] = e["dur"] * 1e-6 * params.clock(kind)
+    lines = []
+    for name, rows in stamps.items():
+        kind = isa.engine_kind(name)
+        if kind == "dma":
+            continue
+        for i, (begin, end) in enumerate(rows):
+            ins = prog.streams[name][i]
+            if isinstance(ins, SemSignal | SemWait):
+                continue
+            rtl = end - begin
+            lo, hi = rtl_cycle_bound(params, kind, ins, sim_cycles[name, i])
+            verdict = "" if lo <= rtl <= hi else " OUT OF BOUND"
+            lines.append(f"timing {name}[{i}] {ins.MNEMONIC}: RTL {rtl} cycles, simulator "
+                         f"{sim_cycles[name, i]:.0f}, bound {lo:.0f} .. {hi:.0f}{verdict}")
+    return lines
 
 
 def throughput_program(params: CoreParams, instructions: int, n: int) -> Program:
