@@ -18,8 +18,8 @@ from hdl.vector.functions import FunctionSpec
 from .output import verilator_waivers
 from .output import write_if_changed as _write
 
-#: ``verilator --lint-only -Wall`` warnings waived for the emitted vector engine (its top, its
-#: lanes and its cast lanes), with the reason: each a habit of Amaranth's Verilog backend, not
+#: ``verilator --lint-only -Wall`` warnings waived for the emitted vector engine (its top and
+#: its lanes), with the reason: each a habit of Amaranth's Verilog backend, not
 #: of the design. Written beside the engine as ``vector.vlt``.
 VECTOR_WAIVERS = {
     "UNUSEDSIGNAL": "every intermediate wire of an expression is declared even when only "
@@ -101,8 +101,8 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
     ``params`` is a :class:`~hdl.vector.vector.VectorParams`, an
     :class:`~hdl.vector.activation.ActivationParams`, or a sequence of them. Each engine
     gives the top (``vector.v`` / ``activation.v``) and its lane, emitted once and instantiated
-    per partition (``vector_lane.v`` / ``activation_lane.v``); a vector engine with an output
-    cast also gives the cast's lane (``vector_cast_lane.v``, likewise); then the Verilator
+    per partition (``vector_lane.v`` / ``activation_lane.v``, the output cast inside); then
+    the Verilator
     configuration with the engine's lint waivers (``vector.vlt`` / ``activation.vlt``, from
     :data:`LINT_WAIVERS`). The text is
     deterministic (``header`` prepended as comments, no timestamps or paths); a file is only
