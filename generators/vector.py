@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hdl.vector.fitting import EXACT_FUNCTIONS, accuracy_points
+from hdl.vector.fitting import EXACT_FUNCTIONS, accuracy_points, activation_table
 from hdl.vector.functions import FunctionSpec
 
 from .output import verilator_waivers
@@ -56,7 +56,8 @@ def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None) -> list[di
     compared with the exact function in float64 at :func:`~hdl.vector.fitting.accuracy_points`
     (every binade of fp32, both signs, and every segment of the table), wherever the exact
     result is a normal fp32 number: ``|y - f| / |f|``. ``functions`` is a tuple of specs or
-    anything with a ``functions`` field (``ActivationParams``).
+    anything with a ``functions`` field (``ActivationParams``). ``rom_rows`` is the rows the
+    function adds to the ROM, ``rom_shared`` the function whose rows it reads instead.
     """
     from hdl.vector.functions import DEFAULT_FUNCTIONS
     from sim.golden.activation import evaluate
@@ -66,6 +67,7 @@ def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None) -> list[di
     functions = getattr(functions, "functions", functions)
     tiny, huge = 2.0**-126, float(np.finfo(np.float32).max)
     rows = []
+    tables = activation_table(functions)
     for index, spec in enumerate(functions):
         x = accuracy_points(spec)
         y = evaluate(functions, index, x.view(np.uint32)).view(np.float32).astype(np.float64)
@@ -82,7 +84,8 @@ def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None) -> list[di
             "mode": spec.mode,
             "range": None if exact else (spec.lo, spec.hi),
             "segments": 0 if exact else spec.segments,
-            "rom_rows": spec.rows,
+            "rom_rows": tables[index].rows,
+            "rom_shared": tables[index].shared,
             "degree": 0 if exact else spec.degree,
             "points": int(x.size),
             "max_rel_error": float(rel.max()),

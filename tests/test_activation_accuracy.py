@@ -220,9 +220,13 @@ def test_fit_is_deterministic_and_fp32():
     assert a.dtype == np.float32 and a.shape == (spec.segments, spec.degree + 1)
     assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
     degree, words = rom_words(DEFAULT_FUNCTIONS)
-    assert degree == 3 and len(words) == sum(f.rows for f in DEFAULT_FUNCTIONS)
     tables = activation_table(DEFAULT_FUNCTIONS)
     assert [t.base for t in tables][-1] == len(words) - DEFAULT_FUNCTIONS[-1].rows
+    # sin and cos (same range, segments, degree) read one copy of their two kernels' rows
+    sin, cos = tables[NAMES.index("sin")], tables[NAMES.index("cos")]
+    assert (cos.shared, cos.rows, cos.base, sin.shared, sin.rows) == ("sin", 0, sin.base,
+                                                                     None, 4)
+    assert degree == 3 and len(words) == sum(f.rows for f in DEFAULT_FUNCTIONS) - cos.spec.rows
 
 
 def test_more_segments_reduce_the_error():

@@ -215,7 +215,7 @@ LANE_FUNCTIONS = (
     FunctionSpec("gelu_tanh", lo=-4.0, hi=8.0, segments=3, degree=1, post_mul_x=True,
                  below="exp", above="x"),
     FunctionSpec("sin", lo=0.0, hi=0.5, segments=2, degree=2, anchor=0.0),
-    FunctionSpec("cos", lo=0.0, hi=0.5, segments=1, degree=2),
+    FunctionSpec("cos", lo=0.0, hi=0.5, segments=2, degree=2, anchor=0.0),  # sin's rows
     FunctionSpec("arctan", lo=0.0, hi=1.0, segments=2, degree=1),
 )
 
