@@ -98,6 +98,8 @@ def test_every_function_has_the_default_bound_unless_the_spec_sets_one(tmp_path)
     (table,) = scalar_datasheet(spec)
     verdict = {row[0]: row[-1] for row in table["rows"]}
     assert verdict["sin"] == "EXCEEDS" and verdict["exp"] == "within"
+    rom = {row[0]: row[table["columns"].index("ROM rows")] for row in table["rows"]}
+    assert (rom["sin"], rom["cos"], rom["exp"]) == (4, "sin's", 8)
 
 
 def test_hold_out_inputs_named_in_the_issue():
@@ -120,6 +122,7 @@ def test_accuracy_table_reports_every_function_within_bound():
         assert by_name[name]["max_rel_error"] == 0, name
     assert by_name["square"]["max_rel_error"] <= 2.0**-24
     assert by_name["exp"]["rom_rows"] == 8 and by_name["exp"]["reduction"] == "exponent"
+    assert (by_name["cos"]["rom_rows"], by_name["cos"]["rom_shared"]) == (0, "sin")
 
 
 def _one(name: str, v: float) -> float:
