@@ -117,13 +117,12 @@ def tensor_params(spec: ChipSpec, scale: Scale) -> SystolicParams:
 
 
 def vector_params(spec: ChipSpec, scale: Scale) -> VectorParams:
-    """The vector engine: its lanes, its output cast and the chip's rounding."""
+    """The vector engine: its lanes and the chip's generator of stochastic rounding (the
+    output format and rounding are the instruction's)."""
     _check_scale(scale)
-    v = spec.core.vector
-    rounding = "stochastic" if "stochastic" in spec.rounding.modes else "rne"
-    return _build(VectorParams, f"{spec.name}: core.vector and rounding fields",
-                  lanes=v.lanes if scale == "full" else spec.sim.lanes,
-                  out_format=v.output_format, rounding=rounding, rng=spec.rounding.rng)
+    lanes = spec.core.vector.lanes if scale == "full" else spec.sim.lanes
+    return _build(VectorParams, f"{spec.name}: core.vector and rounding fields", lanes=lanes,
+                  rng=spec.rounding.rng)
 
 
 def activation_functions(spec: ChipSpec) -> tuple[FunctionSpec, ...]:
