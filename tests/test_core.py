@@ -299,3 +299,40 @@ def test_hbm_footprints_overlap_exactly(seed):
         assert found or not exact  # never misses a shared byte
         if aps[0].dims[0][1] == 1 and aps[1].dims[0][1] == 1:
             assert found == exact  # rows of contiguous bytes: exact
+
+
+def test_multiply_reads_the_tile_in_its_own_format(trn1, seed):
+    """A bf16 stationary tile under an fp16 moving tile (same rate, both float, as the array
+    allows): each operand is read in its own format; numpy float32 sums k in order."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed)
+    k, m, n = 16, 8, 8
+    w = rng.standard_normal((k, m)).astype(ml_dtypes.bfloat16)
+    x = rng.standard_normal((k, n)).astype(np.float16)
+    st, mv, out = sbuf(0, k, 0, m, "bf16"), sbuf(0, k, 512, n, "fp16"), psum(0, m, 0, n)
+    prog = Program()
+    hbm_st, hbm_mv = (prog.tensor(name, (k, c), dt).ap((0, k))
+                      for name, c, dt in (("w", m, "bf16"), ("x", n, "fp16")))
+    prog.streams = {"dma0": [DmaCopy(dst=st, src=hbm_st), DmaCopy(dst=mv, src=hbm_mv),
+                             SemSignal(sem=0)],
+                    "tensor": [SemWait(sem=0, value=1), LoadStationary(src=st),
+                               MultiplyMoving(dst=out, src=mv)]}
+    hbm = np.zeros(prog.hbm_bytes, dtype=np.uint8)
+    for ap, values in ((hbm_st, w), (hbm_mv, x)):
+        raw = values.view(np.uint8).reshape(-1)
+        hbm[ap.offset: ap.offset + raw.size] = raw
+    result = Core(trn1).run(prog, hbm=hbm)
+    got = result.psum[:m, :4 * n].copy().view(np.float32)
+    want = np.zeros((m, n), np.float32)
+    for i in range(k):
+        want = want + w[i].astype(np.float32)[:, None] * x[i].astype(np.float32)[None, :]
+    assert np.array_equal(got, want)
+
+
+def test_multiply_must_match_its_tile_in_rate(trn1):
+    ins = [LoadStationary(src=sbuf(0, 8, 0, 8, "bf16")),
+           MultiplyMoving(dst=psum(0, 8, 0, 8), src=sbuf(0, 8, 512, 8, "fp32"))]
+    with pytest.raises(ProgramError, match=r"tensor\[1\].*stationary: the loaded stationary "
+                                           r"is 8 x 8 bf16.*must match its tile's in rate"):
+        Core(trn1).run(program(tensor=ins), timing_only=True)
