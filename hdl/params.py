@@ -97,9 +97,9 @@ def systolic_params(tensor: TensorSpec, sim: SimScale | None = None) -> Systolic
     Its formats are the spec's input formats that have RTL, in the spec's order; double rate
     for each 8-bit float format the spec gives rate 2 (the RTL has no double-rate int8: a
     rate-2 int8 runs one product per PE per cycle, and the throughput model keeps the
-    documented rule for it).
+    documented rule for it); quarter rate for each format the spec gives rate 0.25 (fp32).
     """
-    names, double = [], []
+    names, double, quarter = [], [], []
     for fmt in tensor.formats:
         name = rtl_format_name(tensor, fmt)
         if name is None:
@@ -108,6 +108,8 @@ def systolic_params(tensor: TensorSpec, sim: SimScale | None = None) -> Systolic
         names.append(name)
         if tensor.rates.get(fmt, 1) == 2 and f.is_float and f.bits == 8:
             double.append(name)
+        elif tensor.rates.get(fmt, 1) == 0.25:
+            quarter.append(name)
     if not names:
         raise ModelError(f"core.tensor.formats must name a format with RTL, not "
                          f"{list(tensor.formats)}")
@@ -117,7 +119,8 @@ def systolic_params(tensor: TensorSpec, sim: SimScale | None = None) -> Systolic
         rows, cols = sim.tensor_rows, sim.tensor_cols
         moving = min(tensor.moving_max, sim.tensor_moving_max)
     return _build(SystolicParams, "core.tensor fields", rows=rows, cols=cols,
-                  formats=tuple(names), double_rate=tuple(double), moving_max=moving,
+                  formats=tuple(names), double_rate=tuple(double),
+                  quarter_rate=tuple(quarter), moving_max=moving,
                   load_columns=tensor.load_columns)
 
 

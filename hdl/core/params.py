@@ -57,6 +57,11 @@ class CoreParams:
     def clock(self, engine: str) -> float:
         return dict(self.clocks)[engine]
 
+    def array_format(self, fmt: str) -> str:
+        """The tensor array's name of input format ``fmt`` (cFP8 carries its layout and bias
+        there): :attr:`formats` and the array's formats list the same formats in order."""
+        return self.tensor.formats[self.formats.index(fmt)]
+
     def rate(self, fmt: str) -> float:
         """Multiply-accumulates per PE per cycle of ``fmt`` (1 unless the spec says)."""
         return dict(self.rates).get(fmt, 1.0)
