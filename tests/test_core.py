@@ -335,3 +335,17 @@ def test_multiply_must_match_its_tile_in_rate(trn1):
     with pytest.raises(ProgramError, match=r"tensor\[1\].*stationary: the loaded stationary "
                                            r"is 8 x 8 bf16.*must match its tile's in rate"):
         Core(trn1).run(program(tensor=ins), timing_only=True)
+
+
+def test_double_row_takes_no_column_tile():
+    """trn2's fp8 double row (a contraction over twice the PE rows) is not combinable with
+    column tiling (the spec's note on core.tensor.rates, NKI3); at sim scale, 16 partitions
+    feed 8 PE rows."""
+    p = core_params(load("trn2"), "sim")
+    fine = [LoadStationary(src=sbuf(0, 16, 0, 2, "fp8_e4m3"))]
+    Core(p).run(program(tensor=fine), timing_only=True)
+    bad = [LoadStationary(src=sbuf(0, 16, 0, 2, "fp8_e4m3"), col=2)]
+    with pytest.raises(ProgramError, match=r"tensor\[0\].*tile position: a double-row "
+                                           r"stationary \(16 > 8 contraction rows\) takes no "
+                                           r"column tile position, not 2"):
+        Core(p).run(program(tensor=bad), timing_only=True)

@@ -249,6 +249,10 @@ class Core:
                       f"does not fit the {k_max}-deep, {p.cols}-wide array")
             self._check_tile_position(where, ins.row, k, p.rows)
             self._check_tile_position(where, ins.col, m, p.cols)
+            if k > p.rows and ins.col:  # the spec's double row (NKI3)
+                _fail(*where, "tile position",
+                      f"a double-row stationary ({k} > {p.rows} contraction rows) takes no "
+                      f"column tile position, not {ins.col}")
         elif isinstance(ins, MultiplyMoving):
             self._check_format(where, ins.src.dtype)
             if ins.src.free > p.moving_max:
