@@ -17,8 +17,8 @@ from pathlib import Path
 from hdl.core.params import CoreParams
 
 from .output import verilator_waivers
-from .vector import ACTIVATION_WAIVERS
 from .output import write_if_changed as _write
+from .vector import ACTIVATION_WAIVERS
 
 TOP = "neuron_core"
 
