@@ -34,11 +34,15 @@ def header(doc: Document) -> str:
 
 
 def generate_chip(doc: Document, out: Path, scale: str = "full",
-                  units: list[str] | None = None, synthesise: bool = False) -> ChipResult:
+                  units: list[str] | None = None, synthesise: bool = False,
+                  requested: tuple[str, ...] = ()) -> ChipResult:
     """Write RTL, ``rtl/files.f``, ``datasheet.md``, ``datasheet.html`` and ``manifest.json``.
 
-    The datasheet's area tables take each emitted module's synthesis from the cache; with
-    ``synthesise``, modules not yet there are synthesised first (and ``area.json`` written)."""
+    ``units``: the units to emit, by default every unit but those emitted only on request
+    (:attr:`~generators.units.Unit.on_request`), which ``requested`` adds (their datasheet
+    tables are there either way). The datasheet's area tables take each emitted module's
+    synthesis from the cache; with ``synthesise``, modules not yet there are synthesised
+    first (and ``area.json`` written)."""
     spec: ChipSpec = doc.spec
     chosen = list(UNITS) if units is None else units
     # Every unit's parameters and the model's figures first: a spec that maps onto no unit
@@ -50,6 +54,10 @@ def generate_chip(doc: Document, out: Path, scale: str = "full",
         reason = unit.unsupported(spec)
         if reason:
             skipped[name] = reason
+            continue
+        if units is None and unit.on_request and name not in requested:
+            skipped[name] = unit.on_request
+            plan.append((unit, []))
             continue
         plan.append((unit, list(unit.params(spec, scale))))
     check = check_table(doc)

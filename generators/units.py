@@ -39,6 +39,8 @@ class Unit:
     #: whether the datasheet's area tables count the unit's modules (not the core's: it
     #: assembles engines they already count, once per core)
     area: bool = True
+    #: why `gen chip` emits the unit only when asked (``--core``), or "" when it always does
+    on_request: str = ""
 
 
 UNITS: dict[str, Unit] = {}
@@ -289,4 +291,7 @@ def _core_emit(params, rtl_dir, header):
 
 
 UNITS["core"] = Unit("core", _core_params, _core_emit, _core_simulate, _core_unsupported,
-                     datasheet=core_datasheet, check=_core_names, area=False)
+                     datasheet=core_datasheet, check=_core_names, area=False,
+                     on_request="emitted with --core: with its tensor, scalar and GpSimd "
+                                "engines the full-scale core takes minutes and gigabytes "
+                                "to emit (benchmarks/core_rtl.md)")
