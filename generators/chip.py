@@ -161,7 +161,6 @@ def draw_figures(doc: Document) -> dict[str, str]:
     """The datasheet's SVG pictures, by name (see :mod:`generators.pictures`)."""
     from hdl.params import core_params
     from sim.system.model import ModelError, build
-    from specs.errors import InputError
     from specs.loader import bundled, load_document
 
     from .pictures import block_diagram, core_diagram, roofline, topology
@@ -182,11 +181,9 @@ def draw_figures(doc: Document) -> dict[str, str]:
              for k, v in chip.compute().items()
              if k.startswith("compute.") and not k.endswith("_sparse")}
     out["roofline"] = roofline(spec, peaks, spec.memory.bandwidth.to("B/s").magnitude)
-    try:
-        params = core_params(spec, "full")
-    except InputError:
-        return out  # no core RTL for it (the message is the core unit's "not emitted")
-    out["core"] = core_diagram(params)
+    if UNITS["core"].unsupported(spec):
+        return out  # no core RTL for it (the reason is the core unit's "not emitted")
+    out["core"] = core_diagram(core_params(spec, "full"))
     return out
 
 

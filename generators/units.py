@@ -234,11 +234,14 @@ def _core_params(spec: ChipSpec, scale: str):
 
 
 def _core_unsupported(spec: ChipSpec) -> str:
+    """Why the spec gives no core RTL at either scale ("" when it gives one)."""
+    from hdl.core.core import HostMap
     from specs.errors import InputError
 
     try:
-        _core_params(spec, "sim")
-    except InputError as err:
+        for scale in ("full", "sim"):
+            HostMap(_core_params(spec, scale)[0])
+    except (InputError, ValueError) as err:
         return str(err)
     return ""
 
