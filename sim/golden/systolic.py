@@ -27,8 +27,13 @@ try:
 except ImportError:  # the numpy passes below give the same bits, about 10x slower
     numba = None
 
-from hdl.numerics.formats import (MX_FORMATS, IntFormat, MxFormat, format_by_name,
-                                  input_format_by_name)
+from hdl.numerics.formats import (
+    MX_FORMATS,
+    IntFormat,
+    MxFormat,
+    format_by_name,
+    input_format_by_name,
+)
 from hdl.tensor.params import SystolicParams
 
 __all__ = ["CANONICAL_NAN", "UNMIXED", "Load", "Multiply", "Schedule", "Transpose", "cycles",

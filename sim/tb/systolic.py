@@ -29,8 +29,17 @@ from hdl.numerics.formats import FloatFormat, MxFormat
 from hdl.tensor.harness import HarnessParams, SystolicHarness
 from hdl.tensor.params import SystolicParams
 from hdl.tensor.systolic import cmd_layout
-from sim.golden.systolic import (UNMIXED, Load, Multiply, Transpose, matmul, matmul_mx,
-                                 schedule, to_fp32, transpose)
+from sim.golden.systolic import (
+    UNMIXED,
+    Load,
+    Multiply,
+    Transpose,
+    matmul,
+    matmul_mx,
+    schedule,
+    to_fp32,
+    transpose,
+)
 from sim.tb import runner
 
 TOP = "systolic_harness"
