@@ -15,9 +15,9 @@ from hdl.core.isa import (
     SemSignal,
     SemWait,
     TensorCopy,
-    Transpose,
     TensorReduce,
     TensorTensor,
+    Transpose,
 )
 from hdl.params import core_params
 from hdl.tensor.params import SystolicParams
