@@ -561,7 +561,8 @@ async def transposes(dut):
 
 @_cocotb_test
 async def random_programs(dut):
-    """Random mixed-format programs: shapes, formats, accumulation, idle and backpressure."""
+    """Random mixed-format programs: shapes, formats, accumulation, transposes of some
+    tiles before their multiplies, idle and backpressure."""
     tb = _tb(dut)
     await tb.reset()
     p = tb.params
@@ -576,6 +577,11 @@ async def random_programs(dut):
                 break
             budget_k -= beats
             program.append(tb.load(fmt, k, m, kind=str(tb.rng.choice(["normal", "finite"]))))
+            if not p.is_mx(fmt) and tb.rng.integers(0, 3) == 0:  # the tile's rows first
+                n = int(tb.rng.integers(1, min(k, p.moving_max) + 1))
+                if n <= budget_n:
+                    budget_n -= n
+                    program.append((Transpose(n), None))
             for _ in range(int(tb.rng.integers(1, 3))):
                 n = int(tb.rng.integers(1, p.moving_max + 1))
                 if n > budget_n:
@@ -583,7 +589,7 @@ async def random_programs(dut):
                 budget_n -= n
                 program.append(tb.multiply(tb.random_partner(fmt), k, n,
                                            accumulate=bool(tb.rng.integers(0, 2))))
-        if not isinstance(program[-1][0], Multiply):
+        if isinstance(program[-1][0], Load):
             last = program[-1][0]
             program.append(tb.multiply(last.fmt, last.k, 1))
         idle, stall = (int(v) for v in tb.rng.integers(0, 200, size=2))
