@@ -27,8 +27,8 @@ from .quantities import QUANTITIES
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9.-]*$"
 
-#: Input formats a tensor engine can list. Those with RTL support are in hdl/numerics;
-#: the MX block formats are modelled for throughput only.
+#: Input formats a tensor engine can list, each described in hdl/numerics/formats.py (the MX
+#: block formats are in the array's RTL but not in the core's instruction set).
 FORMATS = ("int8", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8", "bf16", "fp16", "tf32", "fp32",
            "mxfp8", "mxfp4")
 ACTIVATIONS = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
@@ -39,7 +39,6 @@ ACTIVATIONS = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "so
 RANGE_REDUCED = ("exp", "reciprocal", "rsqrt", "sqrt", "log", "sin", "cos", "arctan")
 LEVELS = ("core", "chip", "instance", "server", "cluster")
 #: Output formats of the vector engine's cast: fp32 (no cast) or a narrower float format.
-VECTOR_OUTPUTS = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2")
 
 
 def _quantity(dimension: str):
@@ -227,9 +226,6 @@ class VectorSpec(Strict):
                                                              "cycle.")
     elements_per_cycle: float = Field(1.0, gt=0, description="Elements one lane streams per "
                                                              "cycle in an instruction.")
-    output_format: Literal[VECTOR_OUTPUTS] = Field(  # type: ignore[valid-type]
-        "bf16", description="Format the engine's output is cast to ('fp32': no cast), with "
-                            "the rounding of `rounding`.")
 
 
 class ApproximationSpec(Strict):

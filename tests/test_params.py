@@ -12,6 +12,7 @@ from generators.units import UNITS
 from hdl.link.link import LinkParams
 from hdl.params import (
     ModelError,
+    core_params,
     params_from_spec,
     rtl_format_name,
     systolic_params,
@@ -31,14 +32,14 @@ def _variant(tmp_path, text: str, base: str = "trn2") -> ChipSpec:
 def test_trn2_full_scale():
     p = params_from_spec(load("trn2"), "full")
     # formats [fp8_e4m3, fp8_e5m2, cfp8, bf16, fp16, tf32, fp32], the 8-bit floats at rate 2,
-    # cFP8 inherited from trn1 as e4m3 with bias 7; one 128 x 128 array, moving_max 512.
+    # fp32 at 0.25, cFP8 inherited from trn1 as e4m3 with bias 7; one 128 x 128 array,
+    # moving_max 512.
     assert p.tensor == SystolicParams(
         rows=128, cols=128, moving_max=512,
         formats=("fp8_e4m3", "fp8_e5m2", "cfp8_e4m3_b7", "bf16", "fp16", "tf32", "fp32"),
-        double_rate=("fp8_e4m3", "fp8_e5m2", "cfp8_e4m3_b7"))
-    # 128 lanes, output cast to bf16 with stochastic rounding by the 32-bit LFSR.
-    assert (p.vector.lanes, p.vector.out_format, p.vector.rounding, p.vector.rng) == (
-        128, "bf16", "stochastic", "lfsr32")
+        double_rate=("fp8_e4m3", "fp8_e5m2", "cfp8_e4m3_b7"), quarter_rate=("fp32",))
+    # 128 lanes, stochastic rounding by the 32-bit LFSR.
+    assert (p.vector.lanes, p.vector.rng) == (128, "lfsr32")
     assert (p.scalar.lanes, p.scalar.rng) == (128, "lfsr32")
     assert [f.name for f in p.scalar.functions] == [
         "identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
@@ -67,17 +68,15 @@ def test_inf1_has_no_link_and_no_double_rate_int8():
     # rates {int8: 2}: the RTL has no double-rate int8, so int8 runs one product per PE
     assert p.tensor == SystolicParams(rows=128, cols=64, formats=("int8", "bf16", "fp16"),
                                       moving_max=512)
-    assert p.vector.rounding == "rne"
 
 
 def test_spec_fields_reach_the_parameters(tmp_path):
-    spec = _variant(tmp_path, "  core:\n    vector: {output_format: fp8_e5m2}\n"
+    spec = _variant(tmp_path, "  core:\n"
                               "    tensor: {moving_max: 8, cfp8: {layout: e5m2, bias: 12}}\n"
                               "  neuronlink: {replay_depth: 1024, ack_timeout: 900}\n"
                               "  sim: {tensor_moving_max: 32, link_replay_depth: 40, "
                               "link_ack_timeout: 99}\n")
     full, sim = params_from_spec(spec, "full"), params_from_spec(spec, "sim")
-    assert full.vector.out_format == sim.vector.out_format == "fp8_e5m2"
     assert (full.link.replay_depth, full.link.ack_timeout) == (1024, 900)
     assert (sim.link.replay_depth, sim.link.ack_timeout) == (40, 99)
     assert full.tensor.formats[2] == "cfp8_e5m2_b12"
@@ -85,11 +84,18 @@ def test_spec_fields_reach_the_parameters(tmp_path):
     assert sim.tensor.moving_max == 8     # min(8, 32): never above full scale
 
 
-def test_block_formats_have_no_array():
-    t = load("trn3").core.tensor
-    assert "mxfp8" in t.formats and "mxfp8" not in systolic_params(t).formats
-    assert rtl_format_name(t, "mxfp4") is None
+def test_block_formats_in_the_array():
+    """trn3's array takes mxfp8 and mxfp4 (rate 4 in the spec, one product per PE per cycle
+    in the RTL); the core's instruction set has no MX types, so the core lists the others."""
+    spec = load("trn3")
+    t = spec.core.tensor
+    array = systolic_params(t)
+    assert array.formats[-2:] == ("mxfp8", "mxfp4") and t.rates["mxfp8"] == 4
+    assert array.is_mx("mxfp8") and not array.is_double("mxfp4")
+    assert array.width == 32 and array.k_limit("mxfp8") == array.rows
+    assert rtl_format_name(t, "mxfp4") == "mxfp4"
     assert rtl_format_name(t, "bf16") == "bf16"
+    assert core_params(spec).formats == tuple(f for f in t.formats if not f.startswith("mx"))
 
 
 def test_parameters_that_make_no_unit(tmp_path):

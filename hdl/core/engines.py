@@ -167,8 +167,11 @@ class VectorEngine(wiring.Component):
         in_format = 0
         for index, name in enumerate(self.params.formats):
             in_format = Mux(a.dtype == DTYPES[name][0], index, in_format)
+        # the unit writes fp32; the cast to dst's type is the write side's (Memset's too)
         m.d.comb += [unit.op.eq(op), unit.reduce.eq(reduce), unit.use_scalar.eq(use_scalar),
-                     unit.in_format.eq(in_format)]
+                     unit.in_format.eq(in_format),
+                     unit.out_format.eq(self.params.format_index("fp32")),
+                     unit.stochastic.eq(0)]
 
         # the read side: a (and b) of every partition, one cycle after the address
         s1_valid, s1_last, sent = Signal(), Signal(), Signal()
