@@ -1,10 +1,10 @@
 """NeuronCore generator: the core's Verilog and its Verilator waivers, for `gen chip`.
 
-The core (:class:`hdl.core.core.NeuronCore`) is elaborated once; the lanes of its engines are
-modules emitted apart and instantiated per partition (``Instance``), each written to a file
-of its own name. A lane module that another unit of the chip has already written into the same
-directory (the vector engine's ``vector_lane``) must be the same text, and is then shared:
-one definition per module name in the chip's file list.
+The core (:class:`hdl.core.core.NeuronCore`) is elaborated once; the lanes and processing
+elements of its engines are modules emitted apart and instantiated (``Instance``), each
+written to a file of its own name. A module that another unit of the chip has already written
+into the same directory is shared when it is the same text, and renamed for the core when it
+is not: one definition per module name in the chip's file list.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from hdl.core.params import CoreParams
 
 from .output import verilator_waivers
 from .output import write_if_changed as _write
+from .vector import ACTIVATION_WAIVERS
 
 TOP = "neuron_core"
 
 #: ``verilator --lint-only -Wall`` warnings waived for the emitted core, each a habit of
-#: Amaranth's Verilog backend, not of the design. Written beside the core as
+#: Amaranth's Verilog backend, not of the design (seven rules: no more are raised at either
+#: scale, benchmarks/core_rtl.md). Written beside the core as
 #: ``neuron_core.vlt``.
 WAIVERS = {
     "UNUSEDSIGNAL": "every intermediate wire of an expression is declared even when only "
@@ -36,6 +38,7 @@ WAIVERS = {
     "PROCASSINIT": "registers are initialised where they are declared",
     "DECLFILENAME": "submodules are named by hierarchy (neuron_core.dma) and share their "
                     "parent's file",
+    "UNSIGNED": ACTIVATION_WAIVERS["UNSIGNED"] + " (the scalar engine's activation unit)",
 }
 
 
@@ -94,26 +97,39 @@ def verilog_texts(params: CoreParams) -> tuple[str, tuple[str, ...]]:
     return top, tuple(core.verilog_dependencies())
 
 
-def emit(params: CoreParams, rtl_dir: Path, header: str) -> list[Path]:
-    """Write the core's Verilog into ``rtl_dir``: each lane module its own file (leaves first),
-    then ``neuron_core.v`` (its SBUF and PSUM uninitialised: :func:`uninitialised_memories`)
-    and ``neuron_core.vlt`` (:data:`WAIVERS`). Deterministic, and a
-    file is only rewritten when its content changes. Returns the paths written.
+def rename_module(texts: list[str], old: str, new: str) -> list[str]:
+    """``texts`` with the module ``old`` renamed ``new`` wherever its name stands alone or
+    begins a hierarchical name (``old``, ``\\old.sub``): its definition, its submodules' and
+    every instance of it."""
+    pattern = re.compile(rf"(?<![\w$]){re.escape(old)}(?![\w$])")
+    return [pattern.sub(new, text) for text in texts]
 
-    Raises ``ValueError`` when a lane module's file is already there with another text (two
-    units of one chip would define one module twice).
+
+def emit(params: CoreParams, rtl_dir: Path, header: str) -> list[Path]:
+    """Write the core's Verilog into ``rtl_dir``: each module it instantiates its own file
+    (leaves first), then ``neuron_core.v`` (its SBUF and PSUM uninitialised:
+    :func:`uninitialised_memories`), ``neuron_core.vlt`` (:data:`WAIVERS`) and the file list
+    ``neuron_core.f`` (the ``.v`` files in compile order). Deterministic, and a file is only
+    rewritten when its content changes. Returns the paths written.
+
+    A module whose file another unit of the chip has already written into ``rtl_dir`` is
+    shared when the texts are equal, and renamed ``neuron_core_<name>`` when they are not
+    (the core's engine may be parameterised apart from the chip's), so that the chip's file
+    list defines each module once.
     """
     rtl_dir = Path(rtl_dir)
     rtl_dir.mkdir(parents=True, exist_ok=True)
     prefix = _comment(header)
     top, dependencies = verilog_texts(params)
-    paths = []
-    for text in dependencies:
-        path = rtl_dir / f"{module_name(text)}.v"
+    texts = [*dependencies, top]
+    for name in [module_name(text) for text in dependencies]:
+        path = rtl_dir / f"{name}.v"
+        text = next(t for t in texts[:-1] if module_name(t) == name)
         if path.is_file() and path.read_text() != prefix + text:
-            raise ValueError(f"{path.name}: the core's {path.stem} differs from the module "
-                             f"of that name another unit wrote")
-        paths.append(_write(path, prefix + text))
-    paths.append(_write(rtl_dir / f"{TOP}.v", prefix + top))
+            texts = rename_module(texts, name, f"{TOP}_{name}")
+    paths = [_write(rtl_dir / f"{module_name(text)}.v", prefix + text) for text in texts[:-1]]
+    paths.append(_write(rtl_dir / f"{TOP}.v", prefix + texts[-1]))
+    file_list = "".join(f"{path.name}\n" for path in paths)
     paths.append(_write(rtl_dir / f"{TOP}.vlt", verilator_waivers(WAIVERS, header)))
+    paths.append(_write(rtl_dir / f"{TOP}.f", prefix.replace("//", "#") + file_list))
     return paths

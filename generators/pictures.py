@@ -256,7 +256,7 @@ def core_diagram(params) -> str:
             label, sub = "DMA engine", f"{len(queues)} queues"
         else:
             seq = f"sequencer: {params.instructions} instructions"
-            label, sub = f"{name.capitalize()} engine", f"{params.partitions} lanes"
+            label, sub = f"{name.capitalize()} engine", f"{params.partitions} partitions"
         body.append(_box(x, 84, cw, 40, f"{name} stream" if name != "dma" else "DMA streams",
                          "#fff3c4", size=10, sub=seq))
         body.append(f"<line x1='{x + cw / 2:.1f}' y1='124' x2='{x + cw / 2:.1f}' y2='176' "

@@ -33,8 +33,8 @@ class Unit:
     unsupported: Callable[[ChipSpec], str] = lambda spec: ""
     #: spec -> datasheet tables (dicts with title, columns, rows, note)
     datasheet: Callable[[ChipSpec], list[dict]] | None = None
-    #: (params, simulator, seed, **options) -> None, or raises InputError: what `gen sim`
-    #: would refuse, checked before anything is simulated
+    #: (params, simulator, seed, **options) -> raises InputError for what `gen sim` would
+    #: refuse, checked before anything is simulated (its return value is not used)
     check: Callable[..., None] | None = None
     #: whether the datasheet's area tables count the unit's modules (not the core's: it
     #: assembles engines they already count, once per core)
@@ -192,8 +192,8 @@ UNITS["tensor"] = Unit("tensor", lambda spec, scale: [tensor_params(spec, scale)
 # --- the NeuronCore -------------------------------------------------------------------------
 
 #: The programs `gen sim --unit core` runs without --kernel, by simulator: on Verilator every
-#: program of the co-simulation and a seeded random one; on Icarus, about 20 times slower,
-#: a small one and the deadlock.
+#: program of the co-simulation and a seeded random one; on Icarus, about ten times slower
+#: (benchmarks/core_rtl.md), a small one and the deadlock.
 CORE_PROGRAMS = {"verilator": None, "icarus": ("vector_add", "deadlock")}
 
 
@@ -216,10 +216,6 @@ def _core_names(params, sim, seed, kernel=None) -> list[str]:
         if why is not None:
             raise InputError(f"not simulated: {why}")
     return names
-
-
-def _core_check(params, sim, seed, kernel=None) -> None:
-    _core_names(params, sim, seed, kernel)
 
 
 def _core_simulate(params, sim, seed=None, kernel=None):
@@ -265,7 +261,8 @@ def core_datasheet(spec: ChipSpec) -> list[dict]:
         row("PSUM", lambda p, hm: f"{p.partitions} partitions x {p.psum_bytes} B in "
             f"{p.psum_banks} banks of {p.psum_bank_bytes} B: {hm.psum_words} rows x "
             f"{32 * p.partitions} bits"),
-        row("Engines", lambda p, hm: f"{engines(p, hm)}, {p.partitions} lanes each; DMA"),
+        row("Engines", lambda p, hm: f"{engines(p, hm)} and DMA, over {p.partitions} "
+            "partitions"),
         row("DMA", lambda p, hm: f"{p.dma_queues} queues on one AXI4 manager port, "
             f"{max(1, (p.hbm_bytes - 1).bit_length())}-bit addresses, 32-bit data"),
         row("Sequencers", lambda p, hm: f"{len(hm.streams)} ({', '.join(hm.streams[:4])}"
@@ -292,4 +289,4 @@ def _core_emit(params, rtl_dir, header):
 
 
 UNITS["core"] = Unit("core", _core_params, _core_emit, _core_simulate, _core_unsupported,
-                     datasheet=core_datasheet, check=_core_check, area=False)
+                     datasheet=core_datasheet, check=_core_names, area=False)

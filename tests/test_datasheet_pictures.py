@@ -40,7 +40,7 @@ def test_pictures_are_drawn_from_the_spec(trn2):
     # queues; 96 GiB of HBM (TRN2) take 37 address bits.
     assert "128 x 224 KiB: 57344 rows of 4096 bits" in core
     assert "8 banks, 128 x 16 KiB: 4096 rows of 4096 bits" in core
-    assert "16 sequencers (dma0 .. dma15)" in core and ">128 lanes<" in core
+    assert "16 sequencers (dma0 .. dma15)" in core and ">128 partitions<" in core
     assert "37-bit addresses, 32-bit data, 96 GiB of memory" in core
 
 
@@ -102,3 +102,23 @@ def test_render_sees_a_missing_picture(tmp_path, chromium):
     errors, images = render(page)
     assert images == [("missing.svg", 0, 0)]
     assert errors  # the failed load is reported on the console
+
+
+def test_core_table_shows_its_memories_and_engines():
+    """The datasheet's core table at both scales: trn2's 28 MiB SBUF and 2 MiB PSUM over
+    128 partitions (NKI3), 8 PSUM banks; its simulation scale from chip.sim."""
+    from generators.units import core_datasheet
+    from specs.loader import load
+
+    spec = load("trn2")
+    [table] = core_datasheet(spec)
+    rows = {row[0]: row[1:] for row in table["rows"]}
+    assert table["columns"] == ["part", "full scale", "simulation scale"]
+    assert rows["SBUF"][0].startswith(f"128 partitions x {28 * 2**20 // 128} B: one memory of "
+                                      f"{28 * 2**20 // 128 // 4} rows x 4096 bits")
+    assert rows["PSUM"][0].startswith(f"128 partitions x {2 * 2**20 // 128} B in 8 banks")
+    sim = spec.sim
+    assert rows["SBUF"][1].startswith(f"{sim.partitions} partitions x "
+                                      f"{sim.sbuf_partition_bytes} B")
+    assert rows["DMA"][0].startswith("16 queues on one AXI4 manager port, 37-bit addresses")
+    assert rows["Engines"][0].endswith("and DMA, over 128 partitions")
