@@ -10,6 +10,10 @@ instruction's cycles against the simulator's within the bound documented in
 :mod:`sim.core.machine` (:func:`~sim.core.machine.rtl_cycle_bound`: exact for the tensor
 engine's multiplies, between the elements streamed and the simulator's cost (in the
 engine's turns) plus a fixed overhead elsewhere; DMA timing is not compared).
+
+Cost: the build and the fifteen programs in one simulation took 7 minutes of CPU (13 wall
+at load 6 to 15 on two cores); the fifteen programs alone, on a cached build, 2.5 minutes of
+CPU.
 """
 
 import pytest
