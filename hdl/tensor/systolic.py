@@ -495,13 +495,15 @@ class SystolicArray(wiring.Component):
 
     See the module docstring for the instruction contract. This is the elaborated (flat)
     form; :mod:`generators.tensor` emits the same structure with each kind of cell emitted
-    once as a Verilog module and instantiated.
+    once as a Verilog module and instantiated. With ``pe_module`` set, the PEs are instances
+    of that separately emitted module (as in :class:`SystolicRow`).
     """
 
-    def __init__(self, params: SystolicParams):
+    def __init__(self, params: SystolicParams, *, pe_module: str | None = None):
         if not isinstance(params, SystolicParams):
             raise TypeError(f"params must be a SystolicParams, not {params!r}")
         self.params = params
+        self.pe_module = pe_module
         super().__init__({
             "cmd": In(stream.Signature(cmd_layout(params))),
             "stationary": In(stream.Signature(stationary_layout(params))),
@@ -530,7 +532,7 @@ class SystolicArray(wiring.Component):
                 wires[f"{name}_in"] = value
                 wires[f"{name}_out"] = nxt[name] = Signal(ports[f"{name}_out"].shape,
                                                           name=f"{name}_{r}")
-            _attach(m, f"row_{r}", SystolicRow(p), ports, wires)
+            _attach(m, f"row_{r}", SystolicRow(p, pe_module=self.pe_module), ports, wires)
             psum, chain = wires["psum_out"], nxt
 
         meta_in, vec_in = control.meta, Const(0, 32 * p.cols)

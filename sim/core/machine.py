@@ -21,6 +21,25 @@
 * **Data** (unless ``timing_only``): results bit for bit through the unit golden models,
   :func:`sim.golden.systolic.matmul`, :mod:`sim.golden.vector`, :mod:`sim.golden.activation`
   and the casts of :mod:`sim.golden.numerics`.
+
+**Against the core RTL** (:mod:`hdl.core`, co-simulated by ``sim/tb/core.py``): the data
+are equal byte for byte. Per instruction, the RTL's cycles from decode to retirement against
+this model's, :func:`rtl_cycle_bound`:
+
+* ``MultiplyMoving`` of a format at full rate or above: **exact**. The model's latency (the
+  RTL-checked array schedule of :func:`sim.golden.systolic.cycles`, acceptance to last row)
+  plus one, plus :data:`RTL_MULTIPLY_STAGES`, the core's fixed stages around the array.
+* Every other instruction of the tensor, vector, scalar and GpSimd engines: **at least**
+  ``turns * N`` (the RTL streams one element of ``N`` per partition per lane per cycle) and
+  **at most** ``turns * cycles + RTL_OVERHEAD``. ``cycles`` is this model's cost of the
+  instruction on an idle engine; the RTL has none of the spec's fixed access costs
+  (``access_start``, ``min_interval``), so it is faster except where it does less per
+  cycle: ``turns`` is the scalar engine's turns over the tile's partitions
+  (``activation_lanes`` at a time) for ``Activation``, the array's ``beat_columns`` for
+  ``LoadStationary`` (the RTL reads one stationary column per cycle, the array takes that
+  many per beat), 1 otherwise.
+* DMA: no bound. The RTL's AXI port moves four bytes per beat; the model's DMA is the chip's
+  fabric, a microsecond of latency and its bandwidth, not a property of the port.
 """
 
 from __future__ import annotations
@@ -61,7 +80,8 @@ from .costs import dma_seconds, stream_cycles, tensor_cycles, transpose_cycles
 from .events import Agenda, Resources
 from .program import Program
 
-__all__ = ["Core", "ProgramError", "Result"]
+__all__ = ["RTL_MULTIPLY_STAGES", "RTL_OVERHEAD", "Core", "ProgramError", "Result",
+           "rtl_cycle_bound"]
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd")
 #: Memories each kind of engine reaches [NKI2, ISA].
@@ -74,6 +94,36 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 _WAIT, _SIGNAL, _LOAD, _MULTIPLY, _TRANSPOSE, _STREAM, _DMA = (
     "wait", "signal", "load", "multiply", "transpose", "stream", "dma")
+
+
+#: Cycles of the core RTL around the array's multiply: the sequencer's hand-off and decode,
+#: the command, the first SBUF read, the PSUM write after the last row and the retirement.
+RTL_MULTIPLY_STAGES = 4
+#: Cycles of the core RTL outside an engine's work: the sequencer's hand-off, the engine's
+#: decode, operand reads before the stream and the write after it.
+RTL_OVERHEAD = 8
+
+
+def rtl_cycle_bound(params: CoreParams, kind: str, ins: Instruction,
+                    cycles: float) -> tuple[float, float]:
+    """The range of the core RTL's cycles (decode to retirement) for the compute instruction
+    ``ins`` of an engine of ``kind`` that this model costs ``cycles`` of its engine's clock
+    (see the module docstring)."""
+    src = getattr(ins, "src", None) or getattr(ins, "a", None) or ins.dst
+    if isinstance(ins, MultiplyMoving | LoadStationary):
+        c = tensor_cycles(params, ins.src.dtype, ins.src.partitions,
+                          ins.dst.partitions if isinstance(ins, MultiplyMoving) else
+                          ins.src.free, ins.src.free)
+        if isinstance(ins, MultiplyMoving):
+            if params.rate(ins.src.dtype) >= 1:
+                exact = c["latency"] + 1 + RTL_MULTIPLY_STAGES
+                return exact, exact
+            return src.free, c["latency"] + 1 + RTL_OVERHEAD
+        return src.free, params.tensor.beat_columns * c["load"] + RTL_OVERHEAD
+    turns = 1
+    if isinstance(ins, Activation):
+        turns = -(-ins.src.partitions // params.activation_lanes)
+    return turns * src.free, turns * cycles + RTL_OVERHEAD
 
 
 class ProgramError(ValueError):
