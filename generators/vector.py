@@ -104,8 +104,9 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
     ``params`` is a :class:`~hdl.vector.vector.VectorParams`, an
     :class:`~hdl.vector.activation.ActivationParams`, or a sequence of them. Each engine
     gives the top (``vector.v`` / ``activation.v``) and its lane, emitted once and instantiated
-    per partition (``vector_lane.v`` / ``activation_lane.v``, the output cast inside); then
-    the Verilator
+    per partition (``vector_lane.v`` / ``activation_lane.v``, the output cast inside); the
+    scalar engine also gives the fp32 adder and multiplier its lane instantiates
+    (``activation_add32.v``, ``activation_mul32.v``); then the Verilator
     configuration with the engine's lint waivers (``vector.vlt`` / ``activation.vlt``, from
     :data:`LINT_WAIVERS`). The text is
     deterministic (``header`` prepended as comments, no timestamps or paths); a file is only
@@ -113,7 +114,7 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
     """
     from amaranth.back import verilog
 
-    from hdl.vector.activation import Activation, ActivationLane, ActivationParams
+    from hdl.vector.activation import Activation, ActivationParams
     from hdl.vector.lanes import lane_verilog
     from hdl.vector.vector import Vector, VectorParams
 
@@ -125,17 +126,17 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
     for item in items:
         if isinstance(item, VectorParams):
             top, name = Vector(item, lane_instances=True), "vector"
-            lanes = top.lane_modules()
+            modules = {module: lane_verilog(lane, module)
+                       for module, lane in top.lane_modules().items()}
         elif isinstance(item, ActivationParams):
-            top = Activation(item, lane_instances=True)
-            name, lanes = "activation", {top.LANE_MODULE: ActivationLane(item)}
+            top, name = Activation(item, lane_instances=True), "activation"
+            modules = top.verilog_modules()
         else:
             raise ValueError(f"params must be VectorParams or ActivationParams, not {item!r}")
         text = verilog.convert(top, name=name, emit_src=False)
         paths.append(_write(rtl_dir / f"{name}.v", prefix + text))
-        for module, lane in lanes.items():
-            lane_text = lane_verilog(lane, module)
-            paths.append(_write(rtl_dir / f"{module}.v", prefix + lane_text))
+        for module, module_text in modules.items():
+            paths.append(_write(rtl_dir / f"{module}.v", prefix + module_text))
         paths.append(_write(rtl_dir / f"{name}.vlt", verilator_waivers(LINT_WAIVERS[name],
                                                                       header)))
     return paths

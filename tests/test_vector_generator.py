@@ -36,7 +36,9 @@ def emitted(tmp_path_factory):
 def test_emit_writes_top_and_lane_modules_deterministically(emitted, tmp_path):
     out, paths = emitted
     assert [p.name for p in paths] == ["vector.v", "vector_lane.v", "vector.vlt",
-                                       "activation.v", "activation_lane.v", "activation.vlt"]
+                                       "activation.v", "activation_lane.v",
+                                       "activation_add32.v", "activation_mul32.v",
+                                       "activation.vlt"]
     again = emit(PARAMS, tmp_path, "trngen vector test\nspec hash 0123")
     for a, b in zip(paths, again, strict=True):
         text = a.read_text()
@@ -49,6 +51,10 @@ def test_emit_writes_top_and_lane_modules_deterministically(emitted, tmp_path):
     # seed words
     lane = (out / "vector_lane.v").read_text()
     assert "module vector_lane(" in lane and "seed" in lane and "lfsr" in lane
+    # the scalar lane's fp32 adders and multipliers: one module each, instantiated by the lane
+    lane = (out / "activation_lane.v").read_text()
+    assert lane.count("activation_mul32 mul_") >= 5 and lane.count("activation_add32 add_") >= 5
+    assert "module activation_mul32" not in lane and "module activation_add32" not in lane
     mtime = paths[0].stat().st_mtime_ns
     emit(PARAMS, out, "trngen vector test\nspec hash 0123")
     assert paths[0].stat().st_mtime_ns == mtime  # unchanged content: not rewritten

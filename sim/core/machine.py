@@ -70,13 +70,13 @@ from hdl.core.isa import (
     Transpose,
 )
 from hdl.core.params import CoreParams
-from hdl.numerics.formats import FP32, format_by_name
+from hdl.numerics.formats import format_by_name
 from hdl.vector.activation import ActivationParams
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import VectorParams
 from sim.golden import activation, numerics, systolic, vector
 
-from .costs import dma_seconds, stream_cycles, tensor_cycles
+from .costs import dma_seconds, stream_cycles, tensor_cycles, transpose_cycles
 from .events import Agenda, Resources
 from .program import Program
 
@@ -320,8 +320,10 @@ class Core:
             if ins.src.partitions > p.rows or ins.src.free > p.cols:
                 _fail(*where, "tile limit", f"a transpose of {ins.src.partitions} x "
                                             f"{ins.src.free} exceeds {p.rows} x {p.cols}")
-            if ins.dst.space != "psum" or ins.dst.dtype != "fp32":
-                _fail(*where, "format", "a transpose writes fp32 to PSUM")
+            if ins.dst.space != "psum" or ins.dst.dtype != ins.src.dtype:
+                _fail(*where, "format", f"a transpose writes its input's format to PSUM "
+                                        f"({ins.src.dtype}), not {ins.dst.dtype} to "
+                                        f"{ins.dst.space.upper()}")
             if (ins.dst.partitions, ins.dst.free) != (ins.src.free, ins.src.partitions):
                 _fail(*where, "operand shape", f"dst must be {ins.src.free} x "
                                                f"{ins.src.partitions}")
@@ -415,10 +417,8 @@ class Core:
             if cls is MultiplyMoving:
                 return (_MULTIPLY, ins.src.dtype, ins.src.partitions, ins.dst.partitions,
                         ins.src.free)
-            k, m = ins.src.partitions, ins.src.free
-            c = self._tensor(ins.src.dtype, k, m, k)
-            return (_TRANSPOSE, (c["load"] + c["multiply"]) * period,
-                    (c["load"] + c["latency"] + 1) * period)
+            c = transpose_cycles(self.params, ins.src.partitions, ins.src.free)
+            return (_TRANSPOSE, c["issue"] * period, c["total"] * period)
         cycles, work = self._stream_cost(kind, ins)
         spaces = {ap.space for _, ap, _ in ins.operands()}
         ports = tuple(i for i, (engines, memory) in enumerate(self.params.shared_ports)
@@ -567,7 +567,7 @@ class Core:
                         moved += plan[3]
                         if data is not None:
                             data.dma(ins)
-                    else:  # _TRANSPOSE: a load of the data and a pass of an identity
+                    else:  # _TRANSPOSE: a load of the data and the array's transpose pass
                         cost, end, finish = plan[1], t + plan[1], t + plan[2]
                         stationary, previous_n = None, 0
                         if data is not None:
@@ -605,18 +605,21 @@ class Core:
             _fail(stream, index, ins, "stationary",
                   f"the loaded stationary is {k} x {m} {fmt}, the moving tile has "
                   f"{ins.src.partitions} partitions of {ins.src.dtype} (a multiply's format "
-                  f"must match its tile's in rate and kind)")
+                  f"must match its tile's in rate and kind, and fp32 and tf32 mix with no "
+                  f"other)")
         _fail(stream, index, ins, "operand shape",
               f"dst has {ins.dst.partitions} partitions, the stationary {m} columns")
 
     def _partners(self, tile: str, fmt: str) -> bool:
         """Whether a multiply in ``fmt`` may read a stationary tile in ``tile``: the array's
         rule, both at the same rate (the double-rate 8-bit floats, the quarter-rate ones, the
-        rest) and both float or both int8."""
+        rest) and both float or both int8; fp32 and tf32 with no other format
+        (:data:`sim.golden.systolic.UNMIXED`)."""
         if tile == fmt:
             return True
         p = self.params
-        return p.rate(tile) == p.rate(fmt) and (tile == "int8") == (fmt == "int8")
+        return (p.rate(tile) == p.rate(fmt) and (tile == "int8") == (fmt == "int8")
+                and tile not in systolic.UNMIXED and fmt not in systolic.UNMIXED)
 
     def _deadlock(self, streams, code, pc, blocked, sems) -> None:
         edges = []
@@ -803,12 +806,9 @@ class _Data:
         self.write(ins.dst, out)
 
     def transpose(self, ins: Transpose) -> None:
-        fmt = format_by_name(ins.src.dtype)
-        k = ins.src.partitions
-        one = numerics.encode(np.float32(1.0), fmt) if fmt != FP32 else np.uint32(0x3F800000)
-        identity = np.where(np.eye(k, dtype=bool), one, 0).astype(np.uint32)
-        data = self.read(ins.src).reshape(k, -1)
-        self.write(ins.dst, systolic.matmul(data, identity, ins.src.dtype))
+        """The array's transpose pass: the codes as they were, in the input's format."""
+        data = self.read(ins.src).reshape(ins.src.partitions, -1)
+        self.write(ins.dst, systolic.transpose(data, self.params.array_format(ins.src.dtype)))
         self.stationary = None
 
     def dma(self, ins: DmaCopy) -> None:

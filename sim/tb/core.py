@@ -1,7 +1,9 @@
 """cocotb co-simulation of the NeuronCore RTL against the core simulator.
 
-One cocotb test, ``program``, runs the program named in the testbench parameters
-(:data:`PROGRAMS`, built with the kernel builder for the core at simulation scale):
+The cocotb test ``program`` runs the program named in the testbench parameters
+(:data:`PROGRAMS`, built with the kernel builder for the core at simulation scale; or the
+seeded random program, or a kernel), ``programs`` several in one simulation
+(:func:`simulate_many`); for each:
 
 1. the core simulator (:class:`sim.core.Core`, numeric mode) checks the program and runs it;
    a program it rejects is never run on the RTL, except ``deadlock``, which both must refuse;
@@ -61,8 +63,8 @@ from sim.tb.core_random import random_program
 from sim.tb.runner import RunResult, emit_verilog, run_verilog, tb_params
 from specs.loader import load
 
-__all__ = ["PROGRAMS", "RANDOM", "CoreTB", "build_program", "check_program", "program_names",
-           "random_program", "rtl_refusal", "simulate"]
+__all__ = ["PROGRAMS", "RANDOM", "CoreTB", "build_program", "check_program", "co_simulate",
+           "program_names", "random_program", "rtl_refusal", "simulate", "simulate_many"]
 
 #: What each engine of the core RTL runs (the DMA queues: DmaCopy).
 SUPPORTED = {"tensor": tensor.supported, "vector": engines.supported,
@@ -369,6 +371,26 @@ class CoreTB:
         await ClockCycles(self.dut.clk, 2)
         self.dut.rst.value = 0
 
+    async def reset(self):
+        """Reset the core (every register; the memories keep their contents)."""
+        await FallingEdge(self.dut.clk)
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 2)
+        await FallingEdge(self.dut.clk)
+        self.dut.rst.value = 0
+
+    async def clear(self):
+        """Zero every byte of SBUF and PSUM: the vector engine's memset of fp32 zeros over
+        each, run as a program of its own."""
+        p = self.params
+        b = Builder(p)
+        for space, nbytes in (("sbuf", p.sbuf_bytes), ("psum", p.psum_bytes)):
+            b.emit("vector", Memset(dst=b.tile(space, "fp32", 0, p.partitions,
+                                               ((nbytes // 4, 1),)), value=0.0))
+        await self.load(b.program)
+        _, deadlock = await self.run(4 * (p.sbuf_bytes + p.psum_bytes))
+        assert not deadlock
+
     async def write(self, addr: int, value: int):
         await FallingEdge(self.dut.clk)
         self.dut.host__addr.value = addr
@@ -386,12 +408,20 @@ class CoreTB:
         return int(self.dut.host__rdata.value)
 
     async def load(self, program: Program):
+        """Every stream's instruction words and its length, one host write per cycle."""
+        writes = []
         for s, name in enumerate(self.map.streams):
             code = program.streams.get(name, [])
             for i, ins in enumerate(code):
-                for k, w in enumerate(words(ins)):
-                    await self.write(self.map.imem(s, i, k), w)
-            await self.write(self.map.length(s), len(code))
+                writes += [(self.map.imem(s, i, k), w) for k, w in enumerate(words(ins))]
+            writes.append((self.map.length(s), len(code)))
+        await FallingEdge(self.dut.clk)
+        for addr, value in writes:
+            self.dut.host__addr.value = addr
+            self.dut.host__wdata.value = value
+            self.dut.host__we.value = 1
+            await FallingEdge(self.dut.clk)
+        self.dut.host__we.value = 0
 
     async def run(self, limit: int, poll: int = 16) -> tuple[int, bool]:
         """Start, poll every ``poll`` cycles until stopped; (cycles, deadlock). Fails past
@@ -451,53 +481,86 @@ def _first_difference(name: str, rtl: np.ndarray, sim: np.ndarray) -> str:
            f"simulator {sim[idx]:#04x}"
 
 
-@cocotb.test()
-async def program(dut):
-    """Run one program on the RTL and the simulator; compare every byte."""
-    cfg = tb_params()
-    params = pickle.loads(base64.b64decode(cfg["params"]))
-    prog = build_program(params, cfg["program"], cfg["seed"])
-    deadlocks = must_deadlock(cfg["program"])
-    tb = CoreTB(dut, params, cfg["pause"], cfg["seed"])
+async def co_simulate(dut, tb: CoreTB, params: CoreParams, name: str, seed: int,
+                      cycle_limit: int) -> list[str]:
+    """Run the program ``name`` of ``seed`` on the RTL (clock running, memories clear) and
+    on the simulator; what differs, one line each (none: everything matched)."""
+    prog = build_program(params, name, seed)
+    deadlocks = must_deadlock(name)
     why = rtl_refusal(prog, params)
-    assert why is None, f"the core RTL cannot run {cfg['program']}: {why}"
-    hbm = random_inputs(prog, cfg["seed"])
-    sim_hbm = hbm.copy()
+    if why is not None:
+        return [f"the core RTL cannot run {name}: {why}"]
+    hbm = np.zeros(params.hbm_bytes, dtype=np.uint8)
+    inputs = random_inputs(prog, seed)
+    hbm[:inputs.size] = inputs
+    sim_hbm = inputs.copy()
     try:
-        result = Core(params).run(prog, hbm=sim_hbm, trace=True, seed=cfg["seed"])
+        result = Core(params).run(prog, hbm=sim_hbm, trace=True, seed=seed)
     except ProgramError as err:
-        assert deadlocks and "deadlock" in str(err), f"the simulator rejects it: {err}"
+        if not (deadlocks and "deadlock" in str(err)):
+            return [f"the simulator rejects it: {err}"]
         result = None
     else:
-        assert not deadlocks, "the simulator ran a program that must deadlock"
+        if deadlocks:
+            return ["the simulator ran a program that must deadlock"]
     tb.ram.write(0, hbm.tobytes())
-    await tb.start_clock()
     await tb.load(prog)
-    cycles, deadlock = await tb.run(cfg["cycle_limit"])
-    dut._log.info(f"{cfg['program']}: {cycles} cycles, deadlock {deadlock}")
+    cycles, deadlock = await tb.run(cycle_limit)
+    dut._log.info(f"{name}: {cycles} cycles, deadlock {deadlock}")
     if deadlocks:
-        assert deadlock, "the RTL did not report the deadlock"
-        return
-    assert not deadlock, "the RTL reported a deadlock the simulator did not see"
+        return [] if deadlock else ["the RTL did not report the deadlock"]
+    if deadlock:
+        return ["the RTL reported a deadlock the simulator did not see"]
     failures = []
-    for name, sim_mem in (("sbuf", result.sbuf), ("psum", result.psum)):
-        rtl_mem = await tb.memory(name)
+    for memory, sim_mem in (("sbuf", result.sbuf), ("psum", result.psum)):
+        rtl_mem = await tb.memory(memory)
         if not np.array_equal(rtl_mem, sim_mem):
-            failures.append(_first_difference(name.upper(), rtl_mem, sim_mem))
+            failures.append(_first_difference(memory.upper(), rtl_mem, sim_mem))
     rtl_hbm = np.frombuffer(tb.ram.read(0, params.hbm_bytes), dtype=np.uint8)
     sim_full = np.zeros(params.hbm_bytes, dtype=np.uint8)
     sim_full[:sim_hbm.size] = sim_hbm
     if not np.array_equal(rtl_hbm, sim_full):
         failures.append(_first_difference("HBM", rtl_hbm, sim_full))
     stamps = await tb.stamps(prog)
-    for name, rows in stamps.items():
+    for stream, rows in stamps.items():
         for i, (begin, end) in enumerate(rows):
-            ins = prog.streams[name][i]
-            dut._log.info(f"{name}[{i}] {type(ins).__name__}: cycles {begin} .. {end}")
+            ins = prog.streams[stream][i]
+            dut._log.info(f"{stream}[{i}] {type(ins).__name__}: cycles {begin} .. {end}")
     for line in timing(params, prog, result, stamps):
         dut._log.info(line)
         if "OUT OF BOUND" in line:
             failures.append(line)
+    return failures
+
+
+@cocotb.test()
+async def program(dut):
+    """Run one program on the RTL and the simulator; compare every byte."""
+    cfg = tb_params()
+    params = pickle.loads(base64.b64decode(cfg["params"]))
+    tb = CoreTB(dut, params, cfg["pause"], cfg["seed"])
+    await tb.start_clock()
+    failures = await co_simulate(dut, tb, params, cfg["program"], cfg["seed"],
+                                 cfg["cycle_limit"])
+    assert not failures, "; ".join(failures)
+
+
+@cocotb.test()
+async def programs(dut):
+    """Run every program of ``programs`` in turn on one simulation, as :func:`program` runs
+    one: between two, the core is reset and its SBUF and PSUM are cleared (a vector memset
+    of zeros over each, :meth:`CoreTB.clear`). One failure does not stop the others."""
+    cfg = tb_params()
+    params = pickle.loads(base64.b64decode(cfg["params"]))
+    tb = CoreTB(dut, params, cfg["pause"], cfg["seed"])
+    await tb.start_clock()
+    failures = []
+    for k, name in enumerate(cfg["programs"]):
+        if k:
+            await tb.reset()
+            await tb.clear()
+        failures += [f"{name}: {f}" for f in await co_simulate(
+            dut, tb, params, name, cfg["seed"], cfg["cycle_limit"])]
     assert not failures, "; ".join(failures)
 
 
@@ -580,6 +643,21 @@ def simulate(spec: str | CoreParams, program_name: str, sim: str, seed: int | No
     result = run_verilog(core_verilog(params), "neuron_core", "sim.tb.core", sim, cfg,
                          testcase="program", seed=seed)
     return dataclasses.replace(result, name=program_name)
+
+
+def simulate_many(spec: str | CoreParams, names: list[str], sim: str,
+                  seed: int | None = None, pause: bool = True,
+                  cycle_limit: int = 100_000) -> RunResult:
+    """Co-simulate the programs ``names`` in turn in one simulation (the cocotb test
+    ``programs``): one start-up of the simulator for all."""
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**31)
+    params = spec if isinstance(spec, CoreParams) else core_params(load(spec), "sim")
+    cfg = {"params": base64.b64encode(pickle.dumps(params)).decode(),
+           "programs": list(names), "seed": seed, "pause": pause, "cycle_limit": cycle_limit}
+    result = run_verilog(core_verilog(params), "neuron_core", "sim.tb.core", sim, cfg,
+                         testcase="programs", seed=seed)
+    return dataclasses.replace(result, name=", ".join(names))
 
 
 def check_program(params: CoreParams, name: str, seed: int) -> str | None:
