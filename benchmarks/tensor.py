@@ -10,7 +10,8 @@
 3. Simulation: Verilator against Icarus, simulated cycles per second on one 16 x 16 array fed by
    the on-DUT harness (whole tiles per await; only the awaits are timed, results still checked).
 4. Area: the multi-format PE of ``--spec`` (default trn2) against one single-format PE per
-   format (fp8 formats at double rate), each synthesised by :mod:`hdl.area` (Yosys generic
+   format (fp8 formats at double rate) and, where the spec has MX formats (trn3), against the
+   multi-format PE without them, each synthesised by :mod:`hdl.area` (Yosys generic
    ``synth``, NAND2 equivalents; cached per module text).
 
 Run: ``PYTHONPATH=. python benchmarks/tensor.py [--formats bf16 | --spec trn2] [--flat 16,32]
@@ -65,7 +66,7 @@ print(json.dumps({"seconds": seconds, "cpu_s": cpu, "peak_mib": peak, "bytes": s
 def array_params(formats: str, spec: str | None, n: int = 128, moving_max: int = 512):
     """The array to measure: a spec's tensor engine at ``n`` x ``n``, or ``formats`` (comma
     list; its 8-bit floats at double rate)."""
-    from hdl.numerics.formats import format_by_name
+    from hdl.numerics.formats import FloatFormat, input_format_by_name
     from hdl.tensor.params import SystolicParams
 
     if spec is not None:
@@ -76,8 +77,8 @@ def array_params(formats: str, spec: str | None, n: int = 128, moving_max: int =
         return SystolicParams(rows=n, cols=n, formats=p.formats, double_rate=p.double_rate,
                               moving_max=moving_max)
     names = tuple(formats.split(","))
-    double = tuple(f for f in names
-                   if format_by_name(f).is_float and format_by_name(f).bits == 8)
+    double = tuple(f for f in names if isinstance(input_format_by_name(f), FloatFormat)
+                   and input_format_by_name(f).bits == 8)
     return SystolicParams(rows=n, cols=n, formats=names, double_rate=double,
                           moving_max=moving_max)
 
@@ -161,7 +162,8 @@ def bench_sim(programs: dict[str, int], array) -> dict:
 
 def bench_area(spec: str) -> dict:
     """NAND2 equivalents and flip-flops of the multi-format PE of ``spec`` against a
-    single-format PE per format, and against their sum (one array per format)."""
+    single-format PE per format, and against their sum (one array per format); with MX
+    formats in the spec, also against the same multi-format PE without them."""
     from amaranth.back import verilog
 
     from hdl import area
@@ -169,6 +171,9 @@ def bench_area(spec: str) -> dict:
 
     multi = array_params("", spec)
     pes = {"multi": multi}
+    if multi.has_mx:  # the same PE without the block-scaled formats: what MX costs
+        pes["multi-no-mx"] = dataclasses.replace(
+            multi, formats=tuple(f for f in multi.formats if not multi.is_mx(f)))
     for f in multi.formats:
         pes[f] = dataclasses.replace(multi, formats=(f,),
                                      double_rate=(f,) if multi.is_double(f) else ())
@@ -183,10 +188,13 @@ def bench_area(spec: str) -> dict:
         a = results[f"pe_{name.replace('-', '_')}"]
         flops = sum(n for c, n in a.cells.items() if "FF" in c)
         out["pes"][name] = {"gates": a.gates, "flip_flops": flops}
-    singles = [v["gates"] for k, v in out["pes"].items() if k != "multi"]
+    singles = [v["gates"] for k, v in out["pes"].items() if k in multi.formats]
     out["sum_of_single"] = sum(singles)
     out["multi_over_largest_single"] = out["pes"]["multi"]["gates"] / max(singles)
     out["multi_over_sum"] = out["pes"]["multi"]["gates"] / sum(singles)
+    if "multi-no-mx" in out["pes"]:
+        out["multi_over_no_mx"] = (out["pes"]["multi"]["gates"]
+                                   / out["pes"]["multi-no-mx"]["gates"])
     return out
 
 

@@ -275,8 +275,9 @@ def _si(value: float, unit: str) -> str:
               help="Collective buffer per chip, as nccl-tests counts it.")
 @click.option("--algorithm", default=None,
               help="ring, torus, hierarchical or direct (default: the topology's own).")
-@click.option("--chunk", default="4 MiB", show_default=True,
-              help="Largest piece a link carries at once.")
+@click.option("--chunk", default=None,
+              help="Largest piece a link carries at once (default: the executed model's "
+                   "chunk, printed with the result).")
 @click.option("--members", type=int, default=None,
               help="Members of a cluster executed over EFA (default 2).")
 @click.option("--bit-error-rate", type=float, default=None,

@@ -68,6 +68,7 @@ def run_system(doc, kernel, *, collective, size, algorithm, chunk, members, shar
                bit_error_rate: float | None = None) -> None:
     """Execute a collective, or a kernel sharded tensor-parallel, on the system of ``doc``."""
     from sim.system import execute, model
+    from sim.system.collectives import CHUNK
 
     if (collective is None) == (kernel is None):
         raise SpecError(f"expected --collective OP or a KERNEL with --shard tp=N on the "
@@ -79,7 +80,7 @@ def run_system(doc, kernel, *, collective, size, algorithm, chunk, members, shar
             raise SpecError(f"expected a system spec, found {doc.name!r}")
         if system.chips < 2:
             raise SpecError(f"expected a system of several chips, found {doc.name!r} with one")
-        chunk_bytes = _bytes("--chunk", chunk)
+        chunk_bytes = CHUNK if chunk is None else _bytes("--chunk", chunk)
         if kernel is not None:
             _sharded(system, kernel, shard, shape, dtype, chunk_bytes, trace, seed,
                      timing_only)

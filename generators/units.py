@@ -78,10 +78,6 @@ def formats_datasheet(spec: ChipSpec) -> list[dict]:
     for fmt in t.formats:
         name = rtl_format_name(t, fmt)
         rate = f"{t.rates.get(fmt, 1):g}"
-        if name is None:
-            rows.append([fmt] + ["-"] * 8 + ["MX block format: golden model and throughput "
-                                             "model, no RTL", rate])
-            continue
         row = format_table([name])[0]
         rows.append([fmt if fmt == name else f"{fmt} ({name})", row["bits"],
                      _fmt_number(row["exponent_bits"]), _fmt_number(row["mantissa_bits"]),

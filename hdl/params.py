@@ -19,7 +19,7 @@ from typing import Literal
 
 from hdl.core.params import CoreParams
 from hdl.link.link import LinkParams
-from hdl.numerics.formats import format_by_name
+from hdl.numerics.formats import MX_FORMATS, FloatFormat, input_format_by_name
 from hdl.tensor.params import SystolicParams
 from hdl.vector.activation import ActivationParams
 from hdl.vector.functions import DEFAULT_FUNCTIONS, FunctionSpec
@@ -45,10 +45,6 @@ __all__ = [
 
 Scale = Literal["full", "sim"]
 SCALES: tuple[Scale, ...] = ("full", "sim")
-
-#: Spec formats the RTL has no datapath for (block formats: throughput model only).
-_NO_RTL = ("mxfp8", "mxfp4")
-
 
 @dataclass(frozen=True, kw_only=True)
 class ChipParams:
@@ -79,11 +75,9 @@ def _build(cls, where: str, **kwargs):
         raise ModelError(f"{where} do not make a {cls.__name__} ({exc})") from None
 
 
-def rtl_format_name(tensor: TensorSpec, fmt: str) -> str | None:
-    """The numerics format name the RTL knows a spec format by, or None where the RTL has
-    none (the MX block formats); cFP8 carries the spec's layout and bias."""
-    if fmt in _NO_RTL:
-        return None
+def rtl_format_name(tensor: TensorSpec, fmt: str) -> str:
+    """The numerics format name the RTL knows a spec format by: cFP8 carries the spec's
+    layout and bias, every other name is the same."""
     if fmt == "cfp8":
         c = tensor.cfp8
         layout, bias = (c.layout, c.bias) if c else ("e4m3", 7)
@@ -94,23 +88,18 @@ def rtl_format_name(tensor: TensorSpec, fmt: str) -> str | None:
 def systolic_params(tensor: TensorSpec, sim: SimScale | None = None) -> SystolicParams:
     """The tensor engine's array: full size, or at ``sim`` scale when given.
 
-    Its formats are the spec's input formats that have RTL, in the spec's order; double rate
-    for each 8-bit float format the spec gives rate 2 (the RTL has no double-rate int8: a
-    rate-2 int8 runs one product per PE per cycle, and the throughput model keeps the
-    documented rule for it).
+    Its formats are the spec's input formats, in the spec's order; double rate for each
+    8-bit float format the spec gives rate 2. The RTL has no double-rate int8 and no
+    quad-rate MX: a rate-2 int8 and the rate-4 MX formats of Trainium3 run one product per
+    PE per cycle, and the throughput model keeps the documented rule for them.
     """
     names, double = [], []
     for fmt in tensor.formats:
         name = rtl_format_name(tensor, fmt)
-        if name is None:
-            continue
-        f = format_by_name(name)
+        f = input_format_by_name(name)
         names.append(name)
-        if tensor.rates.get(fmt, 1) == 2 and f.is_float and f.bits == 8:
+        if tensor.rates.get(fmt, 1) == 2 and isinstance(f, FloatFormat) and f.bits == 8:
             double.append(name)
-    if not names:
-        raise ModelError(f"core.tensor.formats must name a format with RTL, not "
-                         f"{list(tensor.formats)}")
     if sim is None:
         rows, cols, moving = tensor.rows, tensor.cols, tensor.moving_max
     else:
@@ -252,7 +241,9 @@ def core_params(spec: ChipSpec, scale: Scale = "full") -> CoreParams:
     t = c.tensor
     sim = spec.sim if scale == "sim" else None
     array = systolic_params(t, sim)
-    formats = tuple(f for f in t.formats if rtl_format_name(t, f) is not None)
+    # The instruction set has no MX element types (their block scales would need operands
+    # of their own): the core takes the spec's other formats.
+    formats = tuple(f for f in t.formats if f not in MX_FORMATS)
     if sim is None:
         partitions, sbuf_bytes = c.sbuf.partitions, int(si(c.sbuf.partition_size, "B"))
         psum_bytes, rows, cols = int(si(c.psum.partition_size, "B")), t.rows, t.cols

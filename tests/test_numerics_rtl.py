@@ -24,11 +24,24 @@ from hdl.numerics.formats import (
     FP16,
     FP32,
     INT8,
+    MXFP4,
+    MXFP8,
     TF32,
     cfp8,
 )
-from hdl.numerics.fpu import FpAdd32, FpMul32, MultiWiden, MultiWidenParams, Widen, WidenParams
+from hdl.numerics.fpu import (
+    FpAdd32,
+    FpMul32,
+    FpMulScaled32,
+    MultiWiden,
+    MultiWidenParams,
+    Widen,
+    WidenParams,
+)
+from hdl.tensor.params import SystolicParams
+from hdl.tensor.pe import ProcessingElement, ctl_layout
 from sim.golden import numerics as golden
+from sim.golden.systolic import matmul, matmul_mx
 from sim.tb.runner import emit_verilog, setup_verilator_env
 
 
@@ -311,3 +324,124 @@ def test_format_cast_lane_against_ml_dtypes(rng_name, seed):
         p_up = np.mean(y == up)
         sigma = np.sqrt(frac * (1 - frac) / pick.sum())
         assert abs(p_up - frac) < 4.5 * sigma, (f.name, p_up, frac)
+
+
+# ---- block-scaled (MX) formats: element widening, the scaled product, one PE ---------------
+
+MX_ML = {"mxfp8": ml_dtypes.float8_e4m3fn, "mxfp4": ml_dtypes.float4_e2m1fn}
+
+
+def _fp32_bits(values) -> np.ndarray:
+    """binary32 bits of float values, every NaN canonical."""
+    values = np.asarray(values, dtype=np.float32)
+    return np.where(np.isnan(values), np.uint32(0x7FC00000), values.view(np.uint32))
+
+
+def test_multi_widen_mx_elements():
+    """Every element code of mxfp8 and mxfp4, beside a plain format, widens to ml_dtypes'
+    value (bits above the element, where the scale sits, are ignored)."""
+    formats = (MXFP8, BF16, MXFP4)
+    x, codes, want = [], [], []
+    for code, fmt in enumerate(formats):
+        if fmt is BF16:
+            continue
+        elements = np.arange(1 << fmt.bits)
+        values = elements.astype(np.uint8).view(MX_ML[fmt.name])  # one code per byte
+        x.append(elements | (np.arange(elements.size) * 37 % 256) << 8)
+        codes.append(np.full(elements.size, code))
+        want.append(_fp32_bits(values.astype(np.float32)))
+    got = run_comb(MultiWiden(MultiWidenParams(formats=formats, width=16)),
+                   {"x": np.concatenate(x), "code": np.concatenate(codes)}, "y")
+    assert np.array_equal(got, np.concatenate(want))
+
+
+def _scaled_reference(a, b, e) -> np.ndarray:
+    """``a * b * 2**e`` of binary32 bit patterns, rounded once: exact in float64 (24-bit
+    significands, exponents far inside its range), then numpy's cast to float32."""
+    with np.errstate(all="ignore"):
+        exact = np.ldexp(a.astype(np.uint32).view(np.float32).astype(np.float64)
+                         * b.astype(np.uint32).view(np.float32).astype(np.float64), e)
+        return _fp32_bits(exact.astype(np.float32))
+
+
+def test_scaled_product(seed):
+    """FpMulScaled32 against float64: MX elements with their E8M0 scales folded in (products
+    that overflow, land among the subnormals or vanish), and binary32 edge pairs with any
+    offset in [-511, 511]."""
+    rng = np.random.default_rng(seed)
+    a, b, e = [], [], []
+    for fmt in (MXFP8, MXFP4):
+        codes = rng.integers(0, 1 << fmt.bits, (2, 80))
+        values = codes.astype(np.uint8).view(MX_ML[fmt.name]).astype(np.float32)
+        a.append(values[0].view(np.uint32))
+        b.append(values[1].view(np.uint32))
+        e.append(rng.integers(0, 255, 80) + rng.integers(0, 255, 80) - 254)
+    x, y = golden.edge_fp32_pairs(rng, 80)
+    a.append(x)
+    b.append(y)
+    e.append(rng.integers(-511, 512, 80))
+    directed = [  # a, b, e, a * b * 2**e
+        (0x3FC00000, 0x3F800000, -149, 0x00000002),  # 1.5 * 2**-149 ties to even 2 * 2**-149
+        (0x3F800000, 0x3F800000, -150, 0x00000000),  # 2**-150 ties to even 0
+        (0x3F800000, 0xBF800000, -126, 0x80800000),  # -2**-126, the smallest normal
+        (0x43E00000, 0x43E00000, 110, 0x7F440000),   # 448 * 448 * 2**110: no overflow
+        (0x43E00000, 0x43E00000, 111, 0x7F800000),   # ... one more: infinity
+        (0x00000001, 0x4B000000, 0, 0x00800000),     # subnormal in, normal out
+    ]
+    da, db, de, want = (np.array(c, dtype=np.int64) for c in zip(*directed, strict=True))
+    a, b, e = (np.concatenate([*v, d]) for v, d in ((a, da), (b, db), (e, de)))
+    got = run_comb(FpMulScaled32(), {"a": a, "b": b, "e": e}, "y")
+    assert np.array_equal(got, _scaled_reference(a, b, e))
+    assert np.array_equal(got[-len(directed):], want)
+
+
+def test_pe_mx_products(seed):
+    """One PE of an array with MX formats: stationary and moving words carrying element and
+    E8M0 scale (bits 8-15), mxfp8 and mxfp4 mixed, scales across their whole range (255,
+    NaN, included), against the golden :func:`~sim.golden.systolic.matmul_mx` of 1 x 1
+    tiles; a bf16 pass on the same PE ignores those bits."""
+    params = SystolicParams(rows=1, cols=1, formats=("mxfp8", "bf16", "mxfp4"))
+    pe = ProcessingElement(params)
+    layout = ctl_layout(params)
+    rng = np.random.default_rng(seed)
+    count = 64
+    wcode, xcode = (rng.choice([0, 2], count) for _ in range(2))
+    wcode[:8] = xcode[:8] = 1  # bf16 first
+    elements = rng.integers(0, 256, (2, count))
+    scales = rng.integers(0, 256, (2, count))
+    scales[:, 8:20] = rng.integers(120, 135, (2, 12))  # products near 1 as well
+    want = []
+    for i in range(count):
+        w, x = (int(elements[j, i]) | int(scales[j, i]) << 8 for j in (0, 1))
+        if wcode[i] == 1:
+            want.append(matmul([[w]], [[x]], "bf16")[0, 0])
+            continue
+        wf, xf = params.formats[wcode[i]], params.formats[xcode[i]]
+        want.append(matmul_mx([[w]], [[x]], wf, [[scales[0, i]]], [[scales[1, i]]],
+                              moving_fmt=xf)[0, 0])
+
+    def ctl(i) -> int:
+        fields = {"bank": 0, "wfmt": int(wcode[i]), "xfmt": int(xcode[i]),
+                  "mx": int(wcode[i] != 1)}
+        return sum(fields.get(name, 0) << f.offset for name, f in layout)
+
+    got = []
+
+    async def bench(ctx):
+        ctx.set(pe.en, 1)
+        for i in range(count):
+            w, x = (int(elements[j, i]) | int(scales[j, i]) << 8 for j in (0, 1))
+            ctx.set(pe.wv_in, 1)
+            ctx.set(pe.w_in, w)
+            await ctx.tick()
+            ctx.set(pe.wv_in, 0)
+            ctx.set(pe.x_in, x)
+            ctx.set(pe.ctl_in, ctl(i))
+            await ctx.tick()
+            got.append(ctx.get(pe.psum_out))
+
+    sim = Simulator(pe)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == [int(v) for v in want]

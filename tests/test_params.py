@@ -12,6 +12,7 @@ from generators.units import UNITS
 from hdl.link.link import LinkParams
 from hdl.params import (
     ModelError,
+    core_params,
     params_from_spec,
     rtl_format_name,
     systolic_params,
@@ -85,11 +86,18 @@ def test_spec_fields_reach_the_parameters(tmp_path):
     assert sim.tensor.moving_max == 8     # min(8, 32): never above full scale
 
 
-def test_block_formats_have_no_array():
-    t = load("trn3").core.tensor
-    assert "mxfp8" in t.formats and "mxfp8" not in systolic_params(t).formats
-    assert rtl_format_name(t, "mxfp4") is None
+def test_block_formats_in_the_array():
+    """trn3's array takes mxfp8 and mxfp4 (rate 4 in the spec, one product per PE per cycle
+    in the RTL); the core's instruction set has no MX types, so the core lists the others."""
+    spec = load("trn3")
+    t = spec.core.tensor
+    array = systolic_params(t)
+    assert array.formats[-2:] == ("mxfp8", "mxfp4") and t.rates["mxfp8"] == 4
+    assert array.is_mx("mxfp8") and not array.is_double("mxfp4")
+    assert array.width == 32 and array.k_limit("mxfp8") == array.rows
+    assert rtl_format_name(t, "mxfp4") == "mxfp4"
     assert rtl_format_name(t, "bf16") == "bf16"
+    assert core_params(spec).formats == tuple(f for f in t.formats if not f.startswith("mx"))
 
 
 def test_parameters_that_make_no_unit(tmp_path):

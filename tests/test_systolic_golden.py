@@ -246,13 +246,19 @@ def test_params_errors():
         SystolicParams(rows=4, cols="x", formats=one)
     with pytest.raises(ValueError, match=r"formats must be one of .*bf16.*, not 'bf17'"):
         SystolicParams(rows=4, cols=4, formats=("bf17",))
+    with pytest.raises(ValueError, match=r"formats must be one of .*, mxfp8, mxfp4, "
+                                         r"not 'mxfp9'"):
+        SystolicParams(rows=4, cols=4, formats=("mxfp9",))
     with pytest.raises(ValueError, match=r"formats must be a non-empty tuple"):
         SystolicParams(rows=4, cols=4, formats="bf16")
     with pytest.raises(ValueError, match=r"formats must not repeat a format"):
         SystolicParams(rows=4, cols=4, formats=("bf16", "bf16"))
-    with pytest.raises(ValueError, match=r"double_rate must name 8-bit float formats, "
-                                         r"not 'bf16'"):
+    with pytest.raises(ValueError, match=r"double_rate must name 8-bit float formats "
+                                         r"\(not MX\), not 'bf16'"):
         SystolicParams(rows=4, cols=4, formats=one, double_rate=one)
+    with pytest.raises(ValueError, match=r"double_rate must name 8-bit float formats "
+                                         r"\(not MX\), not 'mxfp8'"):
+        SystolicParams(rows=4, cols=4, formats=("mxfp8",), double_rate=("mxfp8",))
     with pytest.raises(ValueError, match=r"double_rate must name formats of"):
         SystolicParams(rows=4, cols=4, formats=one, double_rate=("fp8_e4m3",))
     with pytest.raises(ValueError, match=r"moving_max must be a positive integer, not -1"):
@@ -272,6 +278,12 @@ def test_schedule_checks_formats():
         with pytest.raises(ValueError, match=rf"fmt of a multiply must match its tile's "
                                              rf"'{tile}' in rate and kind, not '{moving}'"):
             schedule(p, [Load(1, 2, tile), Multiply(1, fmt=moving)])
+    mx = SystolicParams(rows=2, cols=2, formats=("bf16", "mxfp8", "mxfp4"))
+    schedule(mx, [Load(2, 2, "mxfp8"), Multiply(1, fmt="mxfp4")])  # MX with MX: one kind
+    for tile, moving in (("mxfp8", "bf16"), ("bf16", "mxfp4")):
+        with pytest.raises(ValueError, match=rf"fmt of a multiply must match its tile's "
+                                             rf"'{tile}' in rate and kind, not '{moving}'"):
+            schedule(mx, [Load(1, 2, tile), Multiply(1, fmt=moving)])
 
 
 def test_cycle_model_closed_forms():

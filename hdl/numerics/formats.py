@@ -12,7 +12,9 @@ exponent bias and how it spends the all-ones exponent:
 
 Every float format here widens exactly into binary32; :func:`cfp8` refuses a bias that
 would break that. :func:`format_by_name` looks a format up by the names of :data:`FORMATS`
-and of the configurable ``cfp8_e4m3_b<bias>`` / ``cfp8_e5m2_b<bias>`` family.
+and of the configurable ``cfp8_e4m3_b<bias>`` / ``cfp8_e5m2_b<bias>`` family;
+:func:`input_format_by_name` also knows the block-scaled :data:`MX_FORMATS`, which only the
+tensor engine takes as input.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "cfp8",
     "format_by_name",
     "format_table",
+    "input_format_by_name",
 ]
 
 NAN_STYLES = ("ieee", "fn")
@@ -235,7 +238,36 @@ class MxFormat:
 
     @property
     def bits(self) -> int:
+        """Width of one element (the scale is separate)."""
         return 1 + self.exp_bits + self.man_bits
+
+    @property
+    def max_exp_field(self) -> int:
+        """Largest exponent field of a finite element."""
+        top = (1 << self.exp_bits) - 1
+        return top - 1 if self.nan == "ieee" else top
+
+    @property
+    def max_finite_bits(self) -> int:
+        """Encoding of the largest finite positive element."""
+        man = (1 << self.man_bits) - 1
+        if self.nan == "fn":
+            man -= 1
+        return (self.max_exp_field << self.man_bits) | man
+
+    @property
+    def max_finite(self) -> float:
+        """Largest finite element (scale 127, i.e. 1)."""
+        mant = self.max_finite_bits & ((1 << self.man_bits) - 1)
+        return (1 + mant / 2**self.man_bits) * 2.0 ** (self.max_exp_field - self.bias)
+
+    @property
+    def min_normal(self) -> float:
+        return 2.0 ** (1 - self.bias)
+
+    @property
+    def min_subnormal(self) -> float:
+        return 2.0 ** (1 - self.bias - self.man_bits)
 
     @property
     def is_float(self) -> bool:
@@ -277,17 +309,31 @@ def format_by_name(name: str) -> FloatFormat | IntFormat:
     raise ValueError(f"format must be one of {legal}, not {name!r}")
 
 
+def input_format_by_name(name: str) -> FloatFormat | IntFormat | MxFormat:
+    """The tensor-engine input format called ``name``: a name of :func:`format_by_name` or
+    of :data:`MX_FORMATS`; the error lists the legal names."""
+    if isinstance(name, str) and name in MX_FORMATS:
+        return MX_FORMATS[name]
+    try:
+        return format_by_name(name)
+    except ValueError as err:
+        raise ValueError(f"{str(err).split(', not ')[0]}, {', '.join(MX_FORMATS)}, "
+                         f"not {name!r}") from None
+
+
 def format_table(formats) -> list[dict]:
     """One row per format for the datasheet, every figure computed from the descriptor.
 
-    ``formats`` holds format objects or names. Keys: name, bits, exponent_bits,
-    mantissa_bits, bias, max_finite, min_normal, min_subnormal, infinities, nan_encoding.
+    ``formats`` holds format objects or names (:func:`input_format_by_name`); an MX format's
+    figures are those of its elements, its scale noted with the NaN encoding. Keys: name,
+    bits, exponent_bits, mantissa_bits, bias, max_finite, min_normal, min_subnormal,
+    infinities, nan_encoding.
     Integer formats give their range in max_finite / min_normal (the minimum value) and None
     where a float-only figure does not apply.
     """
     rows = []
     for fmt in formats:
-        fmt = format_by_name(fmt) if isinstance(fmt, str) else fmt
+        fmt = input_format_by_name(fmt) if isinstance(fmt, str) else fmt
         if isinstance(fmt, IntFormat):
             rows.append({
                 "name": fmt.name, "bits": fmt.bits, "exponent_bits": None,
@@ -297,14 +343,17 @@ def format_table(formats) -> list[dict]:
                                 f"accumulation)",
             })
             continue
-        if not isinstance(fmt, FloatFormat):
-            raise ValueError(f"format must be a FloatFormat, IntFormat or name, not {fmt!r}")
-        nan = ("exponent all ones, mantissa nonzero" if fmt.nan == "ieee"
-               else "exponent and mantissa all ones")
+        if not isinstance(fmt, FloatFormat | MxFormat):
+            raise ValueError(f"format must be a FloatFormat, IntFormat, MxFormat or name, "
+                             f"not {fmt!r}")
+        nan = {"ieee": "exponent all ones, mantissa nonzero",
+               "fn": "exponent and mantissa all ones", "none": "none"}[fmt.nan]
+        if isinstance(fmt, MxFormat):
+            nan = f"{nan}; E8M0 scale per {fmt.block} elements, 255 is NaN"
         rows.append({
             "name": fmt.name, "bits": fmt.bits, "exponent_bits": fmt.exp_bits,
             "mantissa_bits": fmt.man_bits, "bias": fmt.bias, "max_finite": fmt.max_finite,
             "min_normal": fmt.min_normal, "min_subnormal": fmt.min_subnormal,
-            "infinities": fmt.has_inf, "nan_encoding": nan,
+            "infinities": fmt.nan == "ieee", "nan_encoding": nan,
         })
     return rows

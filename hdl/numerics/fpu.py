@@ -3,16 +3,20 @@
 Combinational components (no clock):
 
 * :class:`FpMul32`: ``y = a * b``, IEEE 754 binary32.
+* :class:`FpMulScaled32`: ``y = a * b * 2**e``, rounded once: the block scales of the MX
+  formats folded into the product's exponent.
 * :class:`FpAdd32`: ``y = a + b``, IEEE 754 binary32.
 * :class:`Widen`: ``y`` = the binary32 encoding of ``x``, a bit pattern of any format of
   :mod:`hdl.numerics.formats` (exact: every such format fits in binary32).
 * :class:`MultiWiden`: the same for a format chosen at run time by a code, with one
-  normaliser shared by the formats that need one.
+  normaliser shared by the formats that need one; it also widens the elements of the MX
+  formats (mxfp8's OCP e4m3, and mxfp4's e2m1, whose every code is finite).
 
-All three round to nearest, ties to even, keep subnormal inputs and outputs (no flushing),
+All of them round to nearest, ties to even, keep subnormal inputs and outputs (no flushing),
 overflow to a signed infinity, give ``x + (-x) = +0`` and ``(-0) + (-0) = -0``, and output every
 NaN as the canonical ``0x7FC00000`` (also ``inf - inf``, ``0 * inf`` and any NaN input).
-The golden counterparts are ``mul32``, ``add32`` and ``widen`` in :mod:`sim.golden.numerics`.
+The golden counterparts are ``mul32``, ``add32`` and ``widen`` in :mod:`sim.golden.numerics`,
+and for the scaled product :func:`sim.golden.systolic.matmul_mx`.
 
 :func:`round_pack` is the rounding and packing stage shared with :mod:`hdl.numerics.cast`.
 """
@@ -24,10 +28,10 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .formats import FP32, FloatFormat, IntFormat
+from .formats import FP32, FloatFormat, IntFormat, MxFormat
 
-__all__ = ["FpAdd32", "FpMul32", "MultiWiden", "MultiWidenParams", "Widen", "WidenParams", "lzc",
-           "round_pack"]
+__all__ = ["FpAdd32", "FpMul32", "FpMulScaled32", "MultiWiden", "MultiWidenParams", "Widen",
+           "WidenParams", "lzc", "round_pack"]
 
 CANONICAL_NAN32 = 0x7FC0_0000
 
@@ -112,6 +116,30 @@ def _unpack32(value):
     }
 
 
+def _multiply(m: Module, a_bits, b_bits, y, e=0):
+    """Drive ``y`` with ``a * b * 2**e`` rounded once (``e`` a signed exponent offset)."""
+    a, b = _unpack32(a_bits), _unpack32(b_bits)
+    sign = a["sign"] ^ b["sign"]
+    product = Signal(48)
+    m.d.comb += product.eq(a["sig"] * b["sig"])
+    shift = lzc(product)
+    norm = Signal(48)
+    m.d.comb += norm.eq((product << shift)[:48])
+    # product * 2**(ea + eb - 46 + e), leading one at bit 47 - shift; |e| < 512 keeps
+    # e_lead within 11 bits (at least -298 - 511, at most 255 + 511).
+    e_lead = Signal(signed(11))
+    m.d.comb += e_lead.eq(a["exp"] + b["exp"] - 254 + 1 - shift + e)
+    rounded = round_pack(m, FP32, sign, e_lead, norm)
+    with m.If(a["nan"] | b["nan"] | (a["inf"] & b["zero"]) | (a["zero"] & b["inf"])):
+        m.d.comb += y.eq(CANONICAL_NAN32)
+    with m.Elif(a["inf"] | b["inf"]):
+        m.d.comb += y.eq(Cat(Const(FP32.inf_bits, 31), sign))
+    with m.Elif(a["zero"] | b["zero"]):
+        m.d.comb += y.eq(Cat(Const(0, 31), sign))
+    with m.Else():
+        m.d.comb += y.eq(rounded)
+
+
 class FpMul32(wiring.Component):
     """Binary32 multiplier, combinational; ``y = a * b`` (see the module docstring)."""
 
@@ -121,25 +149,24 @@ class FpMul32(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        a, b = _unpack32(self.a), _unpack32(self.b)
-        sign = a["sign"] ^ b["sign"]
-        product = Signal(48)
-        m.d.comb += product.eq(a["sig"] * b["sig"])
-        shift = lzc(product)
-        norm = Signal(48)
-        m.d.comb += norm.eq((product << shift)[:48])
-        # product * 2**(ea + eb - 46), leading one at bit 47 - shift.
-        e_lead = Signal(signed(11))
-        m.d.comb += e_lead.eq(a["exp"] + b["exp"] - 254 + 1 - shift)
-        rounded = round_pack(m, FP32, sign, e_lead, norm)
-        with m.If(a["nan"] | b["nan"] | (a["inf"] & b["zero"]) | (a["zero"] & b["inf"])):
-            m.d.comb += self.y.eq(CANONICAL_NAN32)
-        with m.Elif(a["inf"] | b["inf"]):
-            m.d.comb += self.y.eq(Cat(Const(FP32.inf_bits, 31), sign))
-        with m.Elif(a["zero"] | b["zero"]):
-            m.d.comb += self.y.eq(Cat(Const(0, 31), sign))
-        with m.Else():
-            m.d.comb += self.y.eq(rounded)
+        _multiply(m, self.a, self.b, self.y)
+        return m
+
+
+class FpMulScaled32(wiring.Component):
+    """Binary32 multiplier with an exponent offset, combinational: ``y = a * b * 2**e``,
+    the exact value rounded once as :class:`FpMul32` rounds (to a subnormal, zero or
+    infinity where it leaves the normal range); ``e`` is a signed integer in
+    [-511, 511]. With ``e = 0`` it is :class:`FpMul32`."""
+
+    a: In(32)
+    b: In(32)
+    e: In(signed(10))
+    y: Out(32)
+
+    def elaborate(self, platform):
+        m = Module()
+        _multiply(m, self.a, self.b, self.y, self.e)
         return m
 
 
@@ -274,10 +301,11 @@ class Widen(wiring.Component):
 @dataclass(frozen=True, kw_only=True)
 class MultiWidenParams:
     """Parameters of :class:`MultiWiden`: code ``i`` selects ``formats[i]``, a float format
-    of :mod:`hdl.numerics.formats`, or None for a code this unit does not serve (its output
-    is then +0); ``width`` is the input's width (each format reads its low bits)."""
+    of :mod:`hdl.numerics.formats` (an :class:`~hdl.numerics.formats.MxFormat` stands for its
+    elements), or None for a code this unit does not serve (its output is then +0);
+    ``width`` is the input's width (each format reads its low bits)."""
 
-    formats: tuple[FloatFormat | None, ...]
+    formats: tuple[FloatFormat | MxFormat | None, ...]
     width: int
 
     def __post_init__(self):
@@ -285,8 +313,9 @@ class MultiWidenParams:
             raise ValueError(f"formats must be a non-empty tuple with a float format, "
                              f"not {self.formats!r}")
         for fmt in self.formats:
-            if fmt is not None and not isinstance(fmt, FloatFormat):
-                raise ValueError(f"formats must hold FloatFormat or None, not {fmt!r}")
+            if fmt is not None and not isinstance(fmt, FloatFormat | MxFormat):
+                raise ValueError(f"formats must hold FloatFormat, MxFormat or None, "
+                                 f"not {fmt!r}")
         widest = max(f.bits for f in self.formats if f is not None)
         if not isinstance(self.width, int) or isinstance(self.width, bool) \
                 or self.width < widest:
@@ -301,10 +330,11 @@ class MultiWidenParams:
 class MultiWiden(wiring.Component):
     """Exact conversion to binary32 of ``x`` in the format that ``code`` selects.
 
-    Same results as :class:`Widen` of that format. Formats with binary32's exponent (bf16,
-    tf32, fp32) are re-packed as they are; the others (fp16, the fp8 family) share one
-    normaliser: each format's significand is left-aligned in a common width, so that one
-    leading-zero count and one packing serve them all.
+    Same results as :class:`Widen` of that format (an MX format: of its element codes, the
+    values :func:`sim.golden.systolic.mx_values` gives). Formats with binary32's exponent
+    (bf16, tf32, fp32) are re-packed as they are; the others (fp16, the fp8 family, MX
+    elements) share one normaliser: each format's significand is left-aligned in a common
+    width, so that one leading-zero count and one packing serve them all.
     """
 
     def __init__(self, params: MultiWidenParams):
@@ -336,8 +366,11 @@ class MultiWiden(wiring.Component):
             if fmt.nan == "ieee":
                 fields["nan"].append((exp == top) & (man != 0))
                 fields["inf"].append((exp == top) & (man == 0))
-            else:
+            elif fmt.nan == "fn":
                 fields["nan"].append((exp == top) & (man == (1 << fmt.man_bits) - 1))
+                fields["inf"].append(0)
+            else:  # every code finite (fp4 e2m1)
+                fields["nan"].append(0)
                 fields["inf"].append(0)
             wide_fmt = _fp32_exponent(fmt)
             fields["wide"].append(int(wide_fmt))
@@ -377,6 +410,6 @@ class MultiWiden(wiring.Component):
         return m
 
 
-def _fp32_exponent(fmt: FloatFormat) -> bool:
+def _fp32_exponent(fmt: FloatFormat | MxFormat) -> bool:
     """Whether ``fmt`` has binary32's exponent field (bf16, tf32, fp32): widening re-packs."""
     return fmt.exp_bits == 8 and fmt.bias == 127

@@ -27,13 +27,13 @@ class SystolicParams:
     cols : int
         PE columns: the stationary free size M, which becomes the partition axis of the result.
     formats : tuple of str
-        The input formats, names known to :func:`hdl.numerics.formats.format_by_name`
-        (``"int8"``, ``"bf16"``, ``"fp8_e4m3"``, ``"cfp8_e5m2_b12"``, ...). An instruction
-        names its format by its position here (its code). Floats accumulate in fp32, int8 in
-        wrapping int32.
+        The input formats, names known to :func:`hdl.numerics.formats.input_format_by_name`
+        (``"int8"``, ``"bf16"``, ``"fp8_e4m3"``, ``"cfp8_e5m2_b12"``, ``"mxfp8"``, ...). An
+        instruction names its format by its position here (its code). Floats accumulate in
+        fp32, int8 in wrapping int32.
     double_rate : tuple of str
         The formats of ``formats`` that run two products per PE per cycle (PE row r holds
-        contraction indices 2r and 2r+1); 8-bit float formats only.
+        contraction indices 2r and 2r+1); 8-bit float formats only, not MX.
     moving_max : int
         Largest moving free size N of one multiply: the depth of the PSUM bank.
     load_columns : int
@@ -42,6 +42,17 @@ class SystolicParams:
 
     An operand beat carries one word of :attr:`width` bits per PE row: the element in its
     low bits, or with a double-rate format index 2r in bits 0-7 and 2r+1 in bits 8-15.
+
+    The block-scaled MX formats (``mxfp8``, ``mxfp4``) run one product per PE per cycle. Their
+    scales travel with the elements: an MX word holds its element in the low bits (8 or 4)
+    and, in bits 8-15, the E8M0 scale of the element's block along K (one scale per
+    ``block`` = 32 contraction indices and column: word k of column c carries
+    ``scales[k // 32, c]``). So a stationary word brings its scale into the PE's weight bank
+    with the load, and a moving word brings its own along the row; the PE folds both into
+    the product's exponent, ``mul32`` of the two elements times ``2**(sw + sx - 254)``
+    rounded once, NaN where either scale is 255 (:func:`sim.golden.systolic.matmul_mx`).
+    Neither the sequencer nor the PEs count blocks; a multiply on an MX tile must itself be
+    MX (either MX format), and an MX multiply needs an MX tile.
     """
 
     rows: int
@@ -56,14 +67,14 @@ class SystolicParams:
         _check_positive("cols", self.cols)
         _check_positive("moving_max", self.moving_max)
         _check_positive("load_columns", self.load_columns)
-        from hdl.numerics.formats import format_by_name
+        from hdl.numerics.formats import FloatFormat, input_format_by_name
 
         if not isinstance(self.formats, tuple) or not self.formats:
             raise ValueError(f"formats must be a non-empty tuple of format names, "
                              f"not {self.formats!r}")
         for name in self.formats:
             try:
-                format_by_name(name)
+                input_format_by_name(name)
             except ValueError as err:  # name the field, keep the list of legal formats
                 raise ValueError(f"formats{str(err).removeprefix('format')}") from None
         if len(set(self.formats)) != len(self.formats):
@@ -75,16 +86,17 @@ class SystolicParams:
             if name not in self.formats:
                 raise ValueError(f"double_rate must name formats of {self.formats!r}, "
                                  f"not {name!r}")
-            fmt = format_by_name(name)
-            if not (fmt.is_float and fmt.bits == 8):
-                raise ValueError(f"double_rate must name 8-bit float formats, not {name!r}")
+            fmt = input_format_by_name(name)
+            if not (isinstance(fmt, FloatFormat) and fmt.bits == 8):
+                raise ValueError(f"double_rate must name 8-bit float formats (not MX), "
+                                 f"not {name!r}")
 
     @cached_property
     def format_list(self):
         """The format descriptors of :attr:`formats`, in code order."""
-        from hdl.numerics.formats import format_by_name
+        from hdl.numerics.formats import input_format_by_name
 
-        return tuple(format_by_name(name) for name in self.formats)
+        return tuple(input_format_by_name(name) for name in self.formats)
 
     def code(self, fmt: str) -> int:
         """The code of input format ``fmt`` (its position in :attr:`formats`)."""
@@ -97,6 +109,12 @@ class SystolicParams:
 
     def is_int(self, fmt: str) -> bool:
         return not self.format_list[self.code(fmt)].is_float
+
+    def is_mx(self, fmt: str) -> bool:
+        """Whether ``fmt`` is a block-scaled MX format (its words carry a scale)."""
+        from hdl.numerics.formats import MxFormat
+
+        return isinstance(self.format_list[self.code(fmt)], MxFormat)
 
     def k_limit(self, fmt: str) -> int:
         """Largest contraction K of one pass in ``fmt``."""
@@ -111,15 +129,19 @@ class SystolicParams:
         return any(not f.is_float for f in self.format_list)
 
     @property
+    def has_mx(self) -> bool:
+        return any(self.is_mx(f) for f in self.formats)
+
+    @property
     def code_bits(self) -> int:
         return max(1, (len(self.formats) - 1).bit_length())
 
     @property
     def width(self) -> int:
         """Bits of one operand word (one per PE row): the widest format, at least 16 with
-        double-rate formats (two 8-bit elements)."""
+        double-rate formats (two 8-bit elements) or MX formats (element and scale)."""
         widest = max(f.bits for f in self.format_list)
-        return max(widest, 16) if self.double_rate else widest
+        return max(widest, 16) if self.double_rate or self.has_mx else widest
 
     @property
     def lanes(self) -> int:

@@ -11,7 +11,10 @@ neighbour, and the partial sum to the PE below::
 with ``w`` the weight word of the selected bank and each operand widened exactly to fp32 by
 its own format (:class:`~hdl.numerics.fpu.MultiWiden`, the format chosen at run time); with
 double rate, element 0 of a word is bits 0-7 and element 1 bits 8-15. An int8 pass computes
-``psum_in + w * x`` in wrapping int32.
+``psum_in + w * x`` in wrapping int32. An MX pass (``ctl.mx``) reads the E8M0 scales ``sw``
+and ``sx`` from bits 8-15 of the two words and folds them into the product's exponent
+(:class:`~hdl.numerics.fpu.FpMulScaled32`, ``e = sw + sx - 254``, one rounding); a scale of
+255 makes the product the canonical NaN.
 
 Weights arrive on a second wave beside the moving one: a stationary beat carries
 ``beat_columns`` columns' words (``w``), the bank to write (``wb``) and ``ws``, the hop count
@@ -36,9 +39,13 @@ __all__ = ["ProcessingElement", "ctl_layout", "pe_ports"]
 def ctl_layout(params: SystolicParams) -> data.StructLayout:
     """What travels with a moving word: the weight bank to read (``bank``), the format codes
     of the weight (``wfmt``) and of the moving word (``xfmt``), and whether the pass is
-    double-rate (``double``) or integer (``int``)."""
-    return data.StructLayout({"bank": 1, "wfmt": params.code_bits, "xfmt": params.code_bits,
-                              "double": 1, "int": 1})
+    double-rate (``double``), integer (``int``) or, in an array with MX formats,
+    block-scaled (``mx``)."""
+    fields = {"bank": 1, "wfmt": params.code_bits, "xfmt": params.code_bits, "double": 1,
+              "int": 1}
+    if params.has_mx:
+        fields["mx"] = 1
+    return data.StructLayout(fields)
 
 
 def pe_ports(params: SystolicParams) -> dict:
@@ -109,14 +116,20 @@ class ProcessingElement(wiring.Component):
         x = self.x_in
         acc = None
         if p.has_float:
-            from hdl.numerics.fpu import FpAdd32, FpMul32
+            from hdl.numerics.fpu import CANONICAL_NAN32, FpAdd32, FpMul32, FpMulScaled32
 
             every = tuple(f if f.is_float else None for f in p.format_list)
-            m.submodules.mul0 = mul0 = FpMul32()
+            m.submodules.mul0 = mul0 = FpMulScaled32() if p.has_mx else FpMul32()
             m.submodules.add0 = add0 = FpAdd32()
             m.d.comb += [mul0.a.eq(self._widen(m, "w0", weight, ctl.wfmt, every)),
-                         mul0.b.eq(self._widen(m, "x0", x, ctl.xfmt, every)),
-                         add0.a.eq(self.psum_in), add0.b.eq(mul0.y)]
+                         mul0.b.eq(self._widen(m, "x0", x, ctl.xfmt, every))]
+            product = mul0.y
+            if p.has_mx:
+                sw, sx = weight[8:16], x[8:16]
+                m.d.comb += mul0.e.eq(Mux(ctl.mx, sw + sx - 254, 0))
+                scale_nan = ctl.mx & ((sw == 255) | (sx == 255))
+                product = Mux(scale_nan, CANONICAL_NAN32, mul0.y)
+            m.d.comb += [add0.a.eq(self.psum_in), add0.b.eq(product)]
             acc = add0.y
             if p.double_rate:
                 fp8 = tuple(f if n in p.double_rate else None

@@ -32,8 +32,12 @@ Instructions (``cmd`` stream, executed in order):
   >= k zeroed), and produces ``n`` beats on ``out``: beat j is PSUM row j after the update,
   ``cols`` fp32 (or int32) values; columns >= m keep the bank's earlier contents. It reads the
   latest tile's bank, and starts once that tile is loaded. Its format may differ from the
-  tile's if both are double-rate or both not, and both float or both int8 (the golden
-  model's :func:`~sim.golden.systolic.schedule` refuses other programs).
+  tile's if both are double-rate or both not, both float or both int8, and both MX or
+  neither (the golden model's :func:`~sim.golden.systolic.schedule` refuses other programs).
+
+The MX formats' E8M0 block scales travel inside the operand words, beside their elements
+(bits 8-15; :class:`~hdl.tensor.params.SystolicParams` gives the layout): the stationary
+scales load with the tile, the moving ones stream with the vectors.
 
 The whole datapath advances on one enable, ``~out.valid | out.ready``, so backpressure on
 ``out`` stalls it and an idle ``moving`` stream only inserts bubbles. Cycle counts are given
@@ -384,6 +388,8 @@ class SystolicControl(wiring.Component):
 
         cmd_double = table(p.is_double(f) for f in p.formats)
         cmd_int = table(p.is_int(f) for f in p.formats)
+        cmd_mx = table(p.is_mx(f) for f in p.formats)
+        mul_mx = Signal()
 
         with m.If(beat):
             m.d.sync += load_skip.eq(load_skip + bc)
@@ -404,7 +410,7 @@ class SystolicControl(wiring.Component):
                              mul_acc.eq(cmd.accumulate), mul_bank.eq(cur_bank),
                              mul_k.eq(cur_k), mul_m.eq(cur_m), mul_wfmt.eq(cur_fmt),
                              mul_xfmt.eq(cmd.fmt), mul_double.eq(cmd_double),
-                             mul_int.eq(cmd_int)]
+                             mul_int.eq(cmd_int), mul_mx.eq(cmd_mx)]
 
         # Stage 1 of both waves; the metadata waits `rows` more cycles for the bottom row.
         columns = self.stationary.payload
@@ -412,6 +418,8 @@ class SystolicControl(wiring.Component):
         ctl = Signal(ctl_layout(p))
         m.d.comb += [ctl.bank.eq(mul_bank), ctl.wfmt.eq(mul_wfmt), ctl.xfmt.eq(mul_xfmt),
                      ctl.double.eq(mul_double), ctl.int.eq(mul_int)]
+        if p.has_mx:
+            m.d.comb += ctl.mx.eq(mul_mx)
         meta = [Signal(layout, name=f"meta_{j}") for j in range(1, p.rows + 2)]
         with m.If(en):
             m.d.sync += [

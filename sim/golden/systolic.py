@@ -200,7 +200,7 @@ def mx_values(bits, fmt: MxFormat | str) -> np.ndarray:
 
 
 def matmul_mx(stationary, moving, fmt, stationary_scales, moving_scales, psum=None,
-              accumulate: bool = False) -> np.ndarray:
+              accumulate: bool = False, moving_fmt=None) -> np.ndarray:
     """The PSUM contents after one block-scaled matmul, as uint32 bit patterns (M x N).
 
     Each product is the exact product of the two elements and their two scales, rounded once
@@ -216,8 +216,14 @@ def matmul_mx(stationary, moving, fmt, stationary_scales, moving_scales, psum=No
     stationary_scales, moving_scales : arrays (ceil(K / block), M) and (ceil(K / block), N)
         of E8M0 codes: row b scales contraction indices ``b * block .. (b + 1) * block - 1``
     psum, accumulate : as for :func:`matmul`
+    moving_fmt : MX format of the moving tile, ``fmt`` when None (the same block size)
     """
     fmt = MX_FORMATS[fmt] if isinstance(fmt, str) else fmt
+    mfmt = fmt if moving_fmt is None else (MX_FORMATS[moving_fmt]
+                                           if isinstance(moving_fmt, str) else moving_fmt)
+    if mfmt.block != fmt.block:
+        raise ValueError(f"moving_fmt must have the block of {fmt.name!r} ({fmt.block}), "
+                         f"not {mfmt.block}")
     stationary, moving = np.asarray(stationary), np.asarray(moving)
     sw, sx = np.asarray(stationary_scales), np.asarray(moving_scales)
     if stationary.ndim != 2 or moving.ndim != 2 or stationary.shape[0] != moving.shape[0]:
@@ -232,7 +238,7 @@ def matmul_mx(stationary, moving, fmt, stationary_scales, moving_scales, psum=No
                              f"{scales.shape}")
     if accumulate and psum is None:
         raise ValueError("psum must be given when accumulate is set, not None")
-    w, x = mx_values(stationary, fmt), mx_values(moving, fmt)
+    w, x = mx_values(stationary, fmt), mx_values(moving, mfmt)
     sw, sx = sw.astype(np.int64) & 0xFF, sx.astype(np.int64) & 0xFF
     acc = np.zeros((w.shape[1], x.shape[1]), np.float32)
     with np.errstate(all="ignore"):
@@ -287,8 +293,8 @@ class Schedule:
 
 def _check_program(params: SystolicParams, program) -> None:
     """Refuse what the array cannot run: fields out of range, unknown formats, a multiply
-    whose format differs from its tile's in rate (double or single) or in kind (int8 or
-    float)."""
+    whose format differs from its tile's in rate (double or single) or in kind (int8, float
+    or block-scaled MX)."""
     tile = None
     for op in program:
         if isinstance(op, (Load, Multiply)) and op.fmt is not None:
@@ -305,7 +311,8 @@ def _check_program(params: SystolicParams, program) -> None:
                 raise ValueError(f"n must be in 1 .. {params.moving_max}, not {op.n!r}")
             if tile is not None and op.fmt is not None and (
                     params.is_double(tile) != params.is_double(op.fmt)
-                    or params.is_int(tile) != params.is_int(op.fmt)):
+                    or params.is_int(tile) != params.is_int(op.fmt)
+                    or params.is_mx(tile) != params.is_mx(op.fmt)):
                 raise ValueError(f"fmt of a multiply must match its tile's {tile!r} in rate "
                                  f"and kind, not {op.fmt!r}")
         else:

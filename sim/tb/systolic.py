@@ -6,10 +6,13 @@ whole program into the harness memories (driver), lets the RTL run it with the h
 stream sources and sink, then reads every output beat and its cycle (monitor). The model is
 the golden :func:`sim.golden.systolic.matmul` over a running copy of the PSUM bank; the checker
 compares every beat bit for bit and, in the runs without idle cycles or backpressure, every
-command and output cycle with :func:`sim.golden.systolic.schedule`. Every program runs twice:
-once with streams always valid and ready (cycles checked), once with random idle cycles on the
-sources and random backpressure on the sink (values checked). Programs mix the array's input
-formats: every test covers each format, and consecutive tiles and multiplies change format.
+command and output cycle with :func:`sim.golden.systolic.schedule`. An MX tile is held as its
+operand words, element and block scale (bits 8-15) together, the scale the same for the 32
+indices of a block; the model splits them again for :func:`sim.golden.systolic.matmul_mx`.
+Every program runs twice: once with streams always valid and ready (cycles checked), once with
+random idle cycles on the sources and random backpressure on the sink (values checked).
+Programs mix the array's input formats: every test covers each format, and consecutive tiles
+and multiplies change format.
 
 By default the array is the generator's hierarchical emission (PE and row modules emitted once
 and instantiated); ``hierarchical=False`` runs the flat elaboration of the same array.
@@ -22,10 +25,11 @@ from dataclasses import asdict
 
 import numpy as np
 
+from hdl.numerics.formats import FloatFormat, MxFormat
 from hdl.tensor.harness import HarnessParams, SystolicHarness
 from hdl.tensor.params import SystolicParams
 from hdl.tensor.systolic import cmd_layout
-from sim.golden.systolic import Load, Multiply, matmul, schedule, to_fp32
+from sim.golden.systolic import Load, Multiply, matmul, matmul_mx, schedule, to_fp32
 from sim.tb import runner
 
 TOP = "systolic_harness"
@@ -79,12 +83,43 @@ def harness_verilog(params: SystolicParams) -> str:
 # ---- operand generation --------------------------------------------------------------------
 
 def one_bits(fmt) -> int:
+    """The format's 1 (an MX word: element 1, scale 127)."""
+    if isinstance(fmt, MxFormat):
+        return fmt.bias << fmt.man_bits | 127 << 8
     return 1 if not fmt.is_float else fmt.bias << fmt.man_bits
+
+
+def _scales(fmt: MxFormat, rng: np.random.Generator, shape, lo: int, hi: int) -> np.ndarray:
+    """E8M0 scales in [lo, hi] for a (K, C) tile, one per block of ``fmt.block`` rows and
+    column, repeated over the rows of the block (bits 8-15 of the words)."""
+    blocks = rng.integers(lo, hi + 1, size=(-(-shape[0] // fmt.block), shape[1]))
+    return np.repeat(blocks, fmt.block, axis=0)[:shape[0]].astype(np.uint32) << 8
+
+
+def _mx_bits(fmt: MxFormat, rng: np.random.Generator, shape, kind: str) -> np.ndarray:
+    """MX words (element and scale), as :func:`random_bits` for the other formats: ``"any"``
+    every element code and scale (255, NaN, included), ``"normal"`` elements within a few
+    binades of 1 and scales near 1, ``"finite"`` no NaN element or scale."""
+    bits = rng.integers(0, 1 << fmt.bits, size=shape).astype(np.uint32)
+    if kind == "any":
+        return bits | _scales(fmt, rng, shape, 0, 255)
+    if kind == "normal":
+        exp = rng.integers(max(1, fmt.bias - 3), min(fmt.max_exp_field, fmt.bias + 3) + 1,
+                           size=shape)
+        man = rng.integers(0, 1 << fmt.man_bits, size=shape)
+        sign = rng.integers(0, 2, size=shape)
+        bits = (sign << (fmt.bits - 1)) | (exp << fmt.man_bits) | man
+        return bits.astype(np.uint32) | _scales(fmt, rng, shape, 124, 130)
+    if fmt.nan == "fn":
+        bits = np.where(bits & ((1 << (fmt.bits - 1)) - 1) == fmt.max_finite_bits + 1, 0, bits)
+    return bits.astype(np.uint32) | _scales(fmt, rng, shape, 0, 254)
 
 
 def random_bits(fmt, rng: np.random.Generator, shape, kind: str = "normal") -> np.ndarray:
     """Bit patterns of ``fmt``: ``"any"`` (every pattern, NaN and infinities included),
     ``"normal"`` (values within a few binades of 1, where rounding is busy), ``"finite"``."""
+    if isinstance(fmt, MxFormat):
+        return _mx_bits(fmt, rng, shape, kind)
     bits = rng.integers(0, 1 << fmt.bits, size=shape, dtype=np.int64)
     if not fmt.is_float or kind == "any":
         return bits.astype(np.uint32)
@@ -102,34 +137,58 @@ def random_bits(fmt, rng: np.random.Generator, shape, kind: str = "normal") -> n
 
 def edge_bits(fmt, rng: np.random.Generator, shape) -> np.ndarray:
     """A mix of the format's extremes: zeros of both signs, smallest subnormals, largest
-    finite values, infinities and NaN (where the format has them), and ones."""
+    finite values, infinities and NaN (where the format has them), and ones; MX words take
+    their scales from the extremes too (0, 1, 127, 253, 254 and 255, NaN)."""
     if not fmt.is_float:
         pool = [0, 1, 0x7F, 0x80, 0xFF, 0x81, 0x40]
     else:
         sign = 1 << (fmt.bits - 1)
+        one = one_bits(fmt) & 0xFF if isinstance(fmt, MxFormat) else one_bits(fmt)
         pool = [0, sign, 1, sign | 1, fmt.max_finite_bits, sign | fmt.max_finite_bits,
-                one_bits(fmt), sign | one_bits(fmt), (1 << fmt.man_bits) - 1, fmt.nan_bits]
-        if fmt.inf_bits is not None:
+                one, sign | one, (1 << fmt.man_bits) - 1]
+        if fmt.nan != "none":
+            pool.append(fmt.nan_bits if isinstance(fmt, FloatFormat)
+                        else fmt.max_finite_bits + 1)
+        if fmt.nan == "ieee":
             pool += [fmt.inf_bits, sign | fmt.inf_bits]
-    return rng.choice(np.array(pool, dtype=np.uint32), size=shape)
+    bits = rng.choice(np.array(pool, dtype=np.uint32), size=shape)
+    if isinstance(fmt, MxFormat):
+        blocks = rng.choice(np.array([0, 1, 127, 253, 254, 255], np.uint32),
+                            size=(-(-shape[0] // fmt.block), shape[1]))
+        bits = bits | np.repeat(blocks, fmt.block, axis=0)[:shape[0]] << 8
+    return bits
+
+
+def mx_scales(fmt: MxFormat, words: np.ndarray) -> np.ndarray:
+    """The block scales (ceil(K / block), C) of a (K, C) tile of MX words, which must carry
+    one scale per block and column."""
+    words = np.asarray(words)
+    scales = (words[::fmt.block] >> 8) & 0xFF
+    spread = np.repeat(scales, fmt.block, axis=0)[:words.shape[0]]
+    if not np.array_equal(spread, (words >> 8) & 0xFF):
+        raise ValueError("an MX tile must carry one scale per block and column")
+    return scales
 
 
 def pack_words(params: SystolicParams, fmt: str, tile: np.ndarray,
                rng: np.random.Generator) -> np.ndarray:
     """Operand words (rows, columns) of a K x C ``tile`` of ``fmt`` bit patterns: element
     k in the low bits of word k, or with a double-rate format in byte ``k % 2`` of word
-    ``k // 2``. Every bit no element claims (indices >= K, bits above the elements) is
-    random: the array must ignore it."""
+    ``k // 2``; an MX tile holds words already (element, scale in bits 8-15). Every bit no
+    element claims (indices >= K, bits above the elements) is random: the array must
+    ignore it."""
     w = params.width
     words = rng.integers(0, 1 << w, size=(params.rows, tile.shape[1]), dtype=np.uint64)
+    f = params.format_list[params.code(fmt)]
     if params.is_double(fmt):
-        per, bits = 2, 8
+        per, bits, claimed = 2, 8, 0xFF
     else:
-        per, bits = 1, params.format_list[params.code(fmt)].bits
+        per, bits = 1, f.bits
+        claimed = (1 << bits) - 1 | (0xFF00 if params.is_mx(fmt) else 0)  # element, scale
     for k in range(tile.shape[0]):
         r, shift = divmod(k, per)
         shift *= bits
-        mask = np.uint64(((1 << bits) - 1) << shift)
+        mask = np.uint64(claimed << shift)
         words[r] = (words[r] & ~mask) | (tile[k].astype(np.uint64) << np.uint64(shift))
     return words
 
@@ -164,7 +223,8 @@ class SystolicTB:
         """Formats a multiply may use on a tile of ``name`` (same rate, same kind)."""
         p = self.params
         return [f for f in p.formats
-                if p.is_double(f) == p.is_double(name) and p.is_int(f) == p.is_int(name)]
+                if p.is_double(f) == p.is_double(name) and p.is_int(f) == p.is_int(name)
+                and p.is_mx(f) == p.is_mx(name)]
 
     async def reset(self):
         from cocotb.triggers import ClockCycles
@@ -229,8 +289,14 @@ class SystolicTB:
             else:
                 k, m = stationary.shape
                 before = bank[:op.n, :m].T
-                after = matmul(stationary, tile[:k], tile_fmt, psum=before,
-                               accumulate=op.accumulate, moving_fmt=op.fmt)
+                if self.params.is_mx(tile_fmt):
+                    wf, xf = self.fmt(tile_fmt), self.fmt(op.fmt)
+                    after = matmul_mx(stationary, tile[:k], wf, mx_scales(wf, stationary),
+                                      mx_scales(xf, tile[:k]), psum=before,
+                                      accumulate=op.accumulate, moving_fmt=xf)
+                else:
+                    after = matmul(stationary, tile[:k], tile_fmt, psum=before,
+                                   accumulate=op.accumulate, moving_fmt=op.fmt)
                 bank[:op.n, :m] = after.T
                 beats.extend(bank[:op.n].copy())
         return beats
@@ -331,6 +397,8 @@ async def identity_and_zeros(dut):
         eye = np.zeros((k, m), np.uint32)
         for i in range(min(k, m)):
             eye[i, i] = one_bits(tb.fmt(fmt))
+        if p.is_mx(fmt):  # one scale per block and column: 1 (127) for the zeros too
+            eye |= 127 << 8
         program += [tb.load(fmt, k, m, tile=eye), tb.multiply(fmt, k, n)]
     await tb.run_both(program, "identity")
     program = []
@@ -360,10 +428,14 @@ async def extremes_and_specials(dut):
         f, k, m = tb.fmt(fmt), p.k_limit(fmt), p.cols
         if not f.is_float:
             continue
-        # Subnormal products and sums: the smallest magnitudes of the format.
+        # Subnormal products and sums: the smallest magnitudes of the format (MX: scales
+        # that put the products among binary32's subnormals).
         tiny = tb.rng.integers(0, 4, size=(k, m)).astype(np.uint32)
         sub = (tb.rng.integers(0, 2, size=(k, n)) << (f.bits - 1)
                | tb.rng.integers(1, 1 << f.man_bits, size=(k, n))).astype(np.uint32)
+        if isinstance(f, MxFormat):
+            tiny |= _scales(f, tb.rng, (k, m), 50, 70)
+            sub |= _scales(f, tb.rng, (k, n), 50, 70)
         program += [tb.load(fmt, k, m, tile=tiny), tb.multiply(fmt, k, n, tile=sub)]
     if program:
         await tb.run_both(program, "subnormals")
