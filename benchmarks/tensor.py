@@ -42,7 +42,8 @@ from hdl.tensor.params import SystolicParams
 n, flat = int(sys.argv[1]), sys.argv[2] == "flat"
 array = json.loads(sys.argv[3])
 params = SystolicParams(rows=n, cols=n, formats=tuple(array["formats"]),
-                        double_rate=tuple(array["double_rate"]))
+                        double_rate=tuple(array["double_rate"]),
+                        quarter_rate=tuple(array["quarter_rate"]))
 cpu0 = sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
                                               resource.getrusage(resource.RUSAGE_CHILDREN)))
 begin = time.perf_counter()
@@ -75,7 +76,7 @@ def array_params(formats: str, spec: str | None, n: int = 128, moving_max: int =
 
         p = tensor_params(load(spec), "full")
         return SystolicParams(rows=n, cols=n, formats=p.formats, double_rate=p.double_rate,
-                              moving_max=moving_max)
+                              quarter_rate=p.quarter_rate, moving_max=moving_max)
     names = tuple(formats.split(","))
     double = tuple(f for f in names if isinstance(input_format_by_name(f), FloatFormat)
                    and input_format_by_name(f).bits == 8)
@@ -84,7 +85,8 @@ def array_params(formats: str, spec: str | None, n: int = 128, moving_max: int =
 
 
 def bench_emit(n: int, style: str, timeout: float, array) -> dict:
-    spec = json.dumps({"formats": array.formats, "double_rate": array.double_rate})
+    spec = json.dumps({"formats": array.formats, "double_rate": array.double_rate,
+                       "quarter_rate": array.quarter_rate})
     try:
         proc = subprocess.run([sys.executable, "-c", _EMIT, str(n), style, spec], cwd=ROOT,
                               capture_output=True, text=True, timeout=timeout, check=True,
@@ -176,7 +178,8 @@ def bench_area(spec: str) -> dict:
             multi, formats=tuple(f for f in multi.formats if not multi.is_mx(f)))
     for f in multi.formats:
         pes[f] = dataclasses.replace(multi, formats=(f,),
-                                     double_rate=(f,) if multi.is_double(f) else ())
+                                     double_rate=(f,) if multi.is_double(f) else (),
+                                     quarter_rate=(f,) if multi.is_quarter(f) else ())
     sources = {f"pe_{name.replace('-', '_')}": verilog.convert(
         ProcessingElement(p), name=f"pe_{name.replace('-', '_')}", emit_src=False)
         for name, p in pes.items()}

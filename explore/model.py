@@ -12,8 +12,9 @@ Per rank (one logical NeuronCore of ``lnc`` physical cores) and GEMM:
 - tensor engine: :func:`sim.golden.systolic.matmul_cycles`, the closed form of the systolic
   array's RTL-checked cycle model that the system model uses too: tiles of ``K <= rows``
   (twice that for double-rate formats), ``M <= cols``, ``N <= moving_max``; a new tile every
-  ``max(n, ceil(m / load_columns) + 1)`` cycles (``1 / rate`` times that for formats below
-  one MAC per PE per cycle), plus the first load and the pipeline's drain. The ``lnc``
+  ``max(n / min(rate, 1), ceil(m / load_columns) + 1)`` cycles (formats below one MAC per
+  PE per cycle take ``1 / rate`` cycles per moving column), plus the first load and the
+  pipeline's drain. The ``lnc``
   physical cores share the tiles: the M tiles or the N range are divided among them,
   whichever is faster.
 - memory: the HBM bytes of a weight-stationary schedule whose SBUF (the logical core's, half
@@ -526,20 +527,22 @@ def _cycles_loop(m, k, n, rows, cols, rate, base: Base, lnc) -> float:
     """Cycles by counting the LoadStationary + MultiplyMoving pairs of each tile shape:
     passes of ``rows`` contraction indices (twice that at double rate), stationary tiles of
     ``cols`` columns, moving tiles of ``moving_max``, each pair costing the array's
-    :func:`sim.golden.systolic.tile_interval` (``1 / rate`` times that below one MAC per PE
-    per cycle), then the first tile's load and the pipeline's drain."""
+    :func:`sim.golden.systolic.tile_interval` (``1 / rate`` cycles per moving column below
+    one MAC per PE per cycle), then the first tile's load and the pipeline's drain."""
+    slow = 1.0 / min(rate, 1.0)
+
     def pieces(size, tile):
         full, rest = divmod(int(size), int(tile))
         return [(t, c) for t, c in ((tile, full), (rest, 1)) if t and c]
 
     def walk(m_size, n_size):
-        pairs = sum(mc * nc * float(systolic.tile_interval(mt, nt, base.load_columns))
+        pairs = sum(mc * nc * float(systolic.tile_interval(mt, nt, base.load_columns, slow))
                     for mt, mc in pieces(m_size, cols)
                     for nt, nc in pieces(n_size, base.moving_max))
         passes = math.ceil(k / (rows * max(rate, 1.0)))
         first_m, first_n = min(m_size, cols), min(n_size, base.moving_max)
-        tail = min(-(-first_m // base.load_columns), first_n - 1) + rows + cols + 3
-        return passes * pairs / min(rate, 1.0) + tail
+        tail = min(-(-first_m // base.load_columns), slow * first_n - 1) + rows + cols + 3
+        return passes * pairs + tail
     mt = math.ceil(m / cols)
     return min(walk(math.ceil(mt / lnc) * cols, n), walk(m, math.ceil(n / lnc)))
 

@@ -63,6 +63,7 @@ def _array_text(params: SystolicParams, names: dict[str, str]) -> str:
         top=names["top"], control=names["control"], row=names["row"],
         column=names["column"], rows=params.rows, cols=params.cols,
         formats=", ".join(params.formats), double=", ".join(params.double_rate),
+        quarter=", ".join(params.quarter_rate),
         mov_width=params.rows * params.width, ctl_width=ctl_layout(params).size,
         meta_width=meta_layout(params).size, cmd_width=cmd_layout(params).size,
         stat_width=stationary_layout(params).size,

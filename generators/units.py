@@ -137,7 +137,8 @@ def scalar_datasheet(spec: ChipSpec) -> list[dict]:
         rng = "-" if r["range"] is None else f"[{r['range'][0]:g}, {r['range'][1]:g})"
         bound = bounds[r["function"]]
         rows.append([r["function"], r["reduction"], r["mode"], rng, r["segments"], r["degree"],
-                     r["rom_rows"], r["points"], f"{r['max_rel_error']:.3g}",
+                     r["rom_rows"] if r["rom_shared"] is None else f"{r['rom_shared']}'s",
+                     r["points"], f"{r['max_rel_error']:.3g}",
                      f"{r['worst_x']:.9g}", f"{bound:.3g}",
                      "within" if r["max_rel_error"] <= bound else "EXCEEDS"])
     _, words = rom_words(functions)

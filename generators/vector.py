@@ -12,14 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
-from hdl.vector.fitting import EXACT_FUNCTIONS, accuracy_points
+from hdl.vector.fitting import EXACT_FUNCTIONS, accuracy_points, activation_table
 from hdl.vector.functions import FunctionSpec
 
 from .output import verilator_waivers
 from .output import write_if_changed as _write
 
-#: ``verilator --lint-only -Wall`` warnings waived for the emitted vector engine (its top, its
-#: lanes and its cast lanes), with the reason: each a habit of Amaranth's Verilog backend, not
+#: ``verilator --lint-only -Wall`` warnings waived for the emitted vector engine (its top and
+#: its lanes), with the reason: each a habit of Amaranth's Verilog backend, not
 #: of the design. Written beside the engine as ``vector.vlt``.
 VECTOR_WAIVERS = {
     "UNUSEDSIGNAL": "every intermediate wire of an expression is declared even when only "
@@ -56,7 +56,8 @@ def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None) -> list[di
     compared with the exact function in float64 at :func:`~hdl.vector.fitting.accuracy_points`
     (every binade of fp32, both signs, and every segment of the table), wherever the exact
     result is a normal fp32 number: ``|y - f| / |f|``. ``functions`` is a tuple of specs or
-    anything with a ``functions`` field (``ActivationParams``).
+    anything with a ``functions`` field (``ActivationParams``). ``rom_rows`` is the rows the
+    function adds to the ROM, ``rom_shared`` the function whose rows it reads instead.
     """
     from hdl.vector.functions import DEFAULT_FUNCTIONS
     from sim.golden.activation import evaluate
@@ -66,6 +67,7 @@ def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None) -> list[di
     functions = getattr(functions, "functions", functions)
     tiny, huge = 2.0**-126, float(np.finfo(np.float32).max)
     rows = []
+    tables = activation_table(functions)
     for index, spec in enumerate(functions):
         x = accuracy_points(spec)
         y = evaluate(functions, index, x.view(np.uint32)).view(np.float32).astype(np.float64)
@@ -82,7 +84,8 @@ def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None) -> list[di
             "mode": spec.mode,
             "range": None if exact else (spec.lo, spec.hi),
             "segments": 0 if exact else spec.segments,
-            "rom_rows": spec.rows,
+            "rom_rows": tables[index].rows,
+            "rom_shared": tables[index].shared,
             "degree": 0 if exact else spec.degree,
             "points": int(x.size),
             "max_rel_error": float(rel.max()),
@@ -101,8 +104,9 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
     ``params`` is a :class:`~hdl.vector.vector.VectorParams`, an
     :class:`~hdl.vector.activation.ActivationParams`, or a sequence of them. Each engine
     gives the top (``vector.v`` / ``activation.v``) and its lane, emitted once and instantiated
-    per partition (``vector_lane.v`` / ``activation_lane.v``); a vector engine with an output
-    cast also gives the cast's lane (``vector_cast_lane.v``, likewise); then the Verilator
+    per partition (``vector_lane.v`` / ``activation_lane.v``, the output cast inside); the
+    scalar engine also gives the fp32 adder and multiplier its lane instantiates
+    (``activation_add32.v``, ``activation_mul32.v``); then the Verilator
     configuration with the engine's lint waivers (``vector.vlt`` / ``activation.vlt``, from
     :data:`LINT_WAIVERS`). The text is
     deterministic (``header`` prepended as comments, no timestamps or paths); a file is only
@@ -110,7 +114,7 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
     """
     from amaranth.back import verilog
 
-    from hdl.vector.activation import Activation, ActivationLane, ActivationParams
+    from hdl.vector.activation import Activation, ActivationParams
     from hdl.vector.lanes import lane_verilog
     from hdl.vector.vector import Vector, VectorParams
 
@@ -122,17 +126,17 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
     for item in items:
         if isinstance(item, VectorParams):
             top, name = Vector(item, lane_instances=True), "vector"
-            lanes = top.lane_modules()
+            modules = {module: lane_verilog(lane, module)
+                       for module, lane in top.lane_modules().items()}
         elif isinstance(item, ActivationParams):
-            top = Activation(item, lane_instances=True)
-            name, lanes = "activation", {top.LANE_MODULE: ActivationLane(item)}
+            top, name = Activation(item, lane_instances=True), "activation"
+            modules = top.verilog_modules()
         else:
             raise ValueError(f"params must be VectorParams or ActivationParams, not {item!r}")
         text = verilog.convert(top, name=name, emit_src=False)
         paths.append(_write(rtl_dir / f"{name}.v", prefix + text))
-        for module, lane in lanes.items():
-            lane_text = lane_verilog(lane, module)
-            paths.append(_write(rtl_dir / f"{module}.v", prefix + lane_text))
+        for module, module_text in modules.items():
+            paths.append(_write(rtl_dir / f"{module}.v", prefix + module_text))
         paths.append(_write(rtl_dir / f"{name}.vlt", verilator_waivers(LINT_WAIVERS[name],
                                                                       header)))
     return paths

@@ -89,24 +89,28 @@ def systolic_params(tensor: TensorSpec, sim: SimScale | None = None) -> Systolic
     """The tensor engine's array: full size, or at ``sim`` scale when given.
 
     Its formats are the spec's input formats, in the spec's order; double rate for each
-    8-bit float format the spec gives rate 2. The RTL has no double-rate int8 and no
-    quad-rate MX: a rate-2 int8 and the rate-4 MX formats of Trainium3 run one product per
-    PE per cycle, and the throughput model keeps the documented rule for them.
+    8-bit float format the spec gives rate 2, quarter rate for each format it gives rate 0.25
+    (fp32). The RTL has no double-rate int8 and no quad-rate MX: a rate-2 int8 and the
+    rate-4 MX formats of Trainium3 run one product per PE per cycle, and the throughput model
+    keeps the documented rule for them.
     """
-    names, double = [], []
+    names, double, quarter = [], [], []
     for fmt in tensor.formats:
         name = rtl_format_name(tensor, fmt)
         f = input_format_by_name(name)
         names.append(name)
         if tensor.rates.get(fmt, 1) == 2 and isinstance(f, FloatFormat) and f.bits == 8:
             double.append(name)
+        elif tensor.rates.get(fmt, 1) == 0.25:
+            quarter.append(name)
     if sim is None:
         rows, cols, moving = tensor.rows, tensor.cols, tensor.moving_max
     else:
         rows, cols = sim.tensor_rows, sim.tensor_cols
         moving = min(tensor.moving_max, sim.tensor_moving_max)
     return _build(SystolicParams, "core.tensor fields", rows=rows, cols=cols,
-                  formats=tuple(names), double_rate=tuple(double), moving_max=moving,
+                  formats=tuple(names), double_rate=tuple(double),
+                  quarter_rate=tuple(quarter), moving_max=moving,
                   load_columns=tensor.load_columns)
 
 
@@ -117,13 +121,12 @@ def tensor_params(spec: ChipSpec, scale: Scale) -> SystolicParams:
 
 
 def vector_params(spec: ChipSpec, scale: Scale) -> VectorParams:
-    """The vector engine: its lanes, its output cast and the chip's rounding."""
+    """The vector engine: its lanes and the chip's generator of stochastic rounding (the
+    output format and rounding are the instruction's)."""
     _check_scale(scale)
-    v = spec.core.vector
-    rounding = "stochastic" if "stochastic" in spec.rounding.modes else "rne"
-    return _build(VectorParams, f"{spec.name}: core.vector and rounding fields",
-                  lanes=v.lanes if scale == "full" else spec.sim.lanes,
-                  out_format=v.output_format, rounding=rounding, rng=spec.rounding.rng)
+    lanes = spec.core.vector.lanes if scale == "full" else spec.sim.lanes
+    return _build(VectorParams, f"{spec.name}: core.vector and rounding fields", lanes=lanes,
+                  rng=spec.rounding.rng)
 
 
 def activation_functions(spec: ChipSpec) -> tuple[FunctionSpec, ...]:

@@ -39,7 +39,6 @@ ACTIVATIONS = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "so
 RANGE_REDUCED = ("exp", "reciprocal", "rsqrt", "sqrt", "log", "sin", "cos", "arctan")
 LEVELS = ("core", "chip", "instance", "server", "cluster")
 #: Output formats of the vector engine's cast: fp32 (no cast) or a narrower float format.
-VECTOR_OUTPUTS = ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2")
 
 
 def _quantity(dimension: str):
@@ -227,9 +226,6 @@ class VectorSpec(Strict):
                                                              "cycle.")
     elements_per_cycle: float = Field(1.0, gt=0, description="Elements one lane streams per "
                                                              "cycle in an instruction.")
-    output_format: Literal[VECTOR_OUTPUTS] = Field(  # type: ignore[valid-type]
-        "bf16", description="Format the engine's output is cast to ('fp32': no cast), with "
-                            "the rounding of `rounding`.")
 
 
 class ApproximationSpec(Strict):

@@ -98,6 +98,8 @@ def test_every_function_has_the_default_bound_unless_the_spec_sets_one(tmp_path)
     (table,) = scalar_datasheet(spec)
     verdict = {row[0]: row[-1] for row in table["rows"]}
     assert verdict["sin"] == "EXCEEDS" and verdict["exp"] == "within"
+    rom = {row[0]: row[table["columns"].index("ROM rows")] for row in table["rows"]}
+    assert (rom["sin"], rom["cos"], rom["exp"]) == (4, "sin's", 8)
 
 
 def test_hold_out_inputs_named_in_the_issue():
@@ -120,6 +122,7 @@ def test_accuracy_table_reports_every_function_within_bound():
         assert by_name[name]["max_rel_error"] == 0, name
     assert by_name["square"]["max_rel_error"] <= 2.0**-24
     assert by_name["exp"]["rom_rows"] == 8 and by_name["exp"]["reduction"] == "exponent"
+    assert (by_name["cos"]["rom_rows"], by_name["cos"]["rom_shared"]) == (0, "sin")
 
 
 def _one(name: str, v: float) -> float:
@@ -220,9 +223,13 @@ def test_fit_is_deterministic_and_fp32():
     assert a.dtype == np.float32 and a.shape == (spec.segments, spec.degree + 1)
     assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
     degree, words = rom_words(DEFAULT_FUNCTIONS)
-    assert degree == 3 and len(words) == sum(f.rows for f in DEFAULT_FUNCTIONS)
     tables = activation_table(DEFAULT_FUNCTIONS)
     assert [t.base for t in tables][-1] == len(words) - DEFAULT_FUNCTIONS[-1].rows
+    # sin and cos (same range, segments, degree) read one copy of their two kernels' rows
+    sin, cos = tables[NAMES.index("sin")], tables[NAMES.index("cos")]
+    assert (cos.shared, cos.rows, cos.base, sin.shared, sin.rows) == ("sin", 0, sin.base,
+                                                                     None, 4)
+    assert degree == 3 and len(words) == sum(f.rows for f in DEFAULT_FUNCTIONS) - cos.spec.rows
 
 
 def test_more_segments_reduce_the_error():

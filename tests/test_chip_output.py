@@ -7,6 +7,7 @@ with another receive buffer), so that two builds differ and each takes seconds, 
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -127,3 +128,23 @@ def test_write_if_changed_leaves_equal_files_alone(tmp_path):
     assert path.stat().st_mtime_ns == stamp
     write_if_changed(path, "module y;\nendmodule\n")
     assert path.read_bytes() == b"module y;\nendmodule\n"
+
+
+
+def test_a_unit_emitted_by_a_worker_process_gives_the_same_files(tmp_path):
+    """`gen chip` emits its units in worker processes (one per core); the files are the same
+    as emitted in this process."""
+    from generators.chip import _emit, emitters, header
+    from generators.units import UNITS
+
+    doc = load_document("trn2")
+    (params,) = UNITS["link"].params(doc.spec, "sim")
+    threshold = gc.get_threshold()
+    here = _emit("link", params, tmp_path / "here", header(doc))
+    assert gc.get_threshold() == threshold       # the collector's thresholds are restored
+    with emitters(2) as submit:
+        there = submit(_emit, "link", params, tmp_path / "there", header(doc)).result()
+    assert [p.name for p in here] == [p.name for p in there] and here
+    assert all(a.read_bytes() == b.read_bytes() for a, b in zip(here, there, strict=True))
+    with pytest.raises(ValueError, match=r"jobs must be a positive integer, not 0"):
+        generate_chip(doc, tmp_path / "none", "sim", units=["link"], jobs=0)

@@ -118,7 +118,7 @@ def test_chip_full_scale_trn2(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["scale"] == "full"
     rtl = {f["path"] for f in manifest["files"] if f["path"].startswith("rtl/")}
-    assert "rtl/tensor_pe.v" in rtl and "rtl/vector_cast_lane.v" in rtl
+    assert "rtl/tensor_pe.v" in rtl and "rtl/vector_lane.v" in rtl
     assert not any(p.startswith("rtl/tensor_bf16") for p in rtl)  # one engine, every format
     top = (out / "rtl" / "tensor.v").read_text()
     assert "localparam ROWS = 128;" in top and "localparam COLS = 128;" in top

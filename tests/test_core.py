@@ -54,15 +54,14 @@ def test_tensor_timing_is_the_cycle_model(trn1, fmt, k, m, n):
            MultiplyMoving(dst=psum(0, m, 0, n), src=sbuf(0, k, 4096, n, fmt))] * pairs
     r = Core(trn1).run(program(tensor=ins), timing_only=True, trace=True)
     array = SystolicParams(rows=128, cols=128, formats=(fmt,),
-                           double_rate=(fmt,) if fmt == "fp8_e4m3" else ())
+                           double_rate=(fmt,) if fmt == "fp8_e4m3" else (),
+                           quarter_rate=(fmt,) if fmt == "fp32" else ())  # the spec's rates
     sched = systolic.schedule(array, [systolic.Load(k, m, fmt), systolic.Multiply(n, fmt=fmt)]
                               * pairs)
     clock = trn1.clock("tensor")
-    slow = 4 if fmt == "fp32" else 1  # the spec's quarter rate
     starts = [round(e["ts"] * 1e-6 * clock) for e in r.events if e["name"] == "matmul"]
-    assert starts == [slow * a for a in sched.accepted[1::2]]
-    if slow == 1:  # the last output beat's cycle (fp32's pipeline is not in the RTL model)
-        assert round(r.time * clock) == sched.total
+    assert starts == list(sched.accepted[1::2])
+    assert round(r.time * clock) == sched.total  # the last output beat's cycle
 
 
 def test_semaphore_latency_and_order(trn1):
@@ -299,3 +298,54 @@ def test_hbm_footprints_overlap_exactly(seed):
         assert found or not exact  # never misses a shared byte
         if aps[0].dims[0][1] == 1 and aps[1].dims[0][1] == 1:
             assert found == exact  # rows of contiguous bytes: exact
+
+
+def test_multiply_reads_the_tile_in_its_own_format(trn1, seed):
+    """A bf16 stationary tile under an fp16 moving tile (same rate, both float, as the array
+    allows): each operand is read in its own format; numpy float32 sums k in order."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed)
+    k, m, n = 16, 8, 8
+    w = rng.standard_normal((k, m)).astype(ml_dtypes.bfloat16)
+    x = rng.standard_normal((k, n)).astype(np.float16)
+    st, mv, out = sbuf(0, k, 0, m, "bf16"), sbuf(0, k, 512, n, "fp16"), psum(0, m, 0, n)
+    prog = Program()
+    hbm_st, hbm_mv = (prog.tensor(name, (k, c), dt).ap((0, k))
+                      for name, c, dt in (("w", m, "bf16"), ("x", n, "fp16")))
+    prog.streams = {"dma0": [DmaCopy(dst=st, src=hbm_st), DmaCopy(dst=mv, src=hbm_mv),
+                             SemSignal(sem=0)],
+                    "tensor": [SemWait(sem=0, value=1), LoadStationary(src=st),
+                               MultiplyMoving(dst=out, src=mv)]}
+    hbm = np.zeros(prog.hbm_bytes, dtype=np.uint8)
+    for ap, values in ((hbm_st, w), (hbm_mv, x)):
+        raw = values.view(np.uint8).reshape(-1)
+        hbm[ap.offset: ap.offset + raw.size] = raw
+    result = Core(trn1).run(prog, hbm=hbm)
+    got = result.psum[:m, :4 * n].copy().view(np.float32)
+    want = np.zeros((m, n), np.float32)
+    for i in range(k):
+        want = want + w[i].astype(np.float32)[:, None] * x[i].astype(np.float32)[None, :]
+    assert np.array_equal(got, want)
+
+
+def test_multiply_must_match_its_tile_in_rate(trn1):
+    ins = [LoadStationary(src=sbuf(0, 8, 0, 8, "bf16")),
+           MultiplyMoving(dst=psum(0, 8, 0, 8), src=sbuf(0, 8, 512, 8, "fp32"))]
+    with pytest.raises(ProgramError, match=r"tensor\[1\].*stationary: the loaded stationary "
+                                           r"is 8 x 8 bf16.*must match its tile's in rate"):
+        Core(trn1).run(program(tensor=ins), timing_only=True)
+
+
+def test_double_row_takes_no_column_tile():
+    """trn2's fp8 double row (a contraction over twice the PE rows) is not combinable with
+    column tiling (the spec's note on core.tensor.rates, NKI3); at sim scale, 16 partitions
+    feed 8 PE rows."""
+    p = core_params(load("trn2"), "sim")
+    fine = [LoadStationary(src=sbuf(0, 16, 0, 2, "fp8_e4m3"))]
+    Core(p).run(program(tensor=fine), timing_only=True)
+    bad = [LoadStationary(src=sbuf(0, 16, 0, 2, "fp8_e4m3"), col=2)]
+    with pytest.raises(ProgramError, match=r"tensor\[0\].*tile position: a double-row "
+                                           r"stationary \(16 > 8 contraction rows\) takes no "
+                                           r"column tile position, not 2"):
+        Core(p).run(program(tensor=bad), timing_only=True)

@@ -32,14 +32,14 @@ def _variant(tmp_path, text: str, base: str = "trn2") -> ChipSpec:
 def test_trn2_full_scale():
     p = params_from_spec(load("trn2"), "full")
     # formats [fp8_e4m3, fp8_e5m2, cfp8, bf16, fp16, tf32, fp32], the 8-bit floats at rate 2,
-    # cFP8 inherited from trn1 as e4m3 with bias 7; one 128 x 128 array, moving_max 512.
+    # fp32 at 0.25, cFP8 inherited from trn1 as e4m3 with bias 7; one 128 x 128 array,
+    # moving_max 512.
     assert p.tensor == SystolicParams(
         rows=128, cols=128, moving_max=512,
         formats=("fp8_e4m3", "fp8_e5m2", "cfp8_e4m3_b7", "bf16", "fp16", "tf32", "fp32"),
-        double_rate=("fp8_e4m3", "fp8_e5m2", "cfp8_e4m3_b7"))
-    # 128 lanes, output cast to bf16 with stochastic rounding by the 32-bit LFSR.
-    assert (p.vector.lanes, p.vector.out_format, p.vector.rounding, p.vector.rng) == (
-        128, "bf16", "stochastic", "lfsr32")
+        double_rate=("fp8_e4m3", "fp8_e5m2", "cfp8_e4m3_b7"), quarter_rate=("fp32",))
+    # 128 lanes, stochastic rounding by the 32-bit LFSR.
+    assert (p.vector.lanes, p.vector.rng) == (128, "lfsr32")
     assert (p.scalar.lanes, p.scalar.rng) == (128, "lfsr32")
     assert [f.name for f in p.scalar.functions] == [
         "identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
@@ -68,17 +68,15 @@ def test_inf1_has_no_link_and_no_double_rate_int8():
     # rates {int8: 2}: the RTL has no double-rate int8, so int8 runs one product per PE
     assert p.tensor == SystolicParams(rows=128, cols=64, formats=("int8", "bf16", "fp16"),
                                       moving_max=512)
-    assert p.vector.rounding == "rne"
 
 
 def test_spec_fields_reach_the_parameters(tmp_path):
-    spec = _variant(tmp_path, "  core:\n    vector: {output_format: fp8_e5m2}\n"
+    spec = _variant(tmp_path, "  core:\n"
                               "    tensor: {moving_max: 8, cfp8: {layout: e5m2, bias: 12}}\n"
                               "  neuronlink: {replay_depth: 1024, ack_timeout: 900}\n"
                               "  sim: {tensor_moving_max: 32, link_replay_depth: 40, "
                               "link_ack_timeout: 99}\n")
     full, sim = params_from_spec(spec, "full"), params_from_spec(spec, "sim")
-    assert full.vector.out_format == sim.vector.out_format == "fp8_e5m2"
     assert (full.link.replay_depth, full.link.ack_timeout) == (1024, 900)
     assert (sim.link.replay_depth, sim.link.ack_timeout) == (40, 99)
     assert full.tensor.formats[2] == "cfp8_e5m2_b12"

@@ -261,20 +261,24 @@ def test_params_errors():
         SystolicParams(rows=4, cols=4, formats=("mxfp8",), double_rate=("mxfp8",))
     with pytest.raises(ValueError, match=r"double_rate must name formats of"):
         SystolicParams(rows=4, cols=4, formats=one, double_rate=("fp8_e4m3",))
+    with pytest.raises(ValueError, match=r"quarter_rate must name formats of \('bf16',\) that "
+                                         r"are not double-rate, not 'fp32'"):
+        SystolicParams(rows=4, cols=4, formats=one, quarter_rate=("fp32",))
     with pytest.raises(ValueError, match=r"moving_max must be a positive integer, not -1"):
         SystolicParams(rows=4, cols=4, formats=one, moving_max=-1)
 
 
 def test_schedule_checks_formats():
-    p = SystolicParams(rows=2, cols=2, formats=("int8", "fp8_e4m3", "bf16"),
-                       double_rate=("fp8_e4m3",))
+    p = SystolicParams(rows=2, cols=2, formats=("int8", "fp8_e4m3", "bf16", "fp32"),
+                       double_rate=("fp8_e4m3",), quarter_rate=("fp32",))
     assert p.k_limit("fp8_e4m3") == 4 and p.k_limit("bf16") == 2
     schedule(p, [Load(4, 2, "fp8_e4m3"), Multiply(1, fmt="fp8_e4m3")])
     with pytest.raises(ValueError, match=r"k must be in 1 \.\. 2, not 3"):
         schedule(p, [Load(3, 2, "bf16")])
-    with pytest.raises(ValueError, match=r"fmt must be one of int8, fp8_e4m3, bf16, not 'fp16'"):
+    with pytest.raises(ValueError, match=r"fmt must be one of int8, fp8_e4m3, bf16, fp32, not "
+                                         r"'fp16'"):
         schedule(p, [Load(2, 2, "fp16")])
-    for tile, moving in (("fp8_e4m3", "bf16"), ("int8", "bf16")):
+    for tile, moving in (("fp8_e4m3", "bf16"), ("int8", "bf16"), ("bf16", "fp32")):
         with pytest.raises(ValueError, match=rf"fmt of a multiply must match its tile's "
                                              rf"'{tile}' in rate and kind, not '{moving}'"):
             schedule(p, [Load(1, 2, tile), Multiply(1, fmt=moving)])
@@ -305,6 +309,11 @@ def test_cycle_model_closed_forms():
     assert cycles(full, 128, 128, 64)["interval"] == 64
     assert schedule(SystolicParams(rows=2, cols=2, formats=("int8",)),
                     [Load(2, 2), Multiply(1), Multiply(1)]).accepted == (0, 1, 2)
+    # fp32 at a quarter rate: each moving column after three idle cycles.
+    q = SystolicParams(rows=4, cols=4, formats=("fp32",), quarter_rate=("fp32",))
+    c = cycles(q, 4, 4, 8, "fp32")
+    assert (c["load"], c["multiply"], c["latency"]) == (1, 32, 32 + 4 + 4 + 2)
+    assert c["interval"] == 32
 
 
 def test_load_waits_for_the_multiply_that_reads_its_bank():
@@ -319,24 +328,27 @@ def test_load_waits_for_the_multiply_that_reads_its_bank():
     assert s.outputs[-1] == 14 + p.depth + 2
 
 
+@pytest.mark.parametrize("fmt", ["bf16", "fp32"])
 @pytest.mark.parametrize("rows,cols,load_columns", [(1, 1, 4), (2, 3, 4), (3, 5, 2),
                                                      (4, 9, 4), (2, 2, 1)])
-def test_tile_interval_is_the_schedule(rows, cols, load_columns):
-    """The vectorised rule every model uses against the replayed sequencer, every shape."""
-    p = SystolicParams(rows=rows, cols=cols, formats=("bf16",), moving_max=12,
-                       load_columns=load_columns)
+def test_tile_interval_is_the_schedule(rows, cols, load_columns, fmt):
+    """The vectorised rule every model uses against the replayed sequencer, every shape, at
+    full rate and at fp32's quarter rate."""
+    p = SystolicParams(rows=rows, cols=cols, formats=("bf16", "fp32"), quarter_rate=("fp32",),
+                       moving_max=12, load_columns=load_columns)
+    slow = p.column_cycles(fmt)
     ms, ns = np.meshgrid(np.arange(1, cols + 1), np.arange(1, 13), indexing="ij")
-    rule = tile_interval(ms, ns, p.beat_columns)
+    rule = tile_interval(ms, ns, p.beat_columns, slow)
     for m, n, want in zip(ms.ravel(), ns.ravel(), rule.ravel(), strict=True):
         for k in (1, rows):
-            assert cycles(p, k, int(m), int(n))["interval"] == want
+            assert cycles(p, k, int(m), int(n), fmt)["interval"] == want
             # A one-tile matmul: the rule's total is the replay's.
-            tiles = schedule(p, [Load(k, int(m)), Multiply(int(n))]).total
-            assert matmul_cycles(int(m), k, int(n), rows, cols, 1.0, 12,
+            tiles = schedule(p, [Load(k, int(m), fmt), Multiply(int(n), fmt=fmt)]).total
+            assert matmul_cycles(int(m), k, int(n), rows, cols, 1 / slow, 12,
                                  p.beat_columns) == tiles
     for a, b in ((2, 1), (3, 2)):  # whole matmuls of identical tiles
-        total = schedule(p, [Load(rows, cols), Multiply(12)] * (a * b)).total
-        assert matmul_cycles(a * cols, b * rows, 12, rows, cols, 1.0, 12,
+        total = schedule(p, [Load(rows, cols, fmt), Multiply(12, fmt=fmt)] * (a * b)).total
+        assert matmul_cycles(a * cols, b * rows, 12, rows, cols, 1 / slow, 12,
                              p.beat_columns) == total
 
 

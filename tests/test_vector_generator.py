@@ -22,7 +22,7 @@ FUNCTIONS = (
     FunctionSpec("sin", lo=0.0, hi=0.5, segments=1, degree=2),
     FunctionSpec("arctan", lo=0.0, hi=1.0, segments=1, degree=2),
 )
-PARAMS = [VectorParams(lanes=3, out_format="bf16", rounding="stochastic"),
+PARAMS = [VectorParams(lanes=3, rng="lfsr32", seed=5),
           ActivationParams(lanes=2, functions=FUNCTIONS)]
 
 
@@ -35,8 +35,9 @@ def emitted(tmp_path_factory):
 
 def test_emit_writes_top_and_lane_modules_deterministically(emitted, tmp_path):
     out, paths = emitted
-    assert [p.name for p in paths] == ["vector.v", "vector_lane.v", "vector_cast_lane.v",
-                                       "vector.vlt", "activation.v", "activation_lane.v",
+    assert [p.name for p in paths] == ["vector.v", "vector_lane.v", "vector.vlt",
+                                       "activation.v", "activation_lane.v",
+                                       "activation_add32.v", "activation_mul32.v",
                                        "activation.vlt"]
     again = emit(PARAMS, tmp_path, "trngen vector test\nspec hash 0123")
     for a, b in zip(paths, again, strict=True):
@@ -46,10 +47,14 @@ def test_emit_writes_top_and_lane_modules_deterministically(emitted, tmp_path):
         assert str(out) not in text and str(tmp_path) not in text
     top = (out / "vector.v").read_text()
     assert top.count("vector_lane lane") == 3 and "module vector_lane" not in top
-    # the cast's lanes: one module, instantiated per lane with that lane's seed words
-    assert top.count("vector_cast_lane lane") == 3 and "module vector_cast_lane" not in top
-    cast_lane = (out / "vector_cast_lane.v").read_text()
-    assert "module vector_cast_lane(" in cast_lane and "seed" in cast_lane
+    # the lane's output cast: inside the one lane module, each instance tied to its lane's
+    # seed words
+    lane = (out / "vector_lane.v").read_text()
+    assert "module vector_lane(" in lane and "seed" in lane and "lfsr" in lane
+    # the scalar lane's fp32 adders and multipliers: one module each, instantiated by the lane
+    lane = (out / "activation_lane.v").read_text()
+    assert lane.count("activation_mul32 mul_") >= 5 and lane.count("activation_add32 add_") >= 5
+    assert "module activation_mul32" not in lane and "module activation_add32" not in lane
     mtime = paths[0].stat().st_mtime_ns
     emit(PARAMS, out, "trngen vector test\nspec hash 0123")
     assert paths[0].stat().st_mtime_ns == mtime  # unchanged content: not rewritten

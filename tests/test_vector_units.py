@@ -1,11 +1,13 @@
 """Amaranth-simulator tests of the engines' small blocks, parameter checks, and the golden
 vector model against independent numpy references."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 
+from hdl.numerics.cast import seed_value
 from hdl.vector.activation import ActivationLane, ActivationParams
 from hdl.vector.fpcmp import f_eq, f_lt, f_max, f_min
 from hdl.vector.functions import FunctionSpec
@@ -60,7 +62,7 @@ def test_fp_compare_helpers_match_ieee():
                           np.maximum(fa, fb)[both])
 
 
-def _run_lane(op, reduce, a, b, first, last):
+def _run_lane(op, reduce, a, b, first, last, out_format="fp32", stochastic=False, seed=0):
     dut = VectorLane()
     out = []
 
@@ -68,6 +70,9 @@ def _run_lane(op, reduce, a, b, first, last):
         ctx.set(dut.en, 1)
         ctx.set(dut.op, op)
         ctx.set(dut.reduce, reduce)
+        ctx.set(dut.out_format, VectorParams(lanes=1).format_index(out_format))
+        ctx.set(dut.stochastic, int(stochastic))
+        ctx.set(dut.seed, seed_value("xorwow", seed, 0))
         n = len(a)
         for k in range(n + 2):
             if k < n:
@@ -118,6 +123,29 @@ def test_vector_lane_reductions_restart_each_row():
         assert np.array_equal(got.view(np.float32), np.array(want, np.float32))
 
 
+def test_vector_lane_writes_the_instruction_format():
+    rng = np.random.default_rng(8)
+    fa = (rng.standard_normal(24) * 3).astype(np.float32)
+    fb = (rng.standard_normal(24) * 3).astype(np.float32)
+    a, b = fa.view(np.uint32), fb.view(np.uint32)
+    none = np.zeros(24, bool)
+    got = _run_lane(VectorOp.MULTIPLY, Reduce.NONE, a, b, none, none, "bf16")
+    want = (fa * fb).astype(ml_dtypes.bfloat16).view(np.uint16)  # RNE, as ml_dtypes rounds
+    assert np.array_equal(got, want)
+    last = np.array([0, 0, 1, 0, 1] + [0] * 18 + [1], bool)
+    first = np.concatenate([[True], last[:-1]])
+    got = _run_lane(VectorOp.COPY, Reduce.SUM, a, a, first, last, "fp16")[last]
+    sums = [np.float32(0.0)] * 3
+    for row, v in zip(np.cumsum(np.concatenate([[0], last[:-1]])), fa, strict=True):
+        sums[row] = np.float32(sums[row] + v)  # sequential float32 sum from +0.0
+    assert np.array_equal(got, np.array(sums, np.float32).astype(np.float16).view(np.uint16))
+    # stochastic rounding: the lane's generator, one word per output beat, as the golden model
+    got = _run_lane(VectorOp.ADD, Reduce.NONE, a, b, none, none, "bf16", True, seed=3)
+    want = golden.run(VectorParams(lanes=1, seed=3), VectorOp.ADD, a[:, None], b[:, None],
+                      out_format="bf16", rounding="stochastic")
+    assert np.array_equal(got, want.ravel())
+
+
 def test_golden_vector_ops_against_numpy():
     rng = np.random.default_rng(11)
     fa = (rng.standard_normal(500) * 8).astype(np.float32)
@@ -144,8 +172,8 @@ def test_golden_vector_ops_against_numpy():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"lanes": 0}, r"lanes must be a positive integer, not 0"),
-    ({"lanes": 2, "out_format": "fp64"}, r"out_format must be 'fp32' or a float format"),
-    ({"lanes": 2, "rounding": "up"}, r"rounding must be one of 'rne', 'stochastic', not 'up'"),
+    ({"lanes": 2, "formats": ("fp32", "fp64")}, r"formats must name 'fp32' or float formats"),
+    ({"lanes": 2, "rng": "mt"}, r"rng must be one of 'xorwow', 'lfsr32', not 'mt'"),
     ({"lanes": 2, "seed": -1}, r"seed must be an integer in \[0, 2\*\*32\), not -1"),
 ])
 def test_vector_params_errors(kwargs, message):
@@ -215,7 +243,7 @@ LANE_FUNCTIONS = (
     FunctionSpec("gelu_tanh", lo=-4.0, hi=8.0, segments=3, degree=1, post_mul_x=True,
                  below="exp", above="x"),
     FunctionSpec("sin", lo=0.0, hi=0.5, segments=2, degree=2, anchor=0.0),
-    FunctionSpec("cos", lo=0.0, hi=0.5, segments=1, degree=2),
+    FunctionSpec("cos", lo=0.0, hi=0.5, segments=2, degree=2, anchor=0.0),  # sin's rows
     FunctionSpec("arctan", lo=0.0, hi=1.0, segments=2, degree=1),
 )
 

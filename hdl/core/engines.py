@@ -9,9 +9,11 @@ of ``a`` (and ``b``) is read from all partitions at once, one cycle later it ent
 the destination pattern's next element, in the partitions of the tile only. ``Memset``
 writes its value without the unit. Two read ports (``a``, ``b``) and one write port.
 
-Results go to ``dst``'s type through a run-time cast lane per partition
-(:class:`~hdl.numerics.cast.FormatCastLane`, round to nearest even; fp32 written as it comes,
-as the simulator writes it), at the element's byte offset in its word.
+Results go to ``dst``'s type through the unit's own output cast (its ``out_format``, round to
+nearest even; fp32 written as it comes, as the simulator writes it); ``Memset``'s value,
+the same in every partition, through one cast lane
+(:class:`~hdl.numerics.cast.FormatCastLane`). Each is written at the element's byte offset
+in its word.
 
 What this datapath runs (:func:`supported` says why not otherwise): operand and destination
 types the unit reads (``formats``), ``a`` and ``b`` of one type, fp32 scalar operands,
@@ -39,7 +41,6 @@ from hdl.core.isa import (
 )
 from hdl.numerics.cast import FormatCastLane
 from hdl.numerics.formats import format_by_name
-from hdl.vector.lanes import add_lane, lane_verilog
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
@@ -111,13 +112,9 @@ class VectorEngine(wiring.Component):
                         "w_data": Out(data.ArrayLayout(DATA_BITS, n))})
         super().__init__(members)
         self.unit = Vector(self.params, lane_instances=True)
-        self.cast_formats = tuple(format_by_name(f) for f in self.params.formats)
-
-    CAST_LANE_MODULE = "core_cast_lane"
 
     def verilog_dependencies(self) -> list[str]:
-        return self.unit.verilog_dependencies() + [
-            lane_verilog(FormatCastLane(self.cast_formats), self.CAST_LANE_MODULE)]
+        return self.unit.verilog_dependencies()
 
     def elaborate(self, platform):
         m = Module()
@@ -164,11 +161,13 @@ class VectorEngine(wiring.Component):
         m.d.comb += [wa.ap.eq(a), wb.ap.eq(b), wd.ap.eq(dst),
                      wa.start.eq(start), wb.start.eq(start), wd.start.eq(start)]
 
-        in_format = 0
+        in_format = out_format = 0
         for index, name in enumerate(self.params.formats):
             in_format = Mux(a.dtype == DTYPES[name][0], index, in_format)
+            out_format = Mux(dst.dtype == DTYPES[name][0], index, out_format)
         m.d.comb += [unit.op.eq(op), unit.reduce.eq(reduce), unit.use_scalar.eq(use_scalar),
-                     unit.in_format.eq(in_format)]
+                     unit.in_format.eq(in_format), unit.out_format.eq(out_format),
+                     unit.stochastic.eq(0)]
 
         # the read side: a (and b) of every partition, one cycle after the address
         s1_valid, s1_last, sent = Signal(), Signal(), Signal()
@@ -187,19 +186,13 @@ class VectorEngine(wiring.Component):
                          unit.i.payload.b[lane].eq(lanes_b[lane] >> (b_shift * 8))]
 
         # the write side: dst's next element, in the tile's partitions
-        result = [Mux(memset, imm, unit.o.payload[lane]) for lane in range(n)]
-        out_format, dst_fp32 = 0, dst.dtype == DTYPES["fp32"][0]
-        for index, name in enumerate(self.params.formats):
-            out_format = Mux(dst.dtype == DTYPES[name][0], index, out_format)
+        m.submodules.memset_cast = memset_cast = FormatCastLane(
+            tuple(format_by_name(f) for f in self.params.formats))
+        m.d.comb += [memset_cast.x.eq(imm), memset_cast.fmt.eq(out_format)]
+        value = Mux(dst.dtype == DTYPES["fp32"][0], imm, memset_cast.y)
         writing = Signal()
-        cast = []
-        for lane in range(n):
-            y = Signal(DATA_BITS, name=f"cast{lane}")
-            add_lane(m, f"cast{lane}", lambda: FormatCastLane(self.cast_formats),
-                     self.CAST_LANE_MODULE,
-                     {"x": result[lane], "fmt": out_format, "stochastic": 0, "en": writing,
-                      "seed": 0}, {"y": y})
-            cast.append(Mux(dst_fp32, result[lane], y) << (wd.byte[:2] * 8))
+        cast = [Mux(memset, value, unit.o.payload[lane]) << (wd.byte[:2] * 8)
+                for lane in range(n)]
         out_lanes = unrotate(cast, dst.partition, chunk)
         in_tile = Cat(*[(dst.partition <= p) & (p < dst.partition + dst.partitions)
                         for p in range(n)])

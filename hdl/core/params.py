@@ -57,6 +57,12 @@ class CoreParams:
     def clock(self, engine: str) -> float:
         return dict(self.clocks)[engine]
 
+    def array_format(self, fmt: str) -> str:
+        """The tensor array's name of input format ``fmt`` (cFP8 carries its layout and bias
+        there): :attr:`formats` lists the array's formats but the MX ones, in order."""
+        names = [f for f in self.tensor.formats if not self.tensor.is_mx(f)]
+        return names[self.formats.index(fmt)]
+
     def rate(self, fmt: str) -> float:
         """Multiply-accumulates per PE per cycle of ``fmt`` (1 unless the spec says)."""
         return dict(self.rates).get(fmt, 1.0)

@@ -34,6 +34,9 @@ class SystolicParams:
     double_rate : tuple of str
         The formats of ``formats`` that run two products per PE per cycle (PE row r holds
         contraction indices 2r and 2r+1); 8-bit float formats only, not MX.
+    quarter_rate : tuple of str
+        The formats of ``formats`` that run at a quarter of a product per PE per cycle: a
+        multiply takes one moving column every fourth cycle (fp32, as documented).
     moving_max : int
         Largest moving free size N of one multiply: the depth of the PSUM bank.
     load_columns : int
@@ -59,6 +62,7 @@ class SystolicParams:
     cols: int
     formats: tuple[str, ...]
     double_rate: tuple[str, ...] = ()
+    quarter_rate: tuple[str, ...] = ()
     moving_max: int = 512
     load_columns: int = 4
 
@@ -90,6 +94,13 @@ class SystolicParams:
             if not (isinstance(fmt, FloatFormat) and fmt.bits == 8):
                 raise ValueError(f"double_rate must name 8-bit float formats (not MX), "
                                  f"not {name!r}")
+        if not isinstance(self.quarter_rate, tuple):
+            raise ValueError(f"quarter_rate must be a tuple of format names, "
+                             f"not {self.quarter_rate!r}")
+        for name in self.quarter_rate:
+            if name not in self.formats or name in self.double_rate:
+                raise ValueError(f"quarter_rate must name formats of {self.formats!r} that "
+                                 f"are not double-rate, not {name!r}")
 
     @cached_property
     def format_list(self):
@@ -106,6 +117,14 @@ class SystolicParams:
 
     def is_double(self, fmt: str) -> bool:
         return fmt in self.double_rate
+
+    def is_quarter(self, fmt: str) -> bool:
+        return fmt in self.quarter_rate
+
+    def column_cycles(self, fmt: str | None) -> int:
+        """Cycles per moving column of a multiply in ``fmt``: 4 at a quarter rate, else 1
+        (None: any format, 1)."""
+        return 4 if fmt is not None and self.is_quarter(fmt) else 1
 
     def is_int(self, fmt: str) -> bool:
         return not self.format_list[self.code(fmt)].is_float

@@ -31,9 +31,11 @@ Instructions (``cmd`` stream, executed in order):
   ``moving``, beat j holding column j of the K x N moving tile (``rows`` words, indices
   >= k zeroed), and produces ``n`` beats on ``out``: beat j is PSUM row j after the update,
   ``cols`` fp32 (or int32) values; columns >= m keep the bank's earlier contents. It reads the
-  latest tile's bank, and starts once that tile is loaded. Its format may differ from the
-  tile's if both are double-rate or both not, both float or both int8, and both MX or
-  neither (the golden model's :func:`~sim.golden.systolic.schedule` refuses other programs).
+  latest tile's bank, and starts once that tile is loaded. A quarter-rate format (fp32)
+  takes one moving beat every fourth cycle, after three idle ones. Its format may differ
+  from the tile's if both run at the same rate (double, single or quarter), both float or
+  both int8, and both MX or neither (the golden model's
+  :func:`~sim.golden.systolic.schedule` refuses other programs).
 
 The MX formats' E8M0 block scales travel inside the operand words, beside their elements
 (bits 8-15; :class:`~hdl.tensor.params.SystolicParams` gives the layout): the stationary
@@ -357,6 +359,8 @@ class SystolicControl(wiring.Component):
         mul_xfmt = Signal(p.code_bits)
         mul_double = Signal()
         mul_int = Signal()
+        mul_quarter = Signal()
+        phase = Signal(2)  # cycles a quarter-rate multiply has waited for its next column
 
         inject_vector = Signal()
         last_vector = Signal()
@@ -364,7 +368,7 @@ class SystolicControl(wiring.Component):
         last_beat = Signal()
         load_free = Signal()
         m.d.comb += [
-            self.moving.ready.eq(mul_run & en),
+            self.moving.ready.eq(mul_run & en & (~mul_quarter | (phase == 3))),
             inject_vector.eq(self.moving.valid & self.moving.ready),
             last_vector.eq(inject_vector & (mul_count == mul_last)),
             self.stationary.ready.eq(
@@ -388,6 +392,7 @@ class SystolicControl(wiring.Component):
 
         cmd_double = table(p.is_double(f) for f in p.formats)
         cmd_int = table(p.is_int(f) for f in p.formats)
+        cmd_quarter = table(p.is_quarter(f) for f in p.formats)
         cmd_mx = table(p.is_mx(f) for f in p.formats)
         mul_mx = Signal()
 
@@ -395,6 +400,11 @@ class SystolicControl(wiring.Component):
             m.d.sync += load_skip.eq(load_skip + bc)
             with m.If(last_beat):
                 m.d.sync += load_run.eq(0)
+        if p.quarter_rate:
+            with m.If(inject_vector):
+                m.d.sync += phase.eq(0)
+            with m.Elif(en & mul_run & (phase != 3)):
+                m.d.sync += phase.eq(phase + 1)
         with m.If(inject_vector):
             m.d.sync += mul_count.eq(mul_count + 1)
             with m.If(last_vector):
@@ -410,7 +420,8 @@ class SystolicControl(wiring.Component):
                              mul_acc.eq(cmd.accumulate), mul_bank.eq(cur_bank),
                              mul_k.eq(cur_k), mul_m.eq(cur_m), mul_wfmt.eq(cur_fmt),
                              mul_xfmt.eq(cmd.fmt), mul_double.eq(cmd_double),
-                             mul_int.eq(cmd_int), mul_mx.eq(cmd_mx)]
+                             mul_int.eq(cmd_int), mul_mx.eq(cmd_mx),
+                             mul_quarter.eq(cmd_quarter), phase.eq(0)]
 
         # Stage 1 of both waves; the metadata waits `rows` more cycles for the bottom row.
         columns = self.stationary.payload

@@ -25,7 +25,7 @@ import math
 import struct
 from dataclasses import dataclass
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -59,6 +59,11 @@ SQRT2_MANT = 0x3504F3  # mantissa of fp32 sqrt(2) (rounded down): m >= it halves
 TWO_OVER_PI32 = f32_bits(2.0 / math.pi)
 HALF_PI32 = f32_bits(math.pi / 2.0)
 ONE32 = 0x3F80_0000
+
+#: With lane instances, the modules of the lane's fp32 adders and multipliers, emitted once
+#: and instantiated by the lane (see :class:`ActivationLane`), by operation.
+FP_MODULES = {"add": "activation_add32", "mul": "activation_mul32"}
+FP_UNITS = {"add": FpAdd32, "mul": FpMul32}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,14 +201,21 @@ class ActivationLane(wiring.Component):
     holds a valid element (it enters the running sum), ``first`` that it starts a row.
     ``y`` and ``sum`` are the output registers.
 
+    With ``fp_instances``, every fp32 adder and multiplier whose operands both vary is an
+    ``Instance`` of the module of :data:`FP_MODULES`, emitted once, instead of a submodule
+    elaborated each time (the lane has about twenty; elaborating them is most of the lane's
+    emission time). Those with a constant operand stay submodules, so that synthesis folds
+    the constant into them. Both forms are the same circuit.
+
     Stages: scale and bias; range reduction (:mod:`hdl.vector.functions`); segment selection
     and ROM read; ``u``; one per Horner step; then post-multiplication, scaling by ``2**k``
     (or log's ``e' ln 2`` added), special values and the running sum, into the output
     registers.
     """
 
-    def __init__(self, params: ActivationParams):
+    def __init__(self, params: ActivationParams, *, fp_instances: bool = False):
         self.params = params
+        self.fp_instances = fp_instances
         super().__init__({
             "en": In(1),
             "func": In(range(len(params.functions))),
@@ -238,7 +250,12 @@ class ActivationLane(wiring.Component):
             return selected[name, width]
 
         def fp(kind, a, b, name):
-            unit = FpAdd32() if kind == "add" else FpMul32()
+            if self.fp_instances and not any(isinstance(Value.cast(v), Const) for v in (a, b)):
+                y = Signal(32, name=f"{name}_y")
+                add_lane(m, name, None, FP_MODULES[kind], {"a": a, "b": b}, {"y": y},
+                         clocked=False)
+                return y
+            unit = FP_UNITS[kind]()
             m.submodules[name] = unit
             m.d.comb += [unit.a.eq(a), unit.b.eq(b)]
             return unit.y
@@ -505,11 +522,21 @@ class Activation(wiring.Component):
             "stochastic": In(1),
         })
 
-    def verilog_dependencies(self) -> list[str]:
-        """Verilog of the lane module when lanes are instances (see :mod:`.lanes`)."""
+    def verilog_modules(self) -> dict[str, str]:
+        """Verilog of the modules the engine instantiates when lanes are instances (see
+        :mod:`.lanes`), by module name: the lane (with fp32 units as instances, see
+        :class:`ActivationLane`), then the adder and the multiplier it instantiates."""
         if not self.lane_instances:
-            return []
-        return [lane_verilog(ActivationLane(self.params), self.LANE_MODULE)]
+            return {}
+        texts = {self.LANE_MODULE: lane_verilog(ActivationLane(self.params, fp_instances=True),
+                                                self.LANE_MODULE)}
+        for kind, module in FP_MODULES.items():
+            texts[module] = lane_verilog(FP_UNITS[kind](), module, no_inline=False)
+        return texts
+
+    def verilog_dependencies(self) -> list[str]:
+        """Verilog of the modules the engine instantiates (:meth:`verilog_modules`)."""
+        return list(self.verilog_modules().values())
 
     def elaborate(self, platform):
         m = Module()

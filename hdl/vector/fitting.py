@@ -160,12 +160,31 @@ def fit_function(spec: FunctionSpec) -> np.ndarray:
 
 @dataclass(frozen=True)
 class FunctionTable:
-    """One function's ROM rows: fp32 bit patterns of the centres and the coefficients."""
+    """One function's ROM rows: fp32 bit patterns of the centres and the coefficients.
+
+    ``shared`` names the earlier function whose rows these are (the ROM holds them once; see
+    :func:`activation_table`), or is None when the function holds its own.
+    """
 
     spec: FunctionSpec
     base: int  # first ROM row
     centres: np.ndarray  # (rows,) uint32
     coeffs: np.ndarray  # (rows, degree + 1) uint32, c_0 first
+    shared: str | None = None
+
+    @property
+    def rows(self) -> int:
+        """ROM rows this function adds (0 when it reads another's)."""
+        return 0 if self.shared else self.spec.rows
+
+
+def _fit_key(spec: FunctionSpec):
+    """What fixes a table's contents: two functions of one key fit the same rows. sin and
+    cos fit the same two kernels (:data:`~hdl.vector.functions.TRIG`); every other function
+    fits its own."""
+    name = "trig" if spec.name in TRIG else spec.name
+    return (name, spec.mode, spec.lo, spec.hi, spec.segments, spec.degree, spec.anchor,
+            spec.post_mul_x)
 
 
 def tail_functions(functions: tuple[FunctionSpec, ...]) -> tuple[FunctionSpec, ...]:
@@ -187,16 +206,26 @@ def exp_index(functions: tuple[FunctionSpec, ...]) -> int | None:
 def activation_table(functions: tuple[FunctionSpec, ...]) -> tuple[FunctionTable, ...]:
     """The ROM layout of a function set: rows of all functions concatenated, in order,
     then the exp table of the ``below="exp"`` rule if the set has no exp of its own (see
-    :func:`tail_functions`)."""
+    :func:`tail_functions`). A function whose table equals an earlier one's (sin and cos of
+    the same range, segments and degree) reads that one's rows instead of adding its own."""
     out = []
     base = 0
+    held: dict = {}
     for spec in tail_functions(functions):
+        key = _fit_key(spec) if spec.rows else None
+        if key in held:
+            first = held[key]
+            out.append(FunctionTable(spec, first.base, first.centres, first.coeffs,
+                                     shared=first.spec.name))
+            continue
         c = fit_function(spec).view(np.uint32)
         centres = _f32(segment_bounds(spec)[:, 2]).view(np.uint32) if spec.rows else \
             np.zeros(0, dtype=np.uint32)
         c.setflags(write=False)
         centres.setflags(write=False)
         out.append(FunctionTable(spec, base, centres, c))
+        if key is not None:
+            held[key] = out[-1]
         base += spec.rows
     return tuple(out)
 
@@ -211,7 +240,7 @@ def rom_words(functions: tuple[FunctionSpec, ...]) -> tuple[int, list[int]]:
     degree = max((t.spec.degree for t in tables if t.spec.rows), default=0)
     words = []
     for t in tables:
-        for r in range(t.spec.rows):
+        for r in range(t.rows):
             word = int(t.centres[r])
             for k in range(t.spec.degree + 1):
                 word |= int(t.coeffs[r, k]) << (32 * (k + 1))

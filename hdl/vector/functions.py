@@ -40,7 +40,8 @@ taken off its exponent. Then ``|x| = m * 2**e`` with ``m`` in ``[1, 2)`` and:
     Then ``sin(|x|) = sin(pi/2 (q + f))``: with ``q`` even the sine kernel, ``sin(pi f/2) =
     mul32(S(|f|), |f|)`` with ``f``'s sign, with ``q`` odd the cosine kernel ``C(|f|) =
     cos(pi f/2)``, negated when ``q mod 4 >= 2``. ``S`` and ``C`` are two tables of
-    ``segments`` uniform segments over ``[0, 0.5]``, in that order; the result takes ``x``'s
+    ``segments`` uniform segments over ``[0, 0.5]``, in that order (one copy in the ROM for
+    both functions when they share range, segments and degree); the result takes ``x``'s
     sign for sin, and cos is sin with ``q + 1``. Every fp32 input is reduced exactly enough
     to keep ``f``'s fp32 value, so the relative error stays bounded next to the zeros of sin
     and cos too.
@@ -127,7 +128,8 @@ REDUCED = {
     "cos": ("uniform", 0.0, 0.5),
     "arctan": ("uniform", 0.0, 1.0),
 }
-#: sin and cos: two tables of ``segments`` rows each, the sine kernel then the cosine kernel.
+#: sin and cos: two tables of ``segments`` rows each, the sine kernel then the cosine kernel;
+#: with the same range, segments and degree the two functions read one copy of them.
 TRIG = ("sin", "cos")
 
 # The exp tail's exponent for gelu_tanh, 0.5 x (1 + tanh(c (x + 0.044715 x**3))) =
@@ -245,7 +247,8 @@ class FunctionSpec:
 
     @property
     def rows(self) -> int:
-        """Number of ROM rows (segments) this function occupies."""
+        """Number of rows (segments) of this function's table (a table two functions share
+        is held once: :func:`~hdl.vector.fitting.activation_table`)."""
         if self.mode == "exact":
             return 0
         if self.mode == "log":

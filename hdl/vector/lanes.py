@@ -3,37 +3,44 @@
 At full scale (128 partitions) elaborating every lane's floating-point units takes minutes and
 repeats the same Verilog 128 times; instead the lane is emitted once as its own module and the
 engine instantiates it by name (``Instance``). Both forms have the same ports and behaviour.
+The same holds inside a lane for a unit it uses many times (the scalar engine's fp32 adders
+and multipliers).
 """
 
 from amaranth.back import verilog
 from amaranth.hdl import ClockSignal, Instance, ResetSignal, Value
 
 
-def add_lane(m, name: str, factory, module: str | None, inputs: dict, outputs: dict):
+def add_lane(m, name: str, factory, module: str | None, inputs: dict, outputs: dict, *,
+             clocked: bool = True):
     """Add one lane to module ``m``: ``factory()`` as a submodule when ``module`` is None,
     else an ``Instance`` of the module called ``module``. ``inputs`` and ``outputs`` map the
-    lane's port names to the values that drive them / the signals they drive."""
+    lane's port names to the values that drive them / the signals they drive. A unit that is
+    not ``clocked`` (combinational) has no ``clk`` and ``rst`` ports."""
     if module is None:
         unit = factory()
         m.submodules[name] = unit
         m.d.comb += [getattr(unit, port).eq(value) for port, value in inputs.items()]
         m.d.comb += [signal.eq(getattr(unit, port)) for port, signal in outputs.items()]
         return
-    ports = {"i_clk": ClockSignal(), "i_rst": ResetSignal()}
+    ports = {"i_clk": ClockSignal(), "i_rst": ResetSignal()} if clocked else {}
     ports.update({f"i_{port}": Value.cast(value) for port, value in inputs.items()})
     ports.update({f"o_{port}": Value.cast(signal) for port, signal in outputs.items()})
     m.submodules[name] = Instance(module, **ports)
 
 
-def lane_verilog(lane, module: str) -> str:
+def lane_verilog(lane, module: str, *, no_inline: bool = True) -> str:
     """Verilog of one lane component as the module called ``module``.
 
-    The module carries Verilator's ``no_inline_module`` metacomment, so that a Verilator
-    build compiles the lane's C++ once and shares it between the instances instead of
-    flattening every lane into the top (which multiplies the C++ compile time by the lane
-    count). Other tools read it as a comment.
+    With ``no_inline`` the module carries Verilator's ``no_inline_module`` metacomment, so
+    that a Verilator build compiles the lane's C++ once and shares it between the instances
+    instead of flattening every lane into the top (which multiplies the C++ compile time by
+    the lane count). Other tools read it as a comment. A small unit inside a lane goes
+    without it: Verilator inlines it into the lane, which is compiled once anyway.
     """
     text = verilog.convert(lane, name=module, emit_src=False)
+    if not no_inline:
+        return text
     header = text.index(f"module {module}(")
     end = text.index(");\n", header) + 3
     return text[:end] + "  /* verilator no_inline_module */\n" + text[end:]

@@ -12,29 +12,32 @@ Each beat of the input stream carries one element of every lane (partition): ``a
 2. ``reduce`` (:class:`~hdl.vector.ops.Reduce`): none (one output beat per input beat), or a
    sum (``add32`` from +0.0, element 0 first) or max (from -inf) along the free axis, one
    output beat per row on the beat flagged ``last``.
-3. Output cast to ``params.out_format`` (RNE or stochastic rounding, :class:`Cast`), or fp32
-   unchanged. Bitwise results are cast like any other value: read them with ``fp32`` out.
+3. The result is written in the instruction's output format ``out_format`` (an index into
+   ``params.formats``, a narrow value in the low bits of the 32-bit lane word, zero above):
+   cast from fp32 with round-to-nearest-even, or stochastic rounding with ``stochastic``
+   (:class:`~hdl.numerics.cast.FormatCastLane`, the lane's generator seeded per lane and
+   advancing once per output beat whatever the format); ``fp32`` is written unchanged, so
+   bitwise results keep every bit.
 
-With ``lane_instances`` both the lane (:class:`VectorLane`) and the cast's lane
-(:class:`~hdl.numerics.cast.CastLane`, its seed tied per lane) are modules emitted once and
-instantiated per lane (:meth:`Vector.lane_modules`).
+With ``lane_instances`` the lane (:class:`VectorLane`, its cast included, its seed tied per
+lane) is a module emitted once and instantiated per lane (:meth:`Vector.lane_modules`).
 
-Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``, ``in_format``) must hold
-while a stream is in flight. Pipeline: two register stages with a common stall (a beat moves
-when the output stage is empty or read), then the cast's register stage; one beat per cycle
-at full rate.
+Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``, ``in_format``,
+``out_format``, ``stochastic``) must hold while a stream is in flight. Pipeline: two
+register stages with a common stall (a beat moves when the output stage is empty or read),
+the cast in front of the second; one beat per cycle at full rate.
 The golden model is :mod:`sim.golden.vector`.
 """
 
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.numerics.cast import RNGS, ROUNDINGS, Cast, CastLane, CastParams
-from hdl.numerics.formats import FloatFormat, format_by_name
+from hdl.numerics.cast import RNGS, FormatCastLane, seed_value, seed_words
+from hdl.numerics.formats import format_by_name
 from hdl.numerics.fpu import FpAdd32, FpMul32
 
 from .convert import ENGINE_FORMATS, check_formats, widen_input
@@ -54,17 +57,14 @@ class VectorParams:
 
     lanes : partitions processed side by side (the chip's SBUF partitions, 128; scaled down
         for simulation).
-    out_format : name of the output format (``"fp32"``: no cast; else a float format of
-        :mod:`hdl.numerics.formats` narrower than fp32, e.g. ``"bf16"``).
-    rounding : output cast rounding, ``"rne"`` or ``"stochastic"``.
-    rng, seed : the stochastic rounding's per-lane generator and seed (see ``Cast``).
-    formats : the input formats, selected at run time by index (``in_format``): ``"fp32"``
-        and float formats narrower than fp32.
+    formats : the input and output formats, selected at run time by index (``in_format``,
+        ``out_format``): ``"fp32"`` and float formats of :mod:`hdl.numerics.formats`
+        narrower than fp32.
+    rng, seed : the per-lane generator of stochastic rounding and its seed
+        (:mod:`hdl.numerics.cast`).
     """
 
     lanes: int
-    out_format: str = "fp32"
-    rounding: str = "rne"
     rng: str = "xorwow"
     seed: int = 0
     formats: tuple[str, ...] = ENGINE_FORMATS
@@ -73,17 +73,6 @@ class VectorParams:
         if not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or self.lanes < 1:
             raise ValueError(f"lanes must be a positive integer, not {self.lanes!r}")
         check_formats(self.formats)
-        if self.out_format != "fp32":
-            try:
-                fmt = format_by_name(self.out_format)
-            except (ValueError, KeyError, TypeError):
-                fmt = None
-            if not isinstance(fmt, FloatFormat) or fmt.bits >= 32:
-                raise ValueError("out_format must be 'fp32' or a float format narrower than "
-                                 f"fp32, not {self.out_format!r}")
-        if self.rounding not in ROUNDINGS:
-            raise ValueError(f"rounding must be one of {', '.join(map(repr, ROUNDINGS))}, "
-                             f"not {self.rounding!r}")
         if self.rng not in RNGS:
             raise ValueError(f"rng must be one of {', '.join(map(repr, RNGS))}, "
                              f"not {self.rng!r}")
@@ -91,23 +80,11 @@ class VectorParams:
                 or not 0 <= self.seed < 2**32):
             raise ValueError(f"seed must be an integer in [0, 2**32), not {self.seed!r}")
 
-    @property
-    def cast(self) -> CastParams | None:
-        """The output cast's parameters (None for fp32 output)."""
-        if self.out_format == "fp32":
-            return None
-        return CastParams(fmt=format_by_name(self.out_format), rounding=self.rounding,
-                          rng=self.rng, seed=self.seed, lanes=self.lanes)
-
     def format_index(self, name: str) -> int:
-        """The ``in_format`` code of the format called ``name``."""
+        """The ``in_format`` / ``out_format`` code of the format called ``name``."""
         if name not in self.formats:
             raise ValueError(f"format must be one of {', '.join(self.formats)}, not {name!r}")
         return self.formats.index(name)
-
-    @property
-    def out_bits(self) -> int:
-        return 32 if self.out_format == "fp32" else format_by_name(self.out_format).bits
 
 
 def input_layout(lanes: int) -> data.StructLayout:
@@ -119,23 +96,31 @@ def input_layout(lanes: int) -> data.StructLayout:
 
 
 class VectorLane(wiring.Component):
-    """The datapath of one lane: input widening, the element operation and the reduction.
+    """The datapath of one lane: input widening, the element operation, the reduction and
+    the output cast.
 
     ``en`` moves the pipeline (both stages load); ``step`` (with ``en``) says the stage-1
     value is a valid element to reduce, ``first`` that it starts a row, ``last`` that it ends
     one. ``a`` and ``b`` are lane words in ``formats[in_format]``, ``scalar`` fp32, taken for
     ``b`` with ``use_scalar``. ``y`` is the stage-2 register: the element result, or the
-    row's reduction.
+    row's reduction, in ``formats[out_format]`` (``stochastic``: stochastic rounding by the
+    generator whose initial state is ``seed``, see :func:`~hdl.numerics.cast.seed_value`).
     """
 
-    def __init__(self, formats: tuple[str, ...] = ENGINE_FORMATS):
+    def __init__(self, formats: tuple[str, ...] = ENGINE_FORMATS, rng: str = "xorwow"):
         check_formats(formats)
+        if rng not in RNGS:
+            raise ValueError(f"rng must be one of {', '.join(map(repr, RNGS))}, not {rng!r}")
         self.formats = formats
+        self.rng = rng
         super().__init__({
             "en": In(1),
             "op": In(VectorOp),
             "reduce": In(Reduce),
             "in_format": In(range(max(len(formats), 2))),
+            "out_format": In(range(max(len(formats), 2))),
+            "stochastic": In(1),
+            "seed": In(32 * seed_words(rng)),
             "a": In(32),
             "b": In(32),
             "use_scalar": In(1),
@@ -206,13 +191,22 @@ class VectorLane(wiring.Component):
         acc_in = Mux(self.first, Mux(is_sum, 0, NEG_INF32), acc)
         m.d.comb += [red.a.eq(acc_in), red.b.eq(s1)]
         nxt = Mux(is_sum, red.y, f_max(acc_in, s1))
+        plain = self.reduce == Reduce.NONE
+        result = Mux(plain, s1, nxt)
+        m.submodules.cast = cast = FormatCastLane(tuple(map(format_by_name, self.formats)),
+                                                  self.rng)
+        fp32 = self.out_format == self.formats.index("fp32") if "fp32" in self.formats else 0
+        m.d.comb += [cast.x.eq(result), cast.fmt.eq(self.out_format),
+                     cast.stochastic.eq(self.stochastic), cast.seed.eq(self.seed),
+                     cast.en.eq(self.en & self.step & (plain | self.last))]
+        out = Mux(fp32, result, cast.y)
         with m.If(self.en):
-            with m.If(self.reduce == Reduce.NONE):
-                m.d.sync += self.y.eq(s1)
+            with m.If(plain):
+                m.d.sync += self.y.eq(out)
             with m.Elif(self.step):
                 m.d.sync += acc.eq(nxt)
                 with m.If(self.last):
-                    m.d.sync += self.y.eq(nxt)
+                    m.d.sync += self.y.eq(out)
         return m
 
 
@@ -220,12 +214,12 @@ class Vector(wiring.Component):
     """The vector engine (see the module docstring).
 
     Ports: ``i``, a stream of :func:`input_layout`; ``o``, a stream of
-    ``ArrayLayout(out_bits, lanes)``; control ``op``, ``reduce``, ``use_scalar`` and ``scalar``
-    (``ArrayLayout(32, lanes)``, one scalar per partition).
+    ``ArrayLayout(32, lanes)`` (lane words in the output format); control ``op``, ``reduce``,
+    ``use_scalar``, ``scalar`` (``ArrayLayout(32, lanes)``, one scalar per partition),
+    ``in_format``, ``out_format`` (indices into ``params.formats``) and ``stochastic``.
     """
 
     LANE_MODULE = "vector_lane"
-    CAST_LANE_MODULE = "vector_cast_lane"
 
     def __init__(self, params: VectorParams, *, lane_instances: bool = False):
         if not isinstance(params, VectorParams):
@@ -235,24 +229,22 @@ class Vector(wiring.Component):
         n = params.lanes
         super().__init__({
             "i": In(stream.Signature(input_layout(n))),
-            "o": Out(stream.Signature(data.ArrayLayout(params.out_bits, n))),
+            "o": Out(stream.Signature(data.ArrayLayout(32, n))),
             "op": In(VectorOp),
             "reduce": In(Reduce),
             "use_scalar": In(1),
             "scalar": In(data.ArrayLayout(32, n)),
             "in_format": In(range(max(len(params.formats), 2))),
+            "out_format": In(range(max(len(params.formats), 2))),
+            "stochastic": In(1),
         })
 
     def lane_modules(self) -> dict[str, wiring.Component]:
         """The modules instantiated per lane when lanes are instances (see :mod:`.lanes`), by
-        module name: the lane and, with an output cast, the cast's lane (``CastLane``, its
-        seed tied per lane)."""
+        module name: the lane, its seed tied per lane."""
         if not self.lane_instances:
             return {}
-        modules = {self.LANE_MODULE: VectorLane(self.params.formats)}
-        if self.params.cast is not None:
-            modules[self.CAST_LANE_MODULE] = CastLane(self.params.cast)
-        return modules
+        return {self.LANE_MODULE: VectorLane(self.params.formats, self.params.rng)}
 
     def verilog_dependencies(self) -> list[str]:
         """Verilog of the lane modules when lanes are instances."""
@@ -261,14 +253,6 @@ class Vector(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         p = self.params
-        cast = None
-        if p.cast is not None:
-            cast_module = self.CAST_LANE_MODULE if self.lane_instances else None
-            m.submodules.cast = cast = Cast(p.cast, lane_module=cast_module)
-            sink = cast.i
-            wiring.connect(m, wiring.flipped(self.o), cast.o)
-        else:
-            sink = self.o
 
         s1_valid = Signal()
         s1_last = Signal()
@@ -277,9 +261,9 @@ class Vector(wiring.Component):
         s2_valid = Signal()
         en = Signal()
         m.d.comb += [
-            en.eq(~s2_valid | sink.ready),
+            en.eq(~s2_valid | self.o.ready),
             self.i.ready.eq(en),
-            sink.valid.eq(s2_valid),
+            self.o.valid.eq(s2_valid),
         ]
         reducing = self.reduce != Reduce.NONE
         with m.If(en):
@@ -295,10 +279,13 @@ class Vector(wiring.Component):
         module = self.LANE_MODULE if self.lane_instances else None
         for lane in range(p.lanes):
             inputs = {"en": en, "op": self.op, "reduce": self.reduce,
-                      "in_format": self.in_format, "a": self.i.payload.a[lane],
+                      "in_format": self.in_format, "out_format": self.out_format,
+                      "stochastic": self.stochastic,
+                      "seed": Const(seed_value(p.rng, p.seed, lane), 32 * seed_words(p.rng)),
+                      "a": self.i.payload.a[lane],
                       "b": self.i.payload.b[lane], "use_scalar": self.use_scalar,
                       "scalar": self.scalar[lane], "step": s1_valid, "first": s1_first,
                       "last": s1_last}
-            add_lane(m, f"lane{lane}", lambda: VectorLane(p.formats), module, inputs,
-                     {"y": sink.payload[lane]})
+            add_lane(m, f"lane{lane}", lambda: VectorLane(p.formats, p.rng), module, inputs,
+                     {"y": self.o.payload[lane]})
         return m

@@ -1,8 +1,8 @@
 """The core's cost rules, one per kind of instruction (cycles of the engine's own clock).
 
 * Tensor engine: the systolic array's RTL-checked cycle model
-  (:func:`sim.golden.systolic.cycles`), ``1 / rate`` times slower for formats below one
-  multiply-accumulate per PE per cycle (fp32 at a quarter rate).
+  (:func:`sim.golden.systolic.cycles`) in the instruction's format, fp32's quarter rate
+  included.
 * Vector, scalar and GpSimd: ``access_start + max(min_interval, passes * N / e)`` for ``N``
   elements per partition, ``e`` elements per lane per cycle, ``passes`` the element streams
   the instruction reads (doubled where a minor stride exceeds ``stride_penalty``) [NKI2,
@@ -22,11 +22,10 @@ __all__ = ["dma_seconds", "stream_cycles", "tensor_cycles"]
 
 @lru_cache(maxsize=4096)
 def tensor_cycles(params: CoreParams, fmt: str, k: int, m: int, n: int) -> dict[str, float]:
-    """:func:`sim.golden.systolic.cycles` of a ``k x m`` stationary, ``k x n`` moving matmul,
-    each figure ``1 / rate`` times longer below one MAC per PE per cycle."""
-    c = systolic.cycles(params.tensor, k, m, n)
-    slow = 1.0 / min(params.rate(fmt), 1.0)
-    return {key: c[key] * slow for key in ("load", "multiply", "latency", "interval")}
+    """:func:`sim.golden.systolic.cycles` of a ``k x m`` stationary, ``k x n`` moving matmul
+    in ``fmt`` (a name of the core's formats) on the core's array."""
+    c = systolic.cycles(params.tensor, k, m, n, params.array_format(fmt))
+    return {key: float(c[key]) for key in ("load", "multiply", "latency", "interval")}
 
 
 def stream_cycles(params: CoreParams, engine: str, elements: int, passes: float = 1.0,

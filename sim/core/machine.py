@@ -249,6 +249,10 @@ class Core:
                       f"does not fit the {k_max}-deep, {p.cols}-wide array")
             self._check_tile_position(where, ins.row, k, p.rows)
             self._check_tile_position(where, ins.col, m, p.cols)
+            if k > p.rows and ins.col:  # the spec's double row (NKI3)
+                _fail(*where, "tile position",
+                      f"a double-row stationary ({k} > {p.rows} contraction rows) takes no "
+                      f"column tile position, not {ins.col}")
         elif isinstance(ins, MultiplyMoving):
             self._check_format(where, ins.src.dtype)
             if ins.src.free > p.moving_max:
@@ -469,8 +473,8 @@ class Core:
                         races.access(s, i, ins)
                     if op is _MULTIPLY:
                         fmt, k, m, n = plan[1], plan[2], plan[3], plan[4]
-                        if stationary is None or stationary[0] != fmt or stationary[1] != k \
-                                or stationary[2] != m:
+                        if stationary is None or stationary[1] != k or stationary[2] != m \
+                                or not self._partners(stationary[0], fmt):
                             self._bad_multiply(streams[s], i, ins, stationary)
                         key = (fmt, k, m, n)
                         c = multiply_cost.get(key)
@@ -547,12 +551,22 @@ class Core:
         if stationary is None:
             _fail(stream, index, ins, "stationary", "no stationary tile is loaded")
         fmt, k, m = stationary
-        if (fmt, k) != (ins.src.dtype, ins.src.partitions):
+        if k != ins.src.partitions or not self._partners(fmt, ins.src.dtype):
             _fail(stream, index, ins, "stationary",
                   f"the loaded stationary is {k} x {m} {fmt}, the moving tile has "
-                  f"{ins.src.partitions} partitions of {ins.src.dtype}")
+                  f"{ins.src.partitions} partitions of {ins.src.dtype} (a multiply's format "
+                  f"must match its tile's in rate and kind)")
         _fail(stream, index, ins, "operand shape",
               f"dst has {ins.dst.partitions} partitions, the stationary {m} columns")
+
+    def _partners(self, tile: str, fmt: str) -> bool:
+        """Whether a multiply in ``fmt`` may read a stationary tile in ``tile``: the array's
+        rule, both at the same rate (the double-rate 8-bit floats, the quarter-rate ones, the
+        rest) and both float or both int8."""
+        if tile == fmt:
+            return True
+        p = self.params
+        return p.rate(tile) == p.rate(fmt) and (tile == "int8") == (fmt == "int8")
 
     def _deadlock(self, streams, code, pc, blocked, sems) -> None:
         edges = []
@@ -729,12 +743,13 @@ class _Data:
 
     # instructions ----------------------------------------------------------------------------
     def load(self, ins: LoadStationary) -> None:
-        self.stationary = self.read(ins.src).reshape(ins.src.partitions, -1)
+        self.stationary = (self.read(ins.src).reshape(ins.src.partitions, -1), ins.src.dtype)
 
     def multiply(self, ins: MultiplyMoving) -> None:
         moving = self.read(ins.src).reshape(ins.src.partitions, -1)
         psum = self.read(ins.dst).reshape(ins.dst.partitions, -1) if ins.accumulate else None
-        out = systolic.matmul(self.stationary, moving, ins.src.dtype, psum, ins.accumulate)
+        tile, fmt = self.stationary
+        out = systolic.matmul(tile, moving, fmt, psum, ins.accumulate, moving_fmt=ins.src.dtype)
         self.write(ins.dst, out)
 
     def transpose(self, ins: Transpose) -> None:

@@ -261,7 +261,7 @@ def matmul_mx(stationary, moving, fmt, stationary_scales, moving_scales, psum=No
 @dataclass(frozen=True)
 class Load:
     """LoadStationary of a K x M tile in input format ``fmt`` (a name of the array's
-    ``formats``; None: any, for timing alone, as no cycle depends on the format)."""
+    ``formats``; None: any, for timing alone, as no load's cycle depends on the format)."""
 
     k: int
     m: int
@@ -270,8 +270,8 @@ class Load:
 
 @dataclass(frozen=True)
 class Multiply:
-    """MultiplyMoving of a K x N tile (K from the last Load) in input format ``fmt`` (None as
-    for :class:`Load`)."""
+    """MultiplyMoving of a K x N tile (K from the last Load) in input format ``fmt`` (None:
+    any format at one moving column per cycle, for timing alone)."""
 
     n: int
     accumulate: bool = False
@@ -293,8 +293,8 @@ class Schedule:
 
 def _check_program(params: SystolicParams, program) -> None:
     """Refuse what the array cannot run: fields out of range, unknown formats, a multiply
-    whose format differs from its tile's in rate (double or single) or in kind (int8, float
-    or block-scaled MX)."""
+    whose format differs from its tile's in rate (double, single or quarter) or in kind
+    (int8, float or block-scaled MX)."""
     tile = None
     for op in program:
         if isinstance(op, (Load, Multiply)) and op.fmt is not None:
@@ -311,6 +311,7 @@ def _check_program(params: SystolicParams, program) -> None:
                 raise ValueError(f"n must be in 1 .. {params.moving_max}, not {op.n!r}")
             if tile is not None and op.fmt is not None and (
                     params.is_double(tile) != params.is_double(op.fmt)
+                    or params.is_quarter(tile) != params.is_quarter(op.fmt)
                     or params.is_int(tile) != params.is_int(op.fmt)
                     or params.is_mx(tile) != params.is_mx(op.fmt)):
                 raise ValueError(f"fmt of a multiply must match its tile's {tile!r} in rate "
@@ -327,10 +328,10 @@ def schedule(params: SystolicParams, program) -> Schedule:
     latest tile does not use, and each multiply reads the bank of the latest tile. The rules
     (per cycle, from the state at its start):
 
-    * a moving beat is taken every cycle of a multiply and leaves ``rows + cols + 2`` cycles
-      later on ``out``;
+    * a moving beat is taken every cycle of a multiply (every fourth at a quarter rate, after
+      three idle cycles) and leaves ``rows + cols + 2`` cycles later on ``out``;
     * a stationary beat (``beat_columns`` columns of the tile) is taken every cycle of a load,
-      except while a multiply that reads the bank being filled still takes moving beats
+      except while a multiply that reads the bank being filled has moving beats to take
       before this cycle's (its last beat and the first stationary beat may share a cycle:
       both waves cross every PE in the same order, the weight write just behind the read);
     * ``LOAD`` is accepted when no load runs or the running one takes its last beat now;
@@ -342,15 +343,17 @@ def schedule(params: SystolicParams, program) -> Schedule:
     accepted, outputs = [], []
     cur_bank = 0
     load_left, load_bank = 0, 0
-    mul_left, mul_bank = 0, 0
+    mul_left, mul_bank, mul_slow, phase = 0, 0, 1, 0
     cycle = 0
     while len(accepted) < len(program) or mul_left or load_left:
-        vector = mul_left > 0
-        last_vector = mul_left == 1
-        beat = load_left > 0 and (not vector or mul_bank != load_bank or last_vector)
+        running = mul_left > 0
+        vector = running and phase == mul_slow - 1
+        last_vector = vector and mul_left == 1
+        beat = load_left > 0 and (not running or mul_bank != load_bank or last_vector)
         last_beat = beat and load_left == 1
         nxt_load = load_left - 1 if beat else load_left
         nxt_mul = mul_left - 1 if vector else mul_left
+        nxt_phase = 0 if vector else phase + 1 if running else phase
         if vector:
             outputs.append(cycle + depth + 2)
         if len(accepted) < len(program):
@@ -360,10 +363,11 @@ def schedule(params: SystolicParams, program) -> Schedule:
                 accepted.append(cycle)
                 cur_bank ^= 1
                 nxt_load, load_bank = -(-op.m // bc), cur_bank
-            elif isinstance(op, Multiply) and load_free and (mul_left == 0 or last_vector):
+            elif isinstance(op, Multiply) and load_free and (not running or last_vector):
                 accepted.append(cycle)
-                nxt_mul, mul_bank = op.n, cur_bank
-        load_left, mul_left = nxt_load, nxt_mul
+                nxt_mul, mul_bank, nxt_phase = op.n, cur_bank, 0
+                mul_slow = params.column_cycles(op.fmt)
+        load_left, mul_left, phase = nxt_load, nxt_mul, nxt_phase
         cycle += 1
     return Schedule(tuple(accepted), tuple(outputs))
 
@@ -394,12 +398,13 @@ def _divmod(a, b):
     return np.divmod(a, b)
 
 
-def tile_interval(m, n, load_columns):
+def tile_interval(m, n, load_columns, slow=1):
     """Steady-state cycles per LoadStationary + MultiplyMoving pair of ``m`` stationary columns
-    and ``n`` moving columns: ``max(n, load_beats(m) + 1)``, whatever ``k`` and the array's
-    size (the load fills the idle bank while the previous multiply runs). The closed form of
+    and ``n`` moving columns: ``max(slow * n, load_beats(m) + 1)``, whatever ``k`` and the
+    array's size (the load fills the idle bank while the previous multiply runs); ``slow`` is
+    the multiply's cycles per moving column (4 at a quarter rate). The closed form of
     :func:`schedule`, which the tests pin to it; element-wise on numpy arrays."""
-    return np.maximum(n, load_beats(m, load_columns) + 1)
+    return np.maximum(slow * np.asarray(n), load_beats(m, load_columns) + 1)
 
 
 def matmul_cycles(m, k, n, rows, cols, rate, moving_max, load_columns):
@@ -408,13 +413,15 @@ def matmul_cycles(m, k, n, rows, cols, rate, moving_max, load_columns):
     The contraction ``k`` is cut into passes of ``rows * max(rate, 1)`` (double-rate formats
     contract two indices per PE row), ``m`` into stationary tiles of ``cols`` and ``n`` into
     moving tiles of ``moving_max``; one LoadStationary + MultiplyMoving pair per tile, back to
-    back, each costing :func:`tile_interval`, ``1 / rate`` times that for formats below one
-    MAC per PE per cycle (FP32 at a quarter), plus what the stream does not hide: the first
-    tile's load and the pipeline's drain, ``min(load_beats, n - 1) + rows + cols + 3`` for
-    the largest tile. Exactly :func:`schedule`'s total where every tile has the same shape.
-    Element-wise on numpy arrays.
+    back, each costing :func:`tile_interval` with ``1 / rate`` cycles per moving column for
+    formats below one MAC per PE per cycle (FP32 at a quarter), plus what the stream does
+    not hide: the first tile's load and the pipeline's drain,
+    ``min(load_beats, slow * n - 1) + rows + cols + 3`` for the largest tile. Exactly
+    :func:`schedule`'s total where every tile has the same shape. Element-wise on numpy
+    arrays.
     """
     rate = np.asarray(rate, dtype=float)
+    slow = 1.0 / np.minimum(rate, 1.0)
     k_tiles = np.ceil(k / (rows * np.maximum(rate, 1.0)))
     m_full, m_rest = _divmod(m, cols)
     n_full, n_rest = _divmod(n, moving_max)
@@ -423,15 +430,17 @@ def matmul_cycles(m, k, n, rows, cols, rate, moving_max, load_columns):
         for nt, nc in ((moving_max, n_full), (n_rest, 1)):
             tiles = tiles + np.where((mt > 0) & (nt > 0) & (mc > 0) & (nc > 0),
                                      mc * nc * tile_interval(np.maximum(mt, 1), nt,
-                                                             load_columns), 0)
+                                                             load_columns, slow), 0)
     first_m, first_n = np.minimum(m, cols), np.minimum(n, moving_max)
-    tail = np.minimum(load_beats(first_m, load_columns), first_n - 1) + rows + cols + 3
-    return k_tiles * tiles / np.minimum(rate, 1.0) + tail
+    tail = np.minimum(load_beats(first_m, load_columns), slow * first_n - 1) + rows + cols + 3
+    return k_tiles * tiles + tail
 
 
 @lru_cache(maxsize=4096)
-def cycles(params: SystolicParams, k: int, m: int, n: int) -> dict[str, int]:
-    """Cycle figures of one ``k x m`` stationary, ``k x n`` moving matmul on an idle array.
+def cycles(params: SystolicParams, k: int, m: int, n: int,
+           fmt: str | None = None) -> dict[str, int]:
+    """Cycle figures of one ``k x m`` stationary, ``k x n`` moving matmul in ``fmt`` (None:
+    at one moving column per cycle) on an idle array.
 
     Returns
     -------
@@ -446,8 +455,9 @@ def cycles(params: SystolicParams, k: int, m: int, n: int) -> dict[str, int]:
         (the load overlaps the previous multiply), :func:`tile_interval`;
         ``macs``: useful multiply-accumulates, ``k * m * n``.
     """
-    one = schedule(params, [Load(k, m), Multiply(n), Multiply(n)])
-    pairs = schedule(params, [Load(k, m), Multiply(n)] * 4)
+    load, mul = Load(k, m, fmt), Multiply(n, fmt=fmt)
+    one = schedule(params, [load, mul, mul])
+    pairs = schedule(params, [load, mul] * 4)
     interval = pairs.accepted[7] - pairs.accepted[5]
     return {
         "load": one.accepted[1] - one.accepted[0],

@@ -2,8 +2,9 @@
 
 Per lane (partition) and element: ``r = op(a, b)`` with ``b`` the second tensor or the lane's
 scalar (:class:`~hdl.vector.ops.VectorOp`), then an optional reduction along the free axis
-(:class:`~hdl.vector.ops.Reduce`), emitted on the element flagged ``last``. All values are fp32
-bit patterns in ``uint32`` arrays of shape ``(elements, lanes)``.
+(:class:`~hdl.vector.ops.Reduce`), emitted on the element flagged ``last``, then the output
+cast to the instruction's format. Values are fp32 bit patterns (or narrow ones in the low bits)
+in ``uint32`` arrays of shape ``(elements, lanes)``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from hdl.vector.ops import Reduce, VectorOp
-from sim.golden.convert import widen_input
+from sim.golden.convert import cast_output, widen_input
 from sim.golden.numerics import add32, mul32
 
 NAN = np.uint32(0x7FC00000)
@@ -71,14 +72,18 @@ def elementwise(op: VectorOp, a, b) -> np.ndarray:
 
 
 def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE,
-        in_format: str = "fp32") -> np.ndarray:
-    """The engine on a stream of ``(elements, lanes)`` operands (before the output cast).
+        in_format: str = "fp32", out_format: str = "fp32", rounding: str = "rne",
+        beat: int = 0) -> np.ndarray:
+    """The engine on a stream of ``(elements, lanes)`` operands.
 
     ``a`` and ``b`` are lane words in ``in_format``, widened exactly to fp32
     (:func:`sim.golden.convert.widen_input`); ``b`` is ignored when ``scalar`` (``(lanes,)``,
     fp32) is given. Without a reduction the result
     has one row per element; with one, one row per element flagged ``last`` (``last`` is a
-    bool array of length ``elements``; an unterminated tail emits nothing).
+    bool array of length ``elements``; an unterminated tail emits nothing). The rows are
+    written in ``out_format``: ``"fp32"`` unchanged (bitwise results keep every bit), a narrow
+    format cast with ``rounding`` (:func:`sim.golden.convert.cast_output`; ``beat`` is the
+    number of output beats since reset, whose generator words are used up).
     """
     a = widen_input(np.asarray(a, dtype=np.uint32).reshape(-1, params.lanes), in_format)
     if scalar is not None:
@@ -89,9 +94,15 @@ def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE,
         b = widen_input(np.asarray(b, dtype=np.uint32).reshape(a.shape), in_format)
     r = elementwise(op, a, b)
     reduce = Reduce(reduce)
-    if reduce == Reduce.NONE:
+    if reduce != Reduce.NONE:
+        r = _reduce(params, r, reduce, last)
+    if out_format == "fp32" or len(r) == 0:
         return r
-    last = np.zeros(len(a), dtype=bool) if last is None else np.asarray(last, dtype=bool)
+    return cast_output(r, out_format, rounding, params.rng, params.seed, beat)
+
+
+def _reduce(params, r, reduce, last) -> np.ndarray:
+    last = np.zeros(len(r), dtype=bool) if last is None else np.asarray(last, dtype=bool)
     init = np.uint32(0) if reduce == Reduce.SUM else NEG_INF
     step = add32 if reduce == Reduce.SUM else fmax
     acc = np.full(params.lanes, init, dtype=np.uint32)

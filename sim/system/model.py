@@ -145,10 +145,10 @@ def _group_rate(tensor: TensorSpec, group: str) -> float | None:
 def tile_interval(tensor: TensorSpec, fmt: str, k: int, m: int, n: int) -> float:
     """Steady-state cycles of one LoadStationary + MultiplyMoving pair on a tile of ``k x m``
     stationary and ``k x n`` moving, the load hidden behind the previous multiply:
-    :func:`sim.golden.systolic.tile_interval`, ``1 / rate`` times that for formats below one
-    MAC per PE per cycle."""
-    slow = min(rate(tensor, fmt), 1.0)
-    return float(systolic.tile_interval(m, n, tensor.load_columns)) / slow
+    :func:`sim.golden.systolic.tile_interval`, with ``1 / rate`` cycles per moving column for
+    formats below one MAC per PE per cycle (fp32 at a quarter rate, as the array runs it)."""
+    slow = 1.0 / min(rate(tensor, fmt), 1.0)
+    return float(systolic.tile_interval(m, n, tensor.load_columns, slow))
 
 
 @dataclass(frozen=True)

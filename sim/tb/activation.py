@@ -24,13 +24,20 @@ import random
 import cocotb
 import numpy as np
 
-from hdl.numerics.formats import format_by_name
 from hdl.vector.activation import Activation, ActivationParams
 from hdl.vector.fitting import segment_bounds
 from hdl.vector.functions import TRIG, FunctionSpec
 from sim.golden import activation as golden
-from sim.tb.runner import RunResult, run, tb_params
-from sim.tb.vector import SPECIALS, StreamBench, check_equal, pack, unpack
+from sim.tb.engine import (
+    PAUSES,
+    SPECIALS,
+    EngineTB,
+    check_equal,
+    pack,
+    simulate_engine,
+    unpack,
+)
+from sim.tb.runner import RunResult
 
 ONE = 0x3F80_0000
 
@@ -59,16 +66,8 @@ def function_inputs(spec: FunctionSpec, rng: np.random.Generator, count: int) ->
     return np.concatenate(x).astype(np.uint32)
 
 
-class ActivationTB:
+class ActivationTB(EngineTB):
     """Wires the stream bench, the golden model and the checker for :class:`Activation`."""
-
-    def __init__(self, dut, params: ActivationParams, seed: int):
-        self.dut = dut
-        self.params = params
-        self.rng = random.Random(seed)
-        self.nprng = np.random.default_rng(seed)
-        self.bench = StreamBench(dut, self.rng)
-        self.cases = 0
 
     async def case(self, func: int, data, scale, bias, last, idle=0.0, stall=0.0,
                    in_format="fp32", out_format="fp32", rounding="rne"):
@@ -76,15 +75,12 @@ class ActivationTB:
         ``out_format`` with ``rounding``; every beat checked against the golden model."""
         p, dut = self.params, self.dut
         lanes = p.lanes
-        await self.bench.reset()
+        await self.begin(in_format, out_format, rounding)
         data = np.asarray(data, dtype=np.uint32).reshape(-1, lanes)
         last = np.asarray(last, dtype=bool)
         dut.func.value = func
         dut.scale.value = pack([scale[None]], [32])[0]
         dut.bias.value = pack([bias[None]], [32])[0]
-        dut.in_format.value = p.format_index(in_format)
-        dut.out_format.value = p.format_index(out_format)
-        dut.stochastic.value = int(rounding == "stochastic")
         out, sums = golden.run(p, func, data, scale, bias, last, in_format=in_format,
                                out_format=out_format, rounding=rounding)
         beats = pack([data, last.astype(np.uint8)], [32, 8])
@@ -94,20 +90,11 @@ class ActivationTB:
         g_last = np.array([(v >> (64 * lanes)) & 1 for v in got], dtype=bool)
         ctx = {"function": p.functions[func].name, "beats": len(data), "in": in_format,
                "out": out_format, "rounding": rounding}
-        check_equal(dut._log, "data", g_out, out, ctx)
-        check_equal(dut._log, "sum", g_sum, sums, ctx)
+        check_equal("data", g_out, out, ctx)
+        check_equal("sum", g_sum, sums, ctx)
         if not np.array_equal(g_last, last):
             raise AssertionError(f"last flags differ: got {g_last}, expected {last} ({ctx})")
         self.cases += 1
-
-
-def _tb(dut):
-    cfg = tb_params()
-    params = params_from_json(cfg["params"])
-    seed = cfg["seed"]
-    dut._log.info("seed=%d lanes=%d functions=%s", seed, params.lanes,
-                  [f.name for f in params.functions])
-    return ActivationTB(dut, params, seed)
 
 
 def _rows(rng: random.Random, n: int) -> np.ndarray:
@@ -121,14 +108,13 @@ def _rows(rng: random.Random, n: int) -> np.ndarray:
 
 @cocotb.test()
 async def directed(dut):
-    tb = _tb(dut)
+    tb = ActivationTB.from_config(dut, params_from_json)
     await tb.bench.start()
     lanes = tb.params.lanes
     ones = np.full(lanes, ONE, dtype=np.uint32)
     zeros = np.zeros(lanes, dtype=np.uint32)
     for func, spec in enumerate(tb.params.functions):
-        x = function_inputs(spec, tb.nprng, 16)
-        x = np.concatenate([x, x[: (-len(x)) % lanes]]).reshape(-1, lanes)
+        x = tb.lane_rows(function_inputs(spec, tb.nprng, 16))
         await tb.case(func, x, ones, zeros, _rows(tb.rng, len(x)))
         scale = (tb.nprng.uniform(0.5, 2.0, lanes)).astype(np.float32).view(np.uint32)
         bias = (tb.nprng.uniform(-1.0, 1.0, lanes)).astype(np.float32).view(np.uint32)
@@ -137,13 +123,9 @@ async def directed(dut):
     for fmt in tb.params.formats:
         if fmt == "fp32":
             continue
-        bits = format_by_name(fmt).bits
-        words = (np.arange(1 << bits, dtype=np.uint32) if bits <= 8 else
-                 tb.nprng.integers(0, 1 << bits, 64 * lanes, dtype=np.uint32))
-        words = np.concatenate([words, words[: (-len(words)) % lanes]]).reshape(-1, lanes)
+        words = tb.format_words(fmt)
         await tb.case(func, words, ones, zeros, _rows(tb.rng, len(words)), in_format=fmt)
-        x = function_inputs(tb.params.functions[func], tb.nprng, 24)
-        x = np.concatenate([x, x[: (-len(x)) % lanes]]).reshape(-1, lanes)
+        x = tb.lane_rows(function_inputs(tb.params.functions[func], tb.nprng, 24))
         for rounding in ("rne", "stochastic"):
             await tb.case(func, x, ones, zeros, _rows(tb.rng, len(x)), out_format=fmt,
                           rounding=rounding)
@@ -152,7 +134,7 @@ async def directed(dut):
 
 @cocotb.test()
 async def random_streams(dut):
-    tb = _tb(dut)
+    tb = ActivationTB.from_config(dut, params_from_json)
     await tb.bench.start()
     lanes = tb.params.lanes
     rng = tb.rng
@@ -165,11 +147,10 @@ async def random_streams(dut):
         if in_format == "fp32":
             data = tb.nprng.choice(function_inputs(spec, tb.nprng, 8), (n, lanes))
         else:  # every bit pattern of the narrow format: all its binades and specials
-            bits = format_by_name(in_format).bits
-            data = tb.nprng.integers(0, 1 << bits, (n, lanes), dtype=np.uint32)
+            data = tb.random_words(in_format, (n, lanes))
         scale = tb.nprng.choice(np.float32([1.0, 0.5, -1.0, 1.25, 3.0]).view(np.uint32), lanes)
         bias = tb.nprng.choice(np.float32([-0.0, 0.25, -0.5]).view(np.uint32), lanes)
-        idle, stall = rng.choice([(0.0, 0.0), (0.3, 0.3), (0.6, 0.1), (0.1, 0.6)])
+        idle, stall = rng.choice(PAUSES)
         await tb.case(func, data, scale, bias, _rows(rng, n), idle, stall, in_format,
                       out_format, rng.choice(["rne", "stochastic"]))
     dut._log.info("random_streams: %d cases passed", tb.cases)
@@ -190,8 +171,5 @@ def params_from_json(cfg: dict) -> ActivationParams:
 
 def simulate(params: ActivationParams, sim: str, seed: int | None = None) -> RunResult:
     """Run the activation engine's full cocotb testbench for ``params`` on ``sim``."""
-    if seed is None:
-        seed = random.SystemRandom().randrange(2**31)
-    cfg = {"params": params_to_json(params), "seed": seed}
-    return run(lambda: Activation(params, lane_instances=True), "activation",
-               "sim.tb.activation", sim, cfg, seed=seed)
+    return simulate_engine(lambda: Activation(params, lane_instances=True), "activation",
+                           "sim.tb.activation", sim, params_to_json(params), seed)

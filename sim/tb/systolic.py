@@ -35,7 +35,7 @@ from sim.tb import runner
 TOP = "systolic_harness"
 PERIOD_NS = 10
 TESTS = ["identity_and_zeros", "extremes_and_specials", "accumulation_chain", "hidden_loads",
-         "random_programs"]
+         "quarter_rate", "random_programs"]
 
 
 # ---- parameters ----------------------------------------------------------------------------
@@ -52,7 +52,8 @@ def harness_params(params: SystolicParams) -> HarnessParams:
 def _params_from_json(d: dict) -> SystolicParams:
     a = d["array"]
     return SystolicParams(**{**a, "formats": tuple(a["formats"]),
-                             "double_rate": tuple(a["double_rate"])})
+                             "double_rate": tuple(a["double_rate"]),
+                             "quarter_rate": tuple(a["quarter_rate"])})
 
 
 def simulate(params: SystolicParams, sim: str, seed: int | None = None,
@@ -223,8 +224,8 @@ class SystolicTB:
         """Formats a multiply may use on a tile of ``name`` (same rate, same kind)."""
         p = self.params
         return [f for f in p.formats
-                if p.is_double(f) == p.is_double(name) and p.is_int(f) == p.is_int(name)
-                and p.is_mx(f) == p.is_mx(name)]
+                if p.is_double(f) == p.is_double(name) and p.is_quarter(f) == p.is_quarter(name)
+                and p.is_int(f) == p.is_int(name) and p.is_mx(f) == p.is_mx(name)]
 
     async def reset(self):
         from cocotb.triggers import ClockCycles
@@ -479,6 +480,32 @@ async def hidden_loads(dut):
                tb.multiply(f4, max(1, k4 // 2), max(1, n // 2)),
                tb.multiply(tb.random_partner(f4), max(1, k4 // 2), 1, accumulate=True)]
     await tb.run_both(program, "hidden loads")
+
+
+@_cocotb_test
+async def quarter_rate(dut):
+    """Each quarter-rate format (fp32) against full-rate neighbours: a multiply of one
+    column every fourth cycle, a load hidden behind it, a full-rate tile right after it and
+    a quarter-rate one right after that, one-column multiplies."""
+    tb = _tb(dut)
+    await tb.reset()
+    p = tb.params
+    if not p.quarter_rate:
+        tb.log.info("no quarter-rate format in %s", ", ".join(p.formats))
+        return
+    m, n = p.cols, p.moving_max
+    full = [f for f in p.formats if not p.is_quarter(f)]
+    program = []
+    for fmt in p.quarter_rate:
+        other = str(tb.rng.choice(full)) if full else fmt
+        k, ko = p.k_limit(fmt), p.k_limit(other)
+        program += [tb.load(fmt, k, m), tb.multiply(fmt, k, n),
+                    tb.load(other, ko, max(1, m - 1)),
+                    tb.multiply(other, ko, max(1, n // 2), accumulate=True),
+                    tb.load(fmt, max(1, k // 2), m),
+                    tb.multiply(fmt, max(1, k // 2), 1, accumulate=True),
+                    tb.multiply(fmt, max(1, k // 2), 2)]
+    await tb.run_both(program, "quarter rate")
 
 
 @_cocotb_test

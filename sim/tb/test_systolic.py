@@ -1,8 +1,8 @@
 """Pytest entry points of the systolic array's cocotb testbench (:mod:`sim.tb.systolic`).
 
 One multi-format array per simulator: every input format the RTL knows (int8, the fp8
-family at double rate, bf16, fp16, tf32, fp32, the block-scaled mxfp8 and mxfp4) in one
-build, driven by mixed-format programs.
+family at double rate, bf16, fp16, tf32, fp32 at a quarter rate, the block-scaled mxfp8 and
+mxfp4) in one build, driven by mixed-format programs.
 Icarus evaluates the floating-point PEs event by event, so it runs a tiny array; Verilator
 runs the simulation scale of the bundled specs (8 x 8): a build of about 3 minutes on two
 busy cores, since the runner makes only the toplevel's signals public.
@@ -17,12 +17,13 @@ from sim.tb.systolic import simulate
 FORMATS = ("int8", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8_e5m2_b12", "bf16", "fp16",
            "tf32", "fp32", "mxfp8", "mxfp4")
 DOUBLE = ("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8_e5m2_b12")
+QUARTER = ("fp32",)
 
 PARAMS = {
     "icarus": SystolicParams(rows=3, cols=2, formats=FORMATS, double_rate=DOUBLE,
-                             moving_max=6),
+                             quarter_rate=QUARTER, moving_max=6),
     "verilator": SystolicParams(rows=8, cols=8, formats=FORMATS, double_rate=DOUBLE,
-                                moving_max=16),
+                                quarter_rate=QUARTER, moving_max=16),
 }
 
 
