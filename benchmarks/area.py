@@ -78,15 +78,29 @@ def flat_against_parts(rtl: Path, modules: list[str]) -> None:
     hdl/area.py did before it synthesised parts apart: the file flattened into one module."""
     sources = {p.stem: p.read_text() for p in sorted(rtl.glob("*.v"))}
     names = list(sources) if modules == ["all"] else modules
+    def below(top: str) -> dict[str, str]:
+        """The modules ``top`` instantiates, and theirs."""
+        found, todo = {}, [top]
+        while todo:
+            for n, t in sources.items():
+                if n not in found and n != top and area._mentions(sources[todo[-1]], n):
+                    found[n] = t
+                    todo.insert(0, n)
+            todo.pop()
+        return found
+
+    split = area.SPLIT_ABOVE
     for top in names:
-        libs = {n: t for n, t in sources.items() if n != top and n in sources[top]}
+        libs = below(top)
         if area.structural_children(sources[top], libs) is not None:
             continue
         with tempfile.TemporaryDirectory() as cache:
             area.synthesize(libs, cache=Path(cache), jobs=1)  # its children first, untimed
+            area.SPLIT_ABOVE = 0  # this module's parts apart, whatever its size
             cpu0 = children_cpu()
             parts = area.synthesize({top: sources[top], **libs}, cache=Path(cache), jobs=1)
             parts_cpu = children_cpu() - cpu0
+            area.SPLIT_ABOVE = split
         cpu0 = children_cpu()
         stat = area._run(top, sources[top], libs)
         flat_cpu = children_cpu() - cpu0
