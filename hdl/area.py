@@ -8,17 +8,18 @@ hierarchy: own gates plus, for each child module, instances x that module's tota
 
 Within a module's file, Amaranth writes its sub-modules (its parts, named ``module.part``:
 fp32 multipliers and adders, format converters) beside it. A module is synthesised flattened
-with its parts, unless its text is longer than :data:`SPLIT_ABOVE` (the activation lane of
-trn2, 1.5 MB: thirteen fp32 multipliers, ten adders, the output cast, about 70 s of Yosys
-CPU flattened, the cold run's floor). Then its parts are synthesised apart: the module's own
+with its parts, unless its text is longer than :data:`SPLIT_ABOVE` (as trn2's activation
+lane was, 1.5 MB with thirteen fp32 multipliers, ten adders and the output cast, about 70 s of
+Yosys CPU flattened, before its fp32 units became emitted modules of their own). Then its
+parts are synthesised apart: the module's own
 logic with its parts as black boxes, and each distinct part once, as its own module (parts
 whose text differs only in name, port order and the Verilog writer's numbering are one). Its
 figure is its own cells plus each part's cells times its instances. What this gives up is
 optimisation across a part's ports: a part whose inputs are narrower or constant in its
 place is counted at its full width (the PE's multipliers take its format converters'
 outputs). Measured against the flattened modules (``benchmarks/area.md``): the activation
-lane +2.4 %, the vector lane +4.7 %, the PE +32 %; hence the threshold, which only the
-activation lane passes.
+lane +2.4 %, the vector lane +4.7 %, the PE +32 %; hence the threshold, which only that
+activation lane passed.
 
 The script (:data:`SCRIPT`, :data:`ABC_SCRIPT`) departs from Yosys's default ``synth`` in two
 places, both for time (``benchmarks/area.md`` measures them):
