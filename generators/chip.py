@@ -147,13 +147,23 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
         rtl: list[Path] = []
         sections: dict[str, object] = {}
         emitted: dict[str, list[list[Path]]] = {}
+        # A unit that assembles others (the core: ``area`` False) shares the modules they
+        # wrote into rtl/, so it is emitted once they are all written.
         futures = [(unit, [submit(_emit, unit.name, params, stage.path("rtl"), header(doc))
-                           for params in variants]) for unit, variants in plan]
+                           for params in variants]) for unit, variants in plan if unit.area]
         figures = draw_figures(doc)
+        for _, variants in futures:
+            for future in variants:
+                future.result()
+        futures += [(unit, [submit(_emit, unit.name, params, stage.path("rtl"), header(doc))
+                            for params in variants]) for unit, variants in plan
+                    if not unit.area]
+        futures.sort(key=lambda entry: [unit for unit, _ in plan].index(entry[0]))
         for unit, variants in futures:
             for future in variants:
                 files = future.result()
-                emitted.setdefault(unit.name, []).append(files)
+                if unit.area:
+                    emitted.setdefault(unit.name, []).append(files)
                 core, text = core_text(spec.name, files, header(doc), __version__)
                 rtl += files + [stage.write_text(f"rtl/{core}", text)]
             if unit.datasheet is not None:
@@ -235,15 +245,19 @@ FIGURE_TITLES = {
     "block": "Block diagram: cores, engines, buffers, HBM, DMA and links",
     "topology": "Topology of the instance the system model builds from this chip",
     "roofline": "Roofline: tensor throughput against arithmetic intensity under HBM",
+    "core": "One NeuronCore as its RTL is built: sequencers, semaphores, engines, SBUF, PSUM "
+            "and ports",
 }
 
 
 def draw_figures(doc: Document) -> dict[str, str]:
     """The datasheet's SVG pictures, by name (see :mod:`generators.pictures`)."""
+    from hdl.params import core_params
     from sim.system.model import ModelError, build
+    from specs.errors import InputError
     from specs.loader import bundled, load_document
 
-    from .pictures import block_diagram, roofline, topology
+    from .pictures import block_diagram, core_diagram, roofline, topology
 
     spec: ChipSpec = doc.spec
     out = {"block": block_diagram(spec)}
@@ -261,6 +275,11 @@ def draw_figures(doc: Document) -> dict[str, str]:
              for k, v in chip.compute().items()
              if k.startswith("compute.") and not k.endswith("_sparse")}
     out["roofline"] = roofline(spec, peaks, spec.memory.bandwidth.to("B/s").magnitude)
+    try:
+        params = core_params(spec, "full")
+    except InputError:
+        return out  # no core RTL for it (the message is the core unit's "not emitted")
+    out["core"] = core_diagram(params)
     return out
 
 

@@ -188,10 +188,16 @@ def chip(spec, output, scale, synthesise):
 @click.option("--sim", "simulator", type=click.Choice(["icarus", "verilator"]),
               default="icarus", show_default=True)
 @click.option("--seed", type=int, default=None, help="Seed of the random tests.")
+@click.option("--kernel", default=None, metavar="NAME",
+              help="With --unit core: co-simulate only this program (a program of the core's "
+                   "testbench, a kernel of `gen kernels`, or 'random').")
 @click.option("--waves", is_flag=True,
               help="Record an FST waveform of each run, scoped to the unit, and print its path.")
-def sim(spec, unit_name, simulator, seed, waves):
-    """Run a unit's cocotb testbench on SPEC at simulation scale."""
+def sim(spec, unit_name, simulator, seed, kernel, waves):
+    """Run a unit's cocotb testbench on SPEC at simulation scale.
+
+    With --unit core, the NeuronCore co-simulation: each program runs on the RTL and on the
+    core simulator, and every byte of SBUF, PSUM and memory must match."""
     import contextlib
     import random
 
@@ -209,20 +215,27 @@ def sim(spec, unit_name, simulator, seed, waves):
     reason = unit.unsupported(doc.spec)
     if reason:
         raise SpecError(f"{doc.name} has no {unit_name} unit ({reason})")
+    if kernel is not None and unit_name != "core":
+        raise SpecError(f"--kernel is an option of --unit core, not of --unit {unit_name}")
+    options = {} if kernel is None else {"kernel": kernel}
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
     variants = list(unit.params(doc.spec, "sim"))
+    for params in variants if unit.check is not None else ():
+        unit.check(params, simulator, seed, **options)
     click.echo(f"{doc.name}: {unit_name} on {simulator}, seed {seed}")
     ok, runs = True, 0
     try:
         with recording_waves() if waves else contextlib.nullcontext():
             for params in variants:
-                results = unit.simulate(params, simulator, seed=seed)
+                results = unit.simulate(params, simulator, seed=seed, **options)
                 for r in results if isinstance(results, list) else [results]:
                     ok &= r.ok
                     runs += 1
                     state = "PASS" if r.ok else "FAIL"
-                    click.echo(f"  {state} {_label(params)}: {r.tests} tests, {r.failures} "
-                               f"failed ({r.results_xml})")
+                    click.echo(f"  {state} {r.name or _label(params)}: {r.tests} tests, "
+                               f"{r.failures} failed ({r.results_xml})")
+                    for message in r.messages:
+                        click.echo(f"    {message}")
                     if r.waves is not None:
                         click.echo(f"    waves: {r.waves}")
     except SimulatorMissing as exc:

@@ -7,6 +7,8 @@
   around their switch.
 * :func:`roofline`: attainable tensor throughput against arithmetic intensity for each input
   format of the chip, under its HBM bandwidth (log-log).
+* :func:`core_diagram`: one NeuronCore as its RTL is built at full scale: sequencers,
+  semaphores, engines, SBUF, PSUM and the ports.
 """
 
 from __future__ import annotations
@@ -225,3 +227,61 @@ def roofline(spec: ChipSpec, peaks: dict[str, float], bandwidth: float) -> str:
     body.append(f"<text x='{left + pw + 8}' y='{top + 22 + 16 * len(peaks)}' font-size='11' "
                 f"fill='#444'>HBM {bandwidth / 1e12:.2f} TB/s</text>")
     return _svg(width, height, body, f"{spec.name} roofline")
+
+
+def core_diagram(params) -> str:
+    """One NeuronCore as its RTL builds it (:class:`hdl.core.core.NeuronCore` of ``params``):
+    the host port, one sequencer per instruction stream, the semaphores, the engines, SBUF
+    and PSUM, and the DMA engine on its AXI4 port."""
+    from hdl.core.core import HOST_BITS, HostMap
+
+    hm = HostMap(params)
+    engines = [s for s in hm.streams if not s.startswith("dma")]
+    queues = [s for s in hm.streams if s.startswith("dma")]
+    columns = len(engines) + 1
+    cw, gap, margin = 170, 16, 20
+    width = max(2 * margin + columns * cw + (columns - 1) * gap, 620)
+    cw = (width - 2 * margin - (columns - 1) * gap) / columns
+    height = 360
+    body = [f"<text x='{width / 2:.0f}' y='22' font-size='15' text-anchor='middle' "
+            f"font-weight='bold'>NeuronCore RTL of {escape(params.name)} "
+            f"(neuron_core)</text>"]
+    body.append(_box(margin, 36, width - 2 * margin, 34, "Host port", "#eeeeee",
+                     sub=f"{HOST_BITS}-bit words: programs, start, status, cycle stamps, "
+                         f"SBUF and PSUM"))
+    for i, name in enumerate(engines + ["dma"]):
+        x = margin + i * (cw + gap)
+        if name == "dma":
+            seq = f"{len(queues)} sequencers ({queues[0]} .. {queues[-1]})"
+            label, sub = "DMA engine", f"{len(queues)} queues"
+        else:
+            seq = f"sequencer: {params.instructions} instructions"
+            label, sub = f"{name.capitalize()} engine", f"{params.partitions} partitions"
+        body.append(_box(x, 84, cw, 40, f"{name} stream" if name != "dma" else "DMA streams",
+                         "#fff3c4", size=10, sub=seq))
+        body.append(f"<line x1='{x + cw / 2:.1f}' y1='124' x2='{x + cw / 2:.1f}' y2='176' "
+                    f"stroke='#555'/>")
+        body.append(_box(x, 176, cw, 40, label, "#d9f2d9", size=11, sub=sub))
+    body.append(_box(margin, 134, width - 2 * margin, 30, f"{params.semaphores} semaphores",
+                     "#f2e6ff", size=10, sub="32-bit counters; deadlock detection"))
+    addr_bits = max(1, (params.hbm_bytes - 1).bit_length())
+    sbuf_w, psum_w = hm.sbuf_words, hm.psum_words
+    half = (width - 2 * margin - gap) / 2
+    def size(nbytes: int) -> str:
+        for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if nbytes >= scale and nbytes % scale == 0:
+                return f"{nbytes // scale} {unit}"
+        return f"{nbytes} B"
+
+    bits = 32 * params.partitions
+    body.append(_box(margin, 230, half, 44, "SBUF", "#ffe9c7", size=11,
+                     sub=f"{params.partitions} x {size(params.sbuf_bytes)}: {sbuf_w} rows of "
+                         f"{bits} bits"))
+    body.append(_box(margin + half + gap, 230, half, 44, "PSUM", "#ffd7d7", size=11,
+                     sub=f"{params.psum_banks} banks, {params.partitions} x "
+                         f"{size(params.psum_bytes)}: {psum_w} rows of {bits} bits"))
+    body.append(_box(margin, 294, width - 2 * margin, 40, "AXI4 manager port (m_axi)",
+                     "#e6d9f7", size=11,
+                     sub=f"{addr_bits}-bit addresses, 32-bit data, {size(params.hbm_bytes)} "
+                         f"of memory"))
+    return _svg(width, height, body, f"{params.name} NeuronCore RTL")

@@ -33,6 +33,12 @@ class Unit:
     unsupported: Callable[[ChipSpec], str] = lambda spec: ""
     #: spec -> datasheet tables (dicts with title, columns, rows, note)
     datasheet: Callable[[ChipSpec], list[dict]] | None = None
+    #: (params, simulator, seed, **options) -> raises InputError for what `gen sim` would
+    #: refuse, checked before anything is simulated (its return value is not used)
+    check: Callable[..., None] | None = None
+    #: whether the datasheet's area tables count the unit's modules (not the core's: it
+    #: assembles engines they already count, once per core)
+    area: bool = True
 
 
 UNITS: dict[str, Unit] = {}
@@ -181,3 +187,106 @@ def _tensor_simulate(params, sim, seed=None):
 
 UNITS["tensor"] = Unit("tensor", lambda spec, scale: [tensor_params(spec, scale)],
                        _tensor_emit, _tensor_simulate)
+
+
+# --- the NeuronCore -------------------------------------------------------------------------
+
+#: The programs `gen sim --unit core` runs without --kernel, by simulator: on Verilator every
+#: program of the co-simulation and a seeded random one; on Icarus, about ten times slower
+#: (benchmarks/core_rtl.md), a small one and the deadlock.
+CORE_PROGRAMS = {"verilator": None, "icarus": ("vector_add", "deadlock")}
+
+
+def _core_names(params, sim, seed, kernel=None) -> list[str]:
+    """The programs `gen sim --unit core` runs (``kernel`` alone: a program or kernel name,
+    or ``random``); raises InputError for a program the core simulator rejects or the RTL
+    cannot run, so that it is never simulated."""
+    from sim.tb.core import PROGRAMS, RANDOM, check_program, program_names
+    from specs.errors import InputError
+
+    if kernel is not None:
+        if kernel not in program_names():
+            raise InputError(f"--kernel must be one of {', '.join(program_names())}, not "
+                             f"{kernel!r}")
+        names = [kernel]
+    else:
+        names = list(CORE_PROGRAMS[sim] or [*PROGRAMS, RANDOM])
+    for name in names:
+        why = check_program(params, name, seed)
+        if why is not None:
+            raise InputError(f"not simulated: {why}")
+    return names
+
+
+def _core_simulate(params, sim, seed=None, kernel=None):
+    from sim.tb.core import simulate
+
+    return [simulate(params, name, sim, seed) for name in _core_names(params, sim, seed,
+                                                                     kernel)]
+
+
+def _core_params(spec: ChipSpec, scale: str):
+    from hdl.params import core_params
+
+    return [core_params(spec, scale)]
+
+
+def _core_unsupported(spec: ChipSpec) -> str:
+    from specs.errors import InputError
+
+    try:
+        _core_params(spec, "sim")
+    except InputError as err:
+        return str(err)
+    return ""
+
+
+def core_datasheet(spec: ChipSpec) -> list[dict]:
+    """The core's memories and engines as its RTL builds them, at full and simulation
+    scale."""
+    from hdl.core.core import HOST_BITS, HostMap
+    from hdl.core.isa import WORD_BITS
+
+    scales = {scale: _core_params(spec, scale)[0] for scale in ("full", "sim")}
+
+    def row(what: str, value) -> list[str]:
+        return [what] + [value(p, HostMap(p)) for p in scales.values()]
+
+    def engines(p, hm) -> str:
+        return ", ".join(s for s in hm.streams if not s.startswith("dma"))
+
+    rows = [
+        row("SBUF", lambda p, hm: f"{p.partitions} partitions x {p.sbuf_bytes} B: one memory "
+            f"of {hm.sbuf_words} rows x {32 * p.partitions} bits, byte enables"),
+        row("PSUM", lambda p, hm: f"{p.partitions} partitions x {p.psum_bytes} B in "
+            f"{p.psum_banks} banks of {p.psum_bank_bytes} B: {hm.psum_words} rows x "
+            f"{32 * p.partitions} bits"),
+        row("Engines", lambda p, hm: f"{engines(p, hm)} and DMA, over {p.partitions} "
+            "partitions"),
+        row("DMA", lambda p, hm: f"{p.dma_queues} queues on one AXI4 manager port, "
+            f"{max(1, (p.hbm_bytes - 1).bit_length())}-bit addresses, 32-bit data"),
+        row("Sequencers", lambda p, hm: f"{len(hm.streams)} ({', '.join(hm.streams[:4])}"
+            f"{' ..' if len(hm.streams) > 4 else ''}), each {p.instructions} instructions "
+            f"of {WORD_BITS} bits with cycle stamps"),
+        row("Semaphores", lambda p, hm: f"{p.semaphores} x 32 bits"),
+        row("Host port", lambda p, hm: f"{HOST_BITS}-bit words: programs, start, status, "
+            "cycles, stamps, SBUF and PSUM reads"),
+    ]
+    return [{
+        "title": "NeuronCore RTL: memories and engines",
+        "note": "As `hdl.core.core.NeuronCore` builds them from the spec (`gen chip` emits "
+                "neuron_core.v at full scale; `gen sim --unit core` co-simulates the core at "
+                "simulation scale against the core simulator).",
+        "columns": ["part", "full scale", "simulation scale"],
+        "rows": rows,
+    }]
+
+
+def _core_emit(params, rtl_dir, header):
+    from generators.core import emit
+
+    return emit(params, rtl_dir, header)
+
+
+UNITS["core"] = Unit("core", _core_params, _core_emit, _core_simulate, _core_unsupported,
+                     datasheet=core_datasheet, check=_core_names, area=False)

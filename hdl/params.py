@@ -222,9 +222,10 @@ def core_params(spec: ChipSpec, scale: Scale = "full") -> CoreParams:
 
     At ``"sim"`` scale the spec's ``chip.sim`` fields cut the core down: ``partitions``,
     ``sbuf_partition_bytes``, ``hbm_bytes``, ``dma_queues``, ``instructions`` and
-    ``semaphores``, the simulated array (``tensor_rows`` x ``tensor_cols``, moving tiles of
-    ``tensor_moving_max``), and PSUM banks each one moving tile of fp32 deep. Clocks and cost
-    rules stay the chip's.
+    ``semaphores``, the scalar engine's activation lanes (``lanes``; at full scale
+    ``core.scalar.lanes``), the simulated array (``tensor_rows`` x ``tensor_cols``, moving
+    tiles of ``tensor_moving_max``), and PSUM banks each one moving tile of fp32 deep. Clocks
+    and cost rules stay the chip's.
     """
     _check_scale(scale)
     c, d = spec.core, spec.dma
@@ -252,15 +253,18 @@ def core_params(spec: ChipSpec, scale: Scale = "full") -> CoreParams:
         psum_bytes, rows, cols = int(si(c.psum.partition_size, "B")), t.rows, t.cols
         moving, hbm, queues = t.moving_max, int(si(spec.memory.capacity, "B")), d.queues
         instructions, semaphores = c.instructions, c.semaphores
+        activation_lanes = c.scalar.lanes
     else:
         moving = min(t.moving_max, sim.tensor_moving_max)
         partitions, sbuf_bytes = sim.partitions, sim.sbuf_partition_bytes
         psum_bytes, rows, cols = c.psum.banks * moving * 4, sim.tensor_rows, sim.tensor_cols
         hbm, queues, instructions = sim.hbm_bytes, sim.dma_queues, sim.instructions
         semaphores = min(sim.semaphores, c.semaphores)
+        activation_lanes = min(sim.lanes, partitions)
     return _build(
         CoreParams, f"{spec.name}: core fields" + (" at sim scale" if sim else ""),
         name=spec.name, version=spec.neuron_core, partitions=partitions,
+        activation_lanes=activation_lanes,
         sbuf_bytes=sbuf_bytes, psum_bytes=psum_bytes, psum_banks=c.psum.banks,
         rows=rows, cols=cols, moving_max=moving, row_tiles=tuple(t.row_tiles),
         formats=formats, tensor=array,

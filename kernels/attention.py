@@ -180,13 +180,13 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
             parts = [(c, c0, min(chunk, kb - c0)) for c, c0 in enumerate(range(0, kb, chunk))]
             for c, c0, rows in parts:
                 b.emit("tensor", Transpose(
-                    dst=b.tile("psum", "fp32", pt_ps + c * tq * 4, rows, ((qp, 1),)),
+                    dst=b.tile("psum", dtype, pt_ps + c * tq * 4, rows, ((qp, 1),)),
                     src=b.tile("sbuf", dtype, p_sb[h] + c0 * es, qp, ((rows, 1),))))
             b.wait("vector", b.signal("tensor"))
             for c, _, rows in parts:
                 b.emit("vector", TensorCopy(
                     dst=b.tile("sbuf", dtype, pt_sb + c * tq * es, rows, ((qp, 1),)),
-                    src=b.tile("psum", "fp32", pt_ps + c * tq * 4, rows, ((qp, 1),))))
+                    src=b.tile("psum", dtype, pt_ps + c * tq * 4, rows, ((qp, 1),))))
             b.wait("tensor", b.signal("vector"))
             o_tile = b.tile("psum", "fp32", o_ps, qp, ((d, 1),))
             for c, _, rows in parts:

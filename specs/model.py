@@ -419,7 +419,13 @@ class SimScale(Strict):
 
     tensor_rows: PosInt = Field(8, description="Tensor array rows in simulation.")
     tensor_cols: PosInt = Field(8, description="Tensor array columns in simulation.")
-    lanes: PosInt = Field(4, description="Vector and scalar lanes in simulation.")
+    lanes: PosInt = Field(
+        4, description="Vector and scalar lanes in simulation: of the units simulated alone, "
+                       "and the activation lanes of the simulated core's scalar engine, which "
+                       "serves its partitions in turn, this many at a time (each lane is a "
+                       "whole floating-point pipeline with its function ROM; one per "
+                       "partition would make the core's Verilator build several times "
+                       "longer for no datapath not already covered by four).")
     link_width: PosInt = Field(64, description="Link datapath width in simulation, bits.")
     link_packet: PosInt = Field(8, description="Largest link packet in simulation, words.")
     link_credits: PosInt = Field(16, description="Link receive buffer in simulation, words.")
@@ -434,7 +440,7 @@ class SimScale(Strict):
     partitions: PosInt = Field(
         16, description="SBUF and PSUM partitions of the simulated core (the full core's "
                         "128 cut down so that a cocotb run of the whole core stays short); "
-                        "also the lanes of the core's vector and scalar engines.")
+                        "also the lanes of the core's vector engine.")
     sbuf_partition_bytes: PosInt = Field(
         4096, description="SBUF bytes per partition of the simulated core: room for the "
                           "working set of the library's kernels at simulation shapes (two "
@@ -447,8 +453,10 @@ class SimScale(Strict):
         256, description="Instruction words each sequencer of the simulated core holds: "
                          "enough for the co-simulated kernels at simulation scale.")
     dma_queues: PosInt = Field(
-        3, description="DMA queues of the simulated core: the three (dma0 .. dma2) that the "
-                       "element-wise and normalisation kernels use.")
+        7, description="DMA queues of the simulated core: the seven (dma0 .. dma6) that the "
+                       "GEMM kernels use (A on one queue, B spread over four, results "
+                       "stored on two); the element-wise and normalisation kernels use "
+                       "three.")
     semaphores: PosInt = Field(
         16, description="Hardware semaphores of the simulated core: more than the kernel "
                         "builder's one per stream.")

@@ -119,6 +119,11 @@ def test_chip_full_scale_trn2(tmp_path):
     assert manifest["scale"] == "full"
     rtl = {f["path"] for f in manifest["files"] if f["path"].startswith("rtl/")}
     assert "rtl/tensor_pe.v" in rtl and "rtl/vector_lane.v" in rtl
+    assert {"rtl/neuron_core.v", "rtl/neuron_core.vlt", "rtl/neuron_core.f",
+            "rtl/neuron_core.core"} <= rtl
+    core_files = (out / "rtl" / "neuron_core.f").read_text().splitlines()
+    assert core_files[-1] == "neuron_core.v" and "vector_lane.v" in core_files
+    assert all(f"rtl/{name}" in rtl for name in core_files if not name.startswith("#"))
     assert not any(p.startswith("rtl/tensor_bf16") for p in rtl)  # one engine, every format
     top = (out / "rtl" / "tensor.v").read_text()
     assert "localparam ROWS = 128;" in top and "localparam COLS = 128;" in top

@@ -17,6 +17,7 @@ from hdl.core.isa import (
     TensorCopy,
     TensorReduce,
     TensorTensor,
+    Transpose,
 )
 from hdl.params import core_params
 from hdl.tensor.params import SystolicParams
@@ -335,6 +336,45 @@ def test_multiply_must_match_its_tile_in_rate(trn1):
     with pytest.raises(ProgramError, match=r"tensor\[1\].*stationary: the loaded stationary "
                                            r"is 8 x 8 bf16.*must match its tile's in rate"):
         Core(trn1).run(program(tensor=ins), timing_only=True)
+
+
+def test_tf32_mixes_with_no_other_format(trn1):
+    """"FP32/TF32 not mixed with others" [ISA]: tf32 runs at bf16's rate, yet a bf16 tile
+    takes no tf32 moving tile, nor a tf32 tile an fp16 one. (The instruction set has no tf32
+    operand type yet, so the rule is checked where the simulator keeps it.)"""
+    core = Core(trn1)
+    assert core._partners("bf16", "fp16") and core._partners("tf32", "tf32")
+    assert not core._partners("bf16", "tf32") and not core._partners("tf32", "fp16")
+
+
+def test_transpose_is_the_arrays_pass(trn1):
+    """A transpose writes the input's own bf16 codes to PSUM, -0 and a NaN payload kept (an
+    identity matmul would give +0 and the canonical NaN), against numpy's transpose of the
+    typed tile; its time is the array's load and transpose pass from the cycle model."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(3)
+    k, m = 8, 6
+    raw = rng.integers(0, 1 << 16, size=(k, m)).astype(np.uint16)
+    raw[0, 0], raw[1, 2] = 0x8000, 0x7F81  # -0, a signalling NaN with a payload
+    src, dst = sbuf(0, k, 0, m, "bf16"), AP("psum", "bf16", 0, m, 0, ((k, 1),))
+    prog = Program()
+    hbm_src = prog.tensor("x", (k, m), "bf16").ap((0, k))
+    prog.streams = {"dma0": [DmaCopy(dst=src, src=hbm_src), SemSignal(sem=0)],
+                    "tensor": [SemWait(sem=0, value=1), Transpose(dst=dst, src=src)]}
+    hbm = np.zeros(prog.hbm_bytes, dtype=np.uint8)
+    hbm[hbm_src.offset: hbm_src.offset + raw.nbytes] = raw.view(np.uint8).reshape(-1)
+    result = Core(trn1).run(prog, hbm=hbm)
+    got = result.psum[:m, :2 * k].copy().view(np.uint16)
+    assert np.array_equal(got, raw.view(ml_dtypes.bfloat16).T.view(np.uint16))
+    alone = Core(trn1).run(program(tensor=[Transpose(dst=dst, src=src)]), timing_only=True)
+    array = SystolicParams(rows=128, cols=128, formats=("bf16",))
+    total = systolic.schedule(array, [systolic.Load(k, m), systolic.Transpose(k)]).total
+    assert round(alone.time * trn1.clock("tensor")) == total
+    bad = [Transpose(dst=AP("psum", "fp32", 0, m, 0, ((k, 1),)), src=src)]
+    with pytest.raises(ProgramError, match=r"tensor\[0\].*format: a transpose writes its "
+                                           r"input's format to PSUM \(bf16\), not fp32"):
+        Core(trn1).run(program(tensor=bad), timing_only=True)
 
 
 def test_double_row_takes_no_column_tile():

@@ -34,13 +34,22 @@ def test_pictures_are_drawn_from_the_spec(trn2):
     roof = (trn2 / "figures" / "roofline.svg").read_text()
     # bf16: 8 cores x 128 x 128 PEs x 2 FLOP x 2.4 GHz = 629 TFLOP/s; ridge at / 2.9 TB/s.
     assert "bf16: 629 TFLOP/s, ridge at 217 FLOP/B" in roof
+    core = (trn2 / "figures" / "core.svg").read_text()
+    # trn2's core: 28 MiB of SBUF and 2 MiB of PSUM over 128 partitions (NKI3) are 224 KiB
+    # (57344 32-bit words) and 16 KiB each; a row holds one word of every partition; 16 DMA
+    # queues; 96 GiB of HBM (TRN2) take 37 address bits.
+    assert "128 x 224 KiB: 57344 rows of 4096 bits" in core
+    assert "8 banks, 128 x 16 KiB: 4096 rows of 4096 bits" in core
+    assert "16 sequencers (dma0 .. dma15)" in core and ">128 partitions<" in core
+    assert "37-bit addresses, 32-bit data, 96 GiB of memory" in core
 
 
 def test_both_datasheets_show_the_same_files(trn2):
     md = (trn2 / "datasheet.md").read_text()
     html = (trn2 / "datasheet.html").read_text()
     files = sorted(p.relative_to(trn2).as_posix() for p in (trn2 / "figures").glob("*.svg"))
-    assert files == ["figures/block.svg", "figures/roofline.svg", "figures/topology.svg"]
+    assert files == ["figures/block.svg", "figures/core.svg", "figures/roofline.svg",
+                     "figures/topology.svg"]
     assert sorted(re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)) == files
     assert sorted(re.findall(r'<img src="([^"]+)"', html)) == files
 
@@ -83,7 +92,7 @@ def test_html_datasheet_renders_in_chromium(trn2, chromium):
     errors, images = render(trn2 / "datasheet.html")
     assert errors == []
     assert [src for src, _, _ in images] == ["figures/block.svg", "figures/topology.svg",
-                                             "figures/roofline.svg"]
+                                             "figures/roofline.svg", "figures/core.svg"]
     assert all(w > 0 and h > 0 for _, w, h in images), images
 
 
@@ -93,3 +102,23 @@ def test_render_sees_a_missing_picture(tmp_path, chromium):
     errors, images = render(page)
     assert images == [("missing.svg", 0, 0)]
     assert errors  # the failed load is reported on the console
+
+
+def test_core_table_shows_its_memories_and_engines():
+    """The datasheet's core table at both scales: trn2's 28 MiB SBUF and 2 MiB PSUM over
+    128 partitions (NKI3), 8 PSUM banks; its simulation scale from chip.sim."""
+    from generators.units import core_datasheet
+    from specs.loader import load
+
+    spec = load("trn2")
+    [table] = core_datasheet(spec)
+    rows = {row[0]: row[1:] for row in table["rows"]}
+    assert table["columns"] == ["part", "full scale", "simulation scale"]
+    assert rows["SBUF"][0].startswith(f"128 partitions x {28 * 2**20 // 128} B: one memory of "
+                                      f"{28 * 2**20 // 128 // 4} rows x 4096 bits")
+    assert rows["PSUM"][0].startswith(f"128 partitions x {2 * 2**20 // 128} B in 8 banks")
+    sim = spec.sim
+    assert rows["SBUF"][1].startswith(f"{sim.partitions} partitions x "
+                                      f"{sim.sbuf_partition_bytes} B")
+    assert rows["DMA"][0].startswith("16 queues on one AXI4 manager port, 37-bit addresses")
+    assert rows["Engines"][0].endswith("and DMA, over 128 partitions")

@@ -1,6 +1,6 @@
-"""`gen chip` writes a CAPI2 core per emitted engine, and FuseSoC takes it: core-info reads
-it, and its lint target runs Verilator through edalize on the emitted link port, vector
-engine and scalar (activation) engine."""
+"""`gen chip` writes a CAPI2 core per emitted engine and the NeuronCore, and FuseSoC takes it:
+core-info reads it, and its lint target runs Verilator through edalize on the emitted link port,
+vector engine, scalar (activation) engine and core."""
 
 import os
 import re
@@ -63,6 +63,42 @@ def test_fusesoc_lint_target_passes(sim_build, tmp_path, top):
     assert core["filesets"]["waivers"] == {"files": [f"{top}.vlt"], "file_type": "vlt"}
     result = fusesoc("--cores-root", str(sim_build), "run", "--build-root",
                      str(tmp_path / "b"), "--target", "lint", f"trngen:trn2:{top}",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Warning" not in result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def core_build(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("chip") / "trn2"
+    generate_chip(load_document("trn2"), out, "sim", units=["vector", "core"])
+    return out
+
+
+def test_neuron_core_is_a_fusesoc_core_that_lints_clean(core_build, tmp_path):
+    """The NeuronCore's .core lists the modules it instantiates before it, as its file list
+    does; the chip's file list defines each module once (a module the vector engine also
+    wrote is shared or renamed for the core); core-info reads the .core, and its lint target
+    (verilator -Wall with neuron_core.vlt) passes at simulation scale."""
+    rtl = core_build / "rtl"
+    core = yaml.safe_load((rtl / "neuron_core.core").read_text())
+    assert core["name"] == "trngen:trn2:neuron_core:0.1.0"
+    files = core["filesets"]["rtl"]["files"]
+    assert files[-1] == "neuron_core.v" and len(files) > 1
+    assert [n for n in (rtl / "neuron_core.f").read_text().splitlines()
+            if not n.startswith("#")] == files
+    chip_files = (rtl / "files.f").read_text().splitlines()
+    assert len(chip_files) == len(set(chip_files)) and set(files) <= set(chip_files)
+    modules = [m for p in rtl.glob("*.v")
+               for m in re.findall(r"^module\s+([A-Za-z_][\w$]*)", p.read_text(), re.M)]
+    assert len(modules) == len(set(modules))
+    result = fusesoc("--cores-root", str(core_build), "core-info", "trngen:trn2:neuron_core",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "trngen:trn2:neuron_core:0.1.0" in result.stdout
+    skip_unless_available("verilator")
+    result = fusesoc("--cores-root", str(core_build), "run", "--build-root",
+                     str(tmp_path / "b"), "--target", "lint", "trngen:trn2:neuron_core",
                      cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Warning" not in result.stdout + result.stderr

@@ -72,3 +72,18 @@ def test_emission_writes_only_changed_files(tmp_path):
     emit(params, tmp_path, HEADER)
     assert files[0].stat().st_mtime_ns == 1
     assert all(f.stat().st_mtime_ns == stamps[f] for f in files[1:])
+
+
+def test_quarter_rate_gate_only_with_a_quarter_rate_format():
+    """The sequencer's quarter-rate register and its phase counter exist only in an array
+    with a quarter-rate format; elsewhere no multiply waits for a column."""
+    from amaranth.back import rtlil
+
+    from hdl.tensor.systolic import SystolicControl
+
+    for quarter in ((), ("fp32",)):
+        params = SystolicParams(rows=2, cols=2, formats=("bf16", "fp32"), quarter_rate=quarter,
+                                moving_max=4)
+        control = rtlil.convert(SystolicControl(params), name="control")
+        assert ("\\mul_quarter" in control) == bool(quarter)
+        assert ("\\phase" in control) == bool(quarter)

@@ -20,6 +20,7 @@ from sim.golden import systolic
 from sim.golden.systolic import (
     Load,
     Multiply,
+    Transpose,
     cycles,
     matmul,
     matmul_cycles,
@@ -282,6 +283,16 @@ def test_schedule_checks_formats():
         with pytest.raises(ValueError, match=rf"fmt of a multiply must match its tile's "
                                              rf"'{tile}' in rate and kind, not '{moving}'"):
             schedule(p, [Load(1, 2, tile), Multiply(1, fmt=moving)])
+    # "FP32/TF32 not mixed with others" [ISA]: tf32 is single-rate float, as bf16 and fp16.
+    t = SystolicParams(rows=2, cols=2, formats=("bf16", "fp16", "tf32", "fp32"))
+    schedule(t, [Load(2, 2, "tf32"), Multiply(1, fmt="tf32"), Load(2, 2, "bf16"),
+                 Multiply(1, fmt="fp16")])
+    for tile, moving in (("tf32", "bf16"), ("fp16", "tf32"), ("fp32", "tf32"),
+                         ("bf16", "fp32")):
+        with pytest.raises(ValueError, match=rf"fmt of a multiply must be its tile's "
+                                             rf"'{tile}' when either is one of fp32, tf32 "
+                                             rf"\(not mixed with others\), not '{moving}'"):
+            schedule(t, [Load(1, 2, tile), Multiply(1, fmt=moving)])
     mx = SystolicParams(rows=2, cols=2, formats=("bf16", "mxfp8", "mxfp4"))
     schedule(mx, [Load(2, 2, "mxfp8"), Multiply(1, fmt="mxfp4")])  # MX with MX: one kind
     for tile, moving in (("mxfp8", "bf16"), ("bf16", "mxfp4")):
@@ -326,6 +337,58 @@ def test_load_waits_for_the_multiply_that_reads_its_bank():
     # the last multiply at 13.
     assert s.accepted == (0, 2, 3, 5, 13)
     assert s.outputs[-1] == 14 + p.depth + 2
+
+
+@pytest.mark.parametrize("name", [*ML, "int8"])
+def test_transpose_keeps_every_bit(name):
+    """The transpose pass against numpy's transpose of the typed tile: -0, NaN payloads,
+    infinities and subnormals leave as they were loaded (an identity matmul would make the
+    zero +0 and the NaN canonical)."""
+    rng = np.random.default_rng(7)
+    dtype = np.int8 if name == "int8" else ML[name][0]
+    width = np.dtype(dtype).itemsize * 8
+    raw = rng.integers(0, 1 << width, size=(5, 3)).astype(_uint(width))
+    if name != "int8":
+        sign = 1 << (width - 1)
+        raw[0, 0], raw[1, 0] = sign, sign | 1  # -0, the smallest negative subnormal
+        raw[2, 0] = np.array(np.nan, dtype).view(_uint(width)) | 1  # a NaN with a payload
+    typed = raw.view(dtype)
+    want = np.ascontiguousarray(typed.T).view(_uint(width)).astype(np.uint32)
+    got = systolic.transpose(raw, name)
+    assert got.dtype == np.uint32 and np.array_equal(got, want)
+
+
+def test_transpose_refuses_mx_and_bad_programs():
+    p = SystolicParams(rows=2, cols=2, formats=("bf16", "fp8_e4m3", "mxfp8"),
+                       double_rate=("fp8_e4m3",), moving_max=8)
+    with pytest.raises(ValueError, match=r"fmt must not be a block-scaled MX format, "
+                                         r"not 'mxfp8'"):
+        systolic.transpose(np.zeros((2, 2), np.uint32), "mxfp8")
+    with pytest.raises(ValueError, match=r"a transpose must follow a Load"):
+        schedule(p, [Transpose(1)])
+    with pytest.raises(ValueError, match=r"a transpose must not read an MX tile, not 'mxfp8'"):
+        schedule(p, [Load(2, 2, "mxfp8"), Transpose(2)])
+    with pytest.raises(ValueError, match=r"n of a transpose must be in 1 \.\. 3 \(the tile's "
+                                         r"k, at most moving_max\), not 4"):
+        schedule(p, [Load(3, 2, "fp8_e4m3"), Transpose(4)])
+    schedule(p, [Load(4, 2, "fp8_e4m3"), Transpose(4)])  # a double-rate tile: 2 per row
+
+
+def test_transpose_times_as_a_full_rate_multiply():
+    """A transpose's beats are made by the sequencer, one a cycle whatever the tile's format
+    (fp32's included): the replay equals that of a full-rate multiply of as many beats, and
+    its figures are the hand-worked ones of a matmul."""
+    p = SystolicParams(rows=4, cols=6, formats=("bf16", "fp32"), quarter_rate=("fp32",),
+                       moving_max=8)
+    for fmt in ("bf16", "fp32"):
+        program = [Load(4, 6, fmt), Transpose(4), Multiply(3, fmt=fmt), Load(2, 5, fmt),
+                   Transpose(2), Transpose(1), Multiply(1, fmt=fmt)]
+        timed = [Multiply(op.n) if isinstance(op, Transpose) else op for op in program]
+        assert schedule(p, program) == schedule(p, timed)
+    for k, m in ((1, 1), (4, 6), (3, 2)):
+        beats = -(-m // p.beat_columns)
+        c = systolic.transpose_cycles(p, k, m)
+        assert c == {"issue": beats + k, "total": beats + k + p.rows + p.cols + 3}
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp32"])

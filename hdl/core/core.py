@@ -1,5 +1,6 @@
 """The NeuronCore: SBUF and PSUM, one sequencer per instruction stream, hardware semaphores,
-the DMA engine on an AXI4 port, the vector engine, and a host port.
+the DMA engine on an AXI4 port, the tensor, vector, scalar (activation) and GpSimd engines,
+and a host port.
 
 Sized by :class:`~hdl.core.params.CoreParams` (:func:`hdl.params.core_params`, full or
 simulation scale):
@@ -8,8 +9,11 @@ simulation scale):
   row holds the 32-bit word at one address of every partition, with byte enables (so an
   engine reads a word of every partition in one cycle, the DMA one partition's word).
   **PSUM**: likewise, ``psum_bytes`` per partition (``psum_banks`` banks of accumulation).
-* **Streams** (:attr:`NeuronCore.streams`): ``vector`` and the DMA queues ``dma0`` ..; each
-  its :class:`~hdl.core.sequencer.Sequencer` of ``instructions`` words.
+* **Streams** (:attr:`NeuronCore.streams`): ``tensor``, ``vector``, ``scalar``, ``gpsimd``
+  and the DMA queues ``dma0`` ..; each its :class:`~hdl.core.sequencer.Sequencer` of
+  ``instructions`` words. The engines: :mod:`hdl.core.tensor`, :mod:`hdl.core.engines`
+  (vector), :mod:`hdl.core.scalar`, and for GpSimd a second vector engine (the element-wise
+  operations and memsets it shares with the vector engine; no Iota yet).
 * **Semaphores**: ``semaphores`` counters of 32 bits (the width of ``SemWait.value``),
   cleared at start; a signal adds its count the cycle after it issues,
   several signals in one cycle add up.
@@ -31,11 +35,15 @@ from hdl.core.dma import AxiSignature, Dma
 from hdl.core.engines import VectorEngine
 from hdl.core.isa import WORD_BITS
 from hdl.core.params import CoreParams
+from hdl.core.scalar import ScalarEngine
 from hdl.core.sequencer import CHUNK_BITS, Sequencer
+from hdl.core.tensor import TensorEngine
 
 __all__ = ["HostMap", "NeuronCore"]
 
 HOST_BITS = 32
+#: The engines' instruction streams, in host-port order (the DMA queues follow).
+ENGINE_STREAMS = ("tensor", "vector", "scalar", "gpsimd")
 
 
 def _bits(n: int) -> int:
@@ -56,7 +64,7 @@ class HostMap:
     START, STATUS, CYCLES = 0, 1, 2
 
     def __init__(self, params: CoreParams):
-        self.streams = ("vector",) + tuple(f"dma{q}" for q in range(params.dma_queues))
+        self.streams = ENGINE_STREAMS + tuple(f"dma{q}" for q in range(params.dma_queues))
         self.index_bits = _bits(params.instructions)
         self.chunks = WORD_BITS // CHUNK_BITS
         self.sbuf_words = params.sbuf_bytes // 4
@@ -118,13 +126,19 @@ class NeuronCore(wiring.Component):
                           "m_axi": Out(AxiSignature(self.addr_bits))})
         words = max(self.map.sbuf_words, self.map.psum_words)
         self.vector = VectorEngine(params.partitions, words)
+        self.gpsimd = VectorEngine(params.partitions, words)
+        self.scalar = ScalarEngine(params.partitions, params.activation_lanes, words,
+                                   params.functions, params.rng)
+        self.tensor = TensorEngine(params.partitions, params.tensor, params.formats, words)
 
     @property
     def streams(self) -> tuple[str, ...]:
         return self.map.streams
 
     def verilog_dependencies(self) -> list[str]:
-        return self.vector.verilog_dependencies()
+        texts = (self.tensor.verilog_dependencies() + self.vector.verilog_dependencies()
+                 + self.scalar.verilog_dependencies())
+        return list(dict.fromkeys(texts))  # the GpSimd engine's modules are the vector's
 
     def elaborate(self, platform):
         m = Module()
@@ -183,10 +197,14 @@ class NeuronCore(wiring.Component):
         m.submodules.dma = dma = Dma(p.dma_queues, n, hm.sbuf_words, self.addr_bits)
         wiring.connect(m, wiring.flipped(self.m_axi), dma.axi)
         m.submodules.vector = vec = self.vector
-        vseq = seqs[0]
-        m.d.comb += [vec.issue.eq(vseq.issue), vec.word.eq(vseq.word), vseq.done.eq(vec.done)]
+        m.submodules.scalar = sca = self.scalar
+        m.submodules.tensor = ten = self.tensor
+        m.submodules.gpsimd = gps = self.gpsimd
+        for engine, seq in zip((ten, vec, sca, gps), seqs, strict=False):
+            m.d.comb += [engine.issue.eq(seq.issue), engine.word.eq(seq.word),
+                         seq.done.eq(engine.done)]
         for q in range(p.dma_queues):
-            seq = seqs[1 + q]
+            seq = seqs[len(ENGINE_STREAMS) + q]
             m.d.comb += [dma.issue[q].eq(seq.issue), dma.word[q].eq(seq.word),
                          seq.done.eq(dma.done[q])]
 
@@ -207,20 +225,24 @@ class NeuronCore(wiring.Component):
             h = mem.read_port()
             m.d.comb += h.addr.eq(offset[:_bits(words)])
             host_data[name] = h.data
-        for port in ("a", "b"):
-            addr, en = getattr(vec, f"{port}_addr"), getattr(vec, f"{port}_en")
-            is_psum = Signal(name=f"{port}_psum")
+        for name, engine, port in (("tensor", ten, "r"), ("tensor", ten, "q"),
+                                   ("vector", vec, "a"), ("vector", vec, "b"),
+                                   ("scalar", sca, "r"), ("gpsimd", gps, "a"),
+                                   ("gpsimd", gps, "b")):
+            addr, en = getattr(engine, f"{port}_addr"), getattr(engine, f"{port}_en")
+            is_psum = Signal(name=f"{name}_{port}_psum")
             with m.If(en):
-                m.d.sync += is_psum.eq(getattr(vec, f"{port}_psum"))
+                m.d.sync += is_psum.eq(getattr(engine, f"{port}_psum"))
             rs, rp = sbuf.read_port(), psum.read_port()
             m.d.comb += [rs.addr.eq(addr), rs.en.eq(en), rp.addr.eq(addr), rp.en.eq(en),
-                         getattr(vec, f"{port}_data").eq(Mux(is_psum, rp.data, rs.data))]
-        for mem, is_psum in ((sbuf, 0), (psum, 1)):
-            w = mem.write_port(granularity=8)
-            sel = vec.w_psum == is_psum
-            m.d.comb += [w.addr.eq(vec.w_addr), w.data.eq(vec.w_data),
-                         w.en.eq(Cat(*[vec.w_be & (sel & vec.w_part[part]).replicate(4)
-                                       for part in range(n)]))]
+                         getattr(engine, f"{port}_data").eq(Mux(is_psum, rp.data, rs.data))]
+        for engine in (ten, vec, sca, gps):
+            for mem, is_psum in ((sbuf, 0), (psum, 1)):
+                w = mem.write_port(granularity=8)
+                sel = engine.w_psum == is_psum
+                m.d.comb += [w.addr.eq(engine.w_addr), w.data.eq(engine.w_data),
+                             w.en.eq(Cat(*[engine.w_be & (sel & engine.w_part[part]).replicate(4)
+                                           for part in range(n)]))]
 
         # --- host reads -------------------------------------------------------------------
         h_region = Signal(4)

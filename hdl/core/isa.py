@@ -189,7 +189,7 @@ class MultiplyMoving(Instruction):
 
 @dataclass(frozen=True, slots=True)
 class Transpose(Instruction):
-    """``dst[f, p] = src[p, f]`` through the tensor engine (a pass with an identity)."""
+    """``dst[f, p] = src[p, f]`` through the tensor engine (its transpose pass: bit for bit)."""
 
     OPCODE: ClassVar[int] = 3
     MNEMONIC: ClassVar[str] = "transpose"

@@ -24,6 +24,7 @@ class CoreParams:
     name: str
     version: str
     partitions: int
+    activation_lanes: int
     sbuf_bytes: int
     psum_bytes: int
     psum_banks: int

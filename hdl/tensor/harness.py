@@ -163,7 +163,7 @@ class SystolicHarness(wiring.Component):
         cmd_fire = cmd["valid"] & cmd["ready"]
         cwp = cmd_stamp.write_port()
         m.d.comb += [cwp.addr.eq(ptr["cmd"]), cwp.data.eq(cycle), cwp.en.eq(cmd_fire)]
-        with m.If(cmd_fire & (cmd_view.op == Op.MULTIPLY)):
+        with m.If(cmd_fire & (cmd_view.op != Op.LOAD)):
             m.d.sync += expected.eq(expected + cmd_view.n)
 
         out_fire = out["valid"] & out["ready"]

@@ -16,6 +16,13 @@ and ``sx`` from bits 8-15 of the two words and folds them into the product's exp
 (:class:`~hdl.numerics.fpu.FpMulScaled32`, ``e = sw + sx - 254``, one rounding); a scale of
 255 makes the product the canonical NaN.
 
+A transpose pass (``ctl.transpose``) multiplies nothing: its moving word selects an element
+of the weight (bit 0: element 0, the whole element of a single-rate format; bit 8: element 1
+of a double-rate word), and the PE puts that element's code, masked to the weight format's
+bits and zero-extended, on ``psum_out`` in place of ``psum_in``; unselected PEs pass
+``psum_in`` down. The sequencer selects one row per vector, so the column leaves the bottom
+holding one stationary row's element, bit for bit.
+
 Weights arrive on a second wave beside the moving one: a stationary beat carries
 ``beat_columns`` columns' words (``w``), the bank to write (``wb``) and ``ws``, the hop count
 to the last column it serves, one less at each PE. A PE with ``ws < beat_columns`` writes
@@ -27,7 +34,7 @@ while the other bank still multiplies.
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal
+from amaranth import Array, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -39,10 +46,10 @@ __all__ = ["ProcessingElement", "ctl_layout", "pe_ports"]
 def ctl_layout(params: SystolicParams) -> data.StructLayout:
     """What travels with a moving word: the weight bank to read (``bank``), the format codes
     of the weight (``wfmt``) and of the moving word (``xfmt``), and whether the pass is
-    double-rate (``double``), integer (``int``) or, in an array with MX formats,
-    block-scaled (``mx``)."""
+    double-rate (``double``), integer (``int``), a transpose (``transpose``) or, in an array
+    with MX formats, block-scaled (``mx``)."""
     fields = {"bank": 1, "wfmt": params.code_bits, "xfmt": params.code_bits, "double": 1,
-              "int": 1}
+              "int": 1, "transpose": 1}
     if params.has_mx:
         fields["mx"] = 1
     return data.StructLayout(fields)
@@ -143,6 +150,15 @@ class ProcessingElement(wiring.Component):
         if p.has_int:
             product = (self.psum_in + weight[:8].as_signed() * x[:8].as_signed())[:32]
             acc = product if acc is None else Mux(ctl.int, product, acc)
+        # The transpose pass: the selected element's code, masked to its format's bits.
+        masks = [(1 << f.bits) - 1 for f in p.format_list]
+        masks += [0] * ((1 << p.code_bits) - len(masks))
+        element = weight & Array(Const(mk, w) for mk in masks)[ctl.wfmt]
+        selected = x[0]
+        if p.double_rate:
+            element = Mux(x[8], weight[8:16], element)
+            selected = x[0] | x[8]
+        acc = Mux(ctl.transpose, Mux(selected, element, self.psum_in), acc)
 
         with m.If(self.en):
             m.d.sync += [

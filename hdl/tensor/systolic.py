@@ -34,8 +34,17 @@ Instructions (``cmd`` stream, executed in order):
   latest tile's bank, and starts once that tile is loaded. A quarter-rate format (fp32)
   takes one moving beat every fourth cycle, after three idle ones. Its format may differ
   from the tile's if both run at the same rate (double, single or quarter), both float or
-  both int8, and both MX or neither (the golden model's
-  :func:`~sim.golden.systolic.schedule` refuses other programs).
+  both int8, and both MX or neither, and neither fp32 nor tf32 unless both are the same
+  format (the golden model's :func:`~sim.golden.systolic.schedule` refuses other programs).
+* ``TRANSPOSE`` (field ``n``): the transpose pass of the latest tile, which must be K x M
+  with ``n <= K`` and not MX. It takes no moving beats: the sequencer makes ``n`` vectors,
+  one a cycle, vector j selecting contraction index j (element ``j % 2`` of row ``j // 2``
+  for a double-rate tile), and each PE row passes its selected elements' codes down in
+  place of a sum (:class:`~hdl.tensor.pe.ProcessingElement`). So beat j on ``out`` is row j
+  of the tile, each of its first m columns the element's code, zero-extended, as loaded:
+  the output is the M x K transpose, bit for bit, in the tile's own format. PSUM is
+  overwritten as by a multiply (columns >= m keep their contents). Its timing is that of
+  a single-rate multiply of ``n`` beats.
 
 The MX formats' E8M0 block scales travel inside the operand words, beside their elements
 (bits 8-15; :class:`~hdl.tensor.params.SystolicParams` gives the layout): the stationary
@@ -60,9 +69,10 @@ __all__ = ["Op", "PsumColumn", "SystolicArray", "SystolicControl", "SystolicPara
            "moving_layout", "row_ports", "stationary_layout"]
 
 
-class Op(enum.Enum, shape=1):
+class Op(enum.Enum, shape=2):
     LOAD = 0
     MULTIPLY = 1
+    TRANSPOSE = 2
 
 
 def cmd_layout(params: SystolicParams) -> data.StructLayout:
@@ -359,8 +369,11 @@ class SystolicControl(wiring.Component):
         mul_xfmt = Signal(p.code_bits)
         mul_double = Signal()
         mul_int = Signal()
-        mul_quarter = Signal()
-        phase = Signal(2)  # cycles a quarter-rate multiply has waited for its next column
+        mul_tr = Signal()
+        # A quarter-rate multiply waits for its next column (``phase``); without a
+        # quarter-rate format no multiply does.
+        mul_quarter = Signal(name="mul_quarter") if p.quarter_rate else None
+        phase = Signal(2, name="phase") if p.quarter_rate else None
 
         inject_vector = Signal()
         last_vector = Signal()
@@ -368,8 +381,9 @@ class SystolicControl(wiring.Component):
         last_beat = Signal()
         load_free = Signal()
         m.d.comb += [
-            self.moving.ready.eq(mul_run & en & (~mul_quarter | (phase == 3))),
-            inject_vector.eq(self.moving.valid & self.moving.ready),
+            self.moving.ready.eq(mul_run & ~mul_tr & en
+                                 & ((~mul_quarter | (phase == 3)) if p.quarter_rate else 1)),
+            inject_vector.eq(Mux(mul_tr, mul_run & en, self.moving.valid & self.moving.ready)),
             last_vector.eq(inject_vector & (mul_count == mul_last)),
             self.stationary.ready.eq(
                 load_run & en & (~mul_run | (mul_bank != load_bank) | last_vector)),
@@ -392,7 +406,7 @@ class SystolicControl(wiring.Component):
 
         cmd_double = table(p.is_double(f) for f in p.formats)
         cmd_int = table(p.is_int(f) for f in p.formats)
-        cmd_quarter = table(p.is_quarter(f) for f in p.formats)
+        cmd_quarter = table(p.is_quarter(f) for f in p.formats) if p.quarter_rate else None
         cmd_mx = table(p.is_mx(f) for f in p.formats)
         mul_mx = Signal()
 
@@ -415,26 +429,47 @@ class SystolicControl(wiring.Component):
                              load_m.eq(cmd.m), load_skip.eq(bc - 1), cur_bank.eq(~cur_bank),
                              cur_k.eq(cmd.k), cur_m.eq(cmd.m), cur_fmt.eq(cmd.fmt),
                              load_double.eq(cmd_double)]
-            with m.Else():
+            with m.Elif(cmd.op == Op.MULTIPLY):
                 m.d.sync += [mul_run.eq(1), mul_count.eq(0), mul_last.eq(cmd.n - 1),
                              mul_acc.eq(cmd.accumulate), mul_bank.eq(cur_bank),
                              mul_k.eq(cur_k), mul_m.eq(cur_m), mul_wfmt.eq(cur_fmt),
                              mul_xfmt.eq(cmd.fmt), mul_double.eq(cmd_double),
-                             mul_int.eq(cmd_int), mul_mx.eq(cmd_mx),
-                             mul_quarter.eq(cmd_quarter), phase.eq(0)]
+                             mul_int.eq(cmd_int), mul_mx.eq(cmd_mx), mul_tr.eq(0)]
+                if p.quarter_rate:
+                    m.d.sync += [mul_quarter.eq(cmd_quarter), phase.eq(0)]
+            with m.Else():  # TRANSPOSE: the latest tile's rows, in its own format
+                m.d.sync += [mul_run.eq(1), mul_count.eq(0), mul_last.eq(cmd.n - 1),
+                             mul_acc.eq(0), mul_bank.eq(cur_bank), mul_k.eq(cur_k),
+                             mul_m.eq(cur_m), mul_wfmt.eq(cur_fmt), mul_xfmt.eq(cur_fmt),
+                             mul_double.eq(load_double), mul_int.eq(0), mul_mx.eq(0),
+                             mul_tr.eq(1)]
+                if p.quarter_rate:
+                    m.d.sync += [mul_quarter.eq(0), phase.eq(0)]
 
         # Stage 1 of both waves; the metadata waits `rows` more cycles for the bottom row.
         columns = self.stationary.payload
         weights = Cat(*[columns[j][r] for r in range(p.rows) for j in range(bc)])
         ctl = Signal(ctl_layout(p))
         m.d.comb += [ctl.bank.eq(mul_bank), ctl.wfmt.eq(mul_wfmt), ctl.xfmt.eq(mul_xfmt),
-                     ctl.double.eq(mul_double), ctl.int.eq(mul_int)]
+                     ctl.double.eq(mul_double), ctl.int.eq(mul_int), ctl.transpose.eq(mul_tr)]
+        # A transpose's vector j selects contraction index j: bit 0 of word j, or of a
+        # double-rate tile bit 0 (j even) or bit 8 (j odd) of word j // 2.
+        select = []
+        for r in range(p.rows):
+            if p.double_rate:
+                even = Mux(mul_double, mul_count == 2 * r, mul_count == r)
+                odd = mul_double & (mul_count == 2 * r + 1)
+                select.append(Cat(even, Const(0, 7), odd, Const(0, p.width - 9)))
+            else:
+                select.append(Cat(mul_count == r, Const(0, p.width - 1)))
+        selector = Cat(*select)
         if p.has_mx:
             m.d.comb += ctl.mx.eq(mul_mx)
         meta = [Signal(layout, name=f"meta_{j}") for j in range(1, p.rows + 2)]
         with m.If(en):
             m.d.sync += [
-                self.mov.eq(self.moving.payload),  # zeroed by the rows where no vector is
+                # zeroed by the rows where no vector is
+                self.mov.eq(Mux(mul_tr, selector, self.moving.payload)),
                 self.ctl.eq(ctl),
                 self.mk.eq(Mux(inject_vector, mul_k, 0)),
                 self.stat.eq(weights),
@@ -460,13 +495,15 @@ class SystolicArray(wiring.Component):
 
     See the module docstring for the instruction contract. This is the elaborated (flat)
     form; :mod:`generators.tensor` emits the same structure with each kind of cell emitted
-    once as a Verilog module and instantiated.
+    once as a Verilog module and instantiated. With ``pe_module`` set, the PEs are instances
+    of that separately emitted module (as in :class:`SystolicRow`).
     """
 
-    def __init__(self, params: SystolicParams):
+    def __init__(self, params: SystolicParams, *, pe_module: str | None = None):
         if not isinstance(params, SystolicParams):
             raise TypeError(f"params must be a SystolicParams, not {params!r}")
         self.params = params
+        self.pe_module = pe_module
         super().__init__({
             "cmd": In(stream.Signature(cmd_layout(params))),
             "stationary": In(stream.Signature(stationary_layout(params))),
@@ -495,7 +532,7 @@ class SystolicArray(wiring.Component):
                 wires[f"{name}_in"] = value
                 wires[f"{name}_out"] = nxt[name] = Signal(ports[f"{name}_out"].shape,
                                                           name=f"{name}_{r}")
-            _attach(m, f"row_{r}", SystolicRow(p), ports, wires)
+            _attach(m, f"row_{r}", SystolicRow(p, pe_module=self.pe_module), ports, wires)
             psum, chain = wires["psum_out"], nxt
 
         meta_in, vec_in = control.meta, Const(0, 32 * p.cols)

@@ -21,6 +21,25 @@
 * **Data** (unless ``timing_only``): results bit for bit through the unit golden models,
   :func:`sim.golden.systolic.matmul`, :mod:`sim.golden.vector`, :mod:`sim.golden.activation`
   and the casts of :mod:`sim.golden.numerics`.
+
+**Against the core RTL** (:mod:`hdl.core`, co-simulated by ``sim/tb/core.py``): the data
+are equal byte for byte. Per instruction, the RTL's cycles from decode to retirement against
+this model's, :func:`rtl_cycle_bound`:
+
+* ``MultiplyMoving`` of a format at full rate or above: **exact**. The model's latency (the
+  RTL-checked array schedule of :func:`sim.golden.systolic.cycles`, acceptance to last row)
+  plus one, plus :data:`RTL_MULTIPLY_STAGES`, the core's fixed stages around the array.
+* Every other instruction of the tensor, vector, scalar and GpSimd engines: **at least**
+  ``turns * N`` (the RTL streams one element of ``N`` per partition per lane per cycle) and
+  **at most** ``turns * cycles + RTL_OVERHEAD``. ``cycles`` is this model's cost of the
+  instruction on an idle engine; the RTL has none of the spec's fixed access costs
+  (``access_start``, ``min_interval``), so it is faster except where it does less per
+  cycle: ``turns`` is the scalar engine's turns over the tile's partitions
+  (``activation_lanes`` at a time) for ``Activation``, the array's ``beat_columns`` for
+  ``LoadStationary`` (the RTL reads one stationary column per cycle, the array takes that
+  many per beat), 1 otherwise.
+* DMA: no bound. The RTL's AXI port moves four bytes per beat; the model's DMA is the chip's
+  fabric, a microsecond of latency and its bandwidth, not a property of the port.
 """
 
 from __future__ import annotations
@@ -51,17 +70,18 @@ from hdl.core.isa import (
     Transpose,
 )
 from hdl.core.params import CoreParams
-from hdl.numerics.formats import FP32, format_by_name
+from hdl.numerics.formats import format_by_name
 from hdl.vector.activation import ActivationParams
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import VectorParams
 from sim.golden import activation, numerics, systolic, vector
 
-from .costs import dma_seconds, stream_cycles, tensor_cycles
+from .costs import dma_seconds, stream_cycles, tensor_cycles, transpose_cycles
 from .events import Agenda, Resources
 from .program import Program
 
-__all__ = ["Core", "ProgramError", "Result"]
+__all__ = ["RTL_MULTIPLY_STAGES", "RTL_OVERHEAD", "Core", "ProgramError", "Result",
+           "rtl_cycle_bound"]
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd")
 #: Memories each kind of engine reaches [NKI2, ISA].
@@ -74,6 +94,36 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 _WAIT, _SIGNAL, _LOAD, _MULTIPLY, _TRANSPOSE, _STREAM, _DMA = (
     "wait", "signal", "load", "multiply", "transpose", "stream", "dma")
+
+
+#: Cycles of the core RTL around the array's multiply: the sequencer's hand-off and decode,
+#: the command, the first SBUF read, the PSUM write after the last row and the retirement.
+RTL_MULTIPLY_STAGES = 4
+#: Cycles of the core RTL outside an engine's work: the sequencer's hand-off, the engine's
+#: decode, operand reads before the stream and the write after it.
+RTL_OVERHEAD = 8
+
+
+def rtl_cycle_bound(params: CoreParams, kind: str, ins: Instruction,
+                    cycles: float) -> tuple[float, float]:
+    """The range of the core RTL's cycles (decode to retirement) for the compute instruction
+    ``ins`` of an engine of ``kind`` that this model costs ``cycles`` of its engine's clock
+    (see the module docstring)."""
+    src = getattr(ins, "src", None) or getattr(ins, "a", None) or ins.dst
+    if isinstance(ins, MultiplyMoving | LoadStationary):
+        c = tensor_cycles(params, ins.src.dtype, ins.src.partitions,
+                          ins.dst.partitions if isinstance(ins, MultiplyMoving) else
+                          ins.src.free, ins.src.free)
+        if isinstance(ins, MultiplyMoving):
+            if params.rate(ins.src.dtype) >= 1:
+                exact = c["latency"] + 1 + RTL_MULTIPLY_STAGES
+                return exact, exact
+            return src.free, c["latency"] + 1 + RTL_OVERHEAD
+        return src.free, params.tensor.beat_columns * c["load"] + RTL_OVERHEAD
+    turns = 1
+    if isinstance(ins, Activation):
+        turns = -(-ins.src.partitions // params.activation_lanes)
+    return turns * src.free, turns * cycles + RTL_OVERHEAD
 
 
 class ProgramError(ValueError):
@@ -270,8 +320,10 @@ class Core:
             if ins.src.partitions > p.rows or ins.src.free > p.cols:
                 _fail(*where, "tile limit", f"a transpose of {ins.src.partitions} x "
                                             f"{ins.src.free} exceeds {p.rows} x {p.cols}")
-            if ins.dst.space != "psum" or ins.dst.dtype != "fp32":
-                _fail(*where, "format", "a transpose writes fp32 to PSUM")
+            if ins.dst.space != "psum" or ins.dst.dtype != ins.src.dtype:
+                _fail(*where, "format", f"a transpose writes its input's format to PSUM "
+                                        f"({ins.src.dtype}), not {ins.dst.dtype} to "
+                                        f"{ins.dst.space.upper()}")
             if (ins.dst.partitions, ins.dst.free) != (ins.src.free, ins.src.partitions):
                 _fail(*where, "operand shape", f"dst must be {ins.src.free} x "
                                                f"{ins.src.partitions}")
@@ -365,10 +417,8 @@ class Core:
             if cls is MultiplyMoving:
                 return (_MULTIPLY, ins.src.dtype, ins.src.partitions, ins.dst.partitions,
                         ins.src.free)
-            k, m = ins.src.partitions, ins.src.free
-            c = self._tensor(ins.src.dtype, k, m, k)
-            return (_TRANSPOSE, (c["load"] + c["multiply"]) * period,
-                    (c["load"] + c["latency"] + 1) * period)
+            c = transpose_cycles(self.params, ins.src.partitions, ins.src.free)
+            return (_TRANSPOSE, c["issue"] * period, c["total"] * period)
         cycles, work = self._stream_cost(kind, ins)
         spaces = {ap.space for _, ap, _ in ins.operands()}
         ports = tuple(i for i, (engines, memory) in enumerate(self.params.shared_ports)
@@ -517,7 +567,7 @@ class Core:
                         moved += plan[3]
                         if data is not None:
                             data.dma(ins)
-                    else:  # _TRANSPOSE: a load of the data and a pass of an identity
+                    else:  # _TRANSPOSE: a load of the data and the array's transpose pass
                         cost, end, finish = plan[1], t + plan[1], t + plan[2]
                         stationary, previous_n = None, 0
                         if data is not None:
@@ -555,18 +605,21 @@ class Core:
             _fail(stream, index, ins, "stationary",
                   f"the loaded stationary is {k} x {m} {fmt}, the moving tile has "
                   f"{ins.src.partitions} partitions of {ins.src.dtype} (a multiply's format "
-                  f"must match its tile's in rate and kind)")
+                  f"must match its tile's in rate and kind, and fp32 and tf32 mix with no "
+                  f"other)")
         _fail(stream, index, ins, "operand shape",
               f"dst has {ins.dst.partitions} partitions, the stationary {m} columns")
 
     def _partners(self, tile: str, fmt: str) -> bool:
         """Whether a multiply in ``fmt`` may read a stationary tile in ``tile``: the array's
         rule, both at the same rate (the double-rate 8-bit floats, the quarter-rate ones, the
-        rest) and both float or both int8."""
+        rest) and both float or both int8; fp32 and tf32 with no other format
+        (:data:`sim.golden.systolic.UNMIXED`)."""
         if tile == fmt:
             return True
         p = self.params
-        return p.rate(tile) == p.rate(fmt) and (tile == "int8") == (fmt == "int8")
+        return (p.rate(tile) == p.rate(fmt) and (tile == "int8") == (fmt == "int8")
+                and tile not in systolic.UNMIXED and fmt not in systolic.UNMIXED)
 
     def _deadlock(self, streams, code, pc, blocked, sems) -> None:
         edges = []
@@ -753,12 +806,9 @@ class _Data:
         self.write(ins.dst, out)
 
     def transpose(self, ins: Transpose) -> None:
-        fmt = format_by_name(ins.src.dtype)
-        k = ins.src.partitions
-        one = numerics.encode(np.float32(1.0), fmt) if fmt != FP32 else np.uint32(0x3F800000)
-        identity = np.where(np.eye(k, dtype=bool), one, 0).astype(np.uint32)
-        data = self.read(ins.src).reshape(k, -1)
-        self.write(ins.dst, systolic.matmul(data, identity, ins.src.dtype))
+        """The array's transpose pass: the codes as they were, in the input's format."""
+        data = self.read(ins.src).reshape(ins.src.partitions, -1)
+        self.write(ins.dst, systolic.transpose(data, self.params.array_format(ins.src.dtype)))
         self.stationary = None
 
     def dma(self, ins: DmaCopy) -> None:

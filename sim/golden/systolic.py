@@ -27,11 +27,21 @@ try:
 except ImportError:  # the numpy passes below give the same bits, about 10x slower
     numba = None
 
-from hdl.numerics.formats import MX_FORMATS, IntFormat, MxFormat, format_by_name
+from hdl.numerics.formats import (
+    MX_FORMATS,
+    IntFormat,
+    MxFormat,
+    format_by_name,
+    input_format_by_name,
+)
 from hdl.tensor.params import SystolicParams
 
-__all__ = ["CANONICAL_NAN", "Load", "Multiply", "Schedule", "cycles", "load_beats", "matmul",
-           "matmul_cycles", "matmul_mx", "mx_values", "schedule", "tile_interval", "to_fp32"]
+__all__ = ["CANONICAL_NAN", "UNMIXED", "Load", "Multiply", "Schedule", "Transpose", "cycles",
+           "load_beats", "matmul", "matmul_cycles", "matmul_mx", "mx_values", "schedule",
+           "tile_interval", "to_fp32", "transpose", "transpose_cycles"]
+
+# Formats a matmul never mixes with another: "FP32/TF32 not mixed with others" [ISA].
+UNMIXED = ("fp32", "tf32")
 
 CANONICAL_NAN = np.uint32(0x7FC00000)
 
@@ -178,6 +188,21 @@ def matmul(stationary, moving, fmt, psum=None, accumulate: bool = False,
     return bits
 
 
+def transpose(stationary, fmt) -> np.ndarray:
+    """The PSUM contents after the array's transpose pass of a K x M tile: the M x K
+    transpose of its ``fmt`` bit patterns, uint32, each element's code in the low bits as
+    it was loaded (no arithmetic: -0, NaN payloads and subnormals are kept). A double-rate
+    format's tile gives its K contraction indices as K output rows, as any other; the
+    block-scaled MX formats have no transpose (their scales belong to blocks along K)."""
+    fmt = input_format_by_name(fmt) if isinstance(fmt, str) else fmt
+    if isinstance(fmt, MxFormat):
+        raise ValueError(f"fmt must not be a block-scaled MX format, not {fmt.name!r}")
+    stationary = np.asarray(stationary)
+    if stationary.ndim != 2:
+        raise ValueError(f"stationary must be a (K, M) tile, not of shape {stationary.shape}")
+    return np.ascontiguousarray(stationary.T.astype(np.uint32) & np.uint32((1 << fmt.bits) - 1))
+
+
 # ---- block-scaled (MX) formats -------------------------------------------------------------
 
 def mx_values(bits, fmt: MxFormat | str) -> np.ndarray:
@@ -279,6 +304,14 @@ class Multiply:
 
 
 @dataclass(frozen=True)
+class Transpose:
+    """The transpose pass of the latest tile: ``n`` output beats, beat j holding row j of
+    the K x M tile (its ``m`` columns; j < K), at one beat per cycle in every format."""
+
+    n: int
+
+
+@dataclass(frozen=True)
 class Schedule:
     """Cycle of each command's acceptance and of each output beat's transfer."""
 
@@ -294,8 +327,9 @@ class Schedule:
 def _check_program(params: SystolicParams, program) -> None:
     """Refuse what the array cannot run: fields out of range, unknown formats, a multiply
     whose format differs from its tile's in rate (double, single or quarter) or in kind
-    (int8, float or block-scaled MX)."""
-    tile = None
+    (int8, float or block-scaled MX), fp32 or tf32 mixed with another format, a transpose
+    with no tile, of an MX tile or of more rows than the tile has."""
+    tile, tile_k = None, None
     for op in program:
         if isinstance(op, (Load, Multiply)) and op.fmt is not None:
             params.code(op.fmt)  # the error names the legal formats
@@ -305,7 +339,7 @@ def _check_program(params: SystolicParams, program) -> None:
                 raise ValueError(f"k must be in 1 .. {k_max}, not {op.k!r}")
             if not 1 <= op.m <= params.cols:
                 raise ValueError(f"m must be in 1 .. {params.cols}, not {op.m!r}")
-            tile = op.fmt
+            tile, tile_k = op.fmt, op.k
         elif isinstance(op, Multiply):
             if not 1 <= op.n <= params.moving_max:
                 raise ValueError(f"n must be in 1 .. {params.moving_max}, not {op.n!r}")
@@ -316,8 +350,23 @@ def _check_program(params: SystolicParams, program) -> None:
                     or params.is_mx(tile) != params.is_mx(op.fmt)):
                 raise ValueError(f"fmt of a multiply must match its tile's {tile!r} in rate "
                                  f"and kind, not {op.fmt!r}")
+            if tile is not None and op.fmt is not None and op.fmt != tile and (
+                    tile in UNMIXED or op.fmt in UNMIXED):
+                raise ValueError(f"fmt of a multiply must be its tile's {tile!r} when either "
+                                 f"is one of {', '.join(UNMIXED)} (not mixed with others), "
+                                 f"not {op.fmt!r}")
+        elif isinstance(op, Transpose):
+            if tile_k is None:
+                raise ValueError("a transpose must follow a Load (it reads the latest tile)")
+            if tile is not None and params.is_mx(tile):
+                raise ValueError(f"a transpose must not read an MX tile, not {tile!r}")
+            if not 1 <= op.n <= min(tile_k, params.moving_max):
+                raise ValueError(f"n of a transpose must be in 1 .. "
+                                 f"{min(tile_k, params.moving_max)} (the tile's k, at most "
+                                 f"moving_max), not {op.n!r}")
         else:
-            raise ValueError(f"program entries must be Load or Multiply, not {op!r}")
+            raise ValueError(f"program entries must be Load, Multiply or Transpose, "
+                             f"not {op!r}")
 
 
 def schedule(params: SystolicParams, program) -> Schedule:
@@ -329,13 +378,15 @@ def schedule(params: SystolicParams, program) -> Schedule:
     (per cycle, from the state at its start):
 
     * a moving beat is taken every cycle of a multiply (every fourth at a quarter rate, after
-      three idle cycles) and leaves ``rows + cols + 2`` cycles later on ``out``;
+      three idle cycles) and leaves ``rows + cols + 2`` cycles later on ``out``; a transpose
+      runs as a multiply of ``n`` beats at one a cycle, its vectors made by the sequencer;
     * a stationary beat (``beat_columns`` columns of the tile) is taken every cycle of a load,
       except while a multiply that reads the bank being filled has moving beats to take
       before this cycle's (its last beat and the first stationary beat may share a cycle:
       both waves cross every PE in the same order, the weight write just behind the read);
     * ``LOAD`` is accepted when no load runs or the running one takes its last beat now;
-      ``MULTIPLY`` when, in the same sense, neither a load nor a multiply runs.
+      ``MULTIPLY`` and ``TRANSPOSE`` when, in the same sense, neither a load nor a multiply
+      runs.
     """
     _check_program(params, program)
     depth, bc = params.depth, params.beat_columns
@@ -363,10 +414,11 @@ def schedule(params: SystolicParams, program) -> Schedule:
                 accepted.append(cycle)
                 cur_bank ^= 1
                 nxt_load, load_bank = -(-op.m // bc), cur_bank
-            elif isinstance(op, Multiply) and load_free and (not running or last_vector):
+            elif (isinstance(op, (Multiply, Transpose)) and load_free
+                  and (not running or last_vector)):
                 accepted.append(cycle)
                 nxt_mul, mul_bank, nxt_phase = op.n, cur_bank, 0
-                mul_slow = params.column_cycles(op.fmt)
+                mul_slow = params.column_cycles(op.fmt) if isinstance(op, Multiply) else 1
         load_left, mul_left, phase = nxt_load, nxt_mul, nxt_phase
         cycle += 1
     return Schedule(tuple(accepted), tuple(outputs))
@@ -467,3 +519,20 @@ def cycles(params: SystolicParams, k: int, m: int, n: int,
         "interval": interval,
         "macs": k * m * n,
     }
+
+
+@lru_cache(maxsize=4096)
+def transpose_cycles(params: SystolicParams, k: int, m: int) -> dict[str, int]:
+    """Cycle figures of the transpose pass of a ``k x m`` tile (a Load, then a Transpose of
+    its ``k`` rows) on an idle array, from :func:`schedule`.
+
+    Returns
+    -------
+    dict with
+        ``issue``: from the load's acceptance to that of a following multiply (the array's
+        occupancy);
+        ``total``: from the load's acceptance to the last output beat, inclusive.
+    """
+    one = schedule(params, [Load(k, m), Transpose(k), Multiply(1)])
+    return {"issue": one.accepted[2] - one.accepted[0],
+            "total": one.outputs[k - 1] - one.accepted[0] + 1}

@@ -1,7 +1,9 @@
 """cocotb co-simulation of the NeuronCore RTL against the core simulator.
 
-One cocotb test, ``program``, runs the program named in the testbench parameters
-(:data:`PROGRAMS`, built with the kernel builder for the core at simulation scale):
+The cocotb test ``program`` runs the program named in the testbench parameters
+(:data:`PROGRAMS`, built with the kernel builder for the core at simulation scale; or the
+seeded random program, or a kernel), ``programs`` several in one simulation
+(:func:`simulate_many`); for each:
 
 1. the core simulator (:class:`sim.core.Core`, numeric mode) checks the program and runs it;
    a program it rejects is never run on the RTL, except ``deadlock``, which both must refuse;
@@ -11,13 +13,17 @@ One cocotb test, ``program``, runs the program named in the testbench parameters
 3. every byte of SBUF and PSUM (read through the host port) and of the external memory must
    equal the simulator's.
 
-Per-instruction cycle stamps (decode to retirement) are read back and logged beside the
-simulator's times; see ``sim/tb/test_core.py`` for what is and is not compared.
+Per-instruction cycle stamps (decode to retirement) are read back, logged beside the
+simulator's cycles, and each compute instruction's must keep the bound the simulator
+documents (:func:`sim.core.machine.rtl_cycle_bound`; :func:`timing`).
 """
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import functools
+import pickle
 import random
 
 import cocotb
@@ -27,12 +33,15 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam
 
+from hdl.core import engines, isa, scalar, tensor
 from hdl.core.core import HostMap, NeuronCore
-from hdl.core.engines import supported
 from hdl.core.isa import (
     WORD_BITS,
+    Activation,
     DmaCopy,
+    LoadStationary,
     Memset,
+    MultiplyMoving,
     SemSignal,
     SemWait,
     TensorCopy,
@@ -46,13 +55,20 @@ from hdl.params import core_params
 from hdl.vector.convert import ENGINE_FORMATS
 from hdl.vector.ops import Reduce, VectorOp
 from kernels import KERNELS
-from kernels.builder import Builder
+from kernels.builder import Builder, KernelError
 from sim.core import Core, ProgramError
+from sim.core.machine import rtl_cycle_bound
 from sim.core.program import Program
+from sim.tb.core_random import random_program
 from sim.tb.runner import RunResult, emit_verilog, run_verilog, tb_params
 from specs.loader import load
 
-__all__ = ["PROGRAMS", "CoreTB", "build_program", "rtl_refusal", "simulate"]
+__all__ = ["PROGRAMS", "RANDOM", "CoreTB", "build_program", "check_program", "co_simulate",
+           "program_names", "random_program", "rtl_refusal", "simulate", "simulate_many"]
+
+#: What each engine of the core RTL runs (the DMA queues: DmaCopy).
+SUPPORTED = {"tensor": tensor.supported, "vector": engines.supported,
+             "scalar": scalar.supported, "gpsimd": engines.supported}
 
 
 def _tile(b: Builder, offset: int, n: int, dtype: str = "fp32", space: str = "sbuf",
@@ -142,6 +158,73 @@ def _vector_casts(b: Builder) -> None:
     b.emit("dma2", DmaCopy(dst=out8.ap((0, p)), src=_tile(b, s2 + 1, n, "fp8_e4m3")))
 
 
+def _activations(b: Builder) -> None:
+    """The scalar engine: a bias column and a running sum, a PSUM source, a bf16 result at
+    a byte offset inside words, a tile of fewer partitions than the lanes' turns cover, and
+    functions of every kind of range reduction."""
+    p, n = b.params.partitions, 12
+    x = b.hbm("x", (p, n), "bf16")
+    s = b.hbm("s", (p, 1), "fp32")
+    out = b.hbm("out", (p, n), "fp32")
+    sx, ss = b.sbuf(2 * n, "x"), b.sbuf(4, "s")
+    t1, t2, t3 = (b.sbuf(4 * n + 4, name) for name in ("t1", "t2", "t3"))
+    sr = b.sbuf(8, "sums")
+    bank = b.psum_banks(1, "psum")[0]
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n, "bf16"), src=x.ap((0, p))))
+    b.emit("dma1", DmaCopy(dst=b.column(ss, p), src=s.ap((0, p))))
+    b.wait("scalar", b.signal("dma0"), b.signal("dma1"))
+    sc, fn = "scalar", b.function
+    b.emit(sc, Activation(dst=_tile(b, t1, n), src=_tile(b, sx, n, "bf16"), func=fn("exp"),
+                          scale=-0.75, bias=b.column(ss, p), reduce_dst=b.column(sr, p)))
+    b.emit(sc, Activation(dst=_tile(b, bank, n, space="psum"), src=_tile(b, t1, n),
+                          func=fn("log")))
+    b.emit(sc, Activation(dst=_tile(b, t2 + 2, n, "bf16"), src=_tile(b, bank, n, space="psum"),
+                          func=fn("gelu"), scale=3.0))
+    b.emit(sc, Activation(dst=b.tile("sbuf", "fp32", t3, 6, ((n // 2, 2),)),
+                          src=b.tile("sbuf", "bf16", t2 + 2, 6, ((n // 2, 2),)),
+                          func=fn("sin"), scale=40.0, reduce_dst=b.column(sr + 4, 6)))
+    b.emit(sc, Activation(dst=_tile(b, t3 + 4, n // 2, dims=((n // 2, 2),)),
+                          src=_tile(b, t1, n // 2, dims=((n // 2, 2),)), func=fn("rsqrt"),
+                          bias=b.column(ss, p)))
+    done = b.signal(sc)
+    b.wait("dma2", done)
+    b.emit("dma2", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t3, n)))
+
+
+def _matmuls(b: Builder) -> None:
+    """The tensor engine: bf16, a double-rate fp8 tile of twice the array's rows accumulated
+    onto the bf16 result, fp32 with a strided moving tile and fewer rows than the array,
+    stationaries at byte offsets inside words."""
+    p, r, c = b.params.partitions, b.params.rows, b.params.cols
+    n = min(12, b.params.moving_max)
+    x16 = b.hbm("x16", (p, 2 * n), "bf16")
+    x8 = b.hbm("x8", (p, 2 * n), "fp8_e4m3")
+    x32 = b.hbm("x32", (p, 2 * n), "fp32")
+    s16, s8, s32 = b.sbuf(4 * n, "x16"), b.sbuf(2 * n, "x8"), b.sbuf(8 * n, "x32")
+    bank0, bank1 = b.psum_banks(2, "psum")
+    for q, (t, at, dt) in enumerate(((x16, s16, "bf16"), (x8, s8, "fp8_e4m3"),
+                                     (x32, s32, "fp32"))):
+        b.emit(f"dma{q}", DmaCopy(dst=_tile(b, at, 2 * n, dt), src=t.ap((0, p))))
+    b.wait("tensor", *(b.signal(f"dma{q}") for q in range(3)))
+    t = "tensor"
+    m16, m8 = c - 2, c - 2
+    b.emit(t, LoadStationary(src=b.tile("sbuf", "bf16", s16 + 2, r, ((m16, 1),))))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank0, m16, ((n, 1),)),
+                             src=b.tile("sbuf", "bf16", s16 + 2 * c, r, ((n, 1),))))
+    k8 = min(2 * r, p)
+    b.emit(t, LoadStationary(src=b.tile("sbuf", "fp8_e4m3", s8 + 3, k8, ((m8, 1),))))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank0, m8, ((n, 1),)),
+                             src=b.tile("sbuf", "fp8_e4m3", s8 + n, k8, ((n, 1),)),
+                             accumulate=True))
+    k32 = r - 3
+    b.emit(t, LoadStationary(src=b.tile("sbuf", "fp32", s32, k32, ((c, 1),))))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank1, c, ((n, 1),)),
+                             src=b.tile("sbuf", "fp32", s32 + 4, k32, ((n, 2),))))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank1, c, ((n, 1),)),
+                             src=b.tile("sbuf", "fp32", s32, k32, ((n, 1),)),
+                             accumulate=True))
+
+
 def _deadlock(b: Builder) -> None:
     """The vector engine waits for a count no stream will reach."""
     p, n = b.params.partitions, 4
@@ -164,19 +247,54 @@ def _kernel(name: str, shape: dict, dtype: str):
 
 #: name -> (builder function, whether the program must deadlock)
 PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, False),
-            "vector_casts": (_vector_casts, False), "deadlock": (_deadlock, True),
+            "vector_casts": (_vector_casts, False), "activations": (_activations, False),
+            "matmuls": (_matmuls, False),
+            "deadlock": (_deadlock, True),
             "residual_add": (_kernel("residual_add", {"R": 32, "C": 24}, "fp32"), False),
             "residual_add_bf16": (_kernel("residual_add", {"R": 16, "C": 40}, "bf16"),
-                                  False)}
+                                  False),
+            "gemm": (_kernel("gemm", {"M": 8, "K": 16, "N": 16}, "bf16"), False),
+            "gemm_fp8": (_kernel("gemm", {"M": 8, "K": 32, "N": 16}, "fp8_e4m3"), False),
+            "gemm_bias_gelu": (_kernel("gemm_bias_gelu", {"M": 8, "K": 16, "N": 16}, "bf16"),
+                               False),
+            "softmax": (_kernel("softmax", {"R": 16, "C": 24}, "fp32"), False),
+            "rmsnorm": (_kernel("rmsnorm", {"R": 16, "C": 24}, "bf16"), False)}
 
 
-def build_program(params: CoreParams, name: str) -> Program:
-    """The program ``name`` of :data:`PROGRAMS` for a core of ``params``."""
-    if name not in PROGRAMS:
-        raise ValueError(f"program must be one of {', '.join(PROGRAMS)}, not {name!r}")
-    b = Builder(params)
-    PROGRAMS[name][0](b)
-    return b.program
+#: The name of the seeded random program (:func:`sim.tb.core_random.random_program`).
+RANDOM = "random"
+
+def kernel_shape(name: str, params: CoreParams) -> dict[str, int]:
+    """The shape a kernel of :data:`kernels.KERNELS` runs at on the core at simulation
+    scale: two tiles of every partition along its split dimension, 24 along the others."""
+    kernel = KERNELS[name]
+    return {d: 2 * params.partitions if d == kernel.split else 24 for d in kernel.dims}
+
+
+def program_names() -> list[str]:
+    """Every name :func:`build_program` takes."""
+    return list(PROGRAMS) + [RANDOM] + [k for k in KERNELS if k not in PROGRAMS]
+
+
+def must_deadlock(name: str) -> bool:
+    return name in PROGRAMS and PROGRAMS[name][1]
+
+
+def build_program(params: CoreParams, name: str, seed: int = 0) -> Program:
+    """The program ``name`` for a core of ``params``: one of :data:`PROGRAMS`, the random
+    program of ``seed`` (:data:`RANDOM`), or a kernel of :data:`kernels.KERNELS` at
+    :func:`kernel_shape` in its first type."""
+    if name in PROGRAMS:
+        b = Builder(params)
+        PROGRAMS[name][0](b)
+        return b.program
+    if name == RANDOM:
+        return random_program(params, seed)
+    if name in KERNELS:
+        b = Builder(params)
+        _kernel(name, kernel_shape(name, params), KERNELS[name].dtypes[0])(b)
+        return b.program
+    raise ValueError(f"program must be one of {', '.join(program_names())}, not {name!r}")
 
 
 def rtl_refusal(program: Program, params: CoreParams) -> str | None:
@@ -190,7 +308,9 @@ def rtl_refusal(program: Program, params: CoreParams) -> str | None:
                 return f"{stream}[{i}]: the core has semaphores 0 .. {params.semaphores - 1}"
             if isinstance(ins, SemSignal | SemWait | DmaCopy):
                 continue
-            why = supported(ins, ENGINE_FORMATS)
+            kind = isa.engine_kind(stream)
+            formats = params.formats if kind == "tensor" else ENGINE_FORMATS
+            why = SUPPORTED[kind](ins, formats)
             if why:
                 return f"{stream}[{i}] {type(ins).__name__}: {why}"
     return None
@@ -251,6 +371,26 @@ class CoreTB:
         await ClockCycles(self.dut.clk, 2)
         self.dut.rst.value = 0
 
+    async def reset(self):
+        """Reset the core (every register; the memories keep their contents)."""
+        await FallingEdge(self.dut.clk)
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 2)
+        await FallingEdge(self.dut.clk)
+        self.dut.rst.value = 0
+
+    async def clear(self):
+        """Zero every byte of SBUF and PSUM: the vector engine's memset of fp32 zeros over
+        each, run as a program of its own."""
+        p = self.params
+        b = Builder(p)
+        for space, nbytes in (("sbuf", p.sbuf_bytes), ("psum", p.psum_bytes)):
+            b.emit("vector", Memset(dst=b.tile(space, "fp32", 0, p.partitions,
+                                               ((nbytes // 4, 1),)), value=0.0))
+        await self.load(b.program)
+        _, deadlock = await self.run(4 * (p.sbuf_bytes + p.psum_bytes))
+        assert not deadlock
+
     async def write(self, addr: int, value: int):
         await FallingEdge(self.dut.clk)
         self.dut.host__addr.value = addr
@@ -268,18 +408,27 @@ class CoreTB:
         return int(self.dut.host__rdata.value)
 
     async def load(self, program: Program):
+        """Every stream's instruction words and its length, one host write per cycle."""
+        writes = []
         for s, name in enumerate(self.map.streams):
             code = program.streams.get(name, [])
             for i, ins in enumerate(code):
-                for k, w in enumerate(words(ins)):
-                    await self.write(self.map.imem(s, i, k), w)
-            await self.write(self.map.length(s), len(code))
+                writes += [(self.map.imem(s, i, k), w) for k, w in enumerate(words(ins))]
+            writes.append((self.map.length(s), len(code)))
+        await FallingEdge(self.dut.clk)
+        for addr, value in writes:
+            self.dut.host__addr.value = addr
+            self.dut.host__wdata.value = value
+            self.dut.host__we.value = 1
+            await FallingEdge(self.dut.clk)
+        self.dut.host__we.value = 0
 
-    async def run(self, limit: int) -> tuple[int, bool]:
-        """Start, poll until stopped; (cycles, deadlock). Fails past ``limit`` cycles."""
+    async def run(self, limit: int, poll: int = 16) -> tuple[int, bool]:
+        """Start, poll every ``poll`` cycles until stopped; (cycles, deadlock). Fails past
+        ``limit`` cycles."""
         await self.write(self.map.reg(self.map.START), 1)
         while True:
-            await ClockCycles(self.dut.clk, 16)
+            await ClockCycles(self.dut.clk, poll)
             status = await self.read(self.map.reg(self.map.STATUS))
             cycles = await self.read(self.map.reg(self.map.CYCLES))
             if not status & 1:
@@ -332,62 +481,203 @@ def _first_difference(name: str, rtl: np.ndarray, sim: np.ndarray) -> str:
            f"simulator {sim[idx]:#04x}"
 
 
-@cocotb.test()
-async def program(dut):
-    """Run one program on the RTL and the simulator; compare every byte."""
-    cfg = tb_params()
-    params = core_params(load(cfg["spec"]), "sim")
-    prog = build_program(params, cfg["program"])
-    must_deadlock = PROGRAMS[cfg["program"]][1]
-    tb = CoreTB(dut, params, cfg["pause"], cfg["seed"])
+async def co_simulate(dut, tb: CoreTB, params: CoreParams, name: str, seed: int,
+                      cycle_limit: int) -> list[str]:
+    """Run the program ``name`` of ``seed`` on the RTL (clock running, memories clear) and
+    on the simulator; what differs, one line each (none: everything matched)."""
+    prog = build_program(params, name, seed)
+    deadlocks = must_deadlock(name)
     why = rtl_refusal(prog, params)
-    assert why is None, f"the core RTL cannot run {cfg['program']}: {why}"
-    hbm = random_inputs(prog, cfg["seed"])
-    sim_hbm = hbm.copy()
+    if why is not None:
+        return [f"the core RTL cannot run {name}: {why}"]
+    hbm = np.zeros(params.hbm_bytes, dtype=np.uint8)
+    inputs = random_inputs(prog, seed)
+    hbm[:inputs.size] = inputs
+    sim_hbm = inputs.copy()
     try:
-        result = Core(params).run(prog, hbm=sim_hbm, trace=True, seed=cfg["seed"])
+        result = Core(params).run(prog, hbm=sim_hbm, trace=True, seed=seed)
     except ProgramError as err:
-        assert must_deadlock and "deadlock" in str(err), f"the simulator rejects it: {err}"
+        if not (deadlocks and "deadlock" in str(err)):
+            return [f"the simulator rejects it: {err}"]
         result = None
     else:
-        assert not must_deadlock, "the simulator ran a program that must deadlock"
+        if deadlocks:
+            return ["the simulator ran a program that must deadlock"]
     tb.ram.write(0, hbm.tobytes())
-    await tb.start_clock()
     await tb.load(prog)
-    cycles, deadlock = await tb.run(cfg["cycle_limit"])
-    dut._log.info(f"{cfg['program']}: {cycles} cycles, deadlock {deadlock}")
-    if must_deadlock:
-        assert deadlock, "the RTL did not report the deadlock"
-        return
-    assert not deadlock, "the RTL reported a deadlock the simulator did not see"
+    cycles, deadlock = await tb.run(cycle_limit)
+    dut._log.info(f"{name}: {cycles} cycles, deadlock {deadlock}")
+    if deadlocks:
+        return [] if deadlock else ["the RTL did not report the deadlock"]
+    if deadlock:
+        return ["the RTL reported a deadlock the simulator did not see"]
     failures = []
-    for name, sim_mem in (("sbuf", result.sbuf), ("psum", result.psum)):
-        rtl_mem = await tb.memory(name)
+    for memory, sim_mem in (("sbuf", result.sbuf), ("psum", result.psum)):
+        rtl_mem = await tb.memory(memory)
         if not np.array_equal(rtl_mem, sim_mem):
-            failures.append(_first_difference(name.upper(), rtl_mem, sim_mem))
+            failures.append(_first_difference(memory.upper(), rtl_mem, sim_mem))
     rtl_hbm = np.frombuffer(tb.ram.read(0, params.hbm_bytes), dtype=np.uint8)
     sim_full = np.zeros(params.hbm_bytes, dtype=np.uint8)
     sim_full[:sim_hbm.size] = sim_hbm
     if not np.array_equal(rtl_hbm, sim_full):
         failures.append(_first_difference("HBM", rtl_hbm, sim_full))
     stamps = await tb.stamps(prog)
-    for name, rows in stamps.items():
+    for stream, rows in stamps.items():
         for i, (begin, end) in enumerate(rows):
-            ins = prog.streams[name][i]
-            dut._log.info(f"{name}[{i}] {type(ins).__name__}: cycles {begin} .. {end}")
+            ins = prog.streams[stream][i]
+            dut._log.info(f"{stream}[{i}] {type(ins).__name__}: cycles {begin} .. {end}")
+    for line in timing(params, prog, result, stamps):
+        dut._log.info(line)
+        if "OUT OF BOUND" in line:
+            failures.append(line)
+    return failures
+
+
+@cocotb.test()
+async def program(dut):
+    """Run one program on the RTL and the simulator; compare every byte."""
+    cfg = tb_params()
+    params = pickle.loads(base64.b64decode(cfg["params"]))
+    tb = CoreTB(dut, params, cfg["pause"], cfg["seed"])
+    await tb.start_clock()
+    failures = await co_simulate(dut, tb, params, cfg["program"], cfg["seed"],
+                                 cfg["cycle_limit"])
     assert not failures, "; ".join(failures)
 
 
-def simulate(spec: str, program_name: str, sim: str, seed: int | None = None,
+@cocotb.test()
+async def programs(dut):
+    """Run every program of ``programs`` in turn on one simulation, as :func:`program` runs
+    one: between two, the core is reset and its SBUF and PSUM are cleared (a vector memset
+    of zeros over each, :meth:`CoreTB.clear`). One failure does not stop the others."""
+    cfg = tb_params()
+    params = pickle.loads(base64.b64decode(cfg["params"]))
+    tb = CoreTB(dut, params, cfg["pause"], cfg["seed"])
+    await tb.start_clock()
+    failures = []
+    for k, name in enumerate(cfg["programs"]):
+        if k:
+            await tb.reset()
+            await tb.clear()
+        failures += [f"{name}: {f}" for f in await co_simulate(
+            dut, tb, params, name, cfg["seed"], cfg["cycle_limit"])]
+    assert not failures, "; ".join(failures)
+
+
+def timing(params: CoreParams, prog: Program, result, stamps: dict) -> list[str]:
+    """Each compute instruction's cycles on the RTL (decode to retirement) against the
+    simulator's (:func:`sim.core.machine.rtl_cycle_bound`), one line each; a line holding
+    ``OUT OF BOUND`` breaks the documented bound."""
+    sim_cycles = {}
+    for e in result.events:
+        kind = isa.engine_kind(e["stream"])
+        if kind == "dma":
+            continue
+        sim_cycles[e["stream"], e["args"]["index"]] = e["dur"] * 1e-6 * params.clock(kind)
+    lines = []
+    for name, rows in stamps.items():
+        kind = isa.engine_kind(name)
+        if kind == "dma":
+            continue
+        for i, (begin, end) in enumerate(rows):
+            ins = prog.streams[name][i]
+            if isinstance(ins, SemSignal | SemWait):
+                continue
+            rtl = end - begin
+            lo, hi = rtl_cycle_bound(params, kind, ins, sim_cycles[name, i])
+            verdict = "" if lo <= rtl <= hi else " OUT OF BOUND"
+            lines.append(f"timing {name}[{i}] {ins.MNEMONIC}: RTL {rtl} cycles, simulator "
+                         f"{sim_cycles[name, i]:.0f}, bound {lo:.0f} .. {hi:.0f}{verdict}")
+    return lines
+
+
+def throughput_program(params: CoreParams, instructions: int, n: int) -> Program:
+    """The vector engine alone, ``instructions`` element-wise instructions over tiles of
+    ``n`` fp32 elements of every partition (no DMA: the AXI model stays idle)."""
+    b = Builder(params)
+    a, c, d = (b.sbuf(4 * n, name) for name in "acd")
+    b.emit("vector", Memset(dst=_tile(b, a, n), value=1.5))
+    b.emit("vector", Memset(dst=_tile(b, c, n), value=-0.25))
+    for i in range(instructions - 2):
+        dst, src = (d, a) if i % 2 == 0 else (a, d)
+        b.emit("vector", TensorTensor(dst=_tile(b, dst, n), a=_tile(b, src, n),
+                                      b=_tile(b, c, n), op=VectorOp.ADD))
+    return b.program
+
+
+@cocotb.test()
+async def throughput(dut):
+    """Simulated cycles per wall-clock second (used by benchmarks/core_rtl.py): the program
+    of :func:`throughput_program` (parameters ``instructions`` and ``n``) with the testbench
+    quiet, status polled every 1024 cycles; cycles and seconds go to the JSON file
+    ``report``. The SBUF is still compared with the simulator's, outside the timed part."""
+    import json
+    import time
+
+    cfg = tb_params()
+    params = pickle.loads(base64.b64decode(cfg["params"]))
+    prog = throughput_program(params, cfg["instructions"], cfg["n"])
+    want = Core(params).run(prog, seed=1)
+    tb = CoreTB(dut, params, pause=False, seed=1)
+    await tb.start_clock()
+    await tb.load(prog)
+    begin = time.perf_counter()
+    cycles, deadlock = await tb.run(cfg["cycle_limit"], poll=1024)
+    seconds = time.perf_counter() - begin
+    assert not deadlock
+    rtl = await tb.memory("sbuf")
+    assert np.array_equal(rtl, want.sbuf), _first_difference("SBUF", rtl, want.sbuf)
+    with open(cfg["report"], "w") as fh:
+        json.dump({"cycles": cycles, "seconds": seconds}, fh)
+
+
+def simulate(spec: str | CoreParams, program_name: str, sim: str, seed: int | None = None,
              pause: bool = True, cycle_limit: int = 100_000) -> RunResult:
-    """Co-simulate ``program_name`` on the core of ``spec`` at simulation scale."""
+    """Co-simulate ``program_name`` (a name of :func:`program_names`) on the core of
+    ``spec`` (a spec's name, taken at simulation scale, or the core's parameters)."""
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)
-    params = core_params(load(spec), "sim")
-    cfg = {"spec": spec, "program": program_name, "seed": seed, "pause": pause,
-           "cycle_limit": cycle_limit}
-    return run_verilog(core_verilog(params), "neuron_core", "sim.tb.core", sim, cfg,
-                       testcase="program", seed=seed)
+    params = spec if isinstance(spec, CoreParams) else core_params(load(spec), "sim")
+    cfg = {"params": base64.b64encode(pickle.dumps(params)).decode(),
+           "program": program_name, "seed": seed, "pause": pause, "cycle_limit": cycle_limit}
+    result = run_verilog(core_verilog(params), "neuron_core", "sim.tb.core", sim, cfg,
+                         testcase="program", seed=seed)
+    return dataclasses.replace(result, name=program_name)
+
+
+def simulate_many(spec: str | CoreParams, names: list[str], sim: str,
+                  seed: int | None = None, pause: bool = True,
+                  cycle_limit: int = 100_000) -> RunResult:
+    """Co-simulate the programs ``names`` in turn in one simulation (the cocotb test
+    ``programs``): one start-up of the simulator for all."""
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**31)
+    params = spec if isinstance(spec, CoreParams) else core_params(load(spec), "sim")
+    cfg = {"params": base64.b64encode(pickle.dumps(params)).decode(),
+           "programs": list(names), "seed": seed, "pause": pause, "cycle_limit": cycle_limit}
+    result = run_verilog(core_verilog(params), "neuron_core", "sim.tb.core", sim, cfg,
+                         testcase="programs", seed=seed)
+    return dataclasses.replace(result, name=", ".join(names))
+
+
+def check_program(params: CoreParams, name: str, seed: int) -> str | None:
+    """Why ``name`` is not run on the RTL (None: it is): the core simulator rejects it (a
+    program that must deadlock is rejected for its deadlock alone), or the RTL cannot run
+    it (:func:`rtl_refusal`)."""
+    try:
+        prog = build_program(params, name, seed)
+    except KernelError as err:
+        return f"{name}: {err}"
+    try:
+        Core(params).run(prog, timing_only=True)
+    except ProgramError as err:
+        if not (must_deadlock(name) and "deadlock" in str(err)):
+            return f"{name}: the core simulator rejects it: {err}"
+    else:
+        if must_deadlock(name):
+            return f"{name}: the core simulator runs it, but it must deadlock"
+    why = rtl_refusal(prog, params)
+    return None if why is None else f"{name}: the core RTL cannot run it: {why}"
 
 
 @functools.cache

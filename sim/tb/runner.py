@@ -148,6 +148,8 @@ class RunResult:
     waves: Path | None = None
     #: ``test: ExceptionType: message`` of each failed cocotb test
     messages: tuple[str, ...] = ()
+    #: what ran, in a word, where the toplevel does not say (the core's program)
+    name: str = ""
 
     @property
     def ok(self) -> bool:
@@ -216,8 +218,13 @@ def _intact(stamp: Path, src: Path, verilog_text: str, artifact: Path) -> bool:
 def build_args(sim: str, toplevel: str, waves: bool = False) -> tuple[list[str], str]:
     """The flags a build of ``sim`` is compiled with, and the text of the Verilator
     configuration file it reads (both part of its cache key)."""
-    if sim != "verilator":
-        return [], ""
+    if sim == "icarus":
+        # Amaranth's Verilog (Yosys' backend) is Verilog-2005: each combinational block also
+        # waits on a trigger register initialised to 0 where it is declared, so that it runs
+        # once at time 0. Under cocotb's default -g2012 that initialiser raises no event,
+        # and a block whose inputs hold their initial values (an FSM's output in its reset
+        # state: an AXI valid) stays X; -g2005 (the last -g wins) restores the event.
+        return ["-g2005"], ""
     # Amaranth's Verilog trips width warnings; lint cleanliness is checked apart (tests run
     # `verilator --lint-only` on the emitted RTL). cocotb's runner asks for every signal of
     # the hierarchy to be reachable through VPI (--public-flat-rw); the benches reach only the

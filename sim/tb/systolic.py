@@ -29,13 +29,23 @@ from hdl.numerics.formats import FloatFormat, MxFormat
 from hdl.tensor.harness import HarnessParams, SystolicHarness
 from hdl.tensor.params import SystolicParams
 from hdl.tensor.systolic import cmd_layout
-from sim.golden.systolic import Load, Multiply, matmul, matmul_mx, schedule, to_fp32
+from sim.golden.systolic import (
+    UNMIXED,
+    Load,
+    Multiply,
+    Transpose,
+    matmul,
+    matmul_mx,
+    schedule,
+    to_fp32,
+    transpose,
+)
 from sim.tb import runner
 
 TOP = "systolic_harness"
 PERIOD_NS = 10
 TESTS = ["identity_and_zeros", "extremes_and_specials", "accumulation_chain", "hidden_loads",
-         "quarter_rate", "random_programs"]
+         "quarter_rate", "transposes", "random_programs"]
 
 
 # ---- parameters ----------------------------------------------------------------------------
@@ -221,11 +231,15 @@ class SystolicTB:
         return self.params.format_list[self.params.code(name)]
 
     def partners(self, name: str) -> list[str]:
-        """Formats a multiply may use on a tile of ``name`` (same rate, same kind)."""
+        """Formats a multiply may use on a tile of ``name`` (same rate, same kind; fp32 and
+        tf32 only with themselves)."""
         p = self.params
+        if name in UNMIXED:
+            return [name]
         return [f for f in p.formats
                 if p.is_double(f) == p.is_double(name) and p.is_quarter(f) == p.is_quarter(name)
-                and p.is_int(f) == p.is_int(name) and p.is_mx(f) == p.is_mx(name)]
+                and p.is_int(f) == p.is_int(name) and p.is_mx(f) == p.is_mx(name)
+                and f not in UNMIXED]
 
     async def reset(self):
         from cocotb.triggers import ClockCycles
@@ -238,9 +252,13 @@ class SystolicTB:
 
     # -- driver --
     def _encode_cmd(self, op) -> int:
-        code = self.params.code(op.fmt)
-        fields = ({"op": 0, "fmt": code, "k": op.k, "m": op.m} if isinstance(op, Load)
-                  else {"op": 1, "fmt": code, "n": op.n, "accumulate": int(op.accumulate)})
+        if isinstance(op, Transpose):
+            fields = {"op": 2, "n": op.n}
+        elif isinstance(op, Load):
+            fields = {"op": 0, "fmt": self.params.code(op.fmt), "k": op.k, "m": op.m}
+        else:
+            fields = {"op": 1, "fmt": self.params.code(op.fmt), "n": op.n,
+                      "accumulate": int(op.accumulate)}
         word = 0
         for name, field in self.layout:
             word |= fields.get(name, 0) << field.offset
@@ -266,7 +284,7 @@ class SystolicTB:
                                       axis=1)
                 words = pack_words(p, op.fmt, cols, self.rng)  # (rows, beats * bc)
                 stat_beats.extend(words.T.reshape(beats, bc * p.rows))
-            else:
+            elif isinstance(op, Multiply):
                 mov_cols.extend(pack_words(p, op.fmt, tile, self.rng).T)
         if (len(ops) > self.hp.program_depth or len(stat_beats) > self.hp.stationary_depth
                 or len(mov_cols) > self.hp.moving_depth):
@@ -287,6 +305,10 @@ class SystolicTB:
         for op, tile in program:
             if isinstance(op, Load):
                 stationary, tile_fmt = tile, op.fmt
+            elif isinstance(op, Transpose):
+                m = stationary.shape[1]
+                bank[:op.n, :m] = transpose(stationary, self.fmt(tile_fmt)).T[:op.n]
+                beats.extend(bank[:op.n].copy())
             else:
                 k, m = stationary.shape
                 before = bank[:op.n, :m].T
@@ -339,7 +361,7 @@ class SystolicTB:
             want_out = tuple(c - sched.accepted[0] for c in sched.outputs)
             assert accepted == want_acc, f"{name}: commands at {accepted}, model {want_acc}"
             assert outputs == want_out, f"{name}: outputs at {outputs}, model {want_out}"
-        formats = sorted({op.fmt for op in ops})
+        formats = sorted({op.fmt for op in ops if not isinstance(op, Transpose)})
         self.log.info("%s: %d beats ok (formats %s; idle %d/256, stall %d/256, %d cycles "
                       "modelled)", name, len(want), ", ".join(formats), idle, stall,
                       sched.total)
@@ -509,8 +531,38 @@ async def quarter_rate(dut):
 
 
 @_cocotb_test
+async def transposes(dut):
+    """The transpose pass against multiplies: per format (not MX), a tile of every bit
+    pattern (-0, NaN payloads, subnormals: each must leave as loaded) transposed, then
+    multiplied by the same tile's bank, a load hidden behind a transpose, a partial
+    transpose, and an accumulating multiply onto transposed rows."""
+    tb = _tb(dut)
+    await tb.reset()
+    p = tb.params
+    formats = [f for f in p.formats if not p.is_mx(f)]
+    if not formats:
+        tb.log.info("no format with a transpose in %s", ", ".join(p.formats))
+        return
+    program = []
+    for i, fmt in enumerate(formats):
+        f, k, m = tb.fmt(fmt), p.k_limit(fmt), p.cols
+        kt = min(k, p.moving_max)
+        tile = edge_bits(f, tb.rng, (kt, m)) if i % 2 else random_bits(f, tb.rng, (kt, m),
+                                                                          "any")
+        other = formats[(i + 1) % len(formats)]
+        ko = p.k_limit(other)
+        program += [tb.load(fmt, kt, m, tile=tile), (Transpose(kt), None),
+                    tb.multiply(tb.random_partner(fmt), kt, 1),
+                    tb.load(other, ko, max(1, m - 1), kind="finite"),
+                    (Transpose(max(1, min(ko, p.moving_max) // 2)), None),
+                    tb.multiply(tb.random_partner(other), ko, 2, accumulate=True)]
+    await tb.run_both(program, "transposes")
+
+
+@_cocotb_test
 async def random_programs(dut):
-    """Random mixed-format programs: shapes, formats, accumulation, idle and backpressure."""
+    """Random mixed-format programs: shapes, formats, accumulation, transposes of some
+    tiles before their multiplies, idle and backpressure."""
     tb = _tb(dut)
     await tb.reset()
     p = tb.params
@@ -525,6 +577,11 @@ async def random_programs(dut):
                 break
             budget_k -= beats
             program.append(tb.load(fmt, k, m, kind=str(tb.rng.choice(["normal", "finite"]))))
+            if not p.is_mx(fmt) and tb.rng.integers(0, 3) == 0:  # the tile's rows first
+                n = int(tb.rng.integers(1, min(k, p.moving_max) + 1))
+                if n <= budget_n:
+                    budget_n -= n
+                    program.append((Transpose(n), None))
             for _ in range(int(tb.rng.integers(1, 3))):
                 n = int(tb.rng.integers(1, p.moving_max + 1))
                 if n > budget_n:
@@ -532,7 +589,7 @@ async def random_programs(dut):
                 budget_n -= n
                 program.append(tb.multiply(tb.random_partner(fmt), k, n,
                                            accumulate=bool(tb.rng.integers(0, 2))))
-        if not isinstance(program[-1][0], Multiply):
+        if isinstance(program[-1][0], Load):
             last = program[-1][0]
             program.append(tb.multiply(last.fmt, last.k, 1))
         idle, stall = (int(v) for v in tb.rng.integers(0, 200, size=2))

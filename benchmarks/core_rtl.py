@@ -1,0 +1,121 @@
+"""NeuronCore RTL benchmarks: full-scale emission, full-scale lint, simulation speed.
+
+1. ``emit``: :func:`generators.core.emit` of a spec's core at full scale in a fresh process:
+   wall and CPU seconds (the process and its Yosys child) and peak memory of each.
+2. ``lint``: ``verilator --lint-only -Wall`` of those files with the generator's waivers
+   (``neuron_core.vlt``): warnings and seconds.
+3. ``sim``: simulated core cycles per wall-clock second, Verilator against Icarus, on the
+   vector-only program of :func:`sim.tb.core.throughput_program` at simulation scale (the
+   testbench quiet: no DMA, status polled every 1024 cycles; builds cached, not timed).
+
+Reproduce from the repository root: ``PYTHONPATH=. python benchmarks/core_rtl.py``
+(``--skip emit,lint,sim`` to leave parts out; results in benchmarks/core_rtl.md and
+BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+EMIT = """
+import json, resource, sys, time
+from pathlib import Path
+from generators.core import emit
+from hdl.params import core_params
+from specs.loader import load
+params = core_params(load(sys.argv[1]), "full")
+begin, cpu = time.perf_counter(), time.process_time()
+files = emit(params, Path(sys.argv[2]), "benchmark")
+wall = time.perf_counter() - begin
+cpu = time.process_time() - cpu
+child = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall_s": wall, "cpu_s": cpu, "yosys_cpu_s": child.ru_utime + child.ru_stime,
+                  "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "yosys_peak_mib": child.ru_maxrss / 1024,
+                  "files": {p.name: p.stat().st_size for p in files}}))
+"""
+
+
+def bench_emit(spec: str, out: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, "-c", EMIT, spec, str(out)], env=env, cwd=ROOT,
+                            capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def bench_lint(out: Path) -> dict:
+    from sim.tb.runner import setup_verilator_env
+
+    files = [p.name for p in sorted(out.glob("*.v")) if p.name != "neuron_core.v"]
+    cmd = ["verilator", "--lint-only", "-Wall", "--top-module", "neuron_core",
+           "neuron_core.vlt", *files, "neuron_core.v"]
+    begin = time.perf_counter()
+    before = os.times()
+    result = subprocess.run(cmd, cwd=out, env=setup_verilator_env(dict(os.environ)),
+                            capture_output=True, text=True)
+    after = os.times()
+    text = result.stdout + result.stderr
+    return {"status": result.returncode, "warnings": text.count("%Warning"),
+            "wall_s": time.perf_counter() - begin,
+            "cpu_s": after.children_user - before.children_user
+            + after.children_system - before.children_system,
+            "command": " ".join(cmd)}
+
+
+def bench_sim(spec: str, instructions: int, n: int) -> dict:
+    from hdl.params import core_params
+    from sim.tb import runner
+    from sim.tb.core import core_verilog
+    from specs.loader import load
+
+    params = core_params(load(spec), "sim")
+    text = core_verilog(params)
+    out = {}
+    for sim in ("verilator", "icarus"):
+        runner.build(text, "neuron_core", sim)
+        report = Path(tempfile.mkdtemp()) / "throughput.json"
+        cfg = {"params": base64.b64encode(pickle.dumps(params)).decode(), "report": str(report),
+               "instructions": instructions, "n": n, "cycle_limit": 10_000_000}
+        result = runner.run_verilog(text, "neuron_core", "sim.tb.core", sim, cfg,
+                                    "throughput", seed=1)
+        if not result.ok:
+            raise RuntimeError(f"{sim} throughput run failed: {result}")
+        figures = json.loads(report.read_text())
+        out[sim] = {**figures, "cycles_per_s": figures["cycles"] / figures["seconds"]}
+    out["ratio"] = out["verilator"]["cycles_per_s"] / out["icarus"]["cycles_per_s"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--spec", default="trn2")
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip: emit,lint,sim")
+    ap.add_argument("--instructions", type=int, default=200)
+    ap.add_argument("--n", type=int, default=128, help="fp32 elements per partition a tile")
+    args = ap.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        if "emit" not in skip or "lint" not in skip:
+            print("emit:", json.dumps(bench_emit(args.spec, out)), flush=True)
+        if "lint" not in skip:
+            print("lint:", json.dumps(bench_lint(out)), flush=True)
+    if "sim" not in skip:
+        print("sim:", json.dumps(bench_sim(args.spec, args.instructions, args.n)), flush=True)
+    print(f"load average at end: {os.getloadavg()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""NeuronCore generator: the core's Verilog and its Verilator waivers, for `gen chip`.
+
+The core (:class:`hdl.core.core.NeuronCore`) is elaborated once; the lanes and processing
+elements of its engines are modules emitted apart and instantiated (``Instance``), each
+written to a file of its own name. A module that another unit of the chip has already written
+into the same directory is shared when it is the same text, and renamed for the core when it
+is not: one definition per module name in the chip's file list.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from contextlib import contextmanager
+from pathlib import Path
+
+from hdl.core.params import CoreParams
+
+from .output import verilator_waivers
+from .output import write_if_changed as _write
+from .vector import ACTIVATION_WAIVERS
+
+TOP = "neuron_core"
+
+#: ``verilator --lint-only -Wall`` warnings waived for the emitted core, each a habit of
+#: Amaranth's Verilog backend, not of the design (seven rules: no more are raised at either
+#: scale, benchmarks/core_rtl.md). Written beside the core as
+#: ``neuron_core.vlt``.
+WAIVERS = {
+    "UNUSEDSIGNAL": "every intermediate wire of an expression is declared even when only "
+                    "some of its bits are read (the host port's address fields, the "
+                    "instruction word's unused fields)",
+    "WIDTHEXPAND": "arithmetic is sized by Amaranth's rules, with implicit extension at "
+                   "assignments",
+    "WIDTHTRUNC": "as WIDTHEXPAND, with implicit truncation",
+    "CASEINCOMPLETE": "case statements have a default-assignment prologue instead of a "
+                      "default arm",
+    "PROCASSINIT": "registers are initialised where they are declared",
+    "DECLFILENAME": "submodules are named by hierarchy (neuron_core.dma) and share their "
+                    "parent's file",
+    "UNSIGNED": ACTIVATION_WAIVERS["UNSIGNED"] + " (the scalar engine's activation unit)",
+}
+
+
+def _comment(header: str) -> str:
+    return "".join(f"// {line}".rstrip() + "\n" for line in header.splitlines())
+
+
+def module_name(text: str) -> str:
+    """The top module of an emitted text: the one module whose name is not hierarchical
+    (Amaranth names a submodule ``\\top.sub``)."""
+    names = [n for n in re.findall(r"^module\s+(\\\S+|[A-Za-z_][\w$]*)", text, re.M)
+             if "." not in n]
+    if len(names) != 1:
+        raise ValueError(f"an emitted text must have one top module, not {names!r}")
+    return names[0]
+
+
+@contextmanager
+def uninitialised_memories():
+    """Within this context, Amaranth emits memories whose initial contents are all zero
+    without them: no ``$meminit`` cell, no ``initial`` block, a memory that starts undefined,
+    as an SRAM does.
+
+    Amaranth gives every memory an initial value and emits it bit by bit: for the full-scale
+    core's SBUF (128 partitions x 224 KiB) that is 235 million bits, each a netlist object,
+    which takes many minutes and gigabytes before Yosys sees it. The simulation benches
+    emit the core without this (their SBUF and PSUM start at zero, as the core simulator's
+    do).
+    """
+    from amaranth.back import rtlil
+
+    original = rtlil.ModuleEmitter.emit_memory
+
+    def emit_memory(self, cell_idx, cell):
+        if any(cell.init):
+            original(self, cell_idx, cell)
+
+    rtlil.ModuleEmitter.emit_memory = emit_memory
+    try:
+        yield
+    finally:
+        rtlil.ModuleEmitter.emit_memory = original
+
+
+@functools.cache
+def verilog_texts(params: CoreParams) -> tuple[str, tuple[str, ...]]:
+    """The core's own Verilog (memories uninitialised) and its lane modules' (each a text),
+    elaborated once per parameter set in a process."""
+    from amaranth.back import verilog
+
+    from hdl.core.core import NeuronCore
+
+    core = NeuronCore(params)
+    with uninitialised_memories():
+        top = verilog.convert(core, name=TOP, emit_src=False)
+    return top, tuple(core.verilog_dependencies())
+
+
+def rename_module(texts: list[str], old: str, new: str) -> list[str]:
+    """``texts`` with the module ``old`` renamed ``new`` wherever its name stands alone or
+    begins a hierarchical name (``old``, ``\\old.sub``): its definition, its submodules' and
+    every instance of it."""
+    pattern = re.compile(rf"(?<![\w$]){re.escape(old)}(?![\w$])")
+    return [pattern.sub(new, text) for text in texts]
+
+
+def emit(params: CoreParams, rtl_dir: Path, header: str) -> list[Path]:
+    """Write the core's Verilog into ``rtl_dir``: each module it instantiates its own file
+    (leaves first), then ``neuron_core.v`` (its SBUF and PSUM uninitialised:
+    :func:`uninitialised_memories`), ``neuron_core.vlt`` (:data:`WAIVERS`) and the file list
+    ``neuron_core.f`` (the ``.v`` files in compile order). Deterministic, and a file is only
+    rewritten when its content changes. Returns the paths written.
+
+    A module whose file another unit of the chip has already written into ``rtl_dir`` is
+    shared when the texts are equal, and renamed ``neuron_core_<name>`` when they are not
+    (the core's engine may be parameterised apart from the chip's), so that the chip's file
+    list defines each module once.
+    """
+    rtl_dir = Path(rtl_dir)
+    rtl_dir.mkdir(parents=True, exist_ok=True)
+    prefix = _comment(header)
+    top, dependencies = verilog_texts(params)
+    texts = [*dependencies, top]
+    for name in [module_name(text) for text in dependencies]:
+        path = rtl_dir / f"{name}.v"
+        text = next(t for t in texts[:-1] if module_name(t) == name)
+        if path.is_file() and path.read_text() != prefix + text:
+            texts = rename_module(texts, name, f"{TOP}_{name}")
+    paths = [_write(rtl_dir / f"{module_name(text)}.v", prefix + text) for text in texts[:-1]]
+    paths.append(_write(rtl_dir / f"{TOP}.v", prefix + texts[-1]))
+    file_list = "".join(f"{path.name}\n" for path in paths)
+    paths.append(_write(rtl_dir / f"{TOP}.vlt", verilator_waivers(WAIVERS, header)))
+    paths.append(_write(rtl_dir / f"{TOP}.f", prefix.replace("//", "#") + file_list))
+    return paths

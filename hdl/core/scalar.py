@@ -1,0 +1,209 @@
+"""The core's scalar (activation) engine: the activation unit
+(:class:`hdl.vector.activation.Activation`) fed from and writing to SBUF and PSUM through
+the access patterns of ``Activation``.
+
+The unit has ``lanes`` lanes (the core's ``activation_lanes``: one per partition at full
+scale, fewer at simulation scale, see :func:`hdl.params.core_params`); the partitions of a
+tile are served in turn, ``lanes`` at a time (group ``g`` takes the tile's partitions
+``g * lanes`` .. ``(g + 1) * lanes - 1``, lane ``l`` the ``l``-th of them).
+
+Per instruction: decode, then for a ``bias`` operand one read of its element in every
+partition, then per group the stream: every cycle the next element of ``src`` is read from
+all partitions at once, one cycle later the group's partitions enter the unit (widened from
+``src``'s type by the unit), and every result beat (already cast to ``dst``'s type by the
+unit, round to nearest even) is written to ``dst`` at the destination pattern's next element,
+in the group's partitions of the tile only. With ``reduce_dst``, the running sum of the
+group's last beat is written to it first (one cycle on the write port, the unit stalled).
+One read port and one write port.
+
+What this datapath runs (:func:`supported` says why not otherwise): ``Activation`` with
+``src`` and ``dst`` of a type the unit reads and writes (``formats``), fp32 ``bias`` and
+``reduce_dst``, round-to-nearest-even casts.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
+from hdl.core.engines import DATA_BITS, rotate, unrotate
+from hdl.core.isa import AP, DTYPES, WORD_BITS, Activation, Instruction, field_positions
+from hdl.vector.activation import Activation as ActivationUnit
+from hdl.vector.activation import ActivationParams
+from hdl.vector.functions import FunctionSpec
+
+__all__ = ["SCALAR_OPS", "ScalarEngine", "supported"]
+
+SCALAR_OPS = (Activation,)
+
+
+def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
+    """Why the core's scalar engine cannot run ``ins`` (None: it can)."""
+    if not isinstance(ins, SCALAR_OPS):
+        return f"the scalar engine runs {', '.join(c.__name__ for c in SCALAR_OPS)}"
+    if ins.rounding != "rne":
+        return "casts round to nearest even (no stochastic rounding in the core yet)"
+    for name in ("dst", "src"):
+        ap: AP = getattr(ins, name)
+        if ap.dtype not in formats:
+            return f"{name} must be one of {', '.join(formats)}, not {ap.dtype}"
+    for name in ("bias", "reduce_dst"):
+        ap = getattr(ins, name)
+        if ap is not None and ap.dtype != "fp32":
+            return f"{name} must be fp32"
+    return None
+
+
+class ScalarEngine(wiring.Component):
+    """The scalar engine of a core of ``partitions`` partitions with ``lanes`` activation
+    lanes running ``functions`` (stochastic rounding's generator ``rng``); ``words`` is the
+    depth of the deeper of SBUF and PSUM in 32-bit words."""
+
+    def __init__(self, partitions: int, lanes: int, words: int,
+                 functions: tuple[FunctionSpec, ...], rng: str):
+        if not isinstance(lanes, int) or not 1 <= lanes <= partitions:
+            raise ValueError(f"lanes must be an integer in 1 .. {partitions}, not {lanes!r}")
+        self.partitions, self.lanes = partitions, lanes
+        self.params = ActivationParams(lanes=lanes, functions=functions, rng=rng)
+        n = partitions
+        super().__init__({
+            "issue": In(1), "word": In(WORD_BITS), "done": Out(1),
+            "r_addr": Out(range(words)), "r_en": Out(1), "r_psum": Out(1),
+            "r_data": In(data.ArrayLayout(DATA_BITS, n)),
+            "w_addr": Out(range(words)), "w_psum": Out(1), "w_part": Out(n),
+            "w_be": Out(DATA_BITS // 8), "w_data": Out(data.ArrayLayout(DATA_BITS, n)),
+        })
+        self.unit = ActivationUnit(self.params, lane_instances=True)
+
+    @property
+    def groups(self) -> int:
+        """Turns of the lanes that cover every partition."""
+        return -(-self.partitions // self.lanes)
+
+    def verilog_dependencies(self) -> list[str]:
+        return self.unit.verilog_dependencies()
+
+    def elaborate(self, platform):
+        m = Module()
+        n, lanes = self.partitions, self.lanes
+        chunk = min(32, n)
+        m.submodules.unit = unit = self.unit
+        word = Signal(WORD_BITS)
+
+        def field(name):
+            pos, bits, kind = field_positions(Activation)[name]
+            value = word[pos:pos + bits]
+            return data.View(AP_LAYOUT, value) if kind == "ap" else value
+
+        dst, src, bias, red = (field(nm) for nm in ("dst", "src", "bias", "reduce_dst"))
+        has_bias, has_red = bias.partitions != 0, red.partitions != 0
+
+        m.submodules.ws = ws = ApWalker()
+        m.submodules.wd = wd = ApWalker()
+        start = Signal()
+        m.d.comb += [ws.ap.eq(src), wd.ap.eq(dst), ws.start.eq(start), wd.start.eq(start)]
+
+        def format_index(ap):
+            index = 0
+            for i, name in enumerate(self.params.formats):
+                index = Mux(ap.dtype == DTYPES[name][0], i, index)
+            return index
+
+        # group: which turn of the lanes; base: its first partition within the tile
+        group = Signal(range(self.groups + 1))
+        base = Signal(range(n + lanes))
+
+        def select(values):
+            """The group's ``lanes`` of ``values`` (partitions in tile order)."""
+            out = []
+            for lane in range(lanes):
+                v = values[lane] if lane < n else 0
+                for g in range(1, self.groups):
+                    at = g * lanes + lane
+                    v = Mux(group == g, values[at] if at < n else 0, v)
+                out.append(v)
+            return out
+
+        biases = Signal(data.ArrayLayout(32, n))
+        m.d.comb += [unit.func.eq(field("func")), unit.in_format.eq(format_index(src)),
+                     unit.out_format.eq(format_index(dst)), unit.stochastic.eq(0)]
+        lane_bias = select([biases[p] for p in range(n)])
+        for lane in range(lanes):
+            m.d.comb += [unit.scale[lane].eq(field("scale")), unit.bias[lane].eq(lane_bias[lane])]
+
+        # the read side: src of every partition, the group's lanes one cycle after the address
+        s1_valid, s1_last, sent, shift = Signal(), Signal(), Signal(), Signal(2)
+        rows = rotate([self.r_data[p] for p in range(n)], src.partition, chunk)
+        lane_in = select(rows)
+        m.d.comb += [self.r_addr.eq(ws.byte[2:]), self.r_psum.eq(src.space == SPACE["psum"]),
+                     unit.i.valid.eq(s1_valid), unit.i.payload.last.eq(s1_last)]
+        for lane in range(lanes):
+            m.d.comb += unit.i.payload.data[lane].eq(lane_in[lane] >> (shift * 8))
+
+        # the write side: dst's next element (or reduce_dst's one), in the group's partitions
+        reducing = Signal()  # this cycle writes reduce_dst
+        reduced = Signal()  # the group's reduce_dst is written
+        writing = Signal()
+        t_first = Mux(reducing, red.partition, dst.partition)
+        t_count = Mux(reducing, red.partitions, dst.partitions)
+        t_space = Mux(reducing, red.space, dst.space)
+        item = Mux(reducing, 0xF, (1 << (1 << dtype_shift(dst.dtype))) - 1)
+        at = Mux(reducing, red.offset, wd.byte)
+        beat = [Mux(reducing, unit.o.payload.sum[q % lanes], unit.o.payload.data[q % lanes])
+                << (at[:2] * 8) for q in range(n)]
+        out_rows = unrotate(beat, t_first, chunk)
+        in_group = Cat(*[(t_first + base <= p) & (p < t_first + base + lanes)
+                         & (p < t_first + t_count) for p in range(n)])
+        m.d.comb += [self.w_addr.eq(at[2:]), self.w_psum.eq(t_space == SPACE["psum"]),
+                     self.w_part.eq(in_group), self.w_be.eq(Mux(writing, item << at[:2], 0))]
+        m.d.comb += [self.w_data[p].eq(out_rows[p]) for p in range(n)]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.issue):
+                    m.d.sync += word.eq(self.word)
+                    m.next = "SETUP"
+            with m.State("SETUP"):
+                m.d.sync += [group.eq(0), base.eq(0)]
+                m.d.sync += [biases[p].eq(0) for p in range(n)]
+                with m.If(has_bias):
+                    m.next = "BIAS"
+                with m.Else():
+                    m.next = "GROUP"
+            with m.State("BIAS"):
+                # the operand's one element per partition
+                m.d.comb += [self.r_addr.eq(bias.offset[2:]), self.r_en.eq(1),
+                             self.r_psum.eq(bias.space == SPACE["psum"])]
+                m.next = "BIAS_DATA"
+            with m.State("BIAS_DATA"):
+                values = rotate([self.r_data[p] for p in range(n)], bias.partition, chunk)
+                m.d.sync += [biases[p].eq(values[p]) for p in range(n)]
+                m.next = "GROUP"
+            with m.State("GROUP"):
+                m.d.comb += start.eq(1)
+                m.d.sync += [sent.eq(0), s1_valid.eq(0), reduced.eq(0)]
+                m.next = "STREAM"
+            with m.State("STREAM"):
+                adv = ~s1_valid | unit.i.ready
+                m.d.comb += self.r_en.eq(adv)
+                with m.If(adv):
+                    m.d.sync += s1_valid.eq(~sent)
+                    with m.If(~sent):
+                        m.d.comb += ws.step.eq(1)
+                        m.d.sync += [s1_last.eq(ws.row_last), shift.eq(ws.byte[:2]),
+                                     sent.eq(ws.row_last)]
+                with m.If(unit.o.valid & unit.o.payload.last & has_red & ~reduced):
+                    m.d.comb += [reducing.eq(1), writing.eq(1)]
+                    m.d.sync += reduced.eq(1)
+                with m.Elif(unit.o.valid):
+                    m.d.comb += [unit.o.ready.eq(1), writing.eq(1), wd.step.eq(1)]
+                    with m.If(wd.row_last):
+                        m.d.sync += [group.eq(group + 1), base.eq(base + lanes)]
+                        with m.If(base + lanes >= dst.partitions):
+                            m.d.comb += self.done.eq(1)
+                            m.next = "IDLE"
+                        with m.Else():
+                            m.next = "GROUP"
+        return m

@@ -1,0 +1,240 @@
+"""The core's tensor engine: the multi-format systolic array
+(:class:`hdl.tensor.systolic.SystolicArray`) fed from SBUF (or PSUM) through the access
+patterns of ``LoadStationary`` and ``MultiplyMoving``, its results written to PSUM.
+
+Per instruction: decode, hand the array its command (format code, ``k`` the source's
+partitions, ``m`` or ``n`` its free size), then
+
+* ``LoadStationary``: every cycle the next element of ``src`` (one stationary column, K x M
+  tile) is read from all partitions at once; its partitions ``src.partition + r`` become the
+  array's row words (with a double-rate format row ``r`` takes partitions ``2r`` and
+  ``2r + 1`` in its low two bytes); ``beat_columns`` columns make one beat. The instruction
+  retires when the array has taken the last beat.
+* ``MultiplyMoving``: likewise one moving column per cycle into the array; each row the
+  array puts out (``cols`` column sums, moving column ``j``) is written to ``dst``'s element
+  ``j`` in partitions ``dst.partition + c`` for ``c < m``: the array overwrites its own PSUM
+  bank, and with ``accumulate`` the engine reads the core's PSUM word first and writes
+  ``add32(psum, sum)`` (an int32 sum for integer formats), which is the golden model's
+  accumulation (:func:`sim.golden.systolic.matmul`). One result row per cycle: its PSUM
+  read with the row, the write the cycle after.
+
+Tile positions (``row``, ``col`` of ``LoadStationary``) change no data: the array is used
+whole. What this datapath runs (:func:`supported` says why not otherwise): ``LoadStationary``
+and ``MultiplyMoving`` of the array's formats with round-to-nearest-even, no ``Transpose``.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
+from hdl.core.engines import DATA_BITS, rotate, unrotate
+from hdl.core.isa import (
+    DTYPES,
+    WORD_BITS,
+    Instruction,
+    LoadStationary,
+    MultiplyMoving,
+    field_positions,
+)
+from hdl.numerics.fpu import FpAdd32
+from hdl.tensor.pe import ProcessingElement
+from hdl.tensor.systolic import Op, SystolicArray
+from hdl.vector.lanes import lane_verilog
+
+__all__ = ["TENSOR_OPS", "TensorEngine", "supported"]
+
+TENSOR_OPS = (LoadStationary, MultiplyMoving)
+
+
+def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
+    """Why the core's tensor engine, whose array takes ``formats``, cannot run ``ins``
+    (None: it can)."""
+    if not isinstance(ins, TENSOR_OPS):
+        return f"the tensor engine runs {', '.join(c.__name__ for c in TENSOR_OPS)}"
+    if ins.src.dtype not in formats or ins.src.dtype not in DTYPES:
+        usable = [f for f in formats if f in DTYPES]
+        return f"src must be one of {', '.join(usable)}, not {ins.src.dtype}"
+    return None
+
+
+class TensorEngine(wiring.Component):
+    """The tensor engine of a core of ``partitions`` partitions with the array of
+    ``array`` (:class:`~hdl.tensor.params.SystolicParams`), whose formats are the core's
+    ``formats`` in the same order (the instruction set's names); ``words`` is the depth of
+    the deeper of SBUF and PSUM in 32-bit words."""
+
+    PE_MODULE = "core_tensor_pe"
+
+    def __init__(self, partitions: int, array, formats: tuple[str, ...], words: int):
+        if array.cols > partitions or array.rows > partitions:
+            raise ValueError(f"the array ({array.rows} x {array.cols}) must fit the core's "
+                             f"{partitions} partitions")
+        if len(formats) != len(array.formats):
+            raise ValueError(f"formats must name the array's {len(array.formats)} formats, "
+                             f"not {formats!r}")
+        self.partitions, self.array, self.formats = partitions, array, formats
+        n = partitions
+        members = {"issue": In(1), "word": In(WORD_BITS), "done": Out(1)}
+        for port in ("r", "q"):
+            members.update({f"{port}_addr": Out(range(words)), f"{port}_en": Out(1),
+                            f"{port}_psum": Out(1),
+                            f"{port}_data": In(data.ArrayLayout(DATA_BITS, n))})
+        members.update({"w_addr": Out(range(words)), "w_psum": Out(1), "w_part": Out(n),
+                        "w_be": Out(DATA_BITS // 8),
+                        "w_data": Out(data.ArrayLayout(DATA_BITS, n))})
+        super().__init__(members)
+        self.unit = SystolicArray(array, pe_module=self.PE_MODULE)
+
+    def verilog_dependencies(self) -> list[str]:
+        return [lane_verilog(ProcessingElement(self.array), self.PE_MODULE)]
+
+    def elaborate(self, platform):
+        m = Module()
+        n, a = self.partitions, self.array
+        chunk = min(32, n)
+        m.submodules.array = array = self.unit
+        word = Signal(WORD_BITS)
+        opcode = word[:8]
+        is_load = opcode == LoadStationary.OPCODE
+
+        def field(cls, name):
+            pos, bits, _ = field_positions(cls)[name]
+            return data.View(AP_LAYOUT, word[pos:pos + bits])
+
+        src = Signal(AP_LAYOUT)
+        dst = field(MultiplyMoving, "dst")
+        accumulate = word[field_positions(MultiplyMoving)["accumulate"][0]]
+        m.d.comb += src.eq(Mux(is_load, field(LoadStationary, "src").as_value(),
+                               field(MultiplyMoving, "src").as_value()))
+
+        # the source's format: its code in the array, double rate, integer
+        code, double, integer = 0, 0, 0
+        for index, name in enumerate(self.formats):
+            if name not in DTYPES:
+                continue
+            hit = src.dtype == DTYPES[name][0]
+            code = Mux(hit, index, code)
+            double = Mux(hit, int(a.is_double(a.formats[index])), double)
+            integer = Mux(hit, int(a.is_int(a.formats[index])), integer)
+        free = 1
+        for i in range(3):
+            size = getattr(src, f"n{i}")
+            free = free * Mux(size == 0, 1, size)
+
+        cmd = array.cmd.payload
+        m.d.comb += [cmd.op.eq(Mux(is_load, Op.LOAD, Op.MULTIPLY)), cmd.fmt.eq(code),
+                     cmd.k.eq(src.partitions), cmd.m.eq(free), cmd.n.eq(free),
+                     cmd.accumulate.eq(0)]
+
+        m.submodules.ws = ws = ApWalker()
+        m.submodules.wd = wd = ApWalker()
+        start = Signal()
+        m.d.comb += [ws.ap.eq(src), wd.ap.eq(dst), ws.start.eq(start), wd.start.eq(start)]
+
+        # the read side: one column of the source per cycle, as the array's row words
+        s1_valid, s1_last, sent, shift = Signal(), Signal(), Signal(), Signal(2)
+        rows = rotate([self.r_data[p] for p in range(n)], src.partition, chunk)
+        item_bits = 8 << dtype_shift(src.dtype)
+
+        def element(i):
+            if i >= n:
+                return Const(0, 32)
+            return (rows[i] >> (shift * 8)) & ((1 << item_bits) - 1)
+
+        packed = []
+        for r in range(a.rows):
+            single = element(r)
+            if a.double_rate:
+                pair = Cat(element(2 * r)[:8], element(2 * r + 1)[:8])
+                single = Mux(double, pair, single)
+            packed.append(single)
+        moving = Signal(data.ArrayLayout(a.width, a.rows))
+        m.d.comb += [moving[r].eq(packed[r]) for r in range(a.rows)]
+        m.d.comb += [self.r_addr.eq(ws.byte[2:]), self.r_psum.eq(src.space == SPACE["psum"]),
+                     array.moving.payload.eq(moving)]
+
+        def read_step(adv):
+            m.d.comb += self.r_en.eq(adv)
+            with m.If(adv):
+                m.d.sync += s1_valid.eq(~sent)
+                with m.If(~sent):
+                    m.d.comb += ws.step.eq(1)
+                    m.d.sync += [s1_last.eq(ws.row_last), shift.eq(ws.byte[:2]),
+                                 sent.eq(ws.row_last)]
+
+        # LoadStationary: columns gathered into beats
+        bc = a.beat_columns
+        slot = Signal(range(bc))
+        beat_valid, beat_last = Signal(), Signal()
+        columns = Signal(data.ArrayLayout(data.ArrayLayout(a.width, a.rows), bc))
+        m.d.comb += [array.stationary.valid.eq(beat_valid),
+                     array.stationary.payload.eq(columns)]
+
+        # MultiplyMoving: each result row read-modify-written, one per cycle: the row and its
+        # PSUM read in one cycle, the write in the next
+        w_valid, w_last = Signal(), Signal()
+        w_at = Signal.like(self.w_addr)
+        staged = Signal(data.ArrayLayout(32, a.cols))
+        old = rotate([self.q_data[p] for p in range(n)], dst.partition, chunk)
+        total = []
+        for c in range(a.cols):
+            new = staged[c]
+            summed = (old[c] + new)[:32]
+            if a.has_float:
+                add = FpAdd32()
+                m.submodules[f"acc{c}"] = add
+                m.d.comb += [add.a.eq(old[c]), add.b.eq(new)]
+                summed = Mux(integer, summed, add.y) if a.has_int else add.y
+            total.append(Mux(accumulate, summed, new))
+        total += [0] * (n - a.cols)
+        out_rows = unrotate(total, dst.partition, chunk)
+        m.d.comb += [self.q_addr.eq(wd.byte[2:]), self.q_psum.eq(1),
+                     self.w_addr.eq(w_at), self.w_psum.eq(dst.space == SPACE["psum"]),
+                     self.w_be.eq(Mux(w_valid, 0xF, 0)),
+                     self.w_part.eq(Cat(*[(dst.partition <= p)
+                                          & (p < dst.partition + dst.partitions)
+                                          for p in range(n)]))]
+        m.d.comb += [self.w_data[p].eq(out_rows[p]) for p in range(n)]
+        m.d.sync += w_valid.eq(0)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.issue):
+                    m.d.sync += word.eq(self.word)
+                    m.next = "CMD"
+            with m.State("CMD"):
+                m.d.comb += [array.cmd.valid.eq(1), start.eq(1)]
+                m.d.sync += [sent.eq(0), s1_valid.eq(0), slot.eq(0), beat_valid.eq(0)]
+                with m.If(array.cmd.ready & is_load):
+                    m.next = "LOAD"
+                with m.Elif(array.cmd.ready):
+                    m.next = "MULTIPLY"
+            with m.State("LOAD"):
+                take = s1_valid & ~beat_valid
+                read_step(~s1_valid | take)
+                with m.If(take):
+                    for j in range(bc):
+                        with m.If(slot == j):
+                            m.d.sync += columns[j].eq(moving)
+                    m.d.sync += slot.eq(Mux(s1_last | (slot == bc - 1), 0, slot + 1))
+                    with m.If(s1_last | (slot == bc - 1)):
+                        m.d.sync += [beat_valid.eq(1), beat_last.eq(s1_last)]
+                with m.If(beat_valid & array.stationary.ready):
+                    m.d.sync += beat_valid.eq(0)
+                    with m.If(beat_last):
+                        m.d.comb += self.done.eq(1)
+                        m.next = "IDLE"
+            with m.State("MULTIPLY"):
+                m.d.comb += [array.moving.valid.eq(s1_valid), array.out.ready.eq(1)]
+                read_step(~s1_valid | array.moving.ready)
+                with m.If(array.out.valid):
+                    m.d.comb += [self.q_en.eq(1), wd.step.eq(1)]
+                    m.d.sync += [w_valid.eq(1), w_last.eq(wd.row_last), w_at.eq(wd.byte[2:]),
+                                 staged.eq(array.out.payload)]
+                with m.If(w_valid & w_last):
+                    m.d.comb += self.done.eq(1)
+                    m.next = "IDLE"
+        return m

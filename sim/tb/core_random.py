@@ -1,0 +1,228 @@
+"""Seeded random programs for the NeuronCore co-simulation, built only of what the core RTL
+runs and ordered by semaphores so that no two streams race.
+
+:func:`random_program` draws a sequence of operations on a few SBUF slots and PSUM banks:
+DMA loads from HBM, the vector engine's element-wise operations, reductions, copies and
+memsets, the scalar engine's activations (with a bias column and a running sum), the
+tensor engine's load-and-multiply pairs (with accumulation), and DMA stores back to HBM.
+Each operation waits for the last writer of every slot it touches and, before it writes a
+slot, for every reader since; the streams otherwise run concurrently. A draw the core
+simulator rejects never reaches the RTL: :func:`random_program` draws again from the next
+seed.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hdl.core.isa import (
+    Activation,
+    DmaCopy,
+    LoadStationary,
+    Memset,
+    MultiplyMoving,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+)
+from hdl.core.params import CoreParams
+from hdl.vector.ops import Reduce, VectorOp
+from kernels.builder import Builder, Event
+from sim.core import Core, ProgramError
+from sim.core.program import Program
+
+__all__ = ["draw", "random_program"]
+
+#: Element operations of its ``TensorTensor`` and ``TensorScalar`` instructions.
+_OPS = (VectorOp.ADD, VectorOp.SUBTRACT, VectorOp.MULTIPLY, VectorOp.MAX, VectorOp.MIN,
+        VectorOp.GREATER, VectorOp.LESS_EQUAL, VectorOp.IS_EQUAL)
+_TYPES = ("fp32", "bf16", "fp16")
+_SIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8_e4m3": 1}
+_SLOTS = 6
+
+
+class _Plan:
+    """Slots with their last writer and readers since, and the events that order them."""
+
+    def __init__(self, b: Builder, rng: random.Random, free: int):
+        self.b, self.rng, self.free = b, rng, free
+        p = b.params
+        self.slot_bytes = 4 * free
+        self.slots = [b.sbuf(self.slot_bytes, f"slot{i}") for i in range(_SLOTS)]
+        self.cols = b.sbuf(4 * _SLOTS, "columns")  # one fp32 per partition each
+        self.banks = b.psum_banks(2, "psum")
+        # per resource: (last writer event, reader events since)
+        self.state: dict[tuple, tuple[Event | None, list[Event]]] = {}
+        self.types: dict[tuple, tuple[str, int]] = {}  # SBUF slot -> (dtype, elements)
+        self.p = p.partitions
+
+    def touch(self, stream: str, reads: list[tuple], writes: list[tuple], emit) -> None:
+        """Wait for what ``reads``/``writes`` need, run ``emit()`` on ``stream``, record."""
+        waits: list[Event] = []
+        for key in reads + writes:
+            writer, readers = self.state.get(key, (None, []))
+            if writer is not None:
+                waits.append(writer)
+            if key in writes:
+                waits.extend(readers)
+        self.b.wait(stream, *dict.fromkeys(waits))
+        emit()
+        ev = self.b.signal(stream)
+        for key in reads:
+            writer, readers = self.state.get(key, (None, []))
+            self.state[key] = (writer, readers + [ev])
+        for key in writes:
+            self.state[key] = (ev, [])
+
+
+def draw(b: Builder, seed: int, steps: int = 14) -> None:
+    """Build into ``b`` one random program of about ``steps`` operations drawn from
+    ``seed`` (not yet vetted)."""
+    rng = random.Random(seed)
+    params = b.params
+    p = params.partitions
+    free = min(16, params.moving_max)
+    plan = _Plan(b, rng, free)
+    tile = Builder.tile
+    hbm_in = {dt: b.hbm(f"in_{dt}", (p, free), dt) for dt in _TYPES + ("fp8_e4m3",)}
+    queues = [f"dma{q}" for q in range(params.dma_queues)]
+
+    def slot_ap(i: int, dtype: str, n: int, parts: int = p, stride: int = 1, at: int = 0):
+        return tile("sbuf", dtype, plan.slots[i] + at * _SIZE[dtype], parts,
+                    ((n, stride),))
+
+    def filled() -> list[int]:
+        return [i for i in range(_SLOTS) if ("s", i) in plan.types]
+
+    def load(i: int, dtype: str) -> None:
+        n = free
+        plan.types[("s", i)] = (dtype, n)
+        q = rng.choice(queues)
+        plan.touch(q, [], [("s", i)],
+                   lambda: b.emit(q, DmaCopy(dst=slot_ap(i, dtype, n),
+                                             src=hbm_in[dtype].ap((0, p)))))
+
+    for i in range(3):
+        load(i, rng.choice(_TYPES + ("fp8_e4m3",)))
+    stores = 0
+    for _ in range(steps):
+        have = [i for i in filled() if plan.types[("s", i)][0] != "fp8_e4m3"]
+        kind = rng.choice(("tt", "ts", "reduce", "copy", "memset", "act", "act", "mm", "mm",
+                           "load", "store"))
+        dst = rng.randrange(_SLOTS)
+        out_t = rng.choice(_TYPES)
+        if kind == "load":
+            load(dst, rng.choice(_TYPES + ("fp8_e4m3",)))
+        elif kind == "store" and have:
+            i = rng.choice(have)
+            dtype, n = plan.types[("s", i)]
+            t = b.hbm(f"out{stores}", (p, n), dtype)
+            stores += 1
+            q = rng.choice(queues)
+            plan.touch(q, [("s", i)], [],
+                       lambda i=i, dtype=dtype, n=n, t=t, q=q: b.emit(
+                           q, DmaCopy(dst=t.ap((0, p)), src=slot_ap(i, dtype, n))))
+        elif kind in ("tt", "ts", "copy", "act") and have:
+            a = rng.choice(have)
+            a_t, n = plan.types[("s", a)]
+            if kind == "tt":
+                same = [i for i in have if plan.types[("s", i)][0] == a_t]
+                c = rng.choice(same)
+                n = min(n, plan.types[("s", c)][1])
+            if kind == "tt":
+                reads_from = (a, c)
+            else:
+                reads_from = (a,)
+            if dst in reads_from:  # no operation writes what it reads
+                dst = rng.choice([i for i in range(_SLOTS) if i not in reads_from])
+            strided = rng.random() < 0.3 and n >= 4
+            src_ap = slot_ap(a, a_t, n // 2, stride=2) if strided else slot_ap(a, a_t, n)
+            m = n // 2 if strided else n
+            dst_ap = slot_ap(dst, out_t, m)
+            reads, writes = [("s", a)], [("s", dst)]
+            if kind == "tt":
+                b_ap = slot_ap(c, a_t, n // 2, stride=2) if strided else slot_ap(c, a_t, n)
+                ins = TensorTensor(dst=dst_ap, a=src_ap, b=b_ap, op=rng.choice(_OPS))
+                reads.append(("s", c))
+                stream = "vector"
+            elif kind == "ts":
+                stream = "vector"
+                if rng.random() < 0.4:  # a per-partition operand, such as a reduction's
+                    col = rng.randrange(_SLOTS)
+                    ins = TensorScalar(dst=dst_ap, src=src_ap, op0=rng.choice(_OPS),
+                                       operand0=b.column(plan.cols + 4 * col, p))
+                    reads.append(("c", col))
+                else:
+                    ins = TensorScalar(dst=dst_ap, src=src_ap, op0=rng.choice(_OPS),
+                                       imm0=rng.choice((0.5, -1.25, 3.0, 1.0 / 3.0, 0.0)))
+            elif kind == "copy":
+                ins, stream = TensorCopy(dst=dst_ap, src=src_ap), "vector"
+            else:
+                col = rng.randrange(_SLOTS)
+                bias = b.column(plan.cols + 4 * col, p) if rng.random() < 0.5 else None
+                red_col = rng.choice([k for k in range(_SLOTS) if k != col])
+                red = b.column(plan.cols + 4 * red_col, p) if rng.random() < 0.5 else None
+                func = rng.randrange(len(params.functions))
+                ins = Activation(dst=dst_ap, src=src_ap, func=func, bias=bias, reduce_dst=red,
+                                 scale=rng.choice((1.0, 0.5, -1.5)))
+                stream = "scalar"
+                if bias is not None:
+                    reads.append(("c", col))
+                if red is not None:
+                    writes.append(("c", red_col))
+            plan.types[("s", dst)] = (out_t, m)
+            plan.touch(stream, reads, writes, lambda s=stream, ins=ins: b.emit(s, ins))
+        elif kind == "reduce" and have:
+            a = rng.choice(have)
+            a_t, n = plan.types[("s", a)]
+            col = rng.randrange(_SLOTS)
+            ins = TensorReduce(dst=b.column(plan.cols + 4 * col, p), src=slot_ap(a, a_t, n),
+                               reduce=rng.choice((Reduce.SUM, Reduce.MAX)),
+                               op=rng.choice((VectorOp.COPY, VectorOp.SQUARE)))
+            plan.touch("vector", [("s", a)], [("c", col)], lambda ins=ins: b.emit("vector", ins))
+        elif kind == "memset":
+            plan.types[("s", dst)] = (out_t, free)
+            ins = Memset(dst=slot_ap(dst, out_t, free), value=rng.uniform(-3, 3))
+            plan.touch("vector", [], [("s", dst)], lambda ins=ins: b.emit("vector", ins))
+        elif kind == "mm":
+            usable = [i for i in filled() if plan.types[("s", i)][0] in params.formats]
+            if not usable:
+                continue
+            w = rng.choice(usable)
+            w_t, w_n = plan.types[("s", w)]
+            movers = [i for i in usable if plan.types[("s", i)][0] == w_t]
+            x = rng.choice(movers)
+            k_max = min(p, params.rows * (2 if _SIZE[w_t] == 1 else 1))
+            k = rng.randint(1, k_max)
+            m = rng.randint(1, min(params.cols, w_n))
+            n = rng.randint(1, min(plan.types[("s", x)][1], params.moving_max))
+            bank = rng.randrange(2)
+            acc = ("b", bank) in plan.types and plan.types[("b", bank)] == (m, n) \
+                and rng.random() < 0.6
+            plan.types[("b", bank)] = (m, n)
+            load_ins = LoadStationary(src=tile("sbuf", w_t, plan.slots[w], k, ((m, 1),)))
+            mul = MultiplyMoving(dst=tile("psum", "fp32", plan.banks[bank], m, ((n, 1),)),
+                                 src=tile("sbuf", w_t, plan.slots[x], k, ((n, 1),)),
+                                 accumulate=acc)
+
+            def emit(load_ins=load_ins, mul=mul):
+                b.emit("tensor", load_ins)
+                b.emit("tensor", mul)
+            plan.touch("tensor", [("s", w), ("s", x)], [("b", bank)], emit)
+
+
+def random_program(params: CoreParams, seed: int) -> Program:
+    """The random program of ``seed``: the first draw from ``seed`` on (:func:`draw`) that
+    the core simulator accepts."""
+    core = Core(params)
+    for attempt in range(seed, seed + 100):
+        b = Builder(params)
+        draw(b, attempt)
+        try:
+            core.run(b.program, timing_only=True, races=True)
+        except ProgramError:
+            continue
+        return b.program
+    raise ProgramError(f"no random program from seeds {seed} .. {seed + 99} passes the "
+                       f"core simulator's rules")
