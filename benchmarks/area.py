@@ -45,7 +45,8 @@ def emitted_files(doc, out: Path) -> dict[str, list[list[Path]]]:
             continue
         for params in unit.params(doc.spec, "full"):
             files = unit.emit(params, rtl, "")
-            emitted.setdefault(name, []).append([rtl / p.name for p in files])
+            if unit.area:  # not the core: it assembles the engines the others count
+                emitted.setdefault(name, []).append([rtl / p.name for p in files])
     return emitted
 
 
