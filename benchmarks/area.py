@@ -6,14 +6,19 @@
    (``generators.area.chip_area``): wall time, and the CPU time of the Yosys processes.
 3. Second pass: the same again on the filled cache.
 
-With ``--compare MODULE...``, instead: each named module synthesised with the flow of
-:mod:`hdl.area` and with the reference flow below (Yosys's default ``synth``: resource
-sharing and ABC's default script), no cache: NAND2 equivalents and CPU seconds of each.
+With ``--compare MODULE...``, instead: each named module synthesised flattened (its parts
+with it) with the script of :mod:`hdl.area` and with the reference flow below (Yosys's
+default ``synth``: resource sharing and ABC's default script), no cache: NAND2 equivalents
+and CPU seconds of each.
+
+With ``--flat MODULE...`` (``all``: every emitted module), instead: each module as
+:func:`hdl.area.synthesize` does it (its parts apart, each distinct one once) and flattened
+into one module as before, same script, no cache: NAND2 equivalents and CPU seconds.
 
 The load average is printed with each figure: the machine is shared, and synthesis is CPU
 bound. Usage: PYTHONPATH=. python benchmarks/area.py [--chip trn2] [--cache DIR]
 [--jobs N]
-[--compare MODULE... [--rtl DIR]]
+[--compare MODULE... | --flat MODULE...|all] [--rtl DIR]
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ def emitted_files(doc, out: Path) -> dict[str, list[list[Path]]]:
             continue
         for params in unit.params(doc.spec, "full"):
             files = unit.emit(params, rtl, "")
-            emitted.setdefault(name, []).append([rtl / p.name for p in files])
+            if unit.area:  # not the core: it assembles the engines the others count
+                emitted.setdefault(name, []).append([rtl / p.name for p in files])
     return emitted
 
 
@@ -68,6 +74,47 @@ def compare(rtl: Path, modules: list[str]) -> None:
               f"{os.getloadavg()[0]:.1f}")
 
 
+def flat_against_parts(rtl: Path, modules: list[str]) -> None:
+    """Each named module (all emitted ones for ``all``) synthesised as the flow of
+    hdl/area.py did before it synthesised parts apart: the file flattened into one module."""
+    sources = {p.stem: p.read_text() for p in sorted(rtl.glob("*.v"))}
+    names = list(sources) if modules == ["all"] else modules
+    def below(top: str) -> dict[str, str]:
+        """The modules ``top`` instantiates, and theirs."""
+        found, todo = {}, [top]
+        while todo:
+            for n, t in sources.items():
+                if n not in found and n != top and area._mentions(sources[todo[-1]], n):
+                    found[n] = t
+                    todo.insert(0, n)
+            todo.pop()
+        return found
+
+    split = area.SPLIT_ABOVE
+    for top in names:
+        libs = below(top)
+        if area.structural_children(sources[top], libs) is not None:
+            continue
+        with tempfile.TemporaryDirectory() as cache:
+            area.synthesize(libs, cache=Path(cache), jobs=1)  # its children first, untimed
+            area.SPLIT_ABOVE = 0  # this module's parts apart, whatever its size
+            cpu0 = children_cpu()
+            parts = area.synthesize({top: sources[top], **libs}, cache=Path(cache), jobs=1)
+            parts_cpu = children_cpu() - cpu0
+            area.SPLIT_ABOVE = split
+        cpu0 = children_cpu()
+        stat = area._run(top, sources[top], libs)
+        flat_cpu = children_cpu() - cpu0
+        by_type = stat["modules"].get(f"\\{top}", stat["design"])["num_cells_by_type"]
+        cells = {c: n for c, n in by_type.items() if c != "$mem_v2" and c not in sources}
+        flat = area.ModuleArea(top, cells, stat["memory_bits"]).gates
+        new = parts[top].gates
+        print(f"{top}: parts apart {new:,.0f} NAND2 in {parts_cpu:.1f} s CPU; flattened "
+              f"{flat:,.0f} NAND2 in {flat_cpu:.1f} s CPU; "
+              f"{100 * (new / flat - 1):+.2f} %; load average {os.getloadavg()[0]:.1f}",
+              flush=True)
+
+
 def children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -78,6 +125,8 @@ def main() -> None:
     ap.add_argument("--chip", default="trn2")
     ap.add_argument("--cache", type=Path, default=None)
     ap.add_argument("--compare", nargs="+", metavar="MODULE", default=None)
+    ap.add_argument("--flat", nargs="+", metavar="MODULE", default=None,
+                    help="each module with its parts apart and flattened (all: every one)")
     ap.add_argument("--jobs", type=int, default=None, help="modules synthesised at once")
     ap.add_argument("--rtl", type=Path, default=None,
                     help="with --compare: RTL already emitted by gen chip (its rtl/ folder)")
@@ -85,10 +134,13 @@ def main() -> None:
     doc = load_document(args.chip)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        if args.compare:
+        if args.compare or args.flat:
             if args.rtl is None:
                 emitted_files(doc, tmp / "chip")
-            compare(args.rtl or tmp / "chip" / "rtl", args.compare)
+            if args.compare:
+                compare(args.rtl or tmp / "chip" / "rtl", args.compare)
+            else:
+                flat_against_parts(args.rtl or tmp / "chip" / "rtl", args.flat)
             return
         emitted = emitted_files(doc, tmp / "chip")
         modules = sum(1 for g in emitted.values() for f in g for p in f if p.suffix == ".v")

