@@ -73,6 +73,22 @@ def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
     return None
 
 
+def engine_ports(reads: tuple[str, ...], partitions: int, words: int) -> dict:
+    """An engine's members as the core wires them: issue/word/done from its sequencer, a
+    read port per name in ``reads`` (``<name>_addr/_en/_psum`` out, ``<name>_data`` in, one
+    word per partition) and the write port ``w_*`` (address, PSUM select, partition mask,
+    byte enables, one word per partition) into SBUF or PSUM."""
+    members = {"issue": In(1), "word": In(WORD_BITS), "done": Out(1)}
+    for port in reads:
+        members.update({f"{port}_addr": Out(range(words)), f"{port}_en": Out(1),
+                        f"{port}_psum": Out(1),
+                        f"{port}_data": In(data.ArrayLayout(DATA_BITS, partitions))})
+    members.update({"w_addr": Out(range(words)), "w_psum": Out(1), "w_part": Out(partitions),
+                    "w_be": Out(DATA_BITS // 8),
+                    "w_data": Out(data.ArrayLayout(DATA_BITS, partitions))})
+    return members
+
+
 def rotate(values: list, first, chunk: int) -> list:
     """``values`` rotated so that element 0 is ``values[first]``, ``first`` a multiple of
     ``chunk`` (the partition-start rule); a mux of ``len(values) // chunk`` ways."""
@@ -102,15 +118,7 @@ class VectorEngine(wiring.Component):
         self.partitions = partitions
         self.params = VectorParams(lanes=partitions)
         n = partitions
-        members = {"issue": In(1), "word": In(WORD_BITS), "done": Out(1)}
-        for port in ("a", "b"):
-            members.update({f"{port}_addr": Out(range(words)), f"{port}_en": Out(1),
-                            f"{port}_psum": Out(1),
-                            f"{port}_data": In(data.ArrayLayout(DATA_BITS, n))})
-        members.update({"w_addr": Out(range(words)), "w_psum": Out(1), "w_part": Out(n),
-                        "w_be": Out(DATA_BITS // 8),
-                        "w_data": Out(data.ArrayLayout(DATA_BITS, n))})
-        super().__init__(members)
+        super().__init__(engine_ports(("a", "b"), n, words))
         self.unit = Vector(self.params, lane_instances=True)
 
     def verilog_dependencies(self) -> list[str]:

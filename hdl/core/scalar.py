@@ -25,10 +25,9 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
-from amaranth.lib.wiring import In, Out
 
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
-from hdl.core.engines import DATA_BITS, rotate, unrotate
+from hdl.core.engines import engine_ports, rotate, unrotate
 from hdl.core.isa import AP, DTYPES, WORD_BITS, Activation, Instruction, field_positions
 from hdl.vector.activation import Activation as ActivationUnit
 from hdl.vector.activation import ActivationParams
@@ -68,13 +67,7 @@ class ScalarEngine(wiring.Component):
         self.partitions, self.lanes = partitions, lanes
         self.params = ActivationParams(lanes=lanes, functions=functions, rng=rng)
         n = partitions
-        super().__init__({
-            "issue": In(1), "word": In(WORD_BITS), "done": Out(1),
-            "r_addr": Out(range(words)), "r_en": Out(1), "r_psum": Out(1),
-            "r_data": In(data.ArrayLayout(DATA_BITS, n)),
-            "w_addr": Out(range(words)), "w_psum": Out(1), "w_part": Out(n),
-            "w_be": Out(DATA_BITS // 8), "w_data": Out(data.ArrayLayout(DATA_BITS, n)),
-        })
+        super().__init__(engine_ports(("r",), n, words))
         self.unit = ActivationUnit(self.params, lane_instances=True)
 
     @property

@@ -27,10 +27,9 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
-from amaranth.lib.wiring import In, Out
 
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
-from hdl.core.engines import DATA_BITS, rotate, unrotate
+from hdl.core.engines import engine_ports, rotate, unrotate
 from hdl.core.isa import (
     DTYPES,
     WORD_BITS,
@@ -77,15 +76,7 @@ class TensorEngine(wiring.Component):
                              f"not {formats!r}")
         self.partitions, self.array, self.formats = partitions, array, formats
         n = partitions
-        members = {"issue": In(1), "word": In(WORD_BITS), "done": Out(1)}
-        for port in ("r", "q"):
-            members.update({f"{port}_addr": Out(range(words)), f"{port}_en": Out(1),
-                            f"{port}_psum": Out(1),
-                            f"{port}_data": In(data.ArrayLayout(DATA_BITS, n))})
-        members.update({"w_addr": Out(range(words)), "w_psum": Out(1), "w_part": Out(n),
-                        "w_be": Out(DATA_BITS // 8),
-                        "w_data": Out(data.ArrayLayout(DATA_BITS, n))})
-        super().__init__(members)
+        super().__init__(engine_ports(("r", "q"), n, words))
         self.unit = SystolicArray(array, pe_module=self.PE_MODULE)
 
     def verilog_dependencies(self) -> list[str]:
