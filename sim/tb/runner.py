@@ -215,6 +215,22 @@ def _intact(stamp: Path, src: Path, verilog_text: str, artifact: Path) -> bool:
         return False
 
 
+#: The module that makes an Icarus run record the waveform of its toplevel.
+ICARUS_DUMP = "trngen_waves"
+
+
+def icarus_dump(toplevel: str) -> str:
+    """Verilog-2005 of :data:`ICARUS_DUMP`: every signal below ``toplevel`` into the file
+    named by the ``+dumpfile_path=`` plusarg (FST when vvp runs with ``-fst``)."""
+    return (f"module {ICARUS_DUMP};\n"
+            f"  reg [8*4096-1:0] path;\n"
+            f"  initial begin\n"
+            f"    if ($value$plusargs(\"dumpfile_path=%s\", path)) $dumpfile(path);\n"
+            f"    $dumpvars(0, {toplevel});\n"
+            f"  end\n"
+            f"endmodule\n")
+
+
 def build_args(sim: str, toplevel: str, waves: bool = False) -> tuple[list[str], str]:
     """The flags a build of ``sim`` is compiled with, and the text of the Verilator
     configuration file it reads (both part of its cache key)."""
@@ -224,7 +240,8 @@ def build_args(sim: str, toplevel: str, waves: bool = False) -> tuple[list[str],
         # once at time 0. Under cocotb's default -g2012 that initialiser raises no event,
         # and a block whose inputs hold their initial values (an FSM's output in its reset
         # state: an AXI valid) stays X; -g2005 (the last -g wins) restores the event.
-        return ["-g2005"], ""
+        # A run that records waves elaborates :data:`ICARUS_DUMP` as a second root.
+        return ["-g2005"] + (["-s", ICARUS_DUMP] if waves else []), ""
     # Amaranth's Verilog trips width warnings; lint cleanliness is checked apart (tests run
     # `verilator --lint-only` on the emitted RTL). cocotb's runner asks for every signal of
     # the hierarchy to be reachable through VPI (--public-flat-rw); the benches reach only the
@@ -342,6 +359,11 @@ def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = 
         if config:
             sources.insert(0, build_dir / f"{toplevel}.vlt")
             sources[0].write_text(config)
+        if waves and sim == "icarus":
+            # cocotb's own dump module declares a SystemVerilog `string`, which -g2005
+            # refuses: this one is Verilog-2005, and takes the same +dumpfile_path.
+            sources.append(build_dir / f"{ICARUS_DUMP}.v")
+            sources[-1].write_text(icarus_dump(toplevel))
         get_runner(sim).build(
             sources=sources,
             hdl_toplevel=toplevel,
@@ -349,7 +371,7 @@ def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = 
             build_args=args,
             timescale=("1ns", "1ps"),
             always=True,
-            waves=waves,
+            waves=waves and sim != "icarus",
             log_file=build_dir / "build.log",
         )
         if not artifact.is_file():
