@@ -53,8 +53,67 @@ def _check_int(field: str, value, lo: int, hi: int) -> None:
         raise ValueError(f"{field} must be an integer in [{lo}, {hi}], not {value!r}")
 
 
+class _FloatLayout:
+    """The layout and range of a small binary float of ``exp_bits``, ``man_bits``, ``bias``
+    and NaN style ``nan``: shared by :class:`FloatFormat` and the elements of
+    :class:`MxFormat` (whose scale is separate)."""
+
+    exp_bits: int
+    man_bits: int
+    bias: int
+    nan: str
+
+    # -- layout ---------------------------------------------------------------------------
+    @property
+    def bits(self) -> int:
+        """Total width of an encoding."""
+        return 1 + self.exp_bits + self.man_bits
+
+    @property
+    def max_exp_field(self) -> int:
+        """Largest exponent field of a finite value."""
+        top = (1 << self.exp_bits) - 1
+        return top - 1 if self.nan == "ieee" else top
+
+    @property
+    def emax(self) -> int:
+        """Unbiased exponent of the largest finite value."""
+        return self.max_exp_field - self.bias
+
+    @property
+    def emin(self) -> int:
+        """Unbiased exponent of the smallest normal value."""
+        return 1 - self.bias
+
+    @property
+    def max_finite_bits(self) -> int:
+        """Encoding of the largest finite positive value."""
+        man = (1 << self.man_bits) - 1
+        if self.nan == "fn":
+            man -= 1
+        return (self.max_exp_field << self.man_bits) | man
+
+    # -- values ---------------------------------------------------------------------------
+    @property
+    def max_finite(self) -> float:
+        mant = self.max_finite_bits & ((1 << self.man_bits) - 1)
+        return (1 + mant / 2**self.man_bits) * 2.0**self.emax
+
+    @property
+    def min_normal(self) -> float:
+        return 2.0**self.emin
+
+    @property
+    def min_subnormal(self) -> float:
+        return 2.0 ** (self.emin - self.man_bits)
+
+    @property
+    def is_float(self) -> bool:
+        return True
+
+
 @dataclass(frozen=True, kw_only=True)
-class FloatFormat:
+class FloatFormat(_FloatLayout):
     """A binary floating-point format.
 
     Parameters
@@ -103,37 +162,7 @@ class FloatFormat:
                              f"{self.man_bits} mantissa bits (smallest subnormal at least "
                              f"2**-149 so the format widens exactly to fp32), not {self.bias!r}")
 
-    # -- layout ---------------------------------------------------------------------------
-    @property
-    def bits(self) -> int:
-        """Total width of an encoding."""
-        return 1 + self.exp_bits + self.man_bits
-
-    @property
-    def max_exp_field(self) -> int:
-        """Largest exponent field of a finite value."""
-        top = (1 << self.exp_bits) - 1
-        return top - 1 if self.nan == "ieee" else top
-
-    @property
-    def emax(self) -> int:
-        """Unbiased exponent of the largest finite value."""
-        return self.max_exp_field - self.bias
-
-    @property
-    def emin(self) -> int:
-        """Unbiased exponent of the smallest normal value."""
-        return 1 - self.bias
-
     # -- encodings ------------------------------------------------------------------------
-    @property
-    def max_finite_bits(self) -> int:
-        """Encoding of the largest finite positive value."""
-        man = (1 << self.man_bits) - 1
-        if self.nan == "fn":
-            man -= 1
-        return (self.max_exp_field << self.man_bits) | man
-
     @property
     def inf_bits(self) -> int | None:
         """Encoding of +infinity, or None for formats without infinities."""
@@ -149,23 +178,6 @@ class FloatFormat:
             return exp | ((1 << self.man_bits) - 1)
         return exp | (1 << (self.man_bits - 1))
 
-    # -- values ---------------------------------------------------------------------------
-    @property
-    def max_finite(self) -> float:
-        mant = self.max_finite_bits & ((1 << self.man_bits) - 1)
-        return (1 + mant / 2**self.man_bits) * 2.0**self.emax
-
-    @property
-    def min_normal(self) -> float:
-        return 2.0**self.emin
-
-    @property
-    def min_subnormal(self) -> float:
-        return 2.0 ** (self.emin - self.man_bits)
-
-    @property
-    def is_float(self) -> bool:
-        return True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,7 +224,7 @@ FORMATS: dict[str, FloatFormat | IntFormat] = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class MxFormat:
+class MxFormat(_FloatLayout):
     """A block-scaled format of the OCP Microscaling (MX) specification v1.0.
 
     ``block`` consecutive elements along the contraction share one scale, an E8M0 code ``s``
@@ -235,43 +247,6 @@ class MxFormat:
         _check_int("block", self.block, 1, 1 << 16)
         if self.nan not in (*NAN_STYLES, "none"):
             raise ValueError(f"nan must be one of 'ieee', 'fn', 'none', not {self.nan!r}")
-
-    @property
-    def bits(self) -> int:
-        """Width of one element (the scale is separate)."""
-        return 1 + self.exp_bits + self.man_bits
-
-    @property
-    def max_exp_field(self) -> int:
-        """Largest exponent field of a finite element."""
-        top = (1 << self.exp_bits) - 1
-        return top - 1 if self.nan == "ieee" else top
-
-    @property
-    def max_finite_bits(self) -> int:
-        """Encoding of the largest finite positive element."""
-        man = (1 << self.man_bits) - 1
-        if self.nan == "fn":
-            man -= 1
-        return (self.max_exp_field << self.man_bits) | man
-
-    @property
-    def max_finite(self) -> float:
-        """Largest finite element (scale 127, i.e. 1)."""
-        mant = self.max_finite_bits & ((1 << self.man_bits) - 1)
-        return (1 + mant / 2**self.man_bits) * 2.0 ** (self.max_exp_field - self.bias)
-
-    @property
-    def min_normal(self) -> float:
-        return 2.0 ** (1 - self.bias)
-
-    @property
-    def min_subnormal(self) -> float:
-        return 2.0 ** (1 - self.bias - self.man_bits)
-
-    @property
-    def is_float(self) -> bool:
-        return True
 
 
 #: MXFP8 with E4M3 elements (OCP E4M3: NaN at S.1111.111, no infinities); the OCP
