@@ -89,6 +89,19 @@ def engine_ports(reads: tuple[str, ...], partitions: int, words: int) -> dict:
     return members
 
 
+def read_step(m, adv, enable, ws: ApWalker, sent, s1_valid, s1_last, shift) -> None:
+    """An engine's read stage for one source walked by ``ws``: when ``adv`` (the stage may
+    move), read (``enable``) and, until the last element was ``sent``, step the walker and
+    stage the element's row end and byte ``shift`` for the next cycle (``s1_valid``)."""
+    m.d.comb += enable.eq(adv)
+    with m.If(adv):
+        m.d.sync += s1_valid.eq(~sent)
+        with m.If(~sent):
+            m.d.comb += ws.step.eq(1)
+            m.d.sync += [s1_last.eq(ws.row_last), shift.eq(ws.byte[:2]),
+                         sent.eq(ws.row_last)]
+
+
 def rotate(values: list, first, chunk: int) -> list:
     """``values`` rotated so that element 0 is ``values[first]``, ``first`` a multiple of
     ``chunk`` (the partition-start rule); a mux of ``len(values) // chunk`` ways."""

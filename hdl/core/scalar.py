@@ -27,7 +27,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
-from hdl.core.engines import engine_ports, rotate, unrotate
+from hdl.core.engines import engine_ports, read_step, rotate, unrotate
 from hdl.core.isa import AP, DTYPES, WORD_BITS, Activation, Instruction, field_positions
 from hdl.vector.activation import Activation as ActivationUnit
 from hdl.vector.activation import ActivationParams
@@ -179,14 +179,8 @@ class ScalarEngine(wiring.Component):
                 m.d.sync += [sent.eq(0), s1_valid.eq(0), reduced.eq(0)]
                 m.next = "STREAM"
             with m.State("STREAM"):
-                adv = ~s1_valid | unit.i.ready
-                m.d.comb += self.r_en.eq(adv)
-                with m.If(adv):
-                    m.d.sync += s1_valid.eq(~sent)
-                    with m.If(~sent):
-                        m.d.comb += ws.step.eq(1)
-                        m.d.sync += [s1_last.eq(ws.row_last), shift.eq(ws.byte[:2]),
-                                     sent.eq(ws.row_last)]
+                read_step(m, ~s1_valid | unit.i.ready, self.r_en, ws, sent, s1_valid, s1_last,
+                          shift)
                 with m.If(unit.o.valid & unit.o.payload.last & has_red & ~reduced):
                     m.d.comb += [reducing.eq(1), writing.eq(1)]
                     m.d.sync += reduced.eq(1)

@@ -29,7 +29,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
-from hdl.core.engines import engine_ports, rotate, unrotate
+from hdl.core.engines import engine_ports, read_step, rotate, unrotate
 from hdl.core.isa import (
     DTYPES,
     WORD_BITS,
@@ -147,15 +147,6 @@ class TensorEngine(wiring.Component):
         m.d.comb += [self.r_addr.eq(ws.byte[2:]), self.r_psum.eq(src.space == SPACE["psum"]),
                      array.moving.payload.eq(moving)]
 
-        def read_step(adv):
-            m.d.comb += self.r_en.eq(adv)
-            with m.If(adv):
-                m.d.sync += s1_valid.eq(~sent)
-                with m.If(~sent):
-                    m.d.comb += ws.step.eq(1)
-                    m.d.sync += [s1_last.eq(ws.row_last), shift.eq(ws.byte[:2]),
-                                 sent.eq(ws.row_last)]
-
         # LoadStationary: columns gathered into beats
         bc = a.beat_columns
         slot = Signal(range(bc))
@@ -205,7 +196,7 @@ class TensorEngine(wiring.Component):
                     m.next = "MULTIPLY"
             with m.State("LOAD"):
                 take = s1_valid & ~beat_valid
-                read_step(~s1_valid | take)
+                read_step(m, ~s1_valid | take, self.r_en, ws, sent, s1_valid, s1_last, shift)
                 with m.If(take):
                     for j in range(bc):
                         with m.If(slot == j):
@@ -220,7 +211,8 @@ class TensorEngine(wiring.Component):
                         m.next = "IDLE"
             with m.State("MULTIPLY"):
                 m.d.comb += [array.moving.valid.eq(s1_valid), array.out.ready.eq(1)]
-                read_step(~s1_valid | array.moving.ready)
+                read_step(m, ~s1_valid | array.moving.ready, self.r_en, ws, sent, s1_valid,
+                          s1_last, shift)
                 with m.If(array.out.valid):
                     m.d.comb += [self.q_en.eq(1), wd.step.eq(1)]
                     m.d.sync += [w_valid.eq(1), w_last.eq(wd.row_last), w_at.eq(wd.byte[2:]),
