@@ -528,7 +528,7 @@ def _cycles_loop(m, k, n, rows, cols, rate, base: Base, lnc) -> float:
     passes of ``rows`` contraction indices (twice that at double rate), stationary tiles of
     ``cols`` columns, moving tiles of ``moving_max``, each pair costing the array's
     :func:`sim.golden.systolic.tile_interval` (``1 / rate`` cycles per moving column below
-    one MAC per PE per cycle), then the first tile's load and the pipeline's drain."""
+    one MAC per PE per cycle), then :func:`sim.golden.systolic.stream_tail`."""
     slow = 1.0 / min(rate, 1.0)
 
     def pieces(size, tile):
@@ -541,8 +541,8 @@ def _cycles_loop(m, k, n, rows, cols, rate, base: Base, lnc) -> float:
                     for nt, nc in pieces(n_size, base.moving_max))
         passes = math.ceil(k / (rows * max(rate, 1.0)))
         first_m, first_n = min(m_size, cols), min(n_size, base.moving_max)
-        tail = min(-(-first_m // base.load_columns), slow * first_n - 1) + rows + cols + 3
-        return passes * pairs + tail
+        return passes * pairs + float(systolic.stream_tail(first_m, first_n, rows, cols,
+                                                            base.load_columns, slow))
     mt = math.ceil(m / cols)
     return min(walk(math.ceil(mt / lnc) * cols, n), walk(m, math.ceil(n / lnc)))
 

@@ -38,7 +38,7 @@ from hdl.tensor.params import SystolicParams
 
 __all__ = ["CANONICAL_NAN", "UNMIXED", "Load", "Multiply", "Schedule", "Transpose", "cycles",
            "load_beats", "matmul", "matmul_cycles", "matmul_mx", "mx_values", "schedule",
-           "tile_interval", "to_fp32", "transpose", "transpose_cycles"]
+           "stream_tail", "tile_interval", "to_fp32", "transpose", "transpose_cycles"]
 
 # Formats a matmul never mixes with another: "FP32/TF32 not mixed with others" [ISA].
 UNMIXED = ("fp32", "tf32")
@@ -459,6 +459,16 @@ def tile_interval(m, n, load_columns, slow=1):
     return np.maximum(slow * np.asarray(n), load_beats(m, load_columns) + 1)
 
 
+def stream_tail(first_m, first_n, rows, cols, load_columns, slow=1):
+    """Cycles of a stream of tiles that :func:`tile_interval` does not count: the first
+    tile's load (``first_m`` stationary columns) and the pipeline's drain after the last
+    multiply (``first_n`` moving columns, ``slow`` cycles each),
+    ``min(load_beats, slow * first_n - 1) + rows + cols + 3``. Element-wise on numpy
+    arrays."""
+    return (np.minimum(load_beats(first_m, load_columns), slow * np.asarray(first_n) - 1)
+            + rows + cols + 3)
+
+
 def matmul_cycles(m, k, n, rows, cols, rate, moving_max, load_columns):
     """Tensor-engine cycles of an ``m x k`` by ``k x n`` matmul tiled onto one array.
 
@@ -467,8 +477,7 @@ def matmul_cycles(m, k, n, rows, cols, rate, moving_max, load_columns):
     moving tiles of ``moving_max``; one LoadStationary + MultiplyMoving pair per tile, back to
     back, each costing :func:`tile_interval` with ``1 / rate`` cycles per moving column for
     formats below one MAC per PE per cycle (FP32 at a quarter), plus what the stream does
-    not hide: the first tile's load and the pipeline's drain,
-    ``min(load_beats, slow * n - 1) + rows + cols + 3`` for the largest tile. Exactly
+    not hide: :func:`stream_tail` of the largest tile. Exactly
     :func:`schedule`'s total where every tile has the same shape. Element-wise on numpy
     arrays.
     """
@@ -484,8 +493,7 @@ def matmul_cycles(m, k, n, rows, cols, rate, moving_max, load_columns):
                                      mc * nc * tile_interval(np.maximum(mt, 1), nt,
                                                              load_columns, slow), 0)
     first_m, first_n = np.minimum(m, cols), np.minimum(n, moving_max)
-    tail = np.minimum(load_beats(first_m, load_columns), slow * first_n - 1) + rows + cols + 3
-    return k_tiles * tiles + tail
+    return k_tiles * tiles + stream_tail(first_m, first_n, rows, cols, load_columns, slow)
 
 
 @lru_cache(maxsize=4096)
