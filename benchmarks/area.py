@@ -56,7 +56,7 @@ REFERENCE = ("synth -flatten -top {top} -run :fine; opt -fast -full; opt -full; 
              "opt -fast; abc; opt -fast")
 
 
-def compare(rtl: Path, modules: list[str]) -> None:
+def compare(rtl: Path, modules: list[str], sram_bit: float) -> None:
     sources = {p.stem: p.read_text() for p in sorted(rtl.glob("*.v"))}
     for top in modules:
         libs = {n: t for n, t in sources.items() if n != top and n in sources[top]}
@@ -66,7 +66,7 @@ def compare(rtl: Path, modules: list[str]) -> None:
             stat = area._run(top, sources[top], libs, script=script)
             by_type = stat["modules"].get(f"\\{top}", stat["design"])["num_cells_by_type"]
             cells = {c: n for c, n in by_type.items() if c != "$mem_v2" and c not in sources}
-            gates = area.ModuleArea(top, cells, stat["memory_bits"]).gates
+            gates = area.ModuleArea(top, cells, stat["memory_bits"], sram_bit=sram_bit).gates
             figures.append((gates, children_cpu() - cpu0))
         (new, new_cpu), (ref, ref_cpu) = figures
         print(f"{top}: {new:,.0f} NAND2 in {new_cpu:.1f} s CPU; reference {ref:,.0f} NAND2 in "
@@ -74,7 +74,7 @@ def compare(rtl: Path, modules: list[str]) -> None:
               f"{os.getloadavg()[0]:.1f}")
 
 
-def flat_against_parts(rtl: Path, modules: list[str]) -> None:
+def flat_against_parts(rtl: Path, modules: list[str], sram_bit: float) -> None:
     """Each named module (all emitted ones for ``all``) synthesised as the flow of
     hdl/area.py did before it synthesised parts apart: the file flattened into one module."""
     sources = {p.stem: p.read_text() for p in sorted(rtl.glob("*.v"))}
@@ -96,10 +96,12 @@ def flat_against_parts(rtl: Path, modules: list[str]) -> None:
         if area.structural_children(sources[top], libs) is not None:
             continue
         with tempfile.TemporaryDirectory() as cache:
-            area.synthesize(libs, cache=Path(cache), jobs=1)  # its children first, untimed
+            # its children first, untimed
+            area.synthesize(libs, sram_bit=sram_bit, cache=Path(cache), jobs=1)
             area.SPLIT_ABOVE = 0  # this module's parts apart, whatever its size
             cpu0 = children_cpu()
-            parts = area.synthesize({top: sources[top], **libs}, cache=Path(cache), jobs=1)
+            parts = area.synthesize({top: sources[top], **libs}, sram_bit=sram_bit,
+                                    cache=Path(cache), jobs=1)
             parts_cpu = children_cpu() - cpu0
             area.SPLIT_ABOVE = split
         cpu0 = children_cpu()
@@ -107,7 +109,7 @@ def flat_against_parts(rtl: Path, modules: list[str]) -> None:
         flat_cpu = children_cpu() - cpu0
         by_type = stat["modules"].get(f"\\{top}", stat["design"])["num_cells_by_type"]
         cells = {c: n for c, n in by_type.items() if c != "$mem_v2" and c not in sources}
-        flat = area.ModuleArea(top, cells, stat["memory_bits"]).gates
+        flat = area.ModuleArea(top, cells, stat["memory_bits"], sram_bit=sram_bit).gates
         new = parts[top].gates
         print(f"{top}: parts apart {new:,.0f} NAND2 in {parts_cpu:.1f} s CPU; flattened "
               f"{flat:,.0f} NAND2 in {flat_cpu:.1f} s CPU; "
@@ -138,9 +140,10 @@ def main() -> None:
             if args.rtl is None:
                 emitted_files(doc, tmp / "chip")
             if args.compare:
-                compare(args.rtl or tmp / "chip" / "rtl", args.compare)
+                compare(args.rtl or tmp / "chip" / "rtl", args.compare, doc.spec.area.sram_bit)
             else:
-                flat_against_parts(args.rtl or tmp / "chip" / "rtl", args.flat)
+                flat_against_parts(args.rtl or tmp / "chip" / "rtl", args.flat,
+                                   doc.spec.area.sram_bit)
             return
         emitted = emitted_files(doc, tmp / "chip")
         modules = sum(1 for g in emitted.values() for f in g for p in f if p.suffix == ".v")

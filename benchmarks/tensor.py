@@ -170,6 +170,7 @@ def bench_area(spec: str) -> dict:
 
     from hdl import area
     from hdl.tensor.pe import ProcessingElement
+    from specs.loader import load
 
     multi = array_params("", spec)
     pes = {"multi": multi}
@@ -184,7 +185,7 @@ def bench_area(spec: str) -> dict:
         ProcessingElement(p), name=f"pe_{name.replace('-', '_')}", emit_src=False)
         for name, p in pes.items()}
     begin = time.perf_counter()
-    results = area.synthesize(sources)
+    results = area.synthesize(sources, sram_bit=load(spec).area.sram_bit)
     seconds = time.perf_counter() - begin
     out = {"seconds": seconds, "pes": {}}
     for name in pes:

@@ -4,7 +4,13 @@ and rolled up by instance counts to the engine, the core and the chip.
 Generic over the unit generators: a unit's emitted ``.v`` files are its modules (each file
 named after its main module); which module instantiates which, and how many times, comes from
 synthesis itself. Per core: one of each core engine (the tensor engine is one array that
-runs every input format); per chip: ``cores`` cores and ``neuronlink.links`` link ports.
+runs every input format), and the core's SBUF and PSUM, which no emitted unit holds; per
+chip: ``cores`` cores and ``neuronlink.links`` link ports.
+
+SBUF and PSUM count by their bits at the spec's ``area.sram_bit`` (:func:`buffer_bits`), as
+the units' own memories do. The tensor array's PSUM columns hold one bank of PSUM each (a
+memory of the array's RTL, counted with it), so the PSUM row counts the rest of the spec's
+PSUM.
 """
 
 from __future__ import annotations
@@ -29,6 +35,18 @@ def _fmt(x: float) -> str:
     return f"{x:,.0f}"
 
 
+def buffer_bits(spec: ChipSpec, known: dict[str, area.ModuleArea], engines) -> dict[str, int]:
+    """Bits of the core's SBUF and of its PSUM beyond the banks the tensor engine's modules
+    hold (all of the tensor engine's memories are PSUM banks)."""
+    def bits(buf) -> int:
+        return buf.partitions * int(buf.partition_size.to("B").magnitude) * 8
+
+    in_array = sum(n * known[m].memory_bits for unit, _, group in engines if unit == "tensor"
+                   for top in area.tops({k: known[k] for k in group})
+                   for m, n in area.counts(known, top).items())
+    return {"SBUF": bits(spec.core.sbuf), "PSUM": max(bits(spec.core.psum) - in_array, 0)}
+
+
 #: The loop bounds of the tensor array's structural top, and the shape parameter each counts.
 AXES = {"ROWS": "rows", "COLS": "cols"}
 
@@ -37,10 +55,11 @@ def shape_terms(spec: ChipSpec, engines, known: dict[str, area.ModuleArea],
                 sources: dict[str, str]) -> dict | None:
     """The chip's area as a function of the tensor array's shape, for exploration: NAND2
     equivalents that are fixed per chip (``chip``: link ports), per core (``core``: every
-    engine but the tensor engine; ``array``: the tensor arrays' parts outside their loops),
-    per array row (``row``: a row module's own logic), per array column (``column``: a PSUM
-    column module with all it holds) and per PE (``pe``: what a row module instantiates, a
-    row spanning the columns). So a chip of ``cores`` cores with ``rows x cols`` arrays has
+    engine but the tensor engine, the SBUF and the PSUM beyond the array's banks;
+    ``array``: the tensor arrays' parts outside their loops), per array row (``row``: a row
+    module's own logic), per array column (``column``: a PSUM column module with all it
+    holds) and per PE (``pe``: what a row module instantiates, a row spanning the columns).
+    So a chip of ``cores`` cores with ``rows x cols`` arrays has
     ``chip + cores * (core + array + rows * row + cols * column + rows * cols * pe)``;
     ``rows`` and ``cols`` hold the synthesised shape.
 
@@ -49,7 +68,8 @@ def shape_terms(spec: ChipSpec, engines, known: dict[str, area.ModuleArea],
     follows the columns, are counted per row). None without a tensor array, or when its top
     is not a structural module whose loops run over ``ROWS`` and ``COLS`` (the terms cannot
     be told apart then)."""
-    terms = {"rows": 0.0, "cols": 0.0, "chip": 0.0, "core": 0.0,
+    buffers = sum(buffer_bits(spec, known, engines).values()) * spec.area.sram_bit
+    terms = {"rows": 0.0, "cols": 0.0, "chip": 0.0, "core": buffers,
              "array": 0.0, "row": 0.0, "column": 0.0, "pe": 0.0}
     for unit, _, group in engines:
         for top in area.tops({n: known[n] for n in group}):
@@ -96,9 +116,10 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
             if group:
                 sources.update(group)
                 engines.append((unit, "", group))
-    results = area.synthesize(sources, cached_only=not synthesise, jobs=jobs)
+    sram_bit = spec.area.sram_bit
+    results = area.synthesize(sources, sram_bit=sram_bit, cached_only=not synthesise, jobs=jobs)
     missing = sorted(n for n, a in results.items() if a is None)
-    summary: dict = {"unit": "NAND2 equivalents", "sram_bit": area.SRAM_BIT,
+    summary: dict = {"unit": "NAND2 equivalents", "sram_bit": sram_bit,
                      "yosys": area.yosys_version(), "missing": missing, "engines": []}
     if missing:
         note = (f"{len(missing)} of {len(results)} emitted modules are not synthesised yet "
@@ -127,6 +148,14 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
                 per_core += total
             summary["engines"].append({"unit": unit, "top": top, "per": where, "count": count,
                                        "gates": total, "modules": area.counts(known, top)})
+    buffers = buffer_bits(spec, known, engines)
+    for name, bits in buffers.items():
+        what = "PSUM beyond the array's banks" if name == "PSUM" else name
+        rows.append(["core", name, what, "1", _fmt(bits * sram_bit), f"{bits:,}",
+                     _fmt(bits * sram_bit)])
+        per_core += bits * sram_bit
+    summary["buffers"] = {name: {"bits": bits, "gates": bits * sram_bit}
+                          for name, bits in buffers.items()}
     chip_total = spec.cores * per_core + per_chip
     summary["terms"] = shape_terms(spec, engines, known, sources)
     rows.append(["core", "", "total", "1", "", "", _fmt(per_core)])
@@ -153,9 +182,11 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
                 "by instance, and so are the sub-modules in the file of a module longer than "
                 f"{area.SPLIT_ABOVE:,} characters, each distinct one synthesised once); gates "
                 "are NAND2 equivalents by the Nangate 45 nm cell areas "
-                "(hdl/area.py documents the table), memories with a write port at "
-                f"{area.SRAM_BIT:.2f} NAND2 a bit. Instances are per engine; the core counts "
-                "one of each engine, the chip its cores and link ports.",
+                "(hdl/area.py documents the table), memories at "
+                f"{sram_bit:.4g} NAND2 a bit (the spec's `area.sram_bit`, an assumption). "
+                "Instances are per engine; the core counts one of each engine, its SBUF and "
+                "the PSUM beyond the tensor array's banks (at the same figure a bit), the chip "
+                "its cores and link ports.",
         "columns": ["unit", "engine", "module", "instances", "NAND2 each", "memory bits",
                     "NAND2 total"],
         "rows": rows,

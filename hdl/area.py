@@ -66,10 +66,9 @@ error: a new kind of cell needs a documented weight, not a guess.
 
 Memories (PSUM banks, the link's replay and receive buffers, the activation coefficient ROM)
 are not mapped to flip-flops or gates, as no chip builds them so: they stay memories and count
-by their bits, at :data:`SRAM_BIT` NAND2 equivalents a bit. That figure is an assumption: a
-45 nm 6T bit cell of 0.346 um^2 (Intel's 45 nm SRAM) at an array efficiency of 45 % (decoders,
-sense amplifiers and write drivers of small macros), 0.77 um^2 a bit. A ROM bit is smaller,
-so for ROMs the figure is an upper bound.
+by their bits, at the chip spec's ``area.sram_bit`` NAND2 equivalents a bit (an assumption
+whose reasoning the spec states), given to :func:`synthesize`. The cache holds their bits, not
+their area.
 
 Structural modules (generate loops of instances and wiring, no ``always`` and no logic
 operators, such as the tensor array's top) are not synthesised: Yosys takes minutes over their
@@ -113,8 +112,6 @@ _UM2 = {
 }
 _DFF, _DFFR, _DFFRS, _LATCH = 4.522, 5.320, 6.384, 2.660
 _ENABLE, _SYNC = 1.862, 1.064  # MUX2_X1 on D, AND2_X1 on D
-#: NAND2 equivalents of one bit of a memory with a write port (see the module's text).
-SRAM_BIT = 0.346 / 0.45 / NAND2_UM2
 #: Yosys's ``synth -flatten -noshare``, its fine stage written out to keep memories unmapped
 #: and to map gates with :data:`ABC_SCRIPT` (the module's notes say why).
 SCRIPT = ("synth -flatten -noshare -top {top} -run :fine; opt -fast -full; opt -full; "
@@ -165,14 +162,16 @@ class ModuleArea:
 
     cells : own cells by Yosys type (instances of other emitted modules and memories
         excluded).
-    memory_bits : bits of its memories with a write port.
+    memory_bits : bits of its memories.
     children : emitted module -> number of its instances in this module.
+    sram_bit : NAND2 equivalents of a memory bit (the chip spec's ``area.sram_bit``).
     """
 
     module: str
     cells: Mapping[str, int]
     memory_bits: int = 0
     children: Mapping[str, int] = field(default_factory=dict)
+    sram_bit: float = field(kw_only=True)
 
     @property
     def logic_gates(self) -> float:
@@ -182,7 +181,7 @@ class ModuleArea:
     @property
     def gates(self) -> float:
         """Own NAND2 equivalents, memories included."""
-        return self.logic_gates + self.memory_bits * SRAM_BIT
+        return self.logic_gates + self.memory_bits * self.sram_bit
 
     @property
     def flip_flops(self) -> int:
@@ -349,13 +348,13 @@ def _store(path: Path, data: dict) -> None:
         os.replace(tmp, path)
 
 
-def _load(data: dict, names: Iterable[str]) -> ModuleArea:
+def _load(data: dict, names: Iterable[str], sram_bit: float) -> ModuleArea:
     """A cache entry as a ModuleArea: cells that are modules of ``names`` are children."""
     known = set(names)
     cells = {c: n for c, n in data["cells"].items() if c not in known}
     children = {c: n for c, n in data["cells"].items() if c in known}
     children.update(data.get("children", {}))
-    return ModuleArea(data["module"], cells, data["memory_bits"], children)
+    return ModuleArea(data["module"], cells, data["memory_bits"], children, sram_bit=sram_bit)
 
 
 _MODULE = re.compile(r"^module\s+\\?([^\s(]+)\s*\((.*?)\);.*?^endmodule\b[^\n]*\n?",
@@ -416,12 +415,13 @@ def _synthesise_part(text: str, libraries: Mapping[str, str], path: Path) -> dic
     return data
 
 
-def synthesize(sources: Mapping[str, str], *, cache: Path | None = None,
+def synthesize(sources: Mapping[str, str], *, sram_bit: float, cache: Path | None = None,
                cached_only: bool = False, jobs: int | None = None
                ) -> dict[str, ModuleArea | None]:
     """Synthesise every module of ``sources`` (module name -> the Verilog text that defines
     it, with the submodules it alone uses); the other modules of ``sources`` are its black
     boxes. With ``cached_only``, a module not in the cache is None instead of synthesised.
+    ``sram_bit``: NAND2 equivalents of a memory bit (the chip spec's ``area.sram_bit``).
 
     A module whose text is longer than :data:`SPLIT_ABOVE` has its sub-modules (the parts
     defined in its text) synthesised apart, each distinct part once (parts that differ only
@@ -438,12 +438,12 @@ def synthesize(sources: Mapping[str, str], *, cache: Path | None = None,
         split = len(text) > SPLIT_ABOVE
         path = cache / f"{top}-{_key(top, text, 'parts apart' if split else '')[:20]}.json"
         if path.is_file():
-            results[top] = _load(json.loads(path.read_text()), sources)
+            results[top] = _load(json.loads(path.read_text()), sources, sram_bit)
             continue
         libs = {name: t for name, t in sources.items() if name != top and _mentions(text, name)}
         children = structural_children(text, libs)
         if children is not None:  # no logic of its own: counted from its text, not cached
-            results[top] = ModuleArea(top, {}, 0, children)
+            results[top] = ModuleArea(top, {}, 0, children, sram_bit=sram_bit)
         elif cached_only:
             results[top] = None
         else:
@@ -501,7 +501,7 @@ def synthesize(sources: Mapping[str, str], *, cache: Path | None = None,
                 cells[c] = cells.get(c, 0) + n * m
         data = {"module": top, "memory_bits": bits, "cells": dict(sorted(cells.items()))}
         _store(path, data)
-        results[top] = _load(data, sources)
+        results[top] = _load(data, sources, sram_bit)
     return {n: results[n] for n in names}
 
 

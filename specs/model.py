@@ -462,6 +462,16 @@ class SimScale(Strict):
                         "builder's one per stream.")
 
 
+class AreaSpec(Strict):
+    """Figures the area from synthesis (hdl/area.py) needs beyond the cells' own."""
+
+    sram_bit: float = Field(
+        gt=0, description="Area of one bit of on-chip SRAM (SBUF, PSUM, the units' buffers "
+                          "and ROMs), its array's decoders, sense amplifiers and write drivers "
+                          "included, in NAND2 equivalents (the unit of the gate weights of "
+                          "hdl/area.py: the Nangate 45 nm NAND2_X1, 0.798 um^2).")
+
+
 class ChipSpec(Strict):
     """One chip generation."""
 
@@ -478,6 +488,7 @@ class ChipSpec(Strict):
     lnc: LncSpec = Field(description="Logical NeuronCore settings.")
     rounding: RoundingSpec = Field(description="Rounding of casts.")
     sim: SimScale = Field(default_factory=SimScale, description="Simulation scale.")
+    area: AreaSpec = Field(description="Area from synthesis: what the cells do not give.")
     claims: list[Claim] = Field(default_factory=list, description="Published figures.")
     assumptions: list[Assumption] = Field(default_factory=list,
                                           description="Unpublished parameters and why.")

@@ -25,6 +25,7 @@ BASE_CHIP = textwrap.dedent("""\
       neuronlink: {version: v2, links: 4}
       lnc: {options: [1], default: 1}
       rounding: {modes: [rne, stochastic]}
+      area: {sram_bit: 0.9635}
       claims:
         - {quantity: compute.bf16, value: 190 TFLOPS, source: TRN1}
       assumptions:

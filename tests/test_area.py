@@ -9,6 +9,10 @@ import pytest
 from hdl import area
 from specs.loader import load_document
 
+#: NAND2 equivalents of a memory bit: trn2's ``area.sram_bit``, by the reasoning its
+#: assumption gives (a 0.346 um^2 bit cell at 45 % array efficiency, over NAND2_X1).
+BIT = 0.346 / 0.45 / 0.798
+
 XOR_REG = """
 module xor_reg(input clk, input [3:0] a, input [3:0] b, output reg [3:0] q);
   always @(posedge clk) q <= a ^ b;
@@ -47,7 +51,7 @@ def test_weights_follow_the_documented_cell_areas():
 
 
 def test_a_register_of_xors_and_its_hierarchy(tmp_path):
-    result = area.synthesize({"xor_reg": XOR_REG, "pair": PAIR}, cache=tmp_path)
+    result = area.synthesize({"xor_reg": XOR_REG, "pair": PAIR}, sram_bit=BIT, cache=tmp_path)
     leaf, top = result["xor_reg"], result["pair"]
     assert dict(leaf.cells) == {"$_XOR_": 4, "$_DFF_P_": 4}
     assert leaf.gates == pytest.approx(4 * (1.596 + 4.522) / 0.798)
@@ -58,25 +62,27 @@ def test_a_register_of_xors_and_its_hierarchy(tmp_path):
 
 
 def test_memories_count_by_bits_and_results_are_cached(tmp_path, monkeypatch):
-    first = area.synthesize({"ram": RAM}, cache=tmp_path)["ram"]
+    first = area.synthesize({"ram": RAM}, sram_bit=BIT, cache=tmp_path)["ram"]
     assert first.memory_bits == 16 * 8
-    assert first.gates == pytest.approx(first.logic_gates + 128 * area.SRAM_BIT)
-    assert area.SRAM_BIT == pytest.approx(0.346 / 0.45 / 0.798)
+    assert first.gates == pytest.approx(first.logic_gates + 128 * BIT)
+    assert load_document("trn2").spec.area.sram_bit == pytest.approx(BIT, rel=1e-4)
 
     def no_synthesis(*args):
         raise AssertionError("synthesised again")
 
     monkeypatch.setattr(area, "_run", no_synthesis)
-    again = area.synthesize({"ram": "// a comment changes nothing\n" + RAM}, cache=tmp_path)
+    again = area.synthesize({"ram": "// a comment changes nothing\n" + RAM}, sram_bit=BIT,
+                            cache=tmp_path)
     assert again["ram"] == first
-    other = area.synthesize({"xor_reg": XOR_REG}, cache=tmp_path, cached_only=True)
+    other = area.synthesize({"xor_reg": XOR_REG}, sram_bit=BIT, cache=tmp_path, cached_only=True)
     assert other == {"xor_reg": None}
 
 
 def test_a_design_that_does_not_synthesise_is_an_area_error(tmp_path):
     with pytest.raises(area.AreaError, match="synthesis of 'broken' failed"):
         area.synthesize({"broken": "module broken(input a, output reg b);\n"
-                                   "  always @* b = a +;\nendmodule\n"}, cache=tmp_path)
+                                   "  always @* b = a +;\nendmodule\n"}, sram_bit=BIT,
+                        cache=tmp_path)
 
 
 GRID = """
@@ -134,17 +140,17 @@ def test_parts_are_synthesised_once_and_counted_by_instance(tmp_path, monkeypatc
     main, parts = area.split_parts("twin", TWIN)
     assert sorted(parts) == ["twin.u0", "twin.u1"] and "xor" not in main
     # A module this small is flattened with its parts: one run.
-    flat = area.synthesize({"twin": TWIN}, cache=tmp_path / "flat", jobs=1)["twin"]
+    flat = area.synthesize({"twin": TWIN}, sram_bit=BIT, cache=tmp_path / "flat", jobs=1)["twin"]
     assert runs == ["twin"]
     monkeypatch.setattr(area, "SPLIT_ABOVE", len(TWIN) - 1)
     runs.clear()
-    twin = area.synthesize({"twin": TWIN}, cache=tmp_path, jobs=1)["twin"]
+    twin = area.synthesize({"twin": TWIN}, sram_bit=BIT, cache=tmp_path, jobs=1)["twin"]
     assert sorted(runs) == ["part", "twin"]  # the module's own logic, and one part for both
     # Own: 4 flip-flops; each part: 4 XORs and 4 flip-flops.
     assert dict(twin.cells) == {"$_XOR_": 8, "$_DFF_P_": 12} and not twin.children
     assert twin.gates == pytest.approx((8 * 1.596 + 12 * 4.522) / 0.798)
     assert twin.gates == pytest.approx(flat.gates)  # nothing to optimise across ports
-    assert area.synthesize({"twin": TWIN}, cache=tmp_path, jobs=1)["twin"] == twin
+    assert area.synthesize({"twin": TWIN}, sram_bit=BIT, cache=tmp_path, jobs=1)["twin"] == twin
     assert len(runs) == 2  # cached
 
 
@@ -152,12 +158,12 @@ def test_a_structural_module_counts_its_generate_loops_without_synthesis(tmp_pat
     assert area.structural_children(GRID, ["xor_reg", "pair"]) == {"xor_reg": 3 + 3 * 4,
                                                                     "pair": 1}
     assert area.structural_children(XOR_REG, []) is None  # has logic: synthesised
-    result = area.synthesize({"xor_reg": XOR_REG, "pair": PAIR, "grid": GRID}, cache=tmp_path)
+    grid = {"xor_reg": XOR_REG, "pair": PAIR, "grid": GRID}
+    result = area.synthesize(grid, sram_bit=BIT, cache=tmp_path)
     assert result["grid"].cells == {} and area.tops(result) == ["grid"]
     assert area.counts(result, "grid") == {"grid": 1, "xor_reg": 15 + 2, "pair": 1}
     assert area.rollup(result, "grid") == pytest.approx(17 * 4 * (1.596 + 4.522) / 0.798)
-    cached = area.synthesize({"xor_reg": XOR_REG, "pair": PAIR, "grid": GRID}, cache=tmp_path,
-                             cached_only=True)
+    cached = area.synthesize(grid, sram_bit=BIT, cache=tmp_path, cached_only=True)
     assert cached == result  # structural modules need no cache entry
 
 
@@ -166,9 +172,9 @@ def test_looking_up_the_cache_writes_nothing(tmp_path):
     # an empty module) are counted from their text, and nothing is written to the cache.
     cache = tmp_path / "cache"
     found = area.synthesize({"xor_reg": XOR_REG, "grid": GRID, "empty": "module empty;\n"
-                             "endmodule\n"}, cache=cache, cached_only=True)
+                             "endmodule\n"}, sram_bit=BIT, cache=cache, cached_only=True)
     assert found["xor_reg"] is None and found["grid"].children == {"xor_reg": 15}
-    assert found["empty"] == area.ModuleArea("empty", {}, 0, {})
+    assert found["empty"] == area.ModuleArea("empty", {}, 0, {}, sram_bit=BIT)
     assert not cache.exists()
 
 
@@ -191,13 +197,20 @@ def test_chip_area_rolls_engines_up_to_core_and_chip(tmp_path, monkeypatch):
 
     tables, summary = chip_area(spec, emitted, synthesise=True)
     xor_reg = 4 * (1.596 + 4.522) / 0.798
-    ram = area.synthesize({"ram": RAM})["ram"].gates
-    assert summary["core"] == pytest.approx(2 * xor_reg)
-    assert summary["chip"] == pytest.approx(8 * 2 * xor_reg + 4 * ram)
+    ram = area.synthesize({"ram": RAM}, sram_bit=BIT)["ram"].gates
+    # With no tensor engine, the core holds the whole of its published SBUF and PSUM
+    # (28 MiB and 2 MiB, NKI3).
+    buffers = {"SBUF": 28 * 2**20 * 8, "PSUM": 2 * 2**20 * 8}
+    core = 2 * xor_reg + sum(buffers.values()) * BIT
+    assert summary["core"] == pytest.approx(core, rel=1e-4)
+    assert summary["chip"] == pytest.approx(8 * core + 4 * ram, rel=1e-4)
+    assert {k: v["bits"] for k, v in summary["buffers"].items()} == buffers
     rows = {(r[0], r[2]): r for r in tables[0]["rows"]}
     assert rows[("vector", "xor_reg")][3] == "2"
     assert rows[("link", "total")][3] == "4 per chip"
-    assert rows[("chip", "total")][6] == f"{8 * 2 * xor_reg + 4 * ram:,.0f}"
+    assert rows[("core", "SBUF")][5] == f"{buffers['SBUF']:,}"
+    assert rows[("core", "PSUM beyond the array's banks")][5] == f"{buffers['PSUM']:,}"
+    assert rows[("chip", "total")][6] == f"{summary['chip']:,.0f}"
     assert tables[1]["columns"] == ["module", "XOR", "flip-flops"]
     assert ["xor_reg", "4", "4"] in tables[1]["rows"]
 
@@ -226,23 +239,26 @@ def test_shape_terms_compose_back_to_the_rolled_up_chip():
     spec = load_document("trn2").spec  # 8 cores, 4 NeuronLink ports
     names = ["arr", "arr_row", "arr_pe", "arr_column", "arr_control", "vec", "lnk"]
     known = {
-        "arr": area.ModuleArea("arr", {}, 0, area.structural_children(ARRAY, names)),
-        "arr_row": area.ModuleArea("arr_row", {"$_DFF_P_": 10}, 0, {"arr_pe": 2}),
-        "arr_pe": area.ModuleArea("arr_pe", {"$_XOR_": 7}),
-        "arr_column": area.ModuleArea("arr_column", {"$_NAND_": 5}, 64),
-        "arr_control": area.ModuleArea("arr_control", {"$_NOT_": 3}),
-        "vec": area.ModuleArea("vec", {"$_AND_": 4}),
-        "lnk": area.ModuleArea("lnk", {"$_OR_": 6}),
+        "arr": area.ModuleArea("arr", {}, 0, area.structural_children(ARRAY, names), sram_bit=BIT),
+        "arr_row": area.ModuleArea("arr_row", {"$_DFF_P_": 10}, 0, {"arr_pe": 2}, sram_bit=BIT),
+        "arr_pe": area.ModuleArea("arr_pe", {"$_XOR_": 7}, sram_bit=BIT),
+        "arr_column": area.ModuleArea("arr_column", {"$_NAND_": 5}, 64, sram_bit=BIT),
+        "arr_control": area.ModuleArea("arr_control", {"$_NOT_": 3}, sram_bit=BIT),
+        "vec": area.ModuleArea("vec", {"$_AND_": 4}, sram_bit=BIT),
+        "lnk": area.ModuleArea("lnk", {"$_OR_": 6}, sram_bit=BIT),
     }
     engines = [("tensor", "", {n: "" for n in names[:5]}), ("vector", "", {"vec": ""}),
                ("link", "", {"lnk": ""})]
     terms = shape_terms(spec, engines, known, {"arr": ARRAY})
     dff, xor, nand, inv = 4.522 / 0.798, 2.0, 1.0, 0.532 / 0.798
     and2 = or2 = 1.064 / 0.798
-    column = 5 * nand + 64 * area.SRAM_BIT
-    assert terms == pytest.approx({"rows": 3, "cols": 2, "chip": 4 * 6 * or2, "core": 4 * and2,
+    column = 5 * nand + 64 * BIT
+    # The core's SBUF and PSUM (28 MiB and 2 MiB, NKI3), less the two columns' banks.
+    buffers = ((28 + 2) * 2**20 * 8 - 2 * 64) * BIT
+    assert terms == pytest.approx({"rows": 3, "cols": 2, "chip": 4 * 6 * or2,
+                                   "core": 4 * and2 + buffers,
                                    "array": 3 * inv, "row": 10 * dff, "column": column,
-                                   "pe": 7 * xor})
+                                   "pe": 7 * xor}, rel=1e-4)
 
     def compose(rows, cols):
         t = terms
@@ -252,9 +268,11 @@ def test_shape_terms_compose_back_to_the_rolled_up_chip():
     # At the synthesised shape, the terms give the hierarchy's roll-up; at another, the
     # instance counts follow: 5 rows of 4 PEs and 4 columns.
     rolled = area.rollup(known, "arr") + area.rollup(known, "vec")
-    assert compose(3, 2) == pytest.approx(4 * area.rollup(known, "lnk") + 8 * rolled)
-    assert compose(5, 4) == pytest.approx(4 * 6 * or2 + 8 * (4 * and2 + 3 * inv + 5 * 10 * dff
-                                                           + 20 * 7 * xor + 4 * column))
+    assert compose(3, 2) == pytest.approx(4 * area.rollup(known, "lnk") + 8 * rolled
+                                          + 8 * buffers, rel=1e-4)
+    assert compose(5, 4) == pytest.approx(4 * 6 * or2 + 8 * (4 * and2 + buffers + 3 * inv
+                                                           + 5 * 10 * dff + 20 * 7 * xor
+                                                           + 4 * column), rel=1e-4)
     assert shape_terms(spec, engines, known, {"arr": ARRAY.replace("COLS", "WIDTH")}) is None
     assert shape_terms(spec, engines[1:], known, {}) is None  # no tensor array
 

@@ -245,7 +245,8 @@ def test_composed_area_follows_synthesis_at_shapes_it_was_not_composed_at(tmp_pa
         params = SystolicParams(rows=rows, cols=cols, formats=("int8",), moving_max=8)
         files = emit(params, tmp_path / f"{rows}x{cols}", "", top="tensor")
         sources = {p.stem: p.read_text() for p in files if p.suffix == ".v"}
-        return sources, area.synthesize(sources, cache=tmp_path / "cache")
+        return sources, area.synthesize(sources, sram_bit=spec.area.sram_bit,
+                                        cache=tmp_path / "cache")
 
     sources, known = synthesised(4, 4)
     terms = shape_terms(spec, [("tensor", "", sources)], known, sources)
