@@ -6,6 +6,10 @@
    (``generators.area.chip_area``): wall time, and the CPU time of the Yosys processes.
 3. Second pass: the same again on the filled cache.
 
+With ``--before``, instead: the cold pass twice, with the script of :mod:`hdl.area` before
+its departures for time (:data:`BEFORE`) and with the current one, then the cached pass:
+wall and CPU ratios of the two cold passes, and each module's NAND2 change.
+
 With ``--compare MODULE...``, instead: each named module synthesised flattened (its parts
 with it) with the script of :mod:`hdl.area` and with the reference flow below (Yosys's
 default ``synth``: resource sharing and ABC's default script), no cache: NAND2 equivalents
@@ -17,7 +21,7 @@ into one module as before, same script, no cache: NAND2 equivalents and CPU seco
 
 The load average is printed with each figure: the machine is shared, and synthesis is CPU
 bound. Usage: PYTHONPATH=. python benchmarks/area.py [--chip trn2] [--cache DIR]
-[--jobs N]
+[--jobs N] [--before]
 [--compare MODULE... | --flat MODULE...|all] [--rtl DIR]
 """
 
@@ -30,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from generators.area import chip_area
+from generators.area import FIT_SHAPES, chip_area, fit_samples
 from generators.units import UNITS
 from hdl import area
 from specs.loader import load_document
@@ -41,12 +45,13 @@ def emitted_files(doc, out: Path) -> dict[str, list[list[Path]]]:
     rtl.mkdir(parents=True, exist_ok=True)
     emitted: dict[str, list[list[Path]]] = {}
     for name, unit in UNITS.items():
-        if unit.unsupported(doc.spec):
+        # Not the core: it assembles the engines the others count (and takes minutes and
+        # gigabytes to emit at full scale).
+        if unit.unsupported(doc.spec) or not unit.area:
             continue
         for params in unit.params(doc.spec, "full"):
             files = unit.emit(params, rtl, "")
-            if unit.area:  # not the core: it assembles the engines the others count
-                emitted.setdefault(name, []).append([rtl / p.name for p in files])
+            emitted.setdefault(name, []).append([rtl / p.name for p in files])
     return emitted
 
 
@@ -117,6 +122,50 @@ def flat_against_parts(rtl: Path, modules: list[str], sram_bit: float) -> None:
               flush=True)
 
 
+#: The script of hdl/area.py before its departures for time (``synth -flatten -noshare``
+#: with its checks and ``opt -full``, ABC with ``dc2``): ``--before`` measures against it.
+BEFORE = ("synth -flatten -noshare -top {top} -run :fine; opt -fast -full; opt -full; "
+          "techmap; opt -fast; abc -script abc.script; opt -fast",
+          "strash; dc2; &get -n; &dch -f; &nf; &put")
+
+
+def before_and_after(doc, emitted, cache: Path, jobs: int | None) -> None:
+    """Cold synthesis and roll-up of the chip with :data:`BEFORE`'s script, then with the
+    current one (each into an empty cache), one after the other in this run; then cached.
+    Wall and Yosys CPU of each, their ratios, and each module's NAND2 change."""
+    now = area.SCRIPT, area.ABC_SCRIPT
+    out = {}
+    for label, (script, abc) in (("before", BEFORE), ("after", now)):
+        area.SCRIPT, area.ABC_SCRIPT = script, abc
+        area.CACHE = cache / label
+        cpu0, t0 = children_cpu(), time.perf_counter()
+        _, summary = chip_area(doc.spec, emitted, synthesise=True, jobs=jobs, fit=False)
+        out[label] = (time.perf_counter() - t0, children_cpu() - cpu0, summary)
+        print(f"{doc.spec.name} cold, {label}: {out[label][0]:.1f} s wall, "
+              f"{out[label][1]:.1f} s Yosys CPU, load average {os.getloadavg()[0]:.1f}; chip "
+              f"{summary['chip']:,.0f} NAND2", flush=True)
+    t0 = time.perf_counter()
+    chip_area(doc.spec, emitted, synthesise=True, jobs=jobs, fit=False)
+    print(f"{doc.spec.name} cached, after: {time.perf_counter() - t0:.2f} s")
+    cpu0, t0 = children_cpu(), time.perf_counter()
+    samples = fit_samples(doc.spec, True, jobs)
+    print(f"{doc.spec.name} the array at {len(FIT_SHAPES)} more shapes (the fit's), cold, "
+          f"after: {time.perf_counter() - t0:.1f} s wall, {children_cpu() - cpu0:.1f} s Yosys "
+          f"CPU, load average {os.getloadavg()[0]:.1f}; NAND2 {samples}", flush=True)
+    t0 = time.perf_counter()
+    _, summary = chip_area(doc.spec, emitted, synthesise=True, jobs=jobs)
+    print(f"{doc.spec.name} cached with the fit: {time.perf_counter() - t0:.2f} s; residuals "
+          f"{[round(f['residual'], 4) for f in summary['fit']]}; terms {summary['terms']}")
+    (w0, c0, s0), (w1, c1, s1) = out["before"], out["after"]
+    print(f"after / before: wall {w1 / w0:.2f}, Yosys CPU {c1 / c0:.2f}, chip NAND2 "
+          f"{100 * (s1['chip'] / s0['chip'] - 1):+.2f} %")
+    for name, m in s0["modules"].items():
+        if m["cells"]:
+            new = s1["modules"][name]["gates"]
+            print(f"  {name}: {m['gates']:,.0f} -> {new:,.0f} NAND2, "
+                  f"{100 * (new / m['gates'] - 1):+.2f} %")
+
+
 def children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -130,6 +179,9 @@ def main() -> None:
     ap.add_argument("--flat", nargs="+", metavar="MODULE", default=None,
                     help="each module with its parts apart and flattened (all: every one)")
     ap.add_argument("--jobs", type=int, default=None, help="modules synthesised at once")
+    ap.add_argument("--before", action="store_true",
+                    help="cold with the script before its departures for time, then with the "
+                         "current one, then cached")
     ap.add_argument("--rtl", type=Path, default=None,
                     help="with --compare: RTL already emitted by gen chip (its rtl/ folder)")
     args = ap.parse_args()
@@ -146,6 +198,9 @@ def main() -> None:
                                    doc.spec.area.sram_bit)
             return
         emitted = emitted_files(doc, tmp / "chip")
+        if args.before:
+            before_and_after(doc, emitted, args.cache or tmp / "cache", args.jobs)
+            return
         modules = sum(1 for g in emitted.values() for f in g for p in f if p.suffix == ".v")
         area.CACHE = args.cache or tmp / "cache"
         for label in ("first pass", "second pass"):

@@ -438,8 +438,7 @@ def chip_area(rows, cols, cores, base: Base):
     a = base.area
     if a is None:
         return np.full(np.shape(rows), np.nan)
-    array = a["array"] + rows * a["row"] + cols * a["column"] + rows * cols * a["pe"]
-    return cores * (a["core"] + array) + a["chip"]
+    return cores * (a["core"] + synthesis.array_area(a, rows, cols)) + a["chip"]
 
 
 def price_per_hour(v, base: Base):
@@ -507,8 +506,8 @@ def evaluate_point(point: dict[str, float], base: Base, work: Workload) -> dict[
         gates = math.nan
     else:
         a = base.area
-        array = a["array"] + rows * a["row"] + cols * a["column"] + rows * cols * a["pe"]
-        gates = (cores * (a["core"] + array) + a["chip"]) * total_chips
+        gates = (cores * (a["core"] + synthesis.array_area(a, rows, cols)) + a["chip"]) \
+            * total_chips
     price = float(price_per_hour({k: np.float64(x) for k, x in p.items()}, base))
     state = work.state_bytes_tp / tp + work.state_bytes_tpdp / (tp * dp)
     return {

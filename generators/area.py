@@ -15,10 +15,15 @@ PSUM.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import re
+import tempfile
 from pathlib import Path
 
 from hdl import area
+from hdl.params import tensor_params
 from specs.model import ChipSpec
 
 #: Units instantiated once per chip rather than once per core, with their count.
@@ -64,13 +69,14 @@ def shape_terms(spec: ChipSpec, engines, known: dict[str, area.ModuleArea],
     ``rows`` and ``cols`` hold the synthesised shape.
 
     Composed from the figures at the spec's own shape: instance counts follow the shape,
-    each module's own logic stays as synthesised (a row's pipeline registers, whose width
-    follows the columns, are counted per row). None without a tensor array, or when its top
-    is not a structural module whose loops run over ``ROWS`` and ``COLS`` (the terms cannot
-    be told apart then)."""
+    each module's own logic stays as synthesised (the squares of :data:`hdl.area.SHAPE_TERMS`
+    are zero). That misses what a row or column holds for the whole array (skew, deskew):
+    :func:`chip_area` replaces the array's terms by a fit over several shapes. None without a
+    tensor array, or when its top is not a structural module whose loops run over ``ROWS``
+    and ``COLS`` (the terms cannot be told apart then)."""
     buffers = sum(buffer_bits(spec, known, engines).values()) * spec.area.sram_bit
     terms = {"rows": 0.0, "cols": 0.0, "chip": 0.0, "core": buffers,
-             "array": 0.0, "row": 0.0, "column": 0.0, "pe": 0.0}
+             **dict.fromkeys(area.SHAPE_TERMS, 0.0)}
     for unit, _, group in engines:
         for top in area.tops({n: known[n] for n in group}):
             total = area.rollup(known, top)
@@ -102,12 +108,50 @@ def shape_terms(spec: ChipSpec, engines, known: dict[str, area.ModuleArea],
     return terms if terms["rows"] else None
 
 
+#: Shapes of the tensor array (rows, cols), beside the spec's own, whose synthesis fits the
+#: array's shape terms (:func:`hdl.area.fit_array`): small, so that each of their modules
+#: synthesises in seconds, with rows and columns spread so that the squares tell apart, and
+#: rows from 8 to 16, whose PE is one module (its text does not change over them).
+FIT_SHAPES = tuple((r, c) for r in (8, 12, 16) for c in (8, 12, 16))
+
+
+def fit_samples(spec: ChipSpec, synthesise: bool, jobs: int | None = None
+                ) -> list[tuple[int, int, float]] | None:
+    """The spec's tensor array (full scale, its formats) emitted at each of
+    :data:`FIT_SHAPES` and synthesised: ``(rows, cols, NAND2)`` of each; None when one is not
+    in the cache and ``synthesise`` is False. The samples are cached apart (keyed by the
+    array's parameters, the shapes and the script), so a cached lookup emits nothing."""
+    from generators.tensor import emit
+
+    base = tensor_params(spec, "full")
+    key = hashlib.sha256("\0".join([repr(base), repr(FIT_SHAPES), area.yosys_version(),
+                                     area.SCRIPT, area.ABC_SCRIPT,
+                                     repr(spec.area.sram_bit)]).encode()).hexdigest()
+    path = area.CACHE / "fits" / f"{spec.name}-{key[:20]}.json"
+    if path.is_file():
+        return [tuple(s) for s in json.loads(path.read_text())]
+    samples = []
+    with tempfile.TemporaryDirectory(prefix="trngen-fit-") as tmp:
+        for rows, cols in FIT_SHAPES:
+            params = dataclasses.replace(base, rows=rows, cols=cols)
+            files = emit(params, Path(tmp) / f"{rows}x{cols}", "", top="tensor")
+            sources = {p.stem: p.read_text() for p in files if p.suffix == ".v"}
+            known = area.synthesize(sources, sram_bit=spec.area.sram_bit,
+                                    cached_only=not synthesise, jobs=jobs)
+            if any(a is None for a in known.values()):
+                return None
+            samples.append((rows, cols, area.rollup(known, "tensor")))
+    area.store(path, samples)
+    return samples
+
+
 def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: bool,
-              jobs: int | None = None) -> tuple[list[dict], dict]:
+              jobs: int | None = None, fit: bool = True) -> tuple[list[dict], dict]:
     """Datasheet tables and a JSON-ready summary for the files ``emitted`` (unit -> one file
     list per parameter set). Without ``synthesise``, only modules already in the cache count;
     the others are listed as missing. ``jobs``: modules synthesised at once (default: the
-    machine's cores)."""
+    machine's cores). Without ``fit``, the tensor array is not synthesised at
+    :data:`FIT_SHAPES`, and the summary has no area terms."""
     engines: list[tuple[str, str, dict[str, area.ModuleArea | None]]] = []
     sources: dict[str, str] = {}
     for unit, groups in emitted.items():
@@ -157,7 +201,23 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
     summary["buffers"] = {name: {"bits": bits, "gates": bits * sram_bit}
                           for name, bits in buffers.items()}
     chip_total = spec.cores * per_core + per_chip
-    summary["terms"] = shape_terms(spec, engines, known, sources)
+    terms = shape_terms(spec, engines, known, sources)
+    samples = None if terms is None or not fit else fit_samples(spec, synthesise, jobs)
+    if samples is not None:
+        # The spec's own shape, as composed (exactly its synthesised figure), and the
+        # others, fitted together.
+        own = (terms["rows"], terms["cols"],
+               area.array_area(terms, terms["rows"], terms["cols"]))
+        fit, residuals = area.fit_array([own, *samples])
+        terms.update(fit)
+        summary["fit"] = [{"rows": r, "cols": c, "nand2": a, "residual": e}
+                          for (r, c, a), e in zip([own, *samples], residuals, strict=True)]
+    summary["terms"] = terms if samples is not None else None
+    fit_note = "" if samples is None else (
+        f" Exploration's area of the tensor array is fitted to its synthesis at "
+        f"{len(summary['fit'])} shapes (this one and {len(FIT_SHAPES)} small ones; "
+        f"hdl/area.py's `fit_array`): residuals within "
+        f"{100 * max(abs(f['residual']) for f in summary['fit']):.1f} %.")
     rows.append(["core", "", "total", "1", "", "", _fmt(per_core)])
     rows.append(["chip", "", "total", f"{spec.cores} cores", "", "",
                  _fmt(chip_total)])
@@ -176,7 +236,8 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
         cell_rows.append([name] + [f"{by_kind[k]:,}" for k in kinds])
     return [{
         "title": "Area from synthesis",
-        "note": "Yosys " + area.yosys_version() + " generic `synth -flatten -noshare` of each "
+        "note": "Yosys " + area.yosys_version() + " generic `synth -flatten` (without "
+                "resource sharing, `check` and `opt -full`) of each "
                 "emitted module on its own, gates mapped by ABC with `" + area.ABC_SCRIPT +
                 "` (hdl/area.py says why; the modules it instantiates are black boxes, counted "
                 "by instance, and so are the sub-modules in the file of a module longer than "
@@ -186,7 +247,7 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
                 f"{sram_bit:.4g} NAND2 a bit (the spec's `area.sram_bit`, an assumption). "
                 "Instances are per engine; the core counts one of each engine, its SBUF and "
                 "the PSUM beyond the tensor array's banks (at the same figure a bit), the chip "
-                "its cores and link ports.",
+                "its cores and link ports." + fit_note,
         "columns": ["unit", "engine", "module", "instances", "NAND2 each", "memory bits",
                     "NAND2 total"],
         "rows": rows,

@@ -21,20 +21,27 @@ outputs). Measured against the flattened modules (``benchmarks/area.md``): the a
 lane +2.4 %, the vector lane +4.7 %, the PE +32 %; hence the threshold, which only that
 activation lane passed.
 
-The script (:data:`SCRIPT`, :data:`ABC_SCRIPT`) departs from Yosys's default ``synth`` in two
-places, both for time (``benchmarks/area.md`` measures them):
+The script (:data:`SCRIPT`, :data:`ABC_SCRIPT`) is Yosys's ``synth -flatten`` written out,
+with these departures, all for time (``benchmarks/area.md`` measures each module's figure
+with and without them):
 
 - ``-noshare``: no SAT-based resource sharing. On the activation lane (thirteen fp32
   multipliers and ten adders in one flattened module, their shifters under many related
   control signals) ``share`` alone ran for more than six minutes without finishing. It merges
   operators that are never active in the same cycle; in these pipelined datapaths every
   operator works every cycle, so it finds little to merge.
-- ABC maps with ``strash; dc2; &get -n; &dch -f; &nf; &put``: Yosys's default script without
-  its SAT sweeping (``&fraig -x``), signal correspondence (``scorr``) and retiming
-  (``dretime``), which take most of ABC's time on large datapaths. What is kept (AIG
-  rewriting, choice computation and the area-aware ``&nf`` mapper) gives figures 0 % to 8 %
-  above Yosys's default flow's, in a third of its time or less on the larger modules;
-  ``strash; map`` alone is faster still but overstates the vector lane's area by 80 %.
+- No ``check``: it only reports (undriven wires, loops, conflicting drivers) and changes
+  nothing, yet its loop search took a quarter of the tensor array's control module's time.
+- ``opt`` without ``-full`` before ``techmap`` (``synth`` runs ``opt -fast -full; opt
+  -full``): no SAT-based flip-flop pruning (``opt_dff -sat``) or full mux and expression
+  rewriting at the word level; ABC's rewriting after ``techmap`` does most of that at the
+  gate level.
+- ABC maps with ``strash; &get -n; &dch -f; &nf; &put``: Yosys's default script without
+  its SAT sweeping (``&fraig -x``), signal correspondence (``scorr``), retiming
+  (``dretime``) and ``dc2`` rewriting, which take most of ABC's time on large datapaths.
+  What is kept (choice computation, which rewrites as it goes, and the area-aware ``&nf``
+  mapper) stays within a few per cent of Yosys's default flow; ``strash; map`` alone is
+  faster still but overstates the vector lane's area by 80 %.
 
 Gates are NAND2 equivalents: each Yosys internal cell is weighted by the area of the cell (or
 the few cells) it maps to in the Nangate 45 nm Open Cell Library (``NangateOpenCellLibrary``,
@@ -98,8 +105,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["ABC_SCRIPT", "AreaError", "CACHE", "ModuleArea", "NAND2_UM2", "SCRIPT",
-           "cell_weight", "counts", "load_chip", "rollup", "store_chip", "structural_loops",
-           "synthesize", "tops"]
+           "SHAPE_TERMS", "array_area", "cell_weight", "counts", "fit_array", "load_chip",
+           "rollup", "store", "store_chip", "structural_loops", "synthesize", "tops"]
 
 CACHE = Path(__file__).resolve().parents[1] / "build" / "area"
 #: Area of the Nangate 45 nm NAND2_X1, the unit of a NAND2 equivalent (um^2).
@@ -112,15 +119,18 @@ _UM2 = {
 }
 _DFF, _DFFR, _DFFRS, _LATCH = 4.522, 5.320, 6.384, 2.660
 _ENABLE, _SYNC = 1.862, 1.064  # MUX2_X1 on D, AND2_X1 on D
-#: Yosys's ``synth -flatten -noshare``, its fine stage written out to keep memories unmapped
-#: and to map gates with :data:`ABC_SCRIPT` (the module's notes say why).
-SCRIPT = ("synth -flatten -noshare -top {top} -run :fine; opt -fast -full; opt -full; "
-          "techmap; opt -fast; abc -script abc.script; opt -fast")
+#: Yosys's ``synth -flatten -noshare`` written out, with three departures for time (the
+#: module's notes say why): no ``check``, ``opt`` without ``-full`` before ``techmap``, and
+#: gates mapped with :data:`ABC_SCRIPT`; memories stay unmapped.
+SCRIPT = ("hierarchy -check -top {top}; proc; flatten; opt_expr; opt_clean; "
+          "opt -nodffe -nosdff; fsm; opt; wreduce; peepopt; opt_clean; alumacc; opt; "
+          "memory -nomap; opt_clean; opt -fast; opt; techmap; opt -fast; "
+          "abc -script abc.script; opt -fast")
 #: Modules whose text is longer (characters) have their parts synthesised apart; the others
 #: are flattened with their parts (the module's notes say why).
 SPLIT_ABOVE = 1_000_000
 #: The ABC commands of the gate mapping.
-ABC_SCRIPT = "strash; dc2; &get -n; &dch -f; &nf; &put"
+ABC_SCRIPT = "strash; &get -n; &dch -f; &nf; &put"
 
 
 class AreaError(RuntimeError):
@@ -339,7 +349,9 @@ def structural_loops(text: str, modules: Iterable[str]
     return out
 
 
-def _store(path: Path, data: dict) -> None:
+def store(path: Path, data: dict | list) -> None:
+    """Write ``data`` as JSON at ``path`` in the cache, atomically (processes that synthesise
+    at once may write the same entry)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / ".lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -411,7 +423,7 @@ def _synthesise_part(text: str, libraries: Mapping[str, str], path: Path) -> dic
         return json.loads(path.read_text())
     stat = _run("part", text, libraries)
     data = {"module": "part", "memory_bits": stat["memory_bits"], "cells": _cells(stat, "part")}
-    _store(path, data)
+    store(path, data)
     return data
 
 
@@ -500,7 +512,7 @@ def synthesize(sources: Mapping[str, str], *, sram_bit: float, cache: Path | Non
             for c, m in part["cells"].items():
                 cells[c] = cells.get(c, 0) + n * m
         data = {"module": top, "memory_bits": bits, "cells": dict(sorted(cells.items()))}
-        _store(path, data)
+        store(path, data)
         results[top] = _load(data, sources, sram_bit)
     return {n: results[n] for n in names}
 
@@ -516,7 +528,7 @@ def chip_path(chip: str, digest: str) -> Path:
 def store_chip(chip: str, digest: str, terms: Mapping[str, float]) -> None:
     """Keep a chip's area terms (NAND2 equivalents by what they scale with; see
     ``generators.area``) for exploration, which cannot emit RTL itself."""
-    _store(chip_path(chip, digest), dict(terms))
+    store(chip_path(chip, digest), dict(terms))
 
 
 def load_chip(chip: str, digest: str) -> dict[str, float] | None:
@@ -559,3 +571,38 @@ def counts(areas: Mapping[str, ModuleArea], top: str) -> dict[str, int]:
 
     walk(top, 1)
     return out
+
+
+#: The tensor array's area as a function of its shape: each term (NAND2 equivalents)
+#: multiplies ``rows ** i * cols ** j``. Beside the fixed part, the rows' and columns' own
+#: logic and the PEs, the squares stand for what each row or column holds for the whole
+#: array: a row's input skew and pipelines grow with the rows, a PSUM column's output deskew
+#: with the columns (a row or column module is emitted once, sized for the whole array).
+SHAPE_TERMS = {"array": (0, 0), "row": (1, 0), "column": (0, 1), "pe": (1, 1),
+               "row_rows": (2, 0), "column_cols": (0, 2)}
+
+
+def array_area(terms: Mapping[str, float], rows, cols):
+    """NAND2 equivalents of a tensor array of ``rows x cols`` (numbers or numpy arrays) by the
+    terms of :data:`SHAPE_TERMS`."""
+    return sum(terms[name] * rows ** i * cols ** j for name, (i, j) in SHAPE_TERMS.items())
+
+
+def fit_array(samples: Iterable[tuple[int, int, float]]) -> tuple[dict[str, float], list[float]]:
+    """The terms of :data:`SHAPE_TERMS` fitted to a tensor array's synthesised area at
+    several shapes (``(rows, cols, NAND2)``), by least squares on the relative error (so a
+    small shape weighs as much as a large one), and each shape's relative residual
+    (composed over synthesised, less one)."""
+    import numpy as np
+
+    samples = list(samples)
+    if len({(r, c) for r, c, _ in samples}) <= len(SHAPE_TERMS):
+        raise AreaError(f"fitting the array's {len(SHAPE_TERMS)} shape terms needs more "
+                        f"distinct shapes than that, not {len(samples)}")
+    basis = np.array([[float(r) ** i * float(c) ** j for i, j in SHAPE_TERMS.values()]
+                      for r, c, _ in samples])
+    area = np.array([a for _, _, a in samples], dtype=float)
+    coef = np.linalg.lstsq(basis / area[:, None], np.ones(len(area)), rcond=None)[0]
+    terms = dict(zip(SHAPE_TERMS, (float(x) for x in coef), strict=True))
+    residuals = [float(x) for x in basis @ coef / area - 1]
+    return terms, residuals

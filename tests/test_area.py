@@ -211,8 +211,11 @@ def test_chip_area_rolls_engines_up_to_core_and_chip(tmp_path, monkeypatch):
     assert rows[("core", "SBUF")][5] == f"{buffers['SBUF']:,}"
     assert rows[("core", "PSUM beyond the array's banks")][5] == f"{buffers['PSUM']:,}"
     assert rows[("chip", "total")][6] == f"{summary['chip']:,.0f}"
-    assert tables[1]["columns"] == ["module", "XOR", "flip-flops"]
-    assert ["xor_reg", "4", "4"] in tables[1]["rows"]
+    columns = tables[1]["columns"]  # kinds of every module's cells, flip-flops last
+    assert columns[0] == "module" and columns[-1] == "flip-flops" and "XOR" in columns
+    cells = {r[0]: dict(zip(columns, r, strict=True)) for r in tables[1]["rows"]}
+    assert cells["xor_reg"] == {**dict.fromkeys(columns, "0"), "module": "xor_reg", "XOR": "4",
+                                "flip-flops": "4"}
 
 
 ARRAY = """
@@ -258,7 +261,8 @@ def test_shape_terms_compose_back_to_the_rolled_up_chip():
     assert terms == pytest.approx({"rows": 3, "cols": 2, "chip": 4 * 6 * or2,
                                    "core": 4 * and2 + buffers,
                                    "array": 3 * inv, "row": 10 * dff, "column": column,
-                                   "pe": 7 * xor}, rel=1e-4)
+                                   "pe": 7 * xor, "row_rows": 0, "column_cols": 0},
+                                  rel=1e-4)
 
     def compose(rows, cols):
         t = terms
@@ -336,3 +340,18 @@ def test_processes_that_start_at_once_compile_yosys_once(tmp_path):
     assert sorted(what for what, _, _ in runs) == ["compiled", "reused"]
     (_, _, first_end), (_, second_start, _) = sorted(runs, key=lambda r: float(r[1]))
     assert float(second_start) >= float(first_end)  # the second waited for the first
+
+
+def test_the_array_fit_recovers_terms_that_make_the_samples_and_needs_enough_shapes():
+    want = {"array": 500.0, "row": 30.0, "column": 70.0, "pe": 900.0, "row_rows": 4.0,
+            "column_cols": 2.5}
+    shapes = [(2, 2), (4, 4), (8, 3), (3, 8), (6, 6), (2, 6), (6, 2), (16, 16)]
+    samples = [(r, c, 500 + 30 * r + 70 * c + 900 * r * c + 4 * r * r + 2.5 * c * c)
+               for r, c in shapes]
+    terms, residuals = area.fit_array(samples)
+    assert terms == pytest.approx(want, rel=1e-9)
+    assert residuals == pytest.approx([0.0] * len(shapes), abs=1e-12)
+    assert area.array_area(terms, 5, 7) == pytest.approx(
+        500 + 30 * 5 + 70 * 7 + 900 * 35 + 4 * 25 + 2.5 * 49)
+    with pytest.raises(area.AreaError, match="more distinct shapes than that, not 6"):
+        area.fit_array(samples[:6])
