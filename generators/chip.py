@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import gc
+import hashlib
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from hdl import area
+from specs.files import pid_alive
 from specs.loader import Document, sources
 from specs.model import ChipSpec
 from specs.quantities import QUANTITIES
@@ -118,7 +123,10 @@ def _run_yosys(cls, args, stdin="", *, ignore_warnings=False, src_loc_at=0) -> s
 @contextmanager
 def yosys_in_process() -> Iterator[None]:
     """Amaranth's Verilog backend runs its bundled Yosys in this process for the body
-    (:func:`_run_yosys`); a Yosys found on the path, which Amaranth prefers, is untouched."""
+    (:func:`_run_yosys`); a Yosys found on the path, which Amaranth prefers, is untouched.
+
+    Only for a process that never forks afterwards (a worker of :func:`emitters`): a process
+    forked from one that has run WebAssembly hangs in its own first run."""
     from amaranth._toolchain.yosys import _BuiltinYosys
 
     before = _BuiltinYosys.__dict__["run"]
@@ -129,15 +137,162 @@ def yosys_in_process() -> Iterator[None]:
         _BuiltinYosys.run = before
 
 
+#: Whether this process is a worker of :func:`emitters` (which runs Yosys in itself).
+_worker = False
+
+
 def _emit(name: str, params: object, rtl_dir: Path, head: str) -> list[Path]:
-    """One unit's emission, in a worker process."""
-    with fewer_collections(), yosys_in_process():
-        return UNITS[name].emit(params, rtl_dir, head)
+    """One unit's emission, in a worker process: its files from the store of emissions
+    (:func:`emission_key`) when it holds them, else emitted and stored."""
+    key = emission_key(name, params, head)
+    entry = None if key is None else emission_store() / key
+    if entry is not None:
+        files = _fetch(entry, rtl_dir)
+        if files is not None:
+            return files
+    with fewer_collections(), yosys_in_process() if _worker else nullcontext():
+        files = UNITS[name].emit(params, rtl_dir, head)
+    if entry is not None:
+        _store(entry, rtl_dir, files)
+    return files
+
+
+def emission_store() -> Path:
+    """The machine's store of emitted units, shared by every checkout (beside the simulator
+    builds, :func:`sim.tb.runner.cache_home`)."""
+    from sim.tb.runner import cache_home
+
+    return cache_home() / "chip"
+
+
+#: The floors whose code may decide what a unit emits: every floor a generator may import.
+EMISSION_CODE = ("specs", "hdl", "sim", "kernels", "explore", "generators")
+
+
+@functools.cache
+def code_digest() -> str:
+    """sha256 of every file of :data:`EMISSION_CODE` (path and content), compiled caches
+    aside."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for floor in EMISSION_CODE:
+        for path in sorted((root / floor).rglob("*")):
+            if path.is_file() and not any(part == "__pycache__" or part.startswith(".")
+                                          for part in path.relative_to(root).parts):
+                digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+                digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def emission_key(name: str, params: object, head: str) -> str | None:
+    """What decides a unit's emitted files, hashed: the unit, its parameters (their
+    ``repr``), the header (which names the spec and its digest), the code of
+    :data:`EMISSION_CODE`, the Python, Amaranth and Yosys versions. None when the files
+    cannot be keyed so: a unit whose ``emit`` lives outside the project's floors (a test's
+    stand-in), parameters without a faithful ``repr``, or no Yosys found."""
+    from importlib.metadata import version
+
+    from amaranth._toolchain.yosys import YosysError, find_yosys
+
+    emit = UNITS[name].emit
+    text = repr(params)
+    if getattr(emit, "__module__", "").partition(".")[0] not in EMISSION_CODE or (
+            " at 0x" in text):
+        return None
+    try:
+        yosys = find_yosys(lambda found: True)
+        tool = f"{yosys.__name__} {yosys.version()}"
+    except YosysError:
+        return None
+    fields = ["trngen emission 1", name, f"{emit.__module__}.{emit.__qualname__}", text, head,
+              code_digest(), sys.version.split()[0], version("amaranth"), tool]
+    return hashlib.sha256("\0".join(fields).encode()).hexdigest()
+
+
+def _read(entry: Path) -> dict[str, bytes] | None:
+    """A stored emission's files (name in ``rtl/`` -> content, in the order the unit
+    returned them); None when ``entry`` holds none, or one not intact."""
+    try:
+        found = {}
+        for name, digest in json.loads((entry / "index.json").read_text()):
+            found[name] = (entry / "files" / name).read_bytes()
+            if hashlib.sha256(found[name]).hexdigest() != digest:
+                return None
+    except (OSError, ValueError):
+        return None
+    return found
+
+
+def _fetch(entry: Path, rtl_dir: Path) -> list[Path] | None:
+    """A stored emission's files written into ``rtl_dir``; None when the store has none
+    intact."""
+    found = _read(entry)
+    if found is None:
+        return None
+    try:
+        paths = []
+        for name, data in found.items():
+            path = rtl_dir / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            paths.append(path)
+        os.utime(entry)  # used: spared by the pruning
+    except OSError:
+        return None
+    return paths
+
+
+#: Stored emissions not used for this long are removed when one is stored.
+STORE_KEEP_DAYS = 30
+
+
+def _store(entry: Path, rtl_dir: Path, files: list[Path]) -> None:
+    """Keep a unit's fresh files at ``entry``: written into a directory of this process's,
+    renamed into place whole (a reader sees the whole entry or none; of runs that store the
+    same entry at once, the first rename wins). Entries unused for :data:`STORE_KEEP_DAYS`
+    and what killed runs left are removed. A store that cannot be written costs the next run
+    an emission, nothing more."""
+    try:
+        names = [p.relative_to(rtl_dir).as_posix() for p in files]
+    except ValueError:
+        return  # a file outside rtl/: not kept
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name[:16]}.{os.getpid()}.",
+                                    dir=entry.parent))
+        try:
+            index = []
+            for name, path in zip(names, files, strict=True):
+                data = path.read_bytes()
+                (tmp / "files" / name).parent.mkdir(parents=True, exist_ok=True)
+                (tmp / "files" / name).write_bytes(data)
+                index.append([name, hashlib.sha256(data).hexdigest()])
+            (tmp / "index.json").write_text(json.dumps(index) + "\n")
+            if entry.exists():
+                if _read(entry) is not None:
+                    return  # another run stored it first
+                shutil.rmtree(entry, ignore_errors=True)  # a damaged entry
+            os.rename(tmp, entry)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        cutoff = time.time() - STORE_KEEP_DAYS * 86400
+        for old in entry.parent.iterdir():
+            if old.name.startswith("."):
+                pid = old.name.split(".")[2]
+                if pid.isdigit() and not pid_alive(int(pid)):
+                    shutil.rmtree(old, ignore_errors=True)
+            elif old.stat().st_mtime < cutoff:
+                shutil.rmtree(old, ignore_errors=True)
+    except OSError:
+        return
 
 
 def _die_with(parent: int) -> None:
-    """A worker's start: on Linux it is killed when the parent process dies (even by
-    SIGKILL), so that no worker writes into a build directory after its run was killed."""
+    """A worker's start: it runs Yosys in itself (:func:`yosys_in_process`), and on Linux it
+    is killed when the parent process dies (even by SIGKILL), so that no worker writes into a
+    build directory after its run was killed."""
+    global _worker
+    _worker = True
     if sys.platform.startswith("linux"):
         import ctypes
 
