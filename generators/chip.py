@@ -15,12 +15,12 @@ import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from hdl import area
-from specs.files import pid_alive
+from specs.files import pid_alive, replace_atomically
 from specs.loader import Document, sources
 from specs.model import ChipSpec
 from specs.quantities import QUANTITIES
@@ -144,17 +144,43 @@ _worker = False
 def _emit(name: str, params: object, rtl_dir: Path, head: str) -> list[Path]:
     """One unit's emission, in a worker process: its files from the store of emissions
     (:func:`emission_key`) when it holds them, else emitted and stored."""
-    key = emission_key(name, params, head)
-    entry = None if key is None else emission_store() / key
-    if entry is not None:
-        files = _fetch(entry, rtl_dir)
-        if files is not None:
-            return files
+    files = _fetch_stored(name, params, rtl_dir, head)
+    if files is not None:
+        return files
+    start = time.process_time()
     with fewer_collections(), yosys_in_process() if _worker else nullcontext():
         files = UNITS[name].emit(params, rtl_dir, head)
-    if entry is not None:
-        _store(entry, rtl_dir, files)
+    key = emission_key(name, params, head)
+    if key is not None:
+        _store(emission_store() / key, rtl_dir, files)
+        seconds = f"{time.process_time() - start:.3f}\n"
+        with suppress(OSError):
+            _seconds_path(name, params).parent.mkdir(parents=True, exist_ok=True)
+            replace_atomically(_seconds_path(name, params), lambda tmp: tmp.write_text(seconds))
     return files
+
+
+def _fetch_stored(name: str, params: object, rtl_dir: Path, head: str) -> list[Path] | None:
+    """The unit's files written into ``rtl_dir`` from the store of emissions; None when it
+    holds none for them."""
+    key = emission_key(name, params, head)
+    return None if key is None else _fetch(emission_store() / key, rtl_dir)
+
+
+def _seconds_path(name: str, params: object) -> Path:
+    """Where the CPU seconds of the unit's last emission with ``params`` are kept (by the
+    parameters alone: the figure outlives a change of code)."""
+    tag = hashlib.sha256(repr(params).encode()).hexdigest()[:16]
+    return emission_store() / "seconds" / f"{name}-{tag}"
+
+
+def emission_seconds(name: str, params: object) -> float:
+    """The CPU seconds the last emission of the unit ``name`` with ``params`` took on this
+    machine (0 when none is known)."""
+    try:
+        return float(_seconds_path(name, params).read_text())
+    except (OSError, ValueError):
+        return 0.0
 
 
 def emission_store() -> Path:
@@ -277,6 +303,8 @@ def _store(entry: Path, rtl_dir: Path, files: list[Path]) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
         cutoff = time.time() - STORE_KEEP_DAYS * 86400
         for old in entry.parent.iterdir():
+            if old.name == "seconds":
+                continue
             if old.name.startswith("."):
                 pid = old.name.split(".")[2]
                 if pid.isdigit() and not pid_alive(int(pid)):
@@ -365,33 +393,51 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
             continue
         plan.append((unit, list(unit.params(spec, scale))))
     check = check_table(doc)
-    tasks = sum(len(variants) for _, variants in plan)
-    jobs = max(1, min(cores() if jobs is None else jobs, tasks))
-    with Staging(out) as stage, emitters(jobs) as submit:
-        rtl: list[Path] = []
-        sections: dict[str, object] = {}
-        emitted: dict[str, list[list[Path]]] = {}
-        # A unit that assembles others (the core: ``area`` False) shares the modules they
-        # wrote into rtl/, so it is emitted once they are all written.
-        futures = [(unit, [submit(_emit, unit.name, params, stage.path("rtl"), header(doc))
-                           for params in variants]) for unit, variants in plan if unit.area]
-        figures = draw_figures(doc)
-        for _, variants in futures:
-            for future in variants:
+    head = header(doc)
+    with Staging(out) as stage:
+        rtl_dir = stage.path("rtl")
+        # What the store of emissions holds is written from it here, without a worker.
+        results: dict[tuple[int, int], Future] = {}
+        todo: list[tuple[int, int]] = []
+        for i, (unit, variants) in enumerate(plan):
+            for j, params in enumerate(variants):
+                files = _fetch_stored(unit.name, params, rtl_dir, head)
+                if files is None:
+                    todo.append((i, j))
+                else:
+                    results[i, j] = Future()
+                    results[i, j].set_result(files)
+        # The longest emissions first (as they last took here), so that the workers end
+        # together.
+        todo.sort(key=lambda task: -emission_seconds(plan[task[0]][0].name,
+                                                     plan[task[0]][1][task[1]]))
+        jobs = max(1, min(cores() if jobs is None else jobs, len(todo)))
+        with emitters(jobs) as submit:
+            def start(counted: bool) -> None:
+                for i, j in todo:
+                    unit, variants = plan[i]
+                    if unit.area == counted:
+                        results[i, j] = submit(_emit, unit.name, variants[j], rtl_dir, head)
+
+            # A unit that assembles others (the core: ``area`` False) shares the modules
+            # they wrote into rtl/, so it is emitted once they are all written.
+            start(True)
+            figures = draw_figures(doc)
+            for future in list(results.values()):
                 future.result()
-        futures += [(unit, [submit(_emit, unit.name, params, stage.path("rtl"), header(doc))
-                            for params in variants]) for unit, variants in plan
-                    if not unit.area]
-        futures.sort(key=lambda entry: [unit for unit, _ in plan].index(entry[0]))
-        for unit, variants in futures:
-            for future in variants:
-                files = future.result()
-                if unit.area:
-                    emitted.setdefault(unit.name, []).append(files)
-                core, text = core_text(spec.name, files, header(doc), __version__)
-                rtl += files + [stage.write_text(f"rtl/{core}", text)]
-            if unit.datasheet is not None:
-                sections[unit.name] = unit.datasheet(spec)
+            start(False)
+            rtl: list[Path] = []
+            sections: dict[str, object] = {}
+            emitted: dict[str, list[list[Path]]] = {}
+            for i, (unit, variants) in enumerate(plan):
+                for j in range(len(variants)):
+                    files = results[i, j].result()
+                    if unit.area:
+                        emitted.setdefault(unit.name, []).append(files)
+                    core, text = core_text(spec.name, files, head, __version__)
+                    rtl += files + [stage.write_text(f"rtl/{core}", text)]
+                if unit.datasheet is not None:
+                    sections[unit.name] = unit.datasheet(spec)
         sections["check"] = [check]
         if emitted:
             sections["area"], area_summary = chip_area(spec, emitted, synthesise)
