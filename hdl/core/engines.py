@@ -125,12 +125,14 @@ def unrotate(values: list, first, chunk: int) -> list:
 
 class VectorEngine(wiring.Component):
     """The vector engine of a core of ``partitions`` partitions; ``words`` is the depth of
-    the deeper of SBUF and PSUM in 32-bit words; ``rng`` the chip's generator of stochastic
-    rounding (None: none, the lanes and the memset cast round to nearest even only)."""
+    the deeper of SBUF and PSUM in 32-bit words. With ``generator`` its lanes and memset
+    cast carry the vector unit's stochastic-rounding generator (its default), which this
+    engine does not use yet (:func:`supported`); without, they round to nearest even only
+    and have none (a chip whose spec has no stochastic rounding)."""
 
-    def __init__(self, partitions: int, words: int, rng: str | None):
+    def __init__(self, partitions: int, words: int, *, generator: bool = True):
         self.partitions = partitions
-        self.params = VectorParams(lanes=partitions, rng=rng)
+        self.params = VectorParams(lanes=partitions, **({} if generator else {"rng": None}))
         n = partitions
         super().__init__(engine_ports(("a", "b"), n, words))
         self.unit = Vector(self.params, lane_instances=True)
