@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from generators.cli import main
+from hdl.core.core import NeuronCore
 from hdl.core.isa import Memset, TensorCopy
 from hdl.numerics.cast import FormatCastLane, roundings
 from hdl.numerics.formats import format_by_name
@@ -67,6 +68,16 @@ def test_trn2_engines_keep_their_generator():
     assert _members(VectorLane(vp.formats, vp.rng)) >= {"stochastic", "seed"}
     assert _members(ActivationLane(sp)) >= {"stochastic", "seed"}
     assert roundings(vp.rng) == ("rne", "stochastic")
+
+
+def test_core_engines_follow_the_modes(tmp_path):
+    """The core's vector, GpSimd and scalar engines: no generator on a chip without
+    stochastic rounding; trn2's keep theirs (its core Verilog is unchanged)."""
+    rne = NeuronCore(core_params(load(_rne_spec(tmp_path)), "sim"))
+    trn2 = NeuronCore(core_params(load("trn2"), "sim"))
+    for engine in ("vector", "gpsimd", "scalar"):
+        assert getattr(rne, engine).params.rng is None
+        assert getattr(trn2, engine).params.rng is not None
 
 
 def test_golden_models_refuse_stochastic_rounding_on_inf1():
