@@ -4,6 +4,7 @@ every model refuses a stochastic instruction on it; a chip with it (trn2) keeps 
 generator."""
 
 import dataclasses
+import gc
 
 import ml_dtypes
 import numpy as np
@@ -29,8 +30,15 @@ from specs.loader import load
 
 GENERATOR_PORTS = {"stochastic", "seed", "en"}
 
-# the components below are built for their port lists, never elaborated
+# the components below are built for their port lists and parameters, never elaborated
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+
+
+@pytest.fixture(autouse=True)
+def _collect_components():
+    """Collect them while the filter holds (their reference cycles outlive the test)."""
+    yield
+    gc.collect()
 
 
 def _members(component) -> set[str]:
