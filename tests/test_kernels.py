@@ -79,6 +79,33 @@ def test_mx_gemm_on_trn3(dtype, shape, seed):
         assert run.result.cycles["tensor"] < bf16.cycles["tensor"] / 2.5
 
 
+def test_mx_quantization_follows_ocp():
+    """OCP MX v1.0 section 6.3 by another route: each block's scale is 2^(e - emax) for
+    2^e <= amax < 2^(e+1) (np.frexp), the elements are ml_dtypes' round-to-nearest of the
+    scaled values clamped to the largest finite element, an all-zero block scale 2^-127."""
+    import ml_dtypes
+
+    from kernels import mx
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((96, 7)) * 2.0 ** rng.integers(-20, 20, (1, 7))
+    x[32:64, 3] = 0.0
+    for fmt, emax, top in (("mxfp8", 8, 448.0), ("mxfp4", 2, 6.0)):
+        codes, scales = mx.quantize(x, fmt)
+        amax = np.abs(x.reshape(3, 32, 7)).max(axis=1)
+        e = np.frexp(amax)[1] - 1 - emax
+        want_scales = np.where(amax > 0, e + 127, 0)
+        assert np.array_equal(scales, want_scales)
+        scaled = np.clip(x / np.ldexp(1.0, np.repeat(want_scales, 32, axis=0) - 127), -top, top)
+        element = mx.ELEMENTS[fmt]
+        assert np.array_equal(codes.view(element).astype(np.float64),
+                              scaled.astype(element).astype(np.float64))
+        assert np.array_equal(mx.dequantize(codes, scales, fmt),
+                              scaled.astype(element).astype(np.float64)
+                              * np.ldexp(1.0, np.repeat(want_scales, 32, axis=0) - 127))
+    assert ml_dtypes.float8_e8m0fnu(2.0 ** -127).view(np.uint8) == 0
+
+
 def test_mx_gemm_refuses_what_it_cannot_tile():
     params = core_params(load("trn3"))
     with pytest.raises(kernels.KernelError, match=r"an mxfp8 GEMM needs K a multiple of 32 "
