@@ -38,6 +38,9 @@ _RING = 4
 _CHUNK_BYTES = 4096  # per partition of one rhs DMA: the DMA guide's 2-4 KiB or more
 _B_QUEUES = ("dma1", "dma2", "dma3", "dma4")
 _OUT_QUEUES = ("dma5", "dma6")
+#: Queues of the MX scales (small DMAs, each paying the DMA latency in its in-order queue),
+#: where the core has them; else a scale travels on its data's queue.
+_SCALE_QUEUES = tuple(f"dma{i}" for i in range(7, 15))
 
 
 def out_dtype(dtype: str) -> str:
@@ -58,19 +61,28 @@ def _check(b: Builder, m: int, k: int, n: int, dtype: str) -> None:
                           f"{b.params.name}, not {dtype!r}")
 
 
-def _scale_copies(b: Builder, queue: str, src, first_row: int, cols: tuple[int, int],
-                  kp: int, offset: int) -> None:
-    """DMAs on ``queue`` of the scales of a K-tile of ``kp`` quad partitions, HBM rows from
-    ``first_row`` (one per group of 8 partitions), columns ``cols``, into the SBUF scale
-    tile at ``offset``: each quadrant's groups into its first partitions."""
+def _scale_copies(b: Builder, queues, src, first_row: int, cols: tuple[int, int],
+                  kp: int, offset: int, tiles: int = 1, step: int = 0) -> list[str]:
+    """DMAs of the scales of ``tiles`` consecutive K-tiles of ``kp`` quad partitions each,
+    HBM rows from ``first_row`` (one per group of 8 partitions), columns ``cols``, into the
+    SBUF scale tiles at ``offset``, ``step`` bytes apart: one DMA per quadrant, its groups
+    into the quadrant's first partitions, quadrant ``i`` on ``queues[i % len(queues)]``.
+    Returns the queues used."""
     groups = -(-kp // MX_GROUP_PARTITIONS)
     per = MX_QUADRANT // MX_GROUP_PARTITIONS
+    width, row = cols[1] - cols[0], src.shape[1]
+    used = []
     for g0 in range(0, groups, per):
         count = min(per, groups - g0)
+        queue = queues[(g0 // per) % len(queues)]
+        if queue not in used:
+            used.append(queue)
         b.emit(queue, DmaCopy(
-            dst=b.tile("sbuf", "uint8", offset, count, ((cols[1] - cols[0], 1),),
+            dst=b.tile("sbuf", "uint8", offset, count, ((tiles, step), (width, 1)),
                        partition=mx_scale_partition(g0)),
-            src=src.ap((first_row + g0, first_row + g0 + count), cols)))
+            src=b.tile("hbm", "uint8", src.offset + (first_row + g0) * row + cols[0], count,
+                       ((tiles, groups * row), (width, 1)), pstride=row)))
+    return used
 
 
 def _scale_tile(b: Builder, kp: int, offset: int, cols: int):
@@ -154,9 +166,9 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                          ((g, tk * m), (bmp, 1)), pstride=m * es)
             dst = b.tile("sbuf", et, a_base[buf] + c0 * bm * es, kp, ((g, bm), (bmp, 1)))
             b.emit("dma0", DmaCopy(dst=dst, src=src))
-            for kt in range(c0, c0 + g) if mx else ():
-                _scale_copies(b, "dma0", lhs_s, k_tiles[kt][0] // MX_GROUP_PARTITIONS,
-                              (m0, m0 + bmp), k_tiles[kt][1], a_scale[buf] + kt * bm)
+            if mx:
+                _scale_copies(b, ["dma0"], lhs_s, k_tiles[c0][0] // MX_GROUP_PARTITIONS,
+                              (m0, m0 + bmp), kp, a_scale[buf] + c0 * bm, g, bm)
         if func:
             for mt, (mo, mp) in enumerate(_tiles(bmp, tm)):
                 src = bias.ap((m0 + mo, m0 + mo + mp))
@@ -178,10 +190,19 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                 scales = ring_scale + s * group * tn
                 b.emit(q, DmaCopy(dst=b.tile("sbuf", et, base, kp, ((g, tn), (tnp, 1))),
                                   src=src))
-                for gi in range(g) if mx else ():
-                    _scale_copies(b, q, rhs_s, k_tiles[c0 + gi][0] // MX_GROUP_PARTITIONS,
-                                  (n0, n0 + tnp), kp, scales + gi * tn)
                 b.wait("tensor", b.signal(q))
+                if mx:
+                    quads = MX_QUADRANT // MX_GROUP_PARTITIONS
+                    queues = [_SCALE_QUEUES[(slot * quads + i) % len(_SCALE_QUEUES)]
+                              for i in range(quads)] \
+                        if p.dma_queues > int(_SCALE_QUEUES[-1][3:]) else [q]
+                    for qs in queues:
+                        if qs != q:
+                            b.wait(qs, slot_free[s])
+                    for qs in _scale_copies(b, queues, rhs_s,
+                                            k_tiles[c0][0] // MX_GROUP_PARTITIONS,
+                                            (n0, n0 + tnp), kp, scales, g, tn):
+                        b.wait("tensor", b.signal(qs))
                 for gi in range(g):
                     kt = c0 + gi
                     for mt, (mo, mp) in enumerate(m_tiles):
