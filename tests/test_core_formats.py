@@ -224,6 +224,29 @@ def test_mx_runs_at_four_times_bf16(trn3):
     assert res["mxfp8_x4"].flops == 4 * res["bf16"].flops
 
 
+@pytest.mark.parametrize("fmt, rate", [("mxfp8_x4", 4.0), ("mxfp4_x4", 4.0), ("bf16", 1.0)])
+def test_mx_stream_is_the_one_cost_rule(trn3, fmt, rate):
+    """Three passes of 128 partitions back to back, each a new stationary: the simulator's
+    tensor time is ``matmul_cycles`` at the spec's rate, the rule the system model and
+    exploration use, cycle for cycle (K = 1536 in MX, 384 in bf16)."""
+    mx = fmt != "bf16"
+    ins = []
+    for i in range(3):
+        ins += [LoadStationary(src=tile("sbuf", fmt, 0, 128, 0, 128),
+                               scale=tile("sbuf", "uint8", 0, 128, 8192, 128) if mx else None),
+                MultiplyMoving(dst=tile("psum", "fp32", 0, 128, 0, 512),
+                               src=tile("sbuf", fmt, 0, 128, 4096, 512), accumulate=i > 0,
+                               scale=tile("sbuf", "uint8", 0, 128, 9216, 512) if mx else None)]
+    prog = Program()
+    prog.streams = {"tensor": ins}
+    r = Core(trn3).run(prog, timing_only=True)
+    k = 3 * 128 * (4 if mx else 1)
+    want = systolic.matmul_cycles(128, k, 512, trn3.rows, trn3.cols, rate, trn3.moving_max,
+                                  trn3.tensor.load_columns)
+    assert r.time * trn3.clock("tensor") == pytest.approx(want, abs=1e-6)
+    assert trn3.rate(fmt.removesuffix("_x4")) == rate
+
+
 @pytest.mark.parametrize("streams, match", [
     ({"tensor": [LoadStationary(src=tile("sbuf", "mxfp8_x4", 0, 8, 0, 8))]},
      r"tensor\[0\].*format: an mxfp8_x4 tile needs its scale operand"),
