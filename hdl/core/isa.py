@@ -87,6 +87,8 @@ def mx_scale_partition(group: int) -> int:
     scales of a quadrant's four groups sit in that quadrant's first four partitions."""
     q, j = divmod(group, MX_QUADRANT // MX_GROUP_PARTITIONS)
     return q * MX_QUADRANT + j
+
+
 ROUNDINGS = ("rne", "stochastic")
 
 WORD_BITS = 1024
