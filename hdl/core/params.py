@@ -38,7 +38,7 @@ class CoreParams:
     clocks: tuple[tuple[str, float], ...]
     vector_elements: float
     functions: tuple[FunctionSpec, ...]
-    rng: str
+    rng: str | None  # stochastic rounding's generator; None: the chip rounds to nearest even only
     access_start: int
     min_interval: int
     stride_penalty: int

@@ -4,7 +4,8 @@
 
 * **Rules.** Before anything runs, every instruction is checked against the documented rules
   [NKI2, ISA]: which engine reaches which memory, tile limits, partition-start alignment,
-  bounds of SBUF, PSUM and HBM, PSUM bank overflow, operand shapes and formats. While it runs:
+  bounds of SBUF, PSUM and HBM, PSUM bank overflow, operand shapes and formats, and
+  stochastic rounding on a chip without it (``CoreParams.rng`` None). While it runs:
   a multiply with no stationary loaded; deadlock (every unfinished stream waiting), which
   is reported with the wait graph; and (by default in numeric mode) races, two streams
   touching the same bytes, one writing, with no semaphore ordering them (vector clocks).
@@ -288,6 +289,9 @@ class Core:
             _fail(*where, "engine", f"the {kind} engine does not run {type(ins).__name__}")
         if isinstance(ins, SemSignal | SemWait):
             return
+        if getattr(ins, "rounding", "rne") != "rne" and p.rng is None:
+            _fail(*where, "rounding", f"{p.name} rounds to nearest even only (its spec's "
+                                      f"rounding.modes have no {ins.rounding} rounding)")
         for name, ap, _ in ins.operands():
             self._check_ap(where, name, ap, kind, hbm_bytes)
         if kind in ("vector", "scalar", "gpsimd"):
