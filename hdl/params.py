@@ -19,7 +19,7 @@ from typing import Literal
 
 from hdl.core.params import CoreParams
 from hdl.link.link import LinkParams
-from hdl.numerics.formats import MX_FORMATS, FloatFormat, input_format_by_name
+from hdl.numerics.formats import FloatFormat, input_format_by_name
 from hdl.tensor.params import SystolicParams
 from hdl.vector.activation import ActivationParams
 from hdl.vector.functions import DEFAULT_FUNCTIONS, FunctionSpec
@@ -254,9 +254,7 @@ def core_params(spec: ChipSpec, scale: Scale = "full") -> CoreParams:
     t = c.tensor
     sim = spec.sim if scale == "sim" else None
     array = systolic_params(t, sim)
-    # The instruction set has no MX element types (their block scales would need operands
-    # of their own): the core takes the spec's other formats.
-    formats = tuple(f for f in t.formats if f not in MX_FORMATS)
+    formats = tuple(t.formats)
     if sim is None:
         partitions, sbuf_bytes = c.sbuf.partitions, int(si(c.sbuf.partition_size, "B"))
         psum_bytes, rows, cols = int(si(c.psum.partition_size, "B")), t.rows, t.cols

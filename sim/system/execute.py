@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
+from hdl.core.isa import TF32_SHIFT
 from hdl.numerics.formats import BF16, format_by_name
 from hdl.params import link_params, rounding_rng
 from hdl.vector.ops import VectorOp
@@ -866,6 +867,10 @@ def run_sharded(system: System, kernel, dims: dict, dtype: str, *, timing_only: 
     p = system.chips
     if "K" not in kernel.dims:
         raise ModelError(f"kernel must have a contraction K to shard, not {kernel.name}")
+    if dtype in kernels.MX_FORMATS:
+        raise ModelError(f"dtype of a sharded run must not be block-scaled (its quantized "
+                         f"inputs and their scales are not split over chips here), not "
+                         f"{dtype!r}")
     if dims["K"] % p:
         raise ModelError(f"K must be a multiple of the {p} chips, not {dims['K']}")
     params = system.chip.core_params
@@ -896,8 +901,13 @@ def run_sharded(system: System, kernel, dims: dict, dtype: str, *, timing_only: 
     rng = np.random.default_rng(seed)
     full = {}
     for name, (shape, dt) in kernel.inputs(dims, dtype).items():
-        np_type = np.float32 if dt == "fp32" else numerics.ml_dtype(format_by_name(dt))
-        full[name] = rng.standard_normal(shape).astype(np_type)
+        x = rng.standard_normal(shape)
+        if dt == "tf32":  # 32-bit words, the code at the top (hdl.core.isa.DTYPES)
+            codes = numerics.cast_bits(x.astype(np.float32), format_by_name(dt))
+            full[name] = (codes.astype(np.uint32) << TF32_SHIFT).view(np.float32)
+        else:
+            np_type = np.float32 if dt == "fp32" else numerics.ml_dtype(format_by_name(dt))
+            full[name] = x.astype(np_type)
     core = Core(params)
     k = shard["K"]
     partials = []
