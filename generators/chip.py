@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hdl import area
+from hdl.params import rounding_rng
 from specs.files import pid_alive, replace_atomically
 from specs.loader import Document, sources
 from specs.model import ChipSpec
@@ -494,7 +495,8 @@ def datasheet_context(doc: Document, scale: str, rtl: list[str], skipped: dict[s
             else "")),
         ("CC-Cores", str(spec.cc_cores) if spec.cc_cores else "n/a"),
         ("LNC", f"{spec.lnc.options} (default {spec.lnc.default})"),
-        ("Rounding", f"{', '.join(spec.rounding.modes)}; RNG {spec.rounding.rng}"),
+        ("Rounding", ", ".join(spec.rounding.modes) + (
+            f"; RNG {rounding_rng(spec)}" if rounding_rng(spec) else "")),
     ]
     known = sources()
     claims = [{
