@@ -202,7 +202,10 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
                           for name, bits in buffers.items()}
     chip_total = spec.cores * per_core + per_chip
     terms = shape_terms(spec, engines, known, sources)
-    samples = None if terms is None or not fit else fit_samples(spec, synthesise, jobs)
+    # The fit is of the full-scale array (exploration's): not of a simulation-scale one.
+    full = terms is not None and (terms["rows"], terms["cols"]) == (
+        spec.core.tensor.rows, spec.core.tensor.cols)
+    samples = fit_samples(spec, synthesise, jobs) if fit and full else None
     if samples is not None:
         # The spec's own shape, as composed (exactly its synthesised figure), and the
         # others, fitted together.
