@@ -40,15 +40,23 @@ def _fmt(x: float) -> str:
     return f"{x:,.0f}"
 
 
-def buffer_bits(spec: ChipSpec, known: dict[str, area.ModuleArea], engines) -> dict[str, int]:
-    """Bits of the core's SBUF and of its PSUM beyond the banks the tensor engine's modules
-    hold (all of the tensor engine's memories are PSUM banks)."""
+def buffer_bits(spec: ChipSpec, known: dict[str, area.ModuleArea], engines,
+                sources: dict[str, str]) -> dict[str, int]:
+    """Bits of the core's SBUF and of its PSUM beyond the banks that the tensor array's PSUM
+    columns hold (the memories of the modules its top instantiates once per column; the PEs'
+    weight registers, which Yosys keeps as small memories, are not PSUM)."""
     def bits(buf) -> int:
         return buf.partitions * int(buf.partition_size.to("B").magnitude) * 8
 
-    in_array = sum(n * known[m].memory_bits for unit, _, group in engines if unit == "tensor"
-                   for top in area.tops({k: known[k] for k in group})
-                   for m, n in area.counts(known, top).items())
+    in_array = 0
+    for unit, _, group in engines:
+        if unit != "tensor":
+            continue
+        for top in area.tops({k: known[k] for k in group}):
+            instances = area.counts(known, top)
+            for child, found in area.structural_loops(sources[top], known).items():
+                if any(bound == "COLS" for loops in found for bound, _ in loops):
+                    in_array += instances[child] * known[child].memory_bits
     return {"SBUF": bits(spec.core.sbuf), "PSUM": max(bits(spec.core.psum) - in_array, 0)}
 
 
@@ -74,7 +82,7 @@ def shape_terms(spec: ChipSpec, engines, known: dict[str, area.ModuleArea],
     :func:`chip_area` replaces the array's terms by a fit over several shapes. None without a
     tensor array, or when its top is not a structural module whose loops run over ``ROWS``
     and ``COLS`` (the terms cannot be told apart then)."""
-    buffers = sum(buffer_bits(spec, known, engines).values()) * spec.area.sram_bit
+    buffers = sum(buffer_bits(spec, known, engines, sources).values()) * spec.area.sram_bit
     terms = {"rows": 0.0, "cols": 0.0, "chip": 0.0, "core": buffers,
              **dict.fromkeys(area.SHAPE_TERMS, 0.0)}
     for unit, _, group in engines:
@@ -192,7 +200,7 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
                 per_core += total
             summary["engines"].append({"unit": unit, "top": top, "per": where, "count": count,
                                        "gates": total, "modules": area.counts(known, top)})
-    buffers = buffer_bits(spec, known, engines)
+    buffers = buffer_bits(spec, known, engines, sources)
     for name, bits in buffers.items():
         what = "PSUM beyond the array's banks" if name == "PSUM" else name
         rows.append(["core", name, what, "1", _fmt(bits * sram_bit), f"{bits:,}",

@@ -244,7 +244,8 @@ def test_shape_terms_compose_back_to_the_rolled_up_chip():
     known = {
         "arr": area.ModuleArea("arr", {}, 0, area.structural_children(ARRAY, names), sram_bit=BIT),
         "arr_row": area.ModuleArea("arr_row", {"$_DFF_P_": 10}, 0, {"arr_pe": 2}, sram_bit=BIT),
-        "arr_pe": area.ModuleArea("arr_pe", {"$_XOR_": 7}, sram_bit=BIT),
+        # A PE's registers that Yosys keeps as a memory: not PSUM.
+        "arr_pe": area.ModuleArea("arr_pe", {"$_XOR_": 7}, 8, sram_bit=BIT),
         "arr_column": area.ModuleArea("arr_column", {"$_NAND_": 5}, 64, sram_bit=BIT),
         "arr_control": area.ModuleArea("arr_control", {"$_NOT_": 3}, sram_bit=BIT),
         "vec": area.ModuleArea("vec", {"$_AND_": 4}, sram_bit=BIT),
@@ -261,7 +262,7 @@ def test_shape_terms_compose_back_to_the_rolled_up_chip():
     assert terms == pytest.approx({"rows": 3, "cols": 2, "chip": 4 * 6 * or2,
                                    "core": 4 * and2 + buffers,
                                    "array": 3 * inv, "row": 10 * dff, "column": column,
-                                   "pe": 7 * xor, "row_rows": 0, "column_cols": 0},
+                                   "pe": 7 * xor + 8 * BIT, "row_rows": 0, "column_cols": 0},
                                   rel=1e-4)
 
     def compose(rows, cols):
@@ -275,7 +276,8 @@ def test_shape_terms_compose_back_to_the_rolled_up_chip():
     assert compose(3, 2) == pytest.approx(4 * area.rollup(known, "lnk") + 8 * rolled
                                           + 8 * buffers, rel=1e-4)
     assert compose(5, 4) == pytest.approx(4 * 6 * or2 + 8 * (4 * and2 + buffers + 3 * inv
-                                                           + 5 * 10 * dff + 20 * 7 * xor
+                                                           + 5 * 10 * dff
+                                                           + 20 * (7 * xor + 8 * BIT)
                                                            + 4 * column), rel=1e-4)
     assert shape_terms(spec, engines, known, {"arr": ARRAY.replace("COLS", "WIDTH")}) is None
     assert shape_terms(spec, engines[1:], known, {}) is None  # no tensor array
