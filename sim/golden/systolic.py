@@ -36,8 +36,8 @@ from hdl.numerics.formats import (
 )
 from hdl.tensor.params import SystolicParams
 
-__all__ = ["CANONICAL_NAN", "UNMIXED", "Load", "Multiply", "Schedule", "Transpose", "cycles",
-           "load_beats", "matmul", "matmul_cycles", "matmul_mx", "mx_values", "schedule",
+__all__ = ["CANONICAL_NAN", "UNMIXED", "Load", "Multiply", "Schedule", "Sequencer", "Transpose",
+           "cycles", "load_beats", "matmul", "matmul_cycles", "matmul_mx", "mx_values", "schedule",
            "stream_tail", "tile_interval", "to_fp32", "transpose", "transpose_cycles"]
 
 # Formats a matmul never mixes with another: "FP32/TF32 not mixed with others" [ISA].
@@ -525,6 +525,83 @@ def schedule(params: SystolicParams, program) -> Schedule:
         load_left = nxt_load
         cycle += 1
     return Schedule(tuple(accepted), tuple(c for beats in beats_of for c in beats))
+
+
+class Sequencer:
+    """The closed form of :func:`schedule`, one command at a time: :meth:`issue` gives the
+    cycle a command is accepted and the cycle after its last beat, when each command is
+    offered from a given cycle on (in program order) and the operand streams are always
+    valid, as the core simulator's tensor engine offers its instructions. With every
+    command offered at cycle 0 it is exactly :func:`schedule` (the tests pin the two):
+
+    * a load is accepted at the earliest when the previous command was accepted a cycle
+      before and the previous load takes its last beat; its beats follow from the next
+      cycle, but not before the last moving beat of the latest multiply that shares a group
+      with it and reads the bank it fills;
+    * a multiply or transpose is accepted at the earliest when the previous command was
+      accepted a cycle before, the latest load takes its last beat, and the latest
+      multiplies on its row groups and column groups take their last moving beats; its
+      beats follow every ``slow`` cycles, each leaving ``rows + cols + 2`` cycles later.
+    """
+
+    def __init__(self, params: SystolicParams):
+        self.params = params
+        self._next = 0  # earliest acceptance of the next command
+        self._load_last = 0  # the latest load's last beat
+        self._rows = [0] * params.ways  # last moving beat of the latest multiply per group
+        self._cols = [0] * params.ways
+        self._reads: dict[tuple, int] = {}  # (quad, bank) -> last moving beat reading it
+        self._qbank: dict[tuple[int, int], int] = {}
+        self._tiles: dict[tuple[int, int], tuple[_Tile, int]] = {}
+        self._latest = None
+
+    def issue(self, op, offered=0):
+        """(accepted, done) cycles of ``op`` (a :class:`Load`, :class:`Multiply` or
+        :class:`Transpose`) offered from cycle ``offered``: ``done`` is the cycle after its
+        last stationary beat (a load) or after its last output beat. Refuses what
+        :func:`schedule` refuses of a program (not the format pairing rules)."""
+        p = self.params
+        if isinstance(op, Load):
+            tile = _place(p, op)
+            quads = sorted(tile.quads)
+            bank = 1 - self._qbank.get(quads[0], 0)
+            accept = max(offered, self._next, self._load_last)
+            first = max([accept + 1] + [self._reads.get((q, bank), 0) for q in quads])
+            last = first + -(-op.m // p.beat_columns) - 1
+            for q in quads:
+                self._qbank[q] = bank
+            self._tiles = {pos: t for pos, t in self._tiles.items()
+                           if not (t[0].quads & tile.quads)}
+            self._tiles[(op.row, op.col)] = self._latest = (tile, bank)
+            self._load_last, self._next = last, accept + 1
+            return accept, last + 1
+        if isinstance(op, Multiply):
+            held = self._tiles.get((op.row, op.col))
+            if held is None:
+                raise ValueError(f"a multiply at tile position ({op.row}, {op.col}) needs a "
+                                 f"tile loaded there (and not since overlapped by another)")
+            slow = p.column_cycles(op.fmt)
+        elif isinstance(op, Transpose):
+            if self._latest is None:
+                raise ValueError("a transpose must follow a Load (it reads the latest tile)")
+            held, slow = self._latest, 1
+        else:
+            raise ValueError(f"op must be a Load, Multiply or Transpose, not {op!r}")
+        if not 1 <= op.n <= p.moving_max:
+            raise ValueError(f"n must be in 1 .. {p.moving_max}, not {op.n!r}")
+        tile, bank = held
+        accept = max([offered, self._next, self._load_last]
+                     + [self._rows[g] for g in tile.row_groups]
+                     + [self._cols[g] for g in tile.col_groups])
+        last = accept + slow * op.n
+        for g in tile.row_groups:
+            self._rows[g] = last
+        for g in tile.col_groups:
+            self._cols[g] = last
+        for q in tile.quads:
+            self._reads[(q, bank)] = last
+        self._next = accept + 1
+        return accept, last + p.depth + 3
 
 
 def load_beats(m, load_columns):
