@@ -76,7 +76,7 @@ from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import VectorParams
 from sim.golden import activation, numerics, systolic, vector
 
-from .costs import dma_seconds, stream_cycles, tensor_cycles, transpose_cycles
+from .costs import dma_seconds, stream_cycles, tensor_cycles
 from .events import Agenda, Resources
 from .program import Program
 
@@ -196,7 +196,6 @@ class Core:
     def __init__(self, params: CoreParams):
         self.params = params
         self.bytes = {"sbuf": params.sbuf_bytes, "psum": params.psum_bytes}
-        self._tensor_cache: dict = {}
         self._stream_cache: dict = {}
         self._checked: dict = {}  # (engine kind, id, HBM size) of instructions that passed
 
@@ -297,12 +296,19 @@ class Core:
                 _fail(*where, "tile limit",
                       f"a stationary of {k} x {m} at tile position ({ins.row}, {ins.col}) "
                       f"does not fit the {k_max}-deep, {p.cols}-wide array")
-            self._check_tile_position(where, ins.row, k, p.rows)
-            self._check_tile_position(where, ins.col, m, p.cols)
-            if k > p.rows and ins.col:  # the spec's double row (NKI3)
+            place = self._placement(ins)
+            if k > place.row_size and ins.col:  # the spec's double row (NKI3)
                 _fail(*where, "tile position",
-                      f"a double-row stationary ({k} > {p.rows} contraction rows) takes no "
-                      f"column tile position, not {ins.col}")
+                      f"a double-row stationary ({k} > {place.row_size} contraction rows) "
+                      f"takes no column tile position, not {ins.col}")
+            for axis, pos, size in (("row", ins.row, place.row_size),
+                                    ("column", ins.col, place.col_size)):
+                if pos % size:
+                    sizes = sorted({(p.rows if axis == "row" else p.cols) // w
+                                    for w in p.tensor.tiles})
+                    _fail(*where, "tile position",
+                          f"{axis} position {pos} is not a multiple of the tile's size {size} "
+                          f"(the array splits into tiles of {', '.join(map(str, sizes))})")
         elif isinstance(ins, MultiplyMoving):
             self._check_format(where, ins.src.dtype)
             if ins.src.free > p.moving_max:
@@ -362,21 +368,21 @@ class Core:
             _fail(*where, "format", f"the tensor engine of {self.params.name} takes "
                                     f"{', '.join(self.params.formats)}, not {fmt}")
 
-    def _check_tile_position(self, where, pos: int, size: int, full: int) -> None:
-        ways = max(self.params.row_tiles)
-        tile = full // ways
-        if pos and (pos % tile or size > tile):
-            _fail(*where, "tile position",
-                  f"position {pos} with size {size}: the array splits into tiles of {tile}")
+    def _placement(self, ins: LoadStationary) -> systolic.Load:
+        """The array's tile of a stationary: the smallest tile size of the array's tiling
+        that holds its contraction (two indices per PE row at double rate) and, unless it
+        contracts over more rows than that (the double row, which takes the array's whole
+        width), its columns; at its tile position."""
+        p = self.params
+        fmt, k, m = p.array_format(ins.src.dtype), ins.src.partitions, ins.src.free
+        lanes = 2 if p.tensor.is_double(fmt) else 1
+        row_size = min(s for s in (p.rows // w for w in p.tensor.tiles) if s * lanes >= k)
+        col_size = p.cols if k > row_size else min(
+            s for s in (p.cols // w for w in p.tensor.tiles) if s >= m)
+        return systolic.Load(k, m, fmt, row=ins.row, col=ins.col, row_size=row_size,
+                             col_size=col_size)
 
     # --- costs ----------------------------------------------------------------------------
-    def _tensor(self, fmt: str, k: int, m: int, n: int) -> dict:
-        key = (fmt, k, m, n)
-        c = self._tensor_cache.get(key)
-        if c is None:
-            c = self._tensor_cache[key] = tensor_cycles(self.params, fmt, k, m, n)
-        return c
-
     def _strided(self, ins: Instruction) -> bool:
         limit = self.params.stride_penalty
         return any(ap.dims and abs(ap.dims[-1][1]) * ap.itemsize > limit
@@ -410,15 +416,16 @@ class Core:
             latency, transfer = dma_seconds(self.params, ins.src.nbytes)
             return (_DMA, latency, transfer, ins.src.nbytes)
         if kind == "tensor":
-            period = 1.0 / self.params.clock("tensor")
             if cls is LoadStationary:
                 fmt, k, m = ins.src.dtype, ins.src.partitions, ins.src.free
-                return (_LOAD, (fmt, k, m), self._tensor(fmt, k, m, 1)["load"] * period)
+                return (_LOAD, (fmt, k, m), self._placement(ins), (ins.row, ins.col))
             if cls is MultiplyMoving:
-                return (_MULTIPLY, ins.src.dtype, ins.src.partitions, ins.dst.partitions,
-                        ins.src.free)
-            c = transpose_cycles(self.params, ins.src.partitions, ins.src.free)
-            return (_TRANSPOSE, c["issue"] * period, c["total"] * period)
+                fmt, n = ins.src.dtype, ins.src.free
+                return (_MULTIPLY, fmt, ins.src.partitions, ins.dst.partitions, n,
+                        systolic.Multiply(n, fmt=self.params.array_format(fmt), row=ins.row,
+                                          col=ins.col), (ins.row, ins.col))
+            k, m = ins.src.partitions, ins.src.free
+            return (_TRANSPOSE, systolic.Load(k, m), systolic.Transpose(k))
         cycles, work = self._stream_cost(kind, ins)
         spaces = {ap.space for _, ap, _ in ins.operands()}
         ports = tuple(i for i, (engines, memory) in enumerate(self.params.shared_ports)
@@ -464,15 +471,19 @@ class Core:
                 agenda.wake(0.0, i)
         heap = agenda.heap
         resources = Resources()  # the shared memory ports and the DMA fabric
-        tensor_period = 1.0 / p.clock("tensor")
+        tensor_clock = p.clock("tensor")
+        tensor_period = 1.0 / tensor_clock
         sem_latency = p.semaphore_latency
-        multiply_cost: dict[tuple, tuple[float, float]] = {}
-        reload_cost: dict[tuple, float] = {}
+        # The array's sequencer in closed form: each tensor instruction is offered when its
+        # stream reaches it, accepted when the array can take it; tiles at disjoint tile
+        # positions multiply at once. The engine is busy while a load's beats or a
+        # multiply's moving columns run, overlaps counted once.
+        sequencer = systolic.Sequencer(p.tensor)
+        tiles: dict[tuple[int, int], tuple] = {}  # tile position -> (fmt, k, m)
+        tensor_busy_until = 0.0
         flops = 0.0
         moved = 0
         events: list[dict] = []
-        stationary = None
-        previous_n = 0  # moving size of the multiply a load follows (0: the array is idle)
         pop, wake, serve, serve_all = agenda.pop, agenda.wake, resources.serve, \
             resources.serve_all
         while (woken := pop()) is not None:
@@ -523,33 +534,22 @@ class Core:
                         races.access(s, i, ins)
                     if op is _MULTIPLY:
                         fmt, k, m, n = plan[1], plan[2], plan[3], plan[4]
-                        if stationary is None or stationary[1] != k or stationary[2] != m \
-                                or not self._partners(stationary[0], fmt):
-                            self._bad_multiply(streams[s], i, ins, stationary)
-                        key = (fmt, k, m, n)
-                        c = multiply_cost.get(key)
-                        if c is None:
-                            cy = self._tensor(fmt, k, m, n)
-                            c = multiply_cost[key] = (cy["multiply"] * tensor_period,
-                                                      (cy["latency"] + 1) * tensor_period)
-                        cost, end, finish = c[0], t + c[0], t + c[1]
-                        previous_n = n
+                        tile = tiles.get(plan[6])
+                        if tile is None or tile[1] != k or tile[2] != m \
+                                or not self._partners(tile[0], fmt):
+                            self._bad_multiply(streams[s], i, ins, tile)
+                        accept, last = sequencer.issue(plan[5], t * tensor_clock)
+                        occupied = accept + n * p.tensor.column_cycles(plan[5].fmt)
                         flops += 2.0 * k * m * n
                         if data is not None:
                             data.multiply(ins)
                     elif op is _LOAD:
-                        stationary = plan[1]
-                        if previous_n:
-                            key = plan[1] + (previous_n,)
-                            cost = reload_cost.get(key)
-                            if cost is None:
-                                cy = self._tensor(*key)
-                                cost = reload_cost[key] = (cy["interval"] - cy["multiply"]) \
-                                    * tensor_period
-                            previous_n = 0
-                        else:
-                            cost = plan[2]
-                        end = finish = t + cost
+                        box = plan[2]
+                        tiles = {pos: held for pos, held in tiles.items()
+                                 if not _shares_pes(box, held[3])}
+                        tiles[plan[3]] = plan[1] + (box,)
+                        accept, last = sequencer.issue(box, t * tensor_clock)
+                        occupied = last
                         if data is not None:
                             data.load(ins)
                     elif op is _STREAM:
@@ -568,15 +568,27 @@ class Core:
                         if data is not None:
                             data.dma(ins)
                     else:  # _TRANSPOSE: a load of the data and the array's transpose pass
-                        cost, end, finish = plan[1], t + plan[1], t + plan[2]
-                        stationary, previous_n = None, 0
+                        accept, _ = sequencer.issue(plan[1], t * tensor_clock)
+                        second, last = sequencer.issue(plan[2], accept + 1)
+                        occupied = second + plan[2].n
+                        tiles = {}
                         if data is not None:
                             data.transpose(ins)
-                    busy[s] += cost
-                    if trace:
+                    if op is _MULTIPLY or op is _LOAD or op is _TRANSPOSE:
+                        begin = accept * tensor_period
+                        stop = occupied * tensor_period
+                        cost = max(0.0, stop - max(begin, tensor_busy_until))
+                        tensor_busy_until = max(tensor_busy_until, stop)
+                        t, end, finish = begin, begin + tensor_period, last * tensor_period
+                        if trace:
+                            events.append({"name": ins.MNEMONIC, "ph": "X", "ts": t * 1e6,
+                                           "dur": (stop - begin) * 1e6,
+                                           "stream": streams[s], "args": {"index": i}})
+                    elif trace:
                         events.append({"name": ins.MNEMONIC, "ph": "X", "ts": t * 1e6,
                                        "dur": cost * 1e6, "stream": streams[s],
                                        "args": {"index": i}})
+                    busy[s] += cost
                     t = end
                     if finish > done[s]:
                         done[s] = finish
@@ -599,8 +611,9 @@ class Core:
 
     def _bad_multiply(self, stream: str, index: int, ins: MultiplyMoving, stationary) -> None:
         if stationary is None:
-            _fail(stream, index, ins, "stationary", "no stationary tile is loaded")
-        fmt, k, m = stationary
+            at = f" at tile position ({ins.row}, {ins.col})" if ins.row or ins.col else ""
+            _fail(stream, index, ins, "stationary", f"no stationary tile is loaded{at}")
+        fmt, k, m = stationary[:3]
         if k != ins.src.partitions or not self._partners(fmt, ins.src.dtype):
             _fail(stream, index, ins, "stationary",
                   f"the loaded stationary is {k} x {m} {fmt}, the moving tile has "
@@ -635,6 +648,12 @@ class Core:
         s = blocked[0]
         _fail(streams[s], pc[s], code[s][pc[s]], "deadlock",
               "every unfinished stream waits: " + "; ".join(edges))
+
+
+def _shares_pes(a: systolic.Load, b: systolic.Load) -> bool:
+    """Whether two placed tiles share PEs."""
+    return (a.row < b.row + b.row_size and b.row < a.row + a.row_size
+            and a.col < b.col + b.col_size and b.col < a.col + a.col_size)
 
 
 def _footprint(ap: AP) -> tuple:
@@ -734,6 +753,7 @@ class _Data:
 
     def __init__(self, core: Core, program: Program, hbm, seed: int):
         p = core.params
+        self.core = core
         self.params = p
         self.sbuf = np.zeros((p.partitions, p.sbuf_bytes), dtype=np.uint8)
         self.psum = np.zeros((p.partitions, p.psum_bytes), dtype=np.uint8)
@@ -744,7 +764,7 @@ class _Data:
                                f"bytes, not {hbm.dtype} x {hbm.size}")
         self.hbm = hbm
         self.seed = seed
-        self.stationary = None
+        self.tiles: dict[tuple[int, int], tuple] = {}  # tile position -> (bits, fmt, placed)
         self._act = {}
 
     # raw element access ---------------------------------------------------------------------
@@ -796,12 +816,16 @@ class _Data:
 
     # instructions ----------------------------------------------------------------------------
     def load(self, ins: LoadStationary) -> None:
-        self.stationary = (self.read(ins.src).reshape(ins.src.partitions, -1), ins.src.dtype)
+        """The tile replaces every tile it overlaps on the array."""
+        placed = self.core._placement(ins)
+        self.tiles = {pos: t for pos, t in self.tiles.items() if not _shares_pes(placed, t[2])}
+        self.tiles[(ins.row, ins.col)] = (self.read(ins.src).reshape(ins.src.partitions, -1),
+                                          ins.src.dtype, placed)
 
     def multiply(self, ins: MultiplyMoving) -> None:
         moving = self.read(ins.src).reshape(ins.src.partitions, -1)
         psum = self.read(ins.dst).reshape(ins.dst.partitions, -1) if ins.accumulate else None
-        tile, fmt = self.stationary
+        tile, fmt, _ = self.tiles[(ins.row, ins.col)]
         out = systolic.matmul(tile, moving, fmt, psum, ins.accumulate, moving_fmt=ins.src.dtype)
         self.write(ins.dst, out)
 
@@ -809,7 +833,7 @@ class _Data:
         """The array's transpose pass: the codes as they were, in the input's format."""
         data = self.read(ins.src).reshape(ins.src.partitions, -1)
         self.write(ins.dst, systolic.transpose(data, self.params.array_format(ins.src.dtype)))
-        self.stationary = None
+        self.tiles = {}
 
     def dma(self, ins: DmaCopy) -> None:
         self.write(ins.dst, self.read(ins.src))
