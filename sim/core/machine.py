@@ -198,6 +198,7 @@ class Core:
         self.bytes = {"sbuf": params.sbuf_bytes, "psum": params.psum_bytes}
         self._stream_cache: dict = {}
         self._checked: dict = {}  # (engine kind, id, HBM size) of instructions that passed
+        self._placed: dict[tuple, systolic.Load] = {}  # a stationary's tile, by its shape
 
     # --- static rules -------------------------------------------------------------------
     def _check_ap(self, where, name: str, ap: AP, kind: str, hbm_bytes: int) -> None:
@@ -373,6 +374,13 @@ class Core:
         that holds its contraction (two indices per PE row at double rate) and, unless it
         contracts over more rows than that (the double row, which takes the array's whole
         width), its columns; at its tile position."""
+        key = (ins.src.dtype, ins.src.partitions, ins.src.free, ins.row, ins.col)
+        placed = self._placed.get(key)
+        if placed is None:
+            placed = self._placed[key] = self._place(ins)
+        return placed
+
+    def _place(self, ins: LoadStationary) -> systolic.Load:
         p = self.params
         fmt, k, m = p.array_format(ins.src.dtype), ins.src.partitions, ins.src.free
         lanes = 2 if p.tensor.is_double(fmt) else 1
@@ -423,7 +431,8 @@ class Core:
                 fmt, n = ins.src.dtype, ins.src.free
                 return (_MULTIPLY, fmt, ins.src.partitions, ins.dst.partitions, n,
                         systolic.Multiply(n, fmt=self.params.array_format(fmt), row=ins.row,
-                                          col=ins.col), (ins.row, ins.col))
+                                          col=ins.col), (ins.row, ins.col),
+                        n * self.params.tensor.column_cycles(self.params.array_format(fmt)))
             k, m = ins.src.partitions, ins.src.free
             return (_TRANSPOSE, systolic.Load(k, m), systolic.Transpose(k))
         cycles, work = self._stream_cost(kind, ins)
@@ -539,14 +548,16 @@ class Core:
                                 or not self._partners(tile[0], fmt):
                             self._bad_multiply(streams[s], i, ins, tile)
                         accept, last = sequencer.issue(plan[5], t * tensor_clock)
-                        occupied = accept + n * p.tensor.column_cycles(plan[5].fmt)
+                        occupied = accept + plan[7]
                         flops += 2.0 * k * m * n
                         if data is not None:
                             data.multiply(ins)
                     elif op is _LOAD:
                         box = plan[2]
-                        tiles = {pos: held for pos, held in tiles.items()
-                                 if not _shares_pes(box, held[3])}
+                        held = tiles.get(plan[3])
+                        if len(tiles) != 1 or held is None or held[3] is not box:
+                            tiles = {pos: held for pos, held in tiles.items()
+                                     if not _shares_pes(box, held[3])}
                         tiles[plan[3]] = plan[1] + (box,)
                         accept, last = sequencer.issue(box, t * tensor_clock)
                         occupied = last

@@ -339,17 +339,15 @@ class Schedule:
 
 @dataclass(frozen=True)
 class _Tile:
-    """Where a loaded tile sits: its row groups, column groups and size."""
+    """Where a loaded tile sits: its row groups, column groups (and so its quads, the
+    (row group, column group) pairs it covers) and size."""
 
     k: int
     m: int
     fmt: str | None
-    row_groups: range
-    col_groups: range
-
-    @property
-    def quads(self) -> frozenset:
-        return frozenset((r, c) for r in self.row_groups for c in self.col_groups)
+    row_groups: tuple[int, ...]
+    col_groups: tuple[int, ...]
+    quads: frozenset = frozenset()
 
 
 def _place(params: SystolicParams, load: Load) -> _Tile:
@@ -367,7 +365,7 @@ def _place(params: SystolicParams, load: Load) -> _Tile:
         if not isinstance(pos, int) or pos < 0 or pos % size or pos + size > full:
             raise ValueError(f"{axis} must be a multiple of the tile's {axis}_size {size} "
                              f"below {full}, not {pos!r}")
-        groups[axis] = (range(pos // group, (pos + size) // group), size)
+        groups[axis] = (tuple(range(pos // group, (pos + size) // group)), size)
     (row_groups, row_size), (col_groups, col_size) = groups["row"], groups["col"]
     double = load.fmt is not None and params.is_double(load.fmt)
     k_max = (2 if double or load.fmt is None and params.double_rate else 1) * row_size
@@ -378,7 +376,8 @@ def _place(params: SystolicParams, load: Load) -> _Tile:
     if load.k > row_size and col_size != params.cols:
         raise ValueError(f"a double-row tile (k = {load.k} > its {row_size} rows) must take "
                          f"the array's whole width, not col_size {col_size}")
-    return _Tile(load.k, load.m, load.fmt, row_groups, col_groups)
+    return _Tile(load.k, load.m, load.fmt, row_groups, col_groups,
+                 frozenset((r, c) for r in row_groups for c in col_groups))
 
 
 def _check_program(params: SystolicParams, program) -> None:
@@ -550,10 +549,12 @@ class Sequencer:
         self._load_last = 0  # the latest load's last beat
         self._rows = [0] * params.ways  # last moving beat of the latest multiply per group
         self._cols = [0] * params.ways
-        self._reads: dict[tuple, int] = {}  # (quad, bank) -> last moving beat reading it
+        self._reads = ({}, {})  # per bank: quad -> last moving beat reading it
         self._qbank: dict[tuple[int, int], int] = {}
         self._tiles: dict[tuple[int, int], tuple[_Tile, int]] = {}
         self._latest = None
+        self._placed: dict[Load, tuple] = {}
+        self._slow: dict[str | None, int] = {}
 
     def issue(self, op, offered=0):
         """(accepted, done) cycles of ``op`` (a :class:`Load`, :class:`Multiply` or
@@ -562,25 +563,41 @@ class Sequencer:
         :func:`schedule` refuses of a program (not the format pairing rules)."""
         p = self.params
         if isinstance(op, Load):
-            tile = _place(p, op)
-            quads = sorted(tile.quads)
-            bank = 1 - self._qbank.get(quads[0], 0)
-            accept = max(offered, self._next, self._load_last)
-            first = max([accept + 1] + [self._reads.get((q, bank), 0) for q in quads])
-            last = first + -(-op.m // p.beat_columns) - 1
+            placed = self._placed.get(op)
+            if placed is None:
+                tile = _place(p, op)
+                placed = self._placed[op] = (tile, sorted(tile.quads),
+                                             -(-op.m // p.beat_columns))
+            tile, quads, beats = placed
+            qbank = self._qbank
+            bank = 1 - qbank.get(quads[0], 0)
+            accept = offered if offered > self._next else self._next
+            if self._load_last > accept:
+                accept = self._load_last
+            first = accept + 1
+            reads = self._reads[bank]
             for q in quads:
-                self._qbank[q] = bank
-            self._tiles = {pos: t for pos, t in self._tiles.items()
-                           if not (t[0].quads & tile.quads)}
-            self._tiles[(op.row, op.col)] = self._latest = (tile, bank)
-            self._load_last, self._next = last, accept + 1
+                read = reads.get(q, 0)
+                if read > first:
+                    first = read
+                qbank[q] = bank
+            tiles, pos = self._tiles, (op.row, op.col)
+            held = tiles.get(pos)
+            if len(tiles) != 1 or held is None or held[0] is not tile:
+                self._tiles = tiles = {at: t for at, t in tiles.items()
+                                       if not (t[0].quads & tile.quads)}
+            tiles[pos] = self._latest = (tile, bank)
+            self._load_last = last = first + beats - 1
+            self._next = accept + 1
             return accept, last + 1
         if isinstance(op, Multiply):
             held = self._tiles.get((op.row, op.col))
             if held is None:
                 raise ValueError(f"a multiply at tile position ({op.row}, {op.col}) needs a "
                                  f"tile loaded there (and not since overlapped by another)")
-            slow = p.column_cycles(op.fmt)
+            slow = self._slow.get(op.fmt)
+            if slow is None:
+                slow = self._slow[op.fmt] = p.column_cycles(op.fmt)
         elif isinstance(op, Transpose):
             if self._latest is None:
                 raise ValueError("a transpose must follow a Load (it reads the latest tile)")
@@ -590,16 +607,24 @@ class Sequencer:
         if not 1 <= op.n <= p.moving_max:
             raise ValueError(f"n must be in 1 .. {p.moving_max}, not {op.n!r}")
         tile, bank = held
-        accept = max([offered, self._next, self._load_last]
-                     + [self._rows[g] for g in tile.row_groups]
-                     + [self._cols[g] for g in tile.col_groups])
+        rows, cols = self._rows, self._cols
+        accept = offered if offered > self._next else self._next
+        if self._load_last > accept:
+            accept = self._load_last
+        for g in tile.row_groups:
+            if rows[g] > accept:
+                accept = rows[g]
+        for g in tile.col_groups:
+            if cols[g] > accept:
+                accept = cols[g]
         last = accept + slow * op.n
         for g in tile.row_groups:
-            self._rows[g] = last
+            rows[g] = last
         for g in tile.col_groups:
-            self._cols[g] = last
+            cols[g] = last
+        reads = self._reads[bank]
         for q in tile.quads:
-            self._reads[(q, bank)] = last
+            reads[q] = last
         self._next = accept + 1
         return accept, last + p.depth + 3
 
