@@ -14,7 +14,10 @@ Per rank (one logical NeuronCore of ``lnc`` physical cores) and GEMM:
   (twice that for double-rate formats), ``M <= cols``, ``N <= moving_max``; a new tile every
   ``max(n / min(rate, 1), ceil(m / load_columns) + 1)`` cycles (formats below one MAC per
   PE per cycle take ``1 / rate`` cycles per moving column), plus the first load and the
-  pipeline's drain. The ``lnc``
+  pipeline's drain. Where ``K`` fits a tile of the spec's row tiling (``rows / w`` rows),
+  tiles of ``cols / w`` columns run ``w`` at once, the loads taking turns: ``w`` tiles every
+  ``max(n / min(rate, 1), w * (ceil(m / load_columns) + 1))`` cycles; the fastest way
+  counts. The ``lnc``
   physical cores share the tiles: the M tiles or the N range are divided among them,
   whichever is faster.
 - memory: the HBM bytes of a weight-stationary schedule whose SBUF (the logical core's, half

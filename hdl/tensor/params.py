@@ -48,7 +48,10 @@ class SystolicParams:
         ``rows / w`` PE rows by ``cols / v`` PE columns (``w``, ``v`` in ``tiles``) at a
         position that is a multiple of its size. Tiles on disjoint row groups and disjoint
         column groups of ``rows / max(tiles)`` by ``cols / max(tiles)`` PEs run at once
-        (:func:`sim.golden.systolic.schedule`). Always holds 1, the whole array.
+        (:func:`sim.golden.systolic.schedule`). Always holds 1, the whole array. The RTL
+        sequencer does not take tile positions yet: its commands address the whole array,
+        and :func:`~sim.golden.systolic.schedule` is the cycle model tiled programs are to
+        meet; the core simulator, the system model and exploration time tiles by it.
 
     An operand beat carries one word of :attr:`width` bits per PE row: the element in its
     low bits, or with a double-rate format index 2r in bits 0-7 and 2r+1 in bits 8-15.

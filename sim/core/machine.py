@@ -11,8 +11,12 @@
   Every error is a :class:`ProgramError` naming the stream, the index, the instruction's text
   form and the rule.
 * **Timing.** An event model on the engine of :mod:`sim.core.events`: each stream issues in
-  order on its engine's own clock; costs come from :mod:`sim.core.costs` (the tensor engine
-  from the RTL-checked cycle model). A
+  order on its engine's own clock; costs come from :mod:`sim.core.costs`. The tensor
+  engine is timed by the array's sequencer in closed form
+  (:class:`sim.golden.systolic.Sequencer`, pinned to the RTL-checked cycle model): each
+  instruction is accepted when the array can take it, so a load runs behind the multiply
+  before it and tiles at disjoint tile positions (the array's row and column tiling) multiply
+  at once; its busy time counts overlapping loads and multiplies once. A
   semaphore increment becomes visible ``semaphore_latency`` after every earlier instruction
   of its stream completed; a wait resumes when the count reaches its value. DMA queues are
   in order; transfers share the core's DMA bandwidth first come, first served. Engines that
