@@ -159,6 +159,25 @@ def test_send_recv_hand_worked(instance):
     assert one.busbw == pytest.approx(one.algbw) == pytest.approx(n / one.time)
 
 
+@pytest.mark.parametrize("name, peer, members", [
+    ("trn2.48xlarge", None, None), ("trn2.48xlarge", 10, None),  # 1 and 3 torus hops
+    ("trn3-ultraserver", 7, None),                                 # through the switch
+    ("trn2-cluster", 16, 2)])                                      # NeuronLink, then EFA
+@pytest.mark.parametrize("nbytes", [4096, 3 * 2**20 + 4, 64 * 2**20])
+def test_send_recv_equals_the_send_formula(name, peer, members, nbytes):
+    """The executed send/receive takes the time of the one point-to-point cost rule,
+    ``collectives.send_time`` (which the exploration model charges for pipeline stages),
+    on its path's links: on one hop exactly ``alpha + n / (bandwidth x efficiency)``."""
+    system = model.build(name)
+    r = execute.run(system, "send_recv", nbytes, chunk=2**20, peer=peer, members=members)
+    formula = execute.analytic(system, "send_recv", nbytes, r.algorithm, members, 2**20, peer)
+    assert r.time == pytest.approx(formula, rel=1e-12)
+    if name == "trn2.48xlarge" and peer is None:
+        link = 1024e9 / 4
+        assert formula == pytest.approx(collectives.send_time(
+            nbytes, link, system.spec.link_latency, system.chip.efficiency), rel=1e-12)
+
+
 def test_contention_two_transfers_share_a_link(instance):
     """An all-to-all puts several transfers on one link: no link carries more than its
     bandwidth, and the busiest link's bytes over its payload rate bound the time."""

@@ -576,10 +576,23 @@ class _Collective:
 
 
 def analytic(system: System, op: str, nbytes: int, algorithm: str,
-             members: int | None = None, chunk: int = DEFAULT_CHUNK) -> float | None:
+             members: int | None = None, chunk: int = DEFAULT_CHUNK,
+             peer: int | None = None) -> float | None:
     """The formula's time (:mod:`sim.system.collectives`, on the system model's inputs, with
     ``chunk`` as the execution cuts messages) of what :func:`run` executes, in seconds; None
-    for the operations it has no formula for."""
+    for the operations it has no formula for. A send/receive (to ``peer``, as :func:`run`
+    chooses it) is :func:`~sim.system.collectives.send_time` over its path's links."""
+    if op == "send_recv":
+        fab = fabric(system, members)
+        links = [link for _, link in fab.hops(0, _peer(fab, peer))]
+        rates = [link.bandwidth * link.efficiency for link in links]
+        # Store and forward in chunks: the first chunk crosses every link, the rest follow
+        # at the slowest link's rate, which is one send with each link's latency and the
+        # first chunk's time on the faster links added.
+        c = min(chunk, nbytes)
+        alpha = sum(link.alpha + c / r for link, r in zip(links, rates, strict=True)) \
+            - c / min(rates)
+        return collectives.send_time(nbytes, min(rates), alpha)
     if op not in collectives.OPS:
         return None
     eff = system.chip.efficiency
@@ -599,6 +612,16 @@ def analytic(system: System, op: str, nbytes: int, algorithm: str,
                                      reduce=add, chunk=chunk)
     return collectives.topology_time(system.topology, op, nbytes, system.spec.link_latency,
                                      eff, bidirectional=True, reduce=add, chunk=chunk)
+
+
+def _peer(fab: Fabric, peer: int | None) -> int:
+    """The chip a send/receive from chip 0 goes to: ``peer``, by default the nearest."""
+    dst = peer if peer is not None else min(
+        (v for v in nx.bfs_tree(fab.graph, 0) if isinstance(v, int) and v != 0),
+        key=lambda v: len(fab.path(0, v)))
+    _check("peer", isinstance(dst, int) and 0 < dst < fab.chips, f"a chip 1 .. {fab.chips - 1}",
+           dst)
+    return dst
 
 
 def _check(name: str, ok: bool, expected: str, value) -> None:
@@ -688,10 +711,7 @@ def run(system: System, op: str, nbytes: int, *, algorithm: str | None = None,
                     b.transfer(s, d, lo, hi, [], reduce=False, key=("a2a", d, s, lo),
                                to=s * block + lo - d * block)
     else:
-        dst = peer if peer is not None else min(
-            (v for v in nx.bfs_tree(fab.graph, 0) if isinstance(v, int) and v != 0),
-            key=lambda v: len(fab.path(0, v)))
-        _check("peer", isinstance(dst, int) and 0 < dst < p, f"a chip 1 .. {p - 1}", dst)
+        dst = _peer(fab, peer)
         for lo, hi in b.chunks(0, n):
             b.transfer(0, dst, lo, hi, [], reduce=False, key=("p2p", dst, lo))
     r = _execute(b, system.name, op, algorithm, nbytes, dtype, bit_error_rate, seed, trace)
