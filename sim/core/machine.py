@@ -374,25 +374,22 @@ class Core:
                                     f"{', '.join(self.params.formats)}, not {fmt}")
 
     def _placement(self, ins: LoadStationary) -> systolic.Load:
-        """The array's tile of a stationary: the smallest tile size of the array's tiling
-        that holds its contraction (two indices per PE row at double rate) and, unless it
-        contracts over more rows than that (the double row, which takes the array's whole
-        width), its columns; at its tile position."""
+        """The array's tile of a stationary, at its tile position: the smallest tile sizes
+        of the array's tiling that hold its contraction in its rows and its columns; a
+        double-rate contraction deeper than the array (the double row, two indices per PE
+        row) takes the whole array."""
         key = (ins.src.dtype, ins.src.partitions, ins.src.free, ins.row, ins.col)
         placed = self._placed.get(key)
         if placed is None:
-            placed = self._placed[key] = self._place(ins)
+            p = self.params
+            fmt, k, m = p.array_format(ins.src.dtype), ins.src.partitions, ins.src.free
+            row_size, col_size = p.rows, p.cols
+            if k <= p.rows:
+                row_size = min(s for s in (p.rows // w for w in p.tensor.tiles) if s >= k)
+                col_size = min(s for s in (p.cols // w for w in p.tensor.tiles) if s >= m)
+            placed = self._placed[key] = systolic.Load(k, m, fmt, row=ins.row, col=ins.col,
+                                                       row_size=row_size, col_size=col_size)
         return placed
-
-    def _place(self, ins: LoadStationary) -> systolic.Load:
-        p = self.params
-        fmt, k, m = p.array_format(ins.src.dtype), ins.src.partitions, ins.src.free
-        lanes = 2 if p.tensor.is_double(fmt) else 1
-        row_size = min(s for s in (p.rows // w for w in p.tensor.tiles) if s * lanes >= k)
-        col_size = p.cols if k > row_size else min(
-            s for s in (p.cols // w for w in p.tensor.tiles) if s >= m)
-        return systolic.Load(k, m, fmt, row=ins.row, col=ins.col, row_size=row_size,
-                             col_size=col_size)
 
     # --- costs ----------------------------------------------------------------------------
     def _strided(self, ins: Instruction) -> bool:
