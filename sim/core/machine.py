@@ -489,6 +489,7 @@ class Core:
         # positions multiply at once. The engine is busy while a load's beats or a
         # multiply's moving columns run, overlaps counted once.
         sequencer = systolic.Sequencer(p.tensor)
+        load_tile, multiply = sequencer.load, sequencer.multiply
         tiles: dict[tuple[int, int], tuple] = {}  # tile position -> (fmt, k, m)
         tensor_busy_until = 0.0
         flops = 0.0
@@ -548,7 +549,7 @@ class Core:
                         if tile is None or tile[1] != k or tile[2] != m \
                                 or not self._partners(tile[0], fmt):
                             self._bad_multiply(streams[s], i, ins, tile)
-                        accept, last = sequencer.issue(plan[5], t * tensor_clock)
+                        accept, last = multiply(plan[5], t * tensor_clock)
                         occupied = accept + plan[7]
                         flops += 2.0 * k * m * n
                         if data is not None:
@@ -560,7 +561,7 @@ class Core:
                             tiles = {pos: held for pos, held in tiles.items()
                                      if not _shares_pes(box, held[3])}
                         tiles[plan[3]] = plan[1] + (box,)
-                        accept, last = sequencer.issue(box, t * tensor_clock)
+                        accept, last = load_tile(box, t * tensor_clock)
                         occupied = last
                         if data is not None:
                             data.load(ins)
@@ -580,8 +581,8 @@ class Core:
                         if data is not None:
                             data.dma(ins)
                     else:  # _TRANSPOSE: a load of the data and the array's transpose pass
-                        accept, _ = sequencer.issue(plan[1], t * tensor_clock)
-                        second, last = sequencer.issue(plan[2], accept + 1)
+                        accept, _ = load_tile(plan[1], t * tensor_clock)
+                        second, last = multiply(plan[2], accept + 1)
                         occupied = second + plan[2].n
                         tiles = {}
                         if data is not None:
@@ -589,8 +590,12 @@ class Core:
                     if op is _MULTIPLY or op is _LOAD or op is _TRANSPOSE:
                         begin = accept * tensor_period
                         stop = occupied * tensor_period
-                        cost = max(0.0, stop - max(begin, tensor_busy_until))
-                        tensor_busy_until = max(tensor_busy_until, stop)
+                        if stop > tensor_busy_until:
+                            cost = stop - (begin if begin > tensor_busy_until
+                                           else tensor_busy_until)
+                            tensor_busy_until = stop
+                        else:
+                            cost = 0.0
                         t, end, finish = begin, begin + tensor_period, last * tensor_period
                         if trace:
                             events.append({"name": ins.MNEMONIC, "ph": "X", "ts": t * 1e6,

@@ -561,36 +561,46 @@ class Sequencer:
         :class:`Transpose`) offered from cycle ``offered``: ``done`` is the cycle after its
         last stationary beat (a load) or after its last output beat. Refuses what
         :func:`schedule` refuses of a program (not the format pairing rules)."""
-        p = self.params
         if isinstance(op, Load):
-            placed = self._placed.get(op)
-            if placed is None:
-                tile = _place(p, op)
-                placed = self._placed[op] = (tile, sorted(tile.quads),
-                                             -(-op.m // p.beat_columns))
-            tile, quads, beats = placed
-            qbank = self._qbank
-            bank = 1 - qbank.get(quads[0], 0)
-            accept = offered if offered > self._next else self._next
-            if self._load_last > accept:
-                accept = self._load_last
-            first = accept + 1
-            reads = self._reads[bank]
-            for q in quads:
-                read = reads.get(q, 0)
-                if read > first:
-                    first = read
-                qbank[q] = bank
-            tiles, pos = self._tiles, (op.row, op.col)
-            held = tiles.get(pos)
-            if len(tiles) != 1 or held is None or held[0] is not tile:
-                self._tiles = tiles = {at: t for at, t in tiles.items()
-                                       if not (t[0].quads & tile.quads)}
-            tiles[pos] = self._latest = (tile, bank)
-            self._load_last = last = first + beats - 1
-            self._next = accept + 1
-            return accept, last + 1
-        if isinstance(op, Multiply):
+            return self.load(op, offered)
+        if isinstance(op, (Multiply, Transpose)):
+            return self.multiply(op, offered)
+        raise ValueError(f"op must be a Load, Multiply or Transpose, not {op!r}")
+
+    def load(self, op: Load, offered=0):
+        """:meth:`issue` of a :class:`Load`."""
+        placed = self._placed.get(op)
+        if placed is None:
+            tile = _place(self.params, op)
+            placed = self._placed[op] = (tile, sorted(tile.quads),
+                                         -(-op.m // self.params.beat_columns))
+        tile, quads, beats = placed
+        qbank = self._qbank
+        bank = 1 - qbank.get(quads[0], 0)
+        accept = offered if offered > self._next else self._next
+        if self._load_last > accept:
+            accept = self._load_last
+        first = accept + 1
+        reads = self._reads[bank]
+        for q in quads:
+            read = reads.get(q, 0)
+            if read > first:
+                first = read
+            qbank[q] = bank
+        tiles, pos = self._tiles, (op.row, op.col)
+        held = tiles.get(pos)
+        if len(tiles) != 1 or held is None or held[0] is not tile:
+            self._tiles = tiles = {at: t for at, t in tiles.items()
+                                   if not (t[0].quads & tile.quads)}
+        tiles[pos] = self._latest = (tile, bank)
+        self._load_last = last = first + beats - 1
+        self._next = accept + 1
+        return accept, last + 1
+
+    def multiply(self, op: Multiply | Transpose, offered=0):
+        """:meth:`issue` of a :class:`Multiply` or :class:`Transpose`."""
+        p = self.params
+        if op.__class__ is Multiply:
             held = self._tiles.get((op.row, op.col))
             if held is None:
                 raise ValueError(f"a multiply at tile position ({op.row}, {op.col}) needs a "
@@ -598,12 +608,10 @@ class Sequencer:
             slow = self._slow.get(op.fmt)
             if slow is None:
                 slow = self._slow[op.fmt] = p.column_cycles(op.fmt)
-        elif isinstance(op, Transpose):
+        else:
             if self._latest is None:
                 raise ValueError("a transpose must follow a Load (it reads the latest tile)")
             held, slow = self._latest, 1
-        else:
-            raise ValueError(f"op must be a Load, Multiply or Transpose, not {op!r}")
         if not 1 <= op.n <= p.moving_max:
             raise ValueError(f"n must be in 1 .. {p.moving_max}, not {op.n!r}")
         tile, bank = held
