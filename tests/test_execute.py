@@ -329,6 +329,24 @@ def test_sharded_gemm_on_the_core_simulator_then_all_reduce(instance):
     assert r.time == r.kernel_time + r.collective.time and r.kernel_time > 0
 
 
+def test_sharded_gemm_in_tf32_and_not_in_mx(instance):
+    """tf32 shards are drawn as the instruction set stores tf32 (32-bit words, the low 13
+    bits clear) and each chip's output is the golden tf32 GEMM of its shard; MX formats are
+    refused in one line (their scales are not split over chips)."""
+    import kernels
+
+    r = execute.run_sharded(instance, kernels.KERNELS["gemm"], {"M": 8, "K": 16 * 8, "N": 8},
+                            "tf32", timing_only=False, algorithm="ring", seed=1)
+    lhs_t, rhs = (r.inputs[n].view(np.uint32) for n in ("lhsT", "rhs"))
+    assert not (lhs_t & 0x1FFF).any() and not (rhs & 0x1FFF).any()
+    golden = systolic.matmul(lhs_t[:8] >> 13, rhs[:8] >> 13, "tf32").view(np.float32)
+    assert np.array_equal(r.outputs[0], numerics.cast_bits(golden, BF16).reshape(-1))
+    with pytest.raises(ModelError, match=r"^dtype of a sharded run must not be block-scaled "
+                                         r".*, not 'mxfp8'$"):
+        execute.run_sharded(instance, kernels.KERNELS["gemm"], {"M": 8, "K": 16 * 32, "N": 8},
+                            "mxfp8")
+
+
 def test_tensor_parallel_gemm_bf16_stochastic_within_bound(instance, seed):
     """The row-sharded GEMM's partials (golden, cast to bf16) all-reduced in bf16 with
     stochastic rounding on the torus: within (p - 1) * 2**-7 * sum |partial| of the exact

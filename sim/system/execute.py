@@ -61,8 +61,9 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
+from hdl.core.isa import TF32_SHIFT
 from hdl.numerics.formats import BF16, format_by_name
-from hdl.params import link_params
+from hdl.params import link_params, rounding_rng
 from hdl.vector.ops import VectorOp
 from sim.core.events import Agenda, Resources
 from sim.golden import link as golden_link
@@ -116,7 +117,7 @@ class Fabric:
     members: int
     inner: nx.Graph              # one member's topology graph (the whole system's if members=1)
     chip: Chip                   # the chip model (its reduction cost rule)
-    rng: str                     # the chip's per-lane generator of stochastic rounding
+    rng: str | None              # the chip's generator of stochastic rounding (None: none)
     link_params: object          # LinkParams of the chip's NeuronLink port
     link_latency: int            # channel latency, link cycles
     _paths: dict = field(default_factory=dict)
@@ -213,7 +214,7 @@ def _fabric(system: System, members: int | None) -> Fabric:
             g.add_edge(i, f"efa{member_of[i]}", link=None, hops=len(coords))
             g.add_edge(f"efa{member_of[i]}", i, link=None, hops=len(coords))
     return Fabric(system.name, len(coords), g, coords, member_of, m, inner_graph, chip,
-                  spec.rounding.rng, lp, spec.neuronlink.latency)
+                  rounding_rng(spec), lp, spec.neuronlink.latency)
 
 
 def ring_order(nodes: list) -> list:
@@ -648,6 +649,11 @@ def run(system: System, op: str, nbytes: int, *, algorithm: str | None = None,
     _check("op", op in OPS, f"one of {', '.join(OPS)}", op)
     _check("dtype", dtype in DTYPES, f"one of {', '.join(DTYPES)}", dtype)
     _check("rounding", rounding in ROUNDINGS, f"one of {', '.join(ROUNDINGS)}", rounding)
+    chip = system.chip.spec
+    if rounding != "rne" and rounding_rng(chip) is None:
+        raise ModelError(f"{system.name}: rounding must be 'rne', not {rounding!r} ({chip.name}"
+                         f" rounds to nearest even only: its rounding.modes are "
+                         f"{', '.join(chip.rounding.modes)})")
     _check("chunk", isinstance(chunk, int) and chunk >= DTYPES[dtype],
            "a whole number of bytes of at least one element", chunk)
     if bit_error_rate is None:
@@ -861,6 +867,10 @@ def run_sharded(system: System, kernel, dims: dict, dtype: str, *, timing_only: 
     p = system.chips
     if "K" not in kernel.dims:
         raise ModelError(f"kernel must have a contraction K to shard, not {kernel.name}")
+    if dtype in kernels.MX_FORMATS:
+        raise ModelError(f"dtype of a sharded run must not be block-scaled (its quantized "
+                         f"inputs and their scales are not split over chips here), not "
+                         f"{dtype!r}")
     if dims["K"] % p:
         raise ModelError(f"K must be a multiple of the {p} chips, not {dims['K']}")
     params = system.chip.core_params
@@ -891,8 +901,13 @@ def run_sharded(system: System, kernel, dims: dict, dtype: str, *, timing_only: 
     rng = np.random.default_rng(seed)
     full = {}
     for name, (shape, dt) in kernel.inputs(dims, dtype).items():
-        np_type = np.float32 if dt == "fp32" else numerics.ml_dtype(format_by_name(dt))
-        full[name] = rng.standard_normal(shape).astype(np_type)
+        x = rng.standard_normal(shape)
+        if dt == "tf32":  # 32-bit words, the code at the top (hdl.core.isa.DTYPES)
+            codes = numerics.cast_bits(x.astype(np.float32), format_by_name(dt))
+            full[name] = (codes.astype(np.uint32) << TF32_SHIFT).view(np.float32)
+        else:
+            np_type = np.float32 if dt == "fp32" else numerics.ml_dtype(format_by_name(dt))
+            full[name] = x.astype(np_type)
     core = Core(params)
     k = shard["K"]
     partials = []
