@@ -114,8 +114,11 @@ def verilog_texts(params: CoreParams) -> tuple[str, tuple[str, ...]]:
     from hdl.core.core import NeuronCore
 
     core = NeuronCore(params)
-    with uninitialised_memories(), unchecked_comb_cycles():
-        top = verilog.convert(core, name=TOP, emit_src=False)
+    with unchecked_comb_cycles():
+        with uninitialised_memories():
+            top = verilog.convert(core, name=TOP, emit_src=False)
+        # the modules as every other unit emits them (the tensor array's PSUM columns have
+        # zero-initialised banks), so that equal texts are shared
         return top, tuple(core.verilog_dependencies())
 
 
