@@ -162,7 +162,8 @@ class NeuronCore(wiring.Component):
         super().__init__({"host": Out(host_signature()),
                           "m_axi": Out(AxiSignature(self.addr_bits))})
         words = max(self.map.sbuf_words, self.map.psum_words)
-        vector = VectorEngine(params.partitions, words)
+        generator = params.rng is not None
+        vector = VectorEngine(params.partitions, words, generator=generator)
         self.vector = EngineInstance(vector, VECTOR_MODULE)
         self.gpsimd = EngineInstance(vector, VECTOR_MODULE)
         self.scalar = ScalarEngine(params.partitions, params.activation_lanes, words,
