@@ -39,8 +39,6 @@ class Unit:
     #: whether the datasheet's area tables count the unit's modules (not the core's: it
     #: assembles engines they already count, once per core)
     area: bool = True
-    #: why `gen chip` emits the unit only when asked (``--core``), or "" when it always does
-    on_request: str = ""
 
 
 UNITS: dict[str, Unit] = {}
@@ -177,8 +175,9 @@ UNITS["scalar"] = Unit("scalar", lambda spec, scale: [scalar_params(spec, scale)
 
 def _tensor_emit(params, rtl_dir, header):
     from generators.tensor import emit
+    from hdl.tensor.structural import UNIT_TOP
 
-    return emit(params, rtl_dir, header, top="tensor")
+    return emit(params, rtl_dir, header, top=UNIT_TOP)
 
 
 def _tensor_simulate(params, sim, seed=None):
@@ -294,7 +293,4 @@ def _core_emit(params, rtl_dir, header):
 
 
 UNITS["core"] = Unit("core", _core_params, _core_emit, _core_simulate, _core_unsupported,
-                     datasheet=core_datasheet, check=_core_names, area=False,
-                     on_request="emitted with --core: with its tensor, scalar and GpSimd "
-                                "engines the full-scale core takes minutes and gigabytes "
-                                "to emit (benchmarks/core_rtl.md)")
+                     datasheet=core_datasheet, check=_core_names, area=False)

@@ -592,16 +592,38 @@ def timing(params: CoreParams, prog: Program, result, stamps: dict) -> list[str]
 
 
 def throughput_program(params: CoreParams, instructions: int, n: int) -> Program:
-    """The vector engine alone, ``instructions`` element-wise instructions over tiles of
-    ``n`` fp32 elements of every partition (no DMA: the AXI model stays idle)."""
+    """Every engine at once, ``instructions`` compute instructions in each engine's stream
+    (no DMA: the AXI model stays idle): the vector and GpSimd engines add fp32 tiles of
+    ``n`` elements of every partition, the scalar engine applies exp to one, and the tensor
+    engine loads a bf16 stationary of the array's size once and multiplies moving tiles of
+    ``moving_max`` columns by it, accumulating into PSUM. Each engine first waits for the
+    vector engine's memsets of its operands."""
     b = Builder(params)
-    a, c, d = (b.sbuf(4 * n, name) for name in "acd")
+    r, c, moving = params.rows, params.cols, params.moving_max
+    a, k, d, e, f, g = (b.sbuf(4 * n, name) for name in "akdefg")
+    w = b.sbuf(2 * max(c, moving), "w")
+    bank = b.psum_banks(1, "psum")[0]
     b.emit("vector", Memset(dst=_tile(b, a, n), value=1.5))
-    b.emit("vector", Memset(dst=_tile(b, c, n), value=-0.25))
-    for i in range(instructions - 2):
+    b.emit("vector", Memset(dst=_tile(b, k, n), value=-0.25))
+    b.emit("vector", Memset(dst=_tile(b, w, max(c, moving), "bf16"), value=0.5))
+    ready = b.signal("vector")
+    for stream in ("gpsimd", "scalar", "tensor"):
+        b.wait(stream, ready)
+    for i in range(instructions):
         dst, src = (d, a) if i % 2 == 0 else (a, d)
         b.emit("vector", TensorTensor(dst=_tile(b, dst, n), a=_tile(b, src, n),
-                                      b=_tile(b, c, n), op=VectorOp.ADD))
+                                      b=_tile(b, k, n), op=VectorOp.ADD))
+        dst, src = (e, k) if i % 2 == 0 else (f, e)
+        b.emit("gpsimd", TensorTensor(dst=_tile(b, dst, n), a=_tile(b, src, n),
+                                      b=_tile(b, k, n), op=VectorOp.ADD))
+        b.emit("scalar", Activation(dst=_tile(b, g, n), src=_tile(b, k, n),
+                                    func=b.function("exp")))
+        if i == 0:
+            b.emit("tensor", LoadStationary(src=b.tile("sbuf", "bf16", w, r, ((c, 1),))))
+        else:
+            b.emit("tensor", MultiplyMoving(dst=b.tile("psum", "fp32", bank, c, ((moving, 1),)),
+                                            src=b.tile("sbuf", "bf16", w, r, ((moving, 1),)),
+                                            accumulate=True))
     return b.program
 
 
