@@ -1,9 +1,8 @@
 """cocotb co-simulation of the NeuronCore RTL against the core simulator.
 
-The cocotb test ``program`` runs the program named in the testbench parameters
-(:data:`PROGRAMS`, built with the kernel builder for the core at simulation scale; or the
-seeded random program, or a kernel), ``programs`` several in one simulation
-(:func:`simulate_many`); for each:
+The cocotb test ``programs`` runs the programs named in the testbench parameters in one
+simulation (:func:`simulate_many`): programs of :data:`PROGRAMS`, built with the kernel
+builder for the core at simulation scale, the seeded random program, or kernels; for each:
 
 1. the core simulator (:class:`sim.core.Core`, numeric mode) checks the program and runs it;
    a program it rejects is never run on the RTL, except ``deadlock``, which both must refuse;
@@ -64,7 +63,7 @@ from sim.tb.runner import RunResult, emit_verilog, run_verilog, tb_params
 from specs.loader import load
 
 __all__ = ["PROGRAMS", "RANDOM", "CoreTB", "build_program", "check_program", "co_simulate",
-           "program_names", "random_program", "rtl_refusal", "simulate", "simulate_many"]
+           "program_names", "random_program", "rtl_refusal", "simulate_many"]
 
 #: What each engine of the core RTL runs (the DMA queues: DmaCopy).
 SUPPORTED = {"tensor": tensor.supported, "vector": engines.supported,
@@ -534,22 +533,11 @@ async def co_simulate(dut, tb: CoreTB, params: CoreParams, name: str, seed: int,
 
 
 @cocotb.test()
-async def program(dut):
-    """Run one program on the RTL and the simulator; compare every byte."""
-    cfg = tb_params()
-    params = pickle.loads(base64.b64decode(cfg["params"]))
-    tb = CoreTB(dut, params, cfg["pause"], cfg["seed"])
-    await tb.start_clock()
-    failures = await co_simulate(dut, tb, params, cfg["program"], cfg["seed"],
-                                 cfg["cycle_limit"])
-    assert not failures, "; ".join(failures)
-
-
-@cocotb.test()
 async def programs(dut):
-    """Run every program of ``programs`` in turn on one simulation, as :func:`program` runs
-    one: between two, the core is reset and its SBUF and PSUM are cleared (a vector memset
-    of zeros over each, :meth:`CoreTB.clear`). One failure does not stop the others."""
+    """Run every program of ``programs`` in turn on one simulation, each on the RTL and the
+    simulator with every byte compared (:func:`co_simulate`): between two, the core is reset
+    and its SBUF and PSUM are cleared (a vector memset of zeros over each,
+    :meth:`CoreTB.clear`). One failure does not stop the others."""
     cfg = tb_params()
     params = pickle.loads(base64.b64decode(cfg["params"]))
     tb = CoreTB(dut, params, cfg["pause"], cfg["seed"])
@@ -629,20 +617,6 @@ async def throughput(dut):
     assert np.array_equal(rtl, want.sbuf), _first_difference("SBUF", rtl, want.sbuf)
     with open(cfg["report"], "w") as fh:
         json.dump({"cycles": cycles, "seconds": seconds}, fh)
-
-
-def simulate(spec: str | CoreParams, program_name: str, sim: str, seed: int | None = None,
-             pause: bool = True, cycle_limit: int = 100_000) -> RunResult:
-    """Co-simulate ``program_name`` (a name of :func:`program_names`) on the core of
-    ``spec`` (a spec's name, taken at simulation scale, or the core's parameters)."""
-    if seed is None:
-        seed = random.SystemRandom().randrange(2**31)
-    params = spec if isinstance(spec, CoreParams) else core_params(load(spec), "sim")
-    cfg = {"params": base64.b64encode(pickle.dumps(params)).decode(),
-           "program": program_name, "seed": seed, "pause": pause, "cycle_limit": cycle_limit}
-    result = run_verilog(core_verilog(params), "neuron_core", "sim.tb.core", sim, cfg,
-                         testcase="program", seed=seed)
-    return dataclasses.replace(result, name=program_name)
 
 
 def simulate_many(spec: str | CoreParams, names: list[str], sim: str,
