@@ -13,7 +13,7 @@ simulation scale):
   and the DMA queues ``dma0`` ..; each its :class:`~hdl.core.sequencer.Sequencer` of
   ``instructions`` words. The engines: :mod:`hdl.core.tensor`, :mod:`hdl.core.engines`
   (vector), :mod:`hdl.core.scalar`, and for GpSimd a second vector engine (the element-wise
-  operations and memsets it shares with the vector engine; no Iota yet).
+  operations and memsets it shares with the vector engine, and ``Iota``).
 * **Semaphores**: ``semaphores`` counters of 32 bits (the width of ``SemWait.value``),
   cleared at start; a signal adds its count the cycle after it issues,
   several signals in one cycle add up.
@@ -126,7 +126,7 @@ class NeuronCore(wiring.Component):
                           "m_axi": Out(AxiSignature(self.addr_bits))})
         words = max(self.map.sbuf_words, self.map.psum_words)
         self.vector = VectorEngine(params.partitions, words)
-        self.gpsimd = VectorEngine(params.partitions, words)
+        self.gpsimd = VectorEngine(params.partitions, words, kind="gpsimd")
         self.scalar = ScalarEngine(params.partitions, params.activation_lanes, words,
                                    params.functions, params.rng)
         self.tensor = TensorEngine(params.partitions, params.tensor, params.formats, words)

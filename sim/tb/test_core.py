@@ -2,8 +2,9 @@
 
 Every program of :data:`sim.tb.core.PROGRAMS` runs on Verilator in one simulation, one build
 of the core at trn2's simulation scale, with random stalls on every AXI channel: hand-written
-programs for each engine, the library's kernels (tiled GEMM in bf16 and fp8, fused GEMM +
-GELU, softmax, RMSNorm, residual add), and the seeded random program of the run's seed
+programs for each engine (GpSimd's Iota and the scalar engine's TensorScalar and TensorCopy
+included), the library's kernels (tiled GEMM in bf16 and fp8, fused GEMM + GELU, softmax,
+RMSNorm, residual add), and the seeded random program of the run's seed
 (:mod:`sim.tb.core_random`, vetted by the core simulator). Compared: every byte of SBUF,
 PSUM and the external memory after the run, the deadlock verdict, and each compute
 instruction's cycles against the simulator's within the bound documented in
