@@ -322,7 +322,11 @@ PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, Fals
             "gemm_bias_gelu": (_kernel("gemm_bias_gelu", {"M": 8, "K": 16, "N": 16}, "bf16"),
                                False),
             "softmax": (_kernel("softmax", {"R": 16, "C": 24}, "fp32"), False),
-            "rmsnorm": (_kernel("rmsnorm", {"R": 16, "C": 24}, "bf16"), False)}
+            "rmsnorm": (_kernel("rmsnorm", {"R": 16, "C": 24}, "bf16"), False),
+            "cross_entropy_fp32": (_kernel("cross_entropy", {"R": 16, "C": 24}, "fp32"),
+                                   False),
+            "gelu_backward_fp32": (_kernel("gelu_backward", {"R": 16, "C": 24}, "fp32"),
+                                   False)}
 
 
 #: The name of the seeded random program (:func:`sim.tb.core_random.random_program`).
