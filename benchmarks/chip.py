@@ -8,20 +8,27 @@ round, so that they share the machine's load; the load average is printed with e
 * ``chip``: ``generators.chip.generate_chip`` of the spec (what ``gen chip SPEC`` runs), with
   each ``--jobs`` value, and, with ``--baseline TREE``, the same in a source tree of another
   revision (``git archive REV | tar -x -C TREE``; its own default ``jobs``, if it has any).
+  Each run of this tree has a store of emissions of its own (``TRNGEN_CACHE``): ``cold`` runs
+  find no emitted unit there (every unit is emitted; the CPU seconds the units took in an
+  earlier round, which order the workers' tasks, are kept), and a ``warm`` run follows each
+  cold one, with what it stored.
 * ``units``: one unit's emission alone (``--units tensor,scalar,vector``), as ``gen chip``
   runs it in a worker (``generators.chip._emit``; in a baseline tree without it, the unit's
-  ``emit``): the whole process, and the emission's own CPU time (imports excluded).
+  ``emit``), with an empty store: the whole process, and the emission's own CPU time
+  (imports excluded).
 
-The files written with each ``--jobs`` value are compared (their manifests must be equal).
+The files written with each ``--jobs`` value, cold and warm, are compared (their manifests
+must be equal), and with the baseline's when ``--same-as-baseline`` is given.
 
 Usage: PYTHONPATH=. python benchmarks/chip.py [--spec trn2.yaml] [--runs 3] [--jobs 1,2]
-[--baseline TREE] [--units tensor,scalar,vector] [--skip chip|units]
+[--baseline TREE] [--same-as-baseline] [--units tensor,scalar,vector] [--skip chip|units]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -70,11 +77,12 @@ print(json.dumps({"cpu": me.ru_utime + me.ru_stime + workers.ru_utime + workers.
 """
 
 
-def run(code: str, tree: Path, out: Path) -> dict:
-    """``code`` in a child process of the source tree ``tree``: wall, CPU and peak RSS."""
+def run(code: str, tree: Path, out: Path, store: Path) -> dict:
+    """``code`` in a child process of the source tree ``tree``, with the trngen cache
+    ``store``: wall, CPU and peak RSS."""
     import json
 
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    env = dict(os.environ, PYTHONPATH=str(tree), TRNGEN_CACHE=str(store))
     load = os.getloadavg()[0]
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code + USAGE, str(out)], cwd=tree, env=env,
@@ -103,6 +111,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, default=None)
     parser.add_argument("--units", default="tensor,scalar,vector")
     parser.add_argument("--skip", default="")
+    parser.add_argument("--same-as-baseline", action="store_true")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     trees = [("this tree", HERE)] + ([("baseline", args.baseline.resolve())]
@@ -112,26 +121,41 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+
+        def cold(store: Path) -> Path:
+            """``store`` without its emitted units (their recorded seconds kept)."""
+            for entry in (store / "chip").glob("*"):
+                if entry.name != "seconds":
+                    shutil.rmtree(entry)
+            return store
+
         for r in range(args.runs):
             if "chip" not in skip:
                 manifests = set()
                 for jobs in [int(j) for j in args.jobs.split(",") if j]:
-                    out = tmp / f"chip-{r}-{jobs}"
-                    show(f"gen chip {args.spec}, jobs {jobs}",
-                         run(CHIP.format(spec=args.spec, jobs=jobs), HERE, out))
-                    manifests.add((out / "manifest.json").read_text())
-                if len(manifests) > 1:
-                    raise SystemExit("the builds of different jobs values differ")
+                    store = tmp / f"store-{jobs}"
+                    for state in ("cold", "warm"):
+                        out = tmp / f"chip-{r}-{jobs}-{state}"
+                        show(f"gen chip {args.spec}, jobs {jobs}, {state}",
+                             run(CHIP.format(spec=args.spec, jobs=jobs), HERE, out,
+                                 cold(store) if state == "cold" else store))
+                        manifests.add((out / "manifest.json").read_text())
                 if args.baseline:
+                    out = tmp / f"chip-{r}-base"
                     show(f"gen chip {args.spec}, baseline",
                          run(CHIP.format(spec=args.spec, jobs=None), args.baseline.resolve(),
-                             tmp / f"chip-{r}-base"))
+                             out, tmp / "store-base"))
+                    if args.same_as_baseline:
+                        manifests.add((out / "manifest.json").read_text())
+                if len(manifests) > 1:
+                    raise SystemExit("the builds differ")
             if "units" not in skip:
                 for unit in filter(None, args.units.split(",")):
                     for label, tree in trees:
+                        store = tmp / f"unit-{unit}-{r}-{label.replace(' ', '')}"
                         show(f"{unit} emission, {label}",
                              run(UNIT.format(spec=args.spec, unit=unit), tree,
-                                 tmp / f"{unit}-{r}-{label.replace(' ', '')}"))
+                                 tmp / f"{unit}-{r}-{label.replace(' ', '')}", store))
 
 
 if __name__ == "__main__":

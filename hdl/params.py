@@ -19,7 +19,7 @@ from typing import Literal
 
 from hdl.core.params import CoreParams
 from hdl.link.link import LinkParams
-from hdl.numerics.formats import MX_FORMATS, FloatFormat, input_format_by_name
+from hdl.numerics.formats import FloatFormat, input_format_by_name
 from hdl.tensor.params import SystolicParams
 from hdl.vector.activation import ActivationParams
 from hdl.vector.functions import DEFAULT_FUNCTIONS, FunctionSpec
@@ -36,6 +36,7 @@ __all__ = [
     "core_params",
     "link_params",
     "params_from_spec",
+    "rounding_rng",
     "rtl_format_name",
     "scalar_params",
     "systolic_params",
@@ -120,13 +121,21 @@ def tensor_params(spec: ChipSpec, scale: Scale) -> SystolicParams:
     return systolic_params(spec.core.tensor, spec.sim if scale == "sim" else None)
 
 
+def rounding_rng(spec: ChipSpec) -> str | None:
+    """The generator of the chip's stochastic rounding (``rounding.rng``), or None where its
+    ``rounding.modes`` have no stochastic rounding: every engine of such a chip rounds to
+    nearest even only, without generators or stochastic datapaths, and the models refuse a
+    stochastic instruction."""
+    return spec.rounding.rng if "stochastic" in spec.rounding.modes else None
+
+
 def vector_params(spec: ChipSpec, scale: Scale) -> VectorParams:
-    """The vector engine: its lanes and the chip's generator of stochastic rounding (the
-    output format and rounding are the instruction's)."""
+    """The vector engine: its lanes and the chip's generator of stochastic rounding
+    (:func:`rounding_rng`; the output format and rounding are the instruction's)."""
     _check_scale(scale)
     lanes = spec.core.vector.lanes if scale == "full" else spec.sim.lanes
     return _build(VectorParams, f"{spec.name}: core.vector and rounding fields", lanes=lanes,
-                  rng=spec.rounding.rng)
+                  rng=rounding_rng(spec))
 
 
 def activation_functions(spec: ChipSpec) -> tuple[FunctionSpec, ...]:
@@ -163,11 +172,11 @@ def accuracy_bounds(spec: ChipSpec) -> dict[str, float]:
 
 def scalar_params(spec: ChipSpec, scale: Scale) -> ActivationParams:
     """The scalar (activation) engine: its lanes, its function set and the chip's generator
-    of stochastic rounding."""
+    of stochastic rounding (:func:`rounding_rng`)."""
     _check_scale(scale)
     lanes = spec.core.scalar.lanes if scale == "full" else spec.sim.lanes
     return _build(ActivationParams, f"{spec.name}: core.scalar fields", lanes=lanes,
-                  functions=activation_functions(spec), rng=spec.rounding.rng)
+                  functions=activation_functions(spec), rng=rounding_rng(spec))
 
 
 def link_params(spec: ChipSpec, scale: Scale) -> LinkParams:
@@ -245,9 +254,7 @@ def core_params(spec: ChipSpec, scale: Scale = "full") -> CoreParams:
     t = c.tensor
     sim = spec.sim if scale == "sim" else None
     array = systolic_params(t, sim)
-    # The instruction set has no MX element types (their block scales would need operands
-    # of their own): the core takes the spec's other formats.
-    formats = tuple(f for f in t.formats if f not in MX_FORMATS)
+    formats = tuple(t.formats)
     if sim is None:
         partitions, sbuf_bytes = c.sbuf.partitions, int(si(c.sbuf.partition_size, "B"))
         psum_bytes, rows, cols = int(si(c.psum.partition_size, "B")), t.rows, t.cols
@@ -272,7 +279,7 @@ def core_params(spec: ChipSpec, scale: Scale = "full") -> CoreParams:
         clocks=(("tensor", si(t.clock, "Hz")), ("vector", si(c.vector.clock, "Hz")),
                 ("scalar", si(c.scalar.clock, "Hz")), ("gpsimd", si(c.gpsimd.clock, "Hz"))),
         vector_elements=c.vector.elements_per_cycle, functions=activation_functions(spec),
-        rng=spec.rounding.rng, access_start=c.costs.access_start,
+        rng=rounding_rng(spec), access_start=c.costs.access_start,
         min_interval=c.costs.min_interval, stride_penalty=int(si(c.costs.stride_penalty, "B")),
         semaphore_latency=si(c.costs.semaphore_latency, "s"),
         shared_ports=tuple((tuple(sp.engines), sp.memory) for sp in c.costs.shared_ports),

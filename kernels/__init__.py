@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
+from hdl.core.isa import TF32_SHIFT
 from hdl.core.params import CoreParams
 from sim.core import Core, Result
 
+from . import mx
 from .attention import attention
 from .backward import (
     cross_entropy,
@@ -32,7 +34,8 @@ from .gemm import gemm, gemm_naive, out_dtype
 from .norms import ADAM, adam, grad_accumulate, layernorm, residual_add, rmsnorm, softmax
 from .swiglu import swiglu, swiglu_backward
 
-__all__ = ["KERNELS", "Kernel", "KernelError", "Run", "parse_shape", "run", "tolerance"]
+__all__ = ["KERNELS", "MX_FORMATS", "Kernel", "KernelError", "Run", "parse_shape", "run",
+           "tolerance"]
 
 _NUMPY = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
           "fp8_e4m3": ml_dtypes.float8_e4m3, "fp8_e5m2": ml_dtypes.float8_e5m2,
@@ -44,6 +47,14 @@ _NUMPY = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
 #: the scalar engine's piecewise polynomials 2e-4 (their fits reach about 1e-5).
 TOLERANCE = {"fp32": 1e-5, "bf16": 1e-2}
 POLYNOMIAL = 2e-4
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """float32 values of ``x`` rounded to tf32 (nearest, ties to even, on the words; finite
+    inputs), as their words hold them: the low 13 bits clear."""
+    w = np.asarray(x, np.float32).view(np.uint32).astype(np.int64)
+    w = (w + (1 << (TF32_SHIFT - 1)) - 1 + ((w >> TF32_SHIFT) & 1)) >> TF32_SHIFT
+    return (w << TF32_SHIFT).astype(np.uint32).view(np.float32)
 
 
 def tolerance(kernel: Kernel, dtype: str) -> float:
@@ -184,10 +195,12 @@ def _rc(*names, dtype=None):
     return lambda s, d: {n: ((s["R"], s["C"]), dtype or d) for n in names}
 
 
-_MATMUL_FORMATS = ("bf16", "fp8_e4m3", "fp8_e5m2", "fp16", "fp32")
+_MATMUL_FORMATS = ("bf16", "fp8_e4m3", "fp8_e5m2", "fp16", "tf32", "fp32")
+#: The block-scaled formats, where the array has them (inputs quantized by :mod:`kernels.mx`).
+MX_FORMATS = tuple(mx.ELEMENTS)
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("gemm", "out[M,N] = lhsT[K,M].T @ rhs[K,N]; SBUF-blocked, DMA overlapped",
-           ("M", "K", "N"), _MATMUL_FORMATS, gemm, _mkn,
+           ("M", "K", "N"), _MATMUL_FORMATS + MX_FORMATS, gemm, _mkn,
            lambda i: {"out": i["lhsT"].T @ i["rhs"]}, out_dtype,
            example={"M": 4096, "K": 8192, "N": 8192}),
     Kernel("gemm_naive", "the same GEMM tile by tile: no blocking, no overlap",
@@ -322,7 +335,9 @@ def build(params: CoreParams, kernel: Kernel, shape: dict, dtype: str) -> Builde
 
 def run(params: CoreParams, kernel: Kernel, shape: dict, dtype: str, *,
         timing_only: bool = False, trace: bool = False, seed: int = 0) -> Run:
-    """Build ``kernel`` for ``shape`` and run it; numeric runs draw random inputs."""
+    """Build ``kernel`` for ``shape`` and run it; numeric runs draw random inputs. An input
+    in an MX format is quantized (:func:`kernels.mx.quantize`) into its HBM tensor and the
+    ``<name>_scale`` beside it, and ``inputs`` holds its dequantized values."""
     b = build(params, kernel, shape, dtype)
     program = b.program
     core = Core(params)
@@ -331,21 +346,32 @@ def run(params: CoreParams, kernel: Kernel, shape: dict, dtype: str, *,
                    len(program))
     rng = np.random.default_rng(seed)
     hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
-    inputs = {}
+    inputs, stored = {}, set()
+
+    def put(name, x):
+        t = program.tensors[name]
+        hbm[t.offset: t.offset + t.nbytes] = np.ascontiguousarray(x).view(np.uint8).reshape(-1)
+        stored.add(name)
+
     for name, (shp, dt) in kernel.inputs(shape, dtype).items():
         x = rng.standard_normal(shp)
         if name in kernel.positive:
             x = np.abs(x)
         if name in kernel.labels:
             x = rng.integers(0, shape["C"], shp)
-        x = x.astype(_NUMPY[dt])
+        if dt in MX_FORMATS:
+            codes, scales = mx.quantize(x, dt)
+            put(name, mx.pack(codes, dt))
+            put(f"{name}_scale", scales)
+            inputs[name] = mx.dequantize(codes, scales, dt)
+            continue
+        x = _tf32(x) if dt == "tf32" else x.astype(_NUMPY[dt])
         inputs[name] = x
-        t = program.tensors[name]
-        hbm[t.offset: t.offset + t.nbytes] = np.ascontiguousarray(x).view(np.uint8).reshape(-1)
+        put(name, x)
     result = core.run(program, trace=trace, hbm=hbm, seed=seed)
     outputs = {}
     for name, t in program.tensors.items():
-        if name in inputs:
+        if name in stored:
             continue
         raw = hbm[t.offset: t.offset + t.nbytes]
         outputs[name] = raw.view(_NUMPY[t.dtype]).reshape(t.shape).astype(np.float64)

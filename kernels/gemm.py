@@ -6,13 +6,31 @@
 K-chunks on several DMA queues; each N-tile accumulates in half of the PSUM banks while the
 vector and scalar engines empty the other half and DMA queues store the results.
 :func:`gemm_naive` is the same arithmetic tile by tile with nothing overlapped or reused.
+
+:func:`gemm` also runs the block-scaled MX formats (``mxfp8``, ``mxfp4``, where the array has
+them): ``lhsT`` and ``rhs`` are then stored as :mod:`kernels.mx` lays them out, quad rows of
+four contraction indices with the scales in ``lhsT_scale`` and ``rhs_scale``, and each K-tile
+of ``P`` partitions contracts ``4P`` indices, its scales DMAed quadrant by quadrant into the
+first partitions of each (:func:`hdl.core.isa.mx_scale_partition`).
 """
 
 from __future__ import annotations
 
-from hdl.core.isa import Activation, DmaCopy, LoadStationary, MultiplyMoving, TensorCopy
+from hdl.core.isa import (
+    MX_GROUP_PARTITIONS,
+    MX_QUAD,
+    MX_QUADRANT,
+    Activation,
+    DmaCopy,
+    LoadStationary,
+    MultiplyMoving,
+    TensorCopy,
+    mx_scale_partition,
+)
+from hdl.numerics.formats import MX_FORMATS
 
 from .builder import Builder, KernelError, itemsize
+from .mx import MX_BLOCK, quad_type
 
 __all__ = ["gemm", "gemm_naive", "out_dtype"]
 
@@ -20,6 +38,9 @@ _RING = 4
 _CHUNK_BYTES = 4096  # per partition of one rhs DMA: the DMA guide's 2-4 KiB or more
 _B_QUEUES = ("dma1", "dma2", "dma3", "dma4")
 _OUT_QUEUES = ("dma5", "dma6")
+#: Queues of the MX scales (small DMAs, each paying the DMA latency in its in-order queue),
+#: where the core has them; else a scale travels on its data's queue.
+_SCALE_QUEUES = tuple(f"dma{i}" for i in range(7, 15))
 
 
 def out_dtype(dtype: str) -> str:
@@ -40,21 +61,62 @@ def _check(b: Builder, m: int, k: int, n: int, dtype: str) -> None:
                           f"{b.params.name}, not {dtype!r}")
 
 
+def _scale_copies(b: Builder, queues, src, first_row: int, cols: tuple[int, int],
+                  kp: int, offset: int, tiles: int = 1, step: int = 0) -> list[str]:
+    """DMAs of the scales of ``tiles`` consecutive K-tiles of ``kp`` quad partitions each,
+    HBM rows from ``first_row`` (one per group of 8 partitions), columns ``cols``, into the
+    SBUF scale tiles at ``offset``, ``step`` bytes apart: one DMA per quadrant, its groups
+    into the quadrant's first partitions, quadrant ``i`` on ``queues[i % len(queues)]``.
+    Returns the queues used."""
+    groups = -(-kp // MX_GROUP_PARTITIONS)
+    per = MX_QUADRANT // MX_GROUP_PARTITIONS
+    width, row = cols[1] - cols[0], src.shape[1]
+    used = []
+    for g0 in range(0, groups, per):
+        count = min(per, groups - g0)
+        queue = queues[(g0 // per) % len(queues)]
+        if queue not in used:
+            used.append(queue)
+        b.emit(queue, DmaCopy(
+            dst=b.tile("sbuf", "uint8", offset, count, ((tiles, step), (width, 1)),
+                       partition=mx_scale_partition(g0)),
+            src=b.tile("hbm", "uint8", src.offset + (first_row + g0) * row + cols[0], count,
+                       ((tiles, groups * row), (width, 1)), pstride=row)))
+    return used
+
+
+def _scale_tile(b: Builder, kp: int, offset: int, cols: int):
+    """The scale operand of a K-tile of ``kp`` quad partitions: its partitions, or one per
+    group of 8 when it has at most 32."""
+    parts = kp if kp > MX_QUADRANT else -(-kp // MX_GROUP_PARTITIONS)
+    return b.tile("sbuf", "uint8", offset, parts, ((cols, 1),))
+
+
 def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
          func: str | None = None) -> None:
     """The blocked, overlapped GEMM; with ``func``, ``out = func(lhsT.T @ rhs + bias)``,
     ``bias`` one fp32 per row of ``out``, applied by the scalar engine as it empties PSUM."""
     _check(b, m, k, n, dtype)
     p = b.params
-    es, odt = itemsize(dtype), out_dtype(dtype)
+    mx = dtype in MX_FORMATS
+    et = quad_type(dtype) if mx else dtype  # the tiles' element type
+    es, odt = itemsize(et), out_dtype(dtype)
     oes = itemsize(odt)
     tk, tm = min(p.rows, p.partitions), p.cols
     tn = min(p.moving_max, p.psum_bank_bytes // 4)
-    lhs_t = b.hbm("lhsT", (k, m), dtype)
-    rhs = b.hbm("rhs", (k, n), dtype)
+    if mx and (k % MX_BLOCK or tk % MX_GROUP_PARTITIONS):
+        raise KernelError(f"an {dtype} GEMM needs K a multiple of {MX_BLOCK} and K-tiles of "
+                          f"a multiple of {MX_GROUP_PARTITIONS} partitions, not K={k} and "
+                          f"{tk}")
+    kq = k // MX_QUAD if mx else k  # rows of the stored operands
+    lhs_t = b.hbm("lhsT", (kq, m), et)
+    rhs = b.hbm("rhs", (kq, n), et)
+    if mx:
+        lhs_s = b.hbm("lhsT_scale", (k // MX_BLOCK, m), "uint8")
+        rhs_s = b.hbm("rhs_scale", (k // MX_BLOCK, n), "uint8")
     bias = b.hbm("bias", (m, 1), "fp32") if func else None
     out = b.hbm("out", (m, n), odt)
-    k_tiles = _tiles(k, tk)
+    k_tiles = _tiles(kq, tk)
     n_tiles = _tiles(n, tn)
     group = max(1, min(len(k_tiles), _CHUNK_BYTES // (tn * es)))
     chunks = []  # (first k-tile index, tiles): full tiles grouped, a partial tile alone
@@ -69,18 +131,22 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     # M-block: half the PSUM banks (the other half is being emptied), as SBUF allows
     per_block = max(1, min(p.psum_banks // 2, -(-m // tm)))
     ring = _RING * group * tn * es
+    ring_scales = _RING * group * tn if mx else 0
     while True:
         bm = per_block * tm
-        a_bytes = len(k_tiles) * bm * es
+        a_scales = len(k_tiles) * bm if mx else 0
+        a_bytes = len(k_tiles) * bm * es + a_scales
         blocks = _tiles(m, bm)
         stage = 2 * per_block * tn * oes
-        fixed = ring + stage + (per_block * 4 if func else 0)
+        fixed = ring + ring_scales + stage + (per_block * 4 if func else 0)
         buffers = 2 if len(blocks) > 1 and 2 * a_bytes + fixed <= p.sbuf_bytes else 1
         if buffers * a_bytes + fixed <= p.sbuf_bytes or per_block == 1:
             break
         per_block -= 1
     a_base = [b.sbuf(a_bytes, "lhsT block") for _ in range(buffers)]
+    a_scale = [base + len(k_tiles) * bm * es for base in a_base]  # after the block's data
     ring_base = b.sbuf(ring, "rhs ring")
+    ring_scale = b.sbuf(ring_scales, "rhs scales") if mx else 0
     stage_base = b.sbuf(stage, "output staging")
     bias_base = b.sbuf(per_block * 4, "bias") if func else 0
     banks = b.psum_banks(2 * per_block, "accumulators")
@@ -96,10 +162,13 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
         b.wait("dma0", a_free[buf])
         for c0, g in chunks:
             kp = k_tiles[c0][1]
-            src = b.tile("hbm", dtype, lhs_t.offset + (k_tiles[c0][0] * m + m0) * es, kp,
+            src = b.tile("hbm", et, lhs_t.offset + (k_tiles[c0][0] * m + m0) * es, kp,
                          ((g, tk * m), (bmp, 1)), pstride=m * es)
-            dst = b.tile("sbuf", dtype, a_base[buf] + c0 * bm * es, kp, ((g, bm), (bmp, 1)))
+            dst = b.tile("sbuf", et, a_base[buf] + c0 * bm * es, kp, ((g, bm), (bmp, 1)))
             b.emit("dma0", DmaCopy(dst=dst, src=src))
+            if mx:
+                _scale_copies(b, ["dma0"], lhs_s, k_tiles[c0][0] // MX_GROUP_PARTITIONS,
+                              (m0, m0 + bmp), kp, a_scale[buf] + c0 * bm, g, bm)
         if func:
             for mt, (mo, mp) in enumerate(_tiles(bmp, tm)):
                 src = bias.ap((m0 + mo, m0 + mo + mp))
@@ -115,22 +184,39 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                 s = slot % _RING
                 q = _B_QUEUES[slot % len(_B_QUEUES)]
                 b.wait(q, slot_free[s])
-                src = b.tile("hbm", dtype, rhs.offset + (k_tiles[c0][0] * n + n0) * es, kp,
+                src = b.tile("hbm", et, rhs.offset + (k_tiles[c0][0] * n + n0) * es, kp,
                              ((g, tk * n), (tnp, 1)), pstride=n * es)
                 base = ring_base + s * group * tn * es
-                b.emit(q, DmaCopy(dst=b.tile("sbuf", dtype, base, kp, ((g, tn), (tnp, 1))),
+                scales = ring_scale + s * group * tn
+                b.emit(q, DmaCopy(dst=b.tile("sbuf", et, base, kp, ((g, tn), (tnp, 1))),
                                   src=src))
                 b.wait("tensor", b.signal(q))
+                if mx:
+                    quads = MX_QUADRANT // MX_GROUP_PARTITIONS
+                    queues = [_SCALE_QUEUES[(slot * quads + i) % len(_SCALE_QUEUES)]
+                              for i in range(quads)] \
+                        if p.dma_queues > int(_SCALE_QUEUES[-1][3:]) else [q]
+                    for qs in queues:
+                        if qs != q:
+                            b.wait(qs, slot_free[s])
+                    for qs in _scale_copies(b, queues, rhs_s,
+                                            k_tiles[c0][0] // MX_GROUP_PARTITIONS,
+                                            (n0, n0 + tnp), kp, scales, g, tn):
+                        b.wait("tensor", b.signal(qs))
                 for gi in range(g):
                     kt = c0 + gi
                     for mt, (mo, mp) in enumerate(m_tiles):
-                        b.emit("tensor", LoadStationary(src=b.tile(
-                            "sbuf", dtype, a_base[buf] + (kt * bm + mo) * es, kp, ((mp, 1),))))
+                        b.emit("tensor", LoadStationary(
+                            src=b.tile("sbuf", et, a_base[buf] + (kt * bm + mo) * es, kp,
+                                       ((mp, 1),)),
+                            scale=_scale_tile(b, kp, a_scale[buf] + kt * bm + mo, mp)
+                            if mx else None))
                         b.emit("tensor", MultiplyMoving(
                             dst=b.tile("psum", "fp32", banks[half * per_block + mt], mp,
                                        ((tnp, 1),)),
-                            src=b.tile("sbuf", dtype, base + gi * tn * es, kp, ((tnp, 1),)),
-                            accumulate=kt > 0))
+                            src=b.tile("sbuf", et, base + gi * tn * es, kp, ((tnp, 1),)),
+                            accumulate=kt > 0,
+                            scale=_scale_tile(b, kp, scales + gi * tn, tnp) if mx else None))
                 slot_free[s] = b.signal("tensor")
                 slot += 1
             done = slot_free[(slot - 1) % _RING]

@@ -409,9 +409,12 @@ class LncSpec(Strict):
 
 class RoundingSpec(Strict):
     modes: list[Literal["rne", "stochastic"]] = Field(
-        description="Rounding modes of casts to narrower formats.")
+        description="Rounding modes of casts to narrower formats. Without 'stochastic' the "
+                    "engines round to nearest even only: no random generators or stochastic "
+                    "datapaths in their RTL, and the models refuse stochastic instructions.")
     rng: Literal["xorwow", "lfsr32"] = Field(
-        "xorwow", description="Per-lane random generator of stochastic rounding.")
+        "xorwow", description="Per-lane random generator of stochastic rounding (none where "
+                              "the modes lack 'stochastic').")
 
 
 class SimScale(Strict):

@@ -131,12 +131,14 @@ def test_write_if_changed_leaves_equal_files_alone(tmp_path):
 
 
 
-def test_a_unit_emitted_by_a_worker_process_gives_the_same_files(tmp_path):
+def test_a_unit_emitted_by_a_worker_process_gives_the_same_files(tmp_path, monkeypatch):
     """`gen chip` emits its units in worker processes (one per core); the files are the same
     as emitted in this process."""
+    from generators import chip
     from generators.chip import _emit, emitters, header
     from generators.units import UNITS
 
+    monkeypatch.setattr(chip, "emission_key", lambda *args: None)  # both emitted, not stored
     doc = load_document("trn2")
     (params,) = UNITS["link"].params(doc.spec, "sim")
     threshold = gc.get_threshold()
@@ -148,3 +150,90 @@ def test_a_unit_emitted_by_a_worker_process_gives_the_same_files(tmp_path):
     assert all(a.read_bytes() == b.read_bytes() for a, b in zip(here, there, strict=True))
     with pytest.raises(ValueError, match=r"jobs must be a positive integer, not 0"):
         generate_chip(doc, tmp_path / "none", "sim", units=["link"], jobs=0)
+
+
+def test_a_stored_emission_is_the_emitted_files_and_a_damaged_one_is_emitted_again(
+        tmp_path, monkeypatch):
+    """A unit's files come from the machine's store of emissions when it holds them for the
+    same unit, parameters, header and code; an entry that is not intact is not used."""
+    import dataclasses
+
+    import generators.link
+    from generators import chip
+    from generators.units import UNITS
+
+    monkeypatch.setenv("TRNGEN_CACHE", str(tmp_path / "cache"))
+    doc = load_document("trn2")
+    (params,) = UNITS["link"].params(doc.spec, "sim")
+    head = chip.header(doc)
+    emitted = chip._emit("link", params, tmp_path / "a", head)
+    texts = [p.read_bytes() for p in emitted]
+    entry = chip.emission_store() / chip.emission_key("link", params, head)
+    assert (entry / "index.json").is_file()
+
+    def not_emitted(*args):
+        raise AssertionError("emitted where the store holds the files")
+
+    with monkeypatch.context() as m:
+        m.setattr(generators.link, "emit", not_emitted)
+        fetched = chip._emit("link", params, tmp_path / "b", head)
+    assert [p.name for p in fetched] == [p.name for p in emitted]
+    assert [p.read_bytes() for p in fetched] == texts
+    assert [p.parent for p in fetched] == [tmp_path / "b"] * len(texts)
+
+    stored = entry / "files" / emitted[0].name
+    stored.write_bytes(stored.read_bytes()[:-10])             # a damaged entry
+    again = chip._emit("link", params, tmp_path / "c", head)
+    assert [p.read_bytes() for p in again] == texts
+    assert stored.read_bytes() == texts[0]                     # and stored whole again
+
+    # Other parameters or another header are another entry; a test's stand-in is never stored.
+    other = dataclasses.replace(params, credits=params.credits + 1)
+    keys = {chip.emission_key("link", p, h) for p, h in
+            [(params, head), (other, head), (params, head + " ")]}
+    assert len(keys) == 3
+    monkeypatch.setitem(UNITS, "link", dataclasses.replace(UNITS["link"], emit=not_emitted))
+    assert chip.emission_key("link", params, head) is None
+
+
+#: Amaranth's Verilog of one small design: through its child process of Yosys, then twice
+#: through `gen chip`'s Yosys in the process (run apart: a process that has run WebAssembly
+#: cannot fork afterwards), as a JSON list; [] when Amaranth takes a Yosys from the path.
+YOSYS_HERE = """
+import json
+from amaranth import Module, Signal
+from amaranth._toolchain.yosys import _BuiltinYosys, find_yosys
+from amaranth.back import verilog
+from generators.chip import yosys_in_process
+
+def design():
+    m = Module()
+    a, b, sel = Signal(8), Signal(8), Signal()
+    count, out = Signal(8), Signal(8)
+    m.d.sync += count.eq(count + a)
+    with m.If(sel):
+        m.d.comb += out.eq(count ^ b)
+    with m.Else():
+        m.d.comb += out.eq(~b)
+    return verilog.convert(m, ports=[a, b, sel, out], emit_src=False)
+
+texts = []
+if find_yosys(lambda found: True) is _BuiltinYosys:
+    texts.append(design())
+    with yosys_in_process():
+        texts += [design(), design()]
+print(json.dumps(texts))
+"""
+
+
+def test_yosys_run_in_process_writes_what_its_child_process_writes():
+    """`gen chip`'s workers run Amaranth's bundled Yosys inside themselves; the Verilog is
+    what Amaranth's own child process of that Yosys writes, run after run (Yosys's internal
+    names count from the same start each time)."""
+    run = subprocess.run([sys.executable, "-c", YOSYS_HERE], cwd=REPO, capture_output=True,
+                         text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), check=True)
+    texts = json.loads(run.stdout)
+    if not texts:
+        pytest.skip("Amaranth uses a Yosys found on the path, which runs as it always does")
+    child, *here = texts
+    assert "$auto$" in child and here == [child, child]

@@ -340,8 +340,7 @@ def test_multiply_must_match_its_tile_in_rate(trn1):
 
 def test_tf32_mixes_with_no_other_format(trn1):
     """"FP32/TF32 not mixed with others" [ISA]: tf32 runs at bf16's rate, yet a bf16 tile
-    takes no tf32 moving tile, nor a tf32 tile an fp16 one. (The instruction set has no tf32
-    operand type yet, so the rule is checked where the simulator keeps it.)"""
+    takes no tf32 moving tile, nor a tf32 tile an fp16 one (programs: test_core_formats.py)."""
     core = Core(trn1)
     assert core._partners("bf16", "fp16") and core._partners("tf32", "tf32")
     assert not core._partners("bf16", "tf32") and not core._partners("tf32", "fp16")

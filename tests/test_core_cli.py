@@ -35,6 +35,16 @@ def test_run_numeric_with_trace(tmp_path):
     assert {"matmul", "ldst", "act", "dma"} <= {e["name"] for e in spans}
 
 
+def test_run_mx_gemm_on_trn3():
+    """`gen run` takes the MX formats where the array has them, its utilisation against the
+    spec's MX rate (four times bf16's 79 TFLOPS per core)."""
+    result = run("run", "trn3", "gemm", "--shape", "M=64,K=512,N=128", "--dtype", "mxfp8")
+    assert result.exit_code == 0, result.output
+    assert "trn3: gemm M=64 K=512 N=128 mxfp8" in result.output
+    assert "% of the tensor engine's 315 TFLOPS (mxfp8)" in result.output
+    assert "out: max error" in result.output and " ok" in result.output
+
+
 def test_run_timing_only_lnc():
     one = run("run", "trn2", "gemm", "--shape", "M=4096,K=1024,N=2048", "--timing-only")
     two = run("run", "trn2", "gemm", "--shape", "M=4096,K=1024,N=2048", "--timing-only",
@@ -60,6 +70,9 @@ def test_run_timing_only_lnc():
     (("run", "trn1", "softmax", "--shape", "R=4,C=100000"),
      "error: C must be at most 65536 (one SBUF tile's free size), not 100000"),
     (("run", "inf1", "gemm"), "error: inf1: the core simulator needs"),
+    (("run", "trn2", "gemm", "--dtype", "mxfp8"), "error: dtype must be one of fp8_e4m3, "
+                                                  "fp8_e5m2, cfp8, bf16, fp16, tf32, fp32 on "
+                                                  "trn2, not 'mxfp8'"),
     (("run", "trn2.48xlarge", "gemm"), "error: --shard: expected tp=N to run gemm on a "
                                        "system"),
 ])

@@ -159,6 +159,25 @@ def test_send_recv_hand_worked(instance):
     assert one.busbw == pytest.approx(one.algbw) == pytest.approx(n / one.time)
 
 
+@pytest.mark.parametrize("name, peer, members", [
+    ("trn2.48xlarge", None, None), ("trn2.48xlarge", 10, None),  # 1 and 3 torus hops
+    ("trn3-ultraserver", 7, None),                                 # through the switch
+    ("trn2-cluster", 16, 2)])                                      # NeuronLink, then EFA
+@pytest.mark.parametrize("nbytes", [4096, 3 * 2**20 + 4, 64 * 2**20])
+def test_send_recv_equals_the_send_formula(name, peer, members, nbytes):
+    """The executed send/receive takes the time of the one point-to-point cost rule,
+    ``collectives.send_time`` (which the exploration model charges for pipeline stages),
+    on its path's links: on one hop exactly ``alpha + n / (bandwidth x efficiency)``."""
+    system = model.build(name)
+    r = execute.run(system, "send_recv", nbytes, chunk=2**20, peer=peer, members=members)
+    formula = execute.analytic(system, "send_recv", nbytes, r.algorithm, members, 2**20, peer)
+    assert r.time == pytest.approx(formula, rel=1e-12)
+    if name == "trn2.48xlarge" and peer is None:
+        link = 1024e9 / 4
+        assert formula == pytest.approx(collectives.send_time(
+            nbytes, link, system.spec.link_latency, system.chip.efficiency), rel=1e-12)
+
+
 def test_contention_two_transfers_share_a_link(instance):
     """An all-to-all puts several transfers on one link: no link carries more than its
     bandwidth, and the busiest link's bytes over its payload rate bound the time."""
@@ -308,6 +327,24 @@ def test_sharded_gemm_on_the_core_simulator_then_all_reduce(instance):
     want = _ring_order_sum(parts, _ring_members(instance), 128 * 48, fold)
     assert np.array_equal(r.result, want)
     assert r.time == r.kernel_time + r.collective.time and r.kernel_time > 0
+
+
+def test_sharded_gemm_in_tf32_and_not_in_mx(instance):
+    """tf32 shards are drawn as the instruction set stores tf32 (32-bit words, the low 13
+    bits clear) and each chip's output is the golden tf32 GEMM of its shard; MX formats are
+    refused in one line (their scales are not split over chips)."""
+    import kernels
+
+    r = execute.run_sharded(instance, kernels.KERNELS["gemm"], {"M": 8, "K": 16 * 8, "N": 8},
+                            "tf32", timing_only=False, algorithm="ring", seed=1)
+    lhs_t, rhs = (r.inputs[n].view(np.uint32) for n in ("lhsT", "rhs"))
+    assert not (lhs_t & 0x1FFF).any() and not (rhs & 0x1FFF).any()
+    golden = systolic.matmul(lhs_t[:8] >> 13, rhs[:8] >> 13, "tf32").view(np.float32)
+    assert np.array_equal(r.outputs[0], numerics.cast_bits(golden, BF16).reshape(-1))
+    with pytest.raises(ModelError, match=r"^dtype of a sharded run must not be block-scaled "
+                                         r".*, not 'mxfp8'$"):
+        execute.run_sharded(instance, kernels.KERNELS["gemm"], {"M": 8, "K": 16 * 32, "N": 8},
+                            "mxfp8")
 
 
 def test_tensor_parallel_gemm_bf16_stochastic_within_bound(instance, seed):

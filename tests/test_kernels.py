@@ -28,6 +28,8 @@ def _cases():
                                  dict(B=1, S=600, D=32)]}
     for k in kernels.KERNELS.values():
         for dtype in k.dtypes:
+            if dtype in kernels.MX_FORMATS:
+                continue  # trn1's array has no MX formats: test_mx_gemm_on_trn3
             shapes = small[k.dims]
             if k.dims == ("R", "C") and "norm" not in k.name:
                 # one column: a norm's variance would be 0 or tiny, below the scalar engine's
@@ -54,6 +56,66 @@ def test_kernel_matches_numpy(trn1, name, dtype, shape, seed):
     for out, want in ref.items():
         err = np.abs(run.outputs[out] - want).max() / np.abs(want).max()
         assert err <= tol, f"{out}: {err:.3g} > {tol:g}"
+
+
+@pytest.mark.parametrize("dtype, shape", [
+    ("mxfp8", dict(M=130, K=1056, N=520)),  # tiles of 128, 128 and 8 quad partitions
+    ("mxfp4", dict(M=32, K=32, N=8)),       # one scale group
+])
+def test_mx_gemm_on_trn3(dtype, shape, seed):
+    """The blocked GEMM in an MX format on trn3 against numpy float64 on the inputs' values
+    as ml_dtypes reads them (elements times float8_e8m0fnu scales): only the fp32 sums and
+    the bf16 output round. With K above one MX pass (4 x 128), the tensor engine's 3 passes
+    take a third of bf16's 9 in cycles."""
+    params = core_params(load("trn3"))
+    k = kernels.KERNELS["gemm"]
+    run = kernels.run(params, k, shape, dtype, seed=seed)
+    want = run.reference()["out"]
+    err = np.abs(run.outputs["out"] - want).max() / np.abs(want).max()
+    assert err <= kernels.tolerance(k, dtype)
+    assert run.result.flops == 2.0 * shape["M"] * shape["K"] * shape["N"]
+    if shape["K"] > 4 * params.rows:
+        bf16 = kernels.run(params, k, shape, "bf16", timing_only=True).result
+        assert run.result.cycles["tensor"] < bf16.cycles["tensor"] / 2.5
+
+
+def test_mx_quantization_follows_ocp():
+    """OCP MX v1.0 section 6.3 by another route: each block's scale is 2^(e - emax) for
+    2^e <= amax < 2^(e+1) (np.frexp), the elements are ml_dtypes' round-to-nearest of the
+    scaled values clamped to the largest finite element, an all-zero block scale 2^-127."""
+    import ml_dtypes
+
+    from kernels import mx
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((96, 7)) * 2.0 ** rng.integers(-20, 20, (1, 7))
+    x[32:64, 3] = 0.0
+    for fmt, emax, top in (("mxfp8", 8, 448.0), ("mxfp4", 2, 6.0)):
+        codes, scales = mx.quantize(x, fmt)
+        amax = np.abs(x.reshape(3, 32, 7)).max(axis=1)
+        e = np.frexp(amax)[1] - 1 - emax
+        want_scales = np.where(amax > 0, e + 127, 0)
+        assert np.array_equal(scales, want_scales)
+        scaled = np.clip(x / np.ldexp(1.0, np.repeat(want_scales, 32, axis=0) - 127), -top, top)
+        element = mx.ELEMENTS[fmt]
+        assert np.array_equal(codes.view(element).astype(np.float64),
+                              scaled.astype(element).astype(np.float64))
+        assert np.array_equal(mx.dequantize(codes, scales, fmt),
+                              scaled.astype(element).astype(np.float64)
+                              * np.ldexp(1.0, np.repeat(want_scales, 32, axis=0) - 127))
+    assert ml_dtypes.float8_e8m0fnu(2.0 ** -127).view(np.uint8) == 0
+
+
+def test_mx_gemm_refuses_what_it_cannot_tile():
+    params = core_params(load("trn3"))
+    with pytest.raises(kernels.KernelError, match=r"an mxfp8 GEMM needs K a multiple of 32 "
+                                                  r"and K-tiles of a multiple of 8 partitions, "
+                                                  r"not K=48 and 128"):
+        kernels.run(params, kernels.KERNELS["gemm"], dict(M=8, K=48, N=8), "mxfp8")
+    with pytest.raises(kernels.KernelError, match=r"dtype must be one of .* on trn1, not "
+                                                  r"'mxfp8'"):
+        kernels.run(core_params(load("trn1")), kernels.KERNELS["gemm"], dict(M=8, K=32, N=8),
+                    "mxfp8")
 
 
 def test_timing_only_gives_the_numeric_runs_time(trn1):

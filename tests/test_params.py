@@ -86,7 +86,8 @@ def test_spec_fields_reach_the_parameters(tmp_path):
 
 def test_block_formats_in_the_array():
     """trn3's array takes mxfp8 and mxfp4 (rate 4 in the spec, one product per PE per cycle
-    in the RTL); the core's instruction set has no MX types, so the core lists the others."""
+    in the RTL); the core lists every format of the array, in order, its instruction set's
+    MX quad types among them."""
     spec = load("trn3")
     t = spec.core.tensor
     array = systolic_params(t)
@@ -95,7 +96,9 @@ def test_block_formats_in_the_array():
     assert array.width == 32 and array.k_limit("mxfp8") == array.rows
     assert rtl_format_name(t, "mxfp4") == "mxfp4"
     assert rtl_format_name(t, "bf16") == "bf16"
-    assert core_params(spec).formats == tuple(f for f in t.formats if not f.startswith("mx"))
+    core = core_params(spec)
+    assert core.formats == tuple(t.formats)
+    assert core.array_format("mxfp8") == "mxfp8" and core.array_format("cfp8") == array.formats[3]
 
 
 def test_parameters_that_make_no_unit(tmp_path):

@@ -173,7 +173,7 @@ def test_golden_vector_ops_against_numpy():
 @pytest.mark.parametrize("kwargs, message", [
     ({"lanes": 0}, r"lanes must be a positive integer, not 0"),
     ({"lanes": 2, "formats": ("fp32", "fp64")}, r"formats must name 'fp32' or float formats"),
-    ({"lanes": 2, "rng": "mt"}, r"rng must be one of 'xorwow', 'lfsr32', not 'mt'"),
+    ({"lanes": 2, "rng": "mt"}, r"rng must be one of 'xorwow', 'lfsr32' or None, not 'mt'"),
     ({"lanes": 2, "seed": -1}, r"seed must be an integer in \[0, 2\*\*32\), not -1"),
 ])
 def test_vector_params_errors(kwargs, message):

@@ -125,8 +125,9 @@ class NeuronCore(wiring.Component):
         super().__init__({"host": Out(host_signature()),
                           "m_axi": Out(AxiSignature(self.addr_bits))})
         words = max(self.map.sbuf_words, self.map.psum_words)
-        self.vector = VectorEngine(params.partitions, words)
-        self.gpsimd = VectorEngine(params.partitions, words, kind="gpsimd")
+        generator = params.rng is not None
+        self.vector = VectorEngine(params.partitions, words, generator=generator)
+        self.gpsimd = VectorEngine(params.partitions, words, "gpsimd", generator=generator)
         self.scalar = ScalarEngine(params.partitions, params.activation_lanes, words,
                                    params.functions, params.rng)
         self.tensor = TensorEngine(params.partitions, params.tensor, params.formats, words)

@@ -27,11 +27,13 @@ from typing import ClassVar
 from hdl.vector.ops import Reduce, VectorOp
 
 __all__ = [
-    "AP", "AP_BITS", "AP_FIELDS", "DTYPES", "ENGINE_OPS", "INSTRUCTIONS", "OPCODE_BITS",
-    "SPACES", "WORD_BITS", "Activation", "DmaCopy", "Instruction", "IsaError", "Iota",
+    "AP", "AP_BITS", "AP_FIELDS", "DTYPES", "ENGINE_OPS", "INSTRUCTIONS", "MX_DTYPES",
+    "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS", "SPACES", "TF32_SHIFT",
+    "WORD_BITS", "Activation", "DmaCopy", "Instruction", "IsaError", "Iota",
     "LoadStationary", "Memset", "MultiplyMoving", "SemSignal", "SemWait", "TensorCopy",
     "TensorReduce", "TensorScalar", "TensorTensor", "Transpose", "decode", "encode",
-    "engine_kind", "field_positions", "format_instruction", "parse",
+    "engine_kind", "field_positions", "format_instruction", "input_format",
+    "mx_scale_partition", "parse",
 ]
 
 
@@ -42,11 +44,51 @@ class IsaError(ValueError):
 #: Memory spaces an access pattern can address.
 SPACES = ("hbm", "sbuf", "psum")
 #: Element types of access patterns: name -> (code, bytes). Float formats are the names of
-#: :mod:`hdl.numerics.formats`; ``int32``/``uint32`` are plain words.
+#: :mod:`hdl.numerics.formats`; ``int32``/``uint32``/``uint8`` are plain words.
+#:
+#: * ``tf32`` (sign, 8 exponent bits, 10 mantissa bits) is stored in 32 bits, as NKI's
+#:   ``tfloat32`` ("32-bit floating-point number (1S,8E,10M)" [NKI-DT]): its 19
+#:   bits are the top of the word, where fp32 has the same fields, and the low 13 bits are
+#:   written as zero and never read.
+#: * ``mxfp8_x4`` and ``mxfp4_x4`` are the quad types of the block-scaled MX formats (NKI's
+#:   ``float8_e4m3fn_x4`` and ``float4_e2m1fn_x4`` [NKI-DT, NKI4, NKI-MX]): one
+#:   element holds four element codes of :data:`MX_DTYPES`' format along the contraction
+#:   axis, code ``i`` in byte ``i`` (fp8) or nibble ``i`` (fp4, low nibble first), so a
+#:   tile of ``P`` partitions contracts ``4 * P`` elements, ``4 * p + i`` the index of code
+#:   ``i`` of partition ``p``. Each 32 of them (8 partitions) share an E8M0 scale, one
+#:   ``uint8`` of the tile's scale operand (``scale`` of :class:`LoadStationary` and
+#:   :class:`MultiplyMoving`, see there).
 DTYPES = {"fp32": (0, 4), "bf16": (1, 2), "fp16": (2, 2), "fp8_e4m3": (3, 1),
           "fp8_e5m2": (4, 1), "fp8_e4m3fn": (5, 1), "int8": (6, 1), "int32": (7, 4),
-          "uint32": (8, 4)}
+          "uint32": (8, 4), "tf32": (9, 4), "mxfp8_x4": (10, 4), "mxfp4_x4": (11, 2),
+          "uint8": (12, 1)}
 _DTYPE_BY_CODE = {code: name for name, (code, _) in DTYPES.items()}
+#: The MX quad types: name -> the tensor engine's format of their elements.
+MX_DTYPES = {"mxfp8_x4": "mxfp8", "mxfp4_x4": "mxfp4"}
+#: Element codes in one element of an MX quad type.
+MX_QUAD = 4
+#: Partitions of an MX tile that share one scale (with the quad: 32 contraction elements),
+#: and partitions of the quadrant whose first partitions hold their scales [NKI4, NKI-MX].
+MX_GROUP_PARTITIONS = 8
+MX_QUADRANT = 32
+#: The low bits of a tf32 word below its 19-bit code.
+TF32_SHIFT = 13
+
+
+def input_format(dtype: str) -> str:
+    """The tensor engine's format of element type ``dtype``: an MX quad type's MX format,
+    any other type itself."""
+    return MX_DTYPES.get(dtype, dtype)
+
+
+def mx_scale_partition(group: int) -> int:
+    """The partition, counted from the scale operand's first, that holds the scale of
+    scale group ``group`` of an MX tile (its partitions ``8 * group .. 8 * group + 7``): the
+    scales of a quadrant's four groups sit in that quadrant's first four partitions."""
+    q, j = divmod(group, MX_QUADRANT // MX_GROUP_PARTITIONS)
+    return q * MX_QUADRANT + j
+
+
 ROUNDINGS = ("rne", "stochastic")
 
 WORD_BITS = 1024
@@ -160,31 +202,44 @@ _WRITTEN = ("dst", "reduce_dst")
 @dataclass(frozen=True, slots=True)
 class LoadStationary(Instruction):
     """Load a K x M stationary tile (``src``: K partitions, M elements) into the array at
-    tile position (``row``, ``col``) in PE rows and columns."""
+    tile position (``row``, ``col``) in PE rows and columns.
+
+    An MX tile (``src`` of an MX quad type) comes with ``scale``: its E8M0 scales, ``uint8``
+    in SBUF, M elements per partition. The scale of the tile's partitions ``8g .. 8g + 7``
+    and column ``m`` is element ``m`` of ``scale``'s partition :func:`mx_scale_partition`
+    (``g``): a quadrant's scales sit in its own first four partitions. ``scale`` has the
+    tile's K partitions, or (K at most 32) one per group of 8, as NKI allocates MX scales
+    [NKI-MX]. Other tiles take no ``scale``."""
 
     OPCODE: ClassVar[int] = 1
     MNEMONIC: ClassVar[str] = "ldst"
-    FIELDS: ClassVar = (("src", "ap", AP_BITS), ("row", "u", 8), ("col", "u", 8))
+    FIELDS: ClassVar = (("src", "ap", AP_BITS), ("row", "u", 8), ("col", "u", 8),
+                        ("scale", "ap", AP_BITS))
     src: AP
     row: int = 0
     col: int = 0
+    scale: AP | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class MultiplyMoving(Instruction):
     """Stream the K x N moving tile ``src`` through the loaded stationary; ``dst`` (PSUM,
     fp32, M partitions, N elements: the bank and offset are its address) receives the sum,
-    added to it with ``accumulate``. The input format is ``src``'s element type."""
+    added to it with ``accumulate``. The input format is ``src``'s element type; an MX
+    moving tile comes with ``scale``, laid out as :class:`LoadStationary`'s (N elements per
+    partition)."""
 
     OPCODE: ClassVar[int] = 2
     MNEMONIC: ClassVar[str] = "matmul"
     FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
-                        ("accumulate", "u", 1), ("row", "u", 8), ("col", "u", 8))
+                        ("accumulate", "u", 1), ("row", "u", 8), ("col", "u", 8),
+                        ("scale", "ap", AP_BITS))
     dst: AP
     src: AP
     accumulate: bool = False
     row: int = 0
     col: int = 0
+    scale: AP | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ class CoreParams:
     clocks: tuple[tuple[str, float], ...]
     vector_elements: float
     functions: tuple[FunctionSpec, ...]
-    rng: str
+    rng: str | None  # stochastic rounding's generator; None: the chip rounds to nearest even only
     access_start: int
     min_interval: int
     stride_penalty: int
@@ -60,9 +60,8 @@ class CoreParams:
 
     def array_format(self, fmt: str) -> str:
         """The tensor array's name of input format ``fmt`` (cFP8 carries its layout and bias
-        there): :attr:`formats` lists the array's formats but the MX ones, in order."""
-        names = [f for f in self.tensor.formats if not self.tensor.is_mx(f)]
-        return names[self.formats.index(fmt)]
+        there): :attr:`formats` lists the array's formats, in order."""
+        return self.tensor.formats[self.formats.index(fmt)]
 
     def rate(self, fmt: str) -> float:
         """Multiply-accumulates per PE per cycle of ``fmt`` (1 unless the spec says)."""

@@ -91,7 +91,9 @@ class ScalarEngine(wiring.Component):
         n = partitions
         super().__init__(engine_ports(("r",), n, words))
         self.unit = ActivationUnit(self.params, lane_instances=True)
-        self.alu = Vector(VectorParams(lanes=lanes), lane_instances=True)
+        # the vector engine's lanes (with its generator where the chip has one)
+        self.alu = Vector(VectorParams(lanes=lanes, **({} if rng is not None else {"rng": None})),
+                          lane_instances=True)
 
     @property
     def groups(self) -> int:

@@ -32,6 +32,7 @@ from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
 from hdl.core.engines import engine_ports, read_step, rotate, unrotate
 from hdl.core.isa import (
     DTYPES,
+    MX_DTYPES,
     WORD_BITS,
     Instruction,
     LoadStationary,
@@ -53,10 +54,19 @@ def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
     (None: it can)."""
     if not isinstance(ins, TENSOR_OPS):
         return f"the tensor engine runs {', '.join(c.__name__ for c in TENSOR_OPS)}"
+    if ins.src.dtype in _NOT_RUN:
+        return f"src must not be {ins.src.dtype}: {_NOT_RUN[ins.src.dtype]}"
     if ins.src.dtype not in formats or ins.src.dtype not in DTYPES:
-        usable = [f for f in formats if f in DTYPES]
+        usable = [f for f in formats if f in DTYPES and f not in _NOT_RUN]
         return f"src must be one of {', '.join(usable)}, not {ins.src.dtype}"
     return None
+
+
+#: Element types of the instruction set the core's tensor engine does not run, and why.
+_NOT_RUN = {"tf32": "the engine passes an operand's low bits to the array, and a tf32 "
+                    "word holds its code in the top 19",
+            **{t: "the engine reads no scale operand for the array's MX formats"
+               for t in MX_DTYPES}}
 
 
 class TensorEngine(wiring.Component):

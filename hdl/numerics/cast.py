@@ -58,14 +58,29 @@ from .formats import FP32, FloatFormat
 from .fpu import lzc, round_pack
 
 __all__ = ["LFSR_TAPS", "RNGS", "ROUNDINGS", "XORWOW_WEYL", "Cast", "CastLane", "CastParams",
-           "FormatCastLane", "lane_seed", "rng_initial_state", "rng_word", "seed_value",
-           "seed_words"]
+           "FormatCastLane", "check_rng", "lane_seed", "rng_initial_state", "rng_word",
+           "roundings", "seed_value", "seed_words"]
 
 ROUNDINGS = ("rne", "stochastic")
 RNGS = ("xorwow", "lfsr32")
 LFSR_TAPS = 0x8020_0003
 XORWOW_WEYL = 362437
 _MASK32 = 0xFFFF_FFFF
+
+
+def check_rng(rng, *, optional: bool = False) -> None:
+    """Refuse a generator name not in :data:`RNGS` (None too, unless ``optional``: a unit
+    without a generator, which rounds to nearest even only)."""
+    if rng in RNGS or (optional and rng is None):
+        return
+    names = ", ".join(map(repr, RNGS)) + (" or None" if optional else "")
+    raise ValueError(f"rng must be one of {names}, not {rng!r}")
+
+
+def roundings(rng: str | None) -> tuple[str, ...]:
+    """The roundings of a unit whose generator is ``rng``: :data:`ROUNDINGS`, or only
+    ``"rne"`` without a generator (``rng`` None)."""
+    return ROUNDINGS if rng is not None else ("rne",)
 
 
 def _mix32(h: int) -> int:
@@ -239,30 +254,32 @@ class FormatCastLane(wiring.Component):
     """A cast lane whose target format and rounding are chosen at run time.
 
     ``formats`` is a tuple of :class:`FloatFormat` (fp32 allowed: passed through unchanged,
-    every NaN canonical); ``rng`` the generator of stochastic rounding. Ports: ``x`` (32
-    bits); ``fmt``, the index of the target in ``formats``; ``stochastic``, stochastic
-    rounding instead of round-to-nearest-even; ``en``, a beat is accepted (the generator
-    advances, every beat, whatever the format and rounding); ``seed``, as for
-    :class:`CastLane`; ``y`` (32 bits, combinational), the target's bit pattern in its low
-    bits, zero above. Each narrow target rounds exactly as :class:`CastLane` with that
-    format does, the stochastic ones from the top bits of the same word.
+    every NaN canonical); ``rng`` the generator of stochastic rounding, or None for a lane
+    that rounds to nearest even only. Ports: ``x`` (32 bits); ``fmt``, the index of the
+    target in ``formats``; ``y`` (32 bits, combinational), the target's bit pattern in its
+    low bits, zero above. With a generator also ``stochastic``, stochastic rounding instead
+    of round-to-nearest-even; ``en``, a beat is accepted (the generator advances, every
+    beat, whatever the format and rounding); ``seed``, as for :class:`CastLane`. Each narrow
+    target rounds exactly as :class:`CastLane` with that format does, the stochastic ones
+    from the top bits of the same word. Without a generator the lane has neither those
+    ports nor the stochastic datapaths.
     """
 
-    def __init__(self, formats: tuple, rng: str = "xorwow"):
+    def __init__(self, formats: tuple, rng: str | None = "xorwow"):
         if (not isinstance(formats, tuple) or not formats
                 or not all(isinstance(f, FloatFormat) for f in formats)):
             raise ValueError(f"formats must be a non-empty tuple of FloatFormat, not {formats!r}")
-        if rng not in RNGS:
-            raise ValueError(f"rng must be one of {', '.join(map(repr, RNGS))}, not {rng!r}")
+        check_rng(rng, optional=True)
         self.formats = formats
         self.rng = rng
-        super().__init__({"x": In(32), "fmt": In(range(max(len(formats), 2))),
-                          "stochastic": In(1), "en": In(1),
-                          "seed": In(32 * seed_words(rng)), "y": Out(32)})
+        ports = {"x": In(32), "fmt": In(range(max(len(formats), 2)))}
+        if rng is not None:
+            ports.update({"stochastic": In(1), "en": In(1), "seed": In(32 * seed_words(rng))})
+        super().__init__(ports | {"y": Out(32)})
 
     def elaborate(self, platform):
         m = Module()
-        word = rng_word(m, self.rng, self.seed, self.en)
+        word = None if self.rng is None else rng_word(m, self.rng, self.seed, self.en)
         x = self.x
         with m.Switch(self.fmt):
             for index, fmt in enumerate(self.formats):
@@ -271,8 +288,11 @@ class FormatCastLane(wiring.Component):
                         nan = (x[23:31] == 0xFF) & (x[:23] != 0)
                         m.d.comb += self.y.eq(Mux(nan, 0x7FC0_0000, x))
                         continue
-                    drop = FP32.man_bits - fmt.man_bits
                     rne = _cast_lane(m, fmt, x, None)
+                    if word is None:
+                        m.d.comb += self.y.eq(rne)
+                        continue
+                    drop = FP32.man_bits - fmt.man_bits
                     sto = _cast_lane(m, fmt, x, word[32 - drop:])
                     m.d.comb += self.y.eq(Mux(self.stochastic, sto, rne))
         return m

@@ -30,7 +30,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hdl.numerics.cast import RNGS, FormatCastLane, seed_value, seed_words
+from hdl.numerics.cast import FormatCastLane, check_rng, seed_value, seed_words
 from hdl.numerics.formats import format_by_name
 from hdl.numerics.fpu import FpAdd32, FpMul32
 
@@ -78,13 +78,15 @@ class ActivationParams:
         ``out_format``): ``"fp32"`` and float formats of :mod:`hdl.numerics.formats`
         narrower than fp32.
     rng, seed : the per-lane generator of stochastic rounding and its seed
-        (:mod:`hdl.numerics.cast`).
+        (:mod:`hdl.numerics.cast`); ``rng`` None: the engine rounds to nearest even only,
+        its lanes have no generator and no stochastic datapath, and its ``stochastic``
+        control input is ignored.
     """
 
     lanes: int
     functions: tuple[FunctionSpec, ...] = DEFAULT_FUNCTIONS
     formats: tuple[str, ...] = ENGINE_FORMATS
-    rng: str = "xorwow"
+    rng: str | None = "xorwow"
     seed: int = 0
 
     def __post_init__(self):
@@ -95,9 +97,7 @@ class ActivationParams:
             raise ValueError("functions must be a non-empty tuple of FunctionSpec, "
                              f"not {self.functions!r}")
         check_formats(self.formats)
-        if self.rng not in RNGS:
-            raise ValueError(f"rng must be one of {', '.join(map(repr, RNGS))}, "
-                             f"not {self.rng!r}")
+        check_rng(self.rng, optional=True)
         if (not isinstance(self.seed, int) or isinstance(self.seed, bool)
                 or not 0 <= self.seed < 2**32):
             raise ValueError(f"seed must be an integer in [0, 2**32), not {self.seed!r}")
@@ -199,7 +199,9 @@ class ActivationLane(wiring.Component):
 
     ``en`` moves every register stage; ``step`` (with ``en``) says the last Horner stage
     holds a valid element (it enters the running sum), ``first`` that it starts a row.
-    ``y`` and ``sum`` are the output registers.
+    ``y`` and ``sum`` are the output registers. ``stochastic`` and ``seed`` are its output
+    cast's (:class:`~hdl.numerics.cast.FormatCastLane`); a lane without a generator
+    (``params.rng`` None) has neither.
 
     With ``fp_instances``, every fp32 adder and multiplier whose operands both vary is an
     ``Instance`` of the module of :data:`FP_MODULES`, emitted once, instead of a submodule
@@ -224,8 +226,8 @@ class ActivationLane(wiring.Component):
             "bias": In(32),
             "in_format": In(range(max(len(params.formats), 2))),
             "out_format": In(range(max(len(params.formats), 2))),
-            "stochastic": In(1),
-            "seed": In(32 * seed_words(params.rng)),
+            **({} if params.rng is None else {"stochastic": In(1),
+                                               "seed": In(32 * seed_words(params.rng))}),
             "step": In(1),
             "first": In(1),
             "y": Out(32),
@@ -445,9 +447,10 @@ class ActivationLane(wiring.Component):
             m.d.comb += y.eq(y_plain)
         total = fp("add", Mux(self.first, 0, self.sum), y, "add_sum")
         m.submodules.cast = cast = FormatCastLane(tuple(map(format_by_name, p.formats)), p.rng)
-        m.d.comb += [cast.x.eq(y), cast.fmt.eq(self.out_format),
-                     cast.stochastic.eq(self.stochastic), cast.en.eq(en & self.step),
-                     cast.seed.eq(self.seed)]
+        m.d.comb += [cast.x.eq(y), cast.fmt.eq(self.out_format)]
+        if p.rng is not None:
+            m.d.comb += [cast.stochastic.eq(self.stochastic), cast.en.eq(en & self.step),
+                         cast.seed.eq(self.seed)]
         with m.If(en):
             m.d.sync += self.y.eq(cast.y)
             with m.If(self.step):
@@ -500,7 +503,9 @@ class Activation(wiring.Component):
 
     Ports: ``i``, a stream of :func:`input_layout`; ``o``, a stream of :func:`output_layout`;
     control ``func`` (index into ``params.functions``), ``scale`` and ``bias``
-    (``ArrayLayout(32, lanes)``, per partition).
+    (``ArrayLayout(32, lanes)``, per partition), ``in_format``, ``out_format`` and
+    ``stochastic`` (ignored by an engine without a generator, ``params.rng`` None: the port
+    list is the same on every chip, as the instruction's rounding field is).
     """
 
     LANE_MODULE = "activation_lane"
@@ -564,8 +569,10 @@ class Activation(wiring.Component):
             inputs = {"en": en, "func": self.func, "data": self.i.payload.data[lane],
                       "scale": self.scale[lane], "bias": self.bias[lane],
                       "in_format": self.in_format, "out_format": self.out_format,
-                      "stochastic": self.stochastic,
-                      "seed": Const(seed_value(p.rng, p.seed, lane), 32 * seed_words(p.rng)),
+                      **({} if p.rng is None else {
+                          "stochastic": self.stochastic,
+                          "seed": Const(seed_value(p.rng, p.seed, lane),
+                                        32 * seed_words(p.rng))}),
                       "step": valid[-2], "first": first}
             outputs = {"y": self.o.payload.data[lane], "sum": self.o.payload.sum[lane]}
             add_lane(m, f"lane{lane}", lambda: ActivationLane(p), module, inputs, outputs)

@@ -36,7 +36,7 @@ from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.numerics.cast import RNGS, FormatCastLane, seed_value, seed_words
+from hdl.numerics.cast import FormatCastLane, check_rng, seed_value, seed_words
 from hdl.numerics.formats import format_by_name
 from hdl.numerics.fpu import FpAdd32, FpMul32
 
@@ -61,11 +61,13 @@ class VectorParams:
         ``out_format``): ``"fp32"`` and float formats of :mod:`hdl.numerics.formats`
         narrower than fp32.
     rng, seed : the per-lane generator of stochastic rounding and its seed
-        (:mod:`hdl.numerics.cast`).
+        (:mod:`hdl.numerics.cast`); ``rng`` None: the engine rounds to nearest even only,
+        its lanes have no generator and no stochastic datapath, and its ``stochastic``
+        control input is ignored.
     """
 
     lanes: int
-    rng: str = "xorwow"
+    rng: str | None = "xorwow"
     seed: int = 0
     formats: tuple[str, ...] = ENGINE_FORMATS
 
@@ -73,9 +75,7 @@ class VectorParams:
         if not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or self.lanes < 1:
             raise ValueError(f"lanes must be a positive integer, not {self.lanes!r}")
         check_formats(self.formats)
-        if self.rng not in RNGS:
-            raise ValueError(f"rng must be one of {', '.join(map(repr, RNGS))}, "
-                             f"not {self.rng!r}")
+        check_rng(self.rng, optional=True)
         if (not isinstance(self.seed, int) or isinstance(self.seed, bool)
                 or not 0 <= self.seed < 2**32):
             raise ValueError(f"seed must be an integer in [0, 2**32), not {self.seed!r}")
@@ -105,22 +105,24 @@ class VectorLane(wiring.Component):
     ``b`` with ``use_scalar``. ``y`` is the stage-2 register: the element result, or the
     row's reduction, in ``formats[out_format]`` (``stochastic``: stochastic rounding by the
     generator whose initial state is ``seed``, see :func:`~hdl.numerics.cast.seed_value`).
+    With ``rng`` None the lane rounds to nearest even only and has neither ``stochastic``
+    nor ``seed``.
     """
 
-    def __init__(self, formats: tuple[str, ...] = ENGINE_FORMATS, rng: str = "xorwow"):
+    def __init__(self, formats: tuple[str, ...] = ENGINE_FORMATS, rng: str | None = "xorwow"):
         check_formats(formats)
-        if rng not in RNGS:
-            raise ValueError(f"rng must be one of {', '.join(map(repr, RNGS))}, not {rng!r}")
+        check_rng(rng, optional=True)
         self.formats = formats
         self.rng = rng
+        rounding = {} if rng is None else {"stochastic": In(1),
+                                           "seed": In(32 * seed_words(rng))}
         super().__init__({
             "en": In(1),
             "op": In(VectorOp),
             "reduce": In(Reduce),
             "in_format": In(range(max(len(formats), 2))),
             "out_format": In(range(max(len(formats), 2))),
-            "stochastic": In(1),
-            "seed": In(32 * seed_words(rng)),
+            **rounding,
             "a": In(32),
             "b": In(32),
             "use_scalar": In(1),
@@ -196,9 +198,10 @@ class VectorLane(wiring.Component):
         m.submodules.cast = cast = FormatCastLane(tuple(map(format_by_name, self.formats)),
                                                   self.rng)
         fp32 = self.out_format == self.formats.index("fp32") if "fp32" in self.formats else 0
-        m.d.comb += [cast.x.eq(result), cast.fmt.eq(self.out_format),
-                     cast.stochastic.eq(self.stochastic), cast.seed.eq(self.seed),
-                     cast.en.eq(self.en & self.step & (plain | self.last))]
+        m.d.comb += [cast.x.eq(result), cast.fmt.eq(self.out_format)]
+        if self.rng is not None:
+            m.d.comb += [cast.stochastic.eq(self.stochastic), cast.seed.eq(self.seed),
+                         cast.en.eq(self.en & self.step & (plain | self.last))]
         out = Mux(fp32, result, cast.y)
         with m.If(self.en):
             with m.If(plain):
@@ -216,7 +219,9 @@ class Vector(wiring.Component):
     Ports: ``i``, a stream of :func:`input_layout`; ``o``, a stream of
     ``ArrayLayout(32, lanes)`` (lane words in the output format); control ``op``, ``reduce``,
     ``use_scalar``, ``scalar`` (``ArrayLayout(32, lanes)``, one scalar per partition),
-    ``in_format``, ``out_format`` (indices into ``params.formats``) and ``stochastic``.
+    ``in_format``, ``out_format`` (indices into ``params.formats``) and ``stochastic``
+    (ignored by an engine without a generator, ``params.rng`` None: the port list is the
+    same on every chip, as the instruction's rounding field is, so one bench drives all).
     """
 
     LANE_MODULE = "vector_lane"
@@ -278,10 +283,12 @@ class Vector(wiring.Component):
 
         module = self.LANE_MODULE if self.lane_instances else None
         for lane in range(p.lanes):
+            rounding = {} if p.rng is None else {
+                "stochastic": self.stochastic,
+                "seed": Const(seed_value(p.rng, p.seed, lane), 32 * seed_words(p.rng))}
             inputs = {"en": en, "op": self.op, "reduce": self.reduce,
                       "in_format": self.in_format, "out_format": self.out_format,
-                      "stochastic": self.stochastic,
-                      "seed": Const(seed_value(p.rng, p.seed, lane), 32 * seed_words(p.rng)),
+                      **rounding,
                       "a": self.i.payload.a[lane],
                       "b": self.i.payload.b[lane], "use_scalar": self.use_scalar,
                       "scalar": self.scalar[lane], "step": s1_valid, "first": s1_first,

@@ -4,7 +4,8 @@
 
 * **Rules.** Before anything runs, every instruction is checked against the documented rules
   [NKI2, ISA]: which engine reaches which memory, tile limits, partition-start alignment,
-  bounds of SBUF, PSUM and HBM, PSUM bank overflow, operand shapes and formats. While it runs:
+  bounds of SBUF, PSUM and HBM, PSUM bank overflow, operand shapes and formats, and
+  stochastic rounding on a chip without it (``CoreParams.rng`` None). While it runs:
   a multiply with no stationary loaded; deadlock (every unfinished stream waiting), which
   is reported with the wait graph; and (by default in numeric mode) races, two streams
   touching the same bytes, one writing, with no semaphore ordering them (vector clocks).
@@ -19,7 +20,8 @@
   share a memory port (the spec's ``shared_ports``: on NeuronCore-v2 vector and GpSimd on
   SBUF, vector and scalar on PSUM) take turns.
 * **Data** (unless ``timing_only``): results bit for bit through the unit golden models,
-  :func:`sim.golden.systolic.matmul`, :mod:`sim.golden.vector`, :mod:`sim.golden.activation`
+  :func:`sim.golden.systolic.matmul` (:func:`~sim.golden.systolic.matmul_mx` for the MX quad
+  types), :mod:`sim.golden.vector`, :mod:`sim.golden.activation`
   and the casts of :mod:`sim.golden.numerics`.
 
 **Against the core RTL** (:mod:`hdl.core`, co-simulated by ``sim/tb/core.py``): the data
@@ -111,11 +113,11 @@ def rtl_cycle_bound(params: CoreParams, kind: str, ins: Instruction,
     (see the module docstring)."""
     src = getattr(ins, "src", None) or getattr(ins, "a", None) or ins.dst
     if isinstance(ins, MultiplyMoving | LoadStationary):
-        c = tensor_cycles(params, ins.src.dtype, ins.src.partitions,
+        c = tensor_cycles(params, isa.input_format(ins.src.dtype), ins.src.partitions,
                           ins.dst.partitions if isinstance(ins, MultiplyMoving) else
                           ins.src.free, ins.src.free)
         if isinstance(ins, MultiplyMoving):
-            if params.rate(ins.src.dtype) >= 1:
+            if params.rate(isa.input_format(ins.src.dtype)) >= 1:
                 exact = c["latency"] + 1 + RTL_MULTIPLY_STAGES
                 return exact, exact
             return src.free, c["latency"] + 1 + RTL_OVERHEAD
@@ -287,11 +289,22 @@ class Core:
             _fail(*where, "engine", f"the {kind} engine does not run {type(ins).__name__}")
         if isinstance(ins, SemSignal | SemWait):
             return
+        if getattr(ins, "rounding", "rne") != "rne" and p.rng is None:
+            _fail(*where, "rounding", f"{p.name} rounds to nearest even only (its spec's "
+                                      f"rounding.modes have no {ins.rounding} rounding)")
         for name, ap, _ in ins.operands():
             self._check_ap(where, name, ap, kind, hbm_bytes)
+        if kind in ("vector", "scalar", "gpsimd"):
+            for name, ap, _ in ins.operands():
+                if ap.dtype in isa.MX_DTYPES or ap.dtype == "uint8":
+                    _fail(*where, "format",
+                          f"the {kind} engine does not compute on {ap.dtype} ({name}): MX "
+                          f"quads and their uint8 scales are moved by DMA and read by the "
+                          f"tensor engine")
         if isinstance(ins, LoadStationary):
-            fmt, k, m = ins.src.dtype, ins.src.partitions, ins.src.free
+            fmt, k, m = isa.input_format(ins.src.dtype), ins.src.partitions, ins.src.free
             self._check_format(where, fmt)
+            self._check_scale(where, ins.src, ins.scale)
             k_max = p.rows * (2 if p.rate(fmt) == 2 and fmt != "int8" else 1)
             if k > k_max or ins.row + min(k, p.rows) > p.rows or m + ins.col > p.cols:
                 _fail(*where, "tile limit",
@@ -304,7 +317,8 @@ class Core:
                       f"a double-row stationary ({k} > {p.rows} contraction rows) takes no "
                       f"column tile position, not {ins.col}")
         elif isinstance(ins, MultiplyMoving):
-            self._check_format(where, ins.src.dtype)
+            self._check_format(where, isa.input_format(ins.src.dtype))
+            self._check_scale(where, ins.src, ins.scale)
             if ins.src.free > p.moving_max:
                 _fail(*where, "tile limit", f"moving free size {ins.src.free} exceeds "
                                             f"{p.moving_max} (one PSUM bank of fp32)")
@@ -317,6 +331,9 @@ class Core:
                                                f"partition, the moving tile {ins.src.free}")
             self._check_bank(where, "dst", ins.dst)
         elif isinstance(ins, Transpose):
+            if ins.src.dtype in isa.MX_DTYPES:
+                _fail(*where, "format", "the array has no transpose of an MX tile (its "
+                                        "scales belong to blocks along K)")
             if ins.src.partitions > p.rows or ins.src.free > p.cols:
                 _fail(*where, "tile limit", f"a transpose of {ins.src.partitions} x "
                                             f"{ins.src.free} exceeds {p.rows} x {p.cols}")
@@ -361,6 +378,27 @@ class Core:
         if fmt not in self.params.formats:
             _fail(*where, "format", f"the tensor engine of {self.params.name} takes "
                                     f"{', '.join(self.params.formats)}, not {fmt}")
+
+    def _check_scale(self, where, src: AP, scale: AP | None) -> None:
+        """An MX tile's scale operand: SBUF ``uint8``, one per column, with the tile's
+        partitions or (32 at most) one per group of 8 (:class:`~hdl.core.isa.LoadStationary`);
+        no scale with any other tile."""
+        if src.dtype not in isa.MX_DTYPES:
+            if scale is not None:
+                _fail(*where, "format", f"only an MX tile takes a scale, not {src.dtype}")
+            return
+        if scale is None:
+            _fail(*where, "format", f"an {src.dtype} tile needs its scale operand")
+        groups = -(-src.partitions // isa.MX_GROUP_PARTITIONS)
+        parts = (src.partitions,) + ((groups,) if src.partitions <= isa.MX_QUADRANT else ())
+        if scale.dtype != "uint8" or scale.space != "sbuf":
+            _fail(*where, "format", f"MX scales are uint8 in SBUF, not {scale.dtype} in "
+                                    f"{scale.space.upper()}")
+        if scale.partitions not in parts or scale.free != src.free:
+            _fail(*where, "operand shape",
+                  f"the scale of a {src.partitions} x {src.free} MX tile must be "
+                  f"{' or '.join(f'{n} x {src.free}' for n in sorted(set(parts)))}, not "
+                  f"{scale.partitions} x {scale.free}")
 
     def _check_tile_position(self, where, pos: int, size: int, full: int) -> None:
         ways = max(self.params.row_tiles)
@@ -412,11 +450,13 @@ class Core:
         if kind == "tensor":
             period = 1.0 / self.params.clock("tensor")
             if cls is LoadStationary:
-                fmt, k, m = ins.src.dtype, ins.src.partitions, ins.src.free
+                fmt, k, m = isa.input_format(ins.src.dtype), ins.src.partitions, ins.src.free
                 return (_LOAD, (fmt, k, m), self._tensor(fmt, k, m, 1)["load"] * period)
             if cls is MultiplyMoving:
-                return (_MULTIPLY, ins.src.dtype, ins.src.partitions, ins.dst.partitions,
-                        ins.src.free)
+                k = ins.src.partitions
+                contraction = k * (isa.MX_QUAD if ins.src.dtype in isa.MX_DTYPES else 1)
+                return (_MULTIPLY, isa.input_format(ins.src.dtype), k, ins.dst.partitions,
+                        ins.src.free, contraction)
             c = transpose_cycles(self.params, ins.src.partitions, ins.src.free)
             return (_TRANSPOSE, c["issue"] * period, c["total"] * period)
         cycles, work = self._stream_cost(kind, ins)
@@ -534,7 +574,7 @@ class Core:
                                                       (cy["latency"] + 1) * tensor_period)
                         cost, end, finish = c[0], t + c[0], t + c[1]
                         previous_n = n
-                        flops += 2.0 * k * m * n
+                        flops += 2.0 * plan[5] * m * n
                         if data is not None:
                             data.multiply(ins)
                     elif op is _LOAD:
@@ -601,7 +641,7 @@ class Core:
         if stationary is None:
             _fail(stream, index, ins, "stationary", "no stationary tile is loaded")
         fmt, k, m = stationary
-        if k != ins.src.partitions or not self._partners(fmt, ins.src.dtype):
+        if k != ins.src.partitions or not self._partners(fmt, isa.input_format(ins.src.dtype)):
             _fail(stream, index, ins, "stationary",
                   f"the loaded stationary is {k} x {m} {fmt}, the moving tile has "
                   f"{ins.src.partitions} partitions of {ins.src.dtype} (a multiply's format "
@@ -613,12 +653,14 @@ class Core:
     def _partners(self, tile: str, fmt: str) -> bool:
         """Whether a multiply in ``fmt`` may read a stationary tile in ``tile``: the array's
         rule, both at the same rate (the double-rate 8-bit floats, the quarter-rate ones, the
-        rest) and both float or both int8; fp32 and tf32 with no other format
+        rest), both float or both int8, both block-scaled MX or neither (mxfp8 with mxfp4 is
+        allowed [NKI4]); fp32 and tf32 with no other format
         (:data:`sim.golden.systolic.UNMIXED`)."""
         if tile == fmt:
             return True
         p = self.params
         return (p.rate(tile) == p.rate(fmt) and (tile == "int8") == (fmt == "int8")
+                and p.tensor.is_mx(p.array_format(tile)) == p.tensor.is_mx(p.array_format(fmt))
                 and tile not in systolic.UNMIXED and fmt not in systolic.UNMIXED)
 
     def _deadlock(self, streams, code, pc, blocked, sems) -> None:
@@ -770,9 +812,28 @@ class _Data:
         view[...] = np.asarray(bits).reshape(view.shape)
 
     # typed access ----------------------------------------------------------------------------
+    def codes(self, ap: AP) -> np.ndarray:
+        """The element codes of ``ap``, (partitions, free): a tf32 word's top 19 bits, the
+        stored element otherwise."""
+        bits = self.read(ap).reshape(ap.partitions, -1)
+        return bits >> isa.TF32_SHIFT if ap.dtype == "tf32" else bits
+
+    def mx_tile(self, ap: AP, scale: AP) -> tuple[np.ndarray, np.ndarray]:
+        """An MX tile of ``P`` partitions as :func:`sim.golden.systolic.matmul_mx` takes it:
+        the ``(4P, F)`` element codes, code ``i`` of partition ``p`` at row ``4p + i``, and
+        the ``(ceil(P / 8), F)`` scales of its groups of 8 partitions."""
+        words = self.read(ap).reshape(ap.partitions, -1).astype(np.uint32)
+        bits = 8 * ap.itemsize // isa.MX_QUAD
+        quad = np.stack([(words >> (bits * i)) & ((1 << bits) - 1)
+                         for i in range(isa.MX_QUAD)], axis=1)
+        codes = quad.reshape(ap.partitions * isa.MX_QUAD, -1)
+        groups = -(-ap.partitions // isa.MX_GROUP_PARTITIONS)
+        rows = [isa.mx_scale_partition(g) for g in range(groups)]
+        return codes, self.read(scale).reshape(scale.partitions, -1)[rows]
+
     def read32(self, ap: AP) -> np.ndarray:
         """fp32 bit patterns, (partitions, free), of an operand of any float type."""
-        bits = self.read(ap).reshape(ap.partitions, -1)
+        bits = self.codes(ap)
         if ap.dtype in ("fp32", "int32", "uint32"):
             return bits.astype(np.uint32)
         return np.asarray(numerics.widen(bits, format_by_name(ap.dtype)), dtype=np.uint32)
@@ -786,7 +847,9 @@ class _Data:
         fmt = format_by_name(ap.dtype)
         # lanes are partitions: the stochastic cast draws per lane, beat by beat
         out = numerics.cast_bits(bits32.T.view(np.float32), fmt, rounding, seed ^ self.seed,
-                        self.params.rng)
+                                 self.params.rng)
+        if ap.dtype == "tf32":
+            out = out.astype(np.uint32) << isa.TF32_SHIFT
         self.write(ap, out.T)
 
     def scalar(self, ap: AP | None, imm: float, partitions: int) -> np.ndarray:
@@ -796,19 +859,29 @@ class _Data:
 
     # instructions ----------------------------------------------------------------------------
     def load(self, ins: LoadStationary) -> None:
-        self.stationary = (self.read(ins.src).reshape(ins.src.partitions, -1), ins.src.dtype)
+        fmt = self.params.array_format(isa.input_format(ins.src.dtype))
+        if ins.src.dtype in isa.MX_DTYPES:
+            self.stationary = self.mx_tile(ins.src, ins.scale) + (fmt,)
+        else:
+            self.stationary = (self.codes(ins.src), None, fmt)
 
     def multiply(self, ins: MultiplyMoving) -> None:
-        moving = self.read(ins.src).reshape(ins.src.partitions, -1)
         psum = self.read(ins.dst).reshape(ins.dst.partitions, -1) if ins.accumulate else None
-        tile, fmt = self.stationary
-        out = systolic.matmul(tile, moving, fmt, psum, ins.accumulate, moving_fmt=ins.src.dtype)
+        tile, tile_scales, fmt = self.stationary
+        mfmt = self.params.array_format(isa.input_format(ins.src.dtype))
+        if ins.src.dtype in isa.MX_DTYPES:
+            moving, scales = self.mx_tile(ins.src, ins.scale)
+            out = systolic.matmul_mx(tile, moving, fmt, tile_scales, scales, psum,
+                                     ins.accumulate, moving_fmt=mfmt)
+        else:
+            out = systolic.matmul(tile, self.codes(ins.src), fmt, psum, ins.accumulate,
+                                  moving_fmt=mfmt)
         self.write(ins.dst, out)
 
     def transpose(self, ins: Transpose) -> None:
         """The array's transpose pass: the codes as they were, in the input's format."""
-        data = self.read(ins.src).reshape(ins.src.partitions, -1)
-        self.write(ins.dst, systolic.transpose(data, self.params.array_format(ins.src.dtype)))
+        out = systolic.transpose(self.codes(ins.src), self.params.array_format(ins.src.dtype))
+        self.write(ins.dst, out << isa.TF32_SHIFT if ins.src.dtype == "tf32" else out)
         self.stationary = None
 
     def dma(self, ins: DmaCopy) -> None:

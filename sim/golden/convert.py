@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hdl.numerics.cast import roundings
 from hdl.numerics.formats import format_by_name
 from sim.golden.numerics import cast_bits, widen
 
@@ -22,12 +23,24 @@ def widen_input(words, fmt: str) -> np.ndarray:
     return widen(words & np.uint32((1 << f.bits) - 1), f).reshape(words.shape)
 
 
-def cast_output(y, fmt: str, rounding: str = "rne", rng: str = "xorwow", seed: int = 0,
+def check_rounding(rounding: str, rng: str | None) -> None:
+    """Refuse a rounding the engine does not have: stochastic rounding needs a generator
+    (``rng`` None: the chip's ``rounding.modes`` have none, see :func:`hdl.params.rounding_rng`)."""
+    allowed = roundings(rng)
+    if rounding not in allowed:
+        which = "without a generator (rng None)" if rng is None else f"with generator {rng}"
+        raise ValueError(f"rounding must be {' or '.join(map(repr, allowed))} on an engine "
+                         f"{which}, not {rounding!r}")
+
+
+def cast_output(y, fmt: str, rounding: str = "rne", rng: str | None = "xorwow", seed: int = 0,
                 beat: int = 0) -> np.ndarray:
     """``(beats, lanes)`` fp32 bits ``y`` cast to ``fmt`` (``uint32`` words, the pattern in
     the low bits). Stochastic rounding reads lane ``l``'s generator (seeded by ``rng`` and
     ``seed``) from its ``beat``-th word on: ``beat`` is the number of output beats the engine
-    gave since reset (its generator advances on every one, whatever the format)."""
+    gave since reset (its generator advances on every one, whatever the format). An engine
+    without a generator (``rng`` None) refuses it, whatever the format."""
+    check_rounding(rounding, rng)
     y = np.asarray(y, dtype=np.uint32)
     if fmt == "fp32":
         return np.where(np.isnan(y.view(np.float32)), CANONICAL_NAN32, y).astype(np.uint32)

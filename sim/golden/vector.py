@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from hdl.vector.ops import Reduce, VectorOp
-from sim.golden.convert import cast_output, widen_input
+from sim.golden.convert import cast_output, check_rounding, widen_input
 from sim.golden.numerics import add32, mul32
 
 NAN = np.uint32(0x7FC00000)
@@ -83,8 +83,11 @@ def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE,
     bool array of length ``elements``; an unterminated tail emits nothing). The rows are
     written in ``out_format``: ``"fp32"`` unchanged (bitwise results keep every bit), a narrow
     format cast with ``rounding`` (:func:`sim.golden.convert.cast_output`; ``beat`` is the
-    number of output beats since reset, whose generator words are used up).
+    number of output beats since reset, whose generator words are used up). Stochastic
+    rounding on an engine without a generator (``params.rng`` None) is refused, whatever the
+    format (:func:`sim.golden.convert.check_rounding`).
     """
+    check_rounding(rounding, params.rng)
     a = widen_input(np.asarray(a, dtype=np.uint32).reshape(-1, params.lanes), in_format)
     if scalar is not None:
         b = np.broadcast_to(np.asarray(scalar, dtype=np.uint32), a.shape)

@@ -61,8 +61,9 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
+from hdl.core.isa import TF32_SHIFT
 from hdl.numerics.formats import BF16, format_by_name
-from hdl.params import link_params
+from hdl.params import link_params, rounding_rng
 from hdl.vector.ops import VectorOp
 from sim.core.events import Agenda, Resources
 from sim.golden import link as golden_link
@@ -116,7 +117,7 @@ class Fabric:
     members: int
     inner: nx.Graph              # one member's topology graph (the whole system's if members=1)
     chip: Chip                   # the chip model (its reduction cost rule)
-    rng: str                     # the chip's per-lane generator of stochastic rounding
+    rng: str | None              # the chip's generator of stochastic rounding (None: none)
     link_params: object          # LinkParams of the chip's NeuronLink port
     link_latency: int            # channel latency, link cycles
     _paths: dict = field(default_factory=dict)
@@ -213,7 +214,7 @@ def _fabric(system: System, members: int | None) -> Fabric:
             g.add_edge(i, f"efa{member_of[i]}", link=None, hops=len(coords))
             g.add_edge(f"efa{member_of[i]}", i, link=None, hops=len(coords))
     return Fabric(system.name, len(coords), g, coords, member_of, m, inner_graph, chip,
-                  spec.rounding.rng, lp, spec.neuronlink.latency)
+                  rounding_rng(spec), lp, spec.neuronlink.latency)
 
 
 def ring_order(nodes: list) -> list:
@@ -576,10 +577,23 @@ class _Collective:
 
 
 def analytic(system: System, op: str, nbytes: int, algorithm: str,
-             members: int | None = None, chunk: int = DEFAULT_CHUNK) -> float | None:
+             members: int | None = None, chunk: int = DEFAULT_CHUNK,
+             peer: int | None = None) -> float | None:
     """The formula's time (:mod:`sim.system.collectives`, on the system model's inputs, with
     ``chunk`` as the execution cuts messages) of what :func:`run` executes, in seconds; None
-    for the operations it has no formula for."""
+    for the operations it has no formula for. A send/receive (to ``peer``, as :func:`run`
+    chooses it) is :func:`~sim.system.collectives.send_time` over its path's links."""
+    if op == "send_recv":
+        fab = fabric(system, members)
+        links = [link for _, link in fab.hops(0, _peer(fab, peer))]
+        rates = [link.bandwidth * link.efficiency for link in links]
+        # Store and forward in chunks: the first chunk crosses every link, the rest follow
+        # at the slowest link's rate, which is one send with each link's latency and the
+        # first chunk's time on the faster links added.
+        c = min(chunk, nbytes)
+        alpha = sum(link.alpha + c / r for link, r in zip(links, rates, strict=True)) \
+            - c / min(rates)
+        return collectives.send_time(nbytes, min(rates), alpha)
     if op not in collectives.OPS:
         return None
     eff = system.chip.efficiency
@@ -599,6 +613,16 @@ def analytic(system: System, op: str, nbytes: int, algorithm: str,
                                      reduce=add, chunk=chunk)
     return collectives.topology_time(system.topology, op, nbytes, system.spec.link_latency,
                                      eff, bidirectional=True, reduce=add, chunk=chunk)
+
+
+def _peer(fab: Fabric, peer: int | None) -> int:
+    """The chip a send/receive from chip 0 goes to: ``peer``, by default the nearest."""
+    dst = peer if peer is not None else min(
+        (v for v in nx.bfs_tree(fab.graph, 0) if isinstance(v, int) and v != 0),
+        key=lambda v: len(fab.path(0, v)))
+    _check("peer", isinstance(dst, int) and 0 < dst < fab.chips, f"a chip 1 .. {fab.chips - 1}",
+           dst)
+    return dst
 
 
 def _check(name: str, ok: bool, expected: str, value) -> None:
@@ -625,6 +649,11 @@ def run(system: System, op: str, nbytes: int, *, algorithm: str | None = None,
     _check("op", op in OPS, f"one of {', '.join(OPS)}", op)
     _check("dtype", dtype in DTYPES, f"one of {', '.join(DTYPES)}", dtype)
     _check("rounding", rounding in ROUNDINGS, f"one of {', '.join(ROUNDINGS)}", rounding)
+    chip = system.chip.spec
+    if rounding != "rne" and rounding_rng(chip) is None:
+        raise ModelError(f"{system.name}: rounding must be 'rne', not {rounding!r} ({chip.name}"
+                         f" rounds to nearest even only: its rounding.modes are "
+                         f"{', '.join(chip.rounding.modes)})")
     _check("chunk", isinstance(chunk, int) and chunk >= DTYPES[dtype],
            "a whole number of bytes of at least one element", chunk)
     if bit_error_rate is None:
@@ -688,10 +717,7 @@ def run(system: System, op: str, nbytes: int, *, algorithm: str | None = None,
                     b.transfer(s, d, lo, hi, [], reduce=False, key=("a2a", d, s, lo),
                                to=s * block + lo - d * block)
     else:
-        dst = peer if peer is not None else min(
-            (v for v in nx.bfs_tree(fab.graph, 0) if isinstance(v, int) and v != 0),
-            key=lambda v: len(fab.path(0, v)))
-        _check("peer", isinstance(dst, int) and 0 < dst < p, f"a chip 1 .. {p - 1}", dst)
+        dst = _peer(fab, peer)
         for lo, hi in b.chunks(0, n):
             b.transfer(0, dst, lo, hi, [], reduce=False, key=("p2p", dst, lo))
     r = _execute(b, system.name, op, algorithm, nbytes, dtype, bit_error_rate, seed, trace)
@@ -841,6 +867,10 @@ def run_sharded(system: System, kernel, dims: dict, dtype: str, *, timing_only: 
     p = system.chips
     if "K" not in kernel.dims:
         raise ModelError(f"kernel must have a contraction K to shard, not {kernel.name}")
+    if dtype in kernels.MX_FORMATS:
+        raise ModelError(f"dtype of a sharded run must not be block-scaled (its quantized "
+                         f"inputs and their scales are not split over chips here), not "
+                         f"{dtype!r}")
     if dims["K"] % p:
         raise ModelError(f"K must be a multiple of the {p} chips, not {dims['K']}")
     params = system.chip.core_params
@@ -871,8 +901,13 @@ def run_sharded(system: System, kernel, dims: dict, dtype: str, *, timing_only: 
     rng = np.random.default_rng(seed)
     full = {}
     for name, (shape, dt) in kernel.inputs(dims, dtype).items():
-        np_type = np.float32 if dt == "fp32" else numerics.ml_dtype(format_by_name(dt))
-        full[name] = rng.standard_normal(shape).astype(np_type)
+        x = rng.standard_normal(shape)
+        if dt == "tf32":  # 32-bit words, the code at the top (hdl.core.isa.DTYPES)
+            codes = numerics.cast_bits(x.astype(np.float32), format_by_name(dt))
+            full[name] = (codes.astype(np.uint32) << TF32_SHIFT).view(np.float32)
+        else:
+            np_type = np.float32 if dt == "fp32" else numerics.ml_dtype(format_by_name(dt))
+            full[name] = x.astype(np_type)
     core = Core(params)
     k = shard["K"]
     partials = []

@@ -10,7 +10,8 @@ pytest entry points are in ``sim/tb/test_activation.py``):
   far out; identity scale and zero bias, then random
   per-lane scale and bias; rows of several lengths for the running sum. Then every narrow
   input format (every bit pattern of the 8-bit ones, random ones of the 16-bit ones) and
-  every output format with both roundings.
+  every output format with both roundings (round-to-nearest-even alone on an engine without
+  a generator, ``rng`` None: every draw of a rounding is among the engine's).
 * ``random_streams``: seeded random functions, input and output formats, roundings, scales,
   biases, inputs and row lengths, with random idle cycles on the input and random
   backpressure on the output.
@@ -24,6 +25,7 @@ import random
 import cocotb
 import numpy as np
 
+from hdl.numerics.cast import roundings
 from hdl.vector.activation import Activation, ActivationParams
 from hdl.vector.fitting import segment_bounds
 from hdl.vector.functions import TRIG, FunctionSpec
@@ -126,7 +128,7 @@ async def directed(dut):
         words = tb.format_words(fmt)
         await tb.case(func, words, ones, zeros, _rows(tb.rng, len(words)), in_format=fmt)
         x = tb.lane_rows(function_inputs(tb.params.functions[func], tb.nprng, 24))
-        for rounding in ("rne", "stochastic"):
+        for rounding in roundings(tb.params.rng):
             await tb.case(func, x, ones, zeros, _rows(tb.rng, len(x)), out_format=fmt,
                           rounding=rounding)
     dut._log.info("directed: %d cases passed", tb.cases)
@@ -152,7 +154,7 @@ async def random_streams(dut):
         bias = tb.nprng.choice(np.float32([-0.0, 0.25, -0.5]).view(np.uint32), lanes)
         idle, stall = rng.choice(PAUSES)
         await tb.case(func, data, scale, bias, _rows(rng, n), idle, stall, in_format,
-                      out_format, rng.choice(["rne", "stochastic"]))
+                      out_format, rng.choice(roundings(tb.params.rng)))
     dut._log.info("random_streams: %d cases passed", tb.cases)
 
 

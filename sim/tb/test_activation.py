@@ -30,7 +30,7 @@ SMALL_FUNCTIONS = (
 )
 
 PARAMS = {
-    "lanes1-default": ActivationParams(lanes=1),
+    "lanes1-default-rne": ActivationParams(lanes=1, rng=None),  # no generator, as inf1
     "lanes2-small": ActivationParams(lanes=2, functions=SMALL_FUNCTIONS, seed=7),
     "lanes3-small": ActivationParams(lanes=3, functions=SMALL_FUNCTIONS, rng="lfsr32"),
 }

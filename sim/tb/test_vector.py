@@ -7,7 +7,7 @@ from sim.tb.runner import skip_unless_available
 from sim.tb.vector import simulate
 
 PARAMS = {
-    "lanes1": VectorParams(lanes=1),
+    "lanes1-rne": VectorParams(lanes=1, rng=None),  # no generator: a chip without stochastic
     "lanes4-seed7": VectorParams(lanes=4, seed=7),
     "lanes3-lfsr32": VectorParams(lanes=3, rng="lfsr32"),
 }

@@ -7,7 +7,8 @@ pytest entry points are in ``sim/tb/test_vector.py``):
   both signs, infinities, NaNs, subnormals, the largest finite value) and random ones; sum and
   max reductions over rows of lengths 1, 2, 3 and 7; every narrow input format (every bit
   pattern of the 8-bit ones); every narrow output format with both roundings, element-wise
-  and reduced, from mixed input formats.
+  and reduced, from mixed input formats (round-to-nearest-even alone on an engine without a
+  generator, ``rng`` None: every draw of a rounding is among the engine's).
 * ``random_streams``: seeded random operations, reductions, input and output formats,
   roundings, operands and row lengths, with random idle cycles on the input and random
   backpressure on the output.
@@ -22,6 +23,7 @@ import random
 import cocotb
 import numpy as np
 
+from hdl.numerics.cast import roundings
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 from sim.golden import vector as golden
@@ -123,11 +125,12 @@ async def directed(dut):
         words = tb.format_words(fmt)
         for op in (VectorOp.COPY, VectorOp.ADD, VectorOp.MULTIPLY):
             await tb.case(op, a=words, b=words[::-1].copy(), in_format=fmt)
-    # every narrow output format, both roundings, from another format than its own
+    # every narrow output format, every rounding the engine has (both, or RNE alone without
+    # a generator), from another format than its own
     for i, fmt in enumerate(narrow):
         in_format = formats[(formats.index(fmt) + 1) % len(formats)]
         a, b = _operands(tb, in_format, (16, lanes))
-        for rounding in ("rne", "stochastic"):
+        for rounding in roundings(tb.params.rng):
             await tb.case(VectorOp.MULTIPLY if i % 2 else VectorOp.ADD, a=a, b=b,
                           in_format=in_format, out_format=fmt, rounding=rounding)
             await tb.case(VectorOp.COPY, Reduce.SUM, a=rows, last=last, out_format=fmt,
@@ -153,7 +156,7 @@ async def random_streams(dut):
         idle, stall = rng.choice(PAUSES)
         await tb.case(op, reduce, a=a, b=b, scalar=scalar, last=last, idle=idle, stall=stall,
                       in_format=in_format, out_format=out_format,
-                      rounding=rng.choice(["rne", "stochastic"]))
+                      rounding=rng.choice(roundings(tb.params.rng)))
     dut._log.info("random_streams: %d cases passed", tb.cases)
 
 
