@@ -220,10 +220,11 @@ def _core_names(params, sim, seed, kernel=None) -> list[str]:
 
 
 def _core_simulate(params, sim, seed=None, kernel=None):
-    from sim.tb.core import simulate
+    """Every program of :func:`_core_names` in one simulation (one start-up and one build
+    of the core; the core reset and its memories cleared between two programs)."""
+    from sim.tb.core import simulate_many
 
-    return [simulate(params, name, sim, seed) for name in _core_names(params, sim, seed,
-                                                                     kernel)]
+    return simulate_many(params, _core_names(params, sim, seed, kernel), sim, seed)
 
 
 def _core_params(spec: ChipSpec, scale: str):

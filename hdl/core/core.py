@@ -12,8 +12,9 @@ simulation scale):
 * **Streams** (:attr:`NeuronCore.streams`): ``tensor``, ``vector``, ``scalar``, ``gpsimd``
   and the DMA queues ``dma0`` ..; each its :class:`~hdl.core.sequencer.Sequencer` of
   ``instructions`` words. The engines: :mod:`hdl.core.tensor`, :mod:`hdl.core.engines`
-  (vector), :mod:`hdl.core.scalar`, and for GpSimd a second instance of the vector engine's
-  module (:class:`EngineInstance`: the element-wise operations and memsets; no Iota yet).
+  (vector), :mod:`hdl.core.scalar`, and for GpSimd a second vector engine (the element-wise
+  operations and memsets it shares with the vector engine, and ``Iota``); the vector and
+  GpSimd engines are each a module emitted once (:class:`EngineInstance`).
 * **Semaphores**: ``semaphores`` counters of 32 bits (the width of ``SemWait.value``),
   cleared at start; a signal adds its count the cycle after it issues,
   several signals in one cycle add up.
@@ -56,6 +57,7 @@ __all__ = ["HostMap", "NeuronCore"]
 HOST_BITS = 32
 #: The module of the core's vector engine, which the GpSimd engine instantiates too.
 VECTOR_MODULE = "neuron_core_vector_engine"
+GPSIMD_MODULE = "neuron_core_gpsimd_engine"
 #: The engines' instruction streams, in host-port order (the DMA queues follow).
 ENGINE_STREAMS = ("tensor", "vector", "scalar", "gpsimd")
 
@@ -123,8 +125,8 @@ class HostMap:
 
 class EngineInstance(wiring.Component):
     """An instance of ``engine`` emitted once as the module ``module``, with the engine's
-    ports: the vector and GpSimd engines are one module, elaborated once and instantiated
-    twice. Its Verilog texts are :meth:`verilog_dependencies` (the engine's own, then its
+    ports: an engine's per-partition logic is elaborated once, apart from the core's. Its
+    Verilog texts are :meth:`verilog_dependencies` (the engine's own, then its
     module's)."""
 
     def __init__(self, engine: wiring.Component, module: str):
@@ -163,9 +165,10 @@ class NeuronCore(wiring.Component):
                           "m_axi": Out(AxiSignature(self.addr_bits))})
         words = max(self.map.sbuf_words, self.map.psum_words)
         generator = params.rng is not None
-        vector = VectorEngine(params.partitions, words, generator=generator)
-        self.vector = EngineInstance(vector, VECTOR_MODULE)
-        self.gpsimd = EngineInstance(vector, VECTOR_MODULE)
+        self.vector = EngineInstance(
+            VectorEngine(params.partitions, words, generator=generator), VECTOR_MODULE)
+        self.gpsimd = EngineInstance(
+            VectorEngine(params.partitions, words, "gpsimd", generator=generator), GPSIMD_MODULE)
         self.scalar = ScalarEngine(params.partitions, params.activation_lanes, words,
                                    params.functions, params.rng)
         self.tensor = TensorEngine(params.partitions, params.tensor, params.formats, words)
@@ -176,8 +179,8 @@ class NeuronCore(wiring.Component):
 
     def verilog_dependencies(self) -> list[str]:
         texts = (self.tensor.verilog_dependencies() + self.vector.verilog_dependencies()
-                 + self.scalar.verilog_dependencies())
-        return list(dict.fromkeys(texts))  # the GpSimd engine's modules are the vector's
+                 + self.gpsimd.verilog_dependencies() + self.scalar.verilog_dependencies())
+        return list(dict.fromkeys(texts))  # the GpSimd engine's lanes are the vector's
 
     def elaborate(self, platform):
         m = Module()

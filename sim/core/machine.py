@@ -41,7 +41,7 @@ this model's, :func:`rtl_cycle_bound`:
   instruction on an idle engine; the RTL has none of the spec's fixed access costs
   (``access_start``, ``min_interval``), so it is faster except where it does less per
   cycle: ``turns`` is the scalar engine's turns over the tile's partitions
-  (``activation_lanes`` at a time) for ``Activation``, the array's ``beat_columns`` for
+  (``activation_lanes`` at a time) for its instructions, the array's ``beat_columns`` for
   ``LoadStationary`` (the RTL reads one stationary column per cycle, the array takes that
   many per beat), 1 otherwise.
 * DMA: no bound. The RTL's AXI port moves four bytes per beat; the model's DMA is the chip's
@@ -127,8 +127,8 @@ def rtl_cycle_bound(params: CoreParams, kind: str, ins: Instruction,
             return src.free, c["latency"] + 1 + RTL_OVERHEAD
         return src.free, params.tensor.beat_columns * c["load"] + RTL_OVERHEAD
     turns = 1
-    if isinstance(ins, Activation):
-        turns = -(-ins.src.partitions // params.activation_lanes)
+    if kind == "scalar":
+        turns = -(-src.partitions // params.activation_lanes)
     return turns * src.free, turns * cycles + RTL_OVERHEAD
 
 
