@@ -4,12 +4,16 @@
    wall and CPU seconds (the process and its Yosys child) and peak memory of each.
 2. ``lint``: ``verilator --lint-only -Wall`` of those files with the generator's waivers
    (``neuron_core.vlt``): warnings and seconds.
-3. ``sim``: simulated core cycles per wall-clock second, Verilator against Icarus, on the
-   vector-only program of :func:`sim.tb.core.throughput_program` at simulation scale (the
-   testbench quiet: no DMA, status polled every 1024 cycles; builds cached, not timed).
+3. ``chip``: ``gen chip SPEC`` (every unit at full scale, the core included) against the same
+   chip without the core, each in a fresh process, one after the other: wall, CPU (the
+   process and its workers) and peak memory.
+4. ``sim``: simulated core cycles per wall-clock second, Verilator against Icarus, on the
+   program of :func:`sim.tb.core.throughput_program` at simulation scale, every engine busy
+   at once (the testbench quiet: no DMA, status polled every 1024 cycles; builds cached,
+   not timed).
 
 Reproduce from the repository root: ``PYTHONPATH=. python benchmarks/core_rtl.py``
-(``--skip emit,lint,sim`` to leave parts out; results in benchmarks/core_rtl.md and
+(``--skip emit,lint,chip,sim`` to leave parts out; results in benchmarks/core_rtl.md and
 BENCHMARKS.md).
 """
 
@@ -52,6 +56,34 @@ def bench_emit(spec: str, out: Path) -> dict:
     result = subprocess.run([sys.executable, "-c", EMIT, spec, str(out)], env=env, cwd=ROOT,
                             capture_output=True, text=True, check=True)
     return json.loads(result.stdout.splitlines()[-1])
+
+
+CHIP = """
+import json, resource, sys, time
+from pathlib import Path
+from generators.chip import generate_chip
+from generators.units import UNITS
+from specs.loader import load_document
+units = None if sys.argv[3] == "core" else [u for u in UNITS if u != "core"]
+begin = time.perf_counter()
+generate_chip(load_document(sys.argv[1]), Path(sys.argv[2]), "full", units=units)
+wall = time.perf_counter() - begin
+own, workers = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+print(json.dumps({"wall_s": wall,
+                  "cpu_s": sum(r.ru_utime + r.ru_stime for r in (own, workers)),
+                  "peak_mib": max(own.ru_maxrss, workers.ru_maxrss) / 1024}))
+"""
+
+
+def bench_chip(spec: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = {}
+    for variant in ("core", "no core"):
+        with tempfile.TemporaryDirectory() as tmp:
+            result = subprocess.run([sys.executable, "-c", CHIP, spec, tmp, variant], env=env,
+                                    cwd=ROOT, capture_output=True, text=True, check=True)
+        out[variant] = json.loads(result.stdout.splitlines()[-1])
+    return out
 
 
 def bench_lint(out: Path) -> dict:
@@ -100,7 +132,8 @@ def bench_sim(spec: str, instructions: int, n: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spec", default="trn2")
-    ap.add_argument("--skip", default="", help="comma-separated parts to skip: emit,lint,sim")
+    ap.add_argument("--skip", default="",
+                    help="comma-separated parts to skip: emit,lint,chip,sim")
     ap.add_argument("--instructions", type=int, default=200)
     ap.add_argument("--n", type=int, default=128, help="fp32 elements per partition a tile")
     args = ap.parse_args()
@@ -112,6 +145,8 @@ def main() -> None:
             print("emit:", json.dumps(bench_emit(args.spec, out)), flush=True)
         if "lint" not in skip:
             print("lint:", json.dumps(bench_lint(out)), flush=True)
+    if "chip" not in skip:
+        print("chip:", json.dumps(bench_chip(args.spec)), flush=True)
     if "sim" not in skip:
         print("sim:", json.dumps(bench_sim(args.spec, args.instructions, args.n)), flush=True)
     print(f"load average at end: {os.getloadavg()}", flush=True)

@@ -14,7 +14,10 @@ Per rank (one logical NeuronCore of ``lnc`` physical cores) and GEMM:
   (twice that for double-rate formats), ``M <= cols``, ``N <= moving_max``; a new tile every
   ``max(n / min(rate, 1), ceil(m / load_columns) + 1)`` cycles (formats below one MAC per
   PE per cycle take ``1 / rate`` cycles per moving column), plus the first load and the
-  pipeline's drain. The ``lnc``
+  pipeline's drain. Where ``K`` fits a tile of the spec's row tiling (``rows / w`` rows),
+  tiles of ``cols / w`` columns run ``w`` at once, the loads taking turns: ``w`` tiles every
+  ``max(n / min(rate, 1), w * (ceil(m / load_columns) + 1))`` cycles; the fastest way
+  counts. The ``lnc``
   physical cores share the tiles: the M tiles or the N range are divided among them,
   whichever is faster.
 - memory: the HBM bytes of a weight-stationary schedule whose SBUF (the logical core's, half
@@ -122,6 +125,7 @@ class Base:
     rates: dict[str, float]           # MACs per PE per cycle by workload dtype
     moving_max: int
     load_columns: int                 # stationary columns per LoadStationary cycle
+    tiles: tuple[int, ...]            # ways the array splits into tiles (the spec's row_tiles)
     topology: str                     # instance topology: torus, ring, switch or none
     links: int                        # NeuronLink ports per chip
     instances: int                    # instances per server (joined by a ring of links)
@@ -199,7 +203,8 @@ def base_from_spec(name, price: float | None = None,
     return Base(
         spec_file=str(doc.file),
         name=doc.name, values={k: float(v) for k, v in values.items()}, rates=rates,
-        moving_max=t.moving_max, load_columns=t.load_columns, topology=topo,
+        moving_max=t.moving_max, load_columns=t.load_columns, tiles=tuple(t.row_tiles),
+        topology=topo,
         links=chip.neuronlink.links or 1, instances=instances,
         efa_bandwidth=float(efa), link_alpha=link_alpha, efa_alpha=efa_alpha,
         link_efficiency=system_model.default_link_efficiency(chip), torus=dims,
@@ -221,17 +226,18 @@ def _efa_per_server(doc, servers: int) -> float:
 
 # --- formula functions (one place each, numpy-friendly) ---------------------------------
 
-def gemm_cycles(m, k, n, rows, cols, rate, moving_max, load_columns, lnc):
+def gemm_cycles(m, k, n, rows, cols, rate, moving_max, load_columns, lnc, tiles=(1,)):
     """Tensor-engine cycles of one ``(M, K, N)`` GEMM on a logical core of ``lnc`` cores.
 
-    :func:`sim.system.formulas.matmul_cycles` (the array's cycle model) for the share of
-    one physical core: the M tiles or the N range divided among the ``lnc`` cores, whichever
-    finishes first.
+    :func:`sim.system.formulas.matmul_cycles` (the array's cycle model, with its tiling
+    ``tiles``) for the share of one physical core: the M tiles or the N range divided among
+    the ``lnc`` cores, whichever finishes first.
     """
     m_share = np.ceil(np.ceil(m / cols) / lnc) * cols
-    split_m = formulas.matmul_cycles(m_share, k, n, rows, cols, rate, moving_max, load_columns)
+    split_m = formulas.matmul_cycles(m_share, k, n, rows, cols, rate, moving_max, load_columns,
+                                     tiles)
     split_n = formulas.matmul_cycles(m, k, np.ceil(n / lnc), rows, cols, rate, moving_max,
-                                     load_columns)
+                                     load_columns, tiles)
     return np.minimum(split_m, split_n)
 
 
@@ -361,7 +367,7 @@ def _evaluate(v, base: Base, work: Workload, detail: bool) -> dict[str, np.ndarr
         shapes.append(x if dim == "count" else np.ceil(x))
     m, k, n, count = shapes
     cycles = gemm_cycles(m, k, n, v["rows"][col], v["cols"][col], rate, base.moving_max,
-                         base.load_columns, v["lnc"][col])
+                         base.load_columns, v["lnc"][col], base.tiles)
     compute = cycles / v["clock"][col] * count
     traffic = gemm_bytes(m, k, n, elem, v["sbuf"][col] * v["lnc"][col], v["cols"][col],
                          base.moving_max) * count
@@ -527,23 +533,28 @@ def _cycles_loop(m, k, n, rows, cols, rate, base: Base, lnc) -> float:
     passes of ``rows`` contraction indices (twice that at double rate), stationary tiles of
     ``cols`` columns, moving tiles of ``moving_max``, each pair costing the array's
     :func:`sim.golden.systolic.tile_interval` (``1 / rate`` cycles per moving column below
-    one MAC per PE per cycle), then :func:`sim.golden.systolic.stream_tail`."""
+    one MAC per PE per cycle), then :func:`sim.golden.systolic.stream_tail`. Where ``k``
+    fits a tile of ``rows / w`` rows (``w`` a way of the array's tiling), stationary tiles
+    of ``cols / w`` columns, ``w`` pairs at once; the fastest way counts."""
     slow = 1.0 / min(rate, 1.0)
 
     def pieces(size, tile):
         full, rest = divmod(int(size), int(tile))
         return [(t, c) for t, c in ((tile, full), (rest, 1)) if t and c]
 
-    def walk(m_size, n_size):
-        pairs = sum(mc * nc * float(systolic.tile_interval(mt, nt, base.load_columns, slow))
-                    for mt, mc in pieces(m_size, cols)
+    def walk(m_size, n_size, ways):
+        t_cols = cols // ways
+        pairs = sum(mc * nc * float(systolic.tile_interval(mt, nt, base.load_columns, slow,
+                                                           ways))
+                    for mt, mc in pieces(m_size, t_cols)
                     for nt, nc in pieces(n_size, base.moving_max))
-        passes = math.ceil(k / (rows * max(rate, 1.0)))
-        first_m, first_n = min(m_size, cols), min(n_size, base.moving_max)
+        passes = math.ceil(k / (rows * max(rate, 1.0))) if ways == 1 else 1
+        first_m, first_n = min(m_size, t_cols), min(n_size, base.moving_max)
         return passes * pairs + float(systolic.stream_tail(first_m, first_n, rows, cols,
-                                                            base.load_columns, slow))
+                                                            base.load_columns, slow, ways))
     mt = math.ceil(m / cols)
-    return min(walk(math.ceil(mt / lnc) * cols, n), walk(m, math.ceil(n / lnc)))
+    return min(min(walk(math.ceil(mt / lnc) * cols, n, w), walk(m, math.ceil(n / lnc), w))
+               for w in sorted(set(base.tiles) | {1}) if w == 1 or k <= rows // w)
 
 
 def _bytes_scalar(m, k, n, elem, sbuf, cols, moving_max) -> float:

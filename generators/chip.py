@@ -355,14 +355,12 @@ def emitters(jobs: int) -> Iterator:
 
 def generate_chip(doc: Document, out: Path, scale: str = "full",
                   units: list[str] | None = None, synthesise: bool = False,
-                  requested: tuple[str, ...] = (), jobs: int | None = None) -> ChipResult:
+                  jobs: int | None = None) -> ChipResult:
     """Write RTL, ``rtl/files.f``, ``datasheet.md``, ``datasheet.html`` and ``manifest.json``.
 
-    ``units``: the units to emit, by default every unit but those emitted only on request
-    (:attr:`~generators.units.Unit.on_request`), which ``requested`` adds (their datasheet
-    tables are there either way). The datasheet's area tables take each emitted module's
-    synthesis from the cache; with ``synthesise``, modules not yet there are synthesised
-    first (and ``area.json`` written).
+    ``units``: the units to emit, by default every unit. The datasheet's area tables take
+    each emitted module's synthesis from the cache; with ``synthesise``, modules not yet
+    there are synthesised first (and ``area.json`` written).
 
     The units are emitted by ``jobs`` worker processes at once (default: one per core this
     process may use, at most one per unit), while this process draws the datasheet's
@@ -370,12 +368,11 @@ def generate_chip(doc: Document, out: Path, scale: str = "full",
     if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
         raise ValueError(f"jobs must be a positive integer, not {jobs!r}")
     with fewer_collections():
-        return _generate_chip(doc, out, scale, units, synthesise, jobs, requested)
+        return _generate_chip(doc, out, scale, units, synthesise, jobs)
 
 
 def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None,
-                   synthesise: bool, jobs: int | None,
-                   requested: tuple[str, ...]) -> ChipResult:
+                   synthesise: bool, jobs: int | None) -> ChipResult:
     spec: ChipSpec = doc.spec
     chosen = list(UNITS) if units is None else units
     # Every unit's parameters and the model's figures first: a spec that maps onto no unit
@@ -387,10 +384,6 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
         reason = unit.unsupported(spec)
         if reason:
             skipped[name] = reason
-            continue
-        if units is None and unit.on_request and name not in requested:
-            skipped[name] = unit.on_request
-            plan.append((unit, []))
             continue
         plan.append((unit, list(unit.params(spec, scale))))
     check = check_table(doc)

@@ -166,11 +166,7 @@ def check(specs, fmt, output, strict):
 @click.option("--area", "synthesise", is_flag=True,
               help="Synthesise the emitted modules not yet in the area cache (Yosys), for the "
                    "datasheet's area tables; without it they come from the cache alone.")
-@click.option("--core", "with_core", is_flag=True,
-              help="Also emit the NeuronCore that assembles the engines (neuron_core.v, its "
-                   "file list, waivers and FuseSoC core); minutes and gigabytes at full "
-                   "scale.")
-def chip(spec, output, scale, synthesise, with_core):
+def chip(spec, output, scale, synthesise):
     """Validate a chip SPEC and write its RTL, datasheets and manifest."""
     from .chip import generate_chip
 
@@ -179,8 +175,7 @@ def chip(spec, output, scale, synthesise, with_core):
         raise SpecError(f"expected a chip spec, found the {doc.kind} spec {doc.name!r} "
                         "(use `gen check` for systems)", location=None)
     out = output or Path("build") / doc.name
-    result = generate_chip(doc, out, scale, synthesise=synthesise,
-                           requested=("core",) if with_core else ())
+    result = generate_chip(doc, out, scale, synthesise=synthesise)
     state = "written" if result.changed else "unchanged"
     click.echo(f"{doc.name}: {len(result.files)} files {state} in {out}")
     for unit, reason in result.skipped.items():

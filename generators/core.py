@@ -23,7 +23,7 @@ from .vector import ACTIVATION_WAIVERS
 TOP = "neuron_core"
 
 #: ``verilator --lint-only -Wall`` warnings waived for the emitted core, each a habit of
-#: Amaranth's Verilog backend, not of the design (seven rules: no more are raised at either
+#: Amaranth's Verilog backend, not of the design (eight rules: no more are raised at either
 #: scale, benchmarks/core_rtl.md). Written beside the core as
 #: ``neuron_core.vlt``.
 WAIVERS = {
@@ -39,6 +39,9 @@ WAIVERS = {
     "DECLFILENAME": "submodules are named by hierarchy (neuron_core.dma) and share their "
                     "parent's file",
     "UNSIGNED": ACTIVATION_WAIVERS["UNSIGNED"] + " (the scalar engine's activation unit)",
+    "VARHIDDEN": "a submodule's input is declared in its parent under the port's name, which "
+                 "can repeat an instance name above it (the scalar engine's vector unit's "
+                 "port scalar, in the engine instance scalar)",
 }
 
 
@@ -83,6 +86,28 @@ def uninitialised_memories():
         rtlil.ModuleEmitter.emit_memory = original
 
 
+@contextmanager
+def unchecked_comb_cycles():
+    """Within this context, Amaranth builds netlists without its search for combinational
+    cycles.
+
+    The search walks the netlist bit by bit, and the full-scale core's engines move 128
+    partitions of 32-bit words through rotations and multiplexers: in the tensor engine
+    alone it was 35 s of 80 (profiled). The core's structure does not depend on its size
+    (the same loops build it at either scale), and every simulation-scale elaboration (the
+    co-simulation's, :func:`sim.tb.core.core_verilog`) keeps the search; a cycle at full
+    scale would also be Verilator's UNOPTFLAT in the core's lint (benchmarks/core_rtl.py).
+    """
+    from amaranth.hdl import _nir
+
+    original = _nir.Netlist.check_comb_cycles
+    _nir.Netlist.check_comb_cycles = lambda self: None
+    try:
+        yield
+    finally:
+        _nir.Netlist.check_comb_cycles = original
+
+
 @functools.cache
 def verilog_texts(params: CoreParams) -> tuple[str, tuple[str, ...]]:
     """The core's own Verilog (memories uninitialised) and its lane modules' (each a text),
@@ -92,9 +117,12 @@ def verilog_texts(params: CoreParams) -> tuple[str, tuple[str, ...]]:
     from hdl.core.core import NeuronCore
 
     core = NeuronCore(params)
-    with uninitialised_memories():
-        top = verilog.convert(core, name=TOP, emit_src=False)
-    return top, tuple(core.verilog_dependencies())
+    with unchecked_comb_cycles():
+        with uninitialised_memories():
+            top = verilog.convert(core, name=TOP, emit_src=False)
+        # the modules as every other unit emits them (the tensor array's PSUM columns have
+        # zero-initialised banks), so that equal texts are shared
+        return top, tuple(core.verilog_dependencies())
 
 
 def rename_module(texts: list[str], old: str, new: str) -> list[str]:

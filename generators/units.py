@@ -39,8 +39,6 @@ class Unit:
     #: whether the datasheet's area tables count the unit's modules (not the core's: it
     #: assembles engines they already count, once per core)
     area: bool = True
-    #: why `gen chip` emits the unit only when asked (``--core``), or "" when it always does
-    on_request: str = ""
 
 
 UNITS: dict[str, Unit] = {}
@@ -177,8 +175,9 @@ UNITS["scalar"] = Unit("scalar", lambda spec, scale: [scalar_params(spec, scale)
 
 def _tensor_emit(params, rtl_dir, header):
     from generators.tensor import emit
+    from hdl.tensor.structural import UNIT_TOP
 
-    return emit(params, rtl_dir, header, top="tensor")
+    return emit(params, rtl_dir, header, top=UNIT_TOP)
 
 
 def _tensor_simulate(params, sim, seed=None):
@@ -221,10 +220,11 @@ def _core_names(params, sim, seed, kernel=None) -> list[str]:
 
 
 def _core_simulate(params, sim, seed=None, kernel=None):
-    from sim.tb.core import simulate
+    """Every program of :func:`_core_names` in one simulation (one start-up and one build
+    of the core; the core reset and its memories cleared between two programs)."""
+    from sim.tb.core import simulate_many
 
-    return [simulate(params, name, sim, seed) for name in _core_names(params, sim, seed,
-                                                                     kernel)]
+    return simulate_many(params, _core_names(params, sim, seed, kernel), sim, seed)
 
 
 def _core_params(spec: ChipSpec, scale: str):
@@ -294,7 +294,4 @@ def _core_emit(params, rtl_dir, header):
 
 
 UNITS["core"] = Unit("core", _core_params, _core_emit, _core_simulate, _core_unsupported,
-                     datasheet=core_datasheet, check=_core_names, area=False,
-                     on_request="emitted with --core: with its tensor, scalar and GpSimd "
-                                "engines the full-scale core takes minutes and gigabytes "
-                                "to emit (benchmarks/core_rtl.md)")
+                     datasheet=core_datasheet, check=_core_names, area=False)

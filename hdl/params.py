@@ -93,7 +93,8 @@ def systolic_params(tensor: TensorSpec, sim: SimScale | None = None) -> Systolic
     8-bit float format the spec gives rate 2, quarter rate for each format it gives rate 0.25
     (fp32). The RTL has no double-rate int8 and no quad-rate MX: a rate-2 int8 and the
     rate-4 MX formats of Trainium3 run one product per PE per cycle, and the throughput model
-    keeps the documented rule for them.
+    keeps the documented rule for them. Its tiling is the spec's ``row_tiles``, along the
+    rows and the columns alike.
     """
     names, double, quarter = [], [], []
     for fmt in tensor.formats:
@@ -112,7 +113,7 @@ def systolic_params(tensor: TensorSpec, sim: SimScale | None = None) -> Systolic
     return _build(SystolicParams, "core.tensor fields", rows=rows, cols=cols,
                   formats=tuple(names), double_rate=tuple(double),
                   quarter_rate=tuple(quarter), moving_max=moving,
-                  load_columns=tensor.load_columns)
+                  load_columns=tensor.load_columns, tiles=tuple(tensor.row_tiles))
 
 
 def tensor_params(spec: ChipSpec, scale: Scale) -> SystolicParams:

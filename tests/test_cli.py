@@ -119,8 +119,13 @@ def test_chip_full_scale_trn2(tmp_path):
     assert manifest["scale"] == "full"
     rtl = {f["path"] for f in manifest["files"] if f["path"].startswith("rtl/")}
     assert "rtl/tensor_pe.v" in rtl and "rtl/vector_lane.v" in rtl
-    assert not any(p.startswith("rtl/neuron_core") for p in rtl)  # only with --core
-    assert "core: not emitted (emitted with --core: " in result.output
+    assert "not emitted" not in result.output
+    # The core instantiates the chip's tensor array, not one of its own.
+    assert {"rtl/neuron_core.v", "rtl/neuron_core.f", "rtl/neuron_core.vlt",
+            "rtl/neuron_core.core"} <= rtl
+    assert not any(p.startswith("rtl/neuron_core_tensor") for p in rtl)
+    core_files = (out / "rtl" / "neuron_core.f").read_text().split()
+    assert "tensor.v" in core_files and "tensor_row.v" in core_files
     assert not any(p.startswith("rtl/tensor_bf16") for p in rtl)  # one engine, every format
     top = (out / "rtl" / "tensor.v").read_text()
     assert "localparam ROWS = 128;" in top and "localparam COLS = 128;" in top

@@ -5,9 +5,12 @@ import pytest
 from click.testing import CliRunner
 
 from generators.cli import main
+from hdl.core import engines, scalar
+from hdl.core.isa import AP, Activation, Iota, TensorCopy
 from hdl.params import core_params
-from sim.core import Core
-from sim.tb.core import RANDOM, build_program, check_program
+from hdl.vector.convert import ENGINE_FORMATS
+from sim.core import Core, Program
+from sim.tb.core import RANDOM, build_program, check_program, rtl_refusal
 from sim.tb.runner import skip_unless_available
 from specs.loader import load
 
@@ -23,7 +26,8 @@ def params():
 
 @pytest.mark.parametrize("args, message", [
     (("--kernel", "cross_entropy"), "error: not simulated: cross_entropy: the core RTL cannot "
-                                    "run it: gpsimd[0] Iota: "),
+                                    "run it: vector[6] TensorTensor: both inputs must have "
+                                    "one type"),
     (("--kernel", "attention"), "error: not simulated: attention: D must be at most 8, "),
     (("--kernel", "softmx"), "error: --kernel must be one of vector_add, "),
 ])
@@ -32,6 +36,30 @@ def test_refused_before_anything_is_simulated(args, message):
     assert result.exit_code == 2, result.output
     assert result.output.startswith(message), result.output
     assert result.output.count("\n") == 1
+
+
+def _tile(dtype: str, partitions: int = 16) -> AP:
+    return AP("sbuf", dtype, 0, partitions, 0, ((8, 1),))
+
+
+def test_each_engine_is_named_in_its_refusal(params):
+    """The GpSimd engine's datapath is the vector engine's plus Iota; what it refuses, it
+    refuses as itself."""
+    act = Activation(dst=_tile("fp32"), src=_tile("fp32"), func=0)
+    assert engines.supported(act, ENGINE_FORMATS, "gpsimd") == \
+        "the gpsimd engine runs Iota, TensorTensor, TensorScalar, TensorCopy, Memset"
+    assert engines.supported(act, ENGINE_FORMATS) == \
+        "the vector engine runs TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset"
+    iota = Iota(dst=_tile("int32"))
+    assert rtl_refusal(Program(streams={"gpsimd": [iota]}), params) == \
+        "gpsimd[0] Iota: destinations are fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, not int32"
+
+
+@pytest.mark.parametrize("stream", ["vector", "scalar", "gpsimd"])
+def test_stochastic_rounding_is_refused_with_its_reason(params, stream):
+    ins = TensorCopy(dst=_tile("bf16"), src=_tile("fp32"), rounding="stochastic", seed=5)
+    assert rtl_refusal(Program(streams={stream: [ins]}), params) == \
+        f"{stream}[0] TensorCopy: {engines.NO_STOCHASTIC}"
 
 
 def test_kernel_is_an_option_of_the_core_alone():
@@ -49,9 +77,13 @@ def test_random_programs_keep_the_rules(params):
     a, b = (build_program(params, RANDOM, 7) for _ in range(2))
     assert a.streams == b.streams
     assert build_program(params, RANDOM, 8).streams != a.streams
-    kinds = {type(ins).__name__ for seed in range(60)
-             for ins in build_program(params, RANDOM, seed).streams["vector"]}
-    assert kinds >= {"TensorTensor", "TensorScalar", "TensorReduce", "TensorCopy", "Memset"}
+    kinds = {(stream, type(ins).__name__) for seed in range(60)
+             for stream, code in build_program(params, RANDOM, seed).streams.items()
+             for ins in code}
+    for stream, runs in (("vector", engines.ENGINE_RUNS["vector"]),
+                         ("gpsimd", engines.ENGINE_RUNS["gpsimd"]),
+                         ("scalar", scalar.SCALAR_OPS)):
+        assert kinds >= {(stream, cls.__name__) for cls in runs}, stream
     Core(params).run(a, timing_only=True)
 
 

@@ -33,11 +33,12 @@ def test_trn2_full_scale():
     p = params_from_spec(load("trn2"), "full")
     # formats [fp8_e4m3, fp8_e5m2, cfp8, bf16, fp16, tf32, fp32], the 8-bit floats at rate 2,
     # fp32 at 0.25, cFP8 inherited from trn1 as e4m3 with bias 7; one 128 x 128 array,
-    # moving_max 512.
+    # moving_max 512, split 1, 2 or 4 ways (row_tiles).
     assert p.tensor == SystolicParams(
         rows=128, cols=128, moving_max=512,
         formats=("fp8_e4m3", "fp8_e5m2", "cfp8_e4m3_b7", "bf16", "fp16", "tf32", "fp32"),
-        double_rate=("fp8_e4m3", "fp8_e5m2", "cfp8_e4m3_b7"), quarter_rate=("fp32",))
+        double_rate=("fp8_e4m3", "fp8_e5m2", "cfp8_e4m3_b7"), quarter_rate=("fp32",),
+        tiles=(1, 2, 4))
     # 128 lanes, stochastic rounding by the 32-bit LFSR.
     assert (p.vector.lanes, p.vector.rng) == (128, "lfsr32")
     assert (p.scalar.lanes, p.scalar.rng) == (128, "lfsr32")

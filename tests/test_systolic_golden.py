@@ -20,6 +20,7 @@ from sim.golden import systolic
 from sim.golden.systolic import (
     Load,
     Multiply,
+    Sequencer,
     Transpose,
     cycles,
     matmul,
@@ -484,3 +485,153 @@ def test_mx_rejects_bad_scales():
     with pytest.raises(ValueError, match=r"stationary_scales must have shape \(2, 1\)"):
         systolic.matmul_mx(np.zeros((33, 1)), np.zeros((33, 1)), "mxfp4", np.zeros((1, 1)),
                            np.zeros((2, 1)))
+
+
+# ---- tile positions (row and column tiling) ------------------------------------------------
+
+HALF = {"row_size": 4, "col_size": 4}
+
+
+def test_tiles_on_disjoint_groups_run_at_once():
+    """Hand-worked: two 4 x 4 tiles of an 8 x 8 array split two ways. On the diagonal they
+    multiply at once (the second accepted two cycles after the first, its beats interleaved
+    with the first's); in one row of groups (shared row groups) or one column of groups
+    (shared column groups) the second waits for the first's last moving beat."""
+    p = SystolicParams(rows=8, cols=8, formats=("bf16",), tiles=(1, 2), moving_max=16)
+    depth = 8 + 8 + 2
+    diagonal = schedule(p, [Load(4, 4, **HALF), Multiply(10),
+                            Load(4, 4, row=4, col=4, **HALF), Multiply(10, row=4, col=4)])
+    # load accepted at 0, its one beat at 1 (when the multiply is accepted); the second
+    # load at 2, its beat and the second multiply at 3; vectors from the next cycle
+    assert diagonal.accepted == (0, 1, 2, 3)
+    assert diagonal.outputs == tuple(range(2 + depth, 12 + depth)) + tuple(
+        range(4 + depth, 14 + depth))
+    for place in ({"row": 0, "col": 4, **HALF}, {"row": 4, "col": 0, **HALF}):
+        shared = schedule(p, [Load(4, 4, **HALF), Multiply(10), Load(4, 4, **place),
+                              Multiply(10, row=place["row"], col=place["col"])])
+        assert shared.accepted == (0, 1, 2, 11)  # the first multiply's last beat is at 11
+        assert shared.outputs == tuple(range(2 + depth, 22 + depth))
+
+
+def test_a_load_waits_only_for_multiplies_on_its_groups_and_bank():
+    """A load into groups where a running multiply reads the same bank waits for that
+    multiply's last moving beat; elsewhere, or in the other bank, it does not."""
+    p = SystolicParams(rows=8, cols=8, formats=("bf16",), tiles=(1, 2), moving_max=16)
+    # the whole-array tile fills bank 1 everywhere; a quadrant's next tile fills bank 0
+    # at once, and the one after it (bank 1 again) waits for the first multiply
+    program = [Load(8, 8), Multiply(10), Load(4, 4, **HALF), Load(4, 4, row=4, col=4, **HALF),
+               Load(4, 4, **HALF)]
+    s = schedule(p, program + [Multiply(1)])
+    # accepted: 0; multiply at 2 (the load's two beats, 1-2); its vectors 3-12; the
+    # quadrant loads at 3 (beat 4) and 4 (beat 5, bank 0 too: its quadrant's tile was in
+    # bank 1); the third at 5 fills bank 1, which the multiply reads until its last beat
+    # at 12: its one beat waits until 12, and the multiply after it with it
+    assert s.accepted == (0, 2, 3, 4, 5, 12)
+    sequencer = Sequencer(p)
+    assert [sequencer.issue(op)[1] for op in program] == [3, 13 + 18, 5, 6, 13]
+
+
+@pytest.mark.parametrize("rows,cols,load_columns", [(8, 8, 4), (8, 8, 1), (4, 8, 2),
+                                                     (16, 8, 4)])
+@pytest.mark.parametrize("ways", [1, 2, 4])
+def test_tiled_streams_follow_the_rule(rows, cols, load_columns, ways):
+    """Pairs on the ``ways`` diagonal tile positions in turn: the replayed sequencer's total
+    is the closed form (``ways`` pairs a round, the loads taking turns), at full and quarter
+    rate; and a whole matmul whose k fits a tile's rows is matmul_cycles with the tiling."""
+    rng = np.random.default_rng(ways * 100 + rows + load_columns)
+    p = SystolicParams(rows=rows, cols=cols, formats=("bf16", "fp32"), quarter_rate=("fp32",),
+                       tiles=(1, 2, 4), moving_max=24, load_columns=load_columns)
+    gr, gc = rows // ways, cols // ways
+    for _ in range(12):
+        fmt = str(rng.choice(["bf16", "fp32"]))
+        slow = p.column_cycles(fmt)
+        n, m, k = (int(rng.integers(1, 25)), int(rng.integers(1, gc + 1)),
+                   int(rng.integers(1, gr + 1)))
+        pairs = ways * int(rng.integers(1, 4))
+        program = []
+        for i in range(pairs):
+            at = {"row": i % ways * gr, "col": i % ways * gc}
+            program += [Load(k, m, fmt, row_size=gr, col_size=gc, **at),
+                        Multiply(n, fmt=fmt, **at)]
+        total = schedule(p, program).total
+        assert total == pairs * tile_interval(m, n, p.beat_columns, slow, ways) \
+            + systolic.stream_tail(m, n, rows, cols, p.beat_columns, slow, ways)
+    # a whole matmul, k within a tile's rows: its pairs on the diagonal in turn
+    k, m, n = gr, gc * ways, 24 * 2
+    program = []
+    for i in range(2 * ways):  # m tiles of gc columns by n tiles of 24
+        at = {"row": i % ways * gr, "col": i % ways * gc}
+        program += [Load(k, gc, "bf16", row_size=gr, col_size=gc, **at),
+                    Multiply(24, fmt="bf16", **at)]
+    total = schedule(p, program).total
+    if ways == 1:  # the whole array's tiles are gc = cols wide: k, m, n as they are
+        assert matmul_cycles(m, k, n, rows, cols, 1.0, 24, p.beat_columns) == total
+    else:  # with the tiling, the fastest way is at least as fast as this one
+        assert min(total, matmul_cycles(m, k, n, rows, cols, 1.0, 24, p.beat_columns)) \
+            == matmul_cycles(m, k, n, rows, cols, 1.0, 24, p.beat_columns, (1, ways))
+
+
+def test_tile_positions_are_checked():
+    p = SystolicParams(rows=8, cols=8, formats=("fp8_e4m3", "bf16"), double_rate=("fp8_e4m3",),
+                       tiles=(1, 2), moving_max=16)
+    bad = [
+        ([Load(4, 4, row_size=2)], "row_size must be one of 4, 8"),
+        ([Load(4, 4, col=2, col_size=4)], "col must be a multiple of the tile's col_size 4"),
+        ([Load(4, 4, row=8, row_size=4)], "row must be a multiple"),
+        ([Load(5, 4, "bf16", row_size=4)], r"k must be in 1 \.\. 4"),
+        ([Load(4, 5, col_size=4)], r"m must be in 1 \.\. 4"),
+        ([Load(6, 4, "fp8_e4m3", row_size=4, col_size=4)], "double-row tile"),
+        ([Load(4, 4), Multiply(2, row=4)], r"at tile position \(4, 0\) needs a tile"),
+        ([Load(4, 4, row_size=4), Load(4, 4, row=4, row_size=4), Load(8, 8, col=0),
+          Multiply(2, row=4)], "needs a tile"),
+    ]
+    for program, match in bad:
+        with pytest.raises(ValueError, match=match):
+            schedule(p, program)
+    # a double-rate tile contracts two indices per row of its row group
+    schedule(p, [Load(8, 4, "fp8_e4m3", row=4, row_size=4), Multiply(2, fmt="fp8_e4m3", row=4)])
+    with pytest.raises(ValueError, match="tiles must be a tuple of distinct ways"):
+        SystolicParams(rows=8, cols=6, formats=("bf16",), tiles=(1, 4))
+    with pytest.raises(ValueError, match="tiles must be"):
+        SystolicParams(rows=8, cols=8, formats=("bf16",), tiles=(2,))
+
+
+@pytest.mark.parametrize("rows,cols,tiles", [(8, 8, (1, 2, 4)), (4, 8, (1, 2, 4)),
+                                             (16, 4, (1, 2))])
+def test_sequencer_is_the_schedule(rows, cols, tiles):
+    """The closed form the core simulator times its tensor engine by, command by command,
+    against the replayed sequencer: random programs of tiles of every size and position,
+    multiplies at full and quarter rate and transposes; every acceptance and every
+    multiply's last output beat."""
+    rng = np.random.default_rng(rows * cols)
+    ran = 0
+    while ran < 40:
+        p = SystolicParams(rows=rows, cols=cols, formats=("bf16", "fp32"),
+                           quarter_rate=("fp32",), tiles=tiles, moving_max=12,
+                           load_columns=int(rng.integers(1, 4)))
+        program, loaded = [], []
+        for _ in range(int(rng.integers(1, 14))):
+            if rng.random() < 0.45 or not loaded:
+                w, v = int(rng.choice(tiles)), int(rng.choice(tiles))
+                at = {"row": int(rng.integers(0, w)) * (rows // w), "row_size": rows // w,
+                      "col": int(rng.integers(0, v)) * (cols // v), "col_size": cols // v}
+                fmt = str(rng.choice(["bf16", "fp32"]))
+                program.append(Load(int(rng.integers(1, rows // w + 1)),
+                                    int(rng.integers(1, cols // v + 1)), fmt, **at))
+                loaded.append((at["row"], at["col"], fmt))
+            elif rng.random() < 0.9:
+                row, col, fmt = loaded[int(rng.integers(0, len(loaded)))]
+                program.append(Multiply(int(rng.integers(1, 13)), fmt=fmt, row=row, col=col))
+            else:
+                program.append(Transpose(1))
+        try:
+            replay = schedule(p, program)
+        except ValueError:  # a multiply whose tile a later load overlapped
+            continue
+        ran += 1
+        sequencer = Sequencer(p)
+        issued = [sequencer.issue(op) for op in program]
+        assert tuple(a for a, _ in issued) == replay.accepted
+        lasts = np.cumsum([op.n for op in program if not isinstance(op, Load)]) - 1
+        assert [d - 1 for (_, d), op in zip(issued, program, strict=True)
+                if not isinstance(op, Load)] == [replay.outputs[i] for i in lasts]

@@ -13,7 +13,8 @@ simulation scale):
   and the DMA queues ``dma0`` ..; each its :class:`~hdl.core.sequencer.Sequencer` of
   ``instructions`` words. The engines: :mod:`hdl.core.tensor`, :mod:`hdl.core.engines`
   (vector), :mod:`hdl.core.scalar`, and for GpSimd a second vector engine (the element-wise
-  operations and memsets it shares with the vector engine; no Iota yet).
+  operations and memsets it shares with the vector engine, and ``Iota``); the vector and
+  GpSimd engines are each a module emitted once (:class:`EngineInstance`).
 * **Semaphores**: ``semaphores`` counters of 32 bits (the width of ``SemWait.value``),
   cleared at start; a signal adds its count the cycle after it issues,
   several signals in one cycle add up.
@@ -26,7 +27,18 @@ simulation scale):
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import (
+    Array,
+    Cat,
+    ClockSignal,
+    Const,
+    Instance,
+    Module,
+    Mux,
+    ResetSignal,
+    Signal,
+    Value,
+)
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -38,10 +50,14 @@ from hdl.core.params import CoreParams
 from hdl.core.scalar import ScalarEngine
 from hdl.core.sequencer import CHUNK_BITS, Sequencer
 from hdl.core.tensor import TensorEngine
+from hdl.vector.lanes import lane_verilog
 
 __all__ = ["HostMap", "NeuronCore"]
 
 HOST_BITS = 32
+#: The module of the core's vector engine, which the GpSimd engine instantiates too.
+VECTOR_MODULE = "neuron_core_vector_engine"
+GPSIMD_MODULE = "neuron_core_gpsimd_engine"
 #: The engines' instruction streams, in host-port order (the DMA queues follow).
 ENGINE_STREAMS = ("tensor", "vector", "scalar", "gpsimd")
 
@@ -107,6 +123,29 @@ class HostMap:
         return self._at(self.PSUM, partition << self.psum_bits | word)
 
 
+class EngineInstance(wiring.Component):
+    """An instance of ``engine`` emitted once as the module ``module``, with the engine's
+    ports: an engine's per-partition logic is elaborated once, apart from the core's. Its
+    Verilog texts are :meth:`verilog_dependencies` (the engine's own, then its
+    module's)."""
+
+    def __init__(self, engine: wiring.Component, module: str):
+        self.engine, self.module = engine, module
+        super().__init__(engine.signature)
+
+    def verilog_dependencies(self) -> list[str]:
+        return [*self.engine.verilog_dependencies(), lane_verilog(self.engine, self.module)]
+
+    def elaborate(self, platform):
+        m = Module()
+        ports = {"i_clk": ClockSignal(), "i_rst": ResetSignal()}
+        for name, member in self.signature.members.items():
+            direction = "i" if member.flow == In else "o"
+            ports[f"{direction}_{name}"] = Value.cast(getattr(self, name))
+        m.submodules.engine = Instance(self.module, **ports)
+        return m
+
+
 def host_signature() -> wiring.Signature:
     """The host port from the core's side."""
     return wiring.Signature({"addr": In(HOST_BITS), "wdata": In(HOST_BITS), "we": In(1),
@@ -126,8 +165,10 @@ class NeuronCore(wiring.Component):
                           "m_axi": Out(AxiSignature(self.addr_bits))})
         words = max(self.map.sbuf_words, self.map.psum_words)
         generator = params.rng is not None
-        self.vector = VectorEngine(params.partitions, words, generator=generator)
-        self.gpsimd = VectorEngine(params.partitions, words, generator=generator)
+        self.vector = EngineInstance(
+            VectorEngine(params.partitions, words, generator=generator), VECTOR_MODULE)
+        self.gpsimd = EngineInstance(
+            VectorEngine(params.partitions, words, "gpsimd", generator=generator), GPSIMD_MODULE)
         self.scalar = ScalarEngine(params.partitions, params.activation_lanes, words,
                                    params.functions, params.rng)
         self.tensor = TensorEngine(params.partitions, params.tensor, params.formats, words)
@@ -138,8 +179,8 @@ class NeuronCore(wiring.Component):
 
     def verilog_dependencies(self) -> list[str]:
         texts = (self.tensor.verilog_dependencies() + self.vector.verilog_dependencies()
-                 + self.scalar.verilog_dependencies())
-        return list(dict.fromkeys(texts))  # the GpSimd engine's modules are the vector's
+                 + self.gpsimd.verilog_dependencies() + self.scalar.verilog_dependencies())
+        return list(dict.fromkeys(texts))  # the GpSimd engine's lanes are the vector's
 
     def elaborate(self, platform):
         m = Module()

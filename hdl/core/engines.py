@@ -1,6 +1,7 @@
-"""The core's vector engine: the vector unit (:class:`hdl.vector.vector.Vector`, one lane
-per partition) fed from and writing to SBUF and PSUM through the access patterns of
-``TensorTensor``, ``TensorScalar``, ``TensorReduce``, ``TensorCopy`` and ``Memset``.
+"""The core's vector and GpSimd engines: the vector unit (:class:`hdl.vector.vector.Vector`,
+one lane per partition) fed from and writing to SBUF and PSUM through the access patterns of
+``TensorTensor``, ``TensorScalar``, ``TensorReduce``, ``TensorCopy`` and ``Memset``, and on
+the GpSimd engine ``Iota``.
 
 Per instruction: decode (the fields of the opcode's ``FIELDS`` table), then for a
 per-partition scalar operand one read of it, then the stream: every cycle the next element
@@ -8,6 +9,9 @@ of ``a`` (and ``b``) is read from all partitions at once, one cycle later it ent
 (lane ``l`` takes partition ``first + l``), and every result beat is written to ``dst`` at
 the destination pattern's next element, in the partitions of the tile only. ``Memset``
 writes its value without the unit. Two read ports (``a``, ``b``) and one write port.
+``Iota`` streams like a copy of ``dst`` into itself, with lane ``l``'s element ``i`` replaced
+by ``base + l * pstep + i * step`` (exact in 50 bits: ``p < 2**7``, ``i < 2**16``) converted to
+fp32 (round to nearest even, as numpy converts the integer), which the unit then casts.
 
 Results go to ``dst``'s type through the unit's own output cast (its ``out_format``, round to
 nearest even; fp32 written as it comes, as the simulator writes it); ``Memset``'s value,
@@ -16,13 +20,14 @@ the same in every partition, through one cast lane
 in its word.
 
 What this datapath runs (:func:`supported` says why not otherwise): operand and destination
-types the unit reads (``formats``), ``a`` and ``b`` of one type, fp32 scalar operands,
-round-to-nearest-even casts, and ``TensorScalar`` with ``op1`` COPY.
+types the unit reads (``formats``; ``Iota`` into them, not into integer types), ``a`` and
+``b`` of one type, fp32 scalar operands, round-to-nearest-even casts (:data:`NO_STOCHASTIC`),
+and ``TensorScalar`` with ``op1`` COPY.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -32,6 +37,7 @@ from hdl.core.isa import (
     DTYPES,
     WORD_BITS,
     Instruction,
+    Iota,
     Memset,
     TensorCopy,
     TensorReduce,
@@ -40,25 +46,44 @@ from hdl.core.isa import (
     field_positions,
 )
 from hdl.numerics.cast import FormatCastLane
-from hdl.numerics.formats import format_by_name
+from hdl.numerics.formats import FP32, format_by_name
+from hdl.numerics.fpu import lzc, round_pack
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
-__all__ = ["VECTOR_OPS", "VectorEngine", "supported"]
+__all__ = ["ENGINE_RUNS", "NO_STOCHASTIC", "VECTOR_OPS", "VectorEngine", "operand_refusal",
+           "supported"]
 
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
+#: What each engine built of this module runs, by the kind of its stream.
+ENGINE_RUNS = {"vector": VECTOR_OPS, "gpsimd": (Iota,) + VECTOR_OPS[:2] + VECTOR_OPS[3:]}
 DATA_BITS = 32
+#: Bits of an Iota value: ``base + p * pstep + i * step`` with 32-bit signed fields,
+#: ``p`` < 128 partitions and ``i`` < 2**16 free elements.
+IOTA_BITS = 50
+#: Why no engine of the core runs stochastic rounding.
+NO_STOCHASTIC = ("casts round to nearest even: the simulator reseeds stochastic rounding "
+                 "per instruction from its seed and the run's, partition by partition; the "
+                 "RTL's generators are seeded once per lane when built")
 
 
-def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
-    """Why the core's vector engine cannot run ``ins`` (None: it can)."""
-    if not isinstance(ins, VECTOR_OPS):
-        return f"the vector engine runs {', '.join(c.__name__ for c in VECTOR_OPS)}"
+def supported(ins: Instruction, formats: tuple[str, ...], kind: str = "vector") -> str | None:
+    """Why the core's engine of ``kind`` (vector or gpsimd) cannot run ``ins`` (None: it
+    can)."""
+    runs = ENGINE_RUNS[kind]
+    if not isinstance(ins, runs):
+        return f"the {kind} engine runs {', '.join(c.__name__ for c in runs)}"
+    return operand_refusal(ins, formats)
+
+
+def operand_refusal(ins: Instruction, formats: tuple[str, ...]) -> str | None:
+    """Why the vector unit cannot run the element-wise instruction ``ins`` on operands of
+    its types (None: it can)."""
     aps: dict[str, AP] = {name: ap for name, ap, _ in ins.operands()}
     if aps["dst"].dtype not in formats:
         return f"destinations are {', '.join(formats)}, not {aps['dst'].dtype}"
     if getattr(ins, "rounding", "rne") != "rne":
-        return "casts round to nearest even (no stochastic rounding in the core yet)"
+        return NO_STOCHASTIC
     inputs = [aps[n] for n in ("a", "b", "src") if n in aps]
     for ap in inputs:
         if ap.dtype not in formats:
@@ -123,14 +148,31 @@ def unrotate(values: list, first, chunk: int) -> list:
     return out
 
 
-class VectorEngine(wiring.Component):
-    """The vector engine of a core of ``partitions`` partitions; ``words`` is the depth of
-    the deeper of SBUF and PSUM in 32-bit words. With ``generator`` its lanes and memset
-    cast carry the vector unit's stochastic-rounding generator (its default), which this
-    engine does not use yet (:func:`supported`); without, they round to nearest even only
-    and have none (a chip whose spec has no stochastic rounding)."""
+def int_to_fp32(m: Module, value):
+    """The fp32 encoding of the signed integer ``value``, rounded to nearest even."""
+    negative = value[-1]
+    mag = Signal(len(value))
+    m.d.comb += mag.eq(Mux(negative, -value, value))
+    lead = lzc(mag)
+    sig = Signal(len(value))
+    e_lead = Signal(range(-1, len(value)))
+    m.d.comb += [sig.eq(mag << lead), e_lead.eq(len(value) - 1 - lead)]
+    return Mux(mag == 0, 0, round_pack(m, FP32, negative, e_lead, sig))
 
-    def __init__(self, partitions: int, words: int, *, generator: bool = True):
+
+class VectorEngine(wiring.Component):
+    """The vector engine (``kind`` "vector") or GpSimd engine ("gpsimd": with ``Iota``) of a
+    core of ``partitions`` partitions; ``words`` is the depth of the deeper of SBUF and PSUM
+    in 32-bit words. With ``generator`` its lanes and memset cast carry the vector unit's
+    stochastic-rounding generator (its default), which this engine does not use yet
+    (:func:`supported`); without, they round to nearest even only and have none (a chip
+    whose spec has no stochastic rounding)."""
+
+    def __init__(self, partitions: int, words: int, kind: str = "vector", *,
+                 generator: bool = True):
+        if kind not in ENGINE_RUNS:
+            raise ValueError(f"kind must be one of {', '.join(ENGINE_RUNS)}, not {kind!r}")
+        self.kind = kind
         self.partitions = partitions
         self.params = VectorParams(lanes=partitions, **({} if generator else {"rng": None}))
         n = partitions
@@ -155,7 +197,7 @@ class VectorEngine(wiring.Component):
 
         dst, a, b, s0 = (Signal(AP_LAYOUT, name=nm) for nm in ("dst", "a", "b", "s0"))
         op, reduce = Signal(VectorOp), Signal(Reduce)
-        use_scalar, memset, imm = Signal(), Signal(), Signal(32)
+        use_scalar, memset, iota, imm = Signal(), Signal(), Signal(), Signal(32)
         with m.Switch(opcode):
             with m.Case(TensorTensor.OPCODE):
                 m.d.comb += [dst.eq(field(TensorTensor, "dst")), a.eq(field(TensorTensor, "a")),
@@ -177,6 +219,10 @@ class VectorEngine(wiring.Component):
             with m.Case(Memset.OPCODE):
                 m.d.comb += [dst.eq(field(Memset, "dst")), memset.eq(1),
                              imm.eq(field(Memset, "value"))]
+            if self.kind == "gpsimd":
+                with m.Case(Iota.OPCODE):
+                    m.d.comb += [dst.eq(field(Iota, "dst")), a.eq(field(Iota, "dst")),
+                                 op.eq(VectorOp.COPY), iota.eq(1)]
 
         m.submodules.wa = wa = ApWalker()
         m.submodules.wb = wb = ApWalker()
@@ -189,6 +235,7 @@ class VectorEngine(wiring.Component):
         for index, name in enumerate(self.params.formats):
             in_format = Mux(a.dtype == DTYPES[name][0], index, in_format)
             out_format = Mux(dst.dtype == DTYPES[name][0], index, out_format)
+        in_format = Mux(iota, self.params.formats.index("fp32"), in_format)
         m.d.comb += [unit.op.eq(op), unit.reduce.eq(reduce), unit.use_scalar.eq(use_scalar),
                      unit.in_format.eq(in_format), unit.out_format.eq(out_format),
                      unit.stochastic.eq(0)]
@@ -208,6 +255,17 @@ class VectorEngine(wiring.Component):
         for lane in range(n):
             m.d.comb += [unit.i.payload.a[lane].eq(lanes_a[lane] >> (a_shift * 8)),
                          unit.i.payload.b[lane].eq(lanes_b[lane] >> (b_shift * 8))]
+        # Iota: lane l's element i is base + l * pstep + i * step (``step_sum``: i * step of
+        # the element being read, ``iota_at`` of the element entering the unit)
+        if self.kind == "gpsimd":
+            step_sum, iota_at = Signal(signed(IOTA_BITS)), Signal(signed(IOTA_BITS))
+            iota_base, iota_pstep, iota_step = (field(Iota, f).as_signed()
+                                                for f in ("base", "pstep", "step"))
+            lane_base = Signal(data.ArrayLayout(signed(IOTA_BITS), n))
+            with m.If(iota):
+                for lane in range(n):
+                    m.d.comb += unit.i.payload.a[lane].eq(
+                        int_to_fp32(m, (lane_base[lane] + iota_at)[:IOTA_BITS].as_signed()))
 
         # the write side: dst's next element, in the tile's partitions
         m.submodules.memset_cast = memset_cast = FormatCastLane(
@@ -243,6 +301,10 @@ class VectorEngine(wiring.Component):
                 with m.Else():
                     m.d.sync += [scalars[lane].eq(imm) for lane in range(n)]
                     m.next = "STREAM"
+                if self.kind == "gpsimd":
+                    m.d.sync += step_sum.eq(0)
+                    m.d.sync += [lane_base[lane].eq(iota_base + lane * iota_pstep)
+                                 for lane in range(n)]
             with m.State("SCALAR"):
                 # the operand's one element per partition: read it through port b
                 m.d.comb += [self.b_addr.eq(s0.offset[2:]), self.b_en.eq(1),
@@ -261,6 +323,9 @@ class VectorEngine(wiring.Component):
                         m.d.comb += [wa.step.eq(1), wb.step.eq(1)]
                         m.d.sync += [s1_last.eq(wa.row_last), a_shift.eq(wa.byte[:2]),
                                      b_shift.eq(wb.byte[:2]), sent.eq(wa.row_last)]
+                        if self.kind == "gpsimd":
+                            m.d.sync += [iota_at.eq(step_sum),
+                                         step_sum.eq(step_sum + iota_step)]
                 m.d.comb += [unit.o.ready.eq(1), writing.eq(unit.o.valid)]
                 with m.If(unit.o.valid):
                     m.d.comb += wd.step.eq(1)

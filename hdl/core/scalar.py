@@ -1,24 +1,26 @@
 """The core's scalar (activation) engine: the activation unit
 (:class:`hdl.vector.activation.Activation`) fed from and writing to SBUF and PSUM through
-the access patterns of ``Activation``.
+the access patterns of ``Activation``, and beside it a vector unit of as many lanes
+(:class:`hdl.vector.vector.Vector`) for ``TensorScalar`` and ``TensorCopy``.
 
-The unit has ``lanes`` lanes (the core's ``activation_lanes``: one per partition at full
+The units have ``lanes`` lanes (the core's ``activation_lanes``: one per partition at full
 scale, fewer at simulation scale, see :func:`hdl.params.core_params`); the partitions of a
 tile are served in turn, ``lanes`` at a time (group ``g`` takes the tile's partitions
 ``g * lanes`` .. ``(g + 1) * lanes - 1``, lane ``l`` the ``l``-th of them).
 
-Per instruction: decode, then for a ``bias`` operand one read of its element in every
-partition, then per group the stream: every cycle the next element of ``src`` is read from
-all partitions at once, one cycle later the group's partitions enter the unit (widened from
-``src``'s type by the unit), and every result beat (already cast to ``dst``'s type by the
-unit, round to nearest even) is written to ``dst`` at the destination pattern's next element,
-in the group's partitions of the tile only. With ``reduce_dst``, the running sum of the
-group's last beat is written to it first (one cycle on the write port, the unit stalled).
-One read port and one write port.
+Per instruction: decode, then for a ``bias`` operand (``TensorScalar``'s ``operand0``) one
+read of its element in every partition, then per group the stream: every cycle the next
+element of ``src`` is read from all partitions at once, one cycle later the group's
+partitions enter the unit (widened from ``src``'s type by the unit), and every result beat
+(already cast to ``dst``'s type by the unit, round to nearest even) is written to ``dst`` at
+the destination pattern's next element, in the group's partitions of the tile only. With
+``reduce_dst``, the running sum of the group's last beat is written to it first (one cycle
+on the write port, the unit stalled). One read port and one write port.
 
 What this datapath runs (:func:`supported` says why not otherwise): ``Activation`` with
 ``src`` and ``dst`` of a type the unit reads and writes (``formats``), fp32 ``bias`` and
-``reduce_dst``, round-to-nearest-even casts.
+``reduce_dst``; ``TensorScalar`` (``op1`` COPY) and ``TensorCopy`` as the vector engine runs
+them (:func:`hdl.core.engines.operand_refusal`); round-to-nearest-even casts.
 """
 
 from __future__ import annotations
@@ -27,23 +29,43 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
-from hdl.core.engines import engine_ports, read_step, rotate, unrotate
-from hdl.core.isa import AP, DTYPES, WORD_BITS, Activation, Instruction, field_positions
+from hdl.core.engines import (
+    NO_STOCHASTIC,
+    engine_ports,
+    operand_refusal,
+    read_step,
+    rotate,
+    unrotate,
+)
+from hdl.core.isa import (
+    AP,
+    DTYPES,
+    WORD_BITS,
+    Activation,
+    Instruction,
+    TensorCopy,
+    TensorScalar,
+    field_positions,
+)
 from hdl.vector.activation import Activation as ActivationUnit
 from hdl.vector.activation import ActivationParams
 from hdl.vector.functions import FunctionSpec
+from hdl.vector.ops import Reduce, VectorOp
+from hdl.vector.vector import Vector, VectorParams
 
 __all__ = ["SCALAR_OPS", "ScalarEngine", "supported"]
 
-SCALAR_OPS = (Activation,)
+SCALAR_OPS = (Activation, TensorScalar, TensorCopy)
 
 
 def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
     """Why the core's scalar engine cannot run ``ins`` (None: it can)."""
     if not isinstance(ins, SCALAR_OPS):
         return f"the scalar engine runs {', '.join(c.__name__ for c in SCALAR_OPS)}"
+    if not isinstance(ins, Activation):
+        return operand_refusal(ins, formats)
     if ins.rounding != "rne":
-        return "casts round to nearest even (no stochastic rounding in the core yet)"
+        return NO_STOCHASTIC
     for name in ("dst", "src"):
         ap: AP = getattr(ins, name)
         if ap.dtype not in formats:
@@ -69,6 +91,9 @@ class ScalarEngine(wiring.Component):
         n = partitions
         super().__init__(engine_ports(("r",), n, words))
         self.unit = ActivationUnit(self.params, lane_instances=True)
+        # the vector engine's lanes (with its generator where the chip has one)
+        self.alu = Vector(VectorParams(lanes=lanes, **({} if rng is not None else {"rng": None})),
+                          lane_instances=True)
 
     @property
     def groups(self) -> int:
@@ -76,21 +101,39 @@ class ScalarEngine(wiring.Component):
         return -(-self.partitions // self.lanes)
 
     def verilog_dependencies(self) -> list[str]:
-        return self.unit.verilog_dependencies()
+        return self.unit.verilog_dependencies() + self.alu.verilog_dependencies()
 
     def elaborate(self, platform):
         m = Module()
         n, lanes = self.partitions, self.lanes
         chunk = min(32, n)
         m.submodules.unit = unit = self.unit
+        m.submodules.alu = alu = self.alu
         word = Signal(WORD_BITS)
+        opcode = word[:8]
 
-        def field(name):
-            pos, bits, kind = field_positions(Activation)[name]
+        def field(cls, name):
+            pos, bits, kind = field_positions(cls)[name]
             value = word[pos:pos + bits]
             return data.View(AP_LAYOUT, value) if kind == "ap" else value
 
-        dst, src, bias, red = (field(nm) for nm in ("dst", "src", "bias", "reduce_dst"))
+        # bias: Activation's bias or TensorScalar's operand0 (imm: where it has none)
+        dst, src, bias, red = (Signal(AP_LAYOUT, name=nm) for nm in ("dst", "src", "bias", "red"))
+        is_act, op, imm = Signal(), Signal(VectorOp), Signal(32)
+        with m.Switch(opcode):
+            with m.Case(Activation.OPCODE):
+                m.d.comb += [is_act.eq(1)] + [
+                    sig.eq(field(Activation, nm)) for sig, nm in
+                    ((dst, "dst"), (src, "src"), (bias, "bias"), (red, "reduce_dst"))]
+            with m.Case(TensorScalar.OPCODE):
+                m.d.comb += [dst.eq(field(TensorScalar, "dst")),
+                             src.eq(field(TensorScalar, "src")),
+                             bias.eq(field(TensorScalar, "operand0")),
+                             op.eq(field(TensorScalar, "op0")),
+                             imm.eq(field(TensorScalar, "imm0"))]
+            with m.Case(TensorCopy.OPCODE):
+                m.d.comb += [dst.eq(field(TensorCopy, "dst")), src.eq(field(TensorCopy, "src")),
+                             op.eq(VectorOp.COPY)]
         has_bias, has_red = bias.partitions != 0, red.partitions != 0
 
         m.submodules.ws = ws = ApWalker()
@@ -98,9 +141,9 @@ class ScalarEngine(wiring.Component):
         start = Signal()
         m.d.comb += [ws.ap.eq(src), wd.ap.eq(dst), ws.start.eq(start), wd.start.eq(start)]
 
-        def format_index(ap):
+        def format_index(ap, formats):
             index = 0
-            for i, name in enumerate(self.params.formats):
+            for i, name in enumerate(formats):
                 index = Mux(ap.dtype == DTYPES[name][0], i, index)
             return index
 
@@ -120,20 +163,33 @@ class ScalarEngine(wiring.Component):
             return out
 
         biases = Signal(data.ArrayLayout(32, n))
-        m.d.comb += [unit.func.eq(field("func")), unit.in_format.eq(format_index(src)),
-                     unit.out_format.eq(format_index(dst)), unit.stochastic.eq(0)]
+        formats, alu_formats = self.params.formats, alu.params.formats
+        m.d.comb += [unit.func.eq(field(Activation, "func")),
+                     unit.in_format.eq(format_index(src, formats)),
+                     unit.out_format.eq(format_index(dst, formats)), unit.stochastic.eq(0),
+                     alu.op.eq(op), alu.reduce.eq(Reduce.NONE),
+                     alu.use_scalar.eq(opcode == TensorScalar.OPCODE),
+                     alu.in_format.eq(format_index(src, alu_formats)),
+                     alu.out_format.eq(format_index(dst, alu_formats)), alu.stochastic.eq(0)]
         lane_bias = select([biases[p] for p in range(n)])
         for lane in range(lanes):
-            m.d.comb += [unit.scale[lane].eq(field("scale")), unit.bias[lane].eq(lane_bias[lane])]
+            m.d.comb += [unit.scale[lane].eq(field(Activation, "scale")),
+                         unit.bias[lane].eq(lane_bias[lane]), alu.scalar[lane].eq(lane_bias[lane])]
 
         # the read side: src of every partition, the group's lanes one cycle after the address
         s1_valid, s1_last, sent, shift = Signal(), Signal(), Signal(), Signal(2)
         rows = rotate([self.r_data[p] for p in range(n)], src.partition, chunk)
         lane_in = select(rows)
         m.d.comb += [self.r_addr.eq(ws.byte[2:]), self.r_psum.eq(src.space == SPACE["psum"]),
-                     unit.i.valid.eq(s1_valid), unit.i.payload.last.eq(s1_last)]
+                     unit.i.valid.eq(s1_valid & is_act), unit.i.payload.last.eq(s1_last),
+                     alu.i.valid.eq(s1_valid & ~is_act), alu.i.payload.last.eq(s1_last)]
         for lane in range(lanes):
-            m.d.comb += unit.i.payload.data[lane].eq(lane_in[lane] >> (shift * 8))
+            m.d.comb += [unit.i.payload.data[lane].eq(lane_in[lane] >> (shift * 8)),
+                         alu.i.payload.a[lane].eq(lane_in[lane] >> (shift * 8))]
+        # the unit the instruction streams through
+        i_ready = Mux(is_act, unit.i.ready, alu.i.ready)
+        o_valid, o_ready = Mux(is_act, unit.o.valid, alu.o.valid), Signal()
+        m.d.comb += [unit.o.ready.eq(o_ready & is_act), alu.o.ready.eq(o_ready & ~is_act)]
 
         # the write side: dst's next element (or reduce_dst's one), in the group's partitions
         reducing = Signal()  # this cycle writes reduce_dst
@@ -144,7 +200,8 @@ class ScalarEngine(wiring.Component):
         t_space = Mux(reducing, red.space, dst.space)
         item = Mux(reducing, 0xF, (1 << (1 << dtype_shift(dst.dtype))) - 1)
         at = Mux(reducing, red.offset, wd.byte)
-        beat = [Mux(reducing, unit.o.payload.sum[q % lanes], unit.o.payload.data[q % lanes])
+        beat = [Mux(reducing, unit.o.payload.sum[q % lanes],
+                    Mux(is_act, unit.o.payload.data[q % lanes], alu.o.payload[q % lanes]))
                 << (at[:2] * 8) for q in range(n)]
         out_rows = unrotate(beat, t_first, chunk)
         in_group = Cat(*[(t_first + base <= p) & (p < t_first + base + lanes)
@@ -160,7 +217,7 @@ class ScalarEngine(wiring.Component):
                     m.next = "SETUP"
             with m.State("SETUP"):
                 m.d.sync += [group.eq(0), base.eq(0)]
-                m.d.sync += [biases[p].eq(0) for p in range(n)]
+                m.d.sync += [biases[p].eq(imm) for p in range(n)]
                 with m.If(has_bias):
                     m.next = "BIAS"
                 with m.Else():
@@ -179,13 +236,13 @@ class ScalarEngine(wiring.Component):
                 m.d.sync += [sent.eq(0), s1_valid.eq(0), reduced.eq(0)]
                 m.next = "STREAM"
             with m.State("STREAM"):
-                read_step(m, ~s1_valid | unit.i.ready, self.r_en, ws, sent, s1_valid, s1_last,
+                read_step(m, ~s1_valid | i_ready, self.r_en, ws, sent, s1_valid, s1_last,
                           shift)
-                with m.If(unit.o.valid & unit.o.payload.last & has_red & ~reduced):
+                with m.If(is_act & unit.o.valid & unit.o.payload.last & has_red & ~reduced):
                     m.d.comb += [reducing.eq(1), writing.eq(1)]
                     m.d.sync += reduced.eq(1)
-                with m.Elif(unit.o.valid):
-                    m.d.comb += [unit.o.ready.eq(1), writing.eq(1), wd.step.eq(1)]
+                with m.Elif(o_valid):
+                    m.d.comb += [o_ready.eq(1), writing.eq(1), wd.step.eq(1)]
                     with m.If(wd.row_last):
                         m.d.sync += [group.eq(group + 1), base.eq(base + lanes)]
                         with m.If(base + lanes >= dst.partitions):

@@ -1,6 +1,10 @@
-"""The core's tensor engine: the multi-format systolic array
-(:class:`hdl.tensor.systolic.SystolicArray`) fed from SBUF (or PSUM) through the access
-patterns of ``LoadStationary`` and ``MultiplyMoving``, its results written to PSUM.
+"""The core's tensor engine: the multi-format systolic array fed from SBUF (or PSUM) through
+the access patterns of ``LoadStationary`` and ``MultiplyMoving``, its results written to PSUM.
+
+The array is an instance of the emitted array module (:class:`hdl.tensor.structural.ArrayInstance`,
+the circuit of :class:`hdl.tensor.systolic.SystolicArray`), the very module `gen chip` writes
+for the tensor unit, so that the core does not elaborate its rows x cols cells again; the
+PSUM accumulation's fp32 adders are instances of the scalar engine's adder module.
 
 Per instruction: decode, hand the array its command (format code, ``k`` the source's
 partitions, ``m`` or ``n`` its free size), then
@@ -40,9 +44,10 @@ from hdl.core.isa import (
     field_positions,
 )
 from hdl.numerics.fpu import FpAdd32
-from hdl.tensor.pe import ProcessingElement
-from hdl.tensor.systolic import Op, SystolicArray
-from hdl.vector.lanes import lane_verilog
+from hdl.tensor.structural import UNIT_TOP, ArrayInstance
+from hdl.tensor.systolic import Op
+from hdl.vector.activation import FP_MODULES
+from hdl.vector.lanes import add_lane, lane_verilog
 
 __all__ = ["TENSOR_OPS", "TensorEngine", "supported"]
 
@@ -75,8 +80,6 @@ class TensorEngine(wiring.Component):
     ``formats`` in the same order (the instruction set's names); ``words`` is the depth of
     the deeper of SBUF and PSUM in 32-bit words."""
 
-    PE_MODULE = "core_tensor_pe"
-
     def __init__(self, partitions: int, array, formats: tuple[str, ...], words: int):
         if array.cols > partitions or array.rows > partitions:
             raise ValueError(f"the array ({array.rows} x {array.cols}) must fit the core's "
@@ -87,10 +90,15 @@ class TensorEngine(wiring.Component):
         self.partitions, self.array, self.formats = partitions, array, formats
         n = partitions
         super().__init__(engine_ports(("r", "q"), n, words))
-        self.unit = SystolicArray(array, pe_module=self.PE_MODULE)
+        self.unit = ArrayInstance(array, UNIT_TOP)
 
     def verilog_dependencies(self) -> list[str]:
-        return [lane_verilog(ProcessingElement(self.array), self.PE_MODULE)]
+        """The array's modules and, for a float array, the fp32 adder of the PSUM
+        accumulation (the scalar engine's module: one definition in the core)."""
+        texts = self.unit.verilog_dependencies()
+        if self.array.has_float:
+            texts.append(lane_verilog(FpAdd32(), FP_MODULES["add"], no_inline=False))
+        return texts
 
     def elaborate(self, platform):
         m = Module()
@@ -176,10 +184,10 @@ class TensorEngine(wiring.Component):
             new = staged[c]
             summed = (old[c] + new)[:32]
             if a.has_float:
-                add = FpAdd32()
-                m.submodules[f"acc{c}"] = add
-                m.d.comb += [add.a.eq(old[c]), add.b.eq(new)]
-                summed = Mux(integer, summed, add.y) if a.has_int else add.y
+                y = Signal(32, name=f"acc{c}_y")
+                add_lane(m, f"acc{c}", None, FP_MODULES["add"], {"a": old[c], "b": new},
+                         {"y": y}, clocked=False)
+                summed = Mux(integer, summed, y) if a.has_int else y
             total.append(Mux(accumulate, summed, new))
         total += [0] * (n - a.cols)
         out_rows = unrotate(total, dst.partition, chunk)

@@ -42,6 +42,16 @@ class SystolicParams:
     load_columns : int
         Stationary columns one LoadStationary beat carries: the load path's speed against a
         multiply, which takes one moving column per cycle (at most ``cols`` are used).
+    tiles : tuple of int
+        The ways the array splits into tiles, along its rows and along its columns alike
+        (the spec's row tiling, 2x64 and 4x32 of a 128-row array [ISA]): a tile of
+        ``rows / w`` PE rows by ``cols / v`` PE columns (``w``, ``v`` in ``tiles``) at a
+        position that is a multiple of its size. Tiles on disjoint row groups and disjoint
+        column groups of ``rows / max(tiles)`` by ``cols / max(tiles)`` PEs run at once
+        (:func:`sim.golden.systolic.schedule`). Always holds 1, the whole array. The RTL
+        sequencer does not take tile positions yet: its commands address the whole array,
+        and :func:`~sim.golden.systolic.schedule` is the cycle model tiled programs are to
+        meet; the core simulator, the system model and exploration time tiles by it.
 
     An operand beat carries one word of :attr:`width` bits per PE row: the element in its
     low bits, or with a double-rate format index 2r in bits 0-7 and 2r+1 in bits 8-15.
@@ -65,6 +75,7 @@ class SystolicParams:
     quarter_rate: tuple[str, ...] = ()
     moving_max: int = 512
     load_columns: int = 4
+    tiles: tuple[int, ...] = (1,)
 
     def __post_init__(self):
         _check_positive("rows", self.rows)
@@ -94,6 +105,13 @@ class SystolicParams:
             if not (isinstance(fmt, FloatFormat) and fmt.bits == 8):
                 raise ValueError(f"double_rate must name 8-bit float formats (not MX), "
                                  f"not {name!r}")
+        if (not isinstance(self.tiles, tuple) or 1 not in self.tiles
+                or len(set(self.tiles)) != len(self.tiles)
+                or any(not isinstance(w, int) or isinstance(w, bool) or w < 1
+                       or self.rows % w or self.cols % w for w in self.tiles)):
+            raise ValueError(f"tiles must be a tuple of distinct ways, 1 among them, each "
+                             f"dividing rows ({self.rows}) and cols ({self.cols}), "
+                             f"not {self.tiles!r}")
         if not isinstance(self.quarter_rate, tuple):
             raise ValueError(f"quarter_rate must be a tuple of format names, "
                              f"not {self.quarter_rate!r}")
@@ -205,6 +223,21 @@ class SystolicParams:
         """Bits of a stationary beat's hop count (the last PE column it writes, up to
         ``cols + beat_columns - 2``)."""
         return bits_for(self.cols + self.beat_columns)
+
+    @property
+    def ways(self) -> int:
+        """The finest split of :attr:`tiles`: the array is ``ways x ways`` groups of PEs."""
+        return max(self.tiles)
+
+    @property
+    def group_rows(self) -> int:
+        """PE rows of one row group, ``rows / ways``."""
+        return self.rows // self.ways
+
+    @property
+    def group_cols(self) -> int:
+        """PE columns of one column group, ``cols / ways``."""
+        return self.cols // self.ways
 
     @property
     def depth(self) -> int:

@@ -12,8 +12,12 @@
   Every error is a :class:`ProgramError` naming the stream, the index, the instruction's text
   form and the rule.
 * **Timing.** An event model on the engine of :mod:`sim.core.events`: each stream issues in
-  order on its engine's own clock; costs come from :mod:`sim.core.costs` (the tensor engine
-  from the RTL-checked cycle model). A
+  order on its engine's own clock; costs come from :mod:`sim.core.costs`. The tensor
+  engine is timed by the array's sequencer in closed form
+  (:class:`sim.golden.systolic.Sequencer`, pinned to the RTL-checked cycle model): each
+  instruction is accepted when the array can take it, so a load runs behind the multiply
+  before it and tiles at disjoint tile positions (the array's row and column tiling) multiply
+  at once; its busy time counts overlapping loads and multiplies once. A
   semaphore increment becomes visible ``semaphore_latency`` after every earlier instruction
   of its stream completed; a wait resumes when the count reaches its value. DMA queues are
   in order; transfers share the core's DMA bandwidth first come, first served. Engines that
@@ -37,7 +41,7 @@ this model's, :func:`rtl_cycle_bound`:
   instruction on an idle engine; the RTL has none of the spec's fixed access costs
   (``access_start``, ``min_interval``), so it is faster except where it does less per
   cycle: ``turns`` is the scalar engine's turns over the tile's partitions
-  (``activation_lanes`` at a time) for ``Activation``, the array's ``beat_columns`` for
+  (``activation_lanes`` at a time) for its instructions, the array's ``beat_columns`` for
   ``LoadStationary`` (the RTL reads one stationary column per cycle, the array takes that
   many per beat), 1 otherwise.
 * DMA: no bound. The RTL's AXI port moves four bytes per beat; the model's DMA is the chip's
@@ -78,7 +82,7 @@ from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import VectorParams
 from sim.golden import activation, numerics, systolic, vector
 
-from .costs import dma_seconds, stream_cycles, tensor_cycles, transpose_cycles
+from .costs import dma_seconds, stream_cycles, tensor_cycles
 from .events import Agenda, Resources
 from .program import Program
 
@@ -123,8 +127,8 @@ def rtl_cycle_bound(params: CoreParams, kind: str, ins: Instruction,
             return src.free, c["latency"] + 1 + RTL_OVERHEAD
         return src.free, params.tensor.beat_columns * c["load"] + RTL_OVERHEAD
     turns = 1
-    if isinstance(ins, Activation):
-        turns = -(-ins.src.partitions // params.activation_lanes)
+    if kind == "scalar":
+        turns = -(-src.partitions // params.activation_lanes)
     return turns * src.free, turns * cycles + RTL_OVERHEAD
 
 
@@ -198,9 +202,9 @@ class Core:
     def __init__(self, params: CoreParams):
         self.params = params
         self.bytes = {"sbuf": params.sbuf_bytes, "psum": params.psum_bytes}
-        self._tensor_cache: dict = {}
         self._stream_cache: dict = {}
         self._checked: dict = {}  # (engine kind, id, HBM size) of instructions that passed
+        self._placed: dict[tuple, systolic.Load] = {}  # a stationary's tile, by its shape
 
     # --- static rules -------------------------------------------------------------------
     def _check_ap(self, where, name: str, ap: AP, kind: str, hbm_bytes: int) -> None:
@@ -310,12 +314,19 @@ class Core:
                 _fail(*where, "tile limit",
                       f"a stationary of {k} x {m} at tile position ({ins.row}, {ins.col}) "
                       f"does not fit the {k_max}-deep, {p.cols}-wide array")
-            self._check_tile_position(where, ins.row, k, p.rows)
-            self._check_tile_position(where, ins.col, m, p.cols)
-            if k > p.rows and ins.col:  # the spec's double row (NKI3)
+            place = self._placement(ins)
+            if k > place.row_size and ins.col:  # the spec's double row (NKI3)
                 _fail(*where, "tile position",
-                      f"a double-row stationary ({k} > {p.rows} contraction rows) takes no "
-                      f"column tile position, not {ins.col}")
+                      f"a double-row stationary ({k} > {place.row_size} contraction rows) "
+                      f"takes no column tile position, not {ins.col}")
+            for axis, pos, size in (("row", ins.row, place.row_size),
+                                    ("column", ins.col, place.col_size)):
+                if pos % size:
+                    sizes = sorted({(p.rows if axis == "row" else p.cols) // w
+                                    for w in p.tensor.tiles})
+                    _fail(*where, "tile position",
+                          f"{axis} position {pos} is not a multiple of the tile's size {size} "
+                          f"(the array splits into tiles of {', '.join(map(str, sizes))})")
         elif isinstance(ins, MultiplyMoving):
             self._check_format(where, isa.input_format(ins.src.dtype))
             self._check_scale(where, ins.src, ins.scale)
@@ -379,6 +390,25 @@ class Core:
             _fail(*where, "format", f"the tensor engine of {self.params.name} takes "
                                     f"{', '.join(self.params.formats)}, not {fmt}")
 
+    def _placement(self, ins: LoadStationary) -> systolic.Load:
+        """The array's tile of a stationary, at its tile position: the smallest tile sizes
+        of the array's tiling that hold its contraction in its rows and its columns; a
+        double-rate contraction deeper than the array (the double row, two indices per PE
+        row) takes the whole array."""
+        key = (ins.src.dtype, ins.src.partitions, ins.src.free, ins.row, ins.col)
+        placed = self._placed.get(key)
+        if placed is None:
+            p = self.params
+            fmt = p.array_format(isa.input_format(ins.src.dtype))
+            k, m = ins.src.partitions, ins.src.free
+            row_size, col_size = p.rows, p.cols
+            if k <= p.rows:
+                row_size = min(s for s in (p.rows // w for w in p.tensor.tiles) if s >= k)
+                col_size = min(s for s in (p.cols // w for w in p.tensor.tiles) if s >= m)
+            placed = self._placed[key] = systolic.Load(k, m, fmt, row=ins.row, col=ins.col,
+                                                       row_size=row_size, col_size=col_size)
+        return placed
+
     def _check_scale(self, where, src: AP, scale: AP | None) -> None:
         """An MX tile's scale operand: SBUF ``uint8``, one per column, with the tile's
         partitions or (32 at most) one per group of 8 (:class:`~hdl.core.isa.LoadStationary`);
@@ -400,21 +430,7 @@ class Core:
                   f"{' or '.join(f'{n} x {src.free}' for n in sorted(set(parts)))}, not "
                   f"{scale.partitions} x {scale.free}")
 
-    def _check_tile_position(self, where, pos: int, size: int, full: int) -> None:
-        ways = max(self.params.row_tiles)
-        tile = full // ways
-        if pos and (pos % tile or size > tile):
-            _fail(*where, "tile position",
-                  f"position {pos} with size {size}: the array splits into tiles of {tile}")
-
     # --- costs ----------------------------------------------------------------------------
-    def _tensor(self, fmt: str, k: int, m: int, n: int) -> dict:
-        key = (fmt, k, m, n)
-        c = self._tensor_cache.get(key)
-        if c is None:
-            c = self._tensor_cache[key] = tensor_cycles(self.params, fmt, k, m, n)
-        return c
-
     def _strided(self, ins: Instruction) -> bool:
         limit = self.params.stride_penalty
         return any(ap.dims and abs(ap.dims[-1][1]) * ap.itemsize > limit
@@ -448,17 +464,19 @@ class Core:
             latency, transfer = dma_seconds(self.params, ins.src.nbytes)
             return (_DMA, latency, transfer, ins.src.nbytes)
         if kind == "tensor":
-            period = 1.0 / self.params.clock("tensor")
             if cls is LoadStationary:
                 fmt, k, m = isa.input_format(ins.src.dtype), ins.src.partitions, ins.src.free
-                return (_LOAD, (fmt, k, m), self._tensor(fmt, k, m, 1)["load"] * period)
+                return (_LOAD, (fmt, k, m), self._placement(ins), (ins.row, ins.col))
             if cls is MultiplyMoving:
-                k = ins.src.partitions
+                fmt, k, n = isa.input_format(ins.src.dtype), ins.src.partitions, ins.src.free
+                array_fmt = self.params.array_format(fmt)
                 contraction = k * (isa.MX_QUAD if ins.src.dtype in isa.MX_DTYPES else 1)
-                return (_MULTIPLY, isa.input_format(ins.src.dtype), k, ins.dst.partitions,
-                        ins.src.free, contraction)
-            c = transpose_cycles(self.params, ins.src.partitions, ins.src.free)
-            return (_TRANSPOSE, c["issue"] * period, c["total"] * period)
+                return (_MULTIPLY, fmt, k, ins.dst.partitions, n,
+                        systolic.Multiply(n, fmt=array_fmt, row=ins.row, col=ins.col),
+                        (ins.row, ins.col), n * self.params.tensor.column_cycles(array_fmt),
+                        contraction)
+            k, m = ins.src.partitions, ins.src.free
+            return (_TRANSPOSE, systolic.Load(k, m), systolic.Transpose(k))
         cycles, work = self._stream_cost(kind, ins)
         spaces = {ap.space for _, ap, _ in ins.operands()}
         ports = tuple(i for i, (engines, memory) in enumerate(self.params.shared_ports)
@@ -504,15 +522,20 @@ class Core:
                 agenda.wake(0.0, i)
         heap = agenda.heap
         resources = Resources()  # the shared memory ports and the DMA fabric
-        tensor_period = 1.0 / p.clock("tensor")
+        tensor_clock = p.clock("tensor")
+        tensor_period = 1.0 / tensor_clock
         sem_latency = p.semaphore_latency
-        multiply_cost: dict[tuple, tuple[float, float]] = {}
-        reload_cost: dict[tuple, float] = {}
+        # The array's sequencer in closed form: each tensor instruction is offered when its
+        # stream reaches it, accepted when the array can take it; tiles at disjoint tile
+        # positions multiply at once. The engine is busy while a load's beats or a
+        # multiply's moving columns run, overlaps counted once.
+        sequencer = systolic.Sequencer(p.tensor)
+        load_tile, multiply = sequencer.load, sequencer.multiply
+        tiles: dict[tuple[int, int], tuple] = {}  # tile position -> (fmt, k, m)
+        tensor_busy_until = 0.0
         flops = 0.0
         moved = 0
         events: list[dict] = []
-        stationary = None
-        previous_n = 0  # moving size of the multiply a load follows (0: the array is idle)
         pop, wake, serve, serve_all = agenda.pop, agenda.wake, resources.serve, \
             resources.serve_all
         while (woken := pop()) is not None:
@@ -563,33 +586,24 @@ class Core:
                         races.access(s, i, ins)
                     if op is _MULTIPLY:
                         fmt, k, m, n = plan[1], plan[2], plan[3], plan[4]
-                        if stationary is None or stationary[1] != k or stationary[2] != m \
-                                or not self._partners(stationary[0], fmt):
-                            self._bad_multiply(streams[s], i, ins, stationary)
-                        key = (fmt, k, m, n)
-                        c = multiply_cost.get(key)
-                        if c is None:
-                            cy = self._tensor(fmt, k, m, n)
-                            c = multiply_cost[key] = (cy["multiply"] * tensor_period,
-                                                      (cy["latency"] + 1) * tensor_period)
-                        cost, end, finish = c[0], t + c[0], t + c[1]
-                        previous_n = n
-                        flops += 2.0 * plan[5] * m * n
+                        tile = tiles.get(plan[6])
+                        if tile is None or tile[1] != k or tile[2] != m \
+                                or not self._partners(tile[0], fmt):
+                            self._bad_multiply(streams[s], i, ins, tile)
+                        accept, last = multiply(plan[5], t * tensor_clock)
+                        occupied = accept + plan[7]
+                        flops += 2.0 * plan[8] * m * n
                         if data is not None:
                             data.multiply(ins)
                     elif op is _LOAD:
-                        stationary = plan[1]
-                        if previous_n:
-                            key = plan[1] + (previous_n,)
-                            cost = reload_cost.get(key)
-                            if cost is None:
-                                cy = self._tensor(*key)
-                                cost = reload_cost[key] = (cy["interval"] - cy["multiply"]) \
-                                    * tensor_period
-                            previous_n = 0
-                        else:
-                            cost = plan[2]
-                        end = finish = t + cost
+                        box = plan[2]
+                        held = tiles.get(plan[3])
+                        if len(tiles) != 1 or held is None or held[3] is not box:
+                            tiles = {pos: held for pos, held in tiles.items()
+                                     if not _shares_pes(box, held[3])}
+                        tiles[plan[3]] = plan[1] + (box,)
+                        accept, last = load_tile(box, t * tensor_clock)
+                        occupied = last
                         if data is not None:
                             data.load(ins)
                     elif op is _STREAM:
@@ -608,15 +622,31 @@ class Core:
                         if data is not None:
                             data.dma(ins)
                     else:  # _TRANSPOSE: a load of the data and the array's transpose pass
-                        cost, end, finish = plan[1], t + plan[1], t + plan[2]
-                        stationary, previous_n = None, 0
+                        accept, _ = load_tile(plan[1], t * tensor_clock)
+                        second, last = multiply(plan[2], accept + 1)
+                        occupied = second + plan[2].n
+                        tiles = {}
                         if data is not None:
                             data.transpose(ins)
-                    busy[s] += cost
-                    if trace:
+                    if op is _MULTIPLY or op is _LOAD or op is _TRANSPOSE:
+                        begin = accept * tensor_period
+                        stop = occupied * tensor_period
+                        if stop > tensor_busy_until:
+                            cost = stop - (begin if begin > tensor_busy_until
+                                           else tensor_busy_until)
+                            tensor_busy_until = stop
+                        else:
+                            cost = 0.0
+                        t, end, finish = begin, begin + tensor_period, last * tensor_period
+                        if trace:
+                            events.append({"name": ins.MNEMONIC, "ph": "X", "ts": t * 1e6,
+                                           "dur": (stop - begin) * 1e6,
+                                           "stream": streams[s], "args": {"index": i}})
+                    elif trace:
                         events.append({"name": ins.MNEMONIC, "ph": "X", "ts": t * 1e6,
                                        "dur": cost * 1e6, "stream": streams[s],
                                        "args": {"index": i}})
+                    busy[s] += cost
                     t = end
                     if finish > done[s]:
                         done[s] = finish
@@ -639,8 +669,9 @@ class Core:
 
     def _bad_multiply(self, stream: str, index: int, ins: MultiplyMoving, stationary) -> None:
         if stationary is None:
-            _fail(stream, index, ins, "stationary", "no stationary tile is loaded")
-        fmt, k, m = stationary
+            at = f" at tile position ({ins.row}, {ins.col})" if ins.row or ins.col else ""
+            _fail(stream, index, ins, "stationary", f"no stationary tile is loaded{at}")
+        fmt, k, m = stationary[:3]
         if k != ins.src.partitions or not self._partners(fmt, isa.input_format(ins.src.dtype)):
             _fail(stream, index, ins, "stationary",
                   f"the loaded stationary is {k} x {m} {fmt}, the moving tile has "
@@ -677,6 +708,12 @@ class Core:
         s = blocked[0]
         _fail(streams[s], pc[s], code[s][pc[s]], "deadlock",
               "every unfinished stream waits: " + "; ".join(edges))
+
+
+def _shares_pes(a: systolic.Load, b: systolic.Load) -> bool:
+    """Whether two placed tiles share PEs."""
+    return (a.row < b.row + b.row_size and b.row < a.row + a.row_size
+            and a.col < b.col + b.col_size and b.col < a.col + a.col_size)
 
 
 def _footprint(ap: AP) -> tuple:
@@ -776,6 +813,7 @@ class _Data:
 
     def __init__(self, core: Core, program: Program, hbm, seed: int):
         p = core.params
+        self.core = core
         self.params = p
         self.sbuf = np.zeros((p.partitions, p.sbuf_bytes), dtype=np.uint8)
         self.psum = np.zeros((p.partitions, p.psum_bytes), dtype=np.uint8)
@@ -786,7 +824,7 @@ class _Data:
                                f"bytes, not {hbm.dtype} x {hbm.size}")
         self.hbm = hbm
         self.seed = seed
-        self.stationary = None
+        self.tiles: dict[tuple[int, int], tuple] = {}  # tile position -> (bits, fmt, placed)
         self._act = {}
 
     # raw element access ---------------------------------------------------------------------
@@ -859,15 +897,19 @@ class _Data:
 
     # instructions ----------------------------------------------------------------------------
     def load(self, ins: LoadStationary) -> None:
+        """The tile replaces every tile it overlaps on the array."""
+        placed = self.core._placement(ins)
         fmt = self.params.array_format(isa.input_format(ins.src.dtype))
         if ins.src.dtype in isa.MX_DTYPES:
-            self.stationary = self.mx_tile(ins.src, ins.scale) + (fmt,)
+            tile = self.mx_tile(ins.src, ins.scale) + (fmt, placed)
         else:
-            self.stationary = (self.codes(ins.src), None, fmt)
+            tile = (self.codes(ins.src), None, fmt, placed)
+        self.tiles = {pos: t for pos, t in self.tiles.items() if not _shares_pes(placed, t[3])}
+        self.tiles[(ins.row, ins.col)] = tile
 
     def multiply(self, ins: MultiplyMoving) -> None:
         psum = self.read(ins.dst).reshape(ins.dst.partitions, -1) if ins.accumulate else None
-        tile, tile_scales, fmt = self.stationary
+        tile, tile_scales, fmt, _ = self.tiles[(ins.row, ins.col)]
         mfmt = self.params.array_format(isa.input_format(ins.src.dtype))
         if ins.src.dtype in isa.MX_DTYPES:
             moving, scales = self.mx_tile(ins.src, ins.scale)
@@ -882,7 +924,7 @@ class _Data:
         """The array's transpose pass: the codes as they were, in the input's format."""
         out = systolic.transpose(self.codes(ins.src), self.params.array_format(ins.src.dtype))
         self.write(ins.dst, out << isa.TF32_SHIFT if ins.src.dtype == "tf32" else out)
-        self.stationary = None
+        self.tiles = {}
 
     def dma(self, ins: DmaCopy) -> None:
         self.write(ins.dst, self.read(ins.src))

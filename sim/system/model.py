@@ -173,14 +173,14 @@ def _pieces(size: int, tile: int) -> list[tuple[int, int]]:
 
 def sustained(chip: ChipSpec, m: int, k: int, n: int, fmt: str) -> Sustained:
     """Sustained throughput of an ``m x k`` by ``k x n`` matmul in ``fmt`` on every core:
-    :func:`sim.golden.systolic.matmul_cycles` on the spec's array."""
+    :func:`sim.golden.systolic.matmul_cycles` on the spec's array and its tiling."""
     for name, v in (("m", m), ("k", k), ("n", n)):
         if not (isinstance(v, int) and v >= 1):
             raise ModelError(f"{name} must be a positive integer, not {v!r}")
     t = chip.core.tensor
     r = rate(t, fmt)
     cycles = float(formulas.matmul_cycles(m, k, n, t.rows, t.cols, r, t.moving_max,
-                                          t.load_columns))
+                                          t.load_columns, tuple(t.row_tiles)))
     clock = _si(t.clock, "Hz")
     flops = formulas.sustained_flops(m, k, n, cycles, clock, chip.cores)
     peak = formulas.peak_flops(t.rows, t.cols, clock, r, chip.cores)

@@ -1,9 +1,8 @@
 """cocotb co-simulation of the NeuronCore RTL against the core simulator.
 
-The cocotb test ``program`` runs the program named in the testbench parameters
-(:data:`PROGRAMS`, built with the kernel builder for the core at simulation scale; or the
-seeded random program, or a kernel), ``programs`` several in one simulation
-(:func:`simulate_many`); for each:
+The cocotb test ``programs`` runs the programs named in the testbench parameters in one
+simulation (:func:`simulate_many`): programs of :data:`PROGRAMS`, built with the kernel
+builder for the core at simulation scale, the seeded random program, or kernels; for each:
 
 1. the core simulator (:class:`sim.core.Core`, numeric mode) checks the program and runs it;
    a program it rejects is never run on the RTL, except ``deadlock``, which both must refuse;
@@ -39,6 +38,7 @@ from hdl.core.isa import (
     WORD_BITS,
     Activation,
     DmaCopy,
+    Iota,
     LoadStationary,
     Memset,
     MultiplyMoving,
@@ -64,11 +64,12 @@ from sim.tb.runner import RunResult, emit_verilog, run_verilog, tb_params
 from specs.loader import load
 
 __all__ = ["PROGRAMS", "RANDOM", "CoreTB", "build_program", "check_program", "co_simulate",
-           "program_names", "random_program", "rtl_refusal", "simulate", "simulate_many"]
+           "program_names", "random_program", "rtl_refusal", "simulate_many"]
 
 #: What each engine of the core RTL runs (the DMA queues: DmaCopy).
 SUPPORTED = {"tensor": tensor.supported, "vector": engines.supported,
-             "scalar": scalar.supported, "gpsimd": engines.supported}
+             "scalar": scalar.supported,
+             "gpsimd": functools.partial(engines.supported, kind="gpsimd")}
 
 
 def _tile(b: Builder, offset: int, n: int, dtype: str = "fp32", space: str = "sbuf",
@@ -191,6 +192,68 @@ def _activations(b: Builder) -> None:
     b.emit("dma2", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t3, n)))
 
 
+def _scalar_ops(b: Builder) -> None:
+    """The scalar engine's element-wise instructions between activations: TensorScalar with
+    a per-partition operand and with an immediate, TensorCopy casts, a strided copy out of
+    PSUM, a tile of fewer partitions than the lanes' turns cover."""
+    p, n = b.params.partitions, 12
+    x = b.hbm("x", (p, n), "bf16")
+    s = b.hbm("s", (p, 1), "fp32")
+    out = b.hbm("out", (p, n), "fp32")
+    out8 = b.hbm("out8", (p, n), "fp8_e4m3")
+    sx, ss = b.sbuf(2 * n, "x"), b.sbuf(4, "s")
+    t1, t2, t3, t4 = (b.sbuf(4 * n + 4, name) for name in ("t1", "t2", "t3", "t4"))
+    bank = b.psum_banks(1, "psum")[0]
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n, "bf16"), src=x.ap((0, p))))
+    b.emit("dma1", DmaCopy(dst=b.column(ss, p), src=s.ap((0, p))))
+    b.wait("scalar", b.signal("dma0"), b.signal("dma1"))
+    sc = "scalar"
+    b.emit(sc, TensorScalar(dst=_tile(b, t1, n), src=_tile(b, sx, n, "bf16"),
+                            op0=VectorOp.MULTIPLY, operand0=b.column(ss, p)))
+    b.emit(sc, Activation(dst=_tile(b, bank, n, space="psum"), src=_tile(b, t1, n),
+                          func=b.function("exp"), scale=0.5))
+    b.emit(sc, TensorScalar(dst=_tile(b, t2 + 2, n, "bf16"), src=_tile(b, bank, n, space="psum"),
+                            op0=VectorOp.SUBTRACT, imm0=1.0 / 3.0))
+    b.emit(sc, TensorCopy(dst=_tile(b, t3 + 1, n // 2, "fp8_e4m3", dims=((n // 2, 1),)),
+                          src=_tile(b, bank, n // 2, space="psum", dims=((n // 2, 2),))))
+    b.emit(sc, TensorScalar(dst=b.tile("sbuf", "fp32", t4, 6, ((n, 1),)),
+                            src=b.tile("sbuf", "bf16", t2 + 2, 6, ((n, 1),)),
+                            op0=VectorOp.MAX, operand0=b.column(ss, 6)))
+    b.emit(sc, TensorCopy(dst=_tile(b, t1, n), src=_tile(b, t2 + 2, n, "bf16")))
+    done = b.signal(sc)
+    b.wait("dma2", done)
+    b.emit("dma2", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t1, n)))
+    b.wait("dma1", done)
+    b.emit("dma1", DmaCopy(dst=out8.ap((0, p)), src=_tile(b, t3 + 1, n // 2 * 2, "fp8_e4m3")))
+
+
+def _gpsimd(b: Builder) -> None:
+    """The GpSimd engine: Iota into fp32, bf16 at a byte offset inside words (values past
+    2**24, rounded twice) and a strided fp16 tile of six partitions, then its element-wise
+    operations and a memset on them."""
+    p, n = b.params.partitions, 12
+    x = b.hbm("x", (p, n), "bf16")
+    out = b.hbm("out", (p, n), "fp32")
+    sx = b.sbuf(2 * n, "x")
+    t1, t2, t3, t4, t5 = (b.sbuf(4 * n + 4, name) for name in ("t1", "t2", "t3", "t4", "t5"))
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n, "bf16"), src=x.ap((0, p))))
+    g = "gpsimd"
+    b.emit(g, Iota(dst=_tile(b, t1, n), base=-7, pstep=5, step=3))
+    b.emit(g, Iota(dst=_tile(b, t2 + 2, n, "bf16"), base=-2**31, pstep=2**31 - 1,
+                   step=2**24 + 3))
+    b.emit(g, Iota(dst=b.tile("sbuf", "fp16", t3, 6, ((n // 2, 2),)), base=100, pstep=-40,
+                   step=-1))
+    b.wait(g, b.signal("dma0"))
+    b.emit(g, TensorScalar(dst=_tile(b, t4, n), src=_tile(b, sx, n, "bf16"),
+                           op0=VectorOp.MULTIPLY, imm0=0.25))
+    b.emit(g, TensorTensor(dst=_tile(b, t5, n), a=_tile(b, t4, n), b=_tile(b, t1, n),
+                           op=VectorOp.ADD))
+    b.emit(g, TensorCopy(dst=_tile(b, t4 + 2, n, "bf16"), src=_tile(b, t5, n)))
+    b.emit(g, Memset(dst=b.tile("sbuf", "fp16", t3 + 2, 6, ((n // 2, 2),)), value=-0.3))
+    b.wait("dma1", b.signal(g))
+    b.emit("dma1", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t5, n)))
+
+
 def _matmuls(b: Builder) -> None:
     """The tensor engine: bf16, a double-rate fp8 tile of twice the array's rows accumulated
     onto the bf16 result, fp32 with a strided moving tile and fewer rows than the array,
@@ -248,6 +311,7 @@ def _kernel(name: str, shape: dict, dtype: str):
 #: name -> (builder function, whether the program must deadlock)
 PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, False),
             "vector_casts": (_vector_casts, False), "activations": (_activations, False),
+            "scalar_ops": (_scalar_ops, False), "gpsimd": (_gpsimd, False),
             "matmuls": (_matmuls, False),
             "deadlock": (_deadlock, True),
             "residual_add": (_kernel("residual_add", {"R": 32, "C": 24}, "fp32"), False),
@@ -258,7 +322,11 @@ PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, Fals
             "gemm_bias_gelu": (_kernel("gemm_bias_gelu", {"M": 8, "K": 16, "N": 16}, "bf16"),
                                False),
             "softmax": (_kernel("softmax", {"R": 16, "C": 24}, "fp32"), False),
-            "rmsnorm": (_kernel("rmsnorm", {"R": 16, "C": 24}, "bf16"), False)}
+            "rmsnorm": (_kernel("rmsnorm", {"R": 16, "C": 24}, "bf16"), False),
+            "cross_entropy_fp32": (_kernel("cross_entropy", {"R": 16, "C": 24}, "fp32"),
+                                   False),
+            "gelu_backward_fp32": (_kernel("gelu_backward", {"R": 16, "C": 24}, "fp32"),
+                                   False)}
 
 
 #: The name of the seeded random program (:func:`sim.tb.core_random.random_program`).
@@ -534,22 +602,11 @@ async def co_simulate(dut, tb: CoreTB, params: CoreParams, name: str, seed: int,
 
 
 @cocotb.test()
-async def program(dut):
-    """Run one program on the RTL and the simulator; compare every byte."""
-    cfg = tb_params()
-    params = pickle.loads(base64.b64decode(cfg["params"]))
-    tb = CoreTB(dut, params, cfg["pause"], cfg["seed"])
-    await tb.start_clock()
-    failures = await co_simulate(dut, tb, params, cfg["program"], cfg["seed"],
-                                 cfg["cycle_limit"])
-    assert not failures, "; ".join(failures)
-
-
-@cocotb.test()
 async def programs(dut):
-    """Run every program of ``programs`` in turn on one simulation, as :func:`program` runs
-    one: between two, the core is reset and its SBUF and PSUM are cleared (a vector memset
-    of zeros over each, :meth:`CoreTB.clear`). One failure does not stop the others."""
+    """Run every program of ``programs`` in turn on one simulation, each on the RTL and the
+    simulator with every byte compared (:func:`co_simulate`): between two, the core is reset
+    and its SBUF and PSUM are cleared (a vector memset of zeros over each,
+    :meth:`CoreTB.clear`). One failure does not stop the others."""
     cfg = tb_params()
     params = pickle.loads(base64.b64decode(cfg["params"]))
     tb = CoreTB(dut, params, cfg["pause"], cfg["seed"])
@@ -592,16 +649,38 @@ def timing(params: CoreParams, prog: Program, result, stamps: dict) -> list[str]
 
 
 def throughput_program(params: CoreParams, instructions: int, n: int) -> Program:
-    """The vector engine alone, ``instructions`` element-wise instructions over tiles of
-    ``n`` fp32 elements of every partition (no DMA: the AXI model stays idle)."""
+    """Every engine at once, ``instructions`` compute instructions in each engine's stream
+    (no DMA: the AXI model stays idle): the vector and GpSimd engines add fp32 tiles of
+    ``n`` elements of every partition, the scalar engine applies exp to one, and the tensor
+    engine loads a bf16 stationary of the array's size once and multiplies moving tiles of
+    ``moving_max`` columns by it, accumulating into PSUM. Each engine first waits for the
+    vector engine's memsets of its operands."""
     b = Builder(params)
-    a, c, d = (b.sbuf(4 * n, name) for name in "acd")
+    r, c, moving = params.rows, params.cols, params.moving_max
+    a, k, d, e, f, g = (b.sbuf(4 * n, name) for name in "akdefg")
+    w = b.sbuf(2 * max(c, moving), "w")
+    bank = b.psum_banks(1, "psum")[0]
     b.emit("vector", Memset(dst=_tile(b, a, n), value=1.5))
-    b.emit("vector", Memset(dst=_tile(b, c, n), value=-0.25))
-    for i in range(instructions - 2):
+    b.emit("vector", Memset(dst=_tile(b, k, n), value=-0.25))
+    b.emit("vector", Memset(dst=_tile(b, w, max(c, moving), "bf16"), value=0.5))
+    ready = b.signal("vector")
+    for stream in ("gpsimd", "scalar", "tensor"):
+        b.wait(stream, ready)
+    for i in range(instructions):
         dst, src = (d, a) if i % 2 == 0 else (a, d)
         b.emit("vector", TensorTensor(dst=_tile(b, dst, n), a=_tile(b, src, n),
-                                      b=_tile(b, c, n), op=VectorOp.ADD))
+                                      b=_tile(b, k, n), op=VectorOp.ADD))
+        dst, src = (e, k) if i % 2 == 0 else (f, e)
+        b.emit("gpsimd", TensorTensor(dst=_tile(b, dst, n), a=_tile(b, src, n),
+                                      b=_tile(b, k, n), op=VectorOp.ADD))
+        b.emit("scalar", Activation(dst=_tile(b, g, n), src=_tile(b, k, n),
+                                    func=b.function("exp")))
+        if i == 0:
+            b.emit("tensor", LoadStationary(src=b.tile("sbuf", "bf16", w, r, ((c, 1),))))
+        else:
+            b.emit("tensor", MultiplyMoving(dst=b.tile("psum", "fp32", bank, c, ((moving, 1),)),
+                                            src=b.tile("sbuf", "bf16", w, r, ((moving, 1),)),
+                                            accumulate=True))
     return b.program
 
 
@@ -629,20 +708,6 @@ async def throughput(dut):
     assert np.array_equal(rtl, want.sbuf), _first_difference("SBUF", rtl, want.sbuf)
     with open(cfg["report"], "w") as fh:
         json.dump({"cycles": cycles, "seconds": seconds}, fh)
-
-
-def simulate(spec: str | CoreParams, program_name: str, sim: str, seed: int | None = None,
-             pause: bool = True, cycle_limit: int = 100_000) -> RunResult:
-    """Co-simulate ``program_name`` (a name of :func:`program_names`) on the core of
-    ``spec`` (a spec's name, taken at simulation scale, or the core's parameters)."""
-    if seed is None:
-        seed = random.SystemRandom().randrange(2**31)
-    params = spec if isinstance(spec, CoreParams) else core_params(load(spec), "sim")
-    cfg = {"params": base64.b64encode(pickle.dumps(params)).decode(),
-           "program": program_name, "seed": seed, "pause": pause, "cycle_limit": cycle_limit}
-    result = run_verilog(core_verilog(params), "neuron_core", "sim.tb.core", sim, cfg,
-                         testcase="program", seed=seed)
-    return dataclasses.replace(result, name=program_name)
 
 
 def simulate_many(spec: str | CoreParams, names: list[str], sim: str,

@@ -2,9 +2,11 @@
 runs and ordered by semaphores so that no two streams race.
 
 :func:`random_program` draws a sequence of operations on a few SBUF slots and PSUM banks:
-DMA loads from HBM, the vector engine's element-wise operations, reductions, copies and
-memsets, the scalar engine's activations (with a bias column and a running sum), the
-tensor engine's load-and-multiply pairs (with accumulation), and DMA stores back to HBM.
+DMA loads from HBM, element-wise operations, copies and memsets on every engine that runs
+them (vector, GpSimd, and the scalar engine's TensorScalar and TensorCopy), the vector
+engine's reductions, GpSimd's iotas, the scalar engine's activations (with a bias column and
+a running sum), the tensor engine's load-and-multiply pairs (with accumulation), and DMA
+stores back to HBM.
 Each operation waits for the last writer of every slot it touches and, before it writes a
 slot, for every reader since; the streams otherwise run concurrently. A draw the core
 simulator rejects never reaches the RTL: :func:`random_program` draws again from the next
@@ -18,6 +20,7 @@ import random
 from hdl.core.isa import (
     Activation,
     DmaCopy,
+    Iota,
     LoadStationary,
     Memset,
     MultiplyMoving,
@@ -108,8 +111,8 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
     stores = 0
     for _ in range(steps):
         have = [i for i in filled() if plan.types[("s", i)][0] != "fp8_e4m3"]
-        kind = rng.choice(("tt", "ts", "reduce", "copy", "memset", "act", "act", "mm", "mm",
-                           "load", "store"))
+        kind = rng.choice(("tt", "ts", "reduce", "copy", "memset", "iota", "act", "act", "mm",
+                           "mm", "load", "store"))
         dst = rng.randrange(_SLOTS)
         out_t = rng.choice(_TYPES)
         if kind == "load":
@@ -145,9 +148,9 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
                 b_ap = slot_ap(c, a_t, n // 2, stride=2) if strided else slot_ap(c, a_t, n)
                 ins = TensorTensor(dst=dst_ap, a=src_ap, b=b_ap, op=rng.choice(_OPS))
                 reads.append(("s", c))
-                stream = "vector"
+                stream = rng.choice(("vector", "gpsimd"))
             elif kind == "ts":
-                stream = "vector"
+                stream = rng.choice(("vector", "scalar", "gpsimd"))
                 if rng.random() < 0.4:  # a per-partition operand, such as a reduction's
                     col = rng.randrange(_SLOTS)
                     ins = TensorScalar(dst=dst_ap, src=src_ap, op0=rng.choice(_OPS),
@@ -157,7 +160,8 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
                     ins = TensorScalar(dst=dst_ap, src=src_ap, op0=rng.choice(_OPS),
                                        imm0=rng.choice((0.5, -1.25, 3.0, 1.0 / 3.0, 0.0)))
             elif kind == "copy":
-                ins, stream = TensorCopy(dst=dst_ap, src=src_ap), "vector"
+                ins = TensorCopy(dst=dst_ap, src=src_ap)
+                stream = rng.choice(("vector", "scalar", "gpsimd"))
             else:
                 col = rng.randrange(_SLOTS)
                 bias = b.column(plan.cols + 4 * col, p) if rng.random() < 0.5 else None
@@ -184,7 +188,14 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
         elif kind == "memset":
             plan.types[("s", dst)] = (out_t, free)
             ins = Memset(dst=slot_ap(dst, out_t, free), value=rng.uniform(-3, 3))
-            plan.touch("vector", [], [("s", dst)], lambda ins=ins: b.emit("vector", ins))
+            stream = rng.choice(("vector", "gpsimd"))
+            plan.touch(stream, [], [("s", dst)], lambda s=stream, ins=ins: b.emit(s, ins))
+        elif kind == "iota":
+            plan.types[("s", dst)] = (out_t, free)
+            ins = Iota(dst=slot_ap(dst, out_t, free), base=rng.randint(-2**31, 2**31 - 1),
+                       pstep=rng.choice((0, 1, -3, rng.randint(-2**31, 2**31 - 1))),
+                       step=rng.choice((1, 2, -1, rng.randint(-2**31, 2**31 - 1))))
+            plan.touch("gpsimd", [], [("s", dst)], lambda ins=ins: b.emit("gpsimd", ins))
         elif kind == "mm":
             usable = [i for i in filled() if plan.types[("s", i)][0] in params.formats]
             if not usable:

@@ -60,10 +60,9 @@ def harness_params(params: SystolicParams) -> HarnessParams:
 
 
 def _params_from_json(d: dict) -> SystolicParams:
-    a = d["array"]
-    return SystolicParams(**{**a, "formats": tuple(a["formats"]),
-                             "double_rate": tuple(a["double_rate"]),
-                             "quarter_rate": tuple(a["quarter_rate"])})
+    a = d["array"]  # JSON gives lists where the parameters hold tuples
+    return SystolicParams(**{key: tuple(v) if isinstance(v, list) else v
+                             for key, v in a.items()})
 
 
 def simulate(params: SystolicParams, sim: str, seed: int | None = None,

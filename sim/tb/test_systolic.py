@@ -5,7 +5,9 @@ family at double rate, bf16, fp16, tf32, fp32 at a quarter rate, the block-scale
 mxfp4) in one build, driven by mixed-format programs.
 Icarus evaluates the floating-point PEs event by event, so it runs a tiny array; Verilator
 runs the simulation scale of the bundled specs (8 x 8): a build of about 3 minutes on two
-busy cores, since the runner makes only the toplevel's signals public.
+busy cores, since the runner makes only the toplevel's signals public. A third build, on
+Verilator, is an MX array deeper than the formats' 32-index scale block, so that its tiles'
+contractions cross from one block's scales to the next's.
 """
 
 import pytest
@@ -47,4 +49,16 @@ def test_systolic_single_format(seed):
     runner.skip_unless_available("icarus")
     result = simulate(SystolicParams(rows=1, cols=1, formats=("bf16",), moving_max=4),
                       "icarus", seed)
+    assert result.ok, f"{result} (seed {seed})"
+
+
+#: Deeper than the MX scale block (32 contraction indices): a full tile's rows 32 and 33
+#: carry the second block's scales, stationary and moving.
+MX_DEEP = SystolicParams(rows=34, cols=1, formats=("mxfp8", "mxfp4"), moving_max=4)
+
+
+@pytest.mark.cocotb
+def test_systolic_mx_across_a_scale_block(seed):
+    runner.skip_unless_available("verilator")
+    result = simulate(MX_DEEP, "verilator", seed)
     assert result.ok, f"{result} (seed {seed})"
