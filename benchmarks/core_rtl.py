@@ -3,7 +3,9 @@
 1. ``emit``: :func:`generators.core.emit` of a spec's core at full scale in a fresh process:
    wall and CPU seconds (the process and its Yosys child) and peak memory of each.
 2. ``lint``: ``verilator --lint-only -Wall`` of those files with the generator's waivers
-   (``neuron_core.vlt``): warnings and seconds.
+   (``neuron_core.vlt``), one module at a time, the modules it instantiates port-only
+   declarations (:func:`generators.core.lint_parts`): warnings, seconds and peak memory of
+   each.
 3. ``chip``: ``gen chip SPEC`` (every unit at full scale, the core included) against the same
    chip without the core, each in a fresh process, one after the other: wall, CPU (the
    process and its workers) and peak memory.
@@ -87,22 +89,37 @@ def bench_chip(spec: str) -> dict:
 
 
 def bench_lint(out: Path) -> dict:
+    """``verilator --lint-only -Wall`` of each part of :func:`generators.core.lint_parts`
+    (one process a module): status, warnings (with the first lines of the output when there
+    are any), wall and CPU seconds and peak memory of each, Verilator's own by ``wait4``;
+    then the totals."""
+    from generators.core import lint_parts
     from sim.tb.runner import setup_verilator_env
 
-    files = [p.name for p in sorted(out.glob("*.v")) if p.name != "neuron_core.v"]
-    cmd = ["verilator", "--lint-only", "-Wall", "--top-module", "neuron_core",
-           "neuron_core.vlt", *files, "neuron_core.v"]
-    begin = time.perf_counter()
-    before = os.times()
-    result = subprocess.run(cmd, cwd=out, env=setup_verilator_env(dict(os.environ)),
-                            capture_output=True, text=True)
-    after = os.times()
-    text = result.stdout + result.stderr
-    return {"status": result.returncode, "warnings": text.count("%Warning"),
-            "wall_s": time.perf_counter() - begin,
-            "cpu_s": after.children_user - before.children_user
-            + after.children_system - before.children_system,
-            "command": " ".join(cmd)}
+    env = setup_verilator_env(dict(os.environ))
+    results = {}
+    for top, files in lint_parts(out).items():
+        cmd = ["verilator", "--lint-only", "-Wall", "--top-module", top, "neuron_core.vlt",
+               *(str(p.relative_to(out)) for p in files)]
+        begin = time.perf_counter()
+        with tempfile.TemporaryFile("w+") as log:
+            proc = subprocess.Popen(cmd, cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT)
+            _, status, usage = os.wait4(proc.pid, 0)
+            log.seek(0)
+            text = log.read()
+        warnings = text.count("%Warning") + text.count("%Error")
+        results[top] = {"status": os.waitstatus_to_exitcode(status), "warnings": warnings,
+                        "wall_s": time.perf_counter() - begin,
+                        "cpu_s": usage.ru_utime + usage.ru_stime,
+                        "peak_mib": usage.ru_maxrss / 1024,
+                        **({"output": text[:3000]} if warnings else {})}
+        print(f"lint {top}:", json.dumps(results[top]), flush=True)
+    parts = list(results.values())
+    results["total"] = {"status": max(abs(r["status"]) for r in parts),
+                        "warnings": sum(r["warnings"] for r in parts),
+                        "cpu_s": sum(r["cpu_s"] for r in parts),
+                        "peak_mib": max(r["peak_mib"] for r in parts)}
+    return results
 
 
 def bench_sim(spec: str, instructions: int, n: int) -> dict:

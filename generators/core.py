@@ -161,3 +161,58 @@ def emit(params: CoreParams, rtl_dir: Path, header: str) -> list[Path]:
     paths.append(_write(rtl_dir / f"{TOP}.vlt", verilator_waivers(WAIVERS, header)))
     paths.append(_write(rtl_dir / f"{TOP}.f", prefix.replace("//", "#") + file_list))
     return paths
+
+
+#: Rules a port-only declaration (:func:`port_only`) waives for itself: its outputs are
+#: driven and its inputs read by the body it stands for, which is linted apart.
+PORT_ONLY_WAIVERS = ("UNDRIVEN", "UNUSEDSIGNAL")
+
+
+def port_only(text: str, name: str) -> str:
+    """The module ``name`` of the Verilog ``text`` as a port-only declaration: its port list,
+    its port declarations and the parameters their widths use, no body.
+
+    Verilator takes such a module as a leaf, so that a lint of a design above it does not
+    elaborate what is inside (the full-scale core's 128 x 128 tensor array, whose 16,384 PEs
+    Verilator cannot hold in this machine's memory); the module itself is linted on its own.
+    The rules of :data:`PORT_ONLY_WAIVERS` are waived within the declaration only.
+    """
+    header = re.search(rf"^module\s+{re.escape(name)}\s*\(([^)]*)\)\s*;", text, re.M)
+    if header is None:
+        raise ValueError(f"no module {name!r} in the text")
+    body = text[header.end():text.index("endmodule", header.end())]
+    ports = [m.group(0).strip() for m in
+             re.finditer(r"^\s*(?:input|output|inout)\b[^;]*;", body, re.M)]
+    ports = [re.sub(r"\s*=[^;]*;$", ";", re.sub(r"\b(?:reg|wire)\s+", "", p)) for p in ports]
+    used = " ".join(ports)
+    params = [m.group(0).strip() for m in
+              re.finditer(r"^\s*(?:localparam|parameter)\s+(\w+)[^;]*;", body, re.M)
+              if re.search(rf"\b{m.group(1)}\b", used)]
+    off = "".join(f"// verilator lint_off {rule}\n" for rule in PORT_ONLY_WAIVERS)
+    on = "".join(f"// verilator lint_on {rule}\n" for rule in PORT_ONLY_WAIVERS)
+    lines = "".join(f"  {line}\n" for line in [*params, *ports])
+    return (f"// {name}: port-only declaration, its body linted apart\n{off}"
+            f"module {name}({' '.join(header.group(1).split())});\n{lines}endmodule\n{on}")
+
+
+def lint_parts(rtl_dir: Path) -> dict[str, list[Path]]:
+    """The emitted core's lint (``verilator --lint-only -Wall`` with ``neuron_core.vlt``) in
+    parts, one for each module of ``neuron_core.f``: the module's top name -> its files, the
+    module's own file after a port-only declaration (:func:`port_only`) of every other module
+    of the list, so that each part elaborates one module's own logic and checks its
+    instances' connections against the ports of the modules they instantiate.
+
+    At full scale the core as one design does not fit in memory (the 16,384 PEs of the
+    tensor array, and the engines' 128 lanes each, inlined: benchmarks/core_rtl.md section
+    8). The port-only declarations are written into ``rtl_dir/ports``.
+    """
+    rtl_dir = Path(rtl_dir)
+    listed = [rtl_dir / line for line in (rtl_dir / f"{TOP}.f").read_text().splitlines()
+              if line and not line.startswith("#")]
+    texts = {path: path.read_text() for path in listed}
+    names = {path: module_name(text) for path, text in texts.items()}
+    ports = rtl_dir / "ports"
+    ports.mkdir(exist_ok=True)
+    stubs = {path: _write(ports / path.name, port_only(texts[path], names[path]))
+             for path in listed}
+    return {names[path]: [*(stubs[p] for p in listed if p != path), path] for path in listed}
