@@ -13,9 +13,9 @@ instruction's cycles against the simulator's within the bound documented in
 engine's multiplies, between the elements streamed and the simulator's cost (in the
 engine's turns) plus a fixed overhead elsewhere; DMA timing is not compared).
 
-Cost: the build and sixteen programs (without the two fp32 kernels) in one simulation took
-9.6 minutes of CPU (52 wall at load 14 to 17 on two cores); fourteen programs alone, on a
-cached build, 2.1 minutes of CPU, and the two fp32 kernels with a random program 1.3.
+Cost: the build and the eighteen programs in one simulation took 6.4 minutes of CPU (12
+wall at load 2.5 to 6 on two cores); fourteen programs alone, on a cached build, 2.1 minutes
+of CPU.
 """
 
 import pytest
