@@ -1,22 +1,9 @@
 """Parts of the core's engines (:mod:`hdl.core.engines`) against numpy."""
 
 import numpy as np
-from amaranth.hdl import Module, signed
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from hdl.core.engines import IOTA_BITS, int_to_fp32
-
-
-class _Convert(wiring.Component):
-    x: In(signed(IOTA_BITS))
-    y: Out(32)
-
-    def elaborate(self, platform):
-        m = Module()
-        m.d.comb += self.y.eq(int_to_fp32(m, self.x))
-        return m
+from hdl.core.engines import IOTA_BITS, IotaLane
 
 
 def test_iota_values_convert_to_fp32_as_numpy_does():
@@ -28,12 +15,12 @@ def test_iota_values_convert_to_fp32_as_numpy_does():
               top - 1, -top + 1, -(2**31), 2**31 - 1]
     values += [int(v) for v in rng.integers(-top + 1, top, 400)]
     values += [int(v) for v in rng.integers(-2**26, 2**26, 200)]
-    dut = _Convert()
+    dut = IotaLane()
     got = []
 
     async def bench(ctx):
         for v in values:
-            ctx.set(dut.x, v)
+            ctx.set(dut.value, v)
             got.append(ctx.get(dut.y))
 
     sim = Simulator(dut)

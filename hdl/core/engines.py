@@ -48,11 +48,12 @@ from hdl.core.isa import (
 from hdl.numerics.cast import FormatCastLane
 from hdl.numerics.formats import FP32, format_by_name
 from hdl.numerics.fpu import lzc, round_pack
+from hdl.vector.lanes import add_lane, lane_verilog
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
-__all__ = ["ENGINE_RUNS", "NO_STOCHASTIC", "VECTOR_OPS", "VectorEngine", "operand_refusal",
-           "supported"]
+__all__ = ["ENGINE_RUNS", "IOTA_MODULE", "NO_STOCHASTIC", "VECTOR_OPS", "IotaLane",
+           "VectorEngine", "operand_refusal", "supported"]
 
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
@@ -61,6 +62,8 @@ DATA_BITS = 32
 #: Bits of an Iota value: ``base + p * pstep + i * step`` with 32-bit signed fields,
 #: ``p`` < 128 partitions and ``i`` < 2**16 free elements.
 IOTA_BITS = 50
+#: The module of one partition's Iota conversion, emitted once and instantiated per partition.
+IOTA_MODULE = "neuron_core_iota_lane"
 #: Why no engine of the core runs stochastic rounding.
 NO_STOCHASTIC = ("casts round to nearest even: the simulator reseeds stochastic rounding "
                  "per instruction from its seed and the run's, partition by partition; the "
@@ -160,6 +163,21 @@ def int_to_fp32(m: Module, value):
     return Mux(mag == 0, 0, round_pack(m, FP32, negative, e_lead, sig))
 
 
+class IotaLane(wiring.Component):
+    """One partition's Iota value in fp32: ``y`` is the signed integer ``value`` rounded to
+    nearest even (combinational). The GpSimd engine instantiates the emitted module
+    (:data:`IOTA_MODULE`) once per partition instead of elaborating the conversion that
+    many times."""
+
+    def __init__(self):
+        super().__init__({"value": In(signed(IOTA_BITS)), "y": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.y.eq(int_to_fp32(m, self.value))
+        return m
+
+
 class VectorEngine(wiring.Component):
     """The vector engine (``kind`` "vector") or GpSimd engine ("gpsimd": with ``Iota``) of a
     core of ``partitions`` partitions; ``words`` is the depth of the deeper of SBUF and PSUM
@@ -180,7 +198,10 @@ class VectorEngine(wiring.Component):
         self.unit = Vector(self.params, lane_instances=True)
 
     def verilog_dependencies(self) -> list[str]:
-        return self.unit.verilog_dependencies()
+        texts = self.unit.verilog_dependencies()
+        if self.kind == "gpsimd":
+            texts.append(lane_verilog(IotaLane(), IOTA_MODULE))
+        return texts
 
     def elaborate(self, platform):
         m = Module()
@@ -262,10 +283,13 @@ class VectorEngine(wiring.Component):
             iota_base, iota_pstep, iota_step = (field(Iota, f).as_signed()
                                                 for f in ("base", "pstep", "step"))
             lane_base = Signal(data.ArrayLayout(signed(IOTA_BITS), n))
-            with m.If(iota):
-                for lane in range(n):
-                    m.d.comb += unit.i.payload.a[lane].eq(
-                        int_to_fp32(m, (lane_base[lane] + iota_at)[:IOTA_BITS].as_signed()))
+            for lane in range(n):
+                y = Signal(32, name=f"iota{lane}_y")
+                add_lane(m, f"iota{lane}", None, IOTA_MODULE,
+                         {"value": (lane_base[lane] + iota_at)[:IOTA_BITS]}, {"y": y},
+                         clocked=False)
+                with m.If(iota):
+                    m.d.comb += unit.i.payload.a[lane].eq(y)
 
         # the write side: dst's next element, in the tile's partitions
         m.submodules.memset_cast = memset_cast = FormatCastLane(
