@@ -269,16 +269,12 @@ def _fetch(entry: Path, rtl_dir: Path) -> list[Path] | None:
     return paths
 
 
-#: Stored emissions not used for this long are removed when one is stored.
-STORE_KEEP_DAYS = 30
-
-
 def _store(entry: Path, rtl_dir: Path, files: list[Path]) -> None:
     """Keep a unit's fresh files at ``entry``: written into a directory of this process's,
     renamed into place whole (a reader sees the whole entry or none; of runs that store the
-    same entry at once, the first rename wins). Entries unused for :data:`STORE_KEEP_DAYS`
-    and what killed runs left are removed. A store that cannot be written costs the next run
-    an emission, nothing more."""
+    same entry at once, the first rename wins). Entries unused for the machine cache's
+    :data:`sim.tb.runner.STORE_KEEP_DAYS` and what killed runs left are removed. A store
+    that cannot be written costs the next run an emission, nothing more."""
     try:
         names = [p.relative_to(rtl_dir).as_posix() for p in files]
     except ValueError:
@@ -302,6 +298,8 @@ def _store(entry: Path, rtl_dir: Path, files: list[Path]) -> None:
             os.rename(tmp, entry)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        from sim.tb.runner import STORE_KEEP_DAYS
+
         cutoff = time.time() - STORE_KEEP_DAYS * 86400
         for old in entry.parent.iterdir():
             if old.name == "seconds":
