@@ -17,9 +17,10 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from hdl.core.isa import MX_QUAD
 from hdl.core.params import CoreParams
 from hdl.link.link import LinkParams
-from hdl.numerics.formats import FloatFormat, input_format_by_name
+from hdl.numerics.formats import FloatFormat, MxFormat, input_format_by_name
 from hdl.tensor.params import SystolicParams
 from hdl.vector.activation import ActivationParams
 from hdl.vector.functions import DEFAULT_FUNCTIONS, FunctionSpec
@@ -91,16 +92,20 @@ def systolic_params(tensor: TensorSpec, sim: SimScale | None = None) -> Systolic
 
     Its formats are the spec's input formats, in the spec's order; double rate for each
     8-bit float format the spec gives rate 2, quarter rate for each format it gives rate 0.25
-    (fp32). The RTL has no double-rate int8 and no quad-rate MX: a rate-2 int8 and the
-    rate-4 MX formats of Trainium3 run one product per PE per cycle, and the throughput model
-    keeps the documented rule for them. Its tiling is the spec's ``row_tiles``, along the
-    rows and the columns alike.
+    (fp32). The MX formats run at rate 4, the rate of Trainium3's spec (a word is the
+    instruction set's quad of MX elements); another rate of an MX format is refused. The RTL
+    has no double-rate int8: a rate-2 int8 runs one product per PE per cycle, and the
+    throughput model keeps the documented rule for it. Its tiling is the spec's
+    ``row_tiles``, along the rows and the columns alike.
     """
     names, double, quarter = [], [], []
     for fmt in tensor.formats:
         name = rtl_format_name(tensor, fmt)
         f = input_format_by_name(name)
         names.append(name)
+        if isinstance(f, MxFormat) and tensor.rates.get(fmt, 1) != MX_QUAD:
+            raise ModelError(f"core.tensor.rates of {fmt} must be {MX_QUAD} (the RTL's MX "
+                             f"word is a quad), not {tensor.rates.get(fmt, 1)!r}")
         if tensor.rates.get(fmt, 1) == 2 and isinstance(f, FloatFormat) and f.bits == 8:
             double.append(name)
         elif tensor.rates.get(fmt, 1) == 0.25:

@@ -398,29 +398,40 @@ def test_scaled_product(seed):
 
 
 def test_pe_mx_products(seed):
-    """One PE of an array with MX formats: stationary and moving words carrying element and
-    E8M0 scale (bits 8-15), mxfp8 and mxfp4 mixed, scales across their whole range (255,
-    NaN, included), against the golden :func:`~sim.golden.systolic.matmul_mx` of 1 x 1
-    tiles; a bf16 pass on the same PE ignores those bits."""
+    """One PE of an array with MX formats: stationary and moving words carrying a quad of
+    elements (bytes or nibbles) and their E8M0 scale (bits 32-39), mxfp8 and mxfp4 mixed,
+    scales across their whole range (255, NaN, included), four products a cycle, against
+    the golden :func:`~sim.golden.systolic.matmul_mx` of 4 x 1 tiles; a bf16 pass on the
+    same PE ignores the bits above its element."""
     params = SystolicParams(rows=1, cols=1, formats=("mxfp8", "bf16", "mxfp4"))
+    assert params.mx_scale_lsb == 32 and params.lanes == 4
     pe = ProcessingElement(params)
     layout = ctl_layout(params)
     rng = np.random.default_rng(seed)
     count = 64
     wcode, xcode = (rng.choice([0, 2], count) for _ in range(2))
     wcode[:8] = xcode[:8] = 1  # bf16 first
-    elements = rng.integers(0, 256, (2, count))
+    elements = rng.integers(0, 256, (2, count, 4))
+    elements[0, wcode == 2] &= 0xF
+    elements[1, xcode == 2] &= 0xF
     scales = rng.integers(0, 256, (2, count))
     scales[:, 8:20] = rng.integers(120, 135, (2, 12))  # products near 1 as well
+    codes = (wcode, xcode)
+
+    def word(j, i) -> int:
+        bits = 4 if codes[j][i] == 2 else 8
+        return (sum(int(e) << (bits * lane) for lane, e in enumerate(elements[j, i]))
+                | int(scales[j, i]) << 32)
+
     want = []
     for i in range(count):
-        w, x = (int(elements[j, i]) | int(scales[j, i]) << 8 for j in (0, 1))
+        w, x = word(0, i), word(1, i)
         if wcode[i] == 1:
-            want.append(matmul([[w]], [[x]], "bf16")[0, 0])
+            want.append(matmul([[w & 0xFFFF]], [[x & 0xFFFF]], "bf16")[0, 0])
             continue
         wf, xf = params.formats[wcode[i]], params.formats[xcode[i]]
-        want.append(matmul_mx([[w]], [[x]], wf, [[scales[0, i]]], [[scales[1, i]]],
-                              moving_fmt=xf)[0, 0])
+        want.append(matmul_mx(elements[0, i][:, None], elements[1, i][:, None], wf,
+                              [[scales[0, i]]], [[scales[1, i]]], moving_fmt=xf)[0, 0])
 
     def ctl(i) -> int:
         fields = {"bank": 0, "wfmt": int(wcode[i]), "xfmt": int(xcode[i]),
@@ -432,7 +443,7 @@ def test_pe_mx_products(seed):
     async def bench(ctx):
         ctx.set(pe.en, 1)
         for i in range(count):
-            w, x = (int(elements[j, i]) | int(scales[j, i]) << 8 for j in (0, 1))
+            w, x = word(0, i), word(1, i)
             ctx.set(pe.wv_in, 1)
             ctx.set(pe.w_in, w)
             await ctx.tick()

@@ -86,20 +86,26 @@ def test_spec_fields_reach_the_parameters(tmp_path):
 
 
 def test_block_formats_in_the_array():
-    """trn3's array takes mxfp8 and mxfp4 (rate 4 in the spec, one product per PE per cycle
-    in the RTL); the core lists every format of the array, in order, its instruction set's
-    MX quad types among them."""
+    """trn3's array takes mxfp8 and mxfp4 at the spec's rate 4: a word is the instruction
+    set's quad (four 8-bit elements, 32 bits as ``mxfp8_x4``) and its 8-bit scale, four
+    multipliers per PE, a tile's k counting quads; the core lists every format of the array,
+    in order, its instruction set's MX quad types among them. Another MX rate is refused."""
     spec = load("trn3")
     t = spec.core.tensor
     array = systolic_params(t)
     assert array.formats[-2:] == ("mxfp8", "mxfp4") and t.rates["mxfp8"] == 4
     assert array.is_mx("mxfp8") and not array.is_double("mxfp4")
-    assert array.width == 32 and array.k_limit("mxfp8") == array.rows
+    assert (array.width, array.mx_scale_lsb, array.lanes) == (32 + 8, 32, 4)
+    assert array.k_limit("mxfp8") == array.rows
+    assert array.contraction("mxfp4", array.rows) == 4 * array.rows
     assert rtl_format_name(t, "mxfp4") == "mxfp4"
     assert rtl_format_name(t, "bf16") == "bf16"
     core = core_params(spec)
     assert core.formats == tuple(t.formats)
     assert core.array_format("mxfp8") == "mxfp8" and core.array_format("cfp8") == array.formats[3]
+    with pytest.raises(ModelError, match=r"core\.tensor\.rates of mxfp4 must be 4 \(the RTL's "
+                                         r"MX word is a quad\), not 2$"):
+        systolic_params(t.model_copy(update={"rates": {**t.rates, "mxfp4": 2}}))
 
 
 def test_parameters_that_make_no_unit(tmp_path):

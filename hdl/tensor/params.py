@@ -7,6 +7,8 @@ from functools import cached_property
 
 from amaranth.utils import bits_for
 
+from hdl.core.isa import MX_QUAD
+
 __all__ = ["SystolicParams"]
 
 
@@ -56,16 +58,22 @@ class SystolicParams:
     An operand beat carries one word of :attr:`width` bits per PE row: the element in its
     low bits, or with a double-rate format index 2r in bits 0-7 and 2r+1 in bits 8-15.
 
-    The block-scaled MX formats (``mxfp8``, ``mxfp4``) run one product per PE per cycle. Their
-    scales travel with the elements: an MX word holds its element in the low bits (8 or 4)
-    and, in bits 8-15, the E8M0 scale of the element's block along K (one scale per
-    ``block`` = 32 contraction indices and column: word k of column c carries
-    ``scales[k // 32, c]``). So a stationary word brings its scale into the PE's weight bank
-    with the load, and a moving word brings its own along the row; the PE folds both into
-    the product's exponent, ``mul32`` of the two elements times ``2**(sw + sx - 254)``
-    rounded once, NaN where either scale is 255 (:func:`sim.golden.systolic.matmul_mx`).
-    Neither the sequencer nor the PEs count blocks; a multiply on an MX tile must itself be
-    MX (either MX format), and an MX multiply needs an MX tile.
+    The block-scaled MX formats (``mxfp8``, ``mxfp4``) run at the spec's rate 4, four
+    products per PE per cycle: a word is one element of the instruction set's MX quad types
+    (``mxfp8_x4``, ``mxfp4_x4`` of :mod:`hdl.core.isa`, NKI's ``float8_e4m3fn_x4`` and
+    ``float4_e2m1fn_x4``), four element codes along K, code ``i`` in byte ``i`` (mxfp8) or
+    nibble ``i`` (mxfp4), so PE row r holds contraction indices ``4r .. 4r + 3``; above
+    them, in bits :attr:`mx_scale_lsb` up, the E8M0 scale of their block (one scale per
+    ``block`` = 32 indices and column, so per 8 words, as the quad types' ``scale`` operand
+    holds it: word r of column c carries ``scales[4 * r // 32, c]``). The ``k`` of an MX
+    LoadStationary counts words (quads, the ISA's partitions), at most ``rows``. So a
+    stationary word brings its scale into the PE's weight bank with the load, and a moving
+    word brings its own along the row; the PE folds both into each product's exponent,
+    ``mul32`` of the two elements times ``2**(sw + sx - 254)`` rounded once, NaN where
+    either scale is 255 (:func:`sim.golden.systolic.matmul_mx`), and adds the four products
+    to the partial sum in index order. Neither the sequencer nor the PEs count blocks; a
+    multiply on an MX tile must itself be MX (either MX format), and an MX multiply needs an
+    MX tile.
     """
 
     rows: int
@@ -154,8 +162,13 @@ class SystolicParams:
         return isinstance(self.format_list[self.code(fmt)], MxFormat)
 
     def k_limit(self, fmt: str) -> int:
-        """Largest contraction K of one pass in ``fmt``."""
+        """Largest ``k`` of a LoadStationary in ``fmt``: contraction indices, two per row at
+        double rate; an MX format's words (quads of :data:`MX_QUAD` indices), one per row."""
         return (2 if self.is_double(fmt) else 1) * self.rows
+
+    def contraction(self, fmt: str, k: int) -> int:
+        """Contraction indices of a tile of ``k`` in ``fmt`` (``MX_QUAD * k`` for MX)."""
+        return MX_QUAD * k if self.is_mx(fmt) else k
 
     @property
     def has_float(self) -> bool:
@@ -174,21 +187,33 @@ class SystolicParams:
         return max(1, (len(self.formats) - 1).bit_length())
 
     @property
+    def mx_scale_lsb(self) -> int:
+        """The lowest bit of an MX word's scale: above the quad's four elements of the widest
+        MX format (32 with mxfp8, 16 with mxfp4 alone)."""
+        from hdl.numerics.formats import MxFormat
+
+        return MX_QUAD * max((f.bits for f in self.format_list if isinstance(f, MxFormat)),
+                             default=0)
+
+    @property
     def width(self) -> int:
         """Bits of one operand word (one per PE row): the widest format, at least 16 with
-        double-rate formats (two 8-bit elements) or MX formats (element and scale)."""
+        double-rate formats (two 8-bit elements), at least an MX quad and its scale with
+        MX formats (40 bits with mxfp8)."""
         widest = max(f.bits for f in self.format_list)
-        return max(widest, 16) if self.double_rate or self.has_mx else widest
+        if self.double_rate:
+            widest = max(widest, 16)
+        return max(widest, self.mx_scale_lsb + 8) if self.has_mx else widest
 
     @property
     def lanes(self) -> int:
-        """Multipliers per PE: two with double-rate formats."""
-        return 2 if self.double_rate else 1
+        """Multipliers per PE: four with MX formats, two with double-rate formats."""
+        return MX_QUAD if self.has_mx else 2 if self.double_rate else 1
 
     @property
     def k_max(self) -> int:
-        """Largest contraction K of one pass over all formats."""
-        return self.lanes * self.rows
+        """Largest ``k`` of a LoadStationary over all formats."""
+        return (2 if self.double_rate else 1) * self.rows
 
     @property
     def k_bits(self) -> int:

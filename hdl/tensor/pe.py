@@ -2,19 +2,25 @@
 
 A PE holds two weight banks of one operand word each. Each enabled cycle it forwards the
 moving word, with the control that travels beside it (``ctl``: the bank to read, the weight's
-and the moving word's format codes, the double-rate and integer flags), to its right
+and the moving word's format codes, the double-rate, integer and MX flags), to its right
 neighbour, and the partial sum to the PE below::
 
     psum_out <= add32(psum_in, mul32(w0, x0))                         (one product)
     psum_out <= add32(add32(psum_in, mul32(w0, x0)), mul32(w1, x1))   (double rate)
+    psum_out <= add32(add32(add32(add32(psum_in, p0), p1), p2), p3)   (MX, four products)
 
 with ``w`` the weight word of the selected bank and each operand widened exactly to fp32 by
 its own format (:class:`~hdl.numerics.fpu.MultiWiden`, the format chosen at run time); with
 double rate, element 0 of a word is bits 0-7 and element 1 bits 8-15. An int8 pass computes
-``psum_in + w * x`` in wrapping int32. An MX pass (``ctl.mx``) reads the E8M0 scales ``sw``
-and ``sx`` from bits 8-15 of the two words and folds them into the product's exponent
-(:class:`~hdl.numerics.fpu.FpMulScaled32`, ``e = sw + sx - 254``, one rounding); a scale of
-255 makes the product the canonical NaN.
+``psum_in + w * x`` in wrapping int32. An MX word is a quad (the layout of
+:class:`~hdl.tensor.params.SystolicParams`, the instruction set's ``mxfp8_x4`` and
+``mxfp4_x4``): element ``i`` in byte ``i`` (mxfp8) or nibble ``i`` (mxfp4), each word's
+element ``i`` read by its own format, so an mxfp8 tile may meet an mxfp4 moving word. An MX
+pass (``ctl.mx``) reads the E8M0 scales ``sw`` and ``sx`` from bits ``mx_scale_lsb`` up of
+the two words, shared by their four elements (one block), and folds them into each product's
+exponent (``p_i``: :class:`~hdl.numerics.fpu.FpMulScaled32` of ``w_i`` and ``x_i`` with
+``e = sw + sx - 254``, one rounding); a scale of 255 makes the four products the canonical
+NaN. The four products add in index order, as :func:`sim.golden.systolic.matmul_mx` sums.
 
 A transpose pass (``ctl.transpose``) multiplies nothing: its moving word selects an element
 of the weight (bit 0: element 0, the whole element of a single-rate format; bit 8: element 1
@@ -34,7 +40,7 @@ while the other bank still multiplies.
 
 from __future__ import annotations
 
-from amaranth import Array, Const, Module, Mux, Signal
+from amaranth import Array, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -99,6 +105,19 @@ class ProcessingElement(wiring.Component):
         m.d.comb += [widen.x.eq(bits), widen.code.eq(code)]
         return widen.y
 
+    def _element(self, word, code, i: int):
+        """The bits of element ``i`` of ``word`` in the format ``code`` selects, in their low
+        bits: bits ``8i`` up (element 1 of a double-rate word, byte ``i`` of an mxfp8 quad)
+        or ``4i`` up for a 4-bit format (nibble ``i`` of an mxfp4 quad)."""
+        if i == 0:
+            return word
+        nibble = [int(f.bits == 4) for f in self.params.format_list]
+        if not any(nibble):
+            return word[8 * i:8 * i + 8]
+        nibble += [0] * ((1 << self.params.code_bits) - len(nibble))
+        return Mux(Array(Const(v, 1) for v in nibble)[code], word[4 * i:4 * i + 8],
+                   word[8 * i:8 * i + 8])
+
     def elaborate(self, platform):
         p = self.params
         m = Module()
@@ -126,27 +145,38 @@ class ProcessingElement(wiring.Component):
             from hdl.numerics.fpu import CANONICAL_NAN32, FpAdd32, FpMul32, FpMulScaled32
 
             every = tuple(f if f.is_float else None for f in p.format_list)
-            m.submodules.mul0 = mul0 = FpMulScaled32() if p.has_mx else FpMul32()
-            m.submodules.add0 = add0 = FpAdd32()
-            m.d.comb += [mul0.a.eq(self._widen(m, "w0", weight, ctl.wfmt, every)),
-                         mul0.b.eq(self._widen(m, "x0", x, ctl.xfmt, every))]
-            product = mul0.y
+            pairs = tuple(zip(p.formats, p.format_list, strict=True))
+            second = tuple(f if n in p.double_rate or p.is_mx(n) else None for n, f in pairs)
+            mx_only = tuple(f if p.is_mx(n) else None for n, f in pairs)
+            # Multiplier i's formats: 0 every float format, 1 the double-rate ones and MX,
+            # 2 and 3 MX alone.
+            lanes = ([every] + [second] * (p.lanes > 1) + [mx_only] * (p.lanes - 2))
             if p.has_mx:
-                sw, sx = weight[8:16], x[8:16]
-                m.d.comb += mul0.e.eq(Mux(ctl.mx, sw + sx - 254, 0))
+                scale = slice(p.mx_scale_lsb, p.mx_scale_lsb + 8)
+                sw, sx = weight[scale], x[scale]
+                e = Signal(signed(10), name="e")
+                m.d.comb += e.eq(Mux(ctl.mx, sw + sx - 254, 0))
                 scale_nan = ctl.mx & ((sw == 255) | (sx == 255))
-                product = Mux(scale_nan, CANONICAL_NAN32, mul0.y)
-            m.d.comb += [add0.a.eq(self.psum_in), add0.b.eq(product)]
-            acc = add0.y
+            acc, sums = self.psum_in, []
+            for i, formats in enumerate(lanes):
+                mul = FpMulScaled32() if p.has_mx else FpMul32()
+                m.submodules[f"mul{i}"] = mul
+                m.submodules[f"add{i}"] = add = FpAdd32()
+                wi, xi = self._element(weight, ctl.wfmt, i), self._element(x, ctl.xfmt, i)
+                m.d.comb += [mul.a.eq(self._widen(m, f"w{i}", wi, ctl.wfmt, formats)),
+                             mul.b.eq(self._widen(m, f"x{i}", xi, ctl.xfmt, formats))]
+                product = mul.y
+                if p.has_mx:
+                    m.d.comb += mul.e.eq(e)
+                    product = Mux(scale_nan, CANONICAL_NAN32, mul.y)
+                m.d.comb += [add.a.eq(acc), add.b.eq(product)]
+                acc = add.y
+                sums.append(acc)
+            acc = sums[0]
             if p.double_rate:
-                fp8 = tuple(f if n in p.double_rate else None
-                            for n, f in zip(p.formats, p.format_list, strict=True))
-                m.submodules.mul1 = mul1 = FpMul32()
-                m.submodules.add1 = add1 = FpAdd32()
-                m.d.comb += [mul1.a.eq(self._widen(m, "w1", weight[8:16], ctl.wfmt, fp8)),
-                             mul1.b.eq(self._widen(m, "x1", x[8:16], ctl.xfmt, fp8)),
-                             add1.a.eq(add0.y), add1.b.eq(mul1.y)]
-                acc = Mux(ctl.double, add1.y, add0.y)
+                acc = Mux(ctl.double, sums[1], acc)
+            if p.has_mx:
+                acc = Mux(ctl.mx, sums[-1], acc)
         if p.has_int:
             product = (self.psum_in + weight[:8].as_signed() * x[:8].as_signed())[:32]
             acc = product if acc is None else Mux(ctl.int, product, acc)

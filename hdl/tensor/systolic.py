@@ -2,7 +2,8 @@
 
 ``rows`` PE rows hold the contraction (partition) axis K, ``cols`` PE columns the stationary
 free axis M. PE (r, c) holds ``stationary[r, c]`` (with a double-rate format:
-``stationary[2r + l, c]`` in element l of its word). Each instruction names its input format
+``stationary[2r + l, c]`` in element l of its word, with an MX format ``stationary[4r + l, c]``
+for l < 4). Each instruction names its input format
 (a code, the position in ``params.formats``), so one array runs every format and a program
 may change format from one instruction to the next. A moving vector (one column of the K x N
 moving tile) enters row r after r cycles of skew and travels right; partial sums travel
@@ -21,9 +22,9 @@ Instructions (``cmd`` stream, executed in order):
 * ``LOAD`` (LoadStationary, fields ``fmt``, ``k``, ``m``): takes ``ceil(m / beat_columns)``
   beats from ``stationary``, beat g holding columns ``g * beat_columns + j`` of the K x M
   stationary tile (``rows`` words each, packed as :class:`SystolicParams` says; columns >= m
-  are ignored by the PSUM write). Contraction indices
-  >= k read as zero (a count of the indices left travels down the rows with the beat). The
-  array has two weight banks: a load fills the one the latest tile
+  are ignored by the PSUM write). Contraction indices >= k (an MX tile: words >= k) read
+  as zero (a count of the indices left travels down the rows with the beat). The array has
+  two weight banks: a load fills the one the latest tile
   does not use, as soon as no moving vector still to be injected reads it, so it runs while
   the previous tile's multiply does (the load path takes ``beat_columns`` columns per cycle,
   a multiply one).
@@ -46,9 +47,11 @@ Instructions (``cmd`` stream, executed in order):
   overwritten as by a multiply (columns >= m keep their contents). Its timing is that of
   a single-rate multiply of ``n`` beats.
 
-The MX formats' E8M0 block scales travel inside the operand words, beside their elements
-(bits 8-15; :class:`~hdl.tensor.params.SystolicParams` gives the layout): the stationary
-scales load with the tile, the moving ones stream with the vectors.
+The MX formats run four products per PE per cycle: an MX word is a quad of elements along K
+with the E8M0 scale of their block above them (the instruction set's ``mxfp8_x4`` and
+``mxfp4_x4``; :class:`~hdl.tensor.params.SystolicParams` gives the layout), so PE row r
+holds contraction indices ``4r .. 4r + 3`` and an MX command's ``k`` counts words (quads):
+the stationary scales load with the tile, the moving ones stream with the vectors.
 
 The whole datapath advances on one enable, ``~out.valid | out.ready``, so backpressure on
 ``out`` stalls it and an idle ``moving`` stream only inserts bubbles. Cycle counts are given

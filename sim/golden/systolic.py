@@ -287,6 +287,8 @@ def matmul_mx(stationary, moving, fmt, stationary_scales, moving_scales, psum=No
 class Load:
     """LoadStationary of a K x M tile in input format ``fmt`` (a name of the array's
     ``formats``; None: any, for timing alone, as no load's cycle depends on the format).
+    ``k`` counts contraction indices, or for an MX format words of four (quads, one per PE
+    row: :class:`~hdl.tensor.params.SystolicParams`), which makes MX run at rate 4.
 
     ``row``, ``col``: the tile position, the first PE row and column the tile occupies;
     ``row_size``, ``col_size``: the tile size in PE rows and columns (None: the whole

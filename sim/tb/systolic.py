@@ -7,8 +7,9 @@ stream sources and sink, then reads every output beat and its cycle (monitor). T
 the golden :func:`sim.golden.systolic.matmul` over a running copy of the PSUM bank; the checker
 compares every beat bit for bit and, in the runs without idle cycles or backpressure, every
 command and output cycle with :func:`sim.golden.systolic.schedule`. An MX tile is held as its
-operand words, element and block scale (bits 8-15) together, the scale the same for the 32
-indices of a block; the model splits them again for :func:`sim.golden.systolic.matmul_mx`.
+operand words, each a quad of elements along K and their block's scale (the layout of
+:class:`~hdl.tensor.params.SystolicParams`), the scale the same for the 8 words (32 indices)
+of a block; the model splits them again for :func:`sim.golden.systolic.matmul_mx`.
 Every program runs twice: once with streams always valid and ready (cycles checked), once with
 random idle cycles on the sources and random backpressure on the sink (values checked).
 Programs mix the array's input formats: every test covers each format, and consecutive tiles
@@ -25,6 +26,7 @@ from dataclasses import asdict
 
 import numpy as np
 
+from hdl.core.isa import MX_QUAD
 from hdl.numerics.formats import FloatFormat, MxFormat
 from hdl.tensor.harness import HarnessParams, SystolicHarness
 from hdl.tensor.params import SystolicParams
@@ -93,43 +95,25 @@ def harness_verilog(params: SystolicParams) -> str:
 # ---- operand generation --------------------------------------------------------------------
 
 def one_bits(fmt) -> int:
-    """The format's 1 (an MX word: element 1, scale 127)."""
-    if isinstance(fmt, MxFormat):
-        return fmt.bias << fmt.man_bits | 127 << 8
+    """The format's 1 (an MX format: its element 1, to be scaled by 127)."""
     return 1 if not fmt.is_float else fmt.bias << fmt.man_bits
 
 
-def _scales(fmt: MxFormat, rng: np.random.Generator, shape, lo: int, hi: int) -> np.ndarray:
-    """E8M0 scales in [lo, hi] for a (K, C) tile, one per block of ``fmt.block`` rows and
-    column, repeated over the rows of the block (bits 8-15 of the words)."""
-    blocks = rng.integers(lo, hi + 1, size=(-(-shape[0] // fmt.block), shape[1]))
-    return np.repeat(blocks, fmt.block, axis=0)[:shape[0]].astype(np.uint32) << 8
+#: E8M0 scales of random MX tiles of each kind: every code (255, NaN, included), near 1
+#: (products near 1, where rounding is busy), every code but NaN.
+SCALES = {"any": (0, 255), "normal": (124, 130), "finite": (0, 254)}
 
 
-def _mx_bits(fmt: MxFormat, rng: np.random.Generator, shape, kind: str) -> np.ndarray:
-    """MX words (element and scale), as :func:`random_bits` for the other formats: ``"any"``
-    every element code and scale (255, NaN, included), ``"normal"`` elements within a few
-    binades of 1 and scales near 1, ``"finite"`` no NaN element or scale."""
-    bits = rng.integers(0, 1 << fmt.bits, size=shape).astype(np.uint32)
-    if kind == "any":
-        return bits | _scales(fmt, rng, shape, 0, 255)
-    if kind == "normal":
-        exp = rng.integers(max(1, fmt.bias - 3), min(fmt.max_exp_field, fmt.bias + 3) + 1,
-                           size=shape)
-        man = rng.integers(0, 1 << fmt.man_bits, size=shape)
-        sign = rng.integers(0, 2, size=shape)
-        bits = (sign << (fmt.bits - 1)) | (exp << fmt.man_bits) | man
-        return bits.astype(np.uint32) | _scales(fmt, rng, shape, 124, 130)
-    if fmt.nan == "fn":
-        bits = np.where(bits & ((1 << (fmt.bits - 1)) - 1) == fmt.max_finite_bits + 1, 0, bits)
-    return bits.astype(np.uint32) | _scales(fmt, rng, shape, 0, 254)
+def random_scales(fmt: MxFormat, rng: np.random.Generator, shape, kind: str) -> np.ndarray:
+    """E8M0 scales (ceil(K / block), C) of a K x C tile of ``fmt`` elements."""
+    lo, hi = SCALES[kind]
+    return rng.integers(lo, hi + 1, size=(-(-shape[0] // fmt.block), shape[1]))
 
 
 def random_bits(fmt, rng: np.random.Generator, shape, kind: str = "normal") -> np.ndarray:
-    """Bit patterns of ``fmt``: ``"any"`` (every pattern, NaN and infinities included),
-    ``"normal"`` (values within a few binades of 1, where rounding is busy), ``"finite"``."""
-    if isinstance(fmt, MxFormat):
-        return _mx_bits(fmt, rng, shape, kind)
+    """Bit patterns of ``fmt`` (an MX format: its element codes): ``"any"`` (every pattern,
+    NaN and infinities included), ``"normal"`` (values within a few binades of 1, where
+    rounding is busy), ``"finite"``."""
     bits = rng.integers(0, 1 << fmt.bits, size=shape, dtype=np.int64)
     if not fmt.is_float or kind == "any":
         return bits.astype(np.uint32)
@@ -141,19 +125,24 @@ def random_bits(fmt, rng: np.random.Generator, shape, kind: str = "normal") -> n
         sign = rng.integers(0, 2, size=shape)
         bits = (sign << (fmt.bits - 1)) | (exp << fmt.man_bits) | man
         return bits.astype(np.uint32)
+    if isinstance(fmt, MxFormat):
+        if fmt.nan == "fn":
+            bits = np.where(bits & ((1 << (fmt.bits - 1)) - 1) == fmt.max_finite_bits + 1, 0,
+                            bits)
+        return bits.astype(np.uint32)
     values = to_fp32(bits, fmt)
     return np.where(np.isfinite(values), bits, 0).astype(np.uint32)
 
 
 def edge_bits(fmt, rng: np.random.Generator, shape) -> np.ndarray:
     """A mix of the format's extremes: zeros of both signs, smallest subnormals, largest
-    finite values, infinities and NaN (where the format has them), and ones; MX words take
-    their scales from the extremes too (0, 1, 127, 253, 254 and 255, NaN)."""
+    finite values, infinities and NaN (where the format has them), and ones (an MX format:
+    its element codes)."""
     if not fmt.is_float:
         pool = [0, 1, 0x7F, 0x80, 0xFF, 0x81, 0x40]
     else:
         sign = 1 << (fmt.bits - 1)
-        one = one_bits(fmt) & 0xFF if isinstance(fmt, MxFormat) else one_bits(fmt)
+        one = one_bits(fmt)
         pool = [0, sign, 1, sign | 1, fmt.max_finite_bits, sign | fmt.max_finite_bits,
                 one, sign | one, (1 << fmt.man_bits) - 1]
         if fmt.nan != "none":
@@ -161,40 +150,58 @@ def edge_bits(fmt, rng: np.random.Generator, shape) -> np.ndarray:
                         else fmt.max_finite_bits + 1)
         if fmt.nan == "ieee":
             pool += [fmt.inf_bits, sign | fmt.inf_bits]
-    bits = rng.choice(np.array(pool, dtype=np.uint32), size=shape)
-    if isinstance(fmt, MxFormat):
-        blocks = rng.choice(np.array([0, 1, 127, 253, 254, 255], np.uint32),
-                            size=(-(-shape[0] // fmt.block), shape[1]))
-        bits = bits | np.repeat(blocks, fmt.block, axis=0)[:shape[0]] << 8
-    return bits
+    return rng.choice(np.array(pool, dtype=np.uint32), size=shape)
 
 
-def mx_scales(fmt: MxFormat, words: np.ndarray) -> np.ndarray:
-    """The block scales (ceil(K / block), C) of a (K, C) tile of MX words, which must carry
-    one scale per block and column."""
-    words = np.asarray(words)
-    scales = (words[::fmt.block] >> 8) & 0xFF
-    spread = np.repeat(scales, fmt.block, axis=0)[:words.shape[0]]
-    if not np.array_equal(spread, (words >> 8) & 0xFF):
+#: Extreme E8M0 scales: 0, 1, 127 (one), 253, 254 and 255 (NaN).
+EDGE_SCALES = (0, 1, 127, 253, 254, 255)
+
+
+def mx_words(params: SystolicParams, fmt: str, codes, scales) -> np.ndarray:
+    """The operand words (K / 4, C) of a K x C tile of ``fmt`` element codes (K a multiple
+    of 4) and its scales (ceil(K / block), C): word r holds codes ``4r .. 4r + 3`` in its
+    bytes (nibbles for mxfp4) and the scale of their block from bit ``mx_scale_lsb``."""
+    f = params.format_list[params.code(fmt)]
+    codes, scales = np.asarray(codes, np.uint64), np.asarray(scales, np.uint64)
+    quad = codes.reshape(codes.shape[0] // MX_QUAD, MX_QUAD, codes.shape[1])
+    words = np.zeros((quad.shape[0], codes.shape[1]), np.uint64)
+    for i in range(MX_QUAD):
+        words |= quad[:, i] << np.uint64(f.bits * i)
+    block = np.arange(quad.shape[0]) * MX_QUAD // f.block
+    return words | scales[block] << np.uint64(params.mx_scale_lsb)
+
+
+def mx_split(params: SystolicParams, fmt: str, words) -> tuple[np.ndarray, np.ndarray]:
+    """The element codes (K, C) and scales (ceil(K / block), C) of MX words (K / 4, C),
+    which must carry one scale per block and column (:func:`mx_words` undone)."""
+    f = params.format_list[params.code(fmt)]
+    words = np.asarray(words, np.uint64)
+    codes = np.stack([(words >> np.uint64(f.bits * i)) & np.uint64((1 << f.bits) - 1)
+                      for i in range(MX_QUAD)], axis=1).reshape(MX_QUAD * len(words),
+                                                                words.shape[1])
+    per = f.block // MX_QUAD
+    spread = (words >> np.uint64(params.mx_scale_lsb)) & np.uint64(0xFF)
+    scales = spread[::per]
+    if not np.array_equal(np.repeat(scales, per, axis=0)[:len(spread)], spread):
         raise ValueError("an MX tile must carry one scale per block and column")
-    return scales
+    return codes.astype(np.uint32), scales.astype(np.uint32)
 
 
 def pack_words(params: SystolicParams, fmt: str, tile: np.ndarray,
                rng: np.random.Generator) -> np.ndarray:
     """Operand words (rows, columns) of a K x C ``tile`` of ``fmt`` bit patterns: element
     k in the low bits of word k, or with a double-rate format in byte ``k % 2`` of word
-    ``k // 2``; an MX tile holds words already (element, scale in bits 8-15). Every bit no
-    element claims (indices >= K, bits above the elements) is random: the array must
-    ignore it."""
+    ``k // 2``; an MX tile holds words already (:func:`mx_words`). Every bit no element
+    claims (indices >= K, bits above the elements) is random: the array must ignore it."""
     w = params.width
     words = rng.integers(0, 1 << w, size=(params.rows, tile.shape[1]), dtype=np.uint64)
     f = params.format_list[params.code(fmt)]
     if params.is_double(fmt):
         per, bits, claimed = 2, 8, 0xFF
+    elif params.is_mx(fmt):
+        per, bits, claimed = 1, w, (1 << (params.mx_scale_lsb + 8)) - 1
     else:
-        per, bits = 1, f.bits
-        claimed = (1 << bits) - 1 | (0xFF00 if params.is_mx(fmt) else 0)  # element, scale
+        per, bits, claimed = 1, f.bits, (1 << f.bits) - 1
     for k in range(tile.shape[0]):
         r, shift = divmod(k, per)
         shift *= bits
@@ -278,9 +285,8 @@ class SystolicTB:
             if isinstance(op, Load):
                 beats = -(-op.m // bc)
                 # Columns >= m: junk the PSUM write must ignore.
-                cols = np.concatenate([tile, random_bits(self.fmt(op.fmt), self.rng,
-                                                         (op.k, beats * bc - op.m), "any")],
-                                      axis=1)
+                cols = np.concatenate([tile, self.bits(op.fmt, (op.k, beats * bc - op.m),
+                                                       "any")], axis=1)
                 words = pack_words(p, op.fmt, cols, self.rng)  # (rows, beats * bc)
                 stat_beats.extend(words.T.reshape(beats, bc * p.rows))
             elif isinstance(op, Multiply):
@@ -312,10 +318,10 @@ class SystolicTB:
                 k, m = stationary.shape
                 before = bank[:op.n, :m].T
                 if self.params.is_mx(tile_fmt):
-                    wf, xf = self.fmt(tile_fmt), self.fmt(op.fmt)
-                    after = matmul_mx(stationary, tile[:k], wf, mx_scales(wf, stationary),
-                                      mx_scales(xf, tile[:k]), psum=before,
-                                      accumulate=op.accumulate, moving_fmt=xf)
+                    (w, sw), (x, sx) = (mx_split(self.params, tile_fmt, stationary),
+                                        mx_split(self.params, op.fmt, tile[:k]))
+                    after = matmul_mx(w, x, tile_fmt, sw, sx, psum=before,
+                                      accumulate=op.accumulate, moving_fmt=op.fmt)
                 else:
                     after = matmul(stationary, tile[:k], tile_fmt, psum=before,
                                    accumulate=op.accumulate, moving_fmt=op.fmt)
@@ -371,14 +377,38 @@ class SystolicTB:
         await self.run(program, idle=96, stall=96, name=f"{name} (idle+backpressure)")
 
     # -- program builders --
+    def _dtype(self, fmt: str):
+        return np.uint64 if self.params.is_mx(fmt) else np.uint32
+
+    def bits(self, fmt: str, shape, kind: str = "normal") -> np.ndarray:
+        """A random (k, C) tile of ``fmt`` (:func:`random_bits`; an MX format: k words, each
+        a quad of elements and the scale of its block)."""
+        f = self.fmt(fmt)
+        if not self.params.is_mx(fmt):
+            return random_bits(f, self.rng, shape, kind)
+        elements = (MX_QUAD * shape[0], shape[1])
+        return mx_words(self.params, fmt, random_bits(f, self.rng, elements, kind),
+                        random_scales(f, self.rng, elements, kind))
+
+    def edges(self, fmt: str, shape) -> np.ndarray:
+        """A (k, C) tile of ``fmt``'s extremes (:func:`edge_bits`; an MX format: k words,
+        scales from :data:`EDGE_SCALES` too)."""
+        f = self.fmt(fmt)
+        if not self.params.is_mx(fmt):
+            return edge_bits(f, self.rng, shape)
+        elements = (MX_QUAD * shape[0], shape[1])
+        scales = self.rng.choice(np.array(EDGE_SCALES), size=(-(-elements[0] // f.block),
+                                                               shape[1]))
+        return mx_words(self.params, fmt, edge_bits(f, self.rng, elements), scales)
+
     def load(self, fmt: str, k: int, m: int, kind: str = "normal", tile=None):
-        tile = random_bits(self.fmt(fmt), self.rng, (k, m), kind) if tile is None else tile
-        return Load(k, m, fmt), np.asarray(tile, np.uint32)
+        tile = self.bits(fmt, (k, m), kind) if tile is None else tile
+        return Load(k, m, fmt), np.asarray(tile, self._dtype(fmt))
 
     def multiply(self, fmt: str, k: int, n: int, accumulate: bool = False,
                  kind: str = "normal", tile=None):
-        tile = random_bits(self.fmt(fmt), self.rng, (k, n), kind) if tile is None else tile
-        return Multiply(n, accumulate, fmt), np.asarray(tile, np.uint32)
+        tile = self.bits(fmt, (k, n), kind) if tile is None else tile
+        return Multiply(n, accumulate, fmt), np.asarray(tile, self._dtype(fmt))
 
     def random_format(self) -> str:
         return str(self.rng.choice(self.params.formats))
@@ -416,11 +446,12 @@ async def identity_and_zeros(dut):
     program = []
     for fmt in p.formats:
         k, m = p.k_limit(fmt), p.cols
-        eye = np.zeros((k, m), np.uint32)
-        for i in range(min(k, m)):
+        indices = p.contraction(fmt, k)
+        eye = np.zeros((indices, m), np.uint32)
+        for i in range(min(indices, m)):
             eye[i, i] = one_bits(tb.fmt(fmt))
         if p.is_mx(fmt):  # one scale per block and column: 1 (127) for the zeros too
-            eye |= 127 << 8
+            eye = mx_words(p, fmt, eye, np.full((-(-indices // tb.fmt(fmt).block), m), 127))
         program += [tb.load(fmt, k, m, tile=eye), tb.multiply(fmt, k, n)]
     await tb.run_both(program, "identity")
     program = []
@@ -441,8 +472,8 @@ async def extremes_and_specials(dut):
     program = []
     for fmt in p.formats:
         f, k, m = tb.fmt(fmt), p.k_limit(fmt), p.cols
-        program += [tb.load(fmt, k, m, tile=edge_bits(f, tb.rng, (k, m))),
-                    tb.multiply(fmt, k, n, tile=edge_bits(f, tb.rng, (k, n))),
+        program += [tb.load(fmt, k, m, tile=tb.edges(fmt, (k, m))),
+                    tb.multiply(fmt, k, n, tile=tb.edges(fmt, (k, n))),
                     tb.multiply(tb.random_partner(fmt), k, n, accumulate=True, kind="any")]
     await tb.run_both(program, "edges")
     program = []
@@ -452,12 +483,14 @@ async def extremes_and_specials(dut):
             continue
         # Subnormal products and sums: the smallest magnitudes of the format (MX: scales
         # that put the products among binary32's subnormals).
-        tiny = tb.rng.integers(0, 4, size=(k, m)).astype(np.uint32)
-        sub = (tb.rng.integers(0, 2, size=(k, n)) << (f.bits - 1)
-               | tb.rng.integers(1, 1 << f.man_bits, size=(k, n))).astype(np.uint32)
+        indices = p.contraction(fmt, k)
+        tiny = tb.rng.integers(0, 4, size=(indices, m)).astype(np.uint32)
+        sub = (tb.rng.integers(0, 2, size=(indices, n)) << (f.bits - 1)
+               | tb.rng.integers(1, 1 << f.man_bits, size=(indices, n))).astype(np.uint32)
         if isinstance(f, MxFormat):
-            tiny |= _scales(f, tb.rng, (k, m), 50, 70)
-            sub |= _scales(f, tb.rng, (k, n), 50, 70)
+            blocks = -(-indices // f.block)
+            tiny = mx_words(p, fmt, tiny, tb.rng.integers(50, 71, size=(blocks, m)))
+            sub = mx_words(p, fmt, sub, tb.rng.integers(50, 71, size=(blocks, n)))
         program += [tb.load(fmt, k, m, tile=tiny), tb.multiply(fmt, k, n, tile=sub)]
     if program:
         await tb.run_both(program, "subnormals")

@@ -2,7 +2,7 @@
 
 One multi-format array per simulator: every input format the RTL knows (int8, the fp8
 family at double rate, bf16, fp16, tf32, fp32 at a quarter rate, the block-scaled mxfp8 and
-mxfp4) in one build, driven by mixed-format programs.
+mxfp4 at four products per PE per cycle) in one build, driven by mixed-format programs.
 Icarus evaluates the floating-point PEs event by event, so it runs a tiny array; Verilator
 runs the simulation scale of the bundled specs (8 x 8): a build of about 3 minutes on two
 busy cores, since the runner makes only the toplevel's signals public. A third build, on
@@ -52,9 +52,9 @@ def test_systolic_single_format(seed):
     assert result.ok, f"{result} (seed {seed})"
 
 
-#: Deeper than the MX scale block (32 contraction indices): a full tile's rows 32 and 33
-#: carry the second block's scales, stationary and moving.
-MX_DEEP = SystolicParams(rows=34, cols=1, formats=("mxfp8", "mxfp4"), moving_max=4)
+#: Deeper than the MX scale block (32 contraction indices, eight rows of quads): a full
+#: tile's rows 8 and 9 (indices 32-39) carry the second block's scales, stationary and moving.
+MX_DEEP = SystolicParams(rows=10, cols=1, formats=("mxfp8", "mxfp4"), moving_max=4)
 
 
 @pytest.mark.cocotb
