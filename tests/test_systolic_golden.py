@@ -416,6 +416,23 @@ def test_tile_interval_is_the_schedule(rows, cols, load_columns, fmt):
                              p.beat_columns) == total
 
 
+def test_mx_runs_at_rate_4():
+    """An MX tile's k counts words, quads of contraction indices, one per PE row: a pass
+    contracts 4 * rows indices at one moving column per cycle, so whole MX matmuls take the
+    throughput model's cycles at the spec's rate 4, and a tile deeper than the rows is
+    refused."""
+    rows, cols = 3, 4
+    p = SystolicParams(rows=rows, cols=cols, formats=("bf16", "mxfp8", "mxfp4"),
+                       moving_max=12)
+    for a, b in ((1, 1), (2, 1), (3, 2)):
+        total = schedule(p, [Load(rows, cols, "mxfp8"), Multiply(12, fmt="mxfp4")]
+                         * (a * b)).total
+        assert matmul_cycles(a * cols, b * 4 * rows, 12, rows, cols, 4, 12,
+                             p.beat_columns) == total
+    with pytest.raises(ValueError, match=r"k must be in 1 \.\. 3, not 4"):
+        schedule(p, [Load(rows + 1, cols, "mxfp8")])
+
+
 # ---- block-scaled (MX) formats, against a scalar reference built on ml_dtypes --------------
 
 MX_ML = {"mxfp8": ml_dtypes.float8_e4m3fn, "mxfp4": ml_dtypes.float4_e2m1fn}
