@@ -12,7 +12,9 @@ partitions, ``m`` or ``n`` its free size), then
 * ``LoadStationary``: every cycle the next element of ``src`` (one stationary column, K x M
   tile) is read from all partitions at once; its partitions ``src.partition + r`` become the
   array's row words (with a double-rate format row ``r`` takes partitions ``2r`` and
-  ``2r + 1`` in its low two bytes); ``beat_columns`` columns make one beat. The instruction
+  ``2r + 1`` in its low two bytes; a tf32 element, whose 19-bit code is the top of its
+  32-bit word, is shifted down to the low bits the array reads); ``beat_columns`` columns
+  make one beat. The instruction
   retires when the array has taken the last beat.
 * ``MultiplyMoving``: likewise one moving column per cycle into the array; each row the
   array puts out (``cols`` column sums, moving column ``j``) is written to ``dst``'s element
@@ -37,6 +39,7 @@ from hdl.core.engines import engine_ports, read_step, rotate, unrotate
 from hdl.core.isa import (
     DTYPES,
     MX_DTYPES,
+    TF32_SHIFT,
     WORD_BITS,
     Instruction,
     LoadStationary,
@@ -68,10 +71,8 @@ def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
 
 
 #: Element types of the instruction set the core's tensor engine does not run, and why.
-_NOT_RUN = {"tf32": "the engine passes an operand's low bits to the array, and a tf32 "
-                    "word holds its code in the top 19",
-            **{t: "the engine reads no scale operand for the array's MX formats"
-               for t in MX_DTYPES}}
+_NOT_RUN = {t: "the engine reads no scale operand for the array's MX formats"
+            for t in MX_DTYPES}
 
 
 class TensorEngine(wiring.Component):
@@ -148,10 +149,13 @@ class TensorEngine(wiring.Component):
         rows = rotate([self.r_data[p] for p in range(n)], src.partition, chunk)
         item_bits = 8 << dtype_shift(src.dtype)
 
+        tf32 = src.dtype == DTYPES["tf32"][0] if "tf32" in self.formats else 0
+
         def element(i):
             if i >= n:
                 return Const(0, 32)
-            return (rows[i] >> (shift * 8)) & ((1 << item_bits) - 1)
+            value = (rows[i] >> (shift * 8)) & ((1 << item_bits) - 1)
+            return Mux(tf32, value >> TF32_SHIFT, value)
 
         packed = []
         for r in range(a.rows):

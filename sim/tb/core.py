@@ -35,6 +35,7 @@ from cocotbext.axi import AxiBus, AxiRam
 from hdl.core import engines, isa, scalar, tensor
 from hdl.core.core import HostMap, NeuronCore
 from hdl.core.isa import (
+    TF32_SHIFT,
     WORD_BITS,
     Activation,
     DmaCopy,
@@ -257,7 +258,8 @@ def _gpsimd(b: Builder) -> None:
 def _matmuls(b: Builder) -> None:
     """The tensor engine: bf16, a double-rate fp8 tile of twice the array's rows accumulated
     onto the bf16 result, fp32 with a strided moving tile and fewer rows than the array,
-    stationaries at byte offsets inside words."""
+    stationaries at byte offsets inside words, and (where the array has it) tf32, its codes
+    at the top of 32-bit words, accumulated onto the bf16 and fp8 result."""
     p, r, c = b.params.partitions, b.params.rows, b.params.cols
     n = min(12, b.params.moving_max)
     x16 = b.hbm("x16", (p, 2 * n), "bf16")
@@ -265,10 +267,13 @@ def _matmuls(b: Builder) -> None:
     x32 = b.hbm("x32", (p, 2 * n), "fp32")
     s16, s8, s32 = b.sbuf(4 * n, "x16"), b.sbuf(2 * n, "x8"), b.sbuf(8 * n, "x32")
     bank0, bank1 = b.psum_banks(2, "psum")
-    for q, (t, at, dt) in enumerate(((x16, s16, "bf16"), (x8, s8, "fp8_e4m3"),
-                                     (x32, s32, "fp32"))):
+    copies = [(x16, s16, "bf16"), (x8, s8, "fp8_e4m3"), (x32, s32, "fp32")]
+    tf32 = "tf32" in b.params.formats
+    if tf32:
+        copies.append((b.hbm("xt", (p, 2 * n), "tf32"), b.sbuf(8 * n, "xt"), "tf32"))
+    for q, (t, at, dt) in enumerate(copies):
         b.emit(f"dma{q}", DmaCopy(dst=_tile(b, at, 2 * n, dt), src=t.ap((0, p))))
-    b.wait("tensor", *(b.signal(f"dma{q}") for q in range(3)))
+    b.wait("tensor", *(b.signal(f"dma{q}") for q in range(len(copies))))
     t = "tensor"
     m16, m8 = c - 2, c - 2
     b.emit(t, LoadStationary(src=b.tile("sbuf", "bf16", s16 + 2, r, ((m16, 1),))))
@@ -286,6 +291,12 @@ def _matmuls(b: Builder) -> None:
     b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank1, c, ((n, 1),)),
                              src=b.tile("sbuf", "fp32", s32, k32, ((n, 1),)),
                              accumulate=True))
+    if tf32:
+        st = copies[3][1]
+        b.emit(t, LoadStationary(src=b.tile("sbuf", "tf32", st + 4, r, ((m16, 1),))))
+        b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank0, m16, ((n, 1),)),
+                                 src=b.tile("sbuf", "tf32", st + 4 * c, r, ((n, 1),)),
+                                 accumulate=True))
 
 
 def _deadlock(b: Builder) -> None:
@@ -392,7 +403,8 @@ def words(ins) -> list[int]:
 
 def random_inputs(program: Program, seed: int) -> np.ndarray:
     """The program's HBM with every tensor filled from ``seed``: normal values in the
-    tensor's type (positive ones for names starting with ``s``)."""
+    tensor's type (positive ones for names starting with ``s``; tf32 as fp32 words with
+    their low 13 bits zero, as the instruction set stores it)."""
     rng = np.random.default_rng(seed)
     hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
     types = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
@@ -401,7 +413,11 @@ def random_inputs(program: Program, seed: int) -> np.ndarray:
         v = rng.standard_normal(t.shape)
         if t.name.startswith("s"):
             v = np.abs(v) + 0.5
-        raw = v.astype(types[t.dtype]).tobytes()
+        if t.dtype == "tf32":
+            raw = (v.astype(np.float32).view(np.uint32)
+                   & np.uint32(~((1 << TF32_SHIFT) - 1) & 0xFFFFFFFF)).tobytes()
+        else:
+            raw = v.astype(types[t.dtype]).tobytes()
         hbm[t.offset:t.offset + len(raw)] = np.frombuffer(raw, dtype=np.uint8)
     return hbm
 
