@@ -30,6 +30,14 @@ with and without them):
   -full``): no SAT-based flip-flop pruning (``opt_dff -sat``) or full mux and expression
   rewriting at the word level; ABC's rewriting after ``techmap`` does most of that at the
   gate level.
+- The ``opt`` passes after ``memory`` leave flip-flops alone (``-noff``: no ``opt_dff``).
+  ``opt`` repeats its passes until the design stops changing, and ``opt_dff`` finds one
+  constant flip-flop of a pipeline per round: the tensor array's control carries a
+  metadata bit that is constant 0 on a chip without int8 (trn2) through its 128-stage
+  pipeline, so ``opt -fast`` ran 131 rounds, each cleaning the whole module, 65 % of its
+  time. The ``opt`` passes before ``memory`` keep ``opt_dff`` (enables and resets merged
+  into flip-flops, constant ones removed); what is left is such chains, counted as
+  flip-flops (the control +0.5 %: 128 x 20 bits of pipeline of which one is constant).
 - ABC maps with ``strash; &get -n; &dch -f; &nf; &put``: Yosys's default script without
   its SAT sweeping (``&fraig -x``), signal correspondence (``scorr``), retiming
   (``dretime``) and ``dc2`` rewriting, which take most of ABC's time on large datapaths.
@@ -37,10 +45,10 @@ with and without them):
   mapper) stays within a few per cent of Yosys's default flow; ``strash; map`` alone is
   faster still but overstates the vector lane's area by 80 %.
 
-The last three together, against the flow with them (``synth``'s checks, ``opt -full`` and
-``dc2``), on every module trn2 emits: 0.81x the Yosys CPU time, each module's figure
-between -0.01 % and +2.3 % (the fp32 adder), the chip +0.7 %; 3 % is the tolerance a
-cheaper script must keep on every module.
+No ``check``, ``opt`` without ``-full`` and ABC without ``dc2``, against the flow with them,
+on every module trn2 emits: 0.81x the Yosys CPU time, each module's figure between -0.01 %
+and +2.3 % (the fp32 adder), the chip +0.7 %; 3 % is the tolerance a cheaper script must
+keep on every module. ``benchmarks/area.md`` measures the ``-noff`` step likewise.
 
 Gates are NAND2 equivalents: each Yosys internal cell is weighted by the area of the cell (or
 the few cells) it maps to in the Nangate 45 nm Open Cell Library (``NangateOpenCellLibrary``,
@@ -119,13 +127,14 @@ _UM2 = {
 }
 _DFF, _DFFR, _DFFRS, _LATCH = 4.522, 5.320, 6.384, 2.660
 _ENABLE, _SYNC = 1.862, 1.064  # MUX2_X1 on D, AND2_X1 on D
-#: Yosys's ``synth -flatten -noshare`` written out, with three departures for time (the
-#: module's notes say why): no ``check``, ``opt`` without ``-full`` before ``techmap``, and
-#: gates mapped with :data:`ABC_SCRIPT`; memories stay unmapped.
+#: Yosys's ``synth -flatten -noshare`` written out, with four departures for time (the
+#: module's notes say why): no ``check``, ``opt`` without ``-full`` before ``techmap``,
+#: no ``opt_dff`` after ``memory``, and gates mapped with :data:`ABC_SCRIPT`; memories stay
+#: unmapped.
 SCRIPT = ("hierarchy -check -top {top}; proc; flatten; opt_expr; opt_clean; "
           "opt -nodffe -nosdff; fsm; opt; wreduce; peepopt; opt_clean; alumacc; opt; "
-          "memory -nomap; opt_clean; opt -fast; opt; techmap; opt -fast; "
-          "abc -script abc.script; opt -fast")
+          "memory -nomap; opt_clean; opt -fast -noff; opt -noff; techmap; opt -fast -noff; "
+          "abc -script abc.script; opt -fast -noff")
 #: The ABC commands of the gate mapping.
 ABC_SCRIPT = "strash; &get -n; &dch -f; &nf; &put"
 

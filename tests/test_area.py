@@ -406,3 +406,12 @@ def test_the_array_fit_is_synthesised_when_asked_in_the_chips_pool_and_keyed_by_
     # A change of the array's RTL is a new entry.
     changed = {**group, "tensor_control": group["tensor_control"].replace("a ^ b", "a & b")}
     assert chip_areas.fit_path(spec, changed) != path
+
+
+def test_a_module_is_mentioned_by_its_whole_name_only():
+    assert area._mentions("  tensor_row row_unit (", "tensor_row")
+    assert area._mentions("  \\tensor_pe  u (", "tensor_pe")  # an escaped name
+    assert not area._mentions("  tensor_row row_unit (", "tensor")
+    assert not area._mentions("  \\tensor_pe.add0  add0 (", "tensor_pe")  # a part of it
+    assert not area._mentions("wire \\$tensor_pe ;", "tensor_pe")
+    assert area._mentions("tensor_pe", "tensor_pe") and not area._mentions("", "tensor_pe")
