@@ -169,8 +169,10 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
     """Datasheet tables and a JSON-ready summary for the files ``emitted`` (unit -> one file
     list per parameter set). Without ``synthesise``, only modules already in the cache count;
     the others are listed as missing. ``jobs``: modules synthesised at once (default: the
-    machine's cores). Without ``fit``, the tensor array is not synthesised at
-    :data:`FIT_SHAPES`, and the summary has no area terms."""
+    machine's cores). With ``fit`` and ``synthesise``, the full-scale tensor array is also
+    emitted at :data:`FIT_SHAPES` and synthesised in the same pool as the chip's modules,
+    unless its samples are cached (:func:`fit_path`); without ``synthesise``, they come from
+    the cache or not at all (then the summary has no area terms, as without ``fit``)."""
     engines: list[tuple[str, str, dict[str, area.ModuleArea | None]]] = []
     sources: dict[str, str] = {}
     for unit, groups in emitted.items():
