@@ -129,12 +129,12 @@ def shape_terms(spec: ChipSpec, engines, known: dict[str, area.ModuleArea],
 
 
 #: Shapes of the tensor array (rows, cols), beside the spec's own, whose synthesis fits the
-#: array's shape terms (:func:`hdl.area.fit_array`): six, one more than the terms with the
-#: spec's shape; small, so that each of their modules synthesises in seconds; three column
-#: counts and two row counts (the spec's rows are the third), so that the squares tell
-#: apart; rows of one bit length, so that their PE is one module (its weight-skip counter is
-#: as wide as the rows' bit length: its text changes at 16). Held out, arrays of 16 rows come
-#: out within 0.2 % of their synthesis (``benchmarks/area.md``).
+#: array's shape terms (:func:`hdl.area.fit_array`): six, so that with the spec's shape
+#: there is one more than the six terms; small, so that each of their modules synthesises
+#: in seconds; three column counts and two row counts (the spec's rows are the third), so
+#: that the squares tell apart; rows of one bit length, so that their PE is one module (its
+#: weight-skip counter is as wide as the rows' bit length: its text changes at 16). Held
+#: out, arrays of 16 rows come out within 0.2 % of their synthesis (``benchmarks/area.md``).
 FIT_SHAPES = tuple((r, c) for r in (8, 12) for c in (8, 12, 16))
 
 
@@ -273,7 +273,8 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
     return [{
         "title": "Area from synthesis",
         "note": "Yosys " + area.yosys_version() + " generic `synth -flatten` (without "
-                "resource sharing, `check` and `opt -full`) of each "
+                "resource sharing, `check`, `opt -full` and flip-flop optimisation after "
+                "`memory`) of each "
                 "emitted module on its own, gates mapped by ABC with `" + area.ABC_SCRIPT +
                 "` (hdl/area.py says why; the modules it instantiates are black boxes, counted "
                 "by instance); gates "
