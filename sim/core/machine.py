@@ -340,6 +340,11 @@ class Core:
             if ins.dst.free != ins.src.free:
                 _fail(*where, "operand shape", f"dst has {ins.dst.free} elements per "
                                                f"partition, the moving tile {ins.src.free}")
+            if ins.dst.partition != ins.col:  # array column col + j sums into partition j
+                _fail(*where, "tile position",
+                      f"a stationary at column {ins.col} writes PSUM partitions {ins.col} .. "
+                      f"{ins.col + ins.dst.partitions - 1} (its array columns), not dst's "
+                      f"{ins.dst.partition} .. {ins.dst.partition + ins.dst.partitions - 1}")
             self._check_bank(where, "dst", ins.dst)
         elif isinstance(ins, Transpose):
             if ins.src.dtype in isa.MX_DTYPES:
