@@ -491,3 +491,13 @@ def test_a_multiply_writes_the_psum_partitions_of_its_tile_columns(trn1):
     with pytest.raises(ProgramError, match=r"tensor\[1\].*column 0 writes PSUM partitions "
                                            r"0 \.\. 31 \(its array columns\), not dst's 32"):
         Core(trn1).check(program(tensor=shifted))
+    # the transpose pass's tile takes the whole array: its M x K result starts at partition 0
+    src = sbuf(0, 8, 0, 6, "bf16")
+    Core(trn1).check(program(tensor=[Transpose(dst=AP("psum", "bf16", 0, 6, 0, ((8, 1),)),
+                                               src=src)]))
+    with pytest.raises(ProgramError, match=r"tensor\[0\] `transpose .*`: tile position: a "
+                                           r"stationary at column 0 writes PSUM partitions "
+                                           r"0 \.\. 5 \(its array columns\), not dst's 32 "
+                                           r"\.\. 37$"):
+        Core(trn1).check(program(tensor=[Transpose(dst=AP("psum", "bf16", 32, 6, 0,
+                                                          ((8, 1),)), src=src)]))

@@ -336,11 +336,7 @@ class Core:
             if ins.dst.free != ins.src.free:
                 _fail(*where, "operand shape", f"dst has {ins.dst.free} elements per "
                                                f"partition, the moving tile {ins.src.free}")
-            if ins.dst.partition != ins.col:  # array column col + j sums into partition j
-                _fail(*where, "tile position",
-                      f"a stationary at column {ins.col} writes PSUM partitions {ins.col} .. "
-                      f"{ins.col + ins.dst.partitions - 1} (its array columns), not dst's "
-                      f"{ins.dst.partition} .. {ins.dst.partition + ins.dst.partitions - 1}")
+            self._check_columns(where, ins.col, ins.dst)
             self._check_bank(where, "dst", ins.dst)
         elif isinstance(ins, Transpose):
             if ins.src.dtype in isa.MX_DTYPES:
@@ -357,6 +353,7 @@ class Core:
                 _fail(*where, "operand shape", f"dst must be {ins.src.free} x "
                                                f"{ins.src.partitions}")
             self._check_format(where, ins.src.dtype)
+            self._check_columns(where, 0, ins.dst)  # the pass's tile takes the whole array
             self._check_bank(where, "dst", ins.dst)
         elif isinstance(ins, DmaCopy):
             if ins.dst.shape != ins.src.shape:
@@ -385,6 +382,15 @@ class Core:
                 _fail(*where, "operand shape", "a reduce needs reduce=sum or reduce=max")
         elif isinstance(ins, TensorCopy):
             self._check_same(where, ins.dst, ins.src, "dst and src")
+
+    def _check_columns(self, where, col: int, dst: AP) -> None:
+        """The array's output: column ``col + j`` of a tile at column position ``col`` sums
+        into PSUM partition ``col + j``, so ``dst`` starts at the tile's first column."""
+        if dst.partition != col:
+            _fail(*where, "tile position",
+                  f"a stationary at column {col} writes PSUM partitions {col} .. "
+                  f"{col + dst.partitions - 1} (its array columns), not dst's "
+                  f"{dst.partition} .. {dst.partition + dst.partitions - 1}")
 
     def _check_format(self, where, fmt: str) -> None:
         if fmt not in self.params.formats:
