@@ -36,3 +36,19 @@ BASE_CHIP = textwrap.dedent("""\
 @pytest.fixture
 def base_chip() -> str:
     return BASE_CHIP
+
+
+@pytest.fixture(scope="session")
+def trn1():
+    """trn1's NeuronCore parameters, as the core simulator and kernels take them."""
+    from hdl.params import core_params
+    from specs.loader import load
+    return core_params(load("trn1"))
+
+
+@pytest.fixture(scope="session")
+def trn3():
+    """trn3's NeuronCore parameters."""
+    from hdl.params import core_params
+    from specs.loader import load
+    return core_params(load("trn3"))

@@ -27,11 +27,6 @@ from sim.golden import systolic
 from specs.loader import load
 
 
-@pytest.fixture(scope="module")
-def trn1():
-    return core_params(load("trn1"))
-
-
 def sbuf(p0, n, off, free, dtype="fp32"):
     return AP("sbuf", dtype, p0, n, off, ((free, 1),))
 

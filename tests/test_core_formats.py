@@ -21,20 +21,8 @@ from hdl.core.isa import (
     mx_scale_partition,
     parse,
 )
-from hdl.params import core_params
 from sim.core import Core, Program, ProgramError
 from sim.golden import systolic
-from specs.loader import load
-
-
-@pytest.fixture(scope="module")
-def trn1():
-    return core_params(load("trn1"))
-
-
-@pytest.fixture(scope="module")
-def trn3():
-    return core_params(load("trn3"))
 
 
 def tile(space, dtype, p0, n, off, free):

@@ -15,11 +15,6 @@ from specs.loader import load
 PUBLISHED_BLOCKED_S = 6.97e-3
 
 
-@pytest.fixture(scope="module")
-def trn1():
-    return core_params(load("trn1"))
-
-
 def _cases():
     small = {("M", "K", "N"): [dict(M=1, K=1, N=1), dict(M=128, K=256, N=512),
                                dict(M=130, K=300, N=520)],
