@@ -118,15 +118,16 @@ class TensorSlice(wiring.Component):
 class TensorColumn(wiring.Component):
     """One column's PSUM accumulation in a tensor engine of ``partitions`` partitions whose
     array has float formats (``has_float``) and integer ones (``has_int``), emitted once as
-    :data:`COLUMN_MODULE` and instantiated per column: ``total`` is the column's sum ``new``,
-    or with ``accumulate`` the PSUM word ``old`` (``q_rows`` rotated to ``d_first``) plus it:
-    fp32 (the scalar engine's adder module), or int32 when ``integer``."""
+    :data:`COLUMN_MODULE` and instantiated per column: ``total`` is the array's column sum
+    ``column_sum``, or with ``accumulate`` the PSUM word ``old`` (``q_rows`` rotated to
+    ``d_first``) plus it: fp32 (the scalar engine's adder module), or int32 when
+    ``integer``."""
 
     def __init__(self, partitions: int, has_float: bool, has_int: bool):
         self.partitions, self.chunk = partitions, min(32, partitions)
         self.has_float, self.has_int = has_float, has_int
         members = {"q_rows": _rows_port(partitions),
-                   "d_first": In(AP_LAYOUT.members["partition"]), "new": In(32),
+                   "d_first": In(AP_LAYOUT.members["partition"]), "column_sum": In(32),
                    "accumulate": In(1), "total": Out(32)}
         if has_float and has_int:
             members["integer"] = In(1)
@@ -135,13 +136,13 @@ class TensorColumn(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         old = pick(self.q_rows, self.d_first, self.chunk)
-        summed = (old + self.new)[:32]
+        summed = (old + self.column_sum)[:32]
         if self.has_float:
             y = Signal(32)
-            add_lane(m, "acc", None, FP_MODULES["add"], {"a": old, "b": self.new}, {"y": y},
-                     clocked=False)
+            add_lane(m, "acc", None, FP_MODULES["add"], {"a": old, "b": self.column_sum},
+                     {"y": y}, clocked=False)
             summed = Mux(self.integer, summed, y) if self.has_int else y
-        m.d.comb += self.total.eq(Mux(self.accumulate, summed, self.new))
+        m.d.comb += self.total.eq(Mux(self.accumulate, summed, self.column_sum))
         return m
 
 
@@ -245,7 +246,8 @@ class TensorEngine(wiring.Component):
             w_part.append(outputs["w_part"])
         for c in range(a.cols):
             inputs = {"q_rows": Cat(*[self.q_data[(c + k) % n] for k in ways]),
-                      "d_first": dst.partition, "new": staged[c], "accumulate": accumulate}
+                      "d_first": dst.partition, "column_sum": staged[c],
+                      "accumulate": accumulate}
             if a.has_float and a.has_int:
                 inputs["integer"] = integer
             add_lane(m, f"column{c}", None, COLUMN_MODULE, inputs, {"total": totals[c]},
