@@ -64,6 +64,18 @@ def buffer_bits(spec: ChipSpec, known: dict[str, area.ModuleArea], engines,
 AXES = {"ROWS": "rows", "COLS": "cols"}
 
 
+def array_shape(group: dict[str, str]) -> tuple[int, int] | None:
+    """``(rows, cols)`` of the tensor array whose modules are ``group`` (name -> text), read
+    from the generate loops of its structural top; None when no module of it has loops over
+    both."""
+    for text in group.values():
+        shape = {AXES.get(bound): n for found in area.structural_loops(text, group).values()
+                 for loops in found for bound, n in loops}
+        if {"rows", "cols"} <= set(shape):
+            return shape["rows"], shape["cols"]
+    return None
+
+
 def shape_terms(spec: ChipSpec, engines, known: dict[str, area.ModuleArea],
                 sources: dict[str, str]) -> dict | None:
     """The chip's area as a function of the tensor array's shape, for exploration: NAND2
@@ -117,40 +129,39 @@ def shape_terms(spec: ChipSpec, engines, known: dict[str, area.ModuleArea],
 
 
 #: Shapes of the tensor array (rows, cols), beside the spec's own, whose synthesis fits the
-#: array's shape terms (:func:`hdl.area.fit_array`): small, so that each of their modules
-#: synthesises in seconds, with rows and columns spread so that the squares tell apart, and
-#: rows from 8 to 16, whose PE is one module (its text does not change over them).
-FIT_SHAPES = tuple((r, c) for r in (8, 12, 16) for c in (8, 12, 16))
+#: array's shape terms (:func:`hdl.area.fit_array`): six, so that with the spec's shape
+#: there is one more than the six terms; small, so that each of their modules synthesises
+#: in seconds; three column counts and two row counts (the spec's rows are the third), so
+#: that the squares tell apart; rows of one bit length, so that their PE is one module (its
+#: weight-skip counter is as wide as the rows' bit length: its text changes at 16). Held
+#: out, arrays of 16 rows come out within 0.2 % of their synthesis (``benchmarks/area.md``).
+FIT_SHAPES = tuple((r, c) for r in (8, 12) for c in (8, 12, 16))
 
 
-def fit_samples(spec: ChipSpec, synthesise: bool, jobs: int | None = None
-                ) -> list[tuple[int, int, float]] | None:
+def fit_path(spec: ChipSpec, sources: dict[str, str]) -> Path:
+    """The cache entry of the fit's samples (:data:`FIT_SHAPES`), keyed by the texts of the
+    tensor array's modules at the spec's shape (``sources``: a change of the array's RTL
+    changes them), its parameters, the shapes, the Yosys version and the script."""
+    texts = [f"{name}\0{area._strip_comments(text)}" for name, text in sorted(sources.items())]
+    key = hashlib.sha256("\0".join([repr(tensor_params(spec, "full")), repr(FIT_SHAPES),
+                                    area.yosys_version(), area.SCRIPT, area.ABC_SCRIPT,
+                                    repr(spec.area.sram_bit), *texts]).encode()).hexdigest()
+    return area.CACHE / "fits" / f"{spec.name}-{key[:20]}.json"
+
+
+def fit_sources(spec: ChipSpec) -> dict[tuple[int, int], dict[str, str]]:
     """The spec's tensor array (full scale, its formats) emitted at each of
-    :data:`FIT_SHAPES` and synthesised: ``(rows, cols, NAND2)`` of each; None when one is not
-    in the cache and ``synthesise`` is False. The samples are cached apart (keyed by the
-    array's parameters, the shapes and the script), so a cached lookup emits nothing."""
+    :data:`FIT_SHAPES`: module name -> Verilog text, by shape."""
     from generators.tensor import emit
 
     base = tensor_params(spec, "full")
-    key = hashlib.sha256("\0".join([repr(base), repr(FIT_SHAPES), area.yosys_version(),
-                                     area.SCRIPT, area.ABC_SCRIPT,
-                                     repr(spec.area.sram_bit)]).encode()).hexdigest()
-    path = area.CACHE / "fits" / f"{spec.name}-{key[:20]}.json"
-    if path.is_file():
-        return [tuple(s) for s in json.loads(path.read_text())]
-    samples = []
+    out = {}
     with tempfile.TemporaryDirectory(prefix="trngen-fit-") as tmp:
         for rows, cols in FIT_SHAPES:
             params = dataclasses.replace(base, rows=rows, cols=cols)
             files = emit(params, Path(tmp) / f"{rows}x{cols}", "", top="tensor")
-            sources = {p.stem: p.read_text() for p in files if p.suffix == ".v"}
-            known = area.synthesize(sources, sram_bit=spec.area.sram_bit,
-                                    cached_only=not synthesise, jobs=jobs)
-            if any(a is None for a in known.values()):
-                return None
-            samples.append((rows, cols, area.rollup(known, "tensor")))
-    area.store(path, samples)
-    return samples
+            out[rows, cols] = {p.stem: p.read_text() for p in files if p.suffix == ".v"}
+    return out
 
 
 def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: bool,
@@ -158,8 +169,10 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
     """Datasheet tables and a JSON-ready summary for the files ``emitted`` (unit -> one file
     list per parameter set). Without ``synthesise``, only modules already in the cache count;
     the others are listed as missing. ``jobs``: modules synthesised at once (default: the
-    machine's cores). Without ``fit``, the tensor array is not synthesised at
-    :data:`FIT_SHAPES`, and the summary has no area terms."""
+    machine's cores). With ``fit`` and ``synthesise``, the full-scale tensor array is also
+    emitted at :data:`FIT_SHAPES` and synthesised in the same pool as the chip's modules,
+    unless its samples are cached (:func:`fit_path`); without ``synthesise``, they come from
+    the cache or not at all (then the summary has no area terms, as without ``fit``)."""
     engines: list[tuple[str, str, dict[str, area.ModuleArea | None]]] = []
     sources: dict[str, str] = {}
     for unit, groups in emitted.items():
@@ -169,7 +182,20 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
                 sources.update(group)
                 engines.append((unit, "", group))
     sram_bit = spec.area.sram_bit
-    results = area.synthesize(sources, sram_bit=sram_bit, cached_only=not synthesise, jobs=jobs)
+    # The fit is of the full-scale array (exploration's), not of a simulation-scale one; its
+    # shapes are synthesised in the same pool as the chip's modules.
+    arrays = [group for unit, _, group in engines if unit == "tensor"]
+    full = len(arrays) == 1 and array_shape(arrays[0]) == (spec.core.tensor.rows,
+                                                            spec.core.tensor.cols)
+    at = fit_sources(spec) if (fit and full and synthesise
+                               and not fit_path(spec, arrays[0]).is_file()) else {}
+    found = area.synthesize_groups([sources, *at.values()], sram_bit=sram_bit,
+                                   cached_only=not synthesise, jobs=jobs)
+    results = found[0]
+    if at:
+        area.store(fit_path(spec, arrays[0]),
+                   [(rows, cols, area.rollup(known, "tensor"))
+                    for (rows, cols), known in zip(at, found[1:], strict=True)])
     missing = sorted(n for n, a in results.items() if a is None)
     summary: dict = {"unit": "NAND2 equivalents", "sram_bit": sram_bit,
                      "yosys": area.yosys_version(), "missing": missing, "engines": []}
@@ -210,11 +236,10 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
                           for name, bits in buffers.items()}
     chip_total = spec.cores * per_core + per_chip
     terms = shape_terms(spec, engines, known, sources)
-    # The fit is of the full-scale array (exploration's): not of a simulation-scale one.
-    full = terms is not None and (terms["rows"], terms["cols"]) == (
-        spec.core.tensor.rows, spec.core.tensor.cols)
-    samples = fit_samples(spec, synthesise, jobs) if fit and full else None
-    if samples is not None:
+    path = fit_path(spec, arrays[0]) if fit and full and terms is not None else None
+    samples = None
+    if path is not None and path.is_file():
+        samples = [tuple(s) for s in json.loads(path.read_text())]
         # The spec's own shape, as composed (exactly its synthesised figure), and the
         # others, fitted together.
         own = (terms["rows"], terms["cols"],
@@ -248,11 +273,11 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
     return [{
         "title": "Area from synthesis",
         "note": "Yosys " + area.yosys_version() + " generic `synth -flatten` (without "
-                "resource sharing, `check` and `opt -full`) of each "
+                "resource sharing, `check`, `opt -full` and flip-flop optimisation after "
+                "`memory`) of each "
                 "emitted module on its own, gates mapped by ABC with `" + area.ABC_SCRIPT +
                 "` (hdl/area.py says why; the modules it instantiates are black boxes, counted "
-                "by instance, and so are the sub-modules in the file of a module longer than "
-                f"{area.SPLIT_ABOVE:,} characters, each distinct one synthesised once); gates "
+                "by instance); gates "
                 "are NAND2 equivalents by the Nangate 45 nm cell areas "
                 "(hdl/area.py documents the table), memories at "
                 f"{sram_bit:.4g} NAND2 a bit (the spec's `area.sram_bit`, an assumption). "

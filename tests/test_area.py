@@ -106,51 +106,36 @@ endmodule
 """
 
 
-#: A module with two parts (sub-modules defined beside it, as Amaranth writes them) that
-#: differ only in name, port order and the writer's numbering: one synthesis serves both.
-TWIN = r"""
-module twin(input clk, input [3:0] a, input [3:0] b, output [3:0] x, output [3:0] y);
-  reg [3:0] r;
-  always @(posedge clk) r <= a;
-  \twin.u0  u0 (.clk(clk), .a(r), .b(b), .q(x));
-  \twin.u1  u1 (.clk(clk), .a(b), .b(a), .q(y));
-endmodule
-module \twin.u0 (clk, a, b, q);
-  reg \$auto$verilog_backend.cc:2355:dump_module$3  = 0;
-  input clk; input [3:0] a; input [3:0] b; output reg [3:0] q;
-  always @(posedge clk) q <= a ^ b;
-endmodule
-module \twin.u1 (q, b, clk, a);
-  reg \$auto$verilog_backend.cc:2355:dump_module$4  = 0;
-  input clk; input [3:0] a; input [3:0] b; output reg [3:0] q;
-  always @(posedge clk) q <= a ^ b;
-endmodule
-"""
-
-
-def test_parts_are_synthesised_once_and_counted_by_instance(tmp_path, monkeypatch):
+def test_groups_share_one_pool_and_a_module_they_share_is_synthesised_once(tmp_path,
+                                                                         monkeypatch):
     runs = []
     real = area._run
 
     def counted(top, text, libraries, **kw):
-        runs.append(top)
+        runs.append((top, sorted(libraries)))
         return real(top, text, libraries, **kw)
 
     monkeypatch.setattr(area, "_run", counted)
-    main, parts = area.split_parts("twin", TWIN)
-    assert sorted(parts) == ["twin.u0", "twin.u1"] and "xor" not in main
-    # A module this small is flattened with its parts: one run.
-    flat = area.synthesize({"twin": TWIN}, sram_bit=BIT, cache=tmp_path / "flat", jobs=1)["twin"]
-    assert runs == ["twin"]
-    monkeypatch.setattr(area, "SPLIT_ABOVE", len(TWIN) - 1)
-    runs.clear()
-    twin = area.synthesize({"twin": TWIN}, sram_bit=BIT, cache=tmp_path, jobs=1)["twin"]
-    assert sorted(runs) == ["part", "twin"]  # the module's own logic, and one part for both
-    # Own: 4 flip-flops; each part: 4 XORs and 4 flip-flops.
-    assert dict(twin.cells) == {"$_XOR_": 8, "$_DFF_P_": 12} and not twin.children
-    assert twin.gates == pytest.approx((8 * 1.596 + 12 * 4.522) / 0.798)
-    assert twin.gates == pytest.approx(flat.gates)  # nothing to optimise across ports
-    assert area.synthesize({"twin": TWIN}, sram_bit=BIT, cache=tmp_path, jobs=1)["twin"] == twin
+    # Two designs (the chip's modules and the tensor array at another shape, say): each
+    # module is synthesised with its own group's modules as black boxes, and xor_reg, the
+    # same text in both, once.
+    held = """
+module held(input clk, input [3:0] a, output [3:0] q);
+  reg [3:0] r;
+  always @(posedge clk) r <= a;
+  xor_reg u(.clk(clk), .a(r), .b(a), .q(q));
+endmodule
+"""
+    one = {"xor_reg": XOR_REG, "pair": PAIR}
+    two = {"held": held, "xor_reg": XOR_REG}
+    first, second = area.synthesize_groups([one, two], sram_bit=BIT, cache=tmp_path, jobs=2)
+    # pair is structural: counted from its text
+    assert sorted(runs) == [("held", ["xor_reg"]), ("xor_reg", [])]
+    assert first["xor_reg"] == second["xor_reg"] and list(second) == ["held", "xor_reg"]
+    assert second["held"].children == {"xor_reg": 1}
+    assert area.rollup(second, "held") == pytest.approx(
+        area.rollup(first, "pair") / 2 + 4 * 4.522 / 0.798)
+    assert area.synthesize_groups([two], sram_bit=BIT, cache=tmp_path) == [second]
     assert len(runs) == 2  # cached
 
 
@@ -357,3 +342,76 @@ def test_the_array_fit_recovers_terms_that_make_the_samples_and_needs_enough_sha
         500 + 30 * 5 + 70 * 7 + 900 * 35 + 4 * 25 + 2.5 * 49)
     with pytest.raises(area.AreaError, match="more distinct shapes than that, not 6"):
         area.fit_array(samples[:6])
+
+
+def _array(rows: int, cols: int) -> dict[str, str]:
+    """A stand-in for the tensor array's modules at a shape: its structural top and
+    small modules of logic under the names gen chip gives them."""
+    top = ARRAY.replace("module arr(", "module tensor(").replace("arr_", "tensor_")
+    top = top.replace("ROWS = 3", f"ROWS = {rows}").replace("COLS = 2", f"COLS = {cols}")
+    leaf = XOR_REG.replace("xor_reg", "{}")
+    row = """
+module tensor_row(input clk, input [3:0] a, output [3:0] q);
+  reg [3:0] r;
+  always @(posedge clk) r <= a;
+  tensor_pe u(.clk(clk), .a(r), .b(a), .q(q));
+endmodule
+"""
+    return {"tensor_pe": leaf.format("tensor_pe"), "tensor_row": row,
+            "tensor_column": leaf.format("tensor_column"),
+            "tensor_control": leaf.format("tensor_control"), "tensor": top}
+
+
+def test_the_array_fit_is_synthesised_when_asked_in_the_chips_pool_and_keyed_by_its_rtl(
+        tmp_path, monkeypatch):
+    import generators.area as chip_areas
+
+    monkeypatch.setattr(area, "CACHE", tmp_path / "cache")
+    spec = load_document("trn2").spec  # a 128 x 128 array
+    emitted_at = []
+    monkeypatch.setattr(chip_areas, "fit_sources", lambda spec: emitted_at.append(1) or {
+        shape: _array(*shape) for shape in chip_areas.FIT_SHAPES})
+    pools = []
+    real = area.synthesize_groups
+
+    def pool(groups, **kw):
+        pools.append(len(groups))
+        return real(groups, **kw)
+
+    monkeypatch.setattr(area, "synthesize_groups", pool)
+    rtl = tmp_path / "rtl"
+    rtl.mkdir()
+    group = _array(128, 128)
+    for name, text in group.items():
+        (rtl / f"{name}.v").write_text(text)
+    emitted = {"tensor": [[rtl / f"{name}.v" for name in group]]}
+
+    assert chip_areas.chip_area(spec, emitted, synthesise=False)[1]["missing"]
+    assert emitted_at == []
+    _, summary = chip_areas.chip_area(spec, emitted, synthesise=True)
+    # The fit's shapes went into the same pool as the chip's modules.
+    assert emitted_at == [1] and pools[-1] == 1 + len(chip_areas.FIT_SHAPES)
+    pe = area.rollup(area.synthesize({"tensor_pe": group["tensor_pe"]}, sram_bit=BIT),
+                     "tensor_pe")
+    leaf, row = pe, pe + 4 * 4.522 / 0.798
+    for r, c in [(128, 128), *chip_areas.FIT_SHAPES, (5, 7)]:
+        assert area.array_area(summary["terms"], r, c) == pytest.approx(
+            leaf + r * row + c * leaf, rel=1e-9)
+    # Cached: looked up without emitting again; without --area, never emitted.
+    assert chip_areas.chip_area(spec, emitted, synthesise=False)[1]["terms"] == summary["terms"]
+    path = chip_areas.fit_path(spec, group)
+    path.unlink()
+    assert chip_areas.chip_area(spec, emitted, synthesise=False)[1]["terms"] is None
+    assert emitted_at == [1]
+    # A change of the array's RTL is a new entry.
+    changed = {**group, "tensor_control": group["tensor_control"].replace("a ^ b", "a & b")}
+    assert chip_areas.fit_path(spec, changed) != path
+
+
+def test_a_module_is_mentioned_by_its_whole_name_only():
+    assert area._mentions("  tensor_row row_unit (", "tensor_row")
+    assert area._mentions("  \\tensor_pe  u (", "tensor_pe")  # an escaped name
+    assert not area._mentions("  tensor_row row_unit (", "tensor")
+    assert not area._mentions("  \\tensor_pe.add0  add0 (", "tensor_pe")  # a part of it
+    assert not area._mentions("wire \\$tensor_pe ;", "tensor_pe")
+    assert area._mentions("tensor_pe", "tensor_pe") and not area._mentions("", "tensor_pe")

@@ -213,6 +213,9 @@ class TensorEngine(wiring.Component):
         m.d.comb += [cmd.op.eq(Mux(is_load, Op.LOAD, Op.MULTIPLY)), cmd.fmt.eq(code),
                      cmd.k.eq(src.partitions), cmd.m.eq(free), cmd.n.eq(free),
                      cmd.accumulate.eq(0)]
+        if a.ways > 1:  # the whole array: the tile at position (0, 0) of every group
+            m.d.comb += [cmd.row.eq(0), cmd.col.eq(0), cmd.rows.eq(a.ways),
+                         cmd.cols.eq(a.ways)]
 
         m.submodules.ws = ws = ApWalker()
         m.submodules.wd = wd = ApWalker()
@@ -317,10 +320,13 @@ class TensorEngine(wiring.Component):
                         m.d.comb += self.done.eq(1)
                         m.next = "IDLE"
             with m.State("MULTIPLY"):
-                m.d.comb += [array.moving.valid.eq(s1_valid), array.out.ready.eq(1)]
-                read_step(m, ~s1_valid | array.moving.ready, self.r_en, ws, sent, s1_valid,
+                # A whole-array tile: every row group's words at once, every column
+                # group's output at once.
+                m.d.comb += [array.moving.valid.eq(s1_valid.replicate(a.ways)),
+                             array.out.ready.eq(1)]
+                read_step(m, ~s1_valid | array.moving.ready[0], self.r_en, ws, sent, s1_valid,
                           s1_last, shift)
-                with m.If(array.out.valid):
+                with m.If(array.out.valid[0]):
                     m.d.comb += [self.q_en.eq(1), wd.step.eq(1)]
                     m.d.sync += [w_valid.eq(1), w_last.eq(wd.row_last), w_at.eq(wd.byte[2:]),
                                  staged.eq(array.out.payload)]
