@@ -13,9 +13,11 @@
    format (fp8 formats at double rate) and, where the spec has MX formats (trn3), against the
    multi-format PE without them, each synthesised by :mod:`hdl.area` (Yosys generic
    ``synth``, NAND2 equivalents; cached per module text).
+5. Modules: area and synthesis CPU of each emitted module of the full-scale tensor engine of
+   ``--spec`` (PE, PSUM column, row-group runner, sequencer).
 
 Run: ``PYTHONPATH=. python benchmarks/tensor.py [--formats bf16 | --spec trn2] [--flat 16,32]
-[--hier 32,64,128] [--skip emit,golden,sim,area]``
+[--hier 32,64,128] [--skip emit,golden,sim,area,modules]``
 Each emission runs in a fresh subprocess so that its peak RSS is its own.
 """
 
@@ -202,6 +204,44 @@ def bench_area(spec: str) -> dict:
     return out
 
 
+def bench_modules(spec: str) -> dict:
+    """NAND2 equivalents, flip-flops and synthesis CPU of each emitted module of the
+    full-scale tensor engine of ``spec`` (:func:`generators.tensor.verilog_modules`): PE,
+    PSUM column, row-group runner (where the array has one) and sequencer, each synthesised
+    once by :mod:`hdl.area` into an empty cache, leaves first (so each module's own logic is
+    timed, its submodules black boxes); ``total`` rolls each module up with its children."""
+    import resource
+
+    from generators.tensor import TOP, module_names, verilog_modules
+    from hdl import area
+    from hdl.params import tensor_params
+    from specs.loader import load
+
+    chip = load(spec)
+    params = tensor_params(chip, "full")
+    names, texts = module_names(TOP), verilog_modules(params, TOP)
+    order = [names[k] for k in ("pe", "column", "group", "control") if k in names]
+    sources = {n: texts[f"{n}.v"] for n in order if f"{n}.v" in texts}
+    out, areas = {}, {}
+    with tempfile.TemporaryDirectory() as cache:
+        for name in sources:
+            done = {k: sources[k] for k in areas}
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            begin = time.process_time()
+            result = area.synthesize({**done, name: sources[name]}, cache=cache, jobs=1,
+                                     sram_bit=chip.area.sram_bit)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            areas[name] = a = result[name]
+            out[name] = {"gates": round(a.gates), "flip_flops": a.flip_flops,
+                         "children": dict(a.children),
+                         "cpu_s": round(time.process_time() - begin + after.ru_utime
+                                        - before.ru_utime + after.ru_stime - before.ru_stime,
+                                        1)}
+    for name in sources:
+        out[name]["total"] = round(area.rollup(areas, name))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hier", default="32,64,128")
@@ -213,7 +253,8 @@ def main() -> None:
                         help="measure this chip's tensor engine (every format) instead")
     parser.add_argument("--icarus-programs", type=int, default=1)
     parser.add_argument("--verilator-programs", type=int, default=100)
-    parser.add_argument("--skip", default="", help="comma list of emit,golden,sim,area")
+    parser.add_argument("--skip", default="",
+                        help="comma list of emit,golden,sim,area,modules")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     array = array_params(args.formats, args.spec)
@@ -236,6 +277,9 @@ def main() -> None:
     if "area" not in skip:
         results["area"] = bench_area(args.spec or "trn2")
         print("area", results["area"], flush=True)
+    if "modules" not in skip:
+        results["modules"] = bench_modules(args.spec or "trn2")
+        print("modules", results["modules"], flush=True)
     print(json.dumps(results, indent=2))
 
 

@@ -142,9 +142,11 @@ def yosys_in_process() -> Iterator[None]:
 _worker = False
 
 
-def _emit(name: str, params: object, rtl_dir: Path, head: str) -> list[Path]:
+def _emit(name: str, params: object, rtl_dir: Path, head: str,
+          elsewhere: float = 0.0) -> list[Path]:
     """One unit's emission, in a worker process: its files from the store of emissions
-    (:func:`emission_key`) when it holds them, else emitted and stored."""
+    (:func:`emission_key`) when it holds them, else emitted and stored (``elsewhere``: the
+    CPU seconds its parts took in other processes, counted in its own)."""
     files = _fetch_stored(name, params, rtl_dir, head)
     if files is not None:
         return files
@@ -154,11 +156,20 @@ def _emit(name: str, params: object, rtl_dir: Path, head: str) -> list[Path]:
     key = emission_key(name, params, head)
     if key is not None:
         _store(emission_store() / key, rtl_dir, files)
-        seconds = f"{time.process_time() - start:.3f}\n"
+        seconds = f"{time.process_time() - start + elsewhere:.3f}\n"
         with suppress(OSError):
             _seconds_path(name, params).parent.mkdir(parents=True, exist_ok=True)
             replace_atomically(_seconds_path(name, params), lambda tmp: tmp.write_text(seconds))
     return files
+
+
+def _emit_part(name: str, params: object, part: str) -> tuple[object, float]:
+    """One part of a unit's emission (``Unit.part``), in a worker process: its result and
+    the CPU seconds it took."""
+    start = time.process_time()
+    with fewer_collections(), yosys_in_process() if _worker else nullcontext():
+        result = UNITS[name].part(params, part)
+    return result, time.process_time() - start
 
 
 def _fetch_stored(name: str, params: object, rtl_dir: Path, head: str) -> list[Path] | None:
@@ -403,12 +414,23 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
         # together.
         todo.sort(key=lambda task: -emission_seconds(plan[task[0]][0].name,
                                                      plan[task[0]][1][task[1]]))
-        jobs = max(1, min(cores() if jobs is None else jobs, len(todo)))
+        # A unit whose emission has parts (the core: its own module and its engines') has
+        # them elaborated by the workers first, with the other units; it is emitted from
+        # them here.
+        parts = {(i, j): {part: None for part in plan[i][0].parts(plan[i][1][j])}
+                 for i, j in todo if plan[i][0].parts is not None}
+        tasks = sum(len(p) for p in parts.values()) + len(todo) - len(parts)
+        jobs = max(1, min(cores() if jobs is None else jobs, tasks))
         with emitters(jobs) as submit:
+            for (i, j), named in parts.items():
+                unit, variants = plan[i]
+                for part in named:
+                    named[part] = submit(_emit_part, unit.name, variants[j], part)
+
             def start(counted: bool) -> None:
                 for i, j in todo:
                     unit, variants = plan[i]
-                    if unit.area == counted:
+                    if unit.area == counted and (i, j) not in parts:
                         results[i, j] = submit(_emit, unit.name, variants[j], rtl_dir, head)
 
             # A unit that assembles others (the core: ``area`` False) shares the modules
@@ -418,6 +440,13 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
             for future in list(results.values()):
                 future.result()
             start(False)
+            for (i, j), named in parts.items():
+                unit, variants = plan[i]
+                done = {part: future.result() for part, future in named.items()}
+                unit.take_parts(variants[j], {part: r for part, (r, _) in done.items()})
+                results[i, j] = Future()
+                results[i, j].set_result(_emit(unit.name, variants[j], rtl_dir, head,
+                                               sum(seconds for _, seconds in done.values())))
             rtl: list[Path] = []
             sections: dict[str, object] = {}
             emitted: dict[str, list[list[Path]]] = {}

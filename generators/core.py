@@ -9,11 +9,11 @@ is not: one definition per module name in the chip's file list.
 
 from __future__ import annotations
 
-import functools
 import re
 from contextlib import contextmanager
 from pathlib import Path
 
+from hdl.core.core import DEPENDENCY_GROUPS
 from hdl.core.params import CoreParams
 
 from .output import verilator_waivers
@@ -108,21 +108,53 @@ def unchecked_comb_cycles():
         _nir.Netlist.check_comb_cycles = original
 
 
-@functools.cache
+#: The parts of the core's Verilog, each elaborated apart (so that `gen chip`'s workers
+#: share them out): the core's own module, then the modules it instantiates by group
+#: (:meth:`hdl.core.core.NeuronCore.verilog_dependencies`).
+PARTS = ("top", *DEPENDENCY_GROUPS)
+
+_parts: dict[tuple[CoreParams, str], tuple[str, ...]] = {}
+
+
+def part_texts(params: CoreParams, part: str) -> tuple[str, ...]:
+    """The Verilog texts of one of the core's :data:`PARTS`: for "top" the core's own module
+    (its memories uninitialised), else the modules of that group; elaborated once per
+    parameter set in a process, or given by :func:`take_parts`."""
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {', '.join(PARTS)}, not {part!r}")
+    if (params, part) not in _parts:
+        from amaranth.back import verilog
+
+        from hdl.core.core import NeuronCore
+
+        core = NeuronCore(params)
+        with unchecked_comb_cycles():
+            if part == "top":
+                with uninitialised_memories():
+                    texts = (verilog.convert(core, name=TOP, emit_src=False),)
+            else:
+                # the modules as every other unit emits them (the tensor array's PSUM
+                # columns have zero-initialised banks), so that equal texts are shared
+                texts = tuple(core.verilog_dependencies(part))
+        core.leave_unused()
+        _parts[params, part] = texts
+    return _parts[params, part]
+
+
+def take_parts(params: CoreParams, texts: dict[str, tuple[str, ...]]) -> None:
+    """Keep ``texts`` (part -> its texts, elaborated by another process) as the parts of the
+    core of ``params`` in this process."""
+    for part, value in texts.items():
+        if part not in PARTS:
+            raise ValueError(f"part must be one of {', '.join(PARTS)}, not {part!r}")
+        _parts[params, part] = tuple(value)
+
+
 def verilog_texts(params: CoreParams) -> tuple[str, tuple[str, ...]]:
-    """The core's own Verilog (memories uninitialised) and its lane modules' (each a text),
-    elaborated once per parameter set in a process."""
-    from amaranth.back import verilog
-
-    from hdl.core.core import NeuronCore
-
-    core = NeuronCore(params)
-    with unchecked_comb_cycles():
-        with uninitialised_memories():
-            top = verilog.convert(core, name=TOP, emit_src=False)
-        # the modules as every other unit emits them (the tensor array's PSUM columns have
-        # zero-initialised banks), so that equal texts are shared
-        return top, tuple(core.verilog_dependencies())
+    """The core's own Verilog (memories uninitialised) and its lane modules' (each a text,
+    each module once), from its :data:`PARTS`."""
+    texts = [text for part in PARTS[1:] for text in part_texts(params, part)]
+    return part_texts(params, "top")[0], tuple(dict.fromkeys(texts))
 
 
 def rename_module(texts: list[str], old: str, new: str) -> list[str]:

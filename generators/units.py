@@ -39,6 +39,12 @@ class Unit:
     #: whether the datasheet's area tables count the unit's modules (not the core's: it
     #: assembles engines they already count, once per core)
     area: bool = True
+    #: params -> the parts of the unit's emission that workers compute apart (each
+    #: ``part(params, name)``, its result handed to ``take_parts(params, {name: result})``
+    #: in the process that then runs ``emit``); None: the emission is one task
+    parts: Callable[[object], tuple[str, ...]] | None = None
+    part: Callable[[object, str], object] | None = None
+    take_parts: Callable[[object, dict], None] | None = None
 
 
 UNITS: dict[str, Unit] = {}
@@ -293,5 +299,24 @@ def _core_emit(params, rtl_dir, header):
     return emit(params, rtl_dir, header)
 
 
+def _core_parts(params):
+    from generators.core import PARTS
+
+    return PARTS
+
+
+def _core_part(params, name):
+    from generators.core import part_texts
+
+    return part_texts(params, name)
+
+
+def _core_take_parts(params, texts):
+    from generators.core import take_parts
+
+    take_parts(params, texts)
+
+
 UNITS["core"] = Unit("core", _core_params, _core_emit, _core_simulate, _core_unsupported,
-                     datasheet=core_datasheet, check=_core_names, area=False)
+                     datasheet=core_datasheet, check=_core_names, area=False,
+                     parts=_core_parts, part=_core_part, take_parts=_core_take_parts)

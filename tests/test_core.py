@@ -329,7 +329,8 @@ def test_multiply_must_match_its_tile_in_rate(trn1):
     ins = [LoadStationary(src=sbuf(0, 8, 0, 8, "bf16")),
            MultiplyMoving(dst=psum(0, 8, 0, 8), src=sbuf(0, 8, 512, 8, "fp32"))]
     with pytest.raises(ProgramError, match=r"tensor\[1\].*stationary: the loaded stationary "
-                                           r"is 8 x 8 bf16.*must match its tile's in rate"):
+                                           r"is 8 x 8 bf16.*must match its tile's 'bf16' in "
+                                           r"rate and kind, not 'fp32'\)$"):
         Core(trn1).run(program(tensor=ins), timing_only=True)
 
 
@@ -373,15 +374,15 @@ def test_transpose_is_the_arrays_pass(trn1):
 
 def test_double_row_takes_no_column_tile():
     """trn2's fp8 double row (a contraction over twice the PE rows) is not combinable with
-    column tiling (the spec's note on core.tensor.rates, NKI3); at sim scale, 16 partitions
-    feed 8 PE rows."""
+    column tiling (the spec's note on core.tensor.rates, NKI3): its tile takes the array's
+    whole width, so its one column position is 0 (the rule of the array's cycle model,
+    :func:`sim.golden.systolic.place`); at sim scale, 16 partitions feed 8 PE rows."""
     p = core_params(load("trn2"), "sim")
     fine = [LoadStationary(src=sbuf(0, 16, 0, 2, "fp8_e4m3"))]
     Core(p).run(program(tensor=fine), timing_only=True)
     bad = [LoadStationary(src=sbuf(0, 16, 0, 2, "fp8_e4m3"), col=2)]
-    with pytest.raises(ProgramError, match=r"tensor\[0\].*tile position: a double-row "
-                                           r"stationary \(16 > 8 contraction rows\) takes no "
-                                           r"column tile position, not 2"):
+    with pytest.raises(ProgramError, match=r"tensor\[0\].*tile position: col must be a "
+                                           r"multiple of the tile's col_size 8 below 8, not 2"):
         Core(p).run(program(tensor=bad), timing_only=True)
 
 
@@ -457,9 +458,46 @@ def test_tile_positions_are_rules(trn1):
           MultiplyMoving(dst=psum(64, 64, 0, 8), src=mv, row=64, col=64)],
          r"tensor\[2\].*no stationary tile is loaded at tile position"),
         ([LoadStationary(src=sbuf(0, 64, 0, 8, "bf16"), row=32)],
-         r"tensor\[0\].*tile position: row position 32 is not a multiple of the tile's "
-         r"size 64 \(the array splits into tiles of 64, 128\)"),
+         r"tensor\[0\].*tile position: row must be a multiple of the tile's row_size 64 "
+         r"below 128, not 32"),
     ]
     for ins, match in cases:
         with pytest.raises(ProgramError, match=match):
             Core(trn1).run(program(tensor=ins), timing_only=True)
+
+
+def test_a_multiply_writes_the_psum_partitions_of_its_tile_columns(trn1):
+    """Array column ``col + j`` sums into PSUM partition ``col + j`` (a tile at a column
+    group writes only the partitions of its columns): a multiply on the tile at (64, 64)
+    writes partitions 64 .. 127 and one on the tile at (0, 0) partitions 0 .. 63; any other
+    destination is refused before the program runs."""
+    st, mv = sbuf(0, 64, 0, 64, "bf16"), sbuf(0, 64, 4096, 8, "bf16")
+    for at in (0, 64):
+        fine = [LoadStationary(src=st, row=at, col=at),
+                MultiplyMoving(dst=psum(at, 64, 0, 8), src=mv, row=at, col=at)]
+        Core(trn1).run(program(tensor=fine), timing_only=True)
+        other = 64 - at
+        bad = [LoadStationary(src=st, row=at, col=at),
+               MultiplyMoving(dst=psum(other, 64, 0, 8), src=mv, row=at, col=at)]
+        with pytest.raises(ProgramError, match=rf"tensor\[1\] `matmul .*`: tile position: a "
+                                               rf"stationary at column {at} writes PSUM "
+                                               rf"partitions {at} \.\. {at + 63} \(its array "
+                                               rf"columns\), not dst's {other} \.\. "
+                                               rf"{other + 63}$"):
+            Core(trn1).check(program(tensor=bad))
+    # inside the tile's 64 columns but shifted: column j still sums into partition j
+    shifted = [LoadStationary(src=sbuf(0, 64, 0, 32, "bf16")),
+               MultiplyMoving(dst=psum(32, 32, 0, 8), src=mv)]
+    with pytest.raises(ProgramError, match=r"tensor\[1\].*column 0 writes PSUM partitions "
+                                           r"0 \.\. 31 \(its array columns\), not dst's 32"):
+        Core(trn1).check(program(tensor=shifted))
+    # the transpose pass's tile takes the whole array: its M x K result starts at partition 0
+    src = sbuf(0, 8, 0, 6, "bf16")
+    Core(trn1).check(program(tensor=[Transpose(dst=AP("psum", "bf16", 0, 6, 0, ((8, 1),)),
+                                               src=src)]))
+    with pytest.raises(ProgramError, match=r"tensor\[0\] `transpose .*`: tile position: a "
+                                           r"stationary at column 0 writes PSUM partitions "
+                                           r"0 \.\. 5 \(its array columns\), not dst's 32 "
+                                           r"\.\. 37$"):
+        Core(trn1).check(program(tensor=[Transpose(dst=AP("psum", "bf16", 32, 6, 0,
+                                                          ((8, 1),)), src=src)]))

@@ -25,7 +25,10 @@ def _verilator() -> str | None:
     SystolicParams(rows=5, cols=3, formats=("bf16",), moving_max=16),
     SystolicParams(rows=2, cols=4, formats=("int8", "fp8_e5m2", "bf16", "fp32"),
                    double_rate=("fp8_e5m2",), moving_max=8),
-], ids=["int8-1x1", "bf16-5x3", "mixed-2x4"])
+    SystolicParams(rows=4, cols=8, formats=("int8", "fp8_e4m3", "bf16", "fp32", "mxfp8"),
+                   double_rate=("fp8_e4m3",), quarter_rate=("fp32",), moving_max=8,
+                   tiles=(1, 2, 4)),
+], ids=["int8-1x1", "bf16-5x3", "mixed-2x4", "tiled-4x8"])
 def test_lint_clean(params, tmp_path):
     if _verilator() is None and os.environ.get("CI") != "true":
         pytest.skip("verilator is not installed")

@@ -13,8 +13,8 @@ simulation scale):
   and the DMA queues ``dma0`` ..; each its :class:`~hdl.core.sequencer.Sequencer` of
   ``instructions`` words. The engines: :mod:`hdl.core.tensor`, :mod:`hdl.core.engines`
   (vector), :mod:`hdl.core.scalar`, and for GpSimd a second vector engine (the element-wise
-  operations and memsets it shares with the vector engine, and ``Iota``); the vector and
-  GpSimd engines are each a module emitted once (:class:`EngineInstance`).
+  operations and memsets it shares with the vector engine, and ``Iota``); each engine is a
+  module emitted once (:class:`EngineInstance`).
 * **Semaphores**: ``semaphores`` counters of 32 bits (the width of ``SemWait.value``),
   cleared at start; a signal adds its count the cycle after it issues,
   several signals in one cycle add up.
@@ -50,7 +50,7 @@ from hdl.core.params import CoreParams
 from hdl.core.scalar import ScalarEngine
 from hdl.core.sequencer import CHUNK_BITS, Sequencer
 from hdl.core.tensor import TensorEngine
-from hdl.vector.lanes import lane_verilog
+from hdl.vector.lanes import add_lane, lane_verilog
 
 __all__ = ["HostMap", "NeuronCore"]
 
@@ -58,6 +58,11 @@ HOST_BITS = 32
 #: The module of the core's vector engine, which the GpSimd engine instantiates too.
 VECTOR_MODULE = "neuron_core_vector_engine"
 GPSIMD_MODULE = "neuron_core_gpsimd_engine"
+SCALAR_MODULE = "neuron_core_scalar_engine"
+TENSOR_MODULE = "neuron_core_tensor_engine"
+SEMAPHORE_MODULE = "neuron_core_semaphore"
+#: The groups of :meth:`NeuronCore.verilog_dependencies`, in order.
+DEPENDENCY_GROUPS = ("tensor", "vector", "gpsimd", "scalar", "semaphore")
 #: The engines' instruction streams, in host-port order (the DMA queues follow).
 ENGINE_STREAMS = ("tensor", "vector", "scalar", "gpsimd")
 
@@ -133,8 +138,11 @@ class EngineInstance(wiring.Component):
         self.engine, self.module = engine, module
         super().__init__(engine.signature)
 
-    def verilog_dependencies(self) -> list[str]:
-        return [*self.engine.verilog_dependencies(), lane_verilog(self.engine, self.module)]
+    def verilog_dependencies(self, **shared) -> list[str]:
+        """The engine's dependencies (``shared``: the engine's arguments that leave some to
+        another engine), then its module."""
+        return [*self.engine.verilog_dependencies(**shared),
+                lane_verilog(self.engine, self.module)]
 
     def elaborate(self, platform):
         m = Module()
@@ -143,6 +151,31 @@ class EngineInstance(wiring.Component):
             direction = "i" if member.flow == In else "o"
             ports[f"{direction}_{name}"] = Value.cast(getattr(self, name))
         m.submodules.engine = Instance(self.module, **ports)
+        return m
+
+
+class Semaphore(wiring.Component):
+    """Semaphore ``index`` of a core of ``semaphores`` semaphores and ``streams`` streams,
+    emitted once as :data:`SEMAPHORE_MODULE` and instantiated per semaphore: ``value``
+    clears on ``start``, else adds the count (``signal_count``, 16 bits a stream) of every
+    stream that signals it (``signal``, ``signal_sem``, 8 bits a stream) this cycle."""
+
+    def __init__(self, semaphores: int, streams: int):
+        self.streams = streams
+        super().__init__({"index": In(range(semaphores)), "start": In(1),
+                          "signal": In(streams), "signal_sem": In(8 * streams),
+                          "signal_count": In(16 * streams), "value": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        add = 0
+        for s in range(self.streams):
+            hit = self.signal[s] & (self.signal_sem.word_select(s, 8) == self.index)
+            add = add + hit * self.signal_count.word_select(s, 16)
+        with m.If(self.start):
+            m.d.sync += self.value.eq(0)
+        with m.Else():
+            m.d.sync += self.value.eq(self.value + add)
         return m
 
 
@@ -169,18 +202,46 @@ class NeuronCore(wiring.Component):
             VectorEngine(params.partitions, words, generator=generator), VECTOR_MODULE)
         self.gpsimd = EngineInstance(
             VectorEngine(params.partitions, words, "gpsimd", generator=generator), GPSIMD_MODULE)
-        self.scalar = ScalarEngine(params.partitions, params.activation_lanes, words,
-                                   params.functions, params.rng)
-        self.tensor = TensorEngine(params.partitions, params.tensor, params.formats, words)
+        self.scalar = EngineInstance(
+            ScalarEngine(params.partitions, params.activation_lanes, words, params.functions,
+                         params.rng), SCALAR_MODULE)
+        self.tensor = EngineInstance(
+            TensorEngine(params.partitions, params.tensor, params.formats, words), TENSOR_MODULE)
 
     @property
     def streams(self) -> tuple[str, ...]:
         return self.map.streams
 
-    def verilog_dependencies(self) -> list[str]:
-        texts = (self.tensor.verilog_dependencies() + self.vector.verilog_dependencies()
-                 + self.gpsimd.verilog_dependencies() + self.scalar.verilog_dependencies())
-        return list(dict.fromkeys(texts))  # the GpSimd engine's lanes are the vector's
+    def verilog_dependencies(self, group: str | None = None) -> list[str]:
+        """Every module the core instantiates, each elaborated once, by
+        :data:`DEPENDENCY_GROUPS` (``group``: that group's alone, each group elaborated
+        apart): the tensor engine's, the vector engine's (its unit's lane is also the GpSimd
+        engine's and the scalar engine's vector unit's: same formats and generator), the
+        GpSimd engine's, the scalar engine's, the semaphore."""
+        if group is None:
+            texts = [t for g in DEPENDENCY_GROUPS for t in self.verilog_dependencies(g)]
+            return list(dict.fromkeys(texts))  # the PSUM adder is the activation unit's
+        vector = self.vector.engine.unit.params
+        for unit in (self.gpsimd.engine.unit, self.scalar.engine.alu):
+            if (unit.params.formats, unit.params.rng) != (vector.formats, vector.rng):
+                raise ValueError("the core's vector units must share their lane module")
+        if group == "semaphore":
+            return [lane_verilog(Semaphore(self.params.semaphores, len(self.streams)),
+                                 SEMAPHORE_MODULE)]
+        shared = {"gpsimd": {"unit": False}, "scalar": {"alu": False}}.get(group, {})
+        if group not in DEPENDENCY_GROUPS:
+            raise ValueError(f"group must be one of {', '.join(DEPENDENCY_GROUPS)}, "
+                             f"not {group!r}")
+        return getattr(self, group).verilog_dependencies(**shared)
+
+    def leave_unused(self) -> None:
+        """Silence Amaranth's warning for the engines this process did not elaborate (a
+        part of the core's Verilog elaborated apart from the rest)."""
+        self._MustUse__silence = True
+        for engine in (self.tensor, self.vector, self.gpsimd, self.scalar):
+            for component in (engine, engine.engine, *vars(engine.engine).values()):
+                if hasattr(component, "_MustUse__silence"):
+                    component._MustUse__silence = True
 
     def elaborate(self, platform):
         m = Module()
@@ -224,14 +285,14 @@ class NeuronCore(wiring.Component):
                 m.d.sync += [deadlock.eq(1), running.eq(0)]
 
         sems = Array(Signal(32, name=f"sem{k}") for k in range(p.semaphores))
+        signals = {name: Signal(width * len(seqs), name=f"seq_{name}")
+                   for name, width in (("signal", 1), ("signal_sem", 8), ("signal_count", 16))}
+        m.d.comb += [signal.eq(Cat(*[getattr(seq, name) for seq in seqs]))
+                     for name, signal in signals.items()]
         for k in range(p.semaphores):
-            add = 0
-            for seq in seqs:
-                add = add + ((seq.signal & (seq.signal_sem == k)) * seq.signal_count)
-            with m.If(start):
-                m.d.sync += sems[k].eq(0)
-            with m.Else():
-                m.d.sync += sems[k].eq(sems[k] + add)
+            add_lane(m, f"sem{k}", None, SEMAPHORE_MODULE,
+                     {"index": Const(k, range(p.semaphores)), "start": start, **signals},
+                     {"value": sems[k]})
         for seq in seqs:
             m.d.comb += seq.wait_ok.eq(sems[seq.wait_sem] >= seq.wait_value)
 
@@ -258,10 +319,14 @@ class NeuronCore(wiring.Component):
         d_r = sbuf.read_port()
         m.d.comb += [d_r.addr.eq(dma.sbuf.raddr), d_r.en.eq(dma.sbuf.ren),
                      dma.sbuf.rdata.eq(d_r.data.word_select(dma_rpart, 32))]
+        # byte enables as whole rows: a partition mask's bit p is bytes 4p .. 4p + 3
+        def bytes_of(mask):
+            return Cat(*[mask[part].replicate(4) for part in range(n)])
+
         d_w = sbuf.write_port(granularity=8)
         m.d.comb += [d_w.addr.eq(dma.sbuf.waddr), d_w.data.eq(dma.sbuf.wdata.replicate(n)),
-                     d_w.en.eq(Cat(*[dma.sbuf.wen & (dma.sbuf.wpart == part).replicate(4)
-                                     for part in range(n)]))]
+                     d_w.en.eq(dma.sbuf.wen.replicate(n)
+                               & bytes_of((Const(1, n) << dma.sbuf.wpart)[:n]))]
         host_data = {}
         for name, mem, words in (("sbuf", sbuf, hm.sbuf_words), ("psum", psum, hm.psum_words)):
             h = mem.read_port()
@@ -278,13 +343,14 @@ class NeuronCore(wiring.Component):
             rs, rp = sbuf.read_port(), psum.read_port()
             m.d.comb += [rs.addr.eq(addr), rs.en.eq(en), rp.addr.eq(addr), rp.en.eq(en),
                          getattr(engine, f"{port}_data").eq(Mux(is_psum, rp.data, rs.data))]
-        for engine in (ten, vec, sca, gps):
+        for name, engine in (("tensor", ten), ("vector", vec), ("scalar", sca),
+                             ("gpsimd", gps)):
+            enables = Signal(4 * n, name=f"{name}_w_en")
+            m.d.comb += enables.eq(engine.w_be.replicate(n) & bytes_of(engine.w_part))
             for mem, is_psum in ((sbuf, 0), (psum, 1)):
                 w = mem.write_port(granularity=8)
-                sel = engine.w_psum == is_psum
                 m.d.comb += [w.addr.eq(engine.w_addr), w.data.eq(engine.w_data),
-                             w.en.eq(Cat(*[engine.w_be & (sel & engine.w_part[part]).replicate(4)
-                                           for part in range(n)]))]
+                             w.en.eq(Mux(engine.w_psum == is_psum, enables, 0))]
 
         # --- host reads -------------------------------------------------------------------
         h_region = Signal(4)

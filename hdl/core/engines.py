@@ -27,7 +27,7 @@ and ``TensorScalar`` with ``op1`` COPY.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -52,8 +52,8 @@ from hdl.vector.lanes import add_lane, lane_verilog
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
-__all__ = ["ENGINE_RUNS", "IOTA_MODULE", "NO_STOCHASTIC", "VECTOR_OPS", "IotaLane",
-           "VectorEngine", "operand_refusal", "supported"]
+__all__ = ["ENGINE_RUNS", "IOTA_MODULE", "NO_STOCHASTIC", "SLICE_MODULES", "VECTOR_OPS",
+           "EngineSlice", "IotaLane", "VectorEngine", "pick", "operand_refusal", "supported"]
 
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
@@ -64,6 +64,8 @@ DATA_BITS = 32
 IOTA_BITS = 50
 #: The module of one partition's Iota conversion, emitted once and instantiated per partition.
 IOTA_MODULE = "neuron_core_iota_lane"
+#: The module of one partition's share of each engine (:class:`EngineSlice`), by kind.
+SLICE_MODULES = {"vector": "neuron_core_vector_slice", "gpsimd": "neuron_core_gpsimd_slice"}
 #: Why no engine of the core runs stochastic rounding.
 NO_STOCHASTIC = ("casts round to nearest even: the simulator reseeds stochastic rounding "
                  "per instruction from its seed and the run's, partition by partition; the "
@@ -141,6 +143,16 @@ def rotate(values: list, first, chunk: int) -> list:
     return out
 
 
+def pick(rows, first, chunk: int):
+    """The word of ``rows`` (candidate 32-bit words, ``k`` at bits ``32 k``) that
+    :func:`rotate` or :func:`unrotate` selects for ``first`` when the candidates are in its
+    order: candidate ``k`` where ``first == k * chunk``, else candidate 0."""
+    value = rows[:DATA_BITS]
+    for k in range(1, len(rows) // DATA_BITS):
+        value = Mux(first == k * chunk, rows[k * DATA_BITS:(k + 1) * DATA_BITS], value)
+    return value
+
+
 def unrotate(values: list, first, chunk: int) -> list:
     """The inverse of :func:`rotate`: element ``p`` is ``values[p - first]``."""
     n = len(values)
@@ -178,6 +190,68 @@ class IotaLane(wiring.Component):
         return m
 
 
+class EngineSlice(wiring.Component):
+    """One partition's share of a vector (``kind`` "vector") or GpSimd engine ("gpsimd") of
+    ``partitions`` partitions, the engine's partition ``index`` (also its lane), emitted once
+    as a module (:data:`SLICE_MODULES`) and instantiated per partition, so that the engine's
+    elaboration does not grow with its partitions.
+
+    Read side: ``a`` and ``b`` are the lane's elements of the two sources, each rotated to
+    the tile's first partition (``*_rows``: the ``ways`` candidate words
+    ``data[(index + k * chunk) % partitions]``, ``*_first`` the tile's first partition, as
+    :func:`rotate`) and shifted down by its byte ``*_shift``; ``scalar`` is the lane's
+    scalar operand, a register loaded with ``imm`` (``set_imm``) or with ``b_rows`` rotated
+    to ``s_first`` (``set_scalar``). Write side: ``w_data`` is partition ``index``'s word,
+    the unit's output (``y_rows``: ``y[(index - k * chunk) % partitions]``, unrotated from
+    ``d_first`` as :func:`unrotate`) or memset's ``value``, placed at byte ``w_shift``;
+    ``w_part`` whether the partition is in the tile (``d_first``, ``d_count``). GpSimd's
+    Iota: ``a`` is the lane's Iota value (:class:`IotaLane`) while ``iota``, from the base
+    ``iota_base + index * iota_pstep`` loaded on ``set_base`` plus ``iota_at``."""
+
+    def __init__(self, partitions: int, kind: str):
+        self.kind, self.partitions = kind, partitions
+        self.chunk = min(32, partitions)
+        self.ways = partitions // self.chunk
+        part = AP_LAYOUT.members["partition"]
+        rows = In(DATA_BITS * self.ways)
+        members = {"index": In(range(partitions)), "a_rows": rows, "b_rows": rows,
+                   "y_rows": rows, "a_first": In(part), "b_first": In(part),
+                   "s_first": In(part), "d_first": In(part),
+                   "d_count": In(AP_LAYOUT.members["partitions"]), "a_shift": In(2),
+                   "b_shift": In(2), "w_shift": In(2), "memset": In(1), "value": In(32),
+                   "set_imm": In(1), "set_scalar": In(1), "imm": In(32),
+                   "a": Out(32), "b": Out(32), "scalar": Out(32), "w_data": Out(32),
+                   "w_part": Out(1)}
+        if kind == "gpsimd":
+            members.update({"iota": In(1), "set_base": In(1), "iota_base": In(signed(32)),
+                            "iota_pstep": In(signed(32)), "iota_at": In(signed(IOTA_BITS))})
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        lane_a = pick(self.a_rows, self.a_first, self.chunk) >> (self.a_shift * 8)
+        m.d.comb += self.b.eq(pick(self.b_rows, self.b_first, self.chunk) >> (self.b_shift * 8))
+        with m.If(self.set_imm):
+            m.d.sync += self.scalar.eq(self.imm)
+        with m.If(self.set_scalar):
+            m.d.sync += self.scalar.eq(pick(self.b_rows, self.s_first, self.chunk))
+        out = Mux(self.memset, self.value, pick(self.y_rows, self.d_first, self.chunk))
+        m.d.comb += [self.w_data.eq(out << (self.w_shift * 8)),
+                     self.w_part.eq((self.d_first <= self.index)
+                                    & (self.index < self.d_first + self.d_count))]
+        if self.kind == "gpsimd":
+            lane_base = Signal(signed(IOTA_BITS))
+            with m.If(self.set_base):
+                m.d.sync += lane_base.eq(self.iota_base + self.index * self.iota_pstep)
+            y = Signal(32)
+            add_lane(m, "iota", None, IOTA_MODULE,
+                     {"value": (lane_base + self.iota_at)[:IOTA_BITS]}, {"y": y},
+                     clocked=False)
+            lane_a = Mux(self.iota, y, lane_a)
+        m.d.comb += self.a.eq(lane_a)
+        return m
+
+
 class VectorEngine(wiring.Component):
     """The vector engine (``kind`` "vector") or GpSimd engine ("gpsimd": with ``Iota``) of a
     core of ``partitions`` partitions; ``words`` is the depth of the deeper of SBUF and PSUM
@@ -197,10 +271,15 @@ class VectorEngine(wiring.Component):
         super().__init__(engine_ports(("a", "b"), n, words))
         self.unit = Vector(self.params, lane_instances=True)
 
-    def verilog_dependencies(self) -> list[str]:
-        texts = self.unit.verilog_dependencies()
+    def verilog_dependencies(self, *, unit: bool = True) -> list[str]:
+        """The Verilog of the modules this engine instantiates: its vector unit's lane
+        (without ``unit``: left to another engine whose unit has the same lane), the Iota
+        lane and its partition slice."""
+        texts = self.unit.verilog_dependencies() if unit else []
         if self.kind == "gpsimd":
             texts.append(lane_verilog(IotaLane(), IOTA_MODULE))
+        texts.append(lane_verilog(EngineSlice(self.partitions, self.kind),
+                                  SLICE_MODULES[self.kind]))
         return texts
 
     def elaborate(self, platform):
@@ -264,8 +343,6 @@ class VectorEngine(wiring.Component):
         # the read side: a (and b) of every partition, one cycle after the address
         s1_valid, s1_last, sent = Signal(), Signal(), Signal()
         a_shift, b_shift = Signal(2), Signal(2)
-        lanes_a = rotate([self.a_data[p] for p in range(n)], a.partition, chunk)
-        lanes_b = rotate([self.b_data[p] for p in range(n)], b.partition, chunk)
         m.d.comb += [
             self.a_addr.eq(wa.byte[2:]),
             self.b_addr.eq(wb.byte[2:]),
@@ -273,23 +350,11 @@ class VectorEngine(wiring.Component):
             unit.i.valid.eq(s1_valid),
             unit.i.payload.last.eq(s1_last),
         ]
-        for lane in range(n):
-            m.d.comb += [unit.i.payload.a[lane].eq(lanes_a[lane] >> (a_shift * 8)),
-                         unit.i.payload.b[lane].eq(lanes_b[lane] >> (b_shift * 8))]
         # Iota: lane l's element i is base + l * pstep + i * step (``step_sum``: i * step of
         # the element being read, ``iota_at`` of the element entering the unit)
         if self.kind == "gpsimd":
             step_sum, iota_at = Signal(signed(IOTA_BITS)), Signal(signed(IOTA_BITS))
-            iota_base, iota_pstep, iota_step = (field(Iota, f).as_signed()
-                                                for f in ("base", "pstep", "step"))
-            lane_base = Signal(data.ArrayLayout(signed(IOTA_BITS), n))
-            for lane in range(n):
-                y = Signal(32, name=f"iota{lane}_y")
-                add_lane(m, f"iota{lane}", None, IOTA_MODULE,
-                         {"value": (lane_base[lane] + iota_at)[:IOTA_BITS]}, {"y": y},
-                         clocked=False)
-                with m.If(iota):
-                    m.d.comb += unit.i.payload.a[lane].eq(y)
+            set_base = Signal()
 
         # the write side: dst's next element, in the tile's partitions
         m.submodules.memset_cast = memset_cast = FormatCastLane(
@@ -297,19 +362,44 @@ class VectorEngine(wiring.Component):
         m.d.comb += [memset_cast.x.eq(imm), memset_cast.fmt.eq(out_format)]
         value = Mux(dst.dtype == DTYPES["fp32"][0], imm, memset_cast.y)
         writing = Signal()
-        cast = [Mux(memset, value, unit.o.payload[lane]) << (wd.byte[:2] * 8)
-                for lane in range(n)]
-        out_lanes = unrotate(cast, dst.partition, chunk)
-        in_tile = Cat(*[(dst.partition <= p) & (p < dst.partition + dst.partitions)
-                        for p in range(n)])
-        m.d.comb += [self.w_addr.eq(wd.byte[2:]), self.w_psum.eq(dst.space == SPACE["psum"]),
-                     self.w_part.eq(in_tile)]
-        m.d.comb += [self.w_data[p].eq(out_lanes[p]) for p in range(n)]
+        m.d.comb += [self.w_addr.eq(wd.byte[2:]), self.w_psum.eq(dst.space == SPACE["psum"])]
         item_mask = (1 << (1 << dtype_shift(dst.dtype))) - 1
         m.d.comb += self.w_be.eq(Mux(writing, item_mask << wd.byte[:2], 0))
 
-        scalars = Signal(data.ArrayLayout(32, n))
-        m.d.comb += unit.scalar.eq(scalars)
+        # every partition's share of the above: one slice each (lane l is partition l)
+        set_imm, set_scalar = Signal(), Signal()
+        ways = [k * chunk for k in range(n // chunk)]
+        slices = {name: [] for name in ("a", "b", "scalar", "w_data", "w_part")}
+        for p in range(n):
+            inputs = {
+                "index": Const(p, range(n)),
+                "a_rows": Cat(*[self.a_data[(p + k) % n] for k in ways]),
+                "b_rows": Cat(*[self.b_data[(p + k) % n] for k in ways]),
+                "y_rows": Cat(*[unit.o.payload[(p - k) % n] for k in ways]),
+                "a_first": a.partition, "b_first": b.partition, "s_first": s0.partition,
+                "d_first": dst.partition, "d_count": dst.partitions,
+                "a_shift": a_shift, "b_shift": b_shift, "w_shift": wd.byte[:2],
+                "memset": memset, "value": value, "set_imm": set_imm,
+                "set_scalar": set_scalar, "imm": imm}
+            outputs = {name: Signal(width, name=f"slice{p}_{name}")
+                       for name, width in (("a", 32), ("b", 32), ("scalar", 32),
+                                           ("w_data", 32), ("w_part", 1))}
+            for name, signal in outputs.items():
+                slices[name].append(signal)
+            if self.kind == "gpsimd":
+                inputs.update({"iota": iota, "set_base": set_base,
+                               "iota_base": field(Iota, "base").as_signed(),
+                               "iota_pstep": field(Iota, "pstep").as_signed(),
+                               "iota_at": iota_at})
+            add_lane(m, f"slice{p}", None, SLICE_MODULES[self.kind], inputs, outputs)
+        # each wide signal assigned whole (Amaranth resolves every bit of a signal for each
+        # part of it an instance drives: quadratic in the partitions)
+        m.d.comb += [unit.i.payload.a.eq(Cat(*slices["a"])),
+                     unit.i.payload.b.eq(Cat(*slices["b"])),
+                     unit.scalar.eq(Cat(*slices["scalar"])),
+                     self.w_data.eq(Cat(*slices["w_data"])),
+                     self.w_part.eq(Cat(*slices["w_part"]))]
+
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.issue):
@@ -323,20 +413,18 @@ class VectorEngine(wiring.Component):
                 with m.Elif(use_scalar & (s0.partitions != 0)):
                     m.next = "SCALAR"
                 with m.Else():
-                    m.d.sync += [scalars[lane].eq(imm) for lane in range(n)]
+                    m.d.comb += set_imm.eq(1)
                     m.next = "STREAM"
                 if self.kind == "gpsimd":
                     m.d.sync += step_sum.eq(0)
-                    m.d.sync += [lane_base[lane].eq(iota_base + lane * iota_pstep)
-                                 for lane in range(n)]
+                    m.d.comb += set_base.eq(1)
             with m.State("SCALAR"):
                 # the operand's one element per partition: read it through port b
                 m.d.comb += [self.b_addr.eq(s0.offset[2:]), self.b_en.eq(1),
                              self.b_psum.eq(s0.space == SPACE["psum"])]
                 m.next = "SCALAR_DATA"
             with m.State("SCALAR_DATA"):
-                lanes_s = rotate([self.b_data[p] for p in range(n)], s0.partition, chunk)
-                m.d.sync += [scalars[lane].eq(lanes_s[lane]) for lane in range(n)]
+                m.d.comb += set_scalar.eq(1)
                 m.next = "STREAM"
             with m.State("STREAM"):
                 adv = ~s1_valid | unit.i.ready
@@ -348,8 +436,8 @@ class VectorEngine(wiring.Component):
                         m.d.sync += [s1_last.eq(wa.row_last), a_shift.eq(wa.byte[:2]),
                                      b_shift.eq(wb.byte[:2]), sent.eq(wa.row_last)]
                         if self.kind == "gpsimd":
-                            m.d.sync += [iota_at.eq(step_sum),
-                                         step_sum.eq(step_sum + iota_step)]
+                            m.d.sync += [iota_at.eq(step_sum), step_sum.eq(
+                                step_sum + field(Iota, "step").as_signed())]
                 m.d.comb += [unit.o.ready.eq(1), writing.eq(unit.o.valid)]
                 with m.If(unit.o.valid):
                     m.d.comb += wd.step.eq(1)

@@ -25,17 +25,18 @@ them (:func:`hdl.core.engines.operand_refusal`); round-to-nearest-even casts.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
 
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
 from hdl.core.engines import (
+    DATA_BITS,
     NO_STOCHASTIC,
     engine_ports,
     operand_refusal,
+    pick,
     read_step,
-    rotate,
-    unrotate,
 )
 from hdl.core.isa import (
     AP,
@@ -50,12 +51,15 @@ from hdl.core.isa import (
 from hdl.vector.activation import Activation as ActivationUnit
 from hdl.vector.activation import ActivationParams
 from hdl.vector.functions import FunctionSpec
+from hdl.vector.lanes import add_lane, lane_verilog
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
-__all__ = ["SCALAR_OPS", "ScalarEngine", "supported"]
+__all__ = ["SCALAR_OPS", "SLICE_MODULE", "ScalarEngine", "ScalarSlice", "supported"]
 
 SCALAR_OPS = (Activation, TensorScalar, TensorCopy)
+#: The module of one partition's share of the engine (:class:`ScalarSlice`).
+SLICE_MODULE = "neuron_core_scalar_slice"
 
 
 def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
@@ -75,6 +79,50 @@ def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
         if ap is not None and ap.dtype != "fp32":
             return f"{name} must be fp32"
     return None
+
+
+class ScalarSlice(wiring.Component):
+    """One partition's share of a scalar engine of ``partitions`` partitions and ``lanes``
+    lanes, the engine's partition ``index``, emitted once as :data:`SLICE_MODULE` and
+    instantiated per partition.
+
+    Read side: ``row`` is the partition's element of ``src`` rotated to the tile's first
+    partition (``r_rows``: the candidate words ``r_data[(index + k * chunk) % partitions]``,
+    ``src_first``, as :func:`~hdl.core.engines.rotate`), shifted down by its byte
+    ``shift``; ``bias`` is a register loaded with ``imm`` (``set_imm``) or with ``r_rows``
+    rotated to ``bias_first`` (``set_bias``). Write side: ``w_data`` is partition
+    ``index``'s word of the lanes' results (``y_rows``: the result of the lane of partition
+    ``(index - k * chunk) % partitions``, unrotated from ``t_first``), placed at byte
+    ``w_shift``; ``w_part`` whether the partition is in the group being written: from
+    ``t_first + base`` for ``lanes`` partitions, below ``t_first + t_count``."""
+
+    def __init__(self, partitions: int, lanes: int):
+        self.partitions, self.lanes = partitions, lanes
+        self.chunk = min(32, partitions)
+        part = AP_LAYOUT.members["partition"]
+        rows = In(DATA_BITS * (partitions // self.chunk))
+        super().__init__({
+            "index": In(range(partitions)), "r_rows": rows, "y_rows": rows,
+            "src_first": In(part), "bias_first": In(part), "t_first": In(part),
+            "t_count": In(AP_LAYOUT.members["partitions"]), "base": In(range(partitions + lanes)),
+            "shift": In(2), "w_shift": In(2), "set_imm": In(1), "set_bias": In(1),
+            "imm": In(32), "row": Out(32), "bias": Out(32), "w_data": Out(32),
+            "w_part": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        chunk = self.chunk
+        m.d.comb += self.row.eq(pick(self.r_rows, self.src_first, chunk) >> (self.shift * 8))
+        with m.If(self.set_imm):
+            m.d.sync += self.bias.eq(self.imm)
+        with m.If(self.set_bias):
+            m.d.sync += self.bias.eq(pick(self.r_rows, self.bias_first, chunk))
+        lo = self.t_first + self.base
+        m.d.comb += [
+            self.w_data.eq(pick(self.y_rows, self.t_first, chunk) << (self.w_shift * 8)),
+            self.w_part.eq((lo <= self.index) & (self.index < lo + self.lanes)
+                           & (self.index < self.t_first + self.t_count))]
+        return m
 
 
 class ScalarEngine(wiring.Component):
@@ -100,8 +148,13 @@ class ScalarEngine(wiring.Component):
         """Turns of the lanes that cover every partition."""
         return -(-self.partitions // self.lanes)
 
-    def verilog_dependencies(self) -> list[str]:
-        return self.unit.verilog_dependencies() + self.alu.verilog_dependencies()
+    def verilog_dependencies(self, *, alu: bool = True) -> list[str]:
+        """The Verilog of the modules this engine instantiates: the activation unit's and
+        its vector unit's lane (without ``alu``: left to an engine whose unit has the same
+        lane)."""
+        return (self.unit.verilog_dependencies()
+                + (self.alu.verilog_dependencies() if alu else [])
+                + [lane_verilog(ScalarSlice(self.partitions, self.lanes), SLICE_MODULE)])
 
     def elaborate(self, platform):
         m = Module()
@@ -150,6 +203,15 @@ class ScalarEngine(wiring.Component):
         # group: which turn of the lanes; base: its first partition within the tile
         group = Signal(range(self.groups + 1))
         base = Signal(range(n + lanes))
+        # the write side: dst's next element (or reduce_dst's one), in the group's partitions
+        reducing = Signal()  # this cycle writes reduce_dst
+        reduced = Signal()  # the group's reduce_dst is written
+        writing = Signal()
+        t_first = Mux(reducing, red.partition, dst.partition)
+        t_count = Mux(reducing, red.partitions, dst.partitions)
+        t_space = Mux(reducing, red.space, dst.space)
+        item = Mux(reducing, 0xF, (1 << (1 << dtype_shift(dst.dtype))) - 1)
+        at = Mux(reducing, red.offset, wd.byte)
 
         def select(values):
             """The group's ``lanes`` of ``values`` (partitions in tile order)."""
@@ -162,7 +224,6 @@ class ScalarEngine(wiring.Component):
                 out.append(v)
             return out
 
-        biases = Signal(data.ArrayLayout(32, n))
         formats, alu_formats = self.params.formats, alu.params.formats
         m.d.comb += [unit.func.eq(field(Activation, "func")),
                      unit.in_format.eq(format_index(src, formats)),
@@ -171,44 +232,47 @@ class ScalarEngine(wiring.Component):
                      alu.use_scalar.eq(opcode == TensorScalar.OPCODE),
                      alu.in_format.eq(format_index(src, alu_formats)),
                      alu.out_format.eq(format_index(dst, alu_formats)), alu.stochastic.eq(0)]
-        lane_bias = select([biases[p] for p in range(n)])
-        for lane in range(lanes):
-            m.d.comb += [unit.scale[lane].eq(field(Activation, "scale")),
-                         unit.bias[lane].eq(lane_bias[lane]), alu.scalar[lane].eq(lane_bias[lane])]
+        # every partition's share (ScalarSlice): its source element and bias, its result
+        s1_valid, s1_last, sent, shift = Signal(), Signal(), Signal(), Signal(2)
+        set_imm, set_bias = Signal(), Signal()
+        slices = {name: [] for name in ("row", "bias", "w_data", "w_part")}
+        ways = [k * chunk for k in range(n // chunk)]
+        results = Signal(32 * lanes)  # the lanes' results on the write side (below)
+        for p in range(n):
+            outputs = {name: Signal(1 if name == "w_part" else 32, name=f"slice{p}_{name}")
+                       for name in slices}
+            for name, signal in outputs.items():
+                slices[name].append(signal)
+            y_rows = [results.word_select((p - k) % n % lanes, 32) for k in ways]
+            add_lane(m, f"slice{p}", None, SLICE_MODULE, {
+                "index": Const(p, range(n)),
+                "r_rows": Cat(*[self.r_data[(p + k) % n] for k in ways]),
+                "y_rows": Cat(*y_rows), "src_first": src.partition,
+                "bias_first": bias.partition, "t_first": t_first, "t_count": t_count,
+                "base": base, "shift": shift, "w_shift": at[:2], "set_imm": set_imm,
+                "set_bias": set_bias, "imm": imm}, outputs)
+        lane_bias = Cat(*select(slices["bias"]))
+        m.d.comb += [unit.scale.eq(field(Activation, "scale").replicate(lanes)),
+                     unit.bias.eq(lane_bias), alu.scalar.eq(lane_bias)]
 
         # the read side: src of every partition, the group's lanes one cycle after the address
-        s1_valid, s1_last, sent, shift = Signal(), Signal(), Signal(), Signal(2)
-        rows = rotate([self.r_data[p] for p in range(n)], src.partition, chunk)
-        lane_in = select(rows)
+        lane_in = Cat(*select(slices["row"]))
         m.d.comb += [self.r_addr.eq(ws.byte[2:]), self.r_psum.eq(src.space == SPACE["psum"]),
                      unit.i.valid.eq(s1_valid & is_act), unit.i.payload.last.eq(s1_last),
-                     alu.i.valid.eq(s1_valid & ~is_act), alu.i.payload.last.eq(s1_last)]
-        for lane in range(lanes):
-            m.d.comb += [unit.i.payload.data[lane].eq(lane_in[lane] >> (shift * 8)),
-                         alu.i.payload.a[lane].eq(lane_in[lane] >> (shift * 8))]
+                     alu.i.valid.eq(s1_valid & ~is_act), alu.i.payload.last.eq(s1_last),
+                     unit.i.payload.data.eq(lane_in), alu.i.payload.a.eq(lane_in)]
         # the unit the instruction streams through
         i_ready = Mux(is_act, unit.i.ready, alu.i.ready)
         o_valid, o_ready = Mux(is_act, unit.o.valid, alu.o.valid), Signal()
         m.d.comb += [unit.o.ready.eq(o_ready & is_act), alu.o.ready.eq(o_ready & ~is_act)]
 
-        # the write side: dst's next element (or reduce_dst's one), in the group's partitions
-        reducing = Signal()  # this cycle writes reduce_dst
-        reduced = Signal()  # the group's reduce_dst is written
-        writing = Signal()
-        t_first = Mux(reducing, red.partition, dst.partition)
-        t_count = Mux(reducing, red.partitions, dst.partitions)
-        t_space = Mux(reducing, red.space, dst.space)
-        item = Mux(reducing, 0xF, (1 << (1 << dtype_shift(dst.dtype))) - 1)
-        at = Mux(reducing, red.offset, wd.byte)
-        beat = [Mux(reducing, unit.o.payload.sum[q % lanes],
-                    Mux(is_act, unit.o.payload.data[q % lanes], alu.o.payload[q % lanes]))
-                << (at[:2] * 8) for q in range(n)]
-        out_rows = unrotate(beat, t_first, chunk)
-        in_group = Cat(*[(t_first + base <= p) & (p < t_first + base + lanes)
-                         & (p < t_first + t_count) for p in range(n)])
-        m.d.comb += [self.w_addr.eq(at[2:]), self.w_psum.eq(t_space == SPACE["psum"]),
-                     self.w_part.eq(in_group), self.w_be.eq(Mux(writing, item << at[:2], 0))]
-        m.d.comb += [self.w_data[p].eq(out_rows[p]) for p in range(n)]
+        m.d.comb += [results.eq(Mux(reducing, unit.o.payload.sum.as_value(),
+                                    Mux(is_act, unit.o.payload.data.as_value(),
+                                        alu.o.payload.as_value()))),
+                     self.w_addr.eq(at[2:]), self.w_psum.eq(t_space == SPACE["psum"]),
+                     self.w_part.eq(Cat(*slices["w_part"])),
+                     self.w_be.eq(Mux(writing, item << at[:2], 0)),
+                     self.w_data.eq(Cat(*slices["w_data"]))]
 
         with m.FSM():
             with m.State("IDLE"):
@@ -217,7 +281,7 @@ class ScalarEngine(wiring.Component):
                     m.next = "SETUP"
             with m.State("SETUP"):
                 m.d.sync += [group.eq(0), base.eq(0)]
-                m.d.sync += [biases[p].eq(imm) for p in range(n)]
+                m.d.comb += set_imm.eq(1)
                 with m.If(has_bias):
                     m.next = "BIAS"
                 with m.Else():
@@ -228,8 +292,7 @@ class ScalarEngine(wiring.Component):
                              self.r_psum.eq(bias.space == SPACE["psum"])]
                 m.next = "BIAS_DATA"
             with m.State("BIAS_DATA"):
-                values = rotate([self.r_data[p] for p in range(n)], bias.partition, chunk)
-                m.d.sync += [biases[p].eq(values[p]) for p in range(n)]
+                m.d.comb += set_bias.eq(1)
                 m.next = "GROUP"
             with m.State("GROUP"):
                 m.d.comb += start.eq(1)

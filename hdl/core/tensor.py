@@ -31,9 +31,10 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
 
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
-from hdl.core.engines import engine_ports, read_step, rotate, unrotate
+from hdl.core.engines import DATA_BITS, engine_ports, pick, read_step
 from hdl.core.isa import (
     DTYPES,
     MX_DTYPES,
@@ -49,9 +50,14 @@ from hdl.tensor.systolic import Op
 from hdl.vector.activation import FP_MODULES
 from hdl.vector.lanes import add_lane, lane_verilog
 
-__all__ = ["TENSOR_OPS", "TensorEngine", "supported"]
+__all__ = ["COLUMN_MODULE", "SLICE_MODULE", "TENSOR_OPS", "TensorColumn", "TensorEngine",
+           "TensorSlice", "supported"]
 
 TENSOR_OPS = (LoadStationary, MultiplyMoving)
+#: The modules of one partition's share of the engine (:class:`TensorSlice`) and of one
+#: column's PSUM accumulation (:class:`TensorColumn`).
+SLICE_MODULE = "neuron_core_tensor_slice"
+COLUMN_MODULE = "neuron_core_tensor_column"
 
 
 def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
@@ -72,6 +78,72 @@ _NOT_RUN = {"tf32": "the engine passes an operand's low bits to the array, and a
                     "word holds its code in the top 19",
             **{t: "the engine reads no scale operand for the array's MX formats"
                for t in MX_DTYPES}}
+
+
+def _rows_port(partitions: int):
+    return In(DATA_BITS * (partitions // min(32, partitions)))
+
+
+class TensorSlice(wiring.Component):
+    """One partition's share of a tensor engine of ``partitions`` partitions, the engine's
+    partition ``index``, emitted once as :data:`SLICE_MODULE` and instantiated per partition.
+
+    ``element`` is the partition's element of ``src`` rotated to the tile's first partition
+    (``r_rows``: the candidate words ``r_data[(index + k * chunk) % partitions]``,
+    ``src_first``, as :func:`~hdl.core.engines.rotate`), shifted down by its byte ``shift``
+    and masked to the element's bits (``mask``); ``w_data`` is the accumulated result of the
+    column that lands in partition ``index`` (``t_rows``: column ``(index - k * chunk) %
+    partitions``'s, zero past the array, unrotated from ``d_first``); ``w_part`` whether
+    the partition is in ``dst`` (``d_first``, ``d_count``)."""
+
+    def __init__(self, partitions: int):
+        self.partitions, self.chunk = partitions, min(32, partitions)
+        part = AP_LAYOUT.members["partition"]
+        super().__init__({
+            "index": In(range(partitions)), "r_rows": _rows_port(partitions),
+            "t_rows": _rows_port(partitions), "src_first": In(part), "d_first": In(part),
+            "d_count": In(AP_LAYOUT.members["partitions"]), "shift": In(2), "mask": In(32),
+            "element": Out(32), "w_data": Out(32), "w_part": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        row = pick(self.r_rows, self.src_first, self.chunk)
+        m.d.comb += [self.element.eq((row >> (self.shift * 8)) & self.mask),
+                     self.w_data.eq(pick(self.t_rows, self.d_first, self.chunk)),
+                     self.w_part.eq((self.d_first <= self.index)
+                                    & (self.index < self.d_first + self.d_count))]
+        return m
+
+
+class TensorColumn(wiring.Component):
+    """One column's PSUM accumulation in a tensor engine of ``partitions`` partitions whose
+    array has float formats (``has_float``) and integer ones (``has_int``), emitted once as
+    :data:`COLUMN_MODULE` and instantiated per column: ``total`` is the array's column sum
+    ``column_sum``, or with ``accumulate`` the PSUM word ``old`` (``q_rows`` rotated to
+    ``d_first``) plus it: fp32 (the scalar engine's adder module), or int32 when
+    ``integer``."""
+
+    def __init__(self, partitions: int, has_float: bool, has_int: bool):
+        self.partitions, self.chunk = partitions, min(32, partitions)
+        self.has_float, self.has_int = has_float, has_int
+        members = {"q_rows": _rows_port(partitions),
+                   "d_first": In(AP_LAYOUT.members["partition"]), "column_sum": In(32),
+                   "accumulate": In(1), "total": Out(32)}
+        if has_float and has_int:
+            members["integer"] = In(1)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        old = pick(self.q_rows, self.d_first, self.chunk)
+        summed = (old + self.column_sum)[:32]
+        if self.has_float:
+            y = Signal(32)
+            add_lane(m, "acc", None, FP_MODULES["add"], {"a": old, "b": self.column_sum},
+                     {"y": y}, clocked=False)
+            summed = Mux(self.integer, summed, y) if self.has_int else y
+        m.d.comb += self.total.eq(Mux(self.accumulate, summed, self.column_sum))
+        return m
 
 
 class TensorEngine(wiring.Component):
@@ -95,9 +167,13 @@ class TensorEngine(wiring.Component):
     def verilog_dependencies(self) -> list[str]:
         """The array's modules and, for a float array, the fp32 adder of the PSUM
         accumulation (the scalar engine's module: one definition in the core)."""
+        a = self.array
         texts = self.unit.verilog_dependencies()
-        if self.array.has_float:
+        if a.has_float:
             texts.append(lane_verilog(FpAdd32(), FP_MODULES["add"], no_inline=False))
+        texts.append(lane_verilog(TensorColumn(self.partitions, a.has_float, a.has_int),
+                                  COLUMN_MODULE))
+        texts.append(lane_verilog(TensorSlice(self.partitions), SLICE_MODULE))
         return texts
 
     def elaborate(self, platform):
@@ -137,6 +213,9 @@ class TensorEngine(wiring.Component):
         m.d.comb += [cmd.op.eq(Mux(is_load, Op.LOAD, Op.MULTIPLY)), cmd.fmt.eq(code),
                      cmd.k.eq(src.partitions), cmd.m.eq(free), cmd.n.eq(free),
                      cmd.accumulate.eq(0)]
+        if a.ways > 1:  # the whole array: the tile at position (0, 0) of every group
+            m.d.comb += [cmd.row.eq(0), cmd.col.eq(0), cmd.rows.eq(a.ways),
+                         cmd.cols.eq(a.ways)]
 
         m.submodules.ws = ws = ApWalker()
         m.submodules.wd = wd = ApWalker()
@@ -145,23 +224,53 @@ class TensorEngine(wiring.Component):
 
         # the read side: one column of the source per cycle, as the array's row words
         s1_valid, s1_last, sent, shift = Signal(), Signal(), Signal(), Signal(2)
-        rows = rotate([self.r_data[p] for p in range(n)], src.partition, chunk)
         item_bits = 8 << dtype_shift(src.dtype)
+        mask = Signal(32)
+        m.d.comb += mask.eq((1 << item_bits) - 1)
+        # every partition's share (TensorSlice) and every column's accumulation (TensorColumn)
+        ways = [k * chunk for k in range(n // chunk)]
+        staged = Signal(data.ArrayLayout(32, a.cols))
+        totals = [Signal(32, name=f"column{c}_total") for c in range(a.cols)]
+        t_words = [*totals, *[Const(0, 32)] * (n - a.cols)]
+        elements, w_data, w_part = [], [], []
+        for p in range(n):
+            outputs = {"element": Signal(32, name=f"slice{p}_element"),
+                       "w_data": Signal(32, name=f"slice{p}_w_data"),
+                       "w_part": Signal(name=f"slice{p}_w_part")}
+            add_lane(m, f"slice{p}", None, SLICE_MODULE, {
+                "index": Const(p, range(n)),
+                "r_rows": Cat(*[self.r_data[(p + k) % n] for k in ways]),
+                "t_rows": Cat(*[t_words[(p - k) % n] for k in ways]),
+                "src_first": src.partition, "d_first": dst.partition,
+                "d_count": dst.partitions, "shift": shift, "mask": mask}, outputs,
+                clocked=False)
+            elements.append(outputs["element"])
+            w_data.append(outputs["w_data"])
+            w_part.append(outputs["w_part"])
+        for c in range(a.cols):
+            inputs = {"q_rows": Cat(*[self.q_data[(c + k) % n] for k in ways]),
+                      "d_first": dst.partition, "column_sum": staged[c],
+                      "accumulate": accumulate}
+            if a.has_float and a.has_int:
+                inputs["integer"] = integer
+            add_lane(m, f"column{c}", None, COLUMN_MODULE, inputs, {"total": totals[c]},
+                     clocked=False)
 
         def element(i):
-            if i >= n:
-                return Const(0, 32)
-            return (rows[i] >> (shift * 8)) & ((1 << item_bits) - 1)
+            return elements[i] if i < n else Const(0, 32)
 
-        packed = []
-        for r in range(a.rows):
-            single = element(r)
-            if a.double_rate:
-                pair = Cat(element(2 * r)[:8], element(2 * r + 1)[:8])
-                single = Mux(double, pair, single)
-            packed.append(single)
+        def fit(value):
+            return value[:a.width] if len(value) >= a.width else Cat(
+                value, Const(0, a.width - len(value)))
+
         moving = Signal(data.ArrayLayout(a.width, a.rows))
-        m.d.comb += [moving[r].eq(packed[r]) for r in range(a.rows)]
+        singles = Cat(*[fit(element(r)) for r in range(a.rows)])
+        if a.double_rate:
+            pairs = Cat(*[fit(Cat(element(2 * r)[:8], element(2 * r + 1)[:8]))
+                          for r in range(a.rows)])
+            m.d.comb += moving.eq(Mux(double, pairs, singles))
+        else:
+            m.d.comb += moving.eq(singles)
         m.d.comb += [self.r_addr.eq(ws.byte[2:]), self.r_psum.eq(src.space == SPACE["psum"]),
                      array.moving.payload.eq(moving)]
 
@@ -177,27 +286,10 @@ class TensorEngine(wiring.Component):
         # PSUM read in one cycle, the write in the next
         w_valid, w_last = Signal(), Signal()
         w_at = Signal.like(self.w_addr)
-        staged = Signal(data.ArrayLayout(32, a.cols))
-        old = rotate([self.q_data[p] for p in range(n)], dst.partition, chunk)
-        total = []
-        for c in range(a.cols):
-            new = staged[c]
-            summed = (old[c] + new)[:32]
-            if a.has_float:
-                y = Signal(32, name=f"acc{c}_y")
-                add_lane(m, f"acc{c}", None, FP_MODULES["add"], {"a": old[c], "b": new},
-                         {"y": y}, clocked=False)
-                summed = Mux(integer, summed, y) if a.has_int else y
-            total.append(Mux(accumulate, summed, new))
-        total += [0] * (n - a.cols)
-        out_rows = unrotate(total, dst.partition, chunk)
         m.d.comb += [self.q_addr.eq(wd.byte[2:]), self.q_psum.eq(1),
                      self.w_addr.eq(w_at), self.w_psum.eq(dst.space == SPACE["psum"]),
-                     self.w_be.eq(Mux(w_valid, 0xF, 0)),
-                     self.w_part.eq(Cat(*[(dst.partition <= p)
-                                          & (p < dst.partition + dst.partitions)
-                                          for p in range(n)]))]
-        m.d.comb += [self.w_data[p].eq(out_rows[p]) for p in range(n)]
+                     self.w_be.eq(Mux(w_valid, 0xF, 0)), self.w_part.eq(Cat(*w_part)),
+                     self.w_data.eq(Cat(*w_data))]
         m.d.sync += w_valid.eq(0)
 
         with m.FSM():
@@ -228,10 +320,13 @@ class TensorEngine(wiring.Component):
                         m.d.comb += self.done.eq(1)
                         m.next = "IDLE"
             with m.State("MULTIPLY"):
-                m.d.comb += [array.moving.valid.eq(s1_valid), array.out.ready.eq(1)]
-                read_step(m, ~s1_valid | array.moving.ready, self.r_en, ws, sent, s1_valid,
+                # A whole-array tile: every row group's words at once, every column
+                # group's output at once.
+                m.d.comb += [array.moving.valid.eq(s1_valid.replicate(a.ways)),
+                             array.out.ready.eq(1)]
+                read_step(m, ~s1_valid | array.moving.ready[0], self.r_en, ws, sent, s1_valid,
                           s1_last, shift)
-                with m.If(array.out.valid):
+                with m.If(array.out.valid[0]):
                     m.d.comb += [self.q_en.eq(1), wd.step.eq(1)]
                     m.d.sync += [w_valid.eq(1), w_last.eq(wd.row_last), w_at.eq(wd.byte[2:]),
                                  staged.eq(array.out.payload)]

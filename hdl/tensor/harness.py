@@ -8,20 +8,22 @@ out of the measurement (cocotb's per-edge cost would otherwise dominate).
 
 Random idle cycles on the three sources and random backpressure on the sink come from one
 xorshift32 generator per stream, seeded from ``seed``; a source that offered a beat keeps it
-offered until it is taken. ``idle`` and ``stall`` are probabilities in 1/256.
+offered until it is taken. ``idle`` and ``stall`` are probabilities in 1/256. A tiled
+array has a moving source per row group and a result memory per column group; the run ends
+when every command is taken and column group h has given ``expect[h]`` beats.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import ClockSignal, Instance, Module, ResetSignal, Signal
+from amaranth import Cat, ClockSignal, Instance, Module, ResetSignal, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
 from .params import SystolicParams
-from .systolic import Op, SystolicArray, cmd_layout, stationary_layout
+from .systolic import SystolicArray, cmd_layout, stationary_layout
 
 __all__ = ["HarnessParams", "SystolicHarness", "xorshift32"]
 
@@ -69,42 +71,55 @@ class SystolicHarness(wiring.Component):
             "seed": In(32),
             "idle": In(8),
             "stall": In(8),
+            "expect": In(32 * params.array.ways),
             "done": Out(1),
         })
 
     def elaborate(self, platform):
         hp, p = self.params, self.params.array
         m = Module()
+        ways = p.ways
         cmd_width = cmd_layout(p).size
         stat_width = stationary_layout(p).size
-        mov_width = p.rows * p.width
-        res_width = 32 * p.cols
+        mov_width = p.group_rows * p.width
+        res_width = 32 * p.group_cols
 
-        # The testbench reads and writes these through the simulator (names are the API).
+        # The testbench reads and writes these through the simulator (names are the API):
+        # per row group g its moving words ``mov`` (one group) or ``mov_<g>``, per column
+        # group h its output words and their cycles ``res``/``res_stamp`` (one group) or
+        # ``res_<h>``/``res_stamp_<h>``.
+        def name(base, g):
+            return base if ways == 1 else f"{base}_{g}"
+
         m.submodules.prog = prog = memory.Memory(shape=cmd_width, depth=hp.program_depth,
                                                  init=[])
         m.submodules.stat = stat = memory.Memory(shape=stat_width, depth=hp.stationary_depth,
                                                  init=[])
-        m.submodules.mov = mov = memory.Memory(shape=mov_width, depth=hp.moving_depth, init=[])
-        m.submodules.res = res = memory.Memory(shape=res_width, depth=hp.result_depth, init=[])
+        movs, results, stamps = [], [], []
+        for g in range(ways):
+            movs.append(memory.Memory(shape=mov_width, depth=hp.moving_depth, init=[]))
+            results.append(memory.Memory(shape=res_width, depth=hp.result_depth, init=[]))
+            stamps.append(memory.Memory(shape=32, depth=hp.result_depth, init=[]))
+            m.submodules[name("mov", g)] = movs[g]
+            m.submodules[name("res", g)] = results[g]
+            m.submodules[name("res_stamp", g)] = stamps[g]
         m.submodules.cmd_stamp = cmd_stamp = memory.Memory(shape=32, depth=hp.program_depth,
                                                            init=[])
-        m.submodules.res_stamp = res_stamp = memory.Memory(shape=32, depth=hp.result_depth,
-                                                           init=[])
 
-        streams = {}
-        for name, width in (("cmd", cmd_width), ("stationary", stat_width),
-                            ("moving", mov_width), ("out", res_width)):
-            streams[name] = {
-                "payload": Signal(width, name=f"{name}_payload"),
-                "valid": Signal(name=f"{name}_valid"),
-                "ready": Signal(name=f"{name}_ready"),
-            }
+        def stream_of(name, width, valid=1, ready=1):
+            return {"payload": Signal(width, name=f"{name}_payload"),
+                    "valid": Signal(valid, name=f"{name}_valid"),
+                    "ready": Signal(ready, name=f"{name}_ready")}
+
+        streams = {"cmd": stream_of("cmd", cmd_width),
+                   "stationary": stream_of("stationary", stat_width),
+                   "moving": stream_of("moving", ways * mov_width, ways, ways),
+                   "out": stream_of("out", ways * res_width, ways, 1)}
         if self.dut_module is None:
             m.submodules.dut = dut = SystolicArray(p)
-            for name, s in streams.items():
-                port = getattr(dut, name)
-                if name == "out":
+            for name_, s in streams.items():
+                port = getattr(dut, name_)
+                if name_ == "out":
                     m.d.comb += [s["payload"].eq(port.payload), s["valid"].eq(port.valid),
                                  port.ready.eq(s["ready"])]
                 else:
@@ -112,24 +127,24 @@ class SystolicHarness(wiring.Component):
                                  s["ready"].eq(port.ready)]
         else:
             kwargs = {"i_clk": ClockSignal(), "i_rst": ResetSignal()}
-            for name, s in streams.items():
-                out = name == "out"
-                kwargs[f"{'o' if out else 'i'}_{name}__payload"] = s["payload"]
-                kwargs[f"{'o' if out else 'i'}_{name}__valid"] = s["valid"]
-                kwargs[f"{'i' if out else 'o'}_{name}__ready"] = s["ready"]
+            for name_, s in streams.items():
+                out = name_ == "out"
+                kwargs[f"{'o' if out else 'i'}_{name_}__payload"] = s["payload"]
+                kwargs[f"{'o' if out else 'i'}_{name_}__valid"] = s["valid"]
+                kwargs[f"{'i' if out else 'o'}_{name_}__ready"] = s["ready"]
             m.submodules.dut = Instance(self.dut_module, **kwargs)
 
         running = Signal()
         cycle = Signal(32)
-        expected = Signal(32)
-        ptr = {name: Signal(32, name=f"{name}_ptr") for name in ("cmd", "stationary", "moving",
-                                                               "out")}
-        rng = {name: Signal(32, name=f"{name}_rng", init=1) for name in ptr}
-        hold = {name: Signal(name=f"{name}_hold") for name in ("cmd", "stationary", "moving")}
+        sources = ["cmd", "stationary"] + [f"moving{g}" for g in range(ways)]
+        ptr = {n: Signal(32, name=f"{n}_ptr") for n in sources}
+        out_ptr = [Signal(32, name=f"out{h}_ptr") for h in range(ways)]
+        rng = {n: Signal(32, name=f"{n}_rng", init=1) for n in sources + ["out"]}
+        hold = {n: Signal(name=f"{n}_hold") for n in sources}
 
         with m.If(self.start):
-            m.d.sync += [running.eq(1), cycle.eq(0), expected.eq(0), self.done.eq(0)]
-            m.d.sync += [p_.eq(0) for p_ in ptr.values()]
+            m.d.sync += [running.eq(1), cycle.eq(0), self.done.eq(0)]
+            m.d.sync += [p_.eq(0) for p_ in [*ptr.values(), *out_ptr]]
             m.d.sync += [h.eq(0) for h in hold.values()]
             for i, r in enumerate(rng.values()):
                 m.d.sync += r.eq(self.seed ^ (0x9E3779B9 * (i + 1) & 0xFFFFFFFF) | 1)
@@ -140,43 +155,47 @@ class SystolicHarness(wiring.Component):
                 s2 = s1 ^ (s1 >> 17)
                 m.d.sync += r.eq(s2 ^ (s2 << 5)[:32])
 
-        readers = {"cmd": prog, "stationary": stat, "moving": mov}
-        for name, mem in readers.items():
-            s = streams[name]
+        mov = streams["moving"]
+        readers = {"cmd": (prog, streams["cmd"], 0, cmd_width),
+                   "stationary": (stat, streams["stationary"], 0, stat_width)}
+        for g in range(ways):
+            readers[f"moving{g}"] = (movs[g], mov, g, mov_width)
+        for n, (mem, s, g, width) in readers.items():
             rp = mem.read_port(domain="comb")
-            m.d.comb += [rp.addr.eq(ptr[name]), s["payload"].eq(rp.data)]
+            valid, ready = s["valid"][g], s["ready"][g]
+            m.d.comb += [rp.addr.eq(ptr[n]), s["payload"][g * width:(g + 1) * width].eq(rp.data)]
             available = running & ~self.start
-            if name == "cmd":
+            if n == "cmd":
                 available = available & (ptr["cmd"] < self.n_cmds)
-            gate = rng[name][:8] < self.idle
-            m.d.comb += s["valid"].eq(available & (hold[name] | ~gate))
-            m.d.sync += hold[name].eq(s["valid"] & ~s["ready"] & ~self.start)
-            with m.If(s["valid"] & s["ready"] & ~self.start):
-                m.d.sync += ptr[name].eq(ptr[name] + 1)
+            gate = rng[n][:8] < self.idle
+            m.d.comb += valid.eq(available & (hold[n] | ~gate))
+            m.d.sync += hold[n].eq(valid & ~ready & ~self.start)
+            with m.If(valid & ready & ~self.start):
+                m.d.sync += ptr[n].eq(ptr[n] + 1)
 
         out = streams["out"]
         m.d.comb += out["ready"].eq(running & ~self.start & ~(rng["out"][:8] < self.stall))
 
         cmd = streams["cmd"]
-        cmd_view = Signal(cmd_layout(p))
-        m.d.comb += cmd_view.eq(cmd["payload"])
         cmd_fire = cmd["valid"] & cmd["ready"]
         cwp = cmd_stamp.write_port()
         m.d.comb += [cwp.addr.eq(ptr["cmd"]), cwp.data.eq(cycle), cwp.en.eq(cmd_fire)]
-        with m.If(cmd_fire & (cmd_view.op != Op.LOAD)):
-            m.d.sync += expected.eq(expected + cmd_view.n)
 
-        out_fire = out["valid"] & out["ready"]
-        rwp = res.write_port()
-        swp = res_stamp.write_port()
-        m.d.comb += [
-            rwp.addr.eq(ptr["out"]), rwp.data.eq(out["payload"]), rwp.en.eq(out_fire),
-            swp.addr.eq(ptr["out"]), swp.data.eq(cycle), swp.en.eq(out_fire),
-        ]
-        with m.If(out_fire):
-            m.d.sync += ptr["out"].eq(ptr["out"] + 1)
+        fires, finished = [], []
+        for h in range(ways):
+            fire = out["valid"][h] & out["ready"]
+            rwp, swp = results[h].write_port(), stamps[h].write_port()
+            m.d.comb += [
+                rwp.addr.eq(out_ptr[h]), rwp.en.eq(fire),
+                rwp.data.eq(out["payload"][h * res_width:(h + 1) * res_width]),
+                swp.addr.eq(out_ptr[h]), swp.data.eq(cycle), swp.en.eq(fire),
+            ]
+            with m.If(fire):
+                m.d.sync += out_ptr[h].eq(out_ptr[h] + 1)
+            fires.append(fire)
+            finished.append(out_ptr[h] == self.expect[32 * h:32 * (h + 1)])
 
         with m.If(running & ~self.start & (ptr["cmd"] == self.n_cmds)
-                  & (ptr["out"] == expected) & ~cmd_fire & ~out_fire):
+                  & Cat(*finished).all() & ~cmd_fire & ~Cat(*fires).any()):
             m.d.sync += [self.done.eq(1), running.eq(0)]
         return m

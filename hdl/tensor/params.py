@@ -49,9 +49,8 @@ class SystolicParams:
         position that is a multiple of its size. Tiles on disjoint row groups and disjoint
         column groups of ``rows / max(tiles)`` by ``cols / max(tiles)`` PEs run at once
         (:func:`sim.golden.systolic.schedule`). Always holds 1, the whole array. The RTL
-        sequencer does not take tile positions yet: its commands address the whole array,
-        and :func:`~sim.golden.systolic.schedule` is the cycle model tiled programs are to
-        meet; the core simulator, the system model and exploration time tiles by it.
+        runs every tile position and size of its tiling
+        (:class:`~hdl.tensor.systolic.SystolicArray`).
 
     An operand beat carries one word of :attr:`width` bits per PE row: the element in its
     low bits, or with a double-rate format index 2r in bits 0-7 and 2r+1 in bits 8-15.
@@ -238,6 +237,22 @@ class SystolicParams:
     def group_cols(self) -> int:
         """PE columns of one column group, ``cols / ways``."""
         return self.cols // self.ways
+
+    @property
+    def group_bits(self) -> int:
+        """Bits of a group index, ``0 .. ways - 1`` (at least one)."""
+        return max(1, (self.ways - 1).bit_length())
+
+    @property
+    def size_bits(self) -> int:
+        """Bits of a tile size in groups, ``1 .. ways``."""
+        return bits_for(self.ways)
+
+    @property
+    def wk_bits(self) -> int:
+        """Bits of a stationary beat's count of contraction indices left, counted from row 0:
+        a tile's ``k`` plus two per PE row above its position."""
+        return bits_for(self.k_max + self.lanes * (self.rows - self.group_rows))
 
     @property
     def depth(self) -> int:

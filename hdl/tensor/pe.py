@@ -30,6 +30,12 @@ column slot ``beat_columns - 1 - ws`` of the beat into bank ``wb``; the beat goe
 than ``ws == 0``. The sequencer fills a bank only after the last moving element that reads it
 has been injected, and the two waves cross every PE in the same order, so a new tile loads
 while the other bank still multiplies.
+
+In an array split into tiles (``params.ways > 1``) a PE has two more inputs: ``skip``, set
+where the moving word's tile does not cover the PE (the PE passes ``psum_in`` down
+unchanged), and ``wlo``, which travels with a stationary beat: the PE writes the beat only
+where ``wlo <= ws`` (a beat's last slots past its tile's last column write nothing; the row
+lets the beat's wave into its PEs only where the tile covers the row).
 """
 
 from __future__ import annotations
@@ -47,11 +53,14 @@ def ctl_layout(params: SystolicParams) -> data.StructLayout:
     """What travels with a moving word: the weight bank to read (``bank``), the format codes
     of the weight (``wfmt``) and of the moving word (``xfmt``), and whether the pass is
     double-rate (``double``), integer (``int``), a transpose (``transpose``) or, in an array
-    with MX formats, block-scaled (``mx``)."""
+    with MX formats, block-scaled (``mx``); in a tiled array, ``cols``: the column groups of
+    the word's tile (none for a bubble), from which each PE row tells its PEs to pass."""
     fields = {"bank": 1, "wfmt": params.code_bits, "xfmt": params.code_bits, "double": 1,
               "int": 1, "transpose": 1}
     if params.has_mx:
         fields["mx"] = 1
+    if params.ways > 1:
+        fields["cols"] = params.ways
     return data.StructLayout(fields)
 
 
@@ -59,7 +68,10 @@ def pe_ports(params: SystolicParams) -> dict:
     """Port signature of a PE (also the port list of its emitted Verilog module)."""
     w = params.width
     ctl = ctl_layout(params).size
+    lo = params.beat_columns.bit_length()
+    tiled = {"skip": In(1), "wlo_in": In(lo), "wlo_out": Out(lo)} if params.ways > 1 else {}
     return {
+        **tiled,
         "en": In(1),
         "x_in": In(w),
         "x_out": Out(w),
@@ -108,6 +120,8 @@ class ProcessingElement(wiring.Component):
 
         take = Signal()
         m.d.comb += take.eq(self.wv_in & (self.ws_in < bc))
+        if p.ways > 1:  # past the loading tile's last column the beat passes by
+            m.d.comb += take.eq(self.wv_in & (self.ws_in < bc) & (self.ws_in >= self.wlo_in))
         if bc > 1:
             slot = Signal(range(bc), name="slot")
             m.d.comb += slot.eq(bc - 1 - self.ws_in)
@@ -159,6 +173,8 @@ class ProcessingElement(wiring.Component):
             element = Mux(x[8], weight[8:16], element)
             selected = x[0] | x[8]
         acc = Mux(ctl.transpose, Mux(selected, element, self.psum_in), acc)
+        if p.ways > 1:  # outside the word's tile the partial sum passes down unchanged
+            acc = Mux(self.skip, self.psum_in, acc)
 
         with m.If(self.en):
             m.d.sync += [
@@ -170,4 +186,6 @@ class ProcessingElement(wiring.Component):
                 self.wb_out.eq(self.wb_in),
                 self.ws_out.eq(self.ws_in - 1),
             ]
+            if p.ways > 1:
+                m.d.sync += self.wlo_out.eq(self.wlo_in)
         return m

@@ -3,7 +3,8 @@ above.
 
 Modules, emitted by Amaranth: ``<top>_pe`` (one processing element), ``<top>_row`` (``cols``
 PE instances plus one stage of the input skew), ``<top>_column`` (one PSUM column with its
-read-modify-write and one stage of the output deskew) and ``<top>_control`` (the sequencer).
+read-modify-write and one stage of the output deskew), ``<top>_group`` (one row group's
+runner, instantiated ``ways`` times by the sequencer) and ``<top>_control`` (the sequencer).
 ``<top>`` itself is structural Verilog from a jinja2 template (``tensor_array.v.j2``):
 generate loops instantiate ``rows`` rows and ``cols`` columns, so its text does not grow with
 the array, and its emission time grows with ``cols`` (the row module) only. It is the same
@@ -18,7 +19,7 @@ import functools
 from pathlib import Path
 
 from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.vector.lanes import lane_verilog
@@ -28,10 +29,12 @@ from .pe import ProcessingElement, ctl_layout
 from .systolic import (
     PsumColumn,
     SystolicControl,
+    SystolicGroup,
     SystolicRow,
     cmd_layout,
     meta_layout,
-    moving_layout,
+    moving_signature,
+    out_signature,
     stationary_layout,
 )
 
@@ -46,7 +49,7 @@ TEMPLATE = Path(__file__).parent / "tensor_array.v.j2"
 def module_names(top: str) -> dict[str, str]:
     """Verilog module names of the levels."""
     return {"pe": f"{top}_pe", "row": f"{top}_row", "column": f"{top}_column",
-            "control": f"{top}_control", "top": top}
+            "group": f"{top}_group", "control": f"{top}_control", "top": top}
 
 
 def _array_text(params: SystolicParams, names: dict[str, str]) -> str:
@@ -59,11 +62,14 @@ def _array_text(params: SystolicParams, names: dict[str, str]) -> str:
         column=names["column"], rows=params.rows, cols=params.cols,
         formats=", ".join(params.formats), double=", ".join(params.double_rate),
         quarter=", ".join(params.quarter_rate),
-        mov_width=params.rows * params.width, ctl_width=ctl_layout(params).size,
-        meta_width=meta_layout(params).size, cmd_width=cmd_layout(params).size,
+        mov_width=params.rows * params.width, ctl_width=params.ways * ctl_layout(params).size,
+        meta_width=params.ways * meta_layout(params).size, cmd_width=cmd_layout(params).size,
+        ways=params.ways, tiled=params.ways > 1, group_rows=params.group_rows,
+        group_cols=params.group_cols, wk_bits=params.wk_bits,
+        mk_width=params.ways * params.k_bits, wlo_bits=params.beat_columns.bit_length(),
         stat_width=stationary_layout(params).size,
         wave_width=params.rows * params.beat_columns * params.width,
-        skip_bits=params.skip_bits, k_bits=params.k_bits)
+        skip_bits=params.skip_bits)
 
 
 @functools.cache
@@ -75,8 +81,11 @@ def _modules(params: SystolicParams, top: str) -> tuple[tuple[str, str], ...]:
              (f"{names['row']}.v", lane_verilog(SystolicRow(params, pe_module=names["pe"]),
                                                 names["row"], no_inline=False)),
              (f"{names['column']}.v", lane_verilog(PsumColumn(params), names["column"])),
-             (f"{names['control']}.v", lane_verilog(SystolicControl(params), names["control"],
-                                                    no_inline=False)),
+             (f"{names['group']}.v", lane_verilog(SystolicGroup(params), names["group"],
+                                                  no_inline=False)),
+             (f"{names['control']}.v", lane_verilog(
+                 SystolicControl(params, group_module=names["group"]), names["control"],
+                 no_inline=False)),
              (f"{top}.v", _array_text(params, names))]
     return tuple(texts)
 
@@ -101,8 +110,8 @@ class ArrayInstance(wiring.Component):
         super().__init__({
             "cmd": In(stream.Signature(cmd_layout(params))),
             "stationary": In(stream.Signature(stationary_layout(params))),
-            "moving": In(stream.Signature(moving_layout(params))),
-            "out": Out(stream.Signature(data.ArrayLayout(32, params.cols))),
+            "moving": In(moving_signature(params)),
+            "out": Out(out_signature(params)),
         })
 
     def verilog_dependencies(self) -> list[str]:

@@ -4,10 +4,14 @@
 
 * **Rules.** Before anything runs, every instruction is checked against the documented rules
   [NKI2, ISA]: which engine reaches which memory, tile limits, partition-start alignment,
-  bounds of SBUF, PSUM and HBM, PSUM bank overflow, operand shapes and formats, and
-  stochastic rounding on a chip without it (``CoreParams.rng`` None). While it runs:
-  a multiply with no stationary loaded; deadlock (every unfinished stream waiting), which
-  is reported with the wait graph; and (by default in numeric mode) races, two streams
+  bounds of SBUF, PSUM and HBM, PSUM bank overflow, operand shapes and formats, the
+  array's tiling (a stationary's tile position and size by
+  :func:`sim.golden.systolic.place`; a multiply writes the PSUM partitions of its tile's
+  columns, array column ``col + j`` into partition ``col + j``), and stochastic rounding on
+  a chip without it (``CoreParams.rng`` None). While it runs: a multiply with no
+  stationary loaded or one whose format its tile's does not take
+  (:func:`sim.golden.systolic.check_formats`); deadlock (every unfinished stream waiting),
+  which is reported with the wait graph; and (by default in numeric mode) races, two streams
   touching the same bytes, one writing, with no semaphore ordering them (vector clocks).
   Every error is a :class:`ProgramError` naming the stream, the index, the instruction's text
   form and the rule.
@@ -205,6 +209,7 @@ class Core:
         self._stream_cache: dict = {}
         self._checked: dict = {}  # (engine kind, id, HBM size) of instructions that passed
         self._placed: dict[tuple, systolic.Load] = {}  # a stationary's tile, by its shape
+        self._mixes: dict[tuple[str, str], str | None] = {}  # (tile, multiply) format: why not
 
     # --- static rules -------------------------------------------------------------------
     def _check_ap(self, where, name: str, ap: AP, kind: str, hbm_bytes: int) -> None:
@@ -314,19 +319,10 @@ class Core:
                 _fail(*where, "tile limit",
                       f"a stationary of {k} x {m} at tile position ({ins.row}, {ins.col}) "
                       f"does not fit the {k_max}-deep, {p.cols}-wide array")
-            place = self._placement(ins)
-            if k > place.row_size and ins.col:  # the spec's double row (NKI3)
-                _fail(*where, "tile position",
-                      f"a double-row stationary ({k} > {place.row_size} contraction rows) "
-                      f"takes no column tile position, not {ins.col}")
-            for axis, pos, size in (("row", ins.row, place.row_size),
-                                    ("column", ins.col, place.col_size)):
-                if pos % size:
-                    sizes = sorted({(p.rows if axis == "row" else p.cols) // w
-                                    for w in p.tensor.tiles})
-                    _fail(*where, "tile position",
-                          f"{axis} position {pos} is not a multiple of the tile's size {size} "
-                          f"(the array splits into tiles of {', '.join(map(str, sizes))})")
+            try:  # the array's tiling: the rule of its cycle model, the spec's double row
+                systolic.place(p.tensor, self._placement(ins))
+            except ValueError as err:
+                _fail(*where, "tile position", str(err))
         elif isinstance(ins, MultiplyMoving):
             self._check_format(where, isa.input_format(ins.src.dtype))
             self._check_scale(where, ins.src, ins.scale)
@@ -340,6 +336,7 @@ class Core:
             if ins.dst.free != ins.src.free:
                 _fail(*where, "operand shape", f"dst has {ins.dst.free} elements per "
                                                f"partition, the moving tile {ins.src.free}")
+            self._check_columns(where, ins.col, ins.dst)
             self._check_bank(where, "dst", ins.dst)
         elif isinstance(ins, Transpose):
             if ins.src.dtype in isa.MX_DTYPES:
@@ -356,6 +353,7 @@ class Core:
                 _fail(*where, "operand shape", f"dst must be {ins.src.free} x "
                                                f"{ins.src.partitions}")
             self._check_format(where, ins.src.dtype)
+            self._check_columns(where, 0, ins.dst)  # the pass's tile takes the whole array
             self._check_bank(where, "dst", ins.dst)
         elif isinstance(ins, DmaCopy):
             if ins.dst.shape != ins.src.shape:
@@ -384,6 +382,15 @@ class Core:
                 _fail(*where, "operand shape", "a reduce needs reduce=sum or reduce=max")
         elif isinstance(ins, TensorCopy):
             self._check_same(where, ins.dst, ins.src, "dst and src")
+
+    def _check_columns(self, where, col: int, dst: AP) -> None:
+        """The array's output: column ``col + j`` of a tile at column position ``col`` sums
+        into PSUM partition ``col + j``, so ``dst`` starts at the tile's first column."""
+        if dst.partition != col:
+            _fail(*where, "tile position",
+                  f"a stationary at column {col} writes PSUM partitions {col} .. "
+                  f"{col + dst.partitions - 1} (its array columns), not dst's "
+                  f"{dst.partition} .. {dst.partition + dst.partitions - 1}")
 
     def _check_format(self, where, fmt: str) -> None:
         if fmt not in self.params.formats:
@@ -672,27 +679,31 @@ class Core:
             at = f" at tile position ({ins.row}, {ins.col})" if ins.row or ins.col else ""
             _fail(stream, index, ins, "stationary", f"no stationary tile is loaded{at}")
         fmt, k, m = stationary[:3]
-        if k != ins.src.partitions or not self._partners(fmt, isa.input_format(ins.src.dtype)):
+        why = self._mismatch(fmt, isa.input_format(ins.src.dtype))
+        if k != ins.src.partitions or why:
             _fail(stream, index, ins, "stationary",
                   f"the loaded stationary is {k} x {m} {fmt}, the moving tile has "
-                  f"{ins.src.partitions} partitions of {ins.src.dtype} (a multiply's format "
-                  f"must match its tile's in rate and kind, and fp32 and tf32 mix with no "
-                  f"other)")
+                  f"{ins.src.partitions} partitions of {ins.src.dtype}"
+                  + (f" ({why})" if why else ""))
         _fail(stream, index, ins, "operand shape",
               f"dst has {ins.dst.partitions} partitions, the stationary {m} columns")
 
     def _partners(self, tile: str, fmt: str) -> bool:
-        """Whether a multiply in ``fmt`` may read a stationary tile in ``tile``: the array's
-        rule, both at the same rate (the double-rate 8-bit floats, the quarter-rate ones, the
-        rest), both float or both int8, both block-scaled MX or neither (mxfp8 with mxfp4 is
-        allowed [NKI4]); fp32 and tf32 with no other format
-        (:data:`sim.golden.systolic.UNMIXED`)."""
-        if tile == fmt:
-            return True
-        p = self.params
-        return (p.rate(tile) == p.rate(fmt) and (tile == "int8") == (fmt == "int8")
-                and p.tensor.is_mx(p.array_format(tile)) == p.tensor.is_mx(p.array_format(fmt))
-                and tile not in systolic.UNMIXED and fmt not in systolic.UNMIXED)
+        """Whether a multiply in ``fmt`` may read a stationary tile in ``tile``."""
+        return tile == fmt or self._mismatch(tile, fmt) is None
+
+    def _mismatch(self, tile: str, fmt: str) -> str | None:
+        """Why a multiply in ``fmt`` may not read a stationary tile in ``tile`` (None: it
+        may): the array's rule, :func:`sim.golden.systolic.check_formats` (one rate and
+        kind; fp32 and tf32 with no other format; mxfp8 with mxfp4 is allowed [NKI4])."""
+        if (tile, fmt) not in self._mixes:
+            p, why = self.params, None
+            try:
+                systolic.check_formats(p.tensor, p.array_format(tile), p.array_format(fmt))
+            except ValueError as err:
+                why = str(err)
+            self._mixes[(tile, fmt)] = why
+        return self._mixes[(tile, fmt)]
 
     def _deadlock(self, streams, code, pc, blocked, sems) -> None:
         edges = []

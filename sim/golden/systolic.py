@@ -37,8 +37,9 @@ from hdl.numerics.formats import (
 from hdl.tensor.params import SystolicParams
 
 __all__ = ["CANONICAL_NAN", "UNMIXED", "Load", "Multiply", "Schedule", "Sequencer", "Transpose",
-           "cycles", "load_beats", "matmul", "matmul_cycles", "matmul_mx", "mx_values", "schedule",
-           "stream_tail", "tile_interval", "to_fp32", "transpose", "transpose_cycles"]
+           "check_formats", "cycles", "load_beats", "matmul", "matmul_cycles", "matmul_mx",
+           "mx_values", "place", "schedule", "stream_tail", "tile_interval", "to_fp32",
+           "transpose", "transpose_cycles"]
 
 # Formats a matmul never mixes with another: "FP32/TF32 not mixed with others" [ISA].
 UNMIXED = ("fp32", "tf32")
@@ -350,7 +351,7 @@ class _Tile:
     quads: frozenset = frozenset()
 
 
-def _place(params: SystolicParams, load: Load) -> _Tile:
+def place(params: SystolicParams, load: Load) -> _Tile:
     """The tile of ``load``, its position and size checked against the array's tiling."""
     groups = {}
     for axis, pos, size, full, group in (
@@ -380,6 +381,22 @@ def _place(params: SystolicParams, load: Load) -> _Tile:
                  frozenset((r, c) for r in row_groups for c in col_groups))
 
 
+def check_formats(params: SystolicParams, tile: str, fmt: str) -> None:
+    """Refuse a multiply in format ``fmt`` on a tile loaded in ``tile`` (names of the
+    array's ``formats``) unless both have one rate (double, single or quarter) and kind
+    (int8, float or block-scaled MX), and neither is fp32 or tf32 (:data:`UNMIXED`) unless
+    both are the same."""
+    if (params.is_double(tile) != params.is_double(fmt)
+            or params.is_quarter(tile) != params.is_quarter(fmt)
+            or params.is_int(tile) != params.is_int(fmt)
+            or params.is_mx(tile) != params.is_mx(fmt)):
+        raise ValueError(f"fmt of a multiply must match its tile's {tile!r} in rate and kind, "
+                         f"not {fmt!r}")
+    if fmt != tile and (tile in UNMIXED or fmt in UNMIXED):
+        raise ValueError(f"fmt of a multiply must be its tile's {tile!r} when either is one "
+                         f"of {', '.join(UNMIXED)} (not mixed with others), not {fmt!r}")
+
+
 def _check_program(params: SystolicParams, program) -> None:
     """Refuse what the array cannot run: fields out of range, unknown formats, tile
     positions and sizes the array's tiling does not have, a multiply at a position where no
@@ -393,7 +410,7 @@ def _check_program(params: SystolicParams, program) -> None:
         if isinstance(op, (Load, Multiply)) and op.fmt is not None:
             params.code(op.fmt)  # the error names the legal formats
         if isinstance(op, Load):
-            latest = _place(params, op)
+            latest = place(params, op)
             tiles = {pos: t for pos, t in tiles.items() if not (t.quads & latest.quads)}
             tiles[(op.row, op.col)] = latest
         elif isinstance(op, Multiply):
@@ -403,19 +420,8 @@ def _check_program(params: SystolicParams, program) -> None:
             if held is None:
                 raise ValueError(f"a multiply at tile position ({op.row}, {op.col}) needs a "
                                  f"tile loaded there (and not since overlapped by another)")
-            tile = held.fmt
-            if tile is not None and op.fmt is not None and (
-                    params.is_double(tile) != params.is_double(op.fmt)
-                    or params.is_quarter(tile) != params.is_quarter(op.fmt)
-                    or params.is_int(tile) != params.is_int(op.fmt)
-                    or params.is_mx(tile) != params.is_mx(op.fmt)):
-                raise ValueError(f"fmt of a multiply must match its tile's {tile!r} in rate "
-                                 f"and kind, not {op.fmt!r}")
-            if tile is not None and op.fmt is not None and op.fmt != tile and (
-                    tile in UNMIXED or op.fmt in UNMIXED):
-                raise ValueError(f"fmt of a multiply must be its tile's {tile!r} when either "
-                                 f"is one of {', '.join(UNMIXED)} (not mixed with others), "
-                                 f"not {op.fmt!r}")
+            if held.fmt is not None and op.fmt is not None:
+                check_formats(params, held.fmt, op.fmt)
         elif isinstance(op, Transpose):
             if latest is None:
                 raise ValueError("a transpose must follow a Load (it reads the latest tile)")
@@ -494,7 +500,7 @@ def schedule(params: SystolicParams, program) -> Schedule:
             load_free = load_left == 0 or last_beat
             if isinstance(op, Load) and load_free:
                 accepted.append(cycle)
-                tile = _place(params, op)
+                tile = place(params, op)
                 quads = sorted(tile.quads)
                 bank = 1 - qbank.get(quads[0], 0)
                 for q in quads:
@@ -571,7 +577,7 @@ class Sequencer:
         """:meth:`issue` of a :class:`Load`."""
         placed = self._placed.get(op)
         if placed is None:
-            tile = _place(self.params, op)
+            tile = place(self.params, op)
             placed = self._placed[op] = (tile, sorted(tile.quads),
                                          -(-op.m // self.params.beat_columns))
         tile, quads, beats = placed

@@ -45,7 +45,7 @@ from sim.tb import runner
 TOP = "systolic_harness"
 PERIOD_NS = 10
 TESTS = ["identity_and_zeros", "extremes_and_specials", "accumulation_chain", "hidden_loads",
-         "quarter_rate", "transposes", "random_programs"]
+         "quarter_rate", "transposes", "random_programs", "tiled_programs"]
 
 
 # ---- parameters ----------------------------------------------------------------------------
@@ -181,12 +181,12 @@ def mx_scales(fmt: MxFormat, words: np.ndarray) -> np.ndarray:
 
 
 def pack_words(params: SystolicParams, fmt: str, tile: np.ndarray,
-               rng: np.random.Generator) -> np.ndarray:
-    """Operand words (rows, columns) of a K x C ``tile`` of ``fmt`` bit patterns: element
-    k in the low bits of word k, or with a double-rate format in byte ``k % 2`` of word
-    ``k // 2``; an MX tile holds words already (element, scale in bits 8-15). Every bit no
-    element claims (indices >= K, bits above the elements) is random: the array must
-    ignore it."""
+               rng: np.random.Generator, row: int = 0) -> np.ndarray:
+    """Operand words (rows, columns) of a K x C ``tile`` of ``fmt`` bit patterns at PE row
+    ``row`` (its tile position): element k in the low bits of word ``row + k``, or with a
+    double-rate format in byte ``k % 2`` of word ``row + k // 2``; an MX tile holds words
+    already (element, scale in bits 8-15). Every bit no element claims (indices >= K, bits
+    above the elements, the rows outside the tile) is random: the array must ignore it."""
     w = params.width
     words = rng.integers(0, 1 << w, size=(params.rows, tile.shape[1]), dtype=np.uint64)
     f = params.format_list[params.code(fmt)]
@@ -197,6 +197,7 @@ def pack_words(params: SystolicParams, fmt: str, tile: np.ndarray,
         claimed = (1 << bits) - 1 | (0xFF00 if params.is_mx(fmt) else 0)  # element, scale
     for k in range(tile.shape[0]):
         r, shift = divmod(k, per)
+        r += row
         shift *= bits
         mask = np.uint64(claimed << shift)
         words[r] = (words[r] & ~mask) | (tile[k].astype(np.uint64) << np.uint64(shift))
@@ -251,13 +252,18 @@ class SystolicTB:
 
     # -- driver --
     def _encode_cmd(self, op) -> int:
+        p = self.params
         if isinstance(op, Transpose):
             fields = {"op": 2, "n": op.n}
         elif isinstance(op, Load):
-            fields = {"op": 0, "fmt": self.params.code(op.fmt), "k": op.k, "m": op.m}
+            fields = {"op": 0, "fmt": p.code(op.fmt), "k": op.k, "m": op.m,
+                      "row": op.row // p.group_rows, "col": op.col // p.group_cols,
+                      "rows": (op.row_size or p.rows) // p.group_rows,
+                      "cols": (op.col_size or p.cols) // p.group_cols}
         else:
-            fields = {"op": 1, "fmt": self.params.code(op.fmt), "n": op.n,
-                      "accumulate": int(op.accumulate)}
+            fields = {"op": 1, "fmt": p.code(op.fmt), "n": op.n,
+                      "accumulate": int(op.accumulate), "row": op.row // p.group_rows,
+                      "col": op.col // p.group_cols}
         word = 0
         for name, field in self.layout:
             word |= fields.get(name, 0) << field.offset
@@ -270,10 +276,34 @@ class SystolicTB:
             word |= int(value) << (i * width)
         return word
 
+    def _groups(self, first: int, size: int | None, group: int, full: int) -> range:
+        size = full if size is None else size
+        return range(first // group, (first + size) // group)
+
+    def _placed(self, program):
+        """Each command's tile (its Load) in ``program``, as :func:`schedule` places them."""
+        tiles, latest, placed = {}, None, []
+        p = self.params
+        for op, _ in program:
+            if isinstance(op, Load):
+                rows = set(self._groups(op.row, op.row_size, p.group_rows, p.rows))
+                cols = set(self._groups(op.col, op.col_size, p.group_cols, p.cols))
+                tiles = {pos: t for pos, t in tiles.items()
+                         if not (t[1] & rows and t[2] & cols)}
+                tiles[(op.row, op.col)] = latest = (op, rows, cols)
+                placed.append(latest)
+            elif isinstance(op, Multiply):
+                placed.append(tiles[(op.row, op.col)])
+            else:
+                placed.append(latest)
+        return placed
+
     def _load_program(self, program):
         p, w, bc = self.params, self.params.width, self.params.beat_columns
-        ops, stat_beats, mov_cols = [], [], []
-        for op, tile in program:
+        ops, stat_beats = [], []
+        mov_cols = [[] for _ in range(p.ways)]
+        span = p.group_rows
+        for (op, tile), (_, rows, _) in zip(program, self._placed(program), strict=True):
             ops.append(op)
             if isinstance(op, Load):
                 beats = -(-op.m // bc)
@@ -281,37 +311,50 @@ class SystolicTB:
                 cols = np.concatenate([tile, random_bits(self.fmt(op.fmt), self.rng,
                                                          (op.k, beats * bc - op.m), "any")],
                                       axis=1)
-                words = pack_words(p, op.fmt, cols, self.rng)  # (rows, beats * bc)
+                words = pack_words(p, op.fmt, cols, self.rng, op.row)  # (rows, beats * bc)
                 stat_beats.extend(words.T.reshape(beats, bc * p.rows))
             elif isinstance(op, Multiply):
-                mov_cols.extend(pack_words(p, op.fmt, tile, self.rng).T)
+                words = pack_words(p, op.fmt, tile, self.rng, span * min(rows))
+                for g in sorted(rows):
+                    mov_cols[g].extend(words[g * span:(g + 1) * span].T)
         if (len(ops) > self.hp.program_depth or len(stat_beats) > self.hp.stationary_depth
-                or len(mov_cols) > self.hp.moving_depth):
+                or max(map(len, mov_cols)) > self.hp.moving_depth):
             raise ValueError("program must fit the harness memories")
         for i, op in enumerate(ops):
             self.dut.prog[i].value = self._encode_cmd(op)
         for i, beat in enumerate(stat_beats):
             self.dut.stat[i].value = self._pack(beat, w)
-        for i, col in enumerate(mov_cols):
-            self.dut.mov[i].value = self._pack(col, w)
+        for g, group in enumerate(mov_cols):
+            mem = self._memory("mov", g)
+            for i, col in enumerate(group):
+                mem[i].value = self._pack(col, w)
         return ops
 
+    def _memory(self, name: str, group: int):
+        return getattr(self.dut, name if self.params.ways == 1 else f"{name}_{group}")
+
     # -- model --
-    def expected(self, program) -> list[np.ndarray]:
-        """Output beats (each ``cols`` uint32) of ``program``; updates the PSUM copy."""
-        bank = _PSUM["bank"]
-        beats, stationary, tile_fmt = [], None, None
-        for op, tile in program:
+    def expected(self, program, sched=None):
+        """Per column group, its output beats (each ``cols / ways`` uint32) of ``program``
+        and, given the program's :class:`~sim.golden.systolic.Schedule`, their cycles;
+        updates the PSUM copy."""
+        p = self.params
+        bank, gc = _PSUM["bank"], p.group_cols
+        beats = [[] for _ in range(p.ways)]
+        stamps = [[] for _ in range(p.ways)]
+        tiles, at = {}, 0
+        for (op, tile), (load, _, cols) in zip(program, self._placed(program), strict=True):
             if isinstance(op, Load):
-                stationary, tile_fmt = tile, op.fmt
-            elif isinstance(op, Transpose):
-                m = stationary.shape[1]
-                bank[:op.n, :m] = transpose(stationary, self.fmt(tile_fmt)).T[:op.n]
-                beats.extend(bank[:op.n].copy())
+                tiles[id(load)] = tile
+                continue
+            stationary, tile_fmt = tiles[id(load)], load.fmt
+            c0, m = load.col, load.m
+            if isinstance(op, Transpose):
+                bank[:op.n, c0:c0 + m] = transpose(stationary, self.fmt(tile_fmt)).T[:op.n]
             else:
-                k, m = stationary.shape
-                before = bank[:op.n, :m].T
-                if self.params.is_mx(tile_fmt):
+                k = load.k
+                before = bank[:op.n, c0:c0 + m].T
+                if p.is_mx(tile_fmt):
                     wf, xf = self.fmt(tile_fmt), self.fmt(op.fmt)
                     after = matmul_mx(stationary, tile[:k], wf, mx_scales(wf, stationary),
                                       mx_scales(xf, tile[:k]), psum=before,
@@ -319,9 +362,33 @@ class SystolicTB:
                 else:
                     after = matmul(stationary, tile[:k], tile_fmt, psum=before,
                                    accumulate=op.accumulate, moving_fmt=op.fmt)
-                bank[:op.n, :m] = after.T
-                beats.extend(bank[:op.n].copy())
-        return beats
+                bank[:op.n, c0:c0 + m] = after.T
+            for h in sorted(cols):
+                beats[h].extend(bank[:op.n, h * gc:(h + 1) * gc].copy())
+                if sched is not None:
+                    stamps[h].extend(sched.outputs[at:at + op.n])
+            at += op.n
+        return beats, stamps
+
+    def _results(self, group: int, count: int):
+        """The first ``count`` beats of column group ``group`` and their cycles."""
+        gc, mask = self.params.group_cols, (1 << 32) - 1
+        res, stamp = self._memory("res", group), self._memory("res_stamp", group)
+        got, cycles = [], []
+        for j in range(count):
+            word = int(res[j].value)
+            got.append(np.array([(word >> (32 * c)) & mask for c in range(gc)], np.uint32))
+            cycles.append(int(stamp[j].value))
+        return got, cycles
+
+    def _start(self, ops, counts, idle: int, stall: int, seed: int) -> None:
+        dut = self.dut
+        dut.n_cmds.value = len(ops)
+        dut.expect.value = sum(c << (32 * h) for h, c in enumerate(counts))
+        dut.seed.value = seed
+        dut.idle.value = idle
+        dut.stall.value = stall
+        dut.start.value = 1
 
     # -- driver + monitor + checker --
     async def run(self, program, idle: int = 0, stall: int = 0, name: str = "") -> None:
@@ -330,39 +397,39 @@ class SystolicTB:
         dut = self.dut
         ops = self._load_program(program)
         sched = schedule(self.params, ops)
-        dut.n_cmds.value = len(ops)
-        dut.seed.value = int(self.rng.integers(1, 2**32))
-        dut.idle.value = idle
-        dut.stall.value = stall
-        dut.start.value = 1
+        want, want_at = self.expected(program, sched)
+        self._start(ops, [len(b) for b in want], idle, stall,
+                    int(self.rng.integers(1, 2**32)))
         await RisingEdge(dut.clk)
         dut.start.value = 0
         slack = 1 + 8 * (idle + stall)
         await with_timeout(RisingEdge(dut.done), (sched.total * slack + 100) * PERIOD_NS, "ns")
 
-        want = self.expected(program)
-        cols, mask = self.params.cols, (1 << 32) - 1
-        errors = 0
-        for j, beat in enumerate(want):
-            word = int(dut.res[j].value)
-            got = np.array([(word >> (32 * c)) & mask for c in range(cols)], np.uint32)
-            if not np.array_equal(got, beat):
-                errors += 1
-                if errors <= 5:
-                    self.log.error("%s beat %d: got %s want %s", name, j,
-                                   [f"{v:08x}" for v in got], [f"{v:08x}" for v in beat])
-        assert errors == 0, f"{name}: {errors} of {len(want)} output beats differ"
+        errors = total = 0
+        base = int(dut.cmd_stamp[0].value)
+        for h, group in enumerate(want):
+            got, cycles = self._results(h, len(group))
+            total += len(group)
+            for j, (value, beat) in enumerate(zip(got, group, strict=True)):
+                if not np.array_equal(value, beat):
+                    errors += 1
+                    if errors <= 5:
+                        self.log.error("%s column group %d beat %d: got %s want %s", name, h,
+                                       j, [f"{v:08x}" for v in value],
+                                       [f"{v:08x}" for v in beat])
+            if idle == 0 and stall == 0 and errors == 0:
+                outputs = tuple(c - base for c in cycles)
+                model = tuple(c - sched.accepted[0] for c in want_at[h])
+                assert outputs == model, (f"{name}: column group {h} outputs at {outputs}, "
+                                          f"model {model}")
+        assert errors == 0, f"{name}: {errors} of {total} output beats differ"
         if idle == 0 and stall == 0:
-            base = int(dut.cmd_stamp[0].value)
             accepted = tuple(int(dut.cmd_stamp[i].value) - base for i in range(len(ops)))
-            outputs = tuple(int(dut.res_stamp[j].value) - base for j in range(len(want)))
             want_acc = tuple(c - sched.accepted[0] for c in sched.accepted)
-            want_out = tuple(c - sched.accepted[0] for c in sched.outputs)
             assert accepted == want_acc, f"{name}: commands at {accepted}, model {want_acc}"
-            assert outputs == want_out, f"{name}: outputs at {outputs}, model {want_out}"
         formats = sorted({op.fmt for op in ops if not isinstance(op, Transpose)})
         self.log.info("%s: %d beats ok (formats %s; idle %d/256, stall %d/256, %d cycles "
-                      "modelled)", name, len(want), ", ".join(formats), idle, stall,
+                      "modelled)", name, total, ", ".join(formats), idle, stall,
                       sched.total)
 
     async def run_both(self, program, name: str) -> None:
@@ -621,11 +688,8 @@ async def throughput(dut):
     wall = cycles = 0.0
     for _ in range(config["programs"]):
         ops = tb._load_program(program)
-        dut.n_cmds.value = len(ops)
-        dut.seed.value = 1
-        dut.idle.value = 0
-        dut.stall.value = 0
-        dut.start.value = 1
+        want, _ = tb.expected(program)
+        tb._start(ops, [len(b) for b in want], 0, 0, 1)
         await RisingEdge(dut.clk)
         dut.start.value = 0
         begin_ns = get_sim_time("ns")
@@ -633,10 +697,67 @@ async def throughput(dut):
         await with_timeout(RisingEdge(dut.done), 100 * len(want_cycles) * PERIOD_NS, "ns")
         wall += time.perf_counter() - begin
         cycles += (get_sim_time("ns") - begin_ns) / PERIOD_NS
-        want = tb.expected(program)
-        for j, beat in enumerate(want):
-            word = int(dut.res[j].value)
-            got = [(word >> (32 * c)) & 0xFFFFFFFF for c in range(p.cols)]
-            assert got == [int(v) for v in beat], f"beat {j} differs"
+        for h, group in enumerate(want):
+            got, _ = tb._results(h, len(group))
+            for j, (value, beat) in enumerate(zip(got, group, strict=True)):
+                assert np.array_equal(value, beat), f"column group {h} beat {j} differs"
     with open(config["report"], "w") as fh:
         json.dump({"cycles": cycles, "seconds": wall}, fh)
+
+
+@_cocotb_test
+async def tiled_programs(dut):
+    """Random mixed-format programs on random tile positions of every size the array's
+    tiling has, along rows and columns apart (double-row tiles of a double-rate format
+    among them, as wide as the array): tiles on disjoint row and column groups multiply at
+    once, loads take turns and hide behind multiplies that share no bank, a later load
+    replaces the tiles it overlaps; multiplies return to earlier tiles still loaded;
+    transposes of the latest tile; idle and backpressure."""
+    tb = _tb(dut)
+    await tb.reset()
+    p = tb.params
+    if p.ways == 1:
+        tb.log.info("the array is not split into tiles (tiles %s)", p.tiles)
+        return
+    for case in range(4):
+        program, live = [], {}
+        stat_left, mov_left = tb.hp.stationary_depth, tb.hp.moving_depth
+        for _ in range(int(tb.rng.integers(3, 8))):
+            ways = [int(w) for w in tb.rng.choice(p.tiles, size=2)]  # rows, columns
+            rs, cs = p.rows // ways[0], p.cols // ways[1]
+            row, col = (int(tb.rng.integers(0, w)) for w in ways)
+            fmt = tb.random_format()
+            k_max = (2 if p.is_double(fmt) and cs == p.cols else 1) * rs
+            k, m = int(tb.rng.integers(1, k_max + 1)), int(tb.rng.integers(1, cs + 1))
+            beats = -(-m // p.beat_columns)
+            if beats > stat_left:
+                break
+            stat_left -= beats
+            op, tile = tb.load(fmt, k, m, kind=str(tb.rng.choice(["normal", "finite"])))
+            load = Load(k, m, fmt, row * rs, col * cs, rs, cs)
+            program.append((load, tile))
+            live = {pos: t for pos, t in live.items()
+                    if not (t.row < load.row + rs and load.row < t.row + t.row_size
+                            and t.col < load.col + cs and load.col < t.col + t.col_size)}
+            live[(load.row, load.col)] = load
+            if not p.is_mx(fmt) and tb.rng.integers(0, 4) == 0:
+                n = int(tb.rng.integers(1, min(k, p.moving_max) + 1))
+                program.append((Transpose(n), None))
+            # multiplies on this tile and on others still loaded
+            for _ in range(int(tb.rng.integers(1, 4))):
+                target = live[list(live)[int(tb.rng.integers(0, len(live)))]]
+                n = int(tb.rng.integers(1, p.moving_max + 1))
+                if n > mov_left:
+                    break
+                mov_left -= n
+                op, tile = tb.multiply(tb.random_partner(target.fmt), target.k, n,
+                                       accumulate=bool(tb.rng.integers(0, 2)))
+                program.append((Multiply(n, op.accumulate, op.fmt, target.row, target.col),
+                                tile))
+        if isinstance(program[-1][0], Load):
+            last = program[-1][0]
+            op, tile = tb.multiply(last.fmt, last.k, 1)
+            program.append((Multiply(1, False, last.fmt, last.row, last.col), tile))
+        idle, stall = (int(v) for v in tb.rng.integers(0, 200, size=2))
+        await tb.run(program, name=f"tiled {case} (streaming)")
+        await tb.run(program, idle=idle, stall=stall, name=f"tiled {case}")

@@ -3,9 +3,10 @@
 One multi-format array per simulator: every input format the RTL knows (int8, the fp8
 family at double rate, bf16, fp16, tf32, fp32 at a quarter rate, the block-scaled mxfp8 and
 mxfp4) in one build, driven by mixed-format programs.
-Icarus evaluates the floating-point PEs event by event, so it runs a tiny array; Verilator
-runs the simulation scale of the bundled specs (8 x 8): a build of about 3 minutes on two
-busy cores, since the runner makes only the toplevel's signals public. A third build, on
+Icarus evaluates the floating-point PEs event by event, so it runs a tiny array (2 x 2, split
+two ways: tile positions of one PE); Verilator runs the simulation scale of the bundled specs
+(8 x 8, split 1, 2 or 4 ways as trn2's row tiling): a build of about 3 minutes on two busy
+cores, since the runner makes only the toplevel's signals public. A third build, on
 Verilator, is an MX array deeper than the formats' 32-index scale block, so that its tiles'
 contractions cross from one block's scales to the next's.
 """
@@ -22,10 +23,10 @@ DOUBLE = ("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8_e5m2_b12")
 QUARTER = ("fp32",)
 
 PARAMS = {
-    "icarus": SystolicParams(rows=3, cols=2, formats=FORMATS, double_rate=DOUBLE,
-                             quarter_rate=QUARTER, moving_max=6),
+    "icarus": SystolicParams(rows=2, cols=2, formats=FORMATS, double_rate=DOUBLE,
+                             quarter_rate=QUARTER, moving_max=6, tiles=(1, 2)),
     "verilator": SystolicParams(rows=8, cols=8, formats=FORMATS, double_rate=DOUBLE,
-                                quarter_rate=QUARTER, moving_max=16),
+                                quarter_rate=QUARTER, moving_max=16, tiles=(1, 2, 4)),
 }
 
 
@@ -37,9 +38,10 @@ def test_systolic_mixed_formats(sim, seed):
 
 @pytest.mark.cocotb
 def test_systolic_flat_emission(sim, seed):
-    """The flat elaboration passes the same bench as the hierarchical emission."""
-    result = simulate(SystolicParams(rows=4, cols=4, formats=("int8",), moving_max=16), sim,
-                      seed, hierarchical=False)
+    """The flat elaboration passes the same bench as the hierarchical emission (an array
+    split two ways, so that its tiled programs run too)."""
+    result = simulate(SystolicParams(rows=4, cols=4, formats=("int8",), moving_max=16,
+                                     tiles=(1, 2)), sim, seed, hierarchical=False)
     assert result.ok, f"{result} (seed {seed})"
 
 
