@@ -7,11 +7,11 @@
    wall time, and the CPU time of the Yosys processes.
 3. Second pass: the same again on the filled cache.
 
-With ``--before``, instead: the cold pass twice, each into an empty cache, one after the
-other in this run: the previous flow (the script :data:`BEFORE`; the fit at
-:data:`BEFORE_SHAPES`, synthesised shape by shape after the chip's modules), then the
-current one; then the cached pass. Wall and CPU ratios of the two cold passes, and each
-module's NAND2 change.
+With ``--before SRC``, instead: the cold pass twice, each into an empty cache, one after the
+other in this run: on the RTL that the source tree ``SRC`` emits (the baseline: ``git
+archive main | tar -x -C SRC``), then on this tree's; then the cached pass. Both are
+synthesised by this tree's flow, so the ratios are the RTL's. Wall and CPU ratios of the
+two cold passes, and each module's NAND2 in both.
 
 With ``--compare MODULE...``, instead: each named module synthesised with the script of
 :mod:`hdl.area` and with the reference flow below (Yosys's default ``synth``: resource
@@ -24,21 +24,24 @@ ran (``opt`` repeats its passes until the design stops changing).
 
 The load average is printed with each figure: the machine is shared, and synthesis is CPU
 bound. Usage: PYTHONPATH=. python benchmarks/area.py [--chip trn2] [--cache DIR]
-[--jobs N] [--before] [--compare MODULE... | --profile MODULE...|all] [--rtl DIR]
+[--jobs N] [--before SRC] [--compare MODULE... | --profile MODULE...|all] [--rtl DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import re
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from generators.area import FIT_SHAPES, chip_area, fit_sources
+from generators.area import chip_area
 from generators.units import UNITS
 from hdl import area
 from specs.loader import load_document
@@ -115,71 +118,59 @@ def profile(rtl: Path, modules: list[str], sram_bit: float) -> None:
               f"{os.getloadavg()[0]:.1f}", flush=True)
 
 
-#: The script of hdl/area.py before ``opt`` after ``memory`` stopped running ``opt_dff``:
-#: ``--before`` measures against it.
-BEFORE = ("hierarchy -check -top {top}; proc; flatten; opt_expr; opt_clean; "
-          "opt -nodffe -nosdff; fsm; opt; wreduce; peepopt; opt_clean; alumacc; opt; "
-          "memory -nomap; opt_clean; opt -fast; opt; techmap; opt -fast; "
-          "abc -script abc.script; opt -fast",
-          "strash; &get -n; &dch -f; &nf; &put")
-#: The fit's shapes before (three row counts, so two PEs), synthesised shape by shape
-#: after the chip's modules, as the flow did.
-BEFORE_SHAPES = tuple((r, c) for r in (8, 12, 16) for c in (8, 12, 16))
+def baseline_files(doc, source: Path, out: Path) -> dict[str, list[list[Path]]]:
+    """The chip's RTL as the source tree ``source`` (the baseline, e.g. ``git archive
+    main``) emits it, written under ``out`` by a Python process whose path starts there."""
+    code = ("import json, sys; from pathlib import Path; "
+            "from benchmarks.area import emitted_files; "
+            "from specs.loader import load_document; "
+            "e = emitted_files(load_document(sys.argv[1]), Path(sys.argv[2])); "
+            "print(json.dumps({u: [[str(p) for p in f] for f in g] for u, g in e.items()}))")
+    env = {**os.environ, "PYTHONPATH": str(source)}
+    done = subprocess.run([sys.executable, "-c", code, doc.spec.name, str(out)], cwd=source,
+                          env=env, check=True, capture_output=True, text=True)
+    found = json.loads(done.stdout.splitlines()[-1])
+    return {u: [[Path(p) for p in f] for f in g] for u, g in found.items()}
 
 
-def before_and_after(doc, emitted, cache: Path, jobs: int | None) -> None:
-    """Cold synthesis and roll-up of the chip with the fit, by the previous flow
-    (:data:`BEFORE`, :data:`BEFORE_SHAPES`) and by the current one (each into an empty
-    cache), one after the other in this run; then cached. Wall and Yosys CPU of each, their
-    ratios, each module's NAND2 change; then, untimed, the current fit's terms against
-    synthesis at the previous shapes it leaves out."""
-    import generators.area as chip_areas
-
-    now = area.SCRIPT, area.ABC_SCRIPT
+def before_and_after(doc, before, after, cache: Path, jobs: int | None) -> None:
+    """Cold synthesis and roll-up of the chip with the fit (``chip_area`` as ``gen chip
+    --area`` runs it), of the baseline's RTL (``before``) and of this tree's (``after``),
+    each into an empty cache, one after the other in this run; then cached. Wall and Yosys
+    CPU of each, their ratios, and each module's NAND2 in both (a module of one RTL only is
+    listed with its instances)."""
     out = {}
-    for label in ("before", "after"):
-        area.SCRIPT, area.ABC_SCRIPT = BEFORE if label == "before" else now
+    for label, emitted in (("before", before), ("after", after)):
         area.CACHE = cache / label
         cpu0, t0 = children_cpu(), time.perf_counter()
-        if label == "before":
-            _, summary = chip_area(doc.spec, emitted, synthesise=True, jobs=jobs, fit=False)
-            chip_areas.FIT_SHAPES, shapes = BEFORE_SHAPES, FIT_SHAPES
-            try:
-                at = fit_sources(doc.spec)
-            finally:
-                chip_areas.FIT_SHAPES = shapes
-            for group in at.values():
-                area.synthesize(group, sram_bit=doc.spec.area.sram_bit, jobs=jobs)
-        else:
-            _, summary = chip_area(doc.spec, emitted, synthesise=True, jobs=jobs)
+        _, summary = chip_area(doc.spec, emitted, synthesise=True, jobs=jobs)
         out[label] = (time.perf_counter() - t0, children_cpu() - cpu0, summary)
-        print(f"{doc.spec.name} cold with the fit, {label}: {out[label][0]:.1f} s wall, "
-              f"{out[label][1]:.1f} s Yosys CPU, load average {os.getloadavg()[0]:.1f}; chip "
-              f"{summary['chip']:,.0f} NAND2", flush=True)
+        modules = sum(1 for g in emitted.values() for f in g for p in f if p.suffix == ".v")
+        print(f"{doc.spec.name} cold with the fit, {label}: {modules} modules, "
+              f"{out[label][0]:.1f} s wall, {out[label][1]:.1f} s Yosys CPU, load average "
+              f"{os.getloadavg()[0]:.1f}; chip {summary['chip']:,.0f} NAND2, core "
+              f"{summary['core']:,.0f}", flush=True)
     t0 = time.perf_counter()
-    _, summary = chip_area(doc.spec, emitted, synthesise=True, jobs=jobs)
+    _, summary = chip_area(doc.spec, after, synthesise=True, jobs=jobs)
     print(f"{doc.spec.name} cached, after: {time.perf_counter() - t0:.2f} s; fit residuals "
-          f"{[round(f['residual'], 4) for f in summary['fit']]}; terms {summary['terms']}")
+          f"{[round(f['residual'], 4) for f in summary['fit']]}")
     (w0, c0, s0), (w1, c1, s1) = out["before"], out["after"]
     print(f"after / before: wall {w1 / w0:.2f}, Yosys CPU {c1 / c0:.2f}, chip NAND2 "
-          f"{100 * (s1['chip'] / s0['chip'] - 1):+.2f} %")
-    for name, m in s0["modules"].items():
-        if m["cells"]:
-            new = s1["modules"][name]["gates"]
-            print(f"  {name}: {m['gates']:,.0f} -> {new:,.0f} NAND2, "
-                  f"{100 * (new / m['gates'] - 1):+.2f} %")
-    chip_areas.FIT_SHAPES = tuple(s for s in BEFORE_SHAPES if s not in FIT_SHAPES)
-    try:
-        held = fit_sources(doc.spec)
-    finally:
-        chip_areas.FIT_SHAPES = shapes
-    found = area.synthesize_groups(list(held.values()), sram_bit=doc.spec.area.sram_bit,
-                                   jobs=jobs)
-    for (rows, cols), known in zip(held, found, strict=True):
-        synthesised = area.rollup(known, "tensor")
-        fitted = area.array_area(summary["terms"], rows, cols)
-        print(f"  held out {rows}x{cols}: fitted {fitted:,.0f}, synthesised "
-              f"{synthesised:,.0f} NAND2, {100 * (fitted / synthesised - 1):+.2f} %")
+          f"{100 * (s1['chip'] / s0['chip'] - 1):+.2f} %, core "
+          f"{100 * (s1['core'] / s0['core'] - 1):+.2f} %")
+    def total(modules: dict, name: str) -> float:
+        m = modules[name]
+        return m["gates"] + sum(n * total(modules, c) for c, n in m["children"].items())
+
+    for name in dict.fromkeys([*s0["modules"], *s1["modules"]]):
+        m0, m1 = s0["modules"].get(name), s1["modules"].get(name)
+        if m0 and m1:
+            t0, t1 = total(s0["modules"], name), total(s1["modules"], name)
+            print(f"  {name}: own {m0['gates']:,.0f} -> {m1['gates']:,.0f} NAND2; with its "
+                  f"instances {t0:,.0f} -> {t1:,.0f}, {100 * (t1 / t0 - 1) if t0 else 0:+.2f} %")
+        else:
+            m = m0 or m1
+            print(f"  {name} ({'before' if m0 else 'after'} only): {m['gates']:,.0f} NAND2")
 
 
 def children_cpu() -> float:
@@ -195,9 +186,9 @@ def main() -> None:
     ap.add_argument("--profile", nargs="+", metavar="MODULE", default=None,
                     help="each module alone: CPU, cells, NAND2, Yosys passes (all: every one)")
     ap.add_argument("--jobs", type=int, default=None, help="modules synthesised at once")
-    ap.add_argument("--before", action="store_true",
-                    help="cold with the previous flow, then with the current one, then "
-                         "cached")
+    ap.add_argument("--before", type=Path, default=None, metavar="SRC",
+                    help="cold with the RTL that the source tree SRC emits (the baseline, "
+                         "e.g. git archive main), then with this tree's, then cached")
     ap.add_argument("--rtl", type=Path, default=None,
                     help="with --compare or --profile: RTL already emitted by gen chip (its "
                          "rtl/ folder)")
@@ -215,7 +206,8 @@ def main() -> None:
             return
         emitted = emitted_files(doc, tmp / "chip")
         if args.before:
-            before_and_after(doc, emitted, args.cache or tmp / "cache", args.jobs)
+            before = baseline_files(doc, args.before.resolve(), tmp / "before")
+            before_and_after(doc, before, emitted, args.cache or tmp / "cache", args.jobs)
             return
         modules = sum(1 for g in emitted.values() for f in g for p in f if p.suffix == ".v")
         area.CACHE = args.cache or tmp / "cache"

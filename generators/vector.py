@@ -104,8 +104,10 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
     ``params`` is a :class:`~hdl.vector.vector.VectorParams`, an
     :class:`~hdl.vector.activation.ActivationParams`, or a sequence of them. Each engine
     gives the top (``vector.v`` / ``activation.v``) and its lane, emitted once and instantiated
-    per partition (``vector_lane.v`` / ``activation_lane.v``, the output cast inside); the
-    scalar engine also gives the fp32 adder and multiplier its lane instantiates
+    per partition (``vector_lane.v`` / ``activation_lane.v``), and the output cast the lane
+    instantiates (``output_cast_<formats>_<generator>.v``,
+    :func:`~hdl.vector.lanes.cast_module`: one file for both engines where their casts are
+    equal); the scalar engine also gives the fp32 adder and multiplier its lane instantiates
     (``activation_add32.v``, ``activation_mul32.v``); then the Verilator
     configuration with the engine's lint waivers (``vector.vlt`` / ``activation.vlt``, from
     :data:`LINT_WAIVERS`). The text is
@@ -115,7 +117,6 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
     from amaranth.back import verilog
 
     from hdl.vector.activation import Activation, ActivationParams
-    from hdl.vector.lanes import lane_verilog
     from hdl.vector.vector import Vector, VectorParams
 
     items = params if isinstance(params, list | tuple) else [params]
@@ -126,13 +127,11 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
     for item in items:
         if isinstance(item, VectorParams):
             top, name = Vector(item, lane_instances=True), "vector"
-            modules = {module: lane_verilog(lane, module)
-                       for module, lane in top.lane_modules().items()}
         elif isinstance(item, ActivationParams):
             top, name = Activation(item, lane_instances=True), "activation"
-            modules = top.verilog_modules()
         else:
             raise ValueError(f"params must be VectorParams or ActivationParams, not {item!r}")
+        modules = top.verilog_modules()
         text = verilog.convert(top, name=name, emit_src=False)
         paths.append(_write(rtl_dir / f"{name}.v", prefix + text))
         for module, module_text in modules.items():

@@ -13,7 +13,8 @@ by them (the PE's multipliers take its format converters' outputs). Synthesising
 apart, each distinct one once, was measured and dropped (``benchmarks/area.md``): the PE came
 out 32 % larger, the vector lane 4.7 %, the activation lane 4.9 %, for no time saved on the
 lanes. A unit that wants a part counted by instance emits it as a module of its own (the
-activation lane's fp32 adder and multiplier, the GpSimd engine's Iota lane).
+activation lane's fp32 adder and multiplier, the output cast of the vector and activation
+lanes, the GpSimd engine's Iota lane).
 
 The script (:data:`SCRIPT`, :data:`ABC_SCRIPT`) is Yosys's ``synth -flatten`` written out,
 with these departures, all for time (``benchmarks/area.md`` measures each module's figure

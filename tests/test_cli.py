@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from generators.cli import main
+from hdl.core import core, tensor
 
 
 def run(*args, cwd=None):
@@ -120,10 +121,12 @@ def test_chip_full_scale_trn2(tmp_path):
     rtl = {f["path"] for f in manifest["files"] if f["path"].startswith("rtl/")}
     assert "rtl/tensor_pe.v" in rtl and "rtl/vector_lane.v" in rtl
     assert "not emitted" not in result.output
-    # The core instantiates the chip's tensor array, not one of its own.
+    # The core instantiates the chip's tensor array, not one of its own: its tensor files are
+    # the engine's own modules alone.
     assert {"rtl/neuron_core.v", "rtl/neuron_core.f", "rtl/neuron_core.vlt",
             "rtl/neuron_core.core"} <= rtl
-    assert not any(p.startswith("rtl/neuron_core_tensor") for p in rtl)
+    assert {p for p in rtl if p.startswith("rtl/neuron_core_tensor")} == {
+        f"rtl/{m}.v" for m in (core.TENSOR_MODULE, tensor.SLICE_MODULE, tensor.COLUMN_MODULE)}
     core_files = (out / "rtl" / "neuron_core.f").read_text().split()
     assert "tensor.v" in core_files and "tensor_row.v" in core_files
     assert not any(p.startswith("rtl/tensor_bf16") for p in rtl)  # one engine, every format

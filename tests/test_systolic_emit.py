@@ -53,14 +53,15 @@ def test_emission_is_deterministic_and_headed(tmp_path):
     second = {f.name: f.read_text() for f in emit(params, tmp_path / "b", HEADER)}
     assert first == second
     names = module_names()
-    modules = ("pe", "row", "column", "group", "control", "top")
-    assert set(first) == {f"{names[k]}.v" for k in modules} | {f"{TOP}.vlt", f"{TOP}.f"}
+    assert set(first) == {f"{names[k]}.v"
+                          for k in ("pe", "row", "column", "group", "control", "top")} \
+        | {f"{TOP}.vlt", f"{TOP}.f"}
     for name, text in first.items():
         comment = "#" if name.endswith(".f") else "//"
         assert text.startswith(f"{comment} trngen test header\n{comment} spec sha256 0123abcd\n")
         assert str(tmp_path) not in text and "/home" not in text and "/work" not in text
     listed = [line for line in first[f"{TOP}.f"].splitlines() if not line.startswith("#")]
-    assert listed[-1] == f"{TOP}.v" and len(listed) == len(modules)
+    assert listed[-1] == f"{TOP}.v" and len(listed) == 6
     # Each module is defined once, and the top instantiates rows and columns by generate loop.
     top = first[f"{TOP}.v"]
     assert top.count(f"{names['row']} row_unit") == 1
@@ -78,8 +79,8 @@ def test_emission_writes_only_changed_files(tmp_path):
 
 
 def test_quarter_rate_gate_only_with_a_quarter_rate_format():
-    """The row group runner's phase counter exists only in an array with a quarter-rate
-    format; elsewhere no multiply waits for a column."""
+    """The runner's phase counter (a multiply taking a moving word every fourth cycle) exists
+    only in an array with a quarter-rate format; elsewhere no multiply waits for a column."""
     from amaranth.back import rtlil
 
     from hdl.tensor.systolic import SystolicGroup
@@ -87,5 +88,5 @@ def test_quarter_rate_gate_only_with_a_quarter_rate_format():
     for quarter in ((), ("fp32",)):
         params = SystolicParams(rows=2, cols=2, formats=("bf16", "fp32"), quarter_rate=quarter,
                                 moving_max=4)
-        group = rtlil.convert(SystolicGroup(params), name="group")
-        assert ("\\phase" in group) == bool(quarter)
+        runner = rtlil.convert(SystolicGroup(params), name="group")
+        assert ("\\phase" in runner) == bool(quarter)

@@ -9,6 +9,7 @@ import pytest
 
 from generators.vector import LINT_WAIVERS, emit
 from hdl.vector.activation import ActivationParams
+from hdl.vector.convert import ENGINE_FORMATS
 from hdl.vector.functions import FunctionSpec
 from hdl.vector.vector import VectorParams
 from sim.tb.runner import setup_verilator_env
@@ -35,10 +36,12 @@ def emitted(tmp_path_factory):
 
 def test_emit_writes_top_and_lane_modules_deterministically(emitted, tmp_path):
     out, paths = emitted
-    assert [p.name for p in paths] == ["vector.v", "vector_lane.v", "vector.vlt",
+    formats = "_".join(ENGINE_FORMATS)
+    assert [p.name for p in paths] == ["vector.v", "vector_lane.v",
+                                       f"output_cast_{formats}_lfsr32.v", "vector.vlt",
                                        "activation.v", "activation_lane.v",
                                        "activation_add32.v", "activation_mul32.v",
-                                       "activation.vlt"]
+                                       f"output_cast_{formats}_xorwow.v", "activation.vlt"]
     again = emit(PARAMS, tmp_path, "trngen vector test\nspec hash 0123")
     for a, b in zip(paths, again, strict=True):
         text = a.read_text()
@@ -47,14 +50,18 @@ def test_emit_writes_top_and_lane_modules_deterministically(emitted, tmp_path):
         assert str(out) not in text and str(tmp_path) not in text
     top = (out / "vector.v").read_text()
     assert top.count("vector_lane lane") == 3 and "module vector_lane" not in top
-    # the lane's output cast: inside the one lane module, each instance tied to its lane's
-    # seed words
+    # the lane's output cast: a module of its own, named after its formats and generator,
+    # instantiated by the one lane module, each lane tied to its lane's seed words
     lane = (out / "vector_lane.v").read_text()
-    assert "module vector_lane(" in lane and "seed" in lane and "lfsr" in lane
+    cast = f"output_cast_{formats}_lfsr32"
+    assert "module vector_lane(" in lane and "seed" in lane
+    assert lane.count(f"{cast} cast") == 1 and f"module {cast}" not in lane
+    assert "lfsr" in (out / f"{cast}.v").read_text()
     # the scalar lane's fp32 adders and multipliers: one module each, instantiated by the lane
     lane = (out / "activation_lane.v").read_text()
     assert lane.count("activation_mul32 mul_") >= 5 and lane.count("activation_add32 add_") >= 5
     assert "module activation_mul32" not in lane and "module activation_add32" not in lane
+    assert lane.count(f"output_cast_{formats}_xorwow cast") == 1
     mtime = paths[0].stat().st_mtime_ns
     emit(PARAMS, out, "trngen vector test\nspec hash 0123")
     assert paths[0].stat().st_mtime_ns == mtime  # unchanged content: not rewritten
@@ -68,7 +75,8 @@ def test_emit_rejects_other_params(tmp_path):
 @pytest.mark.parametrize("top", ["vector", "activation"])
 def test_emitted_verilog_is_lint_clean(emitted, top):
     out, paths = emitted
-    files = [p.name for p in paths if p.name.startswith(top)]     # with the engine's .vlt
+    names = [p.name for p in paths]  # the engine's files, from its top to its .vlt
+    files = names[names.index(f"{top}.v"):names.index(f"{top}.vlt") + 1]
     env = setup_verilator_env(dict(os.environ))
     verilator = shutil.which("verilator", path=env.get("PATH"))
     if verilator is None:

@@ -30,8 +30,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hdl.numerics.cast import FormatCastLane, check_rng, seed_value, seed_words
-from hdl.numerics.formats import format_by_name
+from hdl.numerics.cast import check_rng, seed_value, seed_words
 from hdl.numerics.fpu import FpAdd32, FpMul32
 
 from . import trig
@@ -39,7 +38,7 @@ from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fitting import activation_table, exp_index, rom_words
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_lt, is_nan
 from .functions import DEFAULT_FUNCTIONS, EXP_TAIL_CUBIC, RULE_BITS, TRIG, FunctionSpec
-from .lanes import add_lane, lane_verilog
+from .lanes import add_cast, add_lane, cast_verilog, lane_verilog
 
 __all__ = ["Activation", "ActivationLane", "ActivationParams"]
 
@@ -207,7 +206,9 @@ class ActivationLane(wiring.Component):
     ``Instance`` of the module of :data:`FP_MODULES`, emitted once, instead of a submodule
     elaborated each time (the lane has about twenty; elaborating them is most of the lane's
     emission time). Those with a constant operand stay submodules, so that synthesis folds
-    the constant into them. Both forms are the same circuit.
+    the constant into them. The output cast is then an ``Instance`` of its module as well
+    (:func:`~hdl.vector.lanes.cast_module`, the vector engine's lanes' where the casts are
+    equal). Both forms are the same circuit.
 
     Stages: scale and bias; range reduction (:mod:`hdl.vector.functions`); segment selection
     and ROM read; ``u``; one per Horner step; then post-multiplication, scaling by ``2**k``
@@ -446,13 +447,13 @@ class ActivationLane(wiring.Component):
         with m.Else():
             m.d.comb += y.eq(y_plain)
         total = fp("add", Mux(self.first, 0, self.sum), y, "add_sum")
-        m.submodules.cast = cast = FormatCastLane(tuple(map(format_by_name, p.formats)), p.rng)
-        m.d.comb += [cast.x.eq(y), cast.fmt.eq(self.out_format)]
+        cast_y = Signal(32, name="cast_y")
+        cast_in = {"x": y, "fmt": self.out_format}
         if p.rng is not None:
-            m.d.comb += [cast.stochastic.eq(self.stochastic), cast.en.eq(en & self.step),
-                         cast.seed.eq(self.seed)]
+            cast_in.update(stochastic=self.stochastic, en=en & self.step, seed=self.seed)
+        add_cast(m, p.formats, p.rng, self.fp_instances, cast_in, cast_y)
         with m.If(en):
-            m.d.sync += self.y.eq(cast.y)
+            m.d.sync += self.y.eq(cast_y)
             with m.If(self.step):
                 m.d.sync += self.sum.eq(total)
         return m
@@ -529,15 +530,16 @@ class Activation(wiring.Component):
 
     def verilog_modules(self) -> dict[str, str]:
         """Verilog of the modules the engine instantiates when lanes are instances (see
-        :mod:`.lanes`), by module name: the lane (with fp32 units as instances, see
-        :class:`ActivationLane`), then the adder and the multiplier it instantiates."""
+        :mod:`.lanes`), by module name: the lane (with fp32 units and the output cast as
+        instances, see :class:`ActivationLane`), then the adder, the multiplier and the
+        cast it instantiates."""
         if not self.lane_instances:
             return {}
         texts = {self.LANE_MODULE: lane_verilog(ActivationLane(self.params, fp_instances=True),
                                                 self.LANE_MODULE)}
         for kind, module in FP_MODULES.items():
             texts[module] = lane_verilog(FP_UNITS[kind](), module, no_inline=False)
-        return texts
+        return texts | cast_verilog(self.params.formats, self.params.rng)
 
     def verilog_dependencies(self) -> list[str]:
         """Verilog of the modules the engine instantiates (:meth:`verilog_modules`)."""

@@ -4,11 +4,15 @@ At full scale (128 partitions) elaborating every lane's floating-point units tak
 repeats the same Verilog 128 times; instead the lane is emitted once as its own module and the
 engine instantiates it by name (``Instance``). Both forms have the same ports and behaviour.
 The same holds inside a lane for a unit it uses many times (the scalar engine's fp32 adders
-and multipliers).
+and multipliers), and for the output cast that the vector and scalar engines' lanes share
+(:func:`cast_module`).
 """
 
 from amaranth.back import verilog
 from amaranth.hdl import ClockSignal, Instance, ResetSignal, Value
+
+from hdl.numerics.cast import FormatCastLane
+from hdl.numerics.formats import format_by_name
 
 
 def add_lane(m, name: str, factory, module: str | None, inputs: dict, outputs: dict, *,
@@ -27,6 +31,38 @@ def add_lane(m, name: str, factory, module: str | None, inputs: dict, outputs: d
     ports.update({f"i_{port}": Value.cast(value) for port, value in inputs.items()})
     ports.update({f"o_{port}": Value.cast(signal) for port, signal in outputs.items()})
     m.submodules[name] = Instance(module, **ports)
+
+
+def cast_module(formats: tuple[str, ...], rng: str | None) -> str:
+    """The name of the output cast's module (:class:`~hdl.numerics.cast.FormatCastLane` of
+    ``formats`` with the generator ``rng``, ``rne`` without one) when a lane instantiates it:
+    the name holds every parameter of the text, so that the vector and scalar engines'
+    lanes share one module where their casts are equal, and two unequal casts never share a
+    name."""
+    return "_".join(("output_cast", *formats, rng or "rne"))
+
+
+def _format_cast(formats: tuple[str, ...], rng: str | None) -> FormatCastLane:
+    return FormatCastLane(tuple(map(format_by_name, formats)), rng)
+
+
+def cast_verilog(formats: tuple[str, ...], rng: str | None) -> dict[str, str]:
+    """The output cast's module (:func:`cast_module`) by name, for an engine whose lanes
+    instantiate it. Without Verilator's ``no_inline_module``: Verilator inlines it into each
+    lane module, which is compiled once, as when the cast was elaborated in the lane."""
+    name = cast_module(formats, rng)
+    return {name: lane_verilog(_format_cast(formats, rng), name, no_inline=False)}
+
+
+def add_cast(m, formats: tuple[str, ...], rng: str | None, instance: bool, inputs: dict,
+             y) -> None:
+    """Add a lane's output cast (:class:`~hdl.numerics.cast.FormatCastLane` of ``formats``,
+    ``rng``) to ``m`` as the submodule ``cast``: elaborated in place, or with ``instance``
+    an ``Instance`` of the module :func:`cast_module` (emitted once by the engine). Its
+    ports are driven from ``inputs`` (port name -> value) and its result drives ``y``."""
+    add_lane(m, "cast", lambda: _format_cast(formats, rng),
+             cast_module(formats, rng) if instance else None, inputs, {"y": y},
+             clocked=rng is not None)
 
 
 def lane_verilog(lane, module: str, *, no_inline: bool = True) -> str:

@@ -19,8 +19,10 @@ Each beat of the input stream carries one element of every lane (partition): ``a
    advancing once per output beat whatever the format); ``fp32`` is written unchanged, so
    bitwise results keep every bit.
 
-With ``lane_instances`` the lane (:class:`VectorLane`, its cast included, its seed tied per
-lane) is a module emitted once and instantiated per lane (:meth:`Vector.lane_modules`).
+With ``lane_instances`` the lane (:class:`VectorLane`, its seed tied per lane) is a module
+emitted once and instantiated per lane, and its output cast a module of its own that the
+lane instantiates (:func:`~hdl.vector.lanes.cast_module`, shared with the scalar engine's
+lanes): :meth:`Vector.verilog_modules`.
 
 Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``, ``in_format``,
 ``out_format``, ``stochastic``) must hold while a stream is in flight. Pipeline: two
@@ -36,13 +38,12 @@ from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.numerics.cast import FormatCastLane, check_rng, seed_value, seed_words
-from hdl.numerics.formats import format_by_name
+from hdl.numerics.cast import check_rng, seed_value, seed_words
 from hdl.numerics.fpu import FpAdd32, FpMul32
 
 from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_eq, f_lt, f_max, is_nan
-from .lanes import add_lane, lane_verilog
+from .lanes import add_cast, add_lane, cast_verilog, lane_verilog
 from .ops import Reduce, VectorOp
 
 __all__ = ["Vector", "VectorLane", "VectorParams"]
@@ -106,14 +107,18 @@ class VectorLane(wiring.Component):
     row's reduction, in ``formats[out_format]`` (``stochastic``: stochastic rounding by the
     generator whose initial state is ``seed``, see :func:`~hdl.numerics.cast.seed_value`).
     With ``rng`` None the lane rounds to nearest even only and has neither ``stochastic``
-    nor ``seed``.
+    nor ``seed``. With ``cast_instance`` the output cast is an ``Instance`` of its module
+    (:func:`~hdl.vector.lanes.cast_module`), emitted once, instead of a submodule: the same
+    circuit.
     """
 
-    def __init__(self, formats: tuple[str, ...] = ENGINE_FORMATS, rng: str | None = "xorwow"):
+    def __init__(self, formats: tuple[str, ...] = ENGINE_FORMATS, rng: str | None = "xorwow",
+                 *, cast_instance: bool = False):
         check_formats(formats)
         check_rng(rng, optional=True)
         self.formats = formats
         self.rng = rng
+        self.cast_instance = cast_instance
         rounding = {} if rng is None else {"stochastic": In(1),
                                            "seed": In(32 * seed_words(rng))}
         super().__init__({
@@ -195,14 +200,14 @@ class VectorLane(wiring.Component):
         nxt = Mux(is_sum, red.y, f_max(acc_in, s1))
         plain = self.reduce == Reduce.NONE
         result = Mux(plain, s1, nxt)
-        m.submodules.cast = cast = FormatCastLane(tuple(map(format_by_name, self.formats)),
-                                                  self.rng)
         fp32 = self.out_format == self.formats.index("fp32") if "fp32" in self.formats else 0
-        m.d.comb += [cast.x.eq(result), cast.fmt.eq(self.out_format)]
+        cast_y = Signal(32, name="cast_y")
+        cast_in = {"x": result, "fmt": self.out_format}
         if self.rng is not None:
-            m.d.comb += [cast.stochastic.eq(self.stochastic), cast.seed.eq(self.seed),
-                         cast.en.eq(self.en & self.step & (plain | self.last))]
-        out = Mux(fp32, result, cast.y)
+            cast_in.update(stochastic=self.stochastic, seed=self.seed,
+                           en=self.en & self.step & (plain | self.last))
+        add_cast(m, self.formats, self.rng, self.cast_instance, cast_in, cast_y)
+        out = Mux(fp32, result, cast_y)
         with m.If(self.en):
             with m.If(plain):
                 m.d.sync += self.y.eq(out)
@@ -244,16 +249,20 @@ class Vector(wiring.Component):
             "stochastic": In(1),
         })
 
-    def lane_modules(self) -> dict[str, wiring.Component]:
-        """The modules instantiated per lane when lanes are instances (see :mod:`.lanes`), by
-        module name: the lane, its seed tied per lane."""
+    def verilog_modules(self) -> dict[str, str]:
+        """Verilog of the modules the engine instantiates when lanes are instances (see
+        :mod:`.lanes`), by module name: the lane (its seed tied per lane), then the output
+        cast it instantiates."""
         if not self.lane_instances:
             return {}
-        return {self.LANE_MODULE: VectorLane(self.params.formats, self.params.rng)}
+        p = self.params
+        return {self.LANE_MODULE: lane_verilog(VectorLane(p.formats, p.rng, cast_instance=True),
+                                               self.LANE_MODULE),
+                **cast_verilog(p.formats, p.rng)}
 
     def verilog_dependencies(self) -> list[str]:
-        """Verilog of the lane modules when lanes are instances."""
-        return [lane_verilog(unit, name) for name, unit in self.lane_modules().items()]
+        """Verilog of the modules the engine instantiates (:meth:`verilog_modules`)."""
+        return list(self.verilog_modules().values())
 
     def elaborate(self, platform):
         m = Module()
