@@ -197,11 +197,10 @@ class NeuronCore(wiring.Component):
         super().__init__({"host": Out(host_signature()),
                           "m_axi": Out(AxiSignature(self.addr_bits))})
         words = max(self.map.sbuf_words, self.map.psum_words)
-        generator = params.rng is not None
         self.vector = EngineInstance(
-            VectorEngine(params.partitions, words, generator=generator), VECTOR_MODULE)
+            VectorEngine(params.partitions, words, rng=params.rng), VECTOR_MODULE)
         self.gpsimd = EngineInstance(
-            VectorEngine(params.partitions, words, "gpsimd", generator=generator), GPSIMD_MODULE)
+            VectorEngine(params.partitions, words, "gpsimd", rng=params.rng), GPSIMD_MODULE)
         self.scalar = EngineInstance(
             ScalarEngine(params.partitions, params.activation_lanes, words, params.functions,
                          params.rng), SCALAR_MODULE)

@@ -255,18 +255,18 @@ class EngineSlice(wiring.Component):
 class VectorEngine(wiring.Component):
     """The vector engine (``kind`` "vector") or GpSimd engine ("gpsimd": with ``Iota``) of a
     core of ``partitions`` partitions; ``words`` is the depth of the deeper of SBUF and PSUM
-    in 32-bit words. With ``generator`` its lanes and memset cast carry the vector unit's
-    stochastic-rounding generator (its default), which this engine does not use yet
-    (:func:`supported`); without, they round to nearest even only and have none (a chip
-    whose spec has no stochastic rounding)."""
+    in 32-bit words. Its lanes carry the chip's stochastic-rounding generator ``rng`` (the
+    spec's), which this engine does not use yet (:func:`supported`); with ``rng`` None they
+    round to nearest even only and have none (a chip whose spec has no stochastic
+    rounding). A memset's value is cast to nearest even, so its cast has no generator."""
 
     def __init__(self, partitions: int, words: int, kind: str = "vector", *,
-                 generator: bool = True):
+                 rng: str | None):
         if kind not in ENGINE_RUNS:
             raise ValueError(f"kind must be one of {', '.join(ENGINE_RUNS)}, not {kind!r}")
         self.kind = kind
         self.partitions = partitions
-        self.params = VectorParams(lanes=partitions, **({} if generator else {"rng": None}))
+        self.params = VectorParams(lanes=partitions, rng=rng)
         n = partitions
         super().__init__(engine_ports(("a", "b"), n, words))
         self.unit = Vector(self.params, lane_instances=True)
@@ -358,7 +358,7 @@ class VectorEngine(wiring.Component):
 
         # the write side: dst's next element, in the tile's partitions
         m.submodules.memset_cast = memset_cast = FormatCastLane(
-            tuple(format_by_name(f) for f in self.params.formats), self.params.rng)
+            tuple(format_by_name(f) for f in self.params.formats), None)
         m.d.comb += [memset_cast.x.eq(imm), memset_cast.fmt.eq(out_format)]
         value = Mux(dst.dtype == DTYPES["fp32"][0], imm, memset_cast.y)
         writing = Signal()

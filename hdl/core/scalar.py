@@ -140,7 +140,7 @@ class ScalarEngine(wiring.Component):
         super().__init__(engine_ports(("r",), n, words))
         self.unit = ActivationUnit(self.params, lane_instances=True)
         # the vector engine's lanes (with its generator where the chip has one)
-        self.alu = Vector(VectorParams(lanes=lanes, **({} if rng is not None else {"rng": None})),
+        self.alu = Vector(VectorParams(lanes=lanes, rng=rng),
                           lane_instances=True)
 
     @property
