@@ -104,15 +104,14 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
     ``params`` is a :class:`~hdl.vector.vector.VectorParams`, an
     :class:`~hdl.vector.activation.ActivationParams`, or a sequence of them. Each engine
     gives the top (``vector.v`` / ``activation.v``) and its lane, emitted once and instantiated
-    per partition (``vector_lane.v`` / ``activation_lane.v``), and the output cast the lane
-    instantiates (``output_cast_<formats>_<generator>.v``,
-    :func:`~hdl.vector.lanes.cast_module`: one file for both engines where their casts are
-    equal); the scalar engine also gives the fp32 adder and multiplier its lane instantiates
-    (``activation_add32.v``, ``activation_mul32.v``); then the Verilator
-    configuration with the engine's lint waivers (``vector.vlt`` / ``activation.vlt``, from
-    :data:`LINT_WAIVERS`). The text is
-    deterministic (``header`` prepended as comments, no timestamps or paths); a file is only
-    rewritten when its content changes. Returns the paths written.
+    per partition (``vector_lane.v`` / ``activation_lane.v``), the fp32 adder and multiplier
+    the lane instantiates (``numerics_add32.v``, ``numerics_mul32.v``,
+    :data:`~hdl.vector.lanes.FP_MODULES`: one file each for both engines) and its output cast
+    (``output_cast_<formats>_<generator>.v``, :func:`~hdl.vector.lanes.cast_module`: one file
+    for both engines where their casts are equal); then the Verilator configuration with the
+    engine's lint waivers (``vector.vlt`` / ``activation.vlt``, from :data:`LINT_WAIVERS`).
+    The text is deterministic (``header`` prepended as comments, no timestamps or paths); a
+    file is only rewritten when its content changes. Returns the paths written.
     """
     from amaranth.back import verilog
 

@@ -38,9 +38,10 @@ def test_emit_writes_top_and_lane_modules_deterministically(emitted, tmp_path):
     out, paths = emitted
     formats = "_".join(ENGINE_FORMATS)
     assert [p.name for p in paths] == ["vector.v", "vector_lane.v",
+                                       "numerics_add32.v", "numerics_mul32.v",
                                        f"output_cast_{formats}_lfsr32.v", "vector.vlt",
                                        "activation.v", "activation_lane.v",
-                                       "activation_add32.v", "activation_mul32.v",
+                                       "numerics_add32.v", "numerics_mul32.v",
                                        f"output_cast_{formats}_xorwow.v", "activation.vlt"]
     again = emit(PARAMS, tmp_path, "trngen vector test\nspec hash 0123")
     for a, b in zip(paths, again, strict=True):
@@ -57,10 +58,14 @@ def test_emit_writes_top_and_lane_modules_deterministically(emitted, tmp_path):
     assert "module vector_lane(" in lane and "seed" in lane
     assert lane.count(f"{cast} cast") == 1 and f"module {cast}" not in lane
     assert "lfsr" in (out / f"{cast}.v").read_text()
-    # the scalar lane's fp32 adders and multipliers: one module each, instantiated by the lane
+    # the lanes' fp32 adders and multipliers: one module each, instantiated by both lanes
+    # (the vector lane's element adder and multiplier and its reduction's adder)
+    assert [lane.count(f"numerics_{op}32 {name}") for op, name in
+            (("add", "add"), ("mul", "mul"), ("add", "red"))] == [1, 1, 1]
     lane = (out / "activation_lane.v").read_text()
-    assert lane.count("activation_mul32 mul_") >= 5 and lane.count("activation_add32 add_") >= 5
-    assert "module activation_mul32" not in lane and "module activation_add32" not in lane
+    assert lane.count("numerics_mul32 mul_") >= 5 and lane.count("numerics_add32 add_") >= 5
+    for text in (lane, (out / "vector_lane.v").read_text()):
+        assert "module numerics_mul32" not in text and "module numerics_add32" not in text
     assert lane.count(f"output_cast_{formats}_xorwow cast") == 1
     mtime = paths[0].stat().st_mtime_ns
     emit(PARAMS, out, "trngen vector test\nspec hash 0123")

@@ -50,8 +50,7 @@ from hdl.core.isa import (
 from hdl.numerics.fpu import FpAdd32
 from hdl.tensor.structural import UNIT_TOP, ArrayInstance
 from hdl.tensor.systolic import Op
-from hdl.vector.activation import FP_MODULES
-from hdl.vector.lanes import add_lane, lane_verilog
+from hdl.vector.lanes import FP_MODULES, add_lane, lane_verilog
 
 __all__ = ["COLUMN_MODULE", "SLICE_MODULE", "TENSOR_OPS", "TensorColumn", "TensorEngine",
            "TensorSlice", "supported"]

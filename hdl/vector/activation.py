@@ -31,14 +31,13 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hdl.numerics.cast import check_rng, seed_value, seed_words
-from hdl.numerics.fpu import FpAdd32, FpMul32
 
 from . import trig
 from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fitting import activation_table, exp_index, rom_words
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_lt, is_nan
 from .functions import DEFAULT_FUNCTIONS, EXP_TAIL_CUBIC, RULE_BITS, TRIG, FunctionSpec
-from .lanes import add_cast, add_lane, cast_verilog, lane_verilog
+from .lanes import add_cast, add_fp, add_lane, cast_verilog, fp_verilog, lane_verilog
 
 __all__ = ["Activation", "ActivationLane", "ActivationParams"]
 
@@ -59,10 +58,6 @@ TWO_OVER_PI32 = f32_bits(2.0 / math.pi)
 HALF_PI32 = f32_bits(math.pi / 2.0)
 ONE32 = 0x3F80_0000
 
-#: With lane instances, the modules of the lane's fp32 adders and multipliers, emitted once
-#: and instantiated by the lane (see :class:`ActivationLane`), by operation.
-FP_MODULES = {"add": "activation_add32", "mul": "activation_mul32"}
-FP_UNITS = {"add": FpAdd32, "mul": FpMul32}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,7 +198,8 @@ class ActivationLane(wiring.Component):
     (``params.rng`` None) has neither.
 
     With ``fp_instances``, every fp32 adder and multiplier whose operands both vary is an
-    ``Instance`` of the module of :data:`FP_MODULES`, emitted once, instead of a submodule
+    ``Instance`` of its module (:data:`~hdl.vector.lanes.FP_MODULES`, the vector engine's
+    lanes' too), emitted once, instead of a submodule
     elaborated each time (the lane has about twenty; elaborating them is most of the lane's
     emission time). Those with a constant operand stay submodules, so that synthesis folds
     the constant into them. The output cast is then an ``Instance`` of its module as well
@@ -253,15 +249,8 @@ class ActivationLane(wiring.Component):
             return selected[name, width]
 
         def fp(kind, a, b, name):
-            if self.fp_instances and not any(isinstance(Value.cast(v), Const) for v in (a, b)):
-                y = Signal(32, name=f"{name}_y")
-                add_lane(m, name, None, FP_MODULES[kind], {"a": a, "b": b}, {"y": y},
-                         clocked=False)
-                return y
-            unit = FP_UNITS[kind]()
-            m.submodules[name] = unit
-            m.d.comb += [unit.a.eq(a), unit.b.eq(b)]
-            return unit.y
+            varying = not any(isinstance(Value.cast(v), Const) for v in (a, b))
+            return add_fp(m, kind, name, a, b, self.fp_instances and varying)
 
         def reg(value, name, shape=32):
             r = Signal(shape, name=name)
@@ -537,9 +526,7 @@ class Activation(wiring.Component):
             return {}
         texts = {self.LANE_MODULE: lane_verilog(ActivationLane(self.params, fp_instances=True),
                                                 self.LANE_MODULE)}
-        for kind, module in FP_MODULES.items():
-            texts[module] = lane_verilog(FP_UNITS[kind](), module, no_inline=False)
-        return texts | cast_verilog(self.params.formats, self.params.rng)
+        return texts | fp_verilog() | cast_verilog(self.params.formats, self.params.rng)
 
     def verilog_dependencies(self) -> list[str]:
         """Verilog of the modules the engine instantiates (:meth:`verilog_modules`)."""

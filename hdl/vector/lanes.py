@@ -3,16 +3,25 @@
 At full scale (128 partitions) elaborating every lane's floating-point units takes minutes and
 repeats the same Verilog 128 times; instead the lane is emitted once as its own module and the
 engine instantiates it by name (``Instance``). Both forms have the same ports and behaviour.
-The same holds inside a lane for a unit it uses many times (the scalar engine's fp32 adders
-and multipliers), and for the output cast that the vector and scalar engines' lanes share
-(:func:`cast_module`).
+The same holds inside a lane for the fp32 adder and multiplier (:data:`FP_MODULES`), which
+the vector and scalar engines' lanes use (the scalar lane about twenty times), and for the
+output cast that both lanes share (:func:`cast_module`): each is emitted once per chip, so
+that synthesis reads it once and the area roll-up counts it by instance.
 """
 
 from amaranth.back import verilog
-from amaranth.hdl import ClockSignal, Instance, ResetSignal, Value
+from amaranth.hdl import ClockSignal, Instance, ResetSignal, Signal, Value
 
 from hdl.numerics.cast import FormatCastLane
 from hdl.numerics.formats import format_by_name
+from hdl.numerics.fpu import FpAdd32, FpMul32
+
+#: The modules of the fp32 adder and multiplier (:class:`~hdl.numerics.fpu.FpAdd32`,
+#: :class:`~hdl.numerics.fpu.FpMul32`) that lanes instantiate, by operation: named after
+#: their unit, ``numerics`` (``hdl/numerics/``, whose golden models are ``add32`` and ``mul32``
+#: in ``sim/golden/numerics.py``), and emitted once by every engine that instantiates them.
+FP_MODULES = {"add": "numerics_add32", "mul": "numerics_mul32"}
+FP_UNITS = {"add": FpAdd32, "mul": FpMul32}
 
 
 def add_lane(m, name: str, factory, module: str | None, inputs: dict, outputs: dict, *,
@@ -31,6 +40,28 @@ def add_lane(m, name: str, factory, module: str | None, inputs: dict, outputs: d
     ports.update({f"i_{port}": Value.cast(value) for port, value in inputs.items()})
     ports.update({f"o_{port}": Value.cast(signal) for port, signal in outputs.items()})
     m.submodules[name] = Instance(module, **ports)
+
+
+def fp_verilog() -> dict[str, str]:
+    """The modules of :data:`FP_MODULES` by name, for an engine whose lanes instantiate
+    them. Without Verilator's ``no_inline_module`` (see :func:`cast_verilog`)."""
+    return {module: lane_verilog(FP_UNITS[kind](), module, no_inline=False)
+            for kind, module in FP_MODULES.items()}
+
+
+def add_fp(m, kind: str, name: str, a, b, instance: bool) -> Value:
+    """Add an fp32 unit of ``kind`` (``"add"`` or ``"mul"``) on operands ``a`` and ``b`` to
+    ``m`` as the submodule ``name``: elaborated in place, or with ``instance`` an
+    ``Instance`` of its module of :data:`FP_MODULES` (emitted once by the engine). Returns
+    its result."""
+    if not instance:
+        unit = FP_UNITS[kind]()
+        m.submodules[name] = unit
+        m.d.comb += [unit.a.eq(a), unit.b.eq(b)]
+        return unit.y
+    y = Signal(32, name=f"{name}_y")
+    add_lane(m, name, None, FP_MODULES[kind], {"a": a, "b": b}, {"y": y}, clocked=False)
+    return y
 
 
 def cast_module(formats: tuple[str, ...], rng: str | None) -> str:

@@ -20,9 +20,10 @@ Each beat of the input stream carries one element of every lane (partition): ``a
    bitwise results keep every bit.
 
 With ``lane_instances`` the lane (:class:`VectorLane`, its seed tied per lane) is a module
-emitted once and instantiated per lane, and its output cast a module of its own that the
-lane instantiates (:func:`~hdl.vector.lanes.cast_module`, shared with the scalar engine's
-lanes): :meth:`Vector.verilog_modules`.
+emitted once and instantiated per lane, and its fp32 adders and multiplier and its output
+cast modules of their own that the lane instantiates (:data:`~hdl.vector.lanes.FP_MODULES`,
+:func:`~hdl.vector.lanes.cast_module`, shared with the scalar engine's lanes):
+:meth:`Vector.verilog_modules`.
 
 Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``, ``in_format``,
 ``out_format``, ``stochastic``) must hold while a stream is in flight. Pipeline: two
@@ -39,11 +40,10 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.numerics.cast import check_rng, seed_value, seed_words
-from hdl.numerics.fpu import FpAdd32, FpMul32
 
 from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_eq, f_lt, f_max, is_nan
-from .lanes import add_cast, add_lane, cast_verilog, lane_verilog
+from .lanes import add_cast, add_fp, add_lane, cast_verilog, fp_verilog, lane_verilog
 from .ops import Reduce, VectorOp
 
 __all__ = ["Vector", "VectorLane", "VectorParams"]
@@ -107,18 +107,19 @@ class VectorLane(wiring.Component):
     row's reduction, in ``formats[out_format]`` (``stochastic``: stochastic rounding by the
     generator whose initial state is ``seed``, see :func:`~hdl.numerics.cast.seed_value`).
     With ``rng`` None the lane rounds to nearest even only and has neither ``stochastic``
-    nor ``seed``. With ``cast_instance`` the output cast is an ``Instance`` of its module
-    (:func:`~hdl.vector.lanes.cast_module`), emitted once, instead of a submodule: the same
-    circuit.
+    nor ``seed``. With ``instances`` the fp32 adders (``add``, the reduction's ``red``) and
+    multiplier (``mul``) and the output cast are ``Instance`` s of their modules
+    (:data:`~hdl.vector.lanes.FP_MODULES`, :func:`~hdl.vector.lanes.cast_module`), emitted
+    once, instead of submodules: the same circuit.
     """
 
     def __init__(self, formats: tuple[str, ...] = ENGINE_FORMATS, rng: str | None = "xorwow",
-                 *, cast_instance: bool = False):
+                 *, instances: bool = False):
         check_formats(formats)
         check_rng(rng, optional=True)
         self.formats = formats
         self.rng = rng
-        self.cast_instance = cast_instance
+        self.instances = instances
         rounding = {} if rng is None else {"stochastic": In(1),
                                            "seed": In(32 * seed_words(rng))}
         super().__init__({
@@ -140,20 +141,14 @@ class VectorLane(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.add = add = FpAdd32()
-        m.submodules.mul = mul = FpMul32()
-        m.submodules.red = red = FpAdd32()
         a = widen_input(m, self.formats, self.a, self.in_format, prefix="a")
         b = Mux(self.use_scalar, self.scalar,
                 widen_input(m, self.formats, self.b, self.in_format, prefix="b"))
         op = self.op
 
-        m.d.comb += [
-            add.a.eq(a),
-            add.b.eq(Mux(op == VectorOp.SUBTRACT, b ^ SIGN32, b)),
-            mul.a.eq(a),
-            mul.b.eq(Mux(op == VectorOp.SQUARE, a, b)),
-        ]
+        added = add_fp(m, "add", "add", a, Mux(op == VectorOp.SUBTRACT, b ^ SIGN32, b),
+                       self.instances)
+        product = add_fp(m, "mul", "mul", a, Mux(op == VectorOp.SQUARE, a, b), self.instances)
         lt, gt, eq = f_lt(a, b), f_lt(b, a), f_eq(a, b)
         unordered = is_nan(a) | is_nan(b)
         r = Signal(32)
@@ -161,9 +156,9 @@ class VectorLane(wiring.Component):
             with m.Case(VectorOp.COPY):
                 m.d.comb += r.eq(Mux(is_nan(a), CANONICAL_NAN32, a))
             with m.Case(VectorOp.ADD, VectorOp.SUBTRACT):
-                m.d.comb += r.eq(add.y)
+                m.d.comb += r.eq(added)
             with m.Case(VectorOp.MULTIPLY, VectorOp.SQUARE):
-                m.d.comb += r.eq(mul.y)
+                m.d.comb += r.eq(product)
             with m.Case(VectorOp.MAX):
                 m.d.comb += r.eq(Mux(unordered, CANONICAL_NAN32, Mux(lt, b, a)))
             with m.Case(VectorOp.MIN):
@@ -196,8 +191,8 @@ class VectorLane(wiring.Component):
 
         is_sum = self.reduce == Reduce.SUM
         acc_in = Mux(self.first, Mux(is_sum, 0, NEG_INF32), acc)
-        m.d.comb += [red.a.eq(acc_in), red.b.eq(s1)]
-        nxt = Mux(is_sum, red.y, f_max(acc_in, s1))
+        total = add_fp(m, "add", "red", acc_in, s1, self.instances)
+        nxt = Mux(is_sum, total, f_max(acc_in, s1))
         plain = self.reduce == Reduce.NONE
         result = Mux(plain, s1, nxt)
         fp32 = self.out_format == self.formats.index("fp32") if "fp32" in self.formats else 0
@@ -206,7 +201,7 @@ class VectorLane(wiring.Component):
         if self.rng is not None:
             cast_in.update(stochastic=self.stochastic, seed=self.seed,
                            en=self.en & self.step & (plain | self.last))
-        add_cast(m, self.formats, self.rng, self.cast_instance, cast_in, cast_y)
+        add_cast(m, self.formats, self.rng, self.instances, cast_in, cast_y)
         out = Mux(fp32, result, cast_y)
         with m.If(self.en):
             with m.If(plain):
@@ -251,14 +246,14 @@ class Vector(wiring.Component):
 
     def verilog_modules(self) -> dict[str, str]:
         """Verilog of the modules the engine instantiates when lanes are instances (see
-        :mod:`.lanes`), by module name: the lane (its seed tied per lane), then the output
-        cast it instantiates."""
+        :mod:`.lanes`), by module name: the lane (its seed tied per lane), then the fp32
+        adder and multiplier and the output cast it instantiates."""
         if not self.lane_instances:
             return {}
         p = self.params
-        return {self.LANE_MODULE: lane_verilog(VectorLane(p.formats, p.rng, cast_instance=True),
+        return {self.LANE_MODULE: lane_verilog(VectorLane(p.formats, p.rng, instances=True),
                                                self.LANE_MODULE),
-                **cast_verilog(p.formats, p.rng)}
+                **fp_verilog(), **cast_verilog(p.formats, p.rng)}
 
     def verilog_dependencies(self) -> list[str]:
         """Verilog of the modules the engine instantiates (:meth:`verilog_modules`)."""
