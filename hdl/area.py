@@ -13,8 +13,8 @@ by them (the PE's multipliers take its format converters' outputs). Synthesising
 apart, each distinct one once, was measured and dropped (``benchmarks/area.md``): the PE came
 out 32 % larger, the vector lane 4.7 %, the activation lane 4.9 %, for no time saved on the
 lanes. A unit that wants a part counted by instance emits it as a module of its own (the
-activation lane's fp32 adder and multiplier, the output cast of the vector and activation
-lanes, the GpSimd engine's Iota lane).
+fp32 adder and multiplier and the output cast of the vector and activation lanes, the GpSimd
+engine's Iota lane).
 
 The script (:data:`SCRIPT`, :data:`ABC_SCRIPT`) is Yosys's ``synth -flatten`` written out,
 with these departures, all for time (``benchmarks/area.md`` measures each module's figure
@@ -86,7 +86,8 @@ whose reasoning the spec states), given to :func:`synthesize`. The cache holds t
 their area.
 
 Structural modules (generate loops of instances and wiring, no ``always`` and no logic
-operators, such as the tensor array's top) are not synthesised: Yosys takes minutes over their
+operators but in constant port connections of genvars and localparams, such as the tensor
+array's top) are not synthesised: Yosys takes minutes over their
 wide wire arrays, and their own logic is nil. Their instances are counted from the text: an
 instance inside ``for (v = A; v < B; v = v + 1)`` counts ``B - A`` times, with ``A`` and ``B``
 numbers or ``localparam`` s.
@@ -291,6 +292,8 @@ def _run(top: str, text: str, libraries: Mapping[str, str], script: str | None =
         return stat
 
 
+#: A port connection, ``.port(expression)``, with parentheses one level deep inside.
+_CONNECTION = re.compile(r"\.\w+\s*\(((?:[^()]|\([^()]*\))*)\)")
 _FOR = re.compile(r"for\s*\(\s*(\w+)\s*=\s*(\w+)\s*;\s*\1\s*<\s*(\w+)\s*;\s*\1\s*=\s*\1\s*"
                   r"\+\s*1\s*\)\s*begin\b")
 
@@ -301,11 +304,21 @@ def _instances(text: str, modules: Iterable[str]
     around it as (upper bound as written, trip count)), or None when the text is not
     structural."""
     body = _strip_comments(text)
-    if re.search(r"\balways\b|[?&|^~+*/%]|<<|>>", re.sub(r"\[[^\]]*\]|\{[^}]*\}|"
-                                                      r"for\s*\([^)]*\)", "", body)):
-        return None
     params = {m.group(1): int(m.group(2))
               for m in re.finditer(r"localparam\s+(\w+)\s*=\s*(\d+)\s*;", body)}
+    constants = set(params).union(*(re.findall(r"\w+", m.group(1)) for m in
+                                    re.finditer(r"\bgenvar\s+([\w\s,]+);", body)))
+
+    def logic(connection: re.Match) -> str:
+        """A port connection whose expression names only genvars and localparams (a tiled
+        array's ``.last((r % GROUP_ROWS) == GROUP_ROWS - 1)``) is a constant per instance,
+        not logic: dropped before the search for operators."""
+        names = re.findall(r"[A-Za-z_]\w*", connection.group(1))
+        return "" if names and set(names) <= constants else connection.group(0)
+
+    wiring = re.sub(r"\[[^\]]*\]|\{[^}]*\}|for\s*\([^)]*\)", "", body)
+    if re.search(r"\balways\b|[?&|^~+*/%]|<<|>>", _CONNECTION.sub(logic, wiring)):
+        return None
 
     def value(token: str) -> int | None:
         return int(token) if token.isdigit() else params.get(token)

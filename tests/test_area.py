@@ -143,6 +143,12 @@ def test_a_structural_module_counts_its_generate_loops_without_synthesis(tmp_pat
     assert area.structural_children(GRID, ["xor_reg", "pair"]) == {"xor_reg": 3 + 3 * 4,
                                                                     "pair": 1}
     assert area.structural_children(XOR_REG, []) is None  # has logic: synthesised
+    # a port tied to a constant of genvars and localparams (a tiled array's group ends) is
+    # still wiring; an operator on a signal is logic
+    ends = GRID.replace(".q(w[r + 1][3:0]));",
+                        ".q(w[r + 1][3:0]), .last((r % 2) == COLS - 1));")
+    assert area.structural_children(ends, ["xor_reg", "pair"]) == {"xor_reg": 15, "pair": 1}
+    assert area.structural_children(ends.replace("(r % 2)", "(a % 2)"), ["xor_reg"]) is None
     grid = {"xor_reg": XOR_REG, "pair": PAIR, "grid": GRID}
     result = area.synthesize(grid, sram_bit=BIT, cache=tmp_path)
     assert result["grid"].cells == {} and area.tops(result) == ["grid"]
