@@ -170,9 +170,10 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
     list per parameter set). Without ``synthesise``, only modules already in the cache count;
     the others are listed as missing. ``jobs``: modules synthesised at once (default: the
     machine's cores). With ``fit`` and ``synthesise``, the full-scale tensor array is also
-    emitted at :data:`FIT_SHAPES` and synthesised in the same pool as the chip's modules,
-    unless its samples are cached (:func:`fit_path`); without ``synthesise``, they come from
-    the cache or not at all (then the summary has no area terms, as without ``fit``)."""
+    emitted at :data:`FIT_SHAPES` (while the chip's modules synthesise) and synthesised in
+    the same pool as the chip's modules, unless its samples are cached (:func:`fit_path`);
+    without ``synthesise``, they come from the cache or not at all (then the summary has no
+    area terms, as without ``fit``)."""
     engines: list[tuple[str, str, dict[str, area.ModuleArea | None]]] = []
     sources: dict[str, str] = {}
     for unit, groups in emitted.items():
@@ -183,14 +184,19 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
                 engines.append((unit, "", group))
     sram_bit = spec.area.sram_bit
     # The fit is of the full-scale array (exploration's), not of a simulation-scale one; its
-    # shapes are synthesised in the same pool as the chip's modules.
+    # shapes are emitted while the chip's modules synthesise, and join their pool.
     arrays = [group for unit, _, group in engines if unit == "tensor"]
     full = len(arrays) == 1 and array_shape(arrays[0]) == (spec.core.tensor.rows,
                                                             spec.core.tensor.cols)
-    at = fit_sources(spec) if (fit and full and synthesise
-                               and not fit_path(spec, arrays[0]).is_file()) else {}
-    found = area.synthesize_groups([sources, *at.values()], sram_bit=sram_bit,
-                                   cached_only=not synthesise, jobs=jobs)
+    at: dict[tuple[int, int], dict[str, str]] = {}
+    if fit and full and synthesise and not fit_path(spec, arrays[0]).is_file():
+        def shapes() -> list[dict[str, str]]:
+            at.update(fit_sources(spec))
+            return list(at.values())
+    else:
+        shapes = None
+    found = area.synthesize_groups([sources], sram_bit=sram_bit, cached_only=not synthesise,
+                                   jobs=jobs, more=shapes)
     results = found[0]
     if at:
         area.store(fit_path(spec, arrays[0]),

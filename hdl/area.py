@@ -101,6 +101,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import heapq
 import json
 import os
 import re
@@ -108,8 +109,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -434,45 +434,98 @@ def synthesize(sources: Mapping[str, str], *, sram_bit: float, cache: Path | Non
 
 def synthesize_groups(groups: Sequence[Mapping[str, str]], *, sram_bit: float,
                       cache: Path | None = None, cached_only: bool = False,
-                      jobs: int | None = None) -> list[dict[str, ModuleArea | None]]:
+                      jobs: int | None = None,
+                      more: Callable[[], Sequence[Mapping[str, str]]] | None = None
+                      ) -> list[dict[str, ModuleArea | None]]:
     """:func:`synthesize` of each of ``groups`` (each a ``sources``: its modules are black
     boxes of each other, not of another group's), with one pool of ``jobs`` workers for
-    them all, the longest text first, so that the workers stay busy to the end across
-    groups; a module whose name and text two groups share is synthesised once."""
+    them all, the longest text waiting first, so that the workers stay busy to the end
+    across groups; a module whose name and text two groups share is synthesised once.
+
+    ``more``, when given, is called in this thread once the workers have started on
+    ``groups``; the groups it returns join the same pool, and their results follow
+    ``groups``' in the list returned. So the work of making them (emitting the tensor array
+    at the fit's shapes, in Python) overlaps the synthesis of the first ones (in Yosys
+    processes)."""
     cache = CACHE if cache is None else Path(cache)
-    results: list[dict[str, ModuleArea | None]] = [{} for _ in groups]
+    every: list[Mapping[str, str]] = []
+    results: list[dict[str, ModuleArea | None]] = []
     pending: dict[Path, tuple[str, str, dict[str, str]]] = {}
     waiting: list[tuple[int, str, Path]] = []
-    for i, sources in enumerate(groups):
-        for top, text in sources.items():
-            path = cache / f"{top}-{_key(top, text)[:20]}.json"
-            if path.is_file():
-                results[i][top] = _load(json.loads(path.read_text()), sources, sram_bit)
-                continue
-            libs = {n: t for n, t in sources.items() if n != top and _mentions(text, n)}
-            children = structural_children(text, libs)
-            if children is not None:  # no logic of its own: counted from its text, not cached
-                results[i][top] = ModuleArea(top, {}, 0, children, sram_bit=sram_bit)
-            elif cached_only:
-                results[i][top] = None
-            else:
-                pending.setdefault(path, (top, text, libs))
-                waiting.append((i, top, path))
+    queue: list[tuple[int, str]] = []  # a heap: the longest text first
+    done: dict[Path, dict] = {}
+    failed: list[BaseException] = []
+    ready = threading.Condition()
+    closed = False
 
-    def run(path: Path) -> dict:
-        top, text, libs = pending[path]
-        stat = _run(top, text, libs)
-        data = {"module": top, "memory_bits": stat["memory_bits"], "cells": _cells(stat, top)}
-        store(path, data)
-        return data
+    def add(new: Sequence[Mapping[str, str]]) -> None:
+        for sources in new:
+            i = len(every)
+            every.append(sources)
+            results.append({})
+            for top, text in sources.items():
+                path = cache / f"{top}-{_key(top, text)[:20]}.json"
+                if path.is_file():
+                    results[i][top] = _load(json.loads(path.read_text()), sources, sram_bit)
+                    continue
+                libs = {n: t for n, t in sources.items() if n != top and _mentions(text, n)}
+                children = structural_children(text, libs)
+                if children is not None:  # no logic of its own: counted from its text
+                    results[i][top] = ModuleArea(top, {}, 0, children, sram_bit=sram_bit)
+                elif cached_only:
+                    results[i][top] = None
+                else:
+                    waiting.append((i, top, path))
+                    with ready:
+                        if path not in pending:
+                            pending[path] = (top, text, libs)
+                            heapq.heappush(queue, (-len(text), str(path)))
+                            ready.notify()
 
-    if pending:
-        order = sorted(pending, key=lambda p: -len(pending[p][1]))
-        with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-            done = dict(zip(order, pool.map(run, order), strict=True))
-        for i, top, path in waiting:
-            results[i][top] = _load(done[path], groups[i], sram_bit)
-    return [{n: r[n] for n in sources} for r, sources in zip(results, groups, strict=True)]
+    def work() -> None:
+        while True:
+            with ready:
+                while not queue and not closed:
+                    ready.wait()
+                if not queue or failed:
+                    return
+                path = Path(heapq.heappop(queue)[1])
+            top, text, libs = pending[path]
+            try:
+                stat = _run(top, text, libs)
+            except BaseException as error:  # raised below, once the workers have stopped
+                with ready:
+                    failed.append(error)
+                    ready.notify_all()
+                return
+            data = {"module": top, "memory_bits": stat["memory_bits"],
+                    "cells": _cells(stat, top)}
+            store(path, data)
+            done[path] = data
+
+    add(groups)
+    workers = [threading.Thread(target=work, daemon=True)
+               for _ in range(0 if cached_only else jobs or os.cpu_count() or 1)]
+    for worker in workers:
+        worker.start()
+    try:
+        if more is not None:
+            add(more())
+    except BaseException:
+        with ready:
+            queue.clear()  # what is running finishes; nothing more starts
+        raise
+    finally:
+        with ready:
+            closed = True
+            ready.notify_all()
+        for worker in workers:
+            worker.join()
+    if failed:
+        raise failed[0]
+    for i, top, path in waiting:
+        results[i][top] = _load(done[path], every[i], sram_bit)
+    return [{n: r[n] for n in sources} for r, sources in zip(results, every, strict=True)]
 
 
 def chip_path(chip: str, digest: str) -> Path:

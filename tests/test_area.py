@@ -137,6 +137,17 @@ endmodule
         area.rollup(first, "pair") / 2 + 4 * 4.522 / 0.798)
     assert area.synthesize_groups([two], sram_bit=BIT, cache=tmp_path) == [second]
     assert len(runs) == 2  # cached
+    # groups made while the first ones synthesise join the same pool, their results after
+    fresh = tmp_path / "fresh"
+    assert area.synthesize_groups([one], sram_bit=BIT, cache=fresh, jobs=2,
+                                  more=lambda: [two]) == [first, second]
+    assert len(runs) == 4
+
+    def broken():
+        raise ValueError("no shapes")
+
+    with pytest.raises(ValueError, match="no shapes"):
+        area.synthesize_groups([two], sram_bit=BIT, cache=tmp_path / "other", more=broken)
 
 
 def test_a_structural_module_counts_its_generate_loops_without_synthesis(tmp_path):
@@ -381,8 +392,9 @@ def test_the_array_fit_is_synthesised_when_asked_in_the_chips_pool_and_keyed_by_
     real = area.synthesize_groups
 
     def pool(groups, **kw):
-        pools.append(len(groups))
-        return real(groups, **kw)
+        found = real(groups, **kw)
+        pools.append(len(found))  # the groups given and those ``more`` made while they ran
+        return found
 
     monkeypatch.setattr(area, "synthesize_groups", pool)
     rtl = tmp_path / "rtl"
@@ -395,7 +407,7 @@ def test_the_array_fit_is_synthesised_when_asked_in_the_chips_pool_and_keyed_by_
     assert chip_areas.chip_area(spec, emitted, synthesise=False)[1]["missing"]
     assert emitted_at == []
     _, summary = chip_areas.chip_area(spec, emitted, synthesise=True)
-    # The fit's shapes went into the same pool as the chip's modules.
+    # The fit's shapes went into the same pool as the chip's modules, emitted once.
     assert emitted_at == [1] and pools[-1] == 1 + len(chip_areas.FIT_SHAPES)
     pe = area.rollup(area.synthesize({"tensor_pe": group["tensor_pe"]}, sram_bit=BIT),
                      "tensor_pe")
