@@ -119,13 +119,14 @@ def cmd_layout(params: SystolicParams) -> data.StructLayout:
 def meta_layout(params: SystolicParams) -> data.StructLayout:
     """What travels with a moving vector to the PSUM columns (``m_left`` counts down one per
     column: column c writes the bank while it is nonzero, i.e. for c < m; ``int``: the sum
-    is an int32 one). A tiled array carries one per column group."""
+    is an int32 one, on an array with int8 only: elsewhere it would be a constant 0 carried
+    through every stage of the pipeline). A tiled array carries one per column group."""
     return data.StructLayout({
         "valid": 1,
         "index": params.index_bits,
         "accumulate": 1,
         "m_left": params.m_bits,
-        "int": 1,
+        **({"int": 1} if params.has_int else {}),
     })
 
 
@@ -360,8 +361,9 @@ class PsumColumn(wiring.Component):
             passed.index.eq(meta_a.index),
             passed.accumulate.eq(meta_a.accumulate),
             passed.m_left.eq(Mux(write, meta_a.m_left - 1, 0)),
-            passed.int.eq(meta_a.int),
         ]
+        if p.has_int:
+            m.d.comb += passed.int.eq(meta_a.int)
         entries = Cat(passed, held[size:])
         m.d.comb += self.meta_out.eq(
             _rotate(entries, size, self.last if p.ways > 1 else None))
@@ -737,8 +739,10 @@ class SystolicControl(wiring.Component):
                 offset = ((h - j.c0)[:p.group_bits] if tiled else 0) * p.group_cols
                 with m.If(src["inject"] & j.primary & j.cols[h]):
                     m.d.comb += [meta.valid.eq(1), meta.index.eq(src["index"]),
-                                 meta.accumulate.eq(j.acc), meta.int.eq(j.int),
+                                 meta.accumulate.eq(j.acc),
                                  meta.m_left.eq(Mux(j.m > offset, j.m - offset, 0))]
+                    if p.has_int:
+                        m.d.comb += meta.int.eq(j.int)
             m.d.comb += wires["meta_in"].eq(meta)
 
         # Stage 1 of both waves.
