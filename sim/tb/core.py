@@ -256,8 +256,8 @@ def _gpsimd(b: Builder) -> None:
 
 
 def _matmuls(b: Builder) -> None:
-    """The tensor engine: bf16, a double-rate fp8 tile of twice the array's rows accumulated
-    onto the bf16 result, fp32 with a strided moving tile and fewer rows than the array,
+    """The tensor engine: bf16, a double-rate fp8 tile of the array's rows (two partitions
+    to a PE row) accumulated onto the bf16 result, fp32 with a strided moving tile and fewer rows than the array,
     stationaries at byte offsets inside words, and (where the array has it) tf32, its codes
     at the top of 32-bit words, accumulated onto the bf16 and fp8 result."""
     p, r, c = b.params.partitions, b.params.rows, b.params.cols
@@ -279,7 +279,7 @@ def _matmuls(b: Builder) -> None:
     b.emit(t, LoadStationary(src=b.tile("sbuf", "bf16", s16 + 2, r, ((m16, 1),))))
     b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank0, m16, ((n, 1),)),
                              src=b.tile("sbuf", "bf16", s16 + 2 * c, r, ((n, 1),))))
-    k8 = min(2 * r, p)
+    k8 = min(r, p)
     b.emit(t, LoadStationary(src=b.tile("sbuf", "fp8_e4m3", s8 + 3, k8, ((m8, 1),))))
     b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank0, m8, ((n, 1),)),
                              src=b.tile("sbuf", "fp8_e4m3", s8 + n, k8, ((n, 1),)),
