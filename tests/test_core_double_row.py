@@ -73,9 +73,9 @@ def test_double_row_contracts_both_halves_in_the_arrays_order(scale, w_t, x_t, s
     """Stationary [P, 2, M] and moving [P, 2, N] in HBM rows ``i * P + p`` (the documented
     layout of a K = 2P contraction), DMAed to SBUF, multiplied onto a PSUM bank already
     holding values (accumulate, copied there by the vector engine): the fp32 bits equal
-    numpy float32 arithmetic on ml_dtypes' values, product by product, PE row p's pair 0 (index p) then its pair 1 (index P + p),
-    each rounded; the same sum is near the float64 matmul of the whole contraction. Mixed
-    e4m3 and e5m2 inputs are allowed [NKI3]."""
+    numpy float32 arithmetic on ml_dtypes' values, product by product, PE row p's pair 0
+    (index p) then its pair 1 (index P + p), each rounded; the same sum is near the float64
+    matmul of the whole contraction. Mixed e4m3 and e5m2 inputs are allowed [NKI3]."""
     params = core_params(load("trn2"), scale)
     parts, m, n = params.rows, params.cols, min(params.moving_max, 64)
     rng = np.random.default_rng(seed)

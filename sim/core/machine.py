@@ -7,9 +7,11 @@
   bounds of SBUF, PSUM and HBM, PSUM bank overflow, operand shapes and formats, the
   array's tiling (a stationary's tile position and size by
   :func:`sim.golden.systolic.place`; a multiply writes the PSUM partitions of its tile's
-  columns, array column ``col + j`` into partition ``col + j``), and stochastic rounding on
-  a chip without it (``CoreParams.rng`` None). While it runs: a multiply with no
-  stationary loaded or one whose format its tile's does not take
+  columns, array column ``col + j`` into partition ``col + j``), the fp8 double row
+  (``double_row``: a double-rate format, the pair axis, the whole width; the one form of a
+  contraction deeper than the PE rows), and stochastic rounding on a chip without it
+  (``CoreParams.rng`` None). While it runs: a multiply with no stationary loaded, one whose
+  format its tile's does not take or whose double row its tile's is not
   (:func:`sim.golden.systolic.check_formats`); deadlock (every unfinished stream waiting),
   which is reported with the wait graph; and (by default in numeric mode) races, two streams
   touching the same bytes, one writing, with no semaphore ordering them (vector clocks).

@@ -257,9 +257,10 @@ def _gpsimd(b: Builder) -> None:
 
 def _matmuls(b: Builder) -> None:
     """The tensor engine: bf16, a double-rate fp8 tile of the array's rows (two partitions
-    to a PE row) accumulated onto the bf16 result, fp32 with a strided moving tile and fewer rows than the array,
-    stationaries at byte offsets inside words, and (where the array has it) tf32, its codes
-    at the top of 32-bit words, accumulated onto the bf16 and fp8 result."""
+    to a PE row) accumulated onto the bf16 result, fp32 with a strided moving tile and fewer
+    rows than the array, stationaries at byte offsets inside words, and (where the array has
+    it) tf32, its codes at the top of 32-bit words, accumulated onto the bf16 and fp8
+    result."""
     p, r, c = b.params.partitions, b.params.rows, b.params.cols
     n = min(12, b.params.moving_max)
     x16 = b.hbm("x16", (p, 2 * n), "bf16")
