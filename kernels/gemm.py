@@ -61,7 +61,7 @@ def _tiles(size: int, tile: int) -> list[tuple[int, int]]:
 
 def _k_tiles(b: Builder, k: int, dtype: str) -> list[tuple[int, int, int]]:
     """The K-tiles of a contraction of ``k`` stored rows: (first row, partitions, pairs),
-    pairs 2 for a double row (:data:`_pairs`), each tile's contraction its partitions times
+    pairs 2 for a double row (:func:`_pairs`), each tile's contraction its partitions times
     its pairs."""
     p = b.params
     tk = min(p.rows, p.partitions)
