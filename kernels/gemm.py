@@ -177,7 +177,7 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
         a_bytes = len(k_tiles) * w * bm * es + a_scales
         blocks = _tiles(m, bm)
         stage = 2 * per_block * tn * oes
-        fixed = ring + ring_scales + stage + (per_block * 4 if func else 0)
+        fixed = ring + ring_scales + stage + (2 * per_block * 4 if func else 0)
         buffers = 2 if len(blocks) > 1 and 2 * a_bytes + fixed <= p.sbuf_bytes else 1
         if buffers * a_bytes + fixed <= p.sbuf_bytes or per_block == 1:
             break
@@ -187,7 +187,8 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     ring_base = b.sbuf(ring, "rhs ring")
     ring_scale = b.sbuf(ring_scales, "rhs scales") if mx else 0
     stage_base = b.sbuf(stage, "output staging")
-    bias_base = b.sbuf(per_block * 4, "bias") if func else 0
+    # two blocks' bias columns: the next block's loads while this block's activations read
+    bias_bases = [b.sbuf(per_block * 4, "bias") for _ in range(2)] if func else []
     banks = b.psum_banks(2 * per_block, "accumulators")
     act = b.function(func) if func else 0
 
@@ -195,6 +196,7 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     slot_free = [None] * _RING
     bank_free: list[list] = [[], []]
     stage_free = [None, None]
+    bias_free: list[list] = [[], []]
     slot = tile_no = out_no = 0
     for bi, (m0, bmp) in enumerate(blocks):
         buf = bi % buffers
@@ -211,6 +213,8 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                 _scale_copies(b, ["dma0"], lhs_s, k_tiles[c0][0] // MX_GROUP_PARTITIONS,
                               (m0, m0 + bmp), kp, a_scale[buf] + c0 * bm, g, bm)
         if func:
+            bias_base = bias_bases[bi % 2]
+            b.wait("dma0", *bias_free[bi % 2])
             for mt, (mo, mp) in enumerate(_tiles(bmp, tm)):
                 src = bias.ap((m0 + mo, m0 + mo + mp))
                 b.emit("dma0", DmaCopy(dst=b.column(bias_base + mt * 4, mp), src=src))
@@ -289,6 +293,8 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                 b.emit(q, DmaCopy(dst=out.ap((m0 + mo, m0 + mo + mp), (n0, n0 + tnp)), src=st))
             stage_free[half] = b.signal(q)
             tile_no += 1
+            if func:
+                bias_free[bi % 2] = bank_free[half]
         a_free[buf] = slot_free[(slot - 1) % _RING]
 
 
