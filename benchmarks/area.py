@@ -7,11 +7,12 @@
    wall time, and the CPU time of the Yosys processes.
 3. Second pass: the same again on the filled cache.
 
-With ``--before SRC``, instead: the cold pass twice, each into an empty cache, one after the
-other in this run: on the RTL that the source tree ``SRC`` emits (the baseline: ``git
-archive main | tar -x -C SRC``), then on this tree's; then the cached pass. Both are
-synthesised by this tree's flow, so the ratios are the RTL's. Wall and CPU ratios of the
-two cold passes, and each module's NAND2 in both.
+With ``--before SRC``, instead: cold passes, each into an empty cache, one after the other
+in this run, on the RTL that the source tree ``SRC`` emits (the baseline: ``git archive main
+| tar -x -C SRC``) and on this tree's: the chip's modules alone (the chip's roll-up), then
+with the fit (as ``gen chip --area``); then the cached pass. Both are synthesised by this
+tree's flow, so the ratios are the RTL's. Wall and CPU ratios of the cold passes, and each
+module's NAND2 in both.
 
 With ``--compare MODULE...``, instead: each named module synthesised with the script of
 :mod:`hdl.area` and with the reference flow below (Yosys's default ``synth``: resource
@@ -134,30 +135,41 @@ def baseline_files(doc, source: Path, out: Path) -> dict[str, list[list[Path]]]:
 
 
 def before_and_after(doc, before, after, cache: Path, jobs: int | None) -> None:
-    """Cold synthesis and roll-up of the chip with the fit (``chip_area`` as ``gen chip
-    --area`` runs it), of the baseline's RTL (``before``) and of this tree's (``after``),
-    each into an empty cache, one after the other in this run; then cached. Wall and Yosys
-    CPU of each, their ratios, and each module's NAND2 in both (a module of one RTL only is
-    listed with its instances)."""
+    """Cold synthesis and roll-up of the chip, of the baseline's RTL (``before``) and of
+    this tree's (``after``), each into an empty cache, one after the other in this run:
+    first the chip's modules alone (``chip_area`` without the fit: the chip's roll-up), then
+    with the fit (``chip_area`` as ``gen chip --area`` runs it, into another empty cache);
+    then cached. Wall, Yosys CPU and the command's own CPU (emitting the fit's shapes) of
+    each, their ratios, and each module's NAND2 in both (a module of one RTL only is listed
+    with its instances)."""
     out = {}
-    for label, emitted in (("before", before), ("after", after)):
-        area.CACHE = cache / label
-        cpu0, t0 = children_cpu(), time.perf_counter()
-        _, summary = chip_area(doc.spec, emitted, synthesise=True, jobs=jobs)
-        out[label] = (time.perf_counter() - t0, children_cpu() - cpu0, summary)
-        modules = sum(1 for g in emitted.values() for f in g for p in f if p.suffix == ".v")
-        print(f"{doc.spec.name} cold with the fit, {label}: {modules} modules, "
-              f"{out[label][0]:.1f} s wall, {out[label][1]:.1f} s Yosys CPU, load average "
-              f"{os.getloadavg()[0]:.1f}; chip {summary['chip']:,.0f} NAND2, core "
-              f"{summary['core']:,.0f}", flush=True)
+    for fit in (False, True):
+        for label, emitted in (("before", before), ("after", after)):
+            area.CACHE = cache / f"{label}-{'fit' if fit else 'alone'}"
+            cpu0, own0, t0 = children_cpu(), time.process_time(), time.perf_counter()
+            _, summary = chip_area(doc.spec, emitted, synthesise=True, jobs=jobs, fit=fit)
+            figures = (time.perf_counter() - t0, children_cpu() - cpu0,
+                       time.process_time() - own0, summary)
+            out[label, fit] = figures
+            modules = sum(1 for g in emitted.values() for f in g for p in f if p.suffix == ".v")
+            print(f"{doc.spec.name} cold, {'with the fit' if fit else 'the chip alone'}, "
+                  f"{label}: {modules} modules, {figures[0]:.1f} s wall, {figures[1]:.1f} s "
+                  f"Yosys CPU, {figures[2]:.1f} s own CPU, load average "
+                  f"{os.getloadavg()[0]:.1f}; chip {summary['chip']:,.0f} NAND2, core "
+                  f"{summary['core']:,.0f}", flush=True)
     t0 = time.perf_counter()
     _, summary = chip_area(doc.spec, after, synthesise=True, jobs=jobs)
-    print(f"{doc.spec.name} cached, after: {time.perf_counter() - t0:.2f} s; fit residuals "
-          f"{[round(f['residual'], 4) for f in summary['fit']]}")
-    (w0, c0, s0), (w1, c1, s1) = out["before"], out["after"]
-    print(f"after / before: wall {w1 / w0:.2f}, Yosys CPU {c1 / c0:.2f}, chip NAND2 "
-          f"{100 * (s1['chip'] / s0['chip'] - 1):+.2f} %, core "
-          f"{100 * (s1['core'] / s0['core'] - 1):+.2f} %")
+    print(f"{doc.spec.name} cached, after, with the fit: {time.perf_counter() - t0:.2f} s; "
+          f"fit residuals {[round(f['residual'], 4) for f in summary['fit']]}; terms "
+          f"{ {k: round(v) for k, v in summary['terms'].items()} }")
+    for fit in (False, True):
+        (w0, c0, _, s0), (w1, c1, _, s1) = out["before", fit], out["after", fit]
+        print(f"after / before, {'with the fit' if fit else 'the chip alone'}: wall "
+              f"{w1 / w0:.2f}, Yosys CPU {c1 / c0:.2f}, chip NAND2 "
+              f"{100 * (s1['chip'] / s0['chip'] - 1):+.2f} %, core "
+              f"{100 * (s1['core'] / s0['core'] - 1):+.2f} %")
+    s0, s1 = out["before", True][3], out["after", True][3]
+
     def total(modules: dict, name: str) -> float:
         m = modules[name]
         return m["gates"] + sum(n * total(modules, c) for c, n in m["children"].items())
