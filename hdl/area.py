@@ -38,7 +38,10 @@ with and without them):
   pipeline, so ``opt -fast`` ran 131 rounds, each cleaning the whole module, 65 % of its
   time. The ``opt`` passes before ``memory`` keep ``opt_dff`` (enables and resets merged
   into flip-flops, constant ones removed); what is left is such chains, counted as
-  flip-flops (the control +0.5 %: 128 x 20 bits of pipeline of which one is constant).
+  flip-flops. That bit is no longer emitted on a chip without int8 (``meta_layout``); with
+  it gone, ``opt_dff`` after ``memory`` changes trn2's control and row-group runner by
+  under 0.03 % at about the same time (``benchmarks/area.md``), so ``-noff`` now only
+  guards against such a chain elsewhere.
 - ABC maps with ``strash; &get -n; &dch -f; &nf; &put``: Yosys's default script without
   its SAT sweeping (``&fraig -x``), signal correspondence (``scorr``), retiming
   (``dretime``) and ``dc2`` rewriting, which take most of ABC's time on large datapaths.
