@@ -71,15 +71,16 @@ def test_fusesoc_lint_target_passes(sim_build, tmp_path, top):
 @pytest.fixture(scope="module")
 def core_build(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("chip") / "trn2"
-    generate_chip(load_document("trn2"), out, "sim", units=["vector", "core"])
+    generate_chip(load_document("trn2"), out, "sim", units=["vector", "scalar", "core"])
     return out
 
 
 def test_neuron_core_is_a_fusesoc_core_that_lints_clean(core_build, tmp_path):
     """The NeuronCore's .core lists the modules it instantiates before it, as its file list
     does; the chip's file list defines each module once (a module the vector engine also
-    wrote is shared or renamed for the core); core-info reads the .core, and its lint target
-    (verilator -Wall with neuron_core.vlt) passes at simulation scale."""
+    wrote is shared or renamed for the core; the scalar unit's, whose parameters are the
+    core's scalar engine's, the core takes by name); core-info reads the .core, and its lint
+    target (verilator -Wall with neuron_core.vlt) passes at simulation scale."""
     rtl = core_build / "rtl"
     core = yaml.safe_load((rtl / "neuron_core.core").read_text())
     assert core["name"] == "trngen:trn2:neuron_core:0.1.0"
