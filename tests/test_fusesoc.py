@@ -26,6 +26,26 @@ def fusesoc(*args, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+def test_the_top_is_the_module_no_other_file_instantiates(tmp_path):
+    """A module is used by another file where its name stands alone; within a longer name
+    or a hierarchical one (Amaranth's ``\\top.sub``) it is not."""
+    from generators.fusesoc import top_module
+
+    texts = {"lane": "module lane(input a);\nendmodule\n",
+             "engine": "module engine;\n  lane \\lanes[0] (.a(1'b0));\n  wire lane_x;\n"
+                       "endmodule\n",
+             "top": "module top;\n  engine u ();\n  wire \\top.lane ;\n  wire lanes;\n"
+                    "endmodule\n"}
+    files = []
+    for name, text in texts.items():
+        files.append(tmp_path / f"{name}.v")
+        files[-1].write_text(text)
+    assert top_module(files) == "top"
+    (tmp_path / "engine.v").write_text(texts["engine"].replace("lane \\lanes", "lane_b u"))
+    with pytest.raises(ValueError, match="one top module"):
+        top_module(files)
+
+
 @pytest.fixture(scope="module")
 def sim_build(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("chip") / "trn2"
