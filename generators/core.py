@@ -207,10 +207,9 @@ def emit(params: CoreParams, rtl_dir: Path, header: str) -> list[Path]:
             raise ValueError(f"the core takes the module {name} as the chip's unit emits it, "
                              f"but {rtl_dir / name}.v is not written")
     texts = [t for t in dependencies if not isinstance(t, Taken)] + [top]
-    for name in [module_name(text) for text in texts[:-1]]:
+    for k, name in enumerate([module_name(text) for text in texts[:-1]]):
         path = rtl_dir / f"{name}.v"
-        text = next(t for t in texts[:-1] if module_name(t) == name)
-        if path.is_file() and path.read_text() != prefix + text:
+        if path.is_file() and path.read_text() != prefix + texts[k]:
             texts = rename_module(texts, name, f"{TOP}_{name}")
     paths, own = [], iter(texts[:-1])
     for dependency in dependencies:
