@@ -10,7 +10,7 @@ is not: one definition per module name in the chip's file list.
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from hdl.core.core import DEPENDENCY_GROUPS
@@ -113,16 +113,20 @@ def unchecked_comb_cycles():
 #: (:meth:`hdl.core.core.NeuronCore.verilog_dependencies`).
 PARTS = ("top", *DEPENDENCY_GROUPS)
 
+#: The parts whose memories :func:`part_texts` leaves uninitialised: the core's own (SBUF,
+#: PSUM) and the sequencer's (its instructions and cycle stamps).
+UNINITIALISED = ("top", "sequencer")
+
 _parts: dict[tuple[CoreParams, str, tuple], tuple[str, ...]] = {}
 _taken: dict[tuple[CoreParams, str], tuple[str, ...]] = {}
 
 
 def part_texts(params: CoreParams, part: str,
                units: tuple[tuple[str, object], ...] = ()) -> tuple[str, ...]:
-    """The Verilog texts of one of the core's :data:`PARTS`: for "top" the core's own module
-    (its memories uninitialised), else the modules of that group, a module of a unit of
-    ``units`` (the chip's units emitted beside the core, (name, parameters) pairs) by name
-    where the core's engine has that unit's parameters
+    """The Verilog texts of one of the core's :data:`PARTS` (the memories of those of
+    :data:`UNINITIALISED` uninitialised): for "top" the core's own module, else the modules
+    of that group, a module of a unit of ``units`` (the chip's units emitted beside the core,
+    (name, parameters) pairs) by name where the core's engine has that unit's parameters
     (:meth:`hdl.core.core.NeuronCore.taken_units`); elaborated once per parameter set in a
     process."""
     if part not in PARTS:
@@ -134,10 +138,10 @@ def part_texts(params: CoreParams, part: str,
         from hdl.core.core import NeuronCore
 
         core = NeuronCore(params)
-        with unchecked_comb_cycles():
+        with unchecked_comb_cycles(), (
+                uninitialised_memories() if part in UNINITIALISED else nullcontext()):
             if part == "top":
-                with uninitialised_memories():
-                    texts = (verilog.convert(core, name=TOP, emit_src=False),)
+                texts = (verilog.convert(core, name=TOP, emit_src=False),)
             else:
                 # the modules as every other unit emits them (the tensor array's PSUM
                 # columns have zero-initialised banks), so that equal texts are shared

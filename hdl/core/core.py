@@ -11,10 +11,11 @@ simulation scale):
   **PSUM**: likewise, ``psum_bytes`` per partition (``psum_banks`` banks of accumulation).
 * **Streams** (:attr:`NeuronCore.streams`): ``tensor``, ``vector``, ``scalar``, ``gpsimd``
   and the DMA queues ``dma0`` ..; each its :class:`~hdl.core.sequencer.Sequencer` of
-  ``instructions`` words. The engines: :mod:`hdl.core.tensor`, :mod:`hdl.core.engines`
-  (vector), :mod:`hdl.core.scalar`, and for GpSimd a second vector engine (the element-wise
-  operations and memsets it shares with the vector engine, and ``Iota``); each engine is a
-  module emitted once (:class:`EngineInstance`).
+  ``instructions`` words, an instance of one module (:data:`SEQUENCER_MODULE`). The
+  engines: :mod:`hdl.core.tensor`, :mod:`hdl.core.engines` (vector), :mod:`hdl.core.scalar`,
+  and for GpSimd a second vector engine (the element-wise operations and memsets it shares
+  with the vector engine, and ``Iota``); each engine is a module emitted once
+  (:class:`EngineInstance`).
 * **Semaphores**: ``semaphores`` counters of 32 bits (the width of ``SemWait.value``),
   cleared at start; a signal adds its count the cycle after it issues,
   several signals in one cycle add up.
@@ -61,8 +62,9 @@ GPSIMD_MODULE = "neuron_core_gpsimd_engine"
 SCALAR_MODULE = "neuron_core_scalar_engine"
 TENSOR_MODULE = "neuron_core_tensor_engine"
 SEMAPHORE_MODULE = "neuron_core_semaphore"
+SEQUENCER_MODULE = "neuron_core_sequencer"
 #: The groups of :meth:`NeuronCore.verilog_dependencies`, in order.
-DEPENDENCY_GROUPS = ("tensor", "vector", "gpsimd", "scalar", "semaphore")
+DEPENDENCY_GROUPS = ("tensor", "vector", "gpsimd", "scalar", "semaphore", "sequencer")
 #: The engines' instruction streams, in host-port order (the DMA queues follow).
 ENGINE_STREAMS = ("tensor", "vector", "scalar", "gpsimd")
 
@@ -233,7 +235,8 @@ class NeuronCore(wiring.Component):
         :data:`DEPENDENCY_GROUPS` (``group``: that group's alone, each group elaborated
         apart): the tensor engine's, the vector engine's (its unit's lane is also the GpSimd
         engine's and the scalar engine's vector unit's: same formats and generator), the
-        GpSimd engine's, the scalar engine's, the semaphore. The modules of a unit of
+        GpSimd engine's, the scalar engine's, the semaphore, the sequencer (one module for
+        every instruction stream). The modules of a unit of
         :meth:`taken_units` (``units``) are by name
         (:class:`~hdl.core.engines.Taken`), not elaborated."""
         if group is None:
@@ -246,6 +249,8 @@ class NeuronCore(wiring.Component):
         if group == "semaphore":
             return [lane_verilog(Semaphore(self.params.semaphores, len(self.streams)),
                                  SEMAPHORE_MODULE)]
+        if group == "sequencer":
+            return [lane_verilog(Sequencer(self.params.instructions), SEQUENCER_MODULE)]
         if group not in DEPENDENCY_GROUPS:
             raise ValueError(f"group must be one of {', '.join(DEPENDENCY_GROUPS)}, "
                              f"not {group!r}")
@@ -278,8 +283,9 @@ class NeuronCore(wiring.Component):
         cycles = Signal(32)
         seqs = []
         for s, name in enumerate(self.streams):
-            seq = Sequencer(p.instructions)
-            m.submodules[f"seq_{name}"] = seq
+            sequencer = Sequencer(p.instructions)
+            sequencer._MustUse__silence = True  # emitted once apart (verilog_dependencies)
+            m.submodules[f"seq_{name}"] = seq = EngineInstance(sequencer, SEQUENCER_MODULE)
             seqs.append(seq)
             length = Signal(range(p.instructions + 1), name=f"length_{name}")
             with m.If(host.we & (host.addr == hm.length(s))):
