@@ -163,12 +163,13 @@ def _emit(name: str, params: object, rtl_dir: Path, head: str,
     return files
 
 
-def _emit_part(name: str, params: object, part: str) -> tuple[object, float]:
-    """One part of a unit's emission (``Unit.part``), in a worker process: its result and
-    the CPU seconds it took."""
+def _emit_part(name: str, params: object, part: str,
+               units: tuple[tuple[str, object], ...]) -> tuple[object, float]:
+    """One part of a unit's emission (``Unit.part``; ``units`` the chip's other units), in
+    a worker process: its result and the CPU seconds it took."""
     start = time.process_time()
     with fewer_collections(), yosys_in_process() if _worker else nullcontext():
-        result = UNITS[name].part(params, part)
+        result = UNITS[name].part(params, part, units)
     return result, time.process_time() - start
 
 
@@ -421,11 +422,16 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
                  for i, j in todo if plan[i][0].parts is not None}
         tasks = sum(len(p) for p in parts.values()) + len(todo) - len(parts)
         jobs = max(1, min(cores() if jobs is None else jobs, tasks))
+        # The units of one variant beside the one whose parts these are, which those parts
+        # may take modules from (written before it is emitted from them).
+        beside = [(unit.name, variants[0]) for unit, variants in plan
+                  if len(variants) == 1 and unit.parts is None]
         with emitters(jobs) as submit:
             for (i, j), named in parts.items():
                 unit, variants = plan[i]
                 for part in named:
-                    named[part] = submit(_emit_part, unit.name, variants[j], part)
+                    named[part] = submit(_emit_part, unit.name, variants[j], part,
+                                         tuple(beside))
 
             def start(counted: bool) -> None:
                 for i, j in todo:

@@ -10,7 +10,7 @@ is not: one definition per module name in the chip's file list.
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from hdl.core.core import DEPENDENCY_GROUPS
@@ -113,48 +113,70 @@ def unchecked_comb_cycles():
 #: (:meth:`hdl.core.core.NeuronCore.verilog_dependencies`).
 PARTS = ("top", *DEPENDENCY_GROUPS)
 
-_parts: dict[tuple[CoreParams, str], tuple[str, ...]] = {}
+#: The parts whose memories :func:`part_texts` leaves uninitialised: the core's own (SBUF,
+#: PSUM) and the sequencer's (its instructions and cycle stamps).
+UNINITIALISED = ("top", "sequencer")
+
+_parts: dict[tuple[CoreParams, str, tuple], tuple[str, ...]] = {}
+_taken: dict[tuple[CoreParams, str], tuple[str, ...]] = {}
 
 
-def part_texts(params: CoreParams, part: str) -> tuple[str, ...]:
-    """The Verilog texts of one of the core's :data:`PARTS`: for "top" the core's own module
-    (its memories uninitialised), else the modules of that group; elaborated once per
-    parameter set in a process, or given by :func:`take_parts`."""
+def part_texts(params: CoreParams, part: str,
+               units: tuple[tuple[str, object], ...] = ()) -> tuple[str, ...]:
+    """The Verilog texts of one of the core's :data:`PARTS` (the memories of those of
+    :data:`UNINITIALISED` uninitialised): for "top" the core's own module, else the modules
+    of that group, a module of a unit of ``units`` (the chip's units emitted beside the core,
+    (name, parameters) pairs) by name where the core's engine has that unit's parameters
+    (:meth:`hdl.core.core.NeuronCore.taken_units`); elaborated once per parameter set in a
+    process."""
     if part not in PARTS:
         raise ValueError(f"part must be one of {', '.join(PARTS)}, not {part!r}")
-    if (params, part) not in _parts:
+    units = tuple(units) if part != "top" else ()
+    if (params, part, units) not in _parts:
         from amaranth.back import verilog
 
         from hdl.core.core import NeuronCore
 
         core = NeuronCore(params)
-        with unchecked_comb_cycles():
+        with unchecked_comb_cycles(), (
+                uninitialised_memories() if part in UNINITIALISED else nullcontext()):
             if part == "top":
-                with uninitialised_memories():
-                    texts = (verilog.convert(core, name=TOP, emit_src=False),)
+                texts = (verilog.convert(core, name=TOP, emit_src=False),)
             else:
                 # the modules as every other unit emits them (the tensor array's PSUM
                 # columns have zero-initialised banks), so that equal texts are shared
-                texts = tuple(core.verilog_dependencies(part))
+                texts = tuple(core.verilog_dependencies(part, units))
         core.leave_unused()
-        _parts[params, part] = texts
-    return _parts[params, part]
+        _parts[params, part, units] = texts
+    return _parts[params, part, units]
 
 
 def take_parts(params: CoreParams, texts: dict[str, tuple[str, ...]]) -> None:
-    """Keep ``texts`` (part -> its texts, elaborated by another process) as the parts of the
-    core of ``params`` in this process."""
+    """Keep ``texts`` (part -> its texts, from :func:`part_texts` in another process) as the
+    parts of the core of ``params`` that :func:`emit` writes in this process."""
     for part, value in texts.items():
         if part not in PARTS:
             raise ValueError(f"part must be one of {', '.join(PARTS)}, not {part!r}")
-        _parts[params, part] = tuple(value)
+        _taken[params, part] = tuple(value)
 
 
 def verilog_texts(params: CoreParams) -> tuple[str, tuple[str, ...]]:
     """The core's own Verilog (memories uninitialised) and its lane modules' (each a text,
-    each module once), from its :data:`PARTS`."""
-    texts = [text for part in PARTS[1:] for text in part_texts(params, part)]
-    return part_texts(params, "top")[0], tuple(dict.fromkeys(texts))
+    or a :class:`~hdl.core.engines.Taken` name, each module once), from its :data:`PARTS`
+    (given by :func:`take_parts`, else elaborated)."""
+    def texts(part: str) -> tuple[str, ...]:
+        return _taken.get((params, part)) or part_texts(params, part)
+
+    dependencies = {}
+    for text in (t for part in PARTS[1:] for t in texts(part)):
+        dependencies.setdefault(_name(text), text)
+    return texts("top")[0], tuple(dependencies.values())
+
+
+def _name(text: str) -> str:
+    from hdl.core.engines import Taken
+
+    return str(text) if isinstance(text, Taken) else module_name(text)
 
 
 def rename_module(texts: list[str], old: str, new: str) -> list[str]:
@@ -175,19 +197,31 @@ def emit(params: CoreParams, rtl_dir: Path, header: str) -> list[Path]:
     A module whose file another unit of the chip has already written into ``rtl_dir`` is
     shared when the texts are equal, and renamed ``neuron_core_<name>`` when they are not
     (the core's engine may be parameterised apart from the chip's), so that the chip's file
-    list defines each module once.
+    list defines each module once. A module the core takes by name
+    (:class:`~hdl.core.engines.Taken`, :func:`part_texts`) is the file its unit wrote.
     """
+    from hdl.core.engines import Taken
+
     rtl_dir = Path(rtl_dir)
     rtl_dir.mkdir(parents=True, exist_ok=True)
     prefix = _comment(header)
     top, dependencies = verilog_texts(params)
-    texts = [*dependencies, top]
-    for name in [module_name(text) for text in dependencies]:
+    for name in [str(t) for t in dependencies if isinstance(t, Taken)]:
+        if not (rtl_dir / f"{name}.v").is_file():
+            raise ValueError(f"the core takes the module {name} as the chip's unit emits it, "
+                             f"but {rtl_dir / name}.v is not written")
+    texts = [t for t in dependencies if not isinstance(t, Taken)] + [top]
+    for k, name in enumerate([module_name(text) for text in texts[:-1]]):
         path = rtl_dir / f"{name}.v"
-        text = next(t for t in texts[:-1] if module_name(t) == name)
-        if path.is_file() and path.read_text() != prefix + text:
+        if path.is_file() and path.read_text() != prefix + texts[k]:
             texts = rename_module(texts, name, f"{TOP}_{name}")
-    paths = [_write(rtl_dir / f"{module_name(text)}.v", prefix + text) for text in texts[:-1]]
+    paths, own = [], iter(texts[:-1])
+    for dependency in dependencies:
+        if isinstance(dependency, Taken):
+            paths.append(rtl_dir / f"{dependency}.v")
+        else:
+            text = next(own)
+            paths.append(_write(rtl_dir / f"{module_name(text)}.v", prefix + text))
     paths.append(_write(rtl_dir / f"{TOP}.v", prefix + texts[-1]))
     file_list = "".join(f"{path.name}\n" for path in paths)
     paths.append(_write(rtl_dir / f"{TOP}.vlt", verilator_waivers(WAIVERS, header)))

@@ -24,8 +24,10 @@ def top_module(files: list[Path]) -> str:
     """The emitted module no other emitted file instantiates (files are named after their
     main module)."""
     texts = {p.stem: p.read_text() for p in files if p.suffix == ".v"}
-    used = {name for name in texts for other, text in texts.items() if other != name
-            and re.search(rf"(?<![\w$.]){re.escape(name)}(?![\w$.])", text)}
+    # a name is used where it stands alone, not inside a longer name or a hierarchical
+    # one (``\\core.vector``): where it is a whole word of the characters those are made of
+    words = {name: set(re.findall(r"[\w$.]+", text)) for name, text in texts.items()}
+    used = {name for name in texts for other in texts if other != name and name in words[other]}
     tops = [name for name in texts if name not in used]
     if len(tops) != 1:
         raise ValueError(f"the emitted files must have one top module, not {tops!r}")

@@ -40,8 +40,10 @@ class Unit:
     #: assembles engines they already count, once per core)
     area: bool = True
     #: params -> the parts of the unit's emission that workers compute apart (each
-    #: ``part(params, name)``, its result handed to ``take_parts(params, {name: result})``
-    #: in the process that then runs ``emit``); None: the emission is one task
+    #: ``part(params, name, units)``, ``units`` the chip's other units emitted into the same
+    #: directory as (name, parameters) pairs, its result handed to
+    #: ``take_parts(params, {name: result})`` in the process that then runs ``emit``, once
+    #: those units are written); None: the emission is one task
     parts: Callable[[object], tuple[str, ...]] | None = None
     part: Callable[[object, str], object] | None = None
     take_parts: Callable[[object, dict], None] | None = None
@@ -305,10 +307,10 @@ def _core_parts(params):
     return PARTS
 
 
-def _core_part(params, name):
+def _core_part(params, name, units):
     from generators.core import part_texts
 
-    return part_texts(params, name)
+    return part_texts(params, name, units)
 
 
 def _core_take_parts(params, texts):

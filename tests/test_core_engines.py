@@ -84,3 +84,38 @@ def test_partition_slices_take_their_partitions_words():
     assert got_v == [{k: w[k] for k in ("a", "w_data", "w_part")} for w in want]
     assert got_t == [{"element": w["element"], "w_data": w["t_data"], "w_part": w["w_part"]}
                      for w in want]
+
+
+def test_the_core_takes_the_modules_of_units_with_its_engines_parameters():
+    """The core's engines take the chip's vector, scalar and tensor units' modules by name
+    where the spec maps those units (:mod:`hdl.params`) onto their engines' parameters: all
+    three at full scale on trn2; at simulation scale not the vector unit (4 lanes, against
+    the core's 16 partitions); none whose parameters differ."""
+    import dataclasses
+
+    from hdl.core.core import NeuronCore
+    from hdl.params import core_params, scalar_params, tensor_params, vector_params
+    from specs.loader import load
+
+    spec = load("trn2")
+    for scale, taken in (("full", ("vector", "scalar", "tensor")), ("sim", ("scalar", "tensor"))):
+        units = (("link", None), ("vector", vector_params(spec, scale)),
+                 ("scalar", scalar_params(spec, scale)), ("tensor", tensor_params(spec, scale)))
+        core = NeuronCore(core_params(spec, scale))
+        assert core.taken_units(units) == taken
+        other = [(name, dataclasses.replace(p, rng="xorwow") if name == "vector" else p)
+                 for name, p in units if name != "tensor"]
+        assert core.taken_units(tuple(other)) == tuple(n for n in taken if n == "scalar")
+        core.leave_unused()
+
+
+def test_a_vector_unit_names_its_dependencies_without_elaborating_them():
+    """The names :meth:`Vector.dependency_names` gives (what the core lists for a unit it
+    takes modules from) are those of the modules it elaborates, in order."""
+    from generators.core import module_name
+    from hdl.vector.vector import Vector, VectorParams
+
+    unit = Vector(VectorParams(lanes=1, rng=None, formats=("fp32", "bf16")),
+                  lane_instances=True)
+    unit._MustUse__silence = True  # only its dependencies are elaborated
+    assert unit.dependency_names() == [module_name(t) for t in unit.verilog_dependencies()]

@@ -26,6 +26,26 @@ def fusesoc(*args, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+def test_the_top_is_the_module_no_other_file_instantiates(tmp_path):
+    """A module is used by another file where its name stands alone; within a longer name
+    or a hierarchical one (Amaranth's ``\\top.sub``) it is not."""
+    from generators.fusesoc import top_module
+
+    texts = {"lane": "module lane(input a);\nendmodule\n",
+             "engine": "module engine;\n  lane \\lanes[0] (.a(1'b0));\n  wire lane_x;\n"
+                       "endmodule\n",
+             "top": "module top;\n  engine u ();\n  wire \\top.lane ;\n  wire lanes;\n"
+                    "endmodule\n"}
+    files = []
+    for name, text in texts.items():
+        files.append(tmp_path / f"{name}.v")
+        files[-1].write_text(text)
+    assert top_module(files) == "top"
+    (tmp_path / "engine.v").write_text(texts["engine"].replace("lane \\lanes", "lane_b u"))
+    with pytest.raises(ValueError, match="one top module"):
+        top_module(files)
+
+
 @pytest.fixture(scope="module")
 def sim_build(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("chip") / "trn2"
@@ -71,15 +91,16 @@ def test_fusesoc_lint_target_passes(sim_build, tmp_path, top):
 @pytest.fixture(scope="module")
 def core_build(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("chip") / "trn2"
-    generate_chip(load_document("trn2"), out, "sim", units=["vector", "core"])
+    generate_chip(load_document("trn2"), out, "sim", units=["vector", "scalar", "core"])
     return out
 
 
 def test_neuron_core_is_a_fusesoc_core_that_lints_clean(core_build, tmp_path):
     """The NeuronCore's .core lists the modules it instantiates before it, as its file list
     does; the chip's file list defines each module once (a module the vector engine also
-    wrote is shared or renamed for the core); core-info reads the .core, and its lint target
-    (verilator -Wall with neuron_core.vlt) passes at simulation scale."""
+    wrote is shared or renamed for the core; the scalar unit's, whose parameters are the
+    core's scalar engine's, the core takes by name); core-info reads the .core, and its lint
+    target (verilator -Wall with neuron_core.vlt) passes at simulation scale."""
     rtl = core_build / "rtl"
     core = yaml.safe_load((rtl / "neuron_core.core").read_text())
     assert core["name"] == "trngen:trn2:neuron_core:0.1.0"

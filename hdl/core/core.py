@@ -11,10 +11,11 @@ simulation scale):
   **PSUM**: likewise, ``psum_bytes`` per partition (``psum_banks`` banks of accumulation).
 * **Streams** (:attr:`NeuronCore.streams`): ``tensor``, ``vector``, ``scalar``, ``gpsimd``
   and the DMA queues ``dma0`` ..; each its :class:`~hdl.core.sequencer.Sequencer` of
-  ``instructions`` words. The engines: :mod:`hdl.core.tensor`, :mod:`hdl.core.engines`
-  (vector), :mod:`hdl.core.scalar`, and for GpSimd a second vector engine (the element-wise
-  operations and memsets it shares with the vector engine, and ``Iota``); each engine is a
-  module emitted once (:class:`EngineInstance`).
+  ``instructions`` words, an instance of one module (:data:`SEQUENCER_MODULE`). The
+  engines: :mod:`hdl.core.tensor`, :mod:`hdl.core.engines` (vector), :mod:`hdl.core.scalar`,
+  and for GpSimd a second vector engine (the element-wise operations and memsets it shares
+  with the vector engine, and ``Iota``); each engine is a module emitted once
+  (:class:`EngineInstance`).
 * **Semaphores**: ``semaphores`` counters of 32 bits (the width of ``SemWait.value``),
   cleared at start; a signal adds its count the cycle after it issues,
   several signals in one cycle add up.
@@ -61,8 +62,9 @@ GPSIMD_MODULE = "neuron_core_gpsimd_engine"
 SCALAR_MODULE = "neuron_core_scalar_engine"
 TENSOR_MODULE = "neuron_core_tensor_engine"
 SEMAPHORE_MODULE = "neuron_core_semaphore"
+SEQUENCER_MODULE = "neuron_core_sequencer"
 #: The groups of :meth:`NeuronCore.verilog_dependencies`, in order.
-DEPENDENCY_GROUPS = ("tensor", "vector", "gpsimd", "scalar", "semaphore")
+DEPENDENCY_GROUPS = ("tensor", "vector", "gpsimd", "scalar", "semaphore", "sequencer")
 #: The engines' instruction streams, in host-port order (the DMA queues follow).
 ENGINE_STREAMS = ("tensor", "vector", "scalar", "gpsimd")
 
@@ -211,14 +213,34 @@ class NeuronCore(wiring.Component):
     def streams(self) -> tuple[str, ...]:
         return self.map.streams
 
-    def verilog_dependencies(self, group: str | None = None) -> list[str]:
+    def unit_params(self) -> dict[str, object]:
+        """The parameters of the chip's units whose modules the engines instantiate, by unit
+        (as :mod:`hdl.params` maps a spec onto them): the vector engine's vector unit (its
+        lane also GpSimd's and the scalar engine's), the scalar engine's activation unit,
+        the tensor engine's array."""
+        return {"vector": self.vector.engine.unit.params,
+                "scalar": self.scalar.engine.unit.params,
+                "tensor": self.tensor.engine.array}
+
+    def taken_units(self, units: tuple[tuple[str, object], ...]) -> tuple[str, ...]:
+        """Of ``units`` (the chip's units emitted beside the core: (name, parameters)
+        pairs), those whose modules the engines take by name as the unit emits them: those
+        whose parameters equal the engine's (:meth:`unit_params`)."""
+        own = self.unit_params()
+        return tuple(name for name, params in units if name in own and own[name] == params)
+
+    def verilog_dependencies(self, group: str | None = None,
+                             units: tuple[tuple[str, object], ...] = ()) -> list[str]:
         """Every module the core instantiates, each elaborated once, by
         :data:`DEPENDENCY_GROUPS` (``group``: that group's alone, each group elaborated
         apart): the tensor engine's, the vector engine's (its unit's lane is also the GpSimd
         engine's and the scalar engine's vector unit's: same formats and generator), the
-        GpSimd engine's, the scalar engine's, the semaphore."""
+        GpSimd engine's, the scalar engine's, the semaphore, the sequencer (one module for
+        every instruction stream). The modules of a unit of
+        :meth:`taken_units` (``units``) are by name
+        (:class:`~hdl.core.engines.Taken`), not elaborated."""
         if group is None:
-            texts = [t for g in DEPENDENCY_GROUPS for t in self.verilog_dependencies(g)]
+            texts = [t for g in DEPENDENCY_GROUPS for t in self.verilog_dependencies(g, units)]
             return list(dict.fromkeys(texts))  # the PSUM adder is the activation unit's
         vector = self.vector.engine.unit.params
         for unit in (self.gpsimd.engine.unit, self.scalar.engine.alu):
@@ -227,10 +249,15 @@ class NeuronCore(wiring.Component):
         if group == "semaphore":
             return [lane_verilog(Semaphore(self.params.semaphores, len(self.streams)),
                                  SEMAPHORE_MODULE)]
-        shared = {"gpsimd": {"unit": False}, "scalar": {"alu": False}}.get(group, {})
+        if group == "sequencer":
+            return [lane_verilog(Sequencer(self.params.instructions), SEQUENCER_MODULE)]
         if group not in DEPENDENCY_GROUPS:
             raise ValueError(f"group must be one of {', '.join(DEPENDENCY_GROUPS)}, "
                              f"not {group!r}")
+        taken = self.taken_units(units)
+        shared = {"gpsimd": {"unit": False},
+                  "scalar": {"alu": False, "taken": "scalar" in taken}}.get(
+                      group, {"taken": group in taken})
         return getattr(self, group).verilog_dependencies(**shared)
 
     def leave_unused(self) -> None:
@@ -256,8 +283,9 @@ class NeuronCore(wiring.Component):
         cycles = Signal(32)
         seqs = []
         for s, name in enumerate(self.streams):
-            seq = Sequencer(p.instructions)
-            m.submodules[f"seq_{name}"] = seq
+            sequencer = Sequencer(p.instructions)
+            sequencer._MustUse__silence = True  # emitted once apart (verilog_dependencies)
+            m.submodules[f"seq_{name}"] = seq = EngineInstance(sequencer, SEQUENCER_MODULE)
             seqs.append(seq)
             length = Signal(range(p.instructions + 1), name=f"length_{name}")
             with m.If(host.we & (host.addr == hm.length(s))):

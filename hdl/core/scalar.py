@@ -37,6 +37,7 @@ from hdl.core.engines import (
     operand_refusal,
     pick,
     read_step,
+    unit_verilog,
 )
 from hdl.core.isa import (
     AP,
@@ -148,11 +149,11 @@ class ScalarEngine(wiring.Component):
         """Turns of the lanes that cover every partition."""
         return -(-self.partitions // self.lanes)
 
-    def verilog_dependencies(self, *, alu: bool = True) -> list[str]:
-        """The Verilog of the modules this engine instantiates: the activation unit's and
-        its vector unit's lane (without ``alu``: left to an engine whose unit has the same
-        lane)."""
-        return (self.unit.verilog_dependencies()
+    def verilog_dependencies(self, *, alu: bool = True, taken: bool = False) -> list[str]:
+        """The Verilog of the modules this engine instantiates: the activation unit's (with
+        ``taken``: by name, :func:`~hdl.core.engines.unit_verilog`) and its vector unit's
+        lane (without ``alu``: left to an engine whose unit has the same lane)."""
+        return (unit_verilog(self.unit, taken)
                 + (self.alu.verilog_dependencies() if alu else [])
                 + [lane_verilog(ScalarSlice(self.partitions, self.lanes), SLICE_MODULE)])
 

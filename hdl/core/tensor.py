@@ -36,7 +36,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
-from hdl.core.engines import DATA_BITS, engine_ports, pick, read_step
+from hdl.core.engines import DATA_BITS, engine_ports, pick, read_step, unit_verilog
 from hdl.core.isa import (
     DTYPES,
     MX_DTYPES,
@@ -167,11 +167,12 @@ class TensorEngine(wiring.Component):
         super().__init__(engine_ports(("r", "q"), n, words))
         self.unit = ArrayInstance(array, UNIT_TOP)
 
-    def verilog_dependencies(self) -> list[str]:
-        """The array's modules and, for a float array, the fp32 adder of the PSUM
-        accumulation (the scalar engine's module: one definition in the core)."""
+    def verilog_dependencies(self, *, taken: bool = False) -> list[str]:
+        """The array's modules (with ``taken``: by name,
+        :func:`~hdl.core.engines.unit_verilog`) and, for a float array, the fp32 adder of
+        the PSUM accumulation (the scalar engine's module: one definition in the core)."""
         a = self.array
-        texts = self.unit.verilog_dependencies()
+        texts = unit_verilog(self.unit, taken)
         if a.has_float:
             texts.append(lane_verilog(FpAdd32(), FP_MODULES["add"], no_inline=False))
         texts.append(lane_verilog(TensorColumn(self.partitions, a.has_float, a.has_int),

@@ -117,6 +117,11 @@ class ArrayInstance(wiring.Component):
     def verilog_dependencies(self) -> list[str]:
         return list(verilog_modules(self.params, self.top).values())
 
+    def dependency_names(self) -> list[str]:
+        """The names of :meth:`verilog_dependencies`' modules, in order, elaborating
+        nothing."""
+        return list(module_names(self.top).values())
+
     def elaborate(self, platform):
         m = Module()
         ports = {"i_clk": ClockSignal(), "i_rst": ResetSignal()}

@@ -37,7 +37,8 @@ from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fitting import activation_table, exp_index, rom_words
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_lt, is_nan
 from .functions import DEFAULT_FUNCTIONS, EXP_TAIL_CUBIC, RULE_BITS, TRIG, FunctionSpec
-from .lanes import add_cast, add_fp, add_lane, cast_verilog, fp_verilog, lane_verilog
+from .lanes import (FP_MODULES, add_cast, add_fp, add_lane, cast_module, cast_verilog, fp_verilog,
+                    lane_verilog)
 
 __all__ = ["Activation", "ActivationLane", "ActivationParams"]
 
@@ -531,6 +532,14 @@ class Activation(wiring.Component):
     def verilog_dependencies(self) -> list[str]:
         """Verilog of the modules the engine instantiates (:meth:`verilog_modules`)."""
         return list(self.verilog_modules().values())
+
+    def dependency_names(self) -> list[str]:
+        """The names of :meth:`verilog_dependencies`' modules, in order, elaborating
+        nothing."""
+        if not self.lane_instances:
+            return []
+        return [self.LANE_MODULE, *FP_MODULES.values(),
+                cast_module(self.params.formats, self.params.rng)]
 
     def elaborate(self, platform):
         m = Module()

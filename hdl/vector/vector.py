@@ -43,7 +43,8 @@ from hdl.numerics.cast import check_rng, seed_value, seed_words
 
 from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_eq, f_lt, f_max, is_nan
-from .lanes import add_cast, add_fp, add_lane, cast_verilog, fp_verilog, lane_verilog
+from .lanes import (FP_MODULES, add_cast, add_fp, add_lane, cast_module, cast_verilog, fp_verilog,
+                    lane_verilog)
 from .ops import Reduce, VectorOp
 
 __all__ = ["Vector", "VectorLane", "VectorParams"]
@@ -258,6 +259,14 @@ class Vector(wiring.Component):
     def verilog_dependencies(self) -> list[str]:
         """Verilog of the modules the engine instantiates (:meth:`verilog_modules`)."""
         return list(self.verilog_modules().values())
+
+    def dependency_names(self) -> list[str]:
+        """The names of :meth:`verilog_dependencies`' modules, in order, elaborating
+        nothing."""
+        if not self.lane_instances:
+            return []
+        return [self.LANE_MODULE, *FP_MODULES.values(),
+                cast_module(self.params.formats, self.params.rng)]
 
     def elaborate(self, platform):
         m = Module()
