@@ -398,22 +398,19 @@ class Core:
                                     f"{', '.join(self.params.formats)}, not {fmt}")
 
     def _placement(self, ins: LoadStationary) -> systolic.Load:
-        """The array's tile of a stationary, at its tile position: the smallest tile sizes
-        of the array's tiling that hold its contraction in its rows and its columns; a
-        double-rate contraction deeper than the array (the double row, two indices per PE
-        row) takes the whole array."""
+        """The array's tile of a stationary, at its tile position, of the size the array's
+        rule gives (:meth:`hdl.tensor.params.SystolicParams.tile_groups`, which the core
+        RTL's decoder also runs)."""
         key = (ins.src.dtype, ins.src.partitions, ins.src.free, ins.row, ins.col)
         placed = self._placed.get(key)
         if placed is None:
-            p = self.params
-            fmt = p.array_format(isa.input_format(ins.src.dtype))
+            a = self.params.tensor
+            fmt = self.params.array_format(isa.input_format(ins.src.dtype))
             k, m = ins.src.partitions, ins.src.free
-            row_size, col_size = p.rows, p.cols
-            if k <= p.rows:
-                row_size = min(s for s in (p.rows // w for w in p.tensor.tiles) if s >= k)
-                col_size = min(s for s in (p.cols // w for w in p.tensor.tiles) if s >= m)
-            placed = self._placed[key] = systolic.Load(k, m, fmt, row=ins.row, col=ins.col,
-                                                       row_size=row_size, col_size=col_size)
+            rows, cols = a.tile_groups(k, m)
+            placed = self._placed[key] = systolic.Load(
+                k, m, fmt, row=ins.row, col=ins.col, row_size=rows * a.group_rows,
+                col_size=cols * a.group_cols)
         return placed
 
     def _check_scale(self, where, src: AP, scale: AP | None) -> None:
