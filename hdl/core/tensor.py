@@ -277,15 +277,19 @@ class TensorEngine(wiring.Component):
         # the tile's words, i from its first row, at PE rows ``row + i`` (the array takes
         # the words of the tile's rows; the other rows' are ignored)
         moving = Signal(data.ArrayLayout(a.width, a.rows))
-        singles = [fit(element(r)) for r in range(a.rows)]
-        words = singles
+        packed = Signal(data.ArrayLayout(a.width, a.rows))
+        singles = Cat(*[fit(element(r)) for r in range(a.rows)])
         if a.double_rate:
-            words = [Mux(double, fit(Cat(element(2 * r)[:8], element(2 * r + 1)[:8])), x)
-                     for r, x in enumerate(singles)]
-        placed = Cat(*words)
+            pairs = Cat(*[fit(Cat(element(2 * r)[:8], element(2 * r + 1)[:8]))
+                          for r in range(a.rows)])
+            m.d.comb += packed.eq(Mux(double, pairs, singles))
+        else:
+            m.d.comb += packed.eq(singles)
+        placed = packed.as_value()
         for g in range(1, a.ways):
-            at = a.rows - g * a.group_rows
-            placed = Mux(tile_row == g, Cat(*words[at:], *words[:at]), placed)
+            at = (a.rows - g * a.group_rows) * a.width
+            placed = Mux(tile_row == g, Cat(packed.as_value()[at:], packed.as_value()[:at]),
+                         placed)
         m.d.comb += moving.eq(placed)
         m.d.comb += [self.r_addr.eq(ws.byte[2:]), self.r_psum.eq(src.space == SPACE["psum"]),
                      array.moving.payload.eq(moving)]
