@@ -77,6 +77,9 @@ def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
         return f"the tensor engine runs {', '.join(c.__name__ for c in TENSOR_OPS)}"
     if ins.src.dtype in _NOT_RUN:
         return f"src must not be {ins.src.dtype}: {_NOT_RUN[ins.src.dtype]}"
+    if ins.double_row:
+        return ("double_row must be 0: the engine reads one SBUF word per partition and "
+                "column, and a pair's two elements lie the pair axis's stride apart")
     if ins.src.dtype not in formats or ins.src.dtype not in DTYPES:
         usable = [f for f in formats if f in DTYPES and f not in _NOT_RUN]
         return f"src must be one of {', '.join(usable)}, not {ins.src.dtype}"
