@@ -388,6 +388,51 @@ def test_double_row_takes_no_column_tile():
         Core(p).run(program(tensor=bad), timing_only=True)
 
 
+@pytest.mark.parametrize("tiles", [(1,), (1, 2), (1, 2, 4)])
+def test_a_stationary_takes_the_smallest_tile_that_holds_it(tiles):
+    """The one placement rule (:meth:`SystolicParams.tile_groups`) of the core simulator and
+    the core RTL's decoder: the smallest of the tiling's sizes ``8 / w`` that holds ``k``
+    rows and ``m`` columns, the whole array for a contraction deeper than the array (the fp8
+    double row). Its Amaranth form, which the decoder runs, gives the same for every k and
+    m, and so does the simulator's placement."""
+    from amaranth.hdl import Module, Signal
+    from amaranth.sim import Simulator
+
+    a = SystolicParams(rows=8, cols=8, formats=("bf16", "fp8_e4m3"),
+                       double_rate=("fp8_e4m3",), tiles=tiles)
+    sizes = [8 // w for w in tiles]
+    cases = [(k, m) for k in range(1, 17) for m in range(1, 9)]
+    want = [(8, 8) if k > 8 else (min(s for s in sizes if s >= k),
+                                  min(s for s in sizes if s >= m)) for k, m in cases]
+    ways = max(tiles)
+    assert [(r * 8 // ways, c * 8 // ways) for r, c in (a.tile_groups(k, m) for k, m in cases)
+            ] == want
+
+    k_in, m_in = Signal(range(17)), Signal(range(9))
+    rows, cols = Signal(range(ways + 1)), Signal(range(ways + 1))
+    dut = Module()
+    dut.d.comb += [rows.eq(a.tile_groups(k_in, m_in)[0]), cols.eq(a.tile_groups(k_in, m_in)[1])]
+    got = []
+
+    async def bench(ctx):
+        for k, m in cases:
+            ctx.set(k_in, k)
+            ctx.set(m_in, m)
+            got.append((ctx.get(rows) * 8 // ways, ctx.get(cols) * 8 // ways))
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == want
+
+    if tiles == (1, 2, 4):  # trn2's array at simulation scale
+        p = core_params(load("trn2"), "sim")
+        assert (p.tensor.rows, p.tensor.cols, p.tensor.tiles) == (8, 8, tiles)
+        placed = [Core(p)._placement(LoadStationary(src=sbuf(0, k, 0, m, "fp8_e4m3")))
+                  for k, m in cases]
+        assert [(q.row_size, q.col_size) for q in placed] == want
+
+
 def test_tiles_at_disjoint_positions_multiply_at_once(trn1):
     """trn1's array splits two ways: 64 x 64 tiles on the diagonal multiply at once, timed
     as the array's replayed sequencer times them; the same pairs at one position take

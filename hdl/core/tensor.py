@@ -7,26 +7,33 @@ for the tensor unit, so that the core does not elaborate its rows x cols cells a
 PSUM accumulation's fp32 adders are instances of the scalar engine's adder module.
 
 Per instruction: decode, hand the array its command (format code, ``k`` the source's
-partitions, ``m`` or ``n`` its free size), then
+partitions, ``m`` or ``n`` its free size, and on a tiled array the tile: its position
+``row``, ``col`` in groups, from the instruction's, and a load's size in groups by the
+array's rule, :meth:`~hdl.tensor.params.SystolicParams.tile_groups`, the rule by which the
+core simulator places it), then
 
 * ``LoadStationary``: every cycle the next element of ``src`` (one stationary column, K x M
-  tile) is read from all partitions at once; its partitions ``src.partition + r`` become the
-  array's row words (with a double-rate format row ``r`` takes partitions ``2r`` and
-  ``2r + 1`` in its low two bytes; a tf32 element, whose 19-bit code is the top of its
-  32-bit word, is shifted down to the low bits the array reads); ``beat_columns`` columns
-  make one beat. The instruction
-  retires when the array has taken the last beat.
-* ``MultiplyMoving``: likewise one moving column per cycle into the array; each row the
-  array puts out (``cols`` column sums, moving column ``j``) is written to ``dst``'s element
-  ``j`` in partitions ``dst.partition + c`` for ``c < m``: the array overwrites its own PSUM
-  bank, and with ``accumulate`` the engine reads the core's PSUM word first and writes
-  ``add32(psum, sum)`` (an int32 sum for integer formats), which is the golden model's
-  accumulation (:func:`sim.golden.systolic.matmul`). One result row per cycle: its PSUM
-  read with the row, the write the cycle after.
+  tile) is read from all partitions at once; its partitions ``src.partition + i`` become the
+  words of the tile's PE rows ``row + i`` (with a double-rate format row ``row + i`` takes
+  partitions ``2i`` and ``2i + 1`` in its low two bytes; a tf32 element, whose 19-bit code
+  is the top of its 32-bit word, is shifted down to the low bits the array reads);
+  ``beat_columns`` columns make one beat. The instruction retires when the array has taken
+  the last beat.
+* ``MultiplyMoving``: likewise one moving column per cycle into the array, at the rows of
+  the tile at its position; each row the array puts out (moving column ``j``, valid on the
+  tile's column groups) is written to ``dst``'s element ``j``: array column ``c`` into
+  partition ``c``, for the partitions of ``dst``, which start at the tile's column (the
+  simulator's rule: array column ``col + j`` sums into partition ``col + j``). The array
+  overwrites its own PSUM bank, and with ``accumulate`` the engine reads the core's PSUM
+  word first and writes ``add32(psum, sum)`` (an int32 sum for integer formats), which is
+  the golden model's accumulation (:func:`sim.golden.systolic.matmul`). One result row per
+  cycle: its PSUM read with the row, the write the cycle after.
 
-Tile positions (``row``, ``col`` of ``LoadStationary``) change no data: the array is used
-whole. What this datapath runs (:func:`supported` says why not otherwise): ``LoadStationary``
-and ``MultiplyMoving`` of the array's formats with round-to-nearest-even, no ``Transpose``.
+The engine runs one instruction at a time: a multiply retires after its last PSUM write,
+before the next instruction is decoded, so multiplies on disjoint tiles do not overlap here
+(the array and the simulator's sequencer would let them). What this datapath runs
+(:func:`supported` says why not otherwise): ``LoadStationary`` and ``MultiplyMoving`` of the
+array's formats with round-to-nearest-even, no ``Transpose``.
 """
 
 from __future__ import annotations
@@ -94,51 +101,45 @@ class TensorSlice(wiring.Component):
     ``element`` is the partition's element of ``src`` rotated to the tile's first partition
     (``r_rows``: the candidate words ``r_data[(index + k * chunk) % partitions]``,
     ``src_first``, as :func:`~hdl.core.engines.rotate`), shifted down by its byte ``shift``
-    and masked to the element's bits (``mask``); ``w_data`` is the accumulated result of the
-    column that lands in partition ``index`` (``t_rows``: column ``(index - k * chunk) %
-    partitions``'s, zero past the array, unrotated from ``d_first``); ``w_part`` whether
-    the partition is in ``dst`` (``d_first``, ``d_count``)."""
+    and masked to the element's bits (``mask``); ``w_part`` whether the partition is in
+    ``dst`` (``d_first``, ``d_count``)."""
 
     def __init__(self, partitions: int):
         self.partitions, self.chunk = partitions, min(32, partitions)
         part = AP_LAYOUT.members["partition"]
         super().__init__({
             "index": In(range(partitions)), "r_rows": _rows_port(partitions),
-            "t_rows": _rows_port(partitions), "src_first": In(part), "d_first": In(part),
+            "src_first": In(part), "d_first": In(part),
             "d_count": In(AP_LAYOUT.members["partitions"]), "shift": In(2), "mask": In(32),
-            "element": Out(32), "w_data": Out(32), "w_part": Out(1)})
+            "element": Out(32), "w_part": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
         row = pick(self.r_rows, self.src_first, self.chunk)
         m.d.comb += [self.element.eq((row >> (self.shift * 8)) & self.mask),
-                     self.w_data.eq(pick(self.t_rows, self.d_first, self.chunk)),
                      self.w_part.eq((self.d_first <= self.index)
                                     & (self.index < self.d_first + self.d_count))]
         return m
 
 
 class TensorColumn(wiring.Component):
-    """One column's PSUM accumulation in a tensor engine of ``partitions`` partitions whose
-    array has float formats (``has_float``) and integer ones (``has_int``), emitted once as
-    :data:`COLUMN_MODULE` and instantiated per column: ``total`` is the array's column sum
-    ``column_sum``, or with ``accumulate`` the PSUM word ``old`` (``q_rows`` rotated to
-    ``d_first``) plus it: fp32 (the scalar engine's adder module), or int32 when
-    ``integer``."""
+    """One column's PSUM accumulation in a tensor engine whose array has float formats
+    (``has_float``) and integer ones (``has_int``), emitted once as :data:`COLUMN_MODULE` and
+    instantiated per column: ``total`` is the array's column sum ``column_sum``, or with
+    ``accumulate`` the PSUM word ``old`` (the column's own partition's) plus it: fp32 (the
+    scalar engine's adder module), or int32 when ``integer``."""
 
-    def __init__(self, partitions: int, has_float: bool, has_int: bool):
-        self.partitions, self.chunk = partitions, min(32, partitions)
+    def __init__(self, has_float: bool, has_int: bool):
         self.has_float, self.has_int = has_float, has_int
-        members = {"q_rows": _rows_port(partitions),
-                   "d_first": In(AP_LAYOUT.members["partition"]), "column_sum": In(32),
-                   "accumulate": In(1), "total": Out(32)}
+        members = {"old": In(32), "column_sum": In(32), "accumulate": In(1),
+                   "total": Out(32)}
         if has_float and has_int:
             members["integer"] = In(1)
         super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
-        old = pick(self.q_rows, self.d_first, self.chunk)
+        old = self.old
         summed = (old + self.column_sum)[:32]
         if self.has_float:
             y = Signal(32)
@@ -175,8 +176,7 @@ class TensorEngine(wiring.Component):
         texts = unit_verilog(self.unit, taken)
         if a.has_float:
             texts.append(lane_verilog(FpAdd32(), FP_MODULES["add"], no_inline=False))
-        texts.append(lane_verilog(TensorColumn(self.partitions, a.has_float, a.has_int),
-                                  COLUMN_MODULE))
+        texts.append(lane_verilog(TensorColumn(a.has_float, a.has_int), COLUMN_MODULE))
         texts.append(lane_verilog(TensorSlice(self.partitions), SLICE_MODULE))
         return texts
 
@@ -189,9 +189,12 @@ class TensorEngine(wiring.Component):
         opcode = word[:8]
         is_load = opcode == LoadStationary.OPCODE
 
+        def bits(cls, name):
+            pos, width, _ = field_positions(cls)[name]
+            return word[pos:pos + width]
+
         def field(cls, name):
-            pos, bits, _ = field_positions(cls)[name]
-            return data.View(AP_LAYOUT, word[pos:pos + bits])
+            return data.View(AP_LAYOUT, bits(cls, name))
 
         src = Signal(AP_LAYOUT)
         dst = field(MultiplyMoving, "dst")
@@ -217,9 +220,17 @@ class TensorEngine(wiring.Component):
         m.d.comb += [cmd.op.eq(Mux(is_load, Op.LOAD, Op.MULTIPLY)), cmd.fmt.eq(code),
                      cmd.k.eq(src.partitions), cmd.m.eq(free), cmd.n.eq(free),
                      cmd.accumulate.eq(0)]
-        if a.ways > 1:  # the whole array: the tile at position (0, 0) of every group
-            m.d.comb += [cmd.row.eq(0), cmd.col.eq(0), cmd.rows.eq(a.ways),
-                         cmd.cols.eq(a.ways)]
+
+        def group(name, size):  # the instruction's tile position in groups of ``size``
+            at = Mux(is_load, bits(LoadStationary, name), bits(MultiplyMoving, name))
+            return sum(at >= g * size for g in range(1, a.ways))
+
+        tile_row = Signal(range(a.ways))
+        m.d.comb += tile_row.eq(group("row", a.group_rows))
+        if a.ways > 1:  # the tile: its position, a load's size by the array's rule
+            rows, cols = a.tile_groups(src.partitions, free)
+            m.d.comb += [cmd.row.eq(tile_row), cmd.col.eq(group("col", a.group_cols)),
+                         cmd.rows.eq(rows), cmd.cols.eq(cols)]
 
         m.submodules.ws = ws = ApWalker()
         m.submodules.wd = wd = ApWalker()
@@ -235,25 +246,20 @@ class TensorEngine(wiring.Component):
         ways = [k * chunk for k in range(n // chunk)]
         staged = Signal(data.ArrayLayout(32, a.cols))
         totals = [Signal(32, name=f"column{c}_total") for c in range(a.cols)]
-        t_words = [*totals, *[Const(0, 32)] * (n - a.cols)]
-        elements, w_data, w_part = [], [], []
+        elements, w_part = [], []
         for p in range(n):
             outputs = {"element": Signal(32, name=f"slice{p}_element"),
-                       "w_data": Signal(32, name=f"slice{p}_w_data"),
                        "w_part": Signal(name=f"slice{p}_w_part")}
             add_lane(m, f"slice{p}", None, SLICE_MODULE, {
                 "index": Const(p, range(n)),
                 "r_rows": Cat(*[self.r_data[(p + k) % n] for k in ways]),
-                "t_rows": Cat(*[t_words[(p - k) % n] for k in ways]),
                 "src_first": src.partition, "d_first": dst.partition,
                 "d_count": dst.partitions, "shift": shift, "mask": mask}, outputs,
                 clocked=False)
             elements.append(outputs["element"])
-            w_data.append(outputs["w_data"])
             w_part.append(outputs["w_part"])
-        for c in range(a.cols):
-            inputs = {"q_rows": Cat(*[self.q_data[(c + k) % n] for k in ways]),
-                      "d_first": dst.partition, "column_sum": staged[c],
+        for c in range(a.cols):  # array column c sums into partition c
+            inputs = {"old": self.q_data[c], "column_sum": staged[c],
                       "accumulate": accumulate}
             if a.has_float and a.has_int:
                 inputs["integer"] = integer
@@ -271,14 +277,23 @@ class TensorEngine(wiring.Component):
             return value[:a.width] if len(value) >= a.width else Cat(
                 value, Const(0, a.width - len(value)))
 
+        # the tile's words, i from its first row, at PE rows ``row + i`` (the array takes
+        # the words of the tile's rows; the other rows' are ignored)
         moving = Signal(data.ArrayLayout(a.width, a.rows))
+        packed = Signal(data.ArrayLayout(a.width, a.rows))
         singles = Cat(*[fit(element(r)) for r in range(a.rows)])
         if a.double_rate:
             pairs = Cat(*[fit(Cat(element(2 * r)[:8], element(2 * r + 1)[:8]))
                           for r in range(a.rows)])
-            m.d.comb += moving.eq(Mux(double, pairs, singles))
+            m.d.comb += packed.eq(Mux(double, pairs, singles))
         else:
-            m.d.comb += moving.eq(singles)
+            m.d.comb += packed.eq(singles)
+        placed = packed.as_value()
+        for g in range(1, a.ways):
+            at = (a.rows - g * a.group_rows) * a.width
+            placed = Mux(tile_row == g, Cat(packed.as_value()[at:], packed.as_value()[:at]),
+                         placed)
+        m.d.comb += moving.eq(placed)
         m.d.comb += [self.r_addr.eq(ws.byte[2:]), self.r_psum.eq(src.space == SPACE["psum"]),
                      array.moving.payload.eq(moving)]
 
@@ -297,7 +312,7 @@ class TensorEngine(wiring.Component):
         m.d.comb += [self.q_addr.eq(wd.byte[2:]), self.q_psum.eq(1),
                      self.w_addr.eq(w_at), self.w_psum.eq(dst.space == SPACE["psum"]),
                      self.w_be.eq(Mux(w_valid, 0xF, 0)), self.w_part.eq(Cat(*w_part)),
-                     self.w_data.eq(Cat(*w_data))]
+                     self.w_data.eq(Cat(*totals, Const(0, 32 * (n - a.cols))))]
         m.d.sync += w_valid.eq(0)
 
         with m.FSM():
@@ -328,13 +343,13 @@ class TensorEngine(wiring.Component):
                         m.d.comb += self.done.eq(1)
                         m.next = "IDLE"
             with m.State("MULTIPLY"):
-                # A whole-array tile: every row group's words at once, every column
-                # group's output at once.
+                # The words go to every row group; the tile's take them (the other groups
+                # run nothing), and its column groups give the output.
                 m.d.comb += [array.moving.valid.eq(s1_valid.replicate(a.ways)),
                              array.out.ready.eq(1)]
-                read_step(m, ~s1_valid | array.moving.ready[0], self.r_en, ws, sent, s1_valid,
-                          s1_last, shift)
-                with m.If(array.out.valid[0]):
+                read_step(m, ~s1_valid | array.moving.ready.any(), self.r_en, ws, sent,
+                          s1_valid, s1_last, shift)
+                with m.If(array.out.valid.any()):
                     m.d.comb += [self.q_en.eq(1), wd.step.eq(1)]
                     m.d.sync += [w_valid.eq(1), w_last.eq(wd.row_last), w_at.eq(wd.byte[2:]),
                                  staged.eq(array.out.payload)]

@@ -5,11 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from amaranth.hdl import Mux, Value
 from amaranth.utils import bits_for
 
 from hdl.core.isa import MX_QUAD
 
 __all__ = ["SystolicParams"]
+
+
+def _choose(cond, yes, no):
+    """``yes`` where ``cond`` else ``no``: a Python choice for a bool, a ``Mux`` for a value."""
+    return Mux(cond, yes, no) if isinstance(cond, Value) else yes if cond else no
 
 
 def _check_positive(field: str, value) -> None:
@@ -279,6 +285,21 @@ class SystolicParams:
         a tile's ``k`` plus a row's count (two at double rate, else one: an MX row holds one
         word) per PE row above its position."""
         return bits_for(self.k_max + self.k_max // self.rows * (self.rows - self.group_rows))
+
+    def tile_groups(self, k, m, double_row=False):
+        """The tile of a stationary of ``k`` partitions (PE rows; an MX tile's words) by ``m``
+        columns: ``(rows, cols)`` in groups, the smallest sizes of the array's tiling that
+        hold ``k`` in its rows and ``m`` in its columns; a ``double_row`` stationary (two
+        contraction indices per PE row) takes the array's whole width, and so does one of
+        more partitions than the array has rows. ``k``, ``m`` and ``double_row`` are
+        integers (the core simulator's placement), or Amaranth values (the core RTL's
+        decoder), which give values. The one rule of both."""
+        rows = cols = self.ways
+        for w in sorted(self.tiles)[1:]:  # ever smaller tiles: the last that holds wins
+            rows = _choose(k <= self.rows // w, self.ways // w, rows)
+            cols = _choose(m <= self.cols // w, self.ways // w, cols)
+        deep = k > self.rows
+        return _choose(deep, self.ways, rows), _choose(deep | double_row, self.ways, cols)
 
     @property
     def depth(self) -> int:

@@ -433,25 +433,23 @@ class Core:
                                     f"{', '.join(self.params.formats)}, not {fmt}")
 
     def _placement(self, ins: LoadStationary) -> systolic.Load:
-        """The array's tile of a stationary, at its tile position: the smallest tile sizes
-        of the array's tiling that hold its partitions in its rows and its columns; a double
-        row (two contraction indices per PE row) takes the array's whole width."""
+        """The array's tile of a stationary, at its tile position, of the size the array's
+        rule gives (:meth:`hdl.tensor.params.SystolicParams.tile_groups`, which the core
+        RTL's decoder also runs): a double row (two contraction indices per PE row) takes
+        the array's whole width."""
         key = (ins.src.dtype, ins.src.partitions, ins.src.free, ins.row, ins.col,
                ins.double_row)
         placed = self._placed.get(key)
         if placed is None:
-            p = self.params
-            fmt = p.array_format(isa.input_format(ins.src.dtype))
-            rows, m = ins.src.partitions, ins.src.free
-            k = rows
+            a = self.params.tensor
+            fmt = self.params.array_format(isa.input_format(ins.src.dtype))
+            k, m = ins.src.partitions, ins.src.free
+            rows, cols = a.tile_groups(k, m, ins.double_row)
             if ins.double_row:
-                k, m = 2 * rows, m // 2
-            sizes = [p.rows // w for w in p.tensor.tiles]
-            row_size = min(s for s in sizes if s >= rows)
-            col_size = p.cols if ins.double_row else min(
-                s for s in (p.cols // w for w in p.tensor.tiles) if s >= m)
-            placed = self._placed[key] = systolic.Load(k, m, fmt, row=ins.row, col=ins.col,
-                                                       row_size=row_size, col_size=col_size)
+                k, m = 2 * k, m // 2
+            placed = self._placed[key] = systolic.Load(
+                k, m, fmt, row=ins.row, col=ins.col, row_size=rows * a.group_rows,
+                col_size=cols * a.group_cols)
         return placed
 
     def _check_scale(self, where, src: AP, scale: AP | None) -> None:

@@ -300,6 +300,50 @@ def _matmuls(b: Builder) -> None:
                                  accumulate=True))
 
 
+def _matmul_tiles(b: Builder) -> None:
+    """Stationaries at tile positions of the array's row and column tiling, each the smallest
+    tile that holds it: a bf16 tile in the lower half of the rows and an fp8 one in the upper
+    half, both on the left columns, a bf16 one on the right columns (loaded, never
+    multiplied: its PSUM partitions would start at its column), multiplies on the first two
+    accumulated into one bank, then an fp32 tile on the last row group (replacing the lower
+    bf16 one), a bf16 tile of the array's width on the second row group (replacing the fp8
+    and the right one), and multiplies on both, the fp32 tile's twice, around the other's
+    load (the tiles hold disjoint rows, so the fp32 tile stays)."""
+    p, r, c = b.params.partitions, b.params.rows, b.params.cols
+    n = min(12, b.params.moving_max)
+    half, quarter = r // 2, r // 4
+    x16 = b.hbm("x16", (p, 4 * n), "bf16")
+    x8 = b.hbm("x8", (p, 2 * n), "fp8_e4m3")
+    x32 = b.hbm("x32", (p, 2 * n), "fp32")
+    s16, s8, s32 = b.sbuf(8 * n, "x16"), b.sbuf(2 * n, "x8"), b.sbuf(8 * n, "x32")
+    bank0, bank1 = b.psum_banks(2, "psum")
+    copies = [(x16, s16, 4 * n, "bf16"), (x8, s8, 2 * n, "fp8_e4m3"),
+              (x32, s32, 2 * n, "fp32")]
+    for q, (t, at, size, dt) in enumerate(copies):
+        b.emit(f"dma{q}", DmaCopy(dst=_tile(b, at, size, dt), src=t.ap((0, p))))
+    b.wait("tensor", *(b.signal(f"dma{q}") for q in range(len(copies))))
+    t = "tensor"
+
+    def load(dt, at, k, m, row, col):
+        b.emit(t, LoadStationary(src=b.tile("sbuf", dt, at, k, ((m, 1),)), row=row, col=col))
+
+    def multiply(dt, at, k, m, bank, row, accumulate=False):
+        b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank, m, ((n, 1),)),
+                                 src=b.tile("sbuf", dt, at, k, ((n, 1),)), row=row,
+                                 accumulate=accumulate))
+
+    load("bf16", s16 + 2, half, half, half, 0)
+    load("fp8_e4m3", s8 + 3, half, half - 1, 0, 0)
+    load("bf16", s16 + 2 * n, half, half, 0, half)
+    multiply("bf16", s16 + 4 * n, half, half, bank0, half)
+    multiply("fp8_e4m3", s8 + n, half, half - 1, bank0, 0, accumulate=True)
+    load("fp32", s32 + 4, quarter, quarter, r - quarter, 0)
+    multiply("fp32", s32 + 4 * n, quarter, quarter, bank1, r - quarter)
+    load("bf16", s16 + 6 * n, quarter, c - 2, quarter, 0)
+    multiply("bf16", s16 + 2 * n + 2, quarter, c - 2, bank1, quarter, accumulate=True)
+    multiply("fp32", s32, quarter, quarter, bank1, r - quarter, accumulate=True)
+
+
 def _deadlock(b: Builder) -> None:
     """The vector engine waits for a count no stream will reach."""
     p, n = b.params.partitions, 4
@@ -324,7 +368,7 @@ def _kernel(name: str, shape: dict, dtype: str):
 PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, False),
             "vector_casts": (_vector_casts, False), "activations": (_activations, False),
             "scalar_ops": (_scalar_ops, False), "gpsimd": (_gpsimd, False),
-            "matmuls": (_matmuls, False),
+            "matmuls": (_matmuls, False), "matmul_tiles": (_matmul_tiles, False),
             "deadlock": (_deadlock, True),
             "residual_add": (_kernel("residual_add", {"R": 32, "C": 24}, "fp32"), False),
             "residual_add_bf16": (_kernel("residual_add", {"R": 16, "C": 40}, "bf16"),
