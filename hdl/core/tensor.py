@@ -284,16 +284,18 @@ class TensorEngine(wiring.Component):
                 value, Const(0, a.width - len(value)))
 
         moving = Signal(data.ArrayLayout(a.width, a.rows))
-        words = [fit(element(r)) for r in range(a.rows)]
+        words = Cat(*[fit(element(r)) for r in range(a.rows)])
         if a.double_rate:
-            words = [Mux(double, fit(Cat(element(2 * r)[:8], element(2 * r + 1)[:8])), x)
-                     for r, x in enumerate(words)]
+            pairs = Cat(*[fit(Cat(element(2 * r)[:8], element(2 * r + 1)[:8]))
+                          for r in range(a.rows)])
+            words = Mux(double, pairs, words)
         if a.has_mx:
             scales = self._scales(m, word, start, ws, mx)
             lsb = a.mx_scale_lsb
-            words = [Mux(mx, fit(Cat(element(r)[:lsb], scales[r // MX_GROUP_PARTITIONS])), x)
-                     for r, x in enumerate(words)]
-        m.d.comb += moving.eq(Cat(*words))
+            quads = Cat(*[fit(Cat(element(r)[:lsb], scales[r // MX_GROUP_PARTITIONS]))
+                          for r in range(a.rows)])
+            words = Mux(mx, quads, words)
+        m.d.comb += moving.eq(words)
         m.d.comb += [self.r_addr.eq(ws.byte[2:]), self.r_psum.eq(src.space == SPACE["psum"]),
                      array.moving.payload.eq(moving)]
 
