@@ -31,7 +31,7 @@ tile's (the ``s`` port, the scale's element ``j`` with the tile's element ``j``,
 its own access pattern), so an MX instruction takes the cycles of any other. Row ``r``'s
 word carries the byte of partition ``scale.partition + mx_scale_partition(r // 8)`` at
 bits :attr:`~hdl.tensor.params.SystolicParams.mx_scale_lsb` up, as the array takes it and
-as the core simulator reads the scales (:meth:`sim.core.machine.Core.mx_tile`).
+as the core simulator reads the scales (``mx_tile`` of :mod:`sim.core.machine`).
 
 Tile positions (``row``, ``col`` of ``LoadStationary``) change no data: the array is used
 whole. What this datapath runs (:func:`supported` says why not otherwise): ``LoadStationary``

@@ -1,8 +1,9 @@
 """cocotb co-simulation of the NeuronCore RTL against the core simulator.
 
 The cocotb test ``programs`` runs the programs named in the testbench parameters in one
-simulation (:func:`simulate_many`): programs of :data:`PROGRAMS`, built with the kernel
-builder for the core at simulation scale, the seeded random program, or kernels; for each:
+simulation (:func:`simulate_many`): programs of :data:`PROGRAMS` (and, on a core whose
+array has MX formats, :data:`MX_PROGRAMS`), built with the kernel builder for the core at
+simulation scale, the seeded random program, or kernels; for each:
 
 1. the core simulator (:class:`sim.core.Core`, numeric mode) checks the program and runs it;
    a program it rejects is never run on the RTL, except ``deadlock``, which both must refuse;
@@ -64,8 +65,8 @@ from sim.tb.core_random import random_program
 from sim.tb.runner import RunResult, emit_verilog, run_verilog, tb_params
 from specs.loader import load
 
-__all__ = ["PROGRAMS", "RANDOM", "CoreTB", "build_program", "check_program", "co_simulate",
-           "program_names", "random_program", "rtl_refusal", "simulate_many"]
+__all__ = ["MX_PROGRAMS", "PROGRAMS", "RANDOM", "CoreTB", "build_program", "check_program",
+           "co_simulate", "program_names", "random_program", "rtl_refusal", "simulate_many"]
 
 #: What each engine of the core RTL runs (the DMA queues: DmaCopy).
 SUPPORTED = {"tensor": tensor.supported, "vector": engines.supported,
