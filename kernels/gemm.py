@@ -12,6 +12,13 @@ them): ``lhsT`` and ``rhs`` are then stored as :mod:`kernels.mx` lays them out, 
 four contraction indices with the scales in ``lhsT_scale`` and ``rhs_scale``, and each K-tile
 of ``P`` partitions contracts ``4P`` indices, its scales DMAed quadrant by quadrant into the
 first partitions of each (:func:`hdl.core.isa.mx_scale_partition`).
+
+In a double-rate format of the array (fp8 on trn2 and trn3) both kernels contract K-tiles of
+twice the PE rows, each one double-row matmul (``double_row`` of
+:class:`~hdl.core.isa.LoadStationary`): its ``P`` partitions hold ``P`` rows of the stored
+operand as pair 0 and the next ``P`` as pair 1, ``[P, 2, free]`` in SBUF, so the GEMM issues
+half the matmuls of a single-row contraction. A last K-tile of up to the rows is a plain tile;
+an odd one of more is two.
 """
 
 from __future__ import annotations
@@ -50,6 +57,36 @@ def out_dtype(dtype: str) -> str:
 
 def _tiles(size: int, tile: int) -> list[tuple[int, int]]:
     return [(o, min(tile, size - o)) for o in range(0, size, tile)]
+
+
+def _k_tiles(b: Builder, k: int, dtype: str) -> list[tuple[int, int, int]]:
+    """The K-tiles of a contraction of ``k`` stored rows: (first row, partitions, pairs),
+    pairs 2 for a double row (:func:`_pairs`), each tile's contraction its partitions times
+    its pairs."""
+    p = b.params
+    tk = min(p.rows, p.partitions)
+    if _pairs(b, dtype) == 1:
+        return [(o, n, 1) for o, n in _tiles(k, tk)]
+    out = []
+    for o, n in _tiles(k, 2 * tk):
+        if n <= tk:
+            out.append((o, n, 1))
+        elif n % 2 == 0:
+            out.append((o, n // 2, 2))
+        else:
+            out += [(o, tk, 1), (o + tk, n - tk, 1)]
+    return out
+
+
+def _pairs(b: Builder, dtype: str) -> int:
+    """2 where ``dtype`` is a double-rate format of the array (the double row), else 1."""
+    p = b.params
+    return 2 if dtype in p.formats and p.tensor.is_double(p.array_format(dtype)) else 1
+
+
+def _paired(pairs: int, stride: int, dims) -> tuple:
+    """``dims`` behind the pair axis of a double row (``pairs`` 2), ``stride`` apart."""
+    return (((2, stride),) if pairs == 2 else ()) + tuple(dims)
 
 
 def _check(b: Builder, m: int, k: int, n: int, dtype: str) -> None:
@@ -104,6 +141,7 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     oes = itemsize(odt)
     tk, tm = min(p.rows, p.partitions), p.cols
     tn = min(p.moving_max, p.psum_bank_bytes // 4)
+    w = _pairs(b, dtype)  # K-tile slots hold w pairs
     if mx and (k % MX_BLOCK or tk % MX_GROUP_PARTITIONS):
         raise KernelError(f"an {dtype} GEMM needs K a multiple of {MX_BLOCK} and K-tiles of "
                           f"a multiple of {MX_GROUP_PARTITIONS} partitions, not K={k} and "
@@ -116,39 +154,41 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
         rhs_s = b.hbm("rhs_scale", (k // MX_BLOCK, n), "uint8")
     bias = b.hbm("bias", (m, 1), "fp32") if func else None
     out = b.hbm("out", (m, n), odt)
-    k_tiles = _tiles(kq, tk)
+    k_tiles = _k_tiles(b, kq, et)
     n_tiles = _tiles(n, tn)
-    group = max(1, min(len(k_tiles), _CHUNK_BYTES // (tn * es)))
+    group = max(1, min(len(k_tiles), _CHUNK_BYTES // (w * tn * es)))
     chunks = []  # (first k-tile index, tiles): full tiles grouped, a partial tile alone
+    full = (tk, w)
     i = 0
     while i < len(k_tiles):
         g = 1
-        while g < group and i + g < len(k_tiles) and k_tiles[i + g][1] == tk \
-                and k_tiles[i][1] == tk:
+        while g < group and i + g < len(k_tiles) and k_tiles[i + g][1:] == full \
+                and k_tiles[i][1:] == full:
             g += 1
         chunks.append((i, g))
         i += g
     # M-block: half the PSUM banks (the other half is being emptied), as SBUF allows
     per_block = max(1, min(p.psum_banks // 2, -(-m // tm)))
-    ring = _RING * group * tn * es
+    ring = _RING * group * w * tn * es
     ring_scales = _RING * group * tn if mx else 0
     while True:
         bm = per_block * tm
         a_scales = len(k_tiles) * bm if mx else 0
-        a_bytes = len(k_tiles) * bm * es + a_scales
+        a_bytes = len(k_tiles) * w * bm * es + a_scales
         blocks = _tiles(m, bm)
         stage = 2 * per_block * tn * oes
-        fixed = ring + ring_scales + stage + (per_block * 4 if func else 0)
+        fixed = ring + ring_scales + stage + (2 * per_block * 4 if func else 0)
         buffers = 2 if len(blocks) > 1 and 2 * a_bytes + fixed <= p.sbuf_bytes else 1
         if buffers * a_bytes + fixed <= p.sbuf_bytes or per_block == 1:
             break
         per_block -= 1
     a_base = [b.sbuf(a_bytes, "lhsT block") for _ in range(buffers)]
-    a_scale = [base + len(k_tiles) * bm * es for base in a_base]  # after the block's data
+    a_scale = [base + len(k_tiles) * w * bm * es for base in a_base]  # after the data
     ring_base = b.sbuf(ring, "rhs ring")
     ring_scale = b.sbuf(ring_scales, "rhs scales") if mx else 0
     stage_base = b.sbuf(stage, "output staging")
-    bias_base = b.sbuf(per_block * 4, "bias") if func else 0
+    # two blocks' bias columns: the next block's loads while this block's activations read
+    bias_bases = [b.sbuf(per_block * 4, "bias") for _ in range(2)] if func else []
     banks = b.psum_banks(2 * per_block, "accumulators")
     act = b.function(func) if func else 0
 
@@ -156,20 +196,25 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     slot_free = [None] * _RING
     bank_free: list[list] = [[], []]
     stage_free = [None, None]
+    bias_free: list[list] = [[], []]
     slot = tile_no = out_no = 0
     for bi, (m0, bmp) in enumerate(blocks):
         buf = bi % buffers
         b.wait("dma0", a_free[buf])
         for c0, g in chunks:
-            kp = k_tiles[c0][1]
-            src = b.tile("hbm", et, lhs_t.offset + (k_tiles[c0][0] * m + m0) * es, kp,
-                         ((g, tk * m), (bmp, 1)), pstride=m * es)
-            dst = b.tile("sbuf", et, a_base[buf] + c0 * bm * es, kp, ((g, bm), (bmp, 1)))
+            k0, kp, pairs = k_tiles[c0]
+            src = b.tile("hbm", et, lhs_t.offset + (k0 * m + m0) * es, kp,
+                         ((g, w * tk * m),) + _paired(pairs, kp * m, ((bmp, 1),)),
+                         pstride=m * es)
+            dst = b.tile("sbuf", et, a_base[buf] + c0 * w * bm * es, kp,
+                         ((g, w * bm),) + _paired(pairs, bm, ((bmp, 1),)))
             b.emit("dma0", DmaCopy(dst=dst, src=src))
             if mx:
                 _scale_copies(b, ["dma0"], lhs_s, k_tiles[c0][0] // MX_GROUP_PARTITIONS,
                               (m0, m0 + bmp), kp, a_scale[buf] + c0 * bm, g, bm)
         if func:
+            bias_base = bias_bases[bi % 2]
+            b.wait("dma0", *bias_free[bi % 2])
             for mt, (mo, mp) in enumerate(_tiles(bmp, tm)):
                 src = bias.ap((m0 + mo, m0 + mo + mp))
                 b.emit("dma0", DmaCopy(dst=b.column(bias_base + mt * 4, mp), src=src))
@@ -180,15 +225,17 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
             half = tile_no % 2
             b.wait("tensor", *bank_free[half])
             for c0, g in chunks:
-                kp = k_tiles[c0][1]
+                k0, kp, pairs = k_tiles[c0]
                 s = slot % _RING
                 q = _B_QUEUES[slot % len(_B_QUEUES)]
                 b.wait(q, slot_free[s])
-                src = b.tile("hbm", et, rhs.offset + (k_tiles[c0][0] * n + n0) * es, kp,
-                             ((g, tk * n), (tnp, 1)), pstride=n * es)
-                base = ring_base + s * group * tn * es
+                src = b.tile("hbm", et, rhs.offset + (k0 * n + n0) * es, kp,
+                             ((g, w * tk * n),) + _paired(pairs, kp * n, ((tnp, 1),)),
+                             pstride=n * es)
+                base = ring_base + s * group * w * tn * es
                 scales = ring_scale + s * group * tn
-                b.emit(q, DmaCopy(dst=b.tile("sbuf", et, base, kp, ((g, tn), (tnp, 1))),
+                b.emit(q, DmaCopy(dst=b.tile("sbuf", et, base, kp, ((g, w * tn),)
+                                             + _paired(pairs, tn, ((tnp, 1),))),
                                   src=src))
                 b.wait("tensor", b.signal(q))
                 if mx:
@@ -207,16 +254,18 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                     kt = c0 + gi
                     for mt, (mo, mp) in enumerate(m_tiles):
                         b.emit("tensor", LoadStationary(
-                            src=b.tile("sbuf", et, a_base[buf] + (kt * bm + mo) * es, kp,
-                                       ((mp, 1),)),
+                            src=b.tile("sbuf", et, a_base[buf] + (kt * w * bm + mo) * es, kp,
+                                       _paired(pairs, bm, ((mp, 1),))),
                             scale=_scale_tile(b, kp, a_scale[buf] + kt * bm + mo, mp)
-                            if mx else None))
+                            if mx else None, double_row=pairs == 2))
                         b.emit("tensor", MultiplyMoving(
                             dst=b.tile("psum", "fp32", banks[half * per_block + mt], mp,
                                        ((tnp, 1),)),
-                            src=b.tile("sbuf", et, base + gi * tn * es, kp, ((tnp, 1),)),
+                            src=b.tile("sbuf", et, base + gi * w * tn * es, kp,
+                                       _paired(pairs, tn, ((tnp, 1),))),
                             accumulate=kt > 0,
-                            scale=_scale_tile(b, kp, scales + gi * tn, tnp) if mx else None))
+                            scale=_scale_tile(b, kp, scales + gi * tn, tnp) if mx else None,
+                            double_row=pairs == 2))
                 slot_free[s] = b.signal("tensor")
                 slot += 1
             done = slot_free[(slot - 1) % _RING]
@@ -244,6 +293,8 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                 b.emit(q, DmaCopy(dst=out.ap((m0 + mo, m0 + mo + mp), (n0, n0 + tnp)), src=st))
             stage_free[half] = b.signal(q)
             tile_no += 1
+            if func:
+                bias_free[bi % 2] = bank_free[half]
         a_free[buf] = slot_free[(slot - 1) % _RING]
 
 
@@ -253,30 +304,34 @@ def gemm_naive(b: Builder, m: int, k: int, n: int, dtype: str = "bf16") -> None:
     _check(b, m, k, n, dtype)
     p = b.params
     es, odt = itemsize(dtype), out_dtype(dtype)
-    tk, tm = min(p.rows, p.partitions), p.cols
+    tm = p.cols
     tn = min(p.moving_max, p.psum_bank_bytes // 4)
+    w = _pairs(b, dtype)
     lhs_t = b.hbm("lhsT", (k, m), dtype)
     rhs = b.hbm("rhs", (k, n), dtype)
     out = b.hbm("out", (m, n), odt)
-    a_base = b.sbuf(tm * es, "lhsT tile")
-    b_base = b.sbuf(tn * es, "rhs tile")
+    a_base = b.sbuf(w * tm * es, "lhsT tile")
+    b_base = b.sbuf(w * tn * es, "rhs tile")
     o_base = b.sbuf(tn * itemsize(odt), "output tile")
     bank = b.psum_banks(1, "accumulator")[0]
     free = None
     for m0, mp in _tiles(m, tm):
         for n0, tnp in _tiles(n, tn):
-            for kt, (k0, kp) in enumerate(_tiles(k, tk)):
+            for kt, (k0, kp, pairs) in enumerate(_k_tiles(b, k, dtype)):
+                a_tile = b.tile("sbuf", dtype, a_base, kp, _paired(pairs, mp, ((mp, 1),)))
+                b_tile = b.tile("sbuf", dtype, b_base, kp, _paired(pairs, tnp, ((tnp, 1),)))
                 b.wait("dma0", free)
-                b.emit("dma0", DmaCopy(dst=b.tile("sbuf", dtype, a_base, kp, ((mp, 1),)),
-                                       src=lhs_t.ap((k0, k0 + kp), (m0, m0 + mp))))
-                b.emit("dma0", DmaCopy(dst=b.tile("sbuf", dtype, b_base, kp, ((tnp, 1),)),
-                                       src=rhs.ap((k0, k0 + kp), (n0, n0 + tnp))))
+                b.emit("dma0", DmaCopy(dst=a_tile, src=b.tile(
+                    "hbm", dtype, lhs_t.offset + (k0 * m + m0) * es, kp,
+                    _paired(pairs, kp * m, ((mp, 1),)), pstride=m * es)))
+                b.emit("dma0", DmaCopy(dst=b_tile, src=b.tile(
+                    "hbm", dtype, rhs.offset + (k0 * n + n0) * es, kp,
+                    _paired(pairs, kp * n, ((tnp, 1),)), pstride=n * es)))
                 b.wait("tensor", b.signal("dma0"))
-                b.emit("tensor", LoadStationary(src=b.tile("sbuf", dtype, a_base, kp,
-                                                           ((mp, 1),))))
+                b.emit("tensor", LoadStationary(src=a_tile, double_row=pairs == 2))
                 b.emit("tensor", MultiplyMoving(
-                    dst=b.tile("psum", "fp32", bank, mp, ((tnp, 1),)),
-                    src=b.tile("sbuf", dtype, b_base, kp, ((tnp, 1),)), accumulate=kt > 0))
+                    dst=b.tile("psum", "fp32", bank, mp, ((tnp, 1),)), src=b_tile,
+                    accumulate=kt > 0, double_row=pairs == 2))
                 free = b.signal("tensor")
             b.wait("vector", free)
             b.emit("vector", TensorCopy(dst=b.tile("sbuf", odt, o_base, mp, ((tnp, 1),)),

@@ -375,14 +375,16 @@ def test_transpose_is_the_arrays_pass(trn1):
 def test_double_row_takes_no_column_tile():
     """trn2's fp8 double row (a contraction over twice the PE rows) is not combinable with
     column tiling (the spec's note on core.tensor.rates, NKI3): its tile takes the array's
-    whole width, so its one column position is 0 (the rule of the array's cycle model,
-    :func:`sim.golden.systolic.place`); at sim scale, 16 partitions feed 8 PE rows."""
+    whole width, so its one column position is 0; at sim scale, 8 partitions of pairs feed
+    8 PE rows, as 128 do at full scale."""
     p = core_params(load("trn2"), "sim")
-    fine = [LoadStationary(src=sbuf(0, 16, 0, 2, "fp8_e4m3"))]
+    pairs = AP("sbuf", "fp8_e4m3", 0, 8, 0, ((2, 2), (2, 1)))
+    fine = [LoadStationary(src=pairs, double_row=True)]
     Core(p).run(program(tensor=fine), timing_only=True)
-    bad = [LoadStationary(src=sbuf(0, 16, 0, 2, "fp8_e4m3"), col=2)]
-    with pytest.raises(ProgramError, match=r"tensor\[0\].*tile position: col must be a "
-                                           r"multiple of the tile's col_size 8 below 8, not 2"):
+    bad = [LoadStationary(src=pairs, col=2, double_row=True)]
+    with pytest.raises(ProgramError, match=r"tensor\[0\].*tile position: the double row takes "
+                                           r"the array's whole width \(no column tiling\), so "
+                                           r"col must be 0, not 2"):
         Core(p).run(program(tensor=bad), timing_only=True)
 
 

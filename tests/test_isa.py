@@ -71,7 +71,8 @@ def test_text_form_example():
     ins = isa.MultiplyMoving(dst=AP("psum", "fp32", 0, 128, 2048, ((512, 1),)),
                              src=AP("sbuf", "bf16", 0, 128, 0, ((512, 1),)), accumulate=True)
     assert str(ins) == ("matmul dst=psum.fp32[0:128]@0x800{512x1} "
-                        "src=sbuf.bf16[0:128]@0x0{512x1} accumulate=1 row=0 col=0 scale=-")
+                        "src=sbuf.bf16[0:128]@0x0{512x1} accumulate=1 row=0 col=0 scale=- "
+                        "double_row=0")
 
 
 @pytest.mark.parametrize("make, message", [

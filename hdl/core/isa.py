@@ -31,8 +31,8 @@ __all__ = [
     "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS", "SPACES", "TF32_SHIFT",
     "WORD_BITS", "Activation", "DmaCopy", "Instruction", "IsaError", "Iota",
     "LoadStationary", "Memset", "MultiplyMoving", "SemSignal", "SemWait", "TensorCopy",
-    "TensorReduce", "TensorScalar", "TensorTensor", "Transpose", "decode", "encode",
-    "engine_kind", "field_positions", "format_instruction", "input_format",
+    "TensorReduce", "TensorScalar", "TensorTensor", "Transpose", "decode", "double_row_order",
+    "encode", "engine_kind", "field_positions", "format_instruction", "input_format",
     "mx_scale_partition", "parse",
 ]
 
@@ -87,6 +87,13 @@ def mx_scale_partition(group: int) -> int:
     scales of a quadrant's four groups sit in that quadrant's first four partitions."""
     q, j = divmod(group, MX_QUADRANT // MX_GROUP_PARTITIONS)
     return q * MX_QUADRANT + j
+
+
+def double_row_order(partitions: int) -> list[int]:
+    """The contraction indices of a double row of ``partitions`` (P) partitions in the order
+    the array adds their products: PE row ``p``'s pair 0 (index ``p``), then its pair 1
+    (index ``P + p``), for ``p`` = 0 .. P - 1 (:class:`LoadStationary`)."""
+    return [i * partitions + p for p in range(partitions) for i in range(2)]
 
 
 ROUNDINGS = ("rne", "stochastic")
@@ -209,16 +216,26 @@ class LoadStationary(Instruction):
     and column ``m`` is element ``m`` of ``scale``'s partition :func:`mx_scale_partition`
     (``g``): a quadrant's scales sit in its own first four partitions. ``scale`` has the
     tile's K partitions, or (K at most 32) one per group of 8, as NKI allocates MX scales
-    [NKI-MX]. Other tiles take no ``scale``."""
+    [NKI-MX]. Other tiles take no ``scale``.
+
+    ``double_row`` (a double-rate format of the array: fp8) contracts ``2P`` indices on
+    ``P`` PE rows [NKI3]: ``src`` is ``[P, 2, M]``, its outermost free dimension the pair
+    axis (size 2, any stride; the documented layout puts it slowest, ``M`` elements apart),
+    the rest of it the ``M`` columns. Pair ``i`` of partition ``p`` holds contraction index
+    ``i * P + p``: the pairs are the contraction's first and second halves. PE row ``p``
+    holds both elements of its pair; the array adds its pair 0 product, then its pair 1
+    product, row by row (:func:`double_row_order`). The double row takes the array's whole
+    width (no column tiling) and has no transpose."""
 
     OPCODE: ClassVar[int] = 1
     MNEMONIC: ClassVar[str] = "ldst"
     FIELDS: ClassVar = (("src", "ap", AP_BITS), ("row", "u", 8), ("col", "u", 8),
-                        ("scale", "ap", AP_BITS))
+                        ("scale", "ap", AP_BITS), ("double_row", "u", 1))
     src: AP
     row: int = 0
     col: int = 0
     scale: AP | None = None
+    double_row: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,19 +244,21 @@ class MultiplyMoving(Instruction):
     fp32, M partitions, N elements: the bank and offset are its address) receives the sum,
     added to it with ``accumulate``. The input format is ``src``'s element type; an MX
     moving tile comes with ``scale``, laid out as :class:`LoadStationary`'s (N elements per
-    partition)."""
+    partition). With ``double_row`` (on a double-row stationary) ``src`` is ``[P, 2, N]``,
+    paired as the stationary's: the moving tile of a contraction of ``2P``."""
 
     OPCODE: ClassVar[int] = 2
     MNEMONIC: ClassVar[str] = "matmul"
     FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
                         ("accumulate", "u", 1), ("row", "u", 8), ("col", "u", 8),
-                        ("scale", "ap", AP_BITS))
+                        ("scale", "ap", AP_BITS), ("double_row", "u", 1))
     dst: AP
     src: AP
     accumulate: bool = False
     row: int = 0
     col: int = 0
     scale: AP | None = None
+    double_row: bool = False
 
 
 @dataclass(frozen=True, slots=True)

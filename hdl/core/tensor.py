@@ -80,6 +80,9 @@ def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
     (None: it can)."""
     if not isinstance(ins, TENSOR_OPS):
         return f"the tensor engine runs {', '.join(c.__name__ for c in TENSOR_OPS)}"
+    if ins.double_row:
+        return ("double_row must be 0: the engine reads one SBUF word per partition and "
+                "column, and a pair's two elements lie the pair axis's stride apart")
     if input_format(ins.src.dtype) not in formats or ins.src.dtype not in DTYPES:
         usable = [d for f in formats if (d := _dtype(f)) in DTYPES]
         return f"src must be one of {', '.join(usable)}, not {ins.src.dtype}"

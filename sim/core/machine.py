@@ -7,9 +7,11 @@
   bounds of SBUF, PSUM and HBM, PSUM bank overflow, operand shapes and formats, the
   array's tiling (a stationary's tile position and size by
   :func:`sim.golden.systolic.place`; a multiply writes the PSUM partitions of its tile's
-  columns, array column ``col + j`` into partition ``col + j``), and stochastic rounding on
-  a chip without it (``CoreParams.rng`` None). While it runs: a multiply with no
-  stationary loaded or one whose format its tile's does not take
+  columns, array column ``col + j`` into partition ``col + j``), the fp8 double row
+  (``double_row``: a double-rate format, the pair axis, the whole width; the one form of a
+  contraction deeper than the PE rows), and stochastic rounding on a chip without it
+  (``CoreParams.rng`` None). While it runs: a multiply with no stationary loaded, one whose
+  format its tile's does not take or whose double row its tile's is not
   (:func:`sim.golden.systolic.check_formats`); deadlock (every unfinished stream waiting),
   which is reported with the wait graph; and (by default in numeric mode) races, two streams
   touching the same bytes, one writing, with no semaphore ordering them (vector clocks).
@@ -311,31 +313,36 @@ class Core:
                           f"quads and their uint8 scales are moved by DMA and read by the "
                           f"tensor engine")
         if isinstance(ins, LoadStationary):
-            fmt, k, m = isa.input_format(ins.src.dtype), ins.src.partitions, ins.src.free
+            fmt, k = isa.input_format(ins.src.dtype), ins.src.partitions
             self._check_format(where, fmt)
+            m = self._check_double_row(where, ins)
             self._check_scale(where, ins.src, ins.scale)
-            k_max = p.rows * (2 if p.rate(fmt) == 2 and fmt != "int8" else 1)
-            if k > k_max or ins.row + min(k, p.rows) > p.rows or m + ins.col > p.cols:
+            if k > p.rows or ins.row + k > p.rows or m + ins.col > p.cols:
+                deeper = ("; the double row contracts twice the rows: src [partitions, 2, "
+                          "free] with double_row" if k > p.rows and self._double(fmt)
+                          and not ins.double_row else "")
                 _fail(*where, "tile limit",
-                      f"a stationary of {k} x {m} at tile position ({ins.row}, {ins.col}) "
-                      f"does not fit the {k_max}-deep, {p.cols}-wide array")
+                      f"a stationary of {k} partitions x {m} at tile position ({ins.row}, "
+                      f"{ins.col}) does not fit the {p.rows}-row, {p.cols}-wide array"
+                      + deeper)
             try:  # the array's tiling: the rule of its cycle model, the spec's double row
                 systolic.place(p.tensor, self._placement(ins))
             except ValueError as err:
                 _fail(*where, "tile position", str(err))
         elif isinstance(ins, MultiplyMoving):
             self._check_format(where, isa.input_format(ins.src.dtype))
+            n = self._check_double_row(where, ins)
             self._check_scale(where, ins.src, ins.scale)
-            if ins.src.free > p.moving_max:
-                _fail(*where, "tile limit", f"moving free size {ins.src.free} exceeds "
+            if n > p.moving_max:
+                _fail(*where, "tile limit", f"moving free size {n} exceeds "
                                             f"{p.moving_max} (one PSUM bank of fp32)")
             acc = "int32" if ins.src.dtype == "int8" else "fp32"
             if ins.dst.space != "psum" or ins.dst.dtype != acc:
                 _fail(*where, "format", f"a matmul writes {acc} to PSUM, not "
                                         f"{ins.dst.dtype} to {ins.dst.space.upper()}")
-            if ins.dst.free != ins.src.free:
+            if ins.dst.free != n:
                 _fail(*where, "operand shape", f"dst has {ins.dst.free} elements per "
-                                               f"partition, the moving tile {ins.src.free}")
+                                               f"partition, the moving tile {n}")
             self._check_columns(where, ins.col, ins.dst)
             self._check_bank(where, "dst", ins.dst)
         elif isinstance(ins, Transpose):
@@ -392,6 +399,34 @@ class Core:
                   f"{col + dst.partitions - 1} (its array columns), not dst's "
                   f"{dst.partition} .. {dst.partition + dst.partitions - 1}")
 
+    def _double(self, fmt: str) -> bool:
+        """Whether ``fmt`` (a format of the core) is one of the array's double-rate formats."""
+        return fmt in self.params.formats and \
+            self.params.tensor.is_double(self.params.array_format(fmt))
+
+    def _check_double_row(self, where, ins: LoadStationary | MultiplyMoving) -> int:
+        """The columns of a stationary or moving tile (its free size, half that for a double
+        row), a double row checked: a double-rate format, the pair axis (``src``'s outermost
+        free dimension, size 2), no column tiling (:class:`~hdl.core.isa.LoadStationary`)."""
+        src = ins.src
+        if not ins.double_row:
+            return src.free
+        fmt = isa.input_format(src.dtype)
+        if not self._double(fmt):
+            doubles = [f for f in self.params.formats if self._double(f)]
+            _fail(*where, "format",
+                  f"the double row takes the double-rate formats of {self.params.name} "
+                  f"({', '.join(doubles) or 'none'}), not {src.dtype}")
+        if not src.dims or src.dims[0][0] != 2:
+            _fail(*where, "operand shape",
+                  f"a double-row src is [partitions, 2, free]: its outermost free dimension "
+                  f"(the pair axis) must have size 2, not shape {src.shape}")
+        if ins.col:
+            _fail(*where, "tile position",
+                  f"the double row takes the array's whole width (no column tiling), so "
+                  f"col must be 0, not {ins.col}")
+        return src.free // 2
+
     def _check_format(self, where, fmt: str) -> None:
         if fmt not in self.params.formats:
             _fail(*where, "format", f"the tensor engine of {self.params.name} takes "
@@ -399,19 +434,22 @@ class Core:
 
     def _placement(self, ins: LoadStationary) -> systolic.Load:
         """The array's tile of a stationary, at its tile position: the smallest tile sizes
-        of the array's tiling that hold its contraction in its rows and its columns; a
-        double-rate contraction deeper than the array (the double row, two indices per PE
-        row) takes the whole array."""
-        key = (ins.src.dtype, ins.src.partitions, ins.src.free, ins.row, ins.col)
+        of the array's tiling that hold its partitions in its rows and its columns; a double
+        row (two contraction indices per PE row) takes the array's whole width."""
+        key = (ins.src.dtype, ins.src.partitions, ins.src.free, ins.row, ins.col,
+               ins.double_row)
         placed = self._placed.get(key)
         if placed is None:
             p = self.params
             fmt = p.array_format(isa.input_format(ins.src.dtype))
-            k, m = ins.src.partitions, ins.src.free
-            row_size, col_size = p.rows, p.cols
-            if k <= p.rows:
-                row_size = min(s for s in (p.rows // w for w in p.tensor.tiles) if s >= k)
-                col_size = min(s for s in (p.cols // w for w in p.tensor.tiles) if s >= m)
+            rows, m = ins.src.partitions, ins.src.free
+            k = rows
+            if ins.double_row:
+                k, m = 2 * rows, m // 2
+            sizes = [p.rows // w for w in p.tensor.tiles]
+            row_size = min(s for s in sizes if s >= rows)
+            col_size = p.cols if ins.double_row else min(
+                s for s in (p.cols // w for w in p.tensor.tiles) if s >= m)
             placed = self._placed[key] = systolic.Load(k, m, fmt, row=ins.row, col=ins.col,
                                                        row_size=row_size, col_size=col_size)
         return placed
@@ -471,17 +509,20 @@ class Core:
             latency, transfer = dma_seconds(self.params, ins.src.nbytes)
             return (_DMA, latency, transfer, ins.src.nbytes)
         if kind == "tensor":
+            pairs = 2 if getattr(ins, "double_row", False) else 1
             if cls is LoadStationary:
-                fmt, k, m = isa.input_format(ins.src.dtype), ins.src.partitions, ins.src.free
-                return (_LOAD, (fmt, k, m), self._placement(ins), (ins.row, ins.col))
+                fmt, k = isa.input_format(ins.src.dtype), ins.src.partitions
+                return (_LOAD, (fmt, k, ins.src.free // pairs, ins.double_row),
+                        self._placement(ins), (ins.row, ins.col))
             if cls is MultiplyMoving:
-                fmt, k, n = isa.input_format(ins.src.dtype), ins.src.partitions, ins.src.free
+                fmt, k = isa.input_format(ins.src.dtype), ins.src.partitions
+                n = ins.src.free // pairs
                 array_fmt = self.params.array_format(fmt)
-                contraction = k * (isa.MX_QUAD if ins.src.dtype in isa.MX_DTYPES else 1)
+                contraction = k * (isa.MX_QUAD if ins.src.dtype in isa.MX_DTYPES else pairs)
                 return (_MULTIPLY, fmt, k, ins.dst.partitions, n,
                         systolic.Multiply(n, fmt=array_fmt, row=ins.row, col=ins.col),
                         (ins.row, ins.col), n * self.params.tensor.column_cycles(array_fmt),
-                        contraction)
+                        contraction, ins.double_row)
             k, m = ins.src.partitions, ins.src.free
             return (_TRANSPOSE, systolic.Load(k, m), systolic.Transpose(k))
         cycles, work = self._stream_cost(kind, ins)
@@ -595,7 +636,7 @@ class Core:
                         fmt, k, m, n = plan[1], plan[2], plan[3], plan[4]
                         tile = tiles.get(plan[6])
                         if tile is None or tile[1] != k or tile[2] != m \
-                                or not self._partners(tile[0], fmt):
+                                or tile[3] != plan[9] or not self._partners(tile[0], fmt):
                             self._bad_multiply(streams[s], i, ins, tile)
                         accept, last = multiply(plan[5], t * tensor_clock)
                         occupied = accept + plan[7]
@@ -605,9 +646,9 @@ class Core:
                     elif op is _LOAD:
                         box = plan[2]
                         held = tiles.get(plan[3])
-                        if len(tiles) != 1 or held is None or held[3] is not box:
+                        if len(tiles) != 1 or held is None or held[4] is not box:
                             tiles = {pos: held for pos, held in tiles.items()
-                                     if not _shares_pes(box, held[3])}
+                                     if not _shares_pes(box, held[4])}
                         tiles[plan[3]] = plan[1] + (box,)
                         accept, last = load_tile(box, t * tensor_clock)
                         occupied = last
@@ -678,7 +719,12 @@ class Core:
         if stationary is None:
             at = f" at tile position ({ins.row}, {ins.col})" if ins.row or ins.col else ""
             _fail(stream, index, ins, "stationary", f"no stationary tile is loaded{at}")
-        fmt, k, m = stationary[:3]
+        fmt, k, m, double_row = stationary[:4]
+        if double_row != ins.double_row:
+            _fail(stream, index, ins, "stationary",
+                  f"the loaded stationary is {'' if double_row else 'not '}a double row, the "
+                  f"multiply is {'' if ins.double_row else 'not '}one (double_row="
+                  f"{int(ins.double_row)})")
         why = self._mismatch(fmt, isa.input_format(ins.src.dtype))
         if k != ins.src.partitions or why:
             _fail(stream, index, ins, "stationary",
@@ -880,6 +926,18 @@ class _Data:
         rows = [isa.mx_scale_partition(g) for g in range(groups)]
         return codes, self.read(scale).reshape(scale.partitions, -1)[rows]
 
+    def tensor_codes(self, ins: LoadStationary | MultiplyMoving) -> np.ndarray:
+        """The (K, F) tile of a stationary or moving ``src`` as the array contracts it, row
+        ``j`` the ``j``-th product of each sum: its partitions in order, or for a double row
+        the contraction indices in :func:`~hdl.core.isa.double_row_order` (the pairs' K
+        halves, index ``i * P + p`` for pair ``i`` of partition ``p``)."""
+        codes = self.codes(ins.src)
+        if not ins.double_row:
+            return codes
+        parts = ins.src.partitions
+        halves = codes.reshape(parts, 2, -1).transpose(1, 0, 2).reshape(2 * parts, -1)
+        return halves[isa.double_row_order(parts)]
+
     def read32(self, ap: AP) -> np.ndarray:
         """fp32 bit patterns, (partitions, free), of an operand of any float type."""
         bits = self.codes(ap)
@@ -914,7 +972,7 @@ class _Data:
         if ins.src.dtype in isa.MX_DTYPES:
             tile = self.mx_tile(ins.src, ins.scale) + (fmt, placed)
         else:
-            tile = (self.codes(ins.src), None, fmt, placed)
+            tile = (self.tensor_codes(ins), None, fmt, placed)
         self.tiles = {pos: t for pos, t in self.tiles.items() if not _shares_pes(placed, t[3])}
         self.tiles[(ins.row, ins.col)] = tile
 
@@ -927,7 +985,7 @@ class _Data:
             out = systolic.matmul_mx(tile, moving, fmt, tile_scales, scales, psum,
                                      ins.accumulate, moving_fmt=mfmt)
         else:
-            out = systolic.matmul(tile, self.codes(ins.src), fmt, psum, ins.accumulate,
+            out = systolic.matmul(tile, self.tensor_codes(ins), fmt, psum, ins.accumulate,
                                   moving_fmt=mfmt)
         self.write(ins.dst, out)
 

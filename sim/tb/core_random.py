@@ -204,7 +204,7 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
             w_t, w_n = plan.types[("s", w)]
             movers = [i for i in usable if plan.types[("s", i)][0] == w_t]
             x = rng.choice(movers)
-            k_max = min(p, params.rows * (2 if _SIZE[w_t] == 1 else 1))
+            k_max = min(p, params.rows)
             k = rng.randint(1, k_max)
             m = rng.randint(1, min(params.cols, w_n))
             n = rng.randint(1, min(plan.types[("s", x)][1], params.moving_max))
