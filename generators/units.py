@@ -201,8 +201,8 @@ UNITS["tensor"] = Unit("tensor", lambda spec, scale: [tensor_params(spec, scale)
 # --- the NeuronCore -------------------------------------------------------------------------
 
 #: The programs `gen sim --unit core` runs without --kernel, by simulator: on Verilator every
-#: program of the co-simulation and a seeded random one; on Icarus, about ten times slower
-#: (benchmarks/core_rtl.md), a small one and the deadlock.
+#: program of the co-simulation (with MX formats, the MX one too) and a seeded random one; on
+#: Icarus, about ten times slower (benchmarks/core_rtl.md), a small one and the deadlock.
 CORE_PROGRAMS = {"verilator": None, "icarus": ("vector_add", "deadlock")}
 
 
@@ -210,7 +210,7 @@ def _core_names(params, sim, seed, kernel=None) -> list[str]:
     """The programs `gen sim --unit core` runs (``kernel`` alone: a program or kernel name,
     or ``random``); raises InputError for a program the core simulator rejects or the RTL
     cannot run, so that it is never simulated."""
-    from sim.tb.core import PROGRAMS, RANDOM, check_program, program_names
+    from sim.tb.core import MX_PROGRAMS, PROGRAMS, RANDOM, check_program, program_names
     from specs.errors import InputError
 
     if kernel is not None:
@@ -219,7 +219,8 @@ def _core_names(params, sim, seed, kernel=None) -> list[str]:
                              f"{kernel!r}")
         names = [kernel]
     else:
-        names = list(CORE_PROGRAMS[sim] or [*PROGRAMS, RANDOM])
+        mx = list(MX_PROGRAMS) if params.tensor.has_mx else []
+        names = list(CORE_PROGRAMS[sim] or [*PROGRAMS, *mx, RANDOM])
     for name in names:
         why = check_program(params, name, seed)
         if why is not None:

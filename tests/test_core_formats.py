@@ -284,19 +284,17 @@ def test_mx_scale_round_trips_and_unknown_types_are_refused():
         encode(MultiplyMoving(dst=ins.dst, src=tile("sbuf", "mxfp8", 0, 8, 64, 8)))
 
 
-def test_core_rtl_refuses_mx_with_a_reason(trn3):
+def test_core_rtl_takes_the_array_formats_mx_included(trn3, trn1):
     """The core RTL's tensor engine runs tf32 (its codes shifted down from the top of their
-    words; the co-simulation's matmul program has a tf32 tile) but not the MX quad types (it
-    reads no scale operand), and says so in one line."""
+    words) and the MX quad types where the array has MX formats (it reads their scale
+    operand; the co-simulation's mx_matmuls program runs them), and refuses an MX tile on
+    an array without MX in one line."""
     from hdl.core.tensor import supported
 
-    for dtype in ("mxfp8_x4", "mxfp4_x4"):
-        ins = LoadStationary(src=tile("sbuf", dtype, 0, 8, 0, 8))
-        reason = supported(ins, trn3.formats)
-        assert reason.startswith(f"src must not be {dtype}: ") and "no scale operand" in reason
-        assert "\n" not in reason
-    for dtype in ("bf16", "tf32"):
+    for dtype in ("bf16", "tf32", "mxfp8_x4", "mxfp4_x4"):
         assert supported(LoadStationary(src=tile("sbuf", dtype, 0, 8, 0, 8)), trn3.formats) \
             is None
-    assert "tf32" in supported(LoadStationary(src=tile("sbuf", "int8", 0, 8, 0, 8)),
-                               trn3.formats)
+    for dtype in ("mxfp8_x4", "mxfp4_x4"):
+        reason = supported(LoadStationary(src=tile("sbuf", dtype, 0, 8, 0, 8)), trn1.formats)
+        assert reason.startswith("src must be one of ") and reason.endswith(f", not {dtype}")
+        assert "mxfp" not in reason.removesuffix(dtype) and "\n" not in reason

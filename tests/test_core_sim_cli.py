@@ -1,5 +1,5 @@
 """`gen sim SPEC --unit core`: what it refuses before simulating, the seeded random program,
-and the co-simulation on Icarus (the deadlock)."""
+and the co-simulation on Icarus (the deadlock, the MX matmuls of trn3)."""
 
 import pytest
 from click.testing import CliRunner
@@ -99,3 +99,30 @@ def test_icarus_detects_the_deadlock():
                  "--kernel", "deadlock")
     assert result.exit_code == 0, result.output
     assert "  PASS deadlock: 1 tests, 0 failed" in result.output
+
+
+def test_mx_matmuls_run_where_the_array_has_mx(params):
+    """The MX co-simulation program passes the core simulator and the RTL's rules on trn3
+    (it is one of `gen sim trn3 --unit core`'s programs) and is refused on trn2, whose array
+    has no MX formats, with the reason."""
+    from generators.units import _core_names
+
+    trn3 = core_params(load("trn3"), "sim")
+    assert check_program(trn3, "mx_matmuls", 0) is None
+    assert "mx_matmuls" in _core_names(trn3, "verilator", 0)
+    assert "mx_matmuls" not in _core_names(params, "verilator", 0)
+    assert check_program(params, "mx_matmuls", 0) == \
+        "mx_matmuls: trn2's array has no mxfp8 and mxfp4 formats"
+
+
+@pytest.mark.cocotb
+def test_icarus_runs_mx_matmuls_bit_for_bit():
+    """`gen sim trn3 --unit core --sim icarus --kernel mx_matmuls`: mxfp8 and mxfp4 tiles
+    with their scale operands, mixed and accumulated, on trn3's core at simulation scale:
+    SBUF, PSUM and the external memory equal the core simulator's byte for byte, and each
+    multiply takes the simulator's exact cycles (:func:`sim.tb.core.timing`)."""
+    skip_unless_available("icarus")
+    result = run("sim", "trn3", "--unit", "core", "--sim", "icarus", "--seed", "5",
+                 "--kernel", "mx_matmuls")
+    assert result.exit_code == 0, result.output
+    assert "  PASS mx_matmuls: 1 tests, 0 failed" in result.output

@@ -370,6 +370,9 @@ class NeuronCore(wiring.Component):
             rs, rp = sbuf.read_port(), psum.read_port()
             m.d.comb += [rs.addr.eq(addr), rs.en.eq(en), rp.addr.eq(addr), rp.en.eq(en),
                          getattr(engine, f"{port}_data").eq(Mux(is_psum, rp.data, rs.data))]
+        if p.tensor.has_mx:  # the tensor engine's scale operand: SBUF only
+            rs = sbuf.read_port()
+            m.d.comb += [rs.addr.eq(ten.s_addr), rs.en.eq(ten.s_en), ten.s_data.eq(rs.data)]
         for name, engine in (("tensor", ten), ("vector", vec), ("scalar", sca),
                              ("gpsimd", gps)):
             enables = Signal(4 * n, name=f"{name}_w_en")

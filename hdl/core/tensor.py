@@ -4,7 +4,8 @@ the access patterns of ``LoadStationary`` and ``MultiplyMoving``, its results wr
 The array is an instance of the emitted array module (:class:`hdl.tensor.structural.ArrayInstance`,
 the circuit of :class:`hdl.tensor.systolic.SystolicArray`), the very module `gen chip` writes
 for the tensor unit, so that the core does not elaborate its rows x cols cells again; the
-PSUM accumulation's fp32 adders are instances of the scalar engine's adder module.
+PSUM accumulation's fp32 adders are instances of the shared adder module (``numerics_add32``,
+:data:`~hdl.vector.lanes.FP_MODULES`).
 
 Per instruction: decode, hand the array its command (format code, ``k`` the source's
 partitions, ``m`` or ``n`` its free size, and on a tiled array the tile: its position
@@ -16,7 +17,8 @@ core simulator places it), then
   tile) is read from all partitions at once; its partitions ``src.partition + i`` become the
   words of the tile's PE rows ``row + i`` (with a double-rate format row ``row + i`` takes
   partitions ``2i`` and ``2i + 1`` in its low two bytes; a tf32 element, whose 19-bit code
-  is the top of its 32-bit word, is shifted down to the low bits the array reads);
+  is the top of its 32-bit word, is shifted down to the low bits the array reads; an MX quad
+  is the word's low bits and its block's E8M0 scale goes above it, see below);
   ``beat_columns`` columns make one beat. The instruction retires when the array has taken
   the last beat.
 * ``MultiplyMoving``: likewise one moving column per cycle into the array, at the rows of
@@ -28,6 +30,15 @@ core simulator places it), then
   word first and writes ``add32(psum, sum)`` (an int32 sum for integer formats), which is
   the golden model's accumulation (:func:`sim.golden.systolic.matmul`). One result row per
   cycle: its PSUM read with the row, the write the cycle after.
+
+An MX tile (``mxfp8_x4``, ``mxfp4_x4``) comes with its ``scale`` operand, and the engine
+reads it with the tile: a second SBUF read of every partition in the same cycle as the
+tile's (the ``s`` port, the scale's element ``j`` with the tile's element ``j``, walked by
+its own access pattern), so an MX instruction takes the cycles of any other. The tile's row
+``i`` carries the byte of partition ``scale.partition + mx_scale_partition(i // 8)`` at
+bits :attr:`~hdl.tensor.params.SystolicParams.mx_scale_lsb` up (scale groups count from the
+tile's first row), as the array takes it and as the core simulator reads the scales
+(``mx_tile`` of :mod:`sim.core.machine`).
 
 The engine runs one instruction at a time: a multiply retires after its last PSUM write,
 before the next instruction is decoded, so multiplies on disjoint tiles do not overlap here
@@ -47,12 +58,15 @@ from hdl.core.engines import DATA_BITS, engine_ports, pick, read_step, unit_veri
 from hdl.core.isa import (
     DTYPES,
     MX_DTYPES,
+    MX_GROUP_PARTITIONS,
     TF32_SHIFT,
     WORD_BITS,
     Instruction,
     LoadStationary,
     MultiplyMoving,
     field_positions,
+    input_format,
+    mx_scale_partition,
 )
 from hdl.numerics.fpu import FpAdd32
 from hdl.tensor.structural import UNIT_TOP, ArrayInstance
@@ -74,20 +88,19 @@ def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
     (None: it can)."""
     if not isinstance(ins, TENSOR_OPS):
         return f"the tensor engine runs {', '.join(c.__name__ for c in TENSOR_OPS)}"
-    if ins.src.dtype in _NOT_RUN:
-        return f"src must not be {ins.src.dtype}: {_NOT_RUN[ins.src.dtype]}"
     if ins.double_row:
         return ("double_row must be 0: the engine reads one SBUF word per partition and "
                 "column, and a pair's two elements lie the pair axis's stride apart")
-    if ins.src.dtype not in formats or ins.src.dtype not in DTYPES:
-        usable = [f for f in formats if f in DTYPES and f not in _NOT_RUN]
+    if input_format(ins.src.dtype) not in formats or ins.src.dtype not in DTYPES:
+        usable = [d for f in formats if (d := _dtype(f)) in DTYPES]
         return f"src must be one of {', '.join(usable)}, not {ins.src.dtype}"
     return None
 
 
-#: Element types of the instruction set the core's tensor engine does not run, and why.
-_NOT_RUN = {t: "the engine reads no scale operand for the array's MX formats"
-            for t in MX_DTYPES}
+def _dtype(fmt: str) -> str:
+    """The instruction set's element type of the array's format ``fmt``: an MX format's quad
+    type, any other format itself."""
+    return next((d for d, f in MX_DTYPES.items() if f == fmt), fmt)
 
 
 def _rows_port(partitions: int):
@@ -154,7 +167,8 @@ class TensorEngine(wiring.Component):
     """The tensor engine of a core of ``partitions`` partitions with the array of
     ``array`` (:class:`~hdl.tensor.params.SystolicParams`), whose formats are the core's
     ``formats`` in the same order (the instruction set's names); ``words`` is the depth of
-    the deeper of SBUF and PSUM in 32-bit words."""
+    the deeper of SBUF and PSUM in 32-bit words. With MX formats it has a third read port,
+    ``s``, for the scale operand (SBUF only: it has no ``s_psum``)."""
 
     def __init__(self, partitions: int, array, formats: tuple[str, ...], words: int):
         if array.cols > partitions or array.rows > partitions:
@@ -165,7 +179,9 @@ class TensorEngine(wiring.Component):
                              f"not {formats!r}")
         self.partitions, self.array, self.formats = partitions, array, formats
         n = partitions
-        super().__init__(engine_ports(("r", "q"), n, words))
+        ports = engine_ports(("r", "q", "s") if array.has_mx else ("r", "q"), n, words)
+        ports.pop("s_psum", None)  # the scale is in SBUF
+        super().__init__(ports)
         self.unit = ArrayInstance(array, UNIT_TOP)
 
     def verilog_dependencies(self, *, taken: bool = False) -> list[str]:
@@ -202,15 +218,16 @@ class TensorEngine(wiring.Component):
         m.d.comb += src.eq(Mux(is_load, field(LoadStationary, "src").as_value(),
                                field(MultiplyMoving, "src").as_value()))
 
-        # the source's format: its code in the array, double rate, integer
-        code, double, integer = 0, 0, 0
+        # the source's format: its code in the array, double rate, integer, MX
+        code, double, integer, mx = 0, 0, 0, 0
         for index, name in enumerate(self.formats):
-            if name not in DTYPES:
+            if _dtype(name) not in DTYPES:
                 continue
-            hit = src.dtype == DTYPES[name][0]
+            hit = src.dtype == DTYPES[_dtype(name)][0]
             code = Mux(hit, index, code)
             double = Mux(hit, int(a.is_double(a.formats[index])), double)
             integer = Mux(hit, int(a.is_int(a.formats[index])), integer)
+            mx = Mux(hit, int(a.is_mx(a.formats[index])), mx)
         free = 1
         for i in range(3):
             size = getattr(src, f"n{i}")
@@ -280,14 +297,19 @@ class TensorEngine(wiring.Component):
         # the tile's words, i from its first row, at PE rows ``row + i`` (the array takes
         # the words of the tile's rows; the other rows' are ignored)
         moving = Signal(data.ArrayLayout(a.width, a.rows))
-        packed = Signal(data.ArrayLayout(a.width, a.rows))
-        singles = Cat(*[fit(element(r)) for r in range(a.rows)])
+        words = Cat(*[fit(element(r)) for r in range(a.rows)])
         if a.double_rate:
             pairs = Cat(*[fit(Cat(element(2 * r)[:8], element(2 * r + 1)[:8]))
                           for r in range(a.rows)])
-            m.d.comb += packed.eq(Mux(double, pairs, singles))
-        else:
-            m.d.comb += packed.eq(singles)
+            words = Mux(double, pairs, words)
+        if a.has_mx:  # scale groups count from the tile's first row
+            scales = self._scales(m, word, start, ws, mx)
+            lsb = a.mx_scale_lsb
+            quads = Cat(*[fit(Cat(element(r)[:lsb], scales[r // MX_GROUP_PARTITIONS]))
+                          for r in range(a.rows)])
+            words = Mux(mx, quads, words)
+        packed = Signal(data.ArrayLayout(a.width, a.rows))
+        m.d.comb += packed.eq(words)
         placed = packed.as_value()
         for g in range(1, a.ways):
             at = (a.rows - g * a.group_rows) * a.width
@@ -357,3 +379,35 @@ class TensorEngine(wiring.Component):
                     m.d.comb += self.done.eq(1)
                     m.next = "IDLE"
         return m
+
+    def _scales(self, m, word, start, ws: ApWalker, mx) -> list:
+        """The scale operand's bytes of the element the ``r`` port reads, one per scale
+        group of the array's rows, the cycle its data arrives: the ``s`` port reads the
+        scale's element whenever the source's is read (``r_en``, for an MX source), its
+        walker stepping with the source's; group ``g`` takes partition ``scale.partition +
+        mx_scale_partition(g)`` (a multiple of the partition-start chunk plus a constant: a
+        pick among the rotations' candidates), then the element's byte. ``word`` is the
+        instruction's."""
+        n, a = self.partitions, self.array
+        chunk = min(32, n)
+        is_load = word[:8] == LoadStationary.OPCODE
+
+        def field(cls):
+            pos, bits, _ = field_positions(cls)["scale"]
+            return data.View(AP_LAYOUT, word[pos:pos + bits])
+
+        scale = Signal(AP_LAYOUT)
+        m.d.comb += scale.eq(Mux(is_load, field(LoadStationary).as_value(),
+                                 field(MultiplyMoving).as_value()))
+        m.submodules.wsc = wsc = ApWalker()
+        shift = Signal(2)
+        m.d.comb += [wsc.ap.eq(scale), wsc.start.eq(start), wsc.step.eq(ws.step),
+                     self.s_addr.eq(wsc.byte[2:]), self.s_en.eq(self.r_en & mx)]
+        with m.If(ws.step):
+            m.d.sync += shift.eq(wsc.byte[:2])
+        out = []
+        for g in range(-(-a.rows // MX_GROUP_PARTITIONS)):
+            at = mx_scale_partition(g)
+            rows = Cat(*[self.s_data[(at + k * chunk) % n] for k in range(n // chunk)])
+            out.append((pick(rows, scale.partition, chunk) >> (shift * 8))[:8])
+        return out

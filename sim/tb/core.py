@@ -1,8 +1,9 @@
 """cocotb co-simulation of the NeuronCore RTL against the core simulator.
 
 The cocotb test ``programs`` runs the programs named in the testbench parameters in one
-simulation (:func:`simulate_many`): programs of :data:`PROGRAMS`, built with the kernel
-builder for the core at simulation scale, the seeded random program, or kernels; for each:
+simulation (:func:`simulate_many`): programs of :data:`PROGRAMS` (and, on a core whose
+array has MX formats, :data:`MX_PROGRAMS`), built with the kernel builder for the core at
+simulation scale, the seeded random program, or kernels; for each:
 
 1. the core simulator (:class:`sim.core.Core`, numeric mode) checks the program and runs it;
    a program it rejects is never run on the RTL, except ``deadlock``, which both must refuse;
@@ -64,8 +65,8 @@ from sim.tb.core_random import random_program
 from sim.tb.runner import RunResult, emit_verilog, run_verilog, tb_params
 from specs.loader import load
 
-__all__ = ["PROGRAMS", "RANDOM", "CoreTB", "build_program", "check_program", "co_simulate",
-           "program_names", "random_program", "rtl_refusal", "simulate_many"]
+__all__ = ["MX_PROGRAMS", "PROGRAMS", "RANDOM", "CoreTB", "build_program", "check_program",
+           "co_simulate", "program_names", "random_program", "rtl_refusal", "simulate_many"]
 
 #: What each engine of the core RTL runs (the DMA queues: DmaCopy).
 SUPPORTED = {"tensor": tensor.supported, "vector": engines.supported,
@@ -344,6 +345,48 @@ def _matmul_tiles(b: Builder) -> None:
     multiply("fp32", s32, quarter, quarter, bank1, r - quarter, accumulate=True)
 
 
+def _mx_matmuls(b: Builder) -> None:
+    """The tensor engine's MX quads with their E8M0 scales (an array with MX formats): an
+    mxfp8 tile whose scale operand has one partition per group of 8, a multiply; an mxfp4
+    tile of fewer rows than the array at a byte offset inside words, its scale with the
+    tile's partitions at byte offsets inside words, an mxfp8 and a strided mxfp4 moving tile
+    accumulated onto the first result."""
+    p, r, c = b.params.partitions, b.params.rows, b.params.cols
+    if "mxfp8" not in b.params.formats or "mxfp4" not in b.params.formats:
+        raise KernelError(f"{b.params.name}'s array has no mxfp8 and mxfp4 formats")
+    n = min(12, b.params.moving_max)
+    groups = -(-r // isa.MX_GROUP_PARTITIONS)
+    x8 = b.hbm("x8", (p, 2 * n), "mxfp8_x4")
+    x4 = b.hbm("x4", (p, 2 * n + 2), "mxfp4_x4")
+    sc = b.hbm("sc", (p, 2 * n + 4), "uint8")  # the DMA moves one element at a time
+    s8, s4, ss = b.sbuf(8 * n, "x8"), b.sbuf(4 * n + 4, "x4"), b.sbuf(2 * n + 4, "scales")
+    bank = b.psum_banks(1, "psum")[0]
+    for q, (t, at, dt, free) in enumerate(((x8, s8, "mxfp8_x4", 2 * n),
+                                           (x4, s4, "mxfp4_x4", 2 * n + 2),
+                                           (sc, ss, "uint8", 2 * n + 4))):
+        b.emit(f"dma{q}", DmaCopy(dst=_tile(b, at, free, dt), src=t.ap((0, p))))
+    b.wait("tensor", *(b.signal(f"dma{q}") for q in range(3)))
+    t = "tensor"
+
+    def scale(offset, partitions, free, step=1):
+        return b.tile("sbuf", "uint8", ss + offset, partitions, ((free, step),))
+
+    b.emit(t, LoadStationary(src=b.tile("sbuf", "mxfp8_x4", s8, r, ((c, 1),)),
+                             scale=scale(0, groups, c)))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank, c, ((n, 1),)),
+                             src=b.tile("sbuf", "mxfp8_x4", s8 + 4 * c, r, ((n, 1),)),
+                             scale=scale(c, groups, n)))
+    k4, m4 = r - 3, c - 2
+    b.emit(t, LoadStationary(src=b.tile("sbuf", "mxfp4_x4", s4 + 2, k4, ((m4, 1),)),
+                             scale=scale(n + 9, k4, m4)))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank, m4, ((n, 1),)),
+                             src=b.tile("sbuf", "mxfp8_x4", s8 + 4 * n, k4, ((n, 1),)),
+                             scale=scale(n + 3, k4, n), accumulate=True))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank, m4, ((n, 1),)),
+                             src=b.tile("sbuf", "mxfp4_x4", s4, k4, ((n, 2),)),
+                             scale=scale(0, k4, n, 2), accumulate=True))
+
+
 def _deadlock(b: Builder) -> None:
     """The vector engine waits for a count no stream will reach."""
     p, n = b.params.partitions, 4
@@ -387,6 +430,10 @@ PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, Fals
                                    False)}
 
 
+#: Programs of the arrays with MX formats alone: name -> builder function (their builder
+#: refuses another core with a KernelError).
+MX_PROGRAMS = {"mx_matmuls": _mx_matmuls}
+
 #: The name of the seeded random program (:func:`sim.tb.core_random.random_program`).
 RANDOM = "random"
 
@@ -399,7 +446,8 @@ def kernel_shape(name: str, params: CoreParams) -> dict[str, int]:
 
 def program_names() -> list[str]:
     """Every name :func:`build_program` takes."""
-    return list(PROGRAMS) + [RANDOM] + [k for k in KERNELS if k not in PROGRAMS]
+    return list(PROGRAMS) + list(MX_PROGRAMS) + [RANDOM] + [k for k in KERNELS
+                                                            if k not in PROGRAMS]
 
 
 def must_deadlock(name: str) -> bool:
@@ -407,12 +455,13 @@ def must_deadlock(name: str) -> bool:
 
 
 def build_program(params: CoreParams, name: str, seed: int = 0) -> Program:
-    """The program ``name`` for a core of ``params``: one of :data:`PROGRAMS`, the random
+    """The program ``name`` for a core of ``params``: one of :data:`PROGRAMS` (or
+    :data:`MX_PROGRAMS`), the random
     program of ``seed`` (:data:`RANDOM`), or a kernel of :data:`kernels.KERNELS` at
     :func:`kernel_shape` in its first type."""
-    if name in PROGRAMS:
+    if name in PROGRAMS or name in MX_PROGRAMS:
         b = Builder(params)
-        PROGRAMS[name][0](b)
+        (PROGRAMS[name][0] if name in PROGRAMS else MX_PROGRAMS[name])(b)
         return b.program
     if name == RANDOM:
         return random_program(params, seed)
@@ -451,7 +500,9 @@ def words(ins) -> list[int]:
 def random_inputs(program: Program, seed: int) -> np.ndarray:
     """The program's HBM with every tensor filled from ``seed``: normal values in the
     tensor's type (positive ones for names starting with ``s``; tf32 as fp32 words with
-    their low 13 bits zero, as the instruction set stores it)."""
+    their low 13 bits zero, as the instruction set stores it); MX quads of random codes
+    (mxfp8: normal values as float8_e4m3fn, no NaN; mxfp4: any code) and ``uint8`` E8M0
+    scales within 2**-8 .. 2**8 of 1."""
     rng = np.random.default_rng(seed)
     hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
     types = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
@@ -460,7 +511,14 @@ def random_inputs(program: Program, seed: int) -> np.ndarray:
         v = rng.standard_normal(t.shape)
         if t.name.startswith("s"):
             v = np.abs(v) + 0.5
-        if t.dtype == "tf32":
+        if t.dtype == "uint8":
+            raw = rng.integers(119, 136, t.shape, dtype=np.uint8).tobytes()
+        elif t.dtype == "mxfp8_x4":  # code i in byte i of each element
+            quad = rng.standard_normal((*t.shape, isa.MX_QUAD))
+            raw = quad.astype(ml_dtypes.float8_e4m3fn).tobytes()
+        elif t.dtype == "mxfp4_x4":
+            raw = rng.integers(0, 1 << 16, t.shape, dtype=np.uint16).tobytes()
+        elif t.dtype == "tf32":
             raw = (v.astype(np.float32).view(np.uint32)
                    & np.uint32(~((1 << TF32_SHIFT) - 1) & 0xFFFFFFFF)).tobytes()
         else:
