@@ -66,6 +66,7 @@ def test_fused_gemm_over_several_m_blocks(m, seed):
     assert np.abs(run.outputs["out"] - want).max() / np.abs(want).max() \
         <= kernels.tolerance(k, "bf16")
 
+
 @pytest.mark.parametrize("dtype, shape", [
     ("mxfp8", dict(M=130, K=1056, N=520)),  # tiles of 128, 128 and 8 quad partitions
     ("mxfp4", dict(M=32, K=32, N=8)),       # one scale group
