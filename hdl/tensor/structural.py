@@ -38,7 +38,7 @@ from .systolic import (
     stationary_layout,
 )
 
-__all__ = ["UNIT_TOP", "ArrayInstance", "module_names", "verilog_modules"]
+__all__ = ["LEVELS", "UNIT_TOP", "ArrayInstance", "module_names", "verilog_modules"]
 
 #: The top module's name in `gen chip`'s files (the tensor unit), which the core's tensor
 #: engine instantiates, so that the chip's file list defines the array once.
@@ -72,30 +72,40 @@ def _array_text(params: SystolicParams, names: dict[str, str]) -> str:
         skip_bits=params.skip_bits)
 
 
+#: The levels, leaves first: the keys of :func:`module_names`.
+LEVELS = ("pe", "row", "column", "group", "control", "top")
+
+
 @functools.cache
-def _modules(params: SystolicParams, top: str) -> tuple[tuple[str, str], ...]:
+def _text(params: SystolicParams, top: str, level: str) -> str:
     names = module_names(top)
     # The PE and the column carry Verilator's no_inline_module: rows x cols copies of the
     # PE's floating-point logic would otherwise make a Verilator build slow.
-    texts = [(f"{names['pe']}.v", lane_verilog(ProcessingElement(params), names["pe"])),
-             (f"{names['row']}.v", lane_verilog(SystolicRow(params, pe_module=names["pe"]),
-                                                names["row"], no_inline=False)),
-             (f"{names['column']}.v", lane_verilog(PsumColumn(params), names["column"])),
-             (f"{names['group']}.v", lane_verilog(SystolicGroup(params), names["group"],
-                                                  no_inline=False)),
-             (f"{names['control']}.v", lane_verilog(
-                 SystolicControl(params, group_module=names["group"]), names["control"],
-                 no_inline=False)),
-             (f"{top}.v", _array_text(params, names))]
-    return tuple(texts)
+    if level == "pe":
+        return lane_verilog(ProcessingElement(params), names["pe"])
+    if level == "row":
+        return lane_verilog(SystolicRow(params, pe_module=names["pe"]), names["row"],
+                            no_inline=False)
+    if level == "column":
+        return lane_verilog(PsumColumn(params), names["column"])
+    if level == "group":
+        return lane_verilog(SystolicGroup(params), names["group"], no_inline=False)
+    if level == "control":
+        return lane_verilog(SystolicControl(params, group_module=names["group"]),
+                            names["control"], no_inline=False)
+    if level == "top":
+        return _array_text(params, names)
+    raise ValueError(f"level must be one of {LEVELS}, not {level!r}")
 
 
-def verilog_modules(params: SystolicParams, top: str) -> dict[str, str]:
-    """Verilog text of each module (file name -> text, leaves first), elaborated once per
-    parameter set and name in a process."""
+def verilog_modules(params: SystolicParams, top: str, levels: tuple[str, ...] = LEVELS
+                    ) -> dict[str, str]:
+    """Verilog text of each module of ``levels`` (file name -> text, leaves first),
+    elaborated once per parameter set, name and level in a process."""
     if not isinstance(params, SystolicParams):
         raise TypeError(f"params must be a SystolicParams, not {params!r}")
-    return dict(_modules(params, top))
+    names = module_names(top)
+    return {f"{names[level]}.v": _text(params, top, level) for level in levels}
 
 
 class ArrayInstance(wiring.Component):
