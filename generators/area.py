@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import json
 import re
-import tempfile
 from pathlib import Path
 
 from hdl import area
@@ -129,19 +128,25 @@ def shape_terms(spec: ChipSpec, engines, known: dict[str, area.ModuleArea],
 
 
 #: Shapes of the tensor array (rows, cols), beside the spec's own, whose synthesis fits the
-#: array's shape terms (:func:`hdl.area.fit_array`): six, so that with the spec's shape
-#: there is one more than the six terms; small, so that each of their modules synthesises
-#: in seconds; three column counts and two row counts (the spec's rows are the third), so
-#: that the squares tell apart; rows of one bit length, so that their PE is one module (its
-#: weight-skip counter is as wide as the rows' bit length: its text changes at 16). Held
-#: out, arrays of 16 rows come out within 0.2 % of their synthesis (``benchmarks/area.md``).
-FIT_SHAPES = tuple((r, c) for r in (8, 12) for c in (8, 12, 16))
+#: array's shape terms (:func:`hdl.area.fit_array`). The PE's term is not fitted: it is the
+#: spec's PE (:func:`shape_terms`), synthesised with the chip, and the small arrays count
+#: their PEs at its figure (:func:`chip_area`), so no PE is emitted or synthesised for the
+#: fit. Nothing else of the array grows with ``rows x cols`` (a row's own logic holds its
+#: input skew and pipelines, which grow with the rows; a PSUM column's text follows the
+#: columns only), so the array less its PEs is ``f(rows) + g(cols)``, and the five other
+#: terms fit it: a quadratic in the rows through three row counts (8, 12, the spec's), one in
+#: the columns through three or more (8, 12, 16, the spec's), and a shape that tells the two
+#: apart (12 x 16 beside 12 x 8). With the spec's shape, six shapes for five terms: one more
+#: than they need, as before, so that the residuals are a check. Small, so that each of their
+#: modules synthesises in a second or two (``benchmarks/area.md``).
+FIT_SHAPES = ((8, 8), (8, 12), (8, 16), (12, 8), (12, 16))
 
 
 def fit_path(spec: ChipSpec, sources: dict[str, str]) -> Path:
     """The cache entry of the fit's samples (:data:`FIT_SHAPES`), keyed by the texts of the
     tensor array's modules at the spec's shape (``sources``: a change of the array's RTL
-    changes them), its parameters, the shapes, the Yosys version and the script."""
+    changes them; its PE is the samples' PE as well), its parameters, the shapes, the Yosys
+    version and the script."""
     texts = [f"{name}\0{area._strip_comments(text)}" for name, text in sorted(sources.items())]
     key = hashlib.sha256("\0".join([repr(tensor_params(spec, "full")), repr(FIT_SHAPES),
                                     area.yosys_version(), area.SCRIPT, area.ABC_SCRIPT,
@@ -151,17 +156,14 @@ def fit_path(spec: ChipSpec, sources: dict[str, str]) -> Path:
 
 def fit_sources(spec: ChipSpec) -> dict[tuple[int, int], dict[str, str]]:
     """The spec's tensor array (full scale, its formats) emitted at each of
-    :data:`FIT_SHAPES`: module name -> Verilog text, by shape."""
-    from generators.tensor import emit
+    :data:`FIT_SHAPES`, all but its PE: module name -> Verilog text, by shape."""
+    from hdl.tensor.structural import LEVELS, UNIT_TOP, verilog_modules
 
     base = tensor_params(spec, "full")
-    out = {}
-    with tempfile.TemporaryDirectory(prefix="trngen-fit-") as tmp:
-        for rows, cols in FIT_SHAPES:
-            params = dataclasses.replace(base, rows=rows, cols=cols)
-            files = emit(params, Path(tmp) / f"{rows}x{cols}", "", top="tensor")
-            out[rows, cols] = {p.stem: p.read_text() for p in files if p.suffix == ".v"}
-    return out
+    levels = tuple(level for level in LEVELS if level != "pe")
+    return {(rows, cols): {Path(name).stem: text for name, text in verilog_modules(
+                dataclasses.replace(base, rows=rows, cols=cols), UNIT_TOP, levels).items()}
+            for rows, cols in FIT_SHAPES}
 
 
 def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: bool,
@@ -171,7 +173,8 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
     the others are listed as missing. ``jobs``: modules synthesised at once (default: the
     machine's cores). With ``fit`` and ``synthesise``, the full-scale tensor array is also
     emitted at :data:`FIT_SHAPES` (while the chip's modules synthesise) and synthesised in
-    the same pool as the chip's modules, unless its samples are cached (:func:`fit_path`);
+    the same pool as the chip's modules, unless its samples are cached (:func:`fit_path`),
+    with the spec's PE in place of theirs (the chip's, synthesised once for both);
     without ``synthesise``, they come from the cache or not at all (then the summary has no
     area terms, as without ``fit``)."""
     engines: list[tuple[str, str, dict[str, area.ModuleArea | None]]] = []
@@ -184,14 +187,21 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
                 engines.append((unit, "", group))
     sram_bit = spec.area.sram_bit
     # The fit is of the full-scale array (exploration's), not of a simulation-scale one; its
-    # shapes are emitted while the chip's modules synthesise, and join their pool.
+    # shapes are emitted while the chip's modules synthesise, and join their pool. They are
+    # emitted without their PE: the modules of the spec's array that they lack (its PE) stand
+    # in, so that their rows instantiate the spec's PE and their roll-up counts it, as the
+    # fit's fixed PE term does. The PE is a black box of the row, whose weight-skip hop-count
+    # ports are wider than the small row's wires (their width follows the columns): Yosys
+    # pads and truncates them, which is wiring (8 x 8's row: 11,810 NAND2 of its own either
+    # way).
     arrays = [group for unit, _, group in engines if unit == "tensor"]
     full = len(arrays) == 1 and array_shape(arrays[0]) == (spec.core.tensor.rows,
                                                             spec.core.tensor.cols)
     at: dict[tuple[int, int], dict[str, str]] = {}
     if fit and full and synthesise and not fit_path(spec, arrays[0]).is_file():
         def shapes() -> list[dict[str, str]]:
-            at.update(fit_sources(spec))
+            for shape, group in fit_sources(spec).items():
+                at[shape] = {**group, **{n: t for n, t in arrays[0].items() if n not in group}}
             return list(at.values())
     else:
         shapes = None
@@ -247,18 +257,19 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
     if path is not None and path.is_file():
         samples = [tuple(s) for s in json.loads(path.read_text())]
         # The spec's own shape, as composed (exactly its synthesised figure), and the
-        # others, fitted together.
+        # others, fitted together; the PE's term stays the spec's PE (the samples count it).
         own = (terms["rows"], terms["cols"],
                area.array_area(terms, terms["rows"], terms["cols"]))
-        fit, residuals = area.fit_array([own, *samples])
+        fit, residuals = area.fit_array([own, *samples], fixed={"pe": terms["pe"]})
         terms.update(fit)
         summary["fit"] = [{"rows": r, "cols": c, "nand2": a, "residual": e}
                           for (r, c, a), e in zip([own, *samples], residuals, strict=True)]
     summary["terms"] = terms if samples is not None else None
     fit_note = "" if samples is None else (
         f" Exploration's area of the tensor array is fitted to its synthesis at "
-        f"{len(summary['fit'])} shapes (this one and {len(FIT_SHAPES)} small ones; "
-        f"hdl/area.py's `fit_array`): residuals within "
+        f"{len(summary['fit'])} shapes (this one and {len(FIT_SHAPES)} small ones, their "
+        f"PEs counted as this one's PE, whose figure is the PE's term; hdl/area.py's "
+        f"`fit_array`): residuals within "
         f"{100 * max(abs(f['residual']) for f in summary['fit']):.1f} %.")
     rows.append(["core", "", "total", "1", "", "", _fmt(per_core)])
     rows.append(["chip", "", "total", f"{spec.cores} cores", "", "",

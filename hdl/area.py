@@ -602,21 +602,32 @@ def array_area(terms: Mapping[str, float], rows, cols):
     return sum(terms[name] * rows ** i * cols ** j for name, (i, j) in SHAPE_TERMS.items())
 
 
-def fit_array(samples: Iterable[tuple[int, int, float]]) -> tuple[dict[str, float], list[float]]:
+def fit_array(samples: Iterable[tuple[int, int, float]], fixed: Mapping[str, float] | None = None
+              ) -> tuple[dict[str, float], list[float]]:
     """The terms of :data:`SHAPE_TERMS` fitted to a tensor array's synthesised area at
     several shapes (``(rows, cols, NAND2)``), by least squares on the relative error (so a
     small shape weighs as much as a large one), and each shape's relative residual
-    (composed over synthesised, less one)."""
+    (composed over synthesised, less one). Terms of ``fixed`` keep the value given (the PE's,
+    known from its own synthesis); the others are fitted, and need more distinct shapes than
+    there are of them, so that the residuals are a check and not zero by construction."""
     import numpy as np
 
     samples = list(samples)
-    if len({(r, c) for r, c, _ in samples}) <= len(SHAPE_TERMS):
-        raise AreaError(f"fitting the array's {len(SHAPE_TERMS)} shape terms needs more "
+    fixed = dict(fixed or {})
+    free = [name for name in SHAPE_TERMS if name not in fixed]
+    if len({(r, c) for r, c, _ in samples}) <= len(free):
+        raise AreaError(f"fitting the array's {len(free)} shape terms needs more "
                         f"distinct shapes than that, not {len(samples)}")
-    basis = np.array([[float(r) ** i * float(c) ** j for i, j in SHAPE_TERMS.values()]
-                      for r, c, _ in samples])
+
+    def basis(names: list[str]):
+        return np.array([[float(r) ** SHAPE_TERMS[n][0] * float(c) ** SHAPE_TERMS[n][1]
+                          for n in names] for r, c, _ in samples]).reshape(len(samples),
+                                                                            len(names))
+
     area = np.array([a for _, _, a in samples], dtype=float)
-    coef = np.linalg.lstsq(basis / area[:, None], np.ones(len(area)), rcond=None)[0]
-    terms = dict(zip(SHAPE_TERMS, (float(x) for x in coef), strict=True))
-    residuals = [float(x) for x in basis @ coef / area - 1]
+    known = basis(list(fixed)) @ np.array(list(fixed.values()), dtype=float)
+    coef = np.linalg.lstsq(basis(free) / area[:, None], 1 - known / area, rcond=None)[0]
+    terms = {**dict(zip(free, (float(x) for x in coef), strict=True)), **fixed}
+    terms = {name: terms[name] for name in SHAPE_TERMS}
+    residuals = [float(x) for x in (basis(free) @ coef + known) / area - 1]
     return terms, residuals

@@ -361,17 +361,44 @@ def test_the_array_fit_recovers_terms_that_make_the_samples_and_needs_enough_sha
         area.fit_array(samples[:6])
 
 
+def test_the_array_fit_keeps_a_fixed_term_and_the_fit_shapes_determine_the_others():
+    from generators.area import FIT_SHAPES
+
+    want = {"array": 26000.0, "row": 1200.0, "column": 18000.0, "pe": 20000.0,
+            "row_rows": 1500.0, "column_cols": 400.0}
+
+    def made(r, c):
+        return (26000 + 1200 * r + 18000 * c + 20000 * r * c + 1500 * r * r + 400 * c * c)
+
+    shapes = [(128, 128), *FIT_SHAPES]
+    terms, residuals = area.fit_array([(r, c, made(r, c)) for r, c in shapes],
+                                      fixed={"pe": 20000.0})
+    assert terms == pytest.approx(want, rel=1e-9)
+    assert residuals == pytest.approx([0.0] * len(shapes), abs=1e-12)
+    # A fixed term stays as given: the others take up what it leaves, seen in the residuals.
+    terms, residuals = area.fit_array([(r, c, made(r, c)) for r, c in shapes],
+                                      fixed={"pe": 20100.0})
+    assert terms["pe"] == 20100.0 and max(abs(e) for e in residuals) > 1e-4
+    with pytest.raises(area.AreaError, match="5 shape terms needs more distinct shapes than "
+                                             "that, not 5"):
+        area.fit_array([(r, c, made(r, c)) for r, c in shapes[:5]], fixed={"pe": 20000.0})
+
+
 def _array(rows: int, cols: int) -> dict[str, str]:
     """A stand-in for the tensor array's modules at a shape: its structural top and
-    small modules of logic under the names gen chip gives them."""
+    small modules of logic under the names gen chip gives them, a row holding ``cols`` PEs."""
     top = ARRAY.replace("module arr(", "module tensor(").replace("arr_", "tensor_")
     top = top.replace("ROWS = 3", f"ROWS = {rows}").replace("COLS = 2", f"COLS = {cols}")
     leaf = XOR_REG.replace("xor_reg", "{}")
-    row = """
+    # (chained, as the real row's PEs are: an instance whose outputs go nowhere is removed)
+    pes = "".join(f"  tensor_pe u{c}(.clk(clk), .a(r), .b({f'q{c - 1}' if c else 'a'}), "
+                  f".q(q{c}));\n" for c in range(cols))
+    row = f"""
 module tensor_row(input clk, input [3:0] a, output [3:0] q);
   reg [3:0] r;
   always @(posedge clk) r <= a;
-  tensor_pe u(.clk(clk), .a(r), .b(a), .q(q));
+  wire [3:0] {", ".join(f"q{c}" for c in range(cols))};
+{pes}  assign q = q{cols - 1};
 endmodule
 """
     return {"tensor_pe": leaf.format("tensor_pe"), "tensor_row": row,
@@ -386,8 +413,14 @@ def test_the_array_fit_is_synthesised_when_asked_in_the_chips_pool_and_keyed_by_
     monkeypatch.setattr(area, "CACHE", tmp_path / "cache")
     spec = load_document("trn2").spec  # a 128 x 128 array
     emitted_at = []
+    # As the real fit_sources: the small arrays without their PE (the spec's stands in).
     monkeypatch.setattr(chip_areas, "fit_sources", lambda spec: emitted_at.append(1) or {
-        shape: _array(*shape) for shape in chip_areas.FIT_SHAPES})
+        shape: {n: t for n, t in _array(*shape).items() if n != "tensor_pe"}
+        for shape in chip_areas.FIT_SHAPES})
+    synthesised = []
+    run = area._run
+    monkeypatch.setattr(area, "_run", lambda top, *a, **kw: synthesised.append(top) or run(
+        top, *a, **kw))
     pools = []
     real = area.synthesize_groups
 
@@ -409,12 +442,18 @@ def test_the_array_fit_is_synthesised_when_asked_in_the_chips_pool_and_keyed_by_
     _, summary = chip_areas.chip_area(spec, emitted, synthesise=True)
     # The fit's shapes went into the same pool as the chip's modules, emitted once.
     assert emitted_at == [1] and pools[-1] == 1 + len(chip_areas.FIT_SHAPES)
-    pe = area.rollup(area.synthesize({"tensor_pe": group["tensor_pe"]}, sram_bit=BIT),
-                     "tensor_pe")
-    leaf, row = pe, pe + 4 * 4.522 / 0.798
+    # The spec's PE, synthesised once for the chip and the small arrays.
+    assert synthesised.count("tensor_pe") == 1
+    # (each distinct row text once: the stand-in's row follows the columns only)
+    assert synthesised.count("tensor_row") == len({128, *(c for _, c in chip_areas.FIT_SHAPES)})
+    leaf = area.rollup(area.synthesize({"tensor_pe": group["tensor_pe"]}, sram_bit=BIT),
+                       "tensor_pe")
+    row = 4 * 4.522 / 0.798  # the row's own register
+    assert summary["terms"]["pe"] == pytest.approx(leaf, rel=1e-12)
+    assert max(abs(f["residual"]) for f in summary["fit"]) < 1e-9
     for r, c in [(128, 128), *chip_areas.FIT_SHAPES, (5, 7)]:
         assert area.array_area(summary["terms"], r, c) == pytest.approx(
-            leaf + r * row + c * leaf, rel=1e-9)
+            leaf + r * (row + c * leaf) + c * leaf, rel=1e-9)
     # Cached: looked up without emitting again; without --area, never emitted.
     assert chip_areas.chip_area(spec, emitted, synthesise=False)[1]["terms"] == summary["terms"]
     path = chip_areas.fit_path(spec, group)
