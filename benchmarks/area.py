@@ -14,6 +14,13 @@ with the fit (as ``gen chip --area``); then the cached pass. Both are synthesise
 tree's flow, so the ratios are the RTL's. Wall and CPU ratios of the cold passes, and each
 module's NAND2 in both.
 
+With ``--flow-before SRC``, instead: cold passes with the fit (as ``gen chip --area``),
+each in a fresh process into an empty cache, of the source tree ``SRC``'s flow (the baseline:
+``git archive main | tar -x -C SRC``) and of this tree's, alternately, ``--rounds`` times
+each: wall, Yosys CPU, the process's own CPU, the chip's NAND2, the fit's residuals and
+terms. With ``--held-out RxC...``, the spec's full-scale tensor array is then synthesised
+whole at those shapes (its own PE each) and each flow's fitted terms compared with it.
+
 With ``--compare MODULE...``, instead: each named module synthesised with the script of
 :mod:`hdl.area` and with the reference flow below (Yosys's default ``synth``: resource
 sharing and ABC's default script), no cache: NAND2 equivalents and CPU seconds of each.
@@ -25,7 +32,8 @@ ran (``opt`` repeats its passes until the design stops changing).
 
 The load average is printed with each figure: the machine is shared, and synthesis is CPU
 bound. Usage: PYTHONPATH=. python benchmarks/area.py [--chip trn2] [--cache DIR]
-[--jobs N] [--before SRC] [--compare MODULE... | --profile MODULE...|all] [--rtl DIR]
+[--jobs N] [--before SRC] [--flow-before SRC [--rounds N] [--held-out RxC...]]
+[--compare MODULE... | --profile MODULE...|all] [--rtl DIR]
 """
 
 from __future__ import annotations
@@ -185,6 +193,74 @@ def before_and_after(doc, before, after, cache: Path, jobs: int | None) -> None:
             print(f"  {name} ({'before' if m0 else 'after'} only): {m['gates']:,.0f} NAND2")
 
 
+#: One cold pass with the fit in a fresh process of a source tree (on its path): its figures
+#: as one line of JSON.
+FLOW_PASS = """
+import json, resource, sys, time
+from pathlib import Path
+from benchmarks.area import emitted_files
+from generators.area import chip_area
+from hdl import area
+from specs.loader import load_document
+doc = load_document(sys.argv[1])
+emitted = emitted_files(doc, Path(sys.argv[3]))
+area.CACHE = Path(sys.argv[2])
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+cpu0, own0, t0 = r.ru_utime + r.ru_stime, time.process_time(), time.perf_counter()
+_, s = chip_area(doc.spec, emitted, synthesise=True, jobs=int(sys.argv[4]) or None)
+wall, own = time.perf_counter() - t0, time.process_time() - own0
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall": wall, "cpu": r.ru_utime + r.ru_stime - cpu0, "own": own,
+                  "chip": s["chip"], "fit": s["fit"], "terms": s["terms"]}))
+"""
+
+
+def flow_before(doc, source: Path, tmp: Path, jobs: int | None, rounds: int,
+                held_out: list[tuple[int, int]]) -> None:
+    """Cold passes with the fit, of the baseline tree's flow (``source``) and of this one's,
+    alternately, each in a fresh process into an empty cache; then, for ``held_out``
+    shapes, each flow's fitted array against the array synthesised whole."""
+    here = Path(__file__).resolve().parents[1]
+    found: dict[str, list[dict]] = {"before": [], "after": []}
+    for i in range(rounds):
+        for label, tree in (("before", source.resolve()), ("after", here)):
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            done = subprocess.run(
+                [sys.executable, "-c", FLOW_PASS, doc.spec.name, str(tmp / f"cache-{label}-{i}"),
+                 str(tmp / f"rtl-{label}-{i}"), str(jobs or 0)],
+                cwd=tree, env=env, check=True, capture_output=True, text=True)
+            f = json.loads(done.stdout.splitlines()[-1])
+            found[label].append(f)
+            print(f"{doc.spec.name} cold, with the fit, {label}'s flow: {f['wall']:.1f} s wall, "
+                  f"{f['cpu']:.1f} s Yosys CPU, {f['own']:.1f} s own CPU, load average "
+                  f"{os.getloadavg()[0]:.1f}; chip {f['chip']:,.0f} NAND2; fit at "
+                  f"{len(f['fit'])} shapes, residuals (%) "
+                  f"{[round(100 * e['residual'], 3) for e in f['fit']]}", flush=True)
+    for label, runs in found.items():
+        print(f"{label}'s terms: { {k: round(v) for k, v in runs[0]['terms'].items()} }")
+    if not held_out:
+        return
+    import dataclasses
+
+    from generators.tensor import emit
+    from hdl.params import tensor_params
+
+    area.CACHE = tmp / "held-out"
+    base = tensor_params(doc.spec, "full")
+    for rows, cols in held_out:
+        files = emit(dataclasses.replace(base, rows=rows, cols=cols),
+                     tmp / f"held-out-{rows}x{cols}", "", top="tensor")
+        sources = {p.stem: p.read_text() for p in files if p.suffix == ".v"}
+        whole = area.rollup(area.synthesize(sources, sram_bit=doc.spec.area.sram_bit,
+                                            jobs=jobs), "tensor")
+        errors = ", ".join(
+            f"{label} {100 * (area.array_area(runs[0]['terms'], rows, cols) / whole - 1):+.3f} %"
+            for label, runs in found.items())
+        print(f"held out {rows}x{cols}: synthesised {whole:,.0f} NAND2; fitted over "
+              f"synthesised, less one: {errors}; load average {os.getloadavg()[0]:.1f}",
+              flush=True)
+
+
 def children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -201,6 +277,12 @@ def main() -> None:
     ap.add_argument("--before", type=Path, default=None, metavar="SRC",
                     help="cold with the RTL that the source tree SRC emits (the baseline, "
                          "e.g. git archive main), then with this tree's, then cached")
+    ap.add_argument("--flow-before", type=Path, default=None, metavar="SRC",
+                    help="cold with the fit, the flow of the source tree SRC (the baseline, "
+                         "e.g. git archive main) and this tree's, alternately, fresh processes")
+    ap.add_argument("--rounds", type=int, default=1, help="with --flow-before: passes of each")
+    ap.add_argument("--held-out", nargs="+", default=[], metavar="RxC",
+                    help="with --flow-before: shapes at which to check each flow's fit")
     ap.add_argument("--rtl", type=Path, default=None,
                     help="with --compare or --profile: RTL already emitted by gen chip (its "
                          "rtl/ folder)")
@@ -215,6 +297,10 @@ def main() -> None:
                 compare(args.rtl or tmp / "chip" / "rtl", args.compare, doc.spec.area.sram_bit)
             else:
                 profile(args.rtl or tmp / "chip" / "rtl", args.profile, doc.spec.area.sram_bit)
+            return
+        if args.flow_before:
+            held_out = [tuple(int(n) for n in s.split("x")) for s in args.held_out]
+            flow_before(doc, args.flow_before, tmp, args.jobs, args.rounds, held_out)
             return
         emitted = emitted_files(doc, tmp / "chip")
         if args.before:
