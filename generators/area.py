@@ -90,9 +90,9 @@ def shape_terms(spec: ChipSpec, engines, known: dict[str, area.ModuleArea],
     Composed from the figures at the spec's own shape: instance counts follow the shape,
     each module's own logic stays as synthesised (the squares of :data:`hdl.area.SHAPE_TERMS`
     are zero). That misses what a row or column holds for the whole array (skew, deskew):
-    :func:`chip_area` replaces the array's terms by a fit over several shapes. None without a
-    tensor array, or when its top is not a structural module whose loops run over ``ROWS``
-    and ``COLS`` (the terms cannot be told apart then)."""
+    :func:`chip_area` replaces the array's terms but the PE's by a fit over several shapes.
+    None without a tensor array, or when its top is not a structural module whose loops run
+    over ``ROWS`` and ``COLS`` (the terms cannot be told apart then)."""
     buffers = sum(buffer_bits(spec, known, engines, sources).values()) * spec.area.sram_bit
     terms = {"rows": 0.0, "cols": 0.0, "chip": 0.0, "core": buffers,
              **dict.fromkeys(area.SHAPE_TERMS, 0.0)}
