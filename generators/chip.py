@@ -69,6 +69,46 @@ def fewer_collections(threshold: int = GC_THRESHOLD) -> Iterator[None]:
         gc.set_threshold(*old)
 
 
+@contextmanager
+def lean_netlists() -> Iterator[None]:
+    """Within the body, Amaranth (0.5) builds netlists without checking again every net it
+    passes along: a ``_nir.Value`` (a tuple of nets) is made without asserting that each
+    member is a ``Net``, ``Net.from_cell`` without asserting its cell and bit ranges, and
+    ``Netlist.resolve_value`` follows late nets to their drivers in one loop instead of a
+    method call and a type assertion per bit. The nets, and so the emitted texts, are the
+    same; the checks ran for every bit of every value made (about 40 million times in a cold
+    `gen chip trn2.yaml`, benchmarks/chip.md). The previous definitions are restored on
+    exit."""
+    from amaranth.hdl import _nir
+
+    net, value, netlist = _nir.Net, _nir.Value, _nir.Netlist
+    saved = [(value, "__new__"), (net, "from_cell"), (netlist, "resolve_value")]
+    saved = [(owner, name, owner.__dict__[name]) for owner, name in saved]
+
+    def new_value(cls, nets=()):
+        return tuple.__new__(cls, (nets,) if isinstance(nets, net) else nets)
+
+    def from_cell(cls, cell: int, bit: int):
+        return cls(cell << 16 | bit)
+
+    def resolve_value(self, nets):
+        connections, resolved = self.connections, []
+        for n in nets:
+            while n < 0:  # a late net: connected to its driver
+                n = connections[n]
+            resolved.append(n)
+        return value(resolved)
+
+    value.__new__ = new_value
+    net.from_cell = classmethod(from_cell)
+    netlist.resolve_value = resolve_value
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
 def cores() -> int:
     """The processor cores this process may run on."""
     affinity = getattr(os, "sched_getaffinity", None)
@@ -160,7 +200,8 @@ def _emit(name: str, params: object, rtl_dir: Path, head: str,
     if files is not None:
         return files
     start = time.process_time()
-    with fewer_collections(), yosys_in_process() if _worker else nullcontext():
+    with fewer_collections(), lean_netlists(), (
+            yosys_in_process() if _worker else nullcontext()):
         files = UNITS[name].emit(params, rtl_dir, head)
     key = emission_key(name, params, head)
     if key is not None:
@@ -177,7 +218,8 @@ def _emit_part(name: str, params: object, part: str,
     """One part of a unit's emission (``Unit.part``; ``units`` the chip's other units), in
     a worker process: its result and the CPU seconds it took."""
     start = time.process_time()
-    with fewer_collections(), yosys_in_process() if _worker else nullcontext():
+    with fewer_collections(), lean_netlists(), (
+            yosys_in_process() if _worker else nullcontext()):
         result = UNITS[name].part(params, part, units)
     return result, time.process_time() - start
 
