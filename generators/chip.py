@@ -477,7 +477,11 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
         # may take modules from (written before it is emitted from them).
         beside = [(unit.name, variants[0]) for unit, variants in plan
                   if len(variants) == 1 and unit.parts is None]
-        with emitters(jobs) as submit:
+        from .vector import sharing
+
+        # the modules the vector and scalar units' lanes share are elaborated once for both
+        with tempfile.TemporaryDirectory(prefix="trngen-shared-") as shared, \
+                sharing(Path(shared)), emitters(jobs) as submit:
             for (i, j), named in parts.items():
                 unit, variants = plan[i]
                 for part in named:
