@@ -467,8 +467,9 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
         todo.sort(key=lambda task: -emission_seconds(plan[task[0]][0].name,
                                                      plan[task[0]][1][task[1]]))
         # A unit whose emission has parts (the core: its own module and its engines') has
-        # them elaborated by the workers first, with the other units; it is emitted from
-        # them here.
+        # them elaborated by the workers after the other units have started (each of those is
+        # one task, as a rule longer than a part; the parts then fill the workers' ends), and
+        # is emitted from them here.
         parts = {(i, j): {part: None for part in plan[i][0].parts(plan[i][1][j])}
                  for i, j in todo if plan[i][0].parts is not None}
         tasks = sum(len(p) for p in parts.values()) + len(todo) - len(parts)
@@ -482,12 +483,6 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
         # the modules the vector and scalar units' lanes share are elaborated once for both
         with tempfile.TemporaryDirectory(prefix="trngen-shared-") as shared, \
                 sharing(Path(shared)), emitters(jobs) as submit:
-            for (i, j), named in parts.items():
-                unit, variants = plan[i]
-                for part in named:
-                    named[part] = submit(_emit_part, unit.name, variants[j], part,
-                                         tuple(beside))
-
             def start(counted: bool) -> None:
                 for i, j in todo:
                     unit, variants = plan[i]
@@ -497,6 +492,11 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
             # A unit that assembles others (the core: ``area`` False) shares the modules
             # they wrote into rtl/, so it is emitted once they are all written.
             start(True)
+            for (i, j), named in parts.items():
+                unit, variants = plan[i]
+                for part in named:
+                    named[part] = submit(_emit_part, unit.name, variants[j], part,
+                                         tuple(beside))
             # the datasheet's model figures, while the workers emit
             check = check_table(doc)
             figures = draw_figures(doc)

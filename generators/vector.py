@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -127,14 +127,33 @@ def _shared_texts(formats: tuple[str, ...], rng: str | None) -> dict[str, str]:
     texts = {}
     for name, make in shared_verilog(formats, rng).items():
         kept = None if _shared_dir is None else _shared_dir / f"{name}.v"
-        if kept is not None and kept.is_file():
-            texts[name] = kept.read_text(encoding="utf-8")
-            continue
-        texts[name] = make()
-        if kept is not None:
-            replace_atomically(kept, lambda tmp, text=texts[name]: tmp.write_text(
-                text, encoding="utf-8"))
+        with nullcontext() if kept is None else _holding(kept):
+            if kept is not None and kept.is_file():
+                texts[name] = kept.read_text(encoding="utf-8")
+                continue
+            texts[name] = make()
+            if kept is not None:
+                replace_atomically(kept, lambda tmp, text=texts[name]: tmp.write_text(
+                    text, encoding="utf-8"))
     return texts
+
+
+@contextmanager
+def _holding(kept: Path) -> Iterator[None]:
+    """The body run while holding the lock of ``kept`` (a file lock beside it, where the
+    platform has them): a worker that needs a module another is elaborating waits for its
+    text instead of elaborating it too."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(kept.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _commented(header: str) -> str:
