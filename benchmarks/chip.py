@@ -17,11 +17,17 @@ round, so that they share the machine's load; the load average is printed with e
   ``emit``), with an empty store: the whole process, and the emission's own CPU time
   (imports excluded).
 
+With ``--empty``, every cold run (this tree's and the baseline's) starts from an empty store
+instead, no recorded seconds kept (as a first ``gen chip`` on a machine), and with
+``--empty-wasm`` also from an empty cache of wasmtime (``XDG_CACHE_HOME``), which otherwise
+keeps Yosys's WebAssembly compiled from one run to the next.
+
 The files written with each ``--jobs`` value, cold and warm, are compared (their manifests
 must be equal), and with the baseline's when ``--same-as-baseline`` is given.
 
 Usage: PYTHONPATH=. python benchmarks/chip.py [--spec trn2.yaml] [--runs 3] [--jobs 1,2]
-[--baseline TREE] [--same-as-baseline] [--units tensor,scalar,vector] [--skip chip|units]
+[--baseline TREE] [--same-as-baseline] [--empty [--empty-wasm]] [--units tensor,scalar,vector]
+[--skip chip|units]
 """
 
 from __future__ import annotations
@@ -77,12 +83,15 @@ print(json.dumps({"cpu": me.ru_utime + me.ru_stime + workers.ru_utime + workers.
 """
 
 
-def run(code: str, tree: Path, out: Path, store: Path) -> dict:
+def run(code: str, tree: Path, out: Path, store: Path, wasm: Path | None = None) -> dict:
     """``code`` in a child process of the source tree ``tree``, with the trngen cache
-    ``store``: wall, CPU and peak RSS."""
+    ``store`` (and ``wasm`` as its ``XDG_CACHE_HOME``, where given): wall, CPU and peak
+    RSS."""
     import json
 
     env = dict(os.environ, PYTHONPATH=str(tree), TRNGEN_CACHE=str(store))
+    if wasm is not None:
+        env["XDG_CACHE_HOME"] = str(wasm)
     load = os.getloadavg()[0]
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code + USAGE, str(out)], cwd=tree, env=env,
@@ -112,6 +121,8 @@ def main() -> None:
     parser.add_argument("--units", default="tensor,scalar,vector")
     parser.add_argument("--skip", default="")
     parser.add_argument("--same-as-baseline", action="store_true")
+    parser.add_argument("--empty", action="store_true")
+    parser.add_argument("--empty-wasm", action="store_true")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     trees = [("this tree", HERE)] + ([("baseline", args.baseline.resolve())]
@@ -123,11 +134,16 @@ def main() -> None:
         tmp = Path(tmp)
 
         def cold(store: Path) -> Path:
-            """``store`` without its emitted units (their recorded seconds kept)."""
+            """``store`` without its emitted units (their recorded seconds kept, unless
+            ``--empty``)."""
             for entry in (store / "chip").glob("*"):
-                if entry.name != "seconds":
+                if entry.name != "seconds" or args.empty:
                     shutil.rmtree(entry)
             return store
+
+        def wasm(name: str) -> Path | None:
+            """An empty cache of wasmtime for one run, with ``--empty-wasm``."""
+            return Path(tempfile.mkdtemp(prefix=name, dir=tmp)) if args.empty_wasm else None
 
         for r in range(args.runs):
             if "chip" not in skip:
@@ -138,13 +154,15 @@ def main() -> None:
                         out = tmp / f"chip-{r}-{jobs}-{state}"
                         show(f"gen chip {args.spec}, jobs {jobs}, {state}",
                              run(CHIP.format(spec=args.spec, jobs=jobs), HERE, out,
-                                 cold(store) if state == "cold" else store))
+                                 cold(store) if state == "cold" else store,
+                                 wasm("wasm-") if state == "cold" else None))
                         manifests.add((out / "manifest.json").read_text())
                 if args.baseline:
                     out = tmp / f"chip-{r}-base"
                     show(f"gen chip {args.spec}, baseline",
                          run(CHIP.format(spec=args.spec, jobs=None), args.baseline.resolve(),
-                             out, tmp / "store-base"))
+                             out, cold(tmp / "store-base") if args.empty else tmp / "store-base",
+                             wasm("wasm-base-")))
                     if args.same_as_baseline:
                         manifests.add((out / "manifest.json").read_text())
                 if len(manifests) > 1:

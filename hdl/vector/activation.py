@@ -37,8 +37,7 @@ from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fitting import activation_table, exp_index, rom_words
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_lt, is_nan
 from .functions import DEFAULT_FUNCTIONS, EXP_TAIL_CUBIC, RULE_BITS, TRIG, FunctionSpec
-from .lanes import (FP_MODULES, add_cast, add_fp, add_lane, cast_module, cast_verilog, fp_verilog,
-                    lane_verilog)
+from .lanes import FP_MODULES, add_cast, add_fp, add_lane, cast_module, lane_verilog, shared_verilog
 
 __all__ = ["Activation", "ActivationLane", "ActivationParams"]
 
@@ -518,16 +517,19 @@ class Activation(wiring.Component):
             "stochastic": In(1),
         })
 
-    def verilog_modules(self) -> dict[str, str]:
+    def verilog_modules(self, shared: bool = True) -> dict[str, str]:
         """Verilog of the modules the engine instantiates when lanes are instances (see
         :mod:`.lanes`), by module name: the lane (with fp32 units and the output cast as
-        instances, see :class:`ActivationLane`), then the adder, the multiplier and the
-        cast it instantiates."""
+        instances, see :class:`ActivationLane`), then, unless ``shared`` is False, the
+        adder, the multiplier and the cast it instantiates (:func:`.lanes.shared_verilog`)."""
         if not self.lane_instances:
             return {}
-        texts = {self.LANE_MODULE: lane_verilog(ActivationLane(self.params, fp_instances=True),
+        p = self.params
+        texts = {self.LANE_MODULE: lane_verilog(ActivationLane(p, fp_instances=True),
                                                 self.LANE_MODULE)}
-        return texts | fp_verilog() | cast_verilog(self.params.formats, self.params.rng)
+        if shared:
+            texts |= {name: make() for name, make in shared_verilog(p.formats, p.rng).items()}
+        return texts
 
     def verilog_dependencies(self) -> list[str]:
         """Verilog of the modules the engine instantiates (:meth:`verilog_modules`)."""

@@ -9,6 +9,9 @@ output cast that both lanes share (:func:`cast_module`): each is emitted once pe
 that synthesis reads it once and the area roll-up counts it by instance.
 """
 
+from collections.abc import Callable
+from functools import partial
+
 from amaranth.back import verilog
 from amaranth.hdl import ClockSignal, Instance, ResetSignal, Signal, Value
 
@@ -42,11 +45,21 @@ def add_lane(m, name: str, factory, module: str | None, inputs: dict, outputs: d
     m.submodules[name] = Instance(module, **ports)
 
 
-def fp_verilog() -> dict[str, str]:
-    """The modules of :data:`FP_MODULES` by name, for an engine whose lanes instantiate
-    them. Without Verilator's ``no_inline_module`` (see :func:`cast_verilog`)."""
-    return {module: lane_verilog(FP_UNITS[kind](), module, no_inline=False)
-            for kind, module in FP_MODULES.items()}
+def shared_verilog(formats: tuple[str, ...], rng: str | None) -> dict[str, Callable[[], str]]:
+    """The modules the lanes of an engine of ``formats`` and ``rng`` instantiate besides the
+    lane, by name, each as a function that elaborates its Verilog: the fp32 adder and
+    multiplier (:data:`FP_MODULES`), then the output cast (:func:`cast_module`). The vector
+    and scalar engines' lanes share them; each name holds every parameter of its text, so
+    that a caller holding the text of a name (elaborated for the other engine) need not
+    elaborate it again. Without Verilator's ``no_inline_module``: Verilator inlines each into
+    the lane module, which is compiled once, as when it was elaborated in the lane."""
+    makers = {module: partial(_fp_verilog, kind, module) for kind, module in FP_MODULES.items()}
+    makers[cast_module(formats, rng)] = partial(_cast_verilog, formats, rng)
+    return makers
+
+
+def _fp_verilog(kind: str, module: str) -> str:
+    return lane_verilog(FP_UNITS[kind](), module, no_inline=False)
 
 
 def add_fp(m, kind: str, name: str, a, b, instance: bool) -> Value:
@@ -77,12 +90,8 @@ def _format_cast(formats: tuple[str, ...], rng: str | None) -> FormatCastLane:
     return FormatCastLane(tuple(map(format_by_name, formats)), rng)
 
 
-def cast_verilog(formats: tuple[str, ...], rng: str | None) -> dict[str, str]:
-    """The output cast's module (:func:`cast_module`) by name, for an engine whose lanes
-    instantiate it. Without Verilator's ``no_inline_module``: Verilator inlines it into each
-    lane module, which is compiled once, as when the cast was elaborated in the lane."""
-    name = cast_module(formats, rng)
-    return {name: lane_verilog(_format_cast(formats, rng), name, no_inline=False)}
+def _cast_verilog(formats: tuple[str, ...], rng: str | None) -> str:
+    return lane_verilog(_format_cast(formats, rng), cast_module(formats, rng), no_inline=False)
 
 
 def add_cast(m, formats: tuple[str, ...], rng: str | None, instance: bool, inputs: dict,

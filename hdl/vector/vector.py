@@ -43,8 +43,7 @@ from hdl.numerics.cast import check_rng, seed_value, seed_words
 
 from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fpcmp import CANONICAL_NAN32, SIGN32, f_eq, f_lt, f_max, is_nan
-from .lanes import (FP_MODULES, add_cast, add_fp, add_lane, cast_module, cast_verilog, fp_verilog,
-                    lane_verilog)
+from .lanes import FP_MODULES, add_cast, add_fp, add_lane, cast_module, lane_verilog, shared_verilog
 from .ops import Reduce, VectorOp
 
 __all__ = ["Vector", "VectorLane", "VectorParams"]
@@ -245,16 +244,19 @@ class Vector(wiring.Component):
             "stochastic": In(1),
         })
 
-    def verilog_modules(self) -> dict[str, str]:
+    def verilog_modules(self, shared: bool = True) -> dict[str, str]:
         """Verilog of the modules the engine instantiates when lanes are instances (see
-        :mod:`.lanes`), by module name: the lane (its seed tied per lane), then the fp32
-        adder and multiplier and the output cast it instantiates."""
+        :mod:`.lanes`), by module name: the lane (its seed tied per lane), then, unless
+        ``shared`` is False, the fp32 adder and multiplier and the output cast it
+        instantiates (:func:`.lanes.shared_verilog`)."""
         if not self.lane_instances:
             return {}
         p = self.params
-        return {self.LANE_MODULE: lane_verilog(VectorLane(p.formats, p.rng, instances=True),
-                                               self.LANE_MODULE),
-                **fp_verilog(), **cast_verilog(p.formats, p.rng)}
+        texts = {self.LANE_MODULE: lane_verilog(VectorLane(p.formats, p.rng, instances=True),
+                                                self.LANE_MODULE)}
+        if shared:
+            texts |= {name: make() for name, make in shared_verilog(p.formats, p.rng).items()}
+        return texts
 
     def verilog_dependencies(self) -> list[str]:
         """Verilog of the modules the engine instantiates (:meth:`verilog_modules`)."""
