@@ -8,7 +8,8 @@ PSUM accumulation's fp32 adders are instances of the shared adder module (``nume
 :data:`~hdl.vector.lanes.FP_MODULES`).
 
 Per instruction: decode, hand the array its command (format code, ``k`` the source's
-partitions, ``m`` or ``n`` its free size, and on a tiled array the tile: its position
+partitions, ``m`` or ``n`` its free size (a double row, below: twice the partitions, half the
+free size), and on a tiled array the tile: its position
 ``row``, ``col`` in groups, from the instruction's, and a load's size in groups by the
 array's rule, :meth:`~hdl.tensor.params.SystolicParams.tile_groups`, the rule by which the
 core simulator places it), then
@@ -16,7 +17,8 @@ core simulator places it), then
 * ``LoadStationary``: every cycle the next element of ``src`` (one stationary column, K x M
   tile) is read from all partitions at once; its partitions ``src.partition + i`` become the
   words of the tile's PE rows ``row + i`` (with a double-rate format row ``row + i`` takes
-  partitions ``2i`` and ``2i + 1`` in its low two bytes; a tf32 element, whose 19-bit code
+  partitions ``2i`` and ``2i + 1`` in its low two bytes, or in a double row partition ``i``'s
+  pairs 0 and 1, see below; a tf32 element, whose 19-bit code
   is the top of its 32-bit word, is shifted down to the low bits the array reads; an MX quad
   is the word's low bits and its block's E8M0 scale goes above it, see below);
   ``beat_columns`` columns make one beat. The instruction retires when the array has taken
@@ -40,11 +42,24 @@ bits :attr:`~hdl.tensor.params.SystolicParams.mx_scale_lsb` up (scale groups cou
 tile's first row), as the array takes it and as the core simulator reads the scales
 (``mx_tile`` of :mod:`sim.core.machine`).
 
+A double row (``double_row``, a double-rate format: fp8; ``src`` is ``[P, 2, free]``, its
+outermost free dimension the pair axis) uses the same second read: ``r`` walks ``src`` with
+the pair axis at index 0 (pair 0), ``s`` the same pattern the pair axis's stride further
+(pair 1), in step, so each cycle reads one column of both pairs and a double row takes the
+cycles of a plain fp8 instruction of its columns. The tile's row ``i`` carries partition
+``src.partition + i``'s pair 0 element in bits 0-7 and its pair 1 element in bits 8-15: the
+array's contraction indices ``2i`` and ``2i + 1``, which are ``i`` and ``P + i`` of the
+contraction (:func:`~hdl.core.isa.double_row_order`), as the core simulator orders them
+(``tensor_codes`` of :mod:`sim.core.machine`). The array takes ``k = 2P`` indices and the
+tile the whole width (:meth:`~hdl.tensor.params.SystolicParams.tile_groups`). The second
+port reads SBUF alone, so a double row's ``src`` is in SBUF.
+
 The engine runs one instruction at a time: a multiply retires after its last PSUM write,
 before the next instruction is decoded, so multiplies on disjoint tiles do not overlap here
 (the array and the simulator's sequencer would let them). What this datapath runs
 (:func:`supported` says why not otherwise): ``LoadStationary`` and ``MultiplyMoving`` of the
-array's formats with round-to-nearest-even, no ``Transpose``.
+array's formats with round-to-nearest-even, a double row's ``src`` in SBUF, no
+``Transpose``.
 """
 
 from __future__ import annotations

@@ -50,6 +50,9 @@ this model's, :func:`rtl_cycle_bound`:
   (``activation_lanes`` at a time) for its instructions, the array's ``beat_columns`` for
   ``LoadStationary`` (the RTL reads one stationary column per cycle, the array takes that
   many per beat), 1 otherwise.
+* A double row counts as its array's tile: ``2P`` contraction indices, ``N`` its columns
+  (half its free size), as this model times it; the RTL reads both pairs of a column in one
+  cycle.
 * DMA: no bound. The RTL's AXI port moves four bytes per beat; the model's DMA is the chip's
   fabric, a microsecond of latency and its bandwidth, not a property of the port.
 """
