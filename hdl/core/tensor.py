@@ -265,17 +265,18 @@ class TensorEngine(wiring.Component):
             free = free * Mux(size == 0, 1, size)
         # a double row: the pair axis (src's outermost free dimension, size 2) makes each
         # partition two contraction indices, the columns the rest of the free axis
-        drow, k, columns = False, src.partitions, free
+        drow, contraction, columns = False, src.partitions, free
         if a.double_rate:
             drow = Signal()
             m.d.comb += drow.eq(Mux(is_load, bits(LoadStationary, "double_row"),
                                     bits(MultiplyMoving, "double_row")))
             inner = Mux(src.n1 == 0, 1, src.n1) * Mux(src.n2 == 0, 1, src.n2)
-            k, columns = Mux(drow, src.partitions << 1, k), Mux(drow, inner, free)
+            contraction = Mux(drow, src.partitions << 1, contraction)
+            columns = Mux(drow, inner, free)
 
         cmd = array.cmd.payload
         m.d.comb += [cmd.op.eq(Mux(is_load, Op.LOAD, Op.MULTIPLY)), cmd.fmt.eq(code),
-                     cmd.k.eq(k), cmd.m.eq(columns), cmd.n.eq(columns),
+                     cmd.k.eq(contraction), cmd.m.eq(columns), cmd.n.eq(columns),
                      cmd.accumulate.eq(0)]
 
         def group(name, size):  # the instruction's tile position in groups of ``size``
@@ -443,10 +444,11 @@ class TensorEngine(wiring.Component):
         formats) and the byte of the element read, the cycle its data arrives. ``word`` is
         the instruction's."""
         a = self.array
-        is_load = word[:8] == LoadStationary.OPCODE
         m.submodules.wsc = wsc = ApWalker()
         scale, ap, use = None, pair1, drow
         if a.has_mx:
+            is_load = word[:8] == LoadStationary.OPCODE
+
             def field(cls):
                 pos, bits, _ = field_positions(cls)["scale"]
                 return data.View(AP_LAYOUT, word[pos:pos + bits])
