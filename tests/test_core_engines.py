@@ -52,37 +52,44 @@ def test_partition_slices_take_their_partitions_words():
     (128 partitions, tiles starting at a multiple of 32): the word of partition
     ``(index + first) % 128`` on the read side, of ``(index - first) % 128`` on the vector
     engine's write side (the tensor engine writes array column ``index`` into partition
-    ``index``), shifted by its byte, and whether the partition is in the tile, against the
-    rotation written out on Python integers."""
+    ``index``), shifted by its byte, and whether the partition is in the tile; a double-rate
+    array's tensor slice also the byte of the second read's word of the same partition
+    (a double row's pair 1), at its own byte; against the rotation written out on Python
+    integers."""
     n, rng = 128, np.random.default_rng(7)
-    vector, tensor = EngineSlice(n, "vector"), TensorSlice(n)
+    vector, tensor = EngineSlice(n, "vector"), TensorSlice(n, pair=True)
     cases, want = [], []
     for _ in range(60):
         index, a_first, d_first = (int(v) for v in rng.integers(0, n, 3))
         a_first, d_first = a_first // 32 * 32, d_first // 32 * 32
         count = int(rng.integers(1, n + 1))
-        shift, w_shift = (int(s) for s in rng.integers(0, 4, 2))
+        shift, w_shift, s_shift = (int(s) for s in rng.integers(0, 4, 3))
         words = [int(w) for w in rng.integers(0, 2**32, n, dtype=np.uint64)]
+        seconds = [int(w) for w in rng.integers(0, 2**32, n, dtype=np.uint64)]
+        s_rows = sum(seconds[(index + k * 32) % n] << (32 * k) for k in range(n // 32))
         ys = [int(w) for w in rng.integers(0, 2**32, n, dtype=np.uint64)]
         rows = sum(words[(index + k * 32) % n] << (32 * k) for k in range(n // 32))
         y_rows = sum(ys[(index - k * 32) % n] << (32 * k) for k in range(n // 32))
         cases.append({"index": index, "a_rows": rows, "y_rows": y_rows,
                       "r_rows": rows, "a_first": a_first, "src_first": a_first,
                       "d_first": d_first, "d_count": count, "a_shift": shift,
-                      "shift": shift, "w_shift": w_shift, "mask": 0xFFFF})
+                      "shift": shift, "w_shift": w_shift, "mask": 0xFFFF,
+                      "s_rows": s_rows, "s_shift": s_shift})
         element = words[(index + a_first) % n] >> (8 * shift)
         result = ys[(index - d_first) % n]
         want.append({"a": element, "element": element & 0xFFFF,
                      "w_data": (result << (8 * w_shift)) & 0xFFFFFFFF,
-                     "w_part": int(d_first <= index < d_first + count)})
+                     "w_part": int(d_first <= index < d_first + count),
+                     "pair1": (seconds[(index + a_first) % n] >> (8 * s_shift)) & 0xFF})
 
     def ports(dut, case):
         return {k: v for k, v in case.items() if k in dut.signature.members}
 
     got_v = _run_comb(vector, [ports(vector, c) for c in cases], ("a", "w_data", "w_part"))
-    got_t = _run_comb(tensor, [ports(tensor, c) for c in cases], ("element", "w_part"))
+    got_t = _run_comb(tensor, [ports(tensor, c) for c in cases],
+                      ("element", "w_part", "pair1"))
     assert got_v == [{k: w[k] for k in ("a", "w_data", "w_part")} for w in want]
-    assert got_t == [{"element": w["element"], "w_part": w["w_part"]} for w in want]
+    assert got_t == [{k: w[k] for k in ("element", "w_part", "pair1")} for w in want]
 
 
 def test_the_core_takes_the_modules_of_units_with_its_engines_parameters():

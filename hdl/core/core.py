@@ -50,7 +50,7 @@ from hdl.core.isa import WORD_BITS
 from hdl.core.params import CoreParams
 from hdl.core.scalar import ScalarEngine
 from hdl.core.sequencer import CHUNK_BITS, Sequencer
-from hdl.core.tensor import TensorEngine
+from hdl.core.tensor import TensorEngine, second_read
 from hdl.vector.lanes import add_lane, lane_verilog
 
 __all__ = ["HostMap", "NeuronCore"]
@@ -370,7 +370,7 @@ class NeuronCore(wiring.Component):
             rs, rp = sbuf.read_port(), psum.read_port()
             m.d.comb += [rs.addr.eq(addr), rs.en.eq(en), rp.addr.eq(addr), rp.en.eq(en),
                          getattr(engine, f"{port}_data").eq(Mux(is_psum, rp.data, rs.data))]
-        if p.tensor.has_mx:  # the tensor engine's scale operand: SBUF only
+        if second_read(p.tensor):  # MX scales, a double row's pair 1: SBUF only
             rs = sbuf.read_port()
             m.d.comb += [rs.addr.eq(ten.s_addr), rs.en.eq(ten.s_en), ten.s_data.eq(rs.data)]
         for name, engine in (("tensor", ten), ("vector", vec), ("scalar", sca),

@@ -8,7 +8,8 @@ PSUM accumulation's fp32 adders are instances of the shared adder module (``nume
 :data:`~hdl.vector.lanes.FP_MODULES`).
 
 Per instruction: decode, hand the array its command (format code, ``k`` the source's
-partitions, ``m`` or ``n`` its free size, and on a tiled array the tile: its position
+partitions, ``m`` or ``n`` its free size (a double row, below: twice the partitions, half the
+free size), and on a tiled array the tile: its position
 ``row``, ``col`` in groups, from the instruction's, and a load's size in groups by the
 array's rule, :meth:`~hdl.tensor.params.SystolicParams.tile_groups`, the rule by which the
 core simulator places it), then
@@ -16,7 +17,8 @@ core simulator places it), then
 * ``LoadStationary``: every cycle the next element of ``src`` (one stationary column, K x M
   tile) is read from all partitions at once; its partitions ``src.partition + i`` become the
   words of the tile's PE rows ``row + i`` (with a double-rate format row ``row + i`` takes
-  partitions ``2i`` and ``2i + 1`` in its low two bytes; a tf32 element, whose 19-bit code
+  partitions ``2i`` and ``2i + 1`` in its low two bytes, or in a double row partition ``i``'s
+  pairs 0 and 1, see below; a tf32 element, whose 19-bit code
   is the top of its 32-bit word, is shifted down to the low bits the array reads; an MX quad
   is the word's low bits and its block's E8M0 scale goes above it, see below);
   ``beat_columns`` columns make one beat. The instruction retires when the array has taken
@@ -40,11 +42,24 @@ bits :attr:`~hdl.tensor.params.SystolicParams.mx_scale_lsb` up (scale groups cou
 tile's first row), as the array takes it and as the core simulator reads the scales
 (``mx_tile`` of :mod:`sim.core.machine`).
 
+A double row (``double_row``, a double-rate format: fp8; ``src`` is ``[P, 2, free]``, its
+outermost free dimension the pair axis) uses the same second read: ``r`` walks ``src`` with
+the pair axis at index 0 (pair 0), ``s`` the same pattern the pair axis's stride further
+(pair 1), in step, so each cycle reads one column of both pairs and a double row takes the
+cycles of a plain fp8 instruction of its columns. The tile's row ``i`` carries partition
+``src.partition + i``'s pair 0 element in bits 0-7 and its pair 1 element in bits 8-15: the
+array's contraction indices ``2i`` and ``2i + 1``, which are ``i`` and ``P + i`` of the
+contraction (:func:`~hdl.core.isa.double_row_order`), as the core simulator orders them
+(``tensor_codes`` of :mod:`sim.core.machine`). The array takes ``k = 2P`` indices and the
+tile the whole width (:meth:`~hdl.tensor.params.SystolicParams.tile_groups`). The second
+port reads SBUF alone, so a double row's ``src`` is in SBUF.
+
 The engine runs one instruction at a time: a multiply retires after its last PSUM write,
 before the next instruction is decoded, so multiplies on disjoint tiles do not overlap here
 (the array and the simulator's sequencer would let them). What this datapath runs
 (:func:`supported` says why not otherwise): ``LoadStationary`` and ``MultiplyMoving`` of the
-array's formats with round-to-nearest-even, no ``Transpose``.
+array's formats with round-to-nearest-even, a double row's ``src`` in SBUF, no
+``Transpose``.
 """
 
 from __future__ import annotations
@@ -74,7 +89,7 @@ from hdl.tensor.systolic import Op
 from hdl.vector.lanes import FP_MODULES, add_lane, lane_verilog
 
 __all__ = ["COLUMN_MODULE", "SLICE_MODULE", "TENSOR_OPS", "TensorColumn", "TensorEngine",
-           "TensorSlice", "supported"]
+           "TensorSlice", "second_read", "supported"]
 
 TENSOR_OPS = (LoadStationary, MultiplyMoving)
 #: The modules of one partition's share of the engine (:class:`TensorSlice`) and of one
@@ -88,13 +103,19 @@ def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
     (None: it can)."""
     if not isinstance(ins, TENSOR_OPS):
         return f"the tensor engine runs {', '.join(c.__name__ for c in TENSOR_OPS)}"
-    if ins.double_row:
-        return ("double_row must be 0: the engine reads one SBUF word per partition and "
-                "column, and a pair's two elements lie the pair axis's stride apart")
+    if ins.double_row and ins.src.space != "sbuf":
+        return ("a double row's src must be in SBUF: its pair 1 comes through the engine's "
+                "second read port, which reads SBUF alone")
     if input_format(ins.src.dtype) not in formats or ins.src.dtype not in DTYPES:
         usable = [d for f in formats if (d := _dtype(f)) in DTYPES]
         return f"src must be one of {', '.join(usable)}, not {ins.src.dtype}"
     return None
+
+
+def second_read(array) -> bool:
+    """Whether the tensor engine of ``array`` (:class:`~hdl.tensor.params.SystolicParams`)
+    has the second SBUF read port ``s``: for MX scales and for a double row's pair 1."""
+    return array.has_mx or bool(array.double_rate)
 
 
 def _dtype(fmt: str) -> str:
@@ -115,16 +136,21 @@ class TensorSlice(wiring.Component):
     (``r_rows``: the candidate words ``r_data[(index + k * chunk) % partitions]``,
     ``src_first``, as :func:`~hdl.core.engines.rotate`), shifted down by its byte ``shift``
     and masked to the element's bits (``mask``); ``w_part`` whether the partition is in
-    ``dst`` (``d_first``, ``d_count``)."""
+    ``dst`` (``d_first``, ``d_count``). With ``pair`` (an engine of a double-rate array)
+    ``pair1`` is the byte of the second read (``s_rows``, the same rotation, its byte
+    ``s_shift``): a double row's pair 1 element."""
 
-    def __init__(self, partitions: int):
-        self.partitions, self.chunk = partitions, min(32, partitions)
+    def __init__(self, partitions: int, pair: bool = False):
+        self.partitions, self.chunk, self.pair = partitions, min(32, partitions), pair
         part = AP_LAYOUT.members["partition"]
-        super().__init__({
-            "index": In(range(partitions)), "r_rows": _rows_port(partitions),
-            "src_first": In(part), "d_first": In(part),
-            "d_count": In(AP_LAYOUT.members["partitions"]), "shift": In(2), "mask": In(32),
-            "element": Out(32), "w_part": Out(1)})
+        members = {"index": In(range(partitions)), "r_rows": _rows_port(partitions),
+                   "src_first": In(part), "d_first": In(part),
+                   "d_count": In(AP_LAYOUT.members["partitions"]), "shift": In(2),
+                   "mask": In(32), "element": Out(32), "w_part": Out(1)}
+        if pair:
+            members.update({"s_rows": _rows_port(partitions), "s_shift": In(2),
+                            "pair1": Out(8)})
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -132,6 +158,9 @@ class TensorSlice(wiring.Component):
         m.d.comb += [self.element.eq((row >> (self.shift * 8)) & self.mask),
                      self.w_part.eq((self.d_first <= self.index)
                                     & (self.index < self.d_first + self.d_count))]
+        if self.pair:
+            second = pick(self.s_rows, self.src_first, self.chunk)
+            m.d.comb += self.pair1.eq(second >> (self.s_shift * 8))
         return m
 
 
@@ -167,8 +196,9 @@ class TensorEngine(wiring.Component):
     """The tensor engine of a core of ``partitions`` partitions with the array of
     ``array`` (:class:`~hdl.tensor.params.SystolicParams`), whose formats are the core's
     ``formats`` in the same order (the instruction set's names); ``words`` is the depth of
-    the deeper of SBUF and PSUM in 32-bit words. With MX formats it has a third read port,
-    ``s``, for the scale operand (SBUF only: it has no ``s_psum``)."""
+    the deeper of SBUF and PSUM in 32-bit words. With MX or double-rate formats it has a
+    third read port, ``s`` (:func:`second_read`), for the scale operand and a double row's
+    pair 1 (SBUF only: it has no ``s_psum``)."""
 
     def __init__(self, partitions: int, array, formats: tuple[str, ...], words: int):
         if array.cols > partitions or array.rows > partitions:
@@ -179,7 +209,7 @@ class TensorEngine(wiring.Component):
                              f"not {formats!r}")
         self.partitions, self.array, self.formats = partitions, array, formats
         n = partitions
-        ports = engine_ports(("r", "q", "s") if array.has_mx else ("r", "q"), n, words)
+        ports = engine_ports(("r", "q", "s") if second_read(array) else ("r", "q"), n, words)
         ports.pop("s_psum", None)  # the scale is in SBUF
         super().__init__(ports)
         self.unit = ArrayInstance(array, UNIT_TOP)
@@ -193,7 +223,8 @@ class TensorEngine(wiring.Component):
         if a.has_float:
             texts.append(lane_verilog(FpAdd32(), FP_MODULES["add"], no_inline=False))
         texts.append(lane_verilog(TensorColumn(a.has_float, a.has_int), COLUMN_MODULE))
-        texts.append(lane_verilog(TensorSlice(self.partitions), SLICE_MODULE))
+        texts.append(lane_verilog(TensorSlice(self.partitions, bool(a.double_rate)),
+                                  SLICE_MODULE))
         return texts
 
     def elaborate(self, platform):
@@ -232,10 +263,20 @@ class TensorEngine(wiring.Component):
         for i in range(3):
             size = getattr(src, f"n{i}")
             free = free * Mux(size == 0, 1, size)
+        # a double row: the pair axis (src's outermost free dimension, size 2) makes each
+        # partition two contraction indices, the columns the rest of the free axis
+        drow, contraction, columns = False, src.partitions, free
+        if a.double_rate:
+            drow = Signal()
+            m.d.comb += drow.eq(Mux(is_load, bits(LoadStationary, "double_row"),
+                                    bits(MultiplyMoving, "double_row")))
+            inner = Mux(src.n1 == 0, 1, src.n1) * Mux(src.n2 == 0, 1, src.n2)
+            contraction = Mux(drow, src.partitions << 1, contraction)
+            columns = Mux(drow, inner, free)
 
         cmd = array.cmd.payload
         m.d.comb += [cmd.op.eq(Mux(is_load, Op.LOAD, Op.MULTIPLY)), cmd.fmt.eq(code),
-                     cmd.k.eq(src.partitions), cmd.m.eq(free), cmd.n.eq(free),
+                     cmd.k.eq(contraction), cmd.m.eq(columns), cmd.n.eq(columns),
                      cmd.accumulate.eq(0)]
 
         def group(name, size):  # the instruction's tile position in groups of ``size``
@@ -245,14 +286,24 @@ class TensorEngine(wiring.Component):
         tile_row = Signal(range(a.ways))
         m.d.comb += tile_row.eq(group("row", a.group_rows))
         if a.ways > 1:  # the tile: its position, a load's size by the array's rule
-            rows, cols = a.tile_groups(src.partitions, free)
+            rows, cols = a.tile_groups(src.partitions, free, drow)
             m.d.comb += [cmd.row.eq(tile_row), cmd.col.eq(group("col", a.group_cols)),
                          cmd.rows.eq(rows), cmd.cols.eq(cols)]
 
         m.submodules.ws = ws = ApWalker()
         m.submodules.wd = wd = ApWalker()
         start = Signal()
-        m.d.comb += [ws.ap.eq(src), wd.ap.eq(dst), ws.start.eq(start), wd.start.eq(start)]
+        read, pair1 = src, None
+        if a.double_rate:  # a double row reads pair 0 on ``r``, pair 1 on ``s``
+            read, pair1 = Signal(AP_LAYOUT), Signal(AP_LAYOUT)
+            # pair 1 lies the pair axis's stride further (in bytes: the formats are 8-bit)
+            m.d.comb += [read.eq(src), pair1.eq(src), pair1.n0.eq(1),
+                         pair1.offset.eq(src.offset + src.s0)]
+            with m.If(drow):
+                m.d.comb += read.n0.eq(1)
+        m.d.comb += [ws.ap.eq(read), wd.ap.eq(dst), ws.start.eq(start), wd.start.eq(start)]
+        if second_read(a):
+            scale, s_shift = self._second_read(m, word, start, ws, mx, drow, pair1)
 
         # the read side: one column of the source per cycle, as the array's row words
         s1_valid, s1_last, sent, shift = Signal(), Signal(), Signal(), Signal(2)
@@ -263,18 +314,22 @@ class TensorEngine(wiring.Component):
         ways = [k * chunk for k in range(n // chunk)]
         staged = Signal(data.ArrayLayout(32, a.cols))
         totals = [Signal(32, name=f"column{c}_total") for c in range(a.cols)]
-        elements, w_part = [], []
+        elements, w_part, pair1s = [], [], []
         for p in range(n):
             outputs = {"element": Signal(32, name=f"slice{p}_element"),
                        "w_part": Signal(name=f"slice{p}_w_part")}
-            add_lane(m, f"slice{p}", None, SLICE_MODULE, {
-                "index": Const(p, range(n)),
-                "r_rows": Cat(*[self.r_data[(p + k) % n] for k in ways]),
-                "src_first": src.partition, "d_first": dst.partition,
-                "d_count": dst.partitions, "shift": shift, "mask": mask}, outputs,
-                clocked=False)
+            inputs = {"index": Const(p, range(n)),
+                      "r_rows": Cat(*[self.r_data[(p + k) % n] for k in ways]),
+                      "src_first": src.partition, "d_first": dst.partition,
+                      "d_count": dst.partitions, "shift": shift, "mask": mask}
+            if a.double_rate:
+                outputs["pair1"] = Signal(8, name=f"slice{p}_pair1")
+                inputs.update({"s_rows": Cat(*[self.s_data[(p + k) % n] for k in ways]),
+                               "s_shift": s_shift})
+            add_lane(m, f"slice{p}", None, SLICE_MODULE, inputs, outputs, clocked=False)
             elements.append(outputs["element"])
             w_part.append(outputs["w_part"])
+            pair1s.append(outputs.get("pair1"))
         for c in range(a.cols):  # array column c sums into partition c
             inputs = {"old": self.q_data[c], "column_sum": staged[c],
                       "accumulate": accumulate}
@@ -298,12 +353,13 @@ class TensorEngine(wiring.Component):
         # the words of the tile's rows; the other rows' are ignored)
         moving = Signal(data.ArrayLayout(a.width, a.rows))
         words = Cat(*[fit(element(r)) for r in range(a.rows)])
-        if a.double_rate:
+        if a.double_rate:  # partitions 2r, 2r + 1; a double row's partition r, pairs 0, 1
             pairs = Cat(*[fit(Cat(element(2 * r)[:8], element(2 * r + 1)[:8]))
                           for r in range(a.rows)])
-            words = Mux(double, pairs, words)
+            double_rows = Cat(*[fit(Cat(element(r)[:8], pair1s[r])) for r in range(a.rows)])
+            words = Mux(double, Mux(drow, double_rows, pairs), words)
         if a.has_mx:  # scale groups count from the tile's first row
-            scales = self._scales(m, word, start, ws, mx)
+            scales = self._scales(scale, s_shift)
             lsb = a.mx_scale_lsb
             quads = Cat(*[fit(Cat(element(r)[:lsb], scales[r // MX_GROUP_PARTITIONS]))
                           for r in range(a.rows)])
@@ -380,31 +436,44 @@ class TensorEngine(wiring.Component):
                     m.next = "IDLE"
         return m
 
-    def _scales(self, m, word, start, ws: ApWalker, mx) -> list:
-        """The scale operand's bytes of the element the ``r`` port reads, one per scale
-        group of the array's rows, the cycle its data arrives: the ``s`` port reads the
-        scale's element whenever the source's is read (``r_en``, for an MX source), its
-        walker stepping with the source's; group ``g`` takes partition ``scale.partition +
-        mx_scale_partition(g)`` (a multiple of the partition-start chunk plus a constant: a
-        pick among the rotations' candidates), then the element's byte. ``word`` is the
-        instruction's."""
-        n, a = self.partitions, self.array
-        chunk = min(32, n)
-        is_load = word[:8] == LoadStationary.OPCODE
-
-        def field(cls):
-            pos, bits, _ = field_positions(cls)["scale"]
-            return data.View(AP_LAYOUT, word[pos:pos + bits])
-
-        scale = Signal(AP_LAYOUT)
-        m.d.comb += scale.eq(Mux(is_load, field(LoadStationary).as_value(),
-                                 field(MultiplyMoving).as_value()))
+    def _second_read(self, m, word, start, ws: ApWalker, mx, drow, pair1):
+        """The ``s`` port: it reads whenever the source is read (``r_en``) for an MX source
+        (``mx``: the scale operand's element, the instruction's ``scale``) or a double row
+        (``drow``: pair 1's element, the access pattern ``pair1``), its walker stepping
+        with the source's. Returns the scale operand's access pattern (None without MX
+        formats) and the byte of the element read, the cycle its data arrives. ``word`` is
+        the instruction's."""
+        a = self.array
         m.submodules.wsc = wsc = ApWalker()
+        scale, ap, use = None, pair1, drow
+        if a.has_mx:
+            is_load = word[:8] == LoadStationary.OPCODE
+
+            def field(cls):
+                pos, bits, _ = field_positions(cls)["scale"]
+                return data.View(AP_LAYOUT, word[pos:pos + bits])
+
+            scale = Signal(AP_LAYOUT)
+            m.d.comb += scale.eq(Mux(is_load, field(LoadStationary).as_value(),
+                                     field(MultiplyMoving).as_value()))
+            ap, use = scale, mx
+            if pair1 is not None:
+                ap, use = Mux(mx, scale.as_value(), pair1.as_value()), mx | drow
         shift = Signal(2)
-        m.d.comb += [wsc.ap.eq(scale), wsc.start.eq(start), wsc.step.eq(ws.step),
-                     self.s_addr.eq(wsc.byte[2:]), self.s_en.eq(self.r_en & mx)]
+        m.d.comb += [wsc.ap.eq(ap), wsc.start.eq(start), wsc.step.eq(ws.step),
+                     self.s_addr.eq(wsc.byte[2:]), self.s_en.eq(self.r_en & use)]
         with m.If(ws.step):
             m.d.sync += shift.eq(wsc.byte[:2])
+        return scale, shift
+
+    def _scales(self, scale, shift) -> list:
+        """The scale operand's bytes of the element the ``r`` port reads, one per scale
+        group of the array's rows, the cycle its data arrives (``s_data``, the byte
+        ``shift``): group ``g`` takes partition ``scale.partition +
+        mx_scale_partition(g)`` (a multiple of the partition-start chunk plus a constant: a
+        pick among the rotations' candidates), then the element's byte."""
+        n, a = self.partitions, self.array
+        chunk = min(32, n)
         out = []
         for g in range(-(-a.rows // MX_GROUP_PARTITIONS)):
             at = mx_scale_partition(g)

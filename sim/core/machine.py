@@ -50,6 +50,9 @@ this model's, :func:`rtl_cycle_bound`:
   (``activation_lanes`` at a time) for its instructions, the array's ``beat_columns`` for
   ``LoadStationary`` (the RTL reads one stationary column per cycle, the array takes that
   many per beat), 1 otherwise.
+* A double row counts as its array's tile: ``2P`` contraction indices, ``N`` its columns
+  (half its free size), as this model times it; the RTL reads both pairs of a column in one
+  cycle.
 * DMA: no bound. The RTL's AXI port moves four bytes per beat; the model's DMA is the chip's
   fabric, a microsecond of latency and its bandwidth, not a property of the port.
 """
@@ -123,15 +126,18 @@ def rtl_cycle_bound(params: CoreParams, kind: str, ins: Instruction,
     (see the module docstring)."""
     src = getattr(ins, "src", None) or getattr(ins, "a", None) or ins.dst
     if isinstance(ins, MultiplyMoving | LoadStationary):
-        c = tensor_cycles(params, isa.input_format(ins.src.dtype), ins.src.partitions,
+        # a double row: twice the contraction, half the free axis in columns
+        pairs = 2 if ins.double_row else 1
+        columns = src.free // pairs
+        c = tensor_cycles(params, isa.input_format(ins.src.dtype), pairs * src.partitions,
                           ins.dst.partitions if isinstance(ins, MultiplyMoving) else
-                          ins.src.free, ins.src.free)
+                          columns, columns)
         if isinstance(ins, MultiplyMoving):
             if params.rate(isa.input_format(ins.src.dtype)) >= 1:
                 exact = c["latency"] + 1 + RTL_MULTIPLY_STAGES
                 return exact, exact
-            return src.free, c["latency"] + 1 + RTL_OVERHEAD
-        return src.free, params.tensor.beat_columns * c["load"] + RTL_OVERHEAD
+            return columns, c["latency"] + 1 + RTL_OVERHEAD
+        return columns, params.tensor.beat_columns * c["load"] + RTL_OVERHEAD
     turns = 1
     if kind == "scalar":
         turns = -(-src.partitions // params.activation_lanes)

@@ -345,6 +345,43 @@ def _matmul_tiles(b: Builder) -> None:
     multiply("fp32", s32, quarter, quarter, bank1, r - quarter, accumulate=True)
 
 
+def _double_rows(b: Builder) -> None:
+    """The tensor engine's fp8 double row (``[P, 2, free]`` operands, the pair axis holding
+    the contraction's two halves): a stationary of the array's rows at a byte offset, its
+    pairs an odd stride apart; an e4m3 moving tile, then an e5m2 one (the bytes of the same
+    input) whose pair 1 lies before its pair 0 and whose columns are two free dimensions,
+    accumulated; a double row of half the rows at the lower row group, multiplied; a plain
+    fp8 tile (two partitions to a PE row) accumulated onto its result."""
+    p, r, c = b.params.partitions, b.params.rows, b.params.cols
+    n, half = min(12, b.params.moving_max), r // 2
+    x8 = b.hbm("x8", (p, 6 * n), "fp8_e4m3")
+    s8 = b.sbuf(6 * n, "x8")
+    bank0, bank1 = b.psum_banks(2, "psum")
+    b.emit("dma0", DmaCopy(dst=_tile(b, s8, 6 * n, "fp8_e4m3"), src=x8.ap((0, p))))
+    b.wait("tensor", b.signal("dma0"))
+    t = "tensor"
+
+    def pairs(dt, at, k, stride, dims):
+        return b.tile("sbuf", dt, s8 + at, k, ((2, stride),) + dims)
+
+    def multiply(bank, m, src, **kw):
+        b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank, m, ((n, 1),)), src=src,
+                                 double_row=True, **kw))
+
+    b.emit(t, LoadStationary(src=pairs("fp8_e4m3", 1, r, c + 3, ((c, 1),)), double_row=True))
+    multiply(bank0, c, pairs("fp8_e4m3", 2 * c + 5, r, n + 1, ((n, 1),)))
+    multiply(bank0, c, pairs("fp8_e5m2", 4 * n + 2, r, -(n + 2), ((2, n // 2 + 1),
+                                                                 (n // 2, 1))),
+             accumulate=True)
+    b.emit(t, LoadStationary(src=pairs("fp8_e4m3", 3, half, c + 1, ((c - 1, 1),)), row=half,
+                             double_row=True))
+    multiply(bank1, c - 1, pairs("fp8_e4m3", 2, half, 3 * n, ((n, 1),)), row=half)
+    b.emit(t, LoadStationary(src=b.tile("sbuf", "fp8_e4m3", s8 + 5, r, ((c - 1, 1),))))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank1, c - 1, ((n, 1),)),
+                             src=b.tile("sbuf", "fp8_e4m3", s8 + 3 * n, r, ((n, 1),)),
+                             accumulate=True))
+
+
 def _mx_matmuls(b: Builder) -> None:
     """The tensor engine's MX quads with their E8M0 scales (an array with MX formats): an
     mxfp8 tile whose scale operand has one partition per group of 8, a multiply; an mxfp4
@@ -412,14 +449,17 @@ PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, Fals
             "vector_casts": (_vector_casts, False), "activations": (_activations, False),
             "scalar_ops": (_scalar_ops, False), "gpsimd": (_gpsimd, False),
             "matmuls": (_matmuls, False), "matmul_tiles": (_matmul_tiles, False),
+            "double_rows": (_double_rows, False),
             "deadlock": (_deadlock, True),
             "residual_add": (_kernel("residual_add", {"R": 32, "C": 24}, "fp32"), False),
             "residual_add_bf16": (_kernel("residual_add", {"R": 16, "C": 40}, "bf16"),
                                   False),
             "gemm": (_kernel("gemm", {"M": 8, "K": 16, "N": 16}, "bf16"), False),
-            # K = 15 on 8 rows: two single-row K-tiles (8 and 7), no double row, which the
-            # core RTL does not run (hdl.core.tensor.supported)
+            # K = 15 on 8 rows: two single-row K-tiles (8 and 7); K = 40: two double rows
+            # (K-tiles of 16) and one single-row tile of 8
             "gemm_fp8": (_kernel("gemm", {"M": 8, "K": 15, "N": 16}, "fp8_e4m3"), False),
+            "gemm_fp8_double": (_kernel("gemm", {"M": 8, "K": 40, "N": 16}, "fp8_e4m3"),
+                                False),
             "gemm_bias_gelu": (_kernel("gemm_bias_gelu", {"M": 8, "K": 16, "N": 16}, "bf16"),
                                False),
             "softmax": (_kernel("softmax", {"R": 16, "C": 24}, "fp32"), False),

@@ -3,8 +3,9 @@
 Every program of :data:`sim.tb.core.PROGRAMS` runs on Verilator in one simulation, one build
 of the core at trn2's simulation scale, with random stalls on every AXI channel: hand-written
 programs for each engine (GpSimd's Iota and the scalar engine's TensorScalar and TensorCopy
-included; stationaries at tile positions of the array's row and column tiling), the
-library's kernels (tiled GEMM in bf16 and fp8, fused GEMM + GELU, softmax,
+included; stationaries at tile positions of the array's row and column tiling; fp8 double
+rows), the library's kernels (tiled GEMM in bf16 and fp8, the fp8 one also on double rows,
+fused GEMM + GELU, softmax,
 RMSNorm, residual add, cross-entropy and the GELU backward pass in fp32), and the seeded
 random program of the run's seed
 (:mod:`sim.tb.core_random`, vetted by the core simulator). Compared: every byte of SBUF,
@@ -16,7 +17,8 @@ engine's turns) plus a fixed overhead elsewhere; DMA timing is not compared).
 
 Cost: the build and the nineteen programs in one simulation took 8.9 minutes of CPU (11
 wall at load 2 to 7 on two cores, 2.7 GB peak); fourteen programs alone, on a cached build,
-2.1 minutes of CPU.
+2.1 minutes of CPU; the twenty-one programs since the double row, on a cached build, 2.2
+minutes of CPU (9.6 wall at load 5 to 10).
 """
 
 import pytest
