@@ -46,10 +46,13 @@ UNIT_TOP = "tensor"
 TEMPLATE = Path(__file__).parent / "tensor_array.v.j2"
 
 
+#: The levels of the array's modules, leaves first.
+LEVELS = ("pe", "row", "column", "group", "control", "top")
+
+
 def module_names(top: str) -> dict[str, str]:
-    """Verilog module names of the levels."""
-    return {"pe": f"{top}_pe", "row": f"{top}_row", "column": f"{top}_column",
-            "group": f"{top}_group", "control": f"{top}_control", "top": top}
+    """Verilog module names of the levels (:data:`LEVELS`)."""
+    return {level: top if level == "top" else f"{top}_{level}" for level in LEVELS}
 
 
 def _array_text(params: SystolicParams, names: dict[str, str]) -> str:
@@ -70,10 +73,6 @@ def _array_text(params: SystolicParams, names: dict[str, str]) -> str:
         stat_width=stationary_layout(params).size,
         wave_width=params.rows * params.beat_columns * params.width,
         skip_bits=params.skip_bits)
-
-
-#: The levels, leaves first: the keys of :func:`module_names`.
-LEVELS = ("pe", "row", "column", "group", "control", "top")
 
 
 @functools.cache
