@@ -1,7 +1,9 @@
 """The package as a user installs it: the wheel, without extras, in a clean virtual environment.
 
-The wheel is built from the repository, installed into a fresh venv (no system site packages;
-pip's own cache and configured indexes serve the dependencies), and ``gen check`` and
+The wheel is built from the repository by the build backend of the running environment (the
+lock's), installed into a fresh venv (no system site packages) with its dependencies at the
+releases and hashes of ``requirements.lock`` (pip's own cache and configured indexes serve
+them), and ``gen check`` and
 ``gen chip`` run from a directory outside the repository. ``gen chip`` runs on a small chip
 derived from trn2 (one tensor format, two activation functions) so that the test spends its
 time on installing, not on elaborating arrays; it still reads every packaged data file
@@ -10,6 +12,7 @@ time on installing, not on elaborating arrays; it still reads every packaged dat
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -52,16 +55,19 @@ def own_tmp():
 @pytest.mark.slow
 def test_wheel_without_extras_runs_gen_from_outside_the_repo(own_tmp):
     tmp_path = own_tmp
-    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp_path / "dist", REPO,
-         cwd=tmp_path)
+    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", tmp_path / "dist", REPO, cwd=tmp_path)
     (wheel,) = (tmp_path / "dist").glob("trngen-*.whl")
     venv = tmp_path / "venv"
     _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
     python, gen = venv / "bin" / "python", venv / "bin" / "gen"
     # this pip installs into the venv (--python): the venv needs no pip of its own; modules
-    # are compiled when first imported, not all at install (a fifth of the install's time)
+    # are compiled when first imported, not all at install (a fifth of the install's time).
+    # The lock's hashes make pip require one for every file, the wheel's too.
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (tmp_path / "wheel.txt").write_text(f"{wheel} --hash=sha256:{digest}\n")
     _run(sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-compile",
-         wheel, cwd=tmp_path)
+         "-c", REPO / "requirements.lock", "-r", tmp_path / "wheel.txt", cwd=tmp_path)
     # the core dependencies only: scipy is one, the exploration extra is not installed
     probe = _run(python, "-c", "import importlib.util as u; "
                  "print([m for m in ('scipy', 'pandas', 'dask') if u.find_spec(m)])",
