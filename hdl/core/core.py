@@ -51,6 +51,7 @@ from hdl.core.params import CoreParams
 from hdl.core.scalar import ScalarEngine
 from hdl.core.sequencer import CHUNK_BITS, Sequencer
 from hdl.core.tensor import TensorEngine, second_read
+from hdl.elaboration import unelaborated
 from hdl.vector.lanes import add_lane, lane_verilog
 
 __all__ = ["HostMap", "NeuronCore"]
@@ -263,11 +264,9 @@ class NeuronCore(wiring.Component):
     def leave_unused(self) -> None:
         """Silence Amaranth's warning for the engines this process did not elaborate (a
         part of the core's Verilog elaborated apart from the rest)."""
-        self._MustUse__silence = True
+        unelaborated(self)
         for engine in (self.tensor, self.vector, self.gpsimd, self.scalar):
-            for component in (engine, engine.engine, *vars(engine.engine).values()):
-                if hasattr(component, "_MustUse__silence"):
-                    component._MustUse__silence = True
+            unelaborated(engine, engine.engine, *vars(engine.engine).values())
 
     def elaborate(self, platform):
         m = Module()
@@ -284,7 +283,7 @@ class NeuronCore(wiring.Component):
         seqs = []
         for s, name in enumerate(self.streams):
             sequencer = Sequencer(p.instructions)
-            sequencer._MustUse__silence = True  # emitted once apart (verilog_dependencies)
+            unelaborated(sequencer)  # emitted once apart (verilog_dependencies)
             m.submodules[f"seq_{name}"] = seq = EngineInstance(sequencer, SEQUENCER_MODULE)
             seqs.append(seq)
             length = Signal(range(p.instructions + 1), name=f"length_{name}")
