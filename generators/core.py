@@ -1,3 +1,6 @@
+# amaranth: UnusedElaboratable=no
+# (Amaranth's documented lint option: the elaboratables made here for their signatures are
+# emitted apart, as modules of their own, and never elaborated where they are made.)
 """NeuronCore generator: the core's Verilog and its Verilator waivers, for `gen chip`.
 
 The core (:class:`hdl.core.core.NeuronCore`) is elaborated once; the lanes and processing
@@ -103,7 +106,6 @@ def part_texts(params: CoreParams, part: str,
                 # the modules as every other unit emits them (the tensor array's PSUM
                 # columns have zero-initialised banks), so that equal texts are shared
                 texts = tuple(core.verilog_dependencies(part, units))
-        core.leave_unused()
         _parts[params, part, units] = texts
     return _parts[params, part, units]
 

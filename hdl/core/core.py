@@ -1,3 +1,6 @@
+# amaranth: UnusedElaboratable=no
+# (Amaranth's documented lint option: the elaboratables made here for their signatures are
+# emitted apart, as modules of their own, and never elaborated where they are made.)
 """The NeuronCore: SBUF and PSUM, one sequencer per instruction stream, hardware semaphores,
 the DMA engine on an AXI4 port, the tensor, vector, scalar (activation) and GpSimd engines,
 and a host port.
@@ -51,7 +54,6 @@ from hdl.core.params import CoreParams
 from hdl.core.scalar import ScalarEngine
 from hdl.core.sequencer import CHUNK_BITS, Sequencer
 from hdl.core.tensor import TensorEngine, second_read
-from hdl.elaboration import unelaborated
 from hdl.vector.lanes import add_lane, lane_verilog
 
 __all__ = ["HostMap", "NeuronCore"]
@@ -261,13 +263,6 @@ class NeuronCore(wiring.Component):
                       group, {"taken": group in taken})
         return getattr(self, group).verilog_dependencies(**shared)
 
-    def leave_unused(self) -> None:
-        """Silence Amaranth's warning for the engines this process did not elaborate (a
-        part of the core's Verilog elaborated apart from the rest)."""
-        unelaborated(self)
-        for engine in (self.tensor, self.vector, self.gpsimd, self.scalar):
-            unelaborated(engine, engine.engine, *vars(engine.engine).values())
-
     def elaborate(self, platform):
         m = Module()
         p, hm = self.params, self.map
@@ -283,7 +278,6 @@ class NeuronCore(wiring.Component):
         seqs = []
         for s, name in enumerate(self.streams):
             sequencer = Sequencer(p.instructions)
-            unelaborated(sequencer)  # emitted once apart (verilog_dependencies)
             m.submodules[f"seq_{name}"] = seq = EngineInstance(sequencer, SEQUENCER_MODULE)
             seqs.append(seq)
             length = Signal(range(p.instructions + 1), name=f"length_{name}")
