@@ -9,7 +9,7 @@ The longest test files run first, so that with pytest-xdist handing out one test
 (``run-tests`` passes ``--maxschedchunk 1``) the workers finish together instead of one of them
 ending the run alone with a long test. A file's length is what its tests took the last time
 they ran on this machine (recorded in ``test-durations.json`` under the machine's trngen
-cache, :func:`sim.tb.runner.cache_home`), or, for tests never timed here, a guess from their
+cache, :func:`specs.store.cache_home`), or, for tests never timed here, a guess from their
 marks. The tests of one file stay together and in their order, so that module fixtures are
 set up once per worker.
 """
@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from sim.tb.runner import SIMULATORS, available_simulators, cache_home
+from sim.tb.runner import SIMULATORS, available_simulators
 from specs.files import replace_atomically
+from specs.store import cache_home
 
 #: Guessed seconds of a test never timed on this machine, by mark; others take DEFAULT_COST.
 MARK_COST = {"cocotb": 60.0, "slow": 60.0}

@@ -385,7 +385,6 @@ def evaluate_many(t: Transformer, base: model.Base, times: KernelTimes, *, tp, p
         shards, where = np.unique(shard.astype(np.int64), return_inverse=True)
         opt = np.array([_optimizer(t, times, lnc, int(x)) if x else 0.0
                         for x in shards])[where.reshape(-1)]
-    times.save()
     layers = np.ceil(t.layers / pp)
     act = act * layers * np.minimum(pp, np.nan_to_num(micro))
     gemm = layers * layer_gemm + end_g

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import re
 from pathlib import Path
 
@@ -142,16 +141,16 @@ def shape_terms(spec: ChipSpec, engines, known: dict[str, area.ModuleArea],
 FIT_SHAPES = ((8, 8), (8, 12), (8, 16), (12, 8), (12, 16))
 
 
-def fit_path(spec: ChipSpec, sources: dict[str, str]) -> Path:
-    """The cache entry of the fit's samples (:data:`FIT_SHAPES`), keyed by the texts of the
+def fit_key(spec: ChipSpec, sources: dict[str, str]) -> str:
+    """The store key of the fit's samples (:data:`FIT_SHAPES`), keyed by the texts of the
     tensor array's modules at the spec's shape (``sources``: a change of the array's RTL
     changes them; its PE is the samples' PE as well), its parameters, the shapes, the Yosys
     version and the script."""
-    texts = [f"{name}\0{area._strip_comments(text)}" for name, text in sorted(sources.items())]
+    texts = [f"{name}\0{area.strip_comments(text)}" for name, text in sorted(sources.items())]
     key = hashlib.sha256("\0".join([repr(tensor_params(spec, "full")), repr(FIT_SHAPES),
                                     area.yosys_version(), area.SCRIPT, area.ABC_SCRIPT,
                                     repr(spec.area.sram_bit), *texts]).encode()).hexdigest()
-    return area.CACHE / "fits" / f"{spec.name}-{key[:20]}.json"
+    return f"fit.{spec.name}-{key[:20]}"
 
 
 def fit_sources(spec: ChipSpec) -> dict[tuple[int, int], dict[str, str]]:
@@ -173,7 +172,7 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
     the others are listed as missing. ``jobs``: modules synthesised at once (default: the
     machine's cores). With ``fit`` and ``synthesise``, the full-scale tensor array is also
     emitted at :data:`FIT_SHAPES` (while the chip's modules synthesise) and synthesised in
-    the same pool as the chip's modules, unless its samples are cached (:func:`fit_path`),
+    the same pool as the chip's modules, unless its samples are cached (:func:`fit_key`),
     with the spec's PE in place of theirs (the chip's, synthesised once for both);
     without ``synthesise``, they come from the cache or not at all (then the summary has no
     area terms, as without ``fit``)."""
@@ -198,7 +197,7 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
     full = len(arrays) == 1 and array_shape(arrays[0]) == (spec.core.tensor.rows,
                                                             spec.core.tensor.cols)
     at: dict[tuple[int, int], dict[str, str]] = {}
-    if fit and full and synthesise and not fit_path(spec, arrays[0]).is_file():
+    if fit and full and synthesise and area.results().get(fit_key(spec, arrays[0])) is None:
         def shapes() -> list[dict[str, str]]:
             for shape, group in fit_sources(spec).items():
                 at[shape] = {**group, **{n: t for n, t in arrays[0].items() if n not in group}}
@@ -209,9 +208,9 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
                                    jobs=jobs, more=shapes)
     results = found[0]
     if at:
-        area.store(fit_path(spec, arrays[0]),
-                   [(rows, cols, area.rollup(known, "tensor"))
-                    for (rows, cols), known in zip(at, found[1:], strict=True)])
+        area.results().put_json(fit_key(spec, arrays[0]),
+                                [(rows, cols, area.rollup(known, "tensor"))
+                                 for (rows, cols), known in zip(at, found[1:], strict=True)])
     missing = sorted(n for n, a in results.items() if a is None)
     summary: dict = {"unit": "NAND2 equivalents", "sram_bit": sram_bit,
                      "yosys": area.yosys_version(), "missing": missing, "engines": []}
@@ -252,10 +251,11 @@ def chip_area(spec: ChipSpec, emitted: dict[str, list[list[Path]]], synthesise: 
                           for name, bits in buffers.items()}
     chip_total = spec.cores * per_core + per_chip
     terms = shape_terms(spec, engines, known, sources)
-    path = fit_path(spec, arrays[0]) if fit and full and terms is not None else None
+    kept = (area.results().get_json(fit_key(spec, arrays[0]))
+            if fit and full and terms is not None else None)
     samples = None
-    if path is not None and path.is_file():
-        samples = [tuple(s) for s in json.loads(path.read_text())]
+    if kept is not None:
+        samples = [tuple(s) for s in kept]
         # The spec's own shape, as composed (exactly its synthesised figure), and the
         # others, fitted together; the PE's term stays the spec's PE (the samples count it).
         own = (terms["rows"], terms["cols"],

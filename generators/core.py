@@ -1,3 +1,6 @@
+# amaranth: UnusedElaboratable=no
+# (Amaranth's documented lint option: the elaboratables made here for their signatures are
+# emitted apart, as modules of their own, and never elaborated where they are made.)
 """NeuronCore generator: the core's Verilog and its Verilator waivers, for `gen chip`.
 
 The core (:class:`hdl.core.core.NeuronCore`) is elaborated once; the lanes and processing
@@ -10,12 +13,13 @@ is not: one definition per module name in the chip's file list.
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 
 from hdl.core.core import DEPENDENCY_GROUPS
 from hdl.core.params import CoreParams
 
+from .amaranth_internals import unchecked_comb_cycles, uninitialised_memories
 from .output import verilator_waivers
 from .output import write_if_changed as _write
 from .vector import ACTIVATION_WAIVERS
@@ -57,55 +61,6 @@ def module_name(text: str) -> str:
     if len(names) != 1:
         raise ValueError(f"an emitted text must have one top module, not {names!r}")
     return names[0]
-
-
-@contextmanager
-def uninitialised_memories():
-    """Within this context, Amaranth emits memories whose initial contents are all zero
-    without them: no ``$meminit`` cell, no ``initial`` block, a memory that starts undefined,
-    as an SRAM does.
-
-    Amaranth gives every memory an initial value and emits it bit by bit: for the full-scale
-    core's SBUF (128 partitions x 224 KiB) that is 235 million bits, each a netlist object,
-    which takes many minutes and gigabytes before Yosys sees it. The simulation benches
-    emit the core without this (their SBUF and PSUM start at zero, as the core simulator's
-    do).
-    """
-    from amaranth.back import rtlil
-
-    original = rtlil.ModuleEmitter.emit_memory
-
-    def emit_memory(self, cell_idx, cell):
-        if any(cell.init):
-            original(self, cell_idx, cell)
-
-    rtlil.ModuleEmitter.emit_memory = emit_memory
-    try:
-        yield
-    finally:
-        rtlil.ModuleEmitter.emit_memory = original
-
-
-@contextmanager
-def unchecked_comb_cycles():
-    """Within this context, Amaranth builds netlists without its search for combinational
-    cycles.
-
-    The search walks the netlist bit by bit, and the full-scale core's engines move 128
-    partitions of 32-bit words through rotations and multiplexers: in the tensor engine
-    alone it was 35 s of 80 (profiled). The core's structure does not depend on its size
-    (the same loops build it at either scale), and every simulation-scale elaboration (the
-    co-simulation's, :func:`sim.tb.core.core_verilog`) keeps the search; a cycle at full
-    scale would also be Verilator's UNOPTFLAT in the core's lint (benchmarks/core_rtl.py).
-    """
-    from amaranth.hdl import _nir
-
-    original = _nir.Netlist.check_comb_cycles
-    _nir.Netlist.check_comb_cycles = lambda self: None
-    try:
-        yield
-    finally:
-        _nir.Netlist.check_comb_cycles = original
 
 
 #: The parts of the core's Verilog, each elaborated apart (so that `gen chip`'s workers
@@ -151,7 +106,6 @@ def part_texts(params: CoreParams, part: str,
                 # the modules as every other unit emits them (the tensor array's PSUM
                 # columns have zero-initialised banks), so that equal texts are shared
                 texts = tuple(core.verilog_dependencies(part, units))
-        core.leave_unused()
         _parts[params, part, units] = texts
     return _parts[params, part, units]
 

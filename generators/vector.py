@@ -16,7 +16,7 @@ import numpy as np
 
 from hdl.vector.fitting import EXACT_FUNCTIONS, accuracy_points, activation_table
 from hdl.vector.functions import FunctionSpec
-from specs.files import replace_atomically
+from specs.files import locked, replace_atomically
 
 from .output import verilator_waivers
 from .output import write_if_changed as _write
@@ -127,7 +127,8 @@ def _shared_texts(formats: tuple[str, ...], rng: str | None) -> dict[str, str]:
     texts = {}
     for name, make in shared_verilog(formats, rng).items():
         kept = None if _shared_dir is None else _shared_dir / f"{name}.v"
-        with nullcontext() if kept is None else _holding(kept):
+        # a worker that needs a module another is elaborating waits for its text
+        with nullcontext() if kept is None else locked(kept.with_suffix(".lock")):
             if kept is not None and kept.is_file():
                 texts[name] = kept.read_text(encoding="utf-8")
                 continue
@@ -136,24 +137,6 @@ def _shared_texts(formats: tuple[str, ...], rng: str | None) -> dict[str, str]:
                 replace_atomically(kept, lambda tmp, text=texts[name]: tmp.write_text(
                     text, encoding="utf-8"))
     return texts
-
-
-@contextmanager
-def _holding(kept: Path) -> Iterator[None]:
-    """The body run while holding the lock of ``kept`` (a file lock beside it, where the
-    platform has them): a worker that needs a module another is elaborating waits for its
-    text instead of elaborating it too."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    with open(kept.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _commented(header: str) -> str:

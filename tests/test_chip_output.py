@@ -135,8 +135,9 @@ def test_a_unit_emitted_by_a_worker_process_gives_the_same_files(tmp_path, monke
     """`gen chip` emits its units in worker processes (one per core); the files are the same
     as emitted in this process."""
     from generators import chip
-    from generators.chip import _emit, emitters, header
+    from generators.chip import _emit, header
     from generators.units import UNITS
+    from generators.workers import emitters
 
     monkeypatch.setattr(chip, "emission_key", lambda *args: None)  # both emitted, not stored
     doc = load_document("trn2")
@@ -168,7 +169,7 @@ def test_a_stored_emission_is_the_emitted_files_and_a_damaged_one_is_emitted_aga
     head = chip.header(doc)
     emitted = chip._emit("link", params, tmp_path / "a", head)
     texts = [p.read_bytes() for p in emitted]
-    entry = chip.emission_store() / chip.emission_key("link", params, head)
+    entry = chip.emission_store().entry(chip.emission_key("link", params, head))
     assert (entry / "index.json").is_file()
 
     def not_emitted(*args):
@@ -194,46 +195,3 @@ def test_a_stored_emission_is_the_emitted_files_and_a_damaged_one_is_emitted_aga
     assert len(keys) == 3
     monkeypatch.setitem(UNITS, "link", dataclasses.replace(UNITS["link"], emit=not_emitted))
     assert chip.emission_key("link", params, head) is None
-
-
-#: Amaranth's Verilog of one small design: through its child process of Yosys, then twice
-#: through `gen chip`'s Yosys in the process (run apart: a process that has run WebAssembly
-#: cannot fork afterwards), as a JSON list; [] when Amaranth takes a Yosys from the path.
-YOSYS_HERE = """
-import json
-from amaranth import Module, Signal
-from amaranth._toolchain.yosys import _BuiltinYosys, find_yosys
-from amaranth.back import verilog
-from generators.chip import yosys_in_process
-
-def design():
-    m = Module()
-    a, b, sel = Signal(8), Signal(8), Signal()
-    count, out = Signal(8), Signal(8)
-    m.d.sync += count.eq(count + a)
-    with m.If(sel):
-        m.d.comb += out.eq(count ^ b)
-    with m.Else():
-        m.d.comb += out.eq(~b)
-    return verilog.convert(m, ports=[a, b, sel, out], emit_src=False)
-
-texts = []
-if find_yosys(lambda found: True) is _BuiltinYosys:
-    texts.append(design())
-    with yosys_in_process():
-        texts += [design(), design()]
-print(json.dumps(texts))
-"""
-
-
-def test_yosys_run_in_process_writes_what_its_child_process_writes():
-    """`gen chip`'s workers run Amaranth's bundled Yosys inside themselves; the Verilog is
-    what Amaranth's own child process of that Yosys writes, run after run (Yosys's internal
-    names count from the same start each time)."""
-    run = subprocess.run([sys.executable, "-c", YOSYS_HERE], cwd=REPO, capture_output=True,
-                         text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), check=True)
-    texts = json.loads(run.stdout)
-    if not texts:
-        pytest.skip("Amaranth uses a Yosys found on the path, which runs as it always does")
-    child, *here = texts
-    assert "$auto$" in child and here == [child, child]

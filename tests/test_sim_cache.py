@@ -11,6 +11,7 @@ import pytest
 
 from sim.tb.runner import build, emit_verilog, run_verilog, skip_unless_available
 from sim.tb.test_streams import StreamPipe
+from specs.store import Store
 
 
 @pytest.mark.parametrize("damage", ["truncated", "stamp-garbage", "source-changed"])
@@ -48,11 +49,12 @@ def test_a_fresh_checkout_takes_its_build_from_the_shared_store(tmp_path, monkey
     import cocotb_tools.runner
 
     text = emit_verilog(StreamPipe(), "stream_pipe")
-    store = tmp_path / "store"
+    store = Store("sim", tmp_path / "store")
     first = build(text, "stream_pipe", "icarus", tmp_path / "a", store)
-    (entry,) = (store / "icarus").iterdir()
-    assert entry.name == first.name and (entry / "sim.vvp").read_bytes() == \
-        (first / "sim.vvp").read_bytes()
+    (entry,) = store.path.iterdir()
+    entry = entry / "files"
+    assert entry.parent.name == f"icarus-{first.name}" and (
+        entry / "sim.vvp").read_bytes() == (first / "sim.vvp").read_bytes()
 
     compile_ = cocotb_tools.runner.get_runner
     monkeypatch.setattr(cocotb_tools.runner, "get_runner",

@@ -173,7 +173,6 @@ def test_kernel_times_cache_on_disk(tmp_path):
     first = KernelTimes(params, tmp_path)
     t = first("swiglu", shape, "bf16")
     assert first.computed == 1
-    first.save()
     again = KernelTimes(params, tmp_path)
     assert again("swiglu", shape, "bf16") == t and again.computed == 0
     direct = kernels.run(params, kernels.KERNELS["swiglu"], shape, "bf16", timing_only=True)

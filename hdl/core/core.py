@@ -1,3 +1,6 @@
+# amaranth: UnusedElaboratable=no
+# (Amaranth's documented lint option: the elaboratables made here for their signatures are
+# emitted apart, as modules of their own, and never elaborated where they are made.)
 """The NeuronCore: SBUF and PSUM, one sequencer per instruction stream, hardware semaphores,
 the DMA engine on an AXI4 port, the tensor, vector, scalar (activation) and GpSimd engines,
 and a host port.
@@ -260,15 +263,6 @@ class NeuronCore(wiring.Component):
                       group, {"taken": group in taken})
         return getattr(self, group).verilog_dependencies(**shared)
 
-    def leave_unused(self) -> None:
-        """Silence Amaranth's warning for the engines this process did not elaborate (a
-        part of the core's Verilog elaborated apart from the rest)."""
-        self._MustUse__silence = True
-        for engine in (self.tensor, self.vector, self.gpsimd, self.scalar):
-            for component in (engine, engine.engine, *vars(engine.engine).values()):
-                if hasattr(component, "_MustUse__silence"):
-                    component._MustUse__silence = True
-
     def elaborate(self, platform):
         m = Module()
         p, hm = self.params, self.map
@@ -284,7 +278,6 @@ class NeuronCore(wiring.Component):
         seqs = []
         for s, name in enumerate(self.streams):
             sequencer = Sequencer(p.instructions)
-            sequencer._MustUse__silence = True  # emitted once apart (verilog_dependencies)
             m.submodules[f"seq_{name}"] = seq = EngineInstance(sequencer, SEQUENCER_MODULE)
             seqs.append(seq)
             length = Signal(range(p.instructions + 1), name=f"length_{name}")

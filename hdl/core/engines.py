@@ -1,3 +1,6 @@
+# amaranth: UnusedElaboratable=no
+# (Amaranth's documented lint option: the elaboratables made here for their signatures are
+# emitted apart, as modules of their own, and never elaborated where they are made.)
 """The core's vector and GpSimd engines: the vector unit (:class:`hdl.vector.vector.Vector`,
 one lane per partition) fed from and writing to SBUF and PSUM through the access patterns of
 ``TensorTensor``, ``TensorScalar``, ``TensorReduce``, ``TensorCopy`` and ``Memset``, and on

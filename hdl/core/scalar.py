@@ -1,3 +1,6 @@
+# amaranth: UnusedElaboratable=no
+# (Amaranth's documented lint option: the elaboratables made here for their signatures are
+# emitted apart, as modules of their own, and never elaborated where they are made.)
 """The core's scalar (activation) engine: the activation unit
 (:class:`hdl.vector.activation.Activation`) fed from and writing to SBUF and PSUM through
 the access patterns of ``Activation``, and beside it a vector unit of as many lanes

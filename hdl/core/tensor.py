@@ -1,3 +1,6 @@
+# amaranth: UnusedElaboratable=no
+# (Amaranth's documented lint option: the elaboratables made here for their signatures are
+# emitted apart, as modules of their own, and never elaborated where they are made.)
 """The core's tensor engine: the multi-format systolic array fed from SBUF (or PSUM) through
 the access patterns of ``LoadStationary`` and ``MultiplyMoving``, its results written to PSUM.
 

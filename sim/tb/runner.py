@@ -8,10 +8,10 @@ and built again when it is damaged. Each run gets its own test directory, so run
 can go on side by side.
 
 Builds live under ``build/sim/`` of the checkout; their artifacts (the one file a run
-executes) are also kept, by the same hash, in a store shared by every checkout on the machine
-(:func:`shared_store`, under :func:`cache_home`), so that a fresh clone runs its benches
-without compiling them again. A stored artifact is checked against its recorded hash before
-it is copied in.
+executes) are also kept, by the same hash, in the store shared by every checkout on the
+machine (:func:`shared_store`, a kind of :class:`specs.store.Store`), so that a fresh clone
+runs its benches without compiling them again. A stored artifact is checked against its
+recorded hash before it is copied in.
 
 Parameters reach the cocotb side as JSON in the ``TRNGEN_TB`` environment variable; a
 testbench reads them with :func:`tb_params`.
@@ -24,7 +24,6 @@ since tracing changes what is compiled.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
@@ -33,14 +32,14 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
-from specs.files import locked, replace_atomically
+from specs.files import locked
+from specs.store import Store
 
 SIMULATORS = ("icarus", "verilator")
 ENV_PARAMS = "TRNGEN_TB"
@@ -264,64 +263,30 @@ def toolchain(sim: str) -> str:
     return f"{out[0] if out else '?'}; cocotb {cocotb.__version__}"
 
 
-def cache_home() -> Path:
-    """The machine's cache of trngen, shared by every checkout: ``$TRNGEN_CACHE``, else
-    ``$XDG_CACHE_HOME/trngen``, else ``~/.cache/trngen``."""
-    if os.environ.get("TRNGEN_CACHE"):
-        return Path(os.environ["TRNGEN_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "trngen"
-
-
-def shared_store() -> Path:
+def shared_store() -> Store:
     """The machine's store of built simulator artifacts."""
-    return cache_home() / "sim"
+    return Store("sim")
 
 
-#: Entries of the shared store not used for this long are removed when a build is stored.
-STORE_KEEP_DAYS = 30
-
-
-def _fetch(entry: Path, build_dir: Path, src: Path, verilog_text: str, artifact: Path,
-           stamp: Path) -> bool:
+def _fetch(store: Store, key: str, build_dir: Path, src: Path, verilog_text: str,
+           artifact: Path, stamp: Path) -> bool:
     """Copy a stored artifact into ``build_dir`` and check it as a build of our own; False
     (and nothing left in ``build_dir``) when the store has none, or none intact."""
-    try:
-        if (entry / src.name).read_text() != verilog_text:
-            return False
-        build_dir.mkdir(parents=True, exist_ok=True)
-        replace_atomically(artifact, lambda tmp: shutil.copy(entry / artifact.name, tmp))
-        shutil.copyfile(entry / stamp.name, stamp)
-        src.write_text(verilog_text)
-    except (OSError, UnicodeDecodeError):
+    found = store.get(key)
+    if found is None or found.get(src.name) != verilog_text.encode():
+        return False
+    build_dir.mkdir(parents=True, exist_ok=True)
+    if store.fetch(key, build_dir) is None:
         return False
     if not _intact(stamp, src, verilog_text, artifact):
         stamp.unlink(missing_ok=True)
         artifact.unlink(missing_ok=True)
         return False
-    with contextlib.suppress(OSError):
-        os.utime(entry / stamp.name)    # used: spared by the pruning
     return True
 
 
-def _store(entry: Path, src: Path, artifact: Path, stamp: Path) -> None:
-    """Put a fresh build's artifact into the shared store (each file renamed into place,
-    the stamp last, so that a reader sees a whole entry or none), and drop entries that
-    have gone unused for :data:`STORE_KEEP_DAYS`."""
-    try:
-        entry.mkdir(parents=True, exist_ok=True)
-        for path in (src, artifact, stamp):
-            replace_atomically(entry / path.name, lambda tmp, path=path: shutil.copy(path, tmp))
-        cutoff = time.time() - STORE_KEEP_DAYS * 86400
-        for old in entry.parent.parent.glob("*/*/.built"):
-            if old.stat().st_mtime < cutoff:
-                shutil.rmtree(old.parent, ignore_errors=True)
-    except OSError:
-        return  # a read-only or full store costs the next checkout a build, nothing more
-
-
 def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = None,
-          store: Path | None = None) -> Path:
+          store: Store | None = None) -> Path:
     """Compile ``verilog_text`` for ``sim`` once per distinct text; return the build dir.
 
     A cached build is checked before it is reused (the stamp records the hash of the
@@ -340,7 +305,7 @@ def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = 
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     if store is None and build_root is None:
         store = shared_store()
-    entry = None if store is None else store / sim / f"{toplevel}-{digest}"
+    entry = f"{sim}-{toplevel}-{digest}"
     build_root = build_root or REPO_ROOT / "build" / "sim"
     build_dir = build_root / sim / f"{toplevel}-{digest}"
     stamp = build_dir / ".built"
@@ -351,7 +316,8 @@ def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = 
             return build_dir
         stamp.unlink(missing_ok=True)
         artifact.unlink(missing_ok=True)
-        if entry is not None and _fetch(entry, build_dir, src, verilog_text, artifact, stamp):
+        if store is not None and _fetch(store, entry, build_dir, src, verilog_text, artifact,
+                                        stamp):
             return build_dir
         build_dir.mkdir(parents=True, exist_ok=True)
         src.write_text(verilog_text)
@@ -379,8 +345,8 @@ def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = 
                                f"(see {build_dir / 'build.log'})")
         stamp.write_text(json.dumps({"digest": digest, "artifact": artifact.name,
                                      "sha256": _file_hash(artifact)}))
-        if entry is not None:
-            _store(entry, src, artifact, stamp)
+        if store is not None:
+            store.put(entry, {p.name: p for p in (src, artifact, stamp)})
     return build_dir
 
 
