@@ -64,7 +64,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from kernels.attention import _KB as KEY_BLOCK
+from kernels.attention import KEY_BLOCK
 from sim.system import collectives, formulas
 
 from . import model
