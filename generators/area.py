@@ -147,7 +147,7 @@ def fit_path(spec: ChipSpec, sources: dict[str, str]) -> Path:
     tensor array's modules at the spec's shape (``sources``: a change of the array's RTL
     changes them; its PE is the samples' PE as well), its parameters, the shapes, the Yosys
     version and the script."""
-    texts = [f"{name}\0{area._strip_comments(text)}" for name, text in sorted(sources.items())]
+    texts = [f"{name}\0{area.strip_comments(text)}" for name, text in sorted(sources.items())]
     key = hashlib.sha256("\0".join([repr(tensor_params(spec, "full")), repr(FIT_SHAPES),
                                     area.yosys_version(), area.SCRIPT, area.ABC_SCRIPT,
                                     repr(spec.area.sram_bit), *texts]).encode()).hexdigest()

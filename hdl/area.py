@@ -209,7 +209,8 @@ class ModuleArea:
         return sum(n for c, n in self.cells.items() if "FF" in c or "LATCH" in c)
 
 
-def _strip_comments(text: str) -> str:
+def strip_comments(text: str) -> str:
+    """Verilog ``text`` without its comments, trailing blanks and empty lines."""
     text = re.sub(r"//[^\n]*", "", re.sub(r"/\*.*?\*/", "", text, flags=re.S))
     return "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
 
@@ -221,7 +222,7 @@ def yosys_version() -> str:
 
 
 def _key(top: str, text: str) -> str:
-    fields = [yosys_version(), SCRIPT.format(top=top), ABC_SCRIPT, top, _strip_comments(text)]
+    fields = [yosys_version(), SCRIPT.format(top=top), ABC_SCRIPT, top, strip_comments(text)]
     return hashlib.sha256("\0".join(fields).encode()).hexdigest()
 
 
@@ -306,7 +307,7 @@ def _instances(text: str, modules: Iterable[str]
     """Instances of ``modules`` in a structural module's text: (module, count, the loops
     around it as (upper bound as written, trip count)), or None when the text is not
     structural."""
-    body = _strip_comments(text)
+    body = strip_comments(text)
     params = {m.group(1): int(m.group(2))
               for m in re.finditer(r"localparam\s+(\w+)\s*=\s*(\d+)\s*;", body)}
     constants = set(params).union(*(re.findall(r"\w+", m.group(1)) for m in
