@@ -145,7 +145,9 @@ class Base:
         return self.rates.get(dtype, math.nan)
 
 
-def _chip_of(doc: loader.Document) -> tuple[ChipSpec, list[SystemSpec]]:
+def chip_of(doc: loader.Document) -> tuple[ChipSpec, list[SystemSpec]]:
+    """The chip spec a chip or system spec is built of, and the system specs on the way to
+    it, ``doc``'s own first."""
     chain = []
     while doc.kind == "system":
         chain.append(doc.spec)
@@ -161,7 +163,7 @@ def base_from_spec(name, price: float | None = None,
     its topology; a server of instances adds a ring across its instances; a cluster adds EFA.
     """
     doc = loader.load_document(name)
-    chip, chain = _chip_of(doc)
+    chip, chain = chip_of(doc)
     t = chip.core.tensor
     rates = {}
     for dtype in DTYPES:
@@ -377,7 +379,7 @@ def _evaluate(v, base: Base, work: Workload, detail: bool) -> dict[str, np.ndarr
     backward = seconds[:, g.backward].sum(axis=1)
     mem_bound = np.where(memory > compute, seconds, 0.0).sum(axis=1) / gemm_time
 
-    dims_long = _dims_long(v["chips"], base) if base.topology == "torus" else None
+    dims_long = longest_dims(v["chips"], base) if base.topology == "torus" else None
     tp_comm = work.tp_allreduces * group_allreduce(
         work.tp_bytes / dp, np.full(size, tp), per_chip, np.ones(size), v, base, dims_long)
     dp_comm = (group_allreduce(work.dp_bytes / tp, dp, per_chip, np.full(size, tp), v, base,
@@ -409,7 +411,8 @@ def _evaluate(v, base: Base, work: Workload, detail: bool) -> dict[str, np.ndarr
     return out
 
 
-def _dims_long(chips: np.ndarray, base: Base) -> np.ndarray:
+def longest_dims(chips: np.ndarray, base: Base) -> np.ndarray:
+    """:func:`instance_long` of each instance size in ``chips``, each distinct size once."""
     uniq, inverse = np.unique(chips, return_inverse=True)
     return np.array([instance_long(c, base) for c in uniq], float)[inverse]
 

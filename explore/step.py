@@ -64,7 +64,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from kernels.attention import _KB as KEY_BLOCK
+from kernels.attention import KEY_BLOCK
 from sim.system import collectives, formulas
 
 from . import model
@@ -404,7 +404,7 @@ def evaluate_many(t: Transformer, base: model.Base, times: KernelTimes, *, tp, p
     if "efa_bandwidth" in values:
         base = replace(base, efa_bandwidth=np.broadcast_to(
             np.asarray(values["efa_bandwidth"], float), (size,)))
-    dims_long = model._dims_long(v["chips"], base) if base.topology == "torus" else None
+    dims_long = model.longest_dims(v["chips"], base) if base.topology == "torus" else None
     es = DTYPES[t.dtype]
     tokens = mb * t.seq
 
@@ -510,7 +510,7 @@ def _base_core(spec_file: str):
     from hdl.params import ModelError, core_params  # noqa: PLC0415
     from specs import loader  # noqa: PLC0415
 
-    chip, _ = model._chip_of(loader.load_document(spec_file))
+    chip, _ = model.chip_of(loader.load_document(spec_file))
     try:
         params = core_params(chip)
     except ModelError:
@@ -643,7 +643,7 @@ def resolve(system: str):
     if doc.kind != "system" or doc.spec.level not in ("instance", "cluster"):
         raise StepError(f"expected an instance or cluster system spec, found "
                         f"{doc.kind} {doc.name!r}")
-    chip, chain = model._chip_of(doc)
+    chip, chain = model.chip_of(doc)
     try:
         params = core_params(chip)
     except ModelError as exc:

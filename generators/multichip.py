@@ -1,5 +1,5 @@
 """`gen run SYSTEM`: collectives and tensor-parallel kernels executed on a system's chips and
-links (:mod:`sim.system.execute`)."""
+links (:mod:`sim.system.execute`, :mod:`explore.sharded`)."""
 
 from __future__ import annotations
 
@@ -124,14 +124,14 @@ def _report(system, r, op, nbytes, members, trace) -> None:
 def _sharded(system, kernel_name, shard, shape, dtype, chunk_bytes, trace, seed,
              timing_only) -> None:
     """The kernel with its contraction split over every chip, then the all-reduce of the
-    partial outputs (:func:`sim.system.execute.run_sharded`)."""
+    partial outputs (:func:`explore.sharded.run_sharded`)."""
     import numpy as np
 
     import kernels
+    from explore.sharded import run_sharded
     from hdl.numerics.formats import BF16
     from sim.core import ProgramError
     from sim.golden import numerics
-    from sim.system import execute
 
     k = kernels.KERNELS.get(kernel_name)
     if k is None:
@@ -160,8 +160,8 @@ def _sharded(system, kernel_name, shard, shape, dtype, chunk_bytes, trace, seed,
         if dtype not in k.dtypes:
             raise kernels.KernelError(f"{k.name} takes dtype {', '.join(k.dtypes)}, "
                                       f"not {dtype!r}")
-        r = execute.run_sharded(system, k, dims, dtype, timing_only=timing_only,
-                                chunk=chunk_bytes, seed=seed, trace=bool(trace))
+        r = run_sharded(system, k, dims, dtype, timing_only=timing_only, chunk=chunk_bytes,
+                        seed=seed, trace=bool(trace))
     except (kernels.KernelError, ProgramError) as exc:
         raise SpecError(str(exc)) from None
     cores = system.chip.spec.cores

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hdl.tensor.params import SystolicParams
+from hdl.tensor.structural import ARRAY_TOP as TOP
 from hdl.tensor.structural import module_names as _module_names
 from hdl.tensor.structural import verilog_modules as _verilog_modules
 
@@ -17,8 +18,6 @@ from .output import verilator_waivers
 from .output import write_if_changed as _write
 
 __all__ = ["TOP", "emit", "module_names", "verilog_modules"]
-
-TOP = "tensor_systolic"
 
 # Verilator -Wall findings in the Verilog that Amaranth (through Yosys) emits, each justified:
 WAIVERS = {

@@ -224,7 +224,7 @@ class ModuleArea:
 
 
 def strip_comments(text: str) -> str:
-    """``text`` without its Verilog comments and blank lines (what decides a synthesis)."""
+    """Verilog ``text`` without its comments, trailing blanks and empty lines."""
     text = re.sub(r"//[^\n]*", "", re.sub(r"/\*.*?\*/", "", text, flags=re.S))
     return "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
 

@@ -34,9 +34,10 @@ from hdl.vector.ops import Reduce, VectorOp
 
 from .builder import Builder, KernelError, itemsize
 
-__all__ = ["attention"]
+__all__ = ["KEY_BLOCK", "attention"]
 
-_KB = 512  # keys per block: one PSUM bank of fp32 scores
+#: Keys per block: one PSUM bank of fp32 scores.
+KEY_BLOCK = 512
 
 
 def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
@@ -64,12 +65,12 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
     scale = 1.0 / math.sqrt(d)
     exp = b.function("exp")
     recip = b.function("reciprocal")
-    blocks = all_blocks = [(o, min(_KB, s - o)) for o in range(0, s, _KB)]
+    blocks = all_blocks = [(o, min(KEY_BLOCK, s - o)) for o in range(0, s, KEY_BLOCK)]
     q_sb = b.sbuf(tq * es, "q tile")
-    k_sb = [b.sbuf(_KB * es, "k block") for _ in range(2)]
-    v_sb = [b.sbuf(_KB // chunk * d * es, "v block") for _ in range(2)]
-    p_sb = [b.sbuf(_KB * es, "p") for _ in range(2)]
-    pt_sb = b.sbuf(_KB // chunk * tq * es, "p transposed")
+    k_sb = [b.sbuf(KEY_BLOCK * es, "k block") for _ in range(2)]
+    v_sb = [b.sbuf(KEY_BLOCK // chunk * d * es, "v block") for _ in range(2)]
+    p_sb = [b.sbuf(KEY_BLOCK * es, "p") for _ in range(2)]
+    pt_sb = b.sbuf(KEY_BLOCK // chunk * tq * es, "p transposed")
     o_acc = b.sbuf(d * 4, "o accumulator")
     o_out = b.sbuf(d * es, "o out")
     cols = {n: b.sbuf(4, n) for n in ("m", "m_new", "neg", "diff", "corr", "rowsum", "l",
@@ -82,15 +83,15 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
         return b.column(cols[n], rows)
 
     masks: dict[int, int] = {}
-    m_sb = [b.sbuf(_KB * 4, "masked scores") for _ in range(2)] if causal else []
+    m_sb = [b.sbuf(KEY_BLOCK * 4, "masked scores") for _ in range(2)] if causal else []
     if causal:
         for q0 in range(0, s, tq):
             for k0, kb in blocks:
                 if q0 < k0 + kb - 1 and k0 <= q0 + min(tq, s - q0) - 1 \
                         and k0 - q0 not in masks:
                     # mask[i, j] = -1e30 where key k0 + j follows query q0 + i, else 0
-                    base = masks[k0 - q0] = b.sbuf(_KB * 4, "causal mask")
-                    t = b.tile("sbuf", "fp32", base, tq, ((_KB, 1),))
+                    base = masks[k0 - q0] = b.sbuf(KEY_BLOCK * 4, "causal mask")
+                    t = b.tile("sbuf", "fp32", base, tq, ((KEY_BLOCK, 1),))
                     b.emit("gpsimd", Iota(dst=t, base=k0 - q0, pstep=-1, step=1))
                     b.wait("vector", b.signal("gpsimd"))
                     b.emit("vector", TensorScalar(dst=t, src=t, op0=VectorOp.GREATER, imm0=0.0,

@@ -38,7 +38,7 @@ from hdl.core.isa import (
 from hdl.vector.ops import Reduce, VectorOp
 
 from .builder import Builder, KernelError
-from .norms import _broadcast, _load, _Rows, _rows
+from .norms import RowBuffers, broadcast_row, load_rows, row_tiles
 
 __all__ = ["cross_entropy", "cross_entropy_backward", "gelu_backward", "layernorm_backward",
            "logits_max", "rmsnorm_backward"]
@@ -72,7 +72,7 @@ def _partition_sum(b: Builder, acc: int, c: int, out, queue: str) -> None:
 
 
 def _norm_backward(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: float) -> None:
-    tiles = _rows(b, r, c, dtype)
+    tiles = row_tiles(b, r, c, dtype)
     p = b.params.partitions
     if p > b.params.rows:
         raise KernelError(f"the weight gradients sum {p} partitions through a "
@@ -82,13 +82,13 @@ def _norm_backward(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: fl
     dx = b.hbm("dx", (r, c), dtype)
     dgamma = b.hbm("dgamma", (1, c), "fp32")
     dbeta = b.hbm("dbeta", (1, c), "fp32") if centre else None
-    w = _Rows(b, c, dtype, ("x", "dy", "dx"), 2)
+    w = RowBuffers(b, c, dtype, ("x", "dy", "dx"), 2)
     g_base = b.sbuf(c * 4, "gamma")
     acc_g = b.sbuf(c * 4, "dgamma accumulator")
     acc_b = b.sbuf(c * 4, "dbeta accumulator") if centre else 0
     eps_col = b.column(b.sbuf(4, "eps"), p)
     rsqrt = b.function("rsqrt")
-    _broadcast(b, "dma3", gamma, p, b.tile("sbuf", "fp32", g_base, p, ((c, 1),)))
+    broadcast_row(b, "dma3", gamma, p, b.tile("sbuf", "fp32", g_base, p, ((c, 1),)))
     b.emit("gpsimd", Memset(dst=eps_col, value=eps))
     for acc in (acc_g, acc_b) if centre else (acc_g,):
         b.emit("gpsimd", Memset(dst=b.tile("sbuf", "fp32", acc, p, ((c, 1),)), value=0.0))
@@ -99,9 +99,9 @@ def _norm_backward(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: fl
         h = i % 2
         xa, da, oa = (w.tile(w.io[n][h], rows, dtype) for n in ("x", "dy", "dx"))
         b.wait("dma0", w.free[h])
-        _load(b, "dma0", x, r0, rows, xa)
+        load_rows(b, "dma0", x, r0, rows, xa)
         b.wait("dma2", w.free[h])
-        _load(b, "dma2", dy, r0, rows, da)
+        load_rows(b, "dma2", dy, r0, rows, da)
         b.wait("vector", b.signal("dma0"))
         s2, rstd, s, ms, s1, mean, sg, mg = (w.col(h, j, rows) for j in range(8))
         xh, t = (w.tile(w.work[h][j], rows) for j in range(2))
@@ -168,10 +168,10 @@ def gelu_backward(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
     cost: the scalar engine (one input) squares, ``phi = exp(-x^2 / 2 - log sqrt(2 pi))``,
     ``erf(x / sqrt 2)`` and ``Phi = erf / 2 + 1 / 2``; the vector engine (two inputs, twice
     the cycles) ``x phi``, the sum and the product with ``dy``."""
-    tiles = _rows(b, r, c, dtype)
+    tiles = row_tiles(b, r, c, dtype)
     x, dy = b.hbm("x", (r, c), dtype), b.hbm("dy", (r, c), dtype)
     dx = b.hbm("dx", (r, c), dtype)
-    w = _Rows(b, c, dtype, ("x", "dy", "dx"), 2)
+    w = RowBuffers(b, c, dtype, ("x", "dy", "dx"), 2)
     p = b.params.partitions
     erf, exp = b.function("erf"), b.function("exp")
     square, identity = b.function("square"), b.function("identity")
@@ -185,9 +185,9 @@ def gelu_backward(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
         xa, da, oa = (w.tile(w.io[n][h], rows, dtype) for n in ("x", "dy", "dx"))
         cdf, pdf = w.tile(w.work[h][0], rows), w.tile(w.work[h][1], rows)
         b.wait("dma0", w.free[h])
-        _load(b, "dma0", x, r0, rows, xa)
+        load_rows(b, "dma0", x, r0, rows, xa)
         b.wait("dma2", w.free[h])
-        _load(b, "dma2", dy, r0, rows, da)
+        load_rows(b, "dma2", dy, r0, rows, da)
         b.wait("scalar", b.signal("dma0"))
         b.emit("scalar", Activation(dst=pdf, src=xa, func=square))
         b.emit("scalar", Activation(dst=pdf, src=pdf, func=exp, scale=-0.5,
@@ -217,14 +217,14 @@ def _labels(b: Builder, c: int):
 def logits_max(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
     """``max[r] = max over the row of x``: the first pass of a vocabulary-parallel loss,
     whose result is all-reduced (max) over the ranks that share the vocabulary."""
-    tiles = _rows(b, r, c, dtype)
+    tiles = row_tiles(b, r, c, dtype)
     x, mx = b.hbm("x", (r, c), dtype), b.hbm("max", (r, 1), "fp32")
-    w = _Rows(b, c, dtype, ("x",), 0)
+    w = RowBuffers(b, c, dtype, ("x",), 0)
     for i, (r0, rows) in enumerate(tiles):
         h = i % 2
         xa = w.tile(w.io["x"][h], rows, dtype)
         b.wait("dma0", w.free[h])
-        _load(b, "dma0", x, r0, rows, xa)
+        load_rows(b, "dma0", x, r0, rows, xa)
         b.wait("vector", b.signal("dma0"))
         b.emit("vector", TensorReduce(dst=w.col(h, 0, rows), src=xa, reduce=Reduce.MAX))
         b.wait("dma1", b.signal("vector"))
@@ -236,11 +236,11 @@ def cross_entropy(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
     """The second pass, given the all-reduced row ``max``: ``exp = exp(x - max)`` (kept for
     the backward) with its row sum, and the target's logit ``x[label]`` (0 where the label
     lies outside these ``C`` columns): ``stats = (sum, target)``, all-reduced (sum) next."""
-    tiles = _rows(b, r, c, dtype)
+    tiles = row_tiles(b, r, c, dtype)
     x, lab = b.hbm("x", (r, c), dtype), b.hbm("labels", (r, 1), "fp32")
     mx = b.hbm("max", (r, 1), "fp32")
     e_out, stats = b.hbm("exp", (r, c), dtype), b.hbm("stats", (r, 2), "fp32")
-    w = _Rows(b, c, dtype, ("x", "exp"), 1)
+    w = RowBuffers(b, c, dtype, ("x", "exp"), 1)
     iota = _labels(b, c)
     b.wait("vector", b.signal("gpsimd"))
     exp = b.function("exp")
@@ -249,10 +249,10 @@ def cross_entropy(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
         xa, ea = w.tile(w.io["x"][h], rows, dtype), w.tile(w.io["exp"][h], rows, dtype)
         label, m, neg, total, tgt = (w.col(h, j, rows) for j in range(5))
         b.wait("dma0", w.free[h])
-        _load(b, "dma0", x, r0, rows, xa)
+        load_rows(b, "dma0", x, r0, rows, xa)
         b.wait("dma2", w.free[h])
-        _load(b, "dma2", lab, r0, rows, label)
-        _load(b, "dma2", mx, r0, rows, m)
+        load_rows(b, "dma2", lab, r0, rows, label)
+        load_rows(b, "dma2", mx, r0, rows, m)
         b.wait("vector", b.signal("dma2"))
         b.emit("vector", TensorScalar(dst=neg, src=m, op0=VectorOp.MULTIPLY, imm0=-1.0))
         b.wait("scalar", b.signal("vector"), b.signal("dma0"))
@@ -274,11 +274,11 @@ def cross_entropy(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
 def cross_entropy_backward(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
     """The last pass, given the all-reduced ``stats = (S, T)`` and ``max``:
     ``loss = log S + max - T`` and ``dx = exp / S - onehot(label)``."""
-    tiles = _rows(b, r, c, dtype)
+    tiles = row_tiles(b, r, c, dtype)
     e_in, lab = b.hbm("exp", (r, c), dtype), b.hbm("labels", (r, 1), "fp32")
     st, mx = b.hbm("stats", (r, 2), "fp32"), b.hbm("max", (r, 1), "fp32")
     dx, loss = b.hbm("dx", (r, c), dtype), b.hbm("loss", (r, 1), "fp32")
-    w = _Rows(b, c, dtype, ("exp", "dx"), 2)
+    w = RowBuffers(b, c, dtype, ("exp", "dx"), 2)
     pair = [b.sbuf(8, "stats") for _ in range(2)]
     iota = _labels(b, c)
     b.wait("vector", b.signal("gpsimd"))
@@ -289,11 +289,11 @@ def cross_entropy_backward(b: Builder, r: int, c: int, dtype: str = "bf16") -> N
         label, m, inv, lse, out = (w.col(h, j, rows) for j in range(5))
         total, tgt = b.column(pair[h], rows), b.column(pair[h] + 4, rows)
         b.wait("dma0", w.free[h])
-        _load(b, "dma0", e_in, r0, rows, ea)
+        load_rows(b, "dma0", e_in, r0, rows, ea)
         b.wait("dma2", w.free[h])
-        _load(b, "dma2", st, r0, rows, b.tile("sbuf", "fp32", pair[h], rows, ((2, 1),)))
-        _load(b, "dma2", lab, r0, rows, label)
-        _load(b, "dma2", mx, r0, rows, m)
+        load_rows(b, "dma2", st, r0, rows, b.tile("sbuf", "fp32", pair[h], rows, ((2, 1),)))
+        load_rows(b, "dma2", lab, r0, rows, label)
+        load_rows(b, "dma2", mx, r0, rows, m)
         stats_in = b.signal("dma2")
         b.wait("scalar", stats_in)
         b.emit("scalar", Activation(dst=inv, src=total, func=recip))

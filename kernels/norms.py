@@ -8,12 +8,16 @@ from hdl.vector.ops import Reduce, VectorOp
 
 from .builder import Builder, KernelError, itemsize
 
-__all__ = ["adam", "grad_accumulate", "layernorm", "residual_add", "rmsnorm", "softmax"]
+__all__ = ["RowBuffers", "adam", "broadcast_row", "grad_accumulate", "layernorm", "load_rows",
+           "residual_add", "rmsnorm", "row_tiles", "softmax"]
 
 _FREE_MAX = 64 * 1024  # elements per partition of an SBUF tile [NKI2]
 
 
-def _rows(b: Builder, r: int, c: int, dtype: str):
+def row_tiles(b: Builder, r: int, c: int, dtype: str) -> list[tuple[int, int]]:
+    """(first row, rows) of each row tile of a row-wise kernel on ``[r, c]`` of ``dtype``, a
+    tile one partition a row; a :class:`KernelError` unless ``r`` and ``c`` are positive,
+    ``c`` fits one SBUF tile's free size and ``dtype`` is fp32 or bf16."""
     for name, v in (("R", r), ("C", c)):
         if not isinstance(v, int) or v < 1:
             raise KernelError(f"{name} must be a positive integer, not {v!r}")
@@ -25,9 +29,12 @@ def _rows(b: Builder, r: int, c: int, dtype: str):
     return [(o, min(p, r - o)) for o in range(0, r, p)]
 
 
-class _Rows:
-    """Per row tile: an fp32 work area, loaded from / stored to HBM on two queues, with the
-    events that keep the double buffer safe."""
+class RowBuffers:
+    """The SBUF of a row-wise kernel's double buffer, two halves (``h``) for alternate row
+    tiles: ``io[name][h]``, a ``c``-column tile of ``dtype`` per HBM tensor in ``names`` (the
+    loads and the stores); ``work[h][slot]``, ``slots`` fp32 work tiles; ``cols[h][i]``, eight
+    fp32 columns (per-row scalars). ``free[h]`` is the event after which half ``h`` may be
+    written again (None at first)."""
 
     def __init__(self, b: Builder, c: int, dtype: str, names: tuple[str, ...], slots: int):
         self.b, self.c, self.dtype = b, c, dtype
@@ -38,13 +45,17 @@ class _Rows:
         self.free: list = [None, None]
 
     def tile(self, base: int, rows: int, dtype: str = "fp32"):
+        """The ``rows`` x ``c`` tile of ``dtype`` at SBUF address ``base``."""
         return self.b.tile("sbuf", dtype, base, rows, ((self.c, 1),))
 
     def col(self, half: int, i: int, rows: int):
+        """Column ``i`` of half ``half``, ``rows`` partitions deep."""
         return self.b.column(self.cols[half][i], rows)
 
 
-def _load(b: Builder, q: str, t, r0: int, rows: int, dst, cols=None):
+def load_rows(b: Builder, q: str, t, r0: int, rows: int, dst, cols=None) -> None:
+    """DMA rows ``r0 .. r0 + rows`` of the HBM tensor ``t`` (its columns ``cols``, a
+    (first, end) pair, or all) into ``dst`` on queue ``q``."""
     b.emit(q, DmaCopy(dst=dst, src=t.ap((r0, r0 + rows), cols)))
 
 
@@ -66,15 +77,15 @@ def _pieces(r: int, c: int, partitions: int):
 def softmax(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
     """``out = exp(x - max) / sum(exp(x - max))`` per row: max-reduce (vector), exp with
     bias -max and a running sum (scalar), reciprocal (scalar), scale (vector)."""
-    tiles = _rows(b, r, c, dtype)
+    tiles = row_tiles(b, r, c, dtype)
     x, out = b.hbm("x", (r, c), dtype), b.hbm("out", (r, c), dtype)
-    w = _Rows(b, c, dtype, ("x", "out"), 1)
+    w = RowBuffers(b, c, dtype, ("x", "out"), 1)
     exp, recip = b.function("exp"), b.function("reciprocal")
     for i, (r0, rows) in enumerate(tiles):
         h = i % 2
         b.wait("dma0", w.free[h])
         xin = w.tile(w.io["x"][h], rows, dtype)
-        _load(b, "dma0", x, r0, rows, xin)
+        load_rows(b, "dma0", x, r0, rows, xin)
         b.wait("vector", b.signal("dma0"))
         mx, neg, total, inv = (w.col(h, j, rows) for j in range(4))
         b.emit("vector", TensorReduce(dst=mx, src=xin, reduce=Reduce.MAX))
@@ -91,7 +102,7 @@ def softmax(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
         w.free[h] = b.signal("dma1")
 
 
-def _broadcast(b: Builder, q: str, t, rows: int, dst) -> None:
+def broadcast_row(b: Builder, q: str, t, rows: int, dst) -> None:
     """Row vector ``t[1, C]`` into every partition of ``dst`` (a partition stride of 0)."""
     src = t.ap((0, 1))
     b.emit(q, DmaCopy(dst=dst, src=src.__class__(src.space, src.dtype, 0, rows, src.offset,
@@ -99,19 +110,19 @@ def _broadcast(b: Builder, q: str, t, rows: int, dst) -> None:
 
 
 def _norm(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: float) -> None:
-    tiles = _rows(b, r, c, dtype)
+    tiles = row_tiles(b, r, c, dtype)
     x, out = b.hbm("x", (r, c), dtype), b.hbm("out", (r, c), dtype)
     gamma = b.hbm("gamma", (1, c), "fp32")
     beta = b.hbm("beta", (1, c), "fp32") if centre else None
-    w = _Rows(b, c, dtype, ("x", "out"), 2)
+    w = RowBuffers(b, c, dtype, ("x", "out"), 2)
     p = b.params.partitions
     g_base = b.sbuf(c * 4, "gamma")
     be_base = b.sbuf(c * 4, "beta") if centre else 0
     eps_col = b.column(b.sbuf(4, "eps"), p)
     rsqrt = b.function("rsqrt")
-    _broadcast(b, "dma2", gamma, p, b.tile("sbuf", "fp32", g_base, p, ((c, 1),)))
+    broadcast_row(b, "dma2", gamma, p, b.tile("sbuf", "fp32", g_base, p, ((c, 1),)))
     if centre:
-        _broadcast(b, "dma2", beta, p, b.tile("sbuf", "fp32", be_base, p, ((c, 1),)))
+        broadcast_row(b, "dma2", beta, p, b.tile("sbuf", "fp32", be_base, p, ((c, 1),)))
     b.emit("gpsimd", Memset(dst=eps_col, value=eps))
     consts = [b.signal("dma2"), b.signal("gpsimd")]
     b.wait("vector", *consts)
@@ -120,7 +131,7 @@ def _norm(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: float) -> N
         h = i % 2
         b.wait("dma0", w.free[h])
         xin = w.tile(w.io["x"][h], rows, dtype)
-        _load(b, "dma0", x, r0, rows, xin)
+        load_rows(b, "dma0", x, r0, rows, xin)
         b.wait("vector", b.signal("dma0"))
         s1, mean, s2, rstd = (w.col(h, j, rows) for j in range(4))
         xc = xin
@@ -162,20 +173,20 @@ def layernorm(b: Builder, r: int, c: int, dtype: str = "fp32", eps: float = 1e-5
 
 def residual_add(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
     """``out = x + y``, loads on two queues, the add on the vector engine."""
-    _rows(b, r, c, dtype)
+    row_tiles(b, r, c, dtype)
     x, y = b.hbm("x", (r, c), dtype), b.hbm("y", (r, c), dtype)
     out = b.hbm("out", (r, c), dtype)
     width = min(c, _ELEMENTWISE_COLUMNS)
-    w = _Rows(b, width, dtype, ("x", "y", "out"), 0)
+    w = RowBuffers(b, width, dtype, ("x", "y", "out"), 0)
     for i, r0, rows, cols in _pieces(r, c, b.params.partitions):
         h = i % 2
         cw = cols[1] - cols[0]
         xa, ya, oa = (b.tile("sbuf", dtype, w.io[n][h], rows, ((cw, 1),))
                       for n in ("x", "y", "out"))
         b.wait("dma0", w.free[h])
-        _load(b, "dma0", x, r0, rows, xa, cols)
+        load_rows(b, "dma0", x, r0, rows, xa, cols)
         b.wait("dma2", w.free[h])
-        _load(b, "dma2", y, r0, rows, ya, cols)
+        load_rows(b, "dma2", y, r0, rows, ya, cols)
         b.wait("vector", b.signal("dma0"), b.signal("dma2"))
         b.emit("vector", TensorTensor(dst=oa, a=xa, b=ya, op=VectorOp.ADD))
         b.wait("dma1", b.signal("vector"))
@@ -187,11 +198,11 @@ def grad_accumulate(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
     """``acc_out = acc + grad``: one micro-batch's gradient (``dtype``) added to the fp32
     accumulator of gradient accumulation, loads on two queues, the add on the vector engine
     (which reads either format and computes in fp32)."""
-    _rows(b, r, c, dtype)
+    row_tiles(b, r, c, dtype)
     acc, grad = b.hbm("acc", (r, c), "fp32"), b.hbm("grad", (r, c), dtype)
     out = b.hbm("acc_out", (r, c), "fp32")
     width = min(c, _ELEMENTWISE_COLUMNS)
-    w = _Rows(b, width, "fp32", ("acc",), 0)
+    w = RowBuffers(b, width, "fp32", ("acc",), 0)
     g_io = [b.sbuf(width * itemsize(dtype), "grad") for _ in range(2)]
     for i, r0, rows, cols in _pieces(r, c, b.params.partitions):
         h = i % 2
@@ -199,9 +210,9 @@ def grad_accumulate(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
         aa = b.tile("sbuf", "fp32", w.io["acc"][h], rows, ((cw, 1),))
         ga = b.tile("sbuf", dtype, g_io[h], rows, ((cw, 1),))
         b.wait("dma0", w.free[h])
-        _load(b, "dma0", acc, r0, rows, aa, cols)
+        load_rows(b, "dma0", acc, r0, rows, aa, cols)
         b.wait("dma2", w.free[h])
-        _load(b, "dma2", grad, r0, rows, ga, cols)
+        load_rows(b, "dma2", grad, r0, rows, ga, cols)
         b.wait("vector", b.signal("dma0"), b.signal("dma2"))
         b.emit("vector", TensorTensor(dst=aa, a=aa, b=ga, op=VectorOp.ADD))
         b.wait("dma1", b.signal("vector"))
@@ -220,14 +231,14 @@ def adam(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
     are :data:`ADAM`."""
     if dtype != "fp32":
         raise KernelError(f"dtype must be fp32 (optimizer state), not {dtype!r}")
-    _rows(b, r, c, dtype)
+    row_tiles(b, r, c, dtype)
     h_ = ADAM
     b1, b2, t = h_["beta1"], h_["beta2"], h_["step"]
     names = ("param", "grad", "m", "v")
     t_in = {n: b.hbm(n, (r, c), "fp32") for n in names}
     t_out = {n: b.hbm(n + "_out", (r, c), "fp32") for n in ("param", "m", "v")}
     width = min(c, _ELEMENTWISE_COLUMNS)
-    w = _Rows(b, width, "fp32", names, 2)
+    w = RowBuffers(b, width, "fp32", names, 2)
     sqrt, recip = b.function("sqrt"), b.function("reciprocal")
     for i, r0, rows, cols in _pieces(r, c, b.params.partitions):
         h = i % 2
@@ -240,7 +251,7 @@ def adam(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
         for j, n in enumerate(names):
             q = f"dma{j % 2 * 2}"
             b.wait(q, w.free[h])
-            _load(b, q, t_in[n], r0, rows, a[n], cols)
+            load_rows(b, q, t_in[n], r0, rows, a[n], cols)
         b.wait("vector", b.signal("dma0"), b.signal("dma2"))
         tmp, den = tile(w.work[h][0]), tile(w.work[h][1])
         g, m, v, prm = a["grad"], a["m"], a["v"], a["param"]

@@ -12,24 +12,24 @@ from hdl.core.isa import Activation, DmaCopy, TensorScalar, TensorTensor
 from hdl.vector.ops import VectorOp
 
 from .builder import Builder
-from .norms import _load, _Rows, _rows
+from .norms import RowBuffers, load_rows, row_tiles
 
 __all__ = ["swiglu", "swiglu_backward"]
 
 
 def swiglu(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
-    tiles = _rows(b, r, c, dtype)
+    tiles = row_tiles(b, r, c, dtype)
     gate, up = b.hbm("gate", (r, c), dtype), b.hbm("up", (r, c), dtype)
     out = b.hbm("out", (r, c), dtype)
-    w = _Rows(b, c, dtype, ("gate", "up", "out"), 1)
+    w = RowBuffers(b, c, dtype, ("gate", "up", "out"), 1)
     silu = b.function("silu")
     for i, (r0, rows) in enumerate(tiles):
         h = i % 2
         ga, ua, oa = (w.tile(w.io[n][h], rows, dtype) for n in ("gate", "up", "out"))
         b.wait("dma0", w.free[h])
-        _load(b, "dma0", gate, r0, rows, ga)
+        load_rows(b, "dma0", gate, r0, rows, ga)
         b.wait("dma2", w.free[h])
-        _load(b, "dma2", up, r0, rows, ua)
+        load_rows(b, "dma2", up, r0, rows, ua)
         b.wait("scalar", b.signal("dma0"))
         s = w.tile(w.work[h][0], rows)
         b.emit("scalar", Activation(dst=s, src=ga, func=silu))
@@ -41,11 +41,11 @@ def swiglu(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
 
 
 def swiglu_backward(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
-    tiles = _rows(b, r, c, dtype)
+    tiles = row_tiles(b, r, c, dtype)
     names = ("gate", "up", "dy")
     t_in = {n: b.hbm(n, (r, c), dtype) for n in names}
     t_out = {n: b.hbm(n, (r, c), dtype) for n in ("d_gate", "d_up")}
-    w = _Rows(b, c, dtype, names + ("d_gate", "d_up"), 2)
+    w = RowBuffers(b, c, dtype, names + ("d_gate", "d_up"), 2)
     silu, sigmoid = b.function("silu"), b.function("sigmoid")
     for i, (r0, rows) in enumerate(tiles):
         h = i % 2
@@ -53,7 +53,7 @@ def swiglu_backward(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
         for j, n in enumerate(names):
             q = ("dma0", "dma2", "dma3")[j]
             b.wait(q, w.free[h])
-            _load(b, q, t_in[n], r0, rows, a[n])
+            load_rows(b, q, t_in[n], r0, rows, a[n])
         b.wait("scalar", b.signal("dma0"))
         sg, si = w.tile(w.work[h][0], rows), w.tile(w.work[h][1], rows)
         b.emit("scalar", Activation(dst=sg, src=a["gate"], func=sigmoid))

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from .errors import Location, SpecError, nearest
 from .model import ChipSpec, Source, SystemSpec
-from .yamlsrc import Positions, _fmt_path, load_yaml
+from .yamlsrc import Positions, format_path, load_yaml
 
 SPEC_ROOT = Path(__file__).resolve().parent
 FOLDERS = {"chip": SPEC_ROOT / "chips", "system": SPEC_ROOT / "systems"}
@@ -197,7 +197,7 @@ def translate(exc: ValidationError, model: type[BaseModel], kind: str, data: dic
     errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
     err = errors[0]
     path = _walk(data, err["loc"])
-    dotted = _fmt_path((kind, *path))
+    dotted = format_path((kind, *path))
     etype, ctx = err["type"], err.get("ctx") or {}
     found = err.get("input")
     if etype == "extra_forbidden":
@@ -211,7 +211,7 @@ def translate(exc: ValidationError, model: type[BaseModel], kind: str, data: dic
         desc = _description(model, field_path)
         return SpecError(f"missing required key {key!r}" + (f" ({desc})" if desc else ""),
                          location=pos.of((kind, *path), key=True),
-                         path=_fmt_path((kind, *field_path)))
+                         path=format_path((kind, *field_path)))
     node = data
     for key in path:
         node = node[key]
@@ -264,7 +264,7 @@ def sources() -> dict[str, Source]:
         except ValidationError as exc:
             err = exc.errors(include_url=False)[0]
             raise SpecError(err["msg"], location=pos.of((key, *err["loc"])),
-                            path=_fmt_path((key, *err["loc"]))) from None
+                            path=format_path((key, *err["loc"]))) from None
     return out
 
 

@@ -56,7 +56,9 @@ def _loc(file: Path, mark) -> Location:
     return Location(file, mark.line + 1, mark.column + 1)
 
 
-def _fmt_path(path: KeyPath) -> str:
+def format_path(path: KeyPath) -> str:
+    """``path`` as errors name it: keys dotted, list indices in brackets
+    (``chip.cores[0].rows``)."""
     out = ""
     for p in path:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
@@ -76,11 +78,11 @@ class _Builder:
         if self.count > MAX_NODES:
             raise SpecError(
                 f"expected at most {MAX_NODES:,} values, found more (alias expansion bomb?)",
-                location=_loc(self.file, node.start_mark), path=_fmt_path(path))
+                location=_loc(self.file, node.start_mark), path=format_path(path))
         if len(path) > MAX_DEPTH:
             raise SpecError(f"expected nesting at most {MAX_DEPTH} deep, found deeper "
                             "(a recursive alias?)",
-                            location=_loc(self.file, node.start_mark), path=_fmt_path(path[:3]))
+                            location=_loc(self.file, node.start_mark), path=format_path(path[:3]))
         self.pos.values[path] = _loc(self.file, node.start_mark)
         if isinstance(node, yaml.MappingNode):
             if node.tag != _CORE + "map":
@@ -91,19 +93,19 @@ class _Builder:
                     raise SpecError("expected a plain key, found a '<<' merge key "
                                     "(use 'extends:' to share fields)",
                                     location=_loc(self.file, key_node.start_mark),
-                                    path=_fmt_path(path))
+                                    path=format_path(path))
                 if not isinstance(key_node, yaml.ScalarNode) or key_node.tag not in (
                         _CORE + "str", _CORE + "int"):
                     raise SpecError("expected a string key, found a "
                                     f"{type(key_node).__name__.removesuffix('Node').lower()}",
                                     location=_loc(self.file, key_node.start_mark),
-                                    path=_fmt_path(path))
+                                    path=format_path(path))
                 key = str(key_node.value)
                 if key in out:
                     first = self.pos.keys[path + (key,)]
                     raise SpecError(f"duplicate key {key!r} (first at line {first.line})",
                                     location=_loc(self.file, key_node.start_mark),
-                                    path=_fmt_path(path + (key,)))
+                                    path=format_path(path + (key,)))
                 self.pos.keys[path + (key,)] = _loc(self.file, key_node.start_mark)
                 out[key] = self.build(value_node, path + (key,))
             return out
@@ -118,7 +120,7 @@ class _Builder:
     def _bad_tag(self, node, path):
         raise SpecError(f"expected plain YAML data, found the tag {node.tag!r} "
                         "(tags that build objects are not allowed)",
-                        location=_loc(self.file, node.start_mark), path=_fmt_path(path))
+                        location=_loc(self.file, node.start_mark), path=format_path(path))
 
 
 def _deep_point(file: Path, text: str) -> Location:

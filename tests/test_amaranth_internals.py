@@ -2,13 +2,14 @@
 (generators/amaranth_internals.py): each writes the text Amaranth's public path writes, on
 the simulation-scale NeuronCore and on a full-scale unit, restores Amaranth's definitions
 after it, and is left out (with one warning) on a release it was not verified on.
-``uninitialised_memories``, which changes the text by design, is simulated in
-sim/tb/test_uninitialised_memory.py."""
+``uninitialised_memories``, which changes the text by design, is simulated
+(sim/tb/uninitialised_memory.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,8 @@ from hdl.core.core import NeuronCore
 from hdl.link.link import LinkPort
 from hdl.numerics.fpu import FpAdd32
 from hdl.params import core_params, link_params
+from sim.tb.runner import run_verilog
+from sim.tb.uninitialised_memory import TOPLEVEL, Sram
 from specs.loader import load
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,3 +134,18 @@ def test_yosys_run_in_process_writes_what_its_child_process_writes():
         pytest.skip("Amaranth uses a Yosys found on the path, which runs as it always does")
     child, *here = texts
     assert "$auto$" in child and here == [child, child]
+
+
+def _has_initial_image(text: str) -> bool:
+    return re.search(r"^\s*initial begin", text, re.M) is not None
+
+
+def test_an_uninitialised_memory_works_as_an_sram(sim, tmp_path):
+    with internals.uninitialised_memories():
+        text = verilog.convert(Sram(), name=TOPLEVEL, emit_src=False)
+    public = verilog.convert(Sram(), name=TOPLEVEL, emit_src=False)
+    assert _has_initial_image(public)
+    assert _has_initial_image(text) != internals.patched("amaranth")
+    result = run_verilog(text, TOPLEVEL, "sim.tb.uninitialised_memory", sim,
+                         testcase="write_then_read", build_root=tmp_path)
+    assert result.ok, result

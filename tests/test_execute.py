@@ -1,5 +1,6 @@
-"""Executed collectives (sim/system/execute.py) against the golden GEMM, numpy, hand-worked
-times, the analytic formulas and the link model's replay figures."""
+"""Executed collectives (sim/system/execute.py) and the sharded GEMM around them
+(explore/sharded.py) against the golden GEMM, numpy, hand-worked times, the analytic formulas
+and the link model's replay figures."""
 
 from __future__ import annotations
 
@@ -306,10 +307,10 @@ def test_sharded_gemm_on_the_core_simulator_then_all_reduce(instance):
     the golden GEMM of its shard cast to bf16; the bf16 all-reduce over the ring is the left
     fold of the documented order, each add rounded to bf16 (ml_dtypes as the reference)."""
     import kernels
+    from explore.sharded import run_sharded
 
-    r = execute.run_sharded(instance, kernels.KERNELS["gemm"], {"M": 128, "K": 16 * 64,
-                                                               "N": 48}, "bf16",
-                            timing_only=False, algorithm="ring", seed=3)
+    r = run_sharded(instance, kernels.KERNELS["gemm"], {"M": 128, "K": 16 * 64, "N": 48},
+                    "bf16", timing_only=False, algorithm="ring", seed=3)
     lhs_t, rhs = (r.inputs[n].view(np.uint16).astype(np.uint32) for n in ("lhsT", "rhs"))
     for c in range(16):
         rows = slice(c * 64, (c + 1) * 64)
@@ -334,17 +335,17 @@ def test_sharded_gemm_in_tf32_and_not_in_mx(instance):
     bits clear) and each chip's output is the golden tf32 GEMM of its shard; MX formats are
     refused in one line (their scales are not split over chips)."""
     import kernels
+    from explore.sharded import run_sharded
 
-    r = execute.run_sharded(instance, kernels.KERNELS["gemm"], {"M": 8, "K": 16 * 8, "N": 8},
-                            "tf32", timing_only=False, algorithm="ring", seed=1)
+    r = run_sharded(instance, kernels.KERNELS["gemm"], {"M": 8, "K": 16 * 8, "N": 8}, "tf32",
+                    timing_only=False, algorithm="ring", seed=1)
     lhs_t, rhs = (r.inputs[n].view(np.uint32) for n in ("lhsT", "rhs"))
     assert not (lhs_t & 0x1FFF).any() and not (rhs & 0x1FFF).any()
     golden = systolic.matmul(lhs_t[:8] >> 13, rhs[:8] >> 13, "tf32").view(np.float32)
     assert np.array_equal(r.outputs[0], numerics.cast_bits(golden, BF16).reshape(-1))
     with pytest.raises(ModelError, match=r"^dtype of a sharded run must not be block-scaled "
                                          r".*, not 'mxfp8'$"):
-        execute.run_sharded(instance, kernels.KERNELS["gemm"], {"M": 8, "K": 16 * 32, "N": 8},
-                            "mxfp8")
+        run_sharded(instance, kernels.KERNELS["gemm"], {"M": 8, "K": 16 * 32, "N": 8}, "mxfp8")
 
 
 def test_tensor_parallel_gemm_bf16_stochastic_within_bound(instance, seed):

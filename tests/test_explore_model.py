@@ -82,7 +82,7 @@ def test_collectives_equal_the_system_models(name):
     v = {k: np.full(size, x) for k, x in base.values.items()}
     per_chip = v["cores"] / v["lnc"]
     chips = v["chips"]
-    long = model._dims_long(chips, base) if base.topology == "torus" else None
+    long = model.longest_dims(chips, base) if base.topology == "torus" else None
     got = model.group_allreduce(sizes, chips, per_chip, per_chip, v, base, long)
     want = [system.collective("all_reduce", x * per_chip[0]).to("s").magnitude for x in sizes]
     assert got == pytest.approx(want, rel=1e-9)

@@ -38,11 +38,14 @@ from .systolic import (
     stationary_layout,
 )
 
-__all__ = ["LEVELS", "UNIT_TOP", "ArrayInstance", "module_names", "verilog_modules"]
+__all__ = ["ARRAY_TOP", "LEVELS", "UNIT_TOP", "ArrayInstance", "module_names", "verilog_modules"]
 
 #: The top module's name in `gen chip`'s files (the tensor unit), which the core's tensor
 #: engine instantiates, so that the chip's file list defines the array once.
 UNIT_TOP = "tensor"
+#: The top module's name of the array emitted on its own (:mod:`generators.tensor`'s files,
+#: and the array the testbench's harness instantiates).
+ARRAY_TOP = "tensor_systolic"
 TEMPLATE = Path(__file__).parent / "tensor_array.v.j2"
 
 

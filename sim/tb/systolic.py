@@ -81,11 +81,11 @@ def simulate(params: SystolicParams, sim: str, seed: int | None = None,
 
 
 def harness_verilog(params: SystolicParams) -> str:
-    """Verilog of the harness around the generator's hierarchical emission of ``params``."""
+    """Verilog of the harness around the hierarchical emission of ``params`` (the modules
+    :mod:`generators.tensor` writes)."""
     from amaranth.back import verilog
 
-    from generators.tensor import TOP as ARRAY_TOP
-    from generators.tensor import verilog_modules
+    from hdl.tensor.structural import ARRAY_TOP, verilog_modules
 
     text = verilog.convert(SystolicHarness(harness_params(params), dut_module=ARRAY_TOP),
                            name=TOP, emit_src=False)

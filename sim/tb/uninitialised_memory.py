@@ -1,7 +1,6 @@
-"""A memory emitted without its initial contents (:func:`generators.amaranth_internals.
-uninitialised_memories`, as `gen chip` emits the core's SBUF and PSUM) works as an SRAM:
-what is written reads back, and a word never written reads undefined (Icarus's X) instead of
-the zero Amaranth's public path gives it.
+"""The bench of a memory emitted without its initial contents (as `gen chip` emits the core's
+SBUF and PSUM, tests/test_amaranth_internals.py): what is written reads back, and a word never
+written reads undefined (Icarus's X) instead of the zero Amaranth's public path gives it.
 
 The design under test is one memory of 16 bytes with a write port and a synchronous read
 port; the cocotb test ``write_then_read`` writes eight words and reads all sixteen back.
@@ -9,16 +8,10 @@ port; the cocotb test ``write_then_read`` writes eight words and reads all sixte
 
 from __future__ import annotations
 
-import re
-
-from amaranth.back import verilog
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-
-from generators.amaranth_internals import patched, uninitialised_memories
-from sim.tb.runner import run_verilog
 
 TOPLEVEL = "sram"
 WRITTEN = {address: (37 * address + 11) % 256 for address in range(8)}
@@ -70,18 +63,3 @@ if cocotb is not None:
             elif cocotb.SIM_NAME.lower().startswith("icarus"):
                 assert not word.is_resolvable, f"word {address} reads {word}, not undefined"
             await RisingEdge(dut.clk)
-
-
-def _has_initial_image(text: str) -> bool:
-    return re.search(r"^\s*initial begin", text, re.M) is not None
-
-
-def test_an_uninitialised_memory_works_as_an_sram(sim, tmp_path):
-    with uninitialised_memories():
-        text = verilog.convert(Sram(), name=TOPLEVEL, emit_src=False)
-    public = verilog.convert(Sram(), name=TOPLEVEL, emit_src=False)
-    assert _has_initial_image(public)
-    assert _has_initial_image(text) != patched("amaranth")
-    result = run_verilog(text, TOPLEVEL, __name__, sim, testcase="write_then_read",
-                         build_root=tmp_path)
-    assert result.ok, result
