@@ -33,6 +33,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from specs.console import console as whole_console
 from specs.files import remove_stale_temporaries, replace_atomically
 from specs.loader import load_document
 
@@ -170,7 +171,7 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
         mode = "dask:local"
     else:
         mode = "in-process"
-    console = Console(stderr=True)
+    console = whole_console(stderr=True)
     computed_points = sum(_count(t[1], size) for t in todo)
     t0 = time.perf_counter()
     with _progress(console, progress) as bar:
