@@ -11,7 +11,9 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from sim.system.check import FIELDS, VERDICTS, Report, Row
 from specs.console import console as whole_console
@@ -65,16 +67,15 @@ def to_html(reports: list[Report]) -> str:
 
 def to_table(reports: list[Report], console: Console | None = None) -> None:
     """Print the reports as rich tables on ``console`` (default: :func:`specs.console.console`);
-    a cell that does not fit wraps, none is cut."""
+    a cell that does not fit wraps, none is cut, and none is read as markup."""
     console = console or whole_console()
     for rep in reports:
-        table = Table(title=f"{rep.title} ({rep.spec})", title_justify="left")
+        table = Table(title=escape(f"{rep.title} ({rep.spec})"), title_justify="left")
         for f in FIELDS:
             table.add_column(f, overflow="fold", justify="right" if f in FIGURES else "left")
         for r in rep.rows:
-            style = STYLE[r.verdict]
-            table.add_row(*(r.text(f) for f in FIELDS[:-1]),
-                          f"[{style}]{r.verdict}[/{style}]")
+            table.add_row(*(Text(r.text(f)) for f in FIELDS[:-1]),
+                          Text.assemble((r.verdict, STYLE[r.verdict])))
         console.print(table)
         console.print(", ".join(f"{rep.count(v)} {v}" for v in VERDICTS))
 
