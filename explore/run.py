@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -33,6 +34,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from specs.console import console as whole_console
 from specs.files import remove_stale_temporaries, replace_atomically
 from specs.loader import load_document
 
@@ -170,11 +172,11 @@ def explore(sweep_path, out_dir, scheduler: str | None = None, *, progress: bool
         mode = "dask:local"
     else:
         mode = "in-process"
-    console = Console(stderr=True)
+    console = whole_console(stderr=True)
     computed_points = sum(_count(t[1], size) for t in todo)
     t0 = time.perf_counter()
     with _progress(console, progress) as bar:
-        task = bar.add_task(f"{sw.name} ({mode})", total=len(tasks),
+        task = bar.add_task(escape(f"{sw.name} ({mode})"), total=len(tasks),
                             completed=len(tasks) - len(todo), rate="")
         if todo and mode == "in-process":
             for path, values, wi, first in todo:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import click
 import yaml
-from rich.console import Console
 from rich.table import Table
 
+from specs.console import console
 from specs.errors import InputError, SpecError
 from specs.loader import bundled, load_document
 
@@ -41,10 +41,6 @@ class SpecAwareGroup(click.Group):
             ctx.exit(EXIT_BAD_INPUT)
 
 
-def _console() -> Console:
-    return Console(width=max(100, Console().width), highlight=False)
-
-
 @click.group(cls=SpecAwareGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="trngen")
 def main():
@@ -62,14 +58,14 @@ def list_specs():
     """List the bundled chip and system specs."""
     table = Table(title="Bundled specs")
     for col in ("kind", "name", "title", "level / cores"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for kind, names in bundled().items():
         for name in names:
             spec = load_document(name).spec
             extra = (f"{spec.cores} x NeuronCore-{spec.neuron_core}" if kind == "chip"
                      else f"{spec.level}: {spec.count} x {spec.member}")
             table.add_row(kind, name, spec.title, extra)
-    _console().print(table)
+    console().print(table)
 
 
 @main.command()
@@ -113,9 +109,9 @@ def diff(a, b, claims):
         if va != vb:
             changed += 1
             table.add_row(key, _cell(va), _cell(vb))
-    console = _console()
-    console.print(table)
-    console.print(f"{changed} fields differ.")
+    out = console()
+    out.print(table)
+    out.print(f"{changed} fields differ.")
 
 
 def _cell(value) -> str:
@@ -149,13 +145,14 @@ def schema(output):
 def check(specs, fmt, output, strict):
     """Lay every derived figure of SPECS beside every published claim, at every level."""
     from sim.system.check import check as check_specs
-    from sim.system.check import render, to_table
+
+    from .checkreport import render, to_table
 
     reports, status = check_specs(list(specs), strict)
     if fmt == "table":
         if output:
             raise click.UsageError("--output needs --format json, md or html")
-        to_table(reports, _console())
+        to_table(reports)
     else:
         text = render(reports, fmt)
         if output:
@@ -261,11 +258,11 @@ def kernels_list():
 
     table = Table(title="Core kernels")
     for col in ("kernel", "shape", "formats", "what it computes"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for k in KERNELS.values():
         table.add_row(k.name, ",".join(f"{d}={v}" for d, v in k.example.items()),
                       " ".join(k.dtypes), k.summary)
-    _console().print(table)
+    console().print(table)
 
 
 def _si(value: float, unit: str) -> str:
@@ -379,12 +376,12 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed, collec
     click.echo(f"  instructions  {r.instructions:,} per core")
     table = Table(show_edge=False, box=None)
     for col in ("engine", "instructions", "busy", "busy %", "cycles"):
-        table.add_column(col, justify="left" if col == "engine" else "right")
+        table.add_column(col, overflow="fold", justify="left" if col == "engine" else "right")
     for eng, busy in res.busy.items():
         cycles = f"{res.cycles[eng]:,.0f}" if res.cycles[eng] else "-"
         table.add_row(eng, f"{res.instructions[eng]:,}", f"{busy * 1e6:.1f} us",
                       f"{100 * res.busy_fraction(eng):.1f}", cycles)
-    _console().print(table)
+    console().print(table)
     if not timing_only:
         ref = r.reference()
         for name, want in ref.items():
@@ -481,11 +478,11 @@ def step_cmd(system, workload, tp, pp, dp, nodes, micro_batch, recompute, seq, b
     click.echo(f"  MFU            {100 * r.mfu:.1f} %")
     table = Table(show_edge=False, box=None, title="breakdown")
     for col in ("part", "seconds", "share"):
-        table.add_column(col, justify="left" if col == "part" else "right")
+        table.add_column(col, overflow="fold", justify="left" if col == "part" else "right")
     for part in steps.PARTS:
         table.add_row(part, f"{r.parts[part]:.4g}", f"{100 * r.parts[part] / r.step_time:.1f} %")
     table.add_row("step", f"{r.step_time:.4g}", "100.0 %")
-    _console().print(table)
+    console().print(table)
     mem = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in r.memory.items())
     click.echo(f"  memory/rank    {mem} GiB; {sum(r.memory.values()) / 2**30:.2f} of "
                f"{r.hbm_per_rank / 2**30:.2f} GiB: {'fits' if r.fits else 'DOES NOT FIT'}")
@@ -509,7 +506,8 @@ def _step_grid(steps, system, workload, lists, options, plot, output, shown=15):
     view = Table(show_edge=False, box=None)
     for col in ("nodes", "TP", "PP", "DP", "mb", "recompute", "step s", "seq/s", "MFU %",
                 *steps.PARTS):
-        view.add_column(col, justify="left" if col == "recompute" else "right")
+        view.add_column(col, overflow="fold",
+                        justify="left" if col == "recompute" else "right")
     rows = []
     for _, x in ok.head(shown).iterrows():
         view.add_row(str(x.nodes), str(x.tp), str(x.pp), str(int(x.data_parallel)),
@@ -518,7 +516,7 @@ def _step_grid(steps, system, workload, lists, options, plot, output, shown=15):
                      *(f"{x[p + '_time']:.3g}" for p in steps.PARTS))
         rows.append((f"{x.nodes}n TP{x.tp} PP{x.pp} mb{x.micro_batch} {x.recompute}",
                      {p: x[p + "_time"] for p in steps.PARTS}))
-    _console().print(view)
+    console().print(view)
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
         tmp = output.with_suffix(output.suffix + ".tmp")

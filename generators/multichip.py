@@ -7,10 +7,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from specs import units
+from specs.console import console
 from specs.errors import ModelError, SpecError
 
 #: Busiest links listed by name under the per-dimension summary.
@@ -46,7 +46,7 @@ def _links(result) -> Table:
     """Per-link utilisation, summarised per link dimension, then the busiest links."""
     table = Table(show_edge=False, box=None, title="link utilisation", title_justify="left")
     for col in ("links", "count", "bytes each (max)", "min %", "mean %", "max %"):
-        table.add_column(col, justify="left" if col == "links" else "right")
+        table.add_column(col, overflow="fold", justify="left" if col == "links" else "right")
     util = result.utilisation()
     groups: dict[str, list[str]] = defaultdict(list)
     for name, dim in result.link_dims.items():
@@ -115,7 +115,7 @@ def _report(system, r, op, nbytes, members, trace) -> None:
     if r.bit_error_rate:
         click.echo(f"  replays  {r.replays:,} packets replayed after bit errors "
                    f"(bit error rate {r.bit_error_rate:g})")
-    Console(width=100, highlight=False).print(_links(r))
+    console().print(_links(r))
     if trace:
         trace.write_text(r.trace_json())
         click.echo(f"  trace    {trace}")

@@ -11,7 +11,8 @@ import json
 import pytest
 from rich.console import Console
 
-from sim.system.check import FIELDS, VERDICTS, check, render, to_table
+from generators.checkreport import render, to_table
+from sim.system.check import FIELDS, VERDICTS, check
 
 GiB = 2**30
 TRN2_BF16_CHIP = 8 * 128 * 128 * 2 * 2.4e9  # 629.1456 TFLOPS

@@ -14,32 +14,29 @@ Checking a system covers the chips and the members inside it: the claims of ever
 tree are laid beside the figures of the model of the spec that makes them (so a system's claim
 about its chips meets the chip as that system configures it, e.g. with its own NeuronLink
 bandwidth).
+
+This module computes the rows; :mod:`generators.checkreport` lays them out as text.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import pint
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from specs import units
-from specs.loader import load_document, sources
+from specs.loader import load_document
 from specs.model import Claim
 from specs.quantities import QUANTITIES
 
 from . import collectives, execute
 from .model import COLLECTIVE_BYTES, EXTRA_QUANTITIES, LEVELS, Chip, System, build
 
-__all__ = ["FIELDS", "VERDICTS", "Report", "Row", "check", "render", "rows"]
+__all__ = ["FIELDS", "VERDICTS", "Report", "Row", "check", "rows"]
 
 FIELDS = ("level", "quantity", "derived", "claimed", "source", "difference", "verdict")
 VERDICTS = ("agrees", "disagrees", "not modelled", "derived")
-FORMATS = ("table", "json", "md", "html")
-TEMPLATES = Path(__file__).resolve().parents[2] / "generators" / "templates"
 
 #: The executed collectives laid beside the formula's (:mod:`sim.system.execute`).
 EXECUTED = {f"collective.{op}.executed": op for op in collectives.OPS}
@@ -93,12 +90,6 @@ class Row:
         if name in ("derived", "claimed"):
             return _show(value, self.unit)
         return str(value)
-
-    def as_json(self) -> dict:
-        """The row's fields for JSON: figures as text with their unit, difference a number."""
-        out = {f: (self.text(f) or None) for f in FIELDS}
-        out["difference"] = self.difference
-        return out
 
 
 def _auto_unit(q: pint.Quantity, quantity: str) -> str:
@@ -235,70 +226,3 @@ def check(names: list[str], strict: bool = False, **inputs) -> tuple[list[Report
         reports.append(Report(doc.name, doc.spec.title, doc.digest, rows(model)))
     bad = any(r.count("disagrees") for r in reports)
     return reports, int(strict and bad)
-
-
-# --- renderers ----------------------------------------------------------------------------
-
-def _env() -> Environment:
-    env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined,
-                      autoescape=False, trim_blocks=True, lstrip_blocks=True,
-                      keep_trailing_newline=True)
-    env.filters["md"] = lambda s: str(s).replace("|", "\\|")
-    return env
-
-
-def _context(reports: list[Report]) -> dict:
-    known = sources()
-    cited = sorted({r.source for rep in reports for r in rep.rows if r.source})
-    return {"reports": reports, "fields": FIELDS, "verdicts": VERDICTS,
-            "sources": [(key, known[key]) for key in cited if key in known]}
-
-
-def to_json(reports: list[Report]) -> str:
-    return json.dumps([{"spec": rep.spec, "rows": [r.as_json() for r in rep.rows]}
-                       for rep in reports], indent=2, ensure_ascii=False) + "\n"
-
-
-def to_markdown(reports: list[Report]) -> str:
-    return _env().get_template("check.md.j2").render(**_context(reports))
-
-
-def to_html(reports: list[Report]) -> str:
-    env = _env()
-    env.autoescape = True
-    return env.get_template("check.html.j2").render(**_context(reports))
-
-
-_STYLE = {"agrees": "green", "disagrees": "bold red", "not modelled": "yellow",
-          "derived": "dim"}
-
-
-def to_table(reports: list[Report], console=None) -> None:
-    """Print the reports as rich tables."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = console or Console()
-    for rep in reports:
-        table = Table(title=f"{rep.title} ({rep.spec})", title_justify="left")
-        for f in FIELDS:
-            table.add_column(f, no_wrap=True,
-                             justify="right" if f in ("derived", "claimed", "difference")
-                             else "left")
-        for r in rep.rows:
-            style = _STYLE[r.verdict]
-            table.add_row(*(r.text(f) for f in FIELDS[:-1]),
-                          f"[{style}]{r.verdict}[/{style}]")
-        console.print(table)
-        console.print(", ".join(f"{rep.count(v)} {v}" for v in VERDICTS))
-
-
-def render(reports: list[Report], fmt: str) -> str:
-    """The reports as text in ``fmt`` (json, md or html)."""
-    if fmt == "json":
-        return to_json(reports)
-    if fmt == "md":
-        return to_markdown(reports)
-    if fmt == "html":
-        return to_html(reports)
-    raise ValueError(f"fmt must be one of json, md, html, not {fmt!r}")
