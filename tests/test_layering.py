@@ -37,10 +37,7 @@ PACKAGES = {package: rank for rank, floor in enumerate(FLOORS) for package in fl
 TEST_CODE = ("tests", "benchmarks", "conftest")
 
 #: Edges that stand until the change named beside each: (file, what it imports or reads).
-ALLOWED = {
-    # removed when the rendering of the check tables leaves sim/system
-    ("sim/system/check.py", "generators/templates"),
-}
+ALLOWED: set[tuple[str, str]] = set()
 
 
 def _module_name(path: Path, root: Path) -> str:
