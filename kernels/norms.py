@@ -3,22 +3,29 @@ axis. Softmax, RMSNorm, LayerNorm, residual add, gradient accumulation and an Ad
 
 from __future__ import annotations
 
-from hdl.core.isa import Activation, DmaCopy, Memset, TensorReduce, TensorScalar, TensorTensor
+from hdl.core.isa import (
+    FREE_MAX,
+    Activation,
+    DmaCopy,
+    Memset,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+)
 from hdl.vector.ops import Reduce, VectorOp
 
 from .builder import Builder, KernelError, itemsize
 
 __all__ = ["adam", "grad_accumulate", "layernorm", "residual_add", "rmsnorm", "softmax"]
 
-_FREE_MAX = 64 * 1024  # elements per partition of an SBUF tile [NKI2]
-
 
 def _rows(b: Builder, r: int, c: int, dtype: str):
     for name, v in (("R", r), ("C", c)):
         if not isinstance(v, int) or v < 1:
             raise KernelError(f"{name} must be a positive integer, not {v!r}")
-    if c > _FREE_MAX:
-        raise KernelError(f"C must be at most {_FREE_MAX} (one SBUF tile's free size), not {c}")
+    if c > FREE_MAX["sbuf"]:
+        raise KernelError(f"C must be at most {FREE_MAX['sbuf']} (one SBUF tile's free size), "
+                          f"not {c}")
     if dtype not in ("fp32", "bf16"):
         raise KernelError(f"dtype must be fp32 or bf16, not {dtype!r}")
     p = b.params.partitions
