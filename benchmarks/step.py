@@ -1,7 +1,7 @@
 """Training-step model: a cold kernel-time cache for one design point, and design points per
 second with the kernel times cached, on one core, through :func:`explore.step.evaluate_many`
 and through the sweep metrics of ``gen explore`` (:func:`explore.step.evaluate_sweep`,
-which groups points by core). Prints the figures BENCHMARKS.md quotes.
+which groups points by core). Prints the figures benchmarks/step.md quotes.
 
     PYTHONPATH=. PYTHONSAFEPATH=1 python benchmarks/step.py
 

@@ -1,0 +1,1 @@
+"""Design-space exploration: the analytic model, training steps lowered to kernels, sweeps."""

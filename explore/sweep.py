@@ -396,9 +396,3 @@ def _values(name: str, spec, pos: Positions) -> np.ndarray:
     if dimension == "count":
         vals = np.round(vals)
     return np.unique(vals)
-
-
-def points_product(grid: dict[str, np.ndarray]) -> int:
-    """Number of design points before filtering."""
-    return math.prod(len(v) for v in grid.values()) if grid else 1
-

@@ -47,8 +47,8 @@ def main():
     """trngen: Trainium-class accelerator specs -> RTL, golden models, system models."""
     # At the exit of the process, the interpreter's teardown frees the objects alive then
     # without the collector's last passes over all of them (every object of the imports:
-    # Amaranth, pint, numpy, the spec model): about 0.4 s of CPU at the end of each command
-    # (benchmarks/chip.md). Registered once however often the command runs in a process.
+    # Amaranth, pint, numpy, the spec model), which saves their CPU time at the end of each
+    # command (benchmarks/chip.md). Registered once however often the command runs in a process.
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
 

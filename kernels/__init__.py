@@ -12,11 +12,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import ml_dtypes
 import numpy as np
 
 from hdl.core.isa import TF32_SHIFT
 from hdl.core.params import CoreParams
+from hdl.numerics.dtypes import ML_DTYPES
 from sim.core import Core, Result
 
 from . import mx
@@ -36,10 +36,6 @@ from .swiglu import swiglu, swiglu_backward
 
 __all__ = ["KERNELS", "MX_FORMATS", "Kernel", "KernelError", "Run", "parse_shape", "run",
            "tolerance"]
-
-_NUMPY = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
-          "fp8_e4m3": ml_dtypes.float8_e4m3, "fp8_e5m2": ml_dtypes.float8_e5m2,
-          "fp8_e4m3fn": ml_dtypes.float8_e4m3fn}
 
 #: Accepted error of an output, as the largest |out - reference| over the largest
 #: |reference|, by the output's format: the output cast's half ulp (2^-8 for bf16's 8-bit
@@ -365,7 +361,7 @@ def run(params: CoreParams, kernel: Kernel, shape: dict, dtype: str, *,
             put(f"{name}_scale", scales)
             inputs[name] = mx.dequantize(codes, scales, dt)
             continue
-        x = _tf32(x) if dt == "tf32" else x.astype(_NUMPY[dt])
+        x = _tf32(x) if dt == "tf32" else x.astype(ML_DTYPES[dt])
         inputs[name] = x
         put(name, x)
     result = core.run(program, trace=trace, hbm=hbm, seed=seed)
@@ -374,5 +370,5 @@ def run(params: CoreParams, kernel: Kernel, shape: dict, dtype: str, *,
         if name in stored:
             continue
         raw = hbm[t.offset: t.offset + t.nbytes]
-        outputs[name] = raw.view(_NUMPY[t.dtype]).reshape(t.shape).astype(np.float64)
+        outputs[name] = raw.view(ML_DTYPES[t.dtype]).reshape(t.shape).astype(np.float64)
     return Run(kernel, shape, dtype, result, len(program), inputs, outputs)

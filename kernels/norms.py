@@ -3,15 +3,21 @@ axis. Softmax, RMSNorm, LayerNorm, residual add, gradient accumulation and an Ad
 
 from __future__ import annotations
 
-from hdl.core.isa import Activation, DmaCopy, Memset, TensorReduce, TensorScalar, TensorTensor
+from hdl.core.isa import (
+    FREE_MAX,
+    Activation,
+    DmaCopy,
+    Memset,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+)
 from hdl.vector.ops import Reduce, VectorOp
 
 from .builder import Builder, KernelError, itemsize
 
 __all__ = ["RowBuffers", "adam", "broadcast_row", "grad_accumulate", "layernorm", "load_rows",
            "residual_add", "rmsnorm", "row_tiles", "softmax"]
-
-_FREE_MAX = 64 * 1024  # elements per partition of an SBUF tile [NKI2]
 
 
 def row_tiles(b: Builder, r: int, c: int, dtype: str) -> list[tuple[int, int]]:
@@ -21,8 +27,9 @@ def row_tiles(b: Builder, r: int, c: int, dtype: str) -> list[tuple[int, int]]:
     for name, v in (("R", r), ("C", c)):
         if not isinstance(v, int) or v < 1:
             raise KernelError(f"{name} must be a positive integer, not {v!r}")
-    if c > _FREE_MAX:
-        raise KernelError(f"C must be at most {_FREE_MAX} (one SBUF tile's free size), not {c}")
+    if c > FREE_MAX["sbuf"]:
+        raise KernelError(f"C must be at most {FREE_MAX['sbuf']} (one SBUF tile's free size), "
+                          f"not {c}")
     if dtype not in ("fp32", "bf16"):
         raise KernelError(f"dtype must be fp32 or bf16, not {dtype!r}")
     p = b.params.partitions

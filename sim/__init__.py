@@ -1,0 +1,1 @@
+"""Models that run: golden models, the NeuronCore simulator, system models and testbenches."""

@@ -1,0 +1,1 @@
+"""Chip and system specs: loading, schema and model, units and quantities, and input errors."""

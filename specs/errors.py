@@ -67,22 +67,6 @@ class SpecError(InputError):
         return text
 
 
-def expected_found(expected: str, found: object) -> str:
-    return f"expected {expected}, found {_show(found)}"
-
-
-def _show(value: object) -> str:
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if value is None:
-        return "nothing (null)"
-    return f"{value!r} ({type(value).__name__})"
-
-
 def nearest(word: str, choices) -> str | None:
     match = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
     return match[0] if match else None

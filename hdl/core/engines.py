@@ -150,35 +150,16 @@ def read_step(m, adv, enable, ws: ApWalker, sent, s1_valid, s1_last, shift) -> N
                          sent.eq(ws.row_last)]
 
 
-def rotate(values: list, first, chunk: int) -> list:
-    """``values`` rotated so that element 0 is ``values[first]``, ``first`` a multiple of
-    ``chunk`` (the partition-start rule); a mux of ``len(values) // chunk`` ways."""
-    n = len(values)
-    out = list(values)
-    for k in range(1, n // chunk):
-        shifted = values[k * chunk:] + values[:k * chunk]
-        out = [Mux(first == k * chunk, s, o) for s, o in zip(shifted, out, strict=True)]
-    return out
-
-
 def pick(rows, first, chunk: int):
-    """The word of ``rows`` (candidate 32-bit words, ``k`` at bits ``32 k``) that
-    :func:`rotate` or :func:`unrotate` selects for ``first`` when the candidates are in its
-    order: candidate ``k`` where ``first == k * chunk``, else candidate 0."""
+    """The word of ``rows`` (candidate 32-bit words, ``k`` at bits ``32 k``) for ``first``,
+    a multiple of ``chunk`` (the partition-start rule): candidate ``k`` where ``first == k *
+    chunk``, else candidate 0. With candidate ``k`` the word of partition ``(index + k *
+    chunk) % partitions`` it rotates the partitions so that partition ``first``'s word comes to
+    partition 0; with ``(index - k * chunk) % partitions`` it undoes that rotation."""
     value = rows[:DATA_BITS]
     for k in range(1, len(rows) // DATA_BITS):
         value = Mux(first == k * chunk, rows[k * DATA_BITS:(k + 1) * DATA_BITS], value)
     return value
-
-
-def unrotate(values: list, first, chunk: int) -> list:
-    """The inverse of :func:`rotate`: element ``p`` is ``values[p - first]``."""
-    n = len(values)
-    out = list(values)
-    for k in range(1, n // chunk):
-        shifted = values[n - k * chunk:] + values[:n - k * chunk]
-        out = [Mux(first == k * chunk, s, o) for s, o in zip(shifted, out, strict=True)]
-    return out
 
 
 def int_to_fp32(m: Module, value):
@@ -217,11 +198,11 @@ class EngineSlice(wiring.Component):
     Read side: ``a`` and ``b`` are the lane's elements of the two sources, each rotated to
     the tile's first partition (``*_rows``: the ``ways`` candidate words
     ``data[(index + k * chunk) % partitions]``, ``*_first`` the tile's first partition, as
-    :func:`rotate`) and shifted down by its byte ``*_shift``; ``scalar`` is the lane's
+    :func:`pick` selects) and shifted down by its byte ``*_shift``; ``scalar`` is the lane's
     scalar operand, a register loaded with ``imm`` (``set_imm``) or with ``b_rows`` rotated
     to ``s_first`` (``set_scalar``). Write side: ``w_data`` is partition ``index``'s word,
     the unit's output (``y_rows``: ``y[(index - k * chunk) % partitions]``, unrotated from
-    ``d_first`` as :func:`unrotate`) or memset's ``value``, placed at byte ``w_shift``;
+    ``d_first`` by :func:`pick`) or memset's ``value``, placed at byte ``w_shift``;
     ``w_part`` whether the partition is in the tile (``d_first``, ``d_count``). GpSimd's
     Iota: ``a`` is the lane's Iota value (:class:`IotaLane`) while ``iota``, from the base
     ``iota_base + index * iota_pstep`` loaded on ``set_base`` plus ``iota_at``."""

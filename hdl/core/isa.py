@@ -27,7 +27,7 @@ from typing import ClassVar
 from hdl.vector.ops import Reduce, VectorOp
 
 __all__ = [
-    "AP", "AP_BITS", "AP_FIELDS", "DTYPES", "ENGINE_OPS", "INSTRUCTIONS", "MX_DTYPES",
+    "AP", "AP_BITS", "AP_FIELDS", "DTYPES", "ENGINE_OPS", "FREE_MAX", "INSTRUCTIONS", "MX_DTYPES",
     "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS", "SPACES", "TF32_SHIFT",
     "WORD_BITS", "Activation", "DmaCopy", "Instruction", "IsaError", "Iota",
     "LoadStationary", "Memset", "MultiplyMoving", "SemSignal", "SemWait", "TensorCopy",
@@ -43,6 +43,8 @@ class IsaError(ValueError):
 
 #: Memory spaces an access pattern can address.
 SPACES = ("hbm", "sbuf", "psum")
+#: Largest free size of a vector/scalar/GpSimd tile, elements per partition [NKI2].
+FREE_MAX = {"sbuf": 64 * 1024, "psum": 4 * 1024}
 #: Element types of access patterns: name -> (code, bytes). Float formats are the names of
 #: :mod:`hdl.numerics.formats`; ``int32``/``uint32``/``uint8`` are plain words.
 #:

@@ -92,7 +92,7 @@ class ScalarSlice(wiring.Component):
 
     Read side: ``row`` is the partition's element of ``src`` rotated to the tile's first
     partition (``r_rows``: the candidate words ``r_data[(index + k * chunk) % partitions]``,
-    ``src_first``, as :func:`~hdl.core.engines.rotate`), shifted down by its byte
+    ``src_first``, as :func:`~hdl.core.engines.pick` selects), shifted down by its byte
     ``shift``; ``bias`` is a register loaded with ``imm`` (``set_imm``) or with ``r_rows``
     rotated to ``bias_first`` (``set_bias``). Write side: ``w_data`` is partition
     ``index``'s word of the lanes' results (``y_rows``: the result of the lane of partition

@@ -137,9 +137,9 @@ class TensorSlice(wiring.Component):
 
     ``element`` is the partition's element of ``src`` rotated to the tile's first partition
     (``r_rows``: the candidate words ``r_data[(index + k * chunk) % partitions]``,
-    ``src_first``, as :func:`~hdl.core.engines.rotate`), shifted down by its byte ``shift``
-    and masked to the element's bits (``mask``); ``w_part`` whether the partition is in
-    ``dst`` (``d_first``, ``d_count``). With ``pair`` (an engine of a double-rate array)
+    ``src_first``, as :func:`~hdl.core.engines.pick` selects), shifted down by its byte
+    ``shift`` and masked to the element's bits (``mask``); ``w_part`` whether the partition
+    is in ``dst`` (``d_first``, ``d_count``). With ``pair`` (an engine of a double-rate array)
     ``pair1`` is the byte of the second read (``s_rows``, the same rotation, its byte
     ``s_shift``): a double row's pair 1 element."""
 

@@ -428,11 +428,6 @@ class LinkTx(wiring.Component):
         return m
 
 
-class RxPhase(enum.Enum, shape=2):
-    HEADER = 0
-    BODY = 1
-
-
 class LinkRx(wiring.Component):
     """Receiver: deframing, CRC check, receive buffer with commit/rollback, status lane.
 

@@ -54,6 +54,7 @@ from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, ResetSi
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .constants import CANONICAL_NAN32
 from .formats import FP32, FloatFormat
 from .fpu import lzc, round_pack
 
@@ -286,7 +287,7 @@ class FormatCastLane(wiring.Component):
                 with m.Case(index):
                     if fmt == FP32:
                         nan = (x[23:31] == 0xFF) & (x[:23] != 0)
-                        m.d.comb += self.y.eq(Mux(nan, 0x7FC0_0000, x))
+                        m.d.comb += self.y.eq(Mux(nan, CANONICAL_NAN32, x))
                         continue
                     rne = _cast_lane(m, fmt, x, None)
                     if word is None:

@@ -28,12 +28,11 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .constants import CANONICAL_NAN32
 from .formats import FP32, FloatFormat, IntFormat, MxFormat
 
 __all__ = ["FpAdd32", "FpMul32", "FpMulScaled32", "MultiWiden", "MultiWidenParams", "Widen",
            "WidenParams", "lzc", "round_pack"]
-
-CANONICAL_NAN32 = 0x7FC0_0000
 
 
 def lzc(value):

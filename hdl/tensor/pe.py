@@ -156,7 +156,8 @@ class ProcessingElement(wiring.Component):
         x = self.x_in
         acc = None
         if p.has_float:
-            from hdl.numerics.fpu import CANONICAL_NAN32, FpAdd32, FpMul32, FpMulScaled32
+            from hdl.numerics.constants import CANONICAL_NAN32
+            from hdl.numerics.fpu import FpAdd32, FpMul32, FpMulScaled32
 
             every = tuple(f if f.is_float else None for f in p.format_list)
             pairs = tuple(zip(p.formats, p.format_list, strict=True))

@@ -1,0 +1,1 @@
+"""The vector and scalar (activation) engines' RTL, and the activation functions' fits."""

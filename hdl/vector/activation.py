@@ -22,7 +22,6 @@ The golden model is :mod:`sim.golden.activation`.
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
@@ -31,33 +30,31 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hdl.numerics.cast import check_rng, seed_value, seed_words
+from hdl.numerics.constants import (
+    CANONICAL_NAN32,
+    HALF_PI32,
+    INF32,
+    LN2_32,
+    LOG2E32,
+    MAGIC32,
+    NEG_INF32,
+    ONE32,
+    SIGN32,
+    SQRT2_MANT,
+    T_MAX32,
+    TWO64_32,
+    TWO_OVER_PI32,
+    f32_bits,
+)
 
 from . import trig
 from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fitting import activation_table, exp_index, rom_words
-from .fpcmp import CANONICAL_NAN32, SIGN32, f_lt, is_nan
+from .fpcmp import f_lt, is_nan
 from .functions import DEFAULT_FUNCTIONS, EXP_TAIL_CUBIC, RULE_BITS, TRIG, FunctionSpec
 from .lanes import FP_MODULES, add_cast, add_fp, add_lane, cast_module, lane_verilog, shared_verilog
 
 __all__ = ["Activation", "ActivationLane", "ActivationParams"]
-
-
-def f32_bits(v: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", v))[0]
-
-
-INF32 = 0x7F80_0000
-NEG_INF32 = 0xFF80_0000
-MAGIC32 = 0x4B40_0000  # 1.5 * 2**23: adding it rounds |t| < 2**22 to an integer
-LOG2E32 = f32_bits(1.0 / math.log(2.0))
-LN2_32 = f32_bits(math.log(2.0))
-T_MAX32 = f32_bits(192.0)
-TWO64_32 = f32_bits(2.0**64)
-SQRT2_MANT = 0x3504F3  # mantissa of fp32 sqrt(2) (rounded down): m >= it halves m for log
-TWO_OVER_PI32 = f32_bits(2.0 / math.pi)
-HALF_PI32 = f32_bits(math.pi / 2.0)
-ONE32 = 0x3F80_0000
-
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -341,7 +338,7 @@ class ActivationLane(wiring.Component):
         t_exp = t[23:31]
         n_f = Mux(use_exp, Const(f32_bits(float(consts["exp_n"])), 32),
                   Array(Const(f32_bits(float(v)), 32) for v in consts["n"])[self.func])
-        ge_one = ~f_lt(t, Const(0x3F80_0000, 32)) & ~is_nan(t)
+        ge_one = ~f_lt(t, Const(ONE32, 32)) & ~is_nan(t)
         ge_n = ~f_lt(t, n_f) & ~is_nan(t)
         shifted = (Cat(t[0:23], Const(1, 1)) >> (150 - t_exp).as_unsigned()[:5])[:17]
         i_uni = Mux(ge_n, n - 1, Mux(ge_one, shifted, 0))

@@ -3,8 +3,7 @@ NaN is unordered, -0 == +0). Shared by the vector and activation engines."""
 
 from amaranth.hdl import Mux
 
-CANONICAL_NAN32 = 0x7FC0_0000
-SIGN32 = 0x8000_0000
+from hdl.numerics.constants import CANONICAL_NAN32
 
 
 def is_nan(a):

@@ -40,16 +40,14 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.numerics.cast import check_rng, seed_value, seed_words
+from hdl.numerics.constants import CANONICAL_NAN32, NEG_INF32, ONE32, SIGN32
 
 from .convert import ENGINE_FORMATS, check_formats, widen_input
-from .fpcmp import CANONICAL_NAN32, SIGN32, f_eq, f_lt, f_max, is_nan
+from .fpcmp import f_eq, f_lt, f_max, is_nan
 from .lanes import FP_MODULES, add_cast, add_fp, add_lane, cast_module, lane_verilog, shared_verilog
 from .ops import Reduce, VectorOp
 
 __all__ = ["Vector", "VectorLane", "VectorParams"]
-
-ONE32 = 0x3F80_0000
-NEG_INF32 = 0xFF80_0000
 
 
 @dataclass(frozen=True, kw_only=True)

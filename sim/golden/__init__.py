@@ -1,0 +1,1 @@
+"""Bit-exact golden models of the RTL units: numerics, the array, the engines and the link."""

@@ -16,20 +16,23 @@ Public API (used by the RTL testbenches and the core simulator):
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
+from hdl.numerics import constants
+from hdl.numerics.constants import SQRT2_MANT
 from hdl.vector import trig
 from hdl.vector.fitting import activation_table, exp_index, rom_words
 from hdl.vector.functions import EXP_TAIL_CUBIC, RULE_BITS, TRIG, FunctionSpec
 from sim.golden.convert import cast_output, widen_input
 from sim.golden.numerics import add32, mul32
 
-NAN = np.uint32(0x7FC00000)
-SIGN = np.uint32(0x80000000)
-INF = np.uint32(0x7F800000)
-MAGIC = np.uint32(0x4B400000)  # 1.5 * 2**23: adding it rounds |t| < 2**22 to an integer
+# The contract's constants as uint32 scalars, so that numpy arithmetic on bit patterns stays uint32.
+(CANONICAL_NAN32, SIGN32, INF32, MAGIC32, ONE32, LOG2E32, LN2_32, T_MAX32, TWO64_32, TWO_OVER_PI32,
+ HALF_PI32) = map(np.uint32, (
+    constants.CANONICAL_NAN32, constants.SIGN32, constants.INF32, constants.MAGIC32,
+    constants.ONE32, constants.LOG2E32, constants.LN2_32, constants.T_MAX32, constants.TWO64_32,
+    constants.TWO_OVER_PI32, constants.HALF_PI32))
 
 
 def f32_bits(v: float) -> np.uint32:
@@ -37,14 +40,6 @@ def f32_bits(v: float) -> np.uint32:
     return np.array([v], dtype=np.float32).view(np.uint32)[0]
 
 
-LOG2E = f32_bits(1.0 / math.log(2.0))
-LN2 = f32_bits(math.log(2.0))
-T_MAX = f32_bits(192.0)
-TWO64 = f32_bits(2.0**64)
-SQRT2_MANT = 0x3504F3  # mantissa of fp32 sqrt(2) (rounded down): m >= it halves m for log
-TWO_OVER_PI = f32_bits(2.0 / math.pi)
-HALF_PI = f32_bits(math.pi / 2.0)
-ONE = np.uint32(0x3F800000)
 _WINDOWS = np.array([trig.window(e) for e in range(trig.E_MIN, trig.E_MAX + 1)], dtype=object)
 
 
@@ -52,10 +47,10 @@ def trig_reduce(x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(f, q, half)`` of sin and cos (see :mod:`hdl.vector.functions`): ``|x| * 2/pi =
     q + f`` with ``f`` in ``[-0.5, 0.5]``; ``f`` is returned as the fp32 bits of ``|f|``,
     ``q`` modulo 4, ``half`` where ``f`` is negative (the fraction was above one half)."""
-    xs = np.asarray(x, dtype=np.uint32) & ~SIGN
+    xs = np.asarray(x, dtype=np.uint32) & ~SIGN32
     e = (xs >> 23).astype(np.int64) - 127
     exact = e >= trig.E_MIN
-    small = mul32(xs, TWO_OVER_PI)
+    small = mul32(xs, TWO_OVER_PI32)
     mag = np.zeros(xs.shape, dtype=object)
     q = np.zeros(xs.shape, dtype=np.int64)
     half = np.zeros(xs.shape, dtype=bool)
@@ -78,8 +73,8 @@ def trig_reduce(x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def atan_reduce(x) -> tuple[np.ndarray, np.ndarray]:
     """``(r, big)`` of arctan: ``big`` where ``|x| > 1``, then ``r = 1/|x|`` truncated to 24
     bits (0 where it would be subnormal, and for infinities); ``r = |x|`` elsewhere."""
-    xs = np.asarray(x, dtype=np.uint32) & ~SIGN
-    big = xs > ONE
+    xs = np.asarray(x, dtype=np.uint32) & ~SIGN32
+    big = xs > ONE32
     e = (xs >> 23).astype(np.int64) - 127
     mant = (xs & 0x7FFFFF).astype(np.int64)
     quotient = (1 << 47) // (mant | 0x800000)
@@ -137,15 +132,15 @@ def exp_reduce(x, cubic: tuple[float, float] | None = None):
     where ``t < -192`` (the result underflows whatever multiplies it), ``t`` clamped to
     ``[-192, 192]``, ``k`` its nearest integer (ties to even), ``f = t - k`` (exact)."""
     if cubic is None:
-        t = mul32(x, LOG2E)
+        t = mul32(x, LOG2E32)
     else:
         a, b = f32_bits(cubic[0]), f32_bits(cubic[1])
         t = mul32(x, add32(np.full_like(x, a), mul32(np.full_like(x, b), mul32(x, x))))
-    low = _lt(t, T_MAX | SIGN)
-    t = np.where(low, T_MAX | SIGN, np.where(_lt(T_MAX, t), T_MAX, t))
-    s = add32(t, MAGIC)
+    low = _lt(t, T_MAX32 | SIGN32)
+    t = np.where(low, T_MAX32 | SIGN32, np.where(_lt(T_MAX32, t), T_MAX32, t))
+    s = add32(t, MAGIC32)
     k = (s & 0x7FFFFF).astype(np.int64) - 0x400000
-    f = add32(t, add32(s, MAGIC | SIGN) ^ SIGN)
+    f = add32(t, add32(s, MAGIC32 | SIGN32) ^ SIGN32)
     return f, k, low
 
 
@@ -153,7 +148,7 @@ def normalise(xs) -> tuple[np.ndarray, np.ndarray]:
     """``(xn, e)`` for a magnitude ``xs``: subnormals scaled by ``2**64`` (exact), ``e`` the
     unbiased exponent of ``xs`` (``xs = 1.mant(xn) * 2**e`` for nonzero finite ``xs``)."""
     sub = ((xs >> 23) == 0) & (xs != 0)
-    xn = np.where(sub, mul32(xs, TWO64), xs)
+    xn = np.where(sub, mul32(xs, TWO64_32), xs)
     e = ((xn >> 23) & 0xFF).astype(np.int64) - 127 - 64 * sub
     return xn, e
 
@@ -162,7 +157,7 @@ def reduce_log_domain(name: str, x) -> tuple[np.ndarray, np.ndarray]:
     """``(m, k)`` of log, sqrt, rsqrt and reciprocal (see :mod:`hdl.vector.functions`): the
     polynomial's argument ``m`` and ``k``, the power of two the result is scaled by (for log:
     ``e'``, whose ``e' ln 2`` is added)."""
-    xn, e = normalise(x & ~SIGN)
+    xn, e = normalise(x & ~SIGN32)
     mant = (xn & 0x7FFFFF).astype(np.int64)
     if name == "log":
         half = (mant >= SQRT2_MANT).astype(np.int64)
@@ -175,9 +170,10 @@ def reduce_log_domain(name: str, x) -> tuple[np.ndarray, np.ndarray]:
 
 
 def int_to_f32(k) -> np.ndarray:
-    """fp32 bits of the integer ``k`` (``|k| < 2**22``), exactly: ``add32(MAGIC + k, -MAGIC)``."""
-    return add32((MAGIC.astype(np.int64) + np.asarray(k, dtype=np.int64)).astype(np.uint32),
-                 MAGIC | SIGN)
+    """fp32 bits of the integer ``k`` (``|k| < 2**22``), exactly:
+    ``add32(MAGIC32 + k, -MAGIC32)``."""
+    return add32((MAGIC32.astype(np.int64) + np.asarray(k, dtype=np.int64)).astype(np.uint32),
+                 MAGIC32 | SIGN32)
 
 
 @functools.lru_cache(maxsize=16)
@@ -224,13 +220,13 @@ def evaluate(functions: tuple[FunctionSpec, ...], index: int, x) -> np.ndarray:
     nan = np.isnan(xf)
     if spec.mode == "exact":
         y = {"identity": lambda: x, "relu": lambda: np.where(xf > 0, x, np.uint32(0)),
-             "square": lambda: mul32(x, x), "abs": lambda: x & ~SIGN}[spec.name]()
-        return np.where(nan, NAN, y).astype(np.uint32)
+             "square": lambda: mul32(x, x), "abs": lambda: x & ~SIGN32}[spec.name]()
+        return np.where(nan, CANONICAL_NAN32, y).astype(np.uint32)
     tables = activation_table(functions)
     centres, _ = _rom(functions)
-    sign = (x & SIGN) != 0
-    zero = (x & ~SIGN) == 0
-    inf = (x & ~SIGN) == INF
+    sign = (x & SIGN32) != 0
+    zero = (x & ~SIGN32) == 0
+    inf = (x & ~SIGN32) == INF32
     own = tables[index]
     k = np.zeros(x.shape, np.int64)
     arg = x
@@ -247,39 +243,39 @@ def evaluate(functions: tuple[FunctionSpec, ...], index: int, x) -> np.ndarray:
     if use_exp.any():
         tail = tables[exp_index(functions)]
         row = np.where(use_exp, tail.base + _segment(tail.spec, arg), row)
-    u = add32(arg, centres[row] ^ SIGN)
+    u = add32(arg, centres[row] ^ SIGN32)
     acc = _horner(functions, row, u)
     if spec.post_mul_x:
         acc = mul32(acc, x)
     if spec.name == "log":
-        y = add32(mul32(int_to_f32(k), LN2), acc)
+        y = add32(mul32(int_to_f32(k), LN2_32), acc)
     else:
         y = scale_pow2(acc, k)
     if spec.name == "log":
-        y = np.where(zero, RULE_BITS["minus_inf"], np.where(inf & ~sign, INF, y))
-        y = np.where(sign & ~zero, NAN, y)
+        y = np.where(zero, RULE_BITS["minus_inf"], np.where(inf & ~sign, INF32, y))
+        y = np.where(sign & ~zero, CANONICAL_NAN32, y)
     elif spec.name in ("sqrt", "rsqrt"):
-        at_zero = x if spec.name == "sqrt" else (x & SIGN) | INF
-        at_inf = INF if spec.name == "sqrt" else np.uint32(0)
+        at_zero = x if spec.name == "sqrt" else (x & SIGN32) | INF32
+        at_inf = INF32 if spec.name == "sqrt" else np.uint32(0)
         y = np.where(zero, at_zero, np.where(inf, at_inf, y))
-        y = np.where(sign & ~zero, NAN, y)
+        y = np.where(sign & ~zero, CANONICAL_NAN32, y)
     elif spec.name == "reciprocal":
-        y = np.where(zero, INF, np.where(inf, np.uint32(0), y)) | (x & SIGN)
+        y = np.where(zero, INF32, np.where(inf, np.uint32(0), y)) | (x & SIGN32)
     elif spec.name != "exp":
         if spec.below == "exp":  # x exp(z) where exp(z) underflows: a zero, x's sign
-            y = np.where(use_exp & low, SIGN if spec.post_mul_x else np.uint32(0), y)
+            y = np.where(use_exp & low, SIGN32 if spec.post_mul_x else np.uint32(0), y)
         else:
             y = np.where(_lt(x, f32_bits(spec.lo)), _rule(spec.below, x), y)
         y = np.where(~_lt(x, f32_bits(spec.hi)) & ~nan, _rule(spec.above, x), y)
-    return np.where(nan, NAN, y).astype(np.uint32)
+    return np.where(nan, CANONICAL_NAN32, y).astype(np.uint32)
 
 
 def _trig_atan(functions, index, x) -> np.ndarray:
     spec = functions[index]
     own = activation_table(functions)[index]
     centres, _ = _rom(functions)
-    sign = (x & SIGN) != 0
-    inf = (x & ~SIGN) == INF
+    sign = (x & SIGN32) != 0
+    inf = (x & ~SIGN32) == INF32
     if spec.name == "arctan":
         arg, big = atan_reduce(x)
         kernel_cos = np.zeros(x.shape, bool)
@@ -288,15 +284,15 @@ def _trig_atan(functions, index, x) -> np.ndarray:
         q = (q + (spec.name == "cos")) & 3
         kernel_cos = (q & 1) == 1
     row = own.base + _segment(spec, arg) + np.where(kernel_cos, spec.segments, 0)
-    acc = _horner(functions, row, add32(arg, centres[row] ^ SIGN))
+    acc = _horner(functions, row, add32(arg, centres[row] ^ SIGN32))
     post = mul32(acc, arg)
     if spec.name == "arctan":
-        y = np.where(big, add32(np.full_like(x, HALF_PI), post ^ SIGN), post) | (x & SIGN)
+        y = np.where(big, add32(np.full_like(x, HALF_PI32), post ^ SIGN32), post) | (x & SIGN32)
     else:
         neg = ((q & 2) != 0) ^ (~kernel_cos & half) ^ (sign & (spec.name == "sin"))
-        y = np.where(kernel_cos, acc, post) ^ np.where(neg, SIGN, np.uint32(0))
-        y = np.where(inf, NAN, y)
-    return np.where(np.isnan(x.view(np.float32)), NAN, y).astype(np.uint32)
+        y = np.where(kernel_cos, acc, post) ^ np.where(neg, SIGN32, np.uint32(0))
+        y = np.where(inf, CANONICAL_NAN32, y)
+    return np.where(np.isnan(x.view(np.float32)), CANONICAL_NAN32, y).astype(np.uint32)
 
 
 def run(params, func: int, data, scale, bias, last, *, in_format: str = "fp32",

@@ -8,10 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from hdl.numerics.cast import roundings
+from hdl.numerics.constants import CANONICAL_NAN32
 from hdl.numerics.formats import format_by_name
 from sim.golden.numerics import cast_bits, widen
-
-CANONICAL_NAN32 = np.uint32(0x7FC00000)
 
 
 def widen_input(words, fmt: str) -> np.ndarray:

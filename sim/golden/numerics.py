@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from hdl.numerics.cast import (
@@ -28,10 +27,11 @@ from hdl.numerics.cast import (
     CastParams,
     rng_initial_state,
 )
+from hdl.numerics.constants import CANONICAL_NAN32, SIGN32
+from hdl.numerics.dtypes import ML_DTYPES
 from hdl.numerics.formats import FP32, FloatFormat, IntFormat, format_table
 
 __all__ = [
-    "CANONICAL_NAN32",
     "add32",
     "cast",
     "cast_bits",
@@ -48,21 +48,11 @@ __all__ = [
     "widen",
 ]
 
-CANONICAL_NAN32 = np.uint32(0x7FC0_0000)
-
-_ML_DTYPES = {
-    "fp8_e4m3": ml_dtypes.float8_e4m3,
-    "fp8_e4m3fn": ml_dtypes.float8_e4m3fn,
-    "fp8_e5m2": ml_dtypes.float8_e5m2,
-    "bf16": ml_dtypes.bfloat16,
-    "fp16": np.float16,
-    "fp32": np.float32,
-}
 
 
 def ml_dtype(fmt: FloatFormat):
     """The numpy / ml_dtypes dtype of ``fmt``, or None (tf32, cfp8_*)."""
-    return _ML_DTYPES.get(fmt.name)
+    return ML_DTYPES.get(fmt.name)
 
 
 def _canonical(result: np.ndarray) -> np.ndarray:
@@ -291,7 +281,7 @@ def edge_fp32_pairs(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.nd
     eb = np.clip(ea + rng.integers(-30, 31, n), 0, 254).astype(np.uint32)
     b = np.where(near, (b & np.uint32(0x807FFFFF)) | (eb << np.uint32(23)), b)
     negate = rng.integers(0, 16, n) == 0
-    b = np.where(negate, a ^ np.uint32(0x8000_0000), b)
+    b = np.where(negate, a ^ np.uint32(SIGN32), b)
     return a.astype(np.uint32), b.astype(np.uint32)
 
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from hdl.numerics import constants
 from hdl.vector.ops import Reduce, VectorOp
 from sim.golden.convert import cast_output, check_rounding, widen_input
 from sim.golden.numerics import add32, mul32
 
-NAN = np.uint32(0x7FC00000)
-SIGN = np.uint32(0x80000000)
-ONE = np.uint32(0x3F800000)
-NEG_INF = np.uint32(0xFF800000)
+# The contract's constants as uint32 scalars, so that numpy arithmetic on bit patterns stays uint32.
+CANONICAL_NAN32, SIGN32, ONE32, NEG_INF32 = map(np.uint32, (
+    constants.CANONICAL_NAN32, constants.SIGN32, constants.ONE32, constants.NEG_INF32))
 
 
 def _f(x):
@@ -27,20 +27,20 @@ def _f(x):
 
 def fmax(a, b):
     nan = np.isnan(_f(a)) | np.isnan(_f(b))
-    return np.where(nan, NAN, np.where(_f(b) > _f(a), b, a)).astype(np.uint32)
+    return np.where(nan, CANONICAL_NAN32, np.where(_f(b) > _f(a), b, a)).astype(np.uint32)
 
 
 def fmin(a, b):
     nan = np.isnan(_f(a)) | np.isnan(_f(b))
-    return np.where(nan, NAN, np.where(_f(b) < _f(a), b, a)).astype(np.uint32)
+    return np.where(nan, CANONICAL_NAN32, np.where(_f(b) < _f(a), b, a)).astype(np.uint32)
 
 
 def _flag(c):
-    return np.where(c, ONE, np.uint32(0)).astype(np.uint32)
+    return np.where(c, ONE32, np.uint32(0)).astype(np.uint32)
 
 
 def _canonical(x):
-    return np.where(np.isnan(_f(x)), NAN, x).astype(np.uint32)
+    return np.where(np.isnan(_f(x)), CANONICAL_NAN32, x).astype(np.uint32)
 
 
 def elementwise(op: VectorOp, a, b) -> np.ndarray:
@@ -52,7 +52,7 @@ def elementwise(op: VectorOp, a, b) -> np.ndarray:
         table = {
             VectorOp.COPY: lambda: _canonical(a),
             VectorOp.ADD: lambda: add32(a, b),
-            VectorOp.SUBTRACT: lambda: add32(a, b ^ SIGN),
+            VectorOp.SUBTRACT: lambda: add32(a, b ^ SIGN32),
             VectorOp.MULTIPLY: lambda: mul32(a, b),
             VectorOp.MAX: lambda: fmax(a, b),
             VectorOp.MIN: lambda: fmin(a, b),
@@ -65,7 +65,7 @@ def elementwise(op: VectorOp, a, b) -> np.ndarray:
             VectorOp.BITWISE_AND: lambda: a & b,
             VectorOp.BITWISE_OR: lambda: a | b,
             VectorOp.BITWISE_XOR: lambda: a ^ b,
-            VectorOp.ABS: lambda: _canonical(a & ~SIGN),
+            VectorOp.ABS: lambda: _canonical(a & ~SIGN32),
             VectorOp.SQUARE: lambda: mul32(a, a),
         }
         return np.asarray(table[op](), dtype=np.uint32)
@@ -106,7 +106,7 @@ def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE,
 
 def _reduce(params, r, reduce, last) -> np.ndarray:
     last = np.zeros(len(r), dtype=bool) if last is None else np.asarray(last, dtype=bool)
-    init = np.uint32(0) if reduce == Reduce.SUM else NEG_INF
+    init = np.uint32(0) if reduce == Reduce.SUM else NEG_INF32
     step = add32 if reduce == Reduce.SUM else fmax
     acc = np.full(params.lanes, init, dtype=np.uint32)
     rows = []

@@ -1,0 +1,1 @@
+"""System models: chips, instances, servers and clusters, their topologies and collectives."""

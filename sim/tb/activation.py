@@ -26,6 +26,7 @@ import cocotb
 import numpy as np
 
 from hdl.numerics.cast import roundings
+from hdl.numerics.constants import ONE32
 from hdl.vector.activation import Activation, ActivationParams
 from hdl.vector.fitting import segment_bounds
 from hdl.vector.functions import TRIG, FunctionSpec
@@ -40,8 +41,6 @@ from sim.tb.engine import (
     unpack,
 )
 from sim.tb.runner import RunResult
-
-ONE = 0x3F80_0000
 
 
 def function_inputs(spec: FunctionSpec, rng: np.random.Generator, count: int) -> np.ndarray:
@@ -113,7 +112,7 @@ async def directed(dut):
     tb = ActivationTB.from_config(dut, params_from_json)
     await tb.bench.start()
     lanes = tb.params.lanes
-    ones = np.full(lanes, ONE, dtype=np.uint32)
+    ones = np.full(lanes, ONE32, dtype=np.uint32)
     zeros = np.zeros(lanes, dtype=np.uint32)
     for func, spec in enumerate(tb.params.functions):
         x = tb.lane_rows(function_inputs(spec, tb.nprng, 16))

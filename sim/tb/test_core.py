@@ -13,12 +13,9 @@ PSUM and the external memory after the run, the deadlock verdict, and each compu
 instruction's cycles against the simulator's within the bound documented in
 :mod:`sim.core.machine` (:func:`~sim.core.machine.rtl_cycle_bound`: exact for the tensor
 engine's multiplies, between the elements streamed and the simulator's cost (in the
-engine's turns) plus a fixed overhead elsewhere; DMA timing is not compared).
-
-Cost: the build and the nineteen programs in one simulation took 8.9 minutes of CPU (11
-wall at load 2 to 7 on two cores, 2.7 GB peak); fourteen programs alone, on a cached build,
-2.1 minutes of CPU; the twenty-one programs since the double row, on a cached build, 2.2
-minutes of CPU (9.6 wall at load 5 to 10).
+engine's turns) plus a fixed overhead elsewhere; DMA timing is not compared). The programs
+share one simulation so that the simulator's start-up and the build's check are paid once
+(its cost: benchmarks/core_rtl.md, section 7).
 """
 
 import pytest

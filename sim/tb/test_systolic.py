@@ -5,8 +5,8 @@ family at double rate, bf16, fp16, tf32, fp32 at a quarter rate, the block-scale
 mxfp4 at four products per PE per cycle) in one build, driven by mixed-format programs.
 Icarus evaluates the floating-point PEs event by event, so it runs a tiny array (2 x 2, split
 two ways: tile positions of one PE); Verilator runs the simulation scale of the bundled specs
-(8 x 8, split 1, 2 or 4 ways as trn2's row tiling): a build of about 3 minutes on two busy
-cores, since the runner makes only the toplevel's signals public. A third build, on
+(8 x 8, split 1, 2 or 4 ways as trn2's row tiling), its build kept short by the runner making
+only the toplevel's signals public. A third build, on
 Verilator, is an MX array deeper than the formats' 32-index scale block, so that its tiles'
 contractions cross from one block's scales to the next's.
 """
