@@ -74,7 +74,7 @@ UNINITIALISED = ("top", "sequencer")
 
 _parts: dict[tuple[CoreParams, str, tuple], tuple[str, ...]] = {}
 #: The core of each parameter set whose parts this process elaborates: built once (its four
-#: engines' signatures, about 0.13 s at full scale), not once per part.
+#: engines' signatures), not once per part.
 _cores: dict[CoreParams, object] = {}
 _taken: dict[tuple[CoreParams, str], tuple[str, ...]] = {}
 

