@@ -37,7 +37,8 @@ with and without them):
   pipeline, so ``opt -fast`` ran a round per stage, each cleaning the whole module. The
   ``opt`` passes before ``memory`` keep ``opt_dff`` (enables and resets merged into
   flip-flops, constant ones removed); what is left is such chains, counted as flip-flops.
-  That bit is no longer emitted on a chip without int8 (``meta_layout``); with it gone, ``opt_dff`` after ``memory`` barely changes trn2's control and row-group runner
+  That bit is no longer emitted on a chip without int8 (``meta_layout``); with it gone,
+  ``opt_dff`` after ``memory`` barely changes trn2's control and row-group runner
   (``benchmarks/area.md``), so ``-noff`` now only guards against such a chain elsewhere.
 - ABC maps with ``strash; &get -n; &dch -f; &nf; &put``: Yosys's default script without
   its SAT sweeping (``&fraig -x``), signal correspondence (``scorr``), retiming
