@@ -12,7 +12,10 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
 
 def _blocks(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.S)
+    """The README's fenced blocks of ``lang`` ("" for those without one), each opening and
+    closing fence paired in order."""
+    return [body for found, body in re.findall(r"^```(\w*)\n(.*?)^```$", README,
+                                                flags=re.S | re.M) if found == lang]
 
 
 def test_spec_example_loads(tmp_path):
