@@ -37,7 +37,7 @@ Instructions (``cmd`` stream, executed in order):
   takes one moving beat every fourth cycle, after three idle ones. Its format may differ
   from the tile's if both run at the same rate (double, single or quarter), both float or
   both int8, and both MX or neither, and neither fp32 nor tf32 unless both are the same
-  format (the golden model's :func:`~sim.golden.systolic.schedule` refuses other programs).
+  format (the golden model's :func:`~sim.golden.systolic_cycles.schedule` refuses other programs).
 * ``TRANSPOSE`` (field ``n``): the transpose pass of the latest tile, which must be K x M
   with ``n <= K`` and not MX. It takes no moving beats: the sequencer makes ``n`` vectors,
   one a cycle, vector j selecting contraction index j (element ``j % 2`` of row ``j // 2``
@@ -72,7 +72,7 @@ the stationary scales load with the tile, the moving ones stream with the vector
 
 The whole datapath advances on one enable, ``~out.valid | out.ready``, so backpressure on
 ``out`` stalls it and an idle ``moving`` stream only inserts bubbles. Cycle counts are given
-exactly by :func:`sim.golden.systolic.schedule`.
+exactly by :func:`sim.golden.systolic_cycles.schedule`.
 """
 
 from __future__ import annotations

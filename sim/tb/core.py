@@ -15,7 +15,7 @@ simulation scale, the seeded random program, or kernels; for each:
 
 Per-instruction cycle stamps (decode to retirement) are read back, logged beside the
 simulator's cycles, and each compute instruction's must keep the bound the simulator
-documents (:func:`sim.core.machine.rtl_cycle_bound`; :func:`timing`).
+documents (:func:`sim.core.rtl_bound.rtl_cycle_bound`; :func:`timing`).
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ from hdl.vector.ops import Reduce, VectorOp
 from kernels import KERNELS
 from kernels.builder import Builder, KernelError
 from sim.core import Core, ProgramError
-from sim.core.machine import rtl_cycle_bound
 from sim.core.program import Program
+from sim.core.rtl_bound import rtl_cycle_bound
 from sim.tb.core_random import random_program
 from sim.tb.runner import RunResult, emit_verilog, run_verilog, tb_params
 from specs.loader import load
@@ -784,7 +784,7 @@ async def programs(dut):
 
 def timing(params: CoreParams, prog: Program, result, stamps: dict) -> list[str]:
     """Each compute instruction's cycles on the RTL (decode to retirement) against the
-    simulator's (:func:`sim.core.machine.rtl_cycle_bound`), one line each; a line holding
+    simulator's (:func:`sim.core.rtl_bound.rtl_cycle_bound`), one line each; a line holding
     ``OUT OF BOUND`` breaks the documented bound."""
     sim_cycles = {}
     for e in result.events:

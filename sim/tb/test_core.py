@@ -11,7 +11,7 @@ random program of the run's seed
 (:mod:`sim.tb.core_random`, vetted by the core simulator). Compared: every byte of SBUF,
 PSUM and the external memory after the run, the deadlock verdict, and each compute
 instruction's cycles against the simulator's within the bound documented in
-:mod:`sim.core.machine` (:func:`~sim.core.machine.rtl_cycle_bound`: exact for the tensor
+:mod:`sim.core.rtl_bound` (:func:`~sim.core.rtl_bound.rtl_cycle_bound`: exact for the tensor
 engine's multiplies, between the elements streamed and the simulator's cost (in the
 engine's turns) plus a fixed overhead elsewhere; DMA timing is not compared).
 
