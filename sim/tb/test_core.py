@@ -1,10 +1,10 @@
 """Pytest entry points of the NeuronCore co-simulation (:mod:`sim.tb.core`).
 
-Every program of :data:`sim.tb.core.PROGRAMS` runs on Verilator in one simulation, one build
-of the core at trn2's simulation scale, with random stalls on every AXI channel: hand-written
-programs for each engine (GpSimd's Iota and the scalar engine's TensorScalar and TensorCopy
-included; stationaries at tile positions of the array's row and column tiling; fp8 double
-rows), the library's kernels (tiled GEMM in bf16 and fp8, the fp8 one also on double rows,
+Every program of :data:`sim.tb.core_programs.PROGRAMS` runs on Verilator in one simulation,
+one build of the core at trn2's simulation scale, with random stalls on every AXI channel:
+hand-written programs for each engine (GpSimd's Iota and the scalar engine's TensorScalar and
+TensorCopy included; stationaries at tile positions of the array's row and column tiling; fp8
+double rows), the library's kernels (tiled GEMM in bf16 and fp8, the fp8 one also on double rows,
 fused GEMM + GELU, softmax,
 RMSNorm, residual add, cross-entropy and the GELU backward pass in fp32), and the seeded
 random program of the run's seed
@@ -23,7 +23,8 @@ minutes of CPU (9.6 wall at load 5 to 10).
 
 import pytest
 
-from sim.tb.core import PROGRAMS, RANDOM, simulate_many
+from sim.tb.core import simulate_many
+from sim.tb.core_programs import PROGRAMS, RANDOM
 from sim.tb.runner import skip_unless_available
 
 SPEC = "trn2"
