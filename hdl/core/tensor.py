@@ -84,8 +84,8 @@ from hdl.core.isa import (
     mx_scale_partition,
 )
 from hdl.numerics.fpu import FpAdd32
+from hdl.tensor.signatures import Op
 from hdl.tensor.structural import UNIT_TOP, ArrayInstance
-from hdl.tensor.systolic import Op
 from hdl.vector.lanes import FP_MODULES, add_lane, lane_verilog
 
 __all__ = ["COLUMN_MODULE", "SLICE_MODULE", "TENSOR_OPS", "TensorColumn", "TensorEngine",

@@ -30,7 +30,7 @@ from hdl.core.isa import MX_QUAD
 from hdl.numerics.formats import FloatFormat, MxFormat
 from hdl.tensor.harness import HarnessParams, SystolicHarness
 from hdl.tensor.params import SystolicParams
-from hdl.tensor.systolic import cmd_layout
+from hdl.tensor.signatures import cmd_layout
 from sim.golden.systolic import matmul, matmul_mx, to_fp32, transpose
 from sim.golden.systolic_cycles import UNMIXED, Load, Multiply, Transpose, schedule
 from sim.tb import runner
