@@ -231,7 +231,7 @@ def test_mx_stream_is_the_one_cost_rule(trn3, fmt, rate):
     r = Core(trn3).run(prog, timing_only=True)
     k = 3 * 128 * (4 if mx else 1)
     want = systolic_cycles.matmul_cycles(128, k, 512, trn3.rows, trn3.cols, rate, trn3.moving_max,
-                                  trn3.tensor.load_columns)
+                                         trn3.tensor.load_columns)
     assert r.time * trn3.clock("tensor") == pytest.approx(want, abs=1e-6)
     assert trn3.rate(fmt.removesuffix("_x4")) == rate
 

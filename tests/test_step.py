@@ -96,7 +96,7 @@ def test_breakdown_adds_up_to_the_step(llama, times):
 
 def test_gemm_only_brings_back_the_optimistic_figure(llama, times):
     only = step_cli.from_cli("trn1.32xlarge", "llama2-7b", tp=8, nodes=16, gemm_only=True,
-                         times=times).result
+                             times=times).result
     assert only.parts["other"] == only.parts["optimizer"] == 0.0
     base = model.base_from_spec("trn1.32xlarge")
     analytic = model.evaluate({"nodes": np.array([16.0])}, base,
@@ -133,7 +133,7 @@ def test_causal_fraction_by_hand():
 
 def test_full_recomputation_reruns_the_forward_gemms(llama, times):
     full = step_cli.from_cli("trn1.32xlarge", "llama2-7b", tp=8, nodes=16, recompute="full",
-                         times=times).result
+                             times=times).result
     # the forward is a third of the layers' GEMM work: full recomputation adds about that
     ratio = full.parts["gemm"] / llama.result.parts["gemm"]
     assert 1.2 < ratio < 1.4
@@ -157,7 +157,7 @@ def test_pipeline_bubble_and_memory(times):
 def test_gpt3_175b_without_pipeline_does_not_fit(times):
     # the per-layer kernels are those of the TP 32 x PP 8 split above (cached)
     r = step_cli.from_cli("trn1.32xlarge", "gpt3-175b", tp=32, pp=1, nodes=16,
-                      recompute="full", times=times).result
+                          recompute="full", times=times).result
     params = workloads.transformer_params(workloads.load_spec("gpt3-175b"))
     # hand-worked: bf16 weights, 2 x 175e9 / 32, and the fp32 accumulators of the gradients
     # over 1536 / 16 = 96 micro-batches, 4 x 175e9 / 32: 32.8 GB > 16 GiB

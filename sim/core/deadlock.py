@@ -27,4 +27,4 @@ def diagnose(streams, code, pc, blocked, sems) -> None:
                      f"(at {len(sems.get(ins.sem, ()))}; {by})")
     s = blocked[0]
     fail(streams[s], pc[s], code[s][pc[s]], "deadlock",
-          "every unfinished stream waits: " + "; ".join(edges))
+         "every unfinished stream waits: " + "; ".join(edges))

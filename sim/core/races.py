@@ -101,6 +101,6 @@ class Races:
         theirs = self.streams[self.names[t]][other]
         what = "writes" if nwrite else "reads"
         fail(self.names[s], index, ins, "race",
-              f"it {what} {nfp[0].upper()} bytes that {self.names[t]}[{other}] "
-              f"`{isa.format_instruction(theirs)}` also accesses, one of them writing, and "
-              f"no semaphore orders the two")
+             f"it {what} {nfp[0].upper()} bytes that {self.names[t]}[{other}] "
+             f"`{isa.format_instruction(theirs)}` also accesses, one of them writing, and "
+             f"no semaphore orders the two")

@@ -56,12 +56,16 @@ class ProgramError(ValueError):
 
 
 def fail(stream: str, index: int, ins: Instruction | None, rule: str, detail: str):
+    """Raise the :class:`ProgramError` of instruction ``index`` of ``stream`` (``ins``, or None
+    for the stream as a whole) breaking ``rule``: ``stream[index] `text form`: rule: detail``."""
     where = f"{stream}[{index}]" + (f" `{isa.format_instruction(ins)}`" if ins else "")
     raise ProgramError(f"{where}: {rule}: {detail}")
 
 
 @cache
 def extent(dims: tuple[tuple[int, int], ...]) -> tuple[int, int]:
+    """The lowest and highest element offsets of an access pattern's free ``dims`` ((size,
+    stride) pairs) from its start; (0, -1) when it has no element."""
     lo = hi = 0
     for n, s in dims:
         if n < 1:
@@ -107,37 +111,37 @@ class Rules:
         p = self.params
         if ap.space not in REACH[kind]:
             fail(stream, index, ins, "engine reach",
-                  f"the {kind} engine cannot reach {ap.space.upper()} ({name})")
+                 f"the {kind} engine cannot reach {ap.space.upper()} ({name})")
         if ap.offset % ap.itemsize or ap.pstride % ap.itemsize:
             fail(stream, index, ins, "alignment",
-                  f"{name} offset {ap.offset} is not a multiple of its {ap.itemsize}-byte "
-                  f"elements")
+                 f"{name} offset {ap.offset} is not a multiple of its {ap.itemsize}-byte "
+                 f"elements")
         lo, hi = extent(ap.dims)
         if ap.space == "hbm":
             first = ap.offset + lo * ap.itemsize
             last = ap.offset + (ap.partitions - 1) * ap.pstride + (hi + 1) * ap.itemsize
             if first < 0 or last > hbm_bytes:
                 fail(stream, index, ins, "HBM bounds",
-                      f"{name} spans bytes {first} .. {last} of the program's {hbm_bytes}")
+                     f"{name} spans bytes {first} .. {last} of the program's {hbm_bytes}")
             return
         if ap.partition + ap.partitions > p.partitions:
             fail(stream, index, ins, "partition bounds",
-                  f"{name} spans partitions {ap.partition} .. "
-                  f"{ap.partition + ap.partitions - 1}, the core has {p.partitions}")
+                 f"{name} spans partitions {ap.partition} .. "
+                 f"{ap.partition + ap.partitions - 1}, the core has {p.partitions}")
         first, last = ap.offset + lo * ap.itemsize, ap.offset + (hi + 1) * ap.itemsize
         size = self.bytes[ap.space]
         if first < 0 or last > size:
             fail(stream, index, ins, f"{ap.space.upper()} bounds",
-                  f"{name} spans bytes {first} .. {last} of a {size}-byte partition")
+                 f"{name} spans bytes {first} .. {last} of a {size}-byte partition")
         if kind != "dma" and not _partition_start_ok(ap.partition, ap.partitions):
             fail(stream, index, ins, "partition start",
-                  f"a tile of {ap.partitions} partitions cannot start at partition "
-                  f"{ap.partition} (more than 64 start at 0; 33-64 at 0 or 64; up to 32 at a "
-                  f"multiple of 32)")
+                 f"a tile of {ap.partitions} partitions cannot start at partition "
+                 f"{ap.partition} (more than 64 start at 0; 33-64 at 0 or 64; up to 32 at a "
+                 f"multiple of 32)")
         if kind in ("vector", "scalar", "gpsimd") and ap.free > FREE_MAX[ap.space]:
             fail(stream, index, ins, "tile limit",
-                  f"{name} has {ap.free} elements per partition, {ap.space.upper()} tiles "
-                  f"take at most {FREE_MAX[ap.space]}")
+                 f"{name} has {ap.free} elements per partition, {ap.space.upper()} tiles "
+                 f"take at most {FREE_MAX[ap.space]}")
 
     def _check_bank(self, where, name: str, ap: AP) -> None:
         bank = self.params.psum_bank_bytes
@@ -145,19 +149,19 @@ class Rules:
         first, last = ap.offset + lo * 4, ap.offset + (hi + 1) * 4 - 1
         if first // bank != last // bank:
             fail(*where, "PSUM bank overflow",
-                  f"{name} spans bytes {first} .. {last}, across the {bank}-byte bank "
-                  f"boundary at {(first // bank + 1) * bank}")
+                 f"{name} spans bytes {first} .. {last}, across the {bank}-byte bank "
+                 f"boundary at {(first // bank + 1) * bank}")
 
     def _check_same(self, where, a: AP, b: AP, what: str) -> None:
         if a.partitions != b.partitions or a.free != b.free:
             fail(*where, "operand shape",
-                  f"{what}: {a.partitions} x {a.free} against {b.partitions} x {b.free}")
+                 f"{what}: {a.partitions} x {a.free} against {b.partitions} x {b.free}")
 
     def _check_scalar(self, where, name: str, ap: AP | None, src: AP) -> None:
         if ap is not None and (ap.partitions != src.partitions or ap.free != 1):
             fail(*where, "operand shape",
-                  f"{name} must hold one element per partition of the {src.partitions}, "
-                  f"not {ap.partitions} x {ap.free}")
+                 f"{name} must hold one element per partition of the {src.partitions}, "
+                 f"not {ap.partitions} x {ap.free}")
 
     def check(self, program: Program) -> None:
         """Raise :class:`ProgramError` for the first instruction that breaks a static rule."""
@@ -190,16 +194,16 @@ class Rules:
             return
         if getattr(ins, "rounding", "rne") != "rne" and p.rng is None:
             fail(*where, "rounding", f"{p.name} rounds to nearest even only (its spec's "
-                                      f"rounding.modes have no {ins.rounding} rounding)")
+                                     f"rounding.modes have no {ins.rounding} rounding)")
         for name, ap, _ in ins.operands():
             self._check_ap(where, name, ap, kind, hbm_bytes)
         if kind in ("vector", "scalar", "gpsimd"):
             for name, ap, _ in ins.operands():
                 if ap.dtype in isa.MX_DTYPES or ap.dtype == "uint8":
                     fail(*where, "format",
-                          f"the {kind} engine does not compute on {ap.dtype} ({name}): MX "
-                          f"quads and their uint8 scales are moved by DMA and read by the "
-                          f"tensor engine")
+                         f"the {kind} engine does not compute on {ap.dtype} ({name}): MX "
+                         f"quads and their uint8 scales are moved by DMA and read by the "
+                         f"tensor engine")
         if isinstance(ins, LoadStationary):
             fmt, k = isa.input_format(ins.src.dtype), ins.src.partitions
             self._check_format(where, fmt)
@@ -210,9 +214,9 @@ class Rules:
                           "free] with double_row" if k > p.rows and self._double(fmt)
                           and not ins.double_row else "")
                 fail(*where, "tile limit",
-                      f"a stationary of {k} partitions x {m} at tile position ({ins.row}, "
-                      f"{ins.col}) does not fit the {p.rows}-row, {p.cols}-wide array"
-                      + deeper)
+                     f"a stationary of {k} partitions x {m} at tile position ({ins.row}, "
+                     f"{ins.col}) does not fit the {p.rows}-row, {p.cols}-wide array"
+                     + deeper)
             try:  # the array's tiling: the rule of its cycle model, the spec's double row
                 systolic_cycles.place(p.tensor, self.placement(ins))
             except ValueError as err:
@@ -223,47 +227,47 @@ class Rules:
             self._check_scale(where, ins.src, ins.scale)
             if n > p.moving_max:
                 fail(*where, "tile limit", f"moving free size {n} exceeds "
-                                            f"{p.moving_max} (one PSUM bank of fp32)")
+                                           f"{p.moving_max} (one PSUM bank of fp32)")
             acc = "int32" if ins.src.dtype == "int8" else "fp32"
             if ins.dst.space != "psum" or ins.dst.dtype != acc:
                 fail(*where, "format", f"a matmul writes {acc} to PSUM, not "
-                                        f"{ins.dst.dtype} to {ins.dst.space.upper()}")
+                                       f"{ins.dst.dtype} to {ins.dst.space.upper()}")
             if ins.dst.free != n:
                 fail(*where, "operand shape", f"dst has {ins.dst.free} elements per "
-                                               f"partition, the moving tile {n}")
+                                              f"partition, the moving tile {n}")
             self._check_columns(where, ins.col, ins.dst)
             self._check_bank(where, "dst", ins.dst)
         elif isinstance(ins, Transpose):
             if ins.src.dtype in isa.MX_DTYPES:
                 fail(*where, "format", "the array has no transpose of an MX tile (its "
-                                        "scales belong to blocks along K)")
+                                       "scales belong to blocks along K)")
             if ins.src.partitions > p.rows or ins.src.free > p.cols:
                 fail(*where, "tile limit", f"a transpose of {ins.src.partitions} x "
-                                            f"{ins.src.free} exceeds {p.rows} x {p.cols}")
+                                           f"{ins.src.free} exceeds {p.rows} x {p.cols}")
             if ins.dst.space != "psum" or ins.dst.dtype != ins.src.dtype:
                 fail(*where, "format", f"a transpose writes its input's format to PSUM "
-                                        f"({ins.src.dtype}), not {ins.dst.dtype} to "
-                                        f"{ins.dst.space.upper()}")
+                                       f"({ins.src.dtype}), not {ins.dst.dtype} to "
+                                       f"{ins.dst.space.upper()}")
             if (ins.dst.partitions, ins.dst.free) != (ins.src.free, ins.src.partitions):
                 fail(*where, "operand shape", f"dst must be {ins.src.free} x "
-                                               f"{ins.src.partitions}")
+                                              f"{ins.src.partitions}")
             self._check_format(where, ins.src.dtype)
             self._check_columns(where, 0, ins.dst)  # the pass's tile takes the whole array
             self._check_bank(where, "dst", ins.dst)
         elif isinstance(ins, DmaCopy):
             if ins.dst.shape != ins.src.shape:
                 fail(*where, "operand shape", f"dst {ins.dst.shape} and src {ins.src.shape}"
-                                               f" differ")
+                                              f" differ")
             if ins.dst.dtype != ins.src.dtype:
                 fail(*where, "format", f"a DMA copies bytes: {ins.src.dtype} cannot become "
-                                        f"{ins.dst.dtype}")
+                                       f"{ins.dst.dtype}")
         elif isinstance(ins, Activation):
             self._check_same(where, ins.dst, ins.src, "dst and src")
             self._check_scalar(where, "bias", ins.bias, ins.src)
             self._check_scalar(where, "reduce_dst", ins.reduce_dst, ins.src)
             if ins.func >= len(p.functions):
                 fail(*where, "function", f"func {ins.func} is not one of the "
-                                          f"{len(p.functions)} functions of {p.name}")
+                                         f"{len(p.functions)} functions of {p.name}")
         elif isinstance(ins, TensorTensor):
             self._check_same(where, ins.dst, ins.a, "dst and a")
             self._check_same(where, ins.dst, ins.b, "dst and b")
@@ -283,9 +287,9 @@ class Rules:
         into PSUM partition ``col + j``, so ``dst`` starts at the tile's first column."""
         if dst.partition != col:
             fail(*where, "tile position",
-                  f"a stationary at column {col} writes PSUM partitions {col} .. "
-                  f"{col + dst.partitions - 1} (its array columns), not dst's "
-                  f"{dst.partition} .. {dst.partition + dst.partitions - 1}")
+                 f"a stationary at column {col} writes PSUM partitions {col} .. "
+                 f"{col + dst.partitions - 1} (its array columns), not dst's "
+                 f"{dst.partition} .. {dst.partition + dst.partitions - 1}")
 
     def _double(self, fmt: str) -> bool:
         """Whether ``fmt`` (a format of the core) is one of the array's double-rate formats."""
@@ -303,22 +307,22 @@ class Rules:
         if not self._double(fmt):
             doubles = [f for f in self.params.formats if self._double(f)]
             fail(*where, "format",
-                  f"the double row takes the double-rate formats of {self.params.name} "
-                  f"({', '.join(doubles) or 'none'}), not {src.dtype}")
+                 f"the double row takes the double-rate formats of {self.params.name} "
+                 f"({', '.join(doubles) or 'none'}), not {src.dtype}")
         if not src.dims or src.dims[0][0] != 2:
             fail(*where, "operand shape",
-                  f"a double-row src is [partitions, 2, free]: its outermost free dimension "
-                  f"(the pair axis) must have size 2, not shape {src.shape}")
+                 f"a double-row src is [partitions, 2, free]: its outermost free dimension "
+                 f"(the pair axis) must have size 2, not shape {src.shape}")
         if ins.col:
             fail(*where, "tile position",
-                  f"the double row takes the array's whole width (no column tiling), so "
-                  f"col must be 0, not {ins.col}")
+                 f"the double row takes the array's whole width (no column tiling), so "
+                 f"col must be 0, not {ins.col}")
         return src.free // 2
 
     def _check_format(self, where, fmt: str) -> None:
         if fmt not in self.params.formats:
             fail(*where, "format", f"the tensor engine of {self.params.name} takes "
-                                    f"{', '.join(self.params.formats)}, not {fmt}")
+                                   f"{', '.join(self.params.formats)}, not {fmt}")
 
     def placement(self, ins: LoadStationary) -> systolic_cycles.Load:
         """The array's tile of a stationary, at its tile position, of the size the array's
@@ -354,12 +358,12 @@ class Rules:
         parts = (src.partitions,) + ((groups,) if src.partitions <= isa.MX_QUADRANT else ())
         if scale.dtype != "uint8" or scale.space != "sbuf":
             fail(*where, "format", f"MX scales are uint8 in SBUF, not {scale.dtype} in "
-                                    f"{scale.space.upper()}")
+                                   f"{scale.space.upper()}")
         if scale.partitions not in parts or scale.free != src.free:
             fail(*where, "operand shape",
-                  f"the scale of a {src.partitions} x {src.free} MX tile must be "
-                  f"{' or '.join(f'{n} x {src.free}' for n in sorted(set(parts)))}, not "
-                  f"{scale.partitions} x {scale.free}")
+                 f"the scale of a {src.partitions} x {src.free} MX tile must be "
+                 f"{' or '.join(f'{n} x {src.free}' for n in sorted(set(parts)))}, not "
+                 f"{scale.partitions} x {scale.free}")
 
     # --- while running ---------------------------------------------------------------------
     def bad_multiply(self, stream: str, index: int, ins: MultiplyMoving, stationary) -> None:
@@ -369,17 +373,17 @@ class Rules:
         fmt, k, m, double_row = stationary[:4]
         if double_row != ins.double_row:
             fail(stream, index, ins, "stationary",
-                  f"the loaded stationary is {'' if double_row else 'not '}a double row, the "
-                  f"multiply is {'' if ins.double_row else 'not '}one (double_row="
-                  f"{int(ins.double_row)})")
+                 f"the loaded stationary is {'' if double_row else 'not '}a double row, the "
+                 f"multiply is {'' if ins.double_row else 'not '}one (double_row="
+                 f"{int(ins.double_row)})")
         why = self._mismatch(fmt, isa.input_format(ins.src.dtype))
         if k != ins.src.partitions or why:
             fail(stream, index, ins, "stationary",
-                  f"the loaded stationary is {k} x {m} {fmt}, the moving tile has "
-                  f"{ins.src.partitions} partitions of {ins.src.dtype}"
-                  + (f" ({why})" if why else ""))
+                 f"the loaded stationary is {k} x {m} {fmt}, the moving tile has "
+                 f"{ins.src.partitions} partitions of {ins.src.dtype}"
+                 + (f" ({why})" if why else ""))
         fail(stream, index, ins, "operand shape",
-              f"dst has {ins.dst.partitions} partitions, the stationary {m} columns")
+             f"dst has {ins.dst.partitions} partitions, the stationary {m} columns")
 
     def partners(self, tile: str, fmt: str) -> bool:
         """Whether a multiply in ``fmt`` may read a stationary tile in ``tile``."""
