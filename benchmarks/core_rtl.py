@@ -10,8 +10,8 @@
    chip without the core, each in a fresh process, one after the other: wall, CPU (the
    process and its workers) and peak memory.
 4. ``sim``: simulated core cycles per wall-clock second, Verilator against Icarus, on the
-   program of :func:`sim.tb.core.throughput_program` at simulation scale, every engine busy
-   at once (the testbench quiet: no DMA, status polled every 1024 cycles; builds cached,
+   program of :func:`sim.tb.core_programs.throughput_program` at simulation scale, every
+   engine busy at once (the testbench quiet: no DMA, status polled every 1024 cycles; builds cached,
    not timed).
 
 Reproduce from the repository root: ``PYTHONPATH=. python benchmarks/core_rtl.py``

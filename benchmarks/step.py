@@ -1,6 +1,6 @@
 """Training-step model: a cold kernel-time cache for one design point, and design points per
 second with the kernel times cached, on one core, through :func:`explore.step.evaluate_many`
-and through the sweep metrics of ``gen explore`` (:func:`explore.step.evaluate_sweep`,
+and through the sweep metrics of ``gen explore`` (:func:`explore.step_sweep.evaluate_sweep`,
 which groups points by core). Prints the figures benchmarks/step.md quotes.
 
     PYTHONPATH=. PYTHONSAFEPATH=1 python benchmarks/step.py
@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from explore import step
+from explore import step, step_cli, step_sweep
 from explore.kerneltimes import KernelTimes
 from hdl.params import core_params
 from specs.loader import load
@@ -27,11 +27,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         times = KernelTimes(params, tmp)
         t0 = time.perf_counter()
-        run = step.from_cli("trn1.32xlarge", "llama2-7b", tp=8, nodes=16, times=times)
+        run = step_cli.from_cli("trn1.32xlarge", "llama2-7b", tp=8, nodes=16, times=times)
         cold = time.perf_counter() - t0
         print(f"cold cache, one design point (llama2-7b, trn1.32xlarge x 16, TP 8): "
               f"{cold:.2f} s, {times.computed} kernels simulated")
-        base, _, _ = step.resolve("trn1.32xlarge")
+        base, _, _ = step_cli.resolve("trn1.32xlarge")
         t = run.workload
         # every point valid: 3 TP x 3 PP x 2 recompute x 3 node counts x 2,000 EFA bandwidths
         grid = np.meshgrid([8, 16, 32], [1, 2, 4], [1, 2], [16, 32, 64],
@@ -68,12 +68,12 @@ def main() -> None:
         values = {k: np.full(size, base.values[k]) for k in model.PARAMS}
         values.update(nodes=mesh[0].ravel().astype(float), link_bandwidth=mesh[1].ravel(),
                       hbm_capacity=mesh[2].ravel())
-        step._TIMES[params] = times
-        metrics = list(step.SWEEP_METRICS)
+        step_sweep._TIMES[params] = times
+        metrics = list(step_sweep.SWEEP_METRICS)
         best = math.inf
         for _ in range(3):
             t0 = time.perf_counter()
-            out = step.evaluate_sweep(values, base, work, metrics)
+            out = step_sweep.evaluate_sweep(values, base, work, metrics)
             best = min(best, time.perf_counter() - t0)
         assert out["lowered_valid"].all()
         print(f"gen explore lowered-step metrics: {size / best:,.0f} design points/s "

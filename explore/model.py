@@ -9,7 +9,7 @@ the benchmark.
 
 Per rank (one logical NeuronCore of ``lnc`` physical cores) and GEMM:
 
-- tensor engine: :func:`sim.golden.systolic.matmul_cycles`, the closed form of the systolic
+- tensor engine: :func:`sim.golden.systolic_cycles.matmul_cycles`, the closed form of the systolic
   array's RTL-checked cycle model that the system model uses too: tiles of ``K <= rows``
   (twice that for double-rate formats), ``M <= cols``, ``N <= moving_max``; a new tile every
   ``max(n / min(rate, 1), ceil(m / load_columns) + 1)`` cycles (formats below one MAC per
@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hdl import area as synthesis
-from sim.golden import systolic
+from sim.golden import systolic_cycles
 from sim.system import collectives, formulas, topology
 from sim.system import model as system_model
 from specs import loader
@@ -535,8 +535,8 @@ def _cycles_loop(m, k, n, rows, cols, rate, base: Base, lnc) -> float:
     """Cycles by counting the LoadStationary + MultiplyMoving pairs of each tile shape:
     passes of ``rows`` contraction indices (twice that at double rate), stationary tiles of
     ``cols`` columns, moving tiles of ``moving_max``, each pair costing the array's
-    :func:`sim.golden.systolic.tile_interval` (``1 / rate`` cycles per moving column below
-    one MAC per PE per cycle), then :func:`sim.golden.systolic.stream_tail`. Where ``k``
+    :func:`sim.golden.systolic_cycles.tile_interval` (``1 / rate`` cycles per moving column below
+    one MAC per PE per cycle), then :func:`sim.golden.systolic_cycles.stream_tail`. Where ``k``
     fits a tile of ``rows / w`` rows (``w`` a way of the array's tiling), stationary tiles
     of ``cols / w`` columns, ``w`` pairs at once; the fastest way counts."""
     slow = 1.0 / min(rate, 1.0)
@@ -547,14 +547,14 @@ def _cycles_loop(m, k, n, rows, cols, rate, base: Base, lnc) -> float:
 
     def walk(m_size, n_size, ways):
         t_cols = cols // ways
-        pairs = sum(mc * nc * float(systolic.tile_interval(mt, nt, base.load_columns, slow,
-                                                           ways))
+        pairs = sum(mc * nc * float(systolic_cycles.tile_interval(mt, nt, base.load_columns,
+                                                                  slow, ways))
                     for mt, mc in pieces(m_size, t_cols)
                     for nt, nc in pieces(n_size, base.moving_max))
         passes = math.ceil(k / (rows * max(rate, 1.0))) if ways == 1 else 1
         first_m, first_n = min(m_size, t_cols), min(n_size, base.moving_max)
-        return passes * pairs + float(systolic.stream_tail(first_m, first_n, rows, cols,
-                                                            base.load_columns, slow, ways))
+        return passes * pairs + float(systolic_cycles.stream_tail(first_m, first_n, rows, cols,
+                                                                  base.load_columns, slow, ways))
     mt = math.ceil(m / cols)
     return min(min(walk(math.ceil(mt / lnc) * cols, n, w), walk(m, math.ceil(n / lnc), w))
                for w in sorted(set(base.tiles) | {1}) if w == 1 or k <= rows // w)

@@ -38,7 +38,7 @@ from specs.console import console as whole_console
 from specs.files import remove_stale_temporaries, replace_atomically
 from specs.loader import load_document
 
-from . import model, step
+from . import model, step_sweep
 from . import sweep as sweeps
 from .workloads import Workload
 
@@ -54,11 +54,11 @@ def evaluate_chunk(values: dict[str, np.ndarray], base: model.Base, work: Worklo
     """
     out = model.evaluate(values, base, work)
     size = len(out["step_time"])
-    lowered = [m for m in metrics if m in step.SWEEP_METRICS]
+    lowered = [m for m in metrics if m in step_sweep.SWEEP_METRICS]
     if lowered:
         full = {k: np.broadcast_to(np.asarray(values.get(k, base.values[k]), float), (size,))
                 for k in model.PARAMS}
-        out.update(step.evaluate_sweep(full, base, work, lowered))
+        out.update(step_sweep.evaluate_sweep(full, base, work, lowered))
     cols = {"point": np.arange(first_point, first_point + size, dtype=np.int64),
             "workload": pd.Categorical([work.name] * size)}
     cols.update({k: np.broadcast_to(np.asarray(values.get(k, base.values[k]), float), (size,))

@@ -42,7 +42,7 @@ from specs.yamlsrc import Positions
 
 from . import model, workloads
 from .specio import Strict, load_model
-from .step import SWEEP_METRICS
+from .step_sweep import SWEEP_METRICS
 
 SWEEP_ROOT = Path(__file__).resolve().parent / "sweeps"
 PosInt = Annotated[int, Field(gt=0)]

@@ -449,6 +449,7 @@ def step_cmd(system, workload, tp, pp, dp, nodes, micro_batch, recompute, seq, b
     time, sequences and tokens per second, MFU, the breakdown and the memory per rank.
     Options given as comma-separated lists sweep every combination and print the best."""
     from explore import step as steps
+    from explore import step_cli
 
     lists = {"tp": tp, "pp": pp, "dp": dp, "nodes": nodes, "micro_batch": micro_batch,
              "recompute": recompute}
@@ -463,7 +464,7 @@ def step_cmd(system, workload, tp, pp, dp, nodes, micro_batch, recompute, seq, b
         one = {k: (v[0] if v is not None else None) for k, v in lists.items()}
         if one["recompute"] is None:
             one.pop("recompute")
-        run = steps.from_cli(system, workload, **one, **options)
+        run = step_cli.from_cli(system, workload, **one, **options)
     except steps.StepError as exc:
         raise SpecError(str(exc)) from None
     r, lay = run.result, run.result.layout
@@ -496,8 +497,10 @@ def step_cmd(system, workload, tp, pp, dp, nodes, micro_batch, recompute, seq, b
 
 
 def _step_grid(steps, system, workload, lists, options, plot, output, shown=15):
+    from explore import step_cli
+
     lists = {k: v for k, v in lists.items() if k != "dp"}
-    t, table = steps.grid(system, workload, **lists, **options)
+    t, table = step_cli.grid(system, workload, **lists, **options)
     ok = table[table["valid"] & table["fits"]].sort_values("sequences_per_second",
                                                            ascending=False)
     click.echo(f"{system}: {t.name}, {len(table)} design points, {int(table['valid'].sum())} "

@@ -210,7 +210,8 @@ def _core_names(params, sim, seed, kernel=None) -> list[str]:
     """The programs `gen sim --unit core` runs (``kernel`` alone: a program or kernel name,
     or ``random``); raises InputError for a program the core simulator rejects or the RTL
     cannot run, so that it is never simulated."""
-    from sim.tb.core import MX_PROGRAMS, PROGRAMS, RANDOM, check_program, program_names
+    from sim.tb.core import check_program
+    from sim.tb.core_programs import MX_PROGRAMS, PROGRAMS, RANDOM, program_names
     from specs.errors import InputError
 
     if kernel is not None:

@@ -23,7 +23,7 @@ from hdl.params import core_params
 from hdl.tensor.params import SystolicParams
 from hdl.vector.ops import Reduce, VectorOp
 from sim.core import Core, Program, ProgramError
-from sim.golden import systolic
+from sim.golden import systolic_cycles
 from specs.loader import load
 
 
@@ -52,8 +52,8 @@ def test_tensor_timing_is_the_cycle_model(trn1, fmt, k, m, n):
     array = SystolicParams(rows=128, cols=128, formats=(fmt,),
                            double_rate=(fmt,) if fmt == "fp8_e4m3" else (),
                            quarter_rate=(fmt,) if fmt == "fp32" else ())  # the spec's rates
-    sched = systolic.schedule(array, [systolic.Load(k, m, fmt), systolic.Multiply(n, fmt=fmt)]
-                              * pairs)
+    sched = systolic_cycles.schedule(array, [systolic_cycles.Load(k, m, fmt),
+                                             systolic_cycles.Multiply(n, fmt=fmt)] * pairs)
     clock = trn1.clock("tensor")
     starts = [round(e["ts"] * 1e-6 * clock) for e in r.events if e["name"] == "matmul"]
     assert starts == list(sched.accepted[1::2])
@@ -274,7 +274,7 @@ def test_unordered_access_is_a_race(trn1):
 
 
 def test_hbm_footprints_overlap_exactly(seed):
-    from sim.core.machine import _footprint, _overlap
+    from sim.core.races import footprint, overlap
 
     rng = np.random.default_rng(seed)
     for _ in range(400):
@@ -290,7 +290,7 @@ def test_hbm_footprints_overlap_exactly(seed):
                     for byte in range(2)}
 
         exact = bool(touched(aps[0]) & touched(aps[1]))
-        found = _overlap(_footprint(aps[0]), _footprint(aps[1]))
+        found = overlap(footprint(aps[0]), footprint(aps[1]))
         assert found or not exact  # never misses a shared byte
         if aps[0].dims[0][1] == 1 and aps[1].dims[0][1] == 1:
             assert found == exact  # rows of contiguous bytes: exact
@@ -337,9 +337,9 @@ def test_multiply_must_match_its_tile_in_rate(trn1):
 def test_tf32_mixes_with_no_other_format(trn1):
     """"FP32/TF32 not mixed with others" [ISA]: tf32 runs at bf16's rate, yet a bf16 tile
     takes no tf32 moving tile, nor a tf32 tile an fp16 one (programs: test_core_formats.py)."""
-    core = Core(trn1)
-    assert core._partners("bf16", "fp16") and core._partners("tf32", "tf32")
-    assert not core._partners("bf16", "tf32") and not core._partners("tf32", "fp16")
+    rules = Core(trn1).rules
+    assert rules.partners("bf16", "fp16") and rules.partners("tf32", "tf32")
+    assert not rules.partners("bf16", "tf32") and not rules.partners("tf32", "fp16")
 
 
 def test_transpose_is_the_arrays_pass(trn1):
@@ -364,7 +364,8 @@ def test_transpose_is_the_arrays_pass(trn1):
     assert np.array_equal(got, raw.view(ml_dtypes.bfloat16).T.view(np.uint16))
     alone = Core(trn1).run(program(tensor=[Transpose(dst=dst, src=src)]), timing_only=True)
     array = SystolicParams(rows=128, cols=128, formats=("bf16",))
-    total = systolic.schedule(array, [systolic.Load(k, m), systolic.Transpose(k)]).total
+    total = systolic_cycles.schedule(array, [systolic_cycles.Load(k, m),
+                                             systolic_cycles.Transpose(k)]).total
     assert round(alone.time * trn1.clock("tensor")) == total
     bad = [Transpose(dst=AP("psum", "fp32", 0, m, 0, ((k, 1),)), src=src)]
     with pytest.raises(ProgramError, match=r"tensor\[0\].*format: a transpose writes its "
@@ -428,7 +429,7 @@ def test_a_stationary_takes_the_smallest_tile_that_holds_it(tiles):
     if tiles == (1, 2, 4):  # trn2's array at simulation scale
         p = core_params(load("trn2"), "sim")
         assert (p.tensor.rows, p.tensor.cols, p.tensor.tiles) == (8, 8, tiles)
-        placed = [Core(p)._placement(LoadStationary(src=sbuf(0, k, 0, m, "fp8_e4m3")))
+        placed = [Core(p).rules.placement(LoadStationary(src=sbuf(0, k, 0, m, "fp8_e4m3")))
                   for k, m in cases]
         assert [(q.row_size, q.col_size) for q in placed] == want
 
@@ -449,10 +450,10 @@ def test_tiles_at_disjoint_positions_multiply_at_once(trn1):
             ins += [LoadStationary(src=sbuf(row, 64, 0, 64, "bf16"), row=row, col=col),
                     MultiplyMoving(dst=psum(col, 64, 0, n), src=sbuf(row, 64, 4096, n, "bf16"),
                                    row=row, col=col)]
-            golden += [systolic.Load(64, 64, "bf16", row=row, col=col, **half),
-                       systolic.Multiply(n, fmt="bf16", row=row, col=col)]
+            golden += [systolic_cycles.Load(64, 64, "bf16", row=row, col=col, **half),
+                       systolic_cycles.Multiply(n, fmt="bf16", row=row, col=col)]
         r = Core(trn1).run(program(tensor=ins), timing_only=True, trace=True)
-        sched = systolic.schedule(array, golden)
+        sched = systolic_cycles.schedule(array, golden)
         starts = [round(e["ts"] * 1e-6 * clock) for e in r.events if e["name"] == "matmul"]
         assert starts == list(sched.accepted[1::2])
         assert round(r.time * clock) == sched.total

@@ -25,8 +25,8 @@ from hdl.core.isa import (
 from hdl.params import core_params
 from kernels.builder import Builder
 from sim.core import Core, Program, ProgramError
-from sim.core.machine import rtl_cycle_bound
-from sim.golden.systolic import matmul_cycles
+from sim.core.rtl_bound import rtl_cycle_bound
+from sim.golden.systolic_cycles import matmul_cycles
 from specs.loader import load
 
 ML = {"fp8_e4m3": ml_dtypes.float8_e4m3, "fp8_e5m2": ml_dtypes.float8_e5m2}

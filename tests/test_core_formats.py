@@ -22,7 +22,7 @@ from hdl.core.isa import (
     parse,
 )
 from sim.core import Core, Program, ProgramError
-from sim.golden import systolic
+from sim.golden import systolic, systolic_cycles
 
 
 def tile(space, dtype, p0, n, off, free):
@@ -230,8 +230,8 @@ def test_mx_stream_is_the_one_cost_rule(trn3, fmt, rate):
     prog.streams = {"tensor": ins}
     r = Core(trn3).run(prog, timing_only=True)
     k = 3 * 128 * (4 if mx else 1)
-    want = systolic.matmul_cycles(128, k, 512, trn3.rows, trn3.cols, rate, trn3.moving_max,
-                                  trn3.tensor.load_columns)
+    want = systolic_cycles.matmul_cycles(128, k, 512, trn3.rows, trn3.cols, rate, trn3.moving_max,
+                                         trn3.tensor.load_columns)
     assert r.time * trn3.clock("tensor") == pytest.approx(want, abs=1e-6)
     assert trn3.rate(fmt.removesuffix("_x4")) == rate
 

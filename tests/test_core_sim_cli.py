@@ -10,7 +10,8 @@ from hdl.core.isa import AP, Activation, Iota, TensorCopy
 from hdl.params import core_params
 from hdl.vector.convert import ENGINE_FORMATS
 from sim.core import Core, Program
-from sim.tb.core import RANDOM, build_program, check_program, rtl_refusal
+from sim.tb.core import check_program, rtl_refusal
+from sim.tb.core_programs import RANDOM, build_program
 from sim.tb.runner import skip_unless_available
 from specs.loader import load
 

@@ -25,7 +25,7 @@ from sim.core import Core, ProgramError
 from sim.golden import activation, vector
 from sim.system.execute import run as execute
 from sim.system.model import build
-from sim.tb import core as core_tb
+from sim.tb import core_programs
 from specs.errors import ModelError
 from specs.loader import load
 
@@ -140,7 +140,7 @@ def test_core_simulator_refuses_stochastic_rounding_without_it(tmp_path):
 
 
 def test_gen_sim_refuses_a_stochastic_program_on_a_chip_without_it(tmp_path, monkeypatch):
-    monkeypatch.setitem(core_tb.PROGRAMS, "stochastic_copy", (_stochastic_copy, False))
+    monkeypatch.setitem(core_programs.PROGRAMS, "stochastic_copy", (_stochastic_copy, False))
     result = CliRunner().invoke(main, ["sim", str(_rne_spec(tmp_path)), "--unit", "core",
                                        "--sim", "icarus", "--kernel", "stochastic_copy"])
     assert result.exit_code == 2, result.output

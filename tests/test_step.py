@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import kernels
-from explore import model, step, workloads
+from explore import model, step, step_cli, step_lowering, step_sweep, workloads
 from explore.kerneltimes import KernelTimes
 from generators.cli import main
 from hdl.params import core_params
@@ -28,7 +28,7 @@ def times():
 
 @pytest.fixture(scope="module")
 def llama(times):
-    return step.from_cli("trn1.32xlarge", "llama2-7b", tp=8, nodes=16, times=times)
+    return step_cli.from_cli("trn1.32xlarge", "llama2-7b", tp=8, nodes=16, times=times)
 
 
 def run(*args):
@@ -56,7 +56,7 @@ def test_published_trn1_anchors(name, times):
 
     assert "NEURON-TRN1-TRAIN" in sources()
     workload, options, published = ANCHORS[name]
-    r = step.from_cli("trn1.32xlarge", workload, times=times, **options).result
+    r = step_cli.from_cli("trn1.32xlarge", workload, times=times, **options).result
     assert r.fits
     assert r.sequences_per_second == pytest.approx(published, rel=0.25)
 
@@ -95,8 +95,8 @@ def test_breakdown_adds_up_to_the_step(llama, times):
 
 
 def test_gemm_only_brings_back_the_optimistic_figure(llama, times):
-    only = step.from_cli("trn1.32xlarge", "llama2-7b", tp=8, nodes=16, gemm_only=True,
-                         times=times).result
+    only = step_cli.from_cli("trn1.32xlarge", "llama2-7b", tp=8, nodes=16, gemm_only=True,
+                             times=times).result
     assert only.parts["other"] == only.parts["optimizer"] == 0.0
     base = model.base_from_spec("trn1.32xlarge")
     analytic = model.evaluate({"nodes": np.array([16.0])}, base,
@@ -127,13 +127,13 @@ def test_lowered_gemms_do_the_layers_flops(llama):
 
 def test_causal_fraction_by_hand():
     # 1024 queries in tiles of 128, keys in blocks of 512: tiles 0-3 need 1 block, 4-7 need 2
-    assert step.causal_fraction(1024, 128) == pytest.approx((4 * 1 + 4 * 2) / (8 * 2))
-    assert step.causal_fraction(512, 128) == 1.0
+    assert step_lowering.causal_fraction(1024, 128) == pytest.approx((4 * 1 + 4 * 2) / (8 * 2))
+    assert step_lowering.causal_fraction(512, 128) == 1.0
 
 
 def test_full_recomputation_reruns_the_forward_gemms(llama, times):
-    full = step.from_cli("trn1.32xlarge", "llama2-7b", tp=8, nodes=16, recompute="full",
-                         times=times).result
+    full = step_cli.from_cli("trn1.32xlarge", "llama2-7b", tp=8, nodes=16, recompute="full",
+                             times=times).result
     # the forward is a third of the layers' GEMM work: full recomputation adds about that
     ratio = full.parts["gemm"] / llama.result.parts["gemm"]
     assert 1.2 < ratio < 1.4
@@ -141,23 +141,23 @@ def test_full_recomputation_reruns_the_forward_gemms(llama, times):
 
 
 def test_pipeline_bubble_and_memory(times):
-    pp = step.from_cli("trn1.32xlarge", "llama2-7b", tp=8, pp=4, nodes=16, times=times).result
+    pp = step_cli.from_cli("trn1.32xlarge", "llama2-7b", tp=8, pp=4, nodes=16, times=times).result
     assert pp.layout.dp == 16 and pp.micro_batches == 64
     per_micro = (pp.parts["gemm"] + pp.parts["other"]) / pp.micro_batches
     # 1F1B: (pp - 1) micro-batch slots idle, each at least one micro-batch's kernels
     assert pp.parts["bubble"] >= 3 * per_micro
     assert pp.parts["bubble"] < 3 * per_micro * 1.3
-    big = step.from_cli("trn1.32xlarge", "gpt3-175b", nodes=16, times=times).result
+    big = step_cli.from_cli("trn1.32xlarge", "gpt3-175b", nodes=16, times=times).result
     assert big.fits and big.layout.tp * big.layout.pp == 256
     assert sum(big.memory.values()) <= big.hbm_per_rank
     with pytest.raises(step.StepError, match="divide the 512 ranks"):
-        step.from_cli("trn1.32xlarge", "gpt3-175b", tp=32, pp=12, nodes=16, times=times)
+        step_cli.from_cli("trn1.32xlarge", "gpt3-175b", tp=32, pp=12, nodes=16, times=times)
 
 
 def test_gpt3_175b_without_pipeline_does_not_fit(times):
     # the per-layer kernels are those of the TP 32 x PP 8 split above (cached)
-    r = step.from_cli("trn1.32xlarge", "gpt3-175b", tp=32, pp=1, nodes=16,
-                      recompute="full", times=times).result
+    r = step_cli.from_cli("trn1.32xlarge", "gpt3-175b", tp=32, pp=1, nodes=16,
+                          recompute="full", times=times).result
     params = workloads.transformer_params(workloads.load_spec("gpt3-175b"))
     # hand-worked: bf16 weights, 2 x 175e9 / 32, and the fp32 accumulators of the gradients
     # over 1536 / 16 = 96 micro-batches, 4 x 175e9 / 32: 32.8 GB > 16 GiB
@@ -198,7 +198,7 @@ def test_every_bundled_transformer_lowers(times):
         spec = workloads.load_spec(name)
         if not isinstance(spec, workloads.Transformer):
             continue
-        calls = step.lower(spec, step.Layout(tp=spec.parallel.tensor))
+        calls = step_lowering.lower(spec, step_lowering.Layout(tp=spec.parallel.tensor))
         kinds = {c.kernel for c in calls["forward"]}
         assert ("swiglu" in kinds) == spec.gated_ffn
         assert ("layernorm" in kinds) == (spec.norm == "layernorm")
@@ -206,7 +206,7 @@ def test_every_bundled_transformer_lowers(times):
 
 
 def test_many_points_at_once_match_one_at_a_time(times):
-    base, _, _ = step.resolve("trn1.32xlarge")
+    base, _, _ = step_cli.resolve("trn1.32xlarge")
     t = workloads.load_spec("llama2-7b")
     grid = [(8, 1, 1, "selective", 16), (8, 2, 1, "full", 16), (8, 4, 1, "none", 32),
             (8, 1, 1, "selective", 3), (8, 2, 1, "selective", 64)]
@@ -224,7 +224,7 @@ def test_many_points_at_once_match_one_at_a_time(times):
 
 
 def test_faster_efa_only_shortens_communication(times):
-    base, _, _ = step.resolve("trn1.32xlarge")
+    base, _, _ = step_cli.resolve("trn1.32xlarge")
     t = workloads.load_spec("llama2-7b")
     efa = base.efa_bandwidth * np.array([1.0, 4.0])
     out = step.evaluate_many(t, base, times, tp=8, pp=1, micro_batch=1, nodes=16,
@@ -259,10 +259,10 @@ def test_grid_through_the_cli(tmp_path, llama):
 def test_lowered_step_as_sweep_metrics(llama):
     from explore import run
 
-    base, params, _ = step.resolve("trn1.32xlarge")
+    base, params, _ = step_cli.resolve("trn1.32xlarge")
     work = workloads.load("llama2-7b", tensor=8)
     nodes = np.array([16.0, 32.0, 3.0])
-    metrics = list(step.SWEEP_METRICS)
+    metrics = list(step_sweep.SWEEP_METRICS)
     table = run.evaluate_chunk({"nodes": nodes}, base, work, metrics, 0)
     # the base point of the sweep is `gen step`'s single evaluation of the same split
     one = table.iloc[0]
@@ -278,11 +278,11 @@ def test_lowered_step_as_sweep_metrics(llama):
 
 
 def test_core_variant_by_hand():
-    base, params, _ = step.resolve("trn1.32xlarge")
-    assert step.core_variant(base, base.values) == params
+    base, params, _ = step_cli.resolve("trn1.32xlarge")
+    assert step_sweep.core_variant(base, base.values) == params
     point = {**base.values, "rows": 64, "cols": 256, "clock": 2.0e9, "sbuf": 16 * 2**20,
              "hbm_bandwidth": 400e9}
-    v = step.core_variant(base, point)
+    v = step_sweep.core_variant(base, point)
     assert (v.rows, v.cols, v.clock("tensor"), v.clock("vector")) == \
         (64, 256, 2.0e9, params.clock("vector"))
     assert (v.tensor.rows, v.tensor.cols) == (64, 256)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hdl.tensor.params import SystolicParams
-from sim.golden import systolic
+from sim.golden import systolic_cycles
 from sim.system import formulas
 from sim.system.model import (
     Chip,
@@ -374,7 +374,7 @@ def test_tile_interval_is_the_replayed_sequencer():
         params = SystolicParams(rows=128, cols=128, formats=(fmt,), moving_max=512,
                                 double_rate=(fmt,) if double else (),
                                 load_columns=t.load_columns)
-        assert tile_interval(t, fmt, k, m, n) == systolic.cycles(params, k, m, n)["interval"]
+        assert tile_interval(t, fmt, k, m, n) == systolic_cycles.cycles(params, k, m, n)["interval"]
     # FP32 at a quarter rate: four times the bf16 tile.
     assert tile_interval(t, "fp32", 128, 128, 512) == 4 * 512
 

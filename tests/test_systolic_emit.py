@@ -83,7 +83,7 @@ def test_quarter_rate_gate_only_with_a_quarter_rate_format():
     only in an array with a quarter-rate format; elsewhere no multiply waits for a column."""
     from amaranth.back import rtlil
 
-    from hdl.tensor.systolic import SystolicGroup
+    from hdl.tensor.sequencer import SystolicGroup
 
     for quarter in ((), ("fp32",)):
         params = SystolicParams(rows=2, cols=2, formats=("bf16", "fp32"), quarter_rate=quarter,

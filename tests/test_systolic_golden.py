@@ -16,14 +16,14 @@ import pytest
 
 from hdl.numerics.formats import format_by_name
 from hdl.tensor.params import SystolicParams
-from sim.golden import systolic
-from sim.golden.systolic import (
+from sim.golden import systolic, systolic_cycles
+from sim.golden.systolic import matmul
+from sim.golden.systolic_cycles import (
     Load,
     Multiply,
     Sequencer,
     Transpose,
     cycles,
-    matmul,
     matmul_cycles,
     schedule,
     tile_interval,
@@ -388,7 +388,7 @@ def test_transpose_times_as_a_full_rate_multiply():
         assert schedule(p, program) == schedule(p, timed)
     for k, m in ((1, 1), (4, 6), (3, 2)):
         beats = -(-m // p.beat_columns)
-        c = systolic.transpose_cycles(p, k, m)
+        c = systolic_cycles.transpose_cycles(p, k, m)
         assert c == {"issue": beats + k, "total": beats + k + p.rows + p.cols + 3}
 
 
@@ -572,7 +572,7 @@ def test_tiled_streams_follow_the_rule(rows, cols, load_columns, ways):
                         Multiply(n, fmt=fmt, **at)]
         total = schedule(p, program).total
         assert total == pairs * tile_interval(m, n, p.beat_columns, slow, ways) \
-            + systolic.stream_tail(m, n, rows, cols, p.beat_columns, slow, ways)
+            + systolic_cycles.stream_tail(m, n, rows, cols, p.beat_columns, slow, ways)
     # a whole matmul, k within a tile's rows: its pairs on the diagonal in turn
     k, m, n = gr, gc * ways, 24 * 2
     program = []

@@ -43,7 +43,7 @@ its own access pattern), so an MX instruction takes the cycles of any other. The
 ``i`` carries the byte of partition ``scale.partition + mx_scale_partition(i // 8)`` at
 bits :attr:`~hdl.tensor.params.SystolicParams.mx_scale_lsb` up (scale groups count from the
 tile's first row), as the array takes it and as the core simulator reads the scales
-(``mx_tile`` of :mod:`sim.core.machine`).
+(``mx_tile`` of :mod:`sim.core.data`).
 
 A double row (``double_row``, a double-rate format: fp8; ``src`` is ``[P, 2, free]``, its
 outermost free dimension the pair axis) uses the same second read: ``r`` walks ``src`` with
@@ -53,7 +53,7 @@ cycles of a plain fp8 instruction of its columns. The tile's row ``i`` carries p
 ``src.partition + i``'s pair 0 element in bits 0-7 and its pair 1 element in bits 8-15: the
 array's contraction indices ``2i`` and ``2i + 1``, which are ``i`` and ``P + i`` of the
 contraction (:func:`~hdl.core.isa.double_row_order`), as the core simulator orders them
-(``tensor_codes`` of :mod:`sim.core.machine`). The array takes ``k = 2P`` indices and the
+(``tensor_codes`` of :mod:`sim.core.data`). The array takes ``k = 2P`` indices and the
 tile the whole width (:meth:`~hdl.tensor.params.SystolicParams.tile_groups`). The second
 port reads SBUF alone, so a double row's ``src`` is in SBUF.
 
@@ -87,8 +87,8 @@ from hdl.core.isa import (
     mx_scale_partition,
 )
 from hdl.numerics.fpu import FpAdd32
+from hdl.tensor.signatures import Op
 from hdl.tensor.structural import UNIT_TOP, ArrayInstance
-from hdl.tensor.systolic import Op
 from hdl.vector.lanes import FP_MODULES, add_lane, lane_verilog
 
 __all__ = ["COLUMN_MODULE", "SLICE_MODULE", "TENSOR_OPS", "TensorColumn", "TensorEngine",

@@ -56,7 +56,7 @@ class SystolicParams:
         ``rows / w`` PE rows by ``cols / v`` PE columns (``w``, ``v`` in ``tiles``) at a
         position that is a multiple of its size. Tiles on disjoint row groups and disjoint
         column groups of ``rows / max(tiles)`` by ``cols / max(tiles)`` PEs run at once
-        (:func:`sim.golden.systolic.schedule`). Always holds 1, the whole array. The RTL
+        (:func:`sim.golden.systolic_cycles.schedule`). Always holds 1, the whole array. The RTL
         runs every tile position and size of its tiling
         (:class:`~hdl.tensor.systolic.SystolicArray`).
 

@@ -24,13 +24,11 @@ from amaranth.lib.wiring import In, Out
 
 from hdl.vector.lanes import lane_verilog
 
+from .datapath import PsumColumn, SystolicRow
 from .params import SystolicParams
 from .pe import ProcessingElement, ctl_layout
-from .systolic import (
-    PsumColumn,
-    SystolicControl,
-    SystolicGroup,
-    SystolicRow,
+from .sequencer import SystolicControl, SystolicGroup
+from .signatures import (
     cmd_layout,
     meta_layout,
     moving_signature,

@@ -1,9 +1,9 @@
 """The core's cost rules, one per kind of instruction (cycles of the engine's own clock).
 
 * Tensor engine: the systolic array's RTL-checked cycle model
-  (:func:`sim.golden.systolic.cycles`) in the instruction's format, fp32's quarter rate
+  (:func:`sim.golden.systolic_cycles.cycles`) in the instruction's format, fp32's quarter rate
   included; a transpose is the array's load and transpose pass
-  (:func:`sim.golden.systolic.transpose_cycles`), one column a cycle in every format.
+  (:func:`sim.golden.systolic_cycles.transpose_cycles`), one column a cycle in every format.
 * Vector, scalar and GpSimd: ``access_start + max(min_interval, passes * N / e)`` for ``N``
   elements per partition, ``e`` elements per lane per cycle, ``passes`` the element streams
   the instruction reads (doubled where a minor stride exceeds ``stride_penalty``) [NKI2,
@@ -16,24 +16,24 @@ from __future__ import annotations
 from functools import lru_cache
 
 from hdl.core.params import CoreParams
-from sim.golden import systolic
+from sim.golden import systolic_cycles
 
 __all__ = ["dma_seconds", "stream_cycles", "tensor_cycles", "transpose_cycles"]
 
 
 @lru_cache(maxsize=4096)
 def tensor_cycles(params: CoreParams, fmt: str, k: int, m: int, n: int) -> dict[str, float]:
-    """:func:`sim.golden.systolic.cycles` of a ``k x m`` stationary, ``k x n`` moving matmul
+    """:func:`sim.golden.systolic_cycles.cycles` of a ``k x m`` stationary, ``k x n`` moving matmul
     in ``fmt`` (a name of the core's formats) on the core's array."""
-    c = systolic.cycles(params.tensor, k, m, n, params.array_format(fmt))
+    c = systolic_cycles.cycles(params.tensor, k, m, n, params.array_format(fmt))
     return {key: float(c[key]) for key in ("load", "multiply", "latency", "interval")}
 
 
 @lru_cache(maxsize=4096)
 def transpose_cycles(params: CoreParams, k: int, m: int) -> dict[str, float]:
-    """:func:`sim.golden.systolic.transpose_cycles` of a ``k x m`` tile on the core's array:
+    """:func:`sim.golden.systolic_cycles.transpose_cycles` of a ``k x m`` tile on the core's array:
     ``issue`` (the array's occupancy) and ``total`` (to the last output beat)."""
-    c = systolic.transpose_cycles(params.tensor, k, m)
+    c = systolic_cycles.transpose_cycles(params.tensor, k, m)
     return {key: float(c[key]) for key in ("issue", "total")}
 
 

@@ -8,15 +8,16 @@ evaluate millions of design points with the same arithmetic as the system model
 Tensor-engine throughput counts a multiply-accumulate as two operations:
 ``peak = rows * cols * 2 * clock * rate`` per core, where ``rate`` is the multiply-accumulates
 per processing element per cycle for the input format (2 for double-rate FP8, 0.25 for FP32).
-A matmul's tensor-engine cycles are :func:`sim.golden.systolic.matmul_cycles`, the closed form
-of the systolic array's RTL-checked cycle model, re-exported here as :func:`matmul_cycles`.
+A matmul's tensor-engine cycles are :func:`sim.golden.systolic_cycles.matmul_cycles`, the
+closed form of the systolic array's RTL-checked cycle model, re-exported here as
+:func:`matmul_cycles`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from sim.golden.systolic import matmul_cycles
+from sim.golden.systolic_cycles import matmul_cycles
 
 __all__ = [
     "buffer_bytes",

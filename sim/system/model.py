@@ -9,9 +9,9 @@ arrays welcome); this module maps spec fields onto it and returns pint quantitie
 Two figures measured on the RTL feed the model, so a change in the RTL shows up at every
 level above it:
 
-- the tensor engine's cycles per matmul, :func:`sim.golden.systolic.matmul_cycles`: the closed
-  form of the cycle model the systolic array's RTL is checked against, the same function the
-  exploration model and the core simulator use (:func:`sustained`, :func:`tile_interval`);
+- the tensor engine's cycles per matmul, :func:`sim.golden.systolic_cycles.matmul_cycles`: the
+  closed form of the cycle model the systolic array's RTL is checked against, the same function
+  the exploration model and the core simulator use (:func:`sustained`, :func:`tile_interval`);
 - the NeuronLink efficiency (``link_efficiency``, default :func:`default_link_efficiency`:
   the link's golden model, framing, credit and replay loops, on the spec's link parameters),
   which scales the link bandwidth in the collective times.
@@ -42,7 +42,7 @@ from hdl.core.params import CoreParams
 from hdl.params import core_params, link_params
 from sim.core.costs import stream_cycles
 from sim.golden import link as golden_link
-from sim.golden import systolic
+from sim.golden import systolic_cycles
 from specs import units
 from specs.errors import ModelError
 from specs.loader import find, load_document
@@ -145,10 +145,10 @@ def _group_rate(tensor: TensorSpec, group: str) -> float | None:
 def tile_interval(tensor: TensorSpec, fmt: str, k: int, m: int, n: int) -> float:
     """Steady-state cycles of one LoadStationary + MultiplyMoving pair on a tile of ``k x m``
     stationary and ``k x n`` moving, the load hidden behind the previous multiply:
-    :func:`sim.golden.systolic.tile_interval`, with ``1 / rate`` cycles per moving column for
+    :func:`sim.golden.systolic_cycles.tile_interval`, with ``1 / rate`` cycles per moving column for
     formats below one MAC per PE per cycle (fp32 at a quarter rate, as the array runs it)."""
     slow = 1.0 / min(rate(tensor, fmt), 1.0)
-    return float(systolic.tile_interval(m, n, tensor.load_columns, slow))
+    return float(systolic_cycles.tile_interval(m, n, tensor.load_columns, slow))
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ def _pieces(size: int, tile: int) -> list[tuple[int, int]]:
 
 def sustained(chip: ChipSpec, m: int, k: int, n: int, fmt: str) -> Sustained:
     """Sustained throughput of an ``m x k`` by ``k x n`` matmul in ``fmt`` on every core:
-    :func:`sim.golden.systolic.matmul_cycles` on the spec's array and its tiling."""
+    :func:`sim.golden.systolic_cycles.matmul_cycles` on the spec's array and its tiling."""
     for name, v in (("m", m), ("k", k), ("n", n)):
         if not (isinstance(v, int) and v >= 1):
             raise ModelError(f"{name} must be a positive integer, not {v!r}")

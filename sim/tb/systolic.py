@@ -6,7 +6,7 @@ whole program into the harness memories (driver), lets the RTL run it with the h
 stream sources and sink, then reads every output beat and its cycle (monitor). The model is
 the golden :func:`sim.golden.systolic.matmul` over a running copy of the PSUM bank; the checker
 compares every beat bit for bit and, in the runs without idle cycles or backpressure, every
-command and output cycle with :func:`sim.golden.systolic.schedule`. An MX tile is held as its
+command and output cycle with :func:`sim.golden.systolic_cycles.schedule`. An MX tile is held as its
 operand words, each a quad of elements along K and their block's scale (the layout of
 :class:`~hdl.tensor.params.SystolicParams`), the scale the same for the 8 words (32 indices)
 of a block; the model splits them again for :func:`sim.golden.systolic.matmul_mx`.
@@ -30,18 +30,9 @@ from hdl.core.isa import MX_QUAD
 from hdl.numerics.formats import FloatFormat, MxFormat
 from hdl.tensor.harness import HarnessParams, SystolicHarness
 from hdl.tensor.params import SystolicParams
-from hdl.tensor.systolic import cmd_layout
-from sim.golden.systolic import (
-    UNMIXED,
-    Load,
-    Multiply,
-    Transpose,
-    matmul,
-    matmul_mx,
-    schedule,
-    to_fp32,
-    transpose,
-)
+from hdl.tensor.signatures import cmd_layout
+from sim.golden.systolic import matmul, matmul_mx, to_fp32, transpose
+from sim.golden.systolic_cycles import UNMIXED, Load, Multiply, Transpose, schedule
 from sim.tb import runner
 
 TOP = "systolic_harness"
@@ -343,7 +334,7 @@ class SystolicTB:
     # -- model --
     def expected(self, program, sched=None):
         """Per column group, its output beats (each ``cols / ways`` uint32) of ``program``
-        and, given the program's :class:`~sim.golden.systolic.Schedule`, their cycles;
+        and, given the program's :class:`~sim.golden.systolic_cycles.Schedule`, their cycles;
         updates the PSUM copy."""
         p = self.params
         bank, gc = _PSUM["bank"], p.group_cols

@@ -1,17 +1,17 @@
 """Pytest entry points of the NeuronCore co-simulation (:mod:`sim.tb.core`).
 
-Every program of :data:`sim.tb.core.PROGRAMS` runs on Verilator in one simulation, one build
-of the core at trn2's simulation scale, with random stalls on every AXI channel: hand-written
-programs for each engine (GpSimd's Iota and the scalar engine's TensorScalar and TensorCopy
-included; stationaries at tile positions of the array's row and column tiling; fp8 double
-rows), the library's kernels (tiled GEMM in bf16 and fp8, the fp8 one also on double rows,
+Every program of :data:`sim.tb.core_programs.PROGRAMS` runs on Verilator in one simulation,
+one build of the core at trn2's simulation scale, with random stalls on every AXI channel:
+hand-written programs for each engine (GpSimd's Iota and the scalar engine's TensorScalar and
+TensorCopy included; stationaries at tile positions of the array's row and column tiling; fp8
+double rows), the library's kernels (tiled GEMM in bf16 and fp8, the fp8 one also on double rows,
 fused GEMM + GELU, softmax,
 RMSNorm, residual add, cross-entropy and the GELU backward pass in fp32), and the seeded
 random program of the run's seed
 (:mod:`sim.tb.core_random`, vetted by the core simulator). Compared: every byte of SBUF,
 PSUM and the external memory after the run, the deadlock verdict, and each compute
 instruction's cycles against the simulator's within the bound documented in
-:mod:`sim.core.machine` (:func:`~sim.core.machine.rtl_cycle_bound`: exact for the tensor
+:mod:`sim.core.rtl_bound` (:func:`~sim.core.rtl_bound.rtl_cycle_bound`: exact for the tensor
 engine's multiplies, between the elements streamed and the simulator's cost (in the
 engine's turns) plus a fixed overhead elsewhere; DMA timing is not compared). The programs
 share one simulation so that the simulator's start-up and the build's check are paid once
@@ -20,7 +20,8 @@ share one simulation so that the simulator's start-up and the build's check are 
 
 import pytest
 
-from sim.tb.core import PROGRAMS, RANDOM, simulate_many
+from sim.tb.core import simulate_many
+from sim.tb.core_programs import PROGRAMS, RANDOM
 from sim.tb.runner import skip_unless_available
 
 SPEC = "trn2"

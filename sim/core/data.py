@@ -1,0 +1,228 @@
+"""The data of a numeric run (:class:`Data`): SBUF, PSUM and HBM, and each instruction's
+effect on them, bit for bit through the unit golden models:
+:func:`sim.golden.systolic.matmul` (:func:`~sim.golden.systolic.matmul_mx` for the MX quad
+types), :mod:`sim.golden.vector`, :mod:`sim.golden.activation` and the casts of
+:mod:`sim.golden.numerics`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hdl.core import isa
+from hdl.core.isa import (
+    AP,
+    Activation,
+    DmaCopy,
+    Instruction,
+    Iota,
+    LoadStationary,
+    Memset,
+    MultiplyMoving,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+    Transpose,
+)
+from hdl.numerics.formats import format_by_name
+from hdl.vector.activation import ActivationParams
+from hdl.vector.ops import VectorOp
+from hdl.vector.vector import VectorParams
+from sim.golden import activation, numerics, systolic, vector
+
+from .program import Program
+from .rules import ProgramError, Rules, shares_pes
+
+__all__ = ["Data"]
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+
+
+class Data:
+    """The memories and the numeric effect of each instruction."""
+
+    def __init__(self, rules: Rules, program: Program, hbm, seed: int):
+        p = rules.params
+        self.rules = rules
+        self.params = p
+        self.sbuf = np.zeros((p.partitions, p.sbuf_bytes), dtype=np.uint8)
+        self.psum = np.zeros((p.partitions, p.psum_bytes), dtype=np.uint8)
+        if hbm is None:
+            hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
+        if hbm.dtype != np.uint8 or hbm.size < program.hbm_bytes:
+            raise ProgramError(f"hbm must be a uint8 array of at least {program.hbm_bytes} "
+                               f"bytes, not {hbm.dtype} x {hbm.size}")
+        self.hbm = hbm
+        self.seed = seed
+        self.tiles: dict[tuple[int, int], tuple] = {}  # tile position -> (bits, fmt, placed)
+        self._act = {}
+
+    # raw element access ---------------------------------------------------------------------
+    def _view(self, ap: AP) -> np.ndarray:
+        """The elements of ``ap`` as a strided view of the memory (the rules checked its
+        bounds): partitions first, then the free dimensions."""
+        item = ap.itemsize
+        if ap.space == "hbm":
+            mem, base, pstride = self.hbm, ap.offset, ap.pstride
+        else:
+            mem = self.sbuf if ap.space == "sbuf" else self.psum
+            pstride = mem.shape[1]
+            base = ap.partition * pstride + ap.offset
+        shape = (ap.partitions,) + tuple(n for n, _ in ap.dims)
+        strides = (pstride,) + tuple(st * item for _, st in ap.dims)
+        return np.ndarray(shape, dtype=_UINT[item], buffer=mem, offset=base, strides=strides)
+
+    def read(self, ap: AP) -> np.ndarray:
+        return self._view(ap).copy()
+
+    def write(self, ap: AP, bits: np.ndarray) -> None:
+        view = self._view(ap)
+        view[...] = np.asarray(bits).reshape(view.shape)
+
+    # typed access ----------------------------------------------------------------------------
+    def codes(self, ap: AP) -> np.ndarray:
+        """The element codes of ``ap``, (partitions, free): a tf32 word's top 19 bits, the
+        stored element otherwise."""
+        bits = self.read(ap).reshape(ap.partitions, -1)
+        return bits >> isa.TF32_SHIFT if ap.dtype == "tf32" else bits
+
+    def mx_tile(self, ap: AP, scale: AP) -> tuple[np.ndarray, np.ndarray]:
+        """An MX tile of ``P`` partitions as :func:`sim.golden.systolic.matmul_mx` takes it:
+        the ``(4P, F)`` element codes, code ``i`` of partition ``p`` at row ``4p + i``, and
+        the ``(ceil(P / 8), F)`` scales of its groups of 8 partitions."""
+        words = self.read(ap).reshape(ap.partitions, -1).astype(np.uint32)
+        bits = 8 * ap.itemsize // isa.MX_QUAD
+        quad = np.stack([(words >> (bits * i)) & ((1 << bits) - 1)
+                         for i in range(isa.MX_QUAD)], axis=1)
+        codes = quad.reshape(ap.partitions * isa.MX_QUAD, -1)
+        groups = -(-ap.partitions // isa.MX_GROUP_PARTITIONS)
+        rows = [isa.mx_scale_partition(g) for g in range(groups)]
+        return codes, self.read(scale).reshape(scale.partitions, -1)[rows]
+
+    def tensor_codes(self, ins: LoadStationary | MultiplyMoving) -> np.ndarray:
+        """The (K, F) tile of a stationary or moving ``src`` as the array contracts it, row
+        ``j`` the ``j``-th product of each sum: its partitions in order, or for a double row
+        the contraction indices in :func:`~hdl.core.isa.double_row_order` (the pairs' K
+        halves, index ``i * P + p`` for pair ``i`` of partition ``p``)."""
+        codes = self.codes(ins.src)
+        if not ins.double_row:
+            return codes
+        parts = ins.src.partitions
+        halves = codes.reshape(parts, 2, -1).transpose(1, 0, 2).reshape(2 * parts, -1)
+        return halves[isa.double_row_order(parts)]
+
+    def read32(self, ap: AP) -> np.ndarray:
+        """fp32 bit patterns, (partitions, free), of an operand of any float type."""
+        bits = self.codes(ap)
+        if ap.dtype in ("fp32", "int32", "uint32"):
+            return bits.astype(np.uint32)
+        return np.asarray(numerics.widen(bits, format_by_name(ap.dtype)), dtype=np.uint32)
+
+    def write32(self, ap: AP, bits32: np.ndarray, rounding: str = "rne", seed: int = 0) -> None:
+        """Store fp32 bit patterns (partitions, free) into ``ap``, cast to its type."""
+        bits32 = np.asarray(bits32, dtype=np.uint32).reshape(ap.partitions, -1)
+        if ap.dtype in ("fp32", "int32", "uint32"):
+            self.write(ap, bits32)
+            return
+        fmt = format_by_name(ap.dtype)
+        # lanes are partitions: the stochastic cast draws per lane, beat by beat
+        out = numerics.cast_bits(bits32.T.view(np.float32), fmt, rounding, seed ^ self.seed,
+                                 self.params.rng)
+        if ap.dtype == "tf32":
+            out = out.astype(np.uint32) << isa.TF32_SHIFT
+        self.write(ap, out.T)
+
+    def scalar(self, ap: AP | None, imm: float, partitions: int) -> np.ndarray:
+        if ap is None:
+            return np.full(partitions, np.float32(imm).view(np.uint32), dtype=np.uint32)
+        return self.read32(ap).reshape(partitions)
+
+    # instructions ----------------------------------------------------------------------------
+    def load(self, ins: LoadStationary) -> None:
+        """The tile replaces every tile it overlaps on the array."""
+        placed = self.rules.placement(ins)
+        fmt = self.params.array_format(isa.input_format(ins.src.dtype))
+        if ins.src.dtype in isa.MX_DTYPES:
+            tile = self.mx_tile(ins.src, ins.scale) + (fmt, placed)
+        else:
+            tile = (self.tensor_codes(ins), None, fmt, placed)
+        self.tiles = {pos: t for pos, t in self.tiles.items() if not shares_pes(placed, t[3])}
+        self.tiles[(ins.row, ins.col)] = tile
+
+    def multiply(self, ins: MultiplyMoving) -> None:
+        psum = self.read(ins.dst).reshape(ins.dst.partitions, -1) if ins.accumulate else None
+        tile, tile_scales, fmt, _ = self.tiles[(ins.row, ins.col)]
+        mfmt = self.params.array_format(isa.input_format(ins.src.dtype))
+        if ins.src.dtype in isa.MX_DTYPES:
+            moving, scales = self.mx_tile(ins.src, ins.scale)
+            out = systolic.matmul_mx(tile, moving, fmt, tile_scales, scales, psum,
+                                     ins.accumulate, moving_fmt=mfmt)
+        else:
+            out = systolic.matmul(tile, self.tensor_codes(ins), fmt, psum, ins.accumulate,
+                                  moving_fmt=mfmt)
+        self.write(ins.dst, out)
+
+    def transpose(self, ins: Transpose) -> None:
+        """The array's transpose pass: the codes as they were, in the input's format."""
+        out = systolic.transpose(self.codes(ins.src), self.params.array_format(ins.src.dtype))
+        self.write(ins.dst, out << isa.TF32_SHIFT if ins.src.dtype == "tf32" else out)
+        self.tiles = {}
+
+    def dma(self, ins: DmaCopy) -> None:
+        self.write(ins.dst, self.read(ins.src))
+
+    def _activation_params(self, lanes: int):
+        params = self._act.get(lanes)
+        if params is None:
+            params = self._act[lanes] = ActivationParams(lanes=lanes,
+                                                         functions=self.params.functions)
+        return params
+
+    def execute(self, stream: int, ins: Instruction) -> None:
+        cls = ins.__class__
+        if cls is Activation:
+            x = self.read32(ins.src)
+            lanes, n = x.shape
+            bias = self.scalar(ins.bias, 0.0, lanes)
+            scale = np.full(lanes, np.float32(ins.scale).view(np.uint32), dtype=np.uint32)
+            last = np.zeros(n, dtype=bool)
+            last[-1] = True
+            out, sums = activation.run(self._activation_params(lanes), ins.func, x.T, scale,
+                                       bias, last)
+            self.write32(ins.dst, out.T, ins.rounding, ins.seed)
+            if ins.reduce_dst is not None:
+                self.write32(ins.reduce_dst, sums[-1].reshape(lanes, 1))
+        elif cls is TensorTensor:
+            r = vector.elementwise(ins.op, self.read32(ins.a), self.read32(ins.b))
+            self.write32(ins.dst, r, ins.rounding, ins.seed)
+        elif cls is TensorScalar:
+            x = self.read32(ins.src)
+            lanes = x.shape[0]
+            r = vector.elementwise(ins.op0, x,
+                                   self.scalar(ins.operand0, ins.imm0, lanes)[:, None])
+            if ins.op1 != VectorOp.COPY:
+                r = vector.elementwise(ins.op1, r,
+                                       self.scalar(ins.operand1, ins.imm1, lanes)[:, None])
+            self.write32(ins.dst, r, ins.rounding, ins.seed)
+        elif cls is TensorReduce:
+            x = self.read32(ins.src)
+            lanes, n = x.shape
+            last = np.zeros(n, dtype=bool)
+            last[-1] = True
+            r = vector.run(VectorParams(lanes=lanes), ins.op, x.T, last=last,
+                           reduce=ins.reduce)
+            self.write32(ins.dst, r.T)
+        elif cls is TensorCopy:
+            self.write32(ins.dst, vector.elementwise(VectorOp.COPY, self.read32(ins.src), 0),
+                         ins.rounding, ins.seed)
+        elif cls is Memset:
+            self.write32(ins.dst, np.full((ins.dst.partitions, ins.dst.free),
+                                          np.float32(ins.value).view(np.uint32)))
+        elif cls is Iota:
+            p = np.arange(ins.dst.partitions, dtype=np.int64)[:, None]
+            i = np.arange(ins.dst.free, dtype=np.int64)[None, :]
+            v = ins.base + p * ins.pstep + i * ins.step
+            if ins.dst.dtype in ("int32", "uint32"):
+                self.write(ins.dst, (v & 0xFFFFFFFF).astype(np.uint32))
+            else:
+                self.write32(ins.dst, v.astype(np.float32).view(np.uint32))

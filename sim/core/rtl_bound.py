@@ -1,0 +1,65 @@
+"""The core RTL against the simulator (:mod:`hdl.core`, co-simulated by ``sim/tb/core.py``):
+the data are equal byte for byte. Per instruction, the RTL's cycles from decode to retirement
+against the model's (:mod:`sim.core.machine`), :func:`rtl_cycle_bound`:
+
+* ``MultiplyMoving`` of a format at full rate or above: **exact**. The model's latency (the
+  RTL-checked array schedule of :func:`sim.golden.systolic_cycles.cycles`, acceptance to last row)
+  plus one, plus :data:`RTL_MULTIPLY_STAGES`, the core's fixed stages around the array.
+* Every other instruction of the tensor, vector, scalar and GpSimd engines: **at least**
+  ``turns * N`` (the RTL streams one element of ``N`` per partition per lane per cycle) and
+  **at most** ``turns * cycles + RTL_OVERHEAD``. ``cycles`` is this model's cost of the
+  instruction on an idle engine; the RTL has none of the spec's fixed access costs
+  (``access_start``, ``min_interval``), so it is faster except where it does less per
+  cycle: ``turns`` is the scalar engine's turns over the tile's partitions
+  (``activation_lanes`` at a time) for its instructions, the array's ``beat_columns`` for
+  ``LoadStationary`` (the RTL reads one stationary column per cycle, the array takes that
+  many per beat), 1 otherwise.
+* A double row counts as its array's tile: ``2P`` contraction indices, ``N`` its columns
+  (half its free size), as this model times it; the RTL reads both pairs of a column in one
+  cycle.
+* DMA: no bound. The RTL's AXI port moves four bytes per beat; the model's DMA is the chip's
+  fabric, a microsecond of latency and its bandwidth, not a property of the port.
+"""
+
+from __future__ import annotations
+
+from hdl.core import isa
+from hdl.core.isa import Instruction, LoadStationary, MultiplyMoving
+from hdl.core.params import CoreParams
+
+from .costs import tensor_cycles
+
+__all__ = ["RTL_MULTIPLY_STAGES", "RTL_OVERHEAD", "rtl_cycle_bound"]
+
+
+#: Cycles of the core RTL around the array's multiply: the sequencer's hand-off and decode,
+#: the command, the first SBUF read, the PSUM write after the last row and the retirement.
+RTL_MULTIPLY_STAGES = 4
+#: Cycles of the core RTL outside an engine's work: the sequencer's hand-off, the engine's
+#: decode, operand reads before the stream and the write after it.
+RTL_OVERHEAD = 8
+
+
+def rtl_cycle_bound(params: CoreParams, kind: str, ins: Instruction,
+                    cycles: float) -> tuple[float, float]:
+    """The range of the core RTL's cycles (decode to retirement) for the compute instruction
+    ``ins`` of an engine of ``kind`` that this model costs ``cycles`` of its engine's clock
+    (see the module docstring)."""
+    src = getattr(ins, "src", None) or getattr(ins, "a", None) or ins.dst
+    if isinstance(ins, MultiplyMoving | LoadStationary):
+        # a double row: twice the contraction, half the free axis in columns
+        pairs = 2 if ins.double_row else 1
+        columns = src.free // pairs
+        c = tensor_cycles(params, isa.input_format(ins.src.dtype), pairs * src.partitions,
+                          ins.dst.partitions if isinstance(ins, MultiplyMoving) else
+                          columns, columns)
+        if isinstance(ins, MultiplyMoving):
+            if params.rate(isa.input_format(ins.src.dtype)) >= 1:
+                exact = c["latency"] + 1 + RTL_MULTIPLY_STAGES
+                return exact, exact
+            return columns, c["latency"] + 1 + RTL_OVERHEAD
+        return columns, params.tensor.beat_columns * c["load"] + RTL_OVERHEAD
+    turns = 1
+    if kind == "scalar":
+        turns = -(-src.partitions // params.activation_lanes)
+    return turns * src.free, turns * cycles + RTL_OVERHEAD

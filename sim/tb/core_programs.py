@@ -1,0 +1,542 @@
+"""The programs of the NeuronCore co-simulation (:mod:`sim.tb.core`), built with the kernel
+builder for a core at simulation scale: the hand-written ones of :data:`PROGRAMS` (and, on a
+core whose array has MX formats, :data:`MX_PROGRAMS`), each an engine's or a feature's, one of
+which must deadlock, and small shapes of the library's kernels; the seeded random program
+(:data:`RANDOM`); every kernel of :data:`kernels.KERNELS` at :func:`kernel_shape`. Beside
+them, :func:`random_inputs`, the seeded HBM the RTL and the simulator both start from, and
+the throughput benchmark's program (:func:`throughput_program`).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from hdl.core import isa
+from hdl.core.isa import (
+    TF32_SHIFT,
+    Activation,
+    DmaCopy,
+    Iota,
+    LoadStationary,
+    Memset,
+    MultiplyMoving,
+    SemWait,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+)
+from hdl.core.params import CoreParams
+from hdl.vector.ops import Reduce, VectorOp
+from kernels import KERNELS
+from kernels.builder import Builder, KernelError
+from sim.core.program import Program
+from sim.tb.core_random import random_program
+
+__all__ = ["MX_PROGRAMS", "PROGRAMS", "RANDOM", "build_program", "kernel_shape", "must_deadlock",
+           "program_names", "random_inputs", "throughput_program"]
+
+
+def _tile(b: Builder, offset: int, n: int, dtype: str = "fp32", space: str = "sbuf",
+          dims=None) -> object:
+    p = b.params.partitions
+    return b.tile(space, dtype, offset, p, dims or ((n, 1),))
+
+
+def _vector_add(b: Builder) -> None:
+    """Two DMA queues load x and y, the vector engine adds them, a queue stores the sum:
+    semaphores across three streams."""
+    p, n = b.params.partitions, 16
+    x, y, z = (b.hbm(name, (p, n), "fp32") for name in "xyz")
+    sx, sy, sz = (b.sbuf(4 * n, name) for name in ("x", "y", "z"))
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n), src=x.ap((0, p))))
+    ex = b.signal("dma0")
+    b.emit("dma1", DmaCopy(dst=_tile(b, sy, n), src=y.ap((0, p))))
+    ey = b.signal("dma1")
+    b.wait("vector", ex, ey)
+    b.emit("vector", TensorTensor(dst=_tile(b, sz, n), a=_tile(b, sx, n), b=_tile(b, sy, n),
+                                  op=VectorOp.ADD))
+    ez = b.signal("vector")
+    b.wait("dma0", ez)
+    b.emit("dma0", DmaCopy(dst=z.ap((0, p)), src=_tile(b, sz, n)))
+
+
+def _vector_ops(b: Builder) -> None:
+    """bf16 input, a per-partition scalar, reductions, a memset, a strided copy and a round
+    trip through PSUM, then the results out over both queues."""
+    p, n = b.params.partitions, 16
+    x = b.hbm("x", (p, n), "bf16")
+    s = b.hbm("s", (p, 1), "fp32")
+    out = b.hbm("out", (p, n), "fp32")
+    red = b.hbm("red", (p, 2), "fp32")
+    sx = b.sbuf(2 * n, "x")
+    ss = b.sbuf(4, "s")
+    t1, t2, t3 = (b.sbuf(4 * n, name) for name in ("t1", "t2", "t3"))
+    sr = b.sbuf(8, "red")
+    bank = b.psum_banks(1, "psum")[0]
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n, "bf16"), src=x.ap((0, p))))
+    b.emit("dma1", DmaCopy(dst=b.column(ss, p), src=s.ap((0, p))))
+    e0, e1 = b.signal("dma0"), b.signal("dma1")
+    b.wait("vector", e0, e1)
+    v = "vector"
+    b.emit(v, TensorScalar(dst=_tile(b, t1, n), src=_tile(b, sx, n, "bf16"),
+                           op0=VectorOp.MULTIPLY, operand0=b.column(ss, p)))
+    b.emit(v, TensorScalar(dst=_tile(b, t2, n), src=_tile(b, t1, n), op0=VectorOp.ADD,
+                           imm0=0.75))
+    b.emit(v, TensorReduce(dst=b.column(sr, p), src=_tile(b, t2, n), reduce=Reduce.MAX))
+    b.emit(v, TensorReduce(dst=b.column(sr + 4, p), src=_tile(b, t1, n), reduce=Reduce.SUM,
+                           op=VectorOp.SQUARE))
+    b.emit(v, Memset(dst=_tile(b, bank, n, space="psum"), value=-2.5))
+    # a 4 x 4 transpose within each partition, into PSUM
+    b.emit(v, TensorCopy(dst=_tile(b, bank, n, space="psum"),
+                         src=_tile(b, t2, n, dims=((4, 1), (4, 4)))))
+    b.emit(v, TensorTensor(dst=_tile(b, t3, n), a=_tile(b, t1, n),
+                           b=_tile(b, bank, n, space="psum"), op=VectorOp.MAX))
+    done = b.signal(v)
+    b.wait("dma0", done)
+    b.emit("dma0", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t3, n)))
+    b.wait("dma1", done)
+    b.emit("dma1", DmaCopy(dst=red.ap((0, p)), src=_tile(b, sr, 2)))
+
+
+def _vector_casts(b: Builder) -> None:
+    """Results cast to bf16, fp16 and fp8 at byte offsets inside words, a narrow memset."""
+    p, n = b.params.partitions, 12
+    x = b.hbm("x", (p, n), "bf16")
+    out16 = b.hbm("out16", (p, n), "bf16")
+    out8 = b.hbm("out8", (p, n), "fp8_e4m3")
+    sx, s1, s2, s3 = (b.sbuf(4 * n + 4, name) for name in ("x", "t1", "t2", "t3"))
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n, "bf16"), src=x.ap((0, p))))
+    b.wait("vector", b.signal("dma0"))
+    v = "vector"
+    b.emit(v, TensorScalar(dst=_tile(b, s1 + 2, n, "bf16"), src=_tile(b, sx, n, "bf16"),
+                           op0=VectorOp.MULTIPLY, imm0=1.0 / 3.0))
+    b.emit(v, TensorCopy(dst=_tile(b, s2 + 1, n, "fp8_e4m3"), src=_tile(b, s1 + 2, n, "bf16")))
+    b.emit(v, Memset(dst=_tile(b, s3, n, "fp16"), value=0.1))
+    b.emit(v, TensorTensor(dst=_tile(b, s3 + 2 * n, n // 2, "fp16", dims=((n // 2, 1),)),
+                           a=_tile(b, s1 + 2, n // 2, "bf16", dims=((n // 2, 2),)),
+                           b=_tile(b, s1 + 4, n // 2, "bf16", dims=((n // 2, 2),)),
+                           op=VectorOp.SUBTRACT))
+    done = b.signal(v)
+    b.wait("dma1", done)
+    b.emit("dma1", DmaCopy(dst=out16.ap((0, p)), src=_tile(b, s1 + 2, n, "bf16")))
+    b.wait("dma2", done)
+    b.emit("dma2", DmaCopy(dst=out8.ap((0, p)), src=_tile(b, s2 + 1, n, "fp8_e4m3")))
+
+
+def _activations(b: Builder) -> None:
+    """The scalar engine: a bias column and a running sum, a PSUM source, a bf16 result at
+    a byte offset inside words, a tile of fewer partitions than the lanes' turns cover, and
+    functions of every kind of range reduction."""
+    p, n = b.params.partitions, 12
+    x = b.hbm("x", (p, n), "bf16")
+    s = b.hbm("s", (p, 1), "fp32")
+    out = b.hbm("out", (p, n), "fp32")
+    sx, ss = b.sbuf(2 * n, "x"), b.sbuf(4, "s")
+    t1, t2, t3 = (b.sbuf(4 * n + 4, name) for name in ("t1", "t2", "t3"))
+    sr = b.sbuf(8, "sums")
+    bank = b.psum_banks(1, "psum")[0]
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n, "bf16"), src=x.ap((0, p))))
+    b.emit("dma1", DmaCopy(dst=b.column(ss, p), src=s.ap((0, p))))
+    b.wait("scalar", b.signal("dma0"), b.signal("dma1"))
+    sc, fn = "scalar", b.function
+    b.emit(sc, Activation(dst=_tile(b, t1, n), src=_tile(b, sx, n, "bf16"), func=fn("exp"),
+                          scale=-0.75, bias=b.column(ss, p), reduce_dst=b.column(sr, p)))
+    b.emit(sc, Activation(dst=_tile(b, bank, n, space="psum"), src=_tile(b, t1, n),
+                          func=fn("log")))
+    b.emit(sc, Activation(dst=_tile(b, t2 + 2, n, "bf16"), src=_tile(b, bank, n, space="psum"),
+                          func=fn("gelu"), scale=3.0))
+    b.emit(sc, Activation(dst=b.tile("sbuf", "fp32", t3, 6, ((n // 2, 2),)),
+                          src=b.tile("sbuf", "bf16", t2 + 2, 6, ((n // 2, 2),)),
+                          func=fn("sin"), scale=40.0, reduce_dst=b.column(sr + 4, 6)))
+    b.emit(sc, Activation(dst=_tile(b, t3 + 4, n // 2, dims=((n // 2, 2),)),
+                          src=_tile(b, t1, n // 2, dims=((n // 2, 2),)), func=fn("rsqrt"),
+                          bias=b.column(ss, p)))
+    done = b.signal(sc)
+    b.wait("dma2", done)
+    b.emit("dma2", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t3, n)))
+
+
+def _scalar_ops(b: Builder) -> None:
+    """The scalar engine's element-wise instructions between activations: TensorScalar with
+    a per-partition operand and with an immediate, TensorCopy casts, a strided copy out of
+    PSUM, a tile of fewer partitions than the lanes' turns cover."""
+    p, n = b.params.partitions, 12
+    x = b.hbm("x", (p, n), "bf16")
+    s = b.hbm("s", (p, 1), "fp32")
+    out = b.hbm("out", (p, n), "fp32")
+    out8 = b.hbm("out8", (p, n), "fp8_e4m3")
+    sx, ss = b.sbuf(2 * n, "x"), b.sbuf(4, "s")
+    t1, t2, t3, t4 = (b.sbuf(4 * n + 4, name) for name in ("t1", "t2", "t3", "t4"))
+    bank = b.psum_banks(1, "psum")[0]
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n, "bf16"), src=x.ap((0, p))))
+    b.emit("dma1", DmaCopy(dst=b.column(ss, p), src=s.ap((0, p))))
+    b.wait("scalar", b.signal("dma0"), b.signal("dma1"))
+    sc = "scalar"
+    b.emit(sc, TensorScalar(dst=_tile(b, t1, n), src=_tile(b, sx, n, "bf16"),
+                            op0=VectorOp.MULTIPLY, operand0=b.column(ss, p)))
+    b.emit(sc, Activation(dst=_tile(b, bank, n, space="psum"), src=_tile(b, t1, n),
+                          func=b.function("exp"), scale=0.5))
+    b.emit(sc, TensorScalar(dst=_tile(b, t2 + 2, n, "bf16"), src=_tile(b, bank, n, space="psum"),
+                            op0=VectorOp.SUBTRACT, imm0=1.0 / 3.0))
+    b.emit(sc, TensorCopy(dst=_tile(b, t3 + 1, n // 2, "fp8_e4m3", dims=((n // 2, 1),)),
+                          src=_tile(b, bank, n // 2, space="psum", dims=((n // 2, 2),))))
+    b.emit(sc, TensorScalar(dst=b.tile("sbuf", "fp32", t4, 6, ((n, 1),)),
+                            src=b.tile("sbuf", "bf16", t2 + 2, 6, ((n, 1),)),
+                            op0=VectorOp.MAX, operand0=b.column(ss, 6)))
+    b.emit(sc, TensorCopy(dst=_tile(b, t1, n), src=_tile(b, t2 + 2, n, "bf16")))
+    done = b.signal(sc)
+    b.wait("dma2", done)
+    b.emit("dma2", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t1, n)))
+    b.wait("dma1", done)
+    b.emit("dma1", DmaCopy(dst=out8.ap((0, p)), src=_tile(b, t3 + 1, n // 2 * 2, "fp8_e4m3")))
+
+
+def _gpsimd(b: Builder) -> None:
+    """The GpSimd engine: Iota into fp32, bf16 at a byte offset inside words (values past
+    2**24, rounded twice) and a strided fp16 tile of six partitions, then its element-wise
+    operations and a memset on them."""
+    p, n = b.params.partitions, 12
+    x = b.hbm("x", (p, n), "bf16")
+    out = b.hbm("out", (p, n), "fp32")
+    sx = b.sbuf(2 * n, "x")
+    t1, t2, t3, t4, t5 = (b.sbuf(4 * n + 4, name) for name in ("t1", "t2", "t3", "t4", "t5"))
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n, "bf16"), src=x.ap((0, p))))
+    g = "gpsimd"
+    b.emit(g, Iota(dst=_tile(b, t1, n), base=-7, pstep=5, step=3))
+    b.emit(g, Iota(dst=_tile(b, t2 + 2, n, "bf16"), base=-2**31, pstep=2**31 - 1,
+                   step=2**24 + 3))
+    b.emit(g, Iota(dst=b.tile("sbuf", "fp16", t3, 6, ((n // 2, 2),)), base=100, pstep=-40,
+                   step=-1))
+    b.wait(g, b.signal("dma0"))
+    b.emit(g, TensorScalar(dst=_tile(b, t4, n), src=_tile(b, sx, n, "bf16"),
+                           op0=VectorOp.MULTIPLY, imm0=0.25))
+    b.emit(g, TensorTensor(dst=_tile(b, t5, n), a=_tile(b, t4, n), b=_tile(b, t1, n),
+                           op=VectorOp.ADD))
+    b.emit(g, TensorCopy(dst=_tile(b, t4 + 2, n, "bf16"), src=_tile(b, t5, n)))
+    b.emit(g, Memset(dst=b.tile("sbuf", "fp16", t3 + 2, 6, ((n // 2, 2),)), value=-0.3))
+    b.wait("dma1", b.signal(g))
+    b.emit("dma1", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t5, n)))
+
+
+def _matmuls(b: Builder) -> None:
+    """The tensor engine: bf16, a double-rate fp8 tile of the array's rows (two partitions
+    to a PE row) accumulated onto the bf16 result, fp32 with a strided moving tile and fewer
+    rows than the array, stationaries at byte offsets inside words, and (where the array has
+    it) tf32, its codes at the top of 32-bit words, accumulated onto the bf16 and fp8
+    result."""
+    p, r, c = b.params.partitions, b.params.rows, b.params.cols
+    n = min(12, b.params.moving_max)
+    x16 = b.hbm("x16", (p, 2 * n), "bf16")
+    x8 = b.hbm("x8", (p, 2 * n), "fp8_e4m3")
+    x32 = b.hbm("x32", (p, 2 * n), "fp32")
+    s16, s8, s32 = b.sbuf(4 * n, "x16"), b.sbuf(2 * n, "x8"), b.sbuf(8 * n, "x32")
+    bank0, bank1 = b.psum_banks(2, "psum")
+    copies = [(x16, s16, "bf16"), (x8, s8, "fp8_e4m3"), (x32, s32, "fp32")]
+    tf32 = "tf32" in b.params.formats
+    if tf32:
+        copies.append((b.hbm("xt", (p, 2 * n), "tf32"), b.sbuf(8 * n, "xt"), "tf32"))
+    for q, (t, at, dt) in enumerate(copies):
+        b.emit(f"dma{q}", DmaCopy(dst=_tile(b, at, 2 * n, dt), src=t.ap((0, p))))
+    b.wait("tensor", *(b.signal(f"dma{q}") for q in range(len(copies))))
+    t = "tensor"
+    m16, m8 = c - 2, c - 2
+    b.emit(t, LoadStationary(src=b.tile("sbuf", "bf16", s16 + 2, r, ((m16, 1),))))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank0, m16, ((n, 1),)),
+                             src=b.tile("sbuf", "bf16", s16 + 2 * c, r, ((n, 1),))))
+    k8 = min(r, p)
+    b.emit(t, LoadStationary(src=b.tile("sbuf", "fp8_e4m3", s8 + 3, k8, ((m8, 1),))))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank0, m8, ((n, 1),)),
+                             src=b.tile("sbuf", "fp8_e4m3", s8 + n, k8, ((n, 1),)),
+                             accumulate=True))
+    k32 = r - 3
+    b.emit(t, LoadStationary(src=b.tile("sbuf", "fp32", s32, k32, ((c, 1),))))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank1, c, ((n, 1),)),
+                             src=b.tile("sbuf", "fp32", s32 + 4, k32, ((n, 2),))))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank1, c, ((n, 1),)),
+                             src=b.tile("sbuf", "fp32", s32, k32, ((n, 1),)),
+                             accumulate=True))
+    if tf32:
+        st = copies[3][1]
+        b.emit(t, LoadStationary(src=b.tile("sbuf", "tf32", st + 4, r, ((m16, 1),))))
+        b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank0, m16, ((n, 1),)),
+                                 src=b.tile("sbuf", "tf32", st + 4 * c, r, ((n, 1),)),
+                                 accumulate=True))
+
+
+def _matmul_tiles(b: Builder) -> None:
+    """Stationaries at tile positions of the array's row and column tiling, each the smallest
+    tile that holds it: a bf16 tile in the lower half of the rows and an fp8 one in the upper
+    half, both on the left columns, a bf16 one on the right columns (loaded, never
+    multiplied: its PSUM partitions would start at its column), multiplies on the first two
+    accumulated into one bank, then an fp32 tile on the last row group (replacing the lower
+    bf16 one), a bf16 tile of the array's width on the second row group (replacing the fp8
+    and the right one), and multiplies on both, the fp32 tile's twice, around the other's
+    load (the tiles hold disjoint rows, so the fp32 tile stays)."""
+    p, r, c = b.params.partitions, b.params.rows, b.params.cols
+    n = min(12, b.params.moving_max)
+    half, quarter = r // 2, r // 4
+    x16 = b.hbm("x16", (p, 4 * n), "bf16")
+    x8 = b.hbm("x8", (p, 2 * n), "fp8_e4m3")
+    x32 = b.hbm("x32", (p, 2 * n), "fp32")
+    s16, s8, s32 = b.sbuf(8 * n, "x16"), b.sbuf(2 * n, "x8"), b.sbuf(8 * n, "x32")
+    bank0, bank1 = b.psum_banks(2, "psum")
+    copies = [(x16, s16, 4 * n, "bf16"), (x8, s8, 2 * n, "fp8_e4m3"),
+              (x32, s32, 2 * n, "fp32")]
+    for q, (t, at, size, dt) in enumerate(copies):
+        b.emit(f"dma{q}", DmaCopy(dst=_tile(b, at, size, dt), src=t.ap((0, p))))
+    b.wait("tensor", *(b.signal(f"dma{q}") for q in range(len(copies))))
+    t = "tensor"
+
+    def load(dt, at, k, m, row, col):
+        b.emit(t, LoadStationary(src=b.tile("sbuf", dt, at, k, ((m, 1),)), row=row, col=col))
+
+    def multiply(dt, at, k, m, bank, row, accumulate=False):
+        b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank, m, ((n, 1),)),
+                                 src=b.tile("sbuf", dt, at, k, ((n, 1),)), row=row,
+                                 accumulate=accumulate))
+
+    load("bf16", s16 + 2, half, half, half, 0)
+    load("fp8_e4m3", s8 + 3, half, half - 1, 0, 0)
+    load("bf16", s16 + 2 * n, half, half, 0, half)
+    multiply("bf16", s16 + 4 * n, half, half, bank0, half)
+    multiply("fp8_e4m3", s8 + n, half, half - 1, bank0, 0, accumulate=True)
+    load("fp32", s32 + 4, quarter, quarter, r - quarter, 0)
+    multiply("fp32", s32 + 4 * n, quarter, quarter, bank1, r - quarter)
+    load("bf16", s16 + 6 * n, quarter, c - 2, quarter, 0)
+    multiply("bf16", s16 + 2 * n + 2, quarter, c - 2, bank1, quarter, accumulate=True)
+    multiply("fp32", s32, quarter, quarter, bank1, r - quarter, accumulate=True)
+
+
+def _double_rows(b: Builder) -> None:
+    """The tensor engine's fp8 double row (``[P, 2, free]`` operands, the pair axis holding
+    the contraction's two halves): a stationary of the array's rows at a byte offset, its
+    pairs an odd stride apart; an e4m3 moving tile, then an e5m2 one (the bytes of the same
+    input) whose pair 1 lies before its pair 0 and whose columns are two free dimensions,
+    accumulated; a double row of half the rows at the lower row group, multiplied; a plain
+    fp8 tile (two partitions to a PE row) accumulated onto its result."""
+    p, r, c = b.params.partitions, b.params.rows, b.params.cols
+    n, half = min(12, b.params.moving_max), r // 2
+    x8 = b.hbm("x8", (p, 6 * n), "fp8_e4m3")
+    s8 = b.sbuf(6 * n, "x8")
+    bank0, bank1 = b.psum_banks(2, "psum")
+    b.emit("dma0", DmaCopy(dst=_tile(b, s8, 6 * n, "fp8_e4m3"), src=x8.ap((0, p))))
+    b.wait("tensor", b.signal("dma0"))
+    t = "tensor"
+
+    def pairs(dt, at, k, stride, dims):
+        return b.tile("sbuf", dt, s8 + at, k, ((2, stride),) + dims)
+
+    def multiply(bank, m, src, **kw):
+        b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank, m, ((n, 1),)), src=src,
+                                 double_row=True, **kw))
+
+    b.emit(t, LoadStationary(src=pairs("fp8_e4m3", 1, r, c + 3, ((c, 1),)), double_row=True))
+    multiply(bank0, c, pairs("fp8_e4m3", 2 * c + 5, r, n + 1, ((n, 1),)))
+    multiply(bank0, c, pairs("fp8_e5m2", 4 * n + 2, r, -(n + 2), ((2, n // 2 + 1),
+                                                                 (n // 2, 1))),
+             accumulate=True)
+    b.emit(t, LoadStationary(src=pairs("fp8_e4m3", 3, half, c + 1, ((c - 1, 1),)), row=half,
+                             double_row=True))
+    multiply(bank1, c - 1, pairs("fp8_e4m3", 2, half, 3 * n, ((n, 1),)), row=half)
+    b.emit(t, LoadStationary(src=b.tile("sbuf", "fp8_e4m3", s8 + 5, r, ((c - 1, 1),))))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank1, c - 1, ((n, 1),)),
+                             src=b.tile("sbuf", "fp8_e4m3", s8 + 3 * n, r, ((n, 1),)),
+                             accumulate=True))
+
+
+def _mx_matmuls(b: Builder) -> None:
+    """The tensor engine's MX quads with their E8M0 scales (an array with MX formats): an
+    mxfp8 tile whose scale operand has one partition per group of 8, a multiply; an mxfp4
+    tile of fewer rows than the array at a byte offset inside words, its scale with the
+    tile's partitions at byte offsets inside words, an mxfp8 and a strided mxfp4 moving tile
+    accumulated onto the first result."""
+    p, r, c = b.params.partitions, b.params.rows, b.params.cols
+    if "mxfp8" not in b.params.formats or "mxfp4" not in b.params.formats:
+        raise KernelError(f"{b.params.name}'s array has no mxfp8 and mxfp4 formats")
+    n = min(12, b.params.moving_max)
+    groups = -(-r // isa.MX_GROUP_PARTITIONS)
+    x8 = b.hbm("x8", (p, 2 * n), "mxfp8_x4")
+    x4 = b.hbm("x4", (p, 2 * n + 2), "mxfp4_x4")
+    sc = b.hbm("sc", (p, 2 * n + 4), "uint8")  # the DMA moves one element at a time
+    s8, s4, ss = b.sbuf(8 * n, "x8"), b.sbuf(4 * n + 4, "x4"), b.sbuf(2 * n + 4, "scales")
+    bank = b.psum_banks(1, "psum")[0]
+    for q, (t, at, dt, free) in enumerate(((x8, s8, "mxfp8_x4", 2 * n),
+                                           (x4, s4, "mxfp4_x4", 2 * n + 2),
+                                           (sc, ss, "uint8", 2 * n + 4))):
+        b.emit(f"dma{q}", DmaCopy(dst=_tile(b, at, free, dt), src=t.ap((0, p))))
+    b.wait("tensor", *(b.signal(f"dma{q}") for q in range(3)))
+    t = "tensor"
+
+    def scale(offset, partitions, free, step=1):
+        return b.tile("sbuf", "uint8", ss + offset, partitions, ((free, step),))
+
+    b.emit(t, LoadStationary(src=b.tile("sbuf", "mxfp8_x4", s8, r, ((c, 1),)),
+                             scale=scale(0, groups, c)))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank, c, ((n, 1),)),
+                             src=b.tile("sbuf", "mxfp8_x4", s8 + 4 * c, r, ((n, 1),)),
+                             scale=scale(c, groups, n)))
+    k4, m4 = r - 3, c - 2
+    b.emit(t, LoadStationary(src=b.tile("sbuf", "mxfp4_x4", s4 + 2, k4, ((m4, 1),)),
+                             scale=scale(n + 9, k4, m4)))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank, m4, ((n, 1),)),
+                             src=b.tile("sbuf", "mxfp8_x4", s8 + 4 * n, k4, ((n, 1),)),
+                             scale=scale(n + 3, k4, n), accumulate=True))
+    b.emit(t, MultiplyMoving(dst=b.tile("psum", "fp32", bank, m4, ((n, 1),)),
+                             src=b.tile("sbuf", "mxfp4_x4", s4, k4, ((n, 2),)),
+                             scale=scale(0, k4, n, 2), accumulate=True))
+
+
+def _deadlock(b: Builder) -> None:
+    """The vector engine waits for a count no stream will reach."""
+    p, n = b.params.partitions, 4
+    x = b.hbm("x", (p, n), "fp32")
+    sx = b.sbuf(4 * n, "x")
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n), src=x.ap((0, p))))
+    e = b.signal("dma0")
+    b.emit("vector", SemWait(sem=e.sem, value=e.value + 1))
+    b.emit("vector", Memset(dst=_tile(b, sx, n), value=1.0))
+
+
+def _kernel(name: str, shape: dict, dtype: str):
+    """A kernel of :data:`kernels.KERNELS` at one shape."""
+    def build(b: Builder) -> None:
+        kernel = KERNELS[name]
+        kernel.build(b, *(shape[k] for k in kernel.dims), dtype)
+    build.__doc__ = f"The library's {name} kernel, {shape}, {dtype}."
+    return build
+
+
+#: name -> (builder function, whether the program must deadlock)
+PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, False),
+            "vector_casts": (_vector_casts, False), "activations": (_activations, False),
+            "scalar_ops": (_scalar_ops, False), "gpsimd": (_gpsimd, False),
+            "matmuls": (_matmuls, False), "matmul_tiles": (_matmul_tiles, False),
+            "double_rows": (_double_rows, False),
+            "deadlock": (_deadlock, True),
+            "residual_add": (_kernel("residual_add", {"R": 32, "C": 24}, "fp32"), False),
+            "residual_add_bf16": (_kernel("residual_add", {"R": 16, "C": 40}, "bf16"),
+                                  False),
+            "gemm": (_kernel("gemm", {"M": 8, "K": 16, "N": 16}, "bf16"), False),
+            # K = 15 on 8 rows: two single-row K-tiles (8 and 7); K = 40: two double rows
+            # (K-tiles of 16) and one single-row tile of 8
+            "gemm_fp8": (_kernel("gemm", {"M": 8, "K": 15, "N": 16}, "fp8_e4m3"), False),
+            "gemm_fp8_double": (_kernel("gemm", {"M": 8, "K": 40, "N": 16}, "fp8_e4m3"),
+                                False),
+            "gemm_bias_gelu": (_kernel("gemm_bias_gelu", {"M": 8, "K": 16, "N": 16}, "bf16"),
+                               False),
+            "softmax": (_kernel("softmax", {"R": 16, "C": 24}, "fp32"), False),
+            "rmsnorm": (_kernel("rmsnorm", {"R": 16, "C": 24}, "bf16"), False),
+            "cross_entropy_fp32": (_kernel("cross_entropy", {"R": 16, "C": 24}, "fp32"),
+                                   False),
+            "gelu_backward_fp32": (_kernel("gelu_backward", {"R": 16, "C": 24}, "fp32"),
+                                   False)}
+
+
+#: Programs of the arrays with MX formats alone: name -> builder function (their builder
+#: refuses another core with a KernelError).
+MX_PROGRAMS = {"mx_matmuls": _mx_matmuls}
+
+#: The name of the seeded random program (:func:`sim.tb.core_random.random_program`).
+RANDOM = "random"
+
+def kernel_shape(name: str, params: CoreParams) -> dict[str, int]:
+    """The shape a kernel of :data:`kernels.KERNELS` runs at on the core at simulation
+    scale: two tiles of every partition along its split dimension, 24 along the others."""
+    kernel = KERNELS[name]
+    return {d: 2 * params.partitions if d == kernel.split else 24 for d in kernel.dims}
+
+
+def program_names() -> list[str]:
+    """Every name :func:`build_program` takes."""
+    return list(PROGRAMS) + list(MX_PROGRAMS) + [RANDOM] + [k for k in KERNELS
+                                                            if k not in PROGRAMS]
+
+
+def must_deadlock(name: str) -> bool:
+    return name in PROGRAMS and PROGRAMS[name][1]
+
+
+def build_program(params: CoreParams, name: str, seed: int = 0) -> Program:
+    """The program ``name`` for a core of ``params``: one of :data:`PROGRAMS` (or
+    :data:`MX_PROGRAMS`), the random
+    program of ``seed`` (:data:`RANDOM`), or a kernel of :data:`kernels.KERNELS` at
+    :func:`kernel_shape` in its first type."""
+    if name in PROGRAMS or name in MX_PROGRAMS:
+        b = Builder(params)
+        (PROGRAMS[name][0] if name in PROGRAMS else MX_PROGRAMS[name])(b)
+        return b.program
+    if name == RANDOM:
+        return random_program(params, seed)
+    if name in KERNELS:
+        b = Builder(params)
+        _kernel(name, kernel_shape(name, params), KERNELS[name].dtypes[0])(b)
+        return b.program
+    raise ValueError(f"program must be one of {', '.join(program_names())}, not {name!r}")
+
+
+def random_inputs(program: Program, seed: int) -> np.ndarray:
+    """The program's HBM with every tensor filled from ``seed``: normal values in the
+    tensor's type (positive ones for names starting with ``s``; tf32 as fp32 words with
+    their low 13 bits zero, as the instruction set stores it); MX quads of random codes
+    (mxfp8: normal values as float8_e4m3fn, no NaN; mxfp4: any code) and ``uint8`` E8M0
+    scales within 2**-8 .. 2**8 of 1."""
+    rng = np.random.default_rng(seed)
+    hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
+    types = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
+             "fp8_e4m3": ml_dtypes.float8_e4m3}
+    for t in program.tensors.values():
+        v = rng.standard_normal(t.shape)
+        if t.name.startswith("s"):
+            v = np.abs(v) + 0.5
+        if t.dtype == "uint8":
+            raw = rng.integers(119, 136, t.shape, dtype=np.uint8).tobytes()
+        elif t.dtype == "mxfp8_x4":  # code i in byte i of each element
+            quad = rng.standard_normal((*t.shape, isa.MX_QUAD))
+            raw = quad.astype(ml_dtypes.float8_e4m3fn).tobytes()
+        elif t.dtype == "mxfp4_x4":
+            raw = rng.integers(0, 1 << 16, t.shape, dtype=np.uint16).tobytes()
+        elif t.dtype == "tf32":
+            raw = (v.astype(np.float32).view(np.uint32)
+                   & np.uint32(~((1 << TF32_SHIFT) - 1) & 0xFFFFFFFF)).tobytes()
+        else:
+            raw = v.astype(types[t.dtype]).tobytes()
+        hbm[t.offset:t.offset + len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    return hbm
+
+
+def throughput_program(params: CoreParams, instructions: int, n: int) -> Program:
+    """Every engine at once, ``instructions`` compute instructions in each engine's stream
+    (no DMA: the AXI model stays idle): the vector and GpSimd engines add fp32 tiles of
+    ``n`` elements of every partition, the scalar engine applies exp to one, and the tensor
+    engine loads a bf16 stationary of the array's size once and multiplies moving tiles of
+    ``moving_max`` columns by it, accumulating into PSUM. Each engine first waits for the
+    vector engine's memsets of its operands."""
+    b = Builder(params)
+    r, c, moving = params.rows, params.cols, params.moving_max
+    a, k, d, e, f, g = (b.sbuf(4 * n, name) for name in "akdefg")
+    w = b.sbuf(2 * max(c, moving), "w")
+    bank = b.psum_banks(1, "psum")[0]
+    b.emit("vector", Memset(dst=_tile(b, a, n), value=1.5))
+    b.emit("vector", Memset(dst=_tile(b, k, n), value=-0.25))
+    b.emit("vector", Memset(dst=_tile(b, w, max(c, moving), "bf16"), value=0.5))
+    ready = b.signal("vector")
+    for stream in ("gpsimd", "scalar", "tensor"):
+        b.wait(stream, ready)
+    for i in range(instructions):
+        dst, src = (d, a) if i % 2 == 0 else (a, d)
+        b.emit("vector", TensorTensor(dst=_tile(b, dst, n), a=_tile(b, src, n),
+                                      b=_tile(b, k, n), op=VectorOp.ADD))
+        dst, src = (e, k) if i % 2 == 0 else (f, e)
+        b.emit("gpsimd", TensorTensor(dst=_tile(b, dst, n), a=_tile(b, src, n),
+                                      b=_tile(b, k, n), op=VectorOp.ADD))
+        b.emit("scalar", Activation(dst=_tile(b, g, n), src=_tile(b, k, n),
+                                    func=b.function("exp")))
+        if i == 0:
+            b.emit("tensor", LoadStationary(src=b.tile("sbuf", "bf16", w, r, ((c, 1),))))
+        else:
+            b.emit("tensor", MultiplyMoving(dst=b.tile("psum", "fp32", bank, c, ((moving, 1),)),
+                                            src=b.tile("sbuf", "bf16", w, r, ((moving, 1),)),
+                                            accumulate=True))
+    return b.program
