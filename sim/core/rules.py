@@ -23,6 +23,7 @@ from functools import cache
 from hdl.core import isa
 from hdl.core.isa import (
     AP,
+    FREE_MAX,
     Activation,
     DmaCopy,
     Instruction,
@@ -42,13 +43,11 @@ from sim.golden import systolic_cycles
 
 from .program import Program
 
-__all__ = ["FREE_MAX", "REACH", "ProgramError", "Rules", "extent", "fail", "shares_pes"]
+__all__ = ["REACH", "ProgramError", "Rules", "extent", "fail", "shares_pes"]
 
 #: Memories each kind of engine reaches [NKI2, ISA].
 REACH = {"tensor": ("sbuf", "psum"), "vector": ("sbuf", "psum"), "scalar": ("sbuf", "psum"),
          "gpsimd": ("sbuf",), "dma": ("hbm", "sbuf")}
-#: Largest free size of a vector/scalar/GpSimd tile, elements per partition [NKI2].
-FREE_MAX = {"sbuf": 64 * 1024, "psum": 4 * 1024}
 
 
 class ProgramError(ValueError):

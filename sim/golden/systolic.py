@@ -23,6 +23,7 @@ try:
 except ImportError:  # the numpy passes below give the same bits, about 10x slower
     numba = None
 
+from hdl.numerics.constants import CANONICAL_NAN32
 from hdl.numerics.formats import (
     MX_FORMATS,
     IntFormat,
@@ -31,9 +32,9 @@ from hdl.numerics.formats import (
     input_format_by_name,
 )
 
-__all__ = ["CANONICAL_NAN", "matmul", "matmul_mx", "mx_values", "to_fp32", "transpose"]
+__all__ = ["matmul", "matmul_mx", "mx_values", "to_fp32", "transpose"]
 
-CANONICAL_NAN = np.uint32(0x7FC00000)
+CANONICAL_NAN = np.uint32(CANONICAL_NAN32)
 
 
 def _format(fmt):

@@ -28,6 +28,7 @@ from hdl.core.isa import (
     TensorTensor,
 )
 from hdl.core.params import CoreParams
+from hdl.numerics.dtypes import ML_DTYPES
 from hdl.vector.ops import Reduce, VectorOp
 from kernels import KERNELS
 from kernels.builder import Builder, KernelError
@@ -484,8 +485,6 @@ def random_inputs(program: Program, seed: int) -> np.ndarray:
     scales within 2**-8 .. 2**8 of 1."""
     rng = np.random.default_rng(seed)
     hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
-    types = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
-             "fp8_e4m3": ml_dtypes.float8_e4m3}
     for t in program.tensors.values():
         v = rng.standard_normal(t.shape)
         if t.name.startswith("s"):
@@ -501,7 +500,7 @@ def random_inputs(program: Program, seed: int) -> np.ndarray:
             raw = (v.astype(np.float32).view(np.uint32)
                    & np.uint32(~((1 << TF32_SHIFT) - 1) & 0xFFFFFFFF)).tobytes()
         else:
-            raw = v.astype(types[t.dtype]).tobytes()
+            raw = v.astype(ML_DTYPES[t.dtype]).tobytes()
         hbm[t.offset:t.offset + len(raw)] = np.frombuffer(raw, dtype=np.uint8)
     return hbm
 
