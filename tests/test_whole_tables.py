@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from rich.console import Console
 
 import kernels
-from generators.checkreport import to_table
 from generators.cli import main
+from generators.cli.checkreport import to_table
 from hdl.params import core_params
 from sim.system import execute, model
 from sim.system.check import FIELDS, check
