@@ -27,15 +27,10 @@ class Unit:
     params: Callable[[ChipSpec, str], Iterable[object]]
     #: (params, rtl_dir, header) -> files written
     emit: Callable[[object, Path, str], list[Path]]
-    #: (params, simulator, seed) -> RunResult or a list of them; None: nothing to simulate
-    simulate: Callable[..., object] | None
     #: spec -> reason the chip has no such unit, or "" when it has
     unsupported: Callable[[ChipSpec], str] = lambda spec: ""
     #: spec -> datasheet tables (dicts with title, columns, rows, note)
     datasheet: Callable[[ChipSpec], list[dict]] | None = None
-    #: (params, simulator, seed, **options) -> raises InputError for what `gen sim` would
-    #: refuse, checked before anything is simulated (its return value is not used)
-    check: Callable[..., None] | None = None
     #: whether the datasheet's area tables count the unit's modules (not the core's: it
     #: assembles engines they already count, once per core)
     area: bool = True
@@ -58,18 +53,12 @@ def _link_emit(params, rtl_dir, header):
     return emit(params, rtl_dir, header)
 
 
-def _link_simulate(params, sim, seed=None):
-    from sim.tb.link import simulate
-
-    return simulate(params, sim, seed=seed, packets=10_000 if sim == "verilator" else 1_000)
-
-
 def _link_unsupported(spec: ChipSpec) -> str:
     return "" if spec.neuronlink.links else "the spec gives no NeuronLink ports"
 
 
 UNITS["link"] = Unit("link", lambda spec, scale: [link_params(spec, scale)], _link_emit,
-                     _link_simulate, _link_unsupported)
+                     _link_unsupported)
 
 
 # --- number formats (datasheet only: the casts are inside the vector engine) ----------------
@@ -110,7 +99,7 @@ def formats_datasheet(spec: ChipSpec) -> list[dict]:
     }]
 
 
-UNITS["formats"] = Unit("formats", lambda spec, scale: [], lambda *a: [], None,
+UNITS["formats"] = Unit("formats", lambda spec, scale: [], lambda *a: [],
                         datasheet=formats_datasheet)
 
 
@@ -122,23 +111,11 @@ def _vector_emit(params, rtl_dir, header):
     return emit(params, rtl_dir, header)
 
 
-def _vector_simulate(params, sim, seed=None):
-    from sim.tb.vector import simulate
-
-    return simulate(params, sim, seed=seed)
-
-
 UNITS["vector"] = Unit("vector", lambda spec, scale: [vector_params(spec, scale)],
-                       _vector_emit, _vector_simulate)
+                       _vector_emit)
 
 
 # --- scalar (activation) engine -----------------------------------------------------------
-
-def _scalar_simulate(params, sim, seed=None):
-    from sim.tb.activation import simulate
-
-    return simulate(params, sim, seed=seed)
-
 
 def scalar_datasheet(spec: ChipSpec) -> list[dict]:
     from generators.vector import accuracy_table
@@ -176,7 +153,7 @@ def scalar_datasheet(spec: ChipSpec) -> list[dict]:
 
 
 UNITS["scalar"] = Unit("scalar", lambda spec, scale: [scalar_params(spec, scale)],
-                       _vector_emit, _scalar_simulate, datasheet=scalar_datasheet)
+                       _vector_emit, datasheet=scalar_datasheet)
 
 
 # --- tensor engine --------------------------------------------------------------------------
@@ -188,54 +165,11 @@ def _tensor_emit(params, rtl_dir, header):
     return emit(params, rtl_dir, header, top=UNIT_TOP)
 
 
-def _tensor_simulate(params, sim, seed=None):
-    from sim.tb.systolic import simulate
-
-    return simulate(params, sim, seed=seed)
-
-
 UNITS["tensor"] = Unit("tensor", lambda spec, scale: [tensor_params(spec, scale)],
-                       _tensor_emit, _tensor_simulate)
+                       _tensor_emit)
 
 
 # --- the NeuronCore -------------------------------------------------------------------------
-
-#: The programs `gen sim --unit core` runs without --kernel, by simulator: on Verilator every
-#: program of the co-simulation (with MX formats, the MX one too) and a seeded random one; on
-#: Icarus, about ten times slower (benchmarks/core_rtl.md), a small one and the deadlock.
-CORE_PROGRAMS = {"verilator": None, "icarus": ("vector_add", "deadlock")}
-
-
-def _core_names(params, sim, seed, kernel=None) -> list[str]:
-    """The programs `gen sim --unit core` runs (``kernel`` alone: a program or kernel name,
-    or ``random``); raises InputError for a program the core simulator rejects or the RTL
-    cannot run, so that it is never simulated."""
-    from sim.tb.core import check_program
-    from sim.tb.core_programs import MX_PROGRAMS, PROGRAMS, RANDOM, program_names
-    from specs.errors import InputError
-
-    if kernel is not None:
-        if kernel not in program_names():
-            raise InputError(f"--kernel must be one of {', '.join(program_names())}, not "
-                             f"{kernel!r}")
-        names = [kernel]
-    else:
-        mx = list(MX_PROGRAMS) if params.tensor.has_mx else []
-        names = list(CORE_PROGRAMS[sim] or [*PROGRAMS, *mx, RANDOM])
-    for name in names:
-        why = check_program(params, name, seed)
-        if why is not None:
-            raise InputError(f"not simulated: {why}")
-    return names
-
-
-def _core_simulate(params, sim, seed=None, kernel=None):
-    """Every program of :func:`_core_names` in one simulation (one start-up and one build
-    of the core; the core reset and its memories cleared between two programs)."""
-    from sim.tb.core import simulate_many
-
-    return simulate_many(params, _core_names(params, sim, seed, kernel), sim, seed)
-
 
 def _core_params(spec: ChipSpec, scale: str):
     from hdl.params import core_params
@@ -321,6 +255,6 @@ def _core_take_parts(params, texts):
     take_parts(params, texts)
 
 
-UNITS["core"] = Unit("core", _core_params, _core_emit, _core_simulate, _core_unsupported,
-                     datasheet=core_datasheet, check=_core_names, area=False,
+UNITS["core"] = Unit("core", _core_params, _core_emit, _core_unsupported,
+                     datasheet=core_datasheet, area=False,
                      parts=_core_parts, part=_core_part, take_parts=_core_take_parts)

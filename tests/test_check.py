@@ -11,7 +11,7 @@ import json
 import pytest
 from rich.console import Console
 
-from generators.checkreport import render, to_table
+from generators.cli.checkreport import render, to_table
 from sim.system.check import FIELDS, VERDICTS, check
 
 GiB = 2**30

@@ -106,7 +106,7 @@ def test_mx_matmuls_run_where_the_array_has_mx(params):
     """The MX co-simulation program passes the core simulator and the RTL's rules on trn3
     (it is one of `gen sim trn3 --unit core`'s programs) and is refused on trn2, whose array
     has no MX formats, with the reason."""
-    from generators.units import _core_names
+    from generators.cli.benches import _core_names
 
     trn3 = core_params(load("trn3"), "sim")
     assert check_program(trn3, "mx_matmuls", 0) is None

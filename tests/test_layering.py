@@ -2,11 +2,10 @@
 leaves its module, and no package reads another's files by path.
 
 The floors, lowest first (:data:`FLOORS`): specs/ -> hdl/ -> sim/golden/ -> sim/core/ ->
-kernels/ and sim/system/ (siblings that never import each other) -> explore/ -> sim/tb/ ->
-generators/. The testbenches sit beside the CLI, which lives in generators/ with the emission
-and runs them (`gen sim`): so they rank just under generators/ and import none of it (the
-Verilog they simulate comes from hdl/). tests/ and benchmarks/ may import anything; nothing
-imports them, nor a pytest entry point (``test_*``, ``conftest``).
+kernels/ and sim/system/ (siblings that never import each other) -> explore/ -> generators/
+(emission and datasheets) -> sim/tb/ (the testbenches) -> generators/cli/ (the command line,
+which runs them: `gen sim`). tests/ and benchmarks/ may import anything; nothing imports them,
+nor a pytest entry point (``test_*``, ``conftest``).
 
 Every module is read with ``ast``: imports inside functions included, relative ones resolved,
 so a lazy import cannot hide an edge. Each violation is named by file and line.
@@ -29,8 +28,9 @@ FLOORS = (
     ("sim/core",),
     ("kernels", "sim/system"),
     ("explore",),
-    ("sim/tb",),
     ("generators",),
+    ("sim/tb",),
+    ("generators/cli",),
 )
 PACKAGES = {package: rank for rank, floor in enumerate(FLOORS) for package in floor}
 #: Code outside the floors, which may import anything and which no package imports.

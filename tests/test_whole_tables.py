@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from rich.console import Console
 
 import kernels
-from generators.checkreport import to_table
 from generators.cli import main
+from generators.cli.checkreport import to_table
 from hdl.params import core_params
 from sim.system import execute, model
 from sim.system.check import FIELDS, check
@@ -194,10 +194,10 @@ def test_run_a_collective(gen):
 
 
 def test_step(gen):
-    from explore import step
+    from explore import step, step_cli
 
     out, _ = gen("step", "trn1.32xlarge", "llama2-7b", "--tp", "8", "--nodes", "16")
-    r = step.from_cli("trn1.32xlarge", "llama2-7b", tp=8, nodes=16).result
+    r = step_cli.from_cli("trn1.32xlarge", "llama2-7b", tp=8, nodes=16).result
     table = _plain_rows(out, "part")
     assert table == [["part", "seconds", "share"],
                      *([p, f"{r.parts[p]:.4g}", f"{100 * r.parts[p] / r.step_time:.1f} %"]
@@ -206,11 +206,11 @@ def test_step(gen):
 
 
 def test_step_grid(gen):
-    from explore import step
+    from explore import step, step_cli
 
     out, _ = gen("step", "trn1-cluster", "llama2-7b", "--tp", "8", "--pp", "1,2",
                  "--nodes", "16,3", "--recompute", "selective,full")
-    _, points = step.grid("trn1-cluster", "llama2-7b", tp=[8], pp=[1, 2], nodes=[16, 3],
+    _, points = step_cli.grid("trn1-cluster", "llama2-7b", tp=[8], pp=[1, 2], nodes=[16, 3],
                           recompute=["selective", "full"])
     ok = points[points["valid"] & points["fits"]].sort_values("sequences_per_second",
                                                               ascending=False)

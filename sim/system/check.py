@@ -15,7 +15,7 @@ tree are laid beside the figures of the model of the spec that makes them (so a 
 about its chips meets the chip as that system configures it, e.g. with its own NeuronLink
 bandwidth).
 
-This module computes the rows; :mod:`generators.checkreport` lays them out as text.
+This module computes the rows; :mod:`generators.cli.checkreport` lays them out as text.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from specs.console import console
 from specs.errors import InputError, SpecError
 from specs.loader import bundled, load_document
 
-from . import __version__
+from .. import __version__
 
 EXIT_BAD_INPUT = 2
 
@@ -173,7 +173,7 @@ def check(specs, fmt, output, strict):
                    "datasheet's area tables; without it they come from the cache alone.")
 def chip(spec, output, scale, synthesise):
     """Validate a chip SPEC and write its RTL, datasheets and manifest."""
-    from .chip import generate_chip
+    from ..chip import generate_chip
 
     doc = load_document(spec)
     if doc.kind != "chip":
@@ -208,15 +208,16 @@ def sim(spec, unit_name, simulator, seed, kernel, waves):
 
     from sim.tb.runner import SimulatorMissing, recording_waves
 
-    from .units import UNITS
+    from ..units import UNITS
+    from .benches import BENCHES
 
     doc = load_document(spec)
     if doc.kind != "chip":
         raise SpecError(f"expected a chip spec, found the {doc.kind} spec {doc.name!r}")
-    simulatable = sorted(n for n, u in UNITS.items() if u.simulate is not None)
+    simulatable = sorted(BENCHES)
     if unit_name not in simulatable:
         raise SpecError(f"expected a unit, found {unit_name!r}", choices=simulatable)
-    unit = UNITS[unit_name]
+    unit, bench = UNITS[unit_name], BENCHES[unit_name]
     reason = unit.unsupported(doc.spec)
     if reason:
         raise SpecError(f"{doc.name} has no {unit_name} unit ({reason})")
@@ -225,14 +226,14 @@ def sim(spec, unit_name, simulator, seed, kernel, waves):
     options = {} if kernel is None else {"kernel": kernel}
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
     variants = list(unit.params(doc.spec, "sim"))
-    for params in variants if unit.check is not None else ():
-        unit.check(params, simulator, seed, **options)
+    for params in variants if bench.check is not None else ():
+        bench.check(params, simulator, seed, **options)
     click.echo(f"{doc.name}: {unit_name} on {simulator}, seed {seed}")
     ok, runs = True, 0
     try:
         with recording_waves() if waves else contextlib.nullcontext():
             for params in variants:
-                results = unit.simulate(params, simulator, seed=seed, **options)
+                results = bench.simulate(params, simulator, seed=seed, **options)
                 for r in results if isinstance(results, list) else [results]:
                     ok &= r.ok
                     runs += 1
@@ -569,7 +570,3 @@ def explore(sweep, output, scheduler, max_points):
         for key in ("points", "rows", "computed", "reused", "elapsed_s", "area"):
             if key in summary:
                 click.echo(f"  {key}: {summary[key]}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,5 @@
+"""``python -m generators.cli``: the `gen` command."""
+
+from . import main
+
+main()
