@@ -93,17 +93,19 @@ def test_an_unverified_release_takes_the_public_path_and_says_so_once(monkeypatc
     assert err.count("amaranth 0.5") == 1 and "public path" in err and "0.0.1" in err
 
 
-#: Amaranth's Verilog of one small design: through its child process of Yosys, then twice
-#: through the Yosys run in the process (run apart: a process that has run WebAssembly
-#: cannot fork afterwards), as a JSON list; [] when Amaranth takes a Yosys from the path.
+#: Amaranth's Verilog of the designs named in argv (of :data:`DESIGNS`, or "small"): through
+#: its child process of Yosys, then twice through the Yosys run in the process (run apart: a
+#: process that has run WebAssembly cannot fork afterwards), as a JSON list per design; {}
+#: when Amaranth takes a Yosys from the path.
 YOSYS_HERE = """
-import json
+import json, sys
 from amaranth import Module, Signal
 from amaranth._toolchain.yosys import _BuiltinYosys, find_yosys
 from amaranth.back import verilog
 from generators.amaranth_internals import yosys_in_process
+from tests.test_amaranth_internals import DESIGNS
 
-def design():
+def small():
     m = Module()
     a, b, sel = Signal(8), Signal(8), Signal()
     count, out = Signal(8), Signal(8)
@@ -114,26 +116,39 @@ def design():
         m.d.comb += out.eq(~b)
     return verilog.convert(m, ports=[a, b, sel, out], emit_src=False)
 
-texts = []
+def text(name):
+    if name == "small":
+        return small()
+    return verilog.convert(DESIGNS[name](), name="top", emit_src=False)
+
+texts = {}
 if find_yosys(lambda found: True) is _BuiltinYosys:
-    texts.append(design())
+    for name in sys.argv[1:]:
+        texts[name] = [text(name)]
     with yosys_in_process():
-        texts += [design(), design()]
+        for name in sys.argv[1:]:
+            texts[name] += [text(name)] * (2 if name == "small" else 1)
 print(json.dumps(texts))
 """
 
 
+@pytest.mark.slow
 def test_yosys_run_in_process_writes_what_its_child_process_writes():
     """`gen chip`'s workers run Amaranth's bundled Yosys inside themselves; the Verilog is
     what Amaranth's own child process of that Yosys writes, run after run (Yosys's internal
-    names count from the same start each time)."""
-    run = subprocess.run([sys.executable, "-c", YOSYS_HERE], cwd=REPO, capture_output=True,
-                         text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), check=True)
-    texts = json.loads(run.stdout)
+    names count from the same start each time), on a small design, the simulation-scale
+    core and a full-scale unit."""
+    names = ["small", "core_sim", "link_port_full"]
+    run = subprocess.run([sys.executable, "-c", YOSYS_HERE, *names], cwd=REPO,
+                         capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), check=True)
+    texts = json.loads(run.stdout.splitlines()[-1])
     if not texts:
         pytest.skip("Amaranth uses a Yosys found on the path, which runs as it always does")
-    child, *here = texts
-    assert "$auto$" in child and here == [child, child]
+    assert "$auto$" in texts["small"][0]
+    for name in names:
+        child, *here = texts[name]
+        assert here == [child] * len(here), name
 
 
 def _has_initial_image(text: str) -> bool:
