@@ -31,13 +31,13 @@ def kernel_line() -> str:
 
 
 class NkiError(KernelError):
-    """A rule of NKI broken by the kernel: ``file:line: error: <message> [err_code]``."""
+    """A rule of NKI broken by the kernel: ``file:line: <message> [err_code]``."""
 
     def __init__(self, message: str, code: str | None = None, where: str | None = None):
         self.where = where or kernel_line()
         self.code = code
         self.detail = message
-        super().__init__(f"{self.where}: error: {message}" + (f" [{code}]" if code else ""))
+        super().__init__(f"{self.where}: {message}" + (f" [{code}]" if code else ""))
 
 
 class NotSupported(NkiError):

@@ -109,8 +109,8 @@ def full(shape, fill_value, dtype, *, buffer=None, name: str = "", **kwargs) -> 
     if v.buf.space == "psum" and float(fill_value) == 0.0:
         v.buf.zero = True  # written by the first matmul or, if read first, a memset
         return v
-    current("full").memset(v, float(fill_value), "gpsimd" if v.buf.space == "sbuf"
-                           else "vector", "full")
+    current("full").fill(v.buf, v.dt, float(fill_value),
+                         "gpsimd" if v.buf.space == "sbuf" else "vector")
     return v
 
 

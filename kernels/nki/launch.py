@@ -30,7 +30,7 @@ from .tracer import Tracer, View, isa_dtype, numpy_dtype
 from .typing import TensorType
 
 __all__ = ["SESSION", "Kernel", "Launch", "baremetal", "benchmark", "jit", "params_for",
-           "profile", "simulate", "simulate_kernel"]
+           "parse_shapes", "profile", "run_file", "simulate", "simulate_kernel"]
 
 _TARGETS = {"trn1": "trn1", "inf2": "inf2", "gen2": "trn1", "trn2": "trn2", "gen3": "trn2",
             "trn3": "trn3", "gen4": "trn3"}
@@ -259,3 +259,73 @@ def benchmark(kernel=None, *, warmup: int = 10, iters: int = 100, **kwargs):
 def profile(func=None, **kwargs):
     raise NotSupported("nki.profile", "gen nki --trace FILE (a Perfetto trace of each "
                                       "launch)")
+
+
+def parse_shapes(text: str) -> dict[str, tuple[tuple[int, ...], str]]:
+    """``"a=128x512:bf16,b=512:fp32"`` -> {name: (shape, ISA dtype)} (dtype default fp32;
+    NKI's names such as ``bfloat16`` too)."""
+    out = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        name, eq, rest = item.partition("=")
+        dims, _, dt = rest.partition(":")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            shape = ()
+        if not eq or not name or not shape or any(d < 1 for d in shape):
+            raise NkiError(f"--shape items read NAME=DxD...[:DTYPE], not {item!r}")
+        dt = dt or "fp32"
+        out[name] = (shape, dt if dt in _ISA_NAMES else isa_dtype(_NKI_NAMES.get(dt, dt)))
+    return out
+
+
+_ISA_NAMES = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "tf32", "int8", "int32",
+              "uint8", "uint32")
+_NKI_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16",
+              "float8_e4m3": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "tfloat32": "tf32"}
+
+
+def run_file(path, kernel: str | None = None, shapes: dict | None = None, *,
+             target: str | None = None, timing_only: bool = False, trace: bool = False,
+             seed: int = 0) -> list[Launch]:
+    """Run the NKI kernel file ``path`` with the interface installed: as ``__main__``
+    (its own script launches), or with ``kernel`` that one kernel on random normal inputs
+    of ``shapes`` (:func:`parse_shapes`). The launches it made."""
+    import runpy
+    import sys
+
+    from . import installed
+
+    SESSION.target, SESSION.timing_only, SESSION.trace = target, timing_only, trace
+    SESSION.launches = []
+    argv = sys.argv
+    sys.argv = [str(path)]
+    try:
+        with installed():
+            if kernel is None:
+                runpy.run_path(str(path), run_name="__main__")
+                return SESSION.launches
+            scope = runpy.run_path(str(path), run_name="__nki__")
+            fn = scope.get(kernel)
+            if fn is None or not callable(fn):
+                names = sorted(n for n, v in scope.items() if isinstance(v, Kernel))
+                raise NkiError(f"{path} has no kernel {kernel!r}; its kernels: "
+                               f"{', '.join(names) or 'none'}")
+            k = fn if isinstance(fn, Kernel) else Kernel(fn)
+            params = list(inspect.signature(k.func).parameters)
+            shapes = shapes or {}
+            unknown = [n for n in shapes if n not in params]
+            if unknown:
+                raise NkiError(f"{kernel} takes {', '.join(params)}; --shape names "
+                               f"{', '.join(unknown)}")
+            rng = np.random.default_rng(seed)
+            args = {}
+            for name, (shape, dt) in shapes.items():
+                if timing_only:
+                    args[name] = TensorType(shape, numpy_dtype(dt))
+                else:
+                    args[name] = rng.standard_normal(shape).astype(numpy_dtype(dt))
+            k.run(**args)
+            return SESSION.launches
+    finally:
+        sys.argv = argv

@@ -441,12 +441,12 @@ class View:
         return part, off + i * stride * item
 
     def __setitem__(self, key, value):
-        t = current("tensor assignment")
-        t.assign(self[key], value, temporary=sys.getrefcount(value) <= _TEMP_SET)
+        temporary = sys.getrefcount(value) <= _TEMP_SET  # before value is an argument again
+        current("tensor assignment").assign(self[key], value, temporary)
 
     def __iadd__(self, other):
-        t = current("+=")
-        t.accumulate(self, other, temporary=sys.getrefcount(other) <= _TEMP_IADD)
+        temporary = sys.getrefcount(other) <= _TEMP_IADD
+        current("+=").accumulate(self, other, temporary)
         return self
 
     def cut(self, mask: Mask | None) -> View:
@@ -952,14 +952,20 @@ class Tracer:
     def _zero(self, buf: Buffer) -> None:
         """Write the zeros of an ``nl.zeros`` PSUM tensor that a matmul did not overwrite."""
         buf.zero = False
-        n = buf.nbytes // 4
-        step = 4096
+        self.fill(buf, "fp32", 0.0, "vector")
+
+    def fill(self, buf: Buffer, dt: str, value: float, engine: str) -> None:
+        """Every element of ``buf`` (all partitions, its whole range) = ``value``, in pieces
+        of the engines' largest free size."""
+        item = DTYPES[dt][1]
+        n = buf.nbytes // item
+        step = 4096 if buf.space == "psum" else 65536
+        parts = self.params.partitions
         for first in range(0, n, step):
-            ap = AP(buf.space, "fp32", 0, self.params.partitions, buf.offset + first * 4,
-                    ((min(step, n - first), 1),))
-            view = View(buf, "fp32", [(self.params.partitions, 1, _P),
-                                      (min(step, n - first), 1, _F)], 0, ap.offset)
-            self.emit("vector", Memset(dst=ap, value=0.0), writes=[(view, ap)])
+            size = min(step, n - first)
+            ap = AP(buf.space, dt, 0, parts, buf.offset + first * item, ((size, 1),))
+            view = View(buf, dt, [(parts, 1, _P), (size, 1, _F)], 0, ap.offset)
+            self.emit(engine, Memset(dst=ap, value=value), writes=[(view, ap)])
 
     def memset(self, view: View, value: float, engine: str, call: str) -> None:
         """Fill ``view`` with ``value`` (GpSimd cannot reach PSUM: the vector engine does
