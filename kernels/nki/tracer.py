@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 import sys
-from bisect import insort
+from bisect import bisect_left, insort
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -688,7 +688,10 @@ class Tracer:
         self.nodes: list[_Node] = []
         self.spaces = {"sbuf": _Space(params.sbuf_bytes, SBUF_ALIGN),
                        "psum": _Space(params.psum_bytes, PSUM_ALIGN, params.psum_bank_bytes)}
+        #: freed ranges and the accesses that used them: (start, end, order, nodes), sorted
         self.retired: dict[str, list[tuple]] = {"sbuf": [], "psum": []}
+        self._widest = {"sbuf": 0, "psum": 0}
+        self._retired = 0
         self.pending: _Pending | None = None
         self._queue = 0
         self._names: dict[str, int] = {}
@@ -783,17 +786,22 @@ class Tracer:
         return v
 
     def _inherit(self, buf: Buffer) -> None:
-        """A new buffer over freed space waits for the accesses of the tensors that held it."""
-        fp = (0, self.params.partitions, buf.offset, buf.offset + buf.nbytes)
-        nodes, keep = [], []
-        for old, held in self.retired[buf.space]:
-            if _overlap(old, fp, False):
+        """A new buffer over freed space waits for the accesses of the tensors that held it
+        (the retired ranges it overlaps; those it covers are dropped)."""
+        lo, hi = buf.offset, buf.offset + buf.nbytes
+        retired = self.retired[buf.space]
+        i = bisect_left(retired, (lo - self._widest[buf.space],))
+        nodes = []
+        while i < len(retired) and retired[i][0] < hi:
+            start, end, _, held = retired[i]
+            if end > lo:
                 nodes += held
-                if _contains(fp, old, False):
+                if lo <= start and end <= hi:
+                    del retired[i]
                     continue
-            keep.append((old, held))
-        self.retired[buf.space] = keep
+            i += 1
         if nodes:
+            fp = (0, self.params.partitions, lo, hi)
             buf.writes.append(_Record(fp, None, nodes))
 
     def _release(self, buf: Buffer) -> None:
@@ -803,8 +811,10 @@ class Tracer:
                 held.append(r.writer)
             held += r.readers
         if held:
-            fp = (0, self.params.partitions, buf.offset, buf.offset + buf.nbytes)
-            self.retired[buf.space].append((fp, held))
+            self._retired += 1
+            insort(self.retired[buf.space],
+                   (buf.offset, buf.offset + buf.nbytes, self._retired, held))
+            self._widest[buf.space] = max(self._widest[buf.space], buf.nbytes)
         buf.writes = buf.reads = []
         self.spaces[buf.space].release(buf.offset, buf.nbytes)
 
