@@ -220,6 +220,7 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> View:
         raise NkiError("operand 'src' of 'load' must be an HBM tensor")
     t.ap(src, "load", "src", ("hbm",)) if src.buf.space != "hbm" else None
     s = src.cut(mask)
+    s.check_bounds()
     want = isa_dtype(dtype) if dtype is not None else src.dt
 
     def make(out: View, _):

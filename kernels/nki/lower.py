@@ -165,7 +165,7 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
                                         row=row, col=col), reads=reads,
                writes=[(out, out_ap)])
 
-    return _finish(t, _out(t, (m, n), acc_dt, "psum", col), make, "matmul", mask, dst)
+    return _finish(t, lambda: _out(t, (m, n), acc_dt, "psum", col), make, "matmul", mask, dst)
 
 
 def _written(view: View, ap) -> bool:
@@ -175,9 +175,10 @@ def _written(view: View, ap) -> bool:
     return any(r.writer is not None and _overlap(r.fp, fp, False) for r in view.buf.writes)
 
 
-def _finish(t, fresh: View, make, kind: str, mask, dst):
+def _finish(t, fresh, make, kind: str, mask, dst):
+    """Pend the op into a new tile (``fresh()``), or emit it into ``dst``."""
     if dst is None:
-        return t.pend(fresh, make, kind, mask)
+        return t.pend(fresh(), make, kind, mask)
     t.commit()
     make(dst.cut(mask), None)
     return None
@@ -213,7 +214,7 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, dst=None,
         t.emit("tensor", Transpose(dst=out_ap, src=src), reads=[(x, src)],
                writes=[(out, out_ap)])
 
-    fresh = _out(t, (f, p), out_dt, "psum")
+    fresh = lambda: _out(t, (f, p), out_dt, "psum")  # noqa: E731
     if dtype is not None and isa_dtype(dtype) != out_dt:
         res = _finish(t, fresh, make, "transpose", None, None)
         return tensor_copy(res, dtype=dtype, dst=dst, call=call)
@@ -263,7 +264,7 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
                                     reduce_dst=red_ap, scale=float(scale)),
                reads=reads, writes=writes)
 
-    return _finish(t, _out(t, x.shape, out_dt), make, "compute", None, dst)
+    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", None, dst)
 
 
 def _scalar_operand(t, v, x: View, call: str, name: str):
@@ -306,7 +307,7 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
         t.emit(eng, TensorScalar(dst=out_ap, src=src, op0=o0, operand0=a0, imm0=i0, op1=o1,
                                  operand1=a1, imm1=i1), reads=reads, writes=[(out, out_ap)])
 
-    return _finish(t, _out(t, x.shape, out_dt), make, "compute", None, dst)
+    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", None, dst)
 
 
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, dst=None,
@@ -330,7 +331,7 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, dst=N
         t.emit(eng, TensorTensor(dst=out_ap, a=aa, b=ba, op=o), reads=[(a, aa), (b, ba)],
                writes=[(out, out_ap)])
 
-    return _finish(t, _out(t, a.shape, out_dt), make, "compute", None, dst)
+    return _finish(t, lambda: _out(t, a.shape, out_dt), make, "compute", None, dst)
 
 
 def _axes(x: View, axis, call: str) -> None:
@@ -380,7 +381,7 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
         t.emit("vector", TensorScalar(dst=out_ap, src=r_ap, op0=VectorOp.MULTIPLY,
                                       imm0=-1.0), reads=[(r, r_ap)], writes=[(out, out_ap)])
 
-    return _finish(t, _out(t, shape, out_dt), make, "compute", None, dst)
+    return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", None, dst)
 
 
 def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,
@@ -403,7 +404,7 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,
         t.emit(eng, TensorCopy(dst=out_ap, src=s_ap), reads=[(x, s_ap)],
                writes=[(out, out_ap)])
 
-    return _finish(t, _out(t, x.shape, out_dt), make, "compute", None, dst)
+    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", None, dst)
 
 
 def memset(dst: View, value, *, engine=None, call: str = "memset") -> None:

@@ -311,6 +311,8 @@ class Buffer:
         self.writes: list[_Record] = []
         self.reads: list[_Record] = []
         self.zero = False  # PSUM zeros not yet written (the first matmul overwrites)
+        self.cursor = 0  # the allocator's next-fit position before this buffer
+        self.unused = False  # a pending result written elsewhere: it gives its space back
 
     def __del__(self):
         tracer = self.tracer
@@ -759,6 +761,7 @@ class Tracer:
                 stride = -(-stride // PSUM_ALIGN) * PSUM_ALIGN
         nbytes = max(blocks * stride, item)
         space_ = self.spaces[space]
+        cursor = space_.cursor
         offset = space_.alloc(nbytes)
         if offset is None:
             raise NkiError(f"{space.upper()} full: tensor {name} {list(shape)} {dt} needs "
@@ -767,6 +770,7 @@ class Tracer:
                            f"{max((b - a for a, b in space_.free), default=0)})",
                            "err_out_of_memory")
         buf = Buffer(self, space, self._name(name), offset, nbytes)
+        buf.cursor = cursor
         self._inherit(buf)
         dims = []
         bstride = stride // item
@@ -816,7 +820,10 @@ class Tracer:
                    (buf.offset, buf.offset + buf.nbytes, self._retired, held))
             self._widest[buf.space] = max(self._widest[buf.space], buf.nbytes)
         buf.writes = buf.reads = []
-        self.spaces[buf.space].release(buf.offset, buf.nbytes)
+        space = self.spaces[buf.space]
+        space.release(buf.offset, buf.nbytes)
+        if buf.unused and space.cursor == buf.offset + buf.nbytes:
+            space.cursor = buf.cursor  # as if the result's tile had never been allocated
 
     # --- access patterns ----------------------------------------------------------------
     def ap(self, view: View, call: str, operand: str, spaces=("sbuf", "psum")) -> AP:
@@ -1043,6 +1050,7 @@ class Tracer:
             return  # the write of an in-place update (t[...] += x)
         if p is not None and value is p.view and temporary and _fits(dst, value, p.kind):
             self.pending = None
+            p.view.buf.unused = True
             p.make(dst.cut(p.mask), None)
             return
         self.commit()
@@ -1070,6 +1078,7 @@ class Tracer:
         if p is not None and value is p.view and temporary and p.kind == "matmul" \
                 and dst.buf.space == "psum" and _fits(dst, value, "matmul"):
             self.pending = None
+            p.view.buf.unused = True
             p.make(dst.cut(p.mask), True)
             return
         self.commit()
