@@ -8,6 +8,8 @@ lowered to :mod:`.lower` as NKI documents (``nl.matmul`` to a transpose where ne
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from hdl.core.isa import DmaCopy, TensorScalar, TensorTensor
@@ -321,8 +323,8 @@ def _binary(call: str, op: VectorOp, x, y, dtype, mask) -> View:
                            "a tile first, or the commutative operators")
     if not ys:
         return lower.tensor_scalar(x, _NP[op], float(y), dtype=dtype, mask=mask, call=call)
-    xf = int(np.prod(x.shape[1:], dtype=np.int64)) if x.ndim > 1 else 1
-    yf = int(np.prod(y.shape[1:], dtype=np.int64)) if y.ndim > 1 else 1
+    xf = math.prod(x.shape[1:]) if x.ndim > 1 else 1
+    yf = math.prod(y.shape[1:]) if y.ndim > 1 else 1
     if xf == yf:
         return lower.tensor_tensor(x, y, _NP[op], dtype=dtype, mask=mask, call=call)
     if yf == 1:  # one value per partition: a tensor_scalar
@@ -482,15 +484,15 @@ def mean(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs) -> View:
     _no_options("mean", kwargs)
     s = lower.tensor_reduce(np.add, x, axis, mask=mask, dtype=float32, keepdims=keepdims,
                             call="mean")
-    n = int(np.prod(x.shape[1:], dtype=np.int64))
+    n = math.prod(x.shape[1:])
     return lower.tensor_scalar(s, np.multiply, 1.0 / n, dtype=dtype or x.dtype, call="mean")
 
 
 def add_into(dst: View, a: View, b) -> None:
     """``dst = a + b`` (``dst += b``) on the vector engine."""
     if isinstance(b, View):
-        xf = int(np.prod(a.shape[1:], dtype=np.int64)) if a.ndim > 1 else 1
-        yf = int(np.prod(b.shape[1:], dtype=np.int64)) if b.ndim > 1 else 1
+        xf = math.prod(a.shape[1:]) if a.ndim > 1 else 1
+        yf = math.prod(b.shape[1:]) if b.ndim > 1 else 1
         if xf == yf:
             lower.tensor_tensor(a, b, np.add, dst=dst, call="+=")
             return

@@ -11,6 +11,8 @@ engine unless ``engine=`` asks for GpSimd (or, where the ISA allows, the scalar 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from hdl.core.isa import (
@@ -94,7 +96,7 @@ def _out(t, shape, dt: str, space: str = "sbuf", part: int = 0) -> View:
 
 
 def _shape2(view: View, call: str, operand: str) -> tuple[int, int]:
-    free = int(np.prod(view.shape[1:], dtype=np.int64)) if view.ndim > 1 else 1
+    free = math.prod(view.shape[1:]) if view.ndim > 1 else 1
     return view.shape[0], free
 
 

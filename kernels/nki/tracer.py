@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from bisect import bisect_left, insort
 from dataclasses import dataclass
@@ -746,8 +747,8 @@ class Tracer:
                            f"limitation of {p.partitions}", "err_num_partition_exceed_arch_"
                                                             "limit")
         item = DTYPES[dt][1]
-        tile = int(np.prod(shape[par + 1:], dtype=np.int64)) * item
-        blocks = int(np.prod(shape[:par], dtype=np.int64))
+        tile = math.prod(shape[par + 1:]) * item
+        blocks = math.prod(shape[:par])
         stride = tile
         if space == "psum":
             bank = p.psum_bank_bytes
