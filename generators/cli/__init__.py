@@ -570,3 +570,75 @@ def explore(sweep, output, scheduler, max_points):
         for key in ("points", "rows", "computed", "reused", "elapsed_s", "area"):
             if key in summary:
                 click.echo(f"  {key}: {summary[key]}")
+
+
+@main.command("nki")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--kernel", default=None, help="Launch this kernel of FILE on random inputs "
+              "(default: run FILE as __main__, its own launches).")
+@click.option("--spec", type=click.Choice(["trn1", "trn2", "trn3"]), default=None,
+              help="Target chip (default: NEURON_PLATFORM_TARGET_OVERRIDE, else trn1).")
+@click.option("--shape", default="", metavar="NAME=DxD:DTYPE,...",
+              help="With --kernel: its arguments, e.g. a=128x512:bf16,b=512x512:bf16.")
+@click.option("--timing-only", is_flag=True, help="Time every launch without data.")
+@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a Perfetto trace of each launch (FILE, then FILE.1, ...).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the inputs.")
+def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed):
+    """Trace the NKI kernels of FILE into the core's ISA and run them on the core simulator:
+    per launch the predicted time, per-engine busy, HFU, bytes moved and the SBUF/PSUM
+    high-water marks."""
+    from kernels import KernelError
+    from kernels.nki import launch
+    from sim.core import ProgramError
+    from sim.system import formulas
+
+    try:
+        shapes = launch.parse_shapes(shape)
+        launches = launch.run_file(file, kernel, shapes, target=spec,
+                                   timing_only=timing_only, trace=bool(trace), seed=seed)
+    except (KernelError, ProgramError) as exc:
+        click.echo(f"error: {str(exc).splitlines()[0]}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    rows = []
+    for i, run in enumerate(launches):
+        params = launch.params_for(run.target)
+        res = run.result
+        rate = max((params.rate(d) for d in run.matmul_dtypes if d in params.formats),
+                   default=1.0)
+        peak = formulas.peak_flops(params.rows, params.cols, params.clock("tensor"), rate)
+        row = {"kernel": run.kernel, "file": run.file, "target": run.target,
+               "mode": run.mode, "grid": list(run.grid), "time_s": res.time,
+               "hfu": res.flops / res.time / peak if res.time else 0.0,
+               "flops": res.flops, "dma_bytes": res.dma_bytes,
+               "sbuf_high_bytes": run.sbuf_high, "psum_high_bytes": run.psum_high,
+               "instructions": run.instructions,
+               "busy_s": dict(res.busy), "compile_s": run.compile_seconds,
+               "simulate_s": run.run_seconds}
+        if trace:
+            path = trace if i == 0 else trace.with_name(f"{trace.name}.{i}")
+            path.write_text(res.trace_json())
+            row["trace"] = str(path)
+        rows.append(row)
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=1))
+        return
+    for row in rows:
+        grid = f" grid {row['grid']}" if row["grid"] else ""
+        click.echo(f"{row['kernel']} ({row['file']}) on {row['target']}{grid}, "
+                   f"{row['mode']}")
+        click.echo(f"  time          {row['time_s'] * 1e6:,.2f} us")
+        click.echo(f"  HFU           {100 * row['hfu']:.2f} % of the tensor engine's peak")
+        click.echo(f"  DMA           {_si(row['dma_bytes'], 'B')} moved")
+        click.echo(f"  SBUF / PSUM   {row['sbuf_high_bytes']:,} / {row['psum_high_bytes']:,} "
+                   f"bytes per partition at most")
+        click.echo(f"  instructions  {row['instructions']:,} (traced in "
+                   f"{row['compile_s']:.2f} s, simulated in {row['simulate_s']:.2f} s)")
+        for eng, busy in row["busy_s"].items():
+            if busy:
+                click.echo(f"  {eng:<13} busy {busy * 1e6:,.2f} us "
+                           f"({100 * busy / row['time_s']:.1f} %)")
+        if "trace" in row:
+            click.echo(f"  trace         {row['trace']}")

@@ -1,0 +1,109 @@
+"""The NKI front end: kernels written against the public Neuron Kernel Interface, traced into
+the core's ISA, checked, run and timed by the core simulator.
+
+The interface (facts/nki.md has its sources): :mod:`.language` (``nl``), :mod:`.isa`
+(``nisa`` of NKI 0.1, calls that return tiles), :mod:`.isa_dst` (``nisa`` of NKI 0.2 and
+later, calls that write ``dst``), :mod:`.typing` (``nt``) and the launch calls of
+:mod:`.launch`. :func:`install` makes a kernel's own imports find them:
+``neuronxcc.nki``, ``neuronxcc.nki.language``, ``neuronxcc.nki.isa``,
+``neuronxcc.nki.typing`` (NKI 0.1) and ``nki``, ``nki.language``, ``nki.isa``,
+``nki.typing`` (NKI 0.2), except where a real Neuron SDK is importable, which it never
+shadows unless asked.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from contextlib import contextmanager
+
+from . import isa, isa_dst, language, typing
+from .errors import NkiError, NotSupported
+from .launch import (
+    SESSION,
+    Kernel,
+    Launch,
+    baremetal,
+    benchmark,
+    jit,
+    profile,
+    simulate,
+    simulate_kernel,
+)
+
+__all__ = ["SESSION", "Kernel", "Launch", "NkiError", "NotSupported", "baremetal",
+           "benchmark", "install", "installed", "isa", "isa_dst", "jit", "language",
+           "profile", "simulate", "simulate_kernel", "typing", "uninstall"]
+
+_LAUNCH = {"jit": jit, "simulate_kernel": simulate_kernel, "simulate": simulate,
+           "baremetal": baremetal, "benchmark": benchmark, "profile": profile}
+
+
+def _package(name: str, isa_module, doc: str) -> types.ModuleType:
+    m = types.ModuleType(name, doc)
+    m.__path__ = []  # a package, so that `import name.language` resolves
+    m.__dict__.update(_LAUNCH, language=language, isa=isa_module, typing=typing,
+                      errors=sys.modules[__name__ + ".errors"])
+    return m
+
+
+def _modules() -> dict[str, types.ModuleType]:
+    old = _package("neuronxcc.nki", isa, "trngen's NKI 0.1 interface")
+    new = _package("nki", isa_dst, "trngen's NKI 0.2 interface")
+    top = types.ModuleType("neuronxcc", "trngen's stand-in for the Neuron compiler package")
+    top.__path__ = []
+    top.nki = old
+    return {"neuronxcc": top, "neuronxcc.nki": old, "neuronxcc.nki.language": language,
+            "neuronxcc.nki.isa": isa, "neuronxcc.nki.typing": typing, "nki": new,
+            "nki.language": language, "nki.isa": isa_dst, "nki.typing": typing}
+
+
+_INSTALLED: dict[str, object] = {}
+
+
+def _real(top: str) -> bool:
+    """Whether ``top`` is importable as a real package (not ours)."""
+    if top in sys.modules and top not in _INSTALLED:
+        return True
+    try:
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def install(force: bool = False) -> list[str]:
+    """Make ``neuronxcc.nki...`` and ``nki...`` import trngen's interface; a top-level name
+    that a real package already provides is left alone unless ``force``. The names
+    installed."""
+    done = []
+    modules = _modules()
+    for top in ("neuronxcc", "nki"):
+        if top in _INSTALLED or (not force and _real(top)):
+            continue
+        for name, module in modules.items():
+            if name.split(".")[0] == top:
+                _INSTALLED[name] = sys.modules.get(name)
+                sys.modules[name] = module
+                done.append(name)
+    return done
+
+
+def uninstall() -> None:
+    """Undo :func:`install`: the modules that were there before come back."""
+    for name, before in _INSTALLED.items():
+        if before is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = before
+    _INSTALLED.clear()
+
+
+@contextmanager
+def installed(force: bool = False):
+    """:func:`install` for the duration of a ``with`` block."""
+    names = install(force)
+    try:
+        yield names
+    finally:
+        uninstall()

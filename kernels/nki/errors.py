@@ -1,0 +1,48 @@
+"""Errors of the NKI front end, each naming the kernel's file and line.
+
+:class:`NkiError` is one of NKI's documented errors (``nki.errors``: the ``err_*`` code and a
+message in its words); :class:`NotSupported` is a call or a form that the front end does not
+implement yet, naming what it does implement instead. Both are
+:class:`~kernels.builder.KernelError`, so a caller that runs kernels catches them as it
+catches the kernel library's.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from kernels.builder import KernelError
+
+__all__ = ["NkiError", "NotSupported", "kernel_line"]
+
+_HERE = str(Path(__file__).resolve().parent)
+
+
+def kernel_line() -> str:
+    """``file:line`` of the innermost frame outside this package: the kernel's own line."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not str(Path(name).resolve()).startswith(_HERE):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>:0"
+
+
+class NkiError(KernelError):
+    """A rule of NKI broken by the kernel: ``file:line: <message> [err_code]``."""
+
+    def __init__(self, message: str, code: str | None = None, where: str | None = None):
+        self.where = where or kernel_line()
+        self.code = code
+        self.detail = message
+        super().__init__(f"{self.where}: {message}" + (f" [{code}]" if code else ""))
+
+
+class NotSupported(NkiError):
+    """A call or a form of the NKI interface that trngen does not implement yet."""
+
+    def __init__(self, call: str, supported: str, where: str | None = None):
+        super().__init__(f"{call} is not supported yet by trngen's NKI front end; "
+                         f"supported: {supported}", None, where)

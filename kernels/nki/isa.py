@@ -1,0 +1,134 @@
+"""``nki.isa`` of NKI 0.1 (``neuronxcc.nki.isa``, ``nisa``): each call returns its result
+tile; lowered by :mod:`.lower`. A name this module does not define raises
+:class:`~kernels.nki.errors.NotSupported`."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from . import lower
+from .errors import NotSupported
+from .tracer import current
+
+
+class engine(IntEnum):  # noqa: N801 - NKI's names
+    unknown = 0
+    tensor = 1
+    scalar = 2
+    gpsimd = 3
+    vector = 5
+    sync = 6
+
+
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+unknown_engine = engine.unknown
+
+
+class reduce_cmd(IntEnum):  # noqa: N801
+    idle = 0
+    reset = 1
+    reduce = 2
+    reset_reduce = 3
+
+
+class nc_version(IntEnum):  # noqa: N801
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+
+def get_nc_version() -> nc_version:
+    """The NeuronCore generation of the chip the kernel is traced for."""
+    return nc_version(int(current("get_nc_version").params.version.lstrip("v")))
+
+
+def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False,
+              is_transpose=False, tile_position=(), tile_size=(), mask=None, **kwargs):
+    _options("nc_matmul", kwargs)
+    if is_transpose:
+        raise NotSupported("nc_matmul(is_transpose=True)", "nc_transpose")
+    return lower.nc_matmul(stationary, moving, tile_position=tile_position,
+                           tile_size=tile_size, mask=mask)
+
+
+def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    _options("nc_transpose", kwargs)
+    return lower.nc_transpose(data, mask=mask, dtype=dtype, engine=engine)
+
+
+def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
+               reduce_cmd=reduce_cmd.idle, mask=None, dtype=None, **kwargs):
+    _options("activation", kwargs)
+    return lower.activation(op, data, bias=bias, scale=scale, reduce_op=reduce_op,
+                            reduce_res=reduce_res, reduce_cmd=reduce_cmd, mask=mask,
+                            dtype=dtype)
+
+
+def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None,
+                      dtype=None, **kwargs):
+    _options("activation_reduce", kwargs)
+    return lower.activation(op, data, bias=bias, scale=scale, reduce_op=reduce_op,
+                            reduce_res=reduce_res, mask=mask, dtype=dtype,
+                            call="activation_reduce")
+
+
+def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown,
+                  **kwargs):
+    _options("tensor_tensor", kwargs)
+    return lower.tensor_tensor(data1, data2, op, dtype=dtype, mask=mask, engine=engine)
+
+
+def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
+                  reverse1=False, *, dtype=None, mask=None, engine=engine.unknown, **kwargs):
+    _options("tensor_scalar", kwargs)
+    return lower.tensor_scalar(data, op0, operand0, reverse0, op1, operand1, reverse1,
+                               dtype=dtype, mask=mask, engine=engine)
+
+
+def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False,
+                  **kwargs):
+    _options("tensor_reduce", kwargs)
+    return lower.tensor_reduce(op, data, axis, mask=mask, dtype=dtype, negate=negate,
+                               keepdims=keepdims)
+
+
+def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    _options("tensor_copy", kwargs)
+    return lower.tensor_copy(src, mask=mask, dtype=dtype, engine=engine)
+
+
+def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs):
+    _options("memset", kwargs)
+    t = current("memset")
+    t.commit()
+    from .tracer import isa_dtype
+
+    out = t.tile(tuple(shape), isa_dtype(dtype))
+    lower.memset(out.cut(mask), value, engine=engine or None)
+    return out
+
+
+def dma_copy(*, dst, src, mask=None, **kwargs):
+    _options("dma_copy", kwargs, ("dst_rmw_op", "oob_mode", "dge_mode"))
+    lower.dma_copy(dst, src, mask=mask)
+
+
+def _options(call: str, kwargs: dict, ignored=()) -> None:
+    bad = [k for k, v in kwargs.items() if v is not None and k not in ignored]
+    if bad:
+        raise NotSupported(f"{call}({', '.join(f'{k}=' for k in bad)})",
+                           f"{call} without these options")
+
+
+_SUPPORTED = ("nc_matmul nc_transpose activation activation_reduce tensor_tensor "
+              "tensor_scalar tensor_reduce tensor_copy memset dma_copy get_nc_version, the "
+              "engine, reduce_cmd and nc_version enums")
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise NotSupported(f"nisa.{name}", _SUPPORTED)

@@ -1,0 +1,81 @@
+"""``nki.isa`` of NKI 0.2 and later: every call writes its destination ``dst``, given first,
+and returns nothing; the same lowering as NKI 0.1's (:mod:`.isa`), so that a kernel written
+in either generation gives the same program."""
+
+from __future__ import annotations
+
+from . import lower
+from .errors import NotSupported
+from .isa import (
+    engine,
+    get_nc_version,
+    gpsimd_engine,
+    nc_version,
+    reduce_cmd,
+    scalar_engine,
+    tensor_engine,
+    unknown_engine,
+    vector_engine,
+)
+
+__all__ = ["activation", "activation_reduce", "dma_copy", "engine", "get_nc_version",
+           "gpsimd_engine", "memset", "nc_matmul", "nc_transpose", "nc_version",
+           "reduce_cmd", "scalar_engine", "tensor_copy", "tensor_engine", "tensor_reduce",
+           "tensor_scalar", "tensor_tensor", "unknown_engine", "vector_engine"]
+
+
+def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
+              is_transpose=False, accumulate=None, tile_position=(), tile_size=(),
+              perf_mode=None, name=None):
+    if is_transpose or perf_mode not in (None, 0, "none"):
+        raise NotSupported("nc_matmul(is_transpose=, perf_mode=)", "nc_matmul without them")
+    lower.nc_matmul(stationary, moving, tile_position=tile_position, tile_size=tile_size,
+                    dst=dst, accumulate=accumulate)
+
+
+def nc_transpose(dst, data, engine=engine.unknown, name=None):
+    lower.nc_transpose(data, engine=engine, dst=dst)
+
+
+def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
+               reduce_cmd=reduce_cmd.idle, name=None):
+    lower.activation(op, data, bias=bias, scale=scale, reduce_op=reduce_op,
+                     reduce_res=reduce_res, reduce_cmd=reduce_cmd, dst=dst)
+
+
+def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
+    lower.activation(op, data, bias=bias, scale=scale, reduce_op=reduce_op,
+                     reduce_res=reduce_res, dst=dst, call="activation_reduce")
+
+
+def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None):
+    lower.tensor_tensor(data1, data2, op, engine=engine, dst=dst)
+
+
+def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
+                  reverse1=False, engine=engine.unknown, name=None):
+    lower.tensor_scalar(data, op0, operand0, reverse0, op1, operand1, reverse1, engine=engine,
+                        dst=dst)
+
+
+def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
+    lower.tensor_reduce(op, data, axis, negate=negate, keepdims=keepdims, dst=dst)
+
+
+def tensor_copy(dst, src, engine=engine.unknown, name=None):
+    lower.tensor_copy(src, engine=engine, dst=dst)
+
+
+def memset(dst, value, engine=engine.unknown, name=None):
+    lower.memset(dst, value, engine=engine or None)
+
+
+def dma_copy(dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None, name=None):
+    lower.dma_copy(dst, src)
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise NotSupported(f"nisa.{name}", " ".join(__all__))
+

@@ -1,0 +1,517 @@
+"""``nki.language`` (``nl``): tensors, memory, indexing, iteration and the ``nl`` compute calls,
+lowered to :mod:`.lower` as NKI documents (``nl.matmul`` to a transpose where needed and
+``nc_matmul``, ``nl.exp`` and the other functions to ``activation``, arithmetic to
+``tensor_tensor`` / ``tensor_scalar``, ``nl.sum`` / ``max`` / ``min`` / ``mean`` to
+``tensor_reduce``). A name this module does not define raises
+:class:`~kernels.nki.errors.NotSupported`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hdl.core.isa import DmaCopy, TensorScalar, TensorTensor
+from hdl.vector.ops import VectorOp
+
+from . import lower
+from .errors import NkiError, NotSupported
+from .tracer import TF32, DSlice, Index, View, current, isa_dtype, numpy_dtype, promote
+
+# --- types and constants ------------------------------------------------------------------
+float32 = numpy_dtype("fp32")
+bfloat16 = numpy_dtype("bf16")
+float16 = numpy_dtype("fp16")
+float8_e4m3 = numpy_dtype("fp8_e4m3")
+float8_e5m2 = numpy_dtype("fp8_e5m2")
+tfloat32 = TF32
+int8 = numpy_dtype("int8")
+int32 = numpy_dtype("int32")
+uint8 = numpy_dtype("uint8")
+uint32 = numpy_dtype("uint32")
+
+
+class fp32:  # noqa: N801 - NKI's name
+    """FP32 constants: ``fp32.min`` is the most negative finite float32."""
+
+    min = float(np.finfo(np.float32).min)
+
+
+class tile_size:  # noqa: N801 - NKI's name
+    """NKI's tile limits [nki.language]: 128 partitions; stationary free size 128, moving
+    512; a PSUM tile 2 KiB per partition (512 fp32); bn_stats 512."""
+
+    pmax = 128
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    psum_fmax = 512
+    bn_stats_fmax = 512
+
+
+class _Buffer(str):
+    """A memory name as NKI's buffer markers are given (``nl.sbuf`` ...)."""
+
+
+sbuf = _Buffer("sbuf")
+psum = _Buffer("psum")
+hbm = _Buffer("hbm")
+shared_hbm = _Buffer("shared_hbm")
+private_hbm = _Buffer("private_hbm")
+_HBM = ("hbm", "shared_hbm", "private_hbm")
+
+
+class par_dim:  # noqa: N801 - NKI's name
+    """Marks the partition dimension of an on-chip tensor's shape."""
+
+    def __init__(self, size):
+        self.size = int(size)
+
+    def __index__(self):
+        return self.size
+
+    def __int__(self):
+        return self.size
+
+
+# --- tensors ------------------------------------------------------------------------------
+
+def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
+    t = current("ndarray")
+    t.commit()
+    _no_options("ndarray", kwargs)
+    dt = isa_dtype(dtype)
+    buf = "sbuf" if buffer is None else str(buffer)
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    if buf in _HBM:
+        return t.hbm(name or "out", tuple(int(s) for s in shape), dt,
+                     shared=buf == "shared_hbm")
+    if buf not in ("sbuf", "psum"):
+        raise NotSupported(f"buffer {buffer!r}", "sbuf, psum, hbm, shared_hbm, private_hbm")
+    marks = [i for i, s in enumerate(shape) if isinstance(s, par_dim)]
+    if len(marks) > 1:
+        raise NkiError("a tensor has one partition dimension (nl.par_dim)")
+    return t.on_chip(buf, tuple(int(s) for s in shape), dt, name or buf,
+                     marks[0] if marks else 0)
+
+
+def zeros(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
+    return full(shape, 0.0, dtype, buffer=buffer, name=name, **kwargs)
+
+
+def ones(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
+    return full(shape, 1.0, dtype, buffer=buffer, name=name, **kwargs)
+
+
+def full(shape, fill_value, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
+    v = ndarray(shape, dtype, buffer=buffer, name=name, **kwargs)
+    if v.buf.space == "hbm":
+        raise NkiError("an HBM tensor cannot be created with an initial value",
+                       "err_hbm_tensor_with_init_value_not_supported")
+    if v.buf.space == "psum" and float(fill_value) == 0.0:
+        v.buf.zero = True  # written by the first matmul or, if read first, a memset
+        return v
+    current("full").fill(v.buf, v.dt, float(fill_value),
+                         "gpsimd" if v.buf.space == "sbuf" else "vector")
+    return v
+
+
+def zeros_like(a: View, dtype=None, *, buffer=None, name: str = "", **kwargs) -> View:
+    return zeros(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name, **kwargs)
+
+
+def empty_like(a: View, dtype=None, *, buffer=None, name: str = "", **kwargs) -> View:
+    return ndarray(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name, **kwargs)
+
+
+def _no_options(call: str, kwargs: dict) -> None:
+    if kwargs:
+        raise NotSupported(f"{call}({', '.join(f'{k}=' for k in kwargs)})",
+                           f"{call} without these options")
+
+
+# --- indexing and iteration ---------------------------------------------------------------
+
+def arange(*args) -> Index:
+    r = range(*(int(a) for a in args))
+    return Index(0, 1, len(r), r.start, r.step)
+
+
+class _Grid(tuple):
+    @property
+    def p(self):
+        return self[0]
+
+    @property
+    def x(self):
+        return self[1]
+
+    @property
+    def y(self):
+        return self[2]
+
+    @property
+    def z(self):
+        return self[3]
+
+
+class _MGrid:
+    def __getitem__(self, key) -> _Grid:
+        key = key if isinstance(key, tuple) else (key,)
+        out = []
+        for axis, k in enumerate(key):
+            if not isinstance(k, slice):
+                raise NotSupported("nl.mgrid with a non-slice", "nl.mgrid[a:b, c:d, ...]")
+            r = range(k.start or 0, k.stop, k.step or 1)
+            out.append(Index(axis, len(key), len(r), r.start, r.step))
+        return _Grid(out)
+
+
+mgrid = _MGrid()
+
+
+def ds(start, size) -> DSlice:
+    return DSlice(int(start), int(size))
+
+
+def affine_range(*args, **kwargs) -> range:
+    """Iterations without loop-carried dependences: traced in order, and the program lets
+    them overlap wherever their tensors allow."""
+    return range(*(int(a) for a in args))
+
+
+def sequential_range(*args, **kwargs) -> range:
+    """Iterations in order: the dependences through their tensors order them."""
+    return range(*(int(a) for a in args))
+
+
+def static_range(*args) -> range:
+    return range(*(int(a) for a in args))
+
+
+def program_id(axis=0) -> int:
+    t = current("program_id")
+    axis = int(axis)
+    if not 0 <= axis < len(t.grid):
+        raise NkiError(f"program_id({axis}) of a launch grid of {len(t.grid)} dimensions")
+    return t.program_id[axis]
+
+
+def num_programs(axes=None):
+    t = current("num_programs")
+    if axes is None:
+        return int(np.prod(t.grid)) if t.grid else 1
+    if isinstance(axes, (tuple, list)):
+        return tuple(t.grid[int(a)] for a in axes)
+    return t.grid[int(axes)]
+
+
+def program_ndim() -> int:
+    return len(current("program_ndim").grid)
+
+
+# --- memory -------------------------------------------------------------------------------
+
+def load(src, *, mask=None, dtype=None, **kwargs) -> View:
+    """A DMA from HBM into a new SBUF tile (then a cast on the vector engine if ``dtype``
+    differs)."""
+    t = current("load")
+    t.commit()
+    _no_options("load", kwargs)
+    if not isinstance(src, View):
+        raise NkiError("operand 'src' of 'load' must be an HBM tensor")
+    t.ap(src, "load", "src", ("hbm",)) if src.buf.space != "hbm" else None
+    s = src.cut(mask)
+    s.check_bounds()
+    want = isa_dtype(dtype) if dtype is not None else src.dt
+
+    def make(out: View, _):
+        if out.dt == s.dt:
+            a, b = t.dma_aps(out, s, "load")
+            t.emit(t.dma_queue(), DmaCopy(dst=a, src=b), reads=[(s, b)], writes=[(out, a)])
+            return
+        tmp = t.tile(s.shape, s.dt)
+        make(tmp, None)
+        lower.tensor_copy(tmp, dst=out, call="load")
+
+    fresh = t.tile(src.shape, want, "sbuf", "tile")
+    return t.pend(fresh, make, "dma" if want == src.dt else "compute", mask)
+
+
+def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> View:
+    """``src`` [F, P] loaded as a [P, F] tile (a strided DMA)."""
+    if not isinstance(src, View) or src.ndim != 2:
+        raise NkiError("load_transpose2d takes a 2-dimensional HBM tensor")
+    s, f = src.dims
+    return load(View(src.buf, src.dt, (f, s), src.part, src.off, ()), mask=mask,
+                dtype=dtype, **kwargs)
+
+
+def store(dst, value, *, mask=None, **kwargs) -> None:
+    """A DMA of ``value`` into HBM ``dst``; a PSUM tile, a number or another format passes
+    through an SBUF tile of ``dst``'s format first."""
+    t = current("store")
+    t.commit()
+    _no_options("store", kwargs)
+    if not isinstance(dst, View) or dst.buf.space != "hbm":
+        raise NkiError(f"Expected operand 'dst' of 'store' to be in address space 'hbm', "
+                       f"but got a tile in '{getattr(dst, 'buffer', type(dst).__name__)}' "
+                       f"instead.", "err_unsupported_memory")
+    d = dst.cut(mask)
+    if not isinstance(value, View):
+        tile_ = t.tile(dst.shape, dst.dt)
+        t.memset(tile_, float(value), "gpsimd", "store")
+        value = tile_
+    v = value.cut(mask)
+    if v.buf.space == "hbm":
+        raise NkiError("Expected operand 'value' of 'store' to be in address space "
+                       "'sbuf|psum', but got a tile in 'hbm' instead.", "err_unsupported_memory")
+    if v.buf.space == "psum" or v.dt != dst.dt:
+        tmp = t.tile(v.shape, dst.dt)
+        lower.tensor_copy(v, dst=tmp, call="store")
+        v = tmp
+    a, b = t.dma_aps(d, v, "store")
+    t.emit(t.dma_queue(), DmaCopy(dst=a, src=b), reads=[(v, b)], writes=[(d, a)])
+
+
+def copy(src, *, mask=None, dtype=None, **kwargs) -> View:
+    _no_options("copy", kwargs)
+    return lower.tensor_copy(src, mask=mask, dtype=dtype, call="copy")
+
+
+def copy_into(dst: View, src: View) -> None:
+    """``dst[...] = src`` between two tiles (a DMA where one is in HBM)."""
+    if dst.buf.space == "hbm" or src.buf.space == "hbm":
+        lower.dma_copy(dst, src, call="assignment")
+        return
+    lower.tensor_copy(src, dst=dst, call="assignment")
+
+
+# --- compute ------------------------------------------------------------------------------
+
+def matmul(x, y, *, transpose_x=False, mask=None, **kwargs) -> View:
+    """``x @ y`` (``x.T @ y`` with ``transpose_x``): ``nc_matmul(x, y)``, or for
+    ``transpose_x=False`` ``nc_matmul(transpose(x), y)`` with the transpose copied to SBUF."""
+    _no_options("matmul", kwargs)
+    if not transpose_x:
+        xt = lower.nc_transpose(x, mask=mask, call="matmul")
+        x = lower.tensor_copy(xt, call="matmul")
+    return lower.nc_matmul(x, y, mask=mask, call="matmul")
+
+
+def transpose(x, *, dtype=None, mask=None, **kwargs) -> View:
+    _no_options("transpose", kwargs)
+    if isinstance(x, View) and x.ndim > 2:
+        raise NkiError(f"parameter 'x{list(x.shape)}' of 'transpose' exceed max supported "
+                       f"number of dimensions of 2", "err_exceed_max_supported_dimension")
+    return lower.nc_transpose(x, mask=mask, dtype=dtype, call="transpose")
+
+
+def _binary(call: str, op: VectorOp, x, y, dtype, mask) -> View:
+    t = current(call)
+    t.commit()
+    xs, ys = isinstance(x, View), isinstance(y, View)
+    if not xs and not ys:
+        raise NkiError(f"'{call}' needs at least one tile")
+    if not xs:  # number op tile
+        if op in lower.COMMUTATIVE:
+            return _binary(call, op, y, x, dtype, mask)
+        if op == VectorOp.SUBTRACT:  # c - y = (y * -1) + c
+            return lower.tensor_scalar(y, np.multiply, -1.0, op1=np.add, operand1=float(x),
+                                       dtype=dtype, mask=mask, call=call)
+        raise NotSupported(f"a number as the first operand of '{call}'",
+                           "a tile first, or the commutative operators")
+    if not ys:
+        return lower.tensor_scalar(x, _NP[op], float(y), dtype=dtype, mask=mask, call=call)
+    xf = math.prod(x.shape[1:]) if x.ndim > 1 else 1
+    yf = math.prod(y.shape[1:]) if y.ndim > 1 else 1
+    if xf == yf:
+        return lower.tensor_tensor(x, y, _NP[op], dtype=dtype, mask=mask, call=call)
+    if yf == 1:  # one value per partition: a tensor_scalar
+        return lower.tensor_scalar(x, _NP[op], y, dtype=dtype or promote(x.dt, y.dt),
+                                   mask=mask, call=call)
+    if xf == 1:
+        if op in lower.COMMUTATIVE:
+            return lower.tensor_scalar(y, _NP[op], x, dtype=dtype or promote(x.dt, y.dt),
+                                       mask=mask, call=call)
+        if op == VectorOp.SUBTRACT:
+            return lower.tensor_scalar(y, np.multiply, -1.0, op1=np.add, operand1=x,
+                                       dtype=dtype or promote(x.dt, y.dt), mask=mask,
+                                       call=call)
+    raise NotSupported(f"'{call}' of shapes {list(x.shape)} and {list(y.shape)}",
+                       "equal shapes, or [P, 1] against [P, ...]")
+
+
+_NP = {VectorOp.ADD: np.add, VectorOp.SUBTRACT: np.subtract, VectorOp.MULTIPLY: np.multiply,
+       VectorOp.MAX: np.maximum, VectorOp.MIN: np.minimum, VectorOp.IS_EQUAL: np.equal,
+       VectorOp.NOT_EQUAL: np.not_equal, VectorOp.GREATER: np.greater,
+       VectorOp.GREATER_EQUAL: np.greater_equal, VectorOp.LESS: np.less,
+       VectorOp.LESS_EQUAL: np.less_equal, VectorOp.BITWISE_AND: np.bitwise_and,
+       VectorOp.BITWISE_OR: np.bitwise_or, VectorOp.BITWISE_XOR: np.bitwise_xor}
+
+
+def _binary_fn(name: str, op: VectorOp):
+    def fn(x, y, *, dtype=None, mask=None, **kwargs):
+        _no_options(name, kwargs)
+        return _binary(name, op, x, y, dtype, mask)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``{name}(x, y)`` element by element on the vector engine."
+    lower.VECTOR_OPS[fn] = op
+    return fn
+
+
+add = _binary_fn("add", VectorOp.ADD)
+subtract = _binary_fn("subtract", VectorOp.SUBTRACT)
+multiply = _binary_fn("multiply", VectorOp.MULTIPLY)
+maximum = _binary_fn("maximum", VectorOp.MAX)
+minimum = _binary_fn("minimum", VectorOp.MIN)
+equal = _binary_fn("equal", VectorOp.IS_EQUAL)
+not_equal = _binary_fn("not_equal", VectorOp.NOT_EQUAL)
+greater = _binary_fn("greater", VectorOp.GREATER)
+greater_equal = _binary_fn("greater_equal", VectorOp.GREATER_EQUAL)
+less = _binary_fn("less", VectorOp.LESS)
+less_equal = _binary_fn("less_equal", VectorOp.LESS_EQUAL)
+bitwise_and = _binary_fn("bitwise_and", VectorOp.BITWISE_AND)
+bitwise_or = _binary_fn("bitwise_or", VectorOp.BITWISE_OR)
+bitwise_xor = _binary_fn("bitwise_xor", VectorOp.BITWISE_XOR)
+
+
+def divide(x, y, *, dtype=None, mask=None, **kwargs) -> View:
+    """``x / y``: by a number, a multiplication by its reciprocal; by a tile, the scalar
+    engine's reciprocal of ``y`` and a multiplication."""
+    _no_options("divide", kwargs)
+    if not isinstance(y, View):
+        return _binary("divide", VectorOp.MULTIPLY, x, 1.0 / float(y), dtype, mask)
+    r = lower.activation("reciprocal", y, mask=mask, dtype=float32, call="divide")
+    return _binary("divide", VectorOp.MULTIPLY, x, r, dtype or promote(
+        x.dt if isinstance(x, View) else "fp32", y.dt), mask)
+
+
+def negative(x, *, dtype=None, mask=None, **kwargs) -> View:
+    _no_options("negative", kwargs)
+    return lower.tensor_scalar(x, np.multiply, -1.0, dtype=dtype, mask=mask, call="negative")
+
+
+def abs(x, *, dtype=None, mask=None, **kwargs) -> View:  # noqa: A001 - NKI's name
+    """``|x|`` on the vector engine (its ABS operator)."""
+    _no_options("abs", kwargs)
+    t = current("abs")
+    t.commit()
+    x = x.cut(mask)
+    src = t.ap(x, "abs", "x")
+    out_dt = isa_dtype(dtype) if dtype is not None else x.dt
+
+    def make(out, _):
+        out_ap = t.ap(out, "abs", "dst")
+        t.emit("vector", TensorScalar(dst=out_ap, src=src, op0=VectorOp.ABS),
+               reads=[(x, src)], writes=[(out, out_ap)])
+
+    return t.pend(t.tile(x.shape, out_dt), make, "compute", None)
+
+
+def square(x, *, dtype=None, mask=None, **kwargs) -> View:
+    """``x * x`` on the vector engine (exact in fp32)."""
+    _no_options("square", kwargs)
+    t = current("square")
+    t.commit()
+    x = x.cut(mask)
+    src = t.ap(x, "square", "x")
+    out_dt = isa_dtype(dtype) if dtype is not None else x.dt
+
+    def make(out, _):
+        out_ap = t.ap(out, "square", "dst")
+        t.emit("vector", TensorTensor(dst=out_ap, a=src, b=src, op=VectorOp.MULTIPLY),
+               reads=[(x, src)], writes=[(out, out_ap)])
+
+    return t.pend(t.tile(x.shape, out_dt), make, "compute", None)
+
+
+def _unary_fn(name: str, func: str):
+    def fn(x, *, dtype=None, mask=None, **kwargs):
+        _no_options(name, kwargs)
+        return lower.activation(func, x, mask=mask, dtype=dtype, call=name)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``{name}(x)`` on the scalar engine (its {func} function)."
+    lower.ACTIVATIONS[fn] = func
+    return fn
+
+
+exp = _unary_fn("exp", "exp")
+log = _unary_fn("log", "log")
+sqrt = _unary_fn("sqrt", "sqrt")
+rsqrt = _unary_fn("rsqrt", "rsqrt")
+tanh = _unary_fn("tanh", "tanh")
+sigmoid = _unary_fn("sigmoid", "sigmoid")
+relu = _unary_fn("relu", "relu")
+gelu = _unary_fn("gelu", "gelu")
+gelu_apprx_tanh = _unary_fn("gelu_apprx_tanh", "gelu_tanh")
+silu = _unary_fn("silu", "silu")
+softplus = _unary_fn("softplus", "softplus")
+erf = _unary_fn("erf", "erf")
+mish = _unary_fn("mish", "mish")
+sin = _unary_fn("sin", "sin")
+cos = _unary_fn("cos", "cos")
+arctan = _unary_fn("arctan", "arctan")
+reciprocal = _unary_fn("reciprocal", "reciprocal")
+lower.ACTIVATIONS[copy] = "identity"
+lower.ACTIVATIONS[abs] = "abs"
+lower.ACTIVATIONS[square] = "square"
+
+
+def _reduce_fn(name: str, op):
+    def fn(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs):
+        _no_options(name, kwargs)
+        return lower.tensor_reduce(op, x, axis, mask=mask, dtype=dtype, keepdims=keepdims,
+                                   call=name)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``{name}`` along the free axes on the vector engine."
+    return fn
+
+
+sum = _reduce_fn("sum", np.add)  # noqa: A001 - NKI's names
+max = _reduce_fn("max", np.maximum)  # noqa: A001
+min = _reduce_fn("min", np.minimum)  # noqa: A001
+lower.VECTOR_OPS[sum] = VectorOp.ADD
+lower.VECTOR_OPS[max] = VectorOp.MAX
+lower.VECTOR_OPS[min] = VectorOp.MIN
+
+
+def mean(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs) -> View:
+    """The sum along the free axes times 1 / their size."""
+    _no_options("mean", kwargs)
+    s = lower.tensor_reduce(np.add, x, axis, mask=mask, dtype=float32, keepdims=keepdims,
+                            call="mean")
+    n = math.prod(x.shape[1:])
+    return lower.tensor_scalar(s, np.multiply, 1.0 / n, dtype=dtype or x.dtype, call="mean")
+
+
+def add_into(dst: View, a: View, b) -> None:
+    """``dst = a + b`` (``dst += b``) on the vector engine."""
+    if isinstance(b, View):
+        xf = math.prod(a.shape[1:]) if a.ndim > 1 else 1
+        yf = math.prod(b.shape[1:]) if b.ndim > 1 else 1
+        if xf == yf:
+            lower.tensor_tensor(a, b, np.add, dst=dst, call="+=")
+            return
+        lower.tensor_scalar(a, np.add, b, dst=dst, call="+=")
+        return
+    lower.tensor_scalar(a, np.add, float(b), dst=dst, call="+=")
+
+
+_SUPPORTED = ("ndarray zeros ones full zeros_like empty_like par_dim sbuf psum hbm "
+              "shared_hbm private_hbm arange mgrid ds affine_range sequential_range "
+              "static_range program_id num_programs program_ndim load load_transpose2d "
+              "store copy matmul transpose add subtract multiply divide maximum minimum "
+              "the comparisons bitwise_and/or/xor negative abs square exp log sqrt rsqrt "
+              "tanh sigmoid relu gelu gelu_apprx_tanh silu softplus erf mish sin cos "
+              "arctan reciprocal sum max min mean tile_size fp32 and the dtypes")
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise NotSupported(f"nl.{name}", _SUPPORTED)
+

@@ -1,0 +1,331 @@
+"""Launching NKI kernels: ``nki.jit``, ``simulate_kernel``, ``simulate``, ``baremetal`` and
+``benchmark``, each tracing the kernel (:class:`~kernels.nki.tracer.Tracer`) and running the
+program on the core simulator (:class:`sim.core.Core`) of the target chip.
+
+The target is ``platform_target=`` of the launch, else ``NEURON_PLATFORM_TARGET_OVERRIDE``
+(``trn1``/``inf2``/``gen2``, ``trn2``/``gen3``, ``trn3``/``gen4``), else the session's
+(``gen nki --spec``), else trn1. Numeric launches write numpy inputs into HBM, fill outputs
+with NaN first (as NKI's simulator fills new buffers) and return the outputs as numpy arrays;
+``benchmark`` runs timing only, and its ``benchmark_result.nc_latency`` gives trngen's
+predicted time at every percentile (it is one number, not a distribution). Every launch is
+recorded in :data:`SESSION` ``.launches``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hdl.core.params import CoreParams
+from sim.core import Core, Result
+
+from .errors import NkiError, NotSupported
+from .tracer import Tracer, View, isa_dtype, numpy_dtype
+from .typing import TensorType
+
+__all__ = ["SESSION", "Kernel", "Launch", "baremetal", "benchmark", "jit", "params_for",
+           "parse_shapes", "profile", "run_file", "simulate", "simulate_kernel"]
+
+_TARGETS = {"trn1": "trn1", "inf2": "inf2", "gen2": "trn1", "trn2": "trn2", "gen3": "trn2",
+            "trn3": "trn3", "gen4": "trn3"}
+_PERCENTILES = (0, 1, 10, 25, 50, 90, 99, 100)
+
+
+@dataclass
+class Launch:
+    """One launch: what ran where, the program's size and the simulator's result."""
+
+    kernel: str
+    file: str
+    target: str
+    mode: str  # "numeric" or "timing"
+    grid: tuple[int, ...]
+    instructions: int
+    result: Result
+    sbuf_high: int  # bytes per partition held at most
+    psum_high: int
+    matmul_dtypes: tuple[str, ...]
+    compile_seconds: float
+    run_seconds: float
+
+
+@dataclass
+class Session:
+    target: str | None = None
+    timing_only: bool = False
+    trace: bool = False
+    launches: list[Launch] = field(default_factory=list)
+
+
+#: The defaults of launches and their record (``gen nki`` sets and reads it).
+SESSION = Session()
+
+
+@functools.cache
+def params_for(target: str) -> CoreParams:
+    from hdl.params import core_params
+    from specs.loader import load_document
+
+    return core_params(load_document(target).spec)
+
+
+def _target(platform_target) -> str:
+    name = platform_target or os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE") or \
+        SESSION.target or "trn1"
+    if name not in _TARGETS:
+        raise NkiError(f"platform target must be one of {', '.join(_TARGETS)}, not {name!r}")
+    return _TARGETS[name]
+
+
+def _is_array(x) -> bool:
+    return isinstance(x, (np.ndarray, TensorType))
+
+
+class Kernel:
+    """A kernel function and how to launch it; ``kernel[g0, g1]`` launches an SPMD grid."""
+
+    def __init__(self, func, mode: str = "auto", grid: tuple[int, ...] = (), **options):
+        while isinstance(func, Kernel):
+            func = func.func
+        self.func, self.mode, self.grid, self.options = func, mode, grid, options
+        functools.update_wrapper(self, func)
+        self.benchmark_result = None
+
+    def __getitem__(self, grid) -> Kernel:
+        grid = grid if isinstance(grid, tuple) else (grid,)
+        for g in grid:
+            if not isinstance(g, (int, np.integer)):
+                raise NotSupported(f"launch grid dimension {g!r} (nl.spmd_dim / nl.nc)",
+                                   "integer grids kernel[g0, g1, ...] on one NeuronCore")
+        return Kernel(self.func, self.mode, tuple(int(g) for g in grid), **self.options)
+
+    def __call__(self, *args, **kwargs):
+        mode = self.mode
+        if mode in ("jax", "torchxla"):
+            raise NotSupported(f"nki.jit(mode={mode!r})", "numpy inputs (modes auto, "
+                               "baremetal, simulation, benchmark)")
+        if mode == "benchmark":
+            return self.benchmark(*args, **kwargs)
+        return self.run(*args, **kwargs)
+
+    def trace(self, *args, platform_target=None, **kwargs):
+        """(tracer, inputs by name, returned value) of one trace of the kernel."""
+        target = _target(platform_target or self.options.get("platform_target"))
+        tracer = Tracer(params_for(target))
+        tracer.grid = self.grid
+        bound = inspect.signature(self.func).bind(*args, **kwargs)
+        call, inputs = {}, {}
+        with tracer:
+            for name, value in bound.arguments.items():
+                if _is_array(value):
+                    dt = value.isa if isinstance(value, TensorType) else isa_dtype(value.dtype)
+                    call[name] = tracer.hbm(name, value.shape, dt)
+                    inputs[name] = value
+                else:
+                    call[name] = value
+            out = None
+            for pid in (itertools.product(*(range(g) for g in self.grid)) if self.grid
+                        else [()]):
+                tracer.program_id = tuple(pid)
+                tracer._shared_next = 0
+                out = self.func(**call)
+        return tracer, target, call, inputs, out
+
+    def _launch(self, args, kwargs, timing_only: bool):
+        platform = kwargs.pop("platform_target", None)
+        t0 = time.perf_counter()
+        tracer, target, call, inputs, out = self.trace(*args, platform_target=platform,
+                                                       **kwargs)
+        program = tracer.program()
+        t1 = time.perf_counter()
+        timing_only = timing_only or SESSION.timing_only or \
+            any(isinstance(v, TensorType) for v in inputs.values())
+        core = Core(tracer.params)
+        hbm = None
+        if not timing_only:
+            hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
+            for t in program.tensors.values():
+                if t.dtype in ("fp32", "bf16", "fp16"):
+                    _put(hbm, t, np.full(t.shape, np.nan, numpy_dtype(t.dtype)))
+            for name, value in inputs.items():
+                _put(hbm, call[name].buf.hbm, np.asarray(value))
+        result = core.run(program, timing_only=timing_only, trace=SESSION.trace, hbm=hbm)
+        t2 = time.perf_counter()
+        code = self.func.__code__
+        SESSION.launches.append(Launch(
+            self.func.__name__, f"{code.co_filename}:{code.co_firstlineno}", target,
+            "timing" if timing_only else "numeric", self.grid, len(program), result,
+            tracer.spaces["sbuf"].high, tracer.spaces["psum"].high,
+            tuple(sorted(tracer.matmul_dtypes)), t1 - t0, t2 - t1))
+        return _outputs(out, hbm)
+
+    def run(self, *args, **kwargs):
+        """Trace, run with data and return the kernel's outputs as numpy arrays."""
+        return self._launch(args, kwargs, False)
+
+    def benchmark(self, *args, **kwargs):
+        """Trace and time; ``benchmark_result.nc_latency`` holds the predicted time."""
+        self._launch(args, kwargs, True)
+        self.benchmark_result = BenchmarkResult(
+            Latency(SESSION.launches[-1].result.time * 1e6))
+        return None
+
+
+def _put(hbm: np.ndarray, t, x: np.ndarray) -> None:
+    if tuple(x.shape) != tuple(t.shape):
+        raise NkiError(f"input {t.name} has shape {list(x.shape)}, the kernel's tensor "
+                       f"{list(t.shape)}")
+    want = numpy_dtype(t.dtype)
+    if x.dtype != want:
+        raise NkiError(f"input {t.name} is {x.dtype}, the kernel's tensor {want}")
+    hbm[t.offset: t.offset + t.nbytes] = np.ascontiguousarray(x).view(np.uint8).reshape(-1)
+
+
+def _outputs(out, hbm):
+    if out is None:
+        return None
+    if isinstance(out, (tuple, list)):
+        return type(out)(_outputs(o, hbm) for o in out)
+    if not isinstance(out, View) or out.buf.space != "hbm":
+        raise NkiError(f"a kernel returns HBM tensors, not {out!r}")
+    t = out.buf.hbm
+    if out.off != t.offset or out.shape != t.shape:
+        raise NotSupported("returning a view of an HBM tensor", "returning whole tensors")
+    if hbm is None:
+        return np.full(t.shape, np.nan, numpy_dtype(t.dtype)) \
+            if t.dtype in ("fp32", "bf16", "fp16") else np.zeros(t.shape, numpy_dtype(t.dtype))
+    raw = hbm[t.offset: t.offset + t.nbytes]
+    return raw.view(numpy_dtype(t.dtype)).reshape(t.shape).copy()
+
+
+@dataclass(frozen=True)
+class Latency:
+    """``nc_latency``: trngen's predicted time in microseconds at every percentile."""
+
+    microseconds: float
+
+    def get_latency_percentile(self, percentile: int) -> float:
+        if percentile not in _PERCENTILES:
+            raise NkiError(f"available percentiles are {list(_PERCENTILES)}, not "
+                           f"{percentile!r}")
+        return self.microseconds
+
+
+@dataclass(frozen=True)
+class BenchmarkResult:
+    nc_latency: Latency
+
+
+def jit(func=None, mode: str = "auto", **kwargs):
+    """``@nki.jit`` / ``@nki.jit(mode=...)``: a :class:`Kernel`."""
+    if func is None:
+        return lambda f: Kernel(f, mode, **kwargs)
+    return Kernel(func, mode, **kwargs)
+
+
+def simulate_kernel(kernel, *args, **kwargs):
+    """Run ``kernel`` with numpy inputs; its outputs."""
+    k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
+    return k.run(*args, **kwargs)
+
+
+def simulate(kernel):
+    """``nki.simulate(kernel)(*args)``: a numeric run (NKI 0.2's simulator entry)."""
+    k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
+    return k.run
+
+
+def baremetal(kernel=None, **kwargs):
+    """``@nki.baremetal``: numeric runs."""
+    if kernel is None:
+        return lambda f: Kernel(f, "baremetal")
+    return Kernel(kernel, "baremetal")
+
+
+def benchmark(kernel=None, *, warmup: int = 10, iters: int = 100, **kwargs):
+    """``@nki.benchmark(warmup=, iters=)``: timing-only runs (warm-up and iterations are
+    the same on a deterministic model)."""
+    if kernel is None:
+        return lambda f: Kernel(f, "benchmark")
+    return Kernel(kernel, "benchmark")
+
+
+def profile(func=None, **kwargs):
+    raise NotSupported("nki.profile", "gen nki --trace FILE (a Perfetto trace of each "
+                                      "launch)")
+
+
+def parse_shapes(text: str) -> dict[str, tuple[tuple[int, ...], str]]:
+    """``"a=128x512:bf16,b=512:fp32"`` -> {name: (shape, ISA dtype)} (dtype default fp32;
+    NKI's names such as ``bfloat16`` too)."""
+    out = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        name, eq, rest = item.partition("=")
+        dims, _, dt = rest.partition(":")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            shape = ()
+        if not eq or not name or not shape or any(d < 1 for d in shape):
+            raise NkiError(f"--shape items read NAME=DxD...[:DTYPE], not {item!r}")
+        dt = dt or "fp32"
+        out[name] = (shape, dt if dt in _ISA_NAMES else isa_dtype(_NKI_NAMES.get(dt, dt)))
+    return out
+
+
+_ISA_NAMES = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "tf32", "int8", "int32",
+              "uint8", "uint32")
+_NKI_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16",
+              "float8_e4m3": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "tfloat32": "tf32"}
+
+
+def run_file(path, kernel: str | None = None, shapes: dict | None = None, *,
+             target: str | None = None, timing_only: bool = False, trace: bool = False,
+             seed: int = 0) -> list[Launch]:
+    """Run the NKI kernel file ``path`` with the interface installed: as ``__main__``
+    (its own script launches), or with ``kernel`` that one kernel on random normal inputs
+    of ``shapes`` (:func:`parse_shapes`). The launches it made."""
+    import runpy
+    import sys
+
+    from . import installed
+
+    SESSION.target, SESSION.timing_only, SESSION.trace = target, timing_only, trace
+    SESSION.launches = []
+    argv = sys.argv
+    sys.argv = [str(path)]
+    try:
+        with installed():
+            if kernel is None:
+                runpy.run_path(str(path), run_name="__main__")
+                return SESSION.launches
+            scope = runpy.run_path(str(path), run_name="__nki__")
+            fn = scope.get(kernel)
+            if fn is None or not callable(fn):
+                names = sorted(n for n, v in scope.items() if isinstance(v, Kernel))
+                raise NkiError(f"{path} has no kernel {kernel!r}; its kernels: "
+                               f"{', '.join(names) or 'none'}")
+            k = fn if isinstance(fn, Kernel) else Kernel(fn)
+            params = list(inspect.signature(k.func).parameters)
+            shapes = shapes or {}
+            unknown = [n for n in shapes if n not in params]
+            if unknown:
+                raise NkiError(f"{kernel} takes {', '.join(params)}; --shape names "
+                               f"{', '.join(unknown)}")
+            rng = np.random.default_rng(seed)
+            args = {}
+            for name, (shape, dt) in shapes.items():
+                if timing_only:
+                    args[name] = TensorType(shape, numpy_dtype(dt))
+                else:
+                    args[name] = rng.standard_normal(shape).astype(numpy_dtype(dt))
+            k.run(**args)
+            return SESSION.launches
+    finally:
+        sys.argv = argv

@@ -1,0 +1,432 @@
+"""Lowering of NKI's instructions to the core's ISA, one function per ``nki.isa`` call.
+
+Each function checks its operands as NKI documents (address spaces, partition counts, the
+tensor engine's tile limits) and returns a pending result (see :mod:`.tracer`), or with
+``dst`` writes into it. Engines as the ISA documentation assigns them: ``nc_matmul`` and
+``nc_transpose`` on the tensor engine; ``activation`` on the scalar engine;
+``tensor_tensor``, ``tensor_scalar``, ``tensor_reduce`` and ``tensor_copy`` on the vector
+engine unless ``engine=`` asks for GpSimd (or, where the ISA allows, the scalar engine);
+``memset`` on GpSimd in SBUF and the vector engine in PSUM; DMAs round-robin on the queues.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hdl.core.isa import (
+    Activation,
+    DmaCopy,
+    LoadStationary,
+    MultiplyMoving,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
+    Transpose,
+)
+from hdl.vector.ops import Reduce, VectorOp
+
+from .errors import NkiError, NotSupported
+from .tracer import Mask, View, current, isa_dtype, promote
+
+__all__ = ["ACTIVATIONS", "VECTOR_OPS", "activation", "dma_copy", "memset", "nc_matmul",
+           "nc_transpose", "tensor_copy", "tensor_reduce", "tensor_scalar", "tensor_tensor"]
+
+#: ALU operators (NKI's ``nl.*`` and numpy's) -> the vector engine's; filled by
+#: :mod:`.language` with its own functions.
+VECTOR_OPS: dict = {
+    np.add: VectorOp.ADD, np.subtract: VectorOp.SUBTRACT, np.multiply: VectorOp.MULTIPLY,
+    np.maximum: VectorOp.MAX, np.minimum: VectorOp.MIN, np.equal: VectorOp.IS_EQUAL,
+    np.not_equal: VectorOp.NOT_EQUAL, np.greater: VectorOp.GREATER,
+    np.greater_equal: VectorOp.GREATER_EQUAL, np.less: VectorOp.LESS,
+    np.less_equal: VectorOp.LESS_EQUAL, np.bitwise_and: VectorOp.BITWISE_AND,
+    np.bitwise_or: VectorOp.BITWISE_OR, np.bitwise_xor: VectorOp.BITWISE_XOR,
+    np.max: VectorOp.MAX, np.amax: VectorOp.MAX, np.min: VectorOp.MIN,
+    np.amin: VectorOp.MIN, np.sum: VectorOp.ADD,
+}
+COMMUTATIVE = {VectorOp.ADD, VectorOp.MULTIPLY, VectorOp.MAX, VectorOp.MIN,
+                VectorOp.IS_EQUAL, VectorOp.NOT_EQUAL, VectorOp.BITWISE_AND,
+                VectorOp.BITWISE_OR, VectorOp.BITWISE_XOR}
+#: Activation functions (NKI's ``nl.*`` and numpy's) -> the chip's function names.
+ACTIVATIONS: dict = {np.exp: "exp", np.tanh: "tanh", np.log: "log", np.sqrt: "sqrt",
+                     np.square: "square", np.abs: "abs", np.sin: "sin", np.cos: "cos",
+                     np.arctan: "arctan", np.reciprocal: "reciprocal"}
+_ENGINES = {0: None, 1: "tensor", 2: "scalar", 3: "gpsimd", 5: "vector"}
+
+
+def _engine(engine, allowed: tuple[str, ...], call: str) -> str:
+    name = _ENGINES.get(int(engine) if engine is not None else 0, "?")
+    if name is None:
+        return allowed[0]
+    if name not in allowed:
+        raise NkiError(f"'{call}' runs on the {' or '.join(allowed)} engine, not {name}")
+    return name
+
+
+def _op(op, call: str) -> VectorOp:
+    v = VECTOR_OPS.get(op)
+    if v is None:
+        raise NotSupported(f"op {getattr(op, '__name__', op)!r} of '{call}'",
+                           "add, subtract, multiply, maximum, minimum, the comparisons and "
+                           "bitwise_and/or/xor (nl.* or np.*)")
+    return v
+
+
+def _func(op, call: str) -> str:
+    t = current(call)
+    name = ACTIVATIONS.get(op, op if isinstance(op, str) else None)
+    names = [f.name for f in t.params.functions]
+    if name not in names:
+        raise NotSupported(f"activation {getattr(op, '__name__', op)!r} of '{call}'",
+                           f"the functions of {t.params.name}: {', '.join(names)}")
+    return name
+
+
+def _tile(x, call: str, operand: str) -> View:
+    if not isinstance(x, View):
+        raise NkiError(f"operand '{operand}' of '{call}' must be a tile, not "
+                       f"{type(x).__name__}")
+    return x
+
+
+def _out(t, shape, dt: str, space: str = "sbuf", part: int = 0) -> View:
+    return t.tile(shape, dt, space, "tile", part)
+
+
+def _shape2(view: View, call: str, operand: str) -> tuple[int, int]:
+    free = math.prod(view.shape[1:]) if view.ndim > 1 else 1
+    return view.shape[0], free
+
+
+def _limit(view: View, size: int, limit: int, call: str, operand: str) -> None:
+    if size > limit:
+        raise NkiError(f"size of dimension 1 in '{operand}{list(view.shape)}' of '{call}' "
+                       f"exceed architecture limitation of {limit}",
+                       "err_size_of_dimension_exceed_arch_limit")
+
+
+def _same_partitions(a: View, b: View, call: str, na: str, nb: str) -> None:
+    if a.shape[0] != b.shape[0]:
+        raise NkiError(f"number of partitions of '{na}' ({a.shape[0]}) and '{nb}' "
+                       f"({b.shape[0]}) of '{call}' mismatch", "err_num_partition_mismatch")
+
+
+# --- tensor engine ------------------------------------------------------------------------
+
+def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask | None = None,
+              dst: View | None = None, accumulate=None, call: str = "nc_matmul"):
+    """``stationary.T @ moving`` into PSUM (fp32): a LoadStationary and a MultiplyMoving."""
+    t = current(call)
+    t.commit()
+    st = _tile(stationary, call, "stationary").cut(mask)
+    mv = _tile(moving, call, "moving").cut(mask)
+    for v, name in ((st, "stationary"), (mv, "moving")):
+        if v.buf.space != "sbuf":
+            t.ap(v, call, name, ("sbuf",))
+    k, m = _shape2(st, call, "stationary")
+    k2, n = _shape2(mv, call, "moving")
+    _same_partitions(st, mv, call, "stationary", "moving")
+    p = t.params
+    _limit(st, m, p.cols, call, "stationary")
+    _limit(mv, n, p.moving_max, call, "moving")
+    row, col = 0, 0
+    if tile_position:
+        if not tile_size:
+            raise NkiError("tile_position and tile_size must both be set for PE tiling")
+        row, col = (int(x) for x in tile_position)
+        if row % 32 or col % 32:
+            raise NkiError(f"tile_position {tuple(tile_position)} must be multiples of 32")
+    st_ap = t.ap(st, call, "stationary", ("sbuf",))
+    mv_ap = t.ap(mv, call, "moving", ("sbuf",))
+    acc_dt = "int32" if st.dt == "int8" else "fp32"
+    t.matmul_dtypes.add(st.dt)
+
+    def make(out: View, acc):
+        if out.buf.space != "psum" or out.dt != acc_dt:
+            raise NkiError(f"'{call}' writes {acc_dt} to PSUM, not {out.dt} to "
+                           f"{out.buf.space}", "err_unsupported_memory")
+        out_ap = t.ap(out, call, "dst", ("psum",))
+        if (out_ap.partitions, out_ap.free) != (m, n):
+            raise NkiError(f"'{call}': the result is [{m}, {n}], its destination "
+                           f"{list(out.shape)}")
+        if out_ap.partition != col:
+            raise NkiError(f"'{call}' at tile column {col} writes PSUM partitions from {col}, "
+                           f"its destination starts at partition {out_ap.partition}")
+        if acc is None:
+            acc = accumulate
+        if acc is None:  # NKI 0.2's default: the first write overwrites, later ones add
+            acc = _written(out, out_ap)
+        if acc and out.buf.zero and out_ap.offset == out.buf.offset \
+                and out_ap.free * 4 == out.buf.nbytes and out_ap.partitions == p.partitions:
+            out.buf.zero, acc = False, False  # the zeros of nl.zeros: overwrite them
+        t.emit("tensor", LoadStationary(src=st_ap, row=row, col=col), reads=[(st, st_ap)])
+        reads = [(mv, mv_ap)] + ([(out, out_ap)] if acc else [])
+        t.emit("tensor", MultiplyMoving(dst=out_ap, src=mv_ap, accumulate=bool(acc),
+                                        row=row, col=col), reads=reads,
+               writes=[(out, out_ap)])
+
+    return _finish(t, lambda: _out(t, (m, n), acc_dt, "psum", col), make, "matmul", mask, dst)
+
+
+def _written(view: View, ap) -> bool:
+    from .tracer import footprint, overlaps
+
+    fp = footprint(ap)
+    return any(r.writer is not None and overlaps(r.fp, fp, False) for r in view.buf.writes)
+
+
+def _finish(t, fresh, make, kind: str, mask, dst):
+    """Pend the op into a new tile (``fresh()``), or emit it into ``dst``."""
+    if dst is None:
+        return t.pend(fresh(), make, kind, mask)
+    t.commit()
+    make(dst.cut(mask), None)
+    return None
+
+
+def nc_transpose(data, *, mask=None, dtype=None, engine=None, dst=None,
+                 call: str = "nc_transpose"):
+    """``data`` [P, F] -> [F, P] through the tensor engine into PSUM, in its own format."""
+    t = current(call)
+    t.commit()
+    x = _tile(data, call, "data").cut(mask)
+    eng = _engine(engine, ("tensor", "vector"), call)
+    if eng == "vector":
+        raise NotSupported(f"'{call}' on the vector engine", "nc_transpose on the tensor "
+                                                             "engine (up to 128 x 128)")
+    p, f = _shape2(x, call, "data")
+    p_lim = t.params.rows
+    if p > p_lim:
+        raise NkiError(f"size of dimension 0 in 'data{list(x.shape)}' of '{call}' exceed "
+                       f"architecture limitation of {p_lim}",
+                       "err_size_of_dimension_exceed_arch_limit")
+    _limit(x, f, t.params.cols, call, "data")
+    src = t.ap(x, call, "data", ("sbuf",))
+    out_dt = x.dt
+
+    def make(out: View, _):
+        if out.buf.space != "psum" or out.dt != out_dt:
+            tmp = _out(t, (f, p), out_dt, "psum")
+            make(tmp, None)
+            tensor_copy(tmp, dst=out, call=call)
+            return
+        out_ap = t.ap(out, call, "dst", ("psum",))
+        t.emit("tensor", Transpose(dst=out_ap, src=src), reads=[(x, src)],
+               writes=[(out, out_ap)])
+
+    fresh = lambda: _out(t, (f, p), out_dt, "psum")  # noqa: E731
+    if dtype is not None and isa_dtype(dtype) != out_dt:
+        res = _finish(t, fresh, make, "transpose", None, None)
+        return tensor_copy(res, dtype=dtype, dst=dst, call=call)
+    return _finish(t, fresh, make, "transpose", None, dst)
+
+
+# --- vector, scalar and GpSimd engines ----------------------------------------------------
+
+def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
+               reduce_cmd=0, mask=None, dtype=None, dst=None, call: str = "activation"):
+    """``op(data * scale + bias)`` on the scalar engine; with ``reduce_op`` add, the sum
+    along the free axis into ``reduce_res``."""
+    t = current(call)
+    t.commit()
+    x = _tile(data, call, "data").cut(mask)
+    func = t.builder.function(_func(op, call))
+    if isinstance(scale, View):
+        raise NotSupported(f"a tile as the scale of '{call}'", "a number")
+    b = None
+    if bias is not None:
+        b = _tile(bias, call, "bias").cut(mask)
+        _same_partitions(x, b, call, "data", "bias")
+    red = None
+    if reduce_op is not None or reduce_res is not None:
+        if reduce_op is not None and VECTOR_OPS.get(reduce_op) != VectorOp.ADD:
+            raise NotSupported(f"reduce_op {getattr(reduce_op, '__name__', reduce_op)!r} of "
+                               f"'{call}'", "reduce_op add")
+        if int(reduce_cmd) == 2:
+            raise NotSupported("reduce_cmd=reduce (accumulating across instructions)",
+                               "reduce_cmd idle, reset or reset_reduce")
+        if reduce_res is None:
+            raise NkiError(f"'{call}' with reduce_op needs reduce_res")
+        red = _tile(reduce_res, call, "reduce_res").cut(mask)
+    src = t.ap(x, call, "data")
+    bias_ap = t.ap(b, call, "bias") if b is not None else None
+    out_dt = isa_dtype(dtype) if dtype is not None else x.dt
+
+    def make(out: View, _):
+        out_ap = t.ap(out, call, "dst")
+        reads = [(x, src)] + ([(b, bias_ap)] if b is not None else [])
+        writes = [(out, out_ap)]
+        red_ap = None
+        if red is not None:
+            red_ap = t.ap(red, call, "reduce_res")
+            writes.append((red, red_ap))
+        t.emit("scalar", Activation(dst=out_ap, src=src, func=func, bias=bias_ap,
+                                    reduce_dst=red_ap, scale=float(scale)),
+               reads=reads, writes=writes)
+
+    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", None, dst)
+
+
+def _scalar_operand(t, v, x: View, call: str, name: str):
+    """(access pattern or None, immediate, view) of a tensor_scalar operand: a number or a
+    tile of one element per partition."""
+    if isinstance(v, View):
+        _same_partitions(x, v, call, "data", name)
+        ap = t.ap(v, call, name)
+        if ap.free != 1:
+            raise NkiError(f"operand '{name}' of '{call}' must have one element per "
+                           f"partition, not {list(v.shape)}")
+        return ap, 0.0, v
+    return None, float(v), None
+
+
+def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
+                  reverse1=False, *, dtype=None, mask=None, engine=None, dst=None,
+                  call: str = "tensor_scalar"):
+    """``(data op0 operand0) op1 operand1``, each operand a number or one value per
+    partition."""
+    t = current(call)
+    t.commit()
+    x = _tile(data, call, "data").cut(mask)
+    eng = _engine(engine, ("vector", "scalar", "gpsimd"), call)
+    o0 = _op(op0, call)
+    o1 = _op(op1, call) if op1 is not None else VectorOp.COPY
+    for rev, o in ((reverse0, o0), (reverse1, o1)):
+        if rev and o not in COMMUTATIVE:
+            raise NotSupported(f"reverse of the non-commutative {o.name.lower()} in '{call}'",
+                               "reverse0/reverse1 of commutative operators")
+    a0, i0, v0 = _scalar_operand(t, operand0, x, call, "operand0")
+    a1, i1, v1 = (_scalar_operand(t, operand1, x, call, "operand1") if op1 is not None
+                  else (None, 0.0, None))
+    src = t.ap(x, call, "data", ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum"))
+    out_dt = isa_dtype(dtype) if dtype is not None else x.dt
+
+    def make(out: View, _):
+        out_ap = t.ap(out, call, "dst")
+        reads = [(x, src)] + [(v, a) for v, a in ((v0, a0), (v1, a1)) if v is not None]
+        t.emit(eng, TensorScalar(dst=out_ap, src=src, op0=o0, operand0=a0, imm0=i0, op1=o1,
+                                 operand1=a1, imm1=i1), reads=reads, writes=[(out, out_ap)])
+
+    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", None, dst)
+
+
+def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, dst=None,
+                  call: str = "tensor_tensor"):
+    """``data1 op data2`` element by element on the vector engine (or GpSimd)."""
+    t = current(call)
+    t.commit()
+    a = _tile(data1, call, "data1").cut(mask)
+    b = _tile(data2, call, "data2").cut(mask)
+    eng = _engine(engine, ("vector", "gpsimd"), call)
+    o = _op(op, call)
+    _same_partitions(a, b, call, "data1", "data2")
+    spaces = ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum")
+    aa, ba = t.ap(a, call, "data1", spaces), t.ap(b, call, "data2", spaces)
+    if aa.free != ba.free:
+        raise NkiError(f"'{call}': operand shapes {list(a.shape)} and {list(b.shape)} differ")
+    out_dt = isa_dtype(dtype) if dtype is not None else promote(a.dt, b.dt)
+
+    def make(out: View, _):
+        out_ap = t.ap(out, call, "dst", spaces)
+        t.emit(eng, TensorTensor(dst=out_ap, a=aa, b=ba, op=o), reads=[(a, aa), (b, ba)],
+               writes=[(out, out_ap)])
+
+    return _finish(t, lambda: _out(t, a.shape, out_dt), make, "compute", None, dst)
+
+
+def _axes(x: View, axis, call: str) -> None:
+    axes = sorted({int(a) % x.ndim for a in (axis if isinstance(axis, (list, tuple))
+                                              else (axis,))})
+    if 0 in axes:
+        raise NkiError(f"'{call}' reduces free axes only, not the partition axis 0")
+    if axes != list(range(1, x.ndim)):
+        raise NotSupported(f"'{call}' along axes {axes} of a {x.ndim}-dimensional tile",
+                           f"reductions along every free axis ({list(range(1, x.ndim))})")
+
+
+def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False,
+                  dst=None, call: str = "tensor_reduce"):
+    """The sum or maximum (minimum: the maximum of the negated tile, negated) along the free
+    axes, one value per partition; ``negate`` multiplies the result by -1."""
+    t = current(call)
+    t.commit()
+    x = _tile(data, call, "data").cut(mask)
+    _axes(x, axis, call)
+    o = _op(op, call)
+    if o not in (VectorOp.ADD, VectorOp.MAX, VectorOp.MIN):
+        raise NotSupported(f"reduction {o.name.lower()} in '{call}'", "add, max and min")
+    src = t.ap(x, call, "data")
+    out_dt = isa_dtype(dtype) if dtype is not None else x.dt
+    shape = (x.shape[0],) + ((1,) * (x.ndim - 1) if keepdims else ())
+    p = x.shape[0]
+
+    def make(out: View, _):
+        out_ap = t.ap(out, call, "dst")
+        s, s_ap, flip = x, src, negate
+        if o == VectorOp.MIN:  # min(x) = -max(-x)
+            s = _out(t, x.shape, "fp32")
+            s_ap = t.ap(s, call, "data")
+            t.emit("vector", TensorScalar(dst=s_ap, src=src, op0=VectorOp.MULTIPLY,
+                                          imm0=-1.0), reads=[(x, src)], writes=[(s, s_ap)])
+            flip = not flip
+        red = Reduce.SUM if o == VectorOp.ADD else Reduce.MAX
+        if not flip:
+            t.emit("vector", TensorReduce(dst=out_ap, src=s_ap, reduce=red),
+                   reads=[(s, s_ap)], writes=[(out, out_ap)])
+            return
+        r = _out(t, (p, 1), "fp32")
+        r_ap = t.ap(r, call, "dst")
+        t.emit("vector", TensorReduce(dst=r_ap, src=s_ap, reduce=red), reads=[(s, s_ap)],
+               writes=[(r, r_ap)])
+        t.emit("vector", TensorScalar(dst=out_ap, src=r_ap, op0=VectorOp.MULTIPLY,
+                                      imm0=-1.0), reads=[(r, r_ap)], writes=[(out, out_ap)])
+
+    return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", None, dst)
+
+
+def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,
+                call: str = "tensor_copy"):
+    """A copy (and cast to ``dtype`` or the destination's format) on the vector engine, or
+    the scalar engine or GpSimd where asked."""
+    t = current(call)
+    t.commit()
+    x = _tile(src, call, "src").cut(mask)
+    eng = _engine(engine, ("vector", "scalar", "gpsimd"), call)
+    spaces = ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum")
+    s_ap = t.ap(x, call, "src", spaces)
+    out_dt = isa_dtype(dtype) if dtype is not None else x.dt
+
+    def make(out: View, _):
+        out_ap = t.ap(out, call, "dst", spaces)
+        if out_ap.partitions != s_ap.partitions or out_ap.free != s_ap.free:
+            raise NkiError(f"'{call}': source {list(x.shape)} and destination "
+                           f"{list(out.shape)} differ")
+        t.emit(eng, TensorCopy(dst=out_ap, src=s_ap), reads=[(x, s_ap)],
+               writes=[(out, out_ap)])
+
+    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", None, dst)
+
+
+def memset(dst: View, value, *, engine=None, call: str = "memset") -> None:
+    t = current(call)
+    t.commit()
+    eng = _engine(engine, ("gpsimd", "vector"), call) if engine else \
+        ("gpsimd" if dst.buf.space == "sbuf" else "vector")
+    t.memset(dst, float(value), eng, call)
+
+
+def dma_copy(dst: View, src: View, *, mask=None, call: str = "dma_copy") -> None:
+    """A DMA from ``src`` to ``dst`` (HBM or SBUF, one format) on the next DMA queue."""
+    t = current(call)
+    t.commit()
+    d = _tile(dst, call, "dst").cut(mask)
+    s = _tile(src, call, "src").cut(mask)
+    if d.dt != s.dt:
+        raise NkiError(f"'{call}' copies bytes: {s.dt} cannot become {d.dt}")
+    for v, name in ((d, "dst"), (s, "src")):
+        if v.buf.space == "psum":
+            t.ap(v, call, name, ("hbm", "sbuf"))
+    a, b = t.dma_aps(d, s, call)
+    t.emit(t.dma_queue(), DmaCopy(dst=a, src=b), reads=[(s, b)], writes=[(d, a)])

@@ -1,0 +1,1112 @@
+"""The NKI tracer: a kernel's Python runs once, each call appends instructions to a program.
+
+* **Tensors** (:class:`View`) are views of a :class:`Buffer` in HBM, SBUF or PSUM: dimensions
+  (size, stride, kind), the partition dimension of an on-chip tensor counted in partitions
+  and the others in elements. Indexing by integers, slices, ``nl.ds`` and index expressions
+  (:class:`Index`, from ``nl.arange`` and ``nl.mgrid``) gives views; bounds are checked when
+  an instruction uses the view, after its ``mask=`` has cut it (:class:`Mask`).
+* **Allocation.** On-chip tensors live while the kernel holds them (CPython's reference
+  count): SBUF and PSUM are next-fit free lists, so a tile allocated in each iteration of a
+  loop lands on fresh space while there is room and iterations overlap (double buffering
+  falls out); PSUM tiles never cross a bank.
+* **Dependencies.** Every access records its footprint on its buffer; a read waits for the
+  writes it overlaps (RAW), a write for the reads and writes it overlaps (WAR, WAW), and a
+  buffer allocated over freed space for the accesses of the tensors that held it. At the end,
+  :meth:`Tracer.program` replays the instructions in order through
+  :class:`~kernels.builder.Builder`: a wait before each instruction for every other stream it
+  depends on, a signal after each instruction another stream waits for.
+* **Results.** An op's result is *pending* until the next call: ``t[...] = op(...)`` and
+  ``psum += matmul(...)`` write the op's result straight into ``t`` (no copy), as NKI's
+  compiler does; any other use gives the op its own new tile.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from bisect import bisect_left, insort
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from hdl.core.isa import AP, DTYPES, Memset
+from hdl.core.params import CoreParams
+from kernels.builder import Builder
+
+from .errors import NkiError, NotSupported
+
+__all__ = ["TF32", "Buffer", "Index", "Mask", "Tracer", "View", "current", "isa_dtype",
+           "numpy_dtype"]
+
+#: NKI's ``tfloat32`` (a four-byte void type, as NKI spells it).
+TF32 = np.dtype("V4")
+_NUMPY = {"fp32": np.dtype(np.float32), "bf16": np.dtype(ml_dtypes.bfloat16),
+          "fp16": np.dtype(np.float16), "fp8_e4m3": np.dtype(ml_dtypes.float8_e4m3),
+          "fp8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
+          "fp8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn), "tf32": TF32,
+          "int8": np.dtype(np.int8), "int32": np.dtype(np.int32),
+          "uint32": np.dtype(np.uint32), "uint8": np.dtype(np.uint8)}
+_ISA = {v: k for k, v in _NUMPY.items()}
+FLOATS = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "tf32")
+#: Rank of a format in NKI's type promotion (the wider wins).
+_RANK = {"fp8_e5m2": 0, "fp8_e4m3": 0, "fp8_e4m3fn": 0, "bf16": 1, "fp16": 1, "tf32": 2,
+         "fp32": 3, "int8": -3, "uint8": -3, "int32": -2, "uint32": -2}
+
+SBUF_ALIGN = 64
+PSUM_ALIGN = 8
+
+
+def isa_dtype(dtype) -> str:
+    """The ISA's name of an NKI/numpy dtype (``nl.bfloat16``, ``np.float32``, ``"bf16"``)."""
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return dtype
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is not None and dt in _ISA:
+        return _ISA[dt]
+    raise NotSupported(f"dtype {dtype!r}",
+                       "float32, bfloat16, float16, float8_e4m3, float8_e5m2, tfloat32, "
+                       "int8, int32, uint8, uint32")
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    return _NUMPY[name]
+
+
+def promote(*names: str) -> str:
+    return max(names, key=lambda n: _RANK[n])
+
+
+# --- index expressions and masks ----------------------------------------------------------
+
+class Index:
+    """``start + step * t`` for ``t`` in ``0 .. size - 1`` along axis ``axis`` of an
+    ``ndim``-dimensional iteration space (``nl.arange(n)[:, None]`` is axis 0 of 2)."""
+
+    __slots__ = ("axis", "ndim", "size", "start", "step")
+
+    def __init__(self, axis: int, ndim: int, size: int, start: int = 0, step: int = 1):
+        self.axis, self.ndim, self.size, self.start, self.step = axis, ndim, size, start, step
+
+    def _like(self, start, step):
+        return Index(self.axis, self.ndim, self.size, start, step)
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        if self.ndim != 1 or sum(k is not None for k in key) != 1 or any(
+                k is not None and k != slice(None) for k in key):
+            raise NotSupported("this subscript of an nl.arange",
+                               "nl.arange(n)[:, None] and nl.arange(n)[None, :]")
+        axis = next(i for i, k in enumerate(key) if k is not None)
+        return Index(axis, len(key), self.size, self.start, self.step)
+
+    def __add__(self, other):
+        if isinstance(other, Index):
+            if other.axis == self.axis and other.size == self.size:
+                return self._like(self.start + other.start, self.step + other.step)
+            raise NotSupported("an index expression over two axes (such as i_p * 512 + i_f)",
+                               "affine expressions a * i + b of one nl.arange/nl.mgrid axis")
+        return self._like(self.start + _int(other), self.step)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return self + (-other if not isinstance(other, Index) else other * -1)
+
+    def __rsub__(self, other):
+        return self * -1 + other
+
+    def __mul__(self, other):
+        if isinstance(other, Index):
+            raise NotSupported("a product of two index expressions",
+                               "affine expressions a * i + b")
+        c = _int(other)
+        return self._like(self.start * c, self.step * c)
+
+    __rmul__ = __mul__
+
+    def __neg__(self):
+        return self * -1
+
+    def _bound(self, op: str, value) -> Mask:
+        v = _int(value)
+        # t such that start + step * t  op  v, as a half-open range of t
+        lo, hi = 0, self.size
+        s, b = self.step, self.start
+        if s == 0:
+            ok = {"<": b < v, "<=": b <= v, ">": b > v, ">=": b >= v}[op]
+            return Mask({self.axis: (0, self.size if ok else 0)})
+        if s < 0:  # flip: -start - |s| t  op'  -v
+            return Index(self.axis, self.ndim, self.size, -b, -s)._bound(
+                {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[op], -v)
+        if op == "<":
+            hi = min(hi, -(-(v - b) // s))
+        elif op == "<=":
+            hi = min(hi, (v - b) // s + 1)
+        elif op == ">":
+            lo = max(lo, (v - b) // s + 1)
+        else:
+            lo = max(lo, -(-(v - b) // s))
+        return Mask({self.axis: (max(lo, 0), max(min(hi, self.size), 0))})
+
+    def __lt__(self, v):
+        return self._bound("<", v)
+
+    def __le__(self, v):
+        return self._bound("<=", v)
+
+    def __gt__(self, v):
+        return self._bound(">", v)
+
+    def __ge__(self, v):
+        return self._bound(">=", v)
+
+    def __repr__(self):
+        return f"Index(axis={self.axis}, {self.start} + {self.step} * [0, {self.size}))"
+
+
+class Mask:
+    """An affine ``mask=``: per axis of the instruction's iteration space, the range
+    ``[lo, hi)`` of positions it keeps; ``&`` intersects."""
+
+    __slots__ = ("ranges",)
+
+    def __init__(self, ranges: dict[int, tuple[int, int]]):
+        self.ranges = ranges
+
+    def __and__(self, other):
+        if not isinstance(other, Mask):
+            raise NotSupported("this mask expression", "comparisons of index expressions "
+                                                       "with integers joined by &")
+        out = dict(self.ranges)
+        for axis, (lo, hi) in other.ranges.items():
+            a, b = out.get(axis, (lo, hi))
+            out[axis] = (max(a, lo), min(b, hi))
+        return Mask(out)
+
+    __rand__ = __and__
+
+    def __or__(self, other):
+        raise NotSupported("mask | mask", "masks joined by &")
+
+    def __invert__(self):
+        raise NotSupported("~mask", "masks joined by &")
+
+    def __bool__(self):
+        raise NkiError("the truth value of an index comparison is ambiguous: control flow "
+                       "cannot depend on an nl.arange", "err_control_flow_condition_"
+                                                         "depending_on_arange")
+
+
+def _int(v) -> int:
+    if isinstance(v, (bool, np.bool_)):
+        raise NotSupported("a boolean index", "integers")
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    raise NotSupported(f"the index value {v!r}", "integers, slices, nl.ds, nl.arange and "
+                                                 "nl.mgrid expressions")
+
+
+@dataclass(frozen=True)
+class DSlice:
+    """``nl.ds(start, size)``."""
+
+    start: int
+    size: int
+
+
+# --- buffers, footprints, dependencies ----------------------------------------------------
+
+class _Node:
+    __slots__ = ("stream", "ins", "deps", "signal", "event", "index")
+
+    def __init__(self, stream, ins, index):
+        self.stream, self.ins, self.index = stream, ins, index
+        self.deps = ()
+        self.signal = False
+        self.event = None
+
+
+class _Record:
+    __slots__ = ("fp", "writer", "readers")
+
+    def __init__(self, fp, writer, readers):
+        self.fp, self.writer, self.readers = fp, writer, readers
+
+
+def footprint(ap: AP) -> tuple:
+    """An access's footprint: on chip (partition range, byte range in the partition); in HBM
+    (first byte, row stride, rows, bytes per row)."""
+    lo = hi = 0
+    for n, s in ap.dims:
+        if s >= 0:
+            hi += (n - 1) * s
+        else:
+            lo += (n - 1) * s
+    item = ap.itemsize
+    if ap.space == "hbm":
+        rows = ap.partitions if ap.pstride else 1
+        return (ap.offset + lo * item, ap.pstride if rows > 1 else 0, rows,
+                (hi - lo + 1) * item)
+    return (ap.partition, ap.partition + ap.partitions, ap.offset + lo * item,
+            ap.offset + (hi + 1) * item)
+
+
+def _span(f):
+    start, p, rows, w = f
+    return start, start + (rows - 1) * p + w
+
+
+def overlaps(a, b, hbm: bool) -> bool:
+    """Whether two footprints (:func:`footprint`) share a byte."""
+    if not hbm:
+        return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+    a0, a1 = _span(a)
+    b0, b1 = _span(b)
+    if a0 >= b1 or b0 >= a1:
+        return False
+    if a[2] == 1 and b[2] == 1:
+        return True
+    if a[2] == 1:
+        a, b = b, a
+    if b[2] == 1:  # rows of a against one interval of b
+        s, p, rows, w = a
+        first = max(0, (b0 - s - w) // p + 1)
+        last = min(rows - 1, (b1 - 1 - s) // p)
+        return first <= last
+    if a[1] != b[1] or a[3] > a[1] or b[3] > b[1]:
+        return True  # different row strides: their bounding boxes overlap
+    p = a[1]
+    q, r = divmod(b[0] - a[0], p)
+    # b's row j sits in a's row q + j at offset r (and may run into row q + j + 1)
+    def rows_meet(shift):
+        lo, hi = max(0, -(q + shift)), min(b[2], a[2] - (q + shift))
+        return lo < hi
+    return (r < a[3] and rows_meet(0)) or (r + b[3] > p and rows_meet(1))
+
+
+def _contains(a, b, hbm: bool) -> bool:
+    if not hbm:
+        return a[0] <= b[0] and b[1] <= a[1] and a[2] <= b[2] and b[3] <= a[3]
+    if a == b:
+        return True
+    if a[2] == 1 and b[2] == 1:
+        return a[0] <= b[0] and b[0] + b[3] <= a[0] + a[3]
+    if a[1] == b[1] and a[1]:
+        q, r = divmod(b[0] - a[0], a[1])
+        return r + b[3] <= a[3] and q >= 0 and q + b[2] <= a[2]
+    return False
+
+
+class Buffer:
+    """Memory of one NKI tensor: HBM bytes from ``offset``, or on chip ``nbytes`` per
+    partition from ``offset`` in every partition. Freed (its space and the footprints of its
+    accesses handed to the allocator) when the last view of it goes."""
+
+    def __init__(self, tracer: Tracer | None, space: str, name: str, offset: int,
+                 nbytes: int, hbm=None):
+        self.tracer, self.space, self.name = tracer, space, name
+        self.offset, self.nbytes, self.hbm = offset, nbytes, hbm
+        self.writes: list[_Record] = []
+        self.reads: list[_Record] = []
+        self.zero = False  # PSUM zeros not yet written (the first matmul overwrites)
+        self.cursor = 0  # the allocator's next-fit position before this buffer
+        self.unused = False  # a pending result written elsewhere: it gives its space back
+
+    def __del__(self):
+        tracer = self.tracer
+        if tracer is not None and self.space != "hbm":
+            self.tracer = None
+            tracer._release(self)
+
+
+_P, _F = True, False
+
+
+class View:
+    """An NKI tensor: ``dims`` ((size, stride, is_partition), ...) over ``buf`` from
+    partition ``part`` and byte ``off``; ``checks`` the bounds of indexed dimensions
+    (axis, first value, step, limit, dimension, tensor), enforced when an instruction uses
+    the view."""
+
+    __slots__ = ("buf", "dt", "dims", "part", "off", "checks", "__weakref__")
+
+    def __init__(self, buf: Buffer, dt: str, dims, part: int = 0, off: int = 0,
+                 checks=()):
+        self.buf, self.dt, self.dims, self.part, self.off = buf, dt, tuple(dims), part, off
+        self.checks = tuple(checks)
+
+    # --- the tensor interface -----------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(d[0] for d in self.dims)
+
+    @property
+    def dtype(self):
+        return _NUMPY[self.dt]
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPES[self.dt][1]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.dims)
+
+    @property
+    def buffer(self) -> str:
+        return self.buf.space
+
+    def __repr__(self):
+        return f"<NKI tensor {self.buf.name}{list(self.shape)} {self.dt} in {self.buf.space}>"
+
+    def __len__(self):
+        return self.dims[0][0]
+
+    def __bool__(self):
+        raise NkiError("the truth value of a tensor is ambiguous: control flow cannot "
+                       "depend on tensor values", "err_ambiguous_tensor_truth_value")
+
+    def __iter__(self):
+        raise NotSupported("iterating over a tensor", "indexing with nl.affine_range loops")
+
+    def _with(self, dims, part, off, checks):
+        return View(self.buf, self.dt, dims, part, off, checks)
+
+    def __getitem__(self, key) -> View:
+        key = key if isinstance(key, tuple) else (key,)
+        if any(isinstance(k, Index) for k in key) and \
+                any(isinstance(k, (slice, DSlice)) for k in key):
+            raise NkiError("Mixing basic tensor indexing and advanced tensor indexing is not "
+                           "supported", "err_unsupported_mixing_basic_advanced_tensor_"
+                                        "indexing")
+        if any(k is Ellipsis for k in key):
+            i = key.index(Ellipsis)
+            key = key[:i] + (slice(None),) * (len(self.dims) - len(key) + 1) + key[i + 1:]
+        if len(key) > len(self.dims):
+            raise NkiError(f"too many indices ({len(key)}) for tensor {self.buf.name} of "
+                           f"shape {list(self.shape)}", "err_tensor_access_out_of_bound")
+        key = key + (slice(None),) * (len(self.dims) - len(key))
+        part, off, item = self.part, self.off, self.itemsize
+        out, checks = [], list(self.checks)
+        axes = []
+        for d, (k, (size, stride, is_p)) in enumerate(zip(key, self.dims, strict=True)):
+            if isinstance(k, Index):
+                axes.append((k.axis, k, d))
+                continue
+            if isinstance(k, (slice, DSlice)):
+                if isinstance(k, DSlice):
+                    start, stop, step = k.start, k.start + k.size, 1
+                else:
+                    if k.step is not None and _int(k.step) <= 0:
+                        raise NotSupported("a slice with a step below 1", "steps of 1 or more")
+                    step = 1 if k.step is None else _int(k.step)
+                    start = 0 if k.start is None else _int(k.start)
+                    stop = size if k.stop is None else _int(k.stop)
+                    if start < 0:
+                        start += size
+                    if stop < 0:
+                        stop += size
+                n = max(0, -(-(stop - start) // step))
+                part, off = self._shift(part, off, start, stride, is_p, item)
+                if start < 0 or start + (n - 1) * step >= size:
+                    checks.append([len(out), start, step, size, d, self.buf.name])
+                out.append((n, stride * step, is_p))
+                continue
+            i = _int(k)
+            if i < 0:
+                i += size
+            if not 0 <= i < size:
+                raise NkiError(f"Out-of-bound access for tensor `{self.buf.name}` on "
+                               f"dimension {d}: index {k} exceed dimension size of {size}",
+                               "err_tensor_access_out_of_bound")
+            part, off = self._shift(part, off, i, stride, is_p, item)
+        if axes:
+            if len({a for a, _, _ in axes}) != len(axes):
+                raise NotSupported("two tensor dimensions indexed by the same axis",
+                                   "one nl.arange/nl.mgrid axis per indexed dimension")
+            for _, k, d in sorted(axes, key=lambda a: a[0]):
+                size, stride, is_p = self.dims[d]
+                part, off = self._shift(part, off, k.start, stride, is_p, item)
+                lo, hi = min(k.start, k.start + k.step * (k.size - 1)), \
+                    max(k.start, k.start + k.step * (k.size - 1))
+                if lo < 0 or hi >= size:
+                    checks.append([len(out), k.start, k.step, size, d, self.buf.name])
+                out.append((k.size, stride * k.step, is_p))
+        return self._with(out, part, off, [tuple(c) for c in checks])
+
+    @staticmethod
+    def _shift(part, off, i, stride, is_p, item):
+        if is_p:
+            return part + i * stride, off
+        return part, off + i * stride * item
+
+    def __setitem__(self, key, value):
+        temporary = sys.getrefcount(value) <= _TEMP_SET  # before value is an argument again
+        current("tensor assignment").assign(self[key], value, temporary)
+
+    def __iadd__(self, other):
+        temporary = sys.getrefcount(other) <= _TEMP_IADD
+        current("+=").accumulate(self, other, temporary)
+        return self
+
+    def cut(self, mask: Mask | None) -> View:
+        """The view restricted to the positions ``mask`` keeps (its axes beyond this view's
+        rank do not apply)."""
+        if mask is None:
+            return self
+        dims, part, off, checks = list(self.dims), self.part, self.off, \
+            [list(c) for c in self.checks]
+        for axis, (lo, hi) in mask.ranges.items():
+            if axis >= len(dims):
+                continue
+            size, stride, is_p = dims[axis]
+            lo, hi = max(0, lo), min(size, hi)
+            part, off = self._shift(part, off, lo, stride, is_p, self.itemsize)
+            dims[axis] = (max(0, hi - lo), stride, is_p)
+            for c in checks:
+                if c[0] == axis:
+                    c[1] += c[2] * lo
+        return self._with(dims, part, off, [tuple(c) for c in checks])
+
+    def check_bounds(self) -> None:
+        for axis, first, step, limit, dim, name in self.checks:
+            n = self.dims[axis][0]
+            if n == 0:
+                continue
+            last = first + step * (n - 1)
+            lo, hi = min(first, last), max(first, last)
+            if lo < 0 or hi >= limit:
+                raise NkiError(f"Out-of-bound access for tensor `{name}` on dimension {dim}: "
+                               f"index range [{lo}, {hi}] exceed dimension size of {limit}",
+                               "err_tensor_access_out_of_bound")
+
+    # --- views without copies -----------------------------------------------------------
+    def reshape(self, shape) -> View:
+        shape = tuple(_int(s) for s in (shape if isinstance(shape, (tuple, list))
+                                        else (shape,)))
+        if self.buf.space == "hbm":
+            if not self._contiguous(self.dims):
+                raise NotSupported("reshape of a strided HBM view", "reshape of a whole "
+                                   "contiguous HBM tensor")
+            if int(np.prod(shape)) != int(np.prod(self.shape)):
+                raise NkiError(f"cannot reshape {list(self.shape)} into {list(shape)}")
+            return self._with(_row_major(shape), 0, self.off, ())
+        p = self.dims[0]
+        if not p[2] or any(d[2] for d in self.dims[1:]) or shape[0] != p[0] \
+                or not self._contiguous(self.dims[1:]):
+            raise NotSupported("this reshape of an on-chip tensor",
+                               "reshapes of the free dimensions of a contiguous tile that "
+                               "keep its partition dimension")
+        if int(np.prod(shape[1:])) != int(np.prod(self.shape[1:])):
+            raise NkiError(f"cannot reshape {list(self.shape)} into {list(shape)}")
+        return self._with([p] + _row_major(shape[1:]), self.part, self.off, ())
+
+    @staticmethod
+    def _contiguous(dims) -> bool:
+        expect = 1
+        for size, stride, _ in reversed(dims):
+            if size != 1 and stride != expect:
+                return False
+            expect *= size
+        return True
+
+    def broadcast_to(self, shape) -> View:
+        shape = tuple(_int(s) for s in shape)
+        if len(shape) != len(self.dims):
+            raise NotSupported("broadcast_to to another rank", "broadcasts of size-1 free "
+                                                               "dimensions to the same rank")
+        dims = []
+        for (size, stride, is_p), want in zip(self.dims, shape, strict=True):
+            if size == want:
+                dims.append((size, stride, is_p))
+            elif size == 1 and not is_p:
+                dims.append((want, 0, is_p))
+            else:
+                raise NotSupported(f"broadcast_to {list(shape)} from {list(self.shape)}",
+                                   "broadcasts of size-1 free dimensions")
+        return self._with(dims, self.part, self.off, self.checks)
+
+    @property
+    def T(self):
+        raise NotSupported("tensor.T", "nl.transpose and nisa.nc_transpose")
+
+    # --- arithmetic through nl ---------------------------------------------------------
+    def _nl(self):
+        from . import language
+
+        return language
+
+    def __add__(self, o):
+        return self._nl().add(self, o)
+
+    def __radd__(self, o):
+        return self._nl().add(o, self)
+
+    def __sub__(self, o):
+        return self._nl().subtract(self, o)
+
+    def __rsub__(self, o):
+        return self._nl().subtract(o, self)
+
+    def __mul__(self, o):
+        return self._nl().multiply(self, o)
+
+    def __rmul__(self, o):
+        return self._nl().multiply(o, self)
+
+    def __truediv__(self, o):
+        return self._nl().divide(self, o)
+
+    def __neg__(self):
+        return self._nl().negative(self)
+
+
+def _row_major(shape):
+    dims, stride = [], 1
+    for size in reversed(shape):
+        dims.append((size, stride, False))
+        stride *= size
+    dims.reverse()
+    return dims
+
+
+# The reference counts of a temporary value inside __setitem__ and __iadd__ (the caller's
+# stack, the argument, getrefcount's own and the tracer's pending record): measured once.
+class _Probe:
+    pending = None
+
+    def __setitem__(self, key, value):
+        _Probe.seen = sys.getrefcount(value)
+
+    def __iadd__(self, other):
+        _Probe.seen = sys.getrefcount(other)
+        return self
+
+
+def _measure():
+    def make():
+        _Probe.pending = object()
+        return _Probe.pending
+
+    p = _Probe()
+    p[0] = make()
+    setter = _Probe.seen
+    p += make()
+    adder = _Probe.seen
+    _Probe.pending = None
+    return setter, adder
+
+
+_TEMP_SET, _TEMP_IADD = _measure()
+
+
+# --- the allocator ------------------------------------------------------------------------
+
+class _Space:
+    """Next-fit allocation of byte ranges of one partition's worth of SBUF or PSUM (every
+    tensor takes its range in all partitions); ``bank`` > 0: ranges of up to a bank stay in
+    one bank, larger ones start at a bank."""
+
+    def __init__(self, size: int, align: int, bank: int = 0):
+        self.size, self.align, self.bank = size, align, bank
+        self.free = [(0, size)]
+        self.cursor = 0
+        self.used = self.high = 0
+
+    def _fit(self, a, b, n):
+        s = -(-a // self.align) * self.align
+        if self.bank:
+            if n <= self.bank:
+                if s // self.bank != (s + n - 1) // self.bank:
+                    s = -(-s // self.bank) * self.bank
+            else:
+                s = -(-s // self.bank) * self.bank
+        return s if s + n <= b else None
+
+    def alloc(self, n: int) -> int | None:
+        n = max(n, 1)
+        order = [i for i, (a, b) in enumerate(self.free) if b > self.cursor] + \
+            [i for i, (a, b) in enumerate(self.free) if b <= self.cursor]
+        for i in order:
+            a, b = self.free[i]
+            s = self._fit(max(a, self.cursor) if b > self.cursor and a < self.cursor
+                          else a, b, n)
+            if s is None and a < self.cursor < b:
+                s = self._fit(a, b, n)
+            if s is None:
+                continue
+            del self.free[i]
+            if s > a:
+                insort(self.free, (a, s))
+            if s + n < b:
+                insort(self.free, (s + n, b))
+            self.cursor = s + n
+            self.used += n
+            self.high = max(self.high, self.used)
+            return s
+        return None
+
+    def release(self, s: int, n: int) -> None:
+        n = max(n, 1)
+        self.used -= n
+        insort(self.free, (s, s + n))
+        merged = []
+        for a, b in self.free:
+            if merged and merged[-1][1] == a:
+                merged[-1] = (merged[-1][0], b)
+            else:
+                merged.append((a, b))
+        self.free = merged
+
+
+# --- the tracer ---------------------------------------------------------------------------
+
+_CURRENT: list[Tracer] = []
+
+
+def current(call: str) -> Tracer:
+    """The tracer of the kernel being traced; outside a kernel, NKI's error."""
+    if not _CURRENT:
+        raise NkiError(f"{call} is an NKI API called outside of an NKI kernel",
+                       "err_nki_api_outside_of_nki_kernel")
+    return _CURRENT[-1]
+
+
+class _Pending:
+    __slots__ = ("view", "make", "kind", "mask", "node_count")
+
+    def __init__(self, view, make, kind, mask):
+        self.view, self.make, self.kind, self.mask = view, make, kind, mask
+
+
+class Tracer:
+    """Traces one kernel launch into a program for a core of ``params``."""
+
+    def __init__(self, params: CoreParams):
+        self.params = params
+        self.builder = Builder(params)
+        self.nodes: list[_Node] = []
+        self.spaces = {"sbuf": _Space(params.sbuf_bytes, SBUF_ALIGN),
+                       "psum": _Space(params.psum_bytes, PSUM_ALIGN, params.psum_bank_bytes)}
+        #: freed ranges and the accesses that used them: (start, end, order, nodes), sorted
+        self.retired: dict[str, list[tuple]] = {"sbuf": [], "psum": []}
+        self._widest = {"sbuf": 0, "psum": 0}
+        self._retired = 0
+        self.pending: _Pending | None = None
+        self._queue = 0
+        self._names: dict[str, int] = {}
+        self.program_id: tuple[int, ...] = ()
+        self.grid: tuple[int, ...] = ()
+        self.shared: list[View] = []  # shared_hbm tensors, by order of creation
+        self._shared_next = 0
+        self.matmul_dtypes: set[str] = set()
+
+    def __enter__(self):
+        _CURRENT.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _CURRENT.remove(self)
+        if exc[0] is None:
+            self.commit()
+        else:
+            self.pending = None
+
+    # --- tensors ------------------------------------------------------------------------
+    def _name(self, base: str) -> str:
+        n = self._names.get(base, 0)
+        self._names[base] = n + 1
+        return base if n == 0 else f"{base}_{n}"
+
+    def hbm(self, name: str, shape, dt: str, shared: bool = False) -> View:
+        if shared and self.program_id and any(self.program_id):
+            if self._shared_next < len(self.shared):
+                v = self.shared[self._shared_next]
+                self._shared_next += 1
+                return v
+        t = self.builder.hbm(self._name(name), shape, dt)
+        buf = Buffer(None, "hbm", t.name, t.offset, t.nbytes, hbm=t)
+        v = View(buf, dt, _row_major(t.shape), 0, t.offset)
+        if shared:
+            self.shared.append(v)
+            self._shared_next = len(self.shared)
+        return v
+
+    def on_chip(self, space: str, shape, dt: str, name: str, par: int = 0) -> View:
+        """A new SBUF or PSUM tensor of ``shape``, dimension ``par`` its partitions (the
+        ones before it block dimensions, each block its own tile)."""
+        p = self.params
+        shape = tuple(_int(s) for s in shape)
+        if not shape:
+            raise NkiError("an on-chip tensor needs a partition dimension")
+        if shape[par] > p.partitions:
+            raise NkiError(f"number of partitions {shape[par]} exceed architecture "
+                           f"limitation of {p.partitions}", "err_num_partition_exceed_arch_"
+                                                            "limit")
+        item = DTYPES[dt][1]
+        tile = math.prod(shape[par + 1:]) * item
+        blocks = math.prod(shape[:par])
+        stride = tile
+        if space == "psum":
+            bank = p.psum_bank_bytes
+            if tile > bank:
+                raise NkiError(f"a PSUM tile of {list(shape[par:])} {dt} takes {tile} bytes "
+                               f"per partition, above one {bank}-byte PSUM bank (psum_fmax: "
+                               f"{bank // 4} fp32)", "err_size_of_dimension_exceed_arch_"
+                                                     "limit")
+            if blocks > 1:  # each block in one bank
+                stride = 1 << max(0, (tile - 1).bit_length())
+                stride = -(-stride // PSUM_ALIGN) * PSUM_ALIGN
+        nbytes = max(blocks * stride, item)
+        space_ = self.spaces[space]
+        cursor = space_.cursor
+        offset = space_.alloc(nbytes)
+        if offset is None:
+            raise NkiError(f"{space.upper()} full: tensor {name} {list(shape)} {dt} needs "
+                           f"{nbytes} bytes per partition; {space_.used} of "
+                           f"{space_.size} are held by live tensors (largest free range "
+                           f"{max((b - a for a, b in space_.free), default=0)})",
+                           "err_out_of_memory")
+        buf = Buffer(self, space, self._name(name), offset, nbytes)
+        buf.cursor = cursor
+        self._inherit(buf)
+        dims = []
+        bstride = stride // item
+        for size in reversed(shape[:par]):
+            dims.append((size, bstride, _F))
+            bstride *= size
+        dims.reverse()
+        dims.append((shape[par], 1, _P))
+        dims += _row_major(shape[par + 1:])
+        return View(buf, dt, dims, 0, offset)
+
+    def tile(self, shape, dt: str, space: str = "sbuf", name: str = "tile",
+             part: int = 0) -> View:
+        v = self.on_chip(space, shape, dt, name)
+        if part:
+            v = View(v.buf, v.dt, v.dims, part, v.off)
+        return v
+
+    def _inherit(self, buf: Buffer) -> None:
+        """A new buffer over freed space waits for the accesses of the tensors that held it
+        (the retired ranges it overlaps; those it covers are dropped)."""
+        lo, hi = buf.offset, buf.offset + buf.nbytes
+        retired = self.retired[buf.space]
+        i = bisect_left(retired, (lo - self._widest[buf.space],))
+        nodes = []
+        while i < len(retired) and retired[i][0] < hi:
+            start, end, _, held = retired[i]
+            if end > lo:
+                nodes += held
+                if lo <= start and end <= hi:
+                    del retired[i]
+                    continue
+            i += 1
+        if nodes:
+            fp = (0, self.params.partitions, lo, hi)
+            buf.writes.append(_Record(fp, None, nodes))
+
+    def _release(self, buf: Buffer) -> None:
+        held = []
+        for r in buf.writes + buf.reads:
+            if r.writer is not None:
+                held.append(r.writer)
+            held += r.readers
+        if held:
+            self._retired += 1
+            insort(self.retired[buf.space],
+                   (buf.offset, buf.offset + buf.nbytes, self._retired, held))
+            self._widest[buf.space] = max(self._widest[buf.space], buf.nbytes)
+        buf.writes = buf.reads = []
+        space = self.spaces[buf.space]
+        space.release(buf.offset, buf.nbytes)
+        if buf.unused and space.cursor == buf.offset + buf.nbytes:
+            space.cursor = buf.cursor  # as if the result's tile had never been allocated
+
+    # --- access patterns ----------------------------------------------------------------
+    def ap(self, view: View, call: str, operand: str, spaces=("sbuf", "psum")) -> AP:
+        """The access pattern of ``view`` as operand ``operand`` of ``call``, checked: its
+        address space, bounds, the partition dimension first."""
+        if view.buf.space not in spaces:
+            raise NkiError(f"Expected operand '{operand}' of '{call}' to be in address space "
+                           f"'{'|'.join(spaces)}', but got a tile in '{view.buf.space}' "
+                           f"instead.", "err_unsupported_memory")
+        view.check_bounds()
+        dims = view.dims
+        if view.buf.space == "hbm":
+            if not dims:
+                return AP("hbm", view.dt, 0, 1, view.off, ((1, 1),))
+            size, stride, _ = dims[0]
+            free = _merge([(n, s) for n, s, _ in dims[1:]])
+            return AP("hbm", view.dt, 0, size, view.off, free,
+                      pstride=stride * view.itemsize)
+        if not dims or not dims[0][2]:
+            raise NkiError(f"operand '{operand}' of '{call}' ({view!r}) must have the "
+                           f"partition dimension first", "err_leading_dimension_of_tensor_"
+                                                         "must_be_partition")
+        size, stride, _ = dims[0]
+        if size > self.params.partitions:
+            raise NkiError(f"number of partitions {size} exceed architecture limitation of "
+                           f"{self.params.partitions}", "err_num_partition_exceed_arch_limit")
+        if stride != 1 and size > 1:
+            raise NotSupported("a partition dimension with a step", "partition ranges of "
+                                                                    "step 1")
+        if any(d[2] for d in dims[1:]):
+            raise NkiError(f"operand '{operand}' of '{call}' ({view!r}) has a second "
+                           f"partition dimension", "err_leading_dimension_of_tensor_must_"
+                                                   "be_partition")
+        free = _merge([(n, s) for n, s, _ in dims[1:]])
+        if len(free) > 3:
+            raise NotSupported(f"an operand of '{call}' with {len(free)} free dimensions "
+                               f"that do not merge", "up to 3 free dimensions")
+        return AP(view.buf.space, view.dt, view.part, size, view.off, free)
+
+    def dma_aps(self, dst: View, src: View, call: str) -> tuple[AP, AP]:
+        """The access patterns of a copy from ``src`` to ``dst`` (one shape once size-1
+        dimensions go): the on-chip side's partitions are the HBM side's first dimension of
+        more than one element; free dimensions merge where both sides are contiguous."""
+        spaces = ("hbm", "sbuf", "psum")
+        a = self.ap(dst, call, "dst", spaces)
+        b = self.ap(src, call, "src", spaces)
+        on = dst if dst.buf.space != "hbm" else src
+        parts = on.dims[0][0] if on.dims else 1
+
+        def split(view: View):
+            dims = [(n, s) for n, s, _ in view.dims]
+            if view is on or (view.buf.space == "hbm" and on.buf.space == "hbm"):
+                return (dims[0] if dims else (1, 0)), [d for d in dims[1:] if d[0] != 1]
+            dims = [d for d in dims if d[0] != 1]
+            if parts == 1:
+                return (1, 0), dims
+            if not dims or dims[0][0] != parts:
+                raise NkiError(f"'{call}': destination shape {list(dst.shape)} and source "
+                               f"shape {list(src.shape)} differ",
+                               "err_store_dst_shape_smaller_than_other_shape")
+            return dims[0], dims[1:]
+
+        (pd, sd), fd = split(dst)
+        (ps, ss), fs = split(src)
+        if pd != ps or [n for n, _ in fd] != [n for n, _ in fs]:
+            raise NkiError(f"'{call}': destination shape {list(dst.shape)} and source shape "
+                           f"{list(src.shape)} differ",
+                           "err_store_dst_shape_smaller_than_other_shape")
+        ja, jb = [], []
+        for (n, s1), (_, s2) in zip(fd, fs, strict=True):
+            if ja and ja[-1][1] == n * s1 and jb[-1][1] == n * s2:
+                ja[-1], jb[-1] = (ja[-1][0] * n, s1), (jb[-1][0] * n, s2)
+            else:
+                ja.append((n, s1))
+                jb.append((n, s2))
+        if len(ja) > 3:
+            raise NotSupported(f"'{call}' with {len(ja)} free dimensions that do not merge",
+                               "copies of up to 3 free dimensions")
+        ja, jb = tuple(ja) or ((1, 1),), tuple(jb) or ((1, 1),)
+
+        def make(x: AP, view: View, pstride: int, free) -> AP:
+            if x.space == "hbm":
+                return AP("hbm", x.dtype, 0, pd, x.offset, free, pstride * x.itemsize)
+            return AP(x.space, x.dtype, x.partition, pd, x.offset, free)
+
+        return make(a, dst, sd, ja), make(b, src, ss, jb)
+
+    # --- emission -----------------------------------------------------------------------
+    def emit(self, stream: str, ins, reads=(), writes=()) -> _Node:
+        """Append ``ins`` to ``stream``; ``reads`` and ``writes`` are (view, access
+        pattern) pairs, whose footprints give the instruction's dependencies."""
+        for view, _ in (*reads, *writes):
+            if view.buf.zero:
+                self._zero(view.buf)
+        node = _Node(stream, ins, len(self.nodes))
+        deps: dict[str, _Node] = {}
+        for view, ap in reads:
+            self._read(node, view.buf, footprint(ap), deps)
+        for view, ap in writes:
+            self._write(node, view.buf, footprint(ap), deps)
+        deps.pop(stream, None)
+        for d in deps.values():
+            d.signal = True
+        node.deps = tuple(deps.values())
+        self.nodes.append(node)
+        return node
+
+    @staticmethod
+    def _later(deps, node):
+        if node is None:
+            return
+        have = deps.get(node.stream)
+        if have is None or have.index < node.index:
+            deps[node.stream] = node
+
+    def _read(self, node, buf, fp, deps):
+        hbm = buf.space == "hbm"
+        covered = False
+        for r in buf.writes:
+            if overlaps(r.fp, fp, hbm):
+                self._later(deps, r.writer)
+                r.readers.append(node)
+                covered = covered or _contains(r.fp, fp, hbm)
+        if not covered:
+            buf.reads.append(_Record(fp, None, [node]))
+
+    def _write(self, node, buf, fp, deps):
+        hbm = buf.space == "hbm"
+        for records in (buf.writes, buf.reads):
+            keep = []
+            for r in records:
+                if overlaps(r.fp, fp, hbm):
+                    self._later(deps, r.writer)
+                    for x in r.readers:
+                        if x is not node:
+                            self._later(deps, x)
+                    if _contains(fp, r.fp, hbm):
+                        continue
+                keep.append(r)
+            records[:] = keep
+        buf.writes.append(_Record(fp, node, []))
+
+    def _zero(self, buf: Buffer) -> None:
+        """Write the zeros of an ``nl.zeros`` PSUM tensor that a matmul did not overwrite."""
+        buf.zero = False
+        self.fill(buf, "fp32", 0.0, "vector")
+
+    def fill(self, buf: Buffer, dt: str, value: float, engine: str) -> None:
+        """Every element of ``buf`` (all partitions, its whole range) = ``value``, in pieces
+        of the engines' largest free size."""
+        item = DTYPES[dt][1]
+        n = buf.nbytes // item
+        step = 4096 if buf.space == "psum" else 65536
+        parts = self.params.partitions
+        for first in range(0, n, step):
+            size = min(step, n - first)
+            ap = AP(buf.space, dt, 0, parts, buf.offset + first * item, ((size, 1),))
+            view = View(buf, dt, [(parts, 1, _P), (size, 1, _F)], 0, ap.offset)
+            self.emit(engine, Memset(dst=ap, value=value), writes=[(view, ap)])
+
+    def memset(self, view: View, value: float, engine: str, call: str) -> None:
+        """Fill ``view`` with ``value`` (GpSimd cannot reach PSUM: the vector engine does
+        there); a tile above the engines' free size is filled a column at a time."""
+        ap = self.ap(view, call, "dst")
+        if engine == "gpsimd" and ap.space == "psum":
+            engine = "vector"
+        if ap.free <= (4096 if ap.space == "psum" else 65536) or len(view.dims) < 2:
+            self.emit(engine, Memset(dst=ap, value=float(value)), writes=[(view, ap)])
+            return
+        for i in range(view.shape[1]):
+            self.memset(view[(slice(None), i)], value, engine, call)
+
+    def dma_queue(self) -> str:
+        q = f"dma{self._queue}"
+        self._queue = (self._queue + 1) % self.params.dma_queues
+        return q
+
+    def program(self):
+        """The traced instructions as a :class:`~sim.core.program.Program`: in trace order
+        through the builder, a wait before an instruction for each other stream it depends
+        on (unless that stream already waited as far), a signal after each instruction that
+        another stream waits for."""
+        b = self.builder
+        waited: dict[tuple[str, int], int] = {}
+        for node in self.nodes:
+            for dep in node.deps:
+                ev = dep.event
+                key = (node.stream, ev.sem)
+                if waited.get(key, 0) < ev.value:
+                    waited[key] = ev.value
+                    b.wait(node.stream, ev)
+            b.emit(node.stream, node.ins)
+            if node.signal:
+                node.event = b.signal(node.stream)
+        return b.program
+
+    # --- pending results ----------------------------------------------------------------
+    def pend(self, view: View, make, kind: str, mask: Mask | None) -> View:
+        """Make ``view`` the pending result of an op: ``make(dst, accumulate)`` emits the op
+        into ``dst`` (``view`` cut by ``mask``, or the tensor it is assigned to)."""
+        self.commit()
+        self.pending = _Pending(view, make, kind, mask)
+        return view
+
+    def commit(self) -> None:
+        p, self.pending = self.pending, None
+        if p is not None:
+            p.make(p.view.cut(p.mask), None)
+
+    def take(self, value) -> View:
+        """``value`` as an operand: a pending result is emitted first."""
+        if self.pending is not None:
+            self.commit()
+        return value
+
+    def assign(self, dst: View, value, temporary: bool) -> None:
+        """``dst[...] = value``."""
+        from . import language as nl
+
+        p = self.pending
+        if isinstance(value, View) and value.buf is dst.buf and value.dims == dst.dims \
+                and value.part == dst.part and value.off == dst.off:
+            self.commit()
+            return  # the write of an in-place update (t[...] += x)
+        if p is not None and value is p.view and temporary and _fits(dst, value, p.kind):
+            self.pending = None
+            p.view.buf.unused = True
+            p.make(dst.cut(p.mask), None)
+            return
+        self.commit()
+        if isinstance(value, View):
+            if dst.buf.space == "hbm":
+                nl.store(dst, value)
+            elif value.buf.space == "hbm":
+                self.assign(dst, nl.load(value), True)
+            else:
+                nl.copy_into(dst, value)
+            return
+        if isinstance(value, (int, float, np.number)):
+            self.memset(dst, float(value), "gpsimd" if dst.buf.space == "sbuf" else "vector",
+                        "memset")
+            return
+        raise NotSupported(f"assigning a {type(value).__name__} to a tensor",
+                           "tiles and numbers")
+
+    def accumulate(self, dst: View, value, temporary: bool) -> None:
+        """``dst += value``: a pending matmul accumulates into PSUM ``dst``; anything else
+        adds on the vector engine."""
+        from . import language as nl
+
+        p = self.pending
+        if p is not None and value is p.view and temporary and p.kind == "matmul" \
+                and dst.buf.space == "psum" and _fits(dst, value, "matmul"):
+            self.pending = None
+            p.view.buf.unused = True
+            p.make(dst.cut(p.mask), True)
+            return
+        self.commit()
+        nl.add_into(dst, dst, value)
+
+
+def _fits(dst: View, value: View, kind: str) -> bool:
+    if _squeeze(dst.shape) != _squeeze(value.shape):
+        return False
+    if kind in ("dma", "matmul", "transpose"):
+        return dst.dt == value.dt and (kind == "dma" or dst.buf.space == "psum")
+    return True
+
+
+def _squeeze(shape) -> tuple:
+    return tuple(s for s in shape if s != 1)
+
+
+def _merge(dims) -> tuple:
+    """Free dimensions (size, stride) with size-1 ones dropped and contiguous ones merged."""
+    out = []
+    for n, s in dims:
+        if n == 1:
+            continue
+        if out and out[-1][1] == n * s:
+            out[-1] = (out[-1][0] * n, s)
+        else:
+            out.append((n, s))
+    return tuple(out) or ((1, 1),)

@@ -1,0 +1,211 @@
+"""The NKI front end (kernels.nki): NKI kernels written here, in both generations of the
+interface, traced, run on the core simulator and checked against numpy in float64 at the
+tolerances of kernels.TOLERANCE; NKI's errors pinned to their messages and kernel lines."""
+
+from __future__ import annotations
+
+import re
+import runpy
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import kernels
+import kernels.nki as knki
+from hdl.core.isa import format_instruction
+
+HERE = Path(__file__).parent / "nki_kernels"
+BF16 = ml_dtypes.bfloat16
+
+
+@pytest.fixture(scope="module")
+def load():
+    with knki.installed():
+        yield lambda name: runpy.run_path(str(HERE / f"{name}.py"))
+
+
+def _err(out, ref) -> float:
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    return float(np.abs(out - ref).max() / np.abs(ref).max())
+
+
+def test_install_aliases_both_generations_and_uninstall_restores():
+    assert "neuronxcc" not in sys.modules
+    with knki.installed() as names:
+        import neuronxcc.nki.isa as old_isa
+        import nki.isa as new_isa
+
+        assert "neuronxcc.nki.language" in names and "nki.language" in names
+        assert old_isa is knki.isa and new_isa is knki.isa_dst
+    assert "neuronxcc" not in sys.modules and "nki" not in sys.modules
+
+
+def test_a_real_package_is_not_shadowed(tmp_path, monkeypatch):
+    (tmp_path / "neuronxcc").mkdir()
+    (tmp_path / "neuronxcc" / "__init__.py").write_text("REAL = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with knki.installed() as names:
+        assert not any(n.startswith("neuronxcc") for n in names)
+        assert "nki" in names
+    with knki.installed(force=True) as names:
+        assert "neuronxcc.nki" in names
+
+
+def test_elementwise_mask_and_row_sum(load):
+    k = load("elementwise")["scaled_exp_sum"]
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((200, 256)).astype(np.float32)
+    y = rng.standard_normal((200, 256)).astype(np.float32)
+    out, sums = k(x, y)
+    want = np.exp(x.astype(np.float64)) * 0.5 + y
+    assert _err(out, want) <= kernels.POLYNOMIAL
+    assert _err(sums, want.sum(axis=1, keepdims=True)) <= kernels.POLYNOMIAL
+
+
+def test_reductions(load):
+    k = load("elementwise")["row_stats"]
+    x = np.random.default_rng(2).standard_normal((128, 300)).astype(np.float32)
+    out = k(x)
+    x64 = x.astype(np.float64)
+    want = np.hstack([x64.max(1, keepdims=True), x64.min(1, keepdims=True),
+                      x64.mean(1, keepdims=True), -x64.sum(1, keepdims=True)])
+    for col in range(4):
+        assert _err(out[:, col], want[:, col]) <= kernels.TOLERANCE["fp32"] * 10, col
+
+
+def test_activation_bias_reduce_and_column_operand(load):
+    k = load("elementwise")["bias_activation"]
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((128, 512)).astype(np.float32)
+    b = rng.standard_normal((128, 1)).astype(np.float32)
+    act = np.tanh(x.astype(np.float64) * 2 + b)
+    assert _err(k(x, b), act - act.sum(axis=1, keepdims=True)) <= kernels.POLYNOMIAL
+
+
+def test_transpose(load):
+    x = np.random.default_rng(4).standard_normal((96, 128)).astype(BF16)
+    assert np.array_equal(load("elementwise")["transpose_tile"](x), x.T)
+
+
+def test_spmd_grid_program_id(load):
+    k = load("elementwise")["spmd_add"]
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((512, 256)).astype(np.float32)
+    b = rng.standard_normal((512, 256)).astype(np.float32)
+    assert _err(k[4](a, b), a.astype(np.float64) + b) <= kernels.TOLERANCE["fp32"]
+
+
+@pytest.mark.parametrize("gen", ["matmul_v1", "matmul_v2"])
+def test_matmul_both_generations(load, gen):
+    k = load(gen)["matmul"]
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((384, 256)).astype(BF16)
+    b = rng.standard_normal((384, 1024)).astype(BF16)
+    want = a.astype(np.float64).T @ b.astype(np.float64)
+    assert _err(k(a, b), want) <= kernels.TOLERANCE["bf16"]
+
+
+def test_matmul_without_transpose_x(load):
+    k = load("matmul_v1")["matmul_plain"]
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((128, 128)).astype(np.float32)
+    y = rng.standard_normal((128, 512)).astype(np.float32)
+    assert _err(k(x, y), x.astype(np.float64) @ y) <= kernels.TOLERANCE["fp32"] * 10
+
+
+def _program(kernel, *args) -> list[str]:
+    tracer, *_ = kernel.trace(*args)
+    program = tracer.program()
+    return [f"{s}: {format_instruction(i)}" for s in sorted(program.streams)
+            for i in program.streams[s]]
+
+
+def test_both_generations_give_the_same_program(load):
+    a = np.zeros((256, 256), BF16)
+    b = np.zeros((256, 1024), BF16)
+    v1 = _program(load("matmul_v1")["matmul"], a, b)
+    v2 = _program(load("matmul_v2")["matmul"], a, b)
+    assert v1 == v2 and len(v1) > 20
+
+
+def test_programs_are_deterministic(load):
+    a = np.zeros((256, 256), BF16)
+    b = np.zeros((256, 1024), BF16)
+    k = load("matmul_v1")["matmul"]
+    assert _program(k, a, b) == _program(k, a, b)
+
+
+def test_affine_iterations_overlap(load):
+    """Loads of later K-tiles run while the tensor engine multiplies: the time is below the
+    sum of the DMA and tensor-engine busy times."""
+    from kernels.nki import typing as nt
+
+    k = load("matmul_v1")["matmul"]
+    k.benchmark(nt.tensor[[1024, 256], np.float32], nt.tensor[[1024, 1024], np.float32])
+    run = knki.SESSION.launches[-1]
+    dma = max(v for s, v in run.result.busy.items() if s.startswith("dma"))
+    assert run.result.time < dma + run.result.busy["tensor"]
+    assert k.benchmark_result.nc_latency.get_latency_percentile(99) == \
+        pytest.approx(run.result.time * 1e6)
+
+
+def _line(name: str) -> int:
+    lines = (HERE / "errors.py").read_text().splitlines()
+    return next(i + 1 for i, text in enumerate(lines) if f"# ERROR {name}" in text)
+
+
+ERRORS = [
+    ("too_many_partitions", ((256, 64), np.float32), None, "partitions",
+     "number of partitions 256 exceed architecture limitation of 128"),
+    ("wide_stationary", ((128, 256), BF16), ((128, 512), BF16), "stationary",
+     "size of dimension 1 in 'stationary[128, 256]' of 'nc_matmul' exceed architecture "
+     "limitation of 128"),
+    ("wide_moving", ((128, 128), BF16), ((128, 1024), BF16), "moving",
+     "size of dimension 1 in 'moving[128, 1024]' of 'nc_matmul' exceed architecture "
+     "limitation of 512"),
+    ("big_psum", ((128, 1), np.float32), None, "psum",
+     "a PSUM tile of [128, 1024] fp32 takes 4096 bytes per partition, above one 2048-byte "
+     "PSUM bank"),
+    ("sbuf_full", ((128, 1), np.float32), None, "sbuf", "SBUF full: tensor sbuf"),
+    ("out_of_bounds", ((128, 1000), np.float32), None, "bounds",
+     "Out-of-bound access for tensor `x` on dimension 1: index range [512, 1023] exceed "
+     "dimension size of 1000"),
+    ("unsupported_call", ((128, 64), np.float32), None, "unsupported",
+     "nl.softmax is not supported yet by trngen's NKI front end; supported:"),
+]
+
+
+@pytest.mark.parametrize("name,a,b,tag,message", ERRORS, ids=[e[0] for e in ERRORS])
+def test_errors_name_the_kernel_line(load, name, a, b, tag, message):
+    k = load("errors")[name]
+    args = [np.zeros(*a)] + ([np.zeros(*b)] if b else [])
+    with pytest.raises(knki.NkiError) as info:
+        k(*args)
+    text = str(info.value)
+    assert text.startswith(f"{HERE / 'errors.py'}:{_line(tag)}: "), text
+    assert message in text
+
+
+def test_masked_access_is_in_bounds(load):
+    x = np.random.default_rng(8).standard_normal((128, 1000)).astype(np.float32)
+    assert np.array_equal(load("errors")["masked_bounds"](x), x)
+
+
+def test_gen_nki_kernel_report_and_error_line():
+    from generators.cli import main
+
+    runner = CliRunner()
+    ok = runner.invoke(main, ["nki", str(HERE / "matmul_v1.py"), "--kernel", "matmul",
+                              "--shape", "lhsT=256x128:bf16,rhs=256x512:bf16",
+                              "--format", "json"])
+    assert ok.exit_code == 0, ok.output
+    assert '"kernel": "matmul"' in ok.output and '"hfu"' in ok.output
+    bad = runner.invoke(main, ["nki", str(HERE / "errors.py"), "--kernel", "sbuf_full",
+                               "--shape", "x=128x1"])
+    assert bad.exit_code == 2
+    lines = bad.output.strip().splitlines()
+    assert len(lines) == 1 and re.search(rf"errors\.py:{_line('sbuf')}: SBUF full", lines[0])
