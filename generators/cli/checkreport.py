@@ -7,7 +7,6 @@ HTML come from the templates ``check.md.j2`` and ``check.html.j2`` beside the da
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from rich.console import Console
@@ -19,9 +18,10 @@ from sim.system.check import FIELDS, VERDICTS, Report, Row
 from specs.console import console as whole_console
 from specs.loader import sources
 
+from ..templates import DIRECTORY
+
 __all__ = ["render", "to_html", "to_json", "to_markdown", "to_table"]
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 #: Rich style of each verdict in the table.
 STYLE = {"agrees": "green", "disagrees": "bold red", "not modelled": "yellow",
@@ -31,7 +31,7 @@ FIGURES = ("derived", "claimed", "difference")
 
 
 def _env(autoescape: bool) -> Environment:
-    env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined,
+    env = Environment(loader=FileSystemLoader(DIRECTORY), undefined=StrictUndefined,
                       autoescape=autoescape, trim_blocks=True, lstrip_blocks=True,
                       keep_trailing_newline=True)
     env.filters["md"] = lambda s: str(s).replace("|", "\\|")

@@ -7,11 +7,14 @@ from pathlib import Path
 
 import jinja2
 
+#: The directory of the templates.
+DIRECTORY = Path(__file__).parent
+
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(Path(__file__).parent)),
+        loader=jinja2.FileSystemLoader(str(DIRECTORY)),
         autoescape=jinja2.select_autoescape(["html"]),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
