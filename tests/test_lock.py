@@ -22,6 +22,8 @@ from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
+from kernels.nki import INTERFACES
+
 REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "requirements.lock"
 #: The product and test code whose imports the lock must cover.
@@ -88,9 +90,11 @@ def _declared_names() -> set[NormalizedName]:
 
 def _own(name: str, importer: Path) -> bool:
     """``name`` is the project's: a package or module at the repository root (the project's
-    packages, the root conftest) or beside the importing file."""
-    return any((d / name / "__init__.py").is_file() or (d / f"{name}.py").is_file()
-               for d in (REPO, importer.parent))
+    packages, the root conftest) or beside the importing file, or one of the NKI interface's
+    names that the project provides to the kernels it runs (:data:`kernels.nki.INTERFACES`)."""
+    return name in INTERFACES or any(
+        (d / name / "__init__.py").is_file() or (d / f"{name}.py").is_file()
+        for d in (REPO, importer.parent))
 
 
 def _imports() -> dict[str, set[str]]:

@@ -32,7 +32,7 @@ from .launch import (
     simulate_kernel,
 )
 
-__all__ = ["SESSION", "Kernel", "Launch", "NkiError", "NotSupported", "baremetal",
+__all__ = ["INTERFACES", "SESSION", "Kernel", "Launch", "NkiError", "NotSupported", "baremetal",
            "benchmark", "install", "installed", "isa", "isa_dst", "jit", "language",
            "profile", "simulate", "simulate_kernel", "typing", "uninstall"]
 
@@ -72,13 +72,17 @@ def _real(top: str) -> bool:
         return False
 
 
+#: The top-level names a kernel imports the interface by, which :func:`install` provides.
+INTERFACES = ("neuronxcc", "nki")
+
+
 def install(force: bool = False) -> list[str]:
     """Make ``neuronxcc.nki...`` and ``nki...`` import trngen's interface; a top-level name
     that a real package already provides is left alone unless ``force``. The names
     installed."""
     done = []
     modules = _modules()
-    for top in ("neuronxcc", "nki"):
+    for top in INTERFACES:
         if top in _INSTALLED or (not force and _real(top)):
             continue
         for name, module in modules.items():
