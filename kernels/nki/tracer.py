@@ -231,10 +231,24 @@ class _Node:
 
 
 class _Record:
+    """One access's footprint, the node that wrote it (None for a read or an inherited
+    range) and the nodes that read it since, the latest of each stream alone: an engine's
+    stream runs in order, so waiting for its latest reader waits for all of them."""
+
     __slots__ = ("fp", "writer", "readers")
 
     def __init__(self, fp, writer, readers):
-        self.fp, self.writer, self.readers = fp, writer, readers
+        self.fp, self.writer, self.readers = fp, writer, _latest(readers)
+
+
+def _latest(nodes) -> dict:
+    """The latest of ``nodes`` of each stream, by stream."""
+    out: dict = {}
+    for n in nodes:
+        have = out.get(n.stream)
+        if have is None or have.index < n.index:
+            out[n.stream] = n
+    return out
 
 
 def footprint(ap: AP) -> tuple:
@@ -815,7 +829,8 @@ class Tracer:
         for r in buf.writes + buf.reads:
             if r.writer is not None:
                 held.append(r.writer)
-            held += r.readers
+            held += r.readers.values()
+        held = list(_latest(held).values())
         if held:
             self._retired += 1
             insort(self.retired[buf.space],
@@ -947,7 +962,7 @@ class Tracer:
         for r in buf.writes:
             if overlaps(r.fp, fp, hbm):
                 self._later(deps, r.writer)
-                r.readers.append(node)
+                r.readers[node.stream] = node  # the newest node of all
                 covered = covered or _contains(r.fp, fp, hbm)
         if not covered:
             buf.reads.append(_Record(fp, None, [node]))
@@ -959,7 +974,7 @@ class Tracer:
             for r in records:
                 if overlaps(r.fp, fp, hbm):
                     self._later(deps, r.writer)
-                    for x in r.readers:
+                    for x in r.readers.values():
                         if x is not node:
                             self._later(deps, x)
                     if _contains(fp, r.fp, hbm):
