@@ -209,3 +209,16 @@ def test_gen_nki_kernel_report_and_error_line():
     assert bad.exit_code == 2
     lines = bad.output.strip().splitlines()
     assert len(lines) == 1 and re.search(rf"errors\.py:{_line('sbuf')}: SBUF full", lines[0])
+
+
+def test_gen_nki_names_the_kernels_line_when_its_own_code_fails():
+    """An exception of the kernel's own code (its assertion) is one line naming the kernel's
+    line, status 2, no traceback."""
+    from generators.cli import main
+
+    bad = CliRunner().invoke(main, ["nki", str(HERE / "errors.py"), "--kernel",
+                                    "own_assertion", "--shape", "x=128x4", "--timing-only"])
+    assert bad.exit_code == 2
+    (line,) = bad.output.strip().splitlines()
+    assert re.search(rf"errors\.py:{_line('assertion')}: the kernel raised AssertionError: "
+                     r"rows must be a multiple of 256$", line), line

@@ -602,6 +602,17 @@ def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed):
     except (KernelError, ProgramError) as exc:
         click.echo(f"error: {str(exc).splitlines()[0]}", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    except Exception as exc:  # the kernel file's own code failed (its assertion, say)
+        import traceback
+
+        where = [f for f in traceback.extract_tb(exc.__traceback__)
+                 if Path(f.filename).resolve() == file.resolve()]
+        if not where:
+            raise
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        click.echo(f"error: {file}:{where[-1].lineno}: the kernel raised "
+                   f"{type(exc).__name__}{': ' + text if text else ''}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
     rows = []
     for i, run in enumerate(launches):
         params = launch.params_for(run.target)

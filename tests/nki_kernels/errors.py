@@ -62,3 +62,9 @@ def masked_bounds(x):
 @nki.jit
 def unsupported_call(x):
     return nl.softmax(nl.load(x), axis=1)  # ERROR unsupported
+
+
+@nki.jit
+def own_assertion(x):
+    assert x.shape[0] % 256 == 0, "rows must be a multiple of 256"  # ERROR assertion
+    return nl.load(x)
