@@ -14,7 +14,10 @@ from hdl.core.isa import AP, DTYPES, Instruction, SemSignal, SemWait
 from hdl.core.params import CoreParams
 from sim.core.program import HbmTensor, Program
 
-__all__ = ["Builder", "Event", "KernelError"]
+__all__ = ["SBUF_ALIGN", "Builder", "Event", "KernelError"]
+
+#: Alignment of a kernel's SBUF space, bytes per partition.
+SBUF_ALIGN = 64
 
 
 class KernelError(ValueError):
@@ -44,9 +47,9 @@ class Builder:
         return self.program.tensor(name, shape, dtype)
 
     def sbuf(self, nbytes: int, what: str) -> int:
-        """``nbytes`` per partition of SBUF (64-byte aligned); the offset."""
+        """``nbytes`` per partition of SBUF (:data:`SBUF_ALIGN`-byte aligned); the offset."""
         offset = self._sbuf
-        self._sbuf += -(-nbytes // 64) * 64
+        self._sbuf += -(-nbytes // SBUF_ALIGN) * SBUF_ALIGN
         if self._sbuf > self.params.sbuf_bytes:
             raise KernelError(f"{what}: the kernel needs {self._sbuf} bytes of SBUF per "
                               f"partition, {self.params.name} has {self.params.sbuf_bytes}")

@@ -27,12 +27,12 @@ import sys
 from bisect import bisect_left, insort
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
-from hdl.core.isa import AP, DTYPES, Memset
+from hdl.core.isa import AP, DTYPES, FREE_MAX, Memset
 from hdl.core.params import CoreParams
-from kernels.builder import Builder
+from hdl.numerics.dtypes import ML_DTYPES
+from kernels.builder import SBUF_ALIGN, Builder
 
 from .errors import NkiError, NotSupported
 
@@ -41,10 +41,7 @@ __all__ = ["TF32", "Buffer", "Index", "Mask", "Tracer", "View", "current", "isa_
 
 #: NKI's ``tfloat32`` (a four-byte void type, as NKI spells it).
 TF32 = np.dtype("V4")
-_NUMPY = {"fp32": np.dtype(np.float32), "bf16": np.dtype(ml_dtypes.bfloat16),
-          "fp16": np.dtype(np.float16), "fp8_e4m3": np.dtype(ml_dtypes.float8_e4m3),
-          "fp8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
-          "fp8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn), "tf32": TF32,
+_NUMPY = {**{name: np.dtype(t) for name, t in ML_DTYPES.items()}, "tf32": TF32,
           "int8": np.dtype(np.int8), "int32": np.dtype(np.int32),
           "uint32": np.dtype(np.uint32), "uint8": np.dtype(np.uint8)}
 _ISA = {v: k for k, v in _NUMPY.items()}
@@ -53,7 +50,7 @@ FLOATS = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "tf32")
 _RANK = {"fp8_e5m2": 0, "fp8_e4m3": 0, "fp8_e4m3fn": 0, "bf16": 1, "fp16": 1, "tf32": 2,
          "fp32": 3, "int8": -3, "uint8": -3, "int32": -2, "uint32": -2}
 
-SBUF_ALIGN = 64
+#: Alignment of a tile in PSUM, bytes per partition (two fp32 words).
 PSUM_ALIGN = 8
 
 
@@ -993,7 +990,7 @@ class Tracer:
         of the engines' largest free size."""
         item = DTYPES[dt][1]
         n = buf.nbytes // item
-        step = 4096 if buf.space == "psum" else 65536
+        step = FREE_MAX[buf.space]
         parts = self.params.partitions
         for first in range(0, n, step):
             size = min(step, n - first)
@@ -1007,7 +1004,7 @@ class Tracer:
         ap = self.ap(view, call, "dst")
         if engine == "gpsimd" and ap.space == "psum":
             engine = "vector"
-        if ap.free <= (4096 if ap.space == "psum" else 65536) or len(view.dims) < 2:
+        if ap.free <= FREE_MAX[ap.space] or len(view.dims) < 2:
             self.emit(engine, Memset(dst=ap, value=float(value)), writes=[(view, ap)])
             return
         for i in range(view.shape[1]):
