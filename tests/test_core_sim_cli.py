@@ -89,17 +89,14 @@ def test_random_programs_keep_the_rules(params):
 
 
 @pytest.mark.cocotb
-def test_icarus_detects_the_deadlock():
-    """`gen sim trn2 --unit core --sim icarus --kernel deadlock`: the core runs on Icarus
-    and stops with its deadlock bit on the program the simulator refuses as a deadlock,
-    instead of hanging. (Without --kernel it also runs vector_add, byte for byte; that run,
-    mostly the read-back of SBUF through the host port, is left to the command line:
-    minutes on Icarus.)"""
+def test_icarus_runs_vector_add_and_detects_the_deadlock():
+    """`gen sim trn2 --unit core --sim icarus`: the core runs on Icarus, vector_add byte for
+    byte, and stops with its deadlock bit on the program the simulator refuses as a
+    deadlock, instead of hanging."""
     skip_unless_available("icarus")
-    result = run("sim", "trn2", "--unit", "core", "--sim", "icarus", "--seed", "3",
-                 "--kernel", "deadlock")
+    result = run("sim", "trn2", "--unit", "core", "--sim", "icarus", "--seed", "3")
     assert result.exit_code == 0, result.output
-    assert "  PASS deadlock: 1 tests, 0 failed" in result.output
+    assert "  PASS vector_add, deadlock: 1 tests, 0 failed" in result.output
 
 
 def test_mx_matmuls_run_where_the_array_has_mx(params):

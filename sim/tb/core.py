@@ -8,8 +8,9 @@ simulation (:func:`simulate_many`), programs of :mod:`sim.tb.core_programs`; for
 2. the testbench loads the program's words through the host port, fills the external memory
    (cocotbext-axi's ``AxiRam`` on the AXI4 port) with the same seeded inputs, starts the core
    and polls its status until it stops, the deadlock bit rises or the cycle limit passes;
-3. every byte of SBUF and PSUM (read through the host port) and of the external memory must
-   equal the simulator's.
+3. every byte of SBUF and PSUM (their rows read from the simulator directly, one word of
+   each partition also through the host port) and of the external memory must equal the
+   simulator's.
 
 Per-instruction cycle stamps (decode to retirement) are read back, logged beside the
 simulator's cycles, and each compute instruction's must keep the bound the simulator
@@ -21,6 +22,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
+import math
 import pickle
 import random
 
@@ -41,10 +43,13 @@ from sim.core import Core, ProgramError
 from sim.core.program import Program
 from sim.core.rtl_bound import rtl_cycle_bound
 from sim.tb.core_programs import build_program, must_deadlock, random_inputs, throughput_program
-from sim.tb.runner import RunResult, emit_verilog, run_verilog, tb_params
+from sim.tb.runner import RunResult, run_verilog, stored_verilog, tb_params
 from specs.loader import load
 
 __all__ = ["CoreTB", "check_program", "co_simulate", "rtl_refusal", "simulate_many"]
+
+#: Probability that an AXI channel of the memory model pauses in a cycle (``pause``).
+STALL = 0.3
 
 #: What each engine of the core RTL runs (the DMA queues: DmaCopy).
 SUPPORTED = {"tensor": tensor.supported, "vector": engines.supported,
@@ -85,24 +90,40 @@ class CoreTB:
     def __init__(self, dut, params: CoreParams, pause: bool, seed: int):
         self.dut, self.params = dut, params
         self.map = HostMap(params)
+        self.spot = random.Random(seed)
         dut.rst.value = 1  # before the memory model samples it
         dut.host__we.value = 0
         self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi_"), dut.clk, dut.rst,
                           size=params.hbm_bytes)
-        if pause:  # random stalls on every AXI channel
-            rng = random.Random(seed)
+        self.channels = ([getattr(self.ram.write_if, ch)
+                          for ch in ("aw_channel", "w_channel", "b_channel")]
+                         + [getattr(self.ram.read_if, ch) for ch in ("ar_channel", "r_channel")])
+        self.pause = pause
+        self.rng = random.Random(seed)
 
-            def stalls():
-                while True:
-                    yield rng.random() < 0.3
+    def start_stalls(self):
+        """Random stalls on every AXI channel, each cycle paused with probability
+        :data:`STALL` independently of the others (when the testbench was made with
+        ``pause``)."""
+        if self.pause:
+            for ch in self.channels:
+                cocotb.start_soon(self._stalls(ch))
 
-            for ch in ("aw_channel", "w_channel", "b_channel"):
-                getattr(self.ram.write_if, ch).set_pause_generator(stalls())
-            for ch in ("ar_channel", "r_channel"):
-                getattr(self.ram.read_if, ch).set_pause_generator(stalls())
+    async def _stalls(self, channel):
+        # The runs of a Bernoulli(STALL) sequence, one cycle at a time, are geometric: a
+        # paused run ends each cycle with probability 1 - STALL, a free one with STALL. Drawn
+        # a run at a time, the channel's pause changes only at the run's end.
+        rng, clk = self.rng, self.dut.clk
+        paused = rng.random() < STALL
+        while True:
+            channel.pause = paused
+            end = 1 - STALL if paused else STALL
+            await ClockCycles(clk, 1 + int(math.log(1 - rng.random()) / math.log(1 - end)))
+            paused = not paused
 
     async def start_clock(self):
         cocotb.start_soon(Clock(self.dut.clk, 10, unit="ns").start())
+        self.start_stalls()
         self.dut.host__we.value = 0
         self.dut.host__addr.value = 0
         self.dut.host__wdata.value = 0
@@ -193,13 +214,28 @@ class CoreTB:
         return out
 
     async def memory(self, name: str) -> np.ndarray:
-        """Every byte of SBUF or PSUM, partitions x bytes."""
+        """Every byte of SBUF or PSUM, partitions x bytes: each row of the memory (one 32-bit
+        word of every partition) read directly from the simulator, and one word of each
+        partition through the host port, which must agree (a word that is not zero, where the
+        partition has one)."""
         p = self.params
         nbytes = p.sbuf_bytes if name == "sbuf" else p.psum_bytes
+        words = nbytes // 4
+        await FallingEdge(self.dut.clk)
+        rows, width = getattr(self.dut, name), 4 * p.partitions  # partition 0 lowest
+        raw = b"".join(int(rows[w].value).to_bytes(width, "little") for w in range(words))
+        out = np.ascontiguousarray(np.frombuffer(raw, "<u4").reshape(words, p.partitions).T)
         at = self.map.sbuf if name == "sbuf" else self.map.psum
-        values = await self.read_many([at(part, w) for part in range(p.partitions)
-                                       for w in range(nbytes // 4)])
-        out = np.array(values, dtype=np.uint32).reshape(p.partitions, nbytes // 4)
+        spots = []
+        for part in range(p.partitions):  # a word the program wrote where there is one
+            held = np.flatnonzero(out[part])
+            spots.append((part, int(self.spot.choice(held)) if held.size
+                          else self.spot.randrange(words)))
+        host = await self.read_many([at(part, w) for part, w in spots])
+        for (part, w), value in zip(spots, host, strict=True):
+            assert value == out[part, w], (
+                f"{name.upper()} partition {part} word {w}: the host port reads "
+                f"{value:#010x}, the memory holds {int(out[part, w]):#010x}")
         return out.view(np.uint8).reshape(p.partitions, nbytes)
 
     async def stamps(self, program: Program) -> dict[str, list[tuple[int, int]]]:
@@ -382,5 +418,6 @@ def check_program(params: CoreParams, name: str, seed: int) -> str | None:
 
 @functools.cache
 def core_verilog(params: CoreParams) -> str:
-    """The core's Verilog (emitted once per parameter set in a process)."""
-    return emit_verilog(NeuronCore(params), "neuron_core")
+    """The core's Verilog (emitted once per parameter set and code, then kept in the
+    machine's store: :func:`~sim.tb.runner.stored_verilog`)."""
+    return stored_verilog(NeuronCore, "neuron_core", params)
