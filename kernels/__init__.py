@@ -32,6 +32,7 @@ from .backward import (
 from .builder import Builder, KernelError
 from .gemm import gemm, gemm_naive, out_dtype
 from .norms import ADAM, adam, grad_accumulate, layernorm, residual_add, rmsnorm, softmax
+from .rope import rope
 from .swiglu import swiglu, swiglu_backward
 
 __all__ = ["KERNELS", "MX_FORMATS", "Kernel", "KernelError", "Run", "parse_shape", "run",
@@ -75,6 +76,8 @@ class Kernel:
     positive: tuple[str, ...] = ()
     #: inputs drawn as class indices ``0 .. C-1`` (stored in their format) for numeric runs
     labels: tuple[str, ...] = ()
+    #: inputs the kernel updates in place in HBM (a cache): outputs too, under their names
+    updates: tuple[str, ...] = ()
     example: dict = field(default_factory=dict)
 
     @property
@@ -178,6 +181,14 @@ def _attention(i, causal=False):
     return {"out": np.vstack(outs)}
 
 
+def _rope(i):
+    x, cos, sin = i["x"], i["cos"], i["sin"]
+    t, d = cos.shape
+    x = x.reshape(t, -1, d)
+    rotated = np.concatenate([-x[..., d // 2:], x[..., :d // 2]], axis=-1)
+    return {"out": (x * cos[:, None] + rotated * sin[:, None]).reshape(t, -1)}
+
+
 def _heads(s, d):
     return {"qT": ((s["B"] * s["D"], s["S"]), d), "kT": ((s["B"] * s["D"], s["S"]), d),
             "v": ((s["B"] * s["S"], s["D"]), d)}
@@ -276,6 +287,11 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
            "s = sigmoid(gate)", ("R", "C"), ("bf16", "fp32"), swiglu_backward,
            _rc("gate", "up", "dy"), _swiglu_backward, polynomial=True,
            example={"R": 4096, "C": 11008}),
+    Kernel("rope", "out = x cos + rotate_half(x) sin per head (the Llama/HF convention), "
+           "tables at each token's position", ("T", "H", "D"), ("bf16", "fp32"), rope,
+           lambda s, d: {"x": ((s["T"], s["H"] * s["D"]), d),
+                         "cos": ((s["T"], s["D"]), "fp32"), "sin": ((s["T"], s["D"]), "fp32")},
+           _rope, example={"T": 4096, "H": 32, "D": 128}),
     Kernel("adam", "one Adam step on fp32 param, m, v from grad", ("R", "C"), ("fp32",), adam,
            _rc("param", "grad", "m", "v"), _adam, polynomial=True, positive=("v",),
            example={"R": 4096, "C": 4096}),
@@ -367,7 +383,7 @@ def run(params: CoreParams, kernel: Kernel, shape: dict, dtype: str, *,
     result = core.run(program, trace=trace, hbm=hbm, seed=seed)
     outputs = {}
     for name, t in program.tensors.items():
-        if name in stored:
+        if name in stored and name not in kernel.updates:
             continue
         raw = hbm[t.offset: t.offset + t.nbytes]
         outputs[name] = raw.view(ML_DTYPES[t.dtype]).reshape(t.shape).astype(np.float64)
