@@ -31,6 +31,7 @@ from .backward import (
 )
 from .builder import Builder, KernelError
 from .gemm import gemm, gemm_naive, out_dtype
+from .kvcache import kv_append, kv_positions
 from .norms import ADAM, adam, grad_accumulate, layernorm, residual_add, rmsnorm, softmax
 from .rope import rope
 from .swiglu import swiglu, swiglu_backward
@@ -189,6 +190,23 @@ def _rope(i):
     return {"out": (x * cos[:, None] + rotated * sin[:, None]).reshape(t, -1)}
 
 
+def _kv_append(i):
+    nb, s, d = i["k_new"].shape[0], i["k_cache"].shape[1], i["v_cache"].shape[1]
+    kvh = i["k_new"].shape[1] // d
+    k = i["k_cache"].reshape(nb, kvh, d, s).copy()
+    v = i["v_cache"].reshape(nb, kvh, s, d).copy()
+    for b, pos in enumerate(kv_positions(nb, s)):
+        k[b, :, :, pos] = i["k_new"][b].reshape(kvh, d)
+        v[b, :, pos, :] = i["v_new"][b].reshape(kvh, d)
+    return {"k_cache": k.reshape(-1, s), "v_cache": v.reshape(-1, d)}
+
+
+def _kv(s, d):
+    b, h, dd, n = s["B"], s["KVH"], s["D"], s["S"]
+    return {"k_new": ((b, h * dd), d), "v_new": ((b, h * dd), d),
+            "k_cache": ((b * h * dd, n), d), "v_cache": ((b * h * n, dd), d)}
+
+
 def _heads(s, d):
     return {"qT": ((s["B"] * s["D"], s["S"]), d), "kT": ((s["B"] * s["D"], s["S"]), d),
             "v": ((s["B"] * s["S"], s["D"]), d)}
@@ -292,6 +310,10 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
            lambda s, d: {"x": ((s["T"], s["H"] * s["D"]), d),
                          "cos": ((s["T"], s["D"]), "fp32"), "sin": ((s["T"], s["D"]), "fp32")},
            _rope, example={"T": 4096, "H": 32, "D": 128}),
+    Kernel("kv_append", "the new token's K and V written into the HBM cache in place at each "
+           "sequence's position (DMA only)", ("B", "KVH", "D", "S"), ("bf16", "fp32"),
+           kv_append, _kv, _kv_append, updates=("k_cache", "v_cache"),
+           example={"B": 64, "KVH": 8, "D": 128, "S": 4096}),
     Kernel("adam", "one Adam step on fp32 param, m, v from grad", ("R", "C"), ("fp32",), adam,
            _rc("param", "grad", "m", "v"), _adam, polynomial=True, positive=("v",),
            example={"R": 4096, "C": 4096}),

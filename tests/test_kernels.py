@@ -23,7 +23,10 @@ def _cases():
                                  dict(B=1, S=600, D=32)],
              # two token tiles, the second partial, and two head groups (5,120 > 4,096)
              ("T", "H", "D"): [dict(T=1, H=1, D=2), dict(T=5, H=3, D=8),
-                               dict(T=130, H=40, D=128)]}
+                               dict(T=130, H=40, D=128)],
+             # more sequences than DMA queues; a batch of one at the cache's last position
+             ("B", "KVH", "D", "S"): [dict(B=1, KVH=1, D=1, S=1), dict(B=1, KVH=2, D=8, S=5),
+                                      dict(B=20, KVH=3, D=16, S=40)]}
     for k in kernels.KERNELS.values():
         for dtype in k.dtypes:
             if dtype in kernels.MX_FORMATS:
