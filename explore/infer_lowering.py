@@ -11,7 +11,9 @@ rank, as the published GQA runs do (Llama-3-70B's 8 at TP 32).
 
 **Prefill** of prompts of lengths ``S_1 .. S_B`` (``T = sum S_i`` tokens), per layer: norm,
 QKV GEMM (``M = (q + 2 kv) d``, ``K = hidden``, ``N = T``), RoPE on q and k (rotary models),
-the KV-cache write of k and v, attention over each prompt (the causal flash kernel for a
+the KV-cache write of k and v (the append kernel writes one token per sequence, so each
+prompt token is written as one: a block write of whole prompts would take fewer, larger
+DMAs), attention over each prompt (the causal flash kernel for a
 decoder, the plain one for an encoder; one kernel for all the local heads of the prompts of
 one length), attention-output GEMM, residual add, norm, FFN (SwiGLU: up and gate as one GEMM
 then the SwiGLU kernel; GELU: the fused GEMM-bias-GELU kernel; ReLU: the same fused kernel,
@@ -108,13 +110,14 @@ def _layer(t: Transformer, s: Split, tokens: int, dt: str, attention: list[Call]
 def _rope(t: Transformer, s: Split, tokens: int) -> list[Call]:
     if t.positions != "rope":
         return []
-    return [_call("rope", "rope", "other", ACT, R=tokens * (s.q_heads + s.kv_heads),
+    return [_call("rope", "rope", "other", ACT, T=tokens, H=s.q_heads + s.kv_heads,
                   D=s.head_dim)]
 
 
-def _kv_append(s: Split, batch: int, new: int, cache: int) -> Call:
-    return _call("kv.append", "kv_append", "other", ACT, B=batch * s.kv_heads, T=new,
-                 S=cache, D=s.head_dim)
+def _kv_append(s: Split, sequences: int, cache: int) -> Call:
+    """The KV-cache write of one token of each of ``sequences`` into caches of ``cache``."""
+    return _call("kv.append", "kv_append", "other", ACT, B=sequences, KVH=s.kv_heads,
+                 D=s.head_dim, S=cache)
 
 
 def _ends(t: Transformer, s: Split, tokens: int, last: int, dt: str) -> list[Call]:
@@ -141,7 +144,8 @@ def prefill(t: Transformer, s: Split, lengths: tuple[int, ...], dtype: str = "bf
     kernel = "attention_causal" if t.causal else "attention"
     attention = [_call("attention", kernel, "attention", ACT, B=n * s.q_heads, S=length,
                        D=s.head_dim) for length, n in sorted(Counter(lengths).items())]
-    cache = ([_kv_append(s, n, length, length) for length, n in sorted(Counter(lengths).items())]
+    # the kernel writes one token per sequence: each prompt token is written as one
+    cache = ([_kv_append(s, n * length, length) for length, n in sorted(Counter(lengths).items())]
              if t.causal else [])
     layer = _layer(t, s, tokens, dt, attention, _rope(t, s, tokens) + cache)
     return {"layer": layer, "once": _ends(t, s, tokens, len(lengths), dt)}
@@ -155,6 +159,6 @@ def decode(t: Transformer, s: Split, batch: int, context: int, dtype: str = "bf1
     attention = [_call("decode.attention", "decode_attention", "attention", ACT,
                        B=batch * s.kv_heads, G=max(1, s.q_heads // s.kv_heads), S=context,
                        D=s.head_dim)]
-    cache = [_kv_append(s, batch, 1, context)]
+    cache = [_kv_append(s, batch, context)]
     layer = _layer(t, s, batch, dt, attention, _rope(t, s, batch) + cache)
     return {"layer": layer, "once": _ends(t, s, batch, batch, dt)}
