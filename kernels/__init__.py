@@ -30,6 +30,7 @@ from .backward import (
     rmsnorm_backward,
 )
 from .builder import Builder, KernelError
+from .decode import decode_attention
 from .gemm import gemm, gemm_naive, out_dtype
 from .kvcache import kv_append, kv_positions
 from .norms import ADAM, adam, grad_accumulate, layernorm, residual_add, rmsnorm, softmax
@@ -207,6 +208,19 @@ def _kv(s, d):
             "k_cache": ((b * h * dd, n), d), "v_cache": ((b * h * n, dd), d)}
 
 
+def _decode_attention(i):
+    q, k, v = i["q"], i["k_cache"], i["v_cache"]
+    d, s = v.shape[1], k.shape[1]
+    pairs = k.shape[0] // d
+    g = q.shape[0] // pairs  # query heads per KV head, the pairs in the queries' order
+    out = np.empty_like(q)
+    for pair in range(pairs):
+        kt, vv = k[pair * d:(pair + 1) * d], v[pair * s:(pair + 1) * s]
+        rows = slice(pair * g, (pair + 1) * g)
+        out[rows] = _softmax(q[rows] @ kt / np.sqrt(d)) @ vv
+    return {"out": out}
+
+
 def _heads(s, d):
     return {"qT": ((s["B"] * s["D"], s["S"]), d), "kT": ((s["B"] * s["D"], s["S"]), d),
             "v": ((s["B"] * s["S"], s["D"]), d)}
@@ -314,6 +328,13 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
            "sequence's position (DMA only)", ("B", "KVH", "D", "S"), ("bf16", "fp32"),
            kv_append, _kv, _kv_append, updates=("k_cache", "v_cache"),
            example={"B": 64, "KVH": 8, "D": 128, "S": 4096}),
+    Kernel("decode_attention", "one query per head over the KV cache in HBM, flash-decoding: "
+           "chunks with online max and sum; G = H / KVH query heads share a KV head",
+           ("B", "H", "KVH", "S", "D"), ("bf16", "fp32"), decode_attention,
+           lambda s, d: {"q": ((s["B"] * s["H"], s["D"]), d),
+                         **{n: t for n, t in _kv(s, d).items() if n.endswith("cache")}},
+           _decode_attention, polynomial=True,
+           example={"B": 8, "H": 32, "KVH": 8, "S": 4096, "D": 128}),
     Kernel("adam", "one Adam step on fp32 param, m, v from grad", ("R", "C"), ("fp32",), adam,
            _rc("param", "grad", "m", "v"), _adam, polynomial=True, positive=("v",),
            example={"R": 4096, "C": 4096}),
