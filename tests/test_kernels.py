@@ -31,7 +31,11 @@ def _cases():
              # of 68 positions
              ("B", "H", "KVH", "S", "D"): [dict(B=1, H=1, KVH=1, S=1, D=1),
                                            dict(B=5, H=3, KVH=3, S=3, D=4),
-                                           dict(B=2, H=8, KVH=2, S=2500, D=64)]}
+                                           dict(B=2, H=8, KVH=2, S=2500, D=64)],
+             # (K = V = 2: an index 1, for the relative error) two row tiles and three
+             # vocabulary tiles, the last partial
+             ("B", "V", "K"): [dict(B=1, V=2, K=2), dict(B=3, V=50, K=5),
+                               dict(B=130, V=9000, K=3)]}
     for k in kernels.KERNELS.values():
         for dtype in k.dtypes:
             if dtype in kernels.MX_FORMATS:
