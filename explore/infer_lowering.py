@@ -22,7 +22,7 @@ way), FFN-down GEMM, residual add. Once: the embedding gather (a row copy of its
 training: the instruction set has no indirect DMA), the learned positions' add where the
 model has them, the final norm and, for a decoder, the LM head and the sampling step over the
 last token of each prompt (only those logits are needed); an encoder ends with its pooler
-GEMM over the first token.
+GEMM over the first token. Sampling is greedy (the top 1 of each rank's vocabulary share).
 
 **Decode step** of ``B`` sequences whose caches hold ``L`` keys: the same layer with ``N = B``
 (the batch is the GEMMs' moving side, so at small batch each GEMM's time is the loading of
@@ -129,7 +129,7 @@ def _ends(t: Transformer, s: Split, tokens: int, last: int, dt: str) -> list[Cal
     calls.append(_rows("final.norm", t.norm, last, h))
     if t.causal and t.vocab:
         calls += [_gemm("lm_head", s.vocab, h, last, dt),
-                  _call("sample", "sample", "other", ACT, B=last, V=s.vocab)]
+                  _call("sample", "sample", "other", ACT, B=last, V=s.vocab, K=1)]
     elif not t.causal:
         calls.append(_gemm("pooler", h, h, last, dt))
     return calls
@@ -156,9 +156,8 @@ def decode(t: Transformer, s: Split, batch: int, context: int, dtype: str = "bf1
     """Kernel calls of one decode step of ``batch`` sequences whose caches hold ``context``
     keys (the new token's included): ``layer`` and ``once`` as :func:`prefill`'s."""
     dt = GEMM_DTYPES[dtype]
-    attention = [_call("decode.attention", "decode_attention", "attention", ACT,
-                       B=batch * s.kv_heads, G=max(1, s.q_heads // s.kv_heads), S=context,
-                       D=s.head_dim)]
+    attention = [_call("decode.attention", "decode_attention", "attention", ACT, B=batch,
+                       H=s.q_heads, KVH=s.kv_heads, S=context, D=s.head_dim)]
     cache = [_kv_append(s, batch, context)]
     layer = _layer(t, s, batch, dt, attention, _rope(t, s, batch) + cache)
     return {"layer": layer, "once": _ends(t, s, batch, batch, dt)}

