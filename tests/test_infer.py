@@ -264,3 +264,18 @@ def test_known_gaps_are_as_listed(anchors, anchor, figure):
     expected, published = KNOWN_GAPS[(anchor, figure)]
     assert published == PUBLISHED[anchor][3][figure]
     assert predicted(anchors[anchor], figure) == pytest.approx(expected, rel=0.05)
+
+
+def test_grid_sweeps_every_combination(tmp_path):
+    result = run("infer", "trn1.32xlarge", "llama2-7b", "--tp", "8,64", "--batch", "1,2",
+                 "-o", str(tmp_path / "g.parquet"))
+    assert result.exit_code == 0, result.output
+    import pandas as pd
+
+    table = pd.read_parquet(tmp_path / "g.parquet")
+    assert len(table) == 4 and sorted(set(table["tp"])) == [8, 64]
+    refused = table[table["refused"] != ""]
+    assert set(refused["tp"]) == {64}   # 64 ranks on 32 logical cores
+    ok = table[table["refused"] == ""]
+    assert (ok["tokens_per_second"] == ok["batch"] * 128
+            / (ok["ttft_s"] + 128 * ok["tpot_s"])).all()

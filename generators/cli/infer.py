@@ -72,7 +72,7 @@ def _show_grid(t, table, fmt: str, output: Path | None, shown: int = 15) -> None
     for col in cols:
         view.add_column(col, justify="left" if col == "dtype" else "right")
     for _, x in ok.sort_values(key, ascending=False).head(shown).iterrows():
-        view.add_row(str(x.tp), str(x.dp), str(x.batch), str(x.input), str(x.output), x.dtype,
+        view.add_row(str(x.tp), str(x.dp), str(x.batch), str(x.input), str(x.output), x["dtype"],
                      str(x.lnc), f"{1e3 * x.ttft_s:.4g}", f"{1e3 * x.tpot_s:.4g}",
                      f"{x[key]:,.1f}", f"{x.per_dollar:,.0f}")
     console().print(view)
