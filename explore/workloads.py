@@ -74,6 +74,15 @@ class Transformer(Strict):
     params_tolerance: float = Field(0.02, gt=0, lt=1, description="Relative difference of the "
                                                                   "published count accepted.")
     causal: bool = Field(False, description="Count only the lower triangle of attention.")
+    activation: Literal["silu", "gelu", "relu"] | None = Field(
+        None, description="The FFN's activation (default: silu for a gated FFN, gelu for a "
+                          "plain one).")
+    positions: Literal["rope", "learned"] = Field(
+        "rope", description="Position encoding: rotary (applied to q and k in every layer) or "
+                            "a learned table added to the embedding.")
+    max_context: PosInt | None = Field(None, description="Longest context the model takes "
+                                                         "(max_position_embeddings).")
+    source: str = Field("", description="Published configuration the figures come from.")
     dtype: Literal[tuple(DTYPES)] = Field(  # type: ignore[valid-type]
         "bf16", description="Input format of the GEMMs.")
     grad_bytes: PosInt = Field(2, description="Bytes per gradient element all-reduced.")
@@ -85,6 +94,11 @@ class Transformer(Strict):
     overlap_gradients: bool = Field(True, description="Gradient all-reduce overlaps the "
                                                       "backward pass.")
     parallel: Parallel = Field(default_factory=Parallel, description="Default split.")
+
+    @property
+    def act(self) -> str:
+        """The FFN's activation."""
+        return self.activation or ("silu" if self.gated_ffn else "gelu")
 
     @model_validator(mode="after")
     def _shape(self):

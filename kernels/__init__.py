@@ -30,8 +30,12 @@ from .backward import (
     rmsnorm_backward,
 )
 from .builder import Builder, KernelError
+from .decode import decode_attention
 from .gemm import gemm, gemm_naive, out_dtype
+from .kvcache import kv_append, kv_positions
 from .norms import ADAM, adam, grad_accumulate, layernorm, residual_add, rmsnorm, softmax
+from .rope import rope
+from .sampling import sample
 from .swiglu import swiglu, swiglu_backward
 
 __all__ = ["KERNELS", "MX_FORMATS", "Kernel", "KernelError", "Run", "parse_shape", "run",
@@ -68,13 +72,17 @@ class Kernel:
     build: Callable[..., None]
     #: (shape, dtype) -> {input name: (shape, dtype)}
     inputs: Callable[[dict, str], dict]
-    #: ({input name: float64 array}) -> {output name: float64 array}
-    reference: Callable[[dict], dict]
+    #: ({input name: float64 array}) -> {output name: float64 array}; with
+    #: ``shape_reference`` also the shape, for a key the inputs cannot tell (top-k's K)
+    reference: Callable[..., dict]
     out_dtype: Callable[[str], str] = lambda d: d
     polynomial: bool = False
     positive: tuple[str, ...] = ()
     #: inputs drawn as class indices ``0 .. C-1`` (stored in their format) for numeric runs
     labels: tuple[str, ...] = ()
+    #: inputs the kernel updates in place in HBM (a cache): outputs too, under their names
+    updates: tuple[str, ...] = ()
+    shape_reference: bool = False
     example: dict = field(default_factory=dict)
 
     @property
@@ -178,6 +186,50 @@ def _attention(i, causal=False):
     return {"out": np.vstack(outs)}
 
 
+def _rope(i):
+    x, cos, sin = i["x"], i["cos"], i["sin"]
+    t, d = cos.shape
+    x = x.reshape(t, -1, d)
+    rotated = np.concatenate([-x[..., d // 2:], x[..., :d // 2]], axis=-1)
+    return {"out": (x * cos[:, None] + rotated * sin[:, None]).reshape(t, -1)}
+
+
+def _kv_append(i):
+    nb, s, d = i["k_new"].shape[0], i["k_cache"].shape[1], i["v_cache"].shape[1]
+    kvh = i["k_new"].shape[1] // d
+    k = i["k_cache"].reshape(nb, kvh, d, s).copy()
+    v = i["v_cache"].reshape(nb, kvh, s, d).copy()
+    for b, pos in enumerate(kv_positions(nb, s)):
+        k[b, :, :, pos] = i["k_new"][b].reshape(kvh, d)
+        v[b, :, pos, :] = i["v_new"][b].reshape(kvh, d)
+    return {"k_cache": k.reshape(-1, s), "v_cache": v.reshape(-1, d)}
+
+
+def _kv(s, d):
+    b, h, dd, n = s["B"], s["KVH"], s["D"], s["S"]
+    return {"k_new": ((b, h * dd), d), "v_new": ((b, h * dd), d),
+            "k_cache": ((b * h * dd, n), d), "v_cache": ((b * h * n, dd), d)}
+
+
+def _decode_attention(i):
+    q, k, v = i["q"], i["k_cache"], i["v_cache"]
+    d, s = v.shape[1], k.shape[1]
+    pairs = k.shape[0] // d
+    g = q.shape[0] // pairs  # query heads per KV head, the pairs in the queries' order
+    out = np.empty_like(q)
+    for pair in range(pairs):
+        kt, vv = k[pair * d:(pair + 1) * d], v[pair * s:(pair + 1) * s]
+        rows = slice(pair * g, (pair + 1) * g)
+        out[rows] = _softmax(q[rows] @ kt / np.sqrt(d)) @ vv
+    return {"out": out}
+
+
+def _sample(i, shape):
+    x = i["logits"]
+    order = np.argsort(-x, axis=1, kind="stable")[:, :shape["K"]]
+    return {"values": np.take_along_axis(x, order, axis=1), "indices": order.astype(np.float64)}
+
+
 def _heads(s, d):
     return {"qT": ((s["B"] * s["D"], s["S"]), d), "kT": ((s["B"] * s["D"], s["S"]), d),
             "v": ((s["B"] * s["S"], s["D"]), d)}
@@ -276,6 +328,27 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
            "s = sigmoid(gate)", ("R", "C"), ("bf16", "fp32"), swiglu_backward,
            _rc("gate", "up", "dy"), _swiglu_backward, polynomial=True,
            example={"R": 4096, "C": 11008}),
+    Kernel("rope", "out = x cos + rotate_half(x) sin per head (the Llama/HF convention), "
+           "tables at each token's position", ("T", "H", "D"), ("bf16", "fp32"), rope,
+           lambda s, d: {"x": ((s["T"], s["H"] * s["D"]), d),
+                         "cos": ((s["T"], s["D"]), "fp32"), "sin": ((s["T"], s["D"]), "fp32")},
+           _rope, example={"T": 4096, "H": 32, "D": 128}),
+    Kernel("kv_append", "the new token's K and V written into the HBM cache in place at each "
+           "sequence's position (DMA only)", ("B", "KVH", "D", "S"), ("bf16", "fp32"),
+           kv_append, _kv, _kv_append, updates=("k_cache", "v_cache"),
+           example={"B": 64, "KVH": 8, "D": 128, "S": 4096}),
+    Kernel("decode_attention", "one query per head over the KV cache in HBM, flash-decoding: "
+           "chunks with online max and sum; G = H / KVH query heads share a KV head",
+           ("B", "H", "KVH", "S", "D"), ("bf16", "fp32"), decode_attention,
+           lambda s, d: {"q": ((s["B"] * s["H"], s["D"]), d),
+                         **{n: t for n, t in _kv(s, d).items() if n.endswith("cache")}},
+           _decode_attention, polynomial=True,
+           example={"B": 8, "H": 32, "KVH": 8, "S": 4096, "D": 128}),
+    Kernel("sample", "the top K logits of each row, values and indices (K = 1: greedy "
+           "argmax), by rounds of max and mask over vocabulary tiles", ("B", "V", "K"),
+           ("bf16", "fp32"), sample, lambda s, d: {"logits": ((s["B"], s["V"]), d)},
+           _sample, out_dtype=lambda d: "fp32", shape_reference=True,
+           example={"B": 8, "V": 128256, "K": 1}),
     Kernel("adam", "one Adam step on fp32 param, m, v from grad", ("R", "C"), ("fp32",), adam,
            _rc("param", "grad", "m", "v"), _adam, polynomial=True, positive=("v",),
            example={"R": 4096, "C": 4096}),
@@ -317,7 +390,10 @@ class Run:
     outputs: dict = field(default_factory=dict)
 
     def reference(self) -> dict:
-        return self.kernel.reference({k: v.astype(np.float64) for k, v in self.inputs.items()})
+        inputs = {k: v.astype(np.float64) for k, v in self.inputs.items()}
+        if self.kernel.shape_reference:
+            return self.kernel.reference(inputs, self.shape)
+        return self.kernel.reference(inputs)
 
 
 def build(params: CoreParams, kernel: Kernel, shape: dict, dtype: str) -> Builder:
@@ -367,7 +443,7 @@ def run(params: CoreParams, kernel: Kernel, shape: dict, dtype: str, *,
     result = core.run(program, trace=trace, hbm=hbm, seed=seed)
     outputs = {}
     for name, t in program.tensors.items():
-        if name in stored:
+        if name in stored and name not in kernel.updates:
             continue
         raw = hbm[t.offset: t.offset + t.nbytes]
         outputs[name] = raw.view(ML_DTYPES[t.dtype]).reshape(t.shape).astype(np.float64)

@@ -535,7 +535,8 @@ class SystemSpec(Strict):
         10e-6, description="EFA latency per message step, seconds (alpha).")
     link_latency: Annotated[float, Field(gt=0)] = Field(
         1e-6, description="NeuronLink latency per hop step, seconds (alpha).")
-    price: Price | None = Field(None, description="On-demand price, e.g. '44.7 USD/h'.")
+    price: Price | None = Field(None, description="Hourly price, e.g. '44.7 USD/h' (which "
+                                                  "rate: an assumption beside it says).")
     claims: list[Claim] = Field(default_factory=list, description="Published figures.")
     assumptions: list[Assumption] = Field(default_factory=list,
                                           description="Unpublished parameters and why.")

@@ -20,7 +20,22 @@ def _cases():
                                dict(M=130, K=300, N=520)],
              ("R", "C"): [dict(R=1, C=64), dict(R=128, C=128), dict(R=200, C=300)],
              ("B", "S", "D"): [dict(B=1, S=1, D=1), dict(B=2, S=128, D=64),
-                                 dict(B=1, S=600, D=32)]}
+                                 dict(B=1, S=600, D=32)],
+             # two token tiles, the second partial, and two head groups (5,120 > 4,096)
+             ("T", "H", "D"): [dict(T=1, H=1, D=2), dict(T=5, H=3, D=8),
+                               dict(T=130, H=40, D=128)],
+             # more sequences than DMA queues; a batch of one at the cache's last position
+             ("B", "KVH", "D", "S"): [dict(B=1, KVH=1, D=1, S=1), dict(B=1, KVH=2, D=8, S=5),
+                                      dict(B=20, KVH=3, D=16, S=40)],
+             # groups of 4 query heads, two chunks of the cache (2,048 + 452), a last block
+             # of 68 positions
+             ("B", "H", "KVH", "S", "D"): [dict(B=1, H=1, KVH=1, S=1, D=1),
+                                           dict(B=5, H=3, KVH=3, S=3, D=4),
+                                           dict(B=2, H=8, KVH=2, S=2500, D=64)],
+             # (K = V = 2: an index 1, for the relative error) two row tiles and three
+             # vocabulary tiles, the last partial
+             ("B", "V", "K"): [dict(B=1, V=2, K=2), dict(B=3, V=50, K=5),
+                               dict(B=130, V=9000, K=3)]}
     for k in kernels.KERNELS.values():
         for dtype in k.dtypes:
             if dtype in kernels.MX_FORMATS:

@@ -534,6 +534,50 @@ def _step_grid(steps, system, workload, lists, options, plot, output, shown=15):
         click.echo(f"  plot           {', '.join(str(p) for p in written)}")
 
 
+def _words(ctx, param, value):
+    """``"bf16,fp8"`` -> ["bf16", "fp8"], ``None`` as is."""
+    if value is None:
+        return None
+    items = [x.strip() for x in value.split(",") if x.strip()]
+    if not items:
+        raise click.BadParameter(f"expected names separated by commas, found {value!r}")
+    return items
+
+
+@main.command("infer")
+@click.argument("system")
+@click.argument("model", required=False)
+@click.option("--model", "model_file", default=None, help="A Hugging Face config.json "
+              "(Llama, Mistral, OPT, BERT, RoBERTa) instead of a bundled MODEL.")
+@click.option("--tp", callback=_ints, required=True, help="Tensor-parallel degree (ranks: "
+              "logical NeuronCores).")
+@click.option("--dp", callback=_ints, help="Data-parallel replicas (default 1).")
+@click.option("--batch", callback=_ints, help="Sequences per batch (default 1).")
+@click.option("--input", "input_len", callback=_ints, help="Prompt tokens (default 128).")
+@click.option("--output", "output_len", callback=_ints, help="Generated tokens (default 128; "
+              "none for an encoder).")
+@click.option("--dtype", "dtypes", callback=_words, help="GEMM format: bf16 or fp8 (weights "
+              "stored in it; default bf16).")
+@click.option("--lnc", callback=_ints, help="Physical cores per logical core (default: the "
+              "chip's).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              help="Output format.")
+@click.option("-o", "output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write every point as Parquet.")
+def infer_cmd(system, model, model_file, tp, dp, batch, input_len, output_len, dtypes, lnc,
+              fmt, output):
+    """Time inference of MODEL on SYSTEM (an instance spec): TTFT, TPOT, latency, output
+    tokens per second and per dollar, the breakdown and the memory per rank (an encoder:
+    latency and inferences per second). Comma-separated values sweep every combination."""
+    from .infer import infer_command
+
+    if (model is None) == (model_file is None):
+        raise SpecError("expected a MODEL or --model PATH/config.json (one of them), found "
+                        + ("neither" if model is None else "both"))
+    infer_command(system, model or model_file, tp, dp, batch, input_len, output_len, dtypes,
+                  lnc, fmt, output)
+
+
 def _label(params) -> str:
     """A parameter object in one short line: scalar fields as they are, collections by size."""
     import dataclasses

@@ -1,0 +1,213 @@
+"""Inference of a model on a system: prefill and decode lowered to kernels
+(:mod:`explore.infer_lowering`), timed by the core simulator (:class:`~explore.kerneltimes.
+KernelTimes`, cached), with the tensor-parallel all-reduces of the collectives formula.
+
+**Engine** (:class:`Engine`): one tensor-parallel replica of ``tp`` ranks (logical NeuronCores
+of ``lnc`` physical cores) of a system. :meth:`Engine.prefill` times the prefill of a batch of
+prompts of given lengths, :meth:`Engine.decode_step` one decode step at batch ``B`` over
+caches of ``L`` keys; both are kept per distinct argument, so a serving scheduler may call
+them for every step it takes. Each returns its parts in seconds (:data:`PARTS`):
+
+- ``gemm``, ``attention``, ``other``: the sum over the lowered kernels of count x the
+  simulated time of one run (layers x one layer's kernels, plus the once-per-pass ones). A
+  logical core of ``lnc`` physical cores divides each kernel's first shape key among them, as
+  ``gen run --lnc`` and ``gen step`` do.
+- ``communication``: per layer two all-reduces of the layer's activations (after the
+  attention output and after FFN-down), one of the vocabulary-parallel embedding's output, and
+  the gather of each rank's sampled candidate (an all-gather: half an all-reduce of its
+  bytes, as ``gen step`` counts one), each :func:`explore.model.group_allreduce` over the
+  group's ranks (:mod:`sim.system.collectives`' rings over the chips' HBM, the instance
+  topology and the server), all on the critical path.
+- ``overheads``: what runs between kernels (launches, host work). No document of the project
+  gives a figure for it, so it is zero, as the training step's launch gaps are: the part is
+  reported so that a sourced figure has its place.
+
+**Static batching** (:func:`evaluate`): ``B`` prompts of ``input`` tokens, then ``output``
+decode steps. TTFT is the prefill (the first token is sampled at its end); TPOT is the decode
+step averaged over the growing context, ``input + 1`` to ``input + output`` keys: the step
+time at five contexts evenly spaced over that range, averaged by the trapezoid rule (exact
+for a step time affine in the context, which is what decode attention's split over the cache
+makes it); end-to-end latency is ``TTFT + output x TPOT`` and output tokens per second
+``dp x B x output / (TTFT + output x TPOT)``, ``dp`` replicas serving side by side. An
+encoder's pass is its prefill: latency and ``dp x B / latency`` inferences per second.
+
+**Memory per rank** (:func:`memory`): the rank's weights (its share of every split matrix;
+norms and replicated KV heads whole), the KV cache (``B x context x layers x kv heads per rank
+x head size x 2 (k and v) x 2 bytes``, bf16), and the activations of the prefill's busiest
+layer (its input, QKV and FFN-up outputs for every prompt token; attention's scores are tiled
+by the flash kernel and never held whole) with the logits of the last tokens in fp32; against
+the chip's HBM shared by its logical cores.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specs.errors import InputError
+
+from . import model
+from .infer_lowering import Split, decode, prefill, split
+from .kerneltimes import KernelTimes
+from .step_lowering import Call
+from .workloads import Transformer
+
+__all__ = ["PARTS", "Engine", "InferError", "InferResult", "evaluate", "memory"]
+
+#: Parts of a prefill or decode step, in the order they are reported.
+PARTS = ("gemm", "attention", "other", "communication", "overheads")
+#: Contexts the decode step is timed at over one generation (trapezoid rule).
+CONTEXT_SAMPLES = 5
+#: Bytes per activation element and KV-cache element (bf16).
+ACT_BYTES = 2
+#: Bytes per weight element by ``--dtype``.
+WEIGHT_BYTES = {"bf16": 2, "fp8": 1}
+#: Bytes one rank contributes to the sampling step's gather per sequence: its best logit
+#: (fp32) and that logit's index (int32).
+CANDIDATE_BYTES = 8
+
+
+class InferError(InputError):
+    """An inference that cannot be split, run or held as asked (one line: what was expected,
+    what was found)."""
+
+
+@dataclass(frozen=True)
+class InferResult:
+    """One design point of static batching: times in seconds, bytes per rank."""
+
+    ttft: float
+    tpot: float
+    latency: float
+    #: output tokens per second of the ``dp`` replicas (NaN for an encoder)
+    tokens_per_second: float
+    #: sequences (prompts, or an encoder's inputs) per second of the ``dp`` replicas
+    inferences_per_second: float
+    prefill: dict[str, float]
+    decode: dict[str, float]
+    memory: dict[str, float]
+    hbm_per_rank: float
+    calls: dict[str, list[Call]] = field(repr=False)
+
+
+class Engine:
+    """One tensor-parallel replica of ``t`` on ``base``: ``tp`` ranks of ``lnc`` cores."""
+
+    def __init__(self, t: Transformer, base: model.Base, times: KernelTimes, *, tp: int,
+                 lnc: int, dtype: str = "bf16"):
+        self.t, self.base, self.times, self.tp, self.lnc, self.dtype = \
+            t, base, times, tp, lnc, dtype
+        self.split: Split = split(t, tp)
+        self.per_chip = base.values["cores"] / lnc
+        self.v = {k: np.full(1, float(x)) for k, x in base.values.items()}
+        self.dims_long = (model.longest_dims(self.v["chips"], base)
+                          if base.topology == "torus" else None)
+        self._prefill: dict[tuple[int, ...], dict[str, float]] = {}
+        self._decode: dict[tuple[int, int], dict[str, float]] = {}
+        self._allreduce: dict[float, float] = {}
+        self.calls: dict[str, list[Call]] = {}
+
+    def allreduce(self, nbytes: float) -> float:
+        """Seconds of an all-reduce of ``nbytes`` per rank among the ``tp`` ranks."""
+        if self.tp == 1:
+            return 0.0
+        t = self._allreduce.get(nbytes)
+        if t is None:
+            t = self._allreduce[nbytes] = float(model.group_allreduce(
+                np.full(1, float(nbytes)), np.full(1, float(self.tp)), self.per_chip,
+                np.ones(1), self.v, self.base, self.dims_long)[0])
+        return t
+
+    def _kernels(self, calls: list[Call], count: float, out: dict[str, float]) -> None:
+        for c in calls:
+            shape = dict(c.shape)
+            first = next(iter(shape))
+            shape[first] = math.ceil(shape[first] / self.lnc)
+            out[c.part] += self.times(c.kernel, shape, c.dtype) * c.count * count
+
+    def _parts(self, calls: dict[str, list[Call]], tokens: int, sequences: int
+               ) -> dict[str, float]:
+        t = self.t
+        out = dict.fromkeys(PARTS, 0.0)
+        self._kernels(calls["layer"], t.layers, out)
+        self._kernels(calls["once"], 1, out)
+        act = tokens * t.hidden * ACT_BYTES
+        comm = (2 * t.layers + (1 if t.vocab else 0)) * self.allreduce(act)
+        if t.causal and t.vocab:
+            comm += 0.5 * self.allreduce(sequences * CANDIDATE_BYTES * self.tp)
+        out["communication"] = comm
+        return out
+
+    def prefill(self, lengths: tuple[int, ...]) -> dict[str, float]:
+        """Parts of the prefill of prompts of ``lengths`` tokens (one per sequence)."""
+        key = tuple(sorted(int(x) for x in lengths))
+        got = self._prefill.get(key)
+        if got is None:
+            calls = prefill(self.t, self.split, key, self.dtype)
+            self.calls.setdefault("prefill", calls["layer"] + calls["once"])
+            got = self._prefill[key] = self._parts(calls, sum(key), len(key))
+        return got
+
+    def decode_step(self, batch: int, context: int) -> dict[str, float]:
+        """Parts of one decode step of ``batch`` sequences over ``context`` cached keys."""
+        key = (int(batch), int(context))
+        got = self._decode.get(key)
+        if got is None:
+            calls = decode(self.t, self.split, batch, context, self.dtype)
+            self.calls.setdefault("decode", calls["layer"] + calls["once"])
+            got = self._decode[key] = self._parts(calls, batch, batch)
+        return got
+
+    def tpot(self, batch: int, input_len: int, output_len: int) -> dict[str, float]:
+        """The decode step's parts averaged over contexts ``input + 1 .. input + output``."""
+        lo, hi = input_len + 1, input_len + output_len
+        n = 1 if hi == lo else CONTEXT_SAMPLES
+        points = sorted({round(lo + (hi - lo) * i / max(n - 1, 1)) for i in range(n)})
+        steps = [self.decode_step(batch, c) for c in points]
+        if len(points) == 1:
+            return dict(steps[0])
+        x = np.array(points, float)
+        return {p: float(np.trapezoid([s[p] for s in steps], x) / (x[-1] - x[0]))
+                for p in PARTS}
+
+
+def memory(t: Transformer, s: Split, batch: int, context: int, prompt_tokens: int,
+           dtype: str) -> dict[str, float]:
+    """Bytes per rank: ``weights``, ``kv_cache`` and ``activations`` (see the module)."""
+    h, d = t.hidden, s.head_dim
+    per_layer = (h * (s.q_heads + 2 * s.kv_heads) * d + s.q_heads * d * h
+                 + (3 if t.gated_ffn else 2) * h * s.ffn + 2 * h)
+    embed = s.vocab * h * (1 if t.tied_embeddings or not t.causal else 2)
+    positions = (t.max_context or 0) * h if t.positions == "learned" else 0
+    weights = (t.layers * per_layer + embed + positions + h) * WEIGHT_BYTES[dtype]
+    kv = batch * context * t.layers * s.kv_heads * d * 2 * ACT_BYTES if t.causal else 0.0
+    up = (2 if t.gated_ffn else 1) * s.ffn
+    act = prompt_tokens * (h + (s.q_heads + 2 * s.kv_heads) * d + up) * ACT_BYTES \
+        + batch * s.vocab * 4
+    return {"weights": float(weights), "kv_cache": float(kv), "activations": float(act)}
+
+
+def evaluate(engine: Engine, *, batch: int, input_len: int, output_len: int, dp: int = 1
+             ) -> InferResult:
+    """Static batching of ``batch`` prompts of ``input_len`` tokens generating ``output_len``
+    each, on ``dp`` replicas of ``engine`` (an encoder: one pass, ``output_len`` unused)."""
+    t = engine.t
+    pre = engine.prefill((input_len,) * batch)
+    ttft = sum(pre.values())
+    hbm = engine.base.values["hbm_capacity"] / engine.per_chip
+    if t.causal:
+        dec = engine.tpot(batch, input_len, output_len)
+        tpot = sum(dec.values())
+        latency = ttft + output_len * tpot
+        rate = dp * batch * output_len / latency
+        context = input_len + output_len
+    else:
+        dec, tpot, latency, context = dict.fromkeys(PARTS, 0.0), 0.0, ttft, input_len
+        rate = math.nan
+    mem = memory(t, engine.split, batch, context, batch * input_len, engine.dtype)
+    return InferResult(ttft=ttft, tpot=tpot, latency=latency, tokens_per_second=rate,
+                       inferences_per_second=dp * batch / latency,
+                       prefill=dict(pre), decode=dec, memory=mem, hbm_per_rank=hbm,
+                       calls=dict(engine.calls))
