@@ -296,6 +296,7 @@ def run_file(path, kernel: str | None = None, shapes: dict | None = None, *,
 
     from . import installed
 
+    before = SESSION.target, SESSION.timing_only, SESSION.trace
     SESSION.target, SESSION.timing_only, SESSION.trace = target, timing_only, trace
     SESSION.launches = []
     argv = sys.argv
@@ -329,3 +330,4 @@ def run_file(path, kernel: str | None = None, shapes: dict | None = None, *,
             return SESSION.launches
     finally:
         sys.argv = argv
+        SESSION.target, SESSION.timing_only, SESSION.trace = before
