@@ -95,6 +95,19 @@ def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
                      marks[0] if marks else 0)
 
 
+def shared_constant(constant, dtype=None, **kwargs) -> View:
+    """An HBM tensor holding ``constant`` (cast to ``dtype``), written into HBM before a
+    numeric launch runs."""
+    _no_options("shared_constant", kwargs)
+    t = current("shared_constant")
+    t.commit()
+    data = np.asarray(constant)
+    dt = isa_dtype(dtype if dtype is not None else data.dtype)
+    v = t.hbm("const", data.shape, dt)
+    t.constants.append((v.buf.hbm, data.astype(numpy_dtype(dt))))
+    return v
+
+
 def zeros(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
     return full(shape, 0.0, dtype, buffer=buffer, name=name, **kwargs)
 
@@ -501,7 +514,7 @@ def add_into(dst: View, a: View, b) -> None:
     lower.tensor_scalar(a, np.add, float(b), dst=dst, call="+=")
 
 
-_SUPPORTED = ("ndarray zeros ones full zeros_like empty_like par_dim sbuf psum hbm "
+_SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par_dim sbuf psum hbm "
               "shared_hbm private_hbm arange mgrid ds affine_range sequential_range "
               "static_range program_id num_programs program_ndim load load_transpose2d "
               "store copy matmul transpose add subtract multiply divide maximum minimum "

@@ -155,6 +155,8 @@ class Kernel:
                     _put(hbm, t, np.full(t.shape, np.nan, numpy_dtype(t.dtype)))
             for name, value in inputs.items():
                 _put(hbm, call[name].buf.hbm, np.asarray(value))
+            for tensor, data in tracer.constants:
+                _put(hbm, tensor, data)
         result = core.run(program, timing_only=timing_only, trace=SESSION.trace, hbm=hbm)
         t2 = time.perf_counter()
         code = self.func.__code__

@@ -39,8 +39,8 @@ from kernels.builder import SBUF_ALIGN, Builder
 
 from .errors import NkiError, NotSupported, kernel_line
 
-__all__ = ["TF32", "Buffer", "Index", "Mask", "Tracer", "View", "current", "isa_dtype",
-           "numpy_dtype"]
+__all__ = ["TF32", "Affine", "Buffer", "Index", "Mask", "Predicate", "Tracer", "View",
+           "current", "isa_dtype", "numpy_dtype"]
 
 #: NKI's ``tfloat32`` (a four-byte void type, as NKI spells it).
 TF32 = np.dtype("V4")
@@ -104,17 +104,18 @@ class Index:
         return Index(axis, len(key), self.size, self.start, self.step)
 
     def __add__(self, other):
+        if isinstance(other, Affine):
+            return other + self
         if isinstance(other, Index):
             if other.axis == self.axis and other.size == self.size:
                 return self._like(self.start + other.start, self.step + other.step)
-            raise NotSupported("an index expression over two axes (such as i_p * 512 + i_f)",
-                               "affine expressions a * i + b of one nl.arange/nl.mgrid axis")
+            return Affine.of(self) + other
         return self._like(self.start + _int(other), self.step)
 
     __radd__ = __add__
 
     def __sub__(self, other):
-        return self + (-other if not isinstance(other, Index) else other * -1)
+        return self + (other * -1 if isinstance(other, (Index, Affine)) else -other)
 
     def __rsub__(self, other):
         return self * -1 + other
@@ -131,7 +132,9 @@ class Index:
     def __neg__(self):
         return self * -1
 
-    def _bound(self, op: str, value) -> Mask:
+    def _bound(self, op: str, value) -> Mask | Predicate:
+        if isinstance(value, (Index, Affine)):
+            return Predicate(self - value, op)
         v = _int(value)
         # t such that start + step * t  op  v, as a half-open range of t
         lo, hi = 0, self.size
@@ -150,7 +153,9 @@ class Index:
             lo = max(lo, (v - b) // s + 1)
         else:
             lo = max(lo, -(-(v - b) // s))
-        return Mask({self.axis: (max(lo, 0), max(min(hi, self.size), 0))})
+        mask = Mask({self.axis: (max(lo, 0), max(min(hi, self.size), 0))})
+        mask.predicate = Predicate(self - v, op)
+        return mask
 
     def __lt__(self, v):
         return self._bound("<", v)
@@ -168,14 +173,101 @@ class Index:
         return f"Index(axis={self.axis}, {self.start} + {self.step} * [0, {self.size}))"
 
 
+class Affine:
+    """``const + sum(coef[a] * t_a)`` over the axes ``a`` of an ``ndim``-dimensional
+    iteration space (``sizes[a]`` positions each): an ``nl.arange`` / ``nl.mgrid``
+    expression over more than one axis, as ``nisa.iota`` and ``nisa.affine_select`` take."""
+
+    __slots__ = ("ndim", "sizes", "coef", "const")
+
+    def __init__(self, ndim: int, sizes: dict, coef: dict, const: int):
+        self.ndim, self.sizes, self.coef, self.const = ndim, sizes, coef, const
+
+    @staticmethod
+    def of(x) -> Affine:
+        if isinstance(x, Affine):
+            return x
+        if isinstance(x, Index):
+            return Affine(x.ndim, {x.axis: x.size}, {x.axis: x.step}, x.start)
+        return Affine(0, {}, {}, _int(x))
+
+    def __add__(self, other):
+        o = Affine.of(other)
+        sizes, coef = dict(self.sizes), dict(self.coef)
+        for axis, size in o.sizes.items():
+            if sizes.get(axis, size) != size:
+                raise NotSupported("an index expression over one axis of two sizes",
+                                   "expressions over the axes of one nl.mgrid")
+            sizes[axis] = size
+            coef[axis] = coef.get(axis, 0) + o.coef[axis]
+        return Affine(max(self.ndim, o.ndim), sizes, coef, self.const + o.const)
+
+    __radd__ = __add__
+
+    def __mul__(self, other):
+        c = _int(other)
+        return Affine(self.ndim, self.sizes, {a: k * c for a, k in self.coef.items()},
+                      self.const * c)
+
+    __rmul__ = __mul__
+
+    def __neg__(self):
+        return self * -1
+
+    def __sub__(self, other):
+        return self + Affine.of(other) * -1
+
+    def __rsub__(self, other):
+        return self * -1 + other
+
+    def __lt__(self, v):
+        return Predicate(self - v, "<")
+
+    def __le__(self, v):
+        return Predicate(self - v, "<=")
+
+    def __gt__(self, v):
+        return Predicate(self - v, ">")
+
+    def __ge__(self, v):
+        return Predicate(self - v, ">=")
+
+    def __getitem__(self, key):
+        raise NotSupported("a subscript of an index expression over two axes",
+                           "nl.arange(n)[:, None] + nl.arange(m)[None, :]")
+
+
+class Predicate:
+    """``expr op 0`` for an affine ``expr`` (:class:`Affine` or :class:`Index`): the
+    predicate of ``nisa.affine_select``."""
+
+    __slots__ = ("expr", "op")
+
+    def __init__(self, expr, op: str):
+        self.expr, self.op = Affine.of(expr), op
+
+    def __bool__(self):
+        raise NkiError("the truth value of an index comparison is ambiguous: control flow "
+                       "cannot depend on an nl.arange", "err_control_flow_condition_"
+                                                         "depending_on_arange")
+
+    def __and__(self, other):
+        raise NotSupported("a predicate of two comparisons joined by &",
+                           "one comparison of an affine expression")
+
+    __rand__ = __and__
+
+
 class Mask:
     """An affine ``mask=``: per axis of the instruction's iteration space, the range
-    ``[lo, hi)`` of positions it keeps; ``&`` intersects."""
+    ``[lo, hi)`` of positions it keeps; ``&`` intersects. A single comparison keeps its
+    :class:`Predicate` too."""
 
-    __slots__ = ("ranges",)
+    __slots__ = ("ranges", "predicate")
 
     def __init__(self, ranges: dict[int, tuple[int, int]]):
         self.ranges = ranges
+        self.predicate = None
 
     def __and__(self, other):
         if not isinstance(other, Mask):
@@ -735,6 +827,7 @@ class Tracer:
         self.program_id: tuple[int, ...] = ()
         self.grid: tuple[int, ...] = ()
         self.shared: list[View] = []  # shared_hbm tensors, by order of creation
+        self.constants: list[tuple] = []  # (HBM tensor, data) of nl.shared_constant
         self._shared_next = 0
         self.matmul_dtypes: set[str] = set()
 
