@@ -389,8 +389,9 @@ def run_file(path, kernel: str | None = None, shapes: dict | None = None, *,
     before = SESSION.target, SESSION.timing_only, SESSION.trace
     SESSION.target, SESSION.timing_only, SESSION.trace = target, timing_only, trace
     SESSION.launches = []
-    argv = sys.argv
+    argv, syspath = sys.argv, list(sys.path)
     sys.argv = [str(path)]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(str(path))))  # as `python FILE` does
     try:
         with installed():
             if kernel is None:
@@ -420,4 +421,5 @@ def run_file(path, kernel: str | None = None, shapes: dict | None = None, *,
             return SESSION.launches
     finally:
         sys.argv = argv
+        sys.path[:] = syspath
         SESSION.target, SESSION.timing_only, SESSION.trace = before

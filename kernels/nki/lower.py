@@ -231,13 +231,18 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, dst=None,
 def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
                reduce_cmd=0, mask=None, dtype=None, dst=None, call: str = "activation"):
     """``op(data * scale + bias)`` on the scalar engine; with ``reduce_op`` add, the sum
-    along the free axis into ``reduce_res``."""
+    along the free axis into ``reduce_res``. A ``scale`` of one value per partition (a
+    tile: the ISA's scale is an immediate) is applied with the bias by a vector-engine
+    TensorScalar into fp32 first, the same multiply and add."""
     t = current(call)
     t.commit()
     x = _tile(data, call, "data").cut(mask)
     func = t.builder.function(_func(op, call))
-    if isinstance(scale, View):
-        raise NotSupported(f"a tile as the scale of '{call}'", "a number")
+    if isinstance(scale, View):  # the ISA's scale is an immediate: scale (and bias) first
+        pre = tensor_scalar(x, np.multiply, scale, op1=None if bias is None else np.add,
+                            operand1=bias, dtype=np.float32, call=call)
+        return activation(op, pre, reduce_op=reduce_op, reduce_res=reduce_res,
+                          reduce_cmd=reduce_cmd, dtype=dtype or x.dtype, dst=dst, call=call)
     b = None
     if bias is not None:
         b = _tile(bias, call, "bias").cut(mask)

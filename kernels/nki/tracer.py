@@ -232,6 +232,10 @@ class Affine:
     def __ge__(self, v):
         return Predicate(self - v, ">=")
 
+    def __repr__(self):
+        terms = " + ".join(f"{c} * t{a}" for a, c in sorted(self.coef.items()))
+        return f"Affine({self.const} + {terms})"
+
     def __getitem__(self, key):
         raise NotSupported("a subscript of an index expression over two axes",
                            "nl.arange(n)[:, None] + nl.arange(m)[None, :]")
@@ -539,6 +543,10 @@ class View:
                     checks.append([len(out), start, step, size, d, self.buf.name])
                 out.append((n, stride * step, is_p))
                 continue
+            if isinstance(k, Affine):
+                raise NotSupported("an index expression over two axes (such as "
+                                   "i_p * 512 + i_f)", "affine expressions a * i + b of one "
+                                   "nl.arange/nl.mgrid axis per tensor dimension")
             i = _int(k)
             if i < 0:
                 i += size
