@@ -222,3 +222,23 @@ def test_gen_nki_names_the_kernels_line_when_its_own_code_fails():
     (line,) = bad.output.strip().splitlines()
     assert re.search(rf"errors\.py:{_line('assertion')}: the kernel raised AssertionError: "
                      r"rows must be a multiple of 256$", line), line
+
+
+def test_tiles_held_past_their_last_use_fit_by_liveness(load):
+    """SBUF is allocated by the program's liveness, not by Python's references: the tiles
+    of 48 blocks (384 KiB a partition in all) fit in 192 KiB, and the reuse of their space
+    is ordered by semaphores (the numeric run checks every cross-stream access for races)."""
+    x = np.random.default_rng(9).standard_normal((128, 48 * 1024)).astype(np.float32)
+    out = load("liveness")["held_tiles"](x)
+    assert _err(out, 2 * x.astype(np.float64) + 1) <= kernels.TOLERANCE["fp32"]
+    run = knki.SESSION.launches[-1]
+    assert run.sbuf_high <= 196608 < 48 * 2 * 4096
+
+
+def test_tiles_made_before_the_previous_are_dropped(load):
+    rng = np.random.default_rng(10)
+    a = rng.standard_normal((128, 2 * 40960)).astype(BF16)
+    b = rng.standard_normal((128, 2 * 40960)).astype(BF16)
+    out = load("liveness")["hoisted_blocks"](a, b)
+    want = a.astype(np.float64) + b.astype(np.float64)
+    assert _err(out, want) <= kernels.TOLERANCE["bf16"]

@@ -93,14 +93,15 @@ def install(force: bool = False) -> list[str]:
     return done
 
 
-def uninstall() -> None:
-    """Undo :func:`install`: the modules that were there before come back."""
-    for name, before in _INSTALLED.items():
+def uninstall(names=None) -> None:
+    """Undo :func:`install` (of ``names`` alone, if given: an inner :func:`installed` block
+    leaves an outer one's names in place): the modules that were there before come back."""
+    for name in list(_INSTALLED) if names is None else names:
+        before = _INSTALLED.pop(name)
         if before is None:
             sys.modules.pop(name, None)
         else:
             sys.modules[name] = before
-    _INSTALLED.clear()
 
 
 @contextmanager
@@ -110,4 +111,4 @@ def installed(force: bool = False):
     try:
         yield names
     finally:
-        uninstall()
+        uninstall(names)

@@ -9,6 +9,7 @@ catches the kernel library's.
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -24,10 +25,15 @@ def kernel_line() -> str:
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        if not str(Path(name).resolve()).startswith(_HERE):
+        if not _ours(name):
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back
     return "<unknown>:0"
+
+
+@functools.cache
+def _ours(filename: str) -> bool:
+    return str(Path(filename).resolve()).startswith(_HERE)
 
 
 class NkiError(KernelError):

@@ -111,6 +111,45 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs):
     return out
 
 
+def iota(expr, dtype, *, mask=None, **kwargs):
+    _options("iota", kwargs)
+    return lower.iota(expr, dtype, mask=mask)
+
+
+def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, **kwargs):
+    _options("affine_select", kwargs)
+    return lower.affine_select(pred, on_true_tile, on_false_value, mask=mask, dtype=dtype)
+
+
+def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False,
+                         reverse1=False, dtype=None, mask=None, **kwargs):
+    _options("scalar_tensor_tensor", kwargs)
+    return lower.scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0, reverse1,
+                                      dtype=dtype, mask=mask)
+
+
+def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *,
+                       dtype=None, mask=None, **kwargs):
+    _options("tensor_tensor_scan", kwargs)
+    return lower.tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0, reverse1,
+                                    dtype=dtype, mask=mask)
+
+
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs):
+    _options("tensor_partition_reduce", kwargs)
+    return lower.tensor_partition_reduce(op, data, mask=mask, dtype=dtype)
+
+
+def bn_stats(data, *, mask=None, dtype=None, **kwargs):
+    _options("bn_stats", kwargs)
+    return lower.bn_stats(data, mask=mask, dtype=dtype)
+
+
+def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
+    _options("bn_aggr", kwargs)
+    return lower.bn_aggr(data, mask=mask, dtype=dtype)
+
+
 def dma_copy(*, dst, src, mask=None, **kwargs):
     _options("dma_copy", kwargs, ("dst_rmw_op", "oob_mode", "dge_mode"))
     lower.dma_copy(dst, src, mask=mask)
@@ -124,8 +163,9 @@ def _options(call: str, kwargs: dict, ignored=()) -> None:
 
 
 _SUPPORTED = ("nc_matmul nc_transpose activation activation_reduce tensor_tensor "
-              "tensor_scalar tensor_reduce tensor_copy memset dma_copy get_nc_version, the "
-              "engine, reduce_cmd and nc_version enums")
+              "tensor_scalar scalar_tensor_tensor tensor_reduce tensor_partition_reduce "
+              "tensor_tensor_scan tensor_copy memset iota affine_select bn_stats bn_aggr "
+              "dma_copy get_nc_version, the engine, reduce_cmd and nc_version enums")
 
 
 def __getattr__(name: str):

@@ -18,10 +18,12 @@ from .isa import (
     vector_engine,
 )
 
-__all__ = ["activation", "activation_reduce", "dma_copy", "engine", "get_nc_version",
-           "gpsimd_engine", "memset", "nc_matmul", "nc_transpose", "nc_version",
-           "reduce_cmd", "scalar_engine", "tensor_copy", "tensor_engine", "tensor_reduce",
-           "tensor_scalar", "tensor_tensor", "unknown_engine", "vector_engine"]
+__all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
+           "dma_copy", "engine", "get_nc_version", "gpsimd_engine", "iota", "memset",
+           "nc_matmul", "nc_transpose", "nc_version", "reduce_cmd", "scalar_engine",
+           "scalar_tensor_tensor", "tensor_copy", "tensor_engine", "tensor_partition_reduce",
+           "tensor_reduce", "tensor_scalar", "tensor_tensor", "tensor_tensor_scan",
+           "unknown_engine", "vector_engine"]
 
 
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
@@ -68,6 +70,50 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None):
 
 def memset(dst, value, engine=engine.unknown, name=None):
     lower.memset(dst, value, engine=engine or None)
+
+
+def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
+    flat, expr = lower.pattern_expr(dst, pattern, offset, channel_multiplier, "iota")
+    lower.iota(expr, flat.dtype, dst=flat)
+
+
+def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value,
+                  cmp_op=None, offset=0, name=None):
+    from . import language as nl
+    from .tracer import Predicate
+
+    flat, expr = lower.pattern_expr(dst, pattern, offset, channel_multiplier, "affine_select")
+    op = lower.VECTOR_OPS.get(nl.equal if cmp_op is None else cmp_op)
+    names = {v: k for k, v in lower.COMPARISONS.items()}
+    if op not in names:
+        raise NotSupported(f"affine_select(cmp_op={getattr(cmp_op, '__name__', cmp_op)})",
+                           "the comparisons equal, not_equal, less, less_equal, greater, "
+                           "greater_equal")
+    src = on_true_tile.reshape((on_true_tile.shape[0], flat.shape[1]))
+    lower.affine_select(Predicate(expr, names[op]), src, on_false_value, dst=flat)
+
+
+def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False,
+                         reverse1=False, name=None):
+    lower.scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0, reverse1,
+                               dst=dst)
+
+
+def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False,
+                       name=None):
+    lower.tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0, reverse1, dst=dst)
+
+
+def tensor_partition_reduce(dst, op, data, name=None):
+    lower.tensor_partition_reduce(op, data, dst=dst)
+
+
+def bn_stats(dst, data, name=None):
+    lower.bn_stats(data, dst=dst)
+
+
+def bn_aggr(dst, data, name=None):
+    lower.bn_aggr(data, dst=dst)
 
 
 def dma_copy(dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None, name=None):

@@ -95,6 +95,19 @@ def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
                      marks[0] if marks else 0)
 
 
+def shared_constant(constant, dtype=None, **kwargs) -> View:
+    """An HBM tensor holding ``constant`` (cast to ``dtype``), written into HBM before a
+    numeric launch runs."""
+    _no_options("shared_constant", kwargs)
+    t = current("shared_constant")
+    t.commit()
+    data = np.asarray(constant)
+    dt = isa_dtype(dtype if dtype is not None else data.dtype)
+    v = t.hbm("const", data.shape, dt)
+    t.constants.append((v.buf.hbm, data.astype(numpy_dtype(dt))))
+    return v
+
+
 def zeros(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
     return full(shape, 0.0, dtype, buffer=buffer, name=name, **kwargs)
 
@@ -187,6 +200,57 @@ def sequential_range(*args, **kwargs) -> range:
 
 def static_range(*args) -> range:
     return range(*(int(a) for a in args))
+
+
+class SpmdDim:
+    """A dimension of an SPMD launch grid made of factors (size, on cores), outermost first:
+    ``nl.nc(2)`` is one factor of two physical cores, ``nl.nc(2) * 2`` (``nl.spmd_dim(
+    nl.nc(2), 2)``) puts the core outermost (instances 0, 1 on core 0), ``2 * nl.nc(2)``
+    (``nl.spmd_dim(2, nl.nc(2))``) innermost (instances 0, 2 on core 0)."""
+
+    def __init__(self, factors):
+        self.factors = tuple(factors)
+
+    @staticmethod
+    def of(x) -> SpmdDim:
+        return x if isinstance(x, SpmdDim) else SpmdDim([(int(x), False)])
+
+    @property
+    def size(self) -> int:
+        return math.prod(n for n, _ in self.factors)
+
+    @property
+    def cores(self) -> int:
+        return math.prod(n for n, c in self.factors if c)
+
+    def core(self, index: int) -> int:
+        """The physical core of instance ``index`` along this dimension."""
+        core, scale = 0, 1
+        for n, on_cores in reversed(self.factors):
+            index, digit = divmod(index, n)
+            if on_cores:
+                core += digit * scale
+                scale *= n
+        return core
+
+    def __mul__(self, other):
+        return SpmdDim(self.factors + SpmdDim.of(other).factors)
+
+    def __rmul__(self, other):
+        return SpmdDim(SpmdDim.of(other).factors + self.factors)
+
+
+def nc(n) -> SpmdDim:
+    """A launch-grid dimension spread over ``n`` physical NeuronCores of a logical core."""
+    return SpmdDim([(int(n), True)])
+
+
+def spmd_dim(*dims) -> SpmdDim:
+    """A launch-grid dimension made of ``dims``, outermost first (numbers and ``nl.nc``)."""
+    out = SpmdDim(())
+    for d in dims:
+        out = out * d
+    return out
 
 
 def program_id(axis=0) -> int:
@@ -501,9 +565,9 @@ def add_into(dst: View, a: View, b) -> None:
     lower.tensor_scalar(a, np.add, float(b), dst=dst, call="+=")
 
 
-_SUPPORTED = ("ndarray zeros ones full zeros_like empty_like par_dim sbuf psum hbm "
+_SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par_dim sbuf psum hbm "
               "shared_hbm private_hbm arange mgrid ds affine_range sequential_range "
-              "static_range program_id num_programs program_ndim load load_transpose2d "
+              "static_range spmd_dim nc program_id num_programs program_ndim load load_transpose2d "
               "store copy matmul transpose add subtract multiply divide maximum minimum "
               "the comparisons bitwise_and/or/xor negative abs square exp log sqrt rsqrt "
               "tanh sigmoid relu gelu gelu_apprx_tanh silu softplus erf mish sin cos "

@@ -7,8 +7,12 @@ The target is ``platform_target=`` of the launch, else ``NEURON_PLATFORM_TARGET_
 (``gen nki --spec``), else trn1. Numeric launches write numpy inputs into HBM, fill outputs
 with NaN first (as NKI's simulator fills new buffers) and return the outputs as numpy arrays;
 ``benchmark`` runs timing only, and its ``benchmark_result.nc_latency`` gives trngen's
-predicted time at every percentile (it is one number, not a distribution). Every launch is
-recorded in :data:`SESSION` ``.launches``.
+predicted time at every percentile (it is one number, not a distribution); ``profile`` runs
+timing only and writes a Perfetto trace. A grid dimension made with ``nl.nc(n)`` /
+``nl.spmd_dim`` spreads its instances over the ``n`` physical cores of a logical core (the
+spec's LNC options say which chips have one): each core's instances are traced into their
+own program and run on their own core, sharing HBM; the launch takes the slowest. Every
+launch is recorded in :data:`SESSION` ``.launches``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -53,6 +58,7 @@ class Launch:
     matmul_dtypes: tuple[str, ...]
     compile_seconds: float
     run_seconds: float
+    cores: int = 1  # physical NeuronCores the grid ran on (nl.nc); result is the slowest
 
 
 @dataclass
@@ -65,6 +71,14 @@ class Session:
 
 #: The defaults of launches and their record (``gen nki`` sets and reads it).
 SESSION = Session()
+
+
+@functools.cache
+def _lnc(target: str) -> tuple[int, ...]:
+    """The logical-core sizes (NeuronCores per logical core) the target's spec offers."""
+    from specs.loader import load_document
+
+    return tuple(load_document(target).spec.lnc.options)
 
 
 @functools.cache
@@ -98,12 +112,15 @@ class Kernel:
         self.benchmark_result = None
 
     def __getitem__(self, grid) -> Kernel:
+        from .language import SpmdDim
+
         grid = grid if isinstance(grid, tuple) else (grid,)
         for g in grid:
-            if not isinstance(g, (int, np.integer)):
-                raise NotSupported(f"launch grid dimension {g!r} (nl.spmd_dim / nl.nc)",
-                                   "integer grids kernel[g0, g1, ...] on one NeuronCore")
-        return Kernel(self.func, self.mode, tuple(int(g) for g in grid), **self.options)
+            if not isinstance(g, (int, np.integer, SpmdDim)):
+                raise NotSupported(f"launch grid dimension {g!r}",
+                                   "integers, nl.nc(n) and nl.spmd_dim(...)")
+        return Kernel(self.func, self.mode, tuple(SpmdDim.of(g) for g in grid),
+                      **self.options)
 
     def __call__(self, *args, **kwargs):
         mode = self.mode
@@ -112,41 +129,80 @@ class Kernel:
                                "baremetal, simulation, benchmark)")
         if mode == "benchmark":
             return self.benchmark(*args, **kwargs)
+        if mode == "profile":
+            return self.profile(*args, **kwargs)
         return self.run(*args, **kwargs)
 
-    def trace(self, *args, platform_target=None, **kwargs):
-        """(tracer, inputs by name, returned value) of one trace of the kernel."""
-        target = _target(platform_target or self.options.get("platform_target"))
-        tracer = Tracer(params_for(target))
-        tracer.grid = self.grid
-        bound = inspect.signature(self.func).bind(*args, **kwargs)
-        call, inputs = {}, {}
-        with tracer:
-            for name, value in bound.arguments.items():
-                if _is_array(value):
-                    dt = value.isa if isinstance(value, TensorType) else isa_dtype(value.dtype)
-                    call[name] = tracer.hbm(name, value.shape, dt)
-                    inputs[name] = value
-                else:
-                    call[name] = value
-            out = None
-            for pid in (itertools.product(*(range(g) for g in self.grid)) if self.grid
-                        else [()]):
-                tracer.program_id = tuple(pid)
-                tracer._shared_next = 0
-                out = self.func(**call)
-        return tracer, target, call, inputs, out
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(d.size for d in self.grid)
 
-    def _launch(self, args, kwargs, timing_only: bool):
+    def trace(self, *args, platform_target=None, **kwargs):
+        """(tracer, target, kernel arguments, inputs by name, returned value) of one trace
+        of the kernel: every instance of its grid on one NeuronCore."""
+        tracers, target, calls, inputs, out = self._trace(args, kwargs, platform_target, 1)
+        return tracers[0], target, calls[0], inputs, out
+
+    def _trace(self, args, kwargs, platform_target, cores: int):
+        """A tracer per physical core (``cores``: those the grid's ``nl.nc`` spreads its
+        instances over), each tracing its instances in grid order."""
+        target = _target(platform_target or self.options.get("platform_target"))
+        bound = inspect.signature(self.func).bind(*args, **kwargs)
+        pids = list(itertools.product(*(range(g) for g in self.sizes))) if self.grid \
+            else [()]
+        tracers, calls, inputs, out = [], [], {}, None
+        for core in range(cores):
+            tracer = Tracer(params_for(target))
+            tracer.grid = self.sizes
+            call = {}
+            with tracer:
+                for name, value in bound.arguments.items():
+                    if _is_array(value):
+                        dt = value.isa if isinstance(value, TensorType) else \
+                            isa_dtype(value.dtype)
+                        call[name] = tracer.hbm(name, value.shape, dt)
+                        inputs[name] = value
+                    else:
+                        call[name] = value
+                for pid in pids:
+                    if cores > 1 and self._core(pid) != core:
+                        continue
+                    tracer.program_id = tuple(pid)
+                    tracer._shared_next = 0
+                    out = self.func(**call)
+            tracers.append(tracer)
+            calls.append(call)
+        return tracers, target, calls, inputs, out
+
+    def _core(self, pid) -> int:
+        """The physical core of grid instance ``pid``."""
+        core, scale = 0, 1
+        for d, i in zip(reversed(self.grid), reversed(pid), strict=True):
+            core += d.core(i) * scale
+            scale *= d.cores
+        return core
+
+    def _launch(self, args, kwargs, timing_only: bool, trace: bool = False):
         platform = kwargs.pop("platform_target", None)
         t0 = time.perf_counter()
-        tracer, target, call, inputs, out = self.trace(*args, platform_target=platform,
-                                                       **kwargs)
-        program = tracer.program()
+        cores = math.prod(d.cores for d in self.grid)
+        target = _target(platform or self.options.get("platform_target"))
+        if cores > 1 and cores > max(_lnc(target)):
+            raise NkiError(f"a launch grid over nl.nc({cores}) needs a logical core of "
+                           f"{cores} NeuronCores; {target} has LNC "
+                           f"{'/'.join(map(str, _lnc(target)))}")
+        tracers, target, calls, inputs, out = self._trace(args, kwargs, platform, cores)
+        programs = [t.program() for t in tracers]
+        program = programs[0]
+        for other in programs[1:]:
+            if {n: (x.offset, x.shape) for n, x in other.tensors.items()} != \
+                    {n: (x.offset, x.shape) for n, x in program.tensors.items()}:
+                raise NotSupported("an SPMD kernel whose instances on different cores make "
+                                   "different HBM tensors",
+                                   "instances that make the same shared_hbm tensors")
         t1 = time.perf_counter()
         timing_only = timing_only or SESSION.timing_only or \
             any(isinstance(v, TensorType) for v in inputs.values())
-        core = Core(tracer.params)
         hbm = None
         if not timing_only:
             hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
@@ -154,15 +210,24 @@ class Kernel:
                 if t.dtype in ("fp32", "bf16", "fp16"):
                     _put(hbm, t, np.full(t.shape, np.nan, numpy_dtype(t.dtype)))
             for name, value in inputs.items():
-                _put(hbm, call[name].buf.hbm, np.asarray(value))
-        result = core.run(program, timing_only=timing_only, trace=SESSION.trace, hbm=hbm)
+                _put(hbm, calls[0][name].buf.hbm, np.asarray(value))
+            for tracer in tracers:
+                for tensor, data in tracer.constants:
+                    _put(hbm, tensor, data)
+        # the cores run side by side on their own engines; the instances of an SPMD grid
+        # share no on-chip state, so running them one after the other gives their numerics
+        results = [Core(t.params).run(p, timing_only=timing_only,
+                                      trace=SESSION.trace or trace, hbm=hbm)
+                   for t, p in zip(tracers, programs, strict=True)]
+        slowest = max(range(cores), key=lambda i: results[i].time)
         t2 = time.perf_counter()
         code = self.func.__code__
+        tracer = tracers[slowest]
         SESSION.launches.append(Launch(
             self.func.__name__, f"{code.co_filename}:{code.co_firstlineno}", target,
-            "timing" if timing_only else "numeric", self.grid, len(program), result,
-            tracer.spaces["sbuf"].high, tracer.spaces["psum"].high,
-            tuple(sorted(tracer.matmul_dtypes)), t1 - t0, t2 - t1))
+            "timing" if timing_only else "numeric", self.sizes, len(programs[slowest]),
+            results[slowest], tracer.spaces["sbuf"].high, tracer.spaces["psum"].high,
+            tuple(sorted(tracer.matmul_dtypes)), t1 - t0, t2 - t1, cores))
         return _outputs(out, hbm)
 
     def run(self, *args, **kwargs):
@@ -174,6 +239,25 @@ class Kernel:
         self._launch(args, kwargs, True)
         self.benchmark_result = BenchmarkResult(
             Latency(SESSION.launches[-1].result.time * 1e6))
+        return None
+
+    def profile(self, *args, **kwargs):
+        """Trace and time, and write the run as a Chrome/Perfetto trace (JSON) into
+        ``working_directory`` (an absolute path, as NKI asks), named ``save_trace_name``
+        with its suffix ``.json`` (``profile.json`` by default); an existing file is kept
+        unless ``overwrite``. NKI's device profile (NEFF, NTFF) has no equivalent here."""
+        opts = self.options
+        where = opts.get("working_directory")
+        if not where or not os.path.isabs(str(where)):
+            raise NkiError(f"nki.profile needs an absolute working_directory, not {where!r}")
+        name = os.path.splitext(opts.get("save_trace_name") or "profile.ntff")[0] + ".json"
+        path = os.path.join(str(where), name)
+        if os.path.exists(path) and not opts.get("overwrite", False):
+            raise NkiError(f"{path} exists (nki.profile(overwrite=True) replaces it)")
+        self._launch(args, kwargs, True, trace=True)
+        os.makedirs(str(where), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(SESSION.launches[-1].result.trace_json())
         return None
 
 
@@ -256,9 +340,15 @@ def benchmark(kernel=None, *, warmup: int = 10, iters: int = 100, **kwargs):
     return Kernel(kernel, "benchmark")
 
 
-def profile(func=None, **kwargs):
-    raise NotSupported("nki.profile", "gen nki --trace FILE (a Perfetto trace of each "
-                                      "launch)")
+def profile(func=None, *, working_directory=None, save_neff_name=None, save_trace_name=None,
+            overwrite=False, profile_nth=1, additional_compile_opt=None, **kwargs):
+    """``@nki.profile(working_directory=..., save_trace_name=...)``: timing-only runs that
+    write a Perfetto trace of each (:meth:`Kernel.profile`)."""
+    opts = {"working_directory": working_directory, "save_trace_name": save_trace_name,
+            "overwrite": overwrite}
+    if func is None:
+        return lambda f: Kernel(f, "profile", **opts)
+    return Kernel(func, "profile", **opts)
 
 
 def parse_shapes(text: str) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -296,10 +386,12 @@ def run_file(path, kernel: str | None = None, shapes: dict | None = None, *,
 
     from . import installed
 
+    before = SESSION.target, SESSION.timing_only, SESSION.trace
     SESSION.target, SESSION.timing_only, SESSION.trace = target, timing_only, trace
     SESSION.launches = []
-    argv = sys.argv
+    argv, syspath = sys.argv, list(sys.path)
     sys.argv = [str(path)]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(str(path))))  # as `python FILE` does
     try:
         with installed():
             if kernel is None:
@@ -329,3 +421,5 @@ def run_file(path, kernel: str | None = None, shapes: dict | None = None, *,
             return SESSION.launches
     finally:
         sys.argv = argv
+        sys.path[:] = syspath
+        SESSION.target, SESSION.timing_only, SESSION.trace = before

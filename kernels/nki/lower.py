@@ -18,6 +18,7 @@ import numpy as np
 from hdl.core.isa import (
     Activation,
     DmaCopy,
+    Iota,
     LoadStationary,
     MultiplyMoving,
     TensorCopy,
@@ -29,10 +30,12 @@ from hdl.core.isa import (
 from hdl.vector.ops import Reduce, VectorOp
 
 from .errors import NkiError, NotSupported
-from .tracer import Mask, View, current, isa_dtype, promote
+from .tracer import Affine, Mask, Predicate, View, current, isa_dtype, promote
 
-__all__ = ["ACTIVATIONS", "VECTOR_OPS", "activation", "dma_copy", "memset", "nc_matmul",
-           "nc_transpose", "tensor_copy", "tensor_reduce", "tensor_scalar", "tensor_tensor"]
+__all__ = ["ACTIVATIONS", "VECTOR_OPS", "activation", "affine_select", "bn_aggr", "bn_stats",
+           "dma_copy", "iota", "memset", "nc_matmul", "nc_transpose", "scalar_tensor_tensor",
+           "tensor_copy", "tensor_partition_reduce", "tensor_reduce", "tensor_scalar",
+           "tensor_tensor", "tensor_tensor_scan"]
 
 #: ALU operators (NKI's ``nl.*`` and numpy's) -> the vector engine's; filled by
 #: :mod:`.language` with its own functions.
@@ -228,13 +231,18 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, dst=None,
 def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
                reduce_cmd=0, mask=None, dtype=None, dst=None, call: str = "activation"):
     """``op(data * scale + bias)`` on the scalar engine; with ``reduce_op`` add, the sum
-    along the free axis into ``reduce_res``."""
+    along the free axis into ``reduce_res``. A ``scale`` of one value per partition (a
+    tile: the ISA's scale is an immediate) is applied with the bias by a vector-engine
+    TensorScalar into fp32 first, the same multiply and add."""
     t = current(call)
     t.commit()
     x = _tile(data, call, "data").cut(mask)
     func = t.builder.function(_func(op, call))
-    if isinstance(scale, View):
-        raise NotSupported(f"a tile as the scale of '{call}'", "a number")
+    if isinstance(scale, View):  # the ISA's scale is an immediate: scale (and bias) first
+        pre = tensor_scalar(x, np.multiply, scale, op1=None if bias is None else np.add,
+                            operand1=bias, dtype=np.float32, call=call)
+        return activation(op, pre, reduce_op=reduce_op, reduce_res=reduce_res,
+                          reduce_cmd=reduce_cmd, dtype=dtype or x.dtype, dst=dst, call=call)
     b = None
     if bias is not None:
         b = _tile(bias, call, "bias").cut(mask)
@@ -286,17 +294,25 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
                   reverse1=False, *, dtype=None, mask=None, engine=None, dst=None,
                   call: str = "tensor_scalar"):
     """``(data op0 operand0) op1 operand1``, each operand a number or one value per
-    partition."""
+    partition; ``reverse0`` / ``reverse1`` put the operand first (a reversed comparison is
+    the opposite one, a reversed subtraction ``data * -1 + operand``)."""
     t = current(call)
     t.commit()
     x = _tile(data, call, "data").cut(mask)
     eng = _engine(engine, ("vector", "scalar", "gpsimd"), call)
     o0 = _op(op0, call)
     o1 = _op(op1, call) if op1 is not None else VectorOp.COPY
-    for rev, o in ((reverse0, o0), (reverse1, o1)):
-        if rev and o not in COMMUTATIVE:
-            raise NotSupported(f"reverse of the non-commutative {o.name.lower()} in '{call}'",
-                               "reverse0/reverse1 of commutative operators")
+    if reverse0 and o0 == VectorOp.SUBTRACT:  # operand0 - data = data * -1 + operand0
+        if op1 is None:
+            return tensor_scalar(data, np.multiply, -1.0, op1=np.add, operand1=operand0,
+                                 dtype=dtype, mask=mask, engine=engine, dst=dst, call=call)
+        first = tensor_scalar(data, np.multiply, -1.0, op1=np.add, operand1=operand0,
+                              dtype=np.float32, mask=mask, engine=engine, call=call)
+        return tensor_scalar(first, op1, operand1, reverse1, dtype=dtype, engine=engine,
+                             dst=dst, call=call)
+    o0 = _reversed(o0, call) if reverse0 else o0
+    if reverse1 and o1 != VectorOp.COPY:
+        o1 = _reversed(o1, call)
     a0, i0, v0 = _scalar_operand(t, operand0, x, call, "operand0")
     a1, i1, v1 = (_scalar_operand(t, operand1, x, call, "operand1") if op1 is not None
                   else (None, 0.0, None))
@@ -430,3 +446,345 @@ def dma_copy(dst: View, src: View, *, mask=None, call: str = "dma_copy") -> None
             t.ap(v, call, name, ("hbm", "sbuf"))
     a, b = t.dma_aps(d, s, call)
     t.emit(t.dma_queue(), DmaCopy(dst=a, src=b), reads=[(s, b)], writes=[(d, a)])
+
+
+# --- calls the ISA has no single instruction for ------------------------------------------
+
+COMPARISONS = {"<": VectorOp.LESS, "<=": VectorOp.LESS_EQUAL, ">": VectorOp.GREATER,
+        ">=": VectorOp.GREATER_EQUAL, "==": VectorOp.IS_EQUAL, "!=": VectorOp.NOT_EQUAL}
+#: ``a op b`` = ``b op' a``: the reverse of each ALU operator that has one.
+_REVERSED = {VectorOp.LESS: VectorOp.GREATER, VectorOp.GREATER: VectorOp.LESS,
+             VectorOp.LESS_EQUAL: VectorOp.GREATER_EQUAL,
+             VectorOp.GREATER_EQUAL: VectorOp.LESS_EQUAL}
+_INF = float("inf")
+
+
+def _shape_of(expr: Affine, call: str) -> tuple[int, ...]:
+    if expr.ndim < 2:
+        raise NotSupported(f"'{call}' of a one-dimensional expression",
+                           "expressions over nl.arange(n)[:, None] / [None, :] or nl.mgrid")
+    return tuple(expr.sizes.get(a, 1) for a in range(expr.ndim))
+
+
+def _iota_into(t, expr: Affine, out: View, call: str) -> None:
+    """``out[p, f...] = expr`` (partition ``p`` axis 0, the free axes row-major): one Iota
+    on GpSimd."""
+    shape = out.shape
+    step = expr.coef.get(out.ndim - 1, 0) if out.ndim > 1 else 0
+    inner = 1
+    for axis in range(out.ndim - 1, 0, -1):  # a flat free index: coefficients row-major
+        if expr.coef.get(axis, 0) != step * inner:
+            raise NotSupported(f"'{call}' of an expression whose free-axis coefficients are "
+                               f"not row-major", "expressions base + a * p + b * f")
+        inner *= shape[axis]
+    if any(a >= out.ndim for a in expr.coef):
+        raise NkiError(f"'{call}': an expression of {expr.ndim} axes for a tile "
+                       f"{list(shape)}")
+    ap = t.ap(out, call, "dst", ("sbuf",))
+    t.emit("gpsimd", Iota(dst=ap, base=expr.const, pstep=expr.coef.get(0, 0), step=step),
+           writes=[(out, ap)])
+
+
+def pattern_expr(dst: View, pattern, offset: int, channel_multiplier: int,
+                 call: str) -> tuple[View, Affine]:
+    """NKI 0.2's ``pattern`` ([[step, num], ...] outermost first), ``offset`` and
+    ``channel_multiplier`` as an affine expression over ``dst`` viewed as [P, F] (the
+    pattern's free elements row-major, one step per element as the Iota instruction has)."""
+    p = dst.shape[0]
+    f = math.prod(dst.shape[1:]) if dst.ndim > 1 else 1
+    dims = [(int(st), int(nm)) for st, nm in pattern]
+    if math.prod(nm for _, nm in dims) != f:
+        raise NkiError(f"'{call}': the pattern's {math.prod(nm for _, nm in dims)} elements "
+                       f"and the {f} per partition of dst {list(dst.shape)} differ")
+    step = dims[-1][0] if dims else 0
+    inner = 1
+    for st, nm in reversed(dims):
+        if nm > 1 and st != step * inner:
+            raise NotSupported(f"'{call}' with the pattern {pattern}",
+                               "patterns whose steps are row-major multiples of the "
+                               "innermost step")
+        inner *= nm
+    flat = dst.reshape((p, f))
+    return flat, Affine(2, {0: p, 1: f}, {0: int(channel_multiplier), 1: step}, int(offset))
+
+
+def iota(expr, dtype, *, mask=None, dst=None, call: str = "iota"):
+    """A tile of the values of an affine ``nl.arange`` expression (partition index on axis
+    0): one Iota on GpSimd, computed in 32-bit integers and written as ``dtype``."""
+    t = current(call)
+    t.commit()
+    e = Affine.of(expr)
+    shape = _shape_of(e, call)
+    out_dt = isa_dtype(dtype)
+
+    def make(out: View, _):
+        _iota_into(t, e, out, call)
+
+    return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", mask, dst)
+
+
+def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, dst=None,
+                  call: str = "affine_select"):
+    """``pred ? on_true_tile : on_false_value`` for an affine predicate, on GpSimd. The ISA
+    has no select: the predicate's expression is an Iota, its comparison with 0 a flag
+    ``f``; ``s = (2f - 1) * inf`` (+inf where true, -inf where false);
+    ``hi = max(s, v)``, ``lo = min(-s, v)``; the result ``min(max(x, lo), hi)``, which is
+    ``x`` where the predicate holds and ``v`` where not, bit for bit, except that a NaN of
+    ``x`` stays NaN where it is masked out. Seven instructions where the chip's select is
+    one (150 + N GpSimd cycles documented)."""
+    t = current(call)
+    t.commit()
+    if isinstance(pred, Mask) and pred.predicate is not None:
+        pred = pred.predicate
+    if not isinstance(pred, Predicate):
+        raise NotSupported(f"the predicate {pred!r} of '{call}'",
+                           "one comparison of an affine nl.arange/nl.mgrid expression, such "
+                           "as iy < ix")
+    x = _tile(on_true_tile, call, "on_true_tile").cut(mask)
+    v = float(on_false_value)
+    if v != v:
+        raise NotSupported(f"'{call}' with a NaN on_false_value", "numbers and infinities")
+    x_ap = t.ap(x, call, "on_true_tile", ("sbuf",))
+    want = _shape_of(pred.expr, call)
+    if len(want) != x.ndim or any(w not in (1, s) for w, s in zip(want, x.shape,
+                                                                  strict=False)):
+        raise NkiError(f"'{call}': the predicate's shape {list(want)} and on_true_tile's "
+                       f"{list(x.shape)} differ")
+    out_dt = isa_dtype(dtype) if dtype is not None else x.dt
+    cmp = COMPARISONS[pred.op]
+
+    def make(out: View, _):
+        out_ap = t.ap(out, call, "dst", ("sbuf",))
+        f = _out(t, x.shape, "fp32")
+        _iota_into(t, pred.expr, f, call)
+        f_ap = t.ap(f, call, "dst")
+        s = _out(t, x.shape, "fp32")
+        s_ap = t.ap(s, call, "dst")
+        t.emit("gpsimd", TensorScalar(dst=s_ap, src=f_ap, op0=cmp, imm0=0.0,
+                                      op1=VectorOp.MULTIPLY, imm1=2.0),
+               reads=[(f, f_ap)], writes=[(s, s_ap)])
+        t.emit("gpsimd", TensorScalar(dst=s_ap, src=s_ap, op0=VectorOp.SUBTRACT, imm0=1.0,
+                                      op1=VectorOp.MULTIPLY, imm1=_INF),
+               reads=[(s, s_ap)], writes=[(s, s_ap)])
+        src, src_view = x_ap, x
+        if v != -_INF:  # max(x, lo): lo = min(-s, v)
+            lo = _out(t, x.shape, "fp32")
+            lo_ap = t.ap(lo, call, "dst")
+            t.emit("gpsimd", TensorScalar(dst=lo_ap, src=s_ap, op0=VectorOp.MULTIPLY,
+                                          imm0=-1.0, op1=VectorOp.MIN, imm1=v),
+                   reads=[(s, s_ap)], writes=[(lo, lo_ap)])
+            m = _out(t, x.shape, "fp32") if v != _INF else out
+            m_ap = t.ap(m, call, "dst")
+            t.emit("gpsimd", TensorTensor(dst=m_ap, a=src, b=lo_ap, op=VectorOp.MAX),
+                   reads=[(src_view, src), (lo, lo_ap)], writes=[(m, m_ap)])
+            if v == _INF:
+                return
+            src, src_view = m_ap, m
+        hi_ap = s_ap  # min(., hi): hi = max(s, v)
+        t.emit("gpsimd", TensorScalar(dst=hi_ap, src=s_ap, op0=VectorOp.MAX, imm0=v),
+               reads=[(s, s_ap)], writes=[(s, s_ap)])
+        t.emit("gpsimd", TensorTensor(dst=out_ap, a=src, b=hi_ap, op=VectorOp.MIN),
+               reads=[(src_view, src), (s, hi_ap)], writes=[(out, out_ap)])
+
+    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", None, dst)
+
+
+def _reversed(op: VectorOp, call: str) -> VectorOp:
+    if op in COMMUTATIVE:
+        return op
+    if op in _REVERSED:
+        return _REVERSED[op]
+    raise NotSupported(f"reverse of {op.name.lower()} in '{call}'",
+                       "reverse0/reverse1 of commutative operators, subtract and the "
+                       "comparisons")
+
+
+def scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
+                         *, dtype=None, mask=None, dst=None, call: str = "scalar_tensor_tensor"):
+    """``(data op0 operand0) op1 operand1``, ``operand0`` a number or one value per
+    partition, ``operand1`` a tile of ``data``'s shape. The ISA has no three-operand
+    instruction: a TensorScalar into an fp32 tile, then a TensorTensor, on the vector
+    engine; the intermediate is fp32, as the engine's own arithmetic is, so the numerics are
+    the fused instruction's (its cost twice one instruction's start-up)."""
+    t = current(call)
+    t.commit()
+    o0, o1 = _op(op0, call), _op(op1, call)
+    if reverse0 and o0 == VectorOp.SUBTRACT:  # operand0 - data = data * -1 + operand0
+        tmp = tensor_scalar(data, np.multiply, -1.0, op1=np.add, operand1=operand0,
+                            dtype=np.float32, mask=mask, call=call)
+    else:
+        tmp = tensor_scalar(data, _NP_OF[_reversed(o0, call) if reverse0 else o0],
+                            operand0, dtype=np.float32, mask=mask, call=call)
+    b = _tile(operand1, call, "operand1").cut(mask)
+    a_, b_ = (b, tmp) if reverse1 else (tmp, b)
+    out_dt = isa_dtype(dtype) if dtype is not None else _tile(data, call, "data").dt
+    return tensor_tensor(a_, b_, _NP_OF[o1], dtype=out_dt, dst=dst, call=call)
+
+
+def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *,
+                       dtype=None, mask=None, dst=None, call: str = "tensor_tensor_scan"):
+    """``r[:, i] = op1(op0(data0[:, i], r[:, i - 1]), data1[:, i])``, ``r[:, -1]`` =
+    ``initial`` (a number or one value per partition), in fp32 as the engine computes. The
+    ISA has no scan: one TensorScalar per column on the vector engine (``data0``'s column
+    the source, the previous column of ``r`` and ``data1``'s column the per-partition
+    operands), into an fp32 tile cast to ``dtype`` at the end. The numerics are the
+    documented ones; the time is N instructions' where the chip takes max(MIN_II, 2N)
+    cycles."""
+    t = current(call)
+    t.commit()
+    a = _tile(data0, call, "data0").cut(mask)
+    b = _tile(data1, call, "data1").cut(mask)
+    _same_partitions(a, b, call, "data0", "data1")
+    if a.ndim != 2 or a.shape != b.shape:
+        raise NotSupported(f"'{call}' of shapes {list(a.shape)} and {list(b.shape)}",
+                           "two 2-dimensional tiles of one shape")
+    o0, o1 = _op(op0, call), _op(op1, call)
+    if reverse1 and o1 not in COMMUTATIVE:
+        raise NotSupported(f"reverse1 of {o1.name.lower()} in '{call}'",
+                           "reverse1 of commutative operators")
+    p, n = a.shape
+    out_dt = isa_dtype(dtype) if dtype is not None else promote(a.dt, b.dt)
+
+    def make(out: View, _):
+        acc = out if out.dt == "fp32" else _out(t, (p, n), "fp32")
+        if isinstance(initial, View):
+            _same_partitions(a, initial, call, "data0", "initial")
+            prev = initial
+        else:
+            prev = _out(t, (p, 1), "fp32")
+            t.memset(prev, float(initial), "vector", call)
+        for i in range(n):
+            col = acc[:, i:i + 1]
+            d0, d1 = a[:, i:i + 1], b[:, i:i + 1]
+            src, opd = (prev, d0) if reverse0 else (d0, prev)
+            s_ap, o_ap = t.ap(src, call, "data0"), t.ap(opd, call, "initial")
+            d1_ap, c_ap = t.ap(d1, call, "data1"), t.ap(col, call, "dst")
+            t.emit("vector", TensorScalar(dst=c_ap, src=s_ap, op0=o0, operand0=o_ap, op1=o1,
+                                          operand1=d1_ap),
+                   reads=[(src, s_ap), (opd, o_ap), (d1, d1_ap)], writes=[(col, c_ap)])
+            prev = col
+        if acc is not out:
+            tensor_copy(acc, dst=out, call=call)
+
+    return _finish(t, lambda: _out(t, (p, n), out_dt), make, "compute", None, dst)
+
+
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None, dst=None,
+                            call: str = "tensor_partition_reduce"):
+    """The sum, maximum or minimum across the partitions of ``data``, one partition out.
+    The ISA reduces along free axes only: each block of up to 128 free elements goes
+    through the tensor engine's transpose (bit for bit) into PSUM, is reduced along its
+    free axis on the vector engine in fp32 (sum in partition order), and the column is
+    transposed back; the last transposes write the result."""
+    t = current(call)
+    t.commit()
+    x = _tile(data, call, "data").cut(mask)
+    o = _op(op, call)
+    if o not in (VectorOp.ADD, VectorOp.MAX, VectorOp.MIN):
+        raise NotSupported(f"reduction {o.name.lower()} in '{call}'", "add, max and min")
+    p = x.shape[0]
+    f = math.prod(x.shape[1:]) if x.ndim > 1 else 1
+    flat = x.reshape((p, f))
+    out_dt = isa_dtype(dtype) if dtype is not None else x.dt
+    cols = t.params.cols
+
+    def make(out: View, _):
+        o2 = out.reshape((1, f))
+        for c0 in range(0, f, cols):
+            fc = min(cols, f - c0)
+            xt = nc_transpose(flat[:, c0:c0 + fc], call=call)
+            r = tensor_reduce(_NP_OF[o], xt, 1, dtype=np.float32, keepdims=True, call=call)
+            rt = nc_transpose(r, call=call)
+            tensor_copy(rt, dst=o2[:, c0:c0 + fc], call=call)
+
+    return _finish(t, lambda: _out(t, (1,) + x.shape[1:], out_dt), make, "compute", None,
+                   dst)
+
+
+def bn_stats(data, *, mask=None, dtype=None, dst=None, call: str = "bn_stats"):
+    """Per partition (count, mean, variance * count) of the even elements of ``data``, then
+    of the odd ones (at most ``bn_stats_fmax`` elements), in fp32. The ISA has no such
+    instruction: on the vector engine, a memset of the counts, a sum scaled by 1 / count
+    for each mean, and the sum of squares of the deviations from it (a TensorScalar and a
+    squaring TensorReduce) for each variance * count."""
+    t = current(call)
+    t.commit()
+    x = _tile(data, call, "data").cut(mask)
+    if x.ndim != 2:
+        raise NotSupported(f"'{call}' of a {x.ndim}-dimensional tile", "[P, F] tiles")
+    p, n = x.shape
+    limit = 512
+    if n > limit:
+        raise NkiError(f"size of dimension 1 in 'data{list(x.shape)}' of '{call}' exceed "
+                       f"architecture limitation of {limit}",
+                       "err_size_of_dimension_exceed_arch_limit")
+    out_dt = isa_dtype(dtype) if dtype is not None else x.dt
+
+    def make(out: View, _):
+        s = out if out.dt == "fp32" else _out(t, (p, 6), "fp32")
+        for h in (0, 1):
+            count = (n - h + 1) // 2
+            t.memset(s[:, 3 * h:3 * h + 1], float(count), "vector", call)
+            if count == 0:
+                t.memset(s[:, 3 * h + 1:3 * h + 3], 0.0, "vector", call)
+                continue
+            part = x[:, h::2]
+            total = tensor_reduce(np.add, part, 1, dtype=np.float32, keepdims=True,
+                                  call=call)
+            mean = s[:, 3 * h + 1:3 * h + 2]
+            tensor_scalar(total, np.multiply, 1.0 / count, dst=mean, call=call)
+            dev = tensor_scalar(part, np.subtract, mean, dtype=np.float32, call=call)
+            _square_sum(t, dev, s[:, 3 * h + 2:3 * h + 3], call)
+        if s is not out:
+            tensor_copy(s, dst=out, call=call)
+
+    return _finish(t, lambda: _out(t, (p, 6), out_dt), make, "compute", None, dst)
+
+
+def _square_sum(t, x: View, dst: View, call: str) -> None:
+    t.commit()
+    x_ap, d_ap = t.ap(x, call, "data"), t.ap(dst, call, "dst")
+    t.emit("vector", TensorReduce(dst=d_ap, src=x_ap, reduce=Reduce.SUM, op=VectorOp.SQUARE),
+           reads=[(x, x_ap)], writes=[(dst, d_ap)])
+
+
+def bn_aggr(data, *, mask=None, dtype=None, dst=None, call: str = "bn_aggr"):
+    """The mean and variance per partition of the (count, mean, variance * count) triples
+    of ``data`` (``bn_stats`` outputs side by side), in fp32: ``N = sum(c)``,
+    ``mean = sum(c * m) / N``, ``var = (sum(v) + sum(c * (m - mean)^2)) / N``. The ISA has
+    no such instruction: vector-engine sums and products, and 1 / N from the scalar
+    engine's reciprocal function (whose accuracy bounds the result's)."""
+    t = current(call)
+    t.commit()
+    x = _tile(data, call, "data").cut(mask)
+    if x.ndim != 2 or x.shape[1] % 3:
+        raise NkiError(f"'{call}': data {list(x.shape)} must hold (count, mean, variance * "
+                       f"count) triples: [P, 3k]")
+    p = x.shape[0]
+    out_dt = isa_dtype(dtype) if dtype is not None else x.dt
+    c, m, v = x[:, 0::3], x[:, 1::3], x[:, 2::3]
+
+    def make(out: View, _):
+        n = tensor_reduce(np.add, c, 1, dtype=np.float32, keepdims=True, call=call)
+        rn = activation("reciprocal", n, dtype=np.float32, call=call)
+        cm = tensor_tensor(c, m, np.multiply, dtype=np.float32, call=call)
+        s1 = tensor_reduce(np.add, cm, 1, dtype=np.float32, keepdims=True, call=call)
+        mean = tensor_scalar(s1, np.multiply, rn, dtype=np.float32, call=call)
+        dev = tensor_scalar(m, np.subtract, mean, dtype=np.float32, call=call)
+        sq = tensor_tensor(dev, dev, np.multiply, dtype=np.float32, call=call)
+        w = tensor_tensor(sq, c, np.multiply, dtype=np.float32, call=call)
+        w2 = tensor_tensor(w, v, np.add, dtype=np.float32, call=call)
+        s2 = tensor_reduce(np.add, w2, 1, dtype=np.float32, keepdims=True, call=call)
+        tensor_copy(mean, dst=out[:, 0:1], call=call)
+        tensor_scalar(s2, np.multiply, rn, dst=out[:, 1:2], call=call)
+
+    return _finish(t, lambda: _out(t, (p, 2), out_dt), make, "compute", None, dst)
+
+
+_NP_OF = {VectorOp.ADD: np.add, VectorOp.SUBTRACT: np.subtract,
+          VectorOp.MULTIPLY: np.multiply, VectorOp.MAX: np.maximum,
+          VectorOp.MIN: np.minimum, VectorOp.IS_EQUAL: np.equal,
+          VectorOp.NOT_EQUAL: np.not_equal, VectorOp.GREATER: np.greater,
+          VectorOp.GREATER_EQUAL: np.greater_equal, VectorOp.LESS: np.less,
+          VectorOp.LESS_EQUAL: np.less_equal, VectorOp.BITWISE_AND: np.bitwise_and,
+          VectorOp.BITWISE_OR: np.bitwise_or, VectorOp.BITWISE_XOR: np.bitwise_xor}

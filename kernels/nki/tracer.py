@@ -5,13 +5,15 @@
   and the others in elements. Indexing by integers, slices, ``nl.ds`` and index expressions
   (:class:`Index`, from ``nl.arange`` and ``nl.mgrid``) gives views; bounds are checked when
   an instruction uses the view, after its ``mask=`` has cut it (:class:`Mask`).
-* **Allocation.** On-chip tensors live while the kernel holds them (CPython's reference
-  count): SBUF and PSUM are next-fit free lists, so a tile allocated in each iteration of a
-  loop lands on fresh space while there is room and iterations overlap (double buffering
-  falls out); PSUM tiles never cross a bank.
+* **Allocation.** On-chip tensors are traced at offset 0 of their own buffer; once the
+  kernel has run, :meth:`Tracer.allocate` places them by the program's liveness (a buffer
+  lives from the first to the last instruction that touches it), next-fit in the order of
+  first use, so that the tiles of successive loop iterations land on fresh space while
+  there is room and iterations overlap (double buffering falls out); PSUM tiles never
+  cross a bank. A tensor Python still holds after its last use takes no space.
 * **Dependencies.** Every access records its footprint on its buffer; a read waits for the
   writes it overlaps (RAW), a write for the reads and writes it overlaps (WAR, WAW), and a
-  buffer allocated over freed space for the accesses of the tensors that held it. At the end,
+  write into space that dead tensors held for their last accesses. At the end,
   :meth:`Tracer.program` replays the instructions in order through
   :class:`~kernels.builder.Builder`: a wait before each instruction for every other stream it
   depends on, a signal after each instruction another stream waits for.
@@ -25,7 +27,8 @@ from __future__ import annotations
 import math
 import sys
 from bisect import bisect_left, insort
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from heapq import heappop, heappush
 
 import numpy as np
 
@@ -34,10 +37,10 @@ from hdl.core.params import CoreParams
 from hdl.numerics.dtypes import ML_DTYPES
 from kernels.builder import SBUF_ALIGN, Builder
 
-from .errors import NkiError, NotSupported
+from .errors import NkiError, NotSupported, kernel_line
 
-__all__ = ["TF32", "Buffer", "Index", "Mask", "Tracer", "View", "current", "isa_dtype",
-           "numpy_dtype"]
+__all__ = ["TF32", "Affine", "Buffer", "Index", "Mask", "Predicate", "Tracer", "View",
+           "current", "isa_dtype", "numpy_dtype"]
 
 #: NKI's ``tfloat32`` (a four-byte void type, as NKI spells it).
 TF32 = np.dtype("V4")
@@ -101,17 +104,18 @@ class Index:
         return Index(axis, len(key), self.size, self.start, self.step)
 
     def __add__(self, other):
+        if isinstance(other, Affine):
+            return other + self
         if isinstance(other, Index):
             if other.axis == self.axis and other.size == self.size:
                 return self._like(self.start + other.start, self.step + other.step)
-            raise NotSupported("an index expression over two axes (such as i_p * 512 + i_f)",
-                               "affine expressions a * i + b of one nl.arange/nl.mgrid axis")
+            return Affine.of(self) + other
         return self._like(self.start + _int(other), self.step)
 
     __radd__ = __add__
 
     def __sub__(self, other):
-        return self + (-other if not isinstance(other, Index) else other * -1)
+        return self + (other * -1 if isinstance(other, (Index, Affine)) else -other)
 
     def __rsub__(self, other):
         return self * -1 + other
@@ -128,7 +132,9 @@ class Index:
     def __neg__(self):
         return self * -1
 
-    def _bound(self, op: str, value) -> Mask:
+    def _bound(self, op: str, value) -> Mask | Predicate:
+        if isinstance(value, (Index, Affine)):
+            return Predicate(self - value, op)
         v = _int(value)
         # t such that start + step * t  op  v, as a half-open range of t
         lo, hi = 0, self.size
@@ -147,7 +153,9 @@ class Index:
             lo = max(lo, (v - b) // s + 1)
         else:
             lo = max(lo, -(-(v - b) // s))
-        return Mask({self.axis: (max(lo, 0), max(min(hi, self.size), 0))})
+        mask = Mask({self.axis: (max(lo, 0), max(min(hi, self.size), 0))})
+        mask.predicate = Predicate(self - v, op)
+        return mask
 
     def __lt__(self, v):
         return self._bound("<", v)
@@ -165,14 +173,105 @@ class Index:
         return f"Index(axis={self.axis}, {self.start} + {self.step} * [0, {self.size}))"
 
 
+class Affine:
+    """``const + sum(coef[a] * t_a)`` over the axes ``a`` of an ``ndim``-dimensional
+    iteration space (``sizes[a]`` positions each): an ``nl.arange`` / ``nl.mgrid``
+    expression over more than one axis, as ``nisa.iota`` and ``nisa.affine_select`` take."""
+
+    __slots__ = ("ndim", "sizes", "coef", "const")
+
+    def __init__(self, ndim: int, sizes: dict, coef: dict, const: int):
+        self.ndim, self.sizes, self.coef, self.const = ndim, sizes, coef, const
+
+    @staticmethod
+    def of(x) -> Affine:
+        if isinstance(x, Affine):
+            return x
+        if isinstance(x, Index):
+            return Affine(x.ndim, {x.axis: x.size}, {x.axis: x.step}, x.start)
+        return Affine(0, {}, {}, _int(x))
+
+    def __add__(self, other):
+        o = Affine.of(other)
+        sizes, coef = dict(self.sizes), dict(self.coef)
+        for axis, size in o.sizes.items():
+            if sizes.get(axis, size) != size:
+                raise NotSupported("an index expression over one axis of two sizes",
+                                   "expressions over the axes of one nl.mgrid")
+            sizes[axis] = size
+            coef[axis] = coef.get(axis, 0) + o.coef[axis]
+        return Affine(max(self.ndim, o.ndim), sizes, coef, self.const + o.const)
+
+    __radd__ = __add__
+
+    def __mul__(self, other):
+        c = _int(other)
+        return Affine(self.ndim, self.sizes, {a: k * c for a, k in self.coef.items()},
+                      self.const * c)
+
+    __rmul__ = __mul__
+
+    def __neg__(self):
+        return self * -1
+
+    def __sub__(self, other):
+        return self + Affine.of(other) * -1
+
+    def __rsub__(self, other):
+        return self * -1 + other
+
+    def __lt__(self, v):
+        return Predicate(self - v, "<")
+
+    def __le__(self, v):
+        return Predicate(self - v, "<=")
+
+    def __gt__(self, v):
+        return Predicate(self - v, ">")
+
+    def __ge__(self, v):
+        return Predicate(self - v, ">=")
+
+    def __repr__(self):
+        terms = " + ".join(f"{c} * t{a}" for a, c in sorted(self.coef.items()))
+        return f"Affine({self.const} + {terms})"
+
+    def __getitem__(self, key):
+        raise NotSupported("a subscript of an index expression over two axes",
+                           "nl.arange(n)[:, None] + nl.arange(m)[None, :]")
+
+
+class Predicate:
+    """``expr op 0`` for an affine ``expr`` (:class:`Affine` or :class:`Index`): the
+    predicate of ``nisa.affine_select``."""
+
+    __slots__ = ("expr", "op")
+
+    def __init__(self, expr, op: str):
+        self.expr, self.op = Affine.of(expr), op
+
+    def __bool__(self):
+        raise NkiError("the truth value of an index comparison is ambiguous: control flow "
+                       "cannot depend on an nl.arange", "err_control_flow_condition_"
+                                                         "depending_on_arange")
+
+    def __and__(self, other):
+        raise NotSupported("a predicate of two comparisons joined by &",
+                           "one comparison of an affine expression")
+
+    __rand__ = __and__
+
+
 class Mask:
     """An affine ``mask=``: per axis of the instruction's iteration space, the range
-    ``[lo, hi)`` of positions it keeps; ``&`` intersects."""
+    ``[lo, hi)`` of positions it keeps; ``&`` intersects. A single comparison keeps its
+    :class:`Predicate` too."""
 
-    __slots__ = ("ranges",)
+    __slots__ = ("ranges", "predicate")
 
     def __init__(self, ranges: dict[int, tuple[int, int]]):
         self.ranges = ranges
+        self.predicate = None
 
     def __and__(self, other):
         if not isinstance(other, Mask):
@@ -218,13 +317,18 @@ class DSlice:
 # --- buffers, footprints, dependencies ----------------------------------------------------
 
 class _Node:
-    __slots__ = ("stream", "ins", "deps", "signal", "event", "index")
+    """An instruction of the trace: its stream, the instructions of other streams it
+    waits for (``deps``) and the operands that :meth:`Tracer.program` moves to their
+    buffers' offsets (``moved``: (field, buffer) pairs)."""
+
+    __slots__ = ("stream", "ins", "deps", "signal", "event", "index", "moved")
 
     def __init__(self, stream, ins, index):
         self.stream, self.ins, self.index = stream, ins, index
         self.deps = ()
         self.signal = False
         self.event = None
+        self.moved = ()
 
 
 class _Record:
@@ -246,6 +350,17 @@ def _latest(nodes) -> dict:
         if have is None or have.index < n.index:
             out[n.stream] = n
     return out
+
+
+def _wait_for(node: _Node, held) -> None:
+    """Make ``node`` wait for the nodes ``held`` too (the latest of each other stream)."""
+    deps = {d.stream: d for d in node.deps}
+    for h in held:
+        if h.stream != node.stream:
+            have = deps.get(h.stream)
+            if have is None or have.index < h.index:
+                deps[h.stream] = h
+    node.deps = tuple(deps.values())
 
 
 def footprint(ap: AP) -> tuple:
@@ -314,24 +429,25 @@ def _contains(a, b, hbm: bool) -> bool:
 
 class Buffer:
     """Memory of one NKI tensor: HBM bytes from ``offset``, or on chip ``nbytes`` per
-    partition from ``offset`` in every partition. Freed (its space and the footprints of its
-    accesses handed to the allocator) when the last view of it goes."""
+    partition in every partition. An on-chip buffer's accesses are traced against offset 0;
+    :meth:`Tracer.allocate` gives it its offset once the program is known, from the first
+    to the last instruction that touches it (a buffer no instruction touches takes no
+    space). ``where`` is the kernel line that made it."""
 
-    def __init__(self, tracer: Tracer | None, space: str, name: str, offset: int,
-                 nbytes: int, hbm=None):
-        self.tracer, self.space, self.name = tracer, space, name
+    __slots__ = ("space", "name", "offset", "nbytes", "hbm", "writes", "reads", "zero",
+                 "where", "what", "first", "last", "latest", "written")
+
+    def __init__(self, space: str, name: str, offset: int, nbytes: int, hbm=None,
+                 where: str = "", what: str = ""):
+        self.space, self.name = space, name
         self.offset, self.nbytes, self.hbm = offset, nbytes, hbm
         self.writes: list[_Record] = []
         self.reads: list[_Record] = []
         self.zero = False  # PSUM zeros not yet written (the first matmul overwrites)
-        self.cursor = 0  # the allocator's next-fit position before this buffer
-        self.unused = False  # a pending result written elsewhere: it gives its space back
-
-    def __del__(self):
-        tracer = self.tracer
-        if tracer is not None and self.space != "hbm":
-            self.tracer = None
-            tracer._release(self)
+        self.where, self.what = where, what
+        self.first = self.last = -1  # the first and last instruction that touch it
+        self.latest: dict = {}  # the latest of those instructions of each stream
+        self.written: list = []  # (instruction, footprint) of its writes, in order
 
 
 _P, _F = True, False
@@ -427,6 +543,10 @@ class View:
                     checks.append([len(out), start, step, size, d, self.buf.name])
                 out.append((n, stride * step, is_p))
                 continue
+            if isinstance(k, Affine):
+                raise NotSupported("an index expression over two axes (such as "
+                                   "i_p * 512 + i_f)", "affine expressions a * i + b of one "
+                                   "nl.arange/nl.mgrid axis per tensor dimension")
             i = _int(k)
             if i < 0:
                 i += size
@@ -704,6 +824,8 @@ class Tracer:
         self.spaces = {"sbuf": _Space(params.sbuf_bytes, SBUF_ALIGN),
                        "psum": _Space(params.psum_bytes, PSUM_ALIGN, params.psum_bank_bytes)}
         #: freed ranges and the accesses that used them: (start, end, order, nodes), sorted
+        self.on_chip_buffers: list[Buffer] = []  # in order of creation
+        self._allocated = False
         self.retired: dict[str, list[tuple]] = {"sbuf": [], "psum": []}
         self._widest = {"sbuf": 0, "psum": 0}
         self._retired = 0
@@ -713,6 +835,7 @@ class Tracer:
         self.program_id: tuple[int, ...] = ()
         self.grid: tuple[int, ...] = ()
         self.shared: list[View] = []  # shared_hbm tensors, by order of creation
+        self.constants: list[tuple] = []  # (HBM tensor, data) of nl.shared_constant
         self._shared_next = 0
         self.matmul_dtypes: set[str] = set()
 
@@ -740,7 +863,7 @@ class Tracer:
                 self._shared_next += 1
                 return v
         t = self.builder.hbm(self._name(name), shape, dt)
-        buf = Buffer(None, "hbm", t.name, t.offset, t.nbytes, hbm=t)
+        buf = Buffer("hbm", t.name, t.offset, t.nbytes, hbm=t)
         v = View(buf, dt, _row_major(t.shape), 0, t.offset)
         if shared:
             self.shared.append(v)
@@ -773,18 +896,9 @@ class Tracer:
                 stride = 1 << max(0, (tile - 1).bit_length())
                 stride = -(-stride // PSUM_ALIGN) * PSUM_ALIGN
         nbytes = max(blocks * stride, item)
-        space_ = self.spaces[space]
-        cursor = space_.cursor
-        offset = space_.alloc(nbytes)
-        if offset is None:
-            raise NkiError(f"{space.upper()} full: tensor {name} {list(shape)} {dt} needs "
-                           f"{nbytes} bytes per partition; {space_.used} of "
-                           f"{space_.size} are held by live tensors (largest free range "
-                           f"{max((b - a for a, b in space_.free), default=0)})",
-                           "err_out_of_memory")
-        buf = Buffer(self, space, self._name(name), offset, nbytes)
-        buf.cursor = cursor
-        self._inherit(buf)
+        buf = Buffer(space, self._name(name), 0, nbytes, where=kernel_line(),
+                     what=f"{list(shape)} {dt}")
+        self.on_chip_buffers.append(buf)
         dims = []
         bstride = stride // item
         for size in reversed(shape[:par]):
@@ -793,7 +907,7 @@ class Tracer:
         dims.reverse()
         dims.append((shape[par], 1, _P))
         dims += _row_major(shape[par + 1:])
-        return View(buf, dt, dims, 0, offset)
+        return View(buf, dt, dims, 0, 0)
 
     def tile(self, shape, dt: str, space: str = "sbuf", name: str = "tile",
              part: int = 0) -> View:
@@ -802,42 +916,71 @@ class Tracer:
             v = View(v.buf, v.dt, v.dims, part, v.off)
         return v
 
-    def _inherit(self, buf: Buffer) -> None:
-        """A new buffer over freed space waits for the accesses of the tensors that held it
-        (the retired ranges it overlaps; those it covers are dropped)."""
-        lo, hi = buf.offset, buf.offset + buf.nbytes
+    # --- allocation by liveness ---------------------------------------------------------
+    def allocate(self) -> None:
+        """Give every on-chip buffer its offset, as NKI's compiler allocates: a buffer is
+        live from the first to the last instruction (in program order) that touches it, and
+        its range is free after that. Buffers are placed in the order of their first use,
+        next-fit, so that the tiles of successive loop iterations land on fresh space while
+        there is room (double buffering). A write into a range that dead tensors held waits
+        for their last accesses. A buffer that does not fit is NKI's out-of-memory error at
+        the kernel line that made it."""
+        if self._allocated:
+            return
+        self._allocated = True
+        live = sorted((b for b in self.on_chip_buffers if b.first >= 0),
+                      key=lambda b: b.first)  # a stable sort: ties in creation order
+        ends: list = []  # (last instruction, order, buffer) of the live buffers
+        for order, buf in enumerate(live):
+            while ends and ends[0][0] < buf.first:
+                self._release(heappop(ends)[2])
+            self._place(buf)
+            heappush(ends, (buf.last, order, buf))
+
+    def _place(self, buf: Buffer) -> None:
+        space = self.spaces[buf.space]
+        offset = space.alloc(buf.nbytes)
+        if offset is None:
+            raise NkiError(f"{buf.space.upper()} full: tensor {buf.name} {buf.what} needs "
+                           f"{buf.nbytes} bytes per partition; {space.used} of {space.size} "
+                           f"are held by live tensors (largest free range "
+                           f"{max((b - a for a, b in space.free), default=0)})",
+                           "err_out_of_memory", where=buf.where)
+        buf.offset = offset
+        # the retired ranges it overlaps, relative to it; those it covers are dropped
+        lo, hi = offset, offset + buf.nbytes
         retired = self.retired[buf.space]
         i = bisect_left(retired, (lo - self._widest[buf.space],))
-        nodes = []
+        ranges = []
         while i < len(retired) and retired[i][0] < hi:
             start, end, _, held = retired[i]
             if end > lo:
-                nodes += held
+                ranges.append(((0, self.params.partitions, max(start, lo) - lo,
+                                min(end, hi) - lo), held))
                 if lo <= start and end <= hi:
                     del retired[i]
                     continue
             i += 1
-        if nodes:
-            fp = (0, self.params.partitions, lo, hi)
-            buf.writes.append(_Record(fp, None, nodes))
+        for node, fp in buf.written:
+            if not ranges:
+                break
+            keep = []
+            for rec, held in ranges:
+                if overlaps(rec, fp, False):
+                    _wait_for(node, held)
+                    if _contains(fp, rec, False):
+                        continue
+                keep.append((rec, held))
+            ranges = keep
+        buf.written = []
 
     def _release(self, buf: Buffer) -> None:
-        held = []
-        for r in buf.writes + buf.reads:
-            if r.writer is not None:
-                held.append(r.writer)
-            held += r.readers.values()
-        held = list(_latest(held).values())
-        if held:
-            self._retired += 1
-            insort(self.retired[buf.space],
-                   (buf.offset, buf.offset + buf.nbytes, self._retired, held))
-            self._widest[buf.space] = max(self._widest[buf.space], buf.nbytes)
+        self._retired += 1
+        insort(self.retired[buf.space], (buf.offset, buf.offset + buf.nbytes, self._retired,
+                                         list(buf.latest.values())))
+        self._widest[buf.space] = max(self._widest[buf.space], buf.nbytes)
+        self.spaces[buf.space].release(buf.offset, buf.nbytes)
         buf.writes = buf.reads = []
-        space = self.spaces[buf.space]
-        space.release(buf.offset, buf.nbytes)
-        if buf.unused and space.cursor == buf.offset + buf.nbytes:
-            space.cursor = buf.cursor  # as if the result's tile had never been allocated
 
     # --- access patterns ----------------------------------------------------------------
     def ap(self, view: View, call: str, operand: str, spaces=("sbuf", "psum")) -> AP:
@@ -928,19 +1071,37 @@ class Tracer:
     # --- emission -----------------------------------------------------------------------
     def emit(self, stream: str, ins, reads=(), writes=()) -> _Node:
         """Append ``ins`` to ``stream``; ``reads`` and ``writes`` are (view, access
-        pattern) pairs, whose footprints give the instruction's dependencies."""
+        pattern) pairs, whose footprints give the instruction's dependencies (and whose
+        on-chip buffers' offsets :meth:`program` adds to the access patterns)."""
         for view, _ in (*reads, *writes):
             if view.buf.zero:
                 self._zero(view.buf)
         node = _Node(stream, ins, len(self.nodes))
         deps: dict[str, _Node] = {}
+        index = node.index
+        bufs = {}
         for view, ap in reads:
-            self._read(node, view.buf, footprint(ap), deps)
+            buf = view.buf
+            self._read(node, buf, footprint(ap), deps)
+            bufs[id(ap)] = buf
         for view, ap in writes:
-            self._write(node, view.buf, footprint(ap), deps)
+            buf = view.buf
+            fp = footprint(ap)
+            self._write(node, buf, fp, deps)
+            bufs[id(ap)] = buf
+            if buf.space != "hbm":
+                buf.written.append((node, fp))
+        moved = []
+        for name, ap, _ in ins.operands():
+            buf = bufs[id(ap)]
+            if buf.space != "hbm":
+                moved.append((name, buf))
+                if buf.first < 0:
+                    buf.first = index
+                buf.last = index
+                buf.latest[stream] = node
+        node.moved = tuple(moved)
         deps.pop(stream, None)
-        for d in deps.values():
-            d.signal = True
         node.deps = tuple(deps.values())
         self.nodes.append(node)
         return node
@@ -994,7 +1155,7 @@ class Tracer:
         parts = self.params.partitions
         for first in range(0, n, step):
             size = min(step, n - first)
-            ap = AP(buf.space, dt, 0, parts, buf.offset + first * item, ((size, 1),))
+            ap = AP(buf.space, dt, 0, parts, first * item, ((size, 1),))
             view = View(buf, dt, [(parts, 1, _P), (size, 1, _F)], 0, ap.offset)
             self.emit(engine, Memset(dst=ap, value=value), writes=[(view, ap)])
 
@@ -1016,12 +1177,18 @@ class Tracer:
         return q
 
     def program(self):
-        """The traced instructions as a :class:`~sim.core.program.Program`: in trace order
-        through the builder, a wait before an instruction for each other stream it depends
-        on (unless that stream already waited as far), a signal after each instruction that
-        another stream waits for."""
+        """The traced instructions as a :class:`~sim.core.program.Program`: on-chip buffers
+        allocated (:meth:`allocate`) and each operand moved to its buffer's offset; in trace
+        order through the builder, a wait before an instruction for each other stream it
+        depends on (unless that stream already waited as far), a signal after each
+        instruction another stream waits for."""
+        self.allocate()
+        for node in self.nodes:
+            for dep in node.deps:
+                dep.signal = True
         b = self.builder
         waited: dict[tuple[str, int], int] = {}
+        moved: dict[int, AP] = {}  # an access pattern shared by instructions moves once
         for node in self.nodes:
             for dep in node.deps:
                 ev = dep.event
@@ -1029,7 +1196,19 @@ class Tracer:
                 if waited.get(key, 0) < ev.value:
                     waited[key] = ev.value
                     b.wait(node.stream, ev)
-            b.emit(node.stream, node.ins)
+            ins = node.ins
+            if node.moved:
+                changes = {}
+                for name, buf in node.moved:
+                    ap = getattr(ins, name)
+                    new = moved.get(id(ap))
+                    if new is None:
+                        new = moved[id(ap)] = AP(ap.space, ap.dtype, ap.partition,
+                                                 ap.partitions, ap.offset + buf.offset,
+                                                 ap.dims, ap.pstride)
+                    changes[name] = new
+                ins = replace(ins, **changes)
+            b.emit(node.stream, ins)
             if node.signal:
                 node.event = b.signal(node.stream)
         return b.program
@@ -1064,7 +1243,6 @@ class Tracer:
             return  # the write of an in-place update (t[...] += x)
         if p is not None and value is p.view and temporary and _fits(dst, value, p.kind):
             self.pending = None
-            p.view.buf.unused = True
             p.make(dst.cut(p.mask), None)
             return
         self.commit()
@@ -1092,7 +1270,6 @@ class Tracer:
         if p is not None and value is p.view and temporary and p.kind == "matmul" \
                 and dst.buf.space == "psum" and _fits(dst, value, "matmul"):
             self.pending = None
-            p.view.buf.unused = True
             p.make(dst.cut(p.mask), True)
             return
         self.commit()

@@ -72,3 +72,15 @@ def spmd_add(a, b):
     rows = slice(i * 128, (i + 1) * 128)
     nl.store(c[rows, :], nl.load(a[rows, :]) + nl.load(b[rows, :]))
     return c
+
+
+@nki.jit
+def spmd_grid_add(a, b):
+    """c = a + b over a two-dimensional grid: program (i, j) adds the 128 x 128 tile
+    (i, j), and checks nl.num_programs against the tensor's shape."""
+    c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    assert nl.num_programs(0) * 128 == a.shape[0] and nl.num_programs(1) * 128 == a.shape[1]
+    i, j = nl.program_id(0), nl.program_id(1)
+    rows, cols = slice(i * 128, (i + 1) * 128), slice(j * 128, (j + 1) * 128)
+    nl.store(c[rows, cols], nl.load(a[rows, cols]) + nl.load(b[rows, cols]))
+    return c

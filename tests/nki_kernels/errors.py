@@ -32,10 +32,18 @@ def big_psum(x):
 
 @nki.jit
 def sbuf_full(x):
+    """64 tiles of 4 KiB a partition, every one read at the end: all live at once."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     held = []
-    for _ in nl.affine_range(64):
-        held.append(nl.ndarray((128, 1024), nl.float32, buffer=nl.sbuf))  # ERROR sbuf
-    return held
+    for i in nl.affine_range(64):
+        t = nl.ndarray((128, 1024), nl.float32, buffer=nl.sbuf)  # ERROR sbuf
+        t[...] = i
+        held.append(t)
+    acc = nl.load(x)
+    for t in held:
+        acc = nl.add(acc, t[:, 0:1])
+    nl.store(out, acc)
+    return out
 
 
 @nki.jit

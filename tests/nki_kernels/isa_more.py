@@ -1,0 +1,114 @@
+"""Kernels of the nki.isa calls the core's ISA has no single instruction for (and iota,
+memset, shared_constant), for trngen's tests against numpy."""
+
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+import numpy as np
+
+
+@nki.jit
+def iota_grid():
+    """[128, 64] of 3 + 2 * p - f (int32), and the same plus 0.5 through fp32."""
+    out_i = nl.ndarray((128, 64), dtype=nl.int32, buffer=nl.shared_hbm)
+    out_f = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    p = nl.arange(128)[:, None]
+    f = nl.arange(64)[None, :]
+    nl.store(out_i, nisa.iota(3 + p * 2 - f, dtype=nl.int32))
+    g = nisa.iota(3 + p * 2 - f, dtype=nl.float32)
+    nl.store(out_f, nl.add(g, 0.5))
+    return out_i, out_f
+
+
+@nki.jit
+def causal(x, fill):
+    """Entries above the diagonal of each 128 x 128 tile replaced by fill (>= keeps the
+    diagonal)."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:128]
+    t = nl.load(x)
+    nl.store(out, nisa.affine_select(ip - jf >= 0, t, fill))
+    return out
+
+
+@nki.jit
+def memset_tile(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nisa.memset((128, 256), 1.5, dtype=nl.float32)
+    nl.store(out, nl.add(t, nl.load(x)))
+    return out
+
+
+@nki.jit
+def partition_reduce(x):
+    """Sums, maxima and minima over the partitions of x [128, 3, 100]."""
+    s = nl.ndarray((1, 3, 100), dtype=x.dtype, buffer=nl.shared_hbm)
+    m = nl.ndarray((1, 3, 100), dtype=x.dtype, buffer=nl.shared_hbm)
+    n = nl.ndarray((1, 3, 100), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.store(s, nisa.tensor_partition_reduce(np.add, t))
+    nl.store(m, nisa.tensor_partition_reduce(np.maximum, t))
+    nl.store(n, nisa.tensor_partition_reduce(nl.minimum, t))
+    return s, m, n
+
+
+@nki.jit
+def constant_plus(x):
+    """x + a constant matrix the kernel carries (its row index times 0.25)."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    c = nl.shared_constant(np.repeat(np.arange(128)[:, None] * 0.25, x.shape[1], axis=1),
+                           dtype=nl.float32)
+    nl.store(out, nl.add(nl.load(x), nl.load(c)))
+    return out
+
+
+@nki.jit
+def stt(x, col, y):
+    """(col - x) * y and (x max col) - y, through scalar_tensor_tensor."""
+    a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    b = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    tx, tc, ty = nl.load(x), nl.load(col), nl.load(y)
+    nl.store(a, nisa.scalar_tensor_tensor(data=tx, op0=np.subtract, operand0=tc,
+                                          reverse0=True, op1=np.multiply, operand1=ty))
+    nl.store(b, nisa.scalar_tensor_tensor(data=tx, op0=np.maximum, operand0=tc,
+                                          op1=np.subtract, operand1=ty))
+    return a, b
+
+
+@nki.jit
+def scan(a, b, init):
+    """r[:, i] = a[:, i] * r[:, i - 1] + b[:, i] from init (a tile), and from 0.5 into a
+    bf16 tile."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    out2 = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    ta, tb, ti = nl.load(a), nl.load(b), nl.load(init)
+    nl.store(out, nisa.tensor_tensor_scan(ta, tb, ti, np.multiply, np.add))
+    r = nl.ndarray(a.shape, dtype=nl.bfloat16)
+    r[...] = nisa.tensor_tensor_scan(ta, tb, 0.5, np.multiply, np.add, dtype=nl.bfloat16)
+    nl.store(out2, r)
+    return out, out2
+
+
+@nki.jit
+def mean_var(x):
+    """Per-row mean and variance of x [128, N] through bn_stats on 512-element pieces (the
+    last one may be short) and one bn_aggr."""
+    out = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    n = x.shape[1]
+    pieces = (n + 511) // 512
+    stats = nl.ndarray((128, 6 * pieces), dtype=nl.float32)
+    for i in nl.affine_range(pieces):
+        width = min(512, n - i * 512)
+        stats[:, i * 6:(i + 1) * 6] = nisa.bn_stats(t[:, i * 512:i * 512 + width])
+    nl.store(out, nisa.bn_aggr(stats))
+    return out
+
+
+@nki.jit
+def stats(x):
+    """bn_stats of x [128, N <= 512] as it is: (count, mean, variance * count) of the even
+    elements, then of the odd ones."""
+    out = nl.ndarray((x.shape[0], 6), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, nisa.bn_stats(nl.load(x)))
+    return out

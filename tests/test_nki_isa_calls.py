@@ -1,0 +1,117 @@
+"""The nki.isa calls the core's ISA has no single instruction for, lowered to sequences of
+its instructions (kernels.nki.lower), and iota, memset and nl.shared_constant: NKI kernels
+of our own, checked against numpy in float64."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kernels
+import kernels.nki as knki
+
+HERE = Path(__file__).parent / "nki_kernels"
+FP32 = kernels.TOLERANCE["fp32"]
+
+
+@pytest.fixture(scope="module")
+def k():
+    with knki.installed():
+        yield {**runpy.run_path(str(HERE / "isa_more.py")),
+               **{f"v2_{n}": f for n, f in runpy.run_path(str(HERE / "isa_more_v2.py")).items()}}
+
+
+def _err(out, ref) -> float:
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    return float(np.abs(out - ref).max() / np.abs(ref).max())
+
+
+def test_iota_int_and_float(k):
+    ints, floats = k["iota_grid"]()
+    want = 3 + 2 * np.arange(128)[:, None] - np.arange(64)[None, :]
+    assert ints.dtype == np.int32 and np.array_equal(ints, want)
+    assert np.array_equal(floats, want + 0.5)
+
+
+def test_iota_pattern_of_nki_0_2(k):
+    want = 3 + 2 * np.arange(128)[:, None] - np.arange(64)[None, :]
+    assert np.array_equal(k["v2_iota_pattern"](), want)
+
+
+@pytest.mark.parametrize("fill", [float(np.finfo(np.float32).min), -np.inf, 0.0, np.inf])
+def test_affine_select_is_exact(k, fill, seed):
+    x = np.random.default_rng(seed).standard_normal((128, 128)).astype(np.float32)
+    x[5, 3] = -np.inf  # an infinity kept below the diagonal
+    want = np.where(np.arange(128)[:, None] >= np.arange(128)[None, :], x, np.float32(fill))
+    assert np.array_equal(k["causal"](x, fill), want)
+    assert np.array_equal(k["v2_causal"](x, fill), want)
+
+
+def test_memset(k):
+    x = np.random.default_rng(1).standard_normal((128, 256)).astype(np.float32)
+    assert _err(k["memset_tile"](x), x.astype(np.float64) + 1.5) <= FP32
+
+
+def test_partition_reduce(k, seed):
+    x = np.random.default_rng(seed).standard_normal((128, 3, 100)).astype(np.float32)
+    s, m, n = k["partition_reduce"](x)
+    x64 = x.astype(np.float64)
+    assert _err(s, x64.sum(0, keepdims=True)) <= FP32 * 128
+    assert np.array_equal(m, x.max(0, keepdims=True))
+    assert np.array_equal(n, x.min(0, keepdims=True))
+
+
+def test_shared_constant(k):
+    x = np.random.default_rng(2).standard_normal((128, 64)).astype(np.float32)
+    want = x.astype(np.float64) + np.arange(128)[:, None] * 0.25
+    assert _err(k["constant_plus"](x), want) <= FP32
+
+
+def test_scalar_tensor_tensor(k, seed):
+    rng = np.random.default_rng(seed)
+    x, y = (rng.standard_normal((128, 200)).astype(np.float32) for _ in range(2))
+    col = rng.standard_normal((128, 1)).astype(np.float32)
+    a, b = k["stt"](x, col, y)
+    x64, y64, c64 = (v.astype(np.float64) for v in (x, y, col))
+    assert _err(a, (c64 - x64) * y64) <= FP32
+    assert _err(b, np.maximum(x64, c64) - y64) <= FP32
+
+
+def test_tensor_tensor_scan(k, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0.5, 1.0, (128, 64)).astype(np.float32)
+    b = rng.standard_normal((128, 64)).astype(np.float32)
+    init = rng.standard_normal((128, 1)).astype(np.float32)
+    out, out_bf16 = k["scan"](a, b, init)
+    for start, got, tol in ((init[:, 0], out, FP32 * 64),
+                            (np.full(128, 0.5), out_bf16, kernels.TOLERANCE["bf16"])):
+        want = np.empty((128, 64))
+        prev = start.astype(np.float64)
+        for i in range(64):
+            prev = a[:, i] * prev + b[:, i]
+            want[:, i] = prev
+        assert got.dtype == (np.float32 if got is out else ml_dtypes.bfloat16)
+        assert _err(got, want) <= tol
+
+
+def test_bn_stats_layout(k, seed):
+    x = (np.random.default_rng(seed).standard_normal((128, 301)) * 3 + 1).astype(np.float32)
+    out = k["stats"](x)
+    for h, n in ((0, 151), (1, 150)):
+        part = x[:, h::2].astype(np.float64)
+        mean = part.mean(1)
+        assert np.array_equal(out[:, 3 * h], np.full(128, n))
+        assert _err(out[:, 3 * h + 1], mean) <= FP32 * 10
+        assert _err(out[:, 3 * h + 2], ((part - mean[:, None]) ** 2).sum(1)) <= FP32 * 10
+
+
+def test_bn_stats_and_aggr(k, seed):
+    x = (np.random.default_rng(seed).standard_normal((128, 999)) * 3 + 1).astype(np.float32)
+    out = k["mean_var"](x)
+    x64 = x.astype(np.float64)
+    assert _err(out[:, 0], x64.mean(1)) <= kernels.POLYNOMIAL
+    assert _err(out[:, 1], x64.var(1)) <= kernels.POLYNOMIAL
