@@ -17,6 +17,7 @@ from hdl.core.isa import (
     TensorCopy,
     TensorReduce,
     TensorTensor,
+    TensorTensorScan,
     Transpose,
 )
 from hdl.params import core_params
@@ -549,3 +550,71 @@ def test_a_multiply_writes_the_psum_partitions_of_its_tile_columns(trn1):
                                            r"\.\. 37$"):
         Core(trn1).check(program(tensor=[Transpose(dst=AP("psum", "bf16", 32, 6, 0,
                                                           ((8, 1),)), src=src)]))
+
+
+def test_scan_is_the_recurrence_in_fp32(trn1, seed):
+    """``r[i] = op1(op0(a[i], r[i - 1]), b[i])`` per partition against numpy float32 step
+    by step (each operation rounded to fp32), from a per-partition initial value, from an
+    immediate with reversed operands, and cast into bf16 at the end."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0.5, 1.0, (16, 40)).astype(np.float32)
+    b = rng.standard_normal((16, 40)).astype(np.float32)
+    init = rng.standard_normal((16, 1)).astype(np.float32)
+    ia, ib, ii = sbuf(0, 16, 0, 40), sbuf(0, 16, 512, 40), sbuf(0, 16, 1024, 1)
+    r1, r2, r3 = sbuf(0, 16, 2048, 40), sbuf(0, 16, 4096, 40), sbuf(0, 16, 6144, 40, "bf16")
+    out = _run(trn1, "vector", [
+        TensorTensorScan(dst=r1, a=ia, b=ib, op0=VectorOp.MULTIPLY, op1=VectorOp.ADD,
+                         initial=ii),
+        TensorTensorScan(dst=r2, a=ia, b=ib, op0=VectorOp.SUBTRACT, op1=VectorOp.SUBTRACT,
+                         imm=2.0, reverse0=True, reverse1=True),
+        TensorTensorScan(dst=r3, a=ia, b=ib, op0=VectorOp.MULTIPLY, op1=VectorOp.MAX,
+                         imm=-1.0)], {ia: a, ib: b, ii: init}, [r1, r2, r3])
+    w1, w2, w3 = (np.empty((16, 40), np.float32) for _ in range(3))
+    p1, p2, p3 = init[:, 0], np.full(16, 2.0, np.float32), np.full(16, -1.0, np.float32)
+    for i in range(40):
+        p1 = w1[:, i] = a[:, i] * p1 + b[:, i]
+        p2 = w2[:, i] = b[:, i] - (p2 - a[:, i])
+        p3 = w3[:, i] = np.maximum(a[:, i] * p3, b[:, i])
+    assert np.array_equal(out[r1].view(np.float32).reshape(16, 40), w1)
+    assert np.array_equal(out[r2].view(np.float32).reshape(16, 40), w2)
+    assert np.array_equal(out[r3].view(ml_dtypes.bfloat16).reshape(16, 40),
+                          w3.astype(ml_dtypes.bfloat16))
+
+
+@pytest.mark.parametrize("n", [1, 512, 1000])
+def test_scan_costs_two_passes(trn1, n):
+    """max(MIN_II, 2N) vector cycles, the documented cost: the spec's access start plus
+    the larger of its minimum interval and two element streams, as a TensorTensor of two
+    SBUF operands (two streams) and twice a one-stream copy's streaming part."""
+    x, y, z = sbuf(0, 128, 0, n), sbuf(0, 128, 4096, n), sbuf(0, 128, 8192, n)
+
+    def busy(ins):
+        return Core(trn1).run(program(vector=[ins]), timing_only=True).busy["vector"]
+
+    scan = busy(TensorTensorScan(dst=z, a=x, b=y, op0=VectorOp.MULTIPLY, op1=VectorOp.ADD))
+    p = trn1
+    want = (p.access_start + max(p.min_interval, 2 * n / p.vector_elements)) / p.clock("vector")
+    assert scan == pytest.approx(want)
+    assert scan == pytest.approx(busy(TensorTensor(dst=z, a=x, b=y, op=VectorOp.ADD)))
+
+
+def test_scan_rules(trn1):
+    a, b = sbuf(0, 8, 0, 4), psum(0, 8, 0, 4)
+    bad = {
+        "operand shape: dst and b: 8 x 4 against 8 x 5":
+            TensorTensorScan(dst=a, a=a, b=sbuf(0, 8, 64, 5), op0=VectorOp.ADD,
+                             op1=VectorOp.ADD),
+        "initial must hold one element per partition of the 8, not 8 x 2":
+            TensorTensorScan(dst=a, a=a, b=a, op0=VectorOp.ADD, op1=VectorOp.ADD,
+                             initial=sbuf(0, 8, 64, 2)),
+        "a scan reads at most one of a and b from PSUM":
+            TensorTensorScan(dst=a, a=b, b=b, op0=VectorOp.ADD, op1=VectorOp.ADD),
+    }
+    for message, ins in bad.items():
+        with pytest.raises(ProgramError, match=message):
+            Core(trn1).run(program(vector=[ins]), timing_only=True)
+    with pytest.raises(ProgramError, match="the scalar engine does not run TensorTensorScan"):
+        Core(trn1).run(program(scalar=[TensorTensorScan(dst=a, a=a, b=a, op0=VectorOp.ADD,
+                                                        op1=VectorOp.ADD)]), timing_only=True)

@@ -6,9 +6,10 @@ from click.testing import CliRunner
 
 from generators.cli import main
 from hdl.core import engines, scalar
-from hdl.core.isa import AP, Activation, Iota, TensorCopy
+from hdl.core.isa import AP, Activation, Iota, TensorCopy, TensorTensorScan
 from hdl.params import core_params
 from hdl.vector.convert import ENGINE_FORMATS
+from hdl.vector.ops import VectorOp
 from sim.core import Core, Program
 from sim.tb.core import check_program, rtl_refusal
 from sim.tb.core_programs import RANDOM, build_program
@@ -61,6 +62,21 @@ def test_stochastic_rounding_is_refused_with_its_reason(params, stream):
     ins = TensorCopy(dst=_tile("bf16"), src=_tile("fp32"), rounding="stochastic", seed=5)
     assert rtl_refusal(Program(streams={stream: [ins]}), params) == \
         f"{stream}[0] TensorCopy: {engines.NO_STOCHASTIC}"
+
+
+def test_the_rtl_refuses_the_scan_the_simulator_runs(params):
+    """The core simulator runs TensorTensorScan; the RTL has no scan yet, says so, and the
+    random programs the RTL is checked with never draw one."""
+    scan = TensorTensorScan(dst=_tile("fp32"), a=_tile("fp32"), b=_tile("fp32"),
+                            op0=VectorOp.MULTIPLY, op1=VectorOp.ADD)
+    prog = Program(streams={"vector": [scan]})
+    Core(params).run(prog, timing_only=True)
+    assert rtl_refusal(prog, params) == (
+        "vector[0] TensorTensorScan: the engine has no scan datapath (a running value "
+        "carried from element to element); the core simulator runs TensorTensorScan")
+    assert not any(isinstance(ins, TensorTensorScan) for seed in range(60)
+                   for code in build_program(params, RANDOM, seed).streams.values()
+                   for ins in code)
 
 
 def test_kernel_is_an_option_of_the_core_alone():

@@ -98,6 +98,35 @@ def test_tensor_tensor_scan(k, seed):
         assert _err(got, want) <= tol
 
 
+def test_tensor_tensor_scan_reversed_operands(k, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0.0, 1.0, (128, 300)).astype(np.float32)
+    b = rng.standard_normal((128, 300)).astype(np.float32)
+    out, out2 = k["scan_reversed"](a, b)
+    r, s = np.ones(128), np.zeros(128)
+    want_r, want_s = np.empty((128, 300)), np.empty((128, 300))
+    for i in range(300):
+        r = np.maximum(r - a[:, i], b[:, i])
+        s = b[:, i] - a[:, i] * s
+        want_r[:, i], want_s[:, i] = r, s
+    assert _err(out, want_r) <= FP32 * 300
+    assert _err(out2, want_s) <= FP32 * 300
+
+
+@pytest.mark.parametrize("n, dtype", [(1, np.float32), (512, np.float32),
+                                      (700, np.float32), (300, ml_dtypes.bfloat16)])
+def test_partition_broadcast(k, seed, n, dtype):
+    """A one-partition tile broadcast across 128 partitions (in PSUM, or copied to SBUF
+    beyond one bank or in another format): every partition the row, bit for bit."""
+    rng = np.random.default_rng(seed)
+    row = rng.standard_normal((1, n)).astype(dtype)
+    x = rng.standard_normal((128, n)).astype(np.float32)
+    out, prod = k["partition_broadcast"](row, x)
+    assert out.dtype == dtype
+    assert np.array_equal(out.view(np.uint8), np.broadcast_to(row, (128, n)).view(np.uint8))
+    assert _err(prod, x.astype(np.float64) * row.astype(np.float64)) <= FP32
+
+
 def test_bn_stats_layout(k, seed):
     x = (np.random.default_rng(seed).standard_normal((128, 301)) * 3 + 1).astype(np.float32)
     out = k["stats"](x)

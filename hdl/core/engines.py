@@ -46,6 +46,7 @@ from hdl.core.isa import (
     TensorReduce,
     TensorScalar,
     TensorTensor,
+    TensorTensorScan,
     field_positions,
 )
 from hdl.numerics.cast import FormatCastLane
@@ -94,6 +95,9 @@ def supported(ins: Instruction, formats: tuple[str, ...], kind: str = "vector") 
     """Why the core's engine of ``kind`` (vector or gpsimd) cannot run ``ins`` (None: it
     can)."""
     runs = ENGINE_RUNS[kind]
+    if isinstance(ins, TensorTensorScan):
+        return ("the engine has no scan datapath (a running value carried from element to "
+                "element); the core simulator runs TensorTensorScan")
     if not isinstance(ins, runs):
         return f"the {kind} engine runs {', '.join(c.__name__ for c in runs)}"
     return operand_refusal(ins, formats)

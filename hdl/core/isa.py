@@ -31,8 +31,9 @@ __all__ = [
     "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS", "SPACES", "TF32_SHIFT",
     "WORD_BITS", "Activation", "DmaCopy", "Instruction", "IsaError", "Iota",
     "LoadStationary", "Memset", "MultiplyMoving", "SemSignal", "SemWait", "TensorCopy",
-    "TensorReduce", "TensorScalar", "TensorTensor", "Transpose", "decode", "double_row_order",
-    "encode", "engine_kind", "field_positions", "format_instruction", "input_format",
+    "TensorReduce", "TensorScalar", "TensorTensor", "TensorTensorScan", "Transpose", "decode",
+    "double_row_order", "encode", "engine_kind", "field_positions", "format_instruction",
+    "input_format",
     "mx_scale_partition", "parse",
 ]
 
@@ -335,6 +336,33 @@ class TensorScalar(Instruction):
 
 
 @dataclass(frozen=True, slots=True)
+class TensorTensorScan(Instruction):
+    """A scan along the free axis, per partition: ``r[i] = op1(op0(a[i], r[i - 1]),
+    b[i])`` for ``i`` over the flat free index, ``r[-1]`` the per-partition value of
+    ``initial`` (one element per partition) or, where absent, the immediate ``imm``;
+    ``reverse0`` / ``reverse1`` swap the operands of ``op0`` / ``op1``. The inputs are
+    widened to fp32 and ``r`` is kept in fp32; each ``r[i]`` is cast into ``dst`` [ISA]."""
+
+    OPCODE: ClassVar[int] = 14
+    MNEMONIC: ClassVar[str] = "scan"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("a", "ap", AP_BITS), ("b", "ap", AP_BITS),
+                        ("initial", "ap", AP_BITS), ("imm", "f32", 32), ("op0", "op", 5),
+                        ("op1", "op", 5), ("reverse0", "u", 1), ("reverse1", "u", 1),
+                        ("rounding", "rounding", 1), ("seed", "u", 16))
+    dst: AP
+    a: AP
+    b: AP
+    op0: VectorOp
+    op1: VectorOp
+    initial: AP | None = None
+    imm: float = 0.0
+    reverse0: bool = False
+    reverse1: bool = False
+    rounding: str = "rne"
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class TensorReduce(Instruction):
     """``dst[p] = reduce(op(src[p, :]))`` along the whole free axis (one element per
     partition); ``op`` COPY, ABS or SQUARE, ``reduce`` SUM or MAX."""
@@ -426,14 +454,15 @@ class SemWait(Instruction):
 INSTRUCTIONS: dict[int, type[Instruction]] = {
     cls.OPCODE: cls for cls in (LoadStationary, MultiplyMoving, Transpose, Activation,
                                 TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset,
-                                Iota, DmaCopy, SemSignal, SemWait)}
+                                Iota, DmaCopy, SemSignal, SemWait, TensorTensorScan)}
 _BY_MNEMONIC = {cls.MNEMONIC: cls for cls in INSTRUCTIONS.values()}
 _SYNC = (SemSignal, SemWait)
 
 #: Which instructions each kind of engine runs [ISA].
 ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {
     "tensor": (LoadStationary, MultiplyMoving, Transpose) + _SYNC,
-    "vector": (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset) + _SYNC,
+    "vector": (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset,
+               TensorTensorScan) + _SYNC,
     "scalar": (Activation, TensorScalar, TensorCopy) + _SYNC,
     "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset) + _SYNC,
     "dma": (DmaCopy,) + _SYNC,

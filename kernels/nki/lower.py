@@ -25,6 +25,7 @@ from hdl.core.isa import (
     TensorReduce,
     TensorScalar,
     TensorTensor,
+    TensorTensorScan,
     Transpose,
 )
 from hdl.vector.ops import Reduce, VectorOp
@@ -33,7 +34,8 @@ from .errors import NkiError, NotSupported
 from .tracer import Affine, Mask, Predicate, View, current, isa_dtype, promote
 
 __all__ = ["ACTIVATIONS", "VECTOR_OPS", "activation", "affine_select", "bn_aggr", "bn_stats",
-           "dma_copy", "iota", "memset", "nc_matmul", "nc_transpose", "scalar_tensor_tensor",
+           "dma_copy", "iota", "memset", "nc_matmul", "nc_transpose", "partition_broadcast",
+           "scalar_tensor_tensor",
            "tensor_copy", "tensor_partition_reduce", "tensor_reduce", "tensor_scalar",
            "tensor_tensor", "tensor_tensor_scan"]
 
@@ -189,6 +191,36 @@ def _finish(t, fresh, make, kind: str, mask, dst):
     return None
 
 
+def partition_broadcast(data: View, partitions: int, *, call: str = "broadcast_to") -> View:
+    """A one-partition tile ``data`` [1, N] copied into ``partitions`` partitions, on the
+    tensor engine as NKI does a partition broadcast: a stationary of ones [1, partitions]
+    (GpSimd's memset) times ``data`` a PSUM bank of columns at a time, exact (one product
+    of 1 per sum). A float32 broadcast of one bank or less is the PSUM tile itself (fp32);
+    a longer one, or of another format, is copied bank by bank into an SBUF tile of
+    ``data``'s format by the scalar engine."""
+    t = current(call)
+    t.commit()
+    x = _tile(data, call, "data")
+    if x.ndim != 2 or x.shape[0] != 1:
+        raise NotSupported(f"a partition broadcast of {list(x.shape)}",
+                           "a partition broadcast of a 2-dimensional tile of one partition")
+    if x.dt not in t.params.formats or x.dt.startswith("int"):
+        raise NotSupported(f"a partition broadcast of {x.dt}",
+                           f"the tensor engine's float formats: "
+                           f"{', '.join(f for f in t.params.formats if f[0] != 'i')}")
+    n, bank = x.shape[1], t.params.moving_max
+    ones = _out(t, (1, partitions), x.dt)
+    t.memset(ones, 1.0, "gpsimd", call)
+    if x.dt == "fp32" and n <= bank:
+        return nc_matmul(ones, x, call=call)
+    out = _out(t, (partitions, n), x.dt)
+    for c0 in range(0, n, bank):
+        c1 = min(n, c0 + bank)
+        ps = nc_matmul(ones, x[:, c0:c1], call=call)
+        tensor_copy(ps, engine=2, dst=out[:, c0:c1], call=call)
+    return out
+
+
 def nc_transpose(data, *, mask=None, dtype=None, engine=None, dst=None,
                  call: str = "nc_transpose"):
     """``data`` [P, F] -> [F, P] through the tensor engine into PSUM, in its own format."""
@@ -232,15 +264,16 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
                reduce_cmd=0, mask=None, dtype=None, dst=None, call: str = "activation"):
     """``op(data * scale + bias)`` on the scalar engine; with ``reduce_op`` add, the sum
     along the free axis into ``reduce_res``. A ``scale`` of one value per partition (a
-    tile: the ISA's scale is an immediate) is applied with the bias by a vector-engine
-    TensorScalar into fp32 first, the same multiply and add."""
+    tile: the ISA's scale is an immediate) is applied with the bias by a TensorScalar into
+    fp32 first, the same multiply and add, on the scalar engine, whose multiply-add it is
+    in NKI."""
     t = current(call)
     t.commit()
     x = _tile(data, call, "data").cut(mask)
     func = t.builder.function(_func(op, call))
     if isinstance(scale, View):  # the ISA's scale is an immediate: scale (and bias) first
         pre = tensor_scalar(x, np.multiply, scale, op1=None if bias is None else np.add,
-                            operand1=bias, dtype=np.float32, call=call)
+                            operand1=bias, dtype=np.float32, engine=2, call=call)
         return activation(op, pre, reduce_op=reduce_op, reduce_res=reduce_res,
                           reduce_cmd=reduce_cmd, dtype=dtype or x.dtype, dst=dst, call=call)
     b = None
@@ -624,12 +657,9 @@ def scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0=False, rev
 def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *,
                        dtype=None, mask=None, dst=None, call: str = "tensor_tensor_scan"):
     """``r[:, i] = op1(op0(data0[:, i], r[:, i - 1]), data1[:, i])``, ``r[:, -1]`` =
-    ``initial`` (a number or one value per partition), in fp32 as the engine computes. The
-    ISA has no scan: one TensorScalar per column on the vector engine (``data0``'s column
-    the source, the previous column of ``r`` and ``data1``'s column the per-partition
-    operands), into an fp32 tile cast to ``dtype`` at the end. The numerics are the
-    documented ones; the time is N instructions' where the chip takes max(MIN_II, 2N)
-    cycles."""
+    ``initial`` (a number or one value per partition): one TensorTensorScan on the vector
+    engine, in fp32 as the engine computes, cast to ``dtype`` (default: the wider of the
+    inputs' types)."""
     t = current(call)
     t.commit()
     a = _tile(data0, call, "data0").cut(mask)
@@ -639,34 +669,22 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
         raise NotSupported(f"'{call}' of shapes {list(a.shape)} and {list(b.shape)}",
                            "two 2-dimensional tiles of one shape")
     o0, o1 = _op(op0, call), _op(op1, call)
-    if reverse1 and o1 not in COMMUTATIVE:
-        raise NotSupported(f"reverse1 of {o1.name.lower()} in '{call}'",
-                           "reverse1 of commutative operators")
-    p, n = a.shape
+    a_ap, b_ap = t.ap(a, call, "data0"), t.ap(b, call, "data1")
+    if a_ap.space == b_ap.space == "psum":
+        raise NkiError(f"operands 'data0' and 'data1' of '{call}' cannot both be in PSUM",
+                       "err_unsupported_memory")
+    init_ap, imm, init = _scalar_operand(t, initial, a, call, "initial")
     out_dt = isa_dtype(dtype) if dtype is not None else promote(a.dt, b.dt)
 
     def make(out: View, _):
-        acc = out if out.dt == "fp32" else _out(t, (p, n), "fp32")
-        if isinstance(initial, View):
-            _same_partitions(a, initial, call, "data0", "initial")
-            prev = initial
-        else:
-            prev = _out(t, (p, 1), "fp32")
-            t.memset(prev, float(initial), "vector", call)
-        for i in range(n):
-            col = acc[:, i:i + 1]
-            d0, d1 = a[:, i:i + 1], b[:, i:i + 1]
-            src, opd = (prev, d0) if reverse0 else (d0, prev)
-            s_ap, o_ap = t.ap(src, call, "data0"), t.ap(opd, call, "initial")
-            d1_ap, c_ap = t.ap(d1, call, "data1"), t.ap(col, call, "dst")
-            t.emit("vector", TensorScalar(dst=c_ap, src=s_ap, op0=o0, operand0=o_ap, op1=o1,
-                                          operand1=d1_ap),
-                   reads=[(src, s_ap), (opd, o_ap), (d1, d1_ap)], writes=[(col, c_ap)])
-            prev = col
-        if acc is not out:
-            tensor_copy(acc, dst=out, call=call)
+        out_ap = t.ap(out, call, "dst")
+        reads = [(a, a_ap), (b, b_ap)] + ([(init, init_ap)] if init is not None else [])
+        t.emit("vector", TensorTensorScan(dst=out_ap, a=a_ap, b=b_ap, op0=o0, op1=o1,
+                                          initial=init_ap, imm=imm, reverse0=bool(reverse0),
+                                          reverse1=bool(reverse1)),
+               reads=reads, writes=[(out, out_ap)])
 
-    return _finish(t, lambda: _out(t, (p, n), out_dt), make, "compute", None, dst)
+    return _finish(t, lambda: _out(t, a.shape, out_dt), make, "compute", None, dst)
 
 
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, dst=None,

@@ -646,10 +646,19 @@ class View:
         return True
 
     def broadcast_to(self, shape) -> View:
+        """Size-1 free dimensions broadcast by a stride of 0; a one-partition tile
+        broadcast across partitions by the tensor engine
+        (:func:`~kernels.nki.lower.partition_broadcast`)."""
         shape = tuple(_int(s) for s in shape)
         if len(shape) != len(self.dims):
             raise NotSupported("broadcast_to to another rank", "broadcasts of size-1 free "
                                                                "dimensions to the same rank")
+        if self.dims and self.dims[0][2] and self.dims[0][0] == 1 != shape[0] \
+                and self.buf.space != "hbm":
+            from . import lower
+
+            one = self.broadcast_to((1,) + shape[1:])
+            return lower.partition_broadcast(one, shape[0])
         dims = []
         for (size, stride, is_p), want in zip(self.dims, shape, strict=True):
             if size == want:
@@ -658,7 +667,8 @@ class View:
                 dims.append((want, 0, is_p))
             else:
                 raise NotSupported(f"broadcast_to {list(shape)} from {list(self.shape)}",
-                                   "broadcasts of size-1 free dimensions")
+                                   "broadcasts of size-1 free dimensions and of a "
+                                   "one-partition tile across partitions")
         return self._with(dims, self.part, self.off, self.checks)
 
     @property

@@ -22,6 +22,7 @@ from hdl.core.isa import (
     TensorReduce,
     TensorScalar,
     TensorTensor,
+    TensorTensorScan,
     Transpose,
 )
 from hdl.numerics.formats import format_by_name
@@ -171,6 +172,20 @@ class Data:
     def dma(self, ins: DmaCopy) -> None:
         self.write(ins.dst, self.read(ins.src))
 
+    def scan(self, ins: TensorTensorScan) -> np.ndarray:
+        """The fp32 results of a scan, (partitions, free): each step two vector-unit
+        operations on a column, the running value kept in fp32."""
+        a, b = self.read32(ins.a), self.read32(ins.b)
+        lanes, n = a.shape
+        prev = self.scalar(ins.initial, ins.imm, lanes)
+        out = np.empty((lanes, n), dtype=np.uint32)
+        for i in range(n):
+            x = vector.elementwise(ins.op0, *((prev, a[:, i]) if ins.reverse0
+                                              else (a[:, i], prev)))
+            prev = out[:, i] = vector.elementwise(ins.op1, *((b[:, i], x) if ins.reverse1
+                                                             else (x, b[:, i])))
+        return out
+
     def _activation_params(self, lanes: int):
         params = self._act.get(lanes)
         if params is None:
@@ -204,6 +219,8 @@ class Data:
                 r = vector.elementwise(ins.op1, r,
                                        self.scalar(ins.operand1, ins.imm1, lanes)[:, None])
             self.write32(ins.dst, r, ins.rounding, ins.seed)
+        elif cls is TensorTensorScan:
+            self.write32(ins.dst, self.scan(ins), ins.rounding, ins.seed)
         elif cls is TensorReduce:
             x = self.read32(ins.src)
             lanes, n = x.shape

@@ -47,6 +47,7 @@ from hdl.core.isa import (
     TensorReduce,
     TensorScalar,
     TensorTensor,
+    TensorTensorScan,
 )
 from hdl.core.params import CoreParams
 from hdl.vector.ops import VectorOp
@@ -123,12 +124,14 @@ class Core:
         passes = 1.0
         if isinstance(ins, TensorTensor):
             passes = 1.0 if "psum" in (ins.a.space, ins.b.space) else 2.0
+        elif isinstance(ins, TensorTensorScan):  # max(MIN_II, 2N) wherever its inputs are
+            passes = 2.0
         cycles = stream_cycles(self.params, kind, n, passes, self._strided(ins))
         if isinstance(ins, Activation) and ins.reduce_dst is not None:
             cycles += self.params.min_interval
         # floating-point operations per element: scale-and-bias plus the function; one per
         # operation otherwise; copies, memsets and iota do none
-        per_element = {Activation: 2, TensorTensor: 1, TensorReduce: 1,
+        per_element = {Activation: 2, TensorTensor: 1, TensorReduce: 1, TensorTensorScan: 2,
                        TensorScalar: 1 if getattr(ins, "op1", None) == VectorOp.COPY else 2}
         return cycles, src.partitions * n * per_element.get(type(ins), 0)
 

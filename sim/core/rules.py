@@ -35,6 +35,7 @@ from hdl.core.isa import (
     TensorReduce,
     TensorScalar,
     TensorTensor,
+    TensorTensorScan,
     Transpose,
 )
 from hdl.core.params import CoreParams
@@ -270,6 +271,13 @@ class Rules:
         elif isinstance(ins, TensorTensor):
             self._check_same(where, ins.dst, ins.a, "dst and a")
             self._check_same(where, ins.dst, ins.b, "dst and b")
+        elif isinstance(ins, TensorTensorScan):
+            self._check_same(where, ins.dst, ins.a, "dst and a")
+            self._check_same(where, ins.dst, ins.b, "dst and b")
+            self._check_scalar(where, "initial", ins.initial, ins.a)
+            if ins.a.space == ins.b.space == "psum":
+                fail(*where, "operand shape", "a scan reads at most one of a and b from "
+                                              "PSUM")
         elif isinstance(ins, TensorScalar):
             self._check_same(where, ins.dst, ins.src, "dst and src")
             self._check_scalar(where, "operand0", ins.operand0, ins.src)

@@ -112,3 +112,30 @@ def stats(x):
     out = nl.ndarray((x.shape[0], 6), dtype=nl.float32, buffer=nl.shared_hbm)
     nl.store(out, nisa.bn_stats(nl.load(x)))
     return out
+
+
+@nki.jit
+def scan_reversed(a, b):
+    """r[:, i] = max(r[:, i - 1] - a[:, i], b[:, i]) from 1 (reverse0 of a subtraction),
+    and s[:, i] = b[:, i] - a[:, i] * s[:, i - 1] from 0 (reverse1)."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    out2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ta, tb = nl.load(a), nl.load(b)
+    nl.store(out, nisa.tensor_tensor_scan(ta, tb, 1.0, np.subtract, np.maximum,
+                                          reverse0=True))
+    nl.store(out2, nisa.tensor_tensor_scan(ta, tb, 0.0, np.multiply, np.subtract,
+                                           reverse1=True))
+    return out, out2
+
+
+@nki.jit
+def partition_broadcast(row, x):
+    """A one-partition row broadcast over x's partitions: the broadcast itself, and
+    x * row through tensor_tensor."""
+    out = nl.ndarray(x.shape, dtype=row.dtype, buffer=nl.shared_hbm)
+    prod = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    r = nl.load(row)
+    tx = nl.load(x)
+    nl.store(out, r.broadcast_to(x.shape))
+    nl.store(prod, nisa.tensor_tensor(tx, r.broadcast_to(x.shape), op=nl.multiply))
+    return out, prod
