@@ -22,6 +22,7 @@ FP32 = kernels.TOLERANCE["fp32"]
 def k():
     with knki.installed():
         yield {**runpy.run_path(str(HERE / "isa_more.py")),
+               **runpy.run_path(str(HERE / "indexing.py")),
                **{f"v2_{n}": f for n, f in runpy.run_path(str(HERE / "isa_more_v2.py")).items()}}
 
 
@@ -144,3 +145,39 @@ def test_bn_stats_and_aggr(k, seed):
     x64 = x.astype(np.float64)
     assert _err(out[:, 0], x64.mean(1)) <= kernels.POLYNOMIAL
     assert _err(out[:, 1], x64.var(1)) <= kernels.POLYNOMIAL
+
+
+def test_index_expressions_over_two_axes(k, seed):
+    x = np.random.default_rng(seed).standard_normal((128, 35)).astype(np.float32)
+    got = k["swap_blocks"](x, 5, 7)
+    want = x.reshape(128, 5, 7).transpose(0, 2, 1).reshape(128, 35)
+    assert np.array_equal(got, want)
+
+
+def test_reductions_along_some_free_axes(k, seed):
+    x = np.random.default_rng(seed).standard_normal((64, 6, 9)).astype(np.float32)
+    sums, tops = k["window_stats"](x, 3)
+    win = x.astype(np.float64).reshape(64, 2, 3, 3, 3)
+    assert _err(sums, win.sum(axis=(2, 4))) <= FP32 * 9
+    assert np.array_equal(tops, x.reshape(64, 2, 3, 3, 3).max(axis=(2, 4)))
+
+
+def test_loop_reduce_folds_into_its_destination(k, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((384, 128)).astype(np.float32)
+    b = rng.standard_normal((384, 200)).astype(np.float32)
+    got = k["blocked_sum"](a, b)
+    ref = a.astype(np.float64).T @ b.astype(np.float64)
+    assert _err(got, ref) <= kernels.TOLERANCE["fp32"] * 384
+
+
+@pytest.mark.parametrize("name, message", [
+    ("loop_reduce_unassigned", r"indexing.py:\d+: nl.loop_reduce whose result is not "
+                               r"assigned into a tile is not supported yet"),
+    ("out_of_bound_expression", r"indexing.py:\d+: Out-of-bound access for tensor `\w+` on "
+                                r"dimension 1: index range \[0, 18\] exceed dimension size of "
+                                r"16"),
+])
+def test_index_and_loop_reduce_errors(k, name, message):
+    with pytest.raises(knki.NkiError, match=message):
+        k[name](np.zeros((128, 16), np.float32))

@@ -544,12 +544,36 @@ lower.VECTOR_OPS[min] = VectorOp.MIN
 
 
 def mean(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs) -> View:
-    """The sum along the free axes times 1 / their size."""
+    """The sum along the axes ``axis`` times 1 / the number of elements summed."""
     _no_options("mean", kwargs)
     s = lower.tensor_reduce(np.add, x, axis, mask=mask, dtype=float32, keepdims=keepdims,
                             call="mean")
-    n = math.prod(x.shape[1:])
+    axes = {int(a) % x.ndim for a in (axis if isinstance(axis, (list, tuple)) else (axis,))}
+    n = math.prod(x.shape[a] for a in axes)
     return lower.tensor_scalar(s, np.multiply, 1.0 / n, dtype=dtype or x.dtype, call="mean")
+
+
+def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
+    """``dst = op(x, dst)`` into the tile the result is assigned to (``t[...] =
+    nl.loop_reduce(...)``), a TensorTensor on the vector engine; ``loop_indices`` names
+    the loops the reduction runs over, which the trace does not need."""
+    _no_options("loop_reduce", kwargs)
+    t = current("loop_reduce")
+    t.commit()
+    if not isinstance(x, View):
+        raise NkiError(f"operand 'x' of 'loop_reduce' must be a tile, not {type(x).__name__}")
+    x = x.cut(mask)
+    fresh = t.tile(x.shape, isa_dtype(dtype) if dtype is not None else x.dt)
+    own = fresh.buf  # the buffer alone: a reference to the view would make it no temporary
+
+    def make(out: View, _):
+        if out.buf is own:
+            raise NotSupported("nl.loop_reduce whose result is not assigned into a tile",
+                               "t[...] = nl.loop_reduce(x, op, loop_indices) (t also the "
+                               "right-hand operand of op)")
+        lower.tensor_tensor(x, out, op, dtype=out.dtype, dst=out, call="loop_reduce")
+
+    return t.pend(fresh, make, "compute", None)
 
 
 def add_into(dst: View, a: View, b) -> None:
@@ -571,7 +595,7 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
               "store copy matmul transpose add subtract multiply divide maximum minimum "
               "the comparisons bitwise_and/or/xor negative abs square exp log sqrt rsqrt "
               "tanh sigmoid relu gelu gelu_apprx_tanh silu softplus erf mish sin cos "
-              "arctan reciprocal sum max min mean tile_size fp32 and the dtypes")
+              "arctan reciprocal sum max min mean loop_reduce tile_size fp32 and the dtypes")
 
 
 def __getattr__(name: str):

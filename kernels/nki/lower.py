@@ -31,7 +31,7 @@ from hdl.core.isa import (
 from hdl.vector.ops import Reduce, VectorOp
 
 from .errors import NkiError, NotSupported
-from .tracer import Affine, Mask, Predicate, View, current, isa_dtype, promote
+from .tracer import Affine, Mask, Predicate, View, current, isa_dtype, numpy_dtype, promote
 
 __all__ = ["ACTIVATIONS", "VECTOR_OPS", "activation", "affine_select", "bn_aggr", "bn_stats",
            "dma_copy", "iota", "memset", "nc_matmul", "nc_transpose", "partition_broadcast",
@@ -385,14 +385,45 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, dst=N
     return _finish(t, lambda: _out(t, a.shape, out_dt), make, "compute", None, dst)
 
 
-def _axes(x: View, axis, call: str) -> None:
+def _axes(x: View, axis, call: str) -> list[int]:
     axes = sorted({int(a) % x.ndim for a in (axis if isinstance(axis, (list, tuple))
                                               else (axis,))})
     if 0 in axes:
         raise NkiError(f"'{call}' reduces free axes only, not the partition axis 0")
-    if axes != list(range(1, x.ndim)):
-        raise NotSupported(f"'{call}' along axes {axes} of a {x.ndim}-dimensional tile",
-                           f"reductions along every free axis ({list(range(1, x.ndim))})")
+    return axes
+
+
+def _partial_reduce(op: VectorOp, x: View, axes: list[int], out_dt: str, keepdims: bool,
+                    negate: bool, dst, call: str):
+    """A reduction along some of the free axes: the ISA's TensorReduce takes a whole free
+    axis, so the reduced positions are combined in index order by TensorTensor operations
+    over views of the kept axes (in fp32, as the engine computes), one instruction per
+    reduced position; the last writes the result."""
+    t = current(call)
+    x.check_bounds()
+    kept = [a for a in range(1, x.ndim) if a not in axes]
+    perm = x._with([x.dims[0]] + [x.dims[a] for a in kept] + [x.dims[a] for a in axes],
+                   x.part, x.off, ())
+    lead = (slice(None),) * (1 + len(kept))
+    shape = tuple(1 if keepdims and a in axes else n for a, n in enumerate(x.shape)
+                  if keepdims or a not in axes)
+    np_op = _NP_OF[op]
+    acc = perm[lead + (0,) * len(axes)]
+    positions = list(np.ndindex(*(x.shape[a] for a in axes)))[1:]
+    if not positions:
+        acc = tensor_copy(acc, dtype=np.float32, call=call)
+    for i, pos in enumerate(positions):
+        last = i == len(positions) - 1 and not negate
+        acc = tensor_tensor(acc, perm[lead + pos], np_op, dtype=np.float32 if not last
+                            else numpy_dtype(out_dt), call=call)
+    if negate:
+        acc = tensor_scalar(acc, np.multiply, -1.0, dtype=numpy_dtype(out_dt), call=call)
+    t.commit()
+    res = acc.reshape(shape) if keepdims else acc
+    if dst is not None:
+        tensor_copy(res, dst=dst, call=call)
+        return None
+    return res
 
 
 def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False,
@@ -402,12 +433,14 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
     t = current(call)
     t.commit()
     x = _tile(data, call, "data").cut(mask)
-    _axes(x, axis, call)
+    axes = _axes(x, axis, call)
     o = _op(op, call)
     if o not in (VectorOp.ADD, VectorOp.MAX, VectorOp.MIN):
         raise NotSupported(f"reduction {o.name.lower()} in '{call}'", "add, max and min")
-    src = t.ap(x, call, "data")
     out_dt = isa_dtype(dtype) if dtype is not None else x.dt
+    if axes != list(range(1, x.ndim)):
+        return _partial_reduce(o, x, axes, out_dt, keepdims, negate, dst, call)
+    src = t.ap(x, call, "data")
     shape = (x.shape[0],) + ((1,) * (x.ndim - 1) if keepdims else ())
     p = x.shape[0]
 

@@ -505,7 +505,7 @@ class View:
 
     def __getitem__(self, key) -> View:
         key = key if isinstance(key, tuple) else (key,)
-        if any(isinstance(k, Index) for k in key) and \
+        if any(isinstance(k, (Index, Affine)) for k in key) and \
                 any(isinstance(k, (slice, DSlice)) for k in key):
             raise NkiError("Mixing basic tensor indexing and advanced tensor indexing is not "
                            "supported", "err_unsupported_mixing_basic_advanced_tensor_"
@@ -523,6 +523,18 @@ class View:
         for d, (k, (size, stride, is_p)) in enumerate(zip(key, self.dims, strict=True)):
             if isinstance(k, Index):
                 axes.append((k.axis, k, d))
+                continue
+            if isinstance(k, Affine):  # one dimension of the view per axis of the sum
+                lo = k.const + sum(min(0, c * (k.sizes[a] - 1)) for a, c in k.coef.items())
+                hi = k.const + sum(max(0, c * (k.sizes[a] - 1)) for a, c in k.coef.items())
+                if lo < 0 or hi >= size:
+                    raise NkiError(f"Out-of-bound access for tensor `{self.buf.name}` on "
+                                   f"dimension {d}: index range [{lo}, {hi}] exceed "
+                                   f"dimension size of {size}",
+                                   "err_tensor_access_out_of_bound")
+                part, off = self._shift(part, off, k.const, stride, is_p, item)
+                axes += [(a, Index(a, k.ndim, k.sizes[a], 0, c), None, is_p, stride)
+                         for a, c in k.coef.items()]
                 continue
             if isinstance(k, (slice, DSlice)):
                 if isinstance(k, DSlice):
@@ -543,10 +555,6 @@ class View:
                     checks.append([len(out), start, step, size, d, self.buf.name])
                 out.append((n, stride * step, is_p))
                 continue
-            if isinstance(k, Affine):
-                raise NotSupported("an index expression over two axes (such as "
-                                   "i_p * 512 + i_f)", "affine expressions a * i + b of one "
-                                   "nl.arange/nl.mgrid axis per tensor dimension")
             i = _int(k)
             if i < 0:
                 i += size
@@ -556,10 +564,14 @@ class View:
                                "err_tensor_access_out_of_bound")
             part, off = self._shift(part, off, i, stride, is_p, item)
         if axes:
-            if len({a for a, _, _ in axes}) != len(axes):
+            if len({e[0] for e in axes}) != len(axes):
                 raise NotSupported("two tensor dimensions indexed by the same axis",
                                    "one nl.arange/nl.mgrid axis per indexed dimension")
-            for _, k, d in sorted(axes, key=lambda a: a[0]):
+            for _, k, d, *term in sorted(axes, key=lambda a: a[0]):
+                if d is None:  # a term of an expression over several axes, bounds checked
+                    is_p, stride = term
+                    out.append((k.size, stride * k.step, is_p))
+                    continue
                 size, stride, is_p = self.dims[d]
                 part, off = self._shift(part, off, k.start, stride, is_p, item)
                 lo, hi = min(k.start, k.start + k.step * (k.size - 1)), \

@@ -25,7 +25,7 @@ from hdl.core.isa import (
     TensorTensorScan,
     Transpose,
 )
-from hdl.numerics.formats import format_by_name
+from hdl.numerics.formats import IntFormat, format_by_name
 from hdl.vector.activation import ActivationParams
 from hdl.vector.ops import VectorOp
 from hdl.vector.vector import VectorParams
@@ -120,12 +120,19 @@ class Data:
         return np.asarray(numerics.widen(bits, format_by_name(ap.dtype)), dtype=np.uint32)
 
     def write32(self, ap: AP, bits32: np.ndarray, rounding: str = "rne", seed: int = 0) -> None:
-        """Store fp32 bit patterns (partitions, free) into ``ap``, cast to its type."""
+        """Store fp32 bit patterns (partitions, free) into ``ap``, cast to its type (an
+        integer type: the nearest integer, ties to even, saturated; NaN 0)."""
         bits32 = np.asarray(bits32, dtype=np.uint32).reshape(ap.partitions, -1)
         if ap.dtype in ("fp32", "int32", "uint32"):
             self.write(ap, bits32)
             return
         fmt = format_by_name(ap.dtype)
+        if isinstance(fmt, IntFormat):  # to the nearest integer, ties to even, saturated
+            with np.errstate(invalid="ignore"):
+                v = np.nan_to_num(np.rint(bits32.view(np.float32).astype(np.float64)))
+            lo, hi = -(1 << (fmt.bits - 1)), (1 << (fmt.bits - 1)) - 1
+            self.write(ap, np.clip(v, lo, hi).astype(np.int64) & ((1 << fmt.bits) - 1))
+            return
         # lanes are partitions: the stochastic cast draws per lane, beat by beat
         out = numerics.cast_bits(bits32.T.view(np.float32), fmt, rounding, seed ^ self.seed,
                                  self.params.rng)
