@@ -181,3 +181,10 @@ def test_loop_reduce_folds_into_its_destination(k, seed):
 def test_index_and_loop_reduce_errors(k, name, message):
     with pytest.raises(knki.NkiError, match=message):
         k[name](np.zeros((128, 16), np.float32))
+
+
+def test_a_cast_to_int8_rounds_half_to_even_and_saturates(k):
+    x = np.array([[2.5, 3.5, -2.5, -0.4, 0.6, 127.4, 127.6, 300.0, -128.6, -1e9, np.nan,
+                   np.inf]], np.float32).repeat(4, axis=0)
+    want = [2, 4, -2, 0, 1, 127, 127, 127, -128, -128, 0, 127]
+    assert k["to_int8"](x).tolist() == [want] * 4

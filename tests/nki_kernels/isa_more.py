@@ -139,3 +139,11 @@ def partition_broadcast(row, x):
     nl.store(out, r.broadcast_to(x.shape))
     nl.store(prod, nisa.tensor_tensor(tx, r.broadcast_to(x.shape), op=nl.multiply))
     return out, prod
+
+
+@nki.jit
+def to_int8(x):
+    """x cast to int8 by the vector engine."""
+    out = nl.ndarray(x.shape, dtype=nl.int8, buffer=nl.shared_hbm)
+    nl.store(out, nl.copy(nl.load(x), dtype=nl.int8))
+    return out
