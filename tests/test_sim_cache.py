@@ -90,29 +90,26 @@ def test_a_failing_bench_shows_its_assertion(tmp_path):
     assert "the pipeline gave 41 for 40, expected 42" in str(result)
 
 
-def test_stored_verilog_emits_once_per_class_params_and_code(tmp_path, monkeypatch):
-    """The second request of the same component's Verilog is the stored text, not a new
-    emission; other parameters are a new emission."""
-    from dataclasses import replace
-
-    from hdl.link.link import LinkParams, LinkTx
-    from sim.tb import runner
+def test_stored_verilog_emits_once_per_function_arguments_and_code(tmp_path, monkeypatch):
+    """The second request of the same text is the stored one, not a new elaboration; other
+    arguments are a new one."""
+    from hdl.tensor import structural
+    from hdl.tensor.params import SystolicParams
+    from sim.tb.runner import stored_verilog
+    from sim.tb.systolic import harness_verilog
 
     monkeypatch.setenv("TRNGEN_CACHE", str(tmp_path))
-    emitted = []
+    params = SystolicParams(rows=1, cols=1, formats=("bf16",), moving_max=4)
+    first = stored_verilog(harness_verilog, params)
+    assert first == harness_verilog(params)
 
-    def counting(component, toplevel):
-        emitted.append(component.params)
-        return emit_verilog(component, toplevel)
+    def refuse(*args, **kwargs):
+        raise AssertionError("elaborated again")
 
-    monkeypatch.setattr(runner, "emit_verilog", counting)
-    params = LinkParams()
-    first = runner.stored_verilog(LinkTx, "link_tx", params)
-    assert first == emit_verilog(LinkTx(params), "link_tx")
-    assert runner.stored_verilog(LinkTx, "link_tx", params) == first
-    assert emitted == [params]
-    other = replace(params, width=2 * params.width)
-    assert runner.stored_verilog(LinkTx, "link_tx", other) != first
-    assert emitted == [params, other]
-    with pytest.raises(TypeError, match="component class"):
-        runner.stored_verilog(lambda p: LinkTx(p), "link_tx", params)
+    monkeypatch.setattr(structural, "verilog_modules", refuse)
+    assert stored_verilog(harness_verilog, params) == first
+    with pytest.raises(AssertionError, match="elaborated again"):
+        stored_verilog(harness_verilog, SystolicParams(rows=1, cols=1, formats=("fp16",),
+                                                       moving_max=4))
+    with pytest.raises(TypeError, match="module-level function"):
+        stored_verilog(lambda p: harness_verilog(p), params)

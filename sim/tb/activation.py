@@ -40,7 +40,7 @@ from sim.tb.engine import (
     simulate_engine,
     unpack,
 )
-from sim.tb.runner import RunResult
+from sim.tb.runner import RunResult, emit_verilog, stored_verilog
 
 
 def function_inputs(spec: FunctionSpec, rng: np.random.Generator, count: int) -> np.ndarray:
@@ -172,5 +172,10 @@ def params_from_json(cfg: dict) -> ActivationParams:
 
 def simulate(params: ActivationParams, sim: str, seed: int | None = None) -> RunResult:
     """Run the activation engine's full cocotb testbench for ``params`` on ``sim``."""
-    return simulate_engine(lambda: Activation(params, lane_instances=True), "activation",
+    return simulate_engine(stored_verilog(engine_verilog, params), "activation",
                            "sim.tb.activation", sim, params_to_json(params), seed)
+
+
+def engine_verilog(params: ActivationParams) -> str:
+    """The activation engine's Verilog as the bench runs it (its lanes as instances)."""
+    return emit_verilog(Activation(params, lane_instances=True), "activation")

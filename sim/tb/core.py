@@ -43,7 +43,7 @@ from sim.core import Core, ProgramError
 from sim.core.program import Program
 from sim.core.rtl_bound import rtl_cycle_bound
 from sim.tb.core_programs import build_program, must_deadlock, random_inputs, throughput_program
-from sim.tb.runner import RunResult, run_verilog, stored_verilog, tb_params
+from sim.tb.runner import RunResult, emit_verilog, run_verilog, stored_verilog, tb_params
 from specs.loader import load
 
 __all__ = ["CoreTB", "check_program", "co_simulate", "rtl_refusal", "simulate_many"]
@@ -420,4 +420,9 @@ def check_program(params: CoreParams, name: str, seed: int) -> str | None:
 def core_verilog(params: CoreParams) -> str:
     """The core's Verilog (emitted once per parameter set and code, then kept in the
     machine's store: :func:`~sim.tb.runner.stored_verilog`)."""
-    return stored_verilog(NeuronCore, "neuron_core", params)
+    return stored_verilog(emit_core, params)
+
+
+def emit_core(params: CoreParams) -> str:
+    """The core's Verilog, emitted."""
+    return emit_verilog(NeuronCore(params), "neuron_core")

@@ -21,7 +21,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge
 
 from hdl.numerics.formats import format_by_name
-from sim.tb.runner import RunResult, run, tb_params
+from sim.tb.runner import RunResult, run_verilog, tb_params
 from sim.tb.streams import (
     StreamBus,
     StreamSink,
@@ -192,11 +192,11 @@ class EngineTB:
         return self.nprng.integers(0, 1 << format_by_name(fmt).bits, shape, dtype=np.uint32)
 
 
-def simulate_engine(factory: Callable[[], object], toplevel: str, test_module: str, sim: str,
+def simulate_engine(verilog_text: str, toplevel: str, test_module: str, sim: str,
                     params_json: dict, seed: int | None) -> RunResult:
-    """Run an engine's cocotb benches (``test_module``) on the Verilog of ``factory()``,
-    with ``params_json`` and ``seed`` (random when None) passed to :func:`tb_params`."""
+    """Run an engine's cocotb benches (``test_module``) on ``verilog_text``, with
+    ``params_json`` and ``seed`` (random when None) passed to :func:`tb_params`."""
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)
-    return run(factory, toplevel, test_module, sim, {"params": params_json, "seed": seed},
-               seed=seed)
+    return run_verilog(verilog_text, toplevel, test_module, sim,
+                       {"params": params_json, "seed": seed}, seed=seed)

@@ -40,7 +40,7 @@ from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 from hdl.link.link import LinkParams
 from hdl.link.loopback import LinkLoopback
 from sim.golden import link as golden
-from sim.tb.runner import RunResult, run, tb_params
+from sim.tb.runner import RunResult, emit_verilog, run_verilog, stored_verilog, tb_params
 from sim.tb.streams import (
     PAUSES,
     StreamBus,
@@ -242,9 +242,14 @@ def simulate(params: LinkParams, sim: str, seed: int | None = None, *, packets: 
                  latency=latency, traffic=traffic, directed_packets=directed_packets,
                  corrupt_at=corrupt_at, report=report)
     testcase = ["bulk", "directed"] if directed_packets else ["bulk"]
-    return run(lambda: LinkLoopback(params, latency), TOPLEVEL, "sim.tb.link", sim,
-               params=cfg, testcase=testcase, seed=seed,
-               expected=1 + (len(PAUSES) if directed_packets else 0))
+    return run_verilog(stored_verilog(loopback_verilog, params, latency), TOPLEVEL,
+                       "sim.tb.link", sim, params=cfg, testcase=testcase, seed=seed,
+                       expected=1 + (len(PAUSES) if directed_packets else 0))
+
+
+def loopback_verilog(params: LinkParams, latency: int) -> str:
+    """The loopback's Verilog: two ports over a channel of ``latency`` cycles."""
+    return emit_verilog(LinkLoopback(params, latency), TOPLEVEL)
 
 
 def measured_efficiency(params: LinkParams, sim: str, *, length: int | None = None,

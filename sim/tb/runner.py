@@ -189,26 +189,28 @@ def emit_verilog(component, toplevel: str) -> str:
     return text
 
 
-def stored_verilog(make: Callable[[], object], toplevel: str, params: object) -> str:
-    """:func:`emit_verilog` of ``make()``, kept in the machine's store (kind ``verilog``)
-    under what decides the text: the component's class, ``params`` (its ``repr``, the
-    component's only input), the toplevel name, the code the class's module reaches
-    through its imports (:func:`specs.store.code_digest`) and the Amaranth version."""
+def stored_verilog(emit: Callable[..., str], *args) -> str:
+    """The Verilog text ``emit(*args)`` returns, kept in the machine's store (kind
+    ``verilog``) under what decides it: ``emit`` (a module-level function), ``args`` (their
+    ``repr``, its only inputs), the code ``emit``'s module reaches through its imports
+    (:func:`specs.store.code_digest`) and the Amaranth version. A second request is the
+    stored text, not a new elaboration."""
     from importlib.metadata import version
 
-    if not isinstance(make, type):
-        raise TypeError(f"make must be a component class, not {make!r}")
-    text = repr(params)
+    name = f"{getattr(emit, '__module__', '')}.{getattr(emit, '__qualname__', '')}"
+    if not callable(emit) or "<" in name or isinstance(emit, type):
+        raise TypeError(f"emit must be a module-level function, not {emit!r}")
+    text = repr(args)
     if " at 0x" in text:
-        raise ValueError(f"params must have a faithful repr, not {text}")
+        raise ValueError(f"the arguments must have a faithful repr, not {text}")
     key = hashlib.sha256("\0".join(
-        ["trngen verilog 1", f"{make.__module__}.{make.__qualname__}", text, toplevel,
-         code_digest(make.__module__), version("amaranth")]).encode()).hexdigest()
+        ["trngen verilog 1", name, text, code_digest(emit.__module__),
+         version("amaranth")]).encode()).hexdigest()
     store = Store("verilog")
     found = store.get(key)
     if found is not None and "top.v" in found:
         return found["top.v"].decode()
-    verilog_text = emit_verilog(make(params), toplevel)
+    verilog_text = emit(*args)
     store.put(key, {"top.v": verilog_text})
     return verilog_text
 

@@ -61,14 +61,15 @@ def _params_from_json(d: dict) -> SystolicParams:
 def simulate(params: SystolicParams, sim: str, seed: int | None = None,
              hierarchical: bool = True) -> runner.RunResult:
     """Run the full cocotb testbench for one parameter set on ``sim``."""
-    hp = harness_params(params)
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
     tb = {"array": asdict(params), "seed": seed}
-    if hierarchical:
-        text = harness_verilog(params)
-        return runner.run_verilog(text, TOP, "sim.tb.systolic", sim, tb, TESTS, seed)
-    return runner.run(lambda: SystolicHarness(hp), TOP, "sim.tb.systolic", sim, tb,
-                      TESTS, seed)
+    text = runner.stored_verilog(harness_verilog if hierarchical else flat_verilog, params)
+    return runner.run_verilog(text, TOP, "sim.tb.systolic", sim, tb, TESTS, seed)
+
+
+def flat_verilog(params: SystolicParams) -> str:
+    """Verilog of the harness around the array, all in one module."""
+    return runner.emit_verilog(SystolicHarness(harness_params(params)), TOP)
 
 
 def harness_verilog(params: SystolicParams) -> str:

@@ -35,7 +35,7 @@ from hdl.numerics.formats import (
 )
 from hdl.numerics.fpu import FpAdd32, FpMul32, Widen, WidenParams
 from sim.golden import numerics as golden
-from sim.tb.runner import RunResult, run, tb_params
+from sim.tb.runner import RunResult, emit_verilog, run_verilog, stored_verilog, tb_params
 
 FP32_UNITS = {"mul": golden.mul32, "add": golden.add32}
 
@@ -283,8 +283,13 @@ def simulate(params, sim: str, seed: int | None = None, vectors: int = 20_000,
           "widen_lanes": bench.widen_lanes, "casts": specs, "vectors": vectors,
           "fp32_vectors": vectors if fp32_vectors is None else fp32_vectors, "seed": seed,
           "idle": idle, "stall": stall}
-    return run(lambda: NumericsBench(bench), "numerics", "sim.tb.test_numerics", sim, tb,
-               testcase=bench.testcases, seed=seed)
+    return run_verilog(stored_verilog(bench_verilog, bench), "numerics",
+                       "sim.tb.test_numerics", sim, tb, testcase=bench.testcases, seed=seed)
+
+
+def bench_verilog(bench) -> str:
+    """The numerics bench's Verilog."""
+    return emit_verilog(NumericsBench(bench), "numerics")
 
 
 CAST_CASES = (

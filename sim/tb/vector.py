@@ -36,7 +36,7 @@ from sim.tb.engine import (
     simulate_engine,
     unpack,
 )
-from sim.tb.runner import RunResult
+from sim.tb.runner import RunResult, emit_verilog, stored_verilog
 
 
 def random_f32(rng: np.random.Generator, shape) -> np.ndarray:
@@ -163,5 +163,10 @@ async def random_streams(dut):
 def simulate(params: VectorParams, sim: str, seed: int | None = None) -> RunResult:
     """Run the vector engine's full cocotb testbench for ``params`` on ``sim``."""
     cfg = {f: getattr(params, f) for f in params.__dataclass_fields__}
-    return simulate_engine(lambda: Vector(params, lane_instances=True), "vector",
+    return simulate_engine(stored_verilog(engine_verilog, params), "vector",
                            "sim.tb.vector", sim, cfg, seed)
+
+
+def engine_verilog(params: VectorParams) -> str:
+    """The vector engine's Verilog as the bench runs it (its lanes as instances)."""
+    return emit_verilog(Vector(params, lane_instances=True), "vector")
