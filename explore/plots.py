@@ -304,3 +304,32 @@ def step_breakdown(rows: list[tuple[str, dict[str, float]]], out: Path, stem: st
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return _save(fig, out, stem)
+
+
+def serving_curve(results, out: Path, stem: str = "serve", title: str = "") -> list[Path]:
+    """Latency against throughput of serving runs (:class:`explore.serve.ServeResult`, one
+    per offered load): P50 and P99 of the time to first token and of the inter-token latency
+    against output tokens per second, each point labelled with its load."""
+    rows = sorted(results, key=lambda r: r.load)
+    x = np.array([r.tokens_per_second for r in rows])
+    fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.4))
+    unit = "req/s" if rows and rows[0].mode == "rate" else "clients"
+    for ax, (name, label) in zip(axes, (("ttft", "time to first token"),
+                                        ("itl", "inter-token latency")), strict=True):
+        for q, style in (("p50", "o-"), ("p99", "s--")):
+            y = np.array([getattr(r, f"{name}_{q}") for r in rows]) * 1e3
+            ax.plot(x, y, style, label=f"{q.upper()}")
+        for r, xi in zip(rows, x, strict=True):
+            ax.annotate(f"{r.load:g}", (xi, getattr(r, f"{name}_p50") * 1e3),
+                        textcoords="offset points", xytext=(4, -10), fontsize=7)
+        ax.set_xlabel("throughput (output tokens/s)")
+        ax.set_ylabel(f"{label} (ms)")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8, title=f"labels: load ({unit})", title_fontsize=7)
+    fig.suptitle(title or "Serving: latency against throughput")
+    fig.tight_layout()
+    return _save(fig, out, stem)
