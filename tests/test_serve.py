@@ -10,15 +10,33 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from explore import infer, infer_cli, serve
+from explore import infer, infer_cli, serve, workloads
 from explore.kerneltimes import KernelTimes
 from explore.serve import Dist
+from explore.workloads import Transformer
 from generators.cli import main
-from tests.test_infer import Constant, tiny
 
 #: One pass of the tiny model at TP 1 with every kernel 1 us: 3 layers of 12 kernels and 4
 #: once (tests/test_infer.py `test_static_batching_by_hand`), a prefill and a decode step alike.
 STEP = (3 * 12 + 4) * 1e-6
+
+
+class Constant:
+    """Kernel times of ``seconds`` for every run: the scheduler's arithmetic, not the
+    kernels'."""
+
+    def __init__(self, seconds):
+        self.seconds, self.computed, self.params = seconds, 0, None
+
+    def __call__(self, kernel, shape, dtype):
+        return self.seconds
+
+
+def tiny() -> Transformer:
+    t = Transformer.model_validate(dict(
+        kind="transformer", name="tiny", layers=3, hidden=256, heads=4, kv_heads=2, ffn=512,
+        vocab=1000, seq=512, batch=1, params=1.0, causal=True))
+    return t.model_copy(update={"params": workloads.transformer_params(t)})
 
 
 def engine(times=None, **values):
