@@ -255,12 +255,66 @@ def draw_all(table: pd.DataFrame, sw, out: Path) -> list[Path]:
     elif "pe_total" in table and "tokens_per_second" in table:
         paths += pareto(table, sw, out, "pe_total", "PEs (rows x cols x cores x chips; the "
                         "chip is not synthesised yet)", "pareto_area")
-    if "price_per_hour" in table and np.isfinite(table["price_per_hour"]).any():
+    if "price_per_hour" in table and "tokens_per_second" in table \
+            and np.isfinite(table["price_per_hour"]).any():
         paths += pareto(table, sw, out, "price_per_hour", "price (USD/h)", "pareto_price")
     paths += roofline(sw, out)
     paths += sensitivity(sw, out)
     paths += lowered_breakdown(table, out)
+    paths += inference_pareto(table, sw, out)
     return paths
+
+
+def inference_pareto(table: pd.DataFrame, sw, out: Path) -> list[Path]:
+    """When the sweep kept the inference metrics: output tokens per second of the instance
+    against the time per output token, one panel per model, a colour per serving
+    configuration, the front (no other point both faster per token and of more throughput)
+    drawn and the base chip's points starred (``pareto_inference``)."""
+    if not all(c in table for c in ("infer_tpot", "infer_tokens_per_second")):
+        return []
+    ok = table[np.isfinite(table["infer_tpot"]) & np.isfinite(table["infer_tokens_per_second"])]
+    for flag in ("infer_valid", "infer_fits"):
+        if flag in ok:
+            ok = ok[ok[flag]]
+    models: dict[str, list[str]] = {}
+    for w in sw.workloads:
+        if w.serving is not None:
+            models.setdefault(w.spec.name, []).append(w.name)
+    if not models:
+        return []
+    fig, axes = plt.subplots(1, len(models), figsize=(6.4 * len(models), 4.8), squeeze=False)
+    for ax, (name, works) in zip(axes[0], models.items(), strict=True):
+        df = ok[ok["workload"].astype(str).isin(works)]
+        ax.set_title(name)
+        ax.set_xlabel("time per output token (ms)")
+        ax.set_ylabel("throughput (output tokens/s per instance)")
+        ax.grid(True, which="both", alpha=0.3)
+        if not len(df):
+            ax.text(0.5, 0.5, "no design point fits", ha="center", va="center",
+                    transform=ax.transAxes)
+            continue
+        x, y = df["infer_tpot"].to_numpy() * 1e3, df["infer_tokens_per_second"].to_numpy()
+        names = df["workload"].astype(str).to_numpy()
+        for i, w in enumerate(works):
+            sel = names == w
+            if sel.any():
+                ax.scatter(x[sel], y[sel], s=22, color=plt.cm.tab10(i % 10),
+                           label=f"{w.removeprefix(name + '-')} ({sel.sum()})")
+        front = pareto_mask(x, y)
+        order = np.argsort(x[front])
+        ax.plot(x[front][order], y[front][order], "o-", color="tab:red", ms=7, mfc="none",
+                label=f"Pareto front ({front.sum()})")
+        base = _is_base(df, sw.base)
+        if base.any():
+            ax.scatter(x[base], y[base], marker="*", s=110, facecolor="none", zorder=5,
+                       edgecolor="k", label=f"base chip ({sw.base.name})")
+        if y.max() > 8 * y.min():
+            ax.set_yscale("log")
+        ax.legend(fontsize=7, loc="best", title="serving: TP, batch, input x output",
+                  title_fontsize=7)
+    fig.suptitle(f"{sw.spec.title or sw.name}: throughput against time per output token")
+    fig.tight_layout()
+    return _save(fig, out, "pareto_inference")
 
 
 def lowered_breakdown(table: pd.DataFrame, out: Path) -> list[Path]:
