@@ -255,12 +255,66 @@ def draw_all(table: pd.DataFrame, sw, out: Path) -> list[Path]:
     elif "pe_total" in table and "tokens_per_second" in table:
         paths += pareto(table, sw, out, "pe_total", "PEs (rows x cols x cores x chips; the "
                         "chip is not synthesised yet)", "pareto_area")
-    if "price_per_hour" in table and np.isfinite(table["price_per_hour"]).any():
+    if "price_per_hour" in table and "tokens_per_second" in table \
+            and np.isfinite(table["price_per_hour"]).any():
         paths += pareto(table, sw, out, "price_per_hour", "price (USD/h)", "pareto_price")
     paths += roofline(sw, out)
     paths += sensitivity(sw, out)
     paths += lowered_breakdown(table, out)
+    paths += inference_pareto(table, sw, out)
     return paths
+
+
+def inference_pareto(table: pd.DataFrame, sw, out: Path) -> list[Path]:
+    """When the sweep kept the inference metrics: output tokens per second of the instance
+    against the time per output token, one panel per model, a colour per serving
+    configuration, the front (no other point both faster per token and of more throughput)
+    drawn and the base chip's points starred (``pareto_inference``)."""
+    if not all(c in table for c in ("infer_tpot", "infer_tokens_per_second")):
+        return []
+    ok = table[np.isfinite(table["infer_tpot"]) & np.isfinite(table["infer_tokens_per_second"])]
+    for flag in ("infer_valid", "infer_fits"):
+        if flag in ok:
+            ok = ok[ok[flag]]
+    models: dict[str, list[str]] = {}
+    for w in sw.workloads:
+        if w.serving is not None:
+            models.setdefault(w.spec.name, []).append(w.name)
+    if not models:
+        return []
+    fig, axes = plt.subplots(1, len(models), figsize=(6.4 * len(models), 4.8), squeeze=False)
+    for ax, (name, works) in zip(axes[0], models.items(), strict=True):
+        df = ok[ok["workload"].astype(str).isin(works)]
+        ax.set_title(name)
+        ax.set_xlabel("time per output token (ms)")
+        ax.set_ylabel("throughput (output tokens/s per instance)")
+        ax.grid(True, which="both", alpha=0.3)
+        if not len(df):
+            ax.text(0.5, 0.5, "no design point fits", ha="center", va="center",
+                    transform=ax.transAxes)
+            continue
+        x, y = df["infer_tpot"].to_numpy() * 1e3, df["infer_tokens_per_second"].to_numpy()
+        names = df["workload"].astype(str).to_numpy()
+        for i, w in enumerate(works):
+            sel = names == w
+            if sel.any():
+                ax.scatter(x[sel], y[sel], s=22, color=plt.cm.tab10(i % 10),
+                           label=f"{w.removeprefix(name + '-')} ({sel.sum()})")
+        front = pareto_mask(x, y)
+        order = np.argsort(x[front])
+        ax.plot(x[front][order], y[front][order], "o-", color="tab:red", ms=7, mfc="none",
+                label=f"Pareto front ({front.sum()})")
+        base = _is_base(df, sw.base)
+        if base.any():
+            ax.scatter(x[base], y[base], marker="*", s=110, facecolor="none", zorder=5,
+                       edgecolor="k", label=f"base chip ({sw.base.name})")
+        if y.max() > 8 * y.min():
+            ax.set_yscale("log")
+        ax.legend(fontsize=7, loc="best", title="serving: TP, batch, input x output",
+                  title_fontsize=7)
+    fig.suptitle(f"{sw.spec.title or sw.name}: throughput against time per output token")
+    fig.tight_layout()
+    return _save(fig, out, "pareto_inference")
 
 
 def lowered_breakdown(table: pd.DataFrame, out: Path) -> list[Path]:
@@ -302,5 +356,34 @@ def step_breakdown(rows: list[tuple[str, dict[str, float]]], out: Path, stem: st
         label.set_horizontalalignment("right")
     ax.set_title("Training step time by part")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return _save(fig, out, stem)
+
+
+def serving_curve(results, out: Path, stem: str = "serve", title: str = "") -> list[Path]:
+    """Latency against throughput of serving runs (:class:`explore.serve.ServeResult`, one
+    per offered load): P50 and P99 of the time to first token and of the inter-token latency
+    against output tokens per second, each point labelled with its load."""
+    rows = sorted(results, key=lambda r: r.load)
+    x = np.array([r.tokens_per_second for r in rows])
+    fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.4))
+    unit = "req/s" if rows and rows[0].mode == "rate" else "clients"
+    for ax, (name, label) in zip(axes, (("ttft", "time to first token"),
+                                        ("itl", "inter-token latency")), strict=True):
+        for q, style in (("p50", "o-"), ("p99", "s--")):
+            y = np.array([getattr(r, f"{name}_{q}") for r in rows]) * 1e3
+            ax.plot(x, y, style, label=f"{q.upper()}")
+        for r, xi in zip(rows, x, strict=True):
+            ax.annotate(f"{r.load:g}", (xi, getattr(r, f"{name}_p50") * 1e3),
+                        textcoords="offset points", xytext=(4, -10), fontsize=7)
+        ax.set_xlabel("throughput (output tokens/s)")
+        ax.set_ylabel(f"{label} (ms)")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8, title=f"labels: load ({unit})", title_fontsize=7)
+    fig.suptitle(title or "Serving: latency against throughput")
     fig.tight_layout()
     return _save(fig, out, stem)

@@ -38,12 +38,12 @@ from specs.console import console as whole_console
 from specs.files import remove_stale_temporaries, replace_atomically
 from specs.loader import load_document
 
-from . import model, step_sweep
+from . import infer_sweep, model, step_sweep
 from . import sweep as sweeps
 from .workloads import Workload
 
 #: Changes whenever the model's formulas change, so that stale parts are not reused.
-MODEL_VERSION = "explore-model-5"
+MODEL_VERSION = "explore-model-6"
 
 
 def evaluate_chunk(values: dict[str, np.ndarray], base: model.Base, work: Workload,
@@ -59,14 +59,19 @@ def evaluate_chunk(values: dict[str, np.ndarray], base: model.Base, work: Worklo
         full = {k: np.broadcast_to(np.asarray(values.get(k, base.values[k]), float), (size,))
                 for k in model.PARAMS}
         out.update(step_sweep.evaluate_sweep(full, base, work, lowered))
+    inference = [m for m in metrics if m in infer_sweep.SWEEP_METRICS]
+    if inference:
+        full = {k: np.broadcast_to(np.asarray(values.get(k, base.values[k]), float), (size,))
+                for k in model.PARAMS}
+        out.update(infer_sweep.evaluate_sweep(full, base, work, inference))
     cols = {"point": np.arange(first_point, first_point + size, dtype=np.int64),
             "workload": pd.Categorical([work.name] * size)}
     cols.update({k: np.broadcast_to(np.asarray(values.get(k, base.values[k]), float), (size,))
                  for k in model.PARAMS})
     for name in metrics:
         a = np.asarray(out[name])
-        cols[name] = a.astype(bool) if name in ("valid", "fits", "lowered_valid", "lowered_fits") \
-            else a.astype(float)
+        flag = name in ("valid", "fits", "lowered_valid", "lowered_fits", *infer_sweep.FLAGS)
+        cols[name] = a.astype(bool) if flag else a.astype(float)
     return pd.DataFrame(cols)
 
 

@@ -13,7 +13,7 @@ from . import model
 from .kerneltimes import KernelTimes
 from .step import METRICS, evaluate_many
 
-__all__ = ["KERNEL_PARAMS", "SWEEP_METRICS", "core_variant", "evaluate_sweep"]
+__all__ = ["KERNEL_PARAMS", "SWEEP_METRICS", "core_variant", "evaluate_sweep", "kernel_times"]
 
 
 #: Parameters of a sweep (:data:`explore.model.PARAMS`) that change a kernel's time: a design
@@ -65,6 +65,14 @@ def core_variant(base: model.Base, point: dict[str, float]):
 _TIMES: dict = {}
 
 
+def kernel_times(params) -> KernelTimes:
+    """The kernel times of a core, one object per core parameters in this process."""
+    times = _TIMES.get(params)
+    if times is None:
+        times = _TIMES[params] = KernelTimes(params)
+    return times
+
+
 def evaluate_sweep(values: dict[str, np.ndarray], base: model.Base, work,
                    metrics: list[str]) -> dict[str, np.ndarray]:
     """:data:`SWEEP_METRICS` of a sweep's design points (``values``: every parameter of
@@ -102,9 +110,7 @@ def evaluate_sweep(values: dict[str, np.ndarray], base: model.Base, work,
         params = core_variant(base, point)
         if params is None:
             continue
-        times = _TIMES.get(params)
-        if times is None:
-            times = _TIMES[params] = KernelTimes(params)
+        times = kernel_times(params)
         b = replace(base, values={**base.values, **point})
         try:
             m = evaluate_many(

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -41,6 +41,8 @@ from specs.loader import load_document
 from specs.yamlsrc import Positions
 
 from . import model, workloads
+from .infer_sweep import SWEEP_METRICS as INFER_METRICS
+from .infer_sweep import expand as expand_serving
 from .specio import Strict, load_model
 from .step_sweep import SWEEP_METRICS
 
@@ -48,7 +50,7 @@ SWEEP_ROOT = Path(__file__).resolve().parent / "sweeps"
 PosInt = Annotated[int, Field(gt=0)]
 Number = int | float | str
 ParamName = Literal[tuple(model.PARAMS)]  # type: ignore[valid-type]
-MetricName = Literal[(*model.METRICS, *SWEEP_METRICS)]  # type: ignore[valid-type]
+MetricName = Literal[(*model.METRICS, *SWEEP_METRICS, *INFER_METRICS)]  # type: ignore[valid-type]
 PriceFactor = Literal[model.PRICE_FACTORS]  # type: ignore[valid-type]
 #: Quantities a constraint can bound: name -> (dimension, function of the parameter arrays).
 CONSTRAINTS = {
@@ -111,10 +113,28 @@ class Constraint(Strict):
         return self
 
 
+class ServingRef(Strict):
+    """Serving configurations of the inference metrics: every combination of the lists."""
+
+    batch: PosInt | list[PosInt] = Field(1, description="Sequences per batch.")
+    input: PosInt | list[PosInt] = Field(128, description="Prompt tokens.")
+    output: PosInt | list[PosInt] = Field(128, description="Generated tokens.")
+    dtype: Literal["bf16", "fp8"] | list[Literal["bf16", "fp8"]] = Field(
+        "bf16", description="GEMM format (weights stored in it).")
+
+    def lists(self) -> list[list]:
+        return [v if isinstance(v, list) else [v]
+                for v in (self.batch, self.input, self.output, self.dtype)]
+
+
 class WorkloadRef(Strict):
     name: str = Field(description="Bundled workload name or a path beside the sweep.")
     tensor: PosInt | None = Field(None, description="Tensor-parallel degree (ranks), "
                                                     "overriding the workload's.")
+    serving: ServingRef | None = Field(
+        None, description="Serving configurations for the infer_* metrics: one workload per "
+                          "combination, named NAME-tpTENSOR-bBATCH-INPUTxOUTPUT, its tensor the "
+                          "replica's TP degree.")
 
 
 class Price(Strict):
@@ -229,7 +249,8 @@ def _workload_key(w: workloads.Workload) -> dict:
             "gemms": [g.m.tolist(), g.k.tolist(), g.n.tolist(), g.count.tolist(),
                       g.tp.tolist(), g.dp.tolist(), g.backward.tolist()],
             "comm": [w.tokens, w.tp_allreduces, w.tp_bytes, w.dp_bytes, w.overlap_gradients,
-                     w.replicated, w.state_bytes_tp, w.state_bytes_tpdp]}
+                     w.replicated, w.state_bytes_tp, w.state_bytes_tpdp],
+            "serving": None if w.serving is None else w.serving.suffix}
 
 
 def bundled() -> list[str]:
@@ -300,7 +321,15 @@ def load(name: str | Path, max_points: int | None = None) -> Sweep:
             raise SpecError(f"expected a workload format the base chip has, found {w.dtype!r}",
                             location=pos.of(("sweep", *at)), path=f"sweep.workloads[{i}]",
                             choices=sorted(base.rates))
-        loaded.append(w)
+        if ref.serving is None:
+            loaded.append(w)
+            continue
+        if w.spec is None or not w.spec.causal:
+            raise SpecError("expected a decoder transformer for a serving configuration, "
+                            f"found {w.name!r}", location=pos.of(("sweep", *at)),
+                            path=f"sweep.workloads[{i}]")
+        for one in expand_serving(*ref.serving.lists()):
+            loaded.append(replace(w, name=f"{w.name}-tp{w.tensor}-{one.suffix}", serving=one))
     return Sweep(spec, file, base, base_doc.digest, grid, tuple(constraints), tuple(loaded))
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -30,6 +30,9 @@ from pydantic_core import PydanticCustomError
 from specs.errors import SpecError, nearest
 
 from .specio import Strict, load_model
+
+if TYPE_CHECKING:
+    from .infer_sweep import Serving
 
 WORKLOAD_ROOT = Path(__file__).resolve().parent / "workloads"
 PosInt = Annotated[int, Field(gt=0)]
@@ -197,6 +200,8 @@ class Workload:
     state_bytes_tpdp: float     # held per rank, divided by tp * dp
     #: the transformer it was compiled from (for the lowered step), None for a GEMM list
     spec: Transformer | None = None
+    #: the serving configuration of the inference metrics (:mod:`explore.infer_sweep`)
+    serving: Serving | None = None
 
     @property
     def elem_bytes(self) -> int:

@@ -578,6 +578,71 @@ def infer_cmd(system, model, model_file, tp, dp, batch, input_len, output_len, d
                   lnc, fmt, output)
 
 
+def _floats(ctx, param, value):
+    """``"1,2.5"`` -> [1.0, 2.5], ``None`` as is."""
+    if value is None:
+        return None
+    try:
+        items = [float(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected numbers separated by commas, found "
+                                 f"{value!r}") from None
+    if not items:
+        raise click.BadParameter(f"expected numbers separated by commas, found {value!r}")
+    return items
+
+
+@main.command("serve")
+@click.argument("system")
+@click.argument("model", required=False)
+@click.option("--model", "model_file", default=None, help="A Hugging Face config.json "
+              "(Llama, Mistral, OPT) instead of a bundled MODEL.")
+@click.option("--tp", type=int, required=True, help="Tensor-parallel degree of the replica "
+              "(ranks: logical NeuronCores).")
+@click.option("--rate", "rates", callback=_floats, help="Poisson arrival rates, requests per "
+              "second (comma-separated: one run each).")
+@click.option("--concurrency", type=int, help="Clients, each sending its next request when "
+              "its last one ends (instead of --rate).")
+@click.option("--requests", type=int, default=1000, show_default=True,
+              help="Requests per run.")
+@click.option("--input", "input_dist", default="fixed:128", show_default=True,
+              help="Prompt tokens: fixed:N, uniform:A-B or normal:MEAN,STD.")
+@click.option("--output", "output_dist", default="fixed:128", show_default=True,
+              help="Output tokens: fixed:N, uniform:A-B or normal:MEAN,STD.")
+@click.option("--max-batch", type=int, default=32, show_default=True,
+              help="Most requests running at once.")
+@click.option("--max-prefill-tokens", type=int, default=4096, show_default=True,
+              help="Most padded prompt tokens of one prefill step.")
+@click.option("--bucket", type=int, default=128, show_default=True,
+              help="Lengths are padded up to a multiple of this many tokens.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the draws.")
+@click.option("--dtype", type=click.Choice(["bf16", "fp8"]), default="bf16",
+              show_default=True, help="GEMM format (weights stored in it).")
+@click.option("--lnc", type=int, help="Physical cores per logical core (default: the chip's).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              help="Output format.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the latency-throughput curve as FILE.png and FILE.svg.")
+def serve_cmd(system, model, model_file, tp, rates, concurrency, requests, input_dist,
+              output_dist, max_batch, max_prefill_tokens, bucket, seed, dtype, lnc, fmt,
+              plot):
+    """Serve MODEL on SYSTEM by continuous batching (prefill and decode steps interleaved,
+    each timed as `gen infer` times it): P50 and P99 of the time to first token and of the
+    inter-token latency, and the throughput, at each --rate (or at --concurrency)."""
+    from .serve import serve_command
+
+    if (model is None) == (model_file is None):
+        raise SpecError("expected a MODEL or --model PATH/config.json (one of them), found "
+                        + ("neither" if model is None else "both"))
+    if (rates is None) == (concurrency is None):
+        raise SpecError("expected one of --rate or --concurrency, found "
+                        + ("neither" if rates is None else "both"))
+    serve_command(system, model or model_file, tp=tp, rates=rates, concurrency=concurrency,
+                  requests=requests, input_dist=input_dist, output_dist=output_dist,
+                  max_batch=max_batch, max_prefill_tokens=max_prefill_tokens, bucket=bucket,
+                  seed=seed, dtype=dtype, lnc=lnc, fmt=fmt, plot=plot)
+
+
 def _label(params) -> str:
     """A parameter object in one short line: scalar fields as they are, collections by size."""
     import dataclasses
