@@ -43,6 +43,8 @@ from specs.store import Store, code_digest
 
 SIMULATORS = ("icarus", "verilator")
 ENV_PARAMS = "TRNGEN_TB"
+#: The modules whose assertions cocotb rewrites for pytest's messages: the testbenches.
+REWRITTEN = "*/sim/tb/*.py"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _WAVES: ContextVar[bool] = ContextVar("trngen_waves", default=False)
 
@@ -420,7 +422,10 @@ def run_verilog(
 
     runner = get_runner(sim)
     test_dir = Path(tempfile.mkdtemp(prefix="run-", dir=build_dir))
-    env = {ENV_PARAMS: json.dumps(dict(params or {}), sort_keys=True)}
+    env = {ENV_PARAMS: json.dumps(dict(params or {}), sort_keys=True),
+           # pytest's assertion rewriting for the testbenches alone: cocotb's default, every
+           # module, rewrites numpy's and numba's too at each start (seconds of every run)
+           "COCOTB_REWRITE_ASSERTION_FILES": REWRITTEN}
     names = [testcase] if isinstance(testcase, str) else testcase
     if expected is None and names is not None:
         expected = len(names)
