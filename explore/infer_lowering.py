@@ -144,8 +144,9 @@ def prefill(t: Transformer, s: Split, lengths: tuple[int, ...], dtype: str = "bf
     kernel = "attention_causal" if t.causal else "attention"
     attention = [_call("attention", kernel, "attention", ACT, B=n * s.q_heads, S=length,
                        D=s.head_dim) for length, n in sorted(Counter(lengths).items())]
-    # the kernel writes one token per sequence: each prompt token is written as one
-    cache = ([_kv_append(s, n * length, length) for length, n in sorted(Counter(lengths).items())]
+    # each prompt's keys and values written as one block into its cache
+    cache = ([_call("kv.prefill", "kv_prefill", "other", ACT, B=n, KVH=s.kv_heads,
+                    D=s.head_dim, S=length) for length, n in sorted(Counter(lengths).items())]
              if t.causal else [])
     layer = _layer(t, s, tokens, dt, attention, _rope(t, s, tokens) + cache)
     return {"layer": layer, "once": _ends(t, s, tokens, len(lengths), dt)}

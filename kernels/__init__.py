@@ -32,7 +32,7 @@ from .backward import (
 from .builder import Builder, KernelError
 from .decode import decode_attention
 from .gemm import gemm, gemm_naive, out_dtype
-from .kvcache import kv_append, kv_positions
+from .kvcache import kv_append, kv_positions, kv_prefill
 from .norms import ADAM, adam, grad_accumulate, layernorm, residual_add, rmsnorm, softmax
 from .rope import rope
 from .sampling import sample
@@ -211,6 +211,20 @@ def _kv(s, d):
             "k_cache": ((b * h * dd, n), d), "v_cache": ((b * h * n, dd), d)}
 
 
+def _kv_prefill(i):
+    s, d = i["k_cache"].shape[1], i["v_cache"].shape[1]
+    nb, kvh = i["k_new"].shape[0] // s, i["k_new"].shape[1] // d
+    k = i["k_new"].reshape(nb, s, kvh, d).transpose(0, 2, 3, 1)
+    v = i["v_new"].reshape(nb, s, kvh, d).transpose(0, 2, 1, 3)
+    return {"k_cache": k.reshape(-1, s), "v_cache": v.reshape(-1, d)}
+
+
+def _kv_prompt(s, d):
+    b, h, dd, n = s["B"], s["KVH"], s["D"], s["S"]
+    return {"k_new": ((b * n, h * dd), d), "v_new": ((b * n, h * dd), d),
+            "k_cache": ((b * h * dd, n), d), "v_cache": ((b * h * n, dd), d)}
+
+
 def _decode_attention(i):
     q, k, v = i["q"], i["k_cache"], i["v_cache"]
     d, s = v.shape[1], k.shape[1]
@@ -337,6 +351,10 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
            "sequence's position (DMA only)", ("B", "KVH", "D", "S"), ("bf16", "fp32"),
            kv_append, _kv, _kv_append, updates=("k_cache", "v_cache"),
            example={"B": 64, "KVH": 8, "D": 128, "S": 4096}),
+    Kernel("kv_prefill", "a whole prompt's K and V written into positions 0 .. S-1 of the "
+           "HBM cache: keys transposed on chip, stored as long runs", ("B", "KVH", "D", "S"),
+           ("bf16", "fp32"), kv_prefill, _kv_prompt, _kv_prefill,
+           updates=("k_cache", "v_cache"), example={"B": 1, "KVH": 8, "D": 128, "S": 4096}),
     Kernel("decode_attention", "one query per head over the KV cache in HBM, flash-decoding: "
            "chunks with online max and sum; G = H / KVH query heads share a KV head",
            ("B", "H", "KVH", "S", "D"), ("bf16", "fp32"), decode_attention,
