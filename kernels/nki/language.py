@@ -17,7 +17,17 @@ from hdl.vector.ops import VectorOp
 
 from . import lower
 from .errors import NkiError, NotSupported
-from .tracer import TF32, DSlice, Index, View, current, isa_dtype, numpy_dtype, promote
+from .tracer import (
+    TF32,
+    AffineLoop,
+    DSlice,
+    Index,
+    View,
+    current,
+    isa_dtype,
+    numpy_dtype,
+    promote,
+)
 
 # --- types and constants ------------------------------------------------------------------
 float32 = numpy_dtype("fp32")
@@ -187,10 +197,11 @@ def ds(start, size) -> DSlice:
     return DSlice(int(start), int(size))
 
 
-def affine_range(*args, **kwargs) -> range:
+def affine_range(*args, **kwargs) -> AffineLoop:
     """Iterations without loop-carried dependences: traced in order, and the program lets
-    them overlap wherever their tensors allow."""
-    return range(*(int(a) for a in args))
+    them overlap wherever their tensors allow; two iterations that write the same elements
+    (other than by accumulating) are NKI's error."""
+    return AffineLoop(range(*(int(a) for a in args)))
 
 
 def sequential_range(*args, **kwargs) -> range:

@@ -114,8 +114,9 @@ def _limit(view: View, size: int, limit: int, call: str, operand: str) -> None:
 
 def _same_partitions(a: View, b: View, call: str, na: str, nb: str) -> None:
     if a.shape[0] != b.shape[0]:
-        raise NkiError(f"number of partitions of '{na}' ({a.shape[0]}) and '{nb}' "
-                       f"({b.shape[0]}) of '{call}' mismatch", "err_num_partition_mismatch")
+        raise NkiError(f"number of partitions (dimension 0 size of a tile) mismatch in "
+                       f"parameters ({na}{list(a.shape)}, {nb}{list(b.shape)}) of '{call}'",
+                       "err_num_partition_mismatch")
 
 
 # --- tensor engine ------------------------------------------------------------------------

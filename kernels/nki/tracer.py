@@ -39,7 +39,7 @@ from kernels.builder import SBUF_ALIGN, Builder
 
 from .errors import NkiError, NotSupported, kernel_line
 
-__all__ = ["TF32", "Affine", "Buffer", "Index", "Mask", "Predicate", "Tracer", "View",
+__all__ = ["TF32", "Affine", "AffineLoop", "Buffer", "Index", "Mask", "Predicate", "Tracer", "View",
            "current", "isa_dtype", "numpy_dtype"]
 
 #: NKI's ``tfloat32`` (a four-byte void type, as NKI spells it).
@@ -319,12 +319,14 @@ class DSlice:
 class _Node:
     """An instruction of the trace: its stream, the instructions of other streams it
     waits for (``deps``) and the operands that :meth:`Tracer.program` moves to their
-    buffers' offsets (``moved``: (field, buffer) pairs)."""
+    buffers' offsets (``moved``: (field, buffer) pairs), and the ``nl.affine_range``
+    iterations it was traced in (``loops``: (loop, iteration) pairs, outermost first)."""
 
-    __slots__ = ("stream", "ins", "deps", "signal", "event", "index", "moved")
+    __slots__ = ("stream", "ins", "deps", "signal", "event", "index", "moved", "loops")
 
-    def __init__(self, stream, ins, index):
+    def __init__(self, stream, ins, index, loops=()):
         self.stream, self.ins, self.index = stream, ins, index
+        self.loops = loops  # the affine_range iterations it was traced in (Tracer.loops)
         self.deps = ()
         self.signal = False
         self.event = None
@@ -334,12 +336,15 @@ class _Node:
 class _Record:
     """One access's footprint, the node that wrote it (None for a read or an inherited
     range) and the nodes that read it since, the latest of each stream alone: an engine's
-    stream runs in order, so waiting for its latest reader waits for all of them."""
+    stream runs in order, so waiting for its latest reader waits for all of them. A write
+    keeps its access pattern and whether the instruction also read what it wrote (an
+    accumulation: ``+=``, a matmul accumulating in PSUM, ``nl.loop_reduce``)."""
 
-    __slots__ = ("fp", "writer", "readers")
+    __slots__ = ("fp", "writer", "readers", "ap", "update")
 
-    def __init__(self, fp, writer, readers):
+    def __init__(self, fp, writer, readers, ap=None, update=False):
         self.fp, self.writer, self.readers = fp, writer, _latest(readers)
+        self.ap, self.update = ap, update
 
 
 def _latest(nodes) -> dict:
@@ -412,6 +417,37 @@ def overlaps(a, b, hbm: bool) -> bool:
         lo, hi = max(0, -(q + shift)), min(b[2], a[2] - (q + shift))
         return lo < hi
     return (r < a[3] and rows_meet(0)) or (r + b[3] > p and rows_meet(1))
+
+
+def _elements(ap: AP) -> np.ndarray:
+    """The bytes an access touches: offsets in HBM, or in the partition on chip."""
+    item = ap.itemsize
+    offs = np.zeros(1, np.int64)
+    for n, s in ap.dims:
+        offs = (offs[:, None] + np.arange(n, dtype=np.int64) * s).ravel()
+    offs = ap.offset + offs * item
+    if ap.space == "hbm" and ap.pstride and ap.partitions > 1:
+        offs = (np.arange(ap.partitions, dtype=np.int64)[:, None] * ap.pstride
+                + offs).ravel()
+    return np.unique((offs[:, None] + np.arange(item, dtype=np.int64)).ravel())
+
+
+def _share_bytes(a: AP, b: AP) -> bool:
+    """Whether two accesses of one buffer share a byte, exactly (on chip their partition
+    ranges already meet: :func:`overlaps`)."""
+    return bool(np.intersect1d(_elements(a), _elements(b), assume_unique=True).size)
+
+
+def _parallel_iterations(a: tuple, b: tuple):
+    """The ``nl.affine_range`` loop and the two iterations of it that two instructions'
+    loop contexts (:attr:`_Node.loops`) first differ in; None if they first differ in
+    different loops (one after the other) or one context holds the other."""
+    for (la, ia), (lb, ib) in zip(a, b, strict=False):
+        if la is not lb:
+            return None
+        if ia != ib:
+            return la, ia, ib
+    return None
 
 
 def _contains(a, b, hbm: bool) -> bool:
@@ -821,6 +857,35 @@ class _Space:
 _CURRENT: list[Tracer] = []
 
 
+class AffineLoop:
+    """The iterations of an ``nl.affine_range``: while the loop runs, the tracer of the
+    kernel knows which iteration an instruction is traced in (:attr:`Tracer.loops`), for
+    NKI's rule that the iterations do not write the same elements."""
+
+    def __init__(self, r: range):
+        self.range = r
+        self.where = kernel_line()
+
+    def __len__(self):
+        return len(self.range)
+
+    def __getitem__(self, i):
+        return self.range[i]
+
+    def __iter__(self):
+        if not _CURRENT:
+            yield from self.range
+            return
+        t = _CURRENT[-1]
+        outer = t.loops
+        try:
+            for i in self.range:
+                t.loops = (*outer, (self, i))
+                yield i
+        finally:
+            t.loops = outer
+
+
 def current(call: str) -> Tracer:
     """The tracer of the kernel being traced; outside a kernel, NKI's error."""
     if not _CURRENT:
@@ -830,10 +895,11 @@ def current(call: str) -> Tracer:
 
 
 class _Pending:
-    __slots__ = ("view", "make", "kind", "mask", "node_count")
+    __slots__ = ("view", "make", "kind", "mask", "loops")
 
-    def __init__(self, view, make, kind, mask):
+    def __init__(self, view, make, kind, mask, loops):
         self.view, self.make, self.kind, self.mask = view, make, kind, mask
+        self.loops = loops
 
 
 class Tracer:
@@ -860,6 +926,9 @@ class Tracer:
         self.constants: list[tuple] = []  # (HBM tensor, data) of nl.shared_constant
         self._shared_next = 0
         self.matmul_dtypes: set[str] = set()
+        #: the iterations of the nl.affine_range loops being traced, outermost first:
+        #: (loop, iteration) pairs, a loop being its :class:`AffineLoop`
+        self.loops: tuple = ()
 
     def __enter__(self):
         _CURRENT.append(self)
@@ -967,7 +1036,7 @@ class Tracer:
                            f"{buf.nbytes} bytes per partition; {space.used} of {space.size} "
                            f"are held by live tensors (largest free range "
                            f"{max((b - a for a, b in space.free), default=0)})",
-                           "err_out_of_memory", where=buf.where)
+                           where=buf.where)
         buf.offset = offset
         # the retired ranges it overlaps, relative to it; those it covers are dropped
         lo, hi = offset, offset + buf.nbytes
@@ -1032,6 +1101,8 @@ class Tracer:
         if stride != 1 and size > 1:
             raise NotSupported("a partition dimension with a step", "partition ranges of "
                                                                     "step 1")
+        if "hbm" not in spaces:  # an engine's operand (a DMA's may start anywhere)
+            self._start_partition(view.part, size, call, operand)
         if any(d[2] for d in dims[1:]):
             raise NkiError(f"operand '{operand}' of '{call}' ({view!r}) has a second "
                            f"partition dimension", "err_leading_dimension_of_tensor_must_"
@@ -1041,6 +1112,25 @@ class Tracer:
             raise NotSupported(f"an operand of '{call}' with {len(free)} free dimensions "
                                f"that do not merge", "up to 3 free dimensions")
         return AP(view.buf.space, view.dt, view.part, size, view.off, free)
+
+    def _start_partition(self, start: int, size: int, call: str, operand: str) -> None:
+        """The hardware's rule for an engine's access of SBUF or PSUM (NKI's architecture
+        guide, "Data streaming between SBUF and compute engine"): the partitions fall in
+        four quadrants; an access of up to one quadrant's partitions starts at a quadrant,
+        of up to two at partition 0 or the middle one, of more at partition 0."""
+        parts = self.params.partitions
+        group = parts // 4
+        while group < size:
+            group *= 2
+        if start % group == 0:
+            return
+        starts = [str(s) for s in range(0, parts, group)]
+        allowed = (" or ".join(starts) if len(starts) < 3
+                   else f"{', '.join(starts[:-1])} or {starts[-1]}")
+        lo = group // 2 + 1 if group > parts // 4 else 1
+        raise NkiError(f"operand '{operand}' of '{call}' accesses {size} partitions from "
+                       f"partition {start}: an access of {lo} to {group} partitions must "
+                       f"start at partition {allowed}")
 
     def dma_aps(self, dst: View, src: View, call: str) -> tuple[AP, AP]:
         """The access patterns of a copy from ``src`` to ``dst`` (one shape once size-1
@@ -1098,18 +1188,22 @@ class Tracer:
         for view, _ in (*reads, *writes):
             if view.buf.zero:
                 self._zero(view.buf)
-        node = _Node(stream, ins, len(self.nodes))
+        node = _Node(stream, ins, len(self.nodes), self.loops)
         deps: dict[str, _Node] = {}
         index = node.index
         bufs = {}
+        read = []
         for view, ap in reads:
             buf = view.buf
-            self._read(node, buf, footprint(ap), deps)
+            fp = footprint(ap)
+            self._read(node, buf, fp, deps)
             bufs[id(ap)] = buf
+            read.append((buf, fp))
         for view, ap in writes:
             buf = view.buf
             fp = footprint(ap)
-            self._write(node, buf, fp, deps)
+            update = any(b is buf and overlaps(f, fp, buf.space == "hbm") for b, f in read)
+            self._write(node, buf, fp, deps, ap, update)
             bufs[id(ap)] = buf
             if buf.space != "hbm":
                 buf.written.append((node, fp))
@@ -1147,8 +1241,10 @@ class Tracer:
         if not covered:
             buf.reads.append(_Record(fp, None, [node]))
 
-    def _write(self, node, buf, fp, deps):
+    def _write(self, node, buf, fp, deps, ap, update):
         hbm = buf.space == "hbm"
+        if node.loops and not update:
+            self._parallel_writes(node, buf, fp, ap)
         for records in (buf.writes, buf.reads):
             keep = []
             for r in records:
@@ -1161,7 +1257,26 @@ class Tracer:
                         continue
                 keep.append(r)
             records[:] = keep
-        buf.writes.append(_Record(fp, node, []))
+        buf.writes.append(_Record(fp, node, [], ap, update))
+
+    @staticmethod
+    def _parallel_writes(node, buf, fp, ap) -> None:
+        """NKI's rule for ``nl.affine_range``: its iterations may run in parallel, so no
+        two of them write the same element of a tensor, unless as an associative reduction
+        (an accumulation, which reads what it writes)."""
+        hbm = buf.space == "hbm"
+        for r in buf.writes:
+            if r.writer is None or r.update or not overlaps(r.fp, fp, hbm):
+                continue
+            both = _parallel_iterations(r.writer.loops, node.loops)
+            if both is None or not _share_bytes(r.ap, ap):
+                continue
+            loop, first, second = both
+            raise NkiError(f"Unexpected output dependencies: iterations {first} and {second} "
+                           f"of the nl.affine_range loop at {loop.where} write the same "
+                           f"elements of tensor `{buf.name}`; index the destination by the "
+                           f"loop, or iterate with nl.sequential_range",
+                           "err_unexpected_output_dependencies")
 
     def _zero(self, buf: Buffer) -> None:
         """Write the zeros of an ``nl.zeros`` PSUM tensor that a matmul did not overwrite."""
@@ -1240,13 +1355,18 @@ class Tracer:
         """Make ``view`` the pending result of an op: ``make(dst, accumulate)`` emits the op
         into ``dst`` (``view`` cut by ``mask``, or the tensor it is assigned to)."""
         self.commit()
-        self.pending = _Pending(view, make, kind, mask)
+        self.pending = _Pending(view, make, kind, mask, self.loops)
         return view
 
     def commit(self) -> None:
+        """Emit the pending result into its own tile, in the loop iterations it was made."""
         p, self.pending = self.pending, None
         if p is not None:
-            p.make(p.view.cut(p.mask), None)
+            loops, self.loops = self.loops, p.loops
+            try:
+                p.make(p.view.cut(p.mask), None)
+            finally:
+                self.loops = loops
 
     def take(self, value) -> View:
         """``value`` as an operand: a pending result is emitted first."""
