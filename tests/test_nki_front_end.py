@@ -176,6 +176,32 @@ ERRORS = [
      "dimension size of 1000"),
     ("unsupported_call", ((128, 64), np.float32), None, "unsupported",
      "nl.softmax is not supported yet by trngen's NKI front end; supported:"),
+    ("partition_mismatch", ((128, 512), np.float32), ((1, 512), np.float32), "mismatch",
+     "number of partitions (dimension 0 size of a tile) mismatch in parameters "
+     "(data1[128, 512], data2[1, 512]) of 'tensor_tensor' [err_num_partition_mismatch]"),
+    ("load_from_sbuf", ((4, 4), np.float32), None, "space_load",
+     "Expected operand 'src' of 'load' to be in address space 'hbm', but got a tile in "
+     "'sbuf' instead. [err_unsupported_memory]"),
+    ("exp_of_hbm", ((128, 512), np.float32), None, "space_exp",
+     "Expected operand 'x' of 'exp' to be in address space 'psum|sbuf', but got a tile in "
+     "'hbm' instead. [err_unsupported_memory]"),
+    ("misaligned_rows", ((128, 64), np.float32), None, "start",
+     "operand 'data' of 'exp' accesses 32 partitions from partition 16: an access of 1 to "
+     "32 partitions must start at partition 0, 32, 64 or 96"),
+    ("half_from_32", ((128, 64), np.float32), None, "start_half",
+     "operand 'data' of 'exp' accesses 64 partitions from partition 32: an access of 33 to "
+     "64 partitions must start at partition 0 or 64"),
+    ("same_block_every_iteration", ((128, 1), np.float32), None, "affine",
+     "Unexpected output dependencies: iterations 0 and 1 of the nl.affine_range loop at "
+     "line {affine - 1} write the same elements of tensor `sbuf` (made at line "
+     "{affine - 2}); index the destination by the loop, or iterate with "
+     "nl.sequential_range [err_unexpected_output_dependencies]"),
+    ("same_output_rows", ((128, 1024), np.float32), None, "affine_hbm",
+     "Unexpected output dependencies: iterations 0 and 1 of the nl.affine_range loop at "
+     "line {affine_hbm - 2} write the same elements of tensor `out`;"),
+    ("psum_full", ((128, 1), np.float32), None, "psum_full",
+     "PSUM full: tensor psum_8 [128, 512] fp32 needs 2048 bytes per partition; 16384 of "
+     "16384 are held by live tensors"),
 ]
 
 
@@ -187,7 +213,31 @@ def test_errors_name_the_kernel_line(load, name, a, b, tag, message):
         k(*args)
     text = str(info.value)
     assert text.startswith(f"{HERE / 'errors.py'}:{_line(tag)}: "), text
-    assert message in text
+    message = re.sub(r"\{(\w+) - (\d)\}", lambda m: str(_line(m[1]) - int(m[2])), message)
+    assert message in text, text
+
+
+def test_a_quadrant_of_partitions_is_a_legal_start(load):
+    """Rows 32..63 (one quadrant) exponentiated in place, the others kept."""
+    x = np.random.default_rng(11).standard_normal((128, 64)).astype(np.float32)
+    want = x.astype(np.float64)
+    want[32:64] = np.exp(want[32:64])
+    assert _err(load("errors")["quadrant_rows"](x), want) <= kernels.POLYNOMIAL
+
+
+def test_legal_writes_of_loop_iterations(load):
+    """Writes of one block in a sequential_range (the last iteration's value stays),
+    interleaved columns in an affine_range (their ranges overlap, their elements do not)
+    and an accumulation in an affine_range are no conflict."""
+    k = load("errors")
+    assert np.array_equal(k["same_block_in_order"](np.zeros((128, 1), np.float32)),
+                          np.full((128, 512), 3.0, np.float32))
+    x = np.random.default_rng(12).standard_normal((128, 512)).astype(np.float32)
+    scale = np.arange(512) % 4 + 1
+    assert np.array_equal(k["interleaved_columns"](x), x * scale.astype(np.float32))
+    y = np.random.default_rng(13).standard_normal((128, 2048)).astype(np.float32)
+    want = y.astype(np.float64).reshape(128, 4, 512).sum(axis=1)
+    assert _err(k["accumulate_in_affine"](y), want) <= kernels.TOLERANCE["fp32"] * 4
 
 
 def test_masked_access_is_in_bounds(load):
@@ -209,6 +259,11 @@ def test_gen_nki_kernel_report_and_error_line():
     assert bad.exit_code == 2
     lines = bad.output.strip().splitlines()
     assert len(lines) == 1 and re.search(rf"errors\.py:{_line('sbuf')}: SBUF full", lines[0])
+    bad = runner.invoke(main, ["nki", str(HERE / "errors.py"), "--kernel",
+                               "same_block_every_iteration", "--shape", "x=128x1"])
+    assert bad.exit_code == 2
+    (line,) = bad.output.strip().splitlines()
+    assert re.search(rf"errors\.py:{_line('affine')}: Unexpected output dependencies", line)
 
 
 def test_gen_nki_names_the_kernels_line_when_its_own_code_fails():

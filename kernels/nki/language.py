@@ -340,7 +340,7 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
     v = value.cut(mask)
     if v.buf.space == "hbm":
         raise NkiError("Expected operand 'value' of 'store' to be in address space "
-                       "'sbuf|psum', but got a tile in 'hbm' instead.", "err_unsupported_memory")
+                       "'psum|sbuf', but got a tile in 'hbm' instead.", "err_unsupported_memory")
     if v.buf.space == "psum" or v.dt != dst.dt:
         tmp = t.tile(v.shape, dst.dt)
         lower.tensor_copy(v, dst=tmp, call="store")
@@ -505,6 +505,8 @@ def square(x, *, dtype=None, mask=None, **kwargs) -> View:
 def _unary_fn(name: str, func: str):
     def fn(x, *, dtype=None, mask=None, **kwargs):
         _no_options(name, kwargs)
+        if isinstance(x, View) and x.buf.space == "hbm":  # named as NKI names it: 'x'
+            current(name).ap(x, name, "x")
         return lower.activation(func, x, mask=mask, dtype=dtype, call=name)
 
     fn.__name__ = fn.__qualname__ = name

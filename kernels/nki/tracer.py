@@ -450,6 +450,12 @@ def _parallel_iterations(a: tuple, b: tuple):
     return None
 
 
+def _near(line: str, here: str) -> str:
+    """``file:line`` as ``line N`` when ``here`` is in the same file."""
+    file, _, n = line.rpartition(":")
+    return f"line {n}" if here.rpartition(":")[0] == file else line
+
+
 def _contains(a, b, hbm: bool) -> bool:
     if not hbm:
         return a[0] <= b[0] and b[1] <= a[1] and a[2] <= b[2] and b[3] <= a[3]
@@ -1079,7 +1085,7 @@ class Tracer:
         address space, bounds, the partition dimension first."""
         if view.buf.space not in spaces:
             raise NkiError(f"Expected operand '{operand}' of '{call}' to be in address space "
-                           f"'{'|'.join(spaces)}', but got a tile in '{view.buf.space}' "
+                           f"'{'|'.join(sorted(spaces))}', but got a tile in '{view.buf.space}' "
                            f"instead.", "err_unsupported_memory")
         view.check_bounds()
         dims = view.dims
@@ -1272,11 +1278,13 @@ class Tracer:
             if both is None or not _share_bytes(r.ap, ap):
                 continue
             loop, first, second = both
+            where = kernel_line()
+            made = f" (made at {_near(buf.where, where)})" if buf.where else ""
             raise NkiError(f"Unexpected output dependencies: iterations {first} and {second} "
-                           f"of the nl.affine_range loop at {loop.where} write the same "
-                           f"elements of tensor `{buf.name}`; index the destination by the "
-                           f"loop, or iterate with nl.sequential_range",
-                           "err_unexpected_output_dependencies")
+                           f"of the nl.affine_range loop at {_near(loop.where, where)} write "
+                           f"the same elements of tensor `{buf.name}`{made}; index the "
+                           f"destination by the loop, or iterate with nl.sequential_range",
+                           "err_unexpected_output_dependencies", where)
 
     def _zero(self, buf: Buffer) -> None:
         """Write the zeros of an ``nl.zeros`` PSUM tensor that a matmul did not overwrite."""
