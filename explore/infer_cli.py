@@ -18,7 +18,8 @@ from .infer_lowering import GEMM_DTYPES, split
 from .kerneltimes import KernelTimes
 from .workloads import Transformer, transformer_params
 
-__all__ = ["AXES", "Point", "check", "from_cli", "grid", "hf_config", "load_model", "resolve"]
+__all__ = ["AXES", "Point", "check", "design_point", "from_cli", "grid", "hf_config", "load_model",
+           "resolve"]
 
 #: The options a grid sweeps, in the order of its columns.
 AXES = ("tp", "dp", "batch", "input", "output", "dtype", "lnc")
@@ -212,8 +213,10 @@ def check(t: Transformer, ranks: int, *, tp: int, dp: int, batch: int, input_len
                          f"{hbm / 2**30:.2f} GiB of HBM of each rank of {base.name}")
 
 
-def _point(system, t, base, ranks, times, engines, *, tp, dp, batch, input_len, output_len,
-           dtype, lnc) -> Point:
+def design_point(system, t, base, ranks, times, engines, *, tp, dp, batch, input_len,
+                 output_len, dtype, lnc) -> Point:
+    """One checked and evaluated point of ``t`` on an instance resolved by :func:`resolve`;
+    ``engines`` keeps an :class:`~explore.infer.Engine` per (TP, format) across calls."""
     check(t, ranks, tp=tp, dp=dp, batch=batch, input_len=input_len, output_len=output_len,
           dtype=dtype, base=base)
     key = (tp, dtype)
@@ -235,8 +238,8 @@ def from_cli(system: str, model_name: str, *, tp: int, dp: int = 1, batch: int =
     base, params, lnc, ranks = resolve(system, lnc)
     out = (128 if t.causal else 0) if output_len is None else output_len
     times = times or KernelTimes(params)
-    return _point(system, t, base, ranks, times, {}, tp=tp, dp=dp, batch=batch,
-                  input_len=input_len, output_len=out, dtype=dtype, lnc=lnc)
+    return design_point(system, t, base, ranks, times, {}, tp=tp, dp=dp, batch=batch,
+                        input_len=input_len, output_len=out, dtype=dtype, lnc=lnc)
 
 
 def grid(system: str, model_name: str, *, tp, dp=None, batch=None, input_len=None,
@@ -256,8 +259,8 @@ def grid(system: str, model_name: str, *, tp, dp=None, batch=None, input_len=Non
                                    output_len or [128 if t.causal else 0], dtype or ["bf16"])
         for tp_, dp_, b, i, o, d in combos:
             try:
-                p = _point(system, t, base, ranks, times, engines, tp=tp_, dp=dp_, batch=b,
-                           input_len=i, output_len=o, dtype=d, lnc=got_lnc)
+                p = design_point(system, t, base, ranks, times, engines, tp=tp_, dp=dp_,
+                                 batch=b, input_len=i, output_len=o, dtype=d, lnc=got_lnc)
                 rows.append({**p.row(), "refused": ""})
             except InferError as exc:
                 rows.append({"system": system, "model": t.name, "tp": tp_, "dp": dp_,
