@@ -83,15 +83,16 @@ def draw_figures(doc: Document) -> dict[str, str]:
 
     spec: ChipSpec = doc.spec
     out = {"block": block_diagram(spec)}
-    for name in bundled()["system"]:
-        system = load_document(name).spec
-        if system.member == spec.name and system.level == "instance":
-            try:
-                graph = build(name).topology
-            except ModelError:
-                break  # the system model draws no links for it (no NeuronLink figures)
-            out["topology"] = topology(graph, f"{name}: chip topology")
-            break
+    # the chip's largest instance (most chips; of equals, the first by name)
+    instances = [(-system.count, name) for name in bundled()["system"]
+                 if (system := load_document(name).spec).member == spec.name
+                 and system.level == "instance"]
+    if instances:
+        name = min(instances)[1]
+        try:
+            out["topology"] = topology(build(name).topology, f"{name}: chip topology")
+        except ModelError:
+            pass  # the system model draws no links for it (no NeuronLink figures)
     chip = build(doc.file)
     peaks = {k.removeprefix("compute."): v.to("FLOPS").magnitude
              for k, v in chip.compute().items()
