@@ -88,31 +88,3 @@ def test_a_failing_bench_shows_its_assertion(tmp_path):
         "off_by_one: AssertionError: the pipeline gave 41 for 40, expected 42\n"
         "assert 41 == 42",)
     assert "the pipeline gave 41 for 40, expected 42" in str(result)
-
-
-def test_stored_verilog_emits_once_per_class_params_and_code(tmp_path, monkeypatch):
-    """The second request of the same component's Verilog is the stored text, not a new
-    emission; other parameters are a new emission."""
-    from dataclasses import replace
-
-    from hdl.link.link import LinkParams, LinkTx
-    from sim.tb import runner
-
-    monkeypatch.setenv("TRNGEN_CACHE", str(tmp_path))
-    emitted = []
-
-    def counting(component, toplevel):
-        emitted.append(component.params)
-        return emit_verilog(component, toplevel)
-
-    monkeypatch.setattr(runner, "emit_verilog", counting)
-    params = LinkParams()
-    first = runner.stored_verilog(LinkTx, "link_tx", params)
-    assert first == emit_verilog(LinkTx(params), "link_tx")
-    assert runner.stored_verilog(LinkTx, "link_tx", params) == first
-    assert emitted == [params]
-    other = replace(params, width=2 * params.width)
-    assert runner.stored_verilog(LinkTx, "link_tx", other) != first
-    assert emitted == [params, other]
-    with pytest.raises(TypeError, match="component class"):
-        runner.stored_verilog(lambda p: LinkTx(p), "link_tx", params)

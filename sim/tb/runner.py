@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specs.files import locked
-from specs.store import Store, code_digest
+from specs.store import Store
 
 SIMULATORS = ("icarus", "verilator")
 ENV_PARAMS = "TRNGEN_TB"
@@ -187,30 +187,6 @@ def emit_verilog(component, toplevel: str) -> str:
     if dependencies is not None:
         text += "".join(dependencies())
     return text
-
-
-def stored_verilog(make: Callable[[], object], toplevel: str, params: object) -> str:
-    """:func:`emit_verilog` of ``make()``, kept in the machine's store (kind ``verilog``)
-    under what decides the text: the component's class, ``params`` (its ``repr``, the
-    component's only input), the toplevel name, the code the class's module reaches
-    through its imports (:func:`specs.store.code_digest`) and the Amaranth version."""
-    from importlib.metadata import version
-
-    if not isinstance(make, type):
-        raise TypeError(f"make must be a component class, not {make!r}")
-    text = repr(params)
-    if " at 0x" in text:
-        raise ValueError(f"params must have a faithful repr, not {text}")
-    key = hashlib.sha256("\0".join(
-        ["trngen verilog 1", f"{make.__module__}.{make.__qualname__}", text, toplevel,
-         code_digest(make.__module__), version("amaranth")]).encode()).hexdigest()
-    store = Store("verilog")
-    found = store.get(key)
-    if found is not None and "top.v" in found:
-        return found["top.v"].decode()
-    verilog_text = emit_verilog(make(params), toplevel)
-    store.put(key, {"top.v": verilog_text})
-    return verilog_text
 
 
 def _artifact(sim: str, build_dir: Path, toplevel: str) -> Path:
