@@ -129,7 +129,7 @@ def bench_sim(spec: str, instructions: int, n: int) -> dict:
     from specs.loader import load
 
     params = core_params(load(spec), "sim")
-    text = core_verilog(params)
+    text = core_verilog(spec)
     out = {}
     for sim in ("verilator", "icarus"):
         runner.build(text, "neuron_core", sim)

@@ -3,11 +3,12 @@
 # emitted apart, as modules of their own, and never elaborated where they are made.)
 """NeuronCore generator: the core's Verilog and its Verilator waivers, for `gen chip`.
 
-The core (:class:`hdl.core.core.NeuronCore`) is elaborated once; the lanes and processing
-elements of its engines are modules emitted apart and instantiated (``Instance``), each
-written to a file of its own name. A module that another unit of the chip has already written
-into the same directory is shared when it is the same text, and renamed for the core when it
-is not: one definition per module name in the chip's file list.
+The core (:class:`hdl.core.core.NeuronCore`) is elaborated once; its engines, their lanes
+and processing elements are modules emitted apart and instantiated by name
+(:mod:`hdl.emitted`), each written to a file of its own name. A module that another unit of
+the chip has already written into the same directory is shared when it is the same text, and
+renamed for the core when it is not: one definition per module name in the chip's file
+list.
 """
 
 from __future__ import annotations
@@ -65,28 +66,33 @@ def module_name(text: str) -> str:
 
 #: The parts of the core's Verilog, each elaborated apart (so that `gen chip`'s workers
 #: share them out): the core's own module, then the modules it instantiates by group
-#: (:meth:`hdl.core.core.NeuronCore.verilog_dependencies`).
+#: (:meth:`hdl.core.core.NeuronCore.modules`).
 PARTS = ("top", *DEPENDENCY_GROUPS)
 
 #: The parts whose memories :func:`part_texts` leaves uninitialised: the core's own (SBUF,
 #: PSUM) and the sequencer's (its instructions and cycle stamps).
 UNINITIALISED = ("top", "sequencer")
 
-_parts: dict[tuple[CoreParams, str, tuple], tuple[str, ...]] = {}
+#: A part's modules by name, leaves first: each its text, or None for a module the core
+#: takes as the chip's unit wrote it (:func:`hdl.emitted.texts`).
+Texts = dict[str, str | None]
+
+_parts: dict[tuple[CoreParams, str, tuple], Texts] = {}
 #: The core of each parameter set whose parts this process elaborates: built once (its four
 #: engines' signatures), not once per part.
 _cores: dict[CoreParams, object] = {}
-_taken: dict[tuple[CoreParams, str], tuple[str, ...]] = {}
+_taken: dict[tuple[CoreParams, str], Texts] = {}
 
 
 def part_texts(params: CoreParams, part: str,
-               units: tuple[tuple[str, object], ...] = ()) -> tuple[str, ...]:
-    """The Verilog texts of one of the core's :data:`PARTS` (the memories of those of
-    :data:`UNINITIALISED` uninitialised): for "top" the core's own module, else the modules
-    of that group, a module of a unit of ``units`` (the chip's units emitted beside the core,
-    (name, parameters) pairs) by name where the core's engine has that unit's parameters
-    (:meth:`hdl.core.core.NeuronCore.taken_units`); elaborated once per parameter set in a
-    process, every part from one :class:`~hdl.core.core.NeuronCore` (:data:`_cores`)."""
+               units: tuple[tuple[str, object], ...] = ()) -> Texts:
+    """The modules of one of the core's :data:`PARTS` (the memories of those of
+    :data:`UNINITIALISED` uninitialised), by name: for "top" the core's own module
+    (:data:`TOP`), else the modules of that group, None for a module of a unit of ``units``
+    (the chip's units emitted beside the core, (name, parameters) pairs) that the core
+    takes by name (:meth:`hdl.core.core.NeuronCore.taken_modules`); elaborated once per
+    parameter set in a process, every part from one :class:`~hdl.core.core.NeuronCore`
+    (:data:`_cores`)."""
     if part not in PARTS:
         raise ValueError(f"part must be one of {', '.join(PARTS)}, not {part!r}")
     units = tuple(units) if part != "top" else ()
@@ -94,6 +100,7 @@ def part_texts(params: CoreParams, part: str,
         from amaranth.back import verilog
 
         from hdl.core.core import NeuronCore
+        from hdl.emitted import texts
 
         core = _cores.get(params)
         if core is None:
@@ -101,41 +108,33 @@ def part_texts(params: CoreParams, part: str,
         with unchecked_comb_cycles(), (
                 uninitialised_memories() if part in UNINITIALISED else nullcontext()):
             if part == "top":
-                texts = (verilog.convert(core, name=TOP, emit_src=False),)
+                found = {TOP: verilog.convert(core, name=TOP, emit_src=False)}
             else:
                 # the modules as every other unit emits them (the tensor array's PSUM
                 # columns have zero-initialised banks), so that equal texts are shared
-                texts = tuple(core.verilog_dependencies(part, units))
-        _parts[params, part, units] = texts
+                found = texts(core.modules(part), core.taken_modules(part, units))
+        _parts[params, part, units] = found
     return _parts[params, part, units]
 
 
-def take_parts(params: CoreParams, texts: dict[str, tuple[str, ...]]) -> None:
-    """Keep ``texts`` (part -> its texts, from :func:`part_texts` in another process) as the
-    parts of the core of ``params`` that :func:`emit` writes in this process."""
+def take_parts(params: CoreParams, texts: dict[str, Texts]) -> None:
+    """Keep ``texts`` (part -> its modules, from :func:`part_texts` in another process) as
+    the parts of the core of ``params`` that :func:`emit` writes in this process."""
     for part, value in texts.items():
         if part not in PARTS:
             raise ValueError(f"part must be one of {', '.join(PARTS)}, not {part!r}")
-        _taken[params, part] = tuple(value)
+        _taken[params, part] = dict(value)
 
 
-def verilog_texts(params: CoreParams) -> tuple[str, tuple[str, ...]]:
-    """The core's own Verilog (memories uninitialised) and its lane modules' (each a text,
-    or a :class:`~hdl.core.engines.Taken` name, each module once), from its :data:`PARTS`
-    (given by :func:`take_parts`, else elaborated)."""
-    def texts(part: str) -> tuple[str, ...]:
-        return _taken.get((params, part)) or part_texts(params, part)
-
-    dependencies = {}
-    for text in (t for part in PARTS[1:] for t in texts(part)):
-        dependencies.setdefault(_name(text), text)
-    return texts("top")[0], tuple(dependencies.values())
-
-
-def _name(text: str) -> str:
-    from hdl.core.engines import Taken
-
-    return str(text) if isinstance(text, Taken) else module_name(text)
+def verilog_texts(params: CoreParams) -> Texts:
+    """Every module of the core by name, each once (a name two parts give is the first's),
+    leaves first and the core's own (:data:`TOP`, its memories uninitialised) last, from
+    its :data:`PARTS` (given by :func:`take_parts`, else elaborated)."""
+    modules: Texts = {}
+    for part in (*PARTS[1:], PARTS[0]):
+        for name, text in (_taken.get((params, part)) or part_texts(params, part)).items():
+            modules.setdefault(name, text)
+    return modules
 
 
 def rename_module(texts: list[str], old: str, new: str) -> list[str]:
@@ -156,32 +155,30 @@ def emit(params: CoreParams, rtl_dir: Path, header: str) -> list[Path]:
     A module whose file another unit of the chip has already written into ``rtl_dir`` is
     shared when the texts are equal, and renamed ``neuron_core_<name>`` when they are not
     (the core's engine may be parameterised apart from the chip's), so that the chip's file
-    list defines each module once. A module the core takes by name
-    (:class:`~hdl.core.engines.Taken`, :func:`part_texts`) is the file its unit wrote.
+    list defines each module once. A module the core takes by name (None in
+    :func:`verilog_texts`) is the file its unit wrote.
     """
-    from hdl.core.engines import Taken
-
     rtl_dir = Path(rtl_dir)
     rtl_dir.mkdir(parents=True, exist_ok=True)
     prefix = _comment(header)
-    top, dependencies = verilog_texts(params)
-    for name in [str(t) for t in dependencies if isinstance(t, Taken)]:
+    modules = verilog_texts(params)
+    for name in [name for name, text in modules.items() if text is None]:
         if not (rtl_dir / f"{name}.v").is_file():
             raise ValueError(f"the core takes the module {name} as the chip's unit emits it, "
                              f"but {rtl_dir / name}.v is not written")
-    texts = [t for t in dependencies if not isinstance(t, Taken)] + [top]
-    for k, name in enumerate([module_name(text) for text in texts[:-1]]):
+    names = [name for name, text in modules.items() if text is not None]
+    texts = [modules[name] for name in names]
+    for k, name in enumerate(names[:-1]):
         path = rtl_dir / f"{name}.v"
         if path.is_file() and path.read_text() != prefix + texts[k]:
             texts = rename_module(texts, name, f"{TOP}_{name}")
-    paths, own = [], iter(texts[:-1])
-    for dependency in dependencies:
-        if isinstance(dependency, Taken):
-            paths.append(rtl_dir / f"{dependency}.v")
+    own = dict(zip(names, texts, strict=True))
+    paths = []
+    for name, text in modules.items():
+        if text is None:
+            paths.append(rtl_dir / f"{name}.v")
         else:
-            text = next(own)
-            paths.append(_write(rtl_dir / f"{module_name(text)}.v", prefix + text))
-    paths.append(_write(rtl_dir / f"{TOP}.v", prefix + texts[-1]))
+            paths.append(_write(rtl_dir / f"{module_name(own[name])}.v", prefix + own[name]))
     file_list = "".join(f"{path.name}\n" for path in paths)
     paths.append(_write(rtl_dir / f"{TOP}.vlt", verilator_waivers(WAIVERS, header)))
     paths.append(_write(rtl_dir / f"{TOP}.f", prefix.replace("//", "#") + file_list))

@@ -160,6 +160,7 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
     """
     from amaranth.back import verilog
 
+    from hdl.emitted import texts
     from hdl.vector.activation import Activation, ActivationParams
     from hdl.vector.vector import Vector, VectorParams
 
@@ -175,7 +176,7 @@ def emit(params, rtl_dir: Path, header: str) -> list[Path]:
             top, name = Activation(item, lane_instances=True), "activation"
         else:
             raise ValueError(f"params must be VectorParams or ActivationParams, not {item!r}")
-        modules = top.verilog_modules(shared=False) | _shared_texts(item.formats, item.rng)
+        modules = texts(top.modules(shared=False)) | _shared_texts(item.formats, item.rng)
         text = verilog.convert(top, name=name, emit_src=False)
         paths.append(_write(rtl_dir / f"{name}.v", prefix + text))
         for module, module_text in modules.items():

@@ -115,14 +115,3 @@ def test_the_core_takes_the_modules_of_units_with_its_engines_parameters():
         other = [(name, dataclasses.replace(p, rng="xorwow") if name == "vector" else p)
                  for name, p in units if name != "tensor"]
         assert core.taken_units(tuple(other)) == tuple(n for n in taken if n == "scalar")
-
-
-def test_a_vector_unit_names_its_dependencies_without_elaborating_them():
-    """The names :meth:`Vector.dependency_names` gives (what the core lists for a unit it
-    takes modules from) are those of the modules it elaborates, in order."""
-    from generators.core import module_name
-    from hdl.vector.vector import Vector, VectorParams
-
-    unit = Vector(VectorParams(lanes=1, rng=None, formats=("fp32", "bf16")),
-                  lane_instances=True)
-    assert unit.dependency_names() == [module_name(t) for t in unit.verilog_dependencies()]

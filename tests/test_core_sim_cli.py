@@ -1,6 +1,8 @@
 """`gen sim SPEC --unit core`: what it refuses before simulating, the seeded random program,
 and the co-simulation on Icarus (the deadlock, the MX matmuls of trn3)."""
 
+import re
+
 import pytest
 from click.testing import CliRunner
 
@@ -11,7 +13,7 @@ from hdl.params import core_params
 from hdl.vector.convert import ENGINE_FORMATS
 from hdl.vector.ops import VectorOp
 from sim.core import Core, Program
-from sim.tb.core import check_program, rtl_refusal
+from sim.tb.core import check_program, core_files, core_verilog, rtl_refusal
 from sim.tb.core_programs import RANDOM, build_program
 from sim.tb.runner import skip_unless_available
 from specs.loader import load
@@ -140,3 +142,24 @@ def test_icarus_runs_mx_matmuls_bit_for_bit():
                  "--kernel", "mx_matmuls")
     assert result.exit_code == 0, result.output
     assert "  PASS mx_matmuls: 1 tests, 0 failed" in result.output
+
+
+def test_the_co_simulation_builds_the_shipped_core(tmp_path, params):
+    """The core's co-simulation builds the files of the ``neuron_core.f`` that `gen chip
+    trn2 --scale sim` writes, in its order, each text as written; SBUF and PSUM are
+    memories of the toplevel ``neuron_core`` itself (where the testbench reads their rows),
+    one 32-bit word of every partition a row, without an initial image."""
+    out = tmp_path / "trn2"
+    assert run("chip", "trn2", "--scale", "sim", "-o", str(out)).exit_code == 0
+    rtl = out / "rtl"
+    listed = [line for line in (rtl / "neuron_core.f").read_text().splitlines()
+              if line and not line.startswith("#")]
+    assert listed[-1] == "neuron_core.v" and list(core_files("trn2")) == listed
+    assert core_verilog("trn2") == "".join((rtl / name).read_text() for name in listed)
+    text = (rtl / "neuron_core.v").read_text()
+    top = text[text.index("module neuron_core("):]
+    top = top[:top.index("endmodule")]
+    for memory, nbytes in (("sbuf", params.sbuf_bytes), ("psum", params.psum_bytes)):
+        declared = re.findall(rf"^\s*reg \[(\d+):0\] {memory} \[(\d+):0\];", top, re.M)
+        assert declared == [(str(32 * params.partitions - 1), str(nbytes // 4 - 1))]
+        assert not re.search(rf"^\s*{memory}\[\d+\] = ", top, re.M)  # no initial image

@@ -84,7 +84,7 @@ def test_core_engines_follow_the_modes(tmp_path):
     stochastic rounding; trn2's keep theirs (its core Verilog is unchanged)."""
     rne = NeuronCore(core_params(load(_rne_spec(tmp_path)), "sim"))
     trn2 = NeuronCore(core_params(load("trn2"), "sim"))
-    for name in ("vector.engine", "gpsimd.engine", "scalar.engine"):  # each an instance
+    for name in ("vector.unit", "gpsimd.unit", "scalar.unit"):  # each an instance
         assert attrgetter(name)(rne).params.rng is None
         assert attrgetter(name)(trn2).params.rng is not None
 

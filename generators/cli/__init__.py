@@ -233,7 +233,8 @@ def sim(spec, unit_name, simulator, seed, kernel, waves):
     try:
         with recording_waves() if waves else contextlib.nullcontext():
             for params in variants:
-                results = bench.simulate(params, simulator, seed=seed, **options)
+                results = bench.simulate(params, simulator, seed=seed, **options,
+                                         **({"spec": spec} if bench.shipped else {}))
                 for r in results if isinstance(results, list) else [results]:
                     ok &= r.ok
                     runs += 1

@@ -16,6 +16,9 @@ class Bench:
     #: (params, simulator, seed, **options) -> raises InputError for what `gen sim` would
     #: refuse, checked before anything is simulated (its return value is not used)
     check: Callable[..., None] | None = None
+    #: whether ``simulate`` also takes ``spec`` (the chip spec's name or path): a bench that
+    #: builds the files `gen chip SPEC --scale sim` writes
+    shipped: bool = False
 
 
 def _link_simulate(params, sim, seed=None):
@@ -71,14 +74,15 @@ def _core_names(params, sim, seed, kernel=None) -> list[str]:
     return names
 
 
-def _core_simulate(params, sim, seed=None, kernel=None):
+def _core_simulate(params, sim, seed=None, kernel=None, *, spec):
     """Every program of :func:`_core_names` in one simulation (one start-up and one build
-    of the core; the core reset and its memories cleared between two programs)."""
+    of the core as `gen chip SPEC --scale sim` ships it; the core reset and its memories
+    cleared before each program)."""
     from sim.tb.core import simulate_many
 
-    return simulate_many(params, _core_names(params, sim, seed, kernel), sim, seed)
+    return simulate_many(spec, _core_names(params, sim, seed, kernel), sim, seed)
 
 
 BENCHES = {"link": Bench(_link_simulate), "vector": Bench(_vector_simulate),
            "scalar": Bench(_scalar_simulate), "tensor": Bench(_tensor_simulate),
-           "core": Bench(_core_simulate, check=_core_names)}
+           "core": Bench(_core_simulate, check=_core_names, shipped=True)}

@@ -18,7 +18,7 @@ simulation scale):
   engines: :mod:`hdl.core.tensor`, :mod:`hdl.core.engines` (vector), :mod:`hdl.core.scalar`,
   and for GpSimd a second vector engine (the element-wise operations and memsets it shares
   with the vector engine, and ``Iota``); each engine is a module emitted once
-  (:class:`EngineInstance`).
+  (:class:`~hdl.emitted.Emitted`).
 * **Semaphores**: ``semaphores`` counters of 32 bits (the width of ``SemWait.value``),
   cleared at start; a signal adds its count the cycle after it issues,
   several signals in one cycle add up.
@@ -31,17 +31,15 @@ simulation scale):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from amaranth.hdl import (
     Array,
     Cat,
-    ClockSignal,
     Const,
-    Instance,
     Module,
     Mux,
-    ResetSignal,
     Signal,
-    Value,
 )
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
@@ -54,7 +52,8 @@ from hdl.core.params import CoreParams
 from hdl.core.scalar import ScalarEngine
 from hdl.core.sequencer import CHUNK_BITS, Sequencer
 from hdl.core.tensor import TensorEngine, second_read
-from hdl.vector.lanes import add_lane, lane_verilog
+from hdl.emitted import Emitted, module_text
+from hdl.vector.lanes import add_lane
 
 __all__ = ["HostMap", "NeuronCore"]
 
@@ -66,7 +65,7 @@ SCALAR_MODULE = "neuron_core_scalar_engine"
 TENSOR_MODULE = "neuron_core_tensor_engine"
 SEMAPHORE_MODULE = "neuron_core_semaphore"
 SEQUENCER_MODULE = "neuron_core_sequencer"
-#: The groups of :meth:`NeuronCore.verilog_dependencies`, in order.
+#: The groups of :meth:`NeuronCore.modules`, in order.
 DEPENDENCY_GROUPS = ("tensor", "vector", "gpsimd", "scalar", "semaphore", "sequencer")
 #: The engines' instruction streams, in host-port order (the DMA queues follow).
 ENGINE_STREAMS = ("tensor", "vector", "scalar", "gpsimd")
@@ -133,32 +132,6 @@ class HostMap:
         return self._at(self.PSUM, partition << self.psum_bits | word)
 
 
-class EngineInstance(wiring.Component):
-    """An instance of ``engine`` emitted once as the module ``module``, with the engine's
-    ports: an engine's per-partition logic is elaborated once, apart from the core's. Its
-    Verilog texts are :meth:`verilog_dependencies` (the engine's own, then its
-    module's)."""
-
-    def __init__(self, engine: wiring.Component, module: str):
-        self.engine, self.module = engine, module
-        super().__init__(engine.signature)
-
-    def verilog_dependencies(self, **shared) -> list[str]:
-        """The engine's dependencies (``shared``: the engine's arguments that leave some to
-        another engine), then its module."""
-        return [*self.engine.verilog_dependencies(**shared),
-                lane_verilog(self.engine, self.module)]
-
-    def elaborate(self, platform):
-        m = Module()
-        ports = {"i_clk": ClockSignal(), "i_rst": ResetSignal()}
-        for name, member in self.signature.members.items():
-            direction = "i" if member.flow == In else "o"
-            ports[f"{direction}_{name}"] = Value.cast(getattr(self, name))
-        m.submodules.engine = Instance(self.module, **ports)
-        return m
-
-
 class Semaphore(wiring.Component):
     """Semaphore ``index`` of a core of ``semaphores`` semaphores and ``streams`` streams,
     emitted once as :data:`SEMAPHORE_MODULE` and instantiated per semaphore: ``value``
@@ -202,14 +175,14 @@ class NeuronCore(wiring.Component):
         super().__init__({"host": Out(host_signature()),
                           "m_axi": Out(AxiSignature(self.addr_bits))})
         words = max(self.map.sbuf_words, self.map.psum_words)
-        self.vector = EngineInstance(
+        self.vector = Emitted(
             VectorEngine(params.partitions, words, rng=params.rng), VECTOR_MODULE)
-        self.gpsimd = EngineInstance(
+        self.gpsimd = Emitted(
             VectorEngine(params.partitions, words, "gpsimd", rng=params.rng), GPSIMD_MODULE)
-        self.scalar = EngineInstance(
+        self.scalar = Emitted(
             ScalarEngine(params.partitions, params.activation_lanes, words, params.functions,
                          params.rng), SCALAR_MODULE)
-        self.tensor = EngineInstance(
+        self.tensor = Emitted(
             TensorEngine(params.partitions, params.tensor, params.formats, words), TENSOR_MODULE)
 
     @property
@@ -221,9 +194,9 @@ class NeuronCore(wiring.Component):
         (as :mod:`hdl.params` maps a spec onto them): the vector engine's vector unit (its
         lane also GpSimd's and the scalar engine's), the scalar engine's activation unit,
         the tensor engine's array."""
-        return {"vector": self.vector.engine.unit.params,
-                "scalar": self.scalar.engine.unit.params,
-                "tensor": self.tensor.engine.array}
+        return {"vector": self.vector.unit.unit.params,
+                "scalar": self.scalar.unit.unit.params,
+                "tensor": self.tensor.unit.array}
 
     def taken_units(self, units: tuple[tuple[str, object], ...]) -> tuple[str, ...]:
         """Of ``units`` (the chip's units emitted beside the core: (name, parameters)
@@ -232,36 +205,42 @@ class NeuronCore(wiring.Component):
         own = self.unit_params()
         return tuple(name for name, params in units if name in own and own[name] == params)
 
-    def verilog_dependencies(self, group: str | None = None,
-                             units: tuple[tuple[str, object], ...] = ()) -> list[str]:
-        """Every module the core instantiates, each elaborated once, by
+    def modules(self, group: str | None = None) -> dict[str, Callable[[], str]]:
+        """Every module the core instantiates, each once (:data:`hdl.emitted.Modules`), by
         :data:`DEPENDENCY_GROUPS` (``group``: that group's alone, each group elaborated
         apart): the tensor engine's, the vector engine's (its unit's lane is also the GpSimd
         engine's and the scalar engine's vector unit's: same formats and generator), the
         GpSimd engine's, the scalar engine's, the semaphore, the sequencer (one module for
-        every instruction stream). The modules of a unit of
-        :meth:`taken_units` (``units``) are by name
-        (:class:`~hdl.core.engines.Taken`), not elaborated."""
+        every instruction stream). A name two groups give is the first's."""
         if group is None:
-            texts = [t for g in DEPENDENCY_GROUPS for t in self.verilog_dependencies(g, units)]
-            return list(dict.fromkeys(texts))  # the PSUM adder is the activation unit's
-        vector = self.vector.engine.unit.params
-        for unit in (self.gpsimd.engine.unit, self.scalar.engine.alu):
-            if (unit.params.formats, unit.params.rng) != (vector.formats, vector.rng):
-                raise ValueError("the core's vector units must share their lane module")
-        if group == "semaphore":
-            return [lane_verilog(Semaphore(self.params.semaphores, len(self.streams)),
-                                 SEMAPHORE_MODULE)]
-        if group == "sequencer":
-            return [lane_verilog(Sequencer(self.params.instructions), SEQUENCER_MODULE)]
+            modules: dict[str, Callable[[], str]] = {}
+            for g in DEPENDENCY_GROUPS:
+                for name, make in self.modules(g).items():
+                    modules.setdefault(name, make)  # the PSUM adder is the activation unit's
+            return modules
         if group not in DEPENDENCY_GROUPS:
             raise ValueError(f"group must be one of {', '.join(DEPENDENCY_GROUPS)}, "
                              f"not {group!r}")
-        taken = self.taken_units(units)
-        shared = {"gpsimd": {"unit": False},
-                  "scalar": {"alu": False, "taken": "scalar" in taken}}.get(
-                      group, {"taken": group in taken})
-        return getattr(self, group).verilog_dependencies(**shared)
+        vector = self.vector.unit.unit.params
+        for unit in (self.gpsimd.unit.unit, self.scalar.unit.alu):
+            if (unit.params.formats, unit.params.rng) != (vector.formats, vector.rng):
+                raise ValueError("the core's vector units must share their lane module")
+        if group == "semaphore":
+            semaphore = Semaphore(self.params.semaphores, len(self.streams))
+            return {SEMAPHORE_MODULE: lambda: module_text(semaphore, SEMAPHORE_MODULE)}
+        if group == "sequencer":
+            return Emitted(Sequencer(self.params.instructions), SEQUENCER_MODULE).modules()
+        shared = {"gpsimd": {"unit": False}, "scalar": {"alu": False}}.get(group, {})
+        return getattr(self, group).modules(**shared)
+
+    def taken_modules(self, group: str, units: tuple[tuple[str, object], ...]
+                      ) -> tuple[str, ...]:
+        """Of the modules of ``group`` (:meth:`modules`), those the core takes by name as
+        the chip's unit emits them, not elaborated again: the modules of the group's
+        engine's unit where that unit is one of :meth:`taken_units` (``units``)."""
+        if group not in self.taken_units(units):
+            return ()
+        return tuple(getattr(self, group).unit.unit.modules())
 
     def elaborate(self, platform):
         m = Module()
@@ -278,7 +257,7 @@ class NeuronCore(wiring.Component):
         seqs = []
         for s, name in enumerate(self.streams):
             sequencer = Sequencer(p.instructions)
-            m.submodules[f"seq_{name}"] = seq = EngineInstance(sequencer, SEQUENCER_MODULE)
+            m.submodules[f"seq_{name}"] = seq = Emitted(sequencer, SEQUENCER_MODULE)
             seqs.append(seq)
             length = Signal(range(p.instructions + 1), name=f"length_{name}")
             with m.If(host.we & (host.addr == hm.length(s))):

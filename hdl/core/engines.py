@@ -30,6 +30,8 @@ and ``TensorScalar`` with ``op1`` COPY.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
@@ -49,16 +51,17 @@ from hdl.core.isa import (
     TensorTensorScan,
     field_positions,
 )
+from hdl.emitted import module_text
 from hdl.numerics.cast import FormatCastLane
 from hdl.numerics.formats import FP32, format_by_name
 from hdl.numerics.fpu import lzc, round_pack
-from hdl.vector.lanes import add_lane, lane_verilog
+from hdl.vector.lanes import add_lane
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
 __all__ = ["ENGINE_RUNS", "IOTA_MODULE", "NO_STOCHASTIC", "SLICE_MODULES", "VECTOR_OPS",
-           "EngineSlice", "IotaLane", "Taken", "VectorEngine", "pick", "operand_refusal",
-           "supported", "unit_verilog"]
+           "EngineSlice", "IotaLane", "VectorEngine", "pick", "operand_refusal",
+           "supported"]
 
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
@@ -75,20 +78,6 @@ SLICE_MODULES = {"vector": "neuron_core_vector_slice", "gpsimd": "neuron_core_gp
 NO_STOCHASTIC = ("casts round to nearest even: the simulator reseeds stochastic rounding "
                  "per instruction from its seed and the run's, partition by partition; the "
                  "RTL's generators are seeded once per lane when built")
-
-
-class Taken(str):
-    """A module an engine instantiates, by its name alone, in the place of its Verilog: the
-    module as the chip's unit of the same parameters emits it, not elaborated again."""
-
-
-def unit_verilog(unit, taken: bool) -> list[str]:
-    """The Verilog of the modules the unit ``unit`` (the vector, activation or tensor
-    array's) instantiates (``unit.verilog_dependencies()``), or with ``taken`` their names
-    (``unit.dependency_names()``) as :class:`Taken`."""
-    if taken:
-        return [Taken(name) for name in unit.dependency_names()]
-    return unit.verilog_dependencies()
 
 
 def supported(ins: Instruction, formats: tuple[str, ...], kind: str = "vector") -> str | None:
@@ -274,16 +263,17 @@ class VectorEngine(wiring.Component):
         super().__init__(engine_ports(("a", "b"), n, words))
         self.unit = Vector(self.params, lane_instances=True)
 
-    def verilog_dependencies(self, *, unit: bool = True, taken: bool = False) -> list[str]:
-        """The Verilog of the modules this engine instantiates: its vector unit's lane
-        (without ``unit``: left to another engine whose unit has the same lane; with
-        ``taken``: by name, :func:`unit_verilog`), the Iota lane and its partition slice."""
-        texts = unit_verilog(self.unit, taken) if unit else []
+    def modules(self, *, unit: bool = True) -> dict[str, Callable[[], str]]:
+        """The modules this engine instantiates (:data:`hdl.emitted.Modules`): its vector
+        unit's (without ``unit``: left to another engine whose unit has the same lane), the
+        Iota lane and its partition slice."""
+        modules = dict(self.unit.modules()) if unit else {}
         if self.kind == "gpsimd":
-            texts.append(lane_verilog(IotaLane(), IOTA_MODULE))
-        texts.append(lane_verilog(EngineSlice(self.partitions, self.kind),
-                                  SLICE_MODULES[self.kind]))
-        return texts
+            modules[IOTA_MODULE] = lambda: module_text(IotaLane(), IOTA_MODULE)
+        slice_module = SLICE_MODULES[self.kind]
+        modules[slice_module] = lambda: module_text(EngineSlice(self.partitions, self.kind),
+                                                    slice_module)
+        return modules
 
     def elaborate(self, platform):
         m = Module()

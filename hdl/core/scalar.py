@@ -28,6 +28,8 @@ them (:func:`hdl.core.engines.operand_refusal`); round-to-nearest-even casts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
@@ -40,7 +42,6 @@ from hdl.core.engines import (
     operand_refusal,
     pick,
     read_step,
-    unit_verilog,
 )
 from hdl.core.isa import (
     AP,
@@ -52,10 +53,11 @@ from hdl.core.isa import (
     TensorScalar,
     field_positions,
 )
+from hdl.emitted import module_text
 from hdl.vector.activation import Activation as ActivationUnit
 from hdl.vector.activation import ActivationParams
 from hdl.vector.functions import FunctionSpec
-from hdl.vector.lanes import add_lane, lane_verilog
+from hdl.vector.lanes import add_lane
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
@@ -152,13 +154,13 @@ class ScalarEngine(wiring.Component):
         """Turns of the lanes that cover every partition."""
         return -(-self.partitions // self.lanes)
 
-    def verilog_dependencies(self, *, alu: bool = True, taken: bool = False) -> list[str]:
-        """The Verilog of the modules this engine instantiates: the activation unit's (with
-        ``taken``: by name, :func:`~hdl.core.engines.unit_verilog`) and its vector unit's
-        lane (without ``alu``: left to an engine whose unit has the same lane)."""
-        return (unit_verilog(self.unit, taken)
-                + (self.alu.verilog_dependencies() if alu else [])
-                + [lane_verilog(ScalarSlice(self.partitions, self.lanes), SLICE_MODULE)])
+    def modules(self, *, alu: bool = True) -> dict[str, Callable[[], str]]:
+        """The modules this engine instantiates (:data:`hdl.emitted.Modules`): the
+        activation unit's, its vector unit's (without ``alu``: left to an engine whose unit
+        has the same lane) and its partition slice."""
+        return {**self.unit.modules(), **(self.alu.modules() if alu else {}),
+                SLICE_MODULE: lambda: module_text(ScalarSlice(self.partitions, self.lanes),
+                                                  SLICE_MODULE)}
 
     def elaborate(self, platform):
         m = Module()

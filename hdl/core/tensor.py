@@ -4,7 +4,7 @@
 """The core's tensor engine: the multi-format systolic array fed from SBUF (or PSUM) through
 the access patterns of ``LoadStationary`` and ``MultiplyMoving``, its results written to PSUM.
 
-The array is an instance of the emitted array module (:class:`hdl.tensor.structural.ArrayInstance`,
+The array is an instance of the emitted array module (:func:`hdl.tensor.structural.array_instance`,
 the circuit of :class:`hdl.tensor.systolic.SystolicArray`), the very module `gen chip` writes
 for the tensor unit, so that the core does not elaborate its rows x cols cells again; the
 PSUM accumulation's fp32 adders are instances of the shared adder module (``numerics_add32``,
@@ -67,12 +67,14 @@ array's formats with round-to-nearest-even, a double row's ``src`` in SBUF, no
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
-from hdl.core.engines import DATA_BITS, engine_ports, pick, read_step, unit_verilog
+from hdl.core.engines import DATA_BITS, engine_ports, pick, read_step
 from hdl.core.isa import (
     DTYPES,
     MX_DTYPES,
@@ -86,10 +88,11 @@ from hdl.core.isa import (
     input_format,
     mx_scale_partition,
 )
+from hdl.emitted import module_text
 from hdl.numerics.fpu import FpAdd32
 from hdl.tensor.signatures import Op
-from hdl.tensor.structural import UNIT_TOP, ArrayInstance
-from hdl.vector.lanes import FP_MODULES, add_lane, lane_verilog
+from hdl.tensor.structural import UNIT_TOP, array_instance
+from hdl.vector.lanes import FP_MODULES, add_lane
 
 __all__ = ["COLUMN_MODULE", "SLICE_MODULE", "TENSOR_OPS", "TensorColumn", "TensorEngine",
            "TensorSlice", "second_read", "supported"]
@@ -215,20 +218,22 @@ class TensorEngine(wiring.Component):
         ports = engine_ports(("r", "q", "s") if second_read(array) else ("r", "q"), n, words)
         ports.pop("s_psum", None)  # the scale is in SBUF
         super().__init__(ports)
-        self.unit = ArrayInstance(array, UNIT_TOP)
+        self.unit = array_instance(array, UNIT_TOP)
 
-    def verilog_dependencies(self, *, taken: bool = False) -> list[str]:
-        """The array's modules (with ``taken``: by name,
-        :func:`~hdl.core.engines.unit_verilog`) and, for a float array, the fp32 adder of
-        the PSUM accumulation (the scalar engine's module: one definition in the core)."""
+    def modules(self) -> dict[str, Callable[[], str]]:
+        """The modules this engine instantiates (:data:`hdl.emitted.Modules`): the array's
+        and, for a float array, the fp32 adder of the PSUM accumulation (the scalar engine's
+        module: one definition in the core), its column and its partition slice."""
         a = self.array
-        texts = unit_verilog(self.unit, taken)
+        modules = self.unit.modules()
         if a.has_float:
-            texts.append(lane_verilog(FpAdd32(), FP_MODULES["add"], no_inline=False))
-        texts.append(lane_verilog(TensorColumn(a.has_float, a.has_int), COLUMN_MODULE))
-        texts.append(lane_verilog(TensorSlice(self.partitions, bool(a.double_rate)),
-                                  SLICE_MODULE))
-        return texts
+            modules[FP_MODULES["add"]] = lambda: module_text(FpAdd32(), FP_MODULES["add"],
+                                                             no_inline=False)
+        modules[COLUMN_MODULE] = lambda: module_text(TensorColumn(a.has_float, a.has_int),
+                                                     COLUMN_MODULE)
+        modules[SLICE_MODULE] = lambda: module_text(
+            TensorSlice(self.partitions, bool(a.double_rate)), SLICE_MODULE)
+        return modules
 
     def elaborate(self, platform):
         m = Module()

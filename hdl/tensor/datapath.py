@@ -7,9 +7,11 @@ from __future__ import annotations
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, memory, wiring
 
+from hdl.emitted import member_ports, place
+
 from .params import SystolicParams
 from .pe import ProcessingElement, ctl_layout, pe_ports
-from .signatures import attach, column_ports, instance, meta_layout, row_ports, wlo_bits
+from .signatures import column_ports, meta_layout, row_ports, wlo_bits
 
 __all__ = ["PsumColumn", "SystolicRow"]
 
@@ -113,10 +115,8 @@ class SystolicRow(wiring.Component):
             for name, value in chain.items():
                 wires[f"{name}_in"] = value
                 wires[f"{name}_out"] = nxt[name] = Signal(widths[name], name=f"{name}_{col}")
-            if self.pe_module is None:
-                attach(m, f"pe_{col}", ProcessingElement(p), ports, wires)
-            else:
-                m.submodules[f"pe_{col}"] = instance(self.pe_module, ports, wires.__getitem__)
+            place(m, f"pe_{col}", lambda: ProcessingElement(p), self.pe_module,
+                  member_ports(ports, wires.__getitem__))
             chain = nxt
         return m
 

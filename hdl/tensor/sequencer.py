@@ -8,14 +8,14 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.utils import bits_for
 
+from hdl.emitted import member_ports, place
+
 from .params import SystolicParams
 from .pe import ctl_layout
 from .signatures import (
     Op,
-    attach,
     control_ports,
     group_ports,
-    instance,
     job_layout,
     meta_layout,
 )
@@ -171,11 +171,8 @@ class SystolicControl(wiring.Component):
         for g in range(ways):
             wires = {name: Signal(member.shape, name=f"g{g}_{name}")
                      for name, member in ports.items()}
-            if self.group_module is None:
-                attach(m, f"group_{g}", SystolicGroup(p), ports, wires)
-            else:
-                m.submodules[f"group_{g}"] = instance(self.group_module, ports,
-                                                      wires.__getitem__)
+            place(m, f"group_{g}", lambda: SystolicGroup(p), self.group_module,
+                  member_ports(ports, wires.__getitem__))
             groups.append(wires)
         jobs = [data.View(job_layout(p), g["job"]) for g in groups]
         span = p.group_rows * p.width

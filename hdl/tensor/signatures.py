@@ -1,12 +1,10 @@
 """The systolic array's interfaces (:class:`hdl.tensor.systolic.SystolicArray`): the
-payloads of its streams, the port signatures of its cells (a PE row, a PSUM column, a row
-group's runner, the sequencer), which are also the port lists of their emitted Verilog
-modules, and the two helpers that wire a cell by its ports, as a submodule
-(:func:`attach`) or as an instance of its emitted module (:func:`instance`)."""
+payloads of its streams and the port signatures of its cells (a PE row, a PSUM column, a
+row group's runner, the sequencer), which are also the port lists of their emitted Verilog
+modules (a cell is wired by them: :func:`hdl.emitted.place`)."""
 
 from __future__ import annotations
 
-from amaranth import ClockSignal, Instance, Module, ResetSignal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
@@ -14,8 +12,8 @@ from amaranth.utils import bits_for
 from .params import SystolicParams
 from .pe import ctl_layout
 
-__all__ = ["Op", "attach", "cmd_layout", "column_ports", "control_ports", "group_ports",
-           "group_stream", "instance", "job_layout", "meta_layout", "moving_layout",
+__all__ = ["Op", "cmd_layout", "column_ports", "control_ports", "group_ports",
+           "group_stream", "job_layout", "meta_layout", "moving_layout",
            "moving_signature", "out_signature", "row_ports", "stationary_layout", "wlo_bits"]
 
 
@@ -112,24 +110,6 @@ def column_ports(params: SystolicParams) -> dict:
     if w > 1:
         ports["last"] = In(1)
     return ports
-
-
-def instance(module_name: str, ports: dict, bind) -> Instance:
-    """An ``Instance`` of an emitted module whose ports are ``ports``, connected by ``bind``."""
-    kwargs = {"i_clk": ClockSignal(), "i_rst": ResetSignal()}
-    for name, member in ports.items():
-        direction = "i" if member.flow == In else "o"
-        kwargs[f"{direction}_{name}"] = bind(name)
-    return Instance(module_name, **kwargs)
-
-
-def attach(m: Module, name: str, component, ports: dict, wires: dict) -> None:
-    m.submodules[name] = component
-    for port, member in ports.items():
-        if member.flow == In:
-            m.d.comb += getattr(component, port).eq(wires[port])
-        else:
-            m.d.comb += wires[port].eq(getattr(component, port))
 
 
 def stationary_layout(params: SystolicParams) -> data.ArrayLayout:

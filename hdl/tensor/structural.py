@@ -1,3 +1,6 @@
+# amaranth: UnusedElaboratable=no
+# (Amaranth's documented lint option: the flat array made here for its signature stands for
+# the emitted one, and is never elaborated.)
 """The systolic array as emitted Verilog: each kind of cell once, instantiated by the level
 above.
 
@@ -9,34 +12,27 @@ runner, instantiated ``ways`` times by the sequencer) and ``<top>_control`` (the
 generate loops instantiate ``rows`` rows and ``cols`` columns, so its text does not grow with
 the array, and its emission time grows with ``cols`` (the row module) only. It is the same
 circuit as the elaborated (flat) :class:`~hdl.tensor.systolic.SystolicArray`, with the same
-ports; :class:`ArrayInstance` stands for it inside a larger Amaranth design (the core's
+ports; :func:`array_instance` stands for it inside a larger Amaranth design (the core's
 tensor engine), so that the array is elaborated as these few modules and not cell by cell.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
-from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
-
-from hdl.vector.lanes import lane_verilog
+from hdl.emitted import Emitted, module_text
 
 from .datapath import PsumColumn, SystolicRow
 from .params import SystolicParams
 from .pe import ProcessingElement, ctl_layout
 from .sequencer import SystolicControl, SystolicGroup
-from .signatures import (
-    cmd_layout,
-    meta_layout,
-    moving_signature,
-    out_signature,
-    stationary_layout,
-)
+from .signatures import cmd_layout, meta_layout, stationary_layout
+from .systolic import SystolicArray
 
-__all__ = ["ARRAY_TOP", "LEVELS", "UNIT_TOP", "ArrayInstance", "module_names", "verilog_modules"]
+__all__ = ["ARRAY_TOP", "LEVELS", "UNIT_TOP", "array_instance", "array_modules", "module_names",
+           "verilog_modules"]
 
 #: The top module's name in `gen chip`'s files (the tensor unit), which the core's tensor
 #: engine instantiates, so that the chip's file list defines the array once.
@@ -82,16 +78,16 @@ def _text(params: SystolicParams, top: str, level: str) -> str:
     # The PE and the column carry Verilator's no_inline_module: rows x cols copies of the
     # PE's floating-point logic would otherwise make a Verilator build slow.
     if level == "pe":
-        return lane_verilog(ProcessingElement(params), names["pe"])
+        return module_text(ProcessingElement(params), names["pe"])
     if level == "row":
-        return lane_verilog(SystolicRow(params, pe_module=names["pe"]), names["row"],
+        return module_text(SystolicRow(params, pe_module=names["pe"]), names["row"],
                             no_inline=False)
     if level == "column":
-        return lane_verilog(PsumColumn(params), names["column"])
+        return module_text(PsumColumn(params), names["column"])
     if level == "group":
-        return lane_verilog(SystolicGroup(params), names["group"], no_inline=False)
+        return module_text(SystolicGroup(params), names["group"], no_inline=False)
     if level == "control":
-        return lane_verilog(SystolicControl(params, group_module=names["group"]),
+        return module_text(SystolicControl(params, group_module=names["group"]),
                             names["control"], no_inline=False)
     if level == "top":
         return _array_text(params, names)
@@ -108,39 +104,18 @@ def verilog_modules(params: SystolicParams, top: str, levels: tuple[str, ...] = 
     return {f"{names[level]}.v": _text(params, top, level) for level in levels}
 
 
-class ArrayInstance(wiring.Component):
-    """An instance of the emitted array ``top`` of ``params`` (:func:`verilog_modules`),
-    with the ports of :class:`~hdl.tensor.systolic.SystolicArray`; its Verilog texts are
-    :meth:`verilog_dependencies`."""
+def array_modules(params: SystolicParams, top: str) -> dict[str, Callable[[], str]]:
+    """The array's modules by name (:data:`hdl.emitted.Modules`), leaves first, ``top``
+    last: each elaborated (by :func:`verilog_modules`) only when its text is asked for."""
+    if not isinstance(params, SystolicParams):
+        raise TypeError(f"params must be a SystolicParams, not {params!r}")
+    return {name: functools.partial(_text, params, top, level)
+            for level, name in module_names(top).items()}
 
-    def __init__(self, params: SystolicParams, top: str):
-        if not isinstance(params, SystolicParams):
-            raise TypeError(f"params must be a SystolicParams, not {params!r}")
-        self.params, self.top = params, top
-        super().__init__({
-            "cmd": In(stream.Signature(cmd_layout(params))),
-            "stationary": In(stream.Signature(stationary_layout(params))),
-            "moving": In(moving_signature(params)),
-            "out": Out(out_signature(params)),
-        })
 
-    def verilog_dependencies(self) -> list[str]:
-        return list(verilog_modules(self.params, self.top).values())
-
-    def dependency_names(self) -> list[str]:
-        """The names of :meth:`verilog_dependencies`' modules, in order, elaborating
-        nothing."""
-        return list(module_names(self.top).values())
-
-    def elaborate(self, platform):
-        m = Module()
-        ports = {"i_clk": ClockSignal(), "i_rst": ResetSignal()}
-        for name in ("cmd", "stationary", "moving", "out"):
-            port = getattr(self, name)
-            given = "i" if name != "out" else "o"
-            taken = "o" if name != "out" else "i"
-            ports[f"{given}_{name}__payload"] = port.payload.as_value()
-            ports[f"{given}_{name}__valid"] = port.valid
-            ports[f"{taken}_{name}__ready"] = port.ready
-        m.submodules.array = Instance(self.top, **ports)
-        return m
+def array_instance(params: SystolicParams, top: str) -> Emitted:
+    """An instance of the emitted array ``top`` of ``params`` (:func:`array_modules`), with
+    the ports of :class:`~hdl.tensor.systolic.SystolicArray` (whose signature it takes; the
+    flat array itself is not elaborated)."""
+    return Emitted(SystolicArray(params), top, name="array",
+                   modules=array_modules(params, top))

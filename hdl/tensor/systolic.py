@@ -83,11 +83,12 @@ from amaranth import Const, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hdl.emitted import member_ports, place
+
 from .datapath import PsumColumn, SystolicRow
 from .params import SystolicParams
 from .sequencer import SystolicControl
 from .signatures import (
-    attach,
     cmd_layout,
     column_ports,
     moving_signature,
@@ -146,7 +147,8 @@ class SystolicArray(wiring.Component):
                 wires[f"{name}_in"] = value
                 wires[f"{name}_out"] = nxt[name] = Signal(ports[f"{name}_out"].shape,
                                                           name=f"{name}_{r}")
-            attach(m, f"row_{r}", SystolicRow(p, pe_module=self.pe_module), ports, wires)
+            place(m, f"row_{r}", lambda: SystolicRow(p, pe_module=self.pe_module), None,
+                  member_ports(ports, wires.__getitem__))
             psum, chain = wires["psum_out"], nxt
 
         meta_in, vec_in = control.meta, Const(0, 32 * p.cols)
@@ -161,7 +163,8 @@ class SystolicArray(wiring.Component):
             }
             if tiled:
                 wires["last"] = Const(int(col % p.group_cols == p.group_cols - 1), 1)
-            attach(m, f"column_{col}", PsumColumn(p), column_ports(p), wires)
+            place(m, f"column_{col}", lambda: PsumColumn(p), None,
+                  member_ports(column_ports(p), wires.__getitem__))
             meta_in, vec_in = wires["meta_out"], wires["vec_out"]
         m.d.comb += [control.last_meta.eq(meta_in), self.out.payload.eq(vec_in)]
         return m

@@ -22,6 +22,7 @@ The golden model is :mod:`sim.golden.activation`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
@@ -29,6 +30,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from hdl.emitted import module_text
 from hdl.numerics.cast import check_rng, seed_value, seed_words
 from hdl.numerics.constants import (
     CANONICAL_NAN32,
@@ -52,7 +54,7 @@ from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fitting import activation_table, exp_index, rom_words
 from .fpcmp import f_lt, is_nan
 from .functions import DEFAULT_FUNCTIONS, EXP_TAIL_CUBIC, RULE_BITS, TRIG, FunctionSpec
-from .lanes import FP_MODULES, add_cast, add_fp, add_lane, cast_module, lane_verilog, shared_verilog
+from .lanes import add_cast, add_fp, add_lane, shared_verilog
 
 __all__ = ["Activation", "ActivationLane", "ActivationParams"]
 
@@ -514,31 +516,20 @@ class Activation(wiring.Component):
             "stochastic": In(1),
         })
 
-    def verilog_modules(self, shared: bool = True) -> dict[str, str]:
-        """Verilog of the modules the engine instantiates when lanes are instances (see
-        :mod:`.lanes`), by module name: the lane (with fp32 units and the output cast as
-        instances, see :class:`ActivationLane`), then, unless ``shared`` is False, the
-        adder, the multiplier and the cast it instantiates (:func:`.lanes.shared_verilog`)."""
+    def modules(self, shared: bool = True) -> dict[str, Callable[[], str]]:
+        """The modules the engine instantiates when its lanes are instances (see
+        :mod:`.lanes`; none when they are not), by name (:data:`hdl.emitted.Modules`):
+        the lane (with fp32 units and the output cast as instances, see
+        :class:`ActivationLane`), then, unless ``shared`` is False, the fp32 adder and
+        multiplier and the output cast it instantiates (:func:`.lanes.shared_verilog`)."""
         if not self.lane_instances:
             return {}
         p = self.params
-        texts = {self.LANE_MODULE: lane_verilog(ActivationLane(p, fp_instances=True),
-                                                self.LANE_MODULE)}
+        modules = {self.LANE_MODULE: lambda: module_text(
+            ActivationLane(p, fp_instances=True), self.LANE_MODULE)}
         if shared:
-            texts |= {name: make() for name, make in shared_verilog(p.formats, p.rng).items()}
-        return texts
-
-    def verilog_dependencies(self) -> list[str]:
-        """Verilog of the modules the engine instantiates (:meth:`verilog_modules`)."""
-        return list(self.verilog_modules().values())
-
-    def dependency_names(self) -> list[str]:
-        """The names of :meth:`verilog_dependencies`' modules, in order, elaborating
-        nothing."""
-        if not self.lane_instances:
-            return []
-        return [self.LANE_MODULE, *FP_MODULES.values(),
-                cast_module(self.params.formats, self.params.rng)]
+            modules |= shared_verilog(p.formats, p.rng)
+        return modules
 
     def elaborate(self, platform):
         m = Module()

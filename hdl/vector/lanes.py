@@ -12,9 +12,10 @@ that synthesis reads it once and the area roll-up counts it by instance.
 from collections.abc import Callable
 from functools import partial
 
-from amaranth.back import verilog
-from amaranth.hdl import ClockSignal, Instance, ResetSignal, Signal, Value
+from amaranth.hdl import Signal, Value
+from amaranth.lib.wiring import In, Out
 
+from hdl.emitted import module_text, place
 from hdl.numerics.cast import FormatCastLane
 from hdl.numerics.formats import format_by_name
 from hdl.numerics.fpu import FpAdd32, FpMul32
@@ -29,20 +30,14 @@ FP_UNITS = {"add": FpAdd32, "mul": FpMul32}
 
 def add_lane(m, name: str, factory, module: str | None, inputs: dict, outputs: dict, *,
              clocked: bool = True):
-    """Add one lane to module ``m``: ``factory()`` as a submodule when ``module`` is None,
-    else an ``Instance`` of the module called ``module``. ``inputs`` and ``outputs`` map the
-    lane's port names to the values that drive them / the signals they drive. A unit that is
-    not ``clocked`` (combinational) has no ``clk`` and ``rst`` ports."""
-    if module is None:
-        unit = factory()
-        m.submodules[name] = unit
-        m.d.comb += [getattr(unit, port).eq(value) for port, value in inputs.items()]
-        m.d.comb += [signal.eq(getattr(unit, port)) for port, signal in outputs.items()]
-        return
-    ports = {"i_clk": ClockSignal(), "i_rst": ResetSignal()} if clocked else {}
-    ports.update({f"i_{port}": Value.cast(value) for port, value in inputs.items()})
-    ports.update({f"o_{port}": Value.cast(signal) for port, signal in outputs.items()})
-    m.submodules[name] = Instance(module, **ports)
+    """Add one lane to module ``m`` (:func:`hdl.emitted.place`): ``factory()`` as a
+    submodule when ``module`` is None, else an instance of the module called ``module``.
+    ``inputs`` and ``outputs`` map the lane's port names to the values that drive them / the
+    signals they drive. A unit that is not ``clocked`` (combinational) has no ``clk`` and
+    ``rst`` ports."""
+    place(m, name, factory, module,
+          [*((port, In, value) for port, value in inputs.items()),
+           *((port, Out, signal) for port, signal in outputs.items())], clocked=clocked)
 
 
 def shared_verilog(formats: tuple[str, ...], rng: str | None) -> dict[str, Callable[[], str]]:
@@ -59,7 +54,7 @@ def shared_verilog(formats: tuple[str, ...], rng: str | None) -> dict[str, Calla
 
 
 def _fp_verilog(kind: str, module: str) -> str:
-    return lane_verilog(FP_UNITS[kind](), module, no_inline=False)
+    return module_text(FP_UNITS[kind](), module, no_inline=False)
 
 
 def add_fp(m, kind: str, name: str, a, b, instance: bool) -> Value:
@@ -91,7 +86,7 @@ def _format_cast(formats: tuple[str, ...], rng: str | None) -> FormatCastLane:
 
 
 def _cast_verilog(formats: tuple[str, ...], rng: str | None) -> str:
-    return lane_verilog(_format_cast(formats, rng), cast_module(formats, rng), no_inline=False)
+    return module_text(_format_cast(formats, rng), cast_module(formats, rng), no_inline=False)
 
 
 def add_cast(m, formats: tuple[str, ...], rng: str | None, instance: bool, inputs: dict,
@@ -103,20 +98,3 @@ def add_cast(m, formats: tuple[str, ...], rng: str | None, instance: bool, input
     add_lane(m, "cast", lambda: _format_cast(formats, rng),
              cast_module(formats, rng) if instance else None, inputs, {"y": y},
              clocked=rng is not None)
-
-
-def lane_verilog(lane, module: str, *, no_inline: bool = True) -> str:
-    """Verilog of one lane component as the module called ``module``.
-
-    With ``no_inline`` the module carries Verilator's ``no_inline_module`` metacomment, so
-    that a Verilator build compiles the lane's C++ once and shares it between the instances
-    instead of flattening every lane into the top (which multiplies the C++ compile time by
-    the lane count). Other tools read it as a comment. A small unit inside a lane goes
-    without it: Verilator inlines it into the lane, which is compiled once anyway.
-    """
-    text = verilog.convert(lane, name=module, emit_src=False)
-    if not no_inline:
-        return text
-    header = text.index(f"module {module}(")
-    end = text.index(");\n", header) + 3
-    return text[:end] + "  /* verilator no_inline_module */\n" + text[end:]

@@ -23,7 +23,7 @@ With ``lane_instances`` the lane (:class:`VectorLane`, its seed tied per lane) i
 emitted once and instantiated per lane, and its fp32 adders and multiplier and its output
 cast modules of their own that the lane instantiates (:data:`~hdl.vector.lanes.FP_MODULES`,
 :func:`~hdl.vector.lanes.cast_module`, shared with the scalar engine's lanes):
-:meth:`Vector.verilog_modules`.
+:meth:`Vector.modules`.
 
 Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``, ``in_format``,
 ``out_format``, ``stochastic``) must hold while a stream is in flight. Pipeline: two
@@ -33,18 +33,20 @@ The golden model is :mod:`sim.golden.vector`.
 """
 
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hdl.emitted import module_text
 from hdl.numerics.cast import check_rng, seed_value, seed_words
 from hdl.numerics.constants import CANONICAL_NAN32, NEG_INF32, ONE32, SIGN32
 
 from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fpcmp import f_eq, f_lt, f_max, is_nan
-from .lanes import FP_MODULES, add_cast, add_fp, add_lane, cast_module, lane_verilog, shared_verilog
+from .lanes import add_cast, add_fp, add_lane, shared_verilog
 from .ops import Reduce, VectorOp
 
 __all__ = ["Vector", "VectorLane", "VectorParams"]
@@ -242,31 +244,19 @@ class Vector(wiring.Component):
             "stochastic": In(1),
         })
 
-    def verilog_modules(self, shared: bool = True) -> dict[str, str]:
-        """Verilog of the modules the engine instantiates when lanes are instances (see
-        :mod:`.lanes`), by module name: the lane (its seed tied per lane), then, unless
-        ``shared`` is False, the fp32 adder and multiplier and the output cast it
-        instantiates (:func:`.lanes.shared_verilog`)."""
+    def modules(self, shared: bool = True) -> dict[str, Callable[[], str]]:
+        """The modules the engine instantiates when its lanes are instances (see
+        :mod:`.lanes`; none when they are not), by name (:data:`hdl.emitted.Modules`):
+        the lane (its seed tied per lane), then, unless ``shared`` is False, the fp32
+        adder and multiplier and the output cast it instantiates (:func:`.lanes.shared_verilog`)."""
         if not self.lane_instances:
             return {}
         p = self.params
-        texts = {self.LANE_MODULE: lane_verilog(VectorLane(p.formats, p.rng, instances=True),
-                                                self.LANE_MODULE)}
+        modules = {self.LANE_MODULE: lambda: module_text(
+            VectorLane(p.formats, p.rng, instances=True), self.LANE_MODULE)}
         if shared:
-            texts |= {name: make() for name, make in shared_verilog(p.formats, p.rng).items()}
-        return texts
-
-    def verilog_dependencies(self) -> list[str]:
-        """Verilog of the modules the engine instantiates (:meth:`verilog_modules`)."""
-        return list(self.verilog_modules().values())
-
-    def dependency_names(self) -> list[str]:
-        """The names of :meth:`verilog_dependencies`' modules, in order, elaborating
-        nothing."""
-        if not self.lane_instances:
-            return []
-        return [self.LANE_MODULE, *FP_MODULES.values(),
-                cast_module(self.params.formats, self.params.rng)]
+            modules |= shared_verilog(p.formats, p.rng)
+        return modules
 
     def elaborate(self, platform):
         m = Module()

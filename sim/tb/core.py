@@ -5,12 +5,16 @@ simulation (:func:`simulate_many`), programs of :mod:`sim.tb.core_programs`; for
 
 1. the core simulator (:class:`sim.core.Core`, numeric mode) checks the program and runs it;
    a program it rejects is never run on the RTL, except ``deadlock``, which both must refuse;
-2. the testbench loads the program's words through the host port, fills the external memory
+2. the testbench clears SBUF and PSUM (the shipped core's memories have no initial image),
+   loads the program's words through the host port, fills the external memory
    (cocotbext-axi's ``AxiRam`` on the AXI4 port) with the same seeded inputs, starts the core
    and polls its status until it stops, the deadlock bit rises or the cycle limit passes;
 3. every byte of SBUF and PSUM (their rows read from the simulator directly, one word of
    each partition also through the host port) and of the external memory must equal the
    simulator's.
+
+The core simulated is the one `gen chip SPEC --scale sim` ships: the files of its
+``neuron_core.f``, each text as written (:func:`core_verilog`).
 
 Per-instruction cycle stamps (decode to retirement) are read back, logged beside the
 simulator's cycles, and each compute instruction's must keep the bound the simulator
@@ -25,6 +29,8 @@ import functools
 import math
 import pickle
 import random
+import tempfile
+from pathlib import Path
 
 import cocotb
 import numpy as np
@@ -32,8 +38,9 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam
 
+from generators.core import TOP
 from hdl.core import engines, isa, scalar, tensor
-from hdl.core.core import HostMap, NeuronCore
+from hdl.core.core import HostMap
 from hdl.core.isa import WORD_BITS, DmaCopy, Memset, SemSignal, SemWait, encode
 from hdl.core.params import CoreParams
 from hdl.params import core_params
@@ -43,10 +50,11 @@ from sim.core import Core, ProgramError
 from sim.core.program import Program
 from sim.core.rtl_bound import rtl_cycle_bound
 from sim.tb.core_programs import build_program, must_deadlock, random_inputs, throughput_program
-from sim.tb.runner import RunResult, emit_verilog, run_verilog, stored_verilog, tb_params
-from specs.loader import load
+from sim.tb.runner import RunResult, run_verilog, tb_params
+from specs.loader import load, load_document
 
-__all__ = ["CoreTB", "check_program", "co_simulate", "rtl_refusal", "simulate_many"]
+__all__ = ["CoreTB", "check_program", "co_simulate", "core_files", "core_verilog", "rtl_refusal",
+           "simulate_many"]
 
 #: Probability that an AXI channel of the memory model pauses in a cycle (``pause``).
 STALL = 0.3
@@ -311,9 +319,10 @@ async def co_simulate(dut, tb: CoreTB, params: CoreParams, name: str, seed: int,
 @cocotb.test()
 async def programs(dut):
     """Run every program of ``programs`` in turn on one simulation, each on the RTL and the
-    simulator with every byte compared (:func:`co_simulate`): between two, the core is reset
+    simulator with every byte compared (:func:`co_simulate`): before each, the core is reset
     and its SBUF and PSUM are cleared (a vector memset of zeros over each,
-    :meth:`CoreTB.clear`). One failure does not stop the others."""
+    :meth:`CoreTB.clear`: the memories start undefined, as the shipped core's SRAMs). One
+    failure does not stop the others."""
     cfg = tb_params()
     params = pickle.loads(base64.b64decode(cfg["params"]))
     tb = CoreTB(dut, params, cfg["pause"], cfg["seed"])
@@ -322,7 +331,7 @@ async def programs(dut):
     for k, name in enumerate(cfg["programs"]):
         if k:
             await tb.reset()
-            await tb.clear()
+        await tb.clear()
         failures += [f"{name}: {f}" for f in await co_simulate(
             dut, tb, params, name, cfg["seed"], cfg["cycle_limit"])]
     assert not failures, "; ".join(failures)
@@ -360,7 +369,8 @@ async def throughput(dut):
     """Simulated cycles per wall-clock second (used by benchmarks/core_rtl.py): the program
     of :func:`throughput_program` (parameters ``instructions`` and ``n``) with the testbench
     quiet, status polled every 1024 cycles; cycles and seconds go to the JSON file
-    ``report``. The SBUF is still compared with the simulator's, outside the timed part."""
+    ``report``. The memories are cleared first and the SBUF compared with the simulator's
+    after, outside the timed part."""
     import json
     import time
 
@@ -370,6 +380,7 @@ async def throughput(dut):
     want = Core(params).run(prog, seed=1)
     tb = CoreTB(dut, params, pause=False, seed=1)
     await tb.start_clock()
+    await tb.clear()
     await tb.load(prog)
     begin = time.perf_counter()
     cycles, deadlock = await tb.run(cfg["cycle_limit"], poll=1024)
@@ -381,17 +392,18 @@ async def throughput(dut):
         json.dump({"cycles": cycles, "seconds": seconds}, fh)
 
 
-def simulate_many(spec: str | CoreParams, names: list[str], sim: str,
-                  seed: int | None = None, pause: bool = True,
-                  cycle_limit: int = 100_000) -> RunResult:
+def simulate_many(spec: str, names: list[str], sim: str, seed: int | None = None,
+                  pause: bool = True, cycle_limit: int = 100_000) -> RunResult:
     """Co-simulate the programs ``names`` in turn in one simulation (the cocotb test
-    ``programs``): one start-up of the simulator for all."""
+    ``programs``) on the core of the chip spec ``spec`` (a name or path, as `gen chip`
+    takes it) at simulation scale, as `gen chip` ships it (:func:`core_verilog`): one
+    start-up of the simulator for all."""
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)
-    params = spec if isinstance(spec, CoreParams) else core_params(load(spec), "sim")
+    params = core_params(load(spec), "sim")
     cfg = {"params": base64.b64encode(pickle.dumps(params)).decode(),
            "programs": list(names), "seed": seed, "pause": pause, "cycle_limit": cycle_limit}
-    result = run_verilog(core_verilog(params), "neuron_core", "sim.tb.core", sim, cfg,
+    result = run_verilog(core_verilog(spec), TOP, "sim.tb.core", sim, cfg,
                          testcase="programs", seed=seed)
     return dataclasses.replace(result, name=", ".join(names))
 
@@ -416,13 +428,22 @@ def check_program(params: CoreParams, name: str, seed: int) -> str | None:
     return None if why is None else f"{name}: the core RTL cannot run it: {why}"
 
 
+def core_files(spec: str) -> dict[str, str]:
+    """The files the core's file list ``neuron_core.f`` names, file name -> text, in its
+    order (compile order, the core's own module last), as `gen chip SPEC --scale sim` writes
+    them (:func:`generators.chip.generate_chip`, whose store of emissions keeps them)."""
+    from generators.chip import generate_chip  # not in the simulator's process
+
+    with tempfile.TemporaryDirectory(prefix="trngen-core-") as out:
+        generate_chip(load_document(spec), Path(out), "sim")
+        rtl = Path(out) / "rtl"
+        names = [line for line in (rtl / f"{TOP}.f").read_text().splitlines()
+                 if line and not line.startswith("#")]
+        return {name: (rtl / name).read_text() for name in names}
+
+
 @functools.cache
-def core_verilog(params: CoreParams) -> str:
-    """The core's Verilog (emitted once per parameter set and code, then kept in the
-    machine's store: :func:`~sim.tb.runner.stored_verilog`)."""
-    return stored_verilog(emit_core, params)
-
-
-def emit_core(params: CoreParams) -> str:
-    """The core's Verilog, emitted."""
-    return emit_verilog(NeuronCore(params), "neuron_core")
+def core_verilog(spec: str) -> str:
+    """What the co-simulation of ``spec``'s core builds: the texts of :func:`core_files`
+    one after another, each byte for byte as shipped."""
+    return "".join(core_files(spec).values())

@@ -179,16 +179,15 @@ def _failure_messages(xml: Path) -> tuple[str, ...]:
 def emit_verilog(component, toplevel: str) -> str:
     """Verilog text of an elaborated Amaranth component, with ``toplevel`` as module name.
 
-    A component that instantiates modules emitted apart (``Instance``) lists their Verilog
-    texts in a ``verilog_dependencies()`` method; they are appended.
+    The modules a component instantiates by name (:func:`hdl.emitted.modules_of`) are
+    elaborated and appended.
     """
     from amaranth.back import verilog
 
+    from hdl.emitted import modules_of, texts
+
     text = verilog.convert(component, name=toplevel, emit_src=False)
-    dependencies = getattr(component, "verilog_dependencies", None)
-    if dependencies is not None:
-        text += "".join(dependencies())
-    return text
+    return text + "".join(texts(modules_of(component)).values())
 
 
 def stored_verilog(emit: Callable[..., str], *args) -> str:
