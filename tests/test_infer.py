@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from explore import infer, infer_cli, infer_lowering, workloads
+from explore.infer_published import tolerance
 from explore.workloads import Transformer
 from generators.cli import main
 
@@ -215,7 +216,6 @@ PUBLISHED = {
                        "NEURON-INF2-INFER"),
 }
 #: Tolerance of each figure (the issue's: TTFT 35 %, the rest 25 %).
-TOLERANCE = {"ttft": 0.35}
 #: Figures outside their tolerance: (anchor, figure) -> (predicted, published) as this tree
 #: predicts them (benchmarks/infer.md gives the breakdown of each gap). Decode at batch 1 is
 #: slower than published because the GEMM kernel loads its stationary operand (the weights,
@@ -255,7 +255,7 @@ def test_published_sources_are_known():
 def test_published_within_tolerance(anchors, anchor, figure):
     published = PUBLISHED[anchor][3][figure]
     assert predicted(anchors[anchor], figure) == pytest.approx(
-        published, rel=TOLERANCE.get(figure, 0.25))
+        published, rel=tolerance(figure))
 
 
 @pytest.mark.parametrize("anchor, figure", sorted(KNOWN_GAPS))

@@ -397,16 +397,25 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed, collec
         click.echo(f"  trace         {trace}")
 
 
-def _ints(ctx, param, value):
-    """``"8"`` -> 8, ``"8,16"`` -> [8, 16] (a grid), ``None`` as is."""
-    if value is None:
-        return None
-    try:
-        items = [int(x) for x in value.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected integers separated by commas, found "
-                                 f"{value!r}") from None
-    return items
+def _separated(convert, what: str):
+    """A click callback: ``"8,16"`` -> [convert("8"), convert("16")] (a grid), ``None`` as
+    is; anything else is refused, naming ``what`` was expected."""
+    def callback(ctx, param, value):
+        if value is None:
+            return None
+        try:
+            items = [convert(x.strip()) for x in value.split(",") if x.strip()]
+        except ValueError:
+            items = []
+        if not items:
+            raise click.BadParameter(f"expected {what} separated by commas, found {value!r}")
+        return items
+    return callback
+
+
+_ints = _separated(int, "integers")
+_floats = _separated(float, "numbers")
+_words = _separated(str, "names")
 
 
 def _modes(ctx, param, value):
@@ -535,16 +544,6 @@ def _step_grid(steps, system, workload, lists, options, plot, output, shown=15):
         click.echo(f"  plot           {', '.join(str(p) for p in written)}")
 
 
-def _words(ctx, param, value):
-    """``"bf16,fp8"`` -> ["bf16", "fp8"], ``None`` as is."""
-    if value is None:
-        return None
-    items = [x.strip() for x in value.split(",") if x.strip()]
-    if not items:
-        raise click.BadParameter(f"expected names separated by commas, found {value!r}")
-    return items
-
-
 @main.command("infer")
 @click.argument("system")
 @click.argument("model", required=False)
@@ -577,20 +576,6 @@ def infer_cmd(system, model, model_file, tp, dp, batch, input_len, output_len, d
                         + ("neither" if model is None else "both"))
     infer_command(system, model or model_file, tp, dp, batch, input_len, output_len, dtypes,
                   lnc, fmt, output)
-
-
-def _floats(ctx, param, value):
-    """``"1,2.5"`` -> [1.0, 2.5], ``None`` as is."""
-    if value is None:
-        return None
-    try:
-        items = [float(x) for x in value.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected numbers separated by commas, found "
-                                 f"{value!r}") from None
-    if not items:
-        raise click.BadParameter(f"expected numbers separated by commas, found {value!r}")
-    return items
 
 
 @main.command("serve")
