@@ -311,11 +311,11 @@ _FOR = re.compile(r"for\s*\(\s*(\w+)\s*=\s*(\w+)\s*;\s*\1\s*<\s*(\w+)\s*;\s*\1\s
                   r"\+\s*1\s*\)\s*begin\b")
 
 
-def _instances(text: str, modules: Iterable[str]
+def _instances(text: str, modules: Iterable[str], structural: bool = True
                ) -> list[tuple[str, int, tuple[tuple[str, int], ...]]] | None:
-    """Instances of ``modules`` in a structural module's text: (module, count, the loops
-    around it as (upper bound as written, trip count)), or None when the text is not
-    structural."""
+    """Instances of ``modules`` in a module's text: (module, count, the loops around it as
+    (upper bound as written, trip count)), or None when a loop's bounds are not constants
+    or, with ``structural``, when the text is not structural."""
     body = strip_comments(text)
     params = {m.group(1): int(m.group(2))
               for m in re.finditer(r"localparam\s+(\w+)\s*=\s*(\d+)\s*;", body)}
@@ -330,7 +330,7 @@ def _instances(text: str, modules: Iterable[str]
         return "" if names and set(names) <= constants else connection.group(0)
 
     wiring = re.sub(r"\[[^\]]*\]|\{[^}]*\}|for\s*\([^)]*\)", "", body)
-    if re.search(r"\balways\b|[?&|^~+*/%]|<<|>>", _CONNECTION.sub(logic, wiring)):
+    if structural and re.search(r"\balways\b|[?&|^~+*/%]|<<|>>", _CONNECTION.sub(logic, wiring)):
         return None
 
     def value(token: str) -> int | None:
@@ -341,7 +341,7 @@ def _instances(text: str, modules: Iterable[str]
     if not names:
         return found
     # Each "begin ... end" of a for loop multiplies the instances written inside it.
-    tokens = re.finditer(rf"{_FOR.pattern}|\bbegin\b|\bend\b|^\s*({names})\s+\w+\s*\(",
+    tokens = re.finditer(rf"{_FOR.pattern}|\bbegin\b|\bend\b|^\s*\\?({names})\s+(?:\\\S+|\w+)\s*\(",
                          body, flags=re.M)
     stack: list[tuple[int, tuple[tuple[str, int], ...]]] = [(1, ())]
     for t in tokens:
@@ -363,10 +363,12 @@ def _instances(text: str, modules: Iterable[str]
     return found if len(stack) == 1 else None
 
 
-def structural_children(text: str, modules: Iterable[str]) -> dict[str, int] | None:
+def structural_children(text: str, modules: Iterable[str], structural: bool = True
+                        ) -> dict[str, int] | None:
     """Instances of ``modules`` in a structural module's text (see the module's notes), or
-    None when the text is not structural."""
-    found = _instances(text, modules)
+    None when the text is not structural; without ``structural``, in any module's text
+    whose generate loops have constant bounds."""
+    found = _instances(text, modules, structural)
     if found is None:
         return None
     children: dict[str, int] = {}

@@ -113,3 +113,32 @@ def test_stored_verilog_emits_once_per_function_arguments_and_code(tmp_path, mon
                                                        moving_max=4))
     with pytest.raises(TypeError, match="module-level function"):
         stored_verilog(lambda p: harness_verilog(p), params)
+
+
+def _module(name: str, body: str, filler: int = 0) -> str:
+    return f"module {name}(clk);\n  input clk;\n{body}  // {'x' * filler}\nendmodule\n"
+
+
+def test_hier_blocks_are_the_highest_repeated_modules_counting_generate_loops():
+    """A module verilated on its own is one repeated often enough (generate loops multiply
+    its instances), large enough with what is below it, and not inside another block."""
+    from sim.tb.runner import hier_blocks
+
+    loop = ("  genvar r;\n  generate\n    for (r = 0; r < ROWS; r = r + 1) begin : row\n"
+            "      row row_unit (.clk(clk));\n    end\n  endgenerate\n")
+    text = (_module("pe", "", filler=300)
+            + _module("row", "".join(f"  pe pe_{i} (\n    .clk(clk)\n  );\n" for i in range(8)))
+            + _module("array", "  localparam ROWS = 6;\n" + loop)
+            + _module("small", "")
+            + _module("\\top.ctl", "  small s (\n    .clk(clk)\n  );\n")
+            + _module("top", "  array a (\n    .clk(clk)\n  );\n"
+                      + "".join(f"  small s{i} (\n    .clk(clk)\n  );\n" for i in range(9))
+                      + "  \\top.ctl  ctl (\n    .clk(clk)\n  );\n"))
+    # 6 rows (the loop), 48 PEs: the rows are the blocks, the PEs inside them are not;
+    # 10 small modules are too small, one array too few.
+    assert hier_blocks(text, "top", 4, 300) == ("row",)
+    assert hier_blocks(text, "top", 7, 300) == ("pe",)       # 6 rows are too few
+    assert hier_blocks(text, "top", 4, 10_000) == ()
+    assert hier_blocks(text, "top", 10, 100) == ("pe",)      # small: 10, but too small
+    assert hier_blocks(text, "top", 10, 0) == ("pe", "small")
+    assert hier_blocks(text, "missing", 1, 0) == ()

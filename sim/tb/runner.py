@@ -257,9 +257,65 @@ def icarus_dump(toplevel: str) -> str:
             f"endmodule\n")
 
 
-def build_args(sim: str, toplevel: str, waves: bool = False) -> tuple[list[str], str]:
+#: A module's definition in Yosys' Verilog (its name plain or escaped).
+_MODULE = re.compile(r"^module (\\\S+|\w+)\s*\(", re.M)
+#: A module repeated this many times in the design, with this much Verilog under it, is
+#: verilated once on its own (a hierarchical block): Verilator otherwise writes its code
+#: once per instance. Each block's evaluation costs a call across its ports, so blocks are
+#: taken as high in the hierarchy as these allow (an array's rows, not its PEs).
+HIER_INSTANCES = 4
+HIER_CHARS = 100_000
+
+
+@functools.lru_cache(maxsize=8)
+def hier_blocks(verilog_text: str, toplevel: str, instances: int = HIER_INSTANCES,
+                chars: int = HIER_CHARS) -> tuple[str, ...]:
+    """The modules of ``verilog_text`` that a Verilator build of ``toplevel`` verilates as
+    hierarchical blocks: those with at least ``instances`` instances under ``toplevel``
+    (generate loops counted, :func:`hdl.area.structural_children`) and ``chars`` of Verilog
+    in themselves and the modules below them, taken from the top down (nothing inside a
+    block is a block itself). Escaped names (a component's private submodules) are never
+    blocks."""
+    from hdl.area import structural_children
+
+    starts = [(m.start(), m.group(1).removeprefix("\\")) for m in _MODULE.finditer(verilog_text)]
+    bodies = {name: verilog_text[at:(starts[i + 1][0] if i + 1 < len(starts) else None)]
+              for i, (at, name) in enumerate(starts)}
+    if toplevel not in bodies:
+        return ()
+    children = {name: structural_children(body, bodies, structural=False) or {}
+                for name, body in bodies.items()}
+
+    @functools.cache
+    def size(name: str) -> int:
+        return len(bodies[name]) + sum(size(c) for c in children[name])
+
+    count: dict[str, int] = {}
+
+    def walk(name: str, times: int) -> None:
+        count[name] = count.get(name, 0) + times
+        for child, n in children[name].items():
+            walk(child, times * n)
+
+    walk(toplevel, 1)
+    blocks: dict[str, None] = {}
+
+    def choose(name: str) -> None:
+        for child in children[name]:
+            if count[child] >= instances and size(child) >= chars and "." not in child:
+                blocks[child] = None
+            else:
+                choose(child)
+
+    choose(toplevel)
+    return tuple(blocks)
+
+
+def build_args(sim: str, toplevel: str, waves: bool = False,
+               verilog_text: str = "") -> tuple[list[str], str]:
     """The flags a build of ``sim`` is compiled with, and the text of the Verilator
-    configuration file it reads (both part of its cache key)."""
+    configuration file it reads (both part of its cache key); a Verilator build verilates
+    the :func:`hier_blocks` of ``verilog_text`` apart."""
     if sim == "icarus":
         # Amaranth's Verilog (Yosys' backend) is Verilog-2005: each combinational block also
         # waits on a trigger register initialised to 0 where it is declared, so that it runs
@@ -275,7 +331,10 @@ def build_args(sim: str, toplevel: str, waves: bool = False) -> tuple[list[str],
     # public: Verilator then writes a fraction of the C++ and optimises through the rest.
     args = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-O3", "--no-public-flat-rw"]
     config = f'`verilator_config\npublic_flat_rw -module "{toplevel}" -var "*"\n'
-    return args + (["--trace-fst"] if waves else []), config
+    blocks = hier_blocks(verilog_text, toplevel) if verilog_text else ()
+    config += "".join(f'hier_block -module "{b}"\n' for b in blocks)
+    return (args + (["--hierarchical"] if blocks else [])
+            + (["--trace-fst"] if waves else [])), config
 
 
 @functools.cache
@@ -327,7 +386,7 @@ def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = 
     from cocotb_tools.runner import get_runner
 
     waves = _WAVES.get()
-    args, config = build_args(sim, toplevel, waves)
+    args, config = build_args(sim, toplevel, waves, verilog_text)
     key = "\0".join([sim, toplevel, toolchain(sim), *args, config, verilog_text])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     if store is None and build_root is None:
