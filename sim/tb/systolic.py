@@ -663,7 +663,10 @@ async def random_programs(dut):
     await tb.reset()
     p = tb.params
     for case in range(3):
-        program, budget_k, budget_n = [], tb.hp.stationary_depth, tb.hp.moving_depth
+        # moving beats and output beats alike (a transpose's rows come out as results),
+        # one kept for the multiply that closes a program ending on a load
+        program, budget_k = [], tb.hp.stationary_depth
+        budget_n = min(tb.hp.moving_depth, tb.hp.result_depth) - 1
         for _ in range(int(tb.rng.integers(1, 5))):
             fmt = tb.random_format()
             k = int(tb.rng.integers(1, p.k_limit(fmt) + 1))
@@ -751,7 +754,10 @@ async def tiled_programs(dut):
         return
     for case in range(4):
         program, live = [], {}
-        stat_left, mov_left = tb.hp.stationary_depth, tb.hp.moving_depth
+        # moving beats and output beats alike (a transpose's rows come out as results),
+        # one kept for the multiply that closes a program ending on a load
+        stat_left = tb.hp.stationary_depth
+        mov_left = min(tb.hp.moving_depth, tb.hp.result_depth) - 1
         for _ in range(int(tb.rng.integers(3, 8))):
             ways = [int(w) for w in tb.rng.choice(p.tiles, size=2)]  # rows, columns
             rs, cs = p.rows // ways[0], p.cols // ways[1]
@@ -772,7 +778,9 @@ async def tiled_programs(dut):
             live[(load.row, load.col)] = load
             if not p.is_mx(fmt) and tb.rng.integers(0, 4) == 0:
                 n = int(tb.rng.integers(1, min(k, p.moving_max) + 1))
-                program.append((Transpose(n), None))
+                if n <= mov_left:
+                    mov_left -= n
+                    program.append((Transpose(n), None))
             # multiplies on this tile and on others still loaded
             for _ in range(int(tb.rng.integers(1, 4))):
                 target = live[list(live)[int(tb.rng.integers(0, len(live)))]]
