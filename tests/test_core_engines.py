@@ -4,10 +4,13 @@
 """Parts of the core's engines (:mod:`hdl.core.engines`) against numpy."""
 
 import numpy as np
+from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 
-from hdl.core.engines import IOTA_BITS, EngineSlice, IotaLane
+from hdl.core.engines import IOTA_BITS, OPERAND_DTYPES, EngineSlice, IotaLane, widen_operand
+from hdl.core.isa import DTYPES
 from hdl.core.tensor import TensorSlice
+from hdl.numerics.dtypes import ML_DTYPES
 
 
 def test_iota_values_convert_to_fp32_as_numpy_does():
@@ -32,6 +35,60 @@ def test_iota_values_convert_to_fp32_as_numpy_does():
     sim.run()
     want = np.array(values, dtype=np.int64).astype(np.float32).view(np.uint32)
     assert got == [int(w) for w in want]
+
+
+def _operand_reference(words: np.ndarray, dtype: str) -> np.ndarray:
+    """fp32 bits of scalar-operand words of ``dtype`` by numpy and ml_dtypes: the element in
+    the low bits (tf32: the word with its low 13 bits cleared), every NaN 0x7FC00000, an
+    integer word's bits as they are."""
+    if dtype in ("fp32", "int32", "uint32"):
+        return words
+    if dtype == "int8":
+        return (words & 0xFF).astype(np.uint8).view(np.int8).astype(np.float32).view(np.uint32)
+    if dtype == "tf32":
+        values = (words & np.uint32(0xFFFFE000)).view(np.float32)
+    else:
+        bits = np.dtype(ML_DTYPES[dtype]).itemsize * 8
+        narrow = (words & np.uint32((1 << bits) - 1)).astype(f"<u{bits // 8}")
+        values = narrow.view(ML_DTYPES[dtype]).astype(np.float32)
+    return np.where(np.isnan(values), np.uint32(0x7FC00000), values.view(np.uint32))
+
+
+def test_scalar_operands_widen_to_fp32_as_numpy_does():
+    """A per-partition scalar operand of every type the engines read, widened to fp32:
+    every pattern of the 8-bit types and random ones of the others, with random bits above
+    the element (the next elements of its word) and, for tf32, below its code."""
+    rng = np.random.default_rng(3)
+    m = Module()
+    word, dtype = Signal(32), Signal(4)
+    y = Signal(32)
+    m.d.comb += y.eq(widen_operand(m, word, dtype))
+    noise = rng.integers(0, 2**32, 256, dtype=np.uint64).astype(np.uint32)
+    cases = []
+    for name in OPERAND_DTYPES:
+        if name in ("int8", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn"):
+            words = (noise & np.uint32(0xFFFFFF00)) | np.arange(256, dtype=np.uint32)
+        else:
+            words = rng.integers(0, 2**32, 200, dtype=np.uint64).astype(np.uint32)
+            words[:4] = [0x7F800000, 0xFF801234, 0x7FC00000, 0x00000001]  # inf, NaNs, tiny
+            if name in ("bf16", "fp16"):
+                words[:4] = [0xABCD7F80, 0x1234FFC1, 0x00007C00, 0xFFFF7E01]
+        cases += [(name, int(w)) for w in words]
+    got = []
+
+    async def bench(ctx):
+        for name, w in cases:
+            ctx.set(word, w)
+            ctx.set(dtype, DTYPES[name][0])
+            got.append(ctx.get(y))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    for name in OPERAND_DTYPES:
+        words = np.array([w for n, w in cases if n == name], dtype=np.uint32)
+        mine = [g for (n, _), g in zip(cases, got, strict=True) if n == name]
+        assert mine == [int(v) for v in _operand_reference(words, name)], name
 
 
 def _run_comb(dut, cases, outputs):

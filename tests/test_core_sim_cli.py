@@ -29,9 +29,9 @@ def params():
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--kernel", "cross_entropy"), "error: not simulated: cross_entropy: the core RTL cannot "
-                                    "run it: vector[6] TensorTensor: both inputs must have "
-                                    "one type"),
+    (("--kernel", "sample"), "error: not simulated: sample: the core RTL cannot run it: "
+                             "vector[9] TensorScalar: TensorScalar runs one operation (op1 "
+                             "COPY)"),
     (("--kernel", "attention"), "error: not simulated: attention: D must be at most 8, "),
     (("--kernel", "softmx"), "error: --kernel must be one of vector_add, "),
 ])

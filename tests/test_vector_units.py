@@ -8,6 +8,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 
 from hdl.numerics.cast import seed_value
+from hdl.numerics.dtypes import ML_DTYPES
 from hdl.vector.activation import ActivationLane, ActivationParams
 from hdl.vector.fpcmp import f_eq, f_lt, f_max, f_min
 from hdl.vector.functions import FunctionSpec
@@ -62,15 +63,19 @@ def test_fp_compare_helpers_match_ieee():
                           np.maximum(fa, fb)[both])
 
 
-def _run_lane(op, reduce, a, b, first, last, out_format="fp32", stochastic=False, seed=0):
+def _run_lane(op, reduce, a, b, first, last, out_format="fp32", stochastic=False, seed=0,
+              in_format="fp32", b_format="fp32"):
     dut = VectorLane()
     out = []
+    params = VectorParams(lanes=1)
 
     async def bench(ctx):
         ctx.set(dut.en, 1)
         ctx.set(dut.op, op)
         ctx.set(dut.reduce, reduce)
-        ctx.set(dut.out_format, VectorParams(lanes=1).format_index(out_format))
+        ctx.set(dut.in_format, params.format_index(in_format))
+        ctx.set(dut.b_format, params.format_index(b_format))
+        ctx.set(dut.out_format, params.format_index(out_format))
         ctx.set(dut.stochastic, int(stochastic))
         ctx.set(dut.seed, seed_value("xorwow", seed, 0))
         n = len(a)
@@ -144,6 +149,27 @@ def test_vector_lane_writes_the_instruction_format():
     want = golden.run(VectorParams(lanes=1, seed=3), VectorOp.ADD, a[:, None], b[:, None],
                       out_format="bf16", rounding="stochastic")
     assert np.array_equal(got, want.ravel())
+
+
+def test_vector_lane_reads_a_and_b_in_their_own_formats():
+    """``a`` in one format and ``b`` in another (bf16 and fp8_e5m2, fp16 and fp32), each
+    widened exactly: the products against ml_dtypes, and the golden model agrees."""
+    rng = np.random.default_rng(4)
+    fa = rng.standard_normal(16).astype(np.float32)
+    fb = rng.standard_normal(16).astype(np.float32)
+    none = np.zeros(16, bool)
+    for a_type, b_type in (("bf16", "fp8_e5m2"), ("fp16", "fp32")):
+        xa = fa.astype(ML_DTYPES[a_type])
+        xb = fb.astype(ML_DTYPES[b_type])
+        a = xa.view(f"u{xa.itemsize}").astype(np.uint32)
+        b = xb.view(f"u{xb.itemsize}").astype(np.uint32)
+        got = _run_lane(VectorOp.MULTIPLY, Reduce.NONE, a, b, none, none,
+                        in_format=a_type, b_format=b_type)
+        want = (xa.astype(np.float32) * xb.astype(np.float32)).view(np.uint32)
+        assert np.array_equal(got, want), (a_type, b_type)
+        assert np.array_equal(golden.run(VectorParams(lanes=1), VectorOp.MULTIPLY, a[:, None],
+                                         b[:, None], in_format=a_type,
+                                         b_format=b_type).ravel(), want)
 
 
 def test_golden_vector_ops_against_numpy():

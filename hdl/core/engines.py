@@ -22,10 +22,15 @@ the same in every partition, through one cast lane
 (:class:`~hdl.numerics.cast.FormatCastLane`). Each is written at the element's byte offset
 in its word.
 
-What this datapath runs (:func:`supported` says why not otherwise): operand and destination
-types the unit reads (``formats``; ``Iota`` into them, not into integer types), ``a`` and
-``b`` of one type, fp32 scalar operands, round-to-nearest-even casts (:data:`NO_STOCHASTIC`),
-and ``TensorScalar`` with ``op1`` COPY.
+A per-partition scalar operand (``TensorScalar``'s ``operand0``) of any type of
+:data:`OPERAND_DTYPES` is widened to fp32 as it is loaded (:func:`widen_operand`), as the core
+simulator reads it: the operand's element is taken at its byte in its word.
+
+What this datapath runs (:func:`supported` says why not otherwise): ``a``, ``b`` and ``src``
+of types the unit reads (``formats``; ``a`` and ``b`` each its own), destinations of them
+(``Iota`` into them, not into integer types), scalar operands of :data:`OPERAND_DTYPES`,
+round-to-nearest-even casts (:data:`NO_STOCHASTIC`), and ``TensorScalar`` with ``op1``
+COPY.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
 from hdl.core.isa import (
     AP,
     DTYPES,
+    TF32_SHIFT,
     WORD_BITS,
     Instruction,
     Iota,
@@ -54,14 +60,14 @@ from hdl.core.isa import (
 from hdl.emitted import module_text
 from hdl.numerics.cast import FormatCastLane
 from hdl.numerics.formats import FP32, format_by_name
-from hdl.numerics.fpu import lzc, round_pack
+from hdl.numerics.fpu import Widen, WidenParams, lzc, round_pack
 from hdl.vector.lanes import add_lane
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
-__all__ = ["ENGINE_RUNS", "IOTA_MODULE", "NO_STOCHASTIC", "SLICE_MODULES", "VECTOR_OPS",
-           "EngineSlice", "IotaLane", "VectorEngine", "pick", "operand_refusal",
-           "supported"]
+__all__ = ["ENGINE_RUNS", "IOTA_MODULE", "NO_STOCHASTIC", "OPERAND_DTYPES", "SLICE_MODULES",
+           "VECTOR_OPS", "EngineSlice", "IotaLane", "VectorEngine", "operand_refusal", "pick",
+           "supported", "widen_operand"]
 
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
@@ -74,6 +80,13 @@ IOTA_BITS = 50
 IOTA_MODULE = "neuron_core_iota_lane"
 #: The module of one partition's share of each engine (:class:`EngineSlice`), by kind.
 SLICE_MODULES = {"vector": "neuron_core_vector_slice", "gpsimd": "neuron_core_gpsimd_slice"}
+#: The types of a per-partition scalar operand whose words are its fp32 bits as they are.
+RAW_OPERANDS = ("fp32", "int32", "uint32")
+#: The types of a per-partition scalar operand widened exactly to fp32 (:func:`widen_operand`).
+WIDENED_OPERANDS = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "int8", "tf32")
+#: Every type of a per-partition scalar operand the engines read: each type the core
+#: simulator computes on (not the MX quads and their uint8 scales, which it refuses).
+OPERAND_DTYPES = RAW_OPERANDS + WIDENED_OPERANDS
 #: Why no engine of the core runs stochastic rounding.
 NO_STOCHASTIC = ("casts round to nearest even: the simulator reseeds stochastic rounding "
                  "per instruction from its seed and the run's, partition by partition; the "
@@ -100,15 +113,12 @@ def operand_refusal(ins: Instruction, formats: tuple[str, ...]) -> str | None:
         return f"destinations are {', '.join(formats)}, not {aps['dst'].dtype}"
     if getattr(ins, "rounding", "rne") != "rne":
         return NO_STOCHASTIC
-    inputs = [aps[n] for n in ("a", "b", "src") if n in aps]
-    for ap in inputs:
+    for ap in (aps[n] for n in ("a", "b", "src") if n in aps):
         if ap.dtype not in formats:
             return f"inputs are {', '.join(formats)}, not {ap.dtype}"
-    if len({ap.dtype for ap in inputs}) > 1:
-        return "both inputs must have one type"
     for name in ("operand0", "operand1"):
-        if name in aps and aps[name].dtype != "fp32":
-            return f"{name} must be fp32"
+        if name in aps and aps[name].dtype not in OPERAND_DTYPES:
+            return f"{name} must be one of {', '.join(OPERAND_DTYPES)}, not {aps[name].dtype}"
     if isinstance(ins, TensorScalar) and ins.op1 != VectorOp.COPY:
         return "TensorScalar runs one operation (op1 COPY)"
     return None
@@ -155,6 +165,22 @@ def pick(rows, first, chunk: int):
     return value
 
 
+def widen_operand(m: Module, word, dtype):
+    """The fp32 bits of a scalar operand's element, ``word`` (a 32-bit word, the element in
+    its low bits) of the type whose code is ``dtype``, as the core simulator widens it
+    (combinational): a word of :data:`RAW_OPERANDS` as it is; a float or int8 element of
+    :data:`WIDENED_OPERANDS` exactly (:class:`~hdl.numerics.fpu.Widen`: every NaN
+    ``0x7FC00000``, int8 its value), tf32 from its code at the word's top. The widening units
+    are the submodules ``operand_widen_<type>`` of ``m``."""
+    value = word
+    for name in WIDENED_OPERANDS:
+        fmt = format_by_name(name)
+        m.submodules[f"operand_widen_{name}"] = unit = Widen(WidenParams(fmt=fmt))
+        m.d.comb += unit.x.eq(word[TF32_SHIFT:] if name == "tf32" else word[:fmt.bits])
+        value = Mux(dtype == DTYPES[name][0], unit.y, value)
+    return value
+
+
 def int_to_fp32(m: Module, value):
     """The fp32 encoding of the signed integer ``value``, rounded to nearest even."""
     negative = value[-1]
@@ -184,21 +210,23 @@ class IotaLane(wiring.Component):
 
 class EngineSlice(wiring.Component):
     """One partition's share of a vector (``kind`` "vector") or GpSimd engine ("gpsimd") of
-    ``partitions`` partitions, the engine's partition ``index`` (also its lane), emitted once
-    as a module (:data:`SLICE_MODULES`) and instantiated per partition, so that the engine's
-    elaboration does not grow with its partitions.
+    ``partitions`` partitions, the engine's partition ``index`` (also its lane), emitted
+    once as a module (:data:`SLICE_MODULES`) and instantiated per partition, so that the
+    engine's elaboration does not grow with its partitions.
 
-    Read side: ``a`` and ``b`` are the lane's elements of the two sources, each rotated to
-    the tile's first partition (``*_rows``: the ``ways`` candidate words
-    ``data[(index + k * chunk) % partitions]``, ``*_first`` the tile's first partition, as
-    :func:`pick` selects) and shifted down by its byte ``*_shift``; ``scalar`` is the lane's
-    scalar operand, a register loaded with ``imm`` (``set_imm``) or with ``b_rows`` rotated
-    to ``s_first`` (``set_scalar``). Write side: ``w_data`` is partition ``index``'s word,
-    the unit's output (``y_rows``: ``y[(index - k * chunk) % partitions]``, unrotated from
-    ``d_first`` by :func:`pick`) or memset's ``value``, placed at byte ``w_shift``;
-    ``w_part`` whether the partition is in the tile (``d_first``, ``d_count``). GpSimd's
-    Iota: ``a`` is the lane's Iota value (:class:`IotaLane`) while ``iota``, from the base
-    ``iota_base + index * iota_pstep`` loaded on ``set_base`` plus ``iota_at``."""
+    Read side: ``a`` and ``b`` are the lane's elements of the two sources, each rotated to the
+    tile's first partition (``*_rows``: the ``ways`` candidate words ``data[(index + k * chunk)
+    % partitions]``, ``*_first`` the tile's first partition, as :func:`pick` selects) and
+    shifted down by its byte ``*_shift``; ``scalar`` is the lane's scalar operand, a register
+    loaded with ``imm`` (``set_imm``) or with ``b_rows`` rotated to ``s_first``, shifted down by
+    its byte ``s_shift`` and widened to fp32 from the type ``s_dtype`` (``set_scalar``,
+    :func:`widen_operand`). Write side: ``w_data`` is partition ``index``'s word, the unit's
+    output (``y_rows``: ``y[(index - k * chunk) % partitions]``, unrotated from ``d_first`` by
+    :func:`pick`) or memset's ``value``, placed at byte ``w_shift``; ``w_part`` whether the
+    partition is in the tile (``d_first``, ``d_count``). GpSimd's Iota: ``a`` is the lane's Iota
+    value (:class:`IotaLane`) while ``iota``, from the base ``iota_base + index * iota_pstep``
+    loaded on ``set_base`` plus ``iota_at``.
+    """
 
     def __init__(self, partitions: int, kind: str):
         self.kind, self.partitions = kind, partitions
@@ -208,7 +236,8 @@ class EngineSlice(wiring.Component):
         rows = In(DATA_BITS * self.ways)
         members = {"index": In(range(partitions)), "a_rows": rows, "b_rows": rows,
                    "y_rows": rows, "a_first": In(part), "b_first": In(part),
-                   "s_first": In(part), "d_first": In(part),
+                   "s_first": In(part), "s_shift": In(2),
+                   "s_dtype": In(AP_LAYOUT.members["dtype"]), "d_first": In(part),
                    "d_count": In(AP_LAYOUT.members["partitions"]), "a_shift": In(2),
                    "b_shift": In(2), "w_shift": In(2), "memset": In(1), "value": In(32),
                    "set_imm": In(1), "set_scalar": In(1), "imm": In(32),
@@ -225,8 +254,10 @@ class EngineSlice(wiring.Component):
         m.d.comb += self.b.eq(pick(self.b_rows, self.b_first, self.chunk) >> (self.b_shift * 8))
         with m.If(self.set_imm):
             m.d.sync += self.scalar.eq(self.imm)
+        operand = widen_operand(
+            m, pick(self.b_rows, self.s_first, self.chunk) >> (self.s_shift * 8), self.s_dtype)
         with m.If(self.set_scalar):
-            m.d.sync += self.scalar.eq(pick(self.b_rows, self.s_first, self.chunk))
+            m.d.sync += self.scalar.eq(operand)
         out = Mux(self.memset, self.value, pick(self.y_rows, self.d_first, self.chunk))
         m.d.comb += [self.w_data.eq(out << (self.w_shift * 8)),
                      self.w_part.eq((self.d_first <= self.index)
@@ -324,14 +355,15 @@ class VectorEngine(wiring.Component):
         m.d.comb += [wa.ap.eq(a), wb.ap.eq(b), wd.ap.eq(dst),
                      wa.start.eq(start), wb.start.eq(start), wd.start.eq(start)]
 
-        in_format = out_format = 0
+        in_format = b_format = out_format = 0
         for index, name in enumerate(self.params.formats):
             in_format = Mux(a.dtype == DTYPES[name][0], index, in_format)
+            b_format = Mux(b.dtype == DTYPES[name][0], index, b_format)
             out_format = Mux(dst.dtype == DTYPES[name][0], index, out_format)
         in_format = Mux(iota, self.params.formats.index("fp32"), in_format)
         m.d.comb += [unit.op.eq(op), unit.reduce.eq(reduce), unit.use_scalar.eq(use_scalar),
-                     unit.in_format.eq(in_format), unit.out_format.eq(out_format),
-                     unit.stochastic.eq(0)]
+                     unit.in_format.eq(in_format), unit.b_format.eq(b_format),
+                     unit.out_format.eq(out_format), unit.stochastic.eq(0)]
 
         # the read side: a (and b) of every partition, one cycle after the address
         s1_valid, s1_last, sent = Signal(), Signal(), Signal()
@@ -370,6 +402,7 @@ class VectorEngine(wiring.Component):
                 "b_rows": Cat(*[self.b_data[(p + k) % n] for k in ways]),
                 "y_rows": Cat(*[unit.o.payload[(p - k) % n] for k in ways]),
                 "a_first": a.partition, "b_first": b.partition, "s_first": s0.partition,
+                "s_shift": s0.offset[:2], "s_dtype": s0.dtype,
                 "d_first": dst.partition, "d_count": dst.partitions,
                 "a_shift": a_shift, "b_shift": b_shift, "w_shift": wd.byte[:2],
                 "memset": memset, "value": value, "set_imm": set_imm,

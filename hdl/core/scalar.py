@@ -20,10 +20,15 @@ the destination pattern's next element, in the group's partitions of the tile on
 ``reduce_dst``, the running sum of the group's last beat is written to it first (one cycle
 on the write port, the unit stalled). One read port and one write port.
 
+The bias (``TensorScalar``'s ``operand0``) is widened to fp32 as it is loaded, from any type
+of :data:`~hdl.core.engines.OPERAND_DTYPES`, its element taken at its byte in its word
+(:func:`~hdl.core.engines.widen_operand`, as the core simulator reads it).
+
 What this datapath runs (:func:`supported` says why not otherwise): ``Activation`` with
-``src`` and ``dst`` of a type the unit reads and writes (``formats``), fp32 ``bias`` and
-``reduce_dst``; ``TensorScalar`` (``op1`` COPY) and ``TensorCopy`` as the vector engine runs
-them (:func:`hdl.core.engines.operand_refusal`); round-to-nearest-even casts.
+``src`` and ``dst`` of a type the unit reads and writes (``formats``), a ``bias`` of
+:data:`~hdl.core.engines.OPERAND_DTYPES` and an fp32 ``reduce_dst``; ``TensorScalar``
+(``op1`` COPY) and ``TensorCopy`` as the vector engine runs them
+(:func:`hdl.core.engines.operand_refusal`); round-to-nearest-even casts.
 """
 
 from __future__ import annotations
@@ -38,10 +43,12 @@ from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
 from hdl.core.engines import (
     DATA_BITS,
     NO_STOCHASTIC,
+    OPERAND_DTYPES,
     engine_ports,
     operand_refusal,
     pick,
     read_step,
+    widen_operand,
 )
 from hdl.core.isa import (
     AP,
@@ -80,10 +87,10 @@ def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
         ap: AP = getattr(ins, name)
         if ap.dtype not in formats:
             return f"{name} must be one of {', '.join(formats)}, not {ap.dtype}"
-    for name in ("bias", "reduce_dst"):
-        ap = getattr(ins, name)
-        if ap is not None and ap.dtype != "fp32":
-            return f"{name} must be fp32"
+    if ins.bias is not None and ins.bias.dtype not in OPERAND_DTYPES:
+        return f"bias must be one of {', '.join(OPERAND_DTYPES)}, not {ins.bias.dtype}"
+    if ins.reduce_dst is not None and ins.reduce_dst.dtype != "fp32":
+        return "reduce_dst must be fp32"
     return None
 
 
@@ -96,11 +103,13 @@ class ScalarSlice(wiring.Component):
     partition (``r_rows``: the candidate words ``r_data[(index + k * chunk) % partitions]``,
     ``src_first``, as :func:`~hdl.core.engines.pick` selects), shifted down by its byte
     ``shift``; ``bias`` is a register loaded with ``imm`` (``set_imm``) or with ``r_rows``
-    rotated to ``bias_first`` (``set_bias``). Write side: ``w_data`` is partition
-    ``index``'s word of the lanes' results (``y_rows``: the result of the lane of partition
-    ``(index - k * chunk) % partitions``, unrotated from ``t_first``), placed at byte
-    ``w_shift``; ``w_part`` whether the partition is in the group being written: from
-    ``t_first + base`` for ``lanes`` partitions, below ``t_first + t_count``."""
+    rotated to ``bias_first``, shifted down by its byte ``bias_shift`` and widened to fp32 from
+    the type ``bias_dtype`` (``set_bias``, :func:`~hdl.core.engines.widen_operand`). Write side:
+    ``w_data`` is partition ``index``'s word of the lanes' results (``y_rows``: the result of
+    the lane of partition ``(index - k * chunk) % partitions``, unrotated from ``t_first``),
+    placed at byte ``w_shift``; ``w_part`` whether the partition is in the group being written:
+    from ``t_first + base`` for ``lanes`` partitions, below ``t_first + t_count``.
+    """
 
     def __init__(self, partitions: int, lanes: int):
         self.partitions, self.lanes = partitions, lanes
@@ -109,7 +118,8 @@ class ScalarSlice(wiring.Component):
         rows = In(DATA_BITS * (partitions // self.chunk))
         super().__init__({
             "index": In(range(partitions)), "r_rows": rows, "y_rows": rows,
-            "src_first": In(part), "bias_first": In(part), "t_first": In(part),
+            "src_first": In(part), "bias_first": In(part), "bias_shift": In(2),
+            "bias_dtype": In(AP_LAYOUT.members["dtype"]), "t_first": In(part),
             "t_count": In(AP_LAYOUT.members["partitions"]), "base": In(range(partitions + lanes)),
             "shift": In(2), "w_shift": In(2), "set_imm": In(1), "set_bias": In(1),
             "imm": In(32), "row": Out(32), "bias": Out(32), "w_data": Out(32),
@@ -121,8 +131,11 @@ class ScalarSlice(wiring.Component):
         m.d.comb += self.row.eq(pick(self.r_rows, self.src_first, chunk) >> (self.shift * 8))
         with m.If(self.set_imm):
             m.d.sync += self.bias.eq(self.imm)
+        operand = widen_operand(
+            m, pick(self.r_rows, self.bias_first, chunk) >> (self.bias_shift * 8),
+            self.bias_dtype)
         with m.If(self.set_bias):
-            m.d.sync += self.bias.eq(pick(self.r_rows, self.bias_first, chunk))
+            m.d.sync += self.bias.eq(operand)
         lo = self.t_first + self.base
         m.d.comb += [
             self.w_data.eq(pick(self.y_rows, self.t_first, chunk) << (self.w_shift * 8)),
@@ -254,7 +267,8 @@ class ScalarEngine(wiring.Component):
                 "index": Const(p, range(n)),
                 "r_rows": Cat(*[self.r_data[(p + k) % n] for k in ways]),
                 "y_rows": Cat(*y_rows), "src_first": src.partition,
-                "bias_first": bias.partition, "t_first": t_first, "t_count": t_count,
+                "bias_first": bias.partition, "bias_shift": bias.offset[:2],
+                "bias_dtype": bias.dtype, "t_first": t_first, "t_count": t_count,
                 "base": base, "shift": shift, "w_shift": at[:2], "set_imm": set_imm,
                 "set_bias": set_bias, "imm": imm}, outputs)
         lane_bias = Cat(*select(slices["bias"]))

@@ -3,9 +3,10 @@
 Each beat of the input stream carries one element of every lane (partition): ``a``, ``b``
 (32-bit lane words) and ``last`` (the element ends a row of the free axis). Per lane:
 
-0. ``a`` and ``b`` are read in the instruction's input format ``in_format`` (an index into
-   ``params.formats``) and widened exactly to fp32 (:mod:`hdl.vector.convert`; a narrow
-   value in the word's low bits). The lane's ``scalar`` is fp32.
+0. ``a`` is read in the instruction's input format ``in_format``, ``b`` in its own
+   ``b_format`` (indices into ``params.formats``: the two may differ), each widened exactly
+   to fp32 (:mod:`hdl.vector.convert`; a narrow value in the word's low bits). The lane's
+   ``scalar`` is fp32.
 1. ``r = op(a, b')`` with ``b'`` = ``b`` or, when ``use_scalar`` is set, the lane's
    ``scalar`` (tensor-scalar); see :class:`~hdl.vector.ops.VectorOp` (fp32 through
    ``FpAdd32``/``FpMul32``: RNE, subnormals kept, NaN canonical).
@@ -25,7 +26,7 @@ cast modules of their own that the lane instantiates (:data:`~hdl.vector.lanes.F
 :func:`~hdl.vector.lanes.cast_module`, shared with the scalar engine's lanes):
 :meth:`Vector.modules`.
 
-Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``, ``in_format``,
+Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``, ``in_format``, ``b_format``,
 ``out_format``, ``stochastic``) must hold while a stream is in flight. Pipeline: two
 register stages with a common stall (a beat moves when the output stage is empty or read),
 the cast in front of the second; one beat per cycle at full rate.
@@ -59,8 +60,8 @@ class VectorParams:
     lanes : partitions processed side by side (the chip's SBUF partitions, 128; scaled down
         for simulation).
     formats : the input and output formats, selected at run time by index (``in_format``,
-        ``out_format``): ``"fp32"`` and float formats of :mod:`hdl.numerics.formats`
-        narrower than fp32.
+        ``b_format``, ``out_format``): ``"fp32"`` and float formats of
+        :mod:`hdl.numerics.formats` narrower than fp32.
     rng, seed : the per-lane generator of stochastic rounding and its seed
         (:mod:`hdl.numerics.cast`); ``rng`` None: the engine rounds to nearest even only,
         its lanes have no generator and no stochastic datapath, and its ``stochastic``
@@ -82,7 +83,8 @@ class VectorParams:
             raise ValueError(f"seed must be an integer in [0, 2**32), not {self.seed!r}")
 
     def format_index(self, name: str) -> int:
-        """The ``in_format`` / ``out_format`` code of the format called ``name``."""
+        """The ``in_format`` / ``b_format`` / ``out_format`` code of the format called
+        ``name``."""
         if name not in self.formats:
             raise ValueError(f"format must be one of {', '.join(self.formats)}, not {name!r}")
         return self.formats.index(name)
@@ -100,17 +102,18 @@ class VectorLane(wiring.Component):
     """The datapath of one lane: input widening, the element operation, the reduction and
     the output cast.
 
-    ``en`` moves the pipeline (both stages load); ``step`` (with ``en``) says the stage-1
-    value is a valid element to reduce, ``first`` that it starts a row, ``last`` that it ends
-    one. ``a`` and ``b`` are lane words in ``formats[in_format]``, ``scalar`` fp32, taken for
-    ``b`` with ``use_scalar``. ``y`` is the stage-2 register: the element result, or the
-    row's reduction, in ``formats[out_format]`` (``stochastic``: stochastic rounding by the
-    generator whose initial state is ``seed``, see :func:`~hdl.numerics.cast.seed_value`).
-    With ``rng`` None the lane rounds to nearest even only and has neither ``stochastic``
-    nor ``seed``. With ``instances`` the fp32 adders (``add``, the reduction's ``red``) and
-    multiplier (``mul``) and the output cast are ``Instance`` s of their modules
-    (:data:`~hdl.vector.lanes.FP_MODULES`, :func:`~hdl.vector.lanes.cast_module`), emitted
-    once, instead of submodules: the same circuit.
+    ``en`` moves the pipeline (both stages load); ``step`` (with ``en``) says the stage-1 value
+    is a valid element to reduce, ``first`` that it starts a row, ``last`` that it ends one.
+    ``a`` is a lane word in ``formats[in_format]``, ``b`` one in ``formats[b_format]``,
+    ``scalar`` fp32, taken for ``b`` with ``use_scalar``. ``y`` is the stage-2 register: the
+    element result, or the row's reduction, in ``formats[out_format]`` (``stochastic``:
+    stochastic rounding by the generator whose initial state is ``seed``, see
+    :func:`~hdl.numerics.cast.seed_value`). With ``rng`` None the lane rounds to nearest even
+    only and has neither ``stochastic`` nor ``seed``. With ``instances`` the fp32 adders
+    (``add``, the reduction's ``red``) and multiplier (``mul``) and the output cast are
+    ``Instance`` s of their modules (:data:`~hdl.vector.lanes.FP_MODULES`,
+    :func:`~hdl.vector.lanes.cast_module`), emitted once, instead of submodules: the same
+    circuit.
     """
 
     def __init__(self, formats: tuple[str, ...] = ENGINE_FORMATS, rng: str | None = "xorwow",
@@ -127,6 +130,7 @@ class VectorLane(wiring.Component):
             "op": In(VectorOp),
             "reduce": In(Reduce),
             "in_format": In(range(max(len(formats), 2))),
+            "b_format": In(range(max(len(formats), 2))),
             "out_format": In(range(max(len(formats), 2))),
             **rounding,
             "a": In(32),
@@ -143,7 +147,7 @@ class VectorLane(wiring.Component):
         m = Module()
         a = widen_input(m, self.formats, self.a, self.in_format, prefix="a")
         b = Mux(self.use_scalar, self.scalar,
-                widen_input(m, self.formats, self.b, self.in_format, prefix="b"))
+                widen_input(m, self.formats, self.b, self.b_format, prefix="b"))
         op = self.op
 
         added = add_fp(m, "add", "add", a, Mux(op == VectorOp.SUBTRACT, b ^ SIGN32, b),
@@ -219,7 +223,8 @@ class Vector(wiring.Component):
     Ports: ``i``, a stream of :func:`input_layout`; ``o``, a stream of
     ``ArrayLayout(32, lanes)`` (lane words in the output format); control ``op``, ``reduce``,
     ``use_scalar``, ``scalar`` (``ArrayLayout(32, lanes)``, one scalar per partition),
-    ``in_format``, ``out_format`` (indices into ``params.formats``) and ``stochastic``
+    ``in_format`` (``a``'s), ``b_format`` (``b``'s), ``out_format`` (indices into
+    ``params.formats``) and ``stochastic``
     (ignored by an engine without a generator, ``params.rng`` None: the port list is the
     same on every chip, as the instruction's rounding field is, so one bench drives all).
     """
@@ -240,6 +245,7 @@ class Vector(wiring.Component):
             "use_scalar": In(1),
             "scalar": In(data.ArrayLayout(32, n)),
             "in_format": In(range(max(len(params.formats), 2))),
+            "b_format": In(range(max(len(params.formats), 2))),
             "out_format": In(range(max(len(params.formats), 2))),
             "stochastic": In(1),
         })
@@ -290,8 +296,8 @@ class Vector(wiring.Component):
                 "stochastic": self.stochastic,
                 "seed": Const(seed_value(p.rng, p.seed, lane), 32 * seed_words(p.rng))}
             inputs = {"en": en, "op": self.op, "reduce": self.reduce,
-                      "in_format": self.in_format, "out_format": self.out_format,
-                      **rounding,
+                      "in_format": self.in_format, "b_format": self.b_format,
+                      "out_format": self.out_format, **rounding,
                       "a": self.i.payload.a[lane],
                       "b": self.i.payload.b[lane], "use_scalar": self.use_scalar,
                       "scalar": self.scalar[lane], "step": s1_valid, "first": s1_first,

@@ -73,12 +73,12 @@ def elementwise(op: VectorOp, a, b) -> np.ndarray:
 
 def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE,
         in_format: str = "fp32", out_format: str = "fp32", rounding: str = "rne",
-        beat: int = 0) -> np.ndarray:
+        beat: int = 0, b_format: str | None = None) -> np.ndarray:
     """The engine on a stream of ``(elements, lanes)`` operands.
 
-    ``a`` and ``b`` are lane words in ``in_format``, widened exactly to fp32
-    (:func:`sim.golden.convert.widen_input`); ``b`` is ignored when ``scalar`` (``(lanes,)``,
-    fp32) is given. Without a reduction the result
+    ``a`` is lane words in ``in_format``, ``b`` in ``b_format`` (``in_format`` when None),
+    each widened exactly to fp32 (:func:`sim.golden.convert.widen_input`); ``b`` is ignored
+    when ``scalar`` (``(lanes,)``, fp32) is given. Without a reduction the result
     has one row per element; with one, one row per element flagged ``last`` (``last`` is a
     bool array of length ``elements``; an unterminated tail emits nothing). The rows are
     written in ``out_format``: ``"fp32"`` unchanged (bitwise results keep every bit), a narrow
@@ -94,7 +94,8 @@ def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE,
     elif b is None:
         b = np.zeros_like(a)
     else:
-        b = widen_input(np.asarray(b, dtype=np.uint32).reshape(a.shape), in_format)
+        b = widen_input(np.asarray(b, dtype=np.uint32).reshape(a.shape),
+                        in_format if b_format is None else b_format)
     r = elementwise(op, a, b)
     reduce = Reduce(reduce)
     if reduce != Reduce.NONE:

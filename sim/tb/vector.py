@@ -7,11 +7,12 @@ pytest entry points are in ``sim/tb/test_vector.py``):
   both signs, infinities, NaNs, subnormals, the largest finite value) and random ones; sum and
   max reductions over rows of lengths 1, 2, 3 and 7; every narrow input format (every bit
   pattern of the 8-bit ones); every narrow output format with both roundings, element-wise
-  and reduced, from mixed input formats (round-to-nearest-even alone on an engine without a
-  generator, ``rng`` None: every draw of a rounding is among the engine's).
-* ``random_streams``: seeded random operations, reductions, input and output formats,
-  roundings, operands and row lengths, with random idle cycles on the input and random
-  backpressure on the output.
+  and reduced, from other input formats, ``a`` and ``b`` of two different ones
+  (round-to-nearest-even alone on an engine without a generator, ``rng`` None: every draw of
+  a rounding is among the engine's).
+* ``random_streams``: seeded random operations, reductions, input formats (``a``'s and
+  ``b``'s drawn apart), output formats, roundings, operands and row lengths, with random
+  idle cycles on the input and random backpressure on the output.
 
 Each case resets the engine (so the stochastic-rounding generators restart from their seed),
 streams its beats through, collects the output beats and compares them, all lanes at once,
@@ -54,11 +55,15 @@ class VectorTB(EngineTB):
     """Wires the stream bench, the golden model and the checker for :class:`Vector`."""
 
     async def case(self, op, reduce=Reduce.NONE, a=None, b=None, scalar=None, last=None,
-                   idle=0.0, stall=0.0, in_format="fp32", out_format="fp32", rounding="rne"):
-        """One instruction: ``a`` and ``b`` lane words in ``in_format``, the result written
-        in ``out_format`` with ``rounding``; every beat checked against the golden model."""
+                   idle=0.0, stall=0.0, in_format="fp32", out_format="fp32", rounding="rne",
+                   b_format=None):
+        """One instruction: ``a`` lane words in ``in_format``, ``b`` in ``b_format``
+        (``in_format`` when None), the result written in ``out_format`` with ``rounding``;
+        every beat checked against the golden model."""
         p, dut = self.params, self.dut
         await self.begin(in_format, out_format, rounding)
+        b_format = in_format if b_format is None else b_format
+        dut.b_format.value = p.format_index(b_format)
         n = len(a)
         b = np.zeros_like(a) if b is None else b
         last = np.zeros(n, dtype=bool) if last is None else np.asarray(last, dtype=bool)
@@ -68,7 +73,8 @@ class VectorTB(EngineTB):
         sc = np.zeros(p.lanes, np.uint32) if scalar is None else np.asarray(scalar, np.uint32)
         dut.scalar.value = pack([sc[None]], [32])[0]
         want = golden.run(p, op, a, b, last=last, scalar=scalar, reduce=reduce,
-                          in_format=in_format, out_format=out_format, rounding=rounding)
+                          in_format=in_format, out_format=out_format, rounding=rounding,
+                          b_format=b_format)
         beats = pack([a, b, last.astype(np.uint8)], [32, 32, 8])
         got = await self.bench.transfer(beats, len(want), idle, stall)
         got = np.array([unpack(v, p.lanes, 32) for v in got],
@@ -76,7 +82,7 @@ class VectorTB(EngineTB):
         check_equal("output", got, want.reshape(-1, p.lanes),
                     {"op": VectorOp(op).name, "reduce": Reduce(reduce).name,
                      "scalar": scalar is not None, "beats": n, "in": in_format,
-                     "out": out_format, "rounding": rounding})
+                     "b": b_format, "out": out_format, "rounding": rounding})
         self.cases += 1
 
 
@@ -92,11 +98,16 @@ def _rows(rng: random.Random, n_rows: int, max_len: int) -> np.ndarray:
     return np.array(last, dtype=bool)
 
 
-def _operands(tb: VectorTB, fmt: str, shape) -> tuple[np.ndarray, np.ndarray]:
-    """Random ``a`` and ``b`` lane words in ``fmt``."""
-    if fmt == "fp32":
-        return random_f32(tb.nprng, shape), random_f32(tb.nprng, shape)
-    return tb.random_words(fmt, shape), tb.random_words(fmt, shape)
+def _words(tb: VectorTB, fmt: str, shape) -> np.ndarray:
+    """Random lane words in ``fmt``."""
+    return random_f32(tb.nprng, shape) if fmt == "fp32" else tb.random_words(fmt, shape)
+
+
+def _operands(tb: VectorTB, fmt: str, shape,
+              b_format: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Random ``a`` lane words in ``fmt`` and ``b`` ones in ``b_format`` (``fmt`` when
+    None)."""
+    return _words(tb, fmt, shape), _words(tb, fmt if b_format is None else b_format, shape)
 
 
 @cocotb.test()
@@ -126,13 +137,15 @@ async def directed(dut):
         for op in (VectorOp.COPY, VectorOp.ADD, VectorOp.MULTIPLY):
             await tb.case(op, a=words, b=words[::-1].copy(), in_format=fmt)
     # every narrow output format, every rounding the engine has (both, or RNE alone without
-    # a generator), from another format than its own
+    # a generator), from another format than its own, a and b of two different formats
     for i, fmt in enumerate(narrow):
         in_format = formats[(formats.index(fmt) + 1) % len(formats)]
-        a, b = _operands(tb, in_format, (16, lanes))
+        b_format = formats[(formats.index(fmt) + 2) % len(formats)]
+        a, b = _operands(tb, in_format, (16, lanes), b_format)
         for rounding in roundings(tb.params.rng):
             await tb.case(VectorOp.MULTIPLY if i % 2 else VectorOp.ADD, a=a, b=b,
-                          in_format=in_format, out_format=fmt, rounding=rounding)
+                          in_format=in_format, b_format=b_format, out_format=fmt,
+                          rounding=rounding)
             await tb.case(VectorOp.COPY, Reduce.SUM, a=rows, last=last, out_format=fmt,
                           rounding=rounding)
     dut._log.info("directed: %d cases passed", tb.cases)
@@ -150,12 +163,12 @@ async def random_streams(dut):
         last = _rows(rng, rng.randint(1, 4), 6)
         if rng.random() < 0.3:
             last[-1] = False  # an unterminated row: the reduction emits nothing for it
-        in_format, out_format = rng.choice(tb.params.formats), rng.choice(tb.params.formats)
-        a, b = _operands(tb, in_format, (len(last), lanes))
+        in_format, b_format, out_format = (rng.choice(tb.params.formats) for _ in range(3))
+        a, b = _operands(tb, in_format, (len(last), lanes), b_format)
         scalar = random_f32(tb.nprng, (lanes,)) if rng.random() < 0.4 else None
         idle, stall = rng.choice(PAUSES)
         await tb.case(op, reduce, a=a, b=b, scalar=scalar, last=last, idle=idle, stall=stall,
-                      in_format=in_format, out_format=out_format,
+                      in_format=in_format, b_format=b_format, out_format=out_format,
                       rounding=rng.choice(roundings(tb.params.rng)))
     dut._log.info("random_streams: %d cases passed", tb.cases)
 
