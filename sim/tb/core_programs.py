@@ -221,6 +221,94 @@ def _gpsimd(b: Builder) -> None:
     b.emit("dma1", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t5, n)))
 
 
+#: The per-partition operands of :func:`_mixed_types`: (type, element of its word-aligned
+#: column it is read at, HBM name; names starting with ``s`` hold positive values), one of
+#: each type the engines read (:data:`hdl.core.engines.OPERAND_DTYPES`) but fp32, narrow ones
+#: at byte offsets inside words.
+_OPERANDS = (("bf16", 1, "ob"), ("fp16", 0, "oh"), ("fp8_e4m3", 3, "oe"),
+             ("fp8_e5m2", 1, "of"), ("fp8_e4m3fn", 2, "on"), ("int8", 3, "oi"),
+             ("int32", 2, "sj"), ("uint32", 1, "su"), ("tf32", 3, "ot"))
+
+
+def _mixed_types(b: Builder) -> None:
+    """Inputs of two types in one instruction and per-partition scalar operands of every
+    type but fp32, on the vector, GpSimd and scalar engines: bf16 with fp32 both ways round,
+    strided fp8_e4m3 with fp16 at byte offsets, fp32 in PSUM with bf16; TensorScalar on each
+    operand type (integer ones by bitwise operations), a bf16 operand in PSUM, one of six
+    partitions on the scalar engine; activations with a bf16 and an fp8 bias."""
+    p, n, q = b.params.partitions, 8, b.params.dma_queues
+    srcs = {"x": "bf16", "y": "fp32", "z": "fp8_e4m3", "w": "fp16"}
+    at, loads = {}, []
+    for name, dtype in srcs.items():
+        size = isa.DTYPES[dtype][1]
+        at[name] = b.sbuf(size * n, name)
+        loads.append((_tile(b, at[name], n, dtype), b.hbm(name, (p, n), dtype).ap((0, p))))
+    ops = {}
+    for dtype, element, name in _OPERANDS:
+        size = isa.DTYPES[dtype][1]
+        base = b.sbuf(4 * size, name)
+        ops[dtype] = b.tile("sbuf", dtype, base + element * size, p, ((1, 1),))
+        loads.append((b.tile("sbuf", dtype, base, p, ((4, 1),)),
+                      b.hbm(name, (p, 4), dtype).ap((0, p))))
+    for i, (dst, src) in enumerate(loads):
+        b.emit(f"dma{i % q}", DmaCopy(dst=dst, src=src))
+    ready = [b.signal(f"dma{k}") for k in range(min(q, len(loads)))]
+    x, y = _tile(b, at["x"], n, "bf16"), _tile(b, at["y"], n)
+    half = n // 2
+    z = b.tile("sbuf", "fp8_e4m3", at["z"] + 1, p, ((half, 2),))
+    w = b.tile("sbuf", "fp16", at["w"] + 2, p, ((half, 2),))
+    floats = (VectorOp.MULTIPLY, VectorOp.ADD, VectorOp.MAX, VectorOp.SUBTRACT)
+
+    def slots(count: int, what: str):
+        """The SBUF offsets of ``count`` results of ``n`` fp32 each."""
+        base = b.sbuf(4 * n * count, what)
+        return iter(range(base, base + 4 * n * count, 4 * n))
+
+    bank = b.psum_banks(1, "psum")[0]
+    for eng in ("vector", "gpsimd"):
+        b.wait(eng, *ready)
+        out = slots(len(_OPERANDS) + 6, f"{eng} results")
+        b.emit(eng, TensorTensor(dst=_tile(b, next(out), n), a=x, b=y, op=VectorOp.ADD))
+        b.emit(eng, TensorTensor(dst=_tile(b, next(out) + 2, n, "bf16"), a=y, b=x,
+                                 op=VectorOp.MULTIPLY))
+        b.emit(eng, TensorTensor(dst=_tile(b, next(out), half, "fp16"), a=z, b=w,
+                                 op=VectorOp.SUBTRACT))
+        b.emit(eng, TensorTensor(dst=_tile(b, next(out) + 1, half, "fp8_e5m2"), a=w, b=z,
+                                 op=VectorOp.MIN))
+        for k, (dtype, _, _) in enumerate(_OPERANDS):
+            integer = dtype in ("int32", "uint32")
+            op = (VectorOp.BITWISE_XOR, VectorOp.BITWISE_AND)[k % 2] if integer else \
+                floats[k % len(floats)]
+            b.emit(eng, TensorScalar(dst=_tile(b, next(out), n), src=x if k % 2 else y,
+                                     op0=op, operand0=ops[dtype]))
+        if eng == "vector":  # fp32 in PSUM against bf16, and a bf16 operand in PSUM
+            b.emit(eng, TensorCopy(dst=_tile(b, bank, n, space="psum"), src=y))
+            b.emit(eng, TensorTensor(dst=_tile(b, next(out), n), a=_tile(b, bank, n,
+                                                                          space="psum"),
+                                     b=x, op=VectorOp.MAX))
+            b.emit(eng, TensorCopy(dst=_tile(b, bank + 4 * n, 4, "bf16", space="psum"),
+                                   src=_tile(b, ops["bf16"].offset - 2, 4, "bf16")))
+            b.emit(eng, TensorScalar(dst=_tile(b, next(out), n), src=y,
+                                     op0=VectorOp.MULTIPLY,
+                                     operand0=b.tile("psum", "bf16", bank + 4 * n + 6, p,
+                                                     ((1, 1),))))
+    sc = "scalar"
+    b.wait(sc, *ready)
+    out = slots(8, "scalar results")
+    for k, dtype in enumerate(("bf16", "fp8_e5m2", "int8", "tf32", "uint32")):
+        op = VectorOp.BITWISE_OR if dtype == "uint32" else floats[k % len(floats)]
+        b.emit(sc, TensorScalar(dst=_tile(b, next(out), n), src=x if k % 2 else y, op0=op,
+                                operand0=ops[dtype]))
+    six = b.tile("sbuf", "fp16", ops["fp16"].offset, 6, ((1, 1),))
+    b.emit(sc, TensorScalar(dst=b.tile("sbuf", "bf16", next(out) + 2, 6, ((n, 1),)),
+                            src=b.tile("sbuf", "bf16", at["x"], 6, ((n, 1),)),
+                            op0=VectorOp.ADD, operand0=six))
+    b.emit(sc, Activation(dst=_tile(b, next(out), n), src=x, func=b.function("exp"),
+                          scale=0.5, bias=ops["bf16"]))
+    b.emit(sc, Activation(dst=_tile(b, next(out), n), src=y, func=b.function("gelu"),
+                          bias=ops["fp8_e4m3"]))
+
+
 def _matmuls(b: Builder) -> None:
     """The tensor engine: bf16, a double-rate fp8 tile of the array's rows (two partitions
     to a PE row) accumulated onto the bf16 result, fp32 with a strided moving tile and fewer
@@ -434,6 +522,12 @@ PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, Fals
             "gelu_backward_fp32": (_kernel("gelu_backward", {"R": 16, "C": 24}, "fp32"),
                                    False)}
 
+#: Inputs of two types in one instruction and scalar operands of every type: the hand-written
+#: program and the library's bf16 kernels that mix bf16 with fp32 operands.
+PROGRAMS |= {"mixed_types": (_mixed_types, False),
+             **{name: (_kernel(name, {"R": 16, "C": 24}, "bf16"), False)
+                for name in ("cross_entropy", "gelu_backward", "grad_accumulate", "swiglu")}}
+
 
 #: Programs of the arrays with MX formats alone: name -> builder function (their builder
 #: refuses another core with a KernelError).
@@ -480,9 +574,10 @@ def build_program(params: CoreParams, name: str, seed: int = 0) -> Program:
 def random_inputs(program: Program, seed: int) -> np.ndarray:
     """The program's HBM with every tensor filled from ``seed``: normal values in the
     tensor's type (positive ones for names starting with ``s``; tf32 as fp32 words with
-    their low 13 bits zero, as the instruction set stores it); MX quads of random codes
-    (mxfp8: normal values as float8_e4m3fn, no NaN; mxfp4: any code) and ``uint8`` E8M0
-    scales within 2**-8 .. 2**8 of 1."""
+    their low 13 bits zero, as the instruction set stores it; integer types 20 times them,
+    to the nearest integer, modulo the type's range); MX quads of random codes (mxfp8:
+    normal values as float8_e4m3fn, no NaN; mxfp4: any code) and ``uint8`` E8M0 scales
+    within 2**-8 .. 2**8 of 1."""
     rng = np.random.default_rng(seed)
     hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
     for t in program.tensors.values():
@@ -496,6 +591,8 @@ def random_inputs(program: Program, seed: int) -> np.ndarray:
             raw = quad.astype(ml_dtypes.float8_e4m3fn).tobytes()
         elif t.dtype == "mxfp4_x4":
             raw = rng.integers(0, 1 << 16, t.shape, dtype=np.uint16).tobytes()
+        elif t.dtype in ("int8", "int32", "uint32"):
+            raw = np.rint(20 * v).astype(np.int64).astype(np.dtype(t.dtype)).tobytes()
         elif t.dtype == "tf32":
             raw = (v.astype(np.float32).view(np.uint32)
                    & np.uint32(~((1 << TF32_SHIFT) - 1) & 0xFFFFFFFF)).tobytes()
