@@ -2,11 +2,11 @@
 runs and ordered by semaphores so that no two streams race.
 
 :func:`random_program` draws a sequence of operations on a few SBUF slots and PSUM banks:
-DMA loads from HBM, element-wise operations, copies and memsets on every engine that runs
-them (vector, GpSimd, and the scalar engine's TensorScalar and TensorCopy), the vector
-engine's reductions, GpSimd's iotas, the scalar engine's activations (with a bias column and
-a running sum), the tensor engine's load-and-multiply pairs (with accumulation), and DMA
-stores back to HBM.
+DMA loads from HBM, element-wise operations (``TensorTensor`` on inputs of one type or two),
+copies and memsets on every engine that runs them (vector, GpSimd, and the scalar engine's
+TensorScalar and TensorCopy), the vector engine's reductions, GpSimd's iotas, the scalar
+engine's activations (with a bias column and a running sum), the tensor engine's
+load-and-multiply pairs (with accumulation), and DMA stores back to HBM.
 Each operation waits for the last writer of every slot it touches and, before it writes a
 slot, for every reader since; the streams otherwise run concurrently. A draw the core
 simulator rejects never reaches the RTL: :func:`random_program` draws again from the next
@@ -129,10 +129,10 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
         elif kind in ("tt", "ts", "copy", "act") and have:
             a = rng.choice(have)
             a_t, n = plan.types[("s", a)]
-            if kind == "tt":
-                same = [i for i in have if plan.types[("s", i)][0] == a_t]
-                c = rng.choice(same)
-                n = min(n, plan.types[("s", c)][1])
+            if kind == "tt":  # b of any type, a's or another
+                c = rng.choice(have)
+                c_t, c_n = plan.types[("s", c)]
+                n = min(n, c_n)
             if kind == "tt":
                 reads_from = (a, c)
             else:
@@ -145,7 +145,7 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
             dst_ap = slot_ap(dst, out_t, m)
             reads, writes = [("s", a)], [("s", dst)]
             if kind == "tt":
-                b_ap = slot_ap(c, a_t, n // 2, stride=2) if strided else slot_ap(c, a_t, n)
+                b_ap = slot_ap(c, c_t, n // 2, stride=2) if strided else slot_ap(c, c_t, n)
                 ins = TensorTensor(dst=dst_ap, a=src_ap, b=b_ap, op=rng.choice(_OPS))
                 reads.append(("s", c))
                 stream = rng.choice(("vector", "gpsimd"))
