@@ -189,7 +189,8 @@ def chip(spec, output, scale, synthesise):
 
 @main.command()
 @click.argument("spec")
-@click.option("--unit", "unit_name", required=True, help="Unit to simulate.")
+@click.option("--unit", "unit_names", required=True, multiple=True,
+              help="Unit to simulate (repeat for several; 'all': every unit).")
 @click.option("--sim", "simulator", type=click.Choice(["icarus", "verilator"]),
               default="icarus", show_default=True)
 @click.option("--seed", type=int, default=None, help="Seed of the random tests.")
@@ -198,7 +199,11 @@ def chip(spec, output, scale, synthesise):
                    "testbench, a kernel of `gen kernels`, or 'random').")
 @click.option("--waves", is_flag=True,
               help="Record an FST waveform of each run, scoped to the unit, and print its path.")
-def sim(spec, unit_name, simulator, seed, kernel, waves):
+@click.option("--coverage", "coverage", type=click.Path(file_okay=False, path_type=Path),
+              default=None, metavar="DIR",
+              help="With --sim verilator: count line and toggle coverage over every run, "
+                   "merged, and write a report per module into DIR (index.html).")
+def sim(spec, unit_names, simulator, seed, kernel, waves, coverage):
     """Run a unit's cocotb testbench on SPEC at simulation scale.
 
     With --unit core, the NeuronCore co-simulation: each program runs on the RTL and on the
@@ -206,7 +211,7 @@ def sim(spec, unit_name, simulator, seed, kernel, waves):
     import contextlib
     import random
 
-    from sim.tb.runner import SimulatorMissing, recording_waves
+    from sim.tb.runner import SimulatorMissing, collecting_coverage, recording_waves
 
     from ..units import UNITS
     from .benches import BENCHES
@@ -215,42 +220,82 @@ def sim(spec, unit_name, simulator, seed, kernel, waves):
     if doc.kind != "chip":
         raise SpecError(f"expected a chip spec, found the {doc.kind} spec {doc.name!r}")
     simulatable = sorted(BENCHES)
-    if unit_name not in simulatable:
-        raise SpecError(f"expected a unit, found {unit_name!r}", choices=simulatable)
-    unit, bench = UNITS[unit_name], BENCHES[unit_name]
-    reason = unit.unsupported(doc.spec)
-    if reason:
-        raise SpecError(f"{doc.name} has no {unit_name} unit ({reason})")
-    if kernel is not None and unit_name != "core":
-        raise SpecError(f"--kernel is an option of --unit core, not of --unit {unit_name}")
+    names = list(dict.fromkeys(
+        n for u in unit_names for n in (simulatable if u == "all" else [u])))
+    for unit_name in names:
+        if unit_name not in simulatable:
+            raise SpecError(f"expected a unit, found {unit_name!r}",
+                            choices=[*simulatable, "all"])
+    if "all" in unit_names:
+        names = [n for n in names if not UNITS[n].unsupported(doc.spec)]
+    for unit_name in names:
+        reason = UNITS[unit_name].unsupported(doc.spec)
+        if reason:
+            raise SpecError(f"{doc.name} has no {unit_name} unit ({reason})")
+    if kernel is not None and names != ["core"]:
+        raise SpecError(f"--kernel is an option of --unit core alone, not of "
+                        f"--unit {', '.join(names)}")
+    if coverage is not None and simulator != "verilator":
+        raise SpecError(f"--coverage is counted by Verilator: expected --sim verilator, found "
+                        f"--sim {simulator}")
     options = {} if kernel is None else {"kernel": kernel}
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
-    variants = list(unit.params(doc.spec, "sim"))
-    for params in variants if bench.check is not None else ():
-        bench.check(params, simulator, seed, **options)
-    click.echo(f"{doc.name}: {unit_name} on {simulator}, seed {seed}")
-    ok, runs = True, 0
+    for unit_name in names:
+        bench = BENCHES[unit_name]
+        for params in UNITS[unit_name].params(doc.spec, "sim") if bench.check else ():
+            bench.check(params, simulator, seed, **options)
+    click.echo(f"{doc.name}: {', '.join(names)} on {simulator}, seed {seed}")
+    ok, runs, counted = True, 0, []
     try:
-        with recording_waves() if waves else contextlib.nullcontext():
-            for params in variants:
-                results = bench.simulate(params, simulator, seed=seed, **options,
-                                         **({"spec": spec} if bench.shipped else {}))
-                for r in results if isinstance(results, list) else [results]:
-                    ok &= r.ok
-                    runs += 1
-                    state = "PASS" if r.ok else "FAIL"
-                    click.echo(f"  {state} {r.name or _label(params)}: {r.tests} tests, "
-                               f"{r.failures} failed ({r.results_xml})")
-                    for message in r.messages:
-                        click.echo(f"    {message}")
-                    if r.waves is not None:
-                        click.echo(f"    waves: {r.waves}")
+        with contextlib.ExitStack() as stack:
+            if waves:
+                stack.enter_context(recording_waves())
+            if coverage is not None:
+                stack.enter_context(collecting_coverage())
+            for unit_name in names:
+                bench = BENCHES[unit_name]
+                for params in UNITS[unit_name].params(doc.spec, "sim"):
+                    results = bench.simulate(params, simulator, seed=seed, **options,
+                                             **({"spec": spec} if bench.shipped else {}))
+                    for r in results if isinstance(results, list) else [results]:
+                        ok &= r.ok
+                        runs += 1
+                        state = "PASS" if r.ok else "FAIL"
+                        click.echo(f"  {state} {r.name or _label(params)}: {r.tests} tests, "
+                                   f"{r.failures} failed ({r.results_xml})")
+                        for message in r.messages:
+                            click.echo(f"    {message}")
+                        if r.waves is not None:
+                            click.echo(f"    waves: {r.waves}")
+                        if r.coverage is not None:
+                            counted.append(r.coverage)
     except SimulatorMissing as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     if not runs:
         click.echo("error: nothing was simulated", err=True)
+    if coverage is not None and counted:
+        _coverage_report(counted, coverage)
     sys.exit(0 if ok and runs else 1)
+
+
+def _coverage_report(counted: list[Path], out: Path) -> None:
+    """Merge the runs' coverage counts, write the report into ``out`` and print each
+    module's figures."""
+    from sim.tb.coverage import ModuleCoverage, merge, write_report
+
+    summary = write_report(merge(counted), out)
+    total = [[sum(getattr(c, kind)[i] for c in summary.values()) for i in (0, 1)]
+             for kind in ("lines", "toggles")]
+
+    def share(pair) -> str:
+        value = ModuleCoverage.percent(pair)
+        return "-" if value is None else f"{value:5.1f} % of {pair[1]:,}"
+
+    click.echo(f"coverage of {len(counted)} runs: {out / 'index.html'}")
+    click.echo(f"  {'all modules':40} lines {share(total[0])}, toggles {share(total[1])}")
+    for module, cov in summary.items():
+        click.echo(f"  {module:40} lines {share(cov.lines)}, toggles {share(cov.toggles)}")
 
 
 @main.command("kernels")

@@ -47,6 +47,10 @@ ENV_PARAMS = "TRNGEN_TB"
 REWRITTEN = "*/sim/tb/*.py"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _WAVES: ContextVar[bool] = ContextVar("trngen_waves", default=False)
+_COVERAGE: ContextVar[bool] = ContextVar("trngen_coverage", default=False)
+#: The Verilator flags of a build that counts coverage: every line (each statement block)
+#: and every bit's toggles.
+COVERAGE_ARGS = ("--coverage-line", "--coverage-toggle")
 
 
 class SimulatorMissing(RuntimeError):
@@ -134,6 +138,18 @@ def recording_waves():
         _WAVES.reset(token)
 
 
+@contextmanager
+def collecting_coverage():
+    """Within this context, every Verilator run counts line and toggle coverage (a build of
+    its own, :data:`COVERAGE_ARGS`); :attr:`RunResult.coverage` is the file Verilator wrote,
+    which :mod:`sim.tb.coverage` reads. An Icarus run is refused: it counts none."""
+    token = _COVERAGE.set(True)
+    try:
+        yield
+    finally:
+        _COVERAGE.reset(token)
+
+
 @dataclass(frozen=True)
 class RunResult:
     """The outcome of one cocotb run; ``expected`` is how many cocotb tests had to run
@@ -151,6 +167,9 @@ class RunResult:
     messages: tuple[str, ...] = ()
     #: what ran, in a word, where the toplevel does not say (the core's program)
     name: str = ""
+    #: the coverage counts of the run (Verilator's coverage.dat), inside
+    #: :func:`collecting_coverage`
+    coverage: Path | None = None
 
     @property
     def ok(self) -> bool:
@@ -311,11 +330,11 @@ def hier_blocks(verilog_text: str, toplevel: str, instances: int = HIER_INSTANCE
     return tuple(blocks)
 
 
-def build_args(sim: str, toplevel: str, waves: bool = False,
-               verilog_text: str = "") -> tuple[list[str], str]:
+def build_args(sim: str, toplevel: str, waves: bool = False, verilog_text: str = "",
+               coverage: bool = False) -> tuple[list[str], str]:
     """The flags a build of ``sim`` is compiled with, and the text of the Verilator
     configuration file it reads (both part of its cache key); a Verilator build verilates
-    the :func:`hier_blocks` of ``verilog_text`` apart."""
+    the :func:`hier_blocks` of ``verilog_text`` apart, and with ``coverage`` counts it."""
     if sim == "icarus":
         # Amaranth's Verilog (Yosys' backend) is Verilog-2005: each combinational block also
         # waits on a trigger register initialised to 0 where it is declared, so that it runs
@@ -333,8 +352,8 @@ def build_args(sim: str, toplevel: str, waves: bool = False,
     config = f'`verilator_config\npublic_flat_rw -module "{toplevel}" -var "*"\n'
     blocks = hier_blocks(verilog_text, toplevel) if verilog_text else ()
     config += "".join(f'hier_block -module "{b}"\n' for b in blocks)
-    return (args + (["--hierarchical"] if blocks else [])
-            + (["--trace-fst"] if waves else [])), config
+    return (args + (["--hierarchical"] if blocks else []) + (["--trace-fst"] if waves else [])
+            + (list(COVERAGE_ARGS) if coverage else [])), config
 
 
 @functools.cache
@@ -385,8 +404,10 @@ def build(verilog_text: str, toplevel: str, sim: str, build_root: Path | None = 
     require_simulator(sim)
     from cocotb_tools.runner import get_runner
 
-    waves = _WAVES.get()
-    args, config = build_args(sim, toplevel, waves, verilog_text)
+    waves, coverage = _WAVES.get(), _COVERAGE.get()
+    if coverage and sim != "verilator":
+        raise ValueError(f"coverage is counted by Verilator builds, not by {sim}")
+    args, config = build_args(sim, toplevel, waves, verilog_text, coverage)
     key = "\0".join([sim, toplevel, toolchain(sim), *args, config, verilog_text])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     if store is None and build_root is None:
@@ -490,6 +511,7 @@ def run_verilog(
     test_filter = None if names is None else (
         r"\.(" + "|".join(re.escape(n) for n in names) + r")(/.*)?$")
     waves = test_dir / f"{toplevel}.fst" if _WAVES.get() else None
+    coverage = test_dir / "coverage.dat" if _COVERAGE.get() else None
     xml = test_dir / "results.xml"
     log = test_dir / "sim.log"
     status = 0
@@ -507,8 +529,9 @@ def run_verilog(
             log_file=log,
             results_xml=str(xml),
             waves=waves is not None,
-            plusargs=[f"+dumpfile_path={waves}"] if waves and sim == "icarus" else [],
             test_args=["--trace-file", str(waves)] if waves and sim == "verilator" else [],
+            plusargs=([f"+dumpfile_path={waves}"] if waves and sim == "icarus" else [])
+            + ([f"+verilator+coverage+file+{coverage}"] if coverage else []),
         )
     except SystemExit as exc:    # cocotb's runner exits (under pytest) on any failure
         status = exc.code
@@ -518,7 +541,8 @@ def run_verilog(
         raise RuntimeError(f"the {sim} run of {toplevel} failed (status {status}, see {log}):"
                            "\n" + "\n".join(tail))
     return RunResult(sim, toplevel, build_dir, tests, failures, xml, expected, waves,
-                     _failure_messages(xml))
+                     _failure_messages(xml),
+                     coverage=coverage if coverage is not None and coverage.is_file() else None)
 
 
 def tb_params() -> dict:
