@@ -26,9 +26,11 @@ from hdl.core.isa import (
     TensorReduce,
     TensorScalar,
     TensorTensor,
+    Transpose,
 )
 from hdl.core.params import CoreParams
 from hdl.numerics.dtypes import ML_DTYPES
+from hdl.vector.convert import ENGINE_FORMATS
 from hdl.vector.ops import Reduce, VectorOp
 from kernels import KERNELS
 from kernels.builder import Builder, KernelError
@@ -347,6 +349,56 @@ def _double_rows(b: Builder) -> None:
                              accumulate=True))
 
 
+def _transposes(b: Builder) -> None:
+    """The tensor engine's transpose pass (``dst[f, p] = src[p, f]`` into PSUM, bit for bit)
+    in every element type the core simulator transposes (the array's formats but MX), each
+    type's results in a PSUM bank of its own: a tile of the array's rows and columns from
+    SBUF, at a byte offset inside words for a sub-word type; a partial one (three rows and
+    two columns fewer) from a strided source, written at a byte offset inside words; the
+    first three partitions of the first result transposed back from PSUM (all the array's
+    columns). Then the results are used: the vector engine copies the first two to SBUF as
+    fp32 (the types it reads), and the tensor engine loads the partial one from PSUM as a
+    stationary and multiplies it by a moving tile of its type, every type's product
+    accumulated into one shared bank (int32 beside fp32)."""
+    p, r, c = b.params.partitions, b.params.rows, b.params.cols
+    types = [d for d in b.params.formats if d in isa.DTYPES and d not in isa.MX_DTYPES]
+    banks = b.psum_banks(len(types) + 1, "psum")
+    products, k2, m2, n = banks[-1], r - 3, c - 2, 4
+    free = 1 + c + 2 * m2 + n
+    t = "tensor"
+    inputs = []
+    for dt in types:
+        x = b.hbm(f"x_{dt}", (p, free), dt)
+        at = b.sbuf(isa.DTYPES[dt][1] * free, f"x_{dt}")
+        b.emit("dma0", DmaCopy(dst=_tile(b, at, free, dt), src=x.ap((0, p))))
+        inputs.append(at)
+    b.wait(t, b.signal("dma0"))
+    first = {}
+    for dt, at, bank in zip(types, inputs, banks[:-1], strict=True):
+        size = isa.DTYPES[dt][1]
+        one = b.tile("psum", dt, bank, c, ((r, 1),))
+        part = b.tile("psum", dt, bank + 32 + size % 4, m2, ((k2, 1),))
+        b.emit(t, Transpose(dst=one, src=b.tile("sbuf", dt, at + size, r, ((c, 1),))))
+        b.emit(t, Transpose(dst=part, src=b.tile("sbuf", dt, at + size * (1 + c), k2,
+                                                 ((m2, 2),))))
+        b.emit(t, Transpose(dst=b.tile("psum", dt, bank + 52, r, ((3, 1),)),
+                            src=b.tile("psum", dt, bank, 3, ((r, 1),))))
+        integer = dt == "int8"
+        b.emit(t, LoadStationary(src=part))
+        b.emit(t, MultiplyMoving(
+            dst=b.tile("psum", "int32" if integer else "fp32", products + 32 * integer, k2,
+                       ((n, 1),)),
+            src=b.tile("sbuf", dt, at + size * (1 + c + 2 * m2), m2, ((n, 1),)),
+            accumulate=integer in first))
+        first[integer] = True
+        if dt in ENGINE_FORMATS:
+            b.wait("vector", b.signal(t))
+            out = b.sbuf(4 * (r + k2), f"copy_{dt}")
+            b.emit("vector", TensorCopy(dst=b.tile("sbuf", "fp32", out, c, ((r, 1),)), src=one))
+            b.emit("vector", TensorCopy(dst=b.tile("sbuf", "fp32", out + 4 * r, m2,
+                                                   ((k2, 1),)), src=part))
+
+
 def _mx_matmuls(b: Builder) -> None:
     """The tensor engine's MX quads with their E8M0 scales (an array with MX formats): an
     mxfp8 tile whose scale operand has one partition per group of 8, a multiply; an mxfp4
@@ -415,6 +467,7 @@ PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, Fals
             "scalar_ops": (_scalar_ops, False), "gpsimd": (_gpsimd, False),
             "matmuls": (_matmuls, False), "matmul_tiles": (_matmul_tiles, False),
             "double_rows": (_double_rows, False),
+            "transposes": (_transposes, False),
             "deadlock": (_deadlock, True),
             "residual_add": (_kernel("residual_add", {"R": 32, "C": 24}, "fp32"), False),
             "residual_add_bf16": (_kernel("residual_add", {"R": 16, "C": 40}, "bf16"),
