@@ -353,17 +353,18 @@ def _transposes(b: Builder) -> None:
     """The tensor engine's transpose pass (``dst[f, p] = src[p, f]`` into PSUM, bit for bit)
     in every element type the core simulator transposes (the array's formats but MX), each
     type's results in a PSUM bank of its own: a tile of the array's rows and columns from
-    SBUF, at a byte offset inside words for a sub-word type; a partial one (three rows and
-    two columns fewer) from a strided source, written at a byte offset inside words; the
-    first three partitions of the first result transposed back from PSUM (all the array's
-    columns). Then the results are used: the vector engine copies the first two to SBUF as
-    fp32 (the types it reads), and the tensor engine loads the partial one from PSUM as a
-    stationary and multiplies it by a moving tile of its type, every type's product
-    accumulated into one shared bank (int32 beside fp32)."""
+    SBUF, at a byte offset inside words for a sub-word type; a partial one (three rows fewer,
+    three columns: one beat of the array's load) from a strided source, written at a byte
+    offset inside words; the first two partitions of the first result's first five elements
+    transposed back from PSUM (an odd column count, a partial beat). Then the results are
+    used: the vector engine copies the first two to SBUF as fp32 (the types it reads), and
+    the tensor engine loads the partial one from PSUM as a stationary and multiplies it by a
+    moving tile of its type, every type's product accumulated into one shared bank (int32
+    beside fp32)."""
     p, r, c = b.params.partitions, b.params.rows, b.params.cols
     types = [d for d in b.params.formats if d in isa.DTYPES and d not in isa.MX_DTYPES]
     banks = b.psum_banks(len(types) + 1, "psum")
-    products, k2, m2, n = banks[-1], r - 3, c - 2, 4
+    products, k2, m2, n = banks[-1], r - 3, 3, 4
     free = 1 + c + 2 * m2 + n
     t = "tensor"
     inputs = []
@@ -373,7 +374,7 @@ def _transposes(b: Builder) -> None:
         b.emit("dma0", DmaCopy(dst=_tile(b, at, free, dt), src=x.ap((0, p))))
         inputs.append(at)
     b.wait(t, b.signal("dma0"))
-    first = {}
+    first = set()
     for dt, at, bank in zip(types, inputs, banks[:-1], strict=True):
         size = isa.DTYPES[dt][1]
         one = b.tile("psum", dt, bank, c, ((r, 1),))
@@ -381,8 +382,8 @@ def _transposes(b: Builder) -> None:
         b.emit(t, Transpose(dst=one, src=b.tile("sbuf", dt, at + size, r, ((c, 1),))))
         b.emit(t, Transpose(dst=part, src=b.tile("sbuf", dt, at + size * (1 + c), k2,
                                                  ((m2, 2),))))
-        b.emit(t, Transpose(dst=b.tile("psum", dt, bank + 52, r, ((3, 1),)),
-                            src=b.tile("psum", dt, bank, 3, ((r, 1),))))
+        b.emit(t, Transpose(dst=b.tile("psum", dt, bank + 56, 5, ((2, 1),)),
+                            src=b.tile("psum", dt, bank, 2, ((5, 1),))))
         integer = dt == "int8"
         b.emit(t, LoadStationary(src=part))
         b.emit(t, MultiplyMoving(
@@ -390,7 +391,7 @@ def _transposes(b: Builder) -> None:
                        ((n, 1),)),
             src=b.tile("sbuf", dt, at + size * (1 + c + 2 * m2), m2, ((n, 1),)),
             accumulate=integer in first))
-        first[integer] = True
+        first.add(integer)
         if dt in ENGINE_FORMATS:
             b.wait("vector", b.signal(t))
             out = b.sbuf(4 * (r + k2), f"copy_{dt}")
