@@ -2,7 +2,8 @@
 # (Amaranth's documented lint option: the elaboratables made here for their signatures are
 # emitted apart, as modules of their own, and never elaborated where they are made.)
 """The core's tensor engine: the multi-format systolic array fed from SBUF (or PSUM) through
-the access patterns of ``LoadStationary`` and ``MultiplyMoving``, its results written to PSUM.
+the access patterns of ``LoadStationary``, ``MultiplyMoving`` and ``Transpose``, its results
+written to PSUM.
 
 The array is an instance of the emitted array module (:func:`hdl.tensor.structural.array_instance`,
 the circuit of :class:`hdl.tensor.systolic.SystolicArray`), the very module `gen chip` writes
@@ -35,6 +36,14 @@ core simulator places it), then
   word first and writes ``add32(psum, sum)`` (an int32 sum for integer formats), which is
   the golden model's accumulation (:func:`sim.golden.systolic.matmul`). One result row per
   cycle: its PSUM read with the row, the write the cycle after.
+* ``Transpose`` (its ``dst`` and ``src`` where a multiply's are): a load of ``src`` as above,
+  the tile taking the whole array at position (0, 0) as the simulator places it, then the
+  array's transpose pass of the tile's ``K`` rows (``TRANSPOSE``, ``n = K``, commanded after
+  the load's last beat). Its beat ``j``, row ``j`` of the tile, is ``dst``'s element ``j``:
+  array column ``c``'s code, as loaded, into partition ``c``, in ``dst``'s own type (the
+  source's, as the simulator requires): at the element's byte in its word with that
+  element's byte enables, a tf32 code shifted back up to the top of its word. Nothing is
+  accumulated and PSUM is not read. Like the simulator's, the pass replaces every tile.
 
 An MX tile (``mxfp8_x4``, ``mxfp4_x4``) comes with its ``scale`` operand, and the engine
 reads it with the tile: a second SBUF read of every partition in the same cycle as the
@@ -60,9 +69,9 @@ port reads SBUF alone, so a double row's ``src`` is in SBUF.
 The engine runs one instruction at a time: a multiply retires after its last PSUM write,
 before the next instruction is decoded, so multiplies on disjoint tiles do not overlap here
 (the array and the simulator's sequencer would let them). What this datapath runs
-(:func:`supported` says why not otherwise): ``LoadStationary`` and ``MultiplyMoving`` of the
-array's formats with round-to-nearest-even, a double row's ``src`` in SBUF, no
-``Transpose``.
+(:func:`supported` says why not otherwise): ``LoadStationary``, ``MultiplyMoving`` and
+``Transpose`` of the array's formats with round-to-nearest-even, a double row's ``src`` in
+SBUF, no transpose of an MX tile (nor does the array have one).
 """
 
 from __future__ import annotations

@@ -469,6 +469,9 @@ PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, Fals
             "matmuls": (_matmuls, False), "matmul_tiles": (_matmul_tiles, False),
             "double_rows": (_double_rows, False),
             "transposes": (_transposes, False),
+            # the KV cache's prefill: K transposed on the tensor engine, D the array's rows
+            "kv_prefill_bf16": (_kernel("kv_prefill", {"B": 2, "KVH": 1, "D": 8, "S": 16},
+                                        "bf16"), False),
             "deadlock": (_deadlock, True),
             "residual_add": (_kernel("residual_add", {"R": 32, "C": 24}, "fp32"), False),
             "residual_add_bf16": (_kernel("residual_add", {"R": 16, "C": 40}, "bf16"),
