@@ -539,7 +539,7 @@ def random_inputs(program: Program, seed: int) -> np.ndarray:
     tensor's type (positive ones for names starting with ``s``; tf32 as fp32 words with
     their low 13 bits zero, as the instruction set stores it); MX quads of random codes
     (mxfp8: normal values as float8_e4m3fn, no NaN; mxfp4: any code) and ``uint8`` E8M0
-    scales within 2**-8 .. 2**8 of 1."""
+    scales within 2**-8 .. 2**8 of 1; int8 any value."""
     rng = np.random.default_rng(seed)
     hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
     for t in program.tensors.values():
@@ -553,6 +553,8 @@ def random_inputs(program: Program, seed: int) -> np.ndarray:
             raw = quad.astype(ml_dtypes.float8_e4m3fn).tobytes()
         elif t.dtype == "mxfp4_x4":
             raw = rng.integers(0, 1 << 16, t.shape, dtype=np.uint16).tobytes()
+        elif t.dtype == "int8":
+            raw = rng.integers(-128, 128, t.shape, dtype=np.int8).tobytes()
         elif t.dtype == "tf32":
             raw = (v.astype(np.float32).view(np.uint32)
                    & np.uint32(~((1 << TF32_SHIFT) - 1) & 0xFFFFFFFF)).tobytes()
