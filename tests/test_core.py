@@ -374,6 +374,36 @@ def test_transpose_is_the_arrays_pass(trn1):
         Core(trn1).run(program(tensor=bad), timing_only=True)
 
 
+def test_core_rtl_runs_every_transpose_the_simulator_runs():
+    """The core RTL's tensor engine runs Transpose in every type the simulator transposes
+    (the array's formats but MX, on trn1 int8 too; the co-simulation's ``transposes``
+    program), and its cycles are exact: on trn2's simulation array (8 x 8, four columns a
+    load beat) an 8 x 8 tile is its 8 columns read in 2 beats (10 cycles), the pass's 8 beats
+    behind the array's 8 + 8 stages and 2 more (26), the write (1) and the RTL's 5 stages:
+    42; a 5 x 3 tile 3 + 1, 5 + 18, 1 and 5: 33."""
+    from hdl.core import tensor
+    from sim.core.rtl_bound import rtl_cycle_bound
+    from sim.tb.core import check_program
+
+    for chip, types in (("trn1", ("int8", "fp8_e4m3", "fp8_e5m2", "bf16", "fp16", "tf32",
+                                  "fp32")),
+                        ("trn3", ("fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "bf16", "fp16",
+                                  "tf32", "fp32"))):
+        params = core_params(load(chip), "sim")
+        for dtype in types:
+            ins = Transpose(dst=AP("psum", dtype, 0, 8, 0, ((8, 1),)), src=sbuf(0, 8, 0, 8, dtype))
+            assert tensor.supported(ins, params.formats) is None, (chip, dtype)
+        assert check_program(params, "transposes", 0) is None, chip
+    trn3 = core_params(load("trn3"), "sim")
+    mx = Transpose(dst=AP("psum", "mxfp8_x4", 0, 8, 0, ((8, 1),)),
+                   src=sbuf(0, 8, 0, 8, "mxfp8_x4"))
+    assert tensor.supported(mx, trn3.formats) == "the array has no transpose of an MX tile"
+    trn2 = core_params(load("trn2"), "sim")
+    for (k, m), want in (((8, 8), 42), ((5, 3), 33)):
+        ins = Transpose(dst=AP("psum", "bf16", 0, m, 0, ((k, 1),)), src=sbuf(0, k, 0, m, "bf16"))
+        assert rtl_cycle_bound(trn2, "tensor", ins, 0.0) == (want, want)
+
+
 def test_double_row_takes_no_column_tile():
     """trn2's fp8 double row (a contraction over twice the PE rows) is not combinable with
     column tiling (the spec's note on core.tensor.rates, NKI3): its tile takes the array's

@@ -389,7 +389,8 @@ def test_transpose_times_as_a_full_rate_multiply():
     for k, m in ((1, 1), (4, 6), (3, 2)):
         beats = -(-m // p.beat_columns)
         c = systolic_cycles.transpose_cycles(p, k, m)
-        assert c == {"issue": beats + k, "total": beats + k + p.rows + p.cols + 3}
+        assert c == {"issue": beats + k, "latency": k + p.rows + p.cols + 2,
+                     "total": beats + k + p.rows + p.cols + 3}
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp32"])

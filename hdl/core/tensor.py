@@ -2,7 +2,8 @@
 # (Amaranth's documented lint option: the elaboratables made here for their signatures are
 # emitted apart, as modules of their own, and never elaborated where they are made.)
 """The core's tensor engine: the multi-format systolic array fed from SBUF (or PSUM) through
-the access patterns of ``LoadStationary`` and ``MultiplyMoving``, its results written to PSUM.
+the access patterns of ``LoadStationary``, ``MultiplyMoving`` and ``Transpose``, its results
+written to PSUM.
 
 The array is an instance of the emitted array module (:func:`hdl.tensor.structural.array_instance`,
 the circuit of :class:`hdl.tensor.systolic.SystolicArray`), the very module `gen chip` writes
@@ -35,6 +36,14 @@ core simulator places it), then
   word first and writes ``add32(psum, sum)`` (an int32 sum for integer formats), which is
   the golden model's accumulation (:func:`sim.golden.systolic.matmul`). One result row per
   cycle: its PSUM read with the row, the write the cycle after.
+* ``Transpose`` (its ``dst`` and ``src`` where a multiply's are): a load of ``src`` as above,
+  the tile taking the whole array at position (0, 0) as the simulator places it, then the
+  array's transpose pass of the tile's ``K`` rows (``TRANSPOSE``, ``n = K``, commanded after
+  the load's last beat). Its beat ``j``, row ``j`` of the tile, is ``dst``'s element ``j``:
+  array column ``c``'s code, as loaded, into partition ``c``, in ``dst``'s own type (the
+  source's, as the simulator requires): at the element's byte in its word with that
+  element's byte enables, a tf32 code shifted back up to the top of its word. Nothing is
+  accumulated and PSUM is not read. Like the simulator's, the pass replaces every tile.
 
 An MX tile (``mxfp8_x4``, ``mxfp4_x4``) comes with its ``scale`` operand, and the engine
 reads it with the tile: a second SBUF read of every partition in the same cycle as the
@@ -60,9 +69,9 @@ port reads SBUF alone, so a double row's ``src`` is in SBUF.
 The engine runs one instruction at a time: a multiply retires after its last PSUM write,
 before the next instruction is decoded, so multiplies on disjoint tiles do not overlap here
 (the array and the simulator's sequencer would let them). What this datapath runs
-(:func:`supported` says why not otherwise): ``LoadStationary`` and ``MultiplyMoving`` of the
-array's formats with round-to-nearest-even, a double row's ``src`` in SBUF, no
-``Transpose``.
+(:func:`supported` says why not otherwise): ``LoadStationary``, ``MultiplyMoving`` and
+``Transpose`` of the array's formats with round-to-nearest-even, a double row's ``src`` in
+SBUF, no transpose of an MX tile (nor does the array have one).
 """
 
 from __future__ import annotations
@@ -84,6 +93,7 @@ from hdl.core.isa import (
     Instruction,
     LoadStationary,
     MultiplyMoving,
+    Transpose,
     field_positions,
     input_format,
     mx_scale_partition,
@@ -97,7 +107,7 @@ from hdl.vector.lanes import FP_MODULES, add_lane
 __all__ = ["COLUMN_MODULE", "SLICE_MODULE", "TENSOR_OPS", "TensorColumn", "TensorEngine",
            "TensorSlice", "second_read", "supported"]
 
-TENSOR_OPS = (LoadStationary, MultiplyMoving)
+TENSOR_OPS = (LoadStationary, MultiplyMoving, Transpose)
 #: The modules of one partition's share of the engine (:class:`TensorSlice`) and of one
 #: column's PSUM accumulation (:class:`TensorColumn`).
 SLICE_MODULE = "neuron_core_tensor_slice"
@@ -109,7 +119,9 @@ def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
     (None: it can)."""
     if not isinstance(ins, TENSOR_OPS):
         return f"the tensor engine runs {', '.join(c.__name__ for c in TENSOR_OPS)}"
-    if ins.double_row and ins.src.space != "sbuf":
+    if ins.src.dtype in MX_DTYPES and isinstance(ins, Transpose):
+        return "the array has no transpose of an MX tile"
+    if getattr(ins, "double_row", False) and ins.src.space != "sbuf":
         return ("a double row's src must be in SBUF: its pair 1 comes through the engine's "
                 "second read port, which reads SBUF alone")
     if input_format(ins.src.dtype) not in formats or ins.src.dtype not in DTYPES:
@@ -243,6 +255,9 @@ class TensorEngine(wiring.Component):
         word = Signal(WORD_BITS)
         opcode = word[:8]
         is_load = opcode == LoadStationary.OPCODE
+        # a Transpose's dst and src sit where a MultiplyMoving's do; it has no other field
+        is_tr = opcode == Transpose.OPCODE
+        tr_cmd = Signal()  # the transpose pass's command, after the transpose's load
 
         def bits(cls, name):
             pos, width, _ = field_positions(cls)[name]
@@ -253,7 +268,7 @@ class TensorEngine(wiring.Component):
 
         src = Signal(AP_LAYOUT)
         dst = field(MultiplyMoving, "dst")
-        accumulate = word[field_positions(MultiplyMoving)["accumulate"][0]]
+        accumulate = word[field_positions(MultiplyMoving)["accumulate"][0]] & ~is_tr
         m.d.comb += src.eq(Mux(is_load, field(LoadStationary, "src").as_value(),
                                field(MultiplyMoving, "src").as_value()))
 
@@ -277,26 +292,30 @@ class TensorEngine(wiring.Component):
         if a.double_rate:
             drow = Signal()
             m.d.comb += drow.eq(Mux(is_load, bits(LoadStationary, "double_row"),
-                                    bits(MultiplyMoving, "double_row")))
+                                    bits(MultiplyMoving, "double_row") & ~is_tr))
             inner = Mux(src.n1 == 0, 1, src.n1) * Mux(src.n2 == 0, 1, src.n2)
             contraction = Mux(drow, src.partitions << 1, contraction)
             columns = Mux(drow, inner, free)
 
+        # a Transpose: a load of src, then the pass of its partitions (the tile's rows)
         cmd = array.cmd.payload
-        m.d.comb += [cmd.op.eq(Mux(is_load, Op.LOAD, Op.MULTIPLY)), cmd.fmt.eq(code),
-                     cmd.k.eq(contraction), cmd.m.eq(columns), cmd.n.eq(columns),
+        op = Mux(tr_cmd, Op.TRANSPOSE, Mux(is_load | is_tr, Op.LOAD, Op.MULTIPLY))
+        m.d.comb += [cmd.op.eq(op), cmd.fmt.eq(code), cmd.k.eq(contraction),
+                     cmd.m.eq(columns), cmd.n.eq(Mux(tr_cmd, src.partitions, columns)),
                      cmd.accumulate.eq(0)]
 
         def group(name, size):  # the instruction's tile position in groups of ``size``
             at = Mux(is_load, bits(LoadStationary, name), bits(MultiplyMoving, name))
-            return sum(at >= g * size for g in range(1, a.ways))
+            return Mux(is_tr, 0, sum(at >= g * size for g in range(1, a.ways)))
 
         tile_row = Signal(range(a.ways))
         m.d.comb += tile_row.eq(group("row", a.group_rows))
-        if a.ways > 1:  # the tile: its position, a load's size by the array's rule
+        if a.ways > 1:  # the tile: its position, a load's size by the array's rule (a
+            # transpose's tile takes the whole array, as the simulator places it)
             rows, cols = a.tile_groups(src.partitions, free, drow)
             m.d.comb += [cmd.row.eq(tile_row), cmd.col.eq(group("col", a.group_cols)),
-                         cmd.rows.eq(rows), cmd.cols.eq(cols)]
+                         cmd.rows.eq(Mux(is_tr, a.ways, rows)),
+                         cmd.cols.eq(Mux(is_tr, a.ways, cols))]
 
         m.submodules.ws = ws = ApWalker()
         m.submodules.wd = wd = ApWalker()
@@ -395,10 +414,18 @@ class TensorEngine(wiring.Component):
         # PSUM read in one cycle, the write in the next
         w_valid, w_last = Signal(), Signal()
         w_at = Signal.like(self.w_addr)
+        # a transpose writes dst's own type: each column's code (a tf32 one back at the top
+        # of its word) at the element's byte ``w_shift`` of its word, that element's bytes
+        w_shift = Signal(2)
+        dst_mask = (1 << (1 << dtype_shift(dst.dtype))) - 1
+        codes = [Mux(tf32, staged[c] << TF32_SHIFT, staged[c]) for c in range(a.cols)]
+        transposed = Cat(*[(code << (w_shift * 8))[:32] for code in codes])
         m.d.comb += [self.q_addr.eq(wd.byte[2:]), self.q_psum.eq(1),
                      self.w_addr.eq(w_at), self.w_psum.eq(dst.space == SPACE["psum"]),
-                     self.w_be.eq(Mux(w_valid, 0xF, 0)), self.w_part.eq(Cat(*w_part)),
-                     self.w_data.eq(Cat(*totals, Const(0, 32 * (n - a.cols))))]
+                     self.w_be.eq(Mux(w_valid, Mux(is_tr, dst_mask << w_shift, 0xF), 0)),
+                     self.w_part.eq(Cat(*w_part)),
+                     self.w_data.eq(Cat(Mux(is_tr, transposed, Cat(*totals)),
+                                        Const(0, 32 * (n - a.cols))))]
         m.d.sync += w_valid.eq(0)
 
         with m.FSM():
@@ -409,7 +436,7 @@ class TensorEngine(wiring.Component):
             with m.State("CMD"):
                 m.d.comb += [array.cmd.valid.eq(1), start.eq(1)]
                 m.d.sync += [sent.eq(0), s1_valid.eq(0), slot.eq(0), beat_valid.eq(0)]
-                with m.If(array.cmd.ready & is_load):
+                with m.If(array.cmd.ready & (is_load | is_tr)):
                     m.next = "LOAD"
                 with m.Elif(array.cmd.ready):
                     m.next = "MULTIPLY"
@@ -425,9 +452,25 @@ class TensorEngine(wiring.Component):
                         m.d.sync += [beat_valid.eq(1), beat_last.eq(s1_last)]
                 with m.If(beat_valid & array.stationary.ready):
                     m.d.sync += beat_valid.eq(0)
-                    with m.If(beat_last):
+                    with m.If(beat_last & is_tr):
+                        m.next = "TRANSPOSE_CMD"
+                    with m.Elif(beat_last):
                         m.d.comb += self.done.eq(1)
                         m.next = "IDLE"
+            with m.State("TRANSPOSE_CMD"):
+                m.d.comb += [array.cmd.valid.eq(1), tr_cmd.eq(1)]
+                with m.If(array.cmd.ready):
+                    m.next = "TRANSPOSE"
+            with m.State("TRANSPOSE"):
+                # the pass's beat j is the tile's row j: dst's element j, one per cycle
+                m.d.comb += array.out.ready.eq(1)
+                with m.If(array.out.valid.any()):
+                    m.d.comb += wd.step.eq(1)
+                    m.d.sync += [w_valid.eq(1), w_last.eq(wd.row_last), w_at.eq(wd.byte[2:]),
+                                 w_shift.eq(wd.byte[:2]), staged.eq(array.out.payload)]
+                with m.If(w_valid & w_last):
+                    m.d.comb += self.done.eq(1)
+                    m.next = "IDLE"
             with m.State("MULTIPLY"):
                 # The words go to every row group; the tile's take them (the other groups
                 # run nothing), and its column groups give the output.

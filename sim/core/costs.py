@@ -32,9 +32,10 @@ def tensor_cycles(params: CoreParams, fmt: str, k: int, m: int, n: int) -> dict[
 @lru_cache(maxsize=4096)
 def transpose_cycles(params: CoreParams, k: int, m: int) -> dict[str, float]:
     """:func:`sim.golden.systolic_cycles.transpose_cycles` of a ``k x m`` tile on the core's array:
-    ``issue`` (the array's occupancy) and ``total`` (to the last output beat)."""
+    ``issue`` (the array's occupancy), ``latency`` (the pass's, from its acceptance to its last
+    output beat) and ``total`` (from the load's acceptance to the last output beat)."""
     c = systolic_cycles.transpose_cycles(params.tensor, k, m)
-    return {key: float(c[key]) for key in ("issue", "total")}
+    return {key: float(c[key]) for key in ("issue", "latency", "total")}
 
 
 def stream_cycles(params: CoreParams, engine: str, elements: int, passes: float = 1.0,

@@ -5,6 +5,11 @@ against the model's (:mod:`sim.core.machine`), :func:`rtl_cycle_bound`:
 * ``MultiplyMoving`` of a format at full rate or above: **exact**. The model's latency (the
   RTL-checked array schedule of :func:`sim.golden.systolic_cycles.cycles`, acceptance to last row)
   plus one, plus :data:`RTL_MULTIPLY_STAGES`, the core's fixed stages around the array.
+* ``Transpose``: **exact**. The core's load of the ``K x M`` source (``M`` columns read one
+  a cycle, each of the ``ceil(M / beat_columns)`` beats handed to the array the cycle after
+  its last column), then the array's transpose pass: the model's latency (the RTL-checked
+  schedule's, :func:`sim.golden.systolic_cycles.transpose_cycles`, the pass's acceptance to
+  its last output beat) plus one, plus :data:`RTL_TRANSPOSE_STAGES`.
 * Every other instruction of the tensor, vector, scalar and GpSimd engines: **at least**
   ``turns * N`` (the RTL streams one element of ``N`` per partition per lane per cycle) and
   **at most** ``turns * cycles + RTL_OVERHEAD``. ``cycles`` is this model's cost of the
@@ -24,17 +29,21 @@ against the model's (:mod:`sim.core.machine`), :func:`rtl_cycle_bound`:
 from __future__ import annotations
 
 from hdl.core import isa
-from hdl.core.isa import Instruction, LoadStationary, MultiplyMoving
+from hdl.core.isa import Instruction, LoadStationary, MultiplyMoving, Transpose
 from hdl.core.params import CoreParams
 
-from .costs import tensor_cycles
+from .costs import tensor_cycles, transpose_cycles
 
-__all__ = ["RTL_MULTIPLY_STAGES", "RTL_OVERHEAD", "rtl_cycle_bound"]
+__all__ = ["RTL_MULTIPLY_STAGES", "RTL_OVERHEAD", "RTL_TRANSPOSE_STAGES", "rtl_cycle_bound"]
 
 
 #: Cycles of the core RTL around the array's multiply: the sequencer's hand-off and decode,
 #: the command, the first SBUF read, the PSUM write after the last row and the retirement.
 RTL_MULTIPLY_STAGES = 4
+#: Cycles of the core RTL around a transpose's load and pass: a multiply's stages (the load's
+#: command and first SBUF read in place of the multiply's) and the pass's own command, issued
+#: after the load's last beat.
+RTL_TRANSPOSE_STAGES = RTL_MULTIPLY_STAGES + 1
 #: Cycles of the core RTL outside an engine's work: the sequencer's hand-off, the engine's
 #: decode, operand reads before the stream and the write after it.
 RTL_OVERHEAD = 8
@@ -46,6 +55,11 @@ def rtl_cycle_bound(params: CoreParams, kind: str, ins: Instruction,
     ``ins`` of an engine of ``kind`` that this model costs ``cycles`` of its engine's clock
     (see the module docstring)."""
     src = getattr(ins, "src", None) or getattr(ins, "a", None) or ins.dst
+    if isinstance(ins, Transpose):
+        k, m = src.partitions, src.free
+        load = m + -(-m // params.tensor.beat_columns)
+        exact = load + transpose_cycles(params, k, m)["latency"] + 1 + RTL_TRANSPOSE_STAGES
+        return exact, exact
     if isinstance(ins, MultiplyMoving | LoadStationary):
         # a double row: twice the contraction, half the free axis in columns
         pairs = 2 if ins.double_row else 1

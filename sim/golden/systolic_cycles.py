@@ -522,8 +522,10 @@ def transpose_cycles(params: SystolicParams, k: int, m: int) -> dict[str, int]:
     dict with
         ``issue``: from the load's acceptance to that of a following multiply (the array's
         occupancy);
+        ``latency``: from the transpose's acceptance to its last output beat;
         ``total``: from the load's acceptance to the last output beat, inclusive.
     """
     one = schedule(params, [Load(k, m), Transpose(k), Multiply(1)])
     return {"issue": one.accepted[2] - one.accepted[0],
+            "latency": one.outputs[k - 1] - one.accepted[1],
             "total": one.outputs[k - 1] - one.accepted[0] + 1}

@@ -26,9 +26,11 @@ from hdl.core.isa import (
     TensorReduce,
     TensorScalar,
     TensorTensor,
+    Transpose,
 )
 from hdl.core.params import CoreParams
 from hdl.numerics.dtypes import ML_DTYPES
+from hdl.vector.convert import ENGINE_FORMATS
 from hdl.vector.ops import Reduce, VectorOp
 from kernels import KERNELS
 from kernels.builder import Builder, KernelError
@@ -435,6 +437,57 @@ def _double_rows(b: Builder) -> None:
                              accumulate=True))
 
 
+def _transposes(b: Builder) -> None:
+    """The tensor engine's transpose pass (``dst[f, p] = src[p, f]`` into PSUM, bit for bit)
+    in every element type the core simulator transposes (the array's formats but MX), each
+    type's results in a PSUM bank of its own: a tile of the array's rows and columns from
+    SBUF, at a byte offset inside words for a sub-word type; a partial one (three rows fewer,
+    three columns: one beat of the array's load) from a strided source, written at a byte
+    offset inside words; the first two partitions of the first result's first five elements
+    transposed back from PSUM (an odd column count, a partial beat). Then the results are
+    used: the vector engine copies the first two to SBUF as fp32 (the types it reads), and
+    the tensor engine loads the partial one from PSUM as a stationary and multiplies it by a
+    moving tile of its type, every type's product accumulated into one shared bank (int32
+    beside fp32)."""
+    p, r, c = b.params.partitions, b.params.rows, b.params.cols
+    types = [d for d in b.params.formats if d in isa.DTYPES and d not in isa.MX_DTYPES]
+    banks = b.psum_banks(len(types) + 1, "psum")
+    products, k2, m2, n = banks[-1], r - 3, 3, 4
+    free = 1 + c + 2 * m2 + n
+    t = "tensor"
+    inputs = []
+    for dt in types:
+        x = b.hbm(f"x_{dt}", (p, free), dt)
+        at = b.sbuf(isa.DTYPES[dt][1] * free, f"x_{dt}")
+        b.emit("dma0", DmaCopy(dst=_tile(b, at, free, dt), src=x.ap((0, p))))
+        inputs.append(at)
+    b.wait(t, b.signal("dma0"))
+    first = set()
+    for dt, at, bank in zip(types, inputs, banks[:-1], strict=True):
+        size = isa.DTYPES[dt][1]
+        one = b.tile("psum", dt, bank, c, ((r, 1),))
+        part = b.tile("psum", dt, bank + 32 + size % 4, m2, ((k2, 1),))
+        b.emit(t, Transpose(dst=one, src=b.tile("sbuf", dt, at + size, r, ((c, 1),))))
+        b.emit(t, Transpose(dst=part, src=b.tile("sbuf", dt, at + size * (1 + c), k2,
+                                                 ((m2, 2),))))
+        b.emit(t, Transpose(dst=b.tile("psum", dt, bank + 56, 5, ((2, 1),)),
+                            src=b.tile("psum", dt, bank, 2, ((5, 1),))))
+        integer = dt == "int8"
+        b.emit(t, LoadStationary(src=part))
+        b.emit(t, MultiplyMoving(
+            dst=b.tile("psum", "int32" if integer else "fp32", products + 32 * integer, k2,
+                       ((n, 1),)),
+            src=b.tile("sbuf", dt, at + size * (1 + c + 2 * m2), m2, ((n, 1),)),
+            accumulate=integer in first))
+        first.add(integer)
+        if dt in ENGINE_FORMATS:
+            b.wait("vector", b.signal(t))
+            out = b.sbuf(4 * (r + k2), f"copy_{dt}")
+            b.emit("vector", TensorCopy(dst=b.tile("sbuf", "fp32", out, c, ((r, 1),)), src=one))
+            b.emit("vector", TensorCopy(dst=b.tile("sbuf", "fp32", out + 4 * r, m2,
+                                                   ((k2, 1),)), src=part))
+
+
 def _mx_matmuls(b: Builder) -> None:
     """The tensor engine's MX quads with their E8M0 scales (an array with MX formats): an
     mxfp8 tile whose scale operand has one partition per group of 8, a multiply; an mxfp4
@@ -503,6 +556,10 @@ PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, Fals
             "scalar_ops": (_scalar_ops, False), "gpsimd": (_gpsimd, False),
             "matmuls": (_matmuls, False), "matmul_tiles": (_matmul_tiles, False),
             "double_rows": (_double_rows, False),
+            "transposes": (_transposes, False),
+            # the KV cache's prefill: K transposed on the tensor engine, D the array's rows
+            "kv_prefill_bf16": (_kernel("kv_prefill", {"B": 2, "KVH": 1, "D": 8, "S": 16},
+                                        "bf16"), False),
             "deadlock": (_deadlock, True),
             "residual_add": (_kernel("residual_add", {"R": 32, "C": 24}, "fp32"), False),
             "residual_add_bf16": (_kernel("residual_add", {"R": 16, "C": 40}, "bf16"),
@@ -574,10 +631,10 @@ def build_program(params: CoreParams, name: str, seed: int = 0) -> Program:
 def random_inputs(program: Program, seed: int) -> np.ndarray:
     """The program's HBM with every tensor filled from ``seed``: normal values in the
     tensor's type (positive ones for names starting with ``s``; tf32 as fp32 words with
-    their low 13 bits zero, as the instruction set stores it; integer types 20 times them,
-    to the nearest integer, modulo the type's range); MX quads of random codes (mxfp8:
-    normal values as float8_e4m3fn, no NaN; mxfp4: any code) and ``uint8`` E8M0 scales
-    within 2**-8 .. 2**8 of 1."""
+    their low 13 bits zero, as the instruction set stores it; int32 and uint32 20 times
+    them, to the nearest integer, modulo the type's range; int8 any value); MX quads of
+    random codes (mxfp8: normal values as float8_e4m3fn, no NaN; mxfp4: any code) and
+    ``uint8`` E8M0 scales within 2**-8 .. 2**8 of 1."""
     rng = np.random.default_rng(seed)
     hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
     for t in program.tensors.values():
@@ -591,7 +648,9 @@ def random_inputs(program: Program, seed: int) -> np.ndarray:
             raw = quad.astype(ml_dtypes.float8_e4m3fn).tobytes()
         elif t.dtype == "mxfp4_x4":
             raw = rng.integers(0, 1 << 16, t.shape, dtype=np.uint16).tobytes()
-        elif t.dtype in ("int8", "int32", "uint32"):
+        elif t.dtype == "int8":
+            raw = rng.integers(-128, 128, t.shape, dtype=np.int8).tobytes()
+        elif t.dtype in ("int32", "uint32"):
             raw = np.rint(20 * v).astype(np.int64).astype(np.dtype(t.dtype)).tobytes()
         elif t.dtype == "tf32":
             raw = (v.astype(np.float32).view(np.uint32)
