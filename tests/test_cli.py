@@ -145,4 +145,4 @@ def test_sim_refuses_unknown_unit():
 def test_sim_lists_only_simulated_units():
     result = run("sim", "trn2", "--unit", "formats")
     assert result.exit_code == 2
-    assert "(legal: core, link, scalar, tensor, vector)" in result.stderr
+    assert "(legal: core, link, scalar, tensor, vector, all)" in result.stderr

@@ -233,7 +233,7 @@ def sim(spec, unit_names, simulator, seed, kernel, waves, coverage):
         if reason:
             raise SpecError(f"{doc.name} has no {unit_name} unit ({reason})")
     if kernel is not None and names != ["core"]:
-        raise SpecError(f"--kernel is an option of --unit core alone, not of "
+        raise SpecError(f"--kernel is an option of --unit core, not of "
                         f"--unit {', '.join(names)}")
     if coverage is not None and simulator != "verilator":
         raise SpecError(f"--coverage is counted by Verilator: expected --sim verilator, found "
