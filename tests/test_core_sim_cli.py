@@ -8,11 +8,12 @@ from click.testing import CliRunner
 
 from generators.cli import main
 from hdl.core import engines, scalar
-from hdl.core.isa import AP, Activation, Iota, TensorCopy, TensorTensorScan
+from hdl.core.isa import AP, Activation, Iota, TensorCopy, TensorScalar, TensorTensorScan
 from hdl.params import core_params
 from hdl.vector.convert import ENGINE_FORMATS
 from hdl.vector.ops import VectorOp
 from sim.core import Core, Program
+from sim.tb import core_programs
 from sim.tb.core import check_program, core_files, core_verilog, rtl_refusal
 from sim.tb.core_programs import RANDOM, build_program
 from sim.tb.runner import skip_unless_available
@@ -29,9 +30,6 @@ def params():
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--kernel", "sample"), "error: not simulated: sample: the core RTL cannot run it: "
-                             "vector[9] TensorScalar: TensorScalar runs one operation (op1 "
-                             "COPY)"),
     (("--kernel", "attention"), "error: not simulated: attention: D must be at most 8, "),
     (("--kernel", "softmx"), "error: --kernel must be one of vector_add, "),
 ])
@@ -44,6 +42,26 @@ def test_refused_before_anything_is_simulated(args, message):
 
 def _tile(dtype: str, partitions: int = 16) -> AP:
     return AP("sbuf", dtype, 0, partitions, 0, ((8, 1),))
+
+
+def _stochastic_copy(b):
+    """A program the core RTL refuses: a copy with stochastic rounding."""
+    b.emit("vector", TensorCopy(dst=_tile("bf16"), src=_tile("fp32"), rounding="stochastic",
+                                seed=3))
+
+
+@pytest.fixture
+def stochastic_program(monkeypatch):
+    """:func:`_stochastic_copy` among the co-simulation's programs, as ``stochastic_copy``."""
+    monkeypatch.setitem(core_programs.PROGRAMS, "stochastic_copy", (_stochastic_copy, False))
+
+
+def test_a_program_the_rtl_refuses_is_never_simulated(stochastic_program):
+    result = run("sim", "trn2", "--unit", "core", "--sim", "icarus", "--kernel",
+                 "stochastic_copy")
+    assert result.exit_code == 2, result.output
+    assert result.output == ("error: not simulated: stochastic_copy: the core RTL cannot run "
+                             f"it: vector[0] TensorCopy: {engines.NO_STOCHASTIC}\n")
 
 
 def test_each_engine_is_named_in_its_refusal(params):
@@ -103,6 +121,11 @@ def test_random_programs_keep_the_rules(params):
                          ("gpsimd", engines.ENGINE_RUNS["gpsimd"]),
                          ("scalar", scalar.SCALAR_OPS)):
         assert kinds >= {(stream, cls.__name__) for cls in runs}, stream
+    two_ops = {(stream, ins.operand1 is not None) for seed in range(60)
+               for stream, code in build_program(params, RANDOM, seed).streams.items()
+               for ins in code if isinstance(ins, TensorScalar) and ins.op1 != VectorOp.COPY}
+    assert two_ops == {(s, operand) for s in ("vector", "gpsimd", "scalar")
+                       for operand in (False, True)}
     Core(params).run(a, timing_only=True)
 
 

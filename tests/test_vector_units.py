@@ -64,7 +64,7 @@ def test_fp_compare_helpers_match_ieee():
 
 
 def _run_lane(op, reduce, a, b, first, last, out_format="fp32", stochastic=False, seed=0,
-              in_format="fp32", b_format="fp32"):
+              in_format="fp32", b_format="fp32", scalar=None, op1=VectorOp.COPY, scalar1=0):
     dut = VectorLane()
     out = []
     params = VectorParams(lanes=1)
@@ -78,6 +78,10 @@ def _run_lane(op, reduce, a, b, first, last, out_format="fp32", stochastic=False
         ctx.set(dut.out_format, params.format_index(out_format))
         ctx.set(dut.stochastic, int(stochastic))
         ctx.set(dut.seed, seed_value("xorwow", seed, 0))
+        ctx.set(dut.use_scalar, int(scalar is not None))
+        ctx.set(dut.scalar, 0 if scalar is None else int(scalar))
+        ctx.set(dut.op1, op1)
+        ctx.set(dut.scalar1, int(scalar1))
         n = len(a)
         for k in range(n + 2):
             if k < n:
@@ -170,6 +174,35 @@ def test_vector_lane_reads_a_and_b_in_their_own_formats():
         assert np.array_equal(golden.run(VectorParams(lanes=1), VectorOp.MULTIPLY, a[:, None],
                                          b[:, None], in_format=a_type,
                                          b_format=b_type).ravel(), want)
+
+
+def test_vector_lane_runs_a_second_operation_on_the_fp32_result():
+    """``op1(op0(a, scalar), scalar1)``: the fp32 intermediate unrounded, against numpy
+    float32 arithmetic; ``op1`` COPY leaves the first result as it is, a non-canonical NaN
+    of a bitwise operation included; the golden model agrees."""
+    rng = np.random.default_rng(6)
+    fa = (rng.standard_normal(16) * 4).astype(np.float32)
+    a = fa.view(np.uint32)
+    none = np.zeros(16, bool)
+    s0, s1 = np.float32(1.0 / 3.0), np.float32(-0.7)
+    bits = {v: int(np.float32(v).view(np.uint32)) for v in (s0, s1)}
+    cases = [(VectorOp.MULTIPLY, VectorOp.ADD, fa * s0 + s1),
+             (VectorOp.SUBTRACT, VectorOp.MAX, np.maximum(fa - s0, s1)),
+             (VectorOp.ADD, VectorOp.GREATER, ((fa + s0) > s1).astype(np.float32)),
+             (VectorOp.MAX, VectorOp.MULTIPLY, np.maximum(fa, s0) * s1)]
+    for op0, op1, want in cases:
+        got = _run_lane(op0, Reduce.NONE, a, a, none, none, scalar=bits[s0], op1=op1,
+                        scalar1=bits[s1])
+        assert np.array_equal(got, want.astype(np.float32).view(np.uint32)), (op0, op1)
+        ref = golden.run(VectorParams(lanes=1), op0, a[:, None], scalar=[bits[s0]], op1=op1,
+                         scalar1=[bits[s1]])
+        assert np.array_equal(ref.ravel(), got), (op0, op1)
+    nan = 0xFFC00001  # OR with it gives a non-canonical NaN; COPY after keeps it, ADD not
+    got = _run_lane(VectorOp.BITWISE_OR, Reduce.NONE, a, a, none, none, scalar=nan)
+    assert np.all(got == (a | nan))
+    got = _run_lane(VectorOp.BITWISE_OR, Reduce.NONE, a, a, none, none, scalar=nan,
+                    op1=VectorOp.ADD, scalar1=bits[s1])
+    assert np.all(got == 0x7FC00000)
 
 
 def test_golden_vector_ops_against_numpy():

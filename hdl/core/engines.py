@@ -6,11 +6,12 @@ one lane per partition) fed from and writing to SBUF and PSUM through the access
 ``TensorTensor``, ``TensorScalar``, ``TensorReduce``, ``TensorCopy`` and ``Memset``, and on
 the GpSimd engine ``Iota``.
 
-Per instruction: decode (the fields of the opcode's ``FIELDS`` table), then for a
-per-partition scalar operand one read of it, then the stream: every cycle the next element
-of ``a`` (and ``b``) is read from all partitions at once, one cycle later it enters the unit
-(lane ``l`` takes partition ``first + l``), and every result beat is written to ``dst`` at
-the destination pattern's next element, in the partitions of the tile only. ``Memset``
+Per instruction: decode (the fields of the opcode's ``FIELDS`` table), then for
+``TensorScalar``'s per-partition scalar operands one read of them (``operand0`` through port
+``b``, ``operand1`` through port ``a``, in the same cycle), then the stream: every cycle the
+next element of ``a`` (and ``b``) is read from all partitions at once, one cycle later it
+enters the unit (lane ``l`` takes partition ``first + l``), and every result beat is written
+to ``dst`` at the destination pattern's next element, in the partitions of the tile only. ``Memset``
 writes its value without the unit. Two read ports (``a``, ``b``) and one write port.
 ``Iota`` streams like a copy of ``dst`` into itself, with lane ``l``'s element ``i`` replaced
 by ``base + l * pstep + i * step`` (exact in 50 bits: ``p < 2**7``, ``i < 2**16``) converted to
@@ -22,15 +23,17 @@ the same in every partition, through one cast lane
 (:class:`~hdl.numerics.cast.FormatCastLane`). Each is written at the element's byte offset
 in its word.
 
-A per-partition scalar operand (``TensorScalar``'s ``operand0``) of any type of
-:data:`OPERAND_DTYPES` is widened to fp32 as it is loaded (:func:`widen_operand`), as the core
-simulator reads it: the operand's element is taken at its byte in its word.
+``TensorScalar`` runs ``op1(op0(src, s0), s1)`` in one pass through the unit (its lanes'
+second operation, ``op1`` COPY: none), ``s0`` and ``s1`` each an immediate (``imm0``,
+``imm1``) or a per-partition scalar operand (``operand0``, ``operand1``) of any type of
+:data:`OPERAND_DTYPES`, loaded the same way (:func:`load_operand`): widened to fp32 as the
+core simulator reads it (:func:`widen_operand`), the operand's element taken at its byte in
+its word.
 
 What this datapath runs (:func:`supported` says why not otherwise): ``a``, ``b`` and ``src``
 of types the unit reads (``formats``; ``a`` and ``b`` each its own), destinations of them
 (``Iota`` into them, not into integer types), scalar operands of :data:`OPERAND_DTYPES`,
-round-to-nearest-even casts (:data:`NO_STOCHASTIC`), and ``TensorScalar`` with ``op1``
-COPY.
+and round-to-nearest-even casts (:data:`NO_STOCHASTIC`).
 """
 
 from __future__ import annotations
@@ -66,8 +69,8 @@ from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
 __all__ = ["ENGINE_RUNS", "IOTA_MODULE", "NO_STOCHASTIC", "OPERAND_DTYPES", "SLICE_MODULES",
-           "VECTOR_OPS", "EngineSlice", "IotaLane", "VectorEngine", "operand_refusal", "pick",
-           "supported", "widen_operand"]
+           "VECTOR_OPS", "EngineSlice", "IotaLane", "VectorEngine", "load_operand",
+           "operand_refusal", "pick", "supported", "widen_operand"]
 
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
@@ -119,8 +122,6 @@ def operand_refusal(ins: Instruction, formats: tuple[str, ...]) -> str | None:
     for name in ("operand0", "operand1"):
         if name in aps and aps[name].dtype not in OPERAND_DTYPES:
             return f"{name} must be one of {', '.join(OPERAND_DTYPES)}, not {aps[name].dtype}"
-    if isinstance(ins, TensorScalar) and ins.op1 != VectorOp.COPY:
-        return "TensorScalar runs one operation (op1 COPY)"
     return None
 
 
@@ -165,20 +166,34 @@ def pick(rows, first, chunk: int):
     return value
 
 
-def widen_operand(m: Module, word, dtype):
+def widen_operand(m: Module, word, dtype, name: str = "operand"):
     """The fp32 bits of a scalar operand's element, ``word`` (a 32-bit word, the element in
     its low bits) of the type whose code is ``dtype``, as the core simulator widens it
     (combinational): a word of :data:`RAW_OPERANDS` as it is; a float or int8 element of
     :data:`WIDENED_OPERANDS` exactly (:class:`~hdl.numerics.fpu.Widen`: every NaN
     ``0x7FC00000``, int8 its value), tf32 from its code at the word's top. The widening units
-    are the submodules ``operand_widen_<type>`` of ``m``."""
+    are the submodules ``<name>_widen_<type>`` of ``m``."""
     value = word
-    for name in WIDENED_OPERANDS:
-        fmt = format_by_name(name)
-        m.submodules[f"operand_widen_{name}"] = unit = Widen(WidenParams(fmt=fmt))
-        m.d.comb += unit.x.eq(word[TF32_SHIFT:] if name == "tf32" else word[:fmt.bits])
-        value = Mux(dtype == DTYPES[name][0], unit.y, value)
+    for dt in WIDENED_OPERANDS:
+        fmt = format_by_name(dt)
+        m.submodules[f"{name}_widen_{dt}"] = unit = Widen(WidenParams(fmt=fmt))
+        m.d.comb += unit.x.eq(word[TF32_SHIFT:] if dt == "tf32" else word[:fmt.bits])
+        value = Mux(dtype == DTYPES[dt][0], unit.y, value)
     return value
+
+
+def load_operand(m: Module, reg, rows, first, shift, dtype, chunk: int, set_imm, imm,
+                 set_operand, name: str) -> None:
+    """A lane's scalar register ``reg`` (one operand of a partition's share of an engine):
+    loaded with the immediate ``imm`` on ``set_imm``, or on ``set_operand`` with the
+    operand's element, the word of ``rows`` rotated to the operand's first partition
+    ``first`` (:func:`pick`), shifted down by its byte ``shift`` and widened from the type
+    ``dtype`` (:func:`widen_operand`, its units named after ``name``)."""
+    with m.If(set_imm):
+        m.d.sync += reg.eq(imm)
+    operand = widen_operand(m, pick(rows, first, chunk) >> (shift * 8), dtype, name)
+    with m.If(set_operand):
+        m.d.sync += reg.eq(operand)
 
 
 def int_to_fp32(m: Module, value):
@@ -217,15 +232,16 @@ class EngineSlice(wiring.Component):
     Read side: ``a`` and ``b`` are the lane's elements of the two sources, each rotated to the
     tile's first partition (``*_rows``: the ``ways`` candidate words ``data[(index + k * chunk)
     % partitions]``, ``*_first`` the tile's first partition, as :func:`pick` selects) and
-    shifted down by its byte ``*_shift``; ``scalar`` is the lane's scalar operand, a register
-    loaded with ``imm`` (``set_imm``) or with ``b_rows`` rotated to ``s_first``, shifted down by
-    its byte ``s_shift`` and widened to fp32 from the type ``s_dtype`` (``set_scalar``,
-    :func:`widen_operand`). Write side: ``w_data`` is partition ``index``'s word, the unit's
-    output (``y_rows``: ``y[(index - k * chunk) % partitions]``, unrotated from ``d_first`` by
-    :func:`pick`) or memset's ``value``, placed at byte ``w_shift``; ``w_part`` whether the
-    partition is in the tile (``d_first``, ``d_count``). GpSimd's Iota: ``a`` is the lane's Iota
-    value (:class:`IotaLane`) while ``iota``, from the base ``iota_base + index * iota_pstep``
-    loaded on ``set_base`` plus ``iota_at``.
+    shifted down by its byte ``*_shift``; ``scalar`` and ``scalar1`` are the lane's scalar
+    operands (:func:`load_operand`), registers loaded with ``imm`` / ``imm1`` (``set_imm``) or
+    with ``b_rows`` rotated to ``s_first`` / ``a_rows`` rotated to ``s1_first``, shifted
+    down by the byte ``s_shift`` / ``s1_shift`` and widened to fp32 from the type ``s_dtype``
+    / ``s1_dtype`` (``set_scalar`` / ``set_scalar1``). Write side: ``w_data`` is partition
+    ``index``'s word, the unit's output (``y_rows``: ``y[(index - k * chunk) % partitions]``,
+    unrotated from ``d_first`` by :func:`pick`) or memset's ``value``, placed at byte
+    ``w_shift``; ``w_part`` whether the partition is in the tile (``d_first``, ``d_count``).
+    GpSimd's Iota: ``a`` is the lane's Iota value (:class:`IotaLane`) while ``iota``, from the
+    base ``iota_base + index * iota_pstep`` loaded on ``set_base`` plus ``iota_at``.
     """
 
     def __init__(self, partitions: int, kind: str):
@@ -237,11 +253,14 @@ class EngineSlice(wiring.Component):
         members = {"index": In(range(partitions)), "a_rows": rows, "b_rows": rows,
                    "y_rows": rows, "a_first": In(part), "b_first": In(part),
                    "s_first": In(part), "s_shift": In(2),
-                   "s_dtype": In(AP_LAYOUT.members["dtype"]), "d_first": In(part),
+                   "s_dtype": In(AP_LAYOUT.members["dtype"]), "s1_first": In(part),
+                   "s1_shift": In(2), "s1_dtype": In(AP_LAYOUT.members["dtype"]),
+                   "d_first": In(part),
                    "d_count": In(AP_LAYOUT.members["partitions"]), "a_shift": In(2),
                    "b_shift": In(2), "w_shift": In(2), "memset": In(1), "value": In(32),
-                   "set_imm": In(1), "set_scalar": In(1), "imm": In(32),
-                   "a": Out(32), "b": Out(32), "scalar": Out(32), "w_data": Out(32),
+                   "set_imm": In(1), "set_scalar": In(1), "set_scalar1": In(1),
+                   "imm": In(32), "imm1": In(32), "a": Out(32), "b": Out(32),
+                   "scalar": Out(32), "scalar1": Out(32), "w_data": Out(32),
                    "w_part": Out(1)}
         if kind == "gpsimd":
             members.update({"iota": In(1), "set_base": In(1), "iota_base": In(signed(32)),
@@ -252,12 +271,13 @@ class EngineSlice(wiring.Component):
         m = Module()
         lane_a = pick(self.a_rows, self.a_first, self.chunk) >> (self.a_shift * 8)
         m.d.comb += self.b.eq(pick(self.b_rows, self.b_first, self.chunk) >> (self.b_shift * 8))
-        with m.If(self.set_imm):
-            m.d.sync += self.scalar.eq(self.imm)
-        operand = widen_operand(
-            m, pick(self.b_rows, self.s_first, self.chunk) >> (self.s_shift * 8), self.s_dtype)
-        with m.If(self.set_scalar):
-            m.d.sync += self.scalar.eq(operand)
+        for reg, rows, first, shift, dtype, imm, load, name in (
+                (self.scalar, self.b_rows, self.s_first, self.s_shift, self.s_dtype, self.imm,
+                 self.set_scalar, "operand0"),
+                (self.scalar1, self.a_rows, self.s1_first, self.s1_shift, self.s1_dtype,
+                 self.imm1, self.set_scalar1, "operand1")):
+            load_operand(m, reg, rows, first, shift, dtype, self.chunk, self.set_imm, imm,
+                         load, name)
         out = Mux(self.memset, self.value, pick(self.y_rows, self.d_first, self.chunk))
         m.d.comb += [self.w_data.eq(out << (self.w_shift * 8)),
                      self.w_part.eq((self.d_first <= self.index)
@@ -319,9 +339,10 @@ class VectorEngine(wiring.Component):
             value = word[pos:pos + bits]
             return data.View(AP_LAYOUT, value) if kind == "ap" else value
 
-        dst, a, b, s0 = (Signal(AP_LAYOUT, name=nm) for nm in ("dst", "a", "b", "s0"))
-        op, reduce = Signal(VectorOp), Signal(Reduce)
-        use_scalar, memset, iota, imm = Signal(), Signal(), Signal(), Signal(32)
+        dst, a, b, s0, s1 = (Signal(AP_LAYOUT, name=nm) for nm in ("dst", "a", "b", "s0", "s1"))
+        op, op1, reduce = Signal(VectorOp), Signal(VectorOp), Signal(Reduce)
+        use_scalar, memset, iota, imm, imm1 = Signal(), Signal(), Signal(), Signal(32), \
+            Signal(32)
         with m.Switch(opcode):
             with m.Case(TensorTensor.OPCODE):
                 m.d.comb += [dst.eq(field(TensorTensor, "dst")), a.eq(field(TensorTensor, "a")),
@@ -331,7 +352,10 @@ class VectorEngine(wiring.Component):
                              a.eq(field(TensorScalar, "src")),
                              s0.eq(field(TensorScalar, "operand0")),
                              op.eq(field(TensorScalar, "op0")), use_scalar.eq(1),
-                             imm.eq(field(TensorScalar, "imm0"))]
+                             imm.eq(field(TensorScalar, "imm0")),
+                             s1.eq(field(TensorScalar, "operand1")),
+                             op1.eq(field(TensorScalar, "op1")),
+                             imm1.eq(field(TensorScalar, "imm1"))]
             with m.Case(TensorReduce.OPCODE):
                 m.d.comb += [dst.eq(field(TensorReduce, "dst")),
                              a.eq(field(TensorReduce, "src")),
@@ -361,7 +385,8 @@ class VectorEngine(wiring.Component):
             b_format = Mux(b.dtype == DTYPES[name][0], index, b_format)
             out_format = Mux(dst.dtype == DTYPES[name][0], index, out_format)
         in_format = Mux(iota, self.params.formats.index("fp32"), in_format)
-        m.d.comb += [unit.op.eq(op), unit.reduce.eq(reduce), unit.use_scalar.eq(use_scalar),
+        m.d.comb += [unit.op.eq(op), unit.op1.eq(op1), unit.reduce.eq(reduce),
+                     unit.use_scalar.eq(use_scalar),
                      unit.in_format.eq(in_format), unit.b_format.eq(b_format),
                      unit.out_format.eq(out_format), unit.stochastic.eq(0)]
 
@@ -392,9 +417,9 @@ class VectorEngine(wiring.Component):
         m.d.comb += self.w_be.eq(Mux(writing, item_mask << wd.byte[:2], 0))
 
         # every partition's share of the above: one slice each (lane l is partition l)
-        set_imm, set_scalar = Signal(), Signal()
+        set_imm, set_scalar, set_scalar1 = Signal(), Signal(), Signal()
         ways = [k * chunk for k in range(n // chunk)]
-        slices = {name: [] for name in ("a", "b", "scalar", "w_data", "w_part")}
+        slices = {name: [] for name in ("a", "b", "scalar", "scalar1", "w_data", "w_part")}
         for p in range(n):
             inputs = {
                 "index": Const(p, range(n)),
@@ -402,14 +427,16 @@ class VectorEngine(wiring.Component):
                 "b_rows": Cat(*[self.b_data[(p + k) % n] for k in ways]),
                 "y_rows": Cat(*[unit.o.payload[(p - k) % n] for k in ways]),
                 "a_first": a.partition, "b_first": b.partition, "s_first": s0.partition,
-                "s_shift": s0.offset[:2], "s_dtype": s0.dtype,
+                "s_shift": s0.offset[:2], "s_dtype": s0.dtype, "s1_first": s1.partition,
+                "s1_shift": s1.offset[:2], "s1_dtype": s1.dtype,
                 "d_first": dst.partition, "d_count": dst.partitions,
                 "a_shift": a_shift, "b_shift": b_shift, "w_shift": wd.byte[:2],
                 "memset": memset, "value": value, "set_imm": set_imm,
-                "set_scalar": set_scalar, "imm": imm}
+                "set_scalar": set_scalar, "set_scalar1": set_scalar1, "imm": imm,
+                "imm1": imm1}
             outputs = {name: Signal(width, name=f"slice{p}_{name}")
                        for name, width in (("a", 32), ("b", 32), ("scalar", 32),
-                                           ("w_data", 32), ("w_part", 1))}
+                                           ("scalar1", 32), ("w_data", 32), ("w_part", 1))}
             for name, signal in outputs.items():
                 slices[name].append(signal)
             if self.kind == "gpsimd":
@@ -423,6 +450,7 @@ class VectorEngine(wiring.Component):
         m.d.comb += [unit.i.payload.a.eq(Cat(*slices["a"])),
                      unit.i.payload.b.eq(Cat(*slices["b"])),
                      unit.scalar.eq(Cat(*slices["scalar"])),
+                     unit.scalar1.eq(Cat(*slices["scalar1"])),
                      self.w_data.eq(Cat(*slices["w_data"])),
                      self.w_part.eq(Cat(*slices["w_part"]))]
 
@@ -434,23 +462,27 @@ class VectorEngine(wiring.Component):
             with m.State("SETUP"):
                 m.d.comb += start.eq(1)
                 m.d.sync += [sent.eq(0), s1_valid.eq(0)]
+                m.d.comb += set_imm.eq(1)
                 with m.If(memset):
                     m.next = "MEMSET"
-                with m.Elif(use_scalar & (s0.partitions != 0)):
+                with m.Elif(use_scalar & ((s0.partitions != 0) | (s1.partitions != 0))):
                     m.next = "SCALAR"
                 with m.Else():
-                    m.d.comb += set_imm.eq(1)
                     m.next = "STREAM"
                 if self.kind == "gpsimd":
                     m.d.sync += step_sum.eq(0)
                     m.d.comb += set_base.eq(1)
             with m.State("SCALAR"):
-                # the operand's one element per partition: read it through port b
+                # each operand's one element per partition: operand0 through port b,
+                # operand1 through port a
                 m.d.comb += [self.b_addr.eq(s0.offset[2:]), self.b_en.eq(1),
-                             self.b_psum.eq(s0.space == SPACE["psum"])]
+                             self.b_psum.eq(s0.space == SPACE["psum"]),
+                             self.a_addr.eq(s1.offset[2:]), self.a_en.eq(1),
+                             self.a_psum.eq(s1.space == SPACE["psum"])]
                 m.next = "SCALAR_DATA"
             with m.State("SCALAR_DATA"):
-                m.d.comb += set_scalar.eq(1)
+                m.d.comb += [set_scalar.eq(s0.partitions != 0),
+                             set_scalar1.eq(s1.partitions != 0)]
                 m.next = "STREAM"
             with m.State("STREAM"):
                 adv = ~s1_valid | unit.i.ready

@@ -12,22 +12,25 @@ tile are served in turn, ``lanes`` at a time (group ``g`` takes the tile's parti
 ``g * lanes`` .. ``(g + 1) * lanes - 1``, lane ``l`` the ``l``-th of them).
 
 Per instruction: decode, then for a ``bias`` operand (``TensorScalar``'s ``operand0``) one
-read of its element in every partition, then per group the stream: every cycle the next
-element of ``src`` is read from all partitions at once, one cycle later the group's
+read of its element in every partition, and one more for ``TensorScalar``'s ``operand1``
+(the read port is one: a cycle after the first, or alone), then per group the stream: every
+cycle the next element of ``src`` is read from all partitions at once, one cycle later the group's
 partitions enter the unit (widened from ``src``'s type by the unit), and every result beat
 (already cast to ``dst``'s type by the unit, round to nearest even) is written to ``dst`` at
 the destination pattern's next element, in the group's partitions of the tile only. With
 ``reduce_dst``, the running sum of the group's last beat is written to it first (one cycle
 on the write port, the unit stalled). One read port and one write port.
 
-The bias (``TensorScalar``'s ``operand0``) is widened to fp32 as it is loaded, from any type
-of :data:`~hdl.core.engines.OPERAND_DTYPES`, its element taken at its byte in its word
-(:func:`~hdl.core.engines.widen_operand`, as the core simulator reads it).
+The bias (``TensorScalar``'s ``operand0``) and ``operand1`` are widened to fp32 as they are
+loaded, from any type of :data:`~hdl.core.engines.OPERAND_DTYPES`, each element taken at its
+byte in its word (:func:`~hdl.core.engines.load_operand`, as the core simulator reads them).
+``TensorScalar`` runs ``op1(op0(src, s0), s1)`` in one pass through the vector unit, as on the
+vector engine.
 
 What this datapath runs (:func:`supported` says why not otherwise): ``Activation`` with
 ``src`` and ``dst`` of a type the unit reads and writes (``formats``), a ``bias`` of
 :data:`~hdl.core.engines.OPERAND_DTYPES` and an fp32 ``reduce_dst``; ``TensorScalar``
-(``op1`` COPY) and ``TensorCopy`` as the vector engine runs them
+and ``TensorCopy`` as the vector engine runs them
 (:func:`hdl.core.engines.operand_refusal`); round-to-nearest-even casts.
 """
 
@@ -45,10 +48,10 @@ from hdl.core.engines import (
     NO_STOCHASTIC,
     OPERAND_DTYPES,
     engine_ports,
+    load_operand,
     operand_refusal,
     pick,
     read_step,
-    widen_operand,
 )
 from hdl.core.isa import (
     AP,
@@ -102,9 +105,11 @@ class ScalarSlice(wiring.Component):
     Read side: ``row`` is the partition's element of ``src`` rotated to the tile's first
     partition (``r_rows``: the candidate words ``r_data[(index + k * chunk) % partitions]``,
     ``src_first``, as :func:`~hdl.core.engines.pick` selects), shifted down by its byte
-    ``shift``; ``bias`` is a register loaded with ``imm`` (``set_imm``) or with ``r_rows``
-    rotated to ``bias_first``, shifted down by its byte ``bias_shift`` and widened to fp32 from
-    the type ``bias_dtype`` (``set_bias``, :func:`~hdl.core.engines.widen_operand`). Write side:
+    ``shift``; ``bias`` and ``scalar1`` are the lane's operands
+    (:func:`~hdl.core.engines.load_operand`), registers loaded with ``imm`` / ``imm1``
+    (``set_imm``) or with ``r_rows`` rotated to ``bias_first`` / ``s1_first``, shifted down by
+    the byte ``bias_shift`` / ``s1_shift`` and widened to fp32 from the type ``bias_dtype`` /
+    ``s1_dtype`` (``set_bias`` / ``set_scalar1``). Write side:
     ``w_data`` is partition ``index``'s word of the lanes' results (``y_rows``: the result of
     the lane of partition ``(index - k * chunk) % partitions``, unrotated from ``t_first``),
     placed at byte ``w_shift``; ``w_part`` whether the partition is in the group being written:
@@ -119,23 +124,24 @@ class ScalarSlice(wiring.Component):
         super().__init__({
             "index": In(range(partitions)), "r_rows": rows, "y_rows": rows,
             "src_first": In(part), "bias_first": In(part), "bias_shift": In(2),
-            "bias_dtype": In(AP_LAYOUT.members["dtype"]), "t_first": In(part),
+            "bias_dtype": In(AP_LAYOUT.members["dtype"]), "s1_first": In(part),
+            "s1_shift": In(2), "s1_dtype": In(AP_LAYOUT.members["dtype"]), "t_first": In(part),
             "t_count": In(AP_LAYOUT.members["partitions"]), "base": In(range(partitions + lanes)),
             "shift": In(2), "w_shift": In(2), "set_imm": In(1), "set_bias": In(1),
-            "imm": In(32), "row": Out(32), "bias": Out(32), "w_data": Out(32),
-            "w_part": Out(1)})
+            "set_scalar1": In(1), "imm": In(32), "imm1": In(32), "row": Out(32),
+            "bias": Out(32), "scalar1": Out(32), "w_data": Out(32), "w_part": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
         chunk = self.chunk
         m.d.comb += self.row.eq(pick(self.r_rows, self.src_first, chunk) >> (self.shift * 8))
-        with m.If(self.set_imm):
-            m.d.sync += self.bias.eq(self.imm)
-        operand = widen_operand(
-            m, pick(self.r_rows, self.bias_first, chunk) >> (self.bias_shift * 8),
-            self.bias_dtype)
-        with m.If(self.set_bias):
-            m.d.sync += self.bias.eq(operand)
+        for reg, first, shift, dtype, imm, load, name in (
+                (self.bias, self.bias_first, self.bias_shift, self.bias_dtype, self.imm,
+                 self.set_bias, "operand0"),
+                (self.scalar1, self.s1_first, self.s1_shift, self.s1_dtype, self.imm1,
+                 self.set_scalar1, "operand1")):
+            load_operand(m, reg, self.r_rows, first, shift, dtype, chunk, self.set_imm, imm,
+                         load, name)
         lo = self.t_first + self.base
         m.d.comb += [
             self.w_data.eq(pick(self.y_rows, self.t_first, chunk) << (self.w_shift * 8)),
@@ -191,7 +197,9 @@ class ScalarEngine(wiring.Component):
 
         # bias: Activation's bias or TensorScalar's operand0 (imm: where it has none)
         dst, src, bias, red = (Signal(AP_LAYOUT, name=nm) for nm in ("dst", "src", "bias", "red"))
-        is_act, op, imm = Signal(), Signal(VectorOp), Signal(32)
+        s1 = Signal(AP_LAYOUT, name="s1")
+        is_act, op, op1, imm, imm1 = Signal(), Signal(VectorOp), Signal(VectorOp), Signal(32), \
+            Signal(32)
         with m.Switch(opcode):
             with m.Case(Activation.OPCODE):
                 m.d.comb += [is_act.eq(1)] + [
@@ -202,11 +210,14 @@ class ScalarEngine(wiring.Component):
                              src.eq(field(TensorScalar, "src")),
                              bias.eq(field(TensorScalar, "operand0")),
                              op.eq(field(TensorScalar, "op0")),
-                             imm.eq(field(TensorScalar, "imm0"))]
+                             imm.eq(field(TensorScalar, "imm0")),
+                             s1.eq(field(TensorScalar, "operand1")),
+                             op1.eq(field(TensorScalar, "op1")),
+                             imm1.eq(field(TensorScalar, "imm1"))]
             with m.Case(TensorCopy.OPCODE):
                 m.d.comb += [dst.eq(field(TensorCopy, "dst")), src.eq(field(TensorCopy, "src")),
                              op.eq(VectorOp.COPY)]
-        has_bias, has_red = bias.partitions != 0, red.partitions != 0
+        has_bias, has_red, has_s1 = bias.partitions != 0, red.partitions != 0, s1.partitions != 0
 
         m.submodules.ws = ws = ApWalker()
         m.submodules.wd = wd = ApWalker()
@@ -247,14 +258,14 @@ class ScalarEngine(wiring.Component):
         m.d.comb += [unit.func.eq(field(Activation, "func")),
                      unit.in_format.eq(format_index(src, formats)),
                      unit.out_format.eq(format_index(dst, formats)), unit.stochastic.eq(0),
-                     alu.op.eq(op), alu.reduce.eq(Reduce.NONE),
+                     alu.op.eq(op), alu.op1.eq(op1), alu.reduce.eq(Reduce.NONE),
                      alu.use_scalar.eq(opcode == TensorScalar.OPCODE),
                      alu.in_format.eq(format_index(src, alu_formats)),
                      alu.out_format.eq(format_index(dst, alu_formats)), alu.stochastic.eq(0)]
         # every partition's share (ScalarSlice): its source element and bias, its result
         s1_valid, s1_last, sent, shift = Signal(), Signal(), Signal(), Signal(2)
-        set_imm, set_bias = Signal(), Signal()
-        slices = {name: [] for name in ("row", "bias", "w_data", "w_part")}
+        set_imm, set_bias, set_scalar1 = Signal(), Signal(), Signal()
+        slices = {name: [] for name in ("row", "bias", "scalar1", "w_data", "w_part")}
         ways = [k * chunk for k in range(n // chunk)]
         results = Signal(32 * lanes)  # the lanes' results on the write side (below)
         for p in range(n):
@@ -268,12 +279,16 @@ class ScalarEngine(wiring.Component):
                 "r_rows": Cat(*[self.r_data[(p + k) % n] for k in ways]),
                 "y_rows": Cat(*y_rows), "src_first": src.partition,
                 "bias_first": bias.partition, "bias_shift": bias.offset[:2],
-                "bias_dtype": bias.dtype, "t_first": t_first, "t_count": t_count,
+                "bias_dtype": bias.dtype, "s1_first": s1.partition,
+                "s1_shift": s1.offset[:2], "s1_dtype": s1.dtype, "t_first": t_first,
+                "t_count": t_count,
                 "base": base, "shift": shift, "w_shift": at[:2], "set_imm": set_imm,
-                "set_bias": set_bias, "imm": imm}, outputs)
+                "set_bias": set_bias, "set_scalar1": set_scalar1, "imm": imm,
+                "imm1": imm1}, outputs)
         lane_bias = Cat(*select(slices["bias"]))
         m.d.comb += [unit.scale.eq(field(Activation, "scale").replicate(lanes)),
-                     unit.bias.eq(lane_bias), alu.scalar.eq(lane_bias)]
+                     unit.bias.eq(lane_bias), alu.scalar.eq(lane_bias),
+                     alu.scalar1.eq(Cat(*select(slices["scalar1"])))]
 
         # the read side: src of every partition, the group's lanes one cycle after the address
         lane_in = Cat(*select(slices["row"]))
@@ -304,15 +319,31 @@ class ScalarEngine(wiring.Component):
                 m.d.comb += set_imm.eq(1)
                 with m.If(has_bias):
                     m.next = "BIAS"
+                with m.Elif(has_s1):
+                    m.next = "OPERAND1"
                 with m.Else():
                     m.next = "GROUP"
+
+            def read_operand(ap):
+                """Read the operand's one element per partition (its data next cycle)."""
+                m.d.comb += [self.r_addr.eq(ap.offset[2:]), self.r_en.eq(1),
+                             self.r_psum.eq(ap.space == SPACE["psum"])]
+
             with m.State("BIAS"):
-                # the operand's one element per partition
-                m.d.comb += [self.r_addr.eq(bias.offset[2:]), self.r_en.eq(1),
-                             self.r_psum.eq(bias.space == SPACE["psum"])]
+                read_operand(bias)
                 m.next = "BIAS_DATA"
             with m.State("BIAS_DATA"):
                 m.d.comb += set_bias.eq(1)
+                with m.If(has_s1):
+                    read_operand(s1)
+                    m.next = "OPERAND1_DATA"
+                with m.Else():
+                    m.next = "GROUP"
+            with m.State("OPERAND1"):
+                read_operand(s1)
+                m.next = "OPERAND1_DATA"
+            with m.State("OPERAND1_DATA"):
+                m.d.comb += set_scalar1.eq(1)
                 m.next = "GROUP"
             with m.State("GROUP"):
                 m.d.comb += start.eq(1)

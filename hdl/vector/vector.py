@@ -9,7 +9,10 @@ Each beat of the input stream carries one element of every lane (partition): ``a
    ``scalar`` is fp32.
 1. ``r = op(a, b')`` with ``b'`` = ``b`` or, when ``use_scalar`` is set, the lane's
    ``scalar`` (tensor-scalar); see :class:`~hdl.vector.ops.VectorOp` (fp32 through
-   ``FpAdd32``/``FpMul32``: RNE, subnormals kept, NaN canonical).
+   ``FpAdd32``/``FpMul32``: RNE, subnormals kept, NaN canonical). Then, in the same stage,
+   the second operation ``r = op1(r, scalar1)`` on the fp32 ``r`` as it is, ``scalar1`` the
+   lane's second scalar (fp32); ``op1`` COPY skips it (``r`` unchanged, not even its NaN
+   made canonical): a two-operation tensor-scalar at the same rate and latency as one.
 2. ``reduce`` (:class:`~hdl.vector.ops.Reduce`): none (one output beat per input beat), or a
    sum (``add32`` from +0.0, element 0 first) or max (from -inf) along the free axis, one
    output beat per row on the beat flagged ``last``.
@@ -26,10 +29,10 @@ cast modules of their own that the lane instantiates (:data:`~hdl.vector.lanes.F
 :func:`~hdl.vector.lanes.cast_module`, shared with the scalar engine's lanes):
 :meth:`Vector.modules`.
 
-Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``, ``in_format``, ``b_format``,
-``out_format``, ``stochastic``) must hold while a stream is in flight. Pipeline: two
-register stages with a common stall (a beat moves when the output stage is empty or read),
-the cast in front of the second; one beat per cycle at full rate.
+Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``, ``op1``, ``scalar1``,
+``in_format``, ``b_format``, ``out_format``, ``stochastic``) must hold while a stream is in
+flight. Pipeline: two register stages with a common stall (a beat moves when the output stage
+is empty or read), the cast in front of the second; one beat per cycle at full rate.
 The golden model is :mod:`sim.golden.vector`.
 """
 
@@ -98,19 +101,65 @@ def input_layout(lanes: int) -> data.StructLayout:
     })
 
 
+def _element_op(m, op, a, b, instances: bool, suffix: str):
+    """``op(a, b)`` on fp32 bit patterns (:class:`~hdl.vector.ops.VectorOp`), combinational:
+    its fp32 adder and multiplier are the submodules ``add<suffix>`` and ``mul<suffix>`` of
+    ``m`` (instances of their modules with ``instances``, :func:`~.lanes.add_fp`)."""
+    added = add_fp(m, "add", f"add{suffix}", a, Mux(op == VectorOp.SUBTRACT, b ^ SIGN32, b),
+                   instances)
+    product = add_fp(m, "mul", f"mul{suffix}", a, Mux(op == VectorOp.SQUARE, a, b), instances)
+    lt, gt, eq = f_lt(a, b), f_lt(b, a), f_eq(a, b)
+    unordered = is_nan(a) | is_nan(b)
+    r = Signal(32, name=f"r{suffix}")
+    with m.Switch(op):
+        with m.Case(VectorOp.COPY):
+            m.d.comb += r.eq(Mux(is_nan(a), CANONICAL_NAN32, a))
+        with m.Case(VectorOp.ADD, VectorOp.SUBTRACT):
+            m.d.comb += r.eq(added)
+        with m.Case(VectorOp.MULTIPLY, VectorOp.SQUARE):
+            m.d.comb += r.eq(product)
+        with m.Case(VectorOp.MAX):
+            m.d.comb += r.eq(Mux(unordered, CANONICAL_NAN32, Mux(lt, b, a)))
+        with m.Case(VectorOp.MIN):
+            m.d.comb += r.eq(Mux(unordered, CANONICAL_NAN32, Mux(gt, b, a)))
+        with m.Case(VectorOp.IS_EQUAL):
+            m.d.comb += r.eq(Mux(eq, ONE32, 0))
+        with m.Case(VectorOp.NOT_EQUAL):
+            m.d.comb += r.eq(Mux(eq, 0, ONE32))
+        with m.Case(VectorOp.GREATER):
+            m.d.comb += r.eq(Mux(gt, ONE32, 0))
+        with m.Case(VectorOp.GREATER_EQUAL):
+            m.d.comb += r.eq(Mux(gt | eq, ONE32, 0))
+        with m.Case(VectorOp.LESS):
+            m.d.comb += r.eq(Mux(lt, ONE32, 0))
+        with m.Case(VectorOp.LESS_EQUAL):
+            m.d.comb += r.eq(Mux(lt | eq, ONE32, 0))
+        with m.Case(VectorOp.BITWISE_AND):
+            m.d.comb += r.eq(a & b)
+        with m.Case(VectorOp.BITWISE_OR):
+            m.d.comb += r.eq(a | b)
+        with m.Case(VectorOp.BITWISE_XOR):
+            m.d.comb += r.eq(a ^ b)
+        with m.Case(VectorOp.ABS):
+            m.d.comb += r.eq(Mux(is_nan(a), CANONICAL_NAN32, a & ~SIGN32))
+    return r
+
+
 class VectorLane(wiring.Component):
-    """The datapath of one lane: input widening, the element operation, the reduction and
+    """The datapath of one lane: input widening, the element operations, the reduction and
     the output cast.
 
     ``en`` moves the pipeline (both stages load); ``step`` (with ``en``) says the stage-1 value
     is a valid element to reduce, ``first`` that it starts a row, ``last`` that it ends one.
     ``a`` is a lane word in ``formats[in_format]``, ``b`` one in ``formats[b_format]``,
-    ``scalar`` fp32, taken for ``b`` with ``use_scalar``. ``y`` is the stage-2 register: the
+    ``scalar`` fp32, taken for ``b`` with ``use_scalar``; ``op1`` the second operation on the
+    first's result and ``scalar1`` (fp32; COPY: none). ``y`` is the stage-2 register: the
     element result, or the row's reduction, in ``formats[out_format]`` (``stochastic``:
     stochastic rounding by the generator whose initial state is ``seed``, see
     :func:`~hdl.numerics.cast.seed_value`). With ``rng`` None the lane rounds to nearest even
     only and has neither ``stochastic`` nor ``seed``. With ``instances`` the fp32 adders
-    (``add``, the reduction's ``red``) and multiplier (``mul``) and the output cast are
+    (``add`` and the second operation's ``add1``, the reduction's ``red``) and multipliers
+    (``mul``, ``mul1``) and the output cast are
     ``Instance`` s of their modules (:data:`~hdl.vector.lanes.FP_MODULES`,
     :func:`~hdl.vector.lanes.cast_module`), emitted once, instead of submodules: the same
     circuit.
@@ -137,6 +186,8 @@ class VectorLane(wiring.Component):
             "b": In(32),
             "use_scalar": In(1),
             "scalar": In(32),
+            "op1": In(VectorOp),
+            "scalar1": In(32),
             "step": In(1),
             "first": In(1),
             "last": In(1),
@@ -148,45 +199,9 @@ class VectorLane(wiring.Component):
         a = widen_input(m, self.formats, self.a, self.in_format, prefix="a")
         b = Mux(self.use_scalar, self.scalar,
                 widen_input(m, self.formats, self.b, self.b_format, prefix="b"))
-        op = self.op
-
-        added = add_fp(m, "add", "add", a, Mux(op == VectorOp.SUBTRACT, b ^ SIGN32, b),
-                       self.instances)
-        product = add_fp(m, "mul", "mul", a, Mux(op == VectorOp.SQUARE, a, b), self.instances)
-        lt, gt, eq = f_lt(a, b), f_lt(b, a), f_eq(a, b)
-        unordered = is_nan(a) | is_nan(b)
-        r = Signal(32)
-        with m.Switch(op):
-            with m.Case(VectorOp.COPY):
-                m.d.comb += r.eq(Mux(is_nan(a), CANONICAL_NAN32, a))
-            with m.Case(VectorOp.ADD, VectorOp.SUBTRACT):
-                m.d.comb += r.eq(added)
-            with m.Case(VectorOp.MULTIPLY, VectorOp.SQUARE):
-                m.d.comb += r.eq(product)
-            with m.Case(VectorOp.MAX):
-                m.d.comb += r.eq(Mux(unordered, CANONICAL_NAN32, Mux(lt, b, a)))
-            with m.Case(VectorOp.MIN):
-                m.d.comb += r.eq(Mux(unordered, CANONICAL_NAN32, Mux(gt, b, a)))
-            with m.Case(VectorOp.IS_EQUAL):
-                m.d.comb += r.eq(Mux(eq, ONE32, 0))
-            with m.Case(VectorOp.NOT_EQUAL):
-                m.d.comb += r.eq(Mux(eq, 0, ONE32))
-            with m.Case(VectorOp.GREATER):
-                m.d.comb += r.eq(Mux(gt, ONE32, 0))
-            with m.Case(VectorOp.GREATER_EQUAL):
-                m.d.comb += r.eq(Mux(gt | eq, ONE32, 0))
-            with m.Case(VectorOp.LESS):
-                m.d.comb += r.eq(Mux(lt, ONE32, 0))
-            with m.Case(VectorOp.LESS_EQUAL):
-                m.d.comb += r.eq(Mux(lt | eq, ONE32, 0))
-            with m.Case(VectorOp.BITWISE_AND):
-                m.d.comb += r.eq(a & b)
-            with m.Case(VectorOp.BITWISE_OR):
-                m.d.comb += r.eq(a | b)
-            with m.Case(VectorOp.BITWISE_XOR):
-                m.d.comb += r.eq(a ^ b)
-            with m.Case(VectorOp.ABS):
-                m.d.comb += r.eq(Mux(is_nan(a), CANONICAL_NAN32, a & ~SIGN32))
+        first_op = _element_op(m, self.op, a, b, self.instances, "")
+        second = _element_op(m, self.op1, first_op, self.scalar1, self.instances, "1")
+        r = Mux(self.op1 == VectorOp.COPY, first_op, second)
 
         s1 = Signal(32)
         acc = Signal(32)
@@ -223,6 +238,7 @@ class Vector(wiring.Component):
     Ports: ``i``, a stream of :func:`input_layout`; ``o``, a stream of
     ``ArrayLayout(32, lanes)`` (lane words in the output format); control ``op``, ``reduce``,
     ``use_scalar``, ``scalar`` (``ArrayLayout(32, lanes)``, one scalar per partition),
+    ``op1`` and ``scalar1`` (the second operation and its scalars, laid out as ``scalar``),
     ``in_format`` (``a``'s), ``b_format`` (``b``'s), ``out_format`` (indices into
     ``params.formats``) and ``stochastic``
     (ignored by an engine without a generator, ``params.rng`` None: the port list is the
@@ -244,6 +260,8 @@ class Vector(wiring.Component):
             "reduce": In(Reduce),
             "use_scalar": In(1),
             "scalar": In(data.ArrayLayout(32, n)),
+            "op1": In(VectorOp),
+            "scalar1": In(data.ArrayLayout(32, n)),
             "in_format": In(range(max(len(params.formats), 2))),
             "b_format": In(range(max(len(params.formats), 2))),
             "out_format": In(range(max(len(params.formats), 2))),
@@ -300,7 +318,8 @@ class Vector(wiring.Component):
                       "out_format": self.out_format, **rounding,
                       "a": self.i.payload.a[lane],
                       "b": self.i.payload.b[lane], "use_scalar": self.use_scalar,
-                      "scalar": self.scalar[lane], "step": s1_valid, "first": s1_first,
+                      "scalar": self.scalar[lane], "op1": self.op1,
+                      "scalar1": self.scalar1[lane], "step": s1_valid, "first": s1_first,
                       "last": s1_last}
             add_lane(m, f"lane{lane}", lambda: VectorLane(p.formats, p.rng), module, inputs,
                      {"y": self.o.payload[lane]})

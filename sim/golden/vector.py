@@ -1,10 +1,11 @@
 """Bit-exact golden model of the vector engine.
 
 Per lane (partition) and element: ``r = op(a, b)`` with ``b`` the second tensor or the lane's
-scalar (:class:`~hdl.vector.ops.VectorOp`), then an optional reduction along the free axis
-(:class:`~hdl.vector.ops.Reduce`), emitted on the element flagged ``last``, then the output
-cast to the instruction's format. Values are fp32 bit patterns (or narrow ones in the low bits)
-in ``uint32`` arrays of shape ``(elements, lanes)``.
+scalar (:class:`~hdl.vector.ops.VectorOp`), then, unless ``op1`` is COPY, ``r = op1(r,
+scalar1)`` on the fp32 ``r`` with the lane's second scalar, then an optional reduction along
+the free axis (:class:`~hdl.vector.ops.Reduce`), emitted on the element flagged ``last``,
+then the output cast to the instruction's format. Values are fp32 bit patterns (or narrow
+ones in the low bits) in ``uint32`` arrays of shape ``(elements, lanes)``.
 """
 
 from __future__ import annotations
@@ -73,17 +74,20 @@ def elementwise(op: VectorOp, a, b) -> np.ndarray:
 
 def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE,
         in_format: str = "fp32", out_format: str = "fp32", rounding: str = "rne",
-        beat: int = 0, b_format: str | None = None) -> np.ndarray:
+        beat: int = 0, b_format: str | None = None, op1=VectorOp.COPY,
+        scalar1=None) -> np.ndarray:
     """The engine on a stream of ``(elements, lanes)`` operands.
 
     ``a`` is lane words in ``in_format``, ``b`` in ``b_format`` (``in_format`` when None),
     each widened exactly to fp32 (:func:`sim.golden.convert.widen_input`); ``b`` is ignored
-    when ``scalar`` (``(lanes,)``, fp32) is given. Without a reduction the result
-    has one row per element; with one, one row per element flagged ``last`` (``last`` is a
-    bool array of length ``elements``; an unterminated tail emits nothing). The rows are
-    written in ``out_format``: ``"fp32"`` unchanged (bitwise results keep every bit), a narrow
-    format cast with ``rounding`` (:func:`sim.golden.convert.cast_output`; ``beat`` is the
-    number of output beats since reset, whose generator words are used up). Stochastic
+    when ``scalar`` (``(lanes,)``, fp32) is given. ``op1`` other than COPY is applied to
+    each fp32 result with ``scalar1`` (``(lanes,)``, fp32; required then). Without a
+    reduction the result has one row per element; with one, one row per element flagged
+    ``last`` (``last`` is a bool array of length ``elements``; an unterminated tail emits
+    nothing). The rows are written in ``out_format``: ``"fp32"`` unchanged (bitwise results
+    keep every bit), a narrow format cast with ``rounding``
+    (:func:`sim.golden.convert.cast_output`; ``beat`` is the number of output beats since
+    reset, whose generator words are used up). Stochastic
     rounding on an engine without a generator (``params.rng`` None) is refused, whatever the
     format (:func:`sim.golden.convert.check_rounding`).
     """
@@ -97,6 +101,10 @@ def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE,
         b = widen_input(np.asarray(b, dtype=np.uint32).reshape(a.shape),
                         in_format if b_format is None else b_format)
     r = elementwise(op, a, b)
+    if VectorOp(op1) != VectorOp.COPY:
+        if scalar1 is None:
+            raise ValueError(f"op1 {VectorOp(op1).name} needs scalar1")
+        r = elementwise(op1, r, np.asarray(scalar1, dtype=np.uint32))
     reduce = Reduce(reduce)
     if reduce != Reduce.NONE:
         r = _reduce(params, r, reduce, last)

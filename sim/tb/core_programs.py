@@ -311,6 +311,82 @@ def _mixed_types(b: Builder) -> None:
                           bias=ops["fp8_e4m3"]))
 
 
+#: The two operations of :func:`_two_ops`' TensorScalar instructions: (op0, its scalar, op1,
+#: its scalar), a scalar an immediate (a float) or a per-partition operand of the type
+#: named, read from the columns of :data:`_TWO_OP_OPERANDS`.
+_TWO_OPS = (
+    (VectorOp.MULTIPLY, 0.75, VectorOp.ADD, -1.25),
+    (VectorOp.SUBTRACT, "bf16", VectorOp.MULTIPLY, 3.0),
+    (VectorOp.ADD, 1.0 / 3.0, VectorOp.MAX, "fp8_e4m3"),
+    (VectorOp.MULTIPLY, "fp16", VectorOp.ADD, "fp32"),
+    (VectorOp.MAX, "fp8_e5m2", VectorOp.MIN, "int8"),
+    (VectorOp.ADD, "tf32", VectorOp.GREATER, "fp8_e4m3fn"),
+    (VectorOp.BITWISE_XOR, "int32", VectorOp.BITWISE_AND, "uint32"),
+    (VectorOp.MULTIPLY, "fp32", VectorOp.SUBTRACT, "bf16"),
+    (VectorOp.BITWISE_OR, "uint32", VectorOp.MULTIPLY, 0.5),
+)
+#: The per-partition operands of :func:`_two_ops`, as :data:`_OPERANDS`, fp32 too.
+_TWO_OP_OPERANDS = _OPERANDS + (("fp32", 2, "og"),)
+
+
+def _two_ops(b: Builder) -> None:
+    """Two-operation TensorScalar, ``op1(op0(src, s0), s1)``, on the vector, GpSimd and scalar
+    engines: both scalars immediates, one of each, and per-partition operands of two types
+    (every type the engines read, narrow ones at byte offsets inside words; integer ones
+    through bitwise operations, whose results the second operation takes as they are),
+    results in fp32, bf16 at a byte offset and fp8; on the vector engine an operand in PSUM,
+    on the scalar engine a tile of six partitions."""
+    p, n, q = b.params.partitions, 8, b.params.dma_queues
+    x, y = b.sbuf(2 * n, "x"), b.sbuf(4 * n, "y")
+    loads = [(_tile(b, x, n, "bf16"), b.hbm("x", (p, n), "bf16").ap((0, p))),
+             (_tile(b, y, n), b.hbm("y", (p, n), "fp32").ap((0, p)))]
+    ops = {}
+    for dtype, element, name in _TWO_OP_OPERANDS:
+        size = isa.DTYPES[dtype][1]
+        base = b.sbuf(4 * size, name)
+        ops[dtype] = b.tile("sbuf", dtype, base + element * size, p, ((1, 1),))
+        loads.append((b.tile("sbuf", dtype, base, p, ((4, 1),)),
+                      b.hbm(name, (p, 4), dtype).ap((0, p))))
+    for i, (dst, src) in enumerate(loads):
+        b.emit(f"dma{i % q}", DmaCopy(dst=dst, src=src))
+    ready = [b.signal(f"dma{k}") for k in range(min(q, len(loads)))]
+    bank = b.psum_banks(1, "psum")[0]
+
+    def scalars(k: int, value) -> dict:
+        if isinstance(value, float):
+            return {f"imm{k}": value}
+        return {f"operand{k}": ops[value]}
+
+    outs = ("fp32", "fp32", "bf16", "fp32", "fp8_e5m2")
+    for eng in ("vector", "gpsimd", "scalar"):
+        b.wait(eng, *ready)
+        base = b.sbuf(4 * n * (len(_TWO_OPS) + 2), f"{eng} results")
+        slots = iter(range(base, base + 4 * n * (len(_TWO_OPS) + 2), 4 * n))
+        for k, (op0, s0, op1, s1) in enumerate(_TWO_OPS):
+            out = outs[k % len(outs)]
+            dst = _tile(b, next(slots) + (2 if out == "bf16" else 0), n, out)
+            b.emit(eng, TensorScalar(dst=dst, src=_tile(b, x, n, "bf16") if k % 2 else
+                                     _tile(b, y, n), op0=op0, op1=op1, **scalars(0, s0),
+                                     **scalars(1, s1)))
+        if eng == "vector":  # operand1 a bf16 in PSUM
+            b.emit(eng, TensorCopy(dst=_tile(b, bank, 4, "bf16", space="psum"),
+                                   src=_tile(b, ops["bf16"].offset - 2, 4, "bf16")))
+            b.emit(eng, TensorScalar(dst=_tile(b, next(slots), n), src=_tile(b, y, n),
+                                     op0=VectorOp.MULTIPLY, operand0=ops["fp16"],
+                                     op1=VectorOp.ADD,
+                                     operand1=b.tile("psum", "bf16", bank + 6, p, ((1, 1),))))
+        if eng == "scalar":  # six partitions: fewer than the lanes' turns cover
+            six = {dt: b.tile("sbuf", dt, ops[dt].offset, 6, ((1, 1),)) for dt in ("fp16", "int8")}
+            b.emit(eng, TensorScalar(dst=b.tile("sbuf", "bf16", next(slots) + 2, 6, ((n, 1),)),
+                                     src=b.tile("sbuf", "bf16", x, 6, ((n, 1),)),
+                                     op0=VectorOp.ADD, operand0=six["fp16"],
+                                     op1=VectorOp.MULTIPLY, operand1=six["int8"]))
+            b.emit(eng, TensorScalar(dst=b.tile("sbuf", "fp32", next(slots), 6, ((n, 1),)),
+                                     src=b.tile("sbuf", "bf16", x, 6, ((n, 1),)),
+                                     op0=VectorOp.SUBTRACT, imm0=0.25,
+                                     op1=VectorOp.MAX, operand1=six["fp16"]))
+
+
 def _matmuls(b: Builder) -> None:
     """The tensor engine: bf16, a double-rate fp8 tile of the array's rows (two partitions
     to a PE row) accumulated onto the bf16 result, fp32 with a strided moving tile and fewer
@@ -584,6 +660,15 @@ PROGRAMS = {"vector_add": (_vector_add, False), "vector_ops": (_vector_ops, Fals
 PROGRAMS |= {"mixed_types": (_mixed_types, False),
              **{name: (_kernel(name, {"R": 16, "C": 24}, "bf16"), False)
                 for name in ("cross_entropy", "gelu_backward", "grad_accumulate", "swiglu")}}
+
+#: Two-operation TensorScalar: the hand-written program and the library's kernels that use it
+#: (the backward passes of cross-entropy and SwiGLU, sampling), in both their types.
+PROGRAMS |= {"two_ops": (_two_ops, False),
+             **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)
+                for name in ("cross_entropy_backward", "swiglu_backward")
+                for dtype in ("fp32", "bf16")},
+             **{f"sample_{dtype}": (_kernel("sample", {"B": 16, "V": 24, "K": 4}, dtype),
+                                    False) for dtype in ("fp32", "bf16")}}
 
 
 #: Programs of the arrays with MX formats alone: name -> builder function (their builder

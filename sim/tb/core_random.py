@@ -4,9 +4,9 @@ runs and ordered by semaphores so that no two streams race.
 :func:`random_program` draws a sequence of operations on a few SBUF slots and PSUM banks:
 DMA loads from HBM, element-wise operations (``TensorTensor`` on inputs of one type or two),
 copies and memsets on every engine that runs them (vector, GpSimd, and the scalar engine's
-TensorScalar and TensorCopy), the vector engine's reductions, GpSimd's iotas, the scalar
-engine's activations (with a bias column and a running sum), the tensor engine's
-load-and-multiply pairs (with accumulation), and DMA stores back to HBM.
+TensorScalar, of one operation or two, and TensorCopy), the vector engine's reductions,
+GpSimd's iotas, the scalar engine's activations (with a bias column and a running sum), the
+tensor engine's load-and-multiply pairs (with accumulation), and DMA stores back to HBM.
 Each operation waits for the last writer of every slot it touches and, before it writes a
 slot, for every reader since; the streams otherwise run concurrently. A draw the core
 simulator rejects never reaches the RTL: :func:`random_program` draws again from the next
@@ -151,14 +151,17 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
                 stream = rng.choice(("vector", "gpsimd"))
             elif kind == "ts":
                 stream = rng.choice(("vector", "scalar", "gpsimd"))
-                if rng.random() < 0.4:  # a per-partition operand, such as a reduction's
-                    col = rng.randrange(_SLOTS)
-                    ins = TensorScalar(dst=dst_ap, src=src_ap, op0=rng.choice(_OPS),
-                                       operand0=b.column(plan.cols + 4 * col, p))
-                    reads.append(("c", col))
-                else:
-                    ins = TensorScalar(dst=dst_ap, src=src_ap, op0=rng.choice(_OPS),
-                                       imm0=rng.choice((0.5, -1.25, 3.0, 1.0 / 3.0, 0.0)))
+                fields = {"op0": rng.choice(_OPS)}
+                if rng.random() < 0.5:  # a second operation
+                    fields["op1"] = rng.choice(_OPS)
+                for k in range(2 if "op1" in fields else 1):
+                    if rng.random() < 0.4:  # a per-partition operand, such as a reduction's
+                        col = rng.randrange(_SLOTS)
+                        fields[f"operand{k}"] = b.column(plan.cols + 4 * col, p)
+                        reads.append(("c", col))
+                    else:
+                        fields[f"imm{k}"] = rng.choice((0.5, -1.25, 3.0, 1.0 / 3.0, 0.0))
+                ins = TensorScalar(dst=dst_ap, src=src_ap, **fields)
             elif kind == "copy":
                 ins = TensorCopy(dst=dst_ap, src=src_ap)
                 stream = rng.choice(("vector", "scalar", "gpsimd"))

@@ -5,11 +5,12 @@ one build of the core at trn2's simulation scale, with random stalls on every AX
 hand-written programs for each engine (GpSimd's Iota and the scalar engine's TensorScalar and
 TensorCopy included; stationaries at tile positions of the array's row and column tiling; fp8
 double rows; transposes in every type the array transposes; inputs of two types in one
-instruction and scalar operands of every type on the vector, GpSimd and scalar engines), the
-library's kernels (tiled GEMM in bf16 and fp8, the fp8 one also on double rows, fused GEMM +
-GELU, softmax, RMSNorm, the KV cache's prefill, residual add, cross-entropy and the GELU
-backward pass in fp32 and bf16, gradient accumulation and SwiGLU), and the seeded random
-program of the run's seed
+instruction and scalar operands of every type on the vector, GpSimd and scalar engines;
+two-operation TensorScalar on all three), the library's kernels (tiled GEMM in bf16 and fp8,
+the fp8 one also on double rows, fused GEMM + GELU, softmax, RMSNorm, the KV cache's prefill,
+residual add, cross-entropy and the GELU backward pass in fp32 and bf16, gradient
+accumulation and SwiGLU, the backward passes of cross-entropy and SwiGLU and sampling in fp32
+and bf16), and the seeded random program of the run's seed
 (:mod:`sim.tb.core_random`, vetted by the core simulator). Compared: every byte of SBUF,
 PSUM and the external memory after the run, the deadlock verdict, and each compute
 instruction's cycles against the simulator's within the bound documented in

@@ -4,14 +4,17 @@ Cocotb tests (run inside the simulator by :func:`simulate`, which ``gen sim`` ca
 pytest entry points are in ``sim/tb/test_vector.py``):
 
 * ``directed``: every operation, tensor-tensor and tensor-scalar, on special values (zeros of
-  both signs, infinities, NaNs, subnormals, the largest finite value) and random ones; sum and
+  both signs, infinities, NaNs, subnormals, the largest finite value) and random ones; every
+  operation as the second of a two-operation tensor-scalar, on specials and on the first's
+  non-canonical NaNs, one-operation ones of them kept as they are (``op1`` COPY); sum and
   max reductions over rows of lengths 1, 2, 3 and 7; every narrow input format (every bit
   pattern of the 8-bit ones); every narrow output format with both roundings, element-wise
   and reduced, from other input formats, ``a`` and ``b`` of two different ones
   (round-to-nearest-even alone on an engine without a generator, ``rng`` None: every draw of
   a rounding is among the engine's).
 * ``random_streams``: seeded random operations, reductions, input formats (``a``'s and
-  ``b``'s drawn apart), output formats, roundings, operands and row lengths, with random
+  ``b``'s drawn apart), second operations, output formats, roundings, operands and row
+  lengths, with random
   idle cycles on the input and random backpressure on the output.
 
 Each case resets the engine (so the stochastic-rounding generators restart from their seed),
@@ -56,9 +59,10 @@ class VectorTB(EngineTB):
 
     async def case(self, op, reduce=Reduce.NONE, a=None, b=None, scalar=None, last=None,
                    idle=0.0, stall=0.0, in_format="fp32", out_format="fp32", rounding="rne",
-                   b_format=None):
+                   b_format=None, op1=VectorOp.COPY, scalar1=None):
         """One instruction: ``a`` lane words in ``in_format``, ``b`` in ``b_format``
-        (``in_format`` when None), the result written in ``out_format`` with ``rounding``;
+        (``in_format`` when None), the second operation ``op1`` with ``scalar1`` (fp32, one
+        per lane; zeros when None), the result written in ``out_format`` with ``rounding``;
         every beat checked against the golden model."""
         p, dut = self.params, self.dut
         await self.begin(in_format, out_format, rounding)
@@ -72,17 +76,21 @@ class VectorTB(EngineTB):
         dut.use_scalar.value = int(scalar is not None)
         sc = np.zeros(p.lanes, np.uint32) if scalar is None else np.asarray(scalar, np.uint32)
         dut.scalar.value = pack([sc[None]], [32])[0]
+        sc1 = np.zeros(p.lanes, np.uint32) if scalar1 is None else \
+            np.asarray(scalar1, np.uint32)
+        dut.op1.value = VectorOp(op1).value
+        dut.scalar1.value = pack([sc1[None]], [32])[0]
         want = golden.run(p, op, a, b, last=last, scalar=scalar, reduce=reduce,
                           in_format=in_format, out_format=out_format, rounding=rounding,
-                          b_format=b_format)
+                          b_format=b_format, op1=op1, scalar1=sc1)
         beats = pack([a, b, last.astype(np.uint8)], [32, 32, 8])
         got = await self.bench.transfer(beats, len(want), idle, stall)
         got = np.array([unpack(v, p.lanes, 32) for v in got],
                        dtype=np.uint32).reshape(-1, p.lanes)
         check_equal("output", got, want.reshape(-1, p.lanes),
                     {"op": VectorOp(op).name, "reduce": Reduce(reduce).name,
-                     "scalar": scalar is not None, "beats": n, "in": in_format,
-                     "b": b_format, "out": out_format, "rounding": rounding})
+                     "scalar": scalar is not None, "op1": VectorOp(op1).name, "beats": n,
+                     "in": in_format, "b": b_format, "out": out_format, "rounding": rounding})
         self.cases += 1
 
 
@@ -126,6 +134,16 @@ async def directed(dut):
     for op in (VectorOp.ADD, VectorOp.SUBTRACT, VectorOp.MULTIPLY, VectorOp.MAX,
                VectorOp.GREATER_EQUAL, VectorOp.BITWISE_XOR):
         await tb.case(op, a=rnd_a, b=rnd_b, scalar=scalar)
+    # every operation second, on every special against every special: the first operation
+    # (an OR with zero) passes each, non-canonical NaNs included, as it is
+    firsts = np.repeat(SPECIALS, lanes).reshape(-1, lanes)
+    zeros = np.zeros(lanes, np.uint32)
+    for op1 in VectorOp:
+        for j in range(0, len(SPECIALS), lanes):
+            await tb.case(VectorOp.BITWISE_OR, a=firsts, scalar=zeros, op1=op1,
+                          scalar1=SPECIALS[(j + np.arange(lanes)) % len(SPECIALS)])
+    await tb.case(VectorOp.MULTIPLY, a=rnd_a, scalar=scalar, op1=VectorOp.ADD,
+                  scalar1=random_f32(tb.nprng, (lanes,)), out_format=formats[-1])
     last = np.array([True, False, True, False, False, True] + [False] * 6 + [True])
     rows = random_f32(tb.nprng, (len(last), lanes))
     for reduce in (Reduce.SUM, Reduce.MAX):
@@ -166,10 +184,12 @@ async def random_streams(dut):
         in_format, b_format, out_format = (rng.choice(tb.params.formats) for _ in range(3))
         a, b = _operands(tb, in_format, (len(last), lanes), b_format)
         scalar = random_f32(tb.nprng, (lanes,)) if rng.random() < 0.4 else None
+        op1 = rng.choice(list(VectorOp)) if rng.random() < 0.5 else VectorOp.COPY
         idle, stall = rng.choice(PAUSES)
         await tb.case(op, reduce, a=a, b=b, scalar=scalar, last=last, idle=idle, stall=stall,
                       in_format=in_format, b_format=b_format, out_format=out_format,
-                      rounding=rng.choice(roundings(tb.params.rng)))
+                      rounding=rng.choice(roundings(tb.params.rng)), op1=op1,
+                      scalar1=random_f32(tb.nprng, (lanes,)))
     dut._log.info("random_streams: %d cases passed", tb.cases)
 
 
