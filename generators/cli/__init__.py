@@ -272,6 +272,9 @@ def sim(spec, unit_names, simulator, seed, kernel, waves, coverage):
     except SimulatorMissing as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    except RuntimeError as exc:       # the simulator failed, not a test: its log's tail
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
     if not runs:
         click.echo("error: nothing was simulated", err=True)
     if coverage is not None and counted:
