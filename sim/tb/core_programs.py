@@ -232,21 +232,13 @@ _OPERANDS = (("bf16", 1, "ob"), ("fp16", 0, "oh"), ("fp8_e4m3", 3, "oe"),
              ("int32", 2, "sj"), ("uint32", 1, "su"), ("tf32", 3, "ot"))
 
 
-def _mixed_types(b: Builder) -> None:
-    """Inputs of two types in one instruction and per-partition scalar operands of every
-    type but fp32, on the vector, GpSimd and scalar engines: bf16 with fp32 both ways round,
-    strided fp8_e4m3 with fp16 at byte offsets, fp32 in PSUM with bf16; TensorScalar on each
-    operand type (integer ones by bitwise operations), a bf16 operand in PSUM, one of six
-    partitions on the scalar engine; activations with a bf16 and an fp8 bias."""
-    p, n, q = b.params.partitions, 8, b.params.dma_queues
-    srcs = {"x": "bf16", "y": "fp32", "z": "fp8_e4m3", "w": "fp16"}
-    at, loads = {}, []
-    for name, dtype in srcs.items():
-        size = isa.DTYPES[dtype][1]
-        at[name] = b.sbuf(size * n, name)
-        loads.append((_tile(b, at[name], n, dtype), b.hbm(name, (p, n), dtype).ap((0, p))))
+def _load_operands(b: Builder, operands, loads: list) -> tuple[dict, list]:
+    """Load ``operands`` ((type, element, name): a word-aligned group of four elements, the
+    operand the element at ``element`` of it) beside ``loads``, every load on the DMA queues
+    in turn; the operands' tiles by type, and the queues' signals."""
+    p, q = b.params.partitions, b.params.dma_queues
     ops = {}
-    for dtype, element, name in _OPERANDS:
+    for dtype, element, name in operands:
         size = isa.DTYPES[dtype][1]
         base = b.sbuf(4 * size, name)
         ops[dtype] = b.tile("sbuf", dtype, base + element * size, p, ((1, 1),))
@@ -254,7 +246,23 @@ def _mixed_types(b: Builder) -> None:
                       b.hbm(name, (p, 4), dtype).ap((0, p))))
     for i, (dst, src) in enumerate(loads):
         b.emit(f"dma{i % q}", DmaCopy(dst=dst, src=src))
-    ready = [b.signal(f"dma{k}") for k in range(min(q, len(loads)))]
+    return ops, [b.signal(f"dma{k}") for k in range(min(q, len(loads)))]
+
+
+def _mixed_types(b: Builder) -> None:
+    """Inputs of two types in one instruction and per-partition scalar operands of every
+    type but fp32, on the vector, GpSimd and scalar engines: bf16 with fp32 both ways round,
+    strided fp8_e4m3 with fp16 at byte offsets, fp32 in PSUM with bf16; TensorScalar on each
+    operand type (integer ones by bitwise operations), a bf16 operand in PSUM, one of six
+    partitions on the scalar engine; activations with a bf16 and an fp8 bias."""
+    p, n = b.params.partitions, 8
+    srcs = {"x": "bf16", "y": "fp32", "z": "fp8_e4m3", "w": "fp16"}
+    at, loads = {}, []
+    for name, dtype in srcs.items():
+        size = isa.DTYPES[dtype][1]
+        at[name] = b.sbuf(size * n, name)
+        loads.append((_tile(b, at[name], n, dtype), b.hbm(name, (p, n), dtype).ap((0, p))))
+    ops, ready = _load_operands(b, _OPERANDS, loads)
     x, y = _tile(b, at["x"], n, "bf16"), _tile(b, at["y"], n)
     half = n // 2
     z = b.tile("sbuf", "fp8_e4m3", at["z"] + 1, p, ((half, 2),))
@@ -336,20 +344,11 @@ def _two_ops(b: Builder) -> None:
     through bitwise operations, whose results the second operation takes as they are),
     results in fp32, bf16 at a byte offset and fp8; on the vector engine an operand in PSUM,
     on the scalar engine a tile of six partitions."""
-    p, n, q = b.params.partitions, 8, b.params.dma_queues
+    p, n = b.params.partitions, 8
     x, y = b.sbuf(2 * n, "x"), b.sbuf(4 * n, "y")
     loads = [(_tile(b, x, n, "bf16"), b.hbm("x", (p, n), "bf16").ap((0, p))),
              (_tile(b, y, n), b.hbm("y", (p, n), "fp32").ap((0, p)))]
-    ops = {}
-    for dtype, element, name in _TWO_OP_OPERANDS:
-        size = isa.DTYPES[dtype][1]
-        base = b.sbuf(4 * size, name)
-        ops[dtype] = b.tile("sbuf", dtype, base + element * size, p, ((1, 1),))
-        loads.append((b.tile("sbuf", dtype, base, p, ((4, 1),)),
-                      b.hbm(name, (p, 4), dtype).ap((0, p))))
-    for i, (dst, src) in enumerate(loads):
-        b.emit(f"dma{i % q}", DmaCopy(dst=dst, src=src))
-    ready = [b.signal(f"dma{k}") for k in range(min(q, len(loads)))]
+    ops, ready = _load_operands(b, _TWO_OP_OPERANDS, loads)
     bank = b.psum_banks(1, "psum")[0]
 
     def scalars(k: int, value) -> dict:
