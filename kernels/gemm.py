@@ -2,9 +2,13 @@
 ``func(... + bias[M])``), ``lhsT`` stored transposed as the tensor engine's stationary wants it.
 
 :func:`gemm` is blocked for SBUF reuse and overlaps every transfer with compute: an M-block of
-``lhsT`` stays in SBUF (double-buffered across blocks) while ``rhs`` streams through a ring of
-K-chunks on several DMA queues; each N-tile accumulates in half of the PSUM banks while the
-vector and scalar engines empty the other half and DMA queues store the results.
+``lhsT`` stays in SBUF while ``rhs`` streams through a ring of K-chunks on four DMA queues;
+the ``lhsT`` chunks go round the queues the rest leave free (``dma0``, and ``dma7`` up where
+the core has them), with as many blocks in flight as there are such queues (at least two) as
+SBUF allows, since transfers within a queue run in order, each after its own start-up latency
+[DMA]. Each N-tile accumulates in half of the PSUM banks while the vector and scalar engines
+empty the other half and a DMA queue stores it, the block's whole row tiles in one transfer
+(and the bias likewise in one per block).
 :func:`gemm_naive` is the same arithmetic tile by tile with nothing overlapped or reused.
 
 :func:`gemm` also runs the block-scaled MX formats (``mxfp8``, ``mxfp4``, where the array has
@@ -36,7 +40,7 @@ from hdl.core.isa import (
 )
 from hdl.numerics.formats import MX_FORMATS
 
-from .builder import Builder, KernelError, itemsize
+from .builder import SBUF_ALIGN, Builder, KernelError, itemsize
 from .mx import MX_BLOCK, quad_type
 
 __all__ = ["gemm", "gemm_naive", "out_dtype"]
@@ -48,6 +52,17 @@ _OUT_QUEUES = ("dma5", "dma6")
 #: Queues of the MX scales (small DMAs, each paying the DMA latency in its in-order queue),
 #: where the core has them; else a scale travels on its data's queue.
 _SCALE_QUEUES = tuple(f"dma{i}" for i in range(7, 15))
+
+
+def _a_queues(b: Builder, mx: bool) -> tuple[str, ...]:
+    """Queues of the ``lhsT`` chunks: ``dma0`` and, where the core has them, those past the
+    rhs and output queues that the MX scales leave free."""
+    first = int(_SCALE_QUEUES[-1][3:]) + 1 if mx else int(_OUT_QUEUES[-1][3:]) + 1
+    return ("dma0",) + tuple(f"dma{i}" for i in range(first, b.params.dma_queues))
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // SBUF_ALIGN) * SBUF_ALIGN
 
 
 def out_dtype(dtype: str) -> str:
@@ -76,6 +91,21 @@ def _k_tiles(b: Builder, k: int, dtype: str) -> list[tuple[int, int, int]]:
         else:
             out += [(o, tk, 1), (o + tk, n - tk, 1)]
     return out
+
+
+def _row_pieces(rows: int, tile: int) -> list[tuple[int, int, int]]:
+    """The row tiles of a block of ``rows`` as DMA pieces (first tile, tiles, partitions):
+    the whole tiles in one, a partial last tile alone."""
+    full, rest = divmod(rows, tile)
+    return ([(0, full, tile)] if full else []) + ([(full, 1, rest)] if rest else [])
+
+
+def _tiled(count: int, stride: int, dims: tuple) -> tuple:
+    """``dims`` behind an axis of ``count`` row tiles ``stride`` apart (none for one tile;
+    one element a partition when ``dims`` is empty)."""
+    if count == 1:
+        return dims or ((1, 1),)
+    return ((count, stride),) + dims
 
 
 def _pairs(b: Builder, dtype: str) -> int:
@@ -178,8 +208,10 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
         blocks = _tiles(m, bm)
         stage = 2 * per_block * tn * oes
         fixed = ring + ring_scales + stage + (2 * per_block * 4 if func else 0)
-        buffers = 2 if len(blocks) > 1 and 2 * a_bytes + fixed <= p.sbuf_bytes else 1
-        if buffers * a_bytes + fixed <= p.sbuf_bytes or per_block == 1:
+        # as many blocks in flight as there are lhsT queues (at least two), as SBUF allows
+        want = min(len(blocks), max(2, len(_a_queues(b, mx))))
+        buffers = max(1, min(want, (p.sbuf_bytes - fixed) // _aligned(a_bytes)))
+        if buffers * _aligned(a_bytes) + fixed <= p.sbuf_bytes or per_block == 1:
             break
         per_block -= 1
     a_base = [b.sbuf(a_bytes, "lhsT block") for _ in range(buffers)]
@@ -197,29 +229,39 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     bank_free: list[list] = [[], []]
     stage_free = [None, None]
     bias_free: list[list] = [[], []]
-    slot = tile_no = out_no = 0
+    slot = tile_no = 0
+    a_queues = _a_queues(b, mx)
+    a_no = 0  # lhsT chunks issued, each on the next of a_queues
     for bi, (m0, bmp) in enumerate(blocks):
         buf = bi % buffers
-        b.wait("dma0", a_free[buf])
+        used = []
         for c0, g in chunks:
+            q = a_queues[a_no % len(a_queues)]
+            a_no += 1
+            if q not in used:
+                used.append(q)
+                b.wait(q, a_free[buf])
             k0, kp, pairs = k_tiles[c0]
             src = b.tile("hbm", et, lhs_t.offset + (k0 * m + m0) * es, kp,
                          ((g, w * tk * m),) + _paired(pairs, kp * m, ((bmp, 1),)),
                          pstride=m * es)
             dst = b.tile("sbuf", et, a_base[buf] + c0 * w * bm * es, kp,
                          ((g, w * bm),) + _paired(pairs, bm, ((bmp, 1),)))
-            b.emit("dma0", DmaCopy(dst=dst, src=src))
+            b.emit(q, DmaCopy(dst=dst, src=src))
             if mx:
-                _scale_copies(b, ["dma0"], lhs_s, k_tiles[c0][0] // MX_GROUP_PARTITIONS,
+                _scale_copies(b, [q], lhs_s, k_tiles[c0][0] // MX_GROUP_PARTITIONS,
                               (m0, m0 + bmp), kp, a_scale[buf] + c0 * bm, g, bm)
-        if func:
+        if func:  # the block's bias on dma0
+            if "dma0" not in used:
+                used.append("dma0")
             bias_base = bias_bases[bi % 2]
             b.wait("dma0", *bias_free[bi % 2])
-            for mt, (mo, mp) in enumerate(_tiles(bmp, tm)):
-                src = bias.ap((m0 + mo, m0 + mo + mp))
-                b.emit("dma0", DmaCopy(dst=b.column(bias_base + mt * 4, mp), src=src))
-        a_ready = b.signal("dma0")
-        b.wait("tensor", a_ready)
+            for mt, count, mp in _row_pieces(bmp, tm):  # a column of each row tile
+                b.emit("dma0", DmaCopy(
+                    dst=b.tile("sbuf", "fp32", bias_base + mt * 4, mp, ((count, 1),)),
+                    src=b.tile("hbm", "fp32", bias.offset + (m0 + mt * tm) * 4, mp,
+                               _tiled(count, tm, ()), pstride=4)))
+        b.wait("tensor", *(b.signal(q) for q in used))
         m_tiles = _tiles(bmp, tm)
         for n0, tnp in n_tiles:
             half = tile_no % 2
@@ -284,13 +326,15 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                 else:
                     b.emit(eng, TensorCopy(dst=st, src=psum))
             bank_free[half] = [b.signal(e) for e in engines]
-            q = _OUT_QUEUES[out_no % len(_OUT_QUEUES)]
-            out_no += 1
+            # a block's stores on one queue (they share its rows), the blocks alternating
+            q = _OUT_QUEUES[bi % len(_OUT_QUEUES)]
             b.wait(q, *bank_free[half])
-            for mt, (mo, mp) in enumerate(m_tiles):
+            for mt, count, mp in _row_pieces(bmp, tm):
                 st = b.tile("sbuf", odt, stage_base + (half * per_block + mt) * tn * oes, mp,
-                            ((tnp, 1),))
-                b.emit(q, DmaCopy(dst=out.ap((m0 + mo, m0 + mo + mp), (n0, n0 + tnp)), src=st))
+                            _tiled(count, tn, ((tnp, 1),)))
+                dst = b.tile("hbm", odt, out.offset + ((m0 + mt * tm) * n + n0) * oes, mp,
+                             _tiled(count, tm * n, ((tnp, 1),)), pstride=n * oes)
+                b.emit(q, DmaCopy(dst=dst, src=st))
             stage_free[half] = b.signal(q)
             tile_no += 1
             if func:
