@@ -108,7 +108,8 @@ def _one_line_or_nothing(result, what: str, out: Path | None = None) -> None:
 
 @pytest.fixture
 def stand_in_emitters(monkeypatch):
-    """The units' Verilog emitters replaced by one that checks the parameters' type."""
+    """The units' Verilog emitters replaced by one that checks the parameters' type (a unit
+    emitted in parts, the core, then emits as one stand-in too)."""
     def stub(name):
         count = []
 
@@ -123,7 +124,8 @@ def stand_in_emitters(monkeypatch):
         return emit
 
     for name, unit in list(units.UNITS.items()):
-        monkeypatch.setitem(units.UNITS, name, dataclasses.replace(unit, emit=stub(name)))
+        monkeypatch.setitem(units.UNITS, name, dataclasses.replace(unit, emit=stub(name),
+                                                                   parts=None, take_parts=None))
 
 
 #: The suite's default seed for the mutants, fixed so that every run of the suite (and CI)
