@@ -92,3 +92,24 @@ def test_json_schema_describes_every_field():
     walk(spec_schema(), [])
     assert not missing
     json.dumps(spec_schema())
+
+
+def test_libyaml_and_the_python_parser_read_every_bundled_file_alike(monkeypatch):
+    """The spec loader parses with libyaml where PyYAML has it; the pure-Python parser (its
+    fallback, and the one whose errors are reported) gives every bundled YAML file the same
+    data and the same position for every key and value."""
+    from pathlib import Path
+
+    from specs import yamlsrc
+
+    if yamlsrc._FAST_LOADER is None:
+        pytest.skip("PyYAML was built without libyaml")
+    files = sorted(Path(yamlsrc.__file__).parent.rglob("*.yaml")) + sorted(
+        (Path(yamlsrc.__file__).parents[1] / "explore").rglob("*.yaml"))
+    assert len(files) > 10
+    fast = {f: yamlsrc.load_yaml(f) for f in files}
+    monkeypatch.setattr(yamlsrc, "_FAST_LOADER", None)
+    for f in files:
+        data, pos = yamlsrc.load_yaml(f)
+        assert data == fast[f][0], f
+        assert (pos.values, pos.keys) == (fast[f][1].values, fast[f][1].keys), f
