@@ -129,17 +129,6 @@ def test_random_programs_keep_the_rules(params):
     Core(params).run(a, timing_only=True)
 
 
-@pytest.mark.cocotb
-def test_icarus_runs_vector_add_and_detects_the_deadlock():
-    """`gen sim trn2 --unit core --sim icarus`: the core runs on Icarus, vector_add byte for
-    byte, and stops with its deadlock bit on the program the simulator refuses as a
-    deadlock, instead of hanging."""
-    skip_unless_available("icarus")
-    result = run("sim", "trn2", "--unit", "core", "--sim", "icarus", "--seed", "3")
-    assert result.exit_code == 0, result.output
-    assert "  PASS vector_add, deadlock: 1 tests, 0 failed" in result.output
-
-
 def test_mx_matmuls_run_where_the_array_has_mx(params):
     """The MX co-simulation program passes the core simulator and the RTL's rules on trn3
     (it is one of `gen sim trn3 --unit core`'s programs) and is refused on trn2, whose array
@@ -150,21 +139,24 @@ def test_mx_matmuls_run_where_the_array_has_mx(params):
     assert check_program(trn3, "mx_matmuls", 0) is None
     assert "mx_matmuls" in _core_names(trn3, "verilator", 0)
     assert "mx_matmuls" not in _core_names(params, "verilator", 0)
+    assert _core_names(params, "icarus", 0) == ["vector_add", "deadlock"]
+    assert _core_names(trn3, "icarus", 0) == ["vector_add", "deadlock", "mx_matmuls"]
     assert check_program(params, "mx_matmuls", 0) == \
         "mx_matmuls: trn2's array has no mxfp8 and mxfp4 formats"
 
 
 @pytest.mark.cocotb
-def test_icarus_runs_mx_matmuls_bit_for_bit():
-    """`gen sim trn3 --unit core --sim icarus --kernel mx_matmuls`: mxfp8 and mxfp4 tiles
-    with their scale operands, mixed and accumulated, on trn3's core at simulation scale:
-    SBUF, PSUM and the external memory equal the core simulator's byte for byte, and each
-    multiply takes the simulator's exact cycles (:func:`sim.tb.core.timing`)."""
+def test_icarus_runs_the_core_the_deadlock_and_mx_matmuls():
+    """`gen sim trn3 --unit core --sim icarus`, in one simulation of trn3's core at
+    simulation scale: vector_add byte for byte; the program the simulator refuses as a
+    deadlock stops with the core's deadlock bit instead of hanging; and the MX matmuls
+    (mxfp8 and mxfp4 tiles with their scale operands, mixed and accumulated) equal the core
+    simulator's SBUF, PSUM and external memory byte for byte, each multiply in the
+    simulator's exact cycles (:func:`sim.tb.core.timing`)."""
     skip_unless_available("icarus")
-    result = run("sim", "trn3", "--unit", "core", "--sim", "icarus", "--seed", "5",
-                 "--kernel", "mx_matmuls")
+    result = run("sim", "trn3", "--unit", "core", "--sim", "icarus", "--seed", "5")
     assert result.exit_code == 0, result.output
-    assert "  PASS mx_matmuls: 1 tests, 0 failed" in result.output
+    assert "  PASS vector_add, deadlock, mx_matmuls: 1 tests, 0 failed" in result.output
 
 
 def test_the_co_simulation_builds_the_shipped_core(tmp_path, params):

@@ -46,8 +46,9 @@ def _tensor_simulate(params, sim, seed=None):
 
 
 #: The programs `gen sim --unit core` runs without --kernel, by simulator: on Verilator every
-#: program of the co-simulation (with MX formats, the MX one too) and a seeded random one; on
-#: Icarus, about ten times slower (benchmarks/core_rtl.md), a small one and the deadlock.
+#: program of the co-simulation and a seeded random one; on Icarus, about ten times slower
+#: (benchmarks/core_rtl.md), a small one and the deadlock. Either adds the MX programs where
+#: the array has MX formats.
 CORE_PROGRAMS = {"verilator": None, "icarus": ("vector_add", "deadlock")}
 
 
@@ -66,7 +67,8 @@ def _core_names(params, sim, seed, kernel=None) -> list[str]:
         names = [kernel]
     else:
         mx = list(MX_PROGRAMS) if params.tensor.has_mx else []
-        names = list(CORE_PROGRAMS[sim] or [*PROGRAMS, *mx, RANDOM])
+        names = ([*CORE_PROGRAMS[sim], *mx] if CORE_PROGRAMS[sim] else
+                 [*PROGRAMS, *mx, RANDOM])
     for name in names:
         why = check_program(params, name, seed)
         if why is not None:
