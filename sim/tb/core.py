@@ -24,8 +24,10 @@ documents (:func:`sim.core.rtl_bound.rtl_cycle_bound`; :func:`timing`).
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import functools
+import gc
 import math
 import pickle
 import random
@@ -35,7 +37,7 @@ from pathlib import Path
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
+from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge, Timer
 from cocotbext.axi import AxiBus, AxiRam
 
 from generators.core import TOP
@@ -58,6 +60,9 @@ __all__ = ["CoreTB", "check_program", "co_simulate", "core_files", "core_verilog
 
 #: Probability that an AXI channel of the memory model pauses in a cycle (``pause``).
 STALL = 0.3
+
+#: The clock's period in the testbench, ns (rising edges at its multiples).
+PERIOD_NS = 10
 
 #: What each engine of the core RTL runs (the DMA queues: DmaCopy).
 SUPPORTED = {"tensor": tensor.supported, "vector": engines.supported,
@@ -91,6 +96,19 @@ def words(ins) -> list[int]:
 
 
 # --- the cocotb side ------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def collector_frozen():
+    """Within: the objects alive on entry (the imports, the program, the simulator's
+    results) are left out of the cyclic collector's passes (:func:`gc.freeze`), which the
+    objects every simulated cycle makes would otherwise run over again and again; on exit
+    they are returned to it."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
 
 class CoreTB:
     """Drives a :class:`~hdl.core.core.NeuronCore`: its host port and its AXI memory."""
@@ -130,7 +148,7 @@ class CoreTB:
             paused = not paused
 
     async def start_clock(self):
-        cocotb.start_soon(Clock(self.dut.clk, 10, unit="ns").start())
+        cocotb.start_soon(Clock(self.dut.clk, PERIOD_NS, unit="ns").start())
         self.start_stalls()
         self.dut.host__we.value = 0
         self.dut.host__addr.value = 0
@@ -191,12 +209,22 @@ class CoreTB:
             await FallingEdge(self.dut.clk)
         self.dut.host__we.value = 0
 
+    async def idle(self, cycles: int):
+        """From a falling edge, let ``cycles`` rising edges pass, the inputs held: it ends
+        between the last of them and the next falling edge, as ``ClockCycles(clk, cycles)``
+        would, but woken once (a timer) rather than at every edge."""
+        await Timer(PERIOD_NS * (cycles - 0.25), unit="ns")
+
     async def run(self, limit: int, poll: int = 16) -> tuple[int, bool]:
         """Start, poll every ``poll`` cycles until stopped; (cycles, deadlock). Fails past
-        ``limit`` cycles."""
+        ``limit`` cycles. The collector is frozen meanwhile (:func:`collector_frozen`)."""
+        with collector_frozen():
+            return await self._run(limit, poll)
+
+    async def _run(self, limit: int, poll: int) -> tuple[int, bool]:
         await self.write(self.map.reg(self.map.START), 1)
         while True:
-            await ClockCycles(self.dut.clk, poll)
+            await self.idle(poll)
             status = await self.read(self.map.reg(self.map.STATUS))
             cycles = await self.read(self.map.reg(self.map.CYCLES))
             if not status & 1:
