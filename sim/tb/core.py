@@ -5,7 +5,8 @@ simulation (:func:`simulate_many`), programs of :mod:`sim.tb.core_programs`; for
 
 1. the core simulator (:class:`sim.core.Core`, numeric mode) checks the program and runs it;
    a program it rejects is never run on the RTL, except ``deadlock``, which both must refuse;
-2. the testbench clears SBUF and PSUM (the shipped core's memories have no initial image),
+2. the testbench clears SBUF and PSUM (the shipped core's memories have no initial image:
+   the first program's clearing is the vector engine's memset, the others' direct writes),
    loads the program's words through the host port, fills the external memory
    (cocotbext-axi's ``AxiRam`` on the AXI4 port) with the same seeded inputs, starts the core
    and polls its status until it stops, the deadlock bit rises or the cycle limit passes;
@@ -165,10 +166,20 @@ class CoreTB:
         await FallingEdge(self.dut.clk)
         self.dut.rst.value = 0
 
-    async def clear(self):
-        """Zero every byte of SBUF and PSUM: the vector engine's memset of fp32 zeros over
-        each, run as a program of its own."""
+    async def clear(self, memset: bool = True):
+        """Zero every byte of SBUF and PSUM: with ``memset``, the vector engine's memset of
+        fp32 zeros over each, run as a program of its own (which the memories' first
+        clearing must be: they start undefined, as the shipped core's SRAMs); else each of
+        their rows written directly in the simulator, the core idle, in no cycle of its own."""
         p = self.params
+        if not memset:
+            await FallingEdge(self.dut.clk)
+            for name, nbytes in (("sbuf", p.sbuf_bytes), ("psum", p.psum_bytes)):
+                rows = getattr(self.dut, name)
+                for w in range(nbytes // 4):
+                    rows[w].value = 0
+            await FallingEdge(self.dut.clk)
+            return
         b = Builder(p)
         for space, nbytes in (("sbuf", p.sbuf_bytes), ("psum", p.psum_bytes)):
             b.emit("vector", Memset(dst=b.tile(space, "fp32", 0, p.partitions,
@@ -348,8 +359,9 @@ async def co_simulate(dut, tb: CoreTB, params: CoreParams, name: str, seed: int,
 async def programs(dut):
     """Run every program of ``programs`` in turn on one simulation, each on the RTL and the
     simulator with every byte compared (:func:`co_simulate`): before each, the core is reset
-    and its SBUF and PSUM are cleared (a vector memset of zeros over each,
-    :meth:`CoreTB.clear`: the memories start undefined, as the shipped core's SRAMs). One
+    and its SBUF and PSUM are cleared (:meth:`CoreTB.clear`: before the first, the memories
+    undefined as the shipped core's SRAMs, by a vector memset of zeros over each; before the
+    others, by writing their rows directly, since the memset is the same each time). One
     failure does not stop the others."""
     cfg = tb_params()
     params = pickle.loads(base64.b64decode(cfg["params"]))
@@ -359,7 +371,7 @@ async def programs(dut):
     for k, name in enumerate(cfg["programs"]):
         if k:
             await tb.reset()
-        await tb.clear()
+        await tb.clear(memset=not k)
         failures += [f"{name}: {f}" for f in await co_simulate(
             dut, tb, params, name, cfg["seed"], cfg["cycle_limit"])]
     assert not failures, "; ".join(failures)
