@@ -40,13 +40,12 @@ from hdl.core.isa import (
 )
 from hdl.numerics.formats import MX_FORMATS
 
-from .builder import SBUF_ALIGN, Builder, KernelError, itemsize
+from .builder import DMA_BYTES, SBUF_ALIGN, Builder, KernelError, itemsize
 from .mx import MX_BLOCK, quad_type
 
 __all__ = ["gemm", "gemm_naive", "out_dtype"]
 
 _RING = 4
-_CHUNK_BYTES = 4096  # per partition of one rhs DMA: the DMA guide's 2-4 KiB or more
 _B_QUEUES = ("dma1", "dma2", "dma3", "dma4")
 _OUT_QUEUES = ("dma5", "dma6")
 #: Queues of the MX scales (small DMAs, each paying the DMA latency in its in-order queue),
@@ -186,7 +185,7 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     out = b.hbm("out", (m, n), odt)
     k_tiles = _k_tiles(b, kq, et)
     n_tiles = _tiles(n, tn)
-    group = max(1, min(len(k_tiles), _CHUNK_BYTES // (w * tn * es)))
+    group = max(1, min(len(k_tiles), DMA_BYTES // (w * tn * es)))
     chunks = []  # (first k-tile index, tiles): full tiles grouped, a partial tile alone
     full = (tk, w)
     i = 0
