@@ -47,7 +47,8 @@ __all__ = ["KEY_BLOCK", "attention"]
 
 #: Keys per block: one PSUM bank of fp32 scores.
 KEY_BLOCK = 512
-_OUT_QUEUES = ("dma5", "dma6")
+#: Buffers of streamed key and value blocks: the block computed, the next, and one loading.
+_BLOCK_BUFFERS = 3
 
 
 def _axis(count: int, stride: int, dims: tuple) -> tuple:
@@ -97,19 +98,21 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
         k_sb = [b.sbuf(g_heads * s * es, "k group") for _ in range(2)]
         v_sb = [b.sbuf(g_heads * nc * d * es, "v group") for _ in range(2)]
     else:
-        k_sb = [b.sbuf(KEY_BLOCK * es, "k block") for _ in range(2)]
-        v_sb = [b.sbuf(KEY_BLOCK // chunk * d * es, "v block") for _ in range(2)]
+        k_sb = [b.sbuf(KEY_BLOCK * es, "k block") for _ in range(_BLOCK_BUFFERS)]
+        v_sb = [b.sbuf(KEY_BLOCK // chunk * d * es, "v block") for _ in range(_BLOCK_BUFFERS)]
     p_sb = [b.sbuf(kb_max * es, "p") for _ in range(2)]
     pt_sb = b.sbuf(-(-kb_max // chunk) * tq * es, "p transposed")
     o_acc = None if whole else b.sbuf(d * 4, "o accumulator")
-    cols = {n: b.sbuf(4, n) for n in ("m", "m_new", "neg", "diff", "corr", "rowsum", "l",
-                                      "bmax", "inv")}
+    # per-partition columns, two of each: a step's (by the step's parity) and a tile's
+    # (by the tile's), so that one step's max and exp run while the step before finishes
+    cols = {n: [b.sbuf(4, n) for _ in range(2)]
+            for n in ("bmax", "m", "neg", "diff", "corr", "rowsum", "l", "inv")}
     s_ps = b.psum_banks(2, "scores")
     pt_ps = b.psum_banks(1, "p transposed")[0]
     o_ps = b.psum_banks(2, "p v")
 
-    def col(n, rows):
-        return b.column(cols[n], rows)
+    def col(n, which, rows):
+        return b.column(cols[n][which % 2], rows)
 
     masks: dict[int, int] = {}
     m_sb = [b.sbuf(kb_max * 4, "masked scores") for _ in range(2)] if causal else []
@@ -141,10 +144,14 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
 
     q_ready, kv_ready = {}, {}
     q_free = [None, None]  # a group buffer's queries read by its last scores
-    kv_free = [None, None]  # keys and values (a group's or a block's) read by the last p v
+    kv_free = [None] * len(k_sb)  # keys and values (a group's or a block's) read by p v
     out_free = [None, None]  # a group's outputs stored
     o_free = [None, None]  # p v in PSUM read by the vector engine
     s_free = [None, None]
+
+    def queue(n: int) -> str:
+        """The ``n``-th queue after ``dma0`` (the queries'), round the core's queues."""
+        return f"dma{1 + n % (p.dma_queues - 1)}"
 
     def hbm(tensor, offset: int, partitions: int, dims, pstride: int):
         return b.tile("hbm", dtype, tensor.offset + offset * es, partitions, dims,
@@ -153,7 +160,7 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
     def load_group(gi: int) -> None:
         """The group's queries on ``dma0``; with whole heads its keys and values too, each
         in one DMA (the values' partial last tile in a second), on two queues of their
-        own per group buffer."""
+        own per group buffer (and the outputs on two more)."""
         h0, nh, g0, rows = groups[gi]
         gb = gi % 2
         b.wait("dma0", q_free[gb])
@@ -164,7 +171,7 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
         q_ready[gi] = b.signal("dma0")
         if not whole:
             return
-        qk, qv = f"dma{1 + 2 * gb}", f"dma{2 + 2 * gb}"
+        qk, qv = queue(2 * gb), queue(2 * gb + 1)
         b.wait(qk, kv_free[gb])
         b.emit(qk, DmaCopy(dst=b.tile("sbuf", dtype, k_sb[gb], d, _axis(nh, s, ((s, 1),))),
                            src=hbm(k_t, h0 * d * s, d, _axis(nh, d * s, ((s, 1),)), s)))
@@ -188,8 +195,8 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
         one strided transfer), on two queues of their own per buffer."""
         t, j = steps[i]
         head, (k0, kb) = tiles[t][1], tiles[t][4][j]
-        h = i % 2
-        qk, qv = f"dma{1 + 2 * h}", f"dma{2 + 2 * h}"
+        h = i % _BLOCK_BUFFERS
+        qk, qv = queue(2 * h), queue(2 * h + 1)
         b.wait(qk, kv_free[h])
         b.emit(qk, DmaCopy(dst=b.tile("sbuf", dtype, k_sb[h], d, ((kb, 1),)),
                            src=k_t.ap((head * d, head * d + d), (k0, k0 + kb))))
@@ -210,7 +217,7 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
         the groups alternating between two queues."""
         h0, nh, g0, rows = groups[gi]
         gb = gi % 2
-        q = _OUT_QUEUES[gb]
+        q = queue(2 * _BLOCK_BUFFERS + gb)
         b.wait(q, done)
         full, rest = divmod(rows, tq)
         per_head = -(-rows // tq) * d
@@ -238,7 +245,7 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
             keys = k_sb[gb] + (head - h0) * s * es
             b.wait("tensor", q_ready[gi], kv_ready[gi][0], s_free[h])
         else:
-            keys = k_sb[h]
+            keys = k_sb[i % _BLOCK_BUFFERS]
             b.wait("tensor", q_ready[gi], *kv_ready[i], s_free[h])
         b.emit("tensor", LoadStationary(src=b.tile(
             "sbuf", dtype, q_sb[gb] + ((head - h0) * rows + q0 - g0) * es, d, ((qp, 1),))))
@@ -249,59 +256,65 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
             q_free[gb] = done
         return done
 
-    load_group(0)
-    if not whole:
-        load_block(0)
-    pending = scores(0)
-    for i, (t, j) in enumerate(steps):
-        gi, head, q0, qp, blocks = tiles[t]
-        h0, _, g0, rows = groups[gi]
-        gb, h = gi % 2, i % 2
+    exped = {}
+
+    def front(i: int) -> None:
+        """Step ``i``'s scores (tensor), their max (vector) and ``p = exp(...)`` (scalar)."""
+        t, j = steps[i]
+        _, _, q0, qp, blocks = tiles[t]
         k0, kb = blocks[j]
         first, last = j == 0, j == len(blocks) - 1
-        tile_first = t == 0 or tiles[t - 1][0] != gi  # the group's first tile
-        if first and tile_first and gi + 1 < len(groups):
-            load_group(gi + 1)
-        if not whole and i + 1 < len(steps):
-            load_block(i + 1)
-        s_tile = b.tile("psum", "fp32", s_ps[h], qp, ((kb, 1),))
+        pending = scores(i)
+        s_tile = b.tile("psum", "fp32", s_ps[i % 2], qp, ((kb, 1),))
         b.wait("vector", pending)
         if causal and q0 < k0 + kb - 1:
-            masked = b.tile("sbuf", "fp32", m_sb[h], qp, ((kb, 1),))
+            masked = b.tile("sbuf", "fp32", m_sb[i % 2], qp, ((kb, 1),))
             b.emit("vector", TensorTensor(dst=masked, a=s_tile, op=VectorOp.ADD,
                                           b=b.tile("sbuf", "fp32", masks[k0 - q0], qp,
                                                    ((kb, 1),))))
             s_tile = masked
-        b.emit("vector", TensorReduce(dst=col("bmax", qp), src=s_tile, reduce=Reduce.MAX))
+        bmax = col("bmax", i, qp)
+        b.emit("vector", TensorReduce(dst=bmax, src=s_tile, reduce=Reduce.MAX))
         if first:  # the running max starts at this block's
             if not last:
-                b.emit("vector", TensorScalar(dst=col("m", qp), src=col("bmax", qp),
+                b.emit("vector", TensorScalar(dst=col("m", i, qp), src=bmax,
                                               op0=VectorOp.MULTIPLY, imm0=scale))
-            b.emit("vector", TensorScalar(dst=col("neg", qp), src=col("bmax", qp),
+            b.emit("vector", TensorScalar(dst=col("neg", i, qp), src=bmax,
                                           op0=VectorOp.MULTIPLY, imm0=-scale))
-        else:
-            b.emit("vector", TensorScalar(dst=col("bmax", qp), src=col("bmax", qp),
-                                          op0=VectorOp.MULTIPLY, imm0=scale))
-            b.emit("vector", TensorTensor(dst=col("m_new", qp), a=col("m", qp),
-                                          b=col("bmax", qp), op=VectorOp.MAX))
-            b.emit("vector", TensorScalar(dst=col("neg", qp), src=col("m_new", qp),
+        else:  # m (this step's) = max(m of the step before, the block's)
+            b.emit("vector", TensorScalar(dst=bmax, src=bmax, op0=VectorOp.MULTIPLY,
+                                          imm0=scale))
+            b.emit("vector", TensorTensor(dst=col("m", i, qp), a=col("m", i - 1, qp),
+                                          b=bmax, op=VectorOp.MAX))
+            b.emit("vector", TensorScalar(dst=col("neg", i, qp), src=col("m", i, qp),
                                           op0=VectorOp.MULTIPLY, imm0=-1.0))
-            b.emit("vector", TensorTensor(dst=col("diff", qp), a=col("m", qp),
-                                          b=col("m_new", qp), op=VectorOp.SUBTRACT))
+            b.emit("vector", TensorTensor(dst=col("diff", i, qp), a=col("m", i - 1, qp),
+                                          b=col("m", i, qp), op=VectorOp.SUBTRACT))
         b.wait("scalar", b.signal("vector"))
-        p_tile = b.tile("sbuf", dtype, p_sb[h], qp, ((kb, 1),))
+        p_tile = b.tile("sbuf", dtype, p_sb[i % 2], qp, ((kb, 1),))
         b.emit("scalar", Activation(dst=p_tile, src=s_tile, func=exp, scale=scale,
-                                    bias=col("neg", qp),
-                                    reduce_dst=col("l" if first else "rowsum", qp)))
+                                    bias=col("neg", i, qp),
+                                    reduce_dst=col("l", t, qp) if first
+                                    else col("rowsum", i, qp)))
         if not first:
-            b.emit("scalar", Activation(dst=col("corr", qp), src=col("diff", qp), func=exp))
+            b.emit("scalar", Activation(dst=col("corr", i, qp), src=col("diff", i, qp),
+                                        func=exp))
         elif last:
-            b.emit("scalar", Activation(dst=col("inv", qp), src=col("l", qp), func=recip))
-        s_free[h] = exped = b.signal("scalar")
-        if i + 1 < len(steps):
-            pending = scores(i + 1)
-        # p transposed through the array, copied to SBUF, then p v
-        b.wait("tensor", exped)
+            b.emit("scalar", Activation(dst=col("inv", t, qp), src=col("l", t, qp),
+                                        func=recip))
+        s_free[i % 2] = exped[i] = b.signal("scalar")
+
+    def back(i: int) -> None:
+        """Step ``i``'s ``p`` transposed through the array and copied to SBUF, ``p v``, the
+        running sums (vector); after a tile's last block ``out = o / l``, after a group's
+        last tile its store."""
+        t, j = steps[i]
+        gi, head, q0, qp, blocks = tiles[t]
+        h0, _, g0, rows = groups[gi]
+        gb, h = gi % 2, i % 2
+        kb = blocks[j][1]
+        first, last = j == 0, j == len(blocks) - 1
+        b.wait("tensor", exped[i])
         parts = [(c, c0, min(chunk, kb - c0)) for c, c0 in enumerate(range(0, kb, chunk))]
         for c, c0, n in parts:
             b.emit("tensor", Transpose(
@@ -318,7 +331,7 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
             b.wait("tensor", kv_ready[gi][1])
             values = v_sb[gb] + (head - h0) * nc * d * es
         else:
-            values = v_sb[h]
+            values = v_sb[i % _BLOCK_BUFFERS]
         for c, _, n in parts:
             b.emit("tensor", LoadStationary(src=b.tile("sbuf", dtype, pt_sb + c * tq * es,
                                                        n, ((qp, 1),))))
@@ -326,30 +339,49 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
                 "sbuf", dtype, values + c * d * es, n, ((d, 1),))))
         pv = b.signal("tensor")
         if not whole or i == group_end[gi]:
-            kv_free[gb if whole else h] = pv
+            kv_free[gb if whole else i % _BLOCK_BUFFERS] = pv
         b.wait("vector", pv)
         acc = None if whole else b.tile("sbuf", "fp32", o_acc, qp, ((d, 1),))
         if first and not last:
             b.emit("vector", TensorCopy(dst=acc, src=o_tile))
         elif not first:
-            b.emit("vector", TensorScalar(dst=col("l", qp), src=col("l", qp),
-                                          op0=VectorOp.MULTIPLY, operand0=col("corr", qp),
-                                          op1=VectorOp.ADD, operand1=col("rowsum", qp)))
+            b.emit("vector", TensorScalar(dst=col("l", t, qp), src=col("l", t, qp),
+                                          op0=VectorOp.MULTIPLY, operand0=col("corr", i, qp),
+                                          op1=VectorOp.ADD, operand1=col("rowsum", i, qp)))
             b.emit("vector", TensorScalar(dst=acc, src=acc, op0=VectorOp.MULTIPLY,
-                                          operand0=col("corr", qp)))
+                                          operand0=col("corr", i, qp)))
             b.emit("vector", TensorTensor(dst=acc, a=acc, b=o_tile, op=VectorOp.ADD))
-            b.emit("vector", TensorCopy(dst=col("m", qp), src=col("m_new", qp)))
             if last:
                 b.wait("scalar", b.signal("vector"))
-                b.emit("scalar", Activation(dst=col("inv", qp), src=col("l", qp), func=recip))
+                b.emit("scalar", Activation(dst=col("inv", t, qp), src=col("l", t, qp),
+                                            func=recip))
                 b.wait("vector", b.signal("scalar"))
         if last:  # out = o / l into the group's output tile
-            if tile_first:
+            if t == 0 or tiles[t - 1][0] != gi:  # the group's first tile
                 b.wait("vector", out_free[gb])
             tile_at = (head - h0) * -(-rows // tq) + (q0 - g0) // tq
             b.emit("vector", TensorScalar(
                 dst=b.tile("sbuf", dtype, o_out[gb] + tile_at * d * es, qp, ((d, 1),)),
-                src=o_tile if first else acc, op0=VectorOp.MULTIPLY, operand0=col("inv", qp)))
+                src=o_tile if first else acc, op0=VectorOp.MULTIPLY,
+                operand0=col("inv", t, qp)))
         o_free[h] = b.signal("vector")
         if i == group_end[gi]:
             store_group(gi, o_free[h])
+
+    # software-pipelined: step i + 1's front is issued before step i's back, and a group's
+    # operands load while the group before it is computed
+    for gi in range(min(2, len(groups))):
+        load_group(gi)
+    if not whole:
+        for i in range(min(_BLOCK_BUFFERS - 1, len(steps))):
+            load_block(i)
+    front(0)
+    for i in range(len(steps)):
+        if not whole and i + _BLOCK_BUFFERS - 1 < len(steps):
+            load_block(i + _BLOCK_BUFFERS - 1)
+        if i + 1 < len(steps):
+            front(i + 1)
+        back(i)
+        gi = tiles[steps[i][0]][0]
+        if i == group_end[gi] and gi + 2 < len(groups):
+            load_group(gi + 2)
