@@ -137,23 +137,27 @@ def _norm(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: float) -> N
     gamma = b.hbm("gamma", (1, c), "fp32")
     beta = b.hbm("beta", (1, c), "fp32") if centre else None
     w = RowBuffers(b, c, dtype, ("x", "out"), 2)
-    p = b.params.partitions
     g_base = b.sbuf(c * 4, "gamma")
     be_base = b.sbuf(c * 4, "beta") if centre else 0
-    eps_col = b.column(b.sbuf(4, "eps"), p)
+    eps_col = b.column(b.sbuf(4, "eps"), tiles[0][1])
     rsqrt = b.function("rsqrt")
-    broadcast_row(b, "dma2", gamma, p, b.tile("sbuf", "fp32", g_base, p, ((c, 1),)))
-    if centre:
-        broadcast_row(b, "dma2", beta, p, b.tile("sbuf", "fp32", be_base, p, ((c, 1),)))
     b.emit("gpsimd", Memset(dst=eps_col, value=eps))
-    consts = [b.signal("dma2"), b.signal("gpsimd")]
-    b.wait("vector", *consts)
-    b.wait("scalar", *consts)
+    b.wait("scalar", b.signal("gpsimd"))
+    consts = []
     for i, (r0, rows) in enumerate(tiles):
         h = i % 2
         b.wait("dma0", w.free[h])
         xin = w.tile(w.io["x"][h], rows, dtype)
         load_rows(b, "dma0", x, r0, rows, xin)
+        if i == 0:  # gamma and beta broadcast to a tile's rows on queues of their own,
+            # after the first rows
+            broadcast_row(b, "dma2", gamma, rows,
+                          b.tile("sbuf", "fp32", g_base, rows, ((c, 1),)))
+            consts.append(b.signal("dma2"))
+            if centre:
+                broadcast_row(b, "dma3", beta, rows,
+                              b.tile("sbuf", "fp32", be_base, rows, ((c, 1),)))
+                consts.append(b.signal("dma3"))
         b.wait("vector", b.signal("dma0"))
         s1, mean, s2, rstd = (w.col(h, j, rows) for j in range(4))
         xc = xin
@@ -172,6 +176,8 @@ def _norm(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: float) -> N
         b.emit("vector", TensorScalar(dst=y, src=xc, op0=VectorOp.MULTIPLY, operand0=rstd))
         res = w.tile(w.io["out"][h], rows, dtype)
         g = b.tile("sbuf", "fp32", g_base, rows, ((c, 1),))
+        if i == 0:  # the statistics of the first rows are computed while gamma loads
+            b.wait("vector", *consts)
         if centre:
             b.emit("vector", TensorTensor(dst=y, a=y, b=g, op=VectorOp.MULTIPLY))
             b.emit("vector", TensorTensor(dst=res, a=y, op=VectorOp.ADD,
