@@ -17,10 +17,12 @@ operands in groups, double-buffered and loaded one group ahead: where a head's k
 block (``S`` up to 512), a group is as many whole heads as fill about :data:`DMA_BYTES` a
 partition of queries, and its queries, keys, values and outputs move in one DMA each (the
 values' and outputs' whole 128-row tiles in one, a partial last tile in another); otherwise a
-group is one query tile, and each tile's key and value blocks stream through two buffers on
-four queues of their own. The pipeline runs on from one tile's last block into the next
-tile's first: the next step's scores are issued, into the other PSUM buffer, before this
-step's transposes.
+group is one query tile, and each tile's key and value blocks stream through
+:data:`_BLOCK_BUFFERS` buffers, loaded two steps ahead, on two queues each.
+
+Steps (a query tile and a key block) are software-pipelined across tiles and heads: the next
+step's scores (into the other PSUM buffer), max and exp are issued before this step's
+transposes, ``p v`` and sums, its per-row columns kept apart from this step's by parity.
 """
 
 from __future__ import annotations
