@@ -15,9 +15,9 @@ correction (``l`` is its row sum, ``o`` its ``p v``), and a tile of one block di
 Transfers. Each DMA pays its start-up in its in-order queue [DMA], so the kernel moves its
 operands in groups, double-buffered and loaded one group ahead: where a head's keys are one
 block (``S`` up to 512), a group is as many whole heads as fill about :data:`DMA_BYTES` a
-partition of queries, and its queries, keys, values and outputs move in one DMA each (the
-values' and outputs' whole 128-row tiles in one, a partial last tile in another); otherwise a
-group is one query tile, and each tile's key and value blocks stream through
+partition of its largest buffer, and its queries, keys, values and outputs move in one DMA
+each (the values' and outputs' whole 128-row tiles in one, a partial last tile in another);
+otherwise a group is one query tile, and each tile's key and value blocks stream through
 :data:`_BLOCK_BUFFERS` buffers, loaded two steps ahead, on two queues each.
 
 Steps (a query tile and a key block) are software-pipelined across tiles and heads: the next
@@ -87,8 +87,8 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
     kb_max = all_blocks[0][1]
     nc = -(-s // chunk)  # a head's value tiles
     # transfer groups: (first head, heads, first query, queries)
-    if whole:
-        per = max(1, min(nb, DMA_BYTES // (s * es)))
+    if whole:  # each of a group's buffers at most DMA_BYTES a partition (or one head)
+        per = max(1, min(nb, DMA_BYTES // (max(s, nc * d, -(-s // tq) * d) * es)))
         groups = [(h0, min(per, nb - h0), 0, s) for h0 in range(0, nb, per)]
     else:
         groups = [(h, 1, q0, min(tq, s - q0)) for h in range(nb) for q0 in range(0, s, tq)]

@@ -20,9 +20,11 @@ def _cases():
                                dict(M=130, K=300, N=520)],
              ("R", "C"): [dict(R=1, C=64), dict(R=128, C=128), dict(R=200, C=300)],
              # attention: whole heads in groups (20 heads of 200 keys: two groups, a
-             # partial query and value tile each) and key blocks streamed (600 keys)
+             # partial query and value tile each; 300 one-key heads of 128: groups sized by
+             # their values and outputs) and key blocks streamed (600 keys)
              ("B", "S", "D"): [dict(B=1, S=1, D=1), dict(B=2, S=128, D=64),
-                                 dict(B=1, S=600, D=32), dict(B=20, S=200, D=16)],
+                                 dict(B=1, S=600, D=32), dict(B=20, S=200, D=16),
+                                 dict(B=300, S=1, D=128)],
              # two token tiles, the second partial, and two head groups (5,120 > 4,096)
              ("T", "H", "D"): [dict(T=1, H=1, D=2), dict(T=5, H=3, D=8),
                                dict(T=130, H=40, D=128)],
