@@ -8,9 +8,21 @@ Per query tile of 128 rows and key block of 512: scores ``q k^T`` into PSUM (ten
 row max and the running max (vector), ``p = exp(s / sqrt(D) - max)`` with its row sum and the
 correction ``exp(max_old - max_new)`` (scalar), ``p`` transposed through the array (tensor)
 and copied to SBUF in bf16 (vector), ``p v`` (tensor), then ``l = l * corr + rowsum`` and
-``o = o * corr + p v`` (vector); at the end ``out = o / l``. The next block's scores are issued
-before this block's transposes, into the other PSUM buffer, and key/value blocks are
-double-buffered on four DMA queues.
+``o = o * corr + p v`` (vector); at the end ``out = o / l``. A tile's first block needs no
+correction (``l`` is its row sum, ``o`` its ``p v``), and a tile of one block divides its
+``p v`` in PSUM directly.
+
+Transfers. Each DMA pays its start-up in its in-order queue [DMA], so the kernel moves its
+operands in groups, double-buffered and loaded one group ahead: where a head's keys are one
+block (``S`` up to 512), a group is as many whole heads as fill about :data:`DMA_BYTES` a
+partition of its largest buffer, and its queries, keys, values and outputs move in one DMA
+each (the values' and outputs' whole 128-row tiles in one, a partial last tile in another);
+otherwise a group is one query tile, and each tile's key and value blocks stream through
+:data:`_BLOCK_BUFFERS` buffers, loaded two steps ahead, on two queues each.
+
+Steps (a query tile and a key block) are software-pipelined across tiles and heads: the next
+step's scores (into the other PSUM buffer), max and exp are issued before this step's
+transposes, ``p v`` and sums, its per-row columns kept apart from this step's by parity.
 """
 
 from __future__ import annotations
@@ -22,7 +34,6 @@ from hdl.core.isa import (
     DmaCopy,
     Iota,
     LoadStationary,
-    Memset,
     MultiplyMoving,
     TensorCopy,
     TensorReduce,
@@ -32,18 +43,24 @@ from hdl.core.isa import (
 )
 from hdl.vector.ops import Reduce, VectorOp
 
-from .builder import Builder, KernelError, itemsize
+from .builder import DMA_BYTES, Builder, KernelError, itemsize
 
 __all__ = ["KEY_BLOCK", "attention"]
 
 #: Keys per block: one PSUM bank of fp32 scores.
 KEY_BLOCK = 512
+#: Buffers of streamed key and value blocks: the block computed, the next, and one loading.
+_BLOCK_BUFFERS = 3
+
+
+def _axis(count: int, stride: int, dims: tuple) -> tuple:
+    """``dims`` behind an axis of ``count`` items ``stride`` elements apart (none for one)."""
+    return dims if count == 1 else ((count, stride),) + dims
 
 
 def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
               causal: bool = False) -> None:
-    """``nb`` heads one after another in one kernel (the pipeline runs on from one head's
-    last key block into the next head's first); with ``causal``, query ``i`` sees keys
+    """``nb`` heads one after another in one kernel; with ``causal``, query ``i`` sees keys
     ``0 .. i`` only: key blocks wholly after a query tile are skipped, and a block that
     straddles its diagonal has an additive mask (0 or -1e30, built once per distinct offset
     by GpSimd's iota and the vector engine) added to its scores by the vector engine before
@@ -65,155 +82,308 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
     scale = 1.0 / math.sqrt(d)
     exp = b.function("exp")
     recip = b.function("reciprocal")
-    blocks = all_blocks = [(o, min(KEY_BLOCK, s - o)) for o in range(0, s, KEY_BLOCK)]
-    q_sb = b.sbuf(tq * es, "q tile")
-    k_sb = [b.sbuf(KEY_BLOCK * es, "k block") for _ in range(2)]
-    v_sb = [b.sbuf(KEY_BLOCK // chunk * d * es, "v block") for _ in range(2)]
-    p_sb = [b.sbuf(KEY_BLOCK * es, "p") for _ in range(2)]
-    pt_sb = b.sbuf(KEY_BLOCK // chunk * tq * es, "p transposed")
-    o_acc = b.sbuf(d * 4, "o accumulator")
-    o_out = b.sbuf(d * es, "o out")
-    cols = {n: b.sbuf(4, n) for n in ("m", "m_new", "neg", "diff", "corr", "rowsum", "l",
-                                      "bmax", "inv")}
+    all_blocks = [(o, min(KEY_BLOCK, s - o)) for o in range(0, s, KEY_BLOCK)]
+    whole = len(all_blocks) == 1  # a head's keys in one block: they move with its queries
+    kb_max = all_blocks[0][1]
+    nc = -(-s // chunk)  # a head's value tiles
+    # transfer groups: (first head, heads, first query, queries)
+    if whole:  # each of a group's buffers at most DMA_BYTES a partition (or one head)
+        per = max(1, min(nb, DMA_BYTES // (max(s, nc * d, -(-s // tq) * d) * es)))
+        groups = [(h0, min(per, nb - h0), 0, s) for h0 in range(0, nb, per)]
+    else:
+        groups = [(h, 1, q0, min(tq, s - q0)) for h in range(nb) for q0 in range(0, s, tq)]
+    g_heads = max(g[1] for g in groups)
+    g_tiles = -(-max(g[3] for g in groups) // tq)
+    q_sb = [b.sbuf(g_heads * max(g[3] for g in groups) * es, "q group") for _ in range(2)]
+    o_out = [b.sbuf(g_heads * g_tiles * d * es, "output group") for _ in range(2)]
+    if whole:
+        k_sb = [b.sbuf(g_heads * s * es, "k group") for _ in range(2)]
+        v_sb = [b.sbuf(g_heads * nc * d * es, "v group") for _ in range(2)]
+    else:
+        k_sb = [b.sbuf(KEY_BLOCK * es, "k block") for _ in range(_BLOCK_BUFFERS)]
+        v_sb = [b.sbuf(KEY_BLOCK // chunk * d * es, "v block") for _ in range(_BLOCK_BUFFERS)]
+    p_sb = [b.sbuf(kb_max * es, "p") for _ in range(2)]
+    pt_sb = b.sbuf(-(-kb_max // chunk) * tq * es, "p transposed")
+    o_acc = None if whole else b.sbuf(d * 4, "o accumulator")
+    # per-partition columns, two of each: a step's (by the step's parity) and a tile's
+    # (by the tile's), so that one step's max and exp run while the step before finishes
+    cols = {n: [b.sbuf(4, n) for _ in range(2)]
+            for n in ("bmax", "m", "neg", "diff", "corr", "rowsum", "l", "inv")}
     s_ps = b.psum_banks(2, "scores")
     pt_ps = b.psum_banks(1, "p transposed")[0]
-    o_ps = b.psum_banks(1, "p v")[0]
+    o_ps = b.psum_banks(2, "p v")
 
-    def col(n, rows):
-        return b.column(cols[n], rows)
+    def col(n, which, rows):
+        return b.column(cols[n][which % 2], rows)
 
     masks: dict[int, int] = {}
-    m_sb = [b.sbuf(KEY_BLOCK * 4, "masked scores") for _ in range(2)] if causal else []
+    m_sb = [b.sbuf(kb_max * 4, "masked scores") for _ in range(2)] if causal else []
     if causal:
         for q0 in range(0, s, tq):
-            for k0, kb in blocks:
+            for k0, kb in all_blocks:
                 if q0 < k0 + kb - 1 and k0 <= q0 + min(tq, s - q0) - 1 \
                         and k0 - q0 not in masks:
                     # mask[i, j] = -1e30 where key k0 + j follows query q0 + i, else 0
-                    base = masks[k0 - q0] = b.sbuf(KEY_BLOCK * 4, "causal mask")
-                    t = b.tile("sbuf", "fp32", base, tq, ((KEY_BLOCK, 1),))
+                    base = masks[k0 - q0] = b.sbuf(kb_max * 4, "causal mask")
+                    t = b.tile("sbuf", "fp32", base, tq, ((kb_max, 1),))
                     b.emit("gpsimd", Iota(dst=t, base=k0 - q0, pstep=-1, step=1))
                     b.wait("vector", b.signal("gpsimd"))
                     b.emit("vector", TensorScalar(dst=t, src=t, op0=VectorOp.GREATER, imm0=0.0,
                                                   op1=VectorOp.MULTIPLY, imm1=-1e30))
 
-    kv_free = [None, None]
+    # query tiles (group, head, first query, queries, key blocks) and steps (tile, block)
+    tiles = []
+    for gi, (h0, nh, g0, rows) in enumerate(groups):
+        for head in range(h0, h0 + nh):
+            for q0 in range(g0, g0 + rows, tq):
+                qp = min(tq, g0 + rows - q0)
+                tiles.append((gi, head, q0, qp, [(k0, kb) for k0, kb in all_blocks
+                                                  if not causal or k0 <= q0 + qp - 1]))
+    steps = [(t, j) for t, tile in enumerate(tiles) for j in range(len(tile[4]))]
+    group_end = {}  # group -> its last step
+    for i, (t, _) in enumerate(steps):
+        group_end[tiles[t][0]] = i
+
+    q_ready, kv_ready = {}, {}
+    q_free = [None, None]  # a group buffer's queries read by its last scores
+    kv_free = [None] * len(k_sb)  # keys and values (a group's or a block's) read by p v
+    out_free = [None, None]  # a group's outputs stored
+    o_free = [None, None]  # p v in PSUM read by the vector engine
     s_free = [None, None]
-    out_free = None
-    block_no = 0
-    def load(j: int, first: int, loaded: list, blocks: list, head: int) -> None:
-        """Keys and values of block ``j``: one DMA each (the values' whole chunks in one
-        strided transfer), on two queues of their own so that their latencies overlap."""
-        k0, kb = blocks[j]
-        h = (first + j) % 2
-        qk, qv = f"dma{1 + 2 * h}", f"dma{2 + 2 * h}"
+
+    def queue(n: int) -> str:
+        """The ``n``-th queue after ``dma0`` (the queries'), round the core's queues."""
+        return f"dma{1 + n % (p.dma_queues - 1)}"
+
+    def hbm(tensor, offset: int, partitions: int, dims, pstride: int):
+        return b.tile("hbm", dtype, tensor.offset + offset * es, partitions, dims,
+                      pstride=pstride * es)
+
+    def load_group(gi: int) -> None:
+        """The group's queries on ``dma0``; with whole heads its keys and values too, each
+        in one DMA (the values' partial last tile in a second), on two queues of their
+        own per group buffer (and the outputs on two more)."""
+        h0, nh, g0, rows = groups[gi]
+        gb = gi % 2
+        b.wait("dma0", q_free[gb])
+        b.emit("dma0", DmaCopy(dst=b.tile("sbuf", dtype, q_sb[gb], d,
+                                          _axis(nh, rows, ((rows, 1),))),
+                               src=hbm(q_t, h0 * d * s + g0, d,
+                                       _axis(nh, d * s, ((rows, 1),)), s)))
+        q_ready[gi] = b.signal("dma0")
+        if not whole:
+            return
+        qk, qv = queue(2 * gb), queue(2 * gb + 1)
+        b.wait(qk, kv_free[gb])
+        b.emit(qk, DmaCopy(dst=b.tile("sbuf", dtype, k_sb[gb], d, _axis(nh, s, ((s, 1),))),
+                           src=hbm(k_t, h0 * d * s, d, _axis(nh, d * s, ((s, 1),)), s)))
+        b.wait(qv, kv_free[gb])
+        full, rest = divmod(s, chunk)
+        if full:
+            b.emit(qv, DmaCopy(
+                dst=b.tile("sbuf", dtype, v_sb[gb], chunk,
+                           _axis(nh, nc * d, _axis(full, d, ((d, 1),)))),
+                src=hbm(v, h0 * s * d, chunk,
+                        _axis(nh, s * d, _axis(full, chunk * d, ((d, 1),))), d)))
+        if rest:
+            b.emit(qv, DmaCopy(
+                dst=b.tile("sbuf", dtype, v_sb[gb] + full * d * es, rest,
+                           _axis(nh, nc * d, ((d, 1),))),
+                src=hbm(v, (h0 * s + full * chunk) * d, rest, _axis(nh, s * d, ((d, 1),)), d)))
+        kv_ready[gi] = (b.signal(qk), b.signal(qv))
+
+    def load_block(i: int) -> None:
+        """Keys and values of step ``i``'s block: one DMA each (the values' whole chunks in
+        one strided transfer), on two queues of their own per buffer."""
+        t, j = steps[i]
+        head, (k0, kb) = tiles[t][1], tiles[t][4][j]
+        h = i % _BLOCK_BUFFERS
+        qk, qv = queue(2 * h), queue(2 * h + 1)
         b.wait(qk, kv_free[h])
         b.emit(qk, DmaCopy(dst=b.tile("sbuf", dtype, k_sb[h], d, ((kb, 1),)),
                            src=k_t.ap((head * d, head * d + d), (k0, k0 + kb))))
         k0 += head * s  # the head's rows of v
         b.wait(qv, kv_free[h])
-        whole = kb // chunk
-        if whole:
-            b.emit(qv, DmaCopy(
-                dst=b.tile("sbuf", dtype, v_sb[h], chunk, ((whole, d), (d, 1))),
-                src=b.tile("hbm", dtype, v.offset + k0 * d * es, chunk,
-                           ((whole, chunk * d), (d, 1)), pstride=d * es)))
+        full = kb // chunk
+        if full:
+            b.emit(qv, DmaCopy(dst=b.tile("sbuf", dtype, v_sb[h], chunk, ((full, d), (d, 1))),
+                               src=hbm(v, k0 * d, chunk, ((full, chunk * d), (d, 1)), d)))
         if kb % chunk:
-            c0 = whole * chunk
-            b.emit(qv, DmaCopy(dst=b.tile("sbuf", dtype, v_sb[h] + whole * d * es, kb - c0,
+            c0 = full * chunk
+            b.emit(qv, DmaCopy(dst=b.tile("sbuf", dtype, v_sb[h] + full * d * es, kb - c0,
                                           ((d, 1),)), src=v.ap((k0 + c0, k0 + kb))))
-        loaded.append((b.signal(qk), b.signal(qv)))
+        kv_ready[i] = (b.signal(qk), b.signal(qv))
 
-    def scores(j: int, first: int, loaded: list, qp: int, blocks: list):
+    def store_group(gi: int, done) -> None:
+        """The group's outputs in one DMA (a partial last tile of each head in a second),
+        the groups alternating between two queues."""
+        h0, nh, g0, rows = groups[gi]
+        gb = gi % 2
+        q = queue(2 * _BLOCK_BUFFERS + gb)
+        b.wait(q, done)
+        full, rest = divmod(rows, tq)
+        per_head = -(-rows // tq) * d
+        if full:
+            b.emit(q, DmaCopy(
+                dst=hbm(out, (h0 * s + g0) * d, tq,
+                        _axis(nh, s * d, _axis(full, tq * d, ((d, 1),))), d),
+                src=b.tile("sbuf", dtype, o_out[gb], tq,
+                           _axis(nh, per_head, _axis(full, d, ((d, 1),))))))
+        if rest:
+            b.emit(q, DmaCopy(
+                dst=hbm(out, (h0 * s + g0 + full * tq) * d, rest, _axis(nh, s * d, ((d, 1),)),
+                        d),
+                src=b.tile("sbuf", dtype, o_out[gb] + full * d * es, rest,
+                           _axis(nh, per_head, ((d, 1),)))))
+        out_free[gb] = b.signal(q)
+
+    def scores(i: int):
+        t, j = steps[i]
+        gi, head, q0, qp, blocks = tiles[t]
+        h0, _, g0, rows = groups[gi]
+        gb, h = gi % 2, i % 2
         kb = blocks[j][1]
-        h = (first + j) % 2
-        b.wait("tensor", *loaded[j], s_free[h])
-        b.emit("tensor", LoadStationary(src=b.tile("sbuf", dtype, q_sb, d, ((qp, 1),))))
+        if whole:
+            keys = k_sb[gb] + (head - h0) * s * es
+            b.wait("tensor", q_ready[gi], kv_ready[gi][0], s_free[h])
+        else:
+            keys = k_sb[i % _BLOCK_BUFFERS]
+            b.wait("tensor", q_ready[gi], *kv_ready[i], s_free[h])
+        b.emit("tensor", LoadStationary(src=b.tile(
+            "sbuf", dtype, q_sb[gb] + ((head - h0) * rows + q0 - g0) * es, d, ((qp, 1),))))
         b.emit("tensor", MultiplyMoving(dst=b.tile("psum", "fp32", s_ps[h], qp, ((kb, 1),)),
-                                        src=b.tile("sbuf", dtype, k_sb[h], d, ((kb, 1),))))
-        return b.signal("tensor")
+                                        src=b.tile("sbuf", dtype, keys, d, ((kb, 1),))))
+        done = b.signal("tensor")
+        if i == group_end[gi]:
+            q_free[gb] = done
+        return done
 
-    for head, q0 in ((hd, q0) for hd in range(nb) for q0 in range(0, s, tq)):
-        qp = min(tq, s - q0)
-        blocks = [(k0, kb) for k0, kb in all_blocks if not causal or k0 <= q0 + qp - 1]
-        b.wait("dma0", out_free)
-        b.emit("dma0", DmaCopy(dst=b.tile("sbuf", dtype, q_sb, d, ((qp, 1),)),
-                               src=q_t.ap((head * d, head * d + d), (q0, q0 + qp))))
-        q_ready = b.signal("dma0")
-        b.wait("vector", out_free)
-        b.emit("vector", Memset(dst=col("m", qp), value=-1e30))
-        b.emit("vector", Memset(dst=col("l", qp), value=0.0))
-        b.emit("vector", Memset(dst=b.tile("sbuf", "fp32", o_acc, qp, ((d, 1),)), value=0.0))
-        b.wait("tensor", q_ready)
-        loaded = []
+    exped = {}
 
-        load(0, block_no, loaded, blocks, head)
-        pending = scores(0, block_no, loaded, qp, blocks)
-        for j, (k0, kb) in enumerate(blocks):
-            h = (block_no + j) % 2
-            s_tile = b.tile("psum", "fp32", s_ps[h], qp, ((kb, 1),))
-            b.wait("vector", pending)
-            if causal and q0 < k0 + kb - 1:
-                masked = b.tile("sbuf", "fp32", m_sb[h], qp, ((kb, 1),))
-                b.emit("vector", TensorTensor(dst=masked, a=s_tile, op=VectorOp.ADD,
-                                              b=b.tile("sbuf", "fp32", masks[k0 - q0], qp,
-                                                       ((kb, 1),))))
-                s_tile = masked
-            b.emit("vector", TensorReduce(dst=col("bmax", qp), src=s_tile, reduce=Reduce.MAX))
-            b.emit("vector", TensorScalar(dst=col("bmax", qp), src=col("bmax", qp),
-                                          op0=VectorOp.MULTIPLY, imm0=scale))
-            b.emit("vector", TensorTensor(dst=col("m_new", qp), a=col("m", qp),
-                                          b=col("bmax", qp), op=VectorOp.MAX))
-            b.emit("vector", TensorScalar(dst=col("neg", qp), src=col("m_new", qp),
+    def front(i: int) -> None:
+        """Step ``i``'s scores (tensor), their max (vector) and ``p = exp(...)`` (scalar)."""
+        t, j = steps[i]
+        _, _, q0, qp, blocks = tiles[t]
+        k0, kb = blocks[j]
+        first, last = j == 0, j == len(blocks) - 1
+        pending = scores(i)
+        s_tile = b.tile("psum", "fp32", s_ps[i % 2], qp, ((kb, 1),))
+        b.wait("vector", pending)
+        if causal and q0 < k0 + kb - 1:
+            masked = b.tile("sbuf", "fp32", m_sb[i % 2], qp, ((kb, 1),))
+            b.emit("vector", TensorTensor(dst=masked, a=s_tile, op=VectorOp.ADD,
+                                          b=b.tile("sbuf", "fp32", masks[k0 - q0], qp,
+                                                   ((kb, 1),))))
+            s_tile = masked
+        bmax = col("bmax", i, qp)
+        b.emit("vector", TensorReduce(dst=bmax, src=s_tile, reduce=Reduce.MAX))
+        if first:  # the running max starts at this block's
+            if not last:
+                b.emit("vector", TensorScalar(dst=col("m", i, qp), src=bmax,
+                                              op0=VectorOp.MULTIPLY, imm0=scale))
+            b.emit("vector", TensorScalar(dst=col("neg", i, qp), src=bmax,
+                                          op0=VectorOp.MULTIPLY, imm0=-scale))
+        else:  # m (this step's) = max(m of the step before, the block's)
+            b.emit("vector", TensorScalar(dst=bmax, src=bmax, op0=VectorOp.MULTIPLY,
+                                          imm0=scale))
+            b.emit("vector", TensorTensor(dst=col("m", i, qp), a=col("m", i - 1, qp),
+                                          b=bmax, op=VectorOp.MAX))
+            b.emit("vector", TensorScalar(dst=col("neg", i, qp), src=col("m", i, qp),
                                           op0=VectorOp.MULTIPLY, imm0=-1.0))
-            b.emit("vector", TensorTensor(dst=col("diff", qp), a=col("m", qp),
-                                          b=col("m_new", qp), op=VectorOp.SUBTRACT))
-            b.wait("scalar", b.signal("vector"))
-            p_tile = b.tile("sbuf", dtype, p_sb[h], qp, ((kb, 1),))
-            b.emit("scalar", Activation(dst=p_tile, src=s_tile, func=exp, scale=scale,
-                                        bias=col("neg", qp), reduce_dst=col("rowsum", qp)))
-            b.emit("scalar", Activation(dst=col("corr", qp), src=col("diff", qp), func=exp))
-            s_free[h] = exped = b.signal("scalar")
-            if j + 1 < len(blocks):
-                load(j + 1, block_no, loaded, blocks, head)
-                pending = scores(j + 1, block_no, loaded, qp, blocks)
-            b.wait("tensor", exped)
-            parts = [(c, c0, min(chunk, kb - c0)) for c, c0 in enumerate(range(0, kb, chunk))]
-            for c, c0, rows in parts:
-                b.emit("tensor", Transpose(
-                    dst=b.tile("psum", dtype, pt_ps + c * tq * 4, rows, ((qp, 1),)),
-                    src=b.tile("sbuf", dtype, p_sb[h] + c0 * es, qp, ((rows, 1),))))
-            b.wait("vector", b.signal("tensor"))
-            for c, _, rows in parts:
-                b.emit("vector", TensorCopy(
-                    dst=b.tile("sbuf", dtype, pt_sb + c * tq * es, rows, ((qp, 1),)),
-                    src=b.tile("psum", dtype, pt_ps + c * tq * 4, rows, ((qp, 1),))))
-            b.wait("tensor", b.signal("vector"))
-            o_tile = b.tile("psum", "fp32", o_ps, qp, ((d, 1),))
-            for c, _, rows in parts:
-                b.emit("tensor", LoadStationary(src=b.tile("sbuf", dtype, pt_sb + c * tq * es,
-                                                           rows, ((qp, 1),))))
-                b.emit("tensor", MultiplyMoving(dst=o_tile, accumulate=c > 0, src=b.tile(
-                    "sbuf", dtype, v_sb[h] + c * d * es, rows, ((d, 1),))))
-            kv_free[h] = b.signal("tensor")
-            b.wait("vector", kv_free[h])
-            acc = b.tile("sbuf", "fp32", o_acc, qp, ((d, 1),))
-            b.emit("vector", TensorScalar(dst=col("l", qp), src=col("l", qp),
-                                          op0=VectorOp.MULTIPLY, operand0=col("corr", qp),
-                                          op1=VectorOp.ADD, operand1=col("rowsum", qp)))
-            b.emit("vector", TensorScalar(dst=acc, src=acc, op0=VectorOp.MULTIPLY,
-                                          operand0=col("corr", qp)))
-            b.emit("vector", TensorTensor(dst=acc, a=acc, b=o_tile, op=VectorOp.ADD))
-            b.emit("vector", TensorCopy(dst=col("m", qp), src=col("m_new", qp)))
-            b.wait("tensor", b.signal("vector"))  # o_tile is free again
-        block_no += len(blocks)
+            b.emit("vector", TensorTensor(dst=col("diff", i, qp), a=col("m", i - 1, qp),
+                                          b=col("m", i, qp), op=VectorOp.SUBTRACT))
         b.wait("scalar", b.signal("vector"))
-        b.emit("scalar", Activation(dst=col("inv", qp), src=col("l", qp), func=recip))
-        b.wait("vector", b.signal("scalar"))
-        b.emit("vector", TensorScalar(dst=b.tile("sbuf", dtype, o_out, qp, ((d, 1),)),
-                                      src=b.tile("sbuf", "fp32", o_acc, qp, ((d, 1),)),
-                                      op0=VectorOp.MULTIPLY, operand0=col("inv", qp)))
-        b.wait("dma5", b.signal("vector"))
-        b.emit("dma5", DmaCopy(dst=out.ap((head * s + q0, head * s + q0 + qp)),
-                               src=b.tile("sbuf", dtype, o_out, qp, ((d, 1),))))
-        out_free = b.signal("dma5")
+        p_tile = b.tile("sbuf", dtype, p_sb[i % 2], qp, ((kb, 1),))
+        b.emit("scalar", Activation(dst=p_tile, src=s_tile, func=exp, scale=scale,
+                                    bias=col("neg", i, qp),
+                                    reduce_dst=col("l", t, qp) if first
+                                    else col("rowsum", i, qp)))
+        if not first:
+            b.emit("scalar", Activation(dst=col("corr", i, qp), src=col("diff", i, qp),
+                                        func=exp))
+        elif last:
+            b.emit("scalar", Activation(dst=col("inv", t, qp), src=col("l", t, qp),
+                                        func=recip))
+        s_free[i % 2] = exped[i] = b.signal("scalar")
+
+    def back(i: int) -> None:
+        """Step ``i``'s ``p`` transposed through the array and copied to SBUF, ``p v``, the
+        running sums (vector); after a tile's last block ``out = o / l``, after a group's
+        last tile its store."""
+        t, j = steps[i]
+        gi, head, q0, qp, blocks = tiles[t]
+        h0, _, g0, rows = groups[gi]
+        gb, h = gi % 2, i % 2
+        kb = blocks[j][1]
+        first, last = j == 0, j == len(blocks) - 1
+        b.wait("tensor", exped[i])
+        parts = [(c, c0, min(chunk, kb - c0)) for c, c0 in enumerate(range(0, kb, chunk))]
+        for c, c0, n in parts:
+            b.emit("tensor", Transpose(
+                dst=b.tile("psum", dtype, pt_ps + c * tq * 4, n, ((qp, 1),)),
+                src=b.tile("sbuf", dtype, p_sb[h] + c0 * es, qp, ((n, 1),))))
+        b.wait("vector", b.signal("tensor"))
+        for c, _, n in parts:
+            b.emit("vector", TensorCopy(
+                dst=b.tile("sbuf", dtype, pt_sb + c * tq * es, n, ((qp, 1),)),
+                src=b.tile("psum", dtype, pt_ps + c * tq * 4, n, ((qp, 1),))))
+        b.wait("tensor", b.signal("vector"), o_free[h])
+        o_tile = b.tile("psum", "fp32", o_ps[h], qp, ((d, 1),))
+        if whole:
+            b.wait("tensor", kv_ready[gi][1])
+            values = v_sb[gb] + (head - h0) * nc * d * es
+        else:
+            values = v_sb[i % _BLOCK_BUFFERS]
+        for c, _, n in parts:
+            b.emit("tensor", LoadStationary(src=b.tile("sbuf", dtype, pt_sb + c * tq * es,
+                                                       n, ((qp, 1),))))
+            b.emit("tensor", MultiplyMoving(dst=o_tile, accumulate=c > 0, src=b.tile(
+                "sbuf", dtype, values + c * d * es, n, ((d, 1),))))
+        pv = b.signal("tensor")
+        if not whole or i == group_end[gi]:
+            kv_free[gb if whole else i % _BLOCK_BUFFERS] = pv
+        b.wait("vector", pv)
+        acc = None if whole else b.tile("sbuf", "fp32", o_acc, qp, ((d, 1),))
+        if first and not last:
+            b.emit("vector", TensorCopy(dst=acc, src=o_tile))
+        elif not first:
+            b.emit("vector", TensorScalar(dst=col("l", t, qp), src=col("l", t, qp),
+                                          op0=VectorOp.MULTIPLY, operand0=col("corr", i, qp),
+                                          op1=VectorOp.ADD, operand1=col("rowsum", i, qp)))
+            b.emit("vector", TensorScalar(dst=acc, src=acc, op0=VectorOp.MULTIPLY,
+                                          operand0=col("corr", i, qp)))
+            b.emit("vector", TensorTensor(dst=acc, a=acc, b=o_tile, op=VectorOp.ADD))
+            if last:
+                b.wait("scalar", b.signal("vector"))
+                b.emit("scalar", Activation(dst=col("inv", t, qp), src=col("l", t, qp),
+                                            func=recip))
+                b.wait("vector", b.signal("scalar"))
+        if last:  # out = o / l into the group's output tile
+            if t == 0 or tiles[t - 1][0] != gi:  # the group's first tile
+                b.wait("vector", out_free[gb])
+            tile_at = (head - h0) * -(-rows // tq) + (q0 - g0) // tq
+            b.emit("vector", TensorScalar(
+                dst=b.tile("sbuf", dtype, o_out[gb] + tile_at * d * es, qp, ((d, 1),)),
+                src=o_tile if first else acc, op0=VectorOp.MULTIPLY,
+                operand0=col("inv", t, qp)))
+        o_free[h] = b.signal("vector")
+        if i == group_end[gi]:
+            store_group(gi, o_free[h])
+
+    # software-pipelined: step i + 1's front is issued before step i's back, and a group's
+    # operands load while the group before it is computed
+    for gi in range(min(2, len(groups))):
+        load_group(gi)
+    if not whole:
+        for i in range(min(_BLOCK_BUFFERS - 1, len(steps))):
+            load_block(i)
+    front(0)
+    for i in range(len(steps)):
+        if not whole and i + _BLOCK_BUFFERS - 1 < len(steps):
+            load_block(i + _BLOCK_BUFFERS - 1)
+        if i + 1 < len(steps):
+            front(i + 1)
+        back(i)
+        gi = tiles[steps[i][0]][0]
+        if i == group_end[gi] and gi + 2 < len(groups):
+            load_group(gi + 2)

@@ -14,10 +14,13 @@ from hdl.core.isa import AP, DTYPES, Instruction, SemSignal, SemWait
 from hdl.core.params import CoreParams
 from sim.core.program import HbmTensor, Program
 
-__all__ = ["SBUF_ALIGN", "Builder", "Event", "KernelError"]
+__all__ = ["DMA_BYTES", "SBUF_ALIGN", "Builder", "Event", "KernelError"]
 
 #: Alignment of a kernel's SBUF space, bytes per partition.
 SBUF_ALIGN = 64
+#: Bytes per partition a kernel gathers into one DMA where it can: the DMA guide's 2-4 KiB or
+#: more, each transfer paying its own start-up in its in-order queue [DMA].
+DMA_BYTES = 4096
 
 
 class KernelError(ValueError):

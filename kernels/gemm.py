@@ -2,13 +2,17 @@
 ``func(... + bias[M])``), ``lhsT`` stored transposed as the tensor engine's stationary wants it.
 
 :func:`gemm` is blocked for SBUF reuse and overlaps every transfer with compute: an M-block of
-``lhsT`` stays in SBUF while ``rhs`` streams through a ring of K-chunks on four DMA queues;
-the ``lhsT`` chunks go round the queues the rest leave free (``dma0``, and ``dma7`` up where
-the core has them), with as many blocks in flight as there are such queues (at least two) as
-SBUF allows, since transfers within a queue run in order, each after its own start-up latency
-[DMA]. Each N-tile accumulates in half of the PSUM banks while the vector and scalar engines
-empty the other half and a DMA queue stores it, the block's whole row tiles in one transfer
-(and the bias likewise in one per block).
+``lhsT`` stays in SBUF while ``rhs`` streams through a ring of K-chunks on four DMA queues,
+or, where the whole of ``rhs`` fits in the ring's place (a small N: decode, short prompts),
+stays in SBUF too, loaded once before the first block in DMAs of about
+:data:`~kernels.builder.DMA_BYTES` a partition. The ``lhsT`` chunks go round the queues the
+rest leave free (``dma0``, and ``dma7`` up where the core has them), with as many blocks in
+flight as there are such queues (at least two) as SBUF allows, since transfers within a queue
+run in order, each after its own start-up latency [DMA]; the first N-tile of a block starts
+on each chunk as it arrives. Each N-tile accumulates in half of the PSUM banks while the
+vector and scalar engines empty the other half into one of the staging slots (one per N-tile
+of a block as SBUF allows) and a DMA queue stores it, the block's whole row tiles in one
+transfer; every row tile's bias loads once, in one transfer, first on a store queue.
 :func:`gemm_naive` is the same arithmetic tile by tile with nothing overlapped or reused.
 
 :func:`gemm` also runs the block-scaled MX formats (``mxfp8``, ``mxfp4``, where the array has
@@ -40,13 +44,12 @@ from hdl.core.isa import (
 )
 from hdl.numerics.formats import MX_FORMATS
 
-from .builder import SBUF_ALIGN, Builder, KernelError, itemsize
+from .builder import DMA_BYTES, SBUF_ALIGN, Builder, KernelError, itemsize
 from .mx import MX_BLOCK, quad_type
 
 __all__ = ["gemm", "gemm_naive", "out_dtype"]
 
 _RING = 4
-_CHUNK_BYTES = 4096  # per partition of one rhs DMA: the DMA guide's 2-4 KiB or more
 _B_QUEUES = ("dma1", "dma2", "dma3", "dma4")
 _OUT_QUEUES = ("dma5", "dma6")
 #: Queues of the MX scales (small DMAs, each paying the DMA latency in its in-order queue),
@@ -186,7 +189,7 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     out = b.hbm("out", (m, n), odt)
     k_tiles = _k_tiles(b, kq, et)
     n_tiles = _tiles(n, tn)
-    group = max(1, min(len(k_tiles), _CHUNK_BYTES // (w * tn * es)))
+    group = max(1, min(len(k_tiles), DMA_BYTES // (w * tn * es)))
     chunks = []  # (first k-tile index, tiles): full tiles grouped, a partial tile alone
     full = (tk, w)
     i = 0
@@ -201,40 +204,100 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     per_block = max(1, min(p.psum_banks // 2, -(-m // tm)))
     ring = _RING * group * w * tn * es
     ring_scales = _RING * group * tn if mx else 0
+    bias_bytes = -(-m // tm) * 4 if func else 0  # a column per row tile of out
     while True:
         bm = per_block * tm
         a_scales = len(k_tiles) * bm if mx else 0
         a_bytes = len(k_tiles) * w * bm * es + a_scales
         blocks = _tiles(m, bm)
         stage = 2 * per_block * tn * oes
-        fixed = ring + ring_scales + stage + (2 * per_block * 4 if func else 0)
+        fixed = ring + ring_scales + stage + bias_bytes
         # as many blocks in flight as there are lhsT queues (at least two), as SBUF allows
         want = min(len(blocks), max(2, len(_a_queues(b, mx))))
         buffers = max(1, min(want, (p.sbuf_bytes - fixed) // _aligned(a_bytes)))
         if buffers * _aligned(a_bytes) + fixed <= p.sbuf_bytes or per_block == 1:
             break
         per_block -= 1
+    # rhs resident (loaded once for every M-block) where it fits in place of the ring with
+    # the same blocks in flight; MX GEMMs stream it with its scales
+    tw = n_tiles[0][1]  # columns of an N-tile
+    whole_rhs = len(n_tiles) * len(k_tiles) * w * tw * es
+    resident = len(blocks) > 1 and not mx and \
+        buffers * _aligned(a_bytes) + fixed - ring + whole_rhs <= p.sbuf_bytes
+    # output staging: a slot per N-tile of a block (at least two, the stores of one waiting
+    # behind transfers queued before them while the next are filled), as SBUF allows
+    slot_bytes = per_block * tw * oes
+    spare = p.sbuf_bytes - buffers * _aligned(a_bytes) - fixed + stage \
+        - (whole_rhs - ring if resident else 0)
+    stages = max(2, min(len(blocks) * len(n_tiles), spare // _aligned(slot_bytes)))
     a_base = [b.sbuf(a_bytes, "lhsT block") for _ in range(buffers)]
     a_scale = [base + len(k_tiles) * w * bm * es for base in a_base]  # after the data
-    ring_base = b.sbuf(ring, "rhs ring")
+    ring_base = b.sbuf(whole_rhs if resident else ring, "rhs")
     ring_scale = b.sbuf(ring_scales, "rhs scales") if mx else 0
-    stage_base = b.sbuf(stage, "output staging")
-    # two blocks' bias columns: the next block's loads while this block's activations read
-    bias_bases = [b.sbuf(per_block * 4, "bias") for _ in range(2)] if func else []
+    stage_base = [b.sbuf(slot_bytes, "output staging") for _ in range(stages)]
     banks = b.psum_banks(2 * per_block, "accumulators")
     act = b.function(func) if func else 0
+    if func:  # every row tile's bias in one DMA (a partial tile alone), first on a store queue
+        bias_base = b.sbuf(bias_bytes, "bias")
+        for mt, count, mp in _row_pieces(m, tm):
+            b.emit(_OUT_QUEUES[-1], DmaCopy(
+                dst=b.tile("sbuf", "fp32", bias_base + mt * 4, mp, ((count, 1),)),
+                src=b.tile("hbm", "fp32", bias.offset + mt * tm * 4, mp,
+                           _tiled(count, tm, ()), pstride=4)))
+        bias_ready = b.signal(_OUT_QUEUES[-1])
 
     a_free = [None] * buffers
     slot_free = [None] * _RING
     bank_free: list[list] = [[], []]
-    stage_free = [None, None]
-    bias_free: list[list] = [[], []]
+    stage_free = [None] * stages
     slot = tile_no = 0
     a_queues = _a_queues(b, mx)
     a_no = 0  # lhsT chunks issued, each on the next of a_queues
+    last = None  # the tensor engine's last matmul
+
+    def multiply(kt, buf, mo, mp, half, mt, src, tnp, scale=None):
+        pairs = k_tiles[kt][2]
+        kp = k_tiles[kt][1]
+        b.emit("tensor", LoadStationary(
+            src=b.tile("sbuf", et, a_base[buf] + (kt * w * bm + mo) * es, kp,
+                       _paired(pairs, bm, ((mp, 1),))),
+            scale=_scale_tile(b, kp, a_scale[buf] + kt * bm + mo, mp) if mx else None,
+            double_row=pairs == 2))
+        b.emit("tensor", MultiplyMoving(
+            dst=b.tile("psum", "fp32", banks[half * per_block + mt], mp, ((tnp, 1),)),
+            src=src, accumulate=kt > 0, scale=scale, double_row=pairs == 2))
+
+    # resident: every N-tile of rhs before the first lhsT chunk, full K-tiles in DMAs of
+    # about DMA_BYTES a partition (each other tile alone) round the rhs queues; K-tile kt of
+    # N-tile ni at slot ni * len(k_tiles) + kt, and rhs_ready[ni][kt] the event of its DMA
+    rhs_ready: list[list] = []
+    per_piece = max(1, DMA_BYTES // (w * tw * es))
+    for ni, (n0, tnp) in enumerate(n_tiles if resident else []):
+        pieces, kt = [], 0
+        while kt < len(k_tiles):
+            count = 1
+            while count < per_piece and kt + count < len(k_tiles) \
+                    and k_tiles[kt][1:] == k_tiles[kt + count][1:] == full:
+                count += 1
+            pieces.append((kt, count))
+            kt += count
+        rhs_ready.append([])
+        for kt, count in pieces:
+            k0, kp, pairs = k_tiles[kt]
+            q = _B_QUEUES[slot % len(_B_QUEUES)]
+            slot += 1
+            b.emit(q, DmaCopy(
+                dst=b.tile("sbuf", et, ring_base + (ni * len(k_tiles) + kt) * w * tw * es, kp,
+                           _tiled(count, w * tw, _paired(pairs, tw, ((tnp, 1),)))),
+                src=b.tile("hbm", et, rhs.offset + (k0 * n + n0) * es, kp,
+                           _tiled(count, w * tk * n, _paired(pairs, kp * n, ((tnp, 1),))),
+                           pstride=n * es)))
+            rhs_ready[ni] += [b.signal(q)] * count
+
     for bi, (m0, bmp) in enumerate(blocks):
         buf = bi % buffers
         used = []
+        a_ready = {}  # first K-tile of a chunk -> its DMA's event
         for c0, g in chunks:
             q = a_queues[a_no % len(a_queues)]
             a_no += 1
@@ -251,22 +314,26 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
             if mx:
                 _scale_copies(b, [q], lhs_s, k_tiles[c0][0] // MX_GROUP_PARTITIONS,
                               (m0, m0 + bmp), kp, a_scale[buf] + c0 * bm, g, bm)
-        if func:  # the block's bias on dma0
-            if "dma0" not in used:
-                used.append("dma0")
-            bias_base = bias_bases[bi % 2]
-            b.wait("dma0", *bias_free[bi % 2])
-            for mt, count, mp in _row_pieces(bmp, tm):  # a column of each row tile
-                b.emit("dma0", DmaCopy(
-                    dst=b.tile("sbuf", "fp32", bias_base + mt * 4, mp, ((count, 1),)),
-                    src=b.tile("hbm", "fp32", bias.offset + (m0 + mt * tm) * 4, mp,
-                               _tiled(count, tm, ()), pstride=4)))
-        b.wait("tensor", *(b.signal(q) for q in used))
+            a_ready[c0] = b.signal(q)
         m_tiles = _tiles(bmp, tm)
-        for n0, tnp in n_tiles:
+        for ni, (n0, tnp) in enumerate(n_tiles):
             half = tile_no % 2
             b.wait("tensor", *bank_free[half])
-            for c0, g in chunks:
+            if resident:
+                for kt in range(len(k_tiles)):
+                    # the first N-tile waits for each chunk as it comes (the first block for
+                    # each rhs piece too)
+                    b.wait("tensor", a_ready.get(kt) if ni == 0 else None,
+                           rhs_ready[ni][kt] if bi == 0 and (
+                               kt == 0 or rhs_ready[ni][kt] != rhs_ready[ni][kt - 1])
+                           else None)
+                    base = ring_base + (ni * len(k_tiles) + kt) * w * tw * es
+                    src = b.tile("sbuf", et, base, k_tiles[kt][1],
+                                 _paired(k_tiles[kt][2], tw, ((tnp, 1),)))
+                    for mt, (mo, mp) in enumerate(m_tiles):
+                        multiply(kt, buf, mo, mp, half, mt, src, tnp)
+                last = b.signal("tensor")
+            for c0, g in [] if resident else chunks:
                 k0, kp, pairs = k_tiles[c0]
                 s = slot % _RING
                 q = _B_QUEUES[slot % len(_B_QUEUES)]
@@ -279,7 +346,7 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                 b.emit(q, DmaCopy(dst=b.tile("sbuf", et, base, kp, ((g, w * tn),)
                                              + _paired(pairs, tn, ((tnp, 1),))),
                                   src=src))
-                b.wait("tensor", b.signal(q))
+                b.wait("tensor", b.signal(q), a_ready[c0] if ni == 0 else None)
                 if mx:
                     quads = MX_QUADRANT // MX_GROUP_PARTITIONS
                     queues = [_SCALE_QUEUES[(slot * quads + i) % len(_SCALE_QUEUES)]
@@ -293,36 +360,27 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                                             (n0, n0 + tnp), kp, scales, g, tn):
                         b.wait("tensor", b.signal(qs))
                 for gi in range(g):
-                    kt = c0 + gi
+                    src = b.tile("sbuf", et, base + gi * w * tn * es, kp,
+                                 _paired(pairs, tn, ((tnp, 1),)))
                     for mt, (mo, mp) in enumerate(m_tiles):
-                        b.emit("tensor", LoadStationary(
-                            src=b.tile("sbuf", et, a_base[buf] + (kt * w * bm + mo) * es, kp,
-                                       _paired(pairs, bm, ((mp, 1),))),
-                            scale=_scale_tile(b, kp, a_scale[buf] + kt * bm + mo, mp)
-                            if mx else None, double_row=pairs == 2))
-                        b.emit("tensor", MultiplyMoving(
-                            dst=b.tile("psum", "fp32", banks[half * per_block + mt], mp,
-                                       ((tnp, 1),)),
-                            src=b.tile("sbuf", et, base + gi * w * tn * es, kp,
-                                       _paired(pairs, tn, ((tnp, 1),))),
-                            accumulate=kt > 0,
-                            scale=_scale_tile(b, kp, scales + gi * tn, tnp) if mx else None,
-                            double_row=pairs == 2))
-                slot_free[s] = b.signal("tensor")
+                        multiply(c0 + gi, buf, mo, mp, half, mt, src, tnp,
+                                 _scale_tile(b, kp, scales + gi * tn, tnp) if mx else None)
+                slot_free[s] = last = b.signal("tensor")
                 slot += 1
-            done = slot_free[(slot - 1) % _RING]
             engines = []
             for mt, (_, mp) in enumerate(m_tiles):
                 eng = "scalar" if func or mt % 2 else "vector"
                 if eng not in engines:
                     engines.append(eng)
-                    b.wait(eng, done, stage_free[half])
+                    b.wait(eng, last, stage_free[tile_no % stages])
+                    if func and bi == 0 and ni == 0:
+                        b.wait(eng, bias_ready)
                 psum = b.tile("psum", "fp32", banks[half * per_block + mt], mp, ((tnp, 1),))
-                st = b.tile("sbuf", odt, stage_base + (half * per_block + mt) * tn * oes, mp,
+                st = b.tile("sbuf", odt, stage_base[tile_no % stages] + mt * tw * oes, mp,
                             ((tnp, 1),))
                 if func:
-                    b.emit(eng, Activation(dst=st, src=psum, func=act,
-                                           bias=b.column(bias_base + mt * 4, mp)))
+                    b.emit(eng, Activation(dst=st, src=psum, func=act, bias=b.column(
+                        bias_base + (m0 // tm + mt) * 4, mp)))
                 else:
                     b.emit(eng, TensorCopy(dst=st, src=psum))
             bank_free[half] = [b.signal(e) for e in engines]
@@ -330,16 +388,14 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
             q = _OUT_QUEUES[bi % len(_OUT_QUEUES)]
             b.wait(q, *bank_free[half])
             for mt, count, mp in _row_pieces(bmp, tm):
-                st = b.tile("sbuf", odt, stage_base + (half * per_block + mt) * tn * oes, mp,
-                            _tiled(count, tn, ((tnp, 1),)))
+                st = b.tile("sbuf", odt, stage_base[tile_no % stages] + mt * tw * oes, mp,
+                            _tiled(count, tw, ((tnp, 1),)))
                 dst = b.tile("hbm", odt, out.offset + ((m0 + mt * tm) * n + n0) * oes, mp,
                              _tiled(count, tm * n, ((tnp, 1),)), pstride=n * oes)
                 b.emit(q, DmaCopy(dst=dst, src=st))
-            stage_free[half] = b.signal(q)
+            stage_free[tile_no % stages] = b.signal(q)
             tile_no += 1
-            if func:
-                bias_free[bi % 2] = bank_free[half]
-        a_free[buf] = slot_free[(slot - 1) % _RING]
+        a_free[buf] = last
 
 
 def gemm_naive(b: Builder, m: int, k: int, n: int, dtype: str = "bf16") -> None:

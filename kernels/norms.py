@@ -60,25 +60,40 @@ class RowBuffers:
         return self.b.column(self.cols[half][i], rows)
 
 
-def load_rows(b: Builder, q: str, t, r0: int, rows: int, dst, cols=None) -> None:
-    """DMA rows ``r0 .. r0 + rows`` of the HBM tensor ``t`` (its columns ``cols``, a
-    (first, end) pair, or all) into ``dst`` on queue ``q``."""
-    b.emit(q, DmaCopy(dst=dst, src=t.ap((r0, r0 + rows), cols)))
+def load_rows(b: Builder, q: str, t, r0: int, rows: int, dst) -> None:
+    """DMA rows ``r0 .. r0 + rows`` of the HBM tensor ``t`` into ``dst`` on queue ``q``."""
+    b.emit(q, DmaCopy(dst=dst, src=t.ap((r0, r0 + rows))))
 
 
-#: Columns per pass of the element-wise kernels (residual add, Adam), whose rows need not be
-#: whole: 2,048 fp32 keep their double-buffered tiles within any generation's SBUF.
+#: Columns per pass of the element-wise kernels (residual add, gradient accumulation, Adam):
+#: 2,048 fp32 keep their double-buffered tiles within any generation's SBUF.
 _ELEMENTWISE_COLUMNS = 2048
 
 
-def _pieces(r: int, c: int, partitions: int):
-    """(tile number, first row, rows, (first column, end column)) of the element-wise passes."""
-    width = min(c, _ELEMENTWISE_COLUMNS)
-    n = 0
-    for r0 in range(0, r, partitions):
-        for c0 in range(0, c, width):
-            yield n, r0, min(partitions, r - r0), (c0, min(c, c0 + width))
-            n += 1
+class _Flat:
+    """The passes of an element-wise kernel over ``[r, c]``, whose rows need not be whole:
+    the ``r * c`` elements in order over every partition, ``L = r * c // partitions`` a
+    partition, in passes of up to :data:`_ELEMENTWISE_COLUMNS` columns, and the last
+    ``r * c % partitions`` elements one a partition; so a short tensor (a decode step's
+    few rows) still streams on all the vector engine's lanes."""
+
+    def __init__(self, r: int, c: int, partitions: int):
+        total = r * c
+        self.per = total // partitions
+        self.width = max(1, min(self.per, _ELEMENTWISE_COLUMNS))
+        # (first element, partitions, partition stride in elements, columns)
+        self.pieces = [(c0, partitions, self.per, min(self.width, self.per - c0))
+                       for c0 in range(0, self.per, self.width)]
+        if total % partitions:
+            self.pieces.append((self.per * partitions, total % partitions, 1, 1))
+
+    @staticmethod
+    def ap(b: Builder, t, piece):
+        """The HBM access pattern of ``piece`` in the tensor ``t``."""
+        first, parts, stride, cols = piece
+        es = itemsize(t.dtype)
+        return b.tile("hbm", t.dtype, t.offset + first * es, parts, ((cols, 1),),
+                      pstride=stride * es)
 
 
 def softmax(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
@@ -122,23 +137,27 @@ def _norm(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: float) -> N
     gamma = b.hbm("gamma", (1, c), "fp32")
     beta = b.hbm("beta", (1, c), "fp32") if centre else None
     w = RowBuffers(b, c, dtype, ("x", "out"), 2)
-    p = b.params.partitions
     g_base = b.sbuf(c * 4, "gamma")
     be_base = b.sbuf(c * 4, "beta") if centre else 0
-    eps_col = b.column(b.sbuf(4, "eps"), p)
+    eps_col = b.column(b.sbuf(4, "eps"), tiles[0][1])
     rsqrt = b.function("rsqrt")
-    broadcast_row(b, "dma2", gamma, p, b.tile("sbuf", "fp32", g_base, p, ((c, 1),)))
-    if centre:
-        broadcast_row(b, "dma2", beta, p, b.tile("sbuf", "fp32", be_base, p, ((c, 1),)))
     b.emit("gpsimd", Memset(dst=eps_col, value=eps))
-    consts = [b.signal("dma2"), b.signal("gpsimd")]
-    b.wait("vector", *consts)
-    b.wait("scalar", *consts)
+    b.wait("scalar", b.signal("gpsimd"))
+    consts = []
     for i, (r0, rows) in enumerate(tiles):
         h = i % 2
         b.wait("dma0", w.free[h])
         xin = w.tile(w.io["x"][h], rows, dtype)
         load_rows(b, "dma0", x, r0, rows, xin)
+        if i == 0:  # gamma and beta broadcast to a tile's rows on queues of their own,
+            # after the first rows
+            broadcast_row(b, "dma2", gamma, rows,
+                          b.tile("sbuf", "fp32", g_base, rows, ((c, 1),)))
+            consts.append(b.signal("dma2"))
+            if centre:
+                broadcast_row(b, "dma3", beta, rows,
+                              b.tile("sbuf", "fp32", be_base, rows, ((c, 1),)))
+                consts.append(b.signal("dma3"))
         b.wait("vector", b.signal("dma0"))
         s1, mean, s2, rstd = (w.col(h, j, rows) for j in range(4))
         xc = xin
@@ -157,6 +176,8 @@ def _norm(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: float) -> N
         b.emit("vector", TensorScalar(dst=y, src=xc, op0=VectorOp.MULTIPLY, operand0=rstd))
         res = w.tile(w.io["out"][h], rows, dtype)
         g = b.tile("sbuf", "fp32", g_base, rows, ((c, 1),))
+        if i == 0:  # the statistics of the first rows are computed while gamma loads
+            b.wait("vector", *consts)
         if centre:
             b.emit("vector", TensorTensor(dst=y, a=y, b=g, op=VectorOp.MULTIPLY))
             b.emit("vector", TensorTensor(dst=res, a=y, op=VectorOp.ADD,
@@ -183,21 +204,21 @@ def residual_add(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
     row_tiles(b, r, c, dtype)
     x, y = b.hbm("x", (r, c), dtype), b.hbm("y", (r, c), dtype)
     out = b.hbm("out", (r, c), dtype)
-    width = min(c, _ELEMENTWISE_COLUMNS)
-    w = RowBuffers(b, width, dtype, ("x", "y", "out"), 0)
-    for i, r0, rows, cols in _pieces(r, c, b.params.partitions):
+    f = _Flat(r, c, b.params.partitions)
+    w = RowBuffers(b, f.width, dtype, ("x", "y", "out"), 0)
+    for i, piece in enumerate(f.pieces):
         h = i % 2
-        cw = cols[1] - cols[0]
+        rows, cw = piece[1], piece[3]
         xa, ya, oa = (b.tile("sbuf", dtype, w.io[n][h], rows, ((cw, 1),))
                       for n in ("x", "y", "out"))
         b.wait("dma0", w.free[h])
-        load_rows(b, "dma0", x, r0, rows, xa, cols)
+        b.emit("dma0", DmaCopy(dst=xa, src=f.ap(b, x, piece)))
         b.wait("dma2", w.free[h])
-        load_rows(b, "dma2", y, r0, rows, ya, cols)
+        b.emit("dma2", DmaCopy(dst=ya, src=f.ap(b, y, piece)))
         b.wait("vector", b.signal("dma0"), b.signal("dma2"))
         b.emit("vector", TensorTensor(dst=oa, a=xa, b=ya, op=VectorOp.ADD))
         b.wait("dma1", b.signal("vector"))
-        b.emit("dma1", DmaCopy(dst=out.ap((r0, r0 + rows), cols), src=oa))
+        b.emit("dma1", DmaCopy(dst=f.ap(b, out, piece), src=oa))
         w.free[h] = b.signal("dma1")
 
 
@@ -208,22 +229,22 @@ def grad_accumulate(b: Builder, r: int, c: int, dtype: str = "bf16") -> None:
     row_tiles(b, r, c, dtype)
     acc, grad = b.hbm("acc", (r, c), "fp32"), b.hbm("grad", (r, c), dtype)
     out = b.hbm("acc_out", (r, c), "fp32")
-    width = min(c, _ELEMENTWISE_COLUMNS)
-    w = RowBuffers(b, width, "fp32", ("acc",), 0)
-    g_io = [b.sbuf(width * itemsize(dtype), "grad") for _ in range(2)]
-    for i, r0, rows, cols in _pieces(r, c, b.params.partitions):
+    f = _Flat(r, c, b.params.partitions)
+    w = RowBuffers(b, f.width, "fp32", ("acc",), 0)
+    g_io = [b.sbuf(f.width * itemsize(dtype), "grad") for _ in range(2)]
+    for i, piece in enumerate(f.pieces):
         h = i % 2
-        cw = cols[1] - cols[0]
+        rows, cw = piece[1], piece[3]
         aa = b.tile("sbuf", "fp32", w.io["acc"][h], rows, ((cw, 1),))
         ga = b.tile("sbuf", dtype, g_io[h], rows, ((cw, 1),))
         b.wait("dma0", w.free[h])
-        load_rows(b, "dma0", acc, r0, rows, aa, cols)
+        b.emit("dma0", DmaCopy(dst=aa, src=f.ap(b, acc, piece)))
         b.wait("dma2", w.free[h])
-        load_rows(b, "dma2", grad, r0, rows, ga, cols)
+        b.emit("dma2", DmaCopy(dst=ga, src=f.ap(b, grad, piece)))
         b.wait("vector", b.signal("dma0"), b.signal("dma2"))
         b.emit("vector", TensorTensor(dst=aa, a=aa, b=ga, op=VectorOp.ADD))
         b.wait("dma1", b.signal("vector"))
-        b.emit("dma1", DmaCopy(dst=out.ap((r0, r0 + rows), cols), src=aa))
+        b.emit("dma1", DmaCopy(dst=f.ap(b, out, piece), src=aa))
         w.free[h] = b.signal("dma1")
 
 
@@ -244,12 +265,12 @@ def adam(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
     names = ("param", "grad", "m", "v")
     t_in = {n: b.hbm(n, (r, c), "fp32") for n in names}
     t_out = {n: b.hbm(n + "_out", (r, c), "fp32") for n in ("param", "m", "v")}
-    width = min(c, _ELEMENTWISE_COLUMNS)
-    w = RowBuffers(b, width, "fp32", names, 2)
+    f = _Flat(r, c, b.params.partitions)
+    w = RowBuffers(b, f.width, "fp32", names, 2)
     sqrt, recip = b.function("sqrt"), b.function("reciprocal")
-    for i, r0, rows, cols in _pieces(r, c, b.params.partitions):
+    for i, piece in enumerate(f.pieces):
         h = i % 2
-        cw = cols[1] - cols[0]
+        rows, cw = piece[1], piece[3]
 
         def tile(base, rows=rows, cw=cw):
             return b.tile("sbuf", "fp32", base, rows, ((cw, 1),))
@@ -258,7 +279,7 @@ def adam(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
         for j, n in enumerate(names):
             q = f"dma{j % 2 * 2}"
             b.wait(q, w.free[h])
-            load_rows(b, q, t_in[n], r0, rows, a[n], cols)
+            b.emit(q, DmaCopy(dst=a[n], src=f.ap(b, t_in[n], piece)))
         b.wait("vector", b.signal("dma0"), b.signal("dma2"))
         tmp, den = tile(w.work[h][0]), tile(w.work[h][1])
         g, m, v, prm = a["grad"], a["m"], a["v"], a["param"]
@@ -282,5 +303,5 @@ def adam(b: Builder, r: int, c: int, dtype: str = "fp32") -> None:
         b.emit("vector", TensorTensor(dst=prm, a=prm, b=tmp, op=VectorOp.ADD))
         b.wait("dma1", b.signal("vector"))
         for n in ("param", "m", "v"):
-            b.emit("dma1", DmaCopy(dst=t_out[n].ap((r0, r0 + rows), cols), src=a[n]))
+            b.emit("dma1", DmaCopy(dst=f.ap(b, t_out[n], piece), src=a[n]))
         w.free[h] = b.signal("dma1")
