@@ -14,13 +14,18 @@ from hdl.core.isa import AP, DTYPES, Instruction, SemSignal, SemWait
 from hdl.core.params import CoreParams
 from sim.core.program import HbmTensor, Program
 
-__all__ = ["DMA_BYTES", "SBUF_ALIGN", "Builder", "Event", "KernelError"]
+__all__ = ["DMA_BYTES", "SBUF_ALIGN", "Builder", "Event", "KernelError", "sbuf_aligned"]
 
 #: Alignment of a kernel's SBUF space, bytes per partition.
 SBUF_ALIGN = 64
 #: Bytes per partition a kernel gathers into one DMA where it can: the DMA guide's 2-4 KiB or
 #: more, each transfer paying its own start-up in its in-order queue [DMA].
 DMA_BYTES = 4096
+
+
+def sbuf_aligned(nbytes: int) -> int:
+    """The SBUF space per partition that ``nbytes`` take (:data:`SBUF_ALIGN`-byte aligned)."""
+    return -(-nbytes // SBUF_ALIGN) * SBUF_ALIGN
 
 
 class KernelError(ValueError):
@@ -52,7 +57,7 @@ class Builder:
     def sbuf(self, nbytes: int, what: str) -> int:
         """``nbytes`` per partition of SBUF (:data:`SBUF_ALIGN`-byte aligned); the offset."""
         offset = self._sbuf
-        self._sbuf += -(-nbytes // SBUF_ALIGN) * SBUF_ALIGN
+        self._sbuf += sbuf_aligned(nbytes)
         if self._sbuf > self.params.sbuf_bytes:
             raise KernelError(f"{what}: the kernel needs {self._sbuf} bytes of SBUF per "
                               f"partition, {self.params.name} has {self.params.sbuf_bytes}")

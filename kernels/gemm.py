@@ -44,7 +44,7 @@ from hdl.core.isa import (
 )
 from hdl.numerics.formats import MX_FORMATS
 
-from .builder import DMA_BYTES, SBUF_ALIGN, Builder, KernelError, itemsize
+from .builder import DMA_BYTES, Builder, KernelError, itemsize, sbuf_aligned
 from .mx import MX_BLOCK, quad_type
 
 __all__ = ["gemm", "gemm_naive", "out_dtype"]
@@ -62,10 +62,6 @@ def _a_queues(b: Builder, mx: bool) -> tuple[str, ...]:
     rhs and output queues that the MX scales leave free."""
     first = int(_SCALE_QUEUES[-1][3:]) + 1 if mx else int(_OUT_QUEUES[-1][3:]) + 1
     return ("dma0",) + tuple(f"dma{i}" for i in range(first, b.params.dma_queues))
-
-
-def _aligned(nbytes: int) -> int:
-    return -(-nbytes // SBUF_ALIGN) * SBUF_ALIGN
 
 
 def out_dtype(dtype: str) -> str:
@@ -214,8 +210,8 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
         fixed = ring + ring_scales + stage + bias_bytes
         # as many blocks in flight as there are lhsT queues (at least two), as SBUF allows
         want = min(len(blocks), max(2, len(_a_queues(b, mx))))
-        buffers = max(1, min(want, (p.sbuf_bytes - fixed) // _aligned(a_bytes)))
-        if buffers * _aligned(a_bytes) + fixed <= p.sbuf_bytes or per_block == 1:
+        buffers = max(1, min(want, (p.sbuf_bytes - fixed) // sbuf_aligned(a_bytes)))
+        if buffers * sbuf_aligned(a_bytes) + fixed <= p.sbuf_bytes or per_block == 1:
             break
         per_block -= 1
     # rhs resident (loaded once for every M-block) where it fits in place of the ring with
@@ -223,13 +219,13 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     tw = n_tiles[0][1]  # columns of an N-tile
     whole_rhs = len(n_tiles) * len(k_tiles) * w * tw * es
     resident = len(blocks) > 1 and not mx and \
-        buffers * _aligned(a_bytes) + fixed - ring + whole_rhs <= p.sbuf_bytes
+        buffers * sbuf_aligned(a_bytes) + fixed - ring + whole_rhs <= p.sbuf_bytes
     # output staging: a slot per N-tile of a block (at least two, the stores of one waiting
     # behind transfers queued before them while the next are filled), as SBUF allows
     slot_bytes = per_block * tw * oes
-    spare = p.sbuf_bytes - buffers * _aligned(a_bytes) - fixed + stage \
+    spare = p.sbuf_bytes - buffers * sbuf_aligned(a_bytes) - fixed + stage \
         - (whole_rhs - ring if resident else 0)
-    stages = max(2, min(len(blocks) * len(n_tiles), spare // _aligned(slot_bytes)))
+    stages = max(2, min(len(blocks) * len(n_tiles), spare // sbuf_aligned(slot_bytes)))
     a_base = [b.sbuf(a_bytes, "lhsT block") for _ in range(buffers)]
     a_scale = [base + len(k_tiles) * w * bm * es for base in a_base]  # after the data
     ring_base = b.sbuf(whole_rhs if resident else ring, "rhs")
