@@ -98,17 +98,64 @@ class StreamBus:
             h.value = beat[name]
 
 
+class _Clocked:
+    """The one coroutine that runs every stream end of a clock: after each rising edge it
+    lets each end drive its outputs, and at ``ReadOnly`` of that step lets each end sample.
+
+    One coroutine for all ends, rather than one each, wakes the simulator's scheduler twice a
+    cycle however many streams a bench has, and reads each reset once a cycle. An end added
+    or stopped while the clock runs takes effect from the next rising edge."""
+
+    _groups: dict = {}
+
+    def __init__(self, clock):
+        self.ends: list[_End] = []
+        self._task = cocotb.start_soon(self._run(clock))
+
+    @classmethod
+    def join(cls, end: _End) -> None:
+        group = cls._groups.get(end.clock)
+        if group is None or group._task.done():     # none yet, or ended with its cocotb test
+            group = cls._groups[end.clock] = cls(end.clock)
+        group.ends.append(end)
+        end._group = group
+
+    def leave(self, end: _End) -> None:
+        self.ends.remove(end)
+
+    async def _run(self, clock):
+        edge, read_only = RisingEdge(clock), ReadOnly()
+        while True:
+            await edge
+            ends = list(self.ends)
+            resets: dict = {}
+            for end in ends:
+                reset = end.reset
+                if reset is None:
+                    end._rise(False)
+                    continue
+                if reset not in resets:
+                    resets[reset] = int(reset.value) == 1
+                end._rise(resets[reset])
+            await read_only
+            for end in ends:
+                if end._group is self:
+                    end._sample()
+
+
 class _End:
     def __init__(self, bus: StreamBus, clock, reset=None, pause: Iterator[bool] | None = None):
         self.bus, self.clock, self.reset = bus, clock, reset
         self.pause = pause if pause is not None else no_pause()
-        self._task = cocotb.start_soon(self._run())
-
-    def _in_reset(self) -> bool:
-        return self.reset is not None and int(self.reset.value) == 1
+        self._in_reset = False
+        self._group: _Clocked | None = None
+        _Clocked.join(self)
 
     def stop(self) -> None:
-        self._task.cancel()
+        """Stop driving and watching the stream (from the next rising edge)."""
+        if self._group is not None:
+            self._group.leave(self)
+            self._group = None
 
 
 class StreamSource(_End):
@@ -117,6 +164,7 @@ class StreamSource(_End):
     def __init__(self, bus: StreamBus, clock, reset=None, pause: Iterator[bool] | None = None):
         self.queue: deque = deque()
         self.sent = 0
+        self._valid = self._shown = False      # a beat is held; what valid shows
         bus.valid.value = 0
         super().__init__(bus, clock, reset, pause)
 
@@ -128,21 +176,21 @@ class StreamSource(_End):
         """Nothing left to send."""
         return not self.queue
 
-    async def _run(self):
-        valid = False
-        while True:
-            await RisingEdge(self.clock)
-            if self._in_reset():
-                valid = False
-            elif not valid and self.queue and not next(self.pause):
-                self.bus.write(self.queue[0])
-                valid = True
-            self.bus.valid.value = int(valid)
-            await ReadOnly()
-            if valid and int(self.bus.ready.value):
-                self.queue.popleft()
-                self.sent += 1
-                valid = False
+    def _rise(self, in_reset: bool) -> None:
+        if in_reset:
+            self._valid = False
+        elif not self._valid and self.queue and not next(self.pause):
+            self.bus.write(self.queue[0])
+            self._valid = True
+        if self._valid != self._shown:
+            self._shown = self._valid
+            self.bus.valid.value = int(self._valid)
+
+    def _sample(self) -> None:
+        if self._valid and int(self.bus.ready.value):
+            self.queue.popleft()
+            self.sent += 1
+            self._valid = False
 
 
 class StreamMonitor(_End):
@@ -154,18 +202,16 @@ class StreamMonitor(_End):
         self.count = 0
         super().__init__(bus, clock, reset, pause)
 
-    def _drive(self) -> None:
-        pass
+    def _rise(self, in_reset: bool) -> None:
+        self._in_reset = in_reset
 
-    async def _run(self):
-        while True:
-            await RisingEdge(self.clock)
-            self._drive()
-            await ReadOnly()
-            if (not self._in_reset() and int(self.bus.valid.value)
-                    and int(self.bus.ready.value)):
-                self.received.append(self.bus.read())
-                self.count += 1
+    def _ready(self) -> bool:
+        return bool(int(self.bus.ready.value))
+
+    def _sample(self) -> None:
+        if not self._in_reset and int(self.bus.valid.value) and self._ready():
+            self.received.append(self.bus.read())
+            self.count += 1
 
     def take(self, n: int | None = None) -> list:
         """The beats received and not yet taken (at most ``n``), oldest first."""
@@ -178,11 +224,19 @@ class StreamSink(StreamMonitor):
     says (backpressure)."""
 
     def __init__(self, bus: StreamBus, clock, reset=None, pause: Iterator[bool] | None = None):
+        self._driven = False
         bus.ready.value = 0
         super().__init__(bus, clock, reset, pause)
 
-    def _drive(self) -> None:
-        self.bus.ready.value = int(not self._in_reset() and not next(self.pause))
+    def _rise(self, in_reset: bool) -> None:
+        self._in_reset = in_reset
+        ready = not in_reset and not next(self.pause)
+        if ready != self._driven:
+            self._driven = ready
+            self.bus.ready.value = int(ready)
+
+    def _ready(self) -> bool:
+        return self._driven
 
 
 def nothing_left_over(*ends) -> None:
