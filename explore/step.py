@@ -102,7 +102,7 @@ def _combo(t, times, lnc, tp, pp, mb, recompute, dp, sp, zero1, gemm_only):
     stage, the optimizer (of ``dp``), and a layer's activation bytes; and the calls."""
     layout = Layout(tp=tp, pp=pp, dp=dp, micro_batch=mb, recompute=recompute,
                     sequence_parallel=sp, zero1=zero1, gemm_only=gemm_only)
-    calls = lower(t, layout)
+    calls = lower(t, layout, times.params)
     fwd, bwd = _time(calls["forward"], times, lnc), _time(calls["backward"], times, lnc)
     first, last = _time(calls["first"], times, lnc), _time(calls["last"], times, lnc)
     ends = [first, last] if pp > 1 else [{k: first[k] + last[k] for k in first}]

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from kernels.attention import KEY_BLOCK
+from kernels.attention import key_block, query_tile
 
 from .workloads import DTYPES, Transformer, transformer_params
 
@@ -105,19 +105,20 @@ def flat(what, kernel, elements, dtype, count):
                  count)
 
 
-def causal_fraction(seq: int, query_tile: int) -> float:
-    """Fraction of (query tile, key block) pairs of the flash kernel a causal mask keeps."""
-    kb = KEY_BLOCK
-    blocks = math.ceil(seq / kb)
-    kept = sum(min(blocks, math.ceil(min(q0 + query_tile, seq) / kb))
-               for q0 in range(0, seq, query_tile))
-    return kept / (math.ceil(seq / query_tile) * blocks)
+def causal_fraction(seq: int, tile: int, block: int) -> float:
+    """Fraction of (query tile, key block) pairs of the flash kernel, queries in tiles of
+    ``tile`` and keys in blocks of ``block``, that a causal mask keeps."""
+    blocks = math.ceil(seq / block)
+    kept = sum(min(blocks, math.ceil(min(q0 + tile, seq) / block))
+               for q0 in range(0, seq, tile))
+    return kept / (math.ceil(seq / tile) * blocks)
 
 
-def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, list[Call]]:
-    """The kernel calls of one micro-batch on one rank: ``forward`` and ``backward`` (one
-    layer), ``first`` (embedding, first stage), ``last`` (head and loss, last stage) and
-    ``step`` (the optimizer, once per step)."""
+def lower(t: Transformer, layout: Layout, params) -> dict[str, list[Call]]:
+    """The kernel calls of one micro-batch on one rank of a chip whose cores are ``params``
+    (:class:`~hdl.core.params.CoreParams`): ``forward`` and ``backward`` (one layer),
+    ``first`` (embedding, first stage), ``last`` (head and loss, last stage) and ``step``
+    (the optimizer, once per step)."""
     tp, dt = layout.tp, t.dtype
     es = DTYPES[dt]
     seq, mb = t.seq, layout.micro_batch
@@ -128,7 +129,7 @@ def lower(t: Transformer, layout: Layout, query_tile: int = 128) -> dict[str, li
     heads = math.ceil(t.heads / tp)
     ffn = math.ceil(t.ffn / tp)
     norm = "rmsnorm" if t.norm == "rmsnorm" else "layernorm"
-    frac = causal_fraction(seq, query_tile) if t.causal else 1.0
+    frac = causal_fraction(seq, query_tile(params), key_block(params)) if t.causal else 1.0
     nb = mb * heads  # heads of the micro-batch's sequences, one attention kernel for all
     attention = "attention_causal" if t.causal else "attention"
 

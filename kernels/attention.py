@@ -45,12 +45,22 @@ from hdl.vector.ops import Reduce, VectorOp
 
 from .builder import DMA_BYTES, Builder, KernelError, itemsize
 
-__all__ = ["KEY_BLOCK", "attention"]
+__all__ = ["attention", "key_block", "query_tile"]
 
-#: Keys per block: one PSUM bank of fp32 scores.
-KEY_BLOCK = 512
 #: Buffers of streamed key and value blocks: the block computed, the next, and one loading.
 _BLOCK_BUFFERS = 3
+
+
+def query_tile(p) -> int:
+    """Queries per tile on a core of ``p``: the scores' partitions, at most the array's
+    columns (128 on every chip at full scale)."""
+    return min(p.cols, p.partitions)
+
+
+def key_block(p) -> int:
+    """Keys per block on a core of ``p``: one PSUM bank of fp32 scores, at most a moving
+    tile (512 on every chip at full scale)."""
+    return min(p.moving_max, p.psum_bank_bytes // 4)
 
 
 def _axis(count: int, stride: int, dims: tuple) -> tuple:
@@ -74,7 +84,7 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
     if dtype not in ("bf16", "fp32"):
         raise KernelError(f"dtype must be bf16 or fp32, not {dtype!r}")
     es = itemsize(dtype)
-    tq = min(p.cols, p.partitions)
+    tq = query_tile(p)
     chunk = min(p.rows, p.cols)  # keys per transpose and per p v pass
     q_t, k_t = b.hbm("qT", (nb * d, s), dtype), b.hbm("kT", (nb * d, s), dtype)
     v = b.hbm("v", (nb * s, d), dtype)
@@ -82,7 +92,8 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
     scale = 1.0 / math.sqrt(d)
     exp = b.function("exp")
     recip = b.function("reciprocal")
-    all_blocks = [(o, min(KEY_BLOCK, s - o)) for o in range(0, s, KEY_BLOCK)]
+    kbl = key_block(p)
+    all_blocks = [(o, min(kbl, s - o)) for o in range(0, s, kbl)]
     whole = len(all_blocks) == 1  # a head's keys in one block: they move with its queries
     kb_max = all_blocks[0][1]
     nc = -(-s // chunk)  # a head's value tiles
@@ -100,8 +111,8 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
         k_sb = [b.sbuf(g_heads * s * es, "k group") for _ in range(2)]
         v_sb = [b.sbuf(g_heads * nc * d * es, "v group") for _ in range(2)]
     else:
-        k_sb = [b.sbuf(KEY_BLOCK * es, "k block") for _ in range(_BLOCK_BUFFERS)]
-        v_sb = [b.sbuf(KEY_BLOCK // chunk * d * es, "v block") for _ in range(_BLOCK_BUFFERS)]
+        k_sb = [b.sbuf(kbl * es, "k block") for _ in range(_BLOCK_BUFFERS)]
+        v_sb = [b.sbuf(kbl // chunk * d * es, "v block") for _ in range(_BLOCK_BUFFERS)]
     p_sb = [b.sbuf(kb_max * es, "p") for _ in range(2)]
     pt_sb = b.sbuf(-(-kb_max // chunk) * tq * es, "p transposed")
     o_acc = None if whole else b.sbuf(d * 4, "o accumulator")

@@ -37,7 +37,7 @@ from hdl.core.isa import (
 )
 from hdl.vector.ops import Reduce, VectorOp
 
-from .builder import Builder, KernelError
+from .builder import Builder
 from .norms import RowBuffers, broadcast_row, load_rows, row_tiles
 
 __all__ = ["cross_entropy", "cross_entropy_backward", "gelu_backward", "layernorm_backward",
@@ -47,9 +47,25 @@ __all__ = ["cross_entropy", "cross_entropy_backward", "gelu_backward", "layernor
 def _partition_sum(b: Builder, acc: int, c: int, out, queue: str) -> None:
     """``out[0, :] = sum over the partitions of acc[:, :c]`` (fp32 in SBUF): a matmul by a
     column of ones per PSUM bank's width (the tensor engine sums over its contraction, the
-    partition axis), emptied by the vector engine and stored by ``queue``."""
-    k = min(b.params.partitions, b.params.rows)
+    partition axis), emptied by the vector engine and stored by ``queue``. On a core with
+    more partitions than the array has rows (the simulation scale), the partitions past the
+    rows are first folded onto the first ones: ``queue`` copies each further block of rows
+    partitions to partition 0 (DMA starts at any partition, the engines at multiples of 32)
+    and the vector engine adds it in."""
+    p = b.params.partitions
+    k = min(p, b.params.rows)
     width = min(b.params.moving_max, b.params.psum_bank_bytes // 4)
+    if p > k:
+        fold = b.sbuf(c * 4, "partition fold")
+        for j0 in range(k, p, k):
+            n = min(k, p - j0)
+            b.wait(queue, b.signal("vector"))   # the sums, and the fold buffer free
+            part = b.tile("sbuf", "fp32", fold, n, ((c, 1),))
+            b.emit(queue, DmaCopy(dst=part, src=b.tile("sbuf", "fp32", acc, n, ((c, 1),),
+                                                        partition=j0)))
+            b.wait("vector", b.signal(queue))
+            head = b.tile("sbuf", "fp32", acc, n, ((c, 1),))
+            b.emit("vector", TensorTensor(dst=head, a=head, b=part, op=VectorOp.ADD))
     ones = b.sbuf(4, "ones")
     rows = [b.sbuf(width * 4, "partition sum") for _ in range(2)]
     banks = b.psum_banks(2, "partition sum")
@@ -74,9 +90,6 @@ def _partition_sum(b: Builder, acc: int, c: int, out, queue: str) -> None:
 def _norm_backward(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: float) -> None:
     tiles = row_tiles(b, r, c, dtype)
     p = b.params.partitions
-    if p > b.params.rows:
-        raise KernelError(f"the weight gradients sum {p} partitions through a "
-                          f"{b.params.rows}-deep array; {b.params.name} cannot")
     x, dy = b.hbm("x", (r, c), dtype), b.hbm("dy", (r, c), dtype)
     gamma = b.hbm("gamma", (1, c), "fp32")
     dx = b.hbm("dx", (r, c), dtype)

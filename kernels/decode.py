@@ -92,6 +92,9 @@ def decode_attention(b: Builder, nb: int, h: int, kvh: int, s: int, d: int,
     out = b.hbm("out", (nb * h, d), dtype)
     scale = 1.0 / math.sqrt(d)
     exp, recip = b.function("exp"), b.function("reciprocal")
+    # the outputs' queue: the one after the loads' (dma1 .. dma6), else dma0, which carries
+    # only the queries, on a core with fewer queues (the simulation scale)
+    out_q = f"dma{2 * DEPTH + 1}" if p.dma_queues > 2 * DEPTH + 1 else "dma0"
     width = blocks_max * g  # score columns of a chunk
     vw = d + 1  # a position's values and its one
     q_sb = b.sbuf(nb * h * es, "queries")
@@ -209,10 +212,10 @@ def decode_attention(b: Builder, nb: int, h: int, kvh: int, s: int, d: int,
         o_t = sb(o_out[pp], g, ((d, 1),), dtype)
         b.emit("vector", TensorScalar(dst=o_t, src=sb(acc[pp], g, ((d, 1),)),
                                       op0=VectorOp.MULTIPLY, operand0=col(f"inv{pp}")))
-        b.wait("dma7", b.signal("vector"))
+        b.wait(out_q, b.signal("vector"))
         r0 = seq * h + head * g
-        b.emit("dma7", DmaCopy(dst=out.ap((r0, r0 + g)), src=o_t))
-        out_free[pp] = b.signal("dma7")
+        b.emit(out_q, DmaCopy(dst=out.ap((r0, r0 + g)), src=o_t))
+        out_free[pp] = b.signal(out_q)
 
     exped: list = []  # per chunk: p written (and its correction)
     for j, (pair, _c0, kb) in enumerate(work):

@@ -86,6 +86,31 @@ def test_fused_gemm_over_several_m_blocks(m, seed):
         <= kernels.tolerance(k, "bf16")
 
 
+@pytest.mark.parametrize("name, dtype, shape", [
+    # rows on all 16 partitions, the array 8 deep: the weight gradients' partition sum folds
+    # partitions 8-15 onto 0-7 first; three row tiles, the last partial
+    *((n, d, dict(R=37, C=24)) for n in ("rmsnorm_backward", "layernorm_backward")
+      for d in ("fp32", "bf16")),
+    # key blocks of one 64-byte PSUM bank of fp32 (16 keys): three, the last partial
+    ("attention", "bf16", dict(B=2, S=40, D=8)),
+    ("attention_causal", "fp32", dict(B=1, S=40, D=8)),
+    # 7 DMA queues: the outputs go on dma0 after the queries
+    ("decode_attention", "bf16", dict(B=2, H=4, KVH=2, S=40, D=8)),
+])
+def test_kernel_at_simulation_scale(name, dtype, shape, seed):
+    """Kernels whose tiling follows a limit that differs at trn2's simulation scale (16
+    partitions, an 8 x 8 array, PSUM banks of 64 bytes, 7 DMA queues) pass the simulator's
+    rules there and match numpy."""
+    params = core_params(load("trn2"), "sim")
+    k = kernels.KERNELS[name]
+    run = kernels.run(params, k, shape, dtype, seed=seed)
+    ref = run.reference()
+    assert set(run.outputs) == set(ref)
+    for out, want in ref.items():
+        err = np.abs(run.outputs[out] - want).max() / np.abs(want).max()
+        assert err <= kernels.tolerance(k, dtype), f"{out}: {err:.3g}"
+
+
 @pytest.mark.parametrize("chip, dtype, shape", [
     ("trn1", "bf16", dict(M=1100, K=300, N=130)),  # 3 blocks, the last of 76 rows
     ("trn2", "fp8_e4m3", dict(M=600, K=520, N=40)),  # double rows: K-tiles of 256, 256, 8

@@ -13,6 +13,7 @@ from explore import model, step, step_cli, step_lowering, step_sweep, workloads
 from explore.kerneltimes import KernelTimes
 from generators.cli import main
 from hdl.params import core_params
+from kernels.attention import key_block, query_tile
 from specs.loader import load
 
 #: AWS Neuron SDK trn1 benchmark (neuroncore.md): Llama2-7B on 16 x trn1.32xlarge, TP 8,
@@ -139,8 +140,14 @@ def test_lowered_gemms_do_the_layers_flops(llama):
 
 def test_causal_fraction_by_hand():
     # 1024 queries in tiles of 128, keys in blocks of 512: tiles 0-3 need 1 block, 4-7 need 2
-    assert step_lowering.causal_fraction(1024, 128) == pytest.approx((4 * 1 + 4 * 2) / (8 * 2))
-    assert step_lowering.causal_fraction(512, 128) == 1.0
+    assert step_lowering.causal_fraction(1024, 128, 512) == pytest.approx((4 * 1 + 4 * 2)
+                                                                          / (8 * 2))
+    assert step_lowering.causal_fraction(512, 128, 512) == 1.0
+    # trn2's simulation scale: tiles of 8 queries, blocks of 16 keys; 24 queries: tiles 0-1
+    # need 1 block, tile 2 needs 2 of the 2
+    params = core_params(load("trn2"), "sim")
+    assert (query_tile(params), key_block(params)) == (8, 16)
+    assert step_lowering.causal_fraction(24, 8, 16) == pytest.approx((1 + 1 + 2) / (3 * 2))
 
 
 def test_full_recomputation_reruns_the_forward_gemms(llama, times):
@@ -210,7 +217,8 @@ def test_every_bundled_transformer_lowers(times):
         spec = workloads.load_spec(name)
         if not isinstance(spec, workloads.Transformer):
             continue
-        calls = step_lowering.lower(spec, step_lowering.Layout(tp=spec.parallel.tensor))
+        calls = step_lowering.lower(spec, step_lowering.Layout(tp=spec.parallel.tensor),
+                                    times.params)
         kinds = {c.kernel for c in calls["forward"]}
         assert ("swiglu" in kinds) == spec.gated_ffn
         assert ("layernorm" in kinds) == (spec.norm == "layernorm")
