@@ -670,6 +670,27 @@ PROGRAMS |= {"two_ops": (_two_ops, False),
                                     False) for dtype in ("fp32", "bf16")}}
 
 
+#: The rest of the library at small shapes of the simulation scale: attention (causal too)
+#: over two key blocks and decoding, with D the array's rows; the norms' backward passes over
+#: two row tiles, the second partial (their weight gradients folded onto the array's rows
+#: first); rope and the KV cache's append in the scale's SBUF; LayerNorm, Adam, the loss's
+#: row max and the naive GEMM.
+PROGRAMS |= {
+    "attention": (_kernel("attention", {"B": 1, "S": 24, "D": 8}, "bf16"), False),
+    "attention_causal": (_kernel("attention_causal", {"B": 1, "S": 24, "D": 8}, "fp32"),
+                         False),
+    "decode_attention": (_kernel("decode_attention",
+                                 {"B": 1, "H": 2, "KVH": 1, "S": 24, "D": 8}, "bf16"), False),
+    "kv_append": (_kernel("kv_append", {"B": 2, "KVH": 2, "D": 8, "S": 24}, "bf16"), False),
+    "rope": (_kernel("rope", {"T": 16, "H": 2, "D": 8}, "bf16"), False),
+    **{name: (_kernel(name, shape, dtype), False)
+       for name, shape, dtype in (("rmsnorm_backward", {"R": 20, "C": 8}, "bf16"),
+                                  ("layernorm_backward", {"R": 20, "C": 8}, "fp32"),
+                                  ("layernorm", {"R": 16, "C": 8}, "bf16"),
+                                  ("adam", {"R": 16, "C": 8}, "fp32"),
+                                  ("logits_max", {"R": 16, "C": 24}, "bf16"))},
+    "gemm_naive": (_kernel("gemm_naive", {"M": 8, "K": 16, "N": 16}, "fp32"), False)}
+
 #: Programs of the arrays with MX formats alone: name -> builder function (their builder
 #: refuses another core with a KernelError).
 MX_PROGRAMS = {"mx_matmuls": _mx_matmuls}
