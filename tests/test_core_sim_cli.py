@@ -29,11 +29,19 @@ def params():
     return core_params(load("trn2"), "sim")
 
 
+def _too_big(b):
+    """A program the kernel builder refuses: more SBUF than a partition has."""
+    b.sbuf(b.params.sbuf_bytes + 1, "the buffer")
+
+
 @pytest.mark.parametrize("args, message", [
-    (("--kernel", "attention"), "error: not simulated: attention: D must be at most 8, "),
+    # 4,097 bytes in whole 64-byte units (kernels.builder.SBUF_ALIGN)
+    (("--kernel", "too_big"), "error: not simulated: too_big: the buffer: the kernel needs "
+                              "4160 bytes of SBUF per partition, trn2 has 4096\n"),
     (("--kernel", "softmx"), "error: --kernel must be one of vector_add, "),
 ])
-def test_refused_before_anything_is_simulated(args, message):
+def test_refused_before_anything_is_simulated(args, message, monkeypatch):
+    monkeypatch.setitem(core_programs.PROGRAMS, "too_big", (_too_big, False))
     result = run("sim", "trn2", "--unit", "core", "--sim", "icarus", *args)
     assert result.exit_code == 2, result.output
     assert result.output.startswith(message), result.output

@@ -700,9 +700,12 @@ RANDOM = "random"
 
 def kernel_shape(name: str, params: CoreParams) -> dict[str, int]:
     """The shape a kernel of :data:`kernels.KERNELS` runs at on the core at simulation
-    scale: two tiles of every partition along its split dimension, 24 along the others."""
+    scale: two tiles of every partition along its split dimension, the array's rows along a
+    head's dimension ``D`` (the contraction of the attention kernels' and the KV cache's
+    transposes, at most the rows), 24 along the others."""
     kernel = KERNELS[name]
-    return {d: 2 * params.partitions if d == kernel.split else 24 for d in kernel.dims}
+    return {d: 2 * params.partitions if d == kernel.split else
+            min(24, params.rows) if d == "D" else 24 for d in kernel.dims}
 
 
 def program_names() -> list[str]:
