@@ -64,6 +64,30 @@ def stochastic_program(monkeypatch):
     monkeypatch.setitem(core_programs.PROGRAMS, "stochastic_copy", (_stochastic_copy, False))
 
 
+def test_a_program_beyond_the_memory_model_is_never_simulated(params):
+    """kv_prefill at its default shape (32 sequences of 24 KV heads) needs more external
+    memory than the AXI memory model of the simulation scale holds: refused, not run."""
+    result = run("sim", "trn2", "--unit", "core", "--sim", "icarus", "--kernel", "kv_prefill")
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: not simulated: kv_prefill: the core RTL cannot run "
+                                    "it: its external memory is "), result.output
+    assert result.output.endswith(f" bytes, the core's AXI memory {params.hbm_bytes}\n")
+    assert params.hbm_bytes == 65536
+
+
+def test_a_stream_longer_than_its_sequencer_is_never_simulated(params):
+    """sample at its default shape (top-24 of 32 rows) has a vector stream longer than the
+    instruction memory of a sequencer: refused, where it was loaded past its end and ran into
+    a deadlock the simulator did not see."""
+    prog = build_program(params, "sample")
+    assert len(prog.streams["vector"]) > params.instructions == 256
+    result = run("sim", "trn2", "--unit", "core", "--sim", "icarus", "--kernel", "sample")
+    assert result.exit_code == 2, result.output
+    assert result.output == (f"error: not simulated: sample: the core RTL cannot run it: stream "
+                             f"vector: {len(prog.streams['vector'])} instructions, a sequencer "
+                             f"of the core holds 256\n")
+
+
 def test_a_program_the_rtl_refuses_is_never_simulated(stochastic_program):
     result = run("sim", "trn2", "--unit", "core", "--sim", "icarus", "--kernel",
                  "stochastic_copy")

@@ -73,10 +73,16 @@ SUPPORTED = {"tensor": tensor.supported, "vector": engines.supported,
 
 def rtl_refusal(program: Program, params: CoreParams) -> str | None:
     """Why the core RTL of ``params`` as built cannot run ``program`` (None: it can)."""
+    if program.hbm_bytes > params.hbm_bytes:
+        return (f"its external memory is {program.hbm_bytes} bytes, the core's AXI memory "
+                f"{params.hbm_bytes}")
     streams = HostMap(params).streams
     for stream, code in program.streams.items():
         if stream not in streams:
             return f"stream {stream}: the core RTL has streams {', '.join(streams)}"
+        if len(code) > params.instructions:
+            return (f"stream {stream}: {len(code)} instructions, a sequencer of the core holds "
+                    f"{params.instructions}")
         for i, ins in enumerate(code):
             if isinstance(ins, SemSignal | SemWait) and ins.sem >= params.semaphores:
                 return f"{stream}[{i}]: the core has semaphores 0 .. {params.semaphores - 1}"
