@@ -65,51 +65,74 @@ def test_fp_compare_helpers_match_ieee():
 
 def _run_lane(op, reduce, a, b, first, last, out_format="fp32", stochastic=False, seed=0,
               in_format="fp32", b_format="fp32", scalar=None, op1=VectorOp.COPY, scalar1=0):
+    """The lane's outputs for one stream of elements (a simulation of its own)."""
+    return _run_lane_cases([dict(op=op, reduce=reduce, a=a, b=b, first=first, last=last,
+                                 out_format=out_format, stochastic=stochastic, seed=seed,
+                                 in_format=in_format, b_format=b_format, scalar=scalar,
+                                 op1=op1, scalar1=scalar1)])[0]
+
+
+def _run_lane_cases(cases: list[dict]) -> list[np.ndarray]:
+    """The lane's outputs for each case (the keyword arguments of :func:`_run_lane`), one
+    after another in one simulation, the pipeline drained between them: one elaboration
+    for all. Cases with stochastic rounding run alone (the generator starts at reset)."""
     dut = VectorLane()
-    out = []
     params = VectorParams(lanes=1)
+    outs = []
+    defaults = dict(out_format="fp32", stochastic=False, seed=0, in_format="fp32",
+                    b_format="fp32", scalar=None, op1=VectorOp.COPY, scalar1=0)
+    cases = [defaults | case for case in cases]
+    if len(cases) > 1 and any(c["stochastic"] for c in cases):
+        raise ValueError("a stochastic case runs alone")
 
     async def bench(ctx):
         ctx.set(dut.en, 1)
-        ctx.set(dut.op, op)
-        ctx.set(dut.reduce, reduce)
-        ctx.set(dut.in_format, params.format_index(in_format))
-        ctx.set(dut.b_format, params.format_index(b_format))
-        ctx.set(dut.out_format, params.format_index(out_format))
-        ctx.set(dut.stochastic, int(stochastic))
-        ctx.set(dut.seed, seed_value("xorwow", seed, 0))
-        ctx.set(dut.use_scalar, int(scalar is not None))
-        ctx.set(dut.scalar, 0 if scalar is None else int(scalar))
-        ctx.set(dut.op1, op1)
-        ctx.set(dut.scalar1, int(scalar1))
-        n = len(a)
-        for k in range(n + 2):
-            if k < n:
-                ctx.set(dut.a, int(a[k]))
-                ctx.set(dut.b, int(b[k]))
-            if 1 <= k <= n:  # stage 1 holds element k-1
-                ctx.set(dut.step, 1)
-                ctx.set(dut.first, int(first[k - 1]))
-                ctx.set(dut.last, int(last[k - 1]))
-            else:
-                ctx.set(dut.step, 0)
-            await ctx.tick()
-            if k >= 1:
-                out.append(ctx.get(dut.y))
+        for c in cases:
+            ctx.set(dut.op, c["op"])
+            ctx.set(dut.reduce, c["reduce"])
+            ctx.set(dut.in_format, params.format_index(c["in_format"]))
+            ctx.set(dut.b_format, params.format_index(c["b_format"]))
+            ctx.set(dut.out_format, params.format_index(c["out_format"]))
+            ctx.set(dut.stochastic, int(c["stochastic"]))
+            ctx.set(dut.seed, seed_value("xorwow", c["seed"], 0))
+            ctx.set(dut.use_scalar, int(c["scalar"] is not None))
+            ctx.set(dut.scalar, 0 if c["scalar"] is None else int(c["scalar"]))
+            ctx.set(dut.op1, c["op1"])
+            ctx.set(dut.scalar1, int(c["scalar1"]))
+            a, b, first, last = c["a"], c["b"], c["first"], c["last"]
+            n = len(a)
+            out = []
+            for k in range(n + 2):
+                if k < n:
+                    ctx.set(dut.a, int(a[k]))
+                    ctx.set(dut.b, int(b[k]))
+                if 1 <= k <= n:  # stage 1 holds element k-1
+                    ctx.set(dut.step, 1)
+                    ctx.set(dut.first, int(first[k - 1]))
+                    ctx.set(dut.last, int(last[k - 1]))
+                else:
+                    ctx.set(dut.step, 0)
+                await ctx.tick()
+                if k >= 1:
+                    out.append(ctx.get(dut.y))
+            outs.append(np.array(out[:n], dtype=np.uint32))  # out[k]: y once element k left
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    return np.array(out[: len(a)], dtype=np.uint32)  # out[k]: y once element k has left
+    return outs
 
 
-@pytest.mark.parametrize("op", list(VectorOp))
-def test_vector_lane_elementwise_matches_golden(op):
+def test_vector_lane_elementwise_matches_golden():
+    """Every operation on every pair of the special and edge values, in one simulation."""
     a, b = _pairs()
-    n = len(a)
-    got = _run_lane(op, Reduce.NONE, a, b, np.zeros(n, bool), np.zeros(n, bool))
-    assert [hex(v) for v in got] == [hex(v) for v in golden.elementwise(op, a, b)]
+    none = np.zeros(len(a), bool)
+    ops = list(VectorOp)
+    gots = _run_lane_cases([dict(op=op, reduce=Reduce.NONE, a=a, b=b, first=none, last=none)
+                            for op in ops])
+    for op, got in zip(ops, gots, strict=True):
+        assert [hex(v) for v in got] == [hex(v) for v in golden.elementwise(op, a, b)], op
 
 
 def test_vector_lane_reductions_restart_each_row():
@@ -117,8 +140,11 @@ def test_vector_lane_reductions_restart_each_row():
     a = rng.standard_normal(9).astype(np.float32).view(np.uint32)
     last = np.array([0, 0, 1, 1, 0, 0, 0, 0, 1], bool)
     first = np.concatenate([[True], last[:-1]])
-    for reduce in (Reduce.SUM, Reduce.MAX):
-        got = _run_lane(VectorOp.COPY, reduce, a, a, first, last)[last]
+    reduces = (Reduce.SUM, Reduce.MAX)
+    gots = _run_lane_cases([dict(op=VectorOp.COPY, reduce=r, a=a, b=a, first=first, last=last)
+                            for r in reduces])
+    for reduce, got in zip(reduces, gots, strict=True):
+        got = got[last]
         rows = np.split(a.view(np.float32), np.flatnonzero(last)[:-1] + 1)
         if reduce == Reduce.SUM:
             want = []
@@ -162,13 +188,18 @@ def test_vector_lane_reads_a_and_b_in_their_own_formats():
     fa = rng.standard_normal(16).astype(np.float32)
     fb = rng.standard_normal(16).astype(np.float32)
     none = np.zeros(16, bool)
-    for a_type, b_type in (("bf16", "fp8_e5m2"), ("fp16", "fp32")):
+    types = (("bf16", "fp8_e5m2"), ("fp16", "fp32"))
+    words = {}
+    for a_type, b_type in types:
         xa = fa.astype(ML_DTYPES[a_type])
         xb = fb.astype(ML_DTYPES[b_type])
-        a = xa.view(f"u{xa.itemsize}").astype(np.uint32)
-        b = xb.view(f"u{xb.itemsize}").astype(np.uint32)
-        got = _run_lane(VectorOp.MULTIPLY, Reduce.NONE, a, b, none, none,
-                        in_format=a_type, b_format=b_type)
+        words[a_type, b_type] = (xa, xb, xa.view(f"u{xa.itemsize}").astype(np.uint32),
+                                 xb.view(f"u{xb.itemsize}").astype(np.uint32))
+    gots = _run_lane_cases([dict(op=VectorOp.MULTIPLY, reduce=Reduce.NONE, a=words[t][2],
+                                 b=words[t][3], first=none, last=none, in_format=t[0],
+                                 b_format=t[1]) for t in types])
+    for (a_type, b_type), got in zip(types, gots, strict=True):
+        xa, xb, a, b = words[a_type, b_type]
         want = (xa.astype(np.float32) * xb.astype(np.float32)).view(np.uint32)
         assert np.array_equal(got, want), (a_type, b_type)
         assert np.array_equal(golden.run(VectorParams(lanes=1), VectorOp.MULTIPLY, a[:, None],
@@ -190,19 +221,20 @@ def test_vector_lane_runs_a_second_operation_on_the_fp32_result():
              (VectorOp.SUBTRACT, VectorOp.MAX, np.maximum(fa - s0, s1)),
              (VectorOp.ADD, VectorOp.GREATER, ((fa + s0) > s1).astype(np.float32)),
              (VectorOp.MAX, VectorOp.MULTIPLY, np.maximum(fa, s0) * s1)]
-    for op0, op1, want in cases:
-        got = _run_lane(op0, Reduce.NONE, a, a, none, none, scalar=bits[s0], op1=op1,
-                        scalar1=bits[s1])
+    nan = 0xFFC00001  # OR with it gives a non-canonical NaN; COPY after keeps it, ADD not
+    gots = _run_lane_cases(
+        [dict(op=op0, reduce=Reduce.NONE, a=a, b=a, first=none, last=none, scalar=bits[s0],
+              op1=op1, scalar1=bits[s1]) for op0, op1, _ in cases]
+        + [dict(op=VectorOp.BITWISE_OR, reduce=Reduce.NONE, a=a, b=a, first=none, last=none,
+                scalar=nan, op1=op1, scalar1=scalar1)
+           for op1, scalar1 in ((VectorOp.COPY, 0), (VectorOp.ADD, bits[s1]))])
+    for (op0, op1, want), got in zip(cases, gots[:-2], strict=True):
         assert np.array_equal(got, want.astype(np.float32).view(np.uint32)), (op0, op1)
         ref = golden.run(VectorParams(lanes=1), op0, a[:, None], scalar=[bits[s0]], op1=op1,
                          scalar1=[bits[s1]])
         assert np.array_equal(ref.ravel(), got), (op0, op1)
-    nan = 0xFFC00001  # OR with it gives a non-canonical NaN; COPY after keeps it, ADD not
-    got = _run_lane(VectorOp.BITWISE_OR, Reduce.NONE, a, a, none, none, scalar=nan)
-    assert np.all(got == (a | nan))
-    got = _run_lane(VectorOp.BITWISE_OR, Reduce.NONE, a, a, none, none, scalar=nan,
-                    op1=VectorOp.ADD, scalar1=bits[s1])
-    assert np.all(got == 0x7FC00000)
+    assert np.all(gots[-2] == (a | nan))
+    assert np.all(gots[-1] == 0x7FC00000)
 
 
 def test_golden_vector_ops_against_numpy():
