@@ -43,7 +43,7 @@ from hdl.core.isa import (
 )
 from hdl.vector.ops import Reduce, VectorOp
 
-from .builder import DMA_BYTES, Builder, KernelError, itemsize
+from .builder import DMA_BYTES, Builder, KernelError, itemsize, psum_columns
 
 __all__ = ["attention", "key_block", "query_tile"]
 
@@ -58,9 +58,9 @@ def query_tile(p) -> int:
 
 
 def key_block(p) -> int:
-    """Keys per block on a core of ``p``: one PSUM bank of fp32 scores, at most a moving
-    tile (512 on every chip at full scale)."""
-    return min(p.moving_max, p.psum_bank_bytes // 4)
+    """Keys per block on a core of ``p``: one PSUM bank of fp32 scores
+    (:func:`~kernels.builder.psum_columns`)."""
+    return psum_columns(p)
 
 
 def _axis(count: int, stride: int, dims: tuple) -> tuple:

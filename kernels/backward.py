@@ -37,7 +37,7 @@ from hdl.core.isa import (
 )
 from hdl.vector.ops import Reduce, VectorOp
 
-from .builder import Builder
+from .builder import Builder, psum_columns
 from .norms import RowBuffers, broadcast_row, load_rows, row_tiles
 
 __all__ = ["cross_entropy", "cross_entropy_backward", "gelu_backward", "layernorm_backward",
@@ -54,7 +54,7 @@ def _partition_sum(b: Builder, acc: int, c: int, out, queue: str) -> None:
     and the vector engine adds it in."""
     p = b.params.partitions
     k = min(p, b.params.rows)
-    width = min(b.params.moving_max, b.params.psum_bank_bytes // 4)
+    width = psum_columns(b.params)
     if p > k:
         fold = b.sbuf(c * 4, "partition fold")
         for j0 in range(k, p, k):

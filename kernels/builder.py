@@ -14,7 +14,8 @@ from hdl.core.isa import AP, DTYPES, Instruction, SemSignal, SemWait
 from hdl.core.params import CoreParams
 from sim.core.program import HbmTensor, Program
 
-__all__ = ["DMA_BYTES", "SBUF_ALIGN", "Builder", "Event", "KernelError", "sbuf_aligned"]
+__all__ = ["DMA_BYTES", "SBUF_ALIGN", "Builder", "Event", "KernelError", "psum_columns",
+           "sbuf_aligned"]
 
 #: Alignment of a kernel's SBUF space, bytes per partition.
 SBUF_ALIGN = 64
@@ -26,6 +27,12 @@ DMA_BYTES = 4096
 def sbuf_aligned(nbytes: int) -> int:
     """The SBUF space per partition that ``nbytes`` take (:data:`SBUF_ALIGN`-byte aligned)."""
     return -(-nbytes // SBUF_ALIGN) * SBUF_ALIGN
+
+
+def psum_columns(p) -> int:
+    """The columns of a moving tile on a core of ``p`` whose fp32 results one PSUM bank holds:
+    at most ``moving_max`` (512 on every chip at full scale)."""
+    return min(p.moving_max, p.psum_bank_bytes // 4)
 
 
 class KernelError(ValueError):

@@ -44,7 +44,7 @@ from hdl.core.isa import (
 )
 from hdl.numerics.formats import MX_FORMATS
 
-from .builder import DMA_BYTES, Builder, KernelError, itemsize, sbuf_aligned
+from .builder import DMA_BYTES, Builder, KernelError, itemsize, psum_columns, sbuf_aligned
 from .mx import MX_BLOCK, quad_type
 
 __all__ = ["gemm", "gemm_naive", "out_dtype"]
@@ -169,7 +169,7 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     es, odt = itemsize(et), out_dtype(dtype)
     oes = itemsize(odt)
     tk, tm = min(p.rows, p.partitions), p.cols
-    tn = min(p.moving_max, p.psum_bank_bytes // 4)
+    tn = psum_columns(p)
     w = _pairs(b, dtype)  # K-tile slots hold w pairs
     if mx and (k % MX_BLOCK or tk % MX_GROUP_PARTITIONS):
         raise KernelError(f"an {dtype} GEMM needs K a multiple of {MX_BLOCK} and K-tiles of "
@@ -401,7 +401,7 @@ def gemm_naive(b: Builder, m: int, k: int, n: int, dtype: str = "bf16") -> None:
     p = b.params
     es, odt = itemsize(dtype), out_dtype(dtype)
     tm = p.cols
-    tn = min(p.moving_max, p.psum_bank_bytes // 4)
+    tn = psum_columns(p)
     w = _pairs(b, dtype)
     lhs_t = b.hbm("lhsT", (k, m), dtype)
     rhs = b.hbm("rhs", (k, n), dtype)
