@@ -171,9 +171,12 @@ def test_latency_rises_with_rate_and_throughput_saturates(seed):
     runs = serve.serve(e, requests=200, input_dist=Dist.parse("uniform:32-256"),
                        output_dist=Dist.parse("uniform:8-64"), seed=seed, rates=rates,
                        max_batch=8)
+    # each figure rises with the rate, within the sampling noise of 200 requests: where a
+    # figure barely moves (the p99 TTFT at light load, throughput and ITL once saturated), a
+    # higher rate can draw a few percent below (up to 4 % in 600 seeds, e.g. 231536138)
     for name in ("ttft_p50", "ttft_p99", "itl_p50", "tokens_per_second", "mean_batch"):
         got = np.array([getattr(r, name) for r in runs])
-        assert (got[1:] >= got[:-1] * (1 - 1e-9)).all(), (name, got)   # rounding of arrivals
+        assert (got[1:] >= 0.9 * got[:-1]).all(), (name, got)
     # light load: all that is offered is served (36 tokens a request on average)
     assert runs[0].tokens_per_second == pytest.approx(25 * 36, rel=0.35)
     # saturated: no more than a full batch's tokens per shortest full decode step, and the
