@@ -227,6 +227,17 @@ def test_random_words_follow_the_recurrence(rng):
     assert len(set(words[0].tolist())) == 3  # lanes differ
 
 
+@pytest.mark.parametrize("rng", ["xorwow", "lfsr32"])
+@pytest.mark.parametrize("start", [1, 31, 32, 257, 4999])
+def test_random_words_jump_to_any_beat(rng, start):
+    """The words from beat ``start`` on (the state jumped by its matrix powers) are the
+    recurrence's, stepped from the seeding."""
+    words = golden.random_words(rng, 5, 40, 2, start=start)
+    for lane in range(2):
+        want = reference_words(rng, rng_initial_state(rng, 5, lane), start + 40)[start:]
+        assert words[:, lane].tolist() == want
+
+
 def ulp_below(x: np.ndarray, fmt: FloatFormat):
     """The neighbours lo <= |x| < hi on fmt's grid, from the table reference."""
     table = np.array([reference_value(c, fmt) for c in range(fmt.max_finite_bits + 2)])

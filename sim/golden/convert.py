@@ -47,6 +47,5 @@ def cast_output(y, fmt: str, rounding: str = "rne", rng: str | None = "xorwow", 
     if rounding == "rne":
         return cast_bits(y.view(np.float32), f).astype(np.uint32)
     y2 = y.reshape(len(y), -1)
-    padded = np.concatenate([np.zeros((beat, y2.shape[1]), np.uint32), y2])
-    out = cast_bits(padded.view(np.float32), f, "stochastic", seed, rng)[beat:]
+    out = cast_bits(y2.view(np.float32), f, "stochastic", seed, rng, beat)
     return out.astype(np.uint32).reshape(y.shape)

@@ -121,8 +121,10 @@ def _bit_length(values: np.ndarray) -> np.ndarray:
     return np.frexp(values.astype(np.float64))[1].astype(np.int64)
 
 
-def random_words(rng: str, seed: int, beats: int, lanes: int) -> np.ndarray:
-    """The ``(beats, lanes)`` uint32 words the generator of each lane gives, one per beat.
+def random_words(rng: str, seed: int, beats: int, lanes: int, start: int = 0) -> np.ndarray:
+    """The ``(beats, lanes)`` uint32 words the generator of each lane gives, one per beat,
+    from beat ``start`` on (the words of beats ``start`` .. ``start + beats - 1`` since the
+    seeding; the state jumps over the first ``start``, :func:`_jump`).
 
     Each beat first advances the state, then reads the output (see
     :class:`hdl.numerics.cast.Cast` for the recurrences and the seeding).
@@ -131,24 +133,92 @@ def random_words(rng: str, seed: int, beats: int, lanes: int) -> np.ndarray:
         raise ValueError(f"rng must be one of {', '.join(map(repr, RNGS))}, not {rng!r}")
     states = np.array([rng_initial_state(rng, seed, lane) for lane in range(lanes)],
                       dtype=np.uint32).reshape(lanes, -1)
+    if start:
+        states = _jump(rng, states, start)
     out = np.empty((beats, lanes), dtype=np.uint32)
     if rng == "lfsr32":
         tables = _lfsr_leap_tables()
         s = states[:, 0].copy()
         for n in range(beats):
-            s = (tables[0][s & 0xFF] ^ tables[1][(s >> 8) & 0xFF]
-                 ^ tables[2][(s >> 16) & 0xFF] ^ tables[3][s >> 24])
+            s = _lfsr_leap(tables, s)
             out[n] = s
         return out
     x, y, z, w, v, d = (states[:, i].copy() for i in range(6))
     weyl = np.uint32(XORWOW_WEYL)
     with np.errstate(over="ignore"):
         for n in range(beats):
-            t = x ^ (x >> np.uint32(2))
-            x, y, z, w = y, z, w, v
-            v = (v ^ (v << np.uint32(4))) ^ (t ^ (t << np.uint32(1)))
+            x, y, z, w, v = _xorshift(x, y, z, w, v)
             d = d + weyl
             out[n] = v + d
+    return out
+
+
+def _lfsr_leap(tables, s):
+    return (tables[0][s & 0xFF] ^ tables[1][(s >> 8) & 0xFF] ^ tables[2][(s >> 16) & 0xFF]
+            ^ tables[3][s >> 24])
+
+
+def _xorshift(x, y, z, w, v):
+    """One beat of xorwow's xorshift part (linear over GF(2); the Weyl counter apart)."""
+    t = x ^ (x >> np.uint32(2))
+    return y, z, w, v, (v ^ (v << np.uint32(4))) ^ (t ^ (t << np.uint32(1)))
+
+
+#: Per generator, the bit matrices of its linear part over 1, 2, 4, ... beats.
+_POWERS: dict[str, list[np.ndarray]] = {}
+
+
+def _linear_words(rng: str) -> int:
+    """The 32-bit state words of the generator's linear part."""
+    return 1 if rng == "lfsr32" else 5
+
+
+def _linear_step(rng: str, words: np.ndarray) -> np.ndarray:
+    """One beat of the linear part on states ``(lanes, words)``."""
+    if rng == "lfsr32":
+        return _lfsr_leap(_lfsr_leap_tables(), words[:, 0])[:, None]
+    return np.stack(_xorshift(*(words[:, i] for i in range(5))), axis=1)
+
+
+def _to_bits(words: np.ndarray) -> np.ndarray:
+    """``(lanes, k)`` uint32 words as ``(lanes, 32 k)`` bits, bit ``b`` of word ``i`` at
+    ``32 i + b``."""
+    return ((words[:, :, None] >> np.arange(32, dtype=np.uint32)) & 1).reshape(
+        len(words), -1).astype(np.int64)
+
+
+def _from_bits(bits: np.ndarray) -> np.ndarray:
+    weights = np.uint64(1) << np.arange(32, dtype=np.uint64)
+    return (bits.reshape(len(bits), -1, 32).astype(np.uint64) * weights).sum(
+        axis=2).astype(np.uint32)
+
+
+def _power(rng: str, j: int) -> np.ndarray:
+    """The bit matrix ``M`` of ``2**j`` beats of the linear part: ``bits' = bits @ M``
+    (mod 2)."""
+    powers = _POWERS.setdefault(rng, [])
+    if not powers:
+        n = 32 * _linear_words(rng)
+        basis = _from_bits(np.eye(n, dtype=np.int64))  # state i: bit i alone
+        powers.append(_to_bits(_linear_step(rng, basis)))
+    while len(powers) <= j:
+        powers.append((powers[-1] @ powers[-1]) & 1)
+    return powers[j]
+
+
+def _jump(rng: str, states: np.ndarray, beats: int) -> np.ndarray:
+    """``states`` (``(lanes, words)``, :func:`rng_initial_state` each) after ``beats``
+    beats: the linear part by its matrix powers (GF(2)), xorwow's Weyl counter by
+    ``beats`` times its increment."""
+    k = _linear_words(rng)
+    bits = _to_bits(states[:, :k])
+    for j in range(beats.bit_length()):
+        if beats >> j & 1:
+            bits = (bits @ _power(rng, j)) & 1
+    out = states.copy()
+    out[:, :k] = _from_bits(bits)
+    if rng == "xorwow":
+        out[:, 5] = (out[:, 5].astype(np.uint64) + beats * XORWOW_WEYL % 2**32) % 2**32
     return out
 
 
@@ -177,14 +247,15 @@ def cast_params(params: CastParams):
 
 
 def cast_bits(x, fmt: FloatFormat, rounding: str = "rne", seed: int | None = None,
-              rng: str = "xorwow") -> np.ndarray:
+              rng: str = "xorwow", start: int = 0) -> np.ndarray:
     """Bit patterns of float32 ``x`` cast to ``fmt`` (uint8 up to 8 bits, else uint32).
 
     ``rounding="rne"``: round to nearest, ties to even; a magnitude that rounds above the
     largest finite value becomes infinity, or NaN in ``fn`` formats (as ml_dtypes does).
     ``rounding="stochastic"``: see :class:`hdl.numerics.cast.Cast`. ``x`` is then read as
     ``(beats, lanes)`` (a 1-d array is one lane), and lane ``l`` draws the words of
-    ``random_words(rng, seed, beats, lanes)[:, l]``. ``seed`` defaults to 0.
+    ``random_words(rng, seed, beats, lanes, start)[:, l]``: the generators' words from beat
+    ``start`` since their seeding on. ``seed`` defaults to 0.
     Infinities stay infinities (NaN in ``fn`` formats); NaN becomes the format's canonical
     NaN with the input's sign.
     """
@@ -214,7 +285,7 @@ def cast_bits(x, fmt: FloatFormat, rounding: str = "rne", seed: int | None = Non
         drop = FP32.man_bits - man
         frac = (rem << drop) >> right
         words = random_words(rng, 0 if seed is None else seed,
-                             *(x.shape if x.ndim == 2 else (x.size, 1))).reshape(x.shape)
+                             *(x.shape if x.ndim == 2 else (x.size, 1)), start).reshape(x.shape)
         rand = words.astype(np.int64) >> (32 - drop)
         up = (shift > 0) & (frac + rand >= (1 << drop))
     q = q + up
