@@ -80,7 +80,8 @@ def _run_lane_cases(cases: list[dict]) -> list[np.ndarray]:
     params = VectorParams(lanes=1)
     outs = []
     defaults = dict(out_format="fp32", stochastic=False, seed=0, in_format="fp32",
-                    b_format="fp32", scalar=None, op1=VectorOp.COPY, scalar1=0)
+                    b_format="fp32", scalar=None, op1=VectorOp.COPY, scalar1=0, scan=False,
+                    reverse0=False, reverse1=False)
     cases = [defaults | case for case in cases]
     if len(cases) > 1 and any(c["stochastic"] for c in cases):
         raise ValueError("a stochastic case runs alone")
@@ -99,10 +100,14 @@ def _run_lane_cases(cases: list[dict]) -> list[np.ndarray]:
             ctx.set(dut.scalar, 0 if c["scalar"] is None else int(c["scalar"]))
             ctx.set(dut.op1, c["op1"])
             ctx.set(dut.scalar1, int(c["scalar1"]))
+            for flag in ("scan", "reverse0", "reverse1"):
+                ctx.set(getattr(dut, flag), int(c[flag]))
             a, b, first, last = c["a"], c["b"], c["first"], c["last"]
             n = len(a)
             out = []
             for k in range(n + 2):
+                ctx.set(dut.take, int(k < n))
+                ctx.set(dut.start, int(k == 0))
                 if k < n:
                     ctx.set(dut.a, int(a[k]))
                     ctx.set(dut.b, int(b[k]))
@@ -235,6 +240,48 @@ def test_vector_lane_runs_a_second_operation_on_the_fp32_result():
         assert np.array_equal(ref.ravel(), got), (op0, op1)
     assert np.all(gots[-2] == (a | nan))
     assert np.all(gots[-1] == 0x7FC00000)
+
+
+def test_vector_lane_scans_a_running_value_in_fp32():
+    """A scan ``r = op1(op0(a, r_prev), b)`` from the scalar, one element a cycle: a running
+    sum, the recurrence ``r = a * r_prev + b``, both operations with their operands swapped,
+    and COPY as either operation, against numpy float32 arithmetic step by step; the golden
+    model agrees."""
+    rng = np.random.default_rng(8)
+    n = 24
+    fa = (rng.standard_normal(n) * 2).astype(np.float32)
+    fb = (rng.standard_normal(n) * 2).astype(np.float32)
+    a, b = fa.view(np.uint32), fb.view(np.uint32)
+    none = np.zeros(n, bool)
+    init = np.float32(0.625)
+
+    def steps(f):
+        out, r = [], init
+        for x, y in zip(fa, fb, strict=True):
+            r = np.float32(f(x, r, y))
+            out.append(r)
+        return np.array(out, np.float32).view(np.uint32)
+
+    cases = [(VectorOp.ADD, VectorOp.BITWISE_OR, False, False, steps(lambda x, r, y: x + r)),
+             (VectorOp.MULTIPLY, VectorOp.ADD, False, False,
+              steps(lambda x, r, y: np.float32(x * r) + y)),
+             (VectorOp.SUBTRACT, VectorOp.SUBTRACT, True, True,
+              steps(lambda x, r, y: y - np.float32(r - x))),
+             (VectorOp.COPY, VectorOp.MAX, True, False,
+              steps(lambda x, r, y: np.maximum(r, y))),
+             (VectorOp.ADD, VectorOp.COPY, False, True, fb.view(np.uint32))]
+    zero_b = [VectorOp.BITWISE_OR]  # a running sum: b is zero, the OR passes r as it is
+    gots = _run_lane_cases(
+        [dict(op=op0, reduce=Reduce.NONE, a=a, b=np.zeros(n, np.uint32) if op1 in zero_b
+              else b, first=none, last=none, scalar=int(init.view(np.uint32)), op1=op1,
+              scan=True, reverse0=r0, reverse1=r1) for op0, op1, r0, r1, _ in cases])
+    for (op0, op1, r0, r1, want), got in zip(cases, gots, strict=True):
+        assert np.array_equal(got, want), (op0, op1, r0, r1)
+        ref = golden.run(VectorParams(lanes=1), op0, a[:, None],
+                         np.zeros((n, 1), np.uint32) if op1 in zero_b else b[:, None],
+                         scalar=[init.view(np.uint32)], op1=op1, scanning=True,
+                         reverse0=r0, reverse1=r1)
+        assert np.array_equal(ref.ravel(), got), (op0, op1, r0, r1)
 
 
 def test_golden_vector_ops_against_numpy():

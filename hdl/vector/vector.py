@@ -13,6 +13,11 @@ Each beat of the input stream carries one element of every lane (partition): ``a
    the second operation ``r = op1(r, scalar1)`` on the fp32 ``r`` as it is, ``scalar1`` the
    lane's second scalar (fp32); ``op1`` COPY skips it (``r`` unchanged, not even its NaN
    made canonical): a two-operation tensor-scalar at the same rate and latency as one.
+   With ``scan`` the stage instead carries a running value ``r`` along each row:
+   ``r = op1(op0(a, r_prev), b)`` (``reverse0`` / ``reverse1`` swap each operation's
+   operands, both applied whatever they are), ``r_prev`` the lane's ``scalar`` at a row's
+   first element and the previous element's ``r`` after it, kept in fp32: one element per
+   cycle, as every other operation.
 2. ``reduce`` (:class:`~hdl.vector.ops.Reduce`): none (one output beat per input beat), or a
    sum (``add32`` from +0.0, element 0 first) or max (from -inf) along the free axis, one
    output beat per row on the beat flagged ``last``.
@@ -30,7 +35,8 @@ cast modules of their own that the lane instantiates (:data:`~hdl.vector.lanes.F
 :meth:`Vector.modules`.
 
 Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``, ``op1``, ``scalar1``,
-``in_format``, ``b_format``, ``out_format``, ``stochastic``) must hold while a stream is in
+``scan``, ``reverse0``, ``reverse1``, ``in_format``, ``b_format``, ``out_format``,
+``stochastic``) must hold while a stream is in
 flight. Pipeline: two register stages with a common stall (a beat moves when the output stage
 is empty or read), the cast in front of the second; one beat per cycle at full rate.
 The golden model is :mod:`sim.golden.vector`.
@@ -153,7 +159,10 @@ class VectorLane(wiring.Component):
     is a valid element to reduce, ``first`` that it starts a row, ``last`` that it ends one.
     ``a`` is a lane word in ``formats[in_format]``, ``b`` one in ``formats[b_format]``,
     ``scalar`` fp32, taken for ``b`` with ``use_scalar``; ``op1`` the second operation on the
-    first's result and ``scalar1`` (fp32; COPY: none). ``y`` is the stage-2 register: the
+    first's result and ``scalar1`` (fp32; COPY: none). With ``scan`` the lane scans instead
+    (see the module docstring): ``start`` says the input element (``take``, with ``en``: it
+    enters stage 1) begins a row, whose running value starts from ``scalar``; the running
+    value is the lane's register ``carry``. ``y`` is the stage-2 register: the
     element result, or the row's reduction, in ``formats[out_format]`` (``stochastic``:
     stochastic rounding by the generator whose initial state is ``seed``, see
     :func:`~hdl.numerics.cast.seed_value`). With ``rng`` None the lane rounds to nearest even
@@ -188,6 +197,11 @@ class VectorLane(wiring.Component):
             "scalar": In(32),
             "op1": In(VectorOp),
             "scalar1": In(32),
+            "scan": In(1),
+            "reverse0": In(1),
+            "reverse1": In(1),
+            "take": In(1),
+            "start": In(1),
             "step": In(1),
             "first": In(1),
             "last": In(1),
@@ -197,11 +211,18 @@ class VectorLane(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         a = widen_input(m, self.formats, self.a, self.in_format, prefix="a")
-        b = Mux(self.use_scalar, self.scalar,
-                widen_input(m, self.formats, self.b, self.b_format, prefix="b"))
-        first_op = _element_op(m, self.op, a, b, self.instances, "")
-        second = _element_op(m, self.op1, first_op, self.scalar1, self.instances, "1")
-        r = Mux(self.op1 == VectorOp.COPY, first_op, second)
+        b = widen_input(m, self.formats, self.b, self.b_format, prefix="b")
+        carry = Signal(32)
+        prev = Mux(self.start, self.scalar, carry)
+        first_op = _element_op(m, self.op, Mux(self.scan & self.reverse0, prev, a),
+                               Mux(self.scan, Mux(self.reverse0, a, prev),
+                                   Mux(self.use_scalar, self.scalar, b)), self.instances, "")
+        second = _element_op(m, self.op1, Mux(self.scan & self.reverse1, b, first_op),
+                             Mux(self.scan, Mux(self.reverse1, first_op, b), self.scalar1),
+                             self.instances, "1")
+        r = Mux((self.op1 == VectorOp.COPY) & ~self.scan, first_op, second)
+        with m.If(self.en & self.take):
+            m.d.sync += carry.eq(r)
 
         s1 = Signal(32)
         acc = Signal(32)
@@ -239,6 +260,7 @@ class Vector(wiring.Component):
     ``ArrayLayout(32, lanes)`` (lane words in the output format); control ``op``, ``reduce``,
     ``use_scalar``, ``scalar`` (``ArrayLayout(32, lanes)``, one scalar per partition),
     ``op1`` and ``scalar1`` (the second operation and its scalars, laid out as ``scalar``),
+    ``scan``, ``reverse0`` and ``reverse1`` (a scan, ``scalar`` its initial value),
     ``in_format`` (``a``'s), ``b_format`` (``b``'s), ``out_format`` (indices into
     ``params.formats``) and ``stochastic``
     (ignored by an engine without a generator, ``params.rng`` None: the port list is the
@@ -262,6 +284,9 @@ class Vector(wiring.Component):
             "scalar": In(data.ArrayLayout(32, n)),
             "op1": In(VectorOp),
             "scalar1": In(data.ArrayLayout(32, n)),
+            "scan": In(1),
+            "reverse0": In(1),
+            "reverse1": In(1),
             "in_format": In(range(max(len(params.formats), 2))),
             "b_format": In(range(max(len(params.formats), 2))),
             "out_format": In(range(max(len(params.formats), 2))),
@@ -319,7 +344,10 @@ class Vector(wiring.Component):
                       "a": self.i.payload.a[lane],
                       "b": self.i.payload.b[lane], "use_scalar": self.use_scalar,
                       "scalar": self.scalar[lane], "op1": self.op1,
-                      "scalar1": self.scalar1[lane], "step": s1_valid, "first": s1_first,
+                      "scalar1": self.scalar1[lane], "scan": self.scan,
+                      "reverse0": self.reverse0, "reverse1": self.reverse1,
+                      "take": self.i.valid, "start": first, "step": s1_valid,
+                      "first": s1_first,
                       "last": s1_last}
             add_lane(m, f"lane{lane}", lambda: VectorLane(p.formats, p.rng), module, inputs,
                      {"y": self.o.payload[lane]})

@@ -4,8 +4,10 @@ Per lane (partition) and element: ``r = op(a, b)`` with ``b`` the second tensor 
 scalar (:class:`~hdl.vector.ops.VectorOp`), then, unless ``op1`` is COPY, ``r = op1(r,
 scalar1)`` on the fp32 ``r`` with the lane's second scalar, then an optional reduction along
 the free axis (:class:`~hdl.vector.ops.Reduce`), emitted on the element flagged ``last``,
-then the output cast to the instruction's format. Values are fp32 bit patterns (or narrow
-ones in the low bits) in ``uint32`` arrays of shape ``(elements, lanes)``.
+then the output cast to the instruction's format. A scan (:func:`scan`) instead carries
+each row's running value from element to element: ``r = op1(op0(a, r_prev), b)``. Values are
+fp32 bit patterns (or narrow ones in the low bits) in ``uint32`` arrays of shape
+``(elements, lanes)``.
 """
 
 from __future__ import annotations
@@ -72,10 +74,35 @@ def elementwise(op: VectorOp, a, b) -> np.ndarray:
         return np.asarray(table[op](), dtype=np.uint32)
 
 
+def scan(op0, op1, a, b, initial, starts=None, reverse0: bool = False,
+         reverse1: bool = False) -> np.ndarray:
+    """The fp32 results of a scan on fp32 bit patterns ``a`` and ``b`` (``(elements,
+    lanes)``): per lane ``r[e] = op1(op0(a[e], r[e - 1]), b[e])``, ``reverse0`` /
+    ``reverse1`` swapping the operands of ``op0`` / ``op1``; both operations are applied
+    whatever they are (COPY included). ``r[e - 1]`` is ``initial`` (``(lanes,)``) at each
+    element flagged in ``starts`` (a bool array of length ``elements``; the first element
+    alone when None)."""
+    a = np.asarray(a, dtype=np.uint32)
+    b = np.broadcast_to(np.asarray(b, dtype=np.uint32), a.shape)
+    initial = np.broadcast_to(np.asarray(initial, dtype=np.uint32), a.shape[1:])
+    if starts is None:
+        starts = np.zeros(len(a), dtype=bool)
+        starts[:1] = True
+    out = np.empty_like(a)
+    prev = initial
+    for e in range(len(a)):
+        if starts[e]:
+            prev = initial
+        x = elementwise(op0, *((prev, a[e]) if reverse0 else (a[e], prev)))
+        prev = out[e] = elementwise(op1, *((b[e], x) if reverse1 else (x, b[e])))
+    return out
+
+
 def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE,
         in_format: str = "fp32", out_format: str = "fp32", rounding: str = "rne",
         beat: int = 0, b_format: str | None = None, op1=VectorOp.COPY,
-        scalar1=None) -> np.ndarray:
+        scalar1=None, scanning: bool = False, reverse0: bool = False,
+        reverse1: bool = False) -> np.ndarray:
     """The engine on a stream of ``(elements, lanes)`` operands.
 
     ``a`` is lane words in ``in_format``, ``b`` in ``b_format`` (``in_format`` when None),
@@ -90,9 +117,27 @@ def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE,
     reset, whose generator words are used up). Stochastic
     rounding on an engine without a generator (``params.rng`` None) is refused, whatever the
     format (:func:`sim.golden.convert.check_rounding`).
+
+    With ``scanning`` the engine runs a scan (:func:`scan`, one output row per element):
+    ``op`` and ``op1`` its two operations, ``scalar`` the running value's initial value
+    (zeros when None), each row of ``last`` a scan of its own.
     """
     check_rounding(rounding, params.rng)
     a = widen_input(np.asarray(a, dtype=np.uint32).reshape(-1, params.lanes), in_format)
+    if scanning:
+        if Reduce(reduce) != Reduce.NONE:
+            raise ValueError("a scan has no reduction")
+        b = widen_input(np.asarray(b, dtype=np.uint32).reshape(a.shape),
+                        in_format if b_format is None else b_format)
+        starts = np.zeros(len(a), dtype=bool)
+        starts[:1] = True
+        if last is not None:
+            starts[1:] = np.asarray(last, dtype=bool)[:-1]
+        r = scan(op, op1, a, b, np.zeros(params.lanes, np.uint32) if scalar is None
+                 else scalar, starts, reverse0, reverse1)
+        if out_format == "fp32" or len(r) == 0:
+            return r
+        return cast_output(r, out_format, rounding, params.rng, params.seed, beat)
     if scalar is not None:
         b = np.broadcast_to(np.asarray(scalar, dtype=np.uint32), a.shape)
     elif b is None:

@@ -11,8 +11,9 @@ pytest entry points are in ``sim/tb/test_vector.py``):
   pattern of the 8-bit ones); every narrow output format with both roundings, element-wise
   and reduced, from other input formats, ``a`` and ``b`` of two different ones
   (round-to-nearest-even alone on an engine without a generator, ``rng`` None: every draw of
-  a rounding is among the engine's).
-* ``random_streams``: seeded random operations, reductions, input formats (``a``'s and
+  a rounding is among the engine's); scans of rows, every operand order, narrow inputs and
+  output.
+* ``random_streams``: seeded random operations, reductions, scans, input formats (``a``'s and
   ``b``'s drawn apart), second operations, output formats, roundings, operands and row
   lengths, with random
   idle cycles on the input and random backpressure on the output.
@@ -59,11 +60,14 @@ class VectorTB(EngineTB):
 
     async def case(self, op, reduce=Reduce.NONE, a=None, b=None, scalar=None, last=None,
                    idle=0.0, stall=0.0, in_format="fp32", out_format="fp32", rounding="rne",
-                   b_format=None, op1=VectorOp.COPY, scalar1=None):
+                   b_format=None, op1=VectorOp.COPY, scalar1=None, scanning=False,
+                   reverse0=False, reverse1=False):
         """One instruction: ``a`` lane words in ``in_format``, ``b`` in ``b_format``
         (``in_format`` when None), the second operation ``op1`` with ``scalar1`` (fp32, one
-        per lane; zeros when None), the result written in ``out_format`` with ``rounding``;
-        every beat checked against the golden model."""
+        per lane; zeros when None), or with ``scanning`` a scan of each row of ``last``
+        from ``scalar`` (``reverse0`` / ``reverse1`` swapping the operations' operands),
+        the result written in ``out_format`` with ``rounding``; every beat checked against
+        the golden model."""
         p, dut = self.params, self.dut
         await self.begin(in_format, out_format, rounding)
         b_format = in_format if b_format is None else b_format
@@ -80,9 +84,13 @@ class VectorTB(EngineTB):
             np.asarray(scalar1, np.uint32)
         dut.op1.value = VectorOp(op1).value
         dut.scalar1.value = pack([sc1[None]], [32])[0]
+        dut.scan.value = int(scanning)
+        dut.reverse0.value = int(reverse0)
+        dut.reverse1.value = int(reverse1)
         want = golden.run(p, op, a, b, last=last, scalar=scalar, reduce=reduce,
                           in_format=in_format, out_format=out_format, rounding=rounding,
-                          b_format=b_format, op1=op1, scalar1=sc1)
+                          b_format=b_format, op1=op1, scalar1=sc1, scanning=scanning,
+                          reverse0=reverse0, reverse1=reverse1)
         beats = pack([a, b, last.astype(np.uint8)], [32, 32, 8])
         got = await self.bench.transfer(beats, len(want), idle, stall)
         got = np.array([unpack(v, p.lanes, 32) for v in got],
@@ -90,6 +98,7 @@ class VectorTB(EngineTB):
         check_equal("output", got, want.reshape(-1, p.lanes),
                     {"op": VectorOp(op).name, "reduce": Reduce(reduce).name,
                      "scalar": scalar is not None, "op1": VectorOp(op1).name, "beats": n,
+                     "scan": (scanning, reverse0, reverse1),
                      "in": in_format, "b": b_format, "out": out_format, "rounding": rounding})
         self.cases += 1
 
@@ -166,6 +175,18 @@ async def directed(dut):
                           rounding=rounding)
             await tb.case(VectorOp.COPY, Reduce.SUM, a=rows, last=last, out_format=fmt,
                           rounding=rounding)
+    # scans: each row of last from the scalar, every operand order, a narrow a and b
+    for op0, op1, reverse0, reverse1 in ((VectorOp.ADD, VectorOp.BITWISE_OR, False, False),
+                                         (VectorOp.MULTIPLY, VectorOp.ADD, False, False),
+                                         (VectorOp.SUBTRACT, VectorOp.SUBTRACT, True, True),
+                                         (VectorOp.MAX, VectorOp.COPY, False, True)):
+        await tb.case(op0, a=rows, b=rows[::-1].copy(), scalar=scalar, last=last,
+                      op1=op1, scanning=True, reverse0=reverse0, reverse1=reverse1)
+    if narrow:
+        a, b = _operands(tb, narrow[0], (len(last), lanes), formats[-1])
+        await tb.case(VectorOp.MULTIPLY, a=a, b=b, scalar=scalar, last=last,
+                      op1=VectorOp.ADD, in_format=narrow[0], b_format=formats[-1],
+                      out_format=narrow[-1], scanning=True)
     dut._log.info("directed: %d cases passed", tb.cases)
 
 
@@ -185,11 +206,15 @@ async def random_streams(dut):
         a, b = _operands(tb, in_format, (len(last), lanes), b_format)
         scalar = random_f32(tb.nprng, (lanes,)) if rng.random() < 0.4 else None
         op1 = rng.choice(list(VectorOp)) if rng.random() < 0.5 else VectorOp.COPY
+        scanning = rng.random() < 0.25
+        if scanning:
+            reduce = Reduce.NONE
         idle, stall = rng.choice(PAUSES)
         await tb.case(op, reduce, a=a, b=b, scalar=scalar, last=last, idle=idle, stall=stall,
                       in_format=in_format, b_format=b_format, out_format=out_format,
                       rounding=rng.choice(roundings(tb.params.rng)), op1=op1,
-                      scalar1=random_f32(tb.nprng, (lanes,)))
+                      scalar1=random_f32(tb.nprng, (lanes,)), scanning=scanning,
+                      reverse0=rng.random() < 0.5, reverse1=rng.random() < 0.5)
     dut._log.info("random_streams: %d cases passed", tb.cases)
 
 
