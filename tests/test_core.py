@@ -20,11 +20,12 @@ from hdl.core.isa import (
     TensorTensorScan,
     Transpose,
 )
+from hdl.numerics.formats import BF16
 from hdl.params import core_params
 from hdl.tensor.params import SystolicParams
 from hdl.vector.ops import Reduce, VectorOp
 from sim.core import Core, Program, ProgramError
-from sim.golden import systolic_cycles
+from sim.golden import numerics, systolic_cycles
 from specs.loader import load
 
 
@@ -212,7 +213,7 @@ def test_stochastic_cast_rounds_to_a_neighbour(trn1, seed):
     src, rne, sto = sbuf(0, 64, 0, 256), sbuf(0, 64, 2048, 256, "bf16"), \
         sbuf(0, 64, 4096, 256, "bf16")
     out = _run(trn1, "vector", [TensorCopy(dst=rne, src=src),
-                             TensorCopy(dst=sto, src=src, rounding="stochastic", seed=5)],
+                             TensorCopy(dst=sto, src=src, rounding="stochastic")],
                       {src: x}, [rne, sto], seed=seed)
     near = out[rne].view(ml_dtypes.bfloat16).reshape(x.shape)
     assert np.array_equal(near, x.astype(ml_dtypes.bfloat16))  # RNE as ml_dtypes rounds
@@ -222,6 +223,42 @@ def test_stochastic_cast_rounds_to_a_neighbour(trn1, seed):
     assert np.all(np.abs(got - x) < ulp * 1.0001)  # a neighbour of x on the bf16 grid
     assert 0.2 < np.mean(got != down) < 0.8  # and not always the nearest one
 
+
+
+@pytest.mark.parametrize("stream", ["vector", "scalar"])
+def test_stochastic_casts_draw_from_the_units_beats(stream):
+    """Each unit's lane generators advance once per output beat since the run began, rounded
+    or not (hdl.core's units): on the vector engine a 5-element copy, a reduction (one beat)
+    and a memset (none) come first, so the 3-element stochastic copy draws the lanes' beats
+    6..8; on the scalar engine (4 lanes at simulation scale) a 5-element copy of 6 partitions
+    takes two turns, 10 beats, and the stochastic copy's turn t of partitions 4t..4t+3 draws
+    beats 10 + 3t .. 12 + 3t. The reference steps the generators from their seeding."""
+    params = core_params(load("trn2"), "sim")
+    assert (params.partitions, params.activation_lanes) == (16, 4)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((16, 3)).astype(np.float32)
+    src, dst = sbuf(0, 16, 0, 3), sbuf(0, 16, 64, 3, "bf16")
+    before = [TensorCopy(dst=sbuf(0, 6, 128, 5, "bf16"), src=sbuf(0, 6, 192, 5))]
+    if stream == "vector":
+        before = [TensorCopy(dst=sbuf(0, 16, 128, 5, "bf16"), src=sbuf(0, 16, 192, 5)),
+                  TensorReduce(dst=sbuf(0, 16, 256, 1), src=src, reduce=Reduce.SUM),
+                  Memset(dst=sbuf(0, 16, 320, 4), value=1.0)]
+    out = _run(params, stream, before + [TensorCopy(dst=dst, src=src, rounding="stochastic")],
+               {src: x}, [dst], seed=3)
+    got = out[dst].view(np.uint16).reshape(16, 3)
+    if stream == "vector":  # (beats, lanes): beat 6 + i of lane p
+        want = numerics.cast_bits(np.vstack([np.zeros((6, 16), np.float32), x.T]), BF16,
+                                  "stochastic", 3, params.rng)[6:].T
+    else:
+        want = np.empty((16, 3), np.uint32)
+        for t in range(4):
+            beats = np.zeros((13 + 3 * t, 4), np.float32)
+            beats[10 + 3 * t:] = x[4 * t:4 * t + 4].T
+            want[4 * t:4 * t + 4] = numerics.cast_bits(beats, BF16, "stochastic", 3,
+                                                       params.rng)[10 + 3 * t:].T
+    assert np.array_equal(got, want)
+    near = numerics.cast_bits(x, BF16)
+    assert not np.array_equal(got, near)  # not every cast the nearest one
 
 def test_iota_values(trn1):
     from hdl.core.isa import Iota

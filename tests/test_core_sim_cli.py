@@ -52,16 +52,15 @@ def _tile(dtype: str, partitions: int = 16) -> AP:
     return AP("sbuf", dtype, 0, partitions, 0, ((8, 1),))
 
 
-def _stochastic_copy(b):
-    """A program the core RTL refuses: a copy with stochastic rounding."""
-    b.emit("vector", TensorCopy(dst=_tile("bf16"), src=_tile("fp32"), rounding="stochastic",
-                                seed=3))
+def _integer_iota(b):
+    """A program the core simulator runs and the core RTL refuses: an Iota into int32."""
+    b.emit("gpsimd", Iota(dst=_tile("int32")))
 
 
 @pytest.fixture
-def stochastic_program(monkeypatch):
-    """:func:`_stochastic_copy` among the co-simulation's programs, as ``stochastic_copy``."""
-    monkeypatch.setitem(core_programs.PROGRAMS, "stochastic_copy", (_stochastic_copy, False))
+def refused_program(monkeypatch):
+    """:func:`_integer_iota` among the co-simulation's programs, as ``integer_iota``."""
+    monkeypatch.setitem(core_programs.PROGRAMS, "integer_iota", (_integer_iota, False))
 
 
 def test_a_program_beyond_the_memory_model_is_never_simulated(params):
@@ -88,12 +87,13 @@ def test_a_stream_longer_than_its_sequencer_is_never_simulated(params):
                              f"of the core holds 256\n")
 
 
-def test_a_program_the_rtl_refuses_is_never_simulated(stochastic_program):
+def test_a_program_the_rtl_refuses_is_never_simulated(refused_program):
     result = run("sim", "trn2", "--unit", "core", "--sim", "icarus", "--kernel",
-                 "stochastic_copy")
+                 "integer_iota")
     assert result.exit_code == 2, result.output
-    assert result.output == ("error: not simulated: stochastic_copy: the core RTL cannot run "
-                             f"it: vector[0] TensorCopy: {engines.NO_STOCHASTIC}\n")
+    assert result.output == ("error: not simulated: integer_iota: the core RTL cannot run "
+                             "it: gpsimd[0] Iota: destinations are fp32, bf16, fp16, "
+                             "fp8_e4m3, fp8_e5m2, not int32\n")
 
 
 def test_each_engine_is_named_in_its_refusal(params):
@@ -103,32 +103,30 @@ def test_each_engine_is_named_in_its_refusal(params):
     assert engines.supported(act, ENGINE_FORMATS, "gpsimd") == \
         "the gpsimd engine runs Iota, TensorTensor, TensorScalar, TensorCopy, Memset"
     assert engines.supported(act, ENGINE_FORMATS) == \
-        "the vector engine runs TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset"
+        ("the vector engine runs TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset, "
+         "TensorTensorScan")
     iota = Iota(dst=_tile("int32"))
     assert rtl_refusal(Program(streams={"gpsimd": [iota]}), params) == \
         "gpsimd[0] Iota: destinations are fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, not int32"
 
 
 @pytest.mark.parametrize("stream", ["vector", "scalar", "gpsimd"])
-def test_stochastic_rounding_is_refused_with_its_reason(params, stream):
-    ins = TensorCopy(dst=_tile("bf16"), src=_tile("fp32"), rounding="stochastic", seed=5)
-    assert rtl_refusal(Program(streams={stream: [ins]}), params) == \
-        f"{stream}[0] TensorCopy: {engines.NO_STOCHASTIC}"
+def test_every_engine_runs_stochastic_rounding(params, stream):
+    ins = TensorCopy(dst=_tile("bf16"), src=_tile("fp32"), rounding="stochastic")
+    assert rtl_refusal(Program(streams={stream: [ins]}), params) is None
 
 
-def test_the_rtl_refuses_the_scan_the_simulator_runs(params):
-    """The core simulator runs TensorTensorScan; the RTL has no scan yet, says so, and the
-    random programs the RTL is checked with never draw one."""
-    scan = TensorTensorScan(dst=_tile("fp32"), a=_tile("fp32"), b=_tile("fp32"),
-                            op0=VectorOp.MULTIPLY, op1=VectorOp.ADD)
-    prog = Program(streams={"vector": [scan]})
-    Core(params).run(prog, timing_only=True)
-    assert rtl_refusal(prog, params) == (
-        "vector[0] TensorTensorScan: the engine has no scan datapath (a running value "
-        "carried from element to element); the core simulator runs TensorTensorScan")
-    assert not any(isinstance(ins, TensorTensorScan) for seed in range(60)
-                   for code in build_program(params, RANDOM, seed).streams.values()
-                   for ins in code)
+def test_the_random_programs_draw_every_kind_of_scan(params):
+    """The RTL runs TensorTensorScan; the random programs it is checked with draw scans from
+    an immediate and from a per-partition column, with each operation's operands swapped
+    and not."""
+    scans = [ins for seed in range(60)
+             for code in build_program(params, RANDOM, seed).streams.values()
+             for ins in code if isinstance(ins, TensorTensorScan)]
+    assert {(s.initial is None, s.reverse0, s.reverse1) for s in scans} == {
+        (i, r0, r1) for i in (False, True) for r0 in (False, True) for r1 in (False, True)}
+    prog = Program(streams={"vector": scans[:4]})
+    assert rtl_refusal(prog, params) is None
 
 
 def test_kernel_is_an_option_of_the_core_alone():

@@ -3,8 +3,8 @@
 # emitted apart, as modules of their own, and never elaborated where they are made.)
 """The core's vector and GpSimd engines: the vector unit (:class:`hdl.vector.vector.Vector`,
 one lane per partition) fed from and writing to SBUF and PSUM through the access patterns of
-``TensorTensor``, ``TensorScalar``, ``TensorReduce``, ``TensorCopy`` and ``Memset``, and on
-the GpSimd engine ``Iota``.
+``TensorTensor``, ``TensorScalar``, ``TensorReduce``, ``TensorCopy`` and ``Memset``, on the
+vector engine ``TensorTensorScan``, and on the GpSimd engine ``Iota``.
 
 Per instruction: decode (the fields of the opcode's ``FIELDS`` table), then for
 ``TensorScalar``'s per-partition scalar operands one read of them (``operand0`` through port
@@ -18,7 +18,10 @@ by ``base + l * pstep + i * step`` (exact in 50 bits: ``p < 2**7``, ``i < 2**16`
 fp32 (round to nearest even, as numpy converts the integer), which the unit then casts.
 
 Results go to ``dst``'s type through the unit's own output cast (its ``out_format``, round to
-nearest even; fp32 written as it comes, as the simulator writes it); ``Memset``'s value,
+nearest even or, where the instruction says so, stochastically by the lanes' generators,
+seeded with :data:`GENERATOR_SEED` and advancing once per output beat, as
+:func:`sim.core.data.unit_beats` states it; fp32 written as it comes, as the simulator
+writes it); ``Memset``'s value,
 the same in every partition, through one cast lane
 (:class:`~hdl.numerics.cast.FormatCastLane`). Each is written at the element's byte offset
 in its word.
@@ -30,15 +33,21 @@ second operation, ``op1`` COPY: none), ``s0`` and ``s1`` each an immediate (``im
 core simulator reads it (:func:`widen_operand`), the operand's element taken at its byte in
 its word.
 
+``TensorTensorScan`` streams ``a`` and ``b`` as ``TensorTensor`` does, its running value's
+initial value the per-partition ``initial`` (read as ``operand0`` is) or the immediate
+``imm``; the unit's lanes carry the running value from element to element in fp32 (the
+scan of :class:`~hdl.vector.vector.Vector`), one element per cycle.
+
 What this datapath runs (:func:`supported` says why not otherwise): ``a``, ``b`` and ``src``
 of types the unit reads (``formats``; ``a`` and ``b`` each its own), destinations of them
-(``Iota`` into them, not into integer types), scalar operands of :data:`OPERAND_DTYPES`,
-and round-to-nearest-even casts (:data:`NO_STOCHASTIC`).
+(``Iota`` into them, not into integer types), and scalar operands (and a scan's
+``initial``) of :data:`OPERAND_DTYPES`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
@@ -68,13 +77,14 @@ from hdl.vector.lanes import add_lane
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
-__all__ = ["ENGINE_RUNS", "IOTA_MODULE", "NO_STOCHASTIC", "OPERAND_DTYPES", "SLICE_MODULES",
+__all__ = ["ENGINE_RUNS", "GENERATOR_SEED", "IOTA_MODULE", "OPERAND_DTYPES", "SLICE_MODULES",
            "VECTOR_OPS", "EngineSlice", "IotaLane", "VectorEngine", "load_operand",
            "operand_refusal", "pick", "supported", "widen_operand"]
 
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
-ENGINE_RUNS = {"vector": VECTOR_OPS, "gpsimd": (Iota,) + VECTOR_OPS[:2] + VECTOR_OPS[3:]}
+ENGINE_RUNS = {"vector": VECTOR_OPS + (TensorTensorScan,),
+               "gpsimd": (Iota,) + VECTOR_OPS[:2] + VECTOR_OPS[3:]}
 DATA_BITS = 32
 #: Bits of an Iota value: ``base + p * pstep + i * step`` with 32-bit signed fields,
 #: ``p`` < 128 partitions and ``i`` < 2**16 free elements.
@@ -90,19 +100,15 @@ WIDENED_OPERANDS = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "int8"
 #: Every type of a per-partition scalar operand the engines read: each type the core
 #: simulator computes on (not the MX quads and their uint8 scales, which it refuses).
 OPERAND_DTYPES = RAW_OPERANDS + WIDENED_OPERANDS
-#: Why no engine of the core runs stochastic rounding.
-NO_STOCHASTIC = ("casts round to nearest even: the simulator reseeds stochastic rounding "
-                 "per instruction from its seed and the run's, partition by partition; the "
-                 "RTL's generators are seeded once per lane when built")
+#: The seed of every lane generator of the core's units (the simulator's run seed that
+#: matches the RTL's, :func:`sim.core.data.unit_beats`).
+GENERATOR_SEED = 0
 
 
 def supported(ins: Instruction, formats: tuple[str, ...], kind: str = "vector") -> str | None:
     """Why the core's engine of ``kind`` (vector or gpsimd) cannot run ``ins`` (None: it
     can)."""
     runs = ENGINE_RUNS[kind]
-    if isinstance(ins, TensorTensorScan):
-        return ("the engine has no scan datapath (a running value carried from element to "
-                "element); the core simulator runs TensorTensorScan")
     if not isinstance(ins, runs):
         return f"the {kind} engine runs {', '.join(c.__name__ for c in runs)}"
     return operand_refusal(ins, formats)
@@ -114,12 +120,10 @@ def operand_refusal(ins: Instruction, formats: tuple[str, ...]) -> str | None:
     aps: dict[str, AP] = {name: ap for name, ap, _ in ins.operands()}
     if aps["dst"].dtype not in formats:
         return f"destinations are {', '.join(formats)}, not {aps['dst'].dtype}"
-    if getattr(ins, "rounding", "rne") != "rne":
-        return NO_STOCHASTIC
     for ap in (aps[n] for n in ("a", "b", "src") if n in aps):
         if ap.dtype not in formats:
             return f"inputs are {', '.join(formats)}, not {ap.dtype}"
-    for name in ("operand0", "operand1"):
+    for name in ("operand0", "operand1", "initial"):
         if name in aps and aps[name].dtype not in OPERAND_DTYPES:
             return f"{name} must be one of {', '.join(OPERAND_DTYPES)}, not {aps[name].dtype}"
     return None
@@ -299,9 +303,10 @@ class VectorEngine(wiring.Component):
     """The vector engine (``kind`` "vector") or GpSimd engine ("gpsimd": with ``Iota``) of a
     core of ``partitions`` partitions; ``words`` is the depth of the deeper of SBUF and PSUM
     in 32-bit words. Its lanes carry the chip's stochastic-rounding generator ``rng`` (the
-    spec's), which this engine does not use yet (:func:`supported`); with ``rng`` None they
-    round to nearest even only and have none (a chip whose spec has no stochastic
-    rounding). A memset's value is cast to nearest even, so its cast has no generator."""
+    spec's), seeded with :data:`GENERATOR_SEED`; with ``rng`` None they round to nearest
+    even only and have none (a chip whose spec has no stochastic rounding, whose programs
+    the core simulator refuses to round stochastically). A memset's value is cast to
+    nearest even, so its cast has no generator."""
 
     def __init__(self, partitions: int, words: int, kind: str = "vector", *,
                  rng: str | None):
@@ -309,7 +314,7 @@ class VectorEngine(wiring.Component):
             raise ValueError(f"kind must be one of {', '.join(ENGINE_RUNS)}, not {kind!r}")
         self.kind = kind
         self.partitions = partitions
-        self.params = VectorParams(lanes=partitions, rng=rng)
+        self.params = VectorParams(lanes=partitions, rng=rng, seed=GENERATOR_SEED)
         n = partitions
         super().__init__(engine_ports(("a", "b"), n, words))
         self.unit = Vector(self.params, lane_instances=True)
@@ -343,10 +348,12 @@ class VectorEngine(wiring.Component):
         op, op1, reduce = Signal(VectorOp), Signal(VectorOp), Signal(Reduce)
         use_scalar, memset, iota, imm, imm1 = Signal(), Signal(), Signal(), Signal(32), \
             Signal(32)
+        scan, reverse0, reverse1, stochastic = Signal(), Signal(), Signal(), Signal()
         with m.Switch(opcode):
             with m.Case(TensorTensor.OPCODE):
                 m.d.comb += [dst.eq(field(TensorTensor, "dst")), a.eq(field(TensorTensor, "a")),
-                             b.eq(field(TensorTensor, "b")), op.eq(field(TensorTensor, "op"))]
+                             b.eq(field(TensorTensor, "b")), op.eq(field(TensorTensor, "op")),
+                             stochastic.eq(field(TensorTensor, "rounding"))]
             with m.Case(TensorScalar.OPCODE):
                 m.d.comb += [dst.eq(field(TensorScalar, "dst")),
                              a.eq(field(TensorScalar, "src")),
@@ -355,7 +362,8 @@ class VectorEngine(wiring.Component):
                              imm.eq(field(TensorScalar, "imm0")),
                              s1.eq(field(TensorScalar, "operand1")),
                              op1.eq(field(TensorScalar, "op1")),
-                             imm1.eq(field(TensorScalar, "imm1"))]
+                             imm1.eq(field(TensorScalar, "imm1")),
+                             stochastic.eq(field(TensorScalar, "rounding"))]
             with m.Case(TensorReduce.OPCODE):
                 m.d.comb += [dst.eq(field(TensorReduce, "dst")),
                              a.eq(field(TensorReduce, "src")),
@@ -363,10 +371,18 @@ class VectorEngine(wiring.Component):
                              reduce.eq(field(TensorReduce, "reduce"))]
             with m.Case(TensorCopy.OPCODE):
                 m.d.comb += [dst.eq(field(TensorCopy, "dst")), a.eq(field(TensorCopy, "src")),
-                             op.eq(VectorOp.COPY)]
+                             op.eq(VectorOp.COPY),
+                             stochastic.eq(field(TensorCopy, "rounding"))]
             with m.Case(Memset.OPCODE):
                 m.d.comb += [dst.eq(field(Memset, "dst")), memset.eq(1),
                              imm.eq(field(Memset, "value"))]
+            if TensorTensorScan in ENGINE_RUNS[self.kind]:
+                with m.Case(TensorTensorScan.OPCODE):
+                    f = partial(field, TensorTensorScan)
+                    m.d.comb += [dst.eq(f("dst")), a.eq(f("a")), b.eq(f("b")),
+                                 s0.eq(f("initial")), imm.eq(f("imm")), op.eq(f("op0")),
+                                 op1.eq(f("op1")), scan.eq(1), reverse0.eq(f("reverse0")),
+                                 reverse1.eq(f("reverse1")), stochastic.eq(f("rounding"))]
             if self.kind == "gpsimd":
                 with m.Case(Iota.OPCODE):
                     m.d.comb += [dst.eq(field(Iota, "dst")), a.eq(field(Iota, "dst")),
@@ -386,9 +402,10 @@ class VectorEngine(wiring.Component):
             out_format = Mux(dst.dtype == DTYPES[name][0], index, out_format)
         in_format = Mux(iota, self.params.formats.index("fp32"), in_format)
         m.d.comb += [unit.op.eq(op), unit.op1.eq(op1), unit.reduce.eq(reduce),
-                     unit.use_scalar.eq(use_scalar),
+                     unit.use_scalar.eq(use_scalar), unit.scan.eq(scan),
+                     unit.reverse0.eq(reverse0), unit.reverse1.eq(reverse1),
                      unit.in_format.eq(in_format), unit.b_format.eq(b_format),
-                     unit.out_format.eq(out_format), unit.stochastic.eq(0)]
+                     unit.out_format.eq(out_format), unit.stochastic.eq(stochastic)]
 
         # the read side: a (and b) of every partition, one cycle after the address
         s1_valid, s1_last, sent = Signal(), Signal(), Signal()
@@ -465,7 +482,8 @@ class VectorEngine(wiring.Component):
                 m.d.comb += set_imm.eq(1)
                 with m.If(memset):
                     m.next = "MEMSET"
-                with m.Elif(use_scalar & ((s0.partitions != 0) | (s1.partitions != 0))):
+                with m.Elif((use_scalar | scan)
+                            & ((s0.partitions != 0) | (s1.partitions != 0))):
                     m.next = "SCALAR"
                 with m.Else():
                     m.next = "STREAM"

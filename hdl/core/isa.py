@@ -99,6 +99,8 @@ def double_row_order(partitions: int) -> list[int]:
     return [i * partitions + p for p in range(partitions) for i in range(2)]
 
 
+#: The roundings of an instruction's cast to a narrower type: to nearest even, or
+#: stochastic, from the generators of the engine's unit (``sim.core.data.unit_beats``).
 ROUNDINGS = ("rne", "stochastic")
 
 WORD_BITS = 1024
@@ -284,7 +286,7 @@ class Activation(Instruction):
     MNEMONIC: ClassVar[str] = "act"
     FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS), ("bias", "ap", AP_BITS),
                         ("reduce_dst", "ap", AP_BITS), ("func", "func", 5),
-                        ("scale", "f32", 32), ("rounding", "rounding", 1), ("seed", "u", 16))
+                        ("scale", "f32", 32), ("rounding", "rounding", 1))
     dst: AP
     src: AP
     func: int
@@ -292,7 +294,6 @@ class Activation(Instruction):
     reduce_dst: AP | None = None
     scale: float = 1.0
     rounding: str = "rne"
-    seed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,13 +303,12 @@ class TensorTensor(Instruction):
     OPCODE: ClassVar[int] = 5
     MNEMONIC: ClassVar[str] = "tt"
     FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("a", "ap", AP_BITS), ("b", "ap", AP_BITS),
-                        ("op", "op", 5), ("rounding", "rounding", 1), ("seed", "u", 16))
+                        ("op", "op", 5), ("rounding", "rounding", 1))
     dst: AP
     a: AP
     b: AP
     op: VectorOp
     rounding: str = "rne"
-    seed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,7 +322,7 @@ class TensorScalar(Instruction):
     FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
                         ("operand0", "ap", AP_BITS), ("op0", "op", 5), ("imm0", "f32", 32),
                         ("operand1", "ap", AP_BITS), ("op1", "op", 5), ("imm1", "f32", 32),
-                        ("rounding", "rounding", 1), ("seed", "u", 16))
+                        ("rounding", "rounding", 1))
     dst: AP
     src: AP
     op0: VectorOp
@@ -332,7 +332,6 @@ class TensorScalar(Instruction):
     operand1: AP | None = None
     imm1: float = 0.0
     rounding: str = "rne"
-    seed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +347,7 @@ class TensorTensorScan(Instruction):
     FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("a", "ap", AP_BITS), ("b", "ap", AP_BITS),
                         ("initial", "ap", AP_BITS), ("imm", "f32", 32), ("op0", "op", 5),
                         ("op1", "op", 5), ("reverse0", "u", 1), ("reverse1", "u", 1),
-                        ("rounding", "rounding", 1), ("seed", "u", 16))
+                        ("rounding", "rounding", 1))
     dst: AP
     a: AP
     b: AP
@@ -359,7 +358,6 @@ class TensorTensorScan(Instruction):
     reverse0: bool = False
     reverse1: bool = False
     rounding: str = "rne"
-    seed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,11 +382,10 @@ class TensorCopy(Instruction):
     OPCODE: ClassVar[int] = 8
     MNEMONIC: ClassVar[str] = "copy"
     FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
-                        ("rounding", "rounding", 1), ("seed", "u", 16))
+                        ("rounding", "rounding", 1))
     dst: AP
     src: AP
     rounding: str = "rne"
-    seed: int = 0
 
 
 @dataclass(frozen=True, slots=True)

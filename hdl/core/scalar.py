@@ -16,7 +16,7 @@ read of its element in every partition, and one more for ``TensorScalar``'s ``op
 (the read port is one: a cycle after the first, or alone), then per group the stream: every
 cycle the next element of ``src`` is read from all partitions at once, one cycle later the group's
 partitions enter the unit (widened from ``src``'s type by the unit), and every result beat
-(already cast to ``dst``'s type by the unit, round to nearest even) is written to ``dst`` at
+(already cast to ``dst``'s type by the unit) is written to ``dst`` at
 the destination pattern's next element, in the group's partitions of the tile only. With
 ``reduce_dst``, the running sum of the group's last beat is written to it first (one cycle
 on the write port, the unit stalled). One read port and one write port.
@@ -31,7 +31,10 @@ What this datapath runs (:func:`supported` says why not otherwise): ``Activation
 ``src`` and ``dst`` of a type the unit reads and writes (``formats``), a ``bias`` of
 :data:`~hdl.core.engines.OPERAND_DTYPES` and an fp32 ``reduce_dst``; ``TensorScalar``
 and ``TensorCopy`` as the vector engine runs them
-(:func:`hdl.core.engines.operand_refusal`); round-to-nearest-even casts.
+(:func:`hdl.core.engines.operand_refusal`). Casts round to nearest even or, where the
+instruction says so, stochastically by the lanes' generators (seeded with
+:data:`~hdl.core.engines.GENERATOR_SEED`, each advancing once per output beat of its unit,
+as :func:`sim.core.data.unit_beats` states it).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
 from hdl.core.engines import (
     DATA_BITS,
-    NO_STOCHASTIC,
+    GENERATOR_SEED,
     OPERAND_DTYPES,
     engine_ports,
     load_operand,
@@ -84,8 +87,6 @@ def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
         return f"the scalar engine runs {', '.join(c.__name__ for c in SCALAR_OPS)}"
     if not isinstance(ins, Activation):
         return operand_refusal(ins, formats)
-    if ins.rounding != "rne":
-        return NO_STOCHASTIC
     for name in ("dst", "src"):
         ap: AP = getattr(ins, name)
         if ap.dtype not in formats:
@@ -160,12 +161,13 @@ class ScalarEngine(wiring.Component):
         if not isinstance(lanes, int) or not 1 <= lanes <= partitions:
             raise ValueError(f"lanes must be an integer in 1 .. {partitions}, not {lanes!r}")
         self.partitions, self.lanes = partitions, lanes
-        self.params = ActivationParams(lanes=lanes, functions=functions, rng=rng)
+        self.params = ActivationParams(lanes=lanes, functions=functions, rng=rng,
+                                       seed=GENERATOR_SEED)
         n = partitions
         super().__init__(engine_ports(("r",), n, words))
         self.unit = ActivationUnit(self.params, lane_instances=True)
         # the vector engine's lanes (with its generator where the chip has one)
-        self.alu = Vector(VectorParams(lanes=lanes, rng=rng),
+        self.alu = Vector(VectorParams(lanes=lanes, rng=rng, seed=GENERATOR_SEED),
                           lane_instances=True)
 
     @property
@@ -200,11 +202,13 @@ class ScalarEngine(wiring.Component):
         s1 = Signal(AP_LAYOUT, name="s1")
         is_act, op, op1, imm, imm1 = Signal(), Signal(VectorOp), Signal(VectorOp), Signal(32), \
             Signal(32)
+        stochastic = Signal()
         with m.Switch(opcode):
             with m.Case(Activation.OPCODE):
                 m.d.comb += [is_act.eq(1)] + [
                     sig.eq(field(Activation, nm)) for sig, nm in
-                    ((dst, "dst"), (src, "src"), (bias, "bias"), (red, "reduce_dst"))]
+                    ((dst, "dst"), (src, "src"), (bias, "bias"), (red, "reduce_dst"),
+                     (stochastic, "rounding"))]
             with m.Case(TensorScalar.OPCODE):
                 m.d.comb += [dst.eq(field(TensorScalar, "dst")),
                              src.eq(field(TensorScalar, "src")),
@@ -213,10 +217,11 @@ class ScalarEngine(wiring.Component):
                              imm.eq(field(TensorScalar, "imm0")),
                              s1.eq(field(TensorScalar, "operand1")),
                              op1.eq(field(TensorScalar, "op1")),
-                             imm1.eq(field(TensorScalar, "imm1"))]
+                             imm1.eq(field(TensorScalar, "imm1")),
+                             stochastic.eq(field(TensorScalar, "rounding"))]
             with m.Case(TensorCopy.OPCODE):
                 m.d.comb += [dst.eq(field(TensorCopy, "dst")), src.eq(field(TensorCopy, "src")),
-                             op.eq(VectorOp.COPY)]
+                             op.eq(VectorOp.COPY), stochastic.eq(field(TensorCopy, "rounding"))]
         has_bias, has_red, has_s1 = bias.partitions != 0, red.partitions != 0, s1.partitions != 0
 
         m.submodules.ws = ws = ApWalker()
@@ -257,11 +262,12 @@ class ScalarEngine(wiring.Component):
         formats, alu_formats = self.params.formats, alu.params.formats
         m.d.comb += [unit.func.eq(field(Activation, "func")),
                      unit.in_format.eq(format_index(src, formats)),
-                     unit.out_format.eq(format_index(dst, formats)), unit.stochastic.eq(0),
+                     unit.out_format.eq(format_index(dst, formats)), unit.stochastic.eq(stochastic),
                      alu.op.eq(op), alu.op1.eq(op1), alu.reduce.eq(Reduce.NONE),
                      alu.use_scalar.eq(opcode == TensorScalar.OPCODE),
                      alu.in_format.eq(format_index(src, alu_formats)),
-                     alu.out_format.eq(format_index(dst, alu_formats)), alu.stochastic.eq(0)]
+                     alu.out_format.eq(format_index(dst, alu_formats)),
+                     alu.stochastic.eq(stochastic)]
         # every partition's share (ScalarSlice): its source element and bias, its result
         s1_valid, s1_last, sent, shift = Signal(), Signal(), Signal(), Signal(2)
         set_imm, set_bias, set_scalar1 = Signal(), Signal(), Signal()

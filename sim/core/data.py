@@ -2,7 +2,13 @@
 effect on them, bit for bit through the unit golden models:
 :func:`sim.golden.systolic.matmul` (:func:`~sim.golden.systolic.matmul_mx` for the MX quad
 types), :mod:`sim.golden.vector`, :mod:`sim.golden.activation` and the casts of
-:mod:`sim.golden.numerics`."""
+:mod:`sim.golden.numerics`.
+
+Stochastic rounding draws from the generators of the engines' units as the core RTL has
+them (:func:`unit_beats`): each unit's lane ``l`` starts from its seeding
+(:func:`hdl.numerics.cast.rng_initial_state` of the chip's generator, the run's ``seed``
+and ``l``) and advances once per output beat of its unit, whatever the beat's rounding and
+format; a stochastic cast of a beat uses the words of that beat."""
 
 from __future__ import annotations
 
@@ -34,7 +40,7 @@ from sim.golden import activation, numerics, systolic, vector
 from .program import Program
 from .rules import ProgramError, Rules, shares_pes
 
-__all__ = ["Data"]
+__all__ = ["Data", "unit_beats"]
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
@@ -55,6 +61,8 @@ class Data:
                                f"bytes, not {hbm.dtype} x {hbm.size}")
         self.hbm = hbm
         self.seed = seed
+        self.kinds = [isa.engine_kind(s) for s in program.streams]
+        self.beats: dict[str, int] = {}  # unit -> output beats it gave since the run began
         self.tiles: dict[tuple[int, int], tuple] = {}  # tile position -> (bits, fmt, placed)
         self._act = {}
 
@@ -119,9 +127,12 @@ class Data:
             return bits.astype(np.uint32)
         return np.asarray(numerics.widen(bits, format_by_name(ap.dtype)), dtype=np.uint32)
 
-    def write32(self, ap: AP, bits32: np.ndarray, rounding: str = "rne", seed: int = 0) -> None:
+    def write32(self, ap: AP, bits32: np.ndarray, draw: tuple[int, int] | None = None) -> None:
         """Store fp32 bit patterns (partitions, free) into ``ap``, cast to its type (an
-        integer type: the nearest integer, ties to even, saturated; NaN 0)."""
+        integer type: the nearest integer, ties to even, saturated; NaN 0), to nearest even
+        or, with ``draw``, stochastically: ``(start, lanes)``, the unit's beat of the first
+        element and its lanes, which serve the partitions in turns of ``lanes``
+        (:func:`unit_beats`)."""
         bits32 = np.asarray(bits32, dtype=np.uint32).reshape(ap.partitions, -1)
         if ap.dtype in ("fp32", "int32", "uint32"):
             self.write(ap, bits32)
@@ -133,9 +144,17 @@ class Data:
             lo, hi = -(1 << (fmt.bits - 1)), (1 << (fmt.bits - 1)) - 1
             self.write(ap, np.clip(v, lo, hi).astype(np.int64) & ((1 << fmt.bits) - 1))
             return
-        # lanes are partitions: the stochastic cast draws per lane, beat by beat
-        out = numerics.cast_bits(bits32.T.view(np.float32), fmt, rounding, seed ^ self.seed,
-                                 self.params.rng)
+        x = bits32.T.view(np.float32)  # (beats, partitions)
+        if draw is None:
+            out = numerics.cast_bits(x, fmt)
+        else:  # turn t: the next beats, partition t * lanes + l on lane l
+            start, lanes = draw
+            n = x.shape[0]
+            out = np.concatenate([numerics.cast_bits(x[:, at:at + lanes], fmt, "stochastic",
+                                                     self.seed, self.params.rng,
+                                                     start + t * n)
+                                  for t, at in enumerate(range(0, x.shape[1], lanes))],
+                                 axis=1)
         if ap.dtype == "tf32":
             out = out.astype(np.uint32) << isa.TF32_SHIFT
         self.write(ap, out.T)
@@ -180,18 +199,12 @@ class Data:
         self.write(ins.dst, self.read(ins.src))
 
     def scan(self, ins: TensorTensorScan) -> np.ndarray:
-        """The fp32 results of a scan, (partitions, free): each step two vector-unit
-        operations on a column, the running value kept in fp32."""
+        """The fp32 results of a scan, (partitions, free): the vector unit's
+        (:func:`sim.golden.vector.scan`), the running value kept in fp32."""
         a, b = self.read32(ins.a), self.read32(ins.b)
-        lanes, n = a.shape
-        prev = self.scalar(ins.initial, ins.imm, lanes)
-        out = np.empty((lanes, n), dtype=np.uint32)
-        for i in range(n):
-            x = vector.elementwise(ins.op0, *((prev, a[:, i]) if ins.reverse0
-                                              else (a[:, i], prev)))
-            prev = out[:, i] = vector.elementwise(ins.op1, *((b[:, i], x) if ins.reverse1
-                                                             else (x, b[:, i])))
-        return out
+        prev = self.scalar(ins.initial, ins.imm, a.shape[0])
+        return vector.scan(ins.op0, ins.op1, a.T, b.T, prev, reverse0=ins.reverse0,
+                           reverse1=ins.reverse1).T
 
     def _activation_params(self, lanes: int):
         params = self._act.get(lanes)
@@ -200,8 +213,18 @@ class Data:
                                                          functions=self.params.functions)
         return params
 
+    def _draw(self, stream: int, ins: Instruction) -> tuple[int, int] | None:
+        """Advance the generators of the unit ``ins`` streams through past its output beats;
+        the ``draw`` of :meth:`write32` where it rounds stochastically (None: to nearest
+        even)."""
+        unit, lanes, beats = unit_beats(self.kinds[stream], ins, self.params)
+        start = self.beats.get(unit, 0)
+        self.beats[unit] = start + beats
+        return (start, lanes) if getattr(ins, "rounding", "rne") == "stochastic" else None
+
     def execute(self, stream: int, ins: Instruction) -> None:
         cls = ins.__class__
+        draw = self._draw(stream, ins)
         if cls is Activation:
             x = self.read32(ins.src)
             lanes, n = x.shape
@@ -211,12 +234,12 @@ class Data:
             last[-1] = True
             out, sums = activation.run(self._activation_params(lanes), ins.func, x.T, scale,
                                        bias, last)
-            self.write32(ins.dst, out.T, ins.rounding, ins.seed)
+            self.write32(ins.dst, out.T, draw)
             if ins.reduce_dst is not None:
                 self.write32(ins.reduce_dst, sums[-1].reshape(lanes, 1))
         elif cls is TensorTensor:
             r = vector.elementwise(ins.op, self.read32(ins.a), self.read32(ins.b))
-            self.write32(ins.dst, r, ins.rounding, ins.seed)
+            self.write32(ins.dst, r, draw)
         elif cls is TensorScalar:
             x = self.read32(ins.src)
             lanes = x.shape[0]
@@ -225,9 +248,9 @@ class Data:
             if ins.op1 != VectorOp.COPY:
                 r = vector.elementwise(ins.op1, r,
                                        self.scalar(ins.operand1, ins.imm1, lanes)[:, None])
-            self.write32(ins.dst, r, ins.rounding, ins.seed)
+            self.write32(ins.dst, r, draw)
         elif cls is TensorTensorScan:
-            self.write32(ins.dst, self.scan(ins), ins.rounding, ins.seed)
+            self.write32(ins.dst, self.scan(ins), draw)
         elif cls is TensorReduce:
             x = self.read32(ins.src)
             lanes, n = x.shape
@@ -238,7 +261,7 @@ class Data:
             self.write32(ins.dst, r.T)
         elif cls is TensorCopy:
             self.write32(ins.dst, vector.elementwise(VectorOp.COPY, self.read32(ins.src), 0),
-                         ins.rounding, ins.seed)
+                         draw)
         elif cls is Memset:
             self.write32(ins.dst, np.full((ins.dst.partitions, ins.dst.free),
                                           np.float32(ins.value).view(np.uint32)))
@@ -250,3 +273,27 @@ class Data:
                 self.write(ins.dst, (v & 0xFFFFFFFF).astype(np.uint32))
             else:
                 self.write32(ins.dst, v.astype(np.float32).view(np.uint32))
+
+
+def unit_beats(kind: str, ins: Instruction, params) -> tuple[str, int, int]:
+    """``(unit, lanes, beats)``: the unit of the engine of ``kind`` that ``ins`` streams
+    through, its lanes and the output beats ``ins`` takes of it, each of which advances every
+    lane's generator once, as the core RTL's units do (:mod:`hdl.core.engines`,
+    :mod:`hdl.core.scalar`).
+
+    The vector and GpSimd engines: one unit each of a lane per partition (the tile's
+    ``j``-th partition on lane ``j``), a beat per element of ``dst``; a reduction one beat
+    (its one row), a memset none (it bypasses the unit). The scalar engine: its activation
+    unit for ``Activation`` and its vector unit for the rest, each of ``activation_lanes``
+    lanes serving the tile's partitions in turns, a beat per element each turn. The tensor
+    engine and DMA round nothing: no beats."""
+    if kind in ("vector", "gpsimd"):
+        if isinstance(ins, Memset):
+            return kind, params.partitions, 0
+        return kind, params.partitions, 1 if isinstance(ins, TensorReduce) else ins.dst.free
+    if kind == "scalar":
+        lanes = params.activation_lanes
+        turns = -(-ins.dst.partitions // lanes)
+        unit = "scalar.activation" if isinstance(ins, Activation) else "scalar.vector"
+        return unit, lanes, turns * ins.dst.free
+    return kind, 0, 0

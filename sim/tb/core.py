@@ -323,7 +323,7 @@ async def co_simulate(dut, tb: CoreTB, params: CoreParams, name: str, seed: int,
     hbm[:inputs.size] = inputs
     sim_hbm = inputs.copy()
     try:
-        result = Core(params).run(prog, hbm=sim_hbm, trace=True, seed=seed)
+        result = Core(params).run(prog, hbm=sim_hbm, trace=True, seed=engines.GENERATOR_SEED)
     except ProgramError as err:
         if not (deadlocks and "deadlock" in str(err)):
             return [f"the simulator rejects it: {err}"]
@@ -423,7 +423,7 @@ async def throughput(dut):
     cfg = tb_params()
     params = pickle.loads(base64.b64decode(cfg["params"]))
     prog = throughput_program(params, cfg["instructions"], cfg["n"])
-    want = Core(params).run(prog, seed=1)
+    want = Core(params).run(prog, seed=engines.GENERATOR_SEED)
     tb = CoreTB(dut, params, pause=False, seed=1)
     await tb.start_clock()
     await tb.clear()

@@ -26,6 +26,7 @@ from hdl.core.isa import (
     TensorReduce,
     TensorScalar,
     TensorTensor,
+    TensorTensorScan,
     Transpose,
 )
 from hdl.core.params import CoreParams
@@ -386,6 +387,101 @@ def _two_ops(b: Builder) -> None:
                                      op1=VectorOp.MAX, operand1=six["fp16"]))
 
 
+def _scans(b: Builder) -> None:
+    """TensorTensorScan on the vector engine, ``r = op1(op0(a, r_prev), b)`` along each
+    partition: the recurrence ``a * r + b`` from an immediate, operands swapped in either
+    operation and both, COPY as either, inputs of two types (bf16 with fp32, fp8 with fp16 at
+    byte offsets), ``b`` in PSUM, a strided ``a``, the initial value per partition in bf16,
+    fp8, int8 and fp32, results in fp32, bf16 at a byte offset and fp8, and a tile of six
+    partitions."""
+    p, n = b.params.partitions, 12
+    srcs = {"x": "bf16", "y": "fp32", "z": "fp8_e4m3", "w": "fp16"}
+    at, loads = {}, []
+    for name, dtype in srcs.items():
+        at[name] = b.sbuf(isa.DTYPES[dtype][1] * n + 4, name)
+        loads.append((_tile(b, at[name], n, dtype), b.hbm(name, (p, n), dtype).ap((0, p))))
+    ops, ready = _load_operands(b, _OPERANDS[:3] + _OPERANDS[5:6] + (("fp32", 2, "og"),),
+                                loads)
+    x, y = _tile(b, at["x"], n, "bf16"), _tile(b, at["y"], n)
+    half = n // 2
+    z = b.tile("sbuf", "fp8_e4m3", at["z"] + 1, p, ((half, 2),))
+    w = b.tile("sbuf", "fp16", at["w"] + 2, p, ((half, 1),))
+    bank = b.psum_banks(1, "psum")[0]
+    v = "vector"
+    b.wait(v, *ready)
+    base = b.sbuf(4 * n * 8, "scan results")
+    out = iter(range(base, base + 4 * n * 8, 4 * n))
+    b.emit(v, TensorCopy(dst=_tile(b, bank, n, space="psum"), src=y))
+    scans = (  # (op0, op1, reverse0, reverse1, a, b, initial, dst type)
+        (VectorOp.MULTIPLY, VectorOp.ADD, False, False, x, y, 0.5, "fp32"),
+        (VectorOp.ADD, VectorOp.MAX, False, True, y, x, "bf16", "bf16"),
+        (VectorOp.SUBTRACT, VectorOp.SUBTRACT, True, True, x,
+         _tile(b, bank, n, space="psum"), "fp8_e4m3", "fp32"),
+        (VectorOp.COPY, VectorOp.ADD, True, False, y, x, "int8", "fp8_e4m3"),
+        (VectorOp.MAX, VectorOp.COPY, False, False, x, y, -1.5, "bf16"),
+        (VectorOp.MULTIPLY, VectorOp.ADD, False, False, z, w, "fp32", "fp32"),
+        (VectorOp.ADD, VectorOp.MULTIPLY, True, False, w, z, "fp16", "bf16"))
+    for op0, op1, r0, r1, a, b_ap, initial, dtype in scans:
+        at_byte = {"bf16": 2, "fp8_e4m3": 1}.get(dtype, 0)
+        dst = b.tile("sbuf", dtype, next(out) + at_byte, p, ((a.free, 1),))
+        start = {"imm": initial} if isinstance(initial, float) else {"initial": ops[initial]}
+        b.emit(v, TensorTensorScan(dst=dst, a=a, b=b_ap, op0=op0, op1=op1, reverse0=r0,
+                                   reverse1=r1, **start))
+    six = b.tile("sbuf", "fp32", next(out), 6, ((n, 1),))
+    b.emit(v, TensorTensorScan(dst=six, a=b.tile("sbuf", "fp32", at["y"], 6, ((n, 1),)),
+                               b=b.tile("sbuf", "bf16", at["x"], 6, ((n, 1),)),
+                               op0=VectorOp.ADD, op1=VectorOp.MULTIPLY, imm=1.0))
+
+
+def _stochastic(b: Builder) -> None:
+    """Stochastic rounding on every engine, its casts drawn from the units' lane generators
+    (:func:`sim.core.data.unit_beats`): to bf16, fp16 and fp8 at byte offsets inside words,
+    from TensorTensor, TensorScalar, TensorCopy and TensorTensorScan on the vector engine,
+    TensorScalar and TensorCopy on the GpSimd engine, Activation, TensorScalar and TensorCopy
+    on the scalar engine (its lanes' turns, a tile of six partitions); between them
+    instructions rounded to nearest even, a reduction, an Iota and a memset, which advance
+    the generators by their own beats (a memset by none)."""
+    p, n = b.params.partitions, 12
+    x = b.hbm("x", (p, n), "fp32")
+    sx, sy = b.sbuf(4 * n, "x"), b.sbuf(4 * n, "y")
+    t = [b.sbuf(4 * n + 4, f"t{k}") for k in range(13)]
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n), src=x.ap((0, p))))
+    loaded = b.signal("dma0")
+    xs, ys = _tile(b, sx, n), _tile(b, sy, n)
+    sto = {"rounding": "stochastic"}
+    v, g, sc = "vector", "gpsimd", "scalar"
+    b.wait(v, loaded)
+    b.emit(v, TensorScalar(dst=ys, src=xs, op0=VectorOp.MULTIPLY, imm0=1.0 / 3.0))
+    b.emit(v, TensorTensor(dst=_tile(b, t[0] + 2, n, "bf16"), a=xs, b=ys, op=VectorOp.ADD,
+                           **sto))
+    b.emit(v, TensorReduce(dst=b.column(t[1], p), src=xs, reduce=Reduce.SUM))
+    b.emit(v, TensorScalar(dst=_tile(b, t[1] + 5, n, "fp8_e4m3"), src=ys,
+                           op0=VectorOp.MULTIPLY, imm0=7.0, **sto))
+    b.emit(v, Memset(dst=_tile(b, t[2], n), value=0.1))
+    b.emit(v, TensorCopy(dst=_tile(b, t[3], n, "fp16"), src=xs))
+    b.emit(v, TensorTensorScan(dst=_tile(b, t[4] + 2, n, "bf16"), a=xs, b=ys,
+                               op0=VectorOp.MULTIPLY, op1=VectorOp.ADD, imm=0.5, **sto))
+    b.emit(v, TensorCopy(dst=b.tile("sbuf", "fp16", t[5], 6, ((n, 1),)),
+                         src=b.tile("sbuf", "fp32", sy, 6, ((n, 1),)), **sto))
+    computed = b.signal(v)
+    b.wait(g, computed)
+    b.emit(g, TensorScalar(dst=_tile(b, t[6] + 2, n, "bf16"), src=ys, op0=VectorOp.ADD,
+                           imm0=0.1, **sto))
+    b.emit(g, Iota(dst=_tile(b, t[7], n), base=3, pstep=1, step=2))
+    b.emit(g, TensorCopy(dst=_tile(b, t[7] + 3, n, "fp8_e5m2"), src=xs, **sto))
+    b.wait(sc, computed)
+    b.emit(sc, Activation(dst=_tile(b, t[8] + 2, n, "bf16"), src=xs, func=b.function("exp"),
+                          scale=0.5, **sto))
+    b.emit(sc, TensorScalar(dst=_tile(b, t[9], n, "fp16"), src=ys, op0=VectorOp.MULTIPLY,
+                            imm0=3.0, **sto))
+    b.emit(sc, Activation(dst=_tile(b, t[10], n), src=ys, func=b.function("exp")))
+    b.emit(sc, TensorCopy(dst=b.tile("sbuf", "fp8_e4m3", t[11] + 1, 6, ((n, 1),)),
+                          src=b.tile("sbuf", "fp32", sx, 6, ((n, 1),)), **sto))
+    b.emit(sc, Activation(dst=_tile(b, t[12] + 2, n // 2, "bf16", dims=((n // 2, 2),)),
+                          src=_tile(b, t[10], n // 2, dims=((n // 2, 1),)),
+                          func=b.function("exp"), **sto))
+
+
 def _matmuls(b: Builder) -> None:
     """The tensor engine: bf16, a double-rate fp8 tile of the array's rows (two partitions
     to a PE row) accumulated onto the bf16 result, fp32 with a strided moving tile and fewer
@@ -662,7 +758,8 @@ PROGRAMS |= {"mixed_types": (_mixed_types, False),
 
 #: Two-operation TensorScalar: the hand-written program and the library's kernels that use it
 #: (the backward passes of cross-entropy and SwiGLU, sampling), in both their types.
-PROGRAMS |= {"two_ops": (_two_ops, False),
+PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
+             "stochastic": (_stochastic, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)
                 for name in ("cross_entropy_backward", "swiglu_backward")
                 for dtype in ("fp32", "bf16")},

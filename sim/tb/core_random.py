@@ -4,9 +4,13 @@ runs and ordered by semaphores so that no two streams race.
 :func:`random_program` draws a sequence of operations on a few SBUF slots and PSUM banks:
 DMA loads from HBM, element-wise operations (``TensorTensor`` on inputs of one type or two),
 copies and memsets on every engine that runs them (vector, GpSimd, and the scalar engine's
-TensorScalar, of one operation or two, and TensorCopy), the vector engine's reductions,
+TensorScalar, of one operation or two, and TensorCopy), the vector engine's reductions and
+scans (``TensorTensorScan``, either operation's operands swapped, from an immediate or a
+per-partition column),
 GpSimd's iotas, the scalar engine's activations (with a bias column and a running sum), the
 tensor engine's load-and-multiply pairs (with accumulation), and DMA stores back to HBM.
+On a chip with stochastic rounding, some of the element-wise operations, copies, scans and
+activations round their results stochastically.
 Each operation waits for the last writer of every slot it touches and, before it writes a
 slot, for every reader since; the streams otherwise run concurrently. A draw the core
 simulator rejects never reaches the RTL: :func:`random_program` draws again from the next
@@ -15,6 +19,7 @@ seed.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from hdl.core.isa import (
@@ -28,6 +33,7 @@ from hdl.core.isa import (
     TensorReduce,
     TensorScalar,
     TensorTensor,
+    TensorTensorScan,
 )
 from hdl.core.params import CoreParams
 from hdl.vector.ops import Reduce, VectorOp
@@ -112,7 +118,7 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
     for _ in range(steps):
         have = [i for i in filled() if plan.types[("s", i)][0] != "fp8_e4m3"]
         kind = rng.choice(("tt", "ts", "reduce", "copy", "memset", "iota", "act", "act", "mm",
-                           "mm", "load", "store"))
+                           "mm", "load", "store", "scan"))
         dst = rng.randrange(_SLOTS)
         out_t = rng.choice(_TYPES)
         if kind == "load":
@@ -126,14 +132,13 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
             plan.touch(q, [("s", i)], [],
                        lambda i=i, dtype=dtype, n=n, t=t, q=q: b.emit(
                            q, DmaCopy(dst=t.ap((0, p)), src=slot_ap(i, dtype, n))))
-        elif kind in ("tt", "ts", "copy", "act") and have:
+        elif kind in ("tt", "ts", "copy", "act", "scan") and have:
             a = rng.choice(have)
             a_t, n = plan.types[("s", a)]
-            if kind == "tt":  # b of any type, a's or another
+            if kind in ("tt", "scan"):  # b of any type, a's or another
                 c = rng.choice(have)
                 c_t, c_n = plan.types[("s", c)]
                 n = min(n, c_n)
-            if kind == "tt":
                 reads_from = (a, c)
             else:
                 reads_from = (a,)
@@ -149,6 +154,18 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
                 ins = TensorTensor(dst=dst_ap, a=src_ap, b=b_ap, op=rng.choice(_OPS))
                 reads.append(("s", c))
                 stream = rng.choice(("vector", "gpsimd"))
+            elif kind == "scan":
+                b_ap = slot_ap(c, c_t, n // 2, stride=2) if strided else slot_ap(c, c_t, n)
+                start: dict = {"imm": rng.choice((0.0, 1.0, -0.5))}
+                if rng.random() < 0.5:  # the running value from a per-partition column
+                    col = rng.randrange(_SLOTS)
+                    start = {"initial": b.column(plan.cols + 4 * col, p)}
+                    reads.append(("c", col))
+                ins = TensorTensorScan(dst=dst_ap, a=src_ap, b=b_ap, op0=rng.choice(_OPS),
+                                       op1=rng.choice(_OPS), reverse0=rng.random() < 0.5,
+                                       reverse1=rng.random() < 0.5, **start)
+                reads.append(("s", c))
+                stream = "vector"
             elif kind == "ts":
                 stream = rng.choice(("vector", "scalar", "gpsimd"))
                 fields = {"op0": rng.choice(_OPS)}
@@ -178,6 +195,8 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
                     reads.append(("c", col))
                 if red is not None:
                     writes.append(("c", red_col))
+            if params.rng is not None and rng.random() < 0.3:
+                ins = dataclasses.replace(ins, rounding="stochastic")
             plan.types[("s", dst)] = (out_t, m)
             plan.touch(stream, reads, writes, lambda s=stream, ins=ins: b.emit(s, ins))
         elif kind == "reduce" and have:

@@ -6,7 +6,8 @@ hand-written programs for each engine (GpSimd's Iota and the scalar engine's Ten
 TensorCopy included; stationaries at tile positions of the array's row and column tiling; fp8
 double rows; transposes in every type the array transposes; inputs of two types in one
 instruction and scalar operands of every type on the vector, GpSimd and scalar engines;
-two-operation TensorScalar on all three), the library's kernels (tiled GEMM in bf16 and fp8,
+two-operation TensorScalar on all three; TensorTensorScan; stochastic rounding on every
+engine), the library's kernels (tiled GEMM in bf16 and fp8,
 the fp8 one also on double rows, fused GEMM + GELU, softmax, RMSNorm, the KV cache's prefill,
 residual add, cross-entropy and the GELU backward pass in fp32 and bf16, gradient
 accumulation and SwiGLU, the backward passes of cross-entropy and SwiGLU and sampling in fp32
