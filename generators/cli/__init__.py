@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import gc
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -729,19 +730,28 @@ def explore(sweep, output, scheduler, max_points):
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the inputs.")
-def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed):
+@click.option("--rtl", is_flag=True,
+              help="Trace for the core at simulation scale and co-simulate every launch on "
+                   "the core RTL too, every byte of SBUF, PSUM and HBM compared.")
+@click.option("--sim", "simulator", type=click.Choice(["icarus", "verilator"]),
+              default="verilator", show_default=True, help="With --rtl: the HDL simulator.")
+def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed, rtl, simulator):
     """Trace the NKI kernels of FILE into the core's ISA and run them on the core simulator:
     per launch the predicted time, per-engine busy, HFU, bytes moved and the SBUF/PSUM
-    high-water marks."""
+    high-water marks; with --rtl, on the core RTL as well."""
     from kernels import KernelError
     from kernels.nki import launch
     from sim.core import ProgramError
     from sim.system import formulas
 
+    if rtl and timing_only:
+        raise InputError("--rtl compares results: expected no --timing-only")
+    scale = "sim" if rtl else "full"
     try:
         shapes = launch.parse_shapes(shape)
         launches = launch.run_file(file, kernel, shapes, target=spec,
-                                   timing_only=timing_only, trace=bool(trace), seed=seed)
+                                   timing_only=timing_only, trace=bool(trace), seed=seed,
+                                   scale=scale, keep=rtl)
     except (KernelError, ProgramError) as exc:
         click.echo(f"error: {str(exc).splitlines()[0]}", err=True)
         sys.exit(EXIT_BAD_INPUT)
@@ -756,9 +766,10 @@ def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed):
         click.echo(f"error: {file}:{where[-1].lineno}: the kernel raised "
                    f"{type(exc).__name__}{': ' + text if text else ''}", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    verdicts = _nki_on_rtl(launches, simulator, seed) if rtl else {}
     rows = []
     for i, run in enumerate(launches):
-        params = launch.params_for(run.target)
+        params = launch.params_for(run.target, scale)
         res = run.result
         rate = max((params.rate(d) for d in run.matmul_dtypes if d in params.formats),
                    default=1.0)
@@ -775,10 +786,13 @@ def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed):
             path = trace if i == 0 else trace.with_name(f"{trace.name}.{i}")
             path.write_text(res.trace_json())
             row["trace"] = str(path)
+        if rtl:
+            row["rtl"] = verdicts[i]
         rows.append(row)
+    failed = any(v["failures"] for v in verdicts.values())
     if fmt == "json":
         click.echo(json.dumps(rows, indent=1))
-        return
+        sys.exit(1 if failed else 0)
     for row in rows:
         grid = f" grid {row['grid']}" if row["grid"] else ""
         click.echo(f"{row['kernel']} ({row['file']}) on {row['target']}{grid}, "
@@ -796,3 +810,54 @@ def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed):
                            f"({100 * busy / row['time_s']:.1f} %)")
         if "trace" in row:
             click.echo(f"  trace         {row['trace']}")
+        if "rtl" in row:
+            v = row["rtl"]
+            state = "FAIL" if v["failures"] else "PASS"
+            click.echo(f"  core RTL      {state} on {v['sim']}, every byte of SBUF, PSUM and "
+                       f"HBM against the simulator (seed {v['seed']})")
+            for line in v["failures"]:
+                click.echo(f"    {line}")
+    sys.exit(1 if failed else 0)
+
+
+def _nki_on_rtl(launches, simulator: str, seed: int) -> dict[int, dict]:
+    """Co-simulate the launches (traced at simulation scale, their programs kept) on the
+    core RTL in one simulation: per launch, ``sim``, ``seed`` and its ``failures`` (lines;
+    none: every byte matched). A launch the RTL cannot run ends the command (status 2)."""
+    from kernels.nki import launch
+    from sim.tb.core import rtl_refusal, simulate_many
+    from sim.tb.runner import SimulatorMissing
+
+    if not launches:
+        raise InputError("--rtl: the file launched no kernel")
+    given, names = {}, []
+    for i, run in enumerate(launches):
+        name = run.kernel if i == 0 else f"{run.kernel}.{i}"
+        if run.cores > 1:
+            raise InputError(f"{name} ({run.file}): the core RTL is one NeuronCore; the launch "
+                            f"spreads over nl.nc({run.cores})")
+        why = rtl_refusal(run.programs[0], launch.params_for(run.target, "sim"))
+        if why is not None:
+            raise InputError(f"{name} ({run.file}): the core RTL cannot run it: {why}")
+        given[name] = (run.programs[0], run.hbm)
+        names.append(name)
+    targets = {run.target for run in launches}
+    if len(targets) > 1:
+        raise InputError(f"--rtl: the launches target {', '.join(sorted(targets))}; one "
+                        "simulation builds one chip's core")
+    try:
+        result = simulate_many(targets.pop(), names, simulator, seed, given=given)
+    except SimulatorMissing as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    # each failed program is "name: what differs" within the cocotb test's message
+    parts = [part for m in result.messages for part in m.split("; ")]
+    out = {}
+    for i, name in enumerate(names):
+        mine = [m.group(1) for part in parts
+                if (m := re.search(rf"(?:^|\s){re.escape(name)}: (.*)$", part))]
+        if not result.ok and not any(re.search(rf"(?:^|\s){re.escape(n)}: ", part)
+                                     for n in names for part in parts):
+            mine = [str(result)]  # the run itself failed: every launch with it
+        out[i] = {"sim": simulator, "seed": seed, "failures": mine}
+    return out

@@ -12,7 +12,9 @@ timing only and writes a Perfetto trace. A grid dimension made with ``nl.nc(n)``
 ``nl.spmd_dim`` spreads its instances over the ``n`` physical cores of a logical core (the
 spec's LNC options say which chips have one): each core's instances are traced into their
 own program and run on their own core, sharing HBM; the launch takes the slowest. Every
-launch is recorded in :data:`SESSION` ``.launches``.
+launch is recorded in :data:`SESSION` ``.launches``, traced for the core at the session's
+``scale`` (``"sim"``: the core RTL's simulation scale) and, with its ``keep``, with its
+programs and initial HBM, which `gen nki --rtl` co-simulates on the core RTL.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hdl.core.params import CoreParams
-from sim.core import Core, Result
+from sim.core import Core, Program, Result
 
 from .errors import NkiError, NotSupported
 from .tracer import Tracer, View, isa_dtype, numpy_dtype
@@ -59,6 +61,10 @@ class Launch:
     compile_seconds: float
     run_seconds: float
     cores: int = 1  # physical NeuronCores the grid ran on (nl.nc); result is the slowest
+    #: with the session's ``keep``: each core's program and the HBM it started from (None
+    #: in timing mode)
+    programs: tuple[Program, ...] = ()
+    hbm: np.ndarray | None = None
 
 
 @dataclass
@@ -66,6 +72,10 @@ class Session:
     target: str | None = None
     timing_only: bool = False
     trace: bool = False
+    #: the core's scale the kernels are traced for (:func:`hdl.params.core_params`)
+    scale: str = "full"
+    #: whether each launch keeps its programs and initial HBM (:class:`Launch`)
+    keep: bool = False
     launches: list[Launch] = field(default_factory=list)
 
 
@@ -82,11 +92,13 @@ def _lnc(target: str) -> tuple[int, ...]:
 
 
 @functools.cache
-def params_for(target: str) -> CoreParams:
+def params_for(target: str, scale: str = "full") -> CoreParams:
+    """The NeuronCore of chip ``target`` at ``scale`` ("full", or "sim": the core RTL's
+    simulation scale)."""
     from hdl.params import core_params
     from specs.loader import load_document
 
-    return core_params(load_document(target).spec)
+    return core_params(load_document(target).spec, scale)
 
 
 def _target(platform_target) -> str:
@@ -152,7 +164,7 @@ class Kernel:
             else [()]
         tracers, calls, inputs, out = [], [], {}, None
         for core in range(cores):
-            tracer = Tracer(params_for(target))
+            tracer = Tracer(params_for(target, SESSION.scale))
             tracer.grid = self.sizes
             call = {}
             with tracer:
@@ -214,6 +226,7 @@ class Kernel:
             for tracer in tracers:
                 for tensor, data in tracer.constants:
                     _put(hbm, tensor, data)
+        initial = hbm.copy() if SESSION.keep and hbm is not None else None
         # the cores run side by side on their own engines; the instances of an SPMD grid
         # share no on-chip state, so running them one after the other gives their numerics
         results = [Core(t.params).run(p, timing_only=timing_only,
@@ -227,7 +240,8 @@ class Kernel:
             self.func.__name__, f"{code.co_filename}:{code.co_firstlineno}", target,
             "timing" if timing_only else "numeric", self.sizes, len(programs[slowest]),
             results[slowest], tracer.spaces["sbuf"].high, tracer.spaces["psum"].high,
-            tuple(sorted(tracer.matmul_dtypes)), t1 - t0, t2 - t1, cores))
+            tuple(sorted(tracer.matmul_dtypes)), t1 - t0, t2 - t1, cores,
+            tuple(programs) if SESSION.keep else (), initial))
         return _outputs(out, hbm)
 
     def run(self, *args, **kwargs):
@@ -377,17 +391,19 @@ _NKI_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16",
 
 def run_file(path, kernel: str | None = None, shapes: dict | None = None, *,
              target: str | None = None, timing_only: bool = False, trace: bool = False,
-             seed: int = 0) -> list[Launch]:
+             seed: int = 0, scale: str = "full", keep: bool = False) -> list[Launch]:
     """Run the NKI kernel file ``path`` with the interface installed: as ``__main__``
     (its own script launches), or with ``kernel`` that one kernel on random normal inputs
-    of ``shapes`` (:func:`parse_shapes`). The launches it made."""
+    of ``shapes`` (:func:`parse_shapes`), traced for the core at ``scale``, each launch
+    keeping its programs and initial HBM with ``keep``. The launches it made."""
     import runpy
     import sys
 
     from . import installed
 
-    before = SESSION.target, SESSION.timing_only, SESSION.trace
+    before = SESSION.target, SESSION.timing_only, SESSION.trace, SESSION.scale, SESSION.keep
     SESSION.target, SESSION.timing_only, SESSION.trace = target, timing_only, trace
+    SESSION.scale, SESSION.keep = scale, keep
     SESSION.launches = []
     argv, syspath = sys.argv, list(sys.path)
     sys.argv = [str(path)]
@@ -422,4 +438,5 @@ def run_file(path, kernel: str | None = None, shapes: dict | None = None, *,
     finally:
         sys.argv = argv
         sys.path[:] = syspath
-        SESSION.target, SESSION.timing_only, SESSION.trace = before
+        SESSION.target, SESSION.timing_only, SESSION.trace, SESSION.scale, SESSION.keep = \
+            before

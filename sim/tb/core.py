@@ -310,16 +310,18 @@ def _first_difference(name: str, rtl: np.ndarray, sim: np.ndarray) -> str:
 
 
 async def co_simulate(dut, tb: CoreTB, params: CoreParams, name: str, seed: int,
-                      cycle_limit: int) -> list[str]:
-    """Run the program ``name`` of ``seed`` on the RTL (clock running, memories clear) and
-    on the simulator; what differs, one line each (none: everything matched)."""
-    prog = build_program(params, name, seed)
-    deadlocks = must_deadlock(name)
+                      cycle_limit: int, given: tuple[Program, np.ndarray] | None = None
+                      ) -> list[str]:
+    """Run the program ``name`` of ``seed`` (or the ``given`` program and the HBM image it
+    starts from) on the RTL (clock running, memories clear) and on the simulator; what
+    differs, one line each (none: everything matched)."""
+    prog = build_program(params, name, seed) if given is None else given[0]
+    deadlocks = given is None and must_deadlock(name)
     why = rtl_refusal(prog, params)
     if why is not None:
         return [f"the core RTL cannot run {name}: {why}"]
     hbm = np.zeros(params.hbm_bytes, dtype=np.uint8)
-    inputs = random_inputs(prog, seed)
+    inputs = random_inputs(prog, seed) if given is None else given[1]
     hbm[:inputs.size] = inputs
     sim_hbm = inputs.copy()
     try:
@@ -371,6 +373,8 @@ async def programs(dut):
     failure does not stop the others."""
     cfg = tb_params()
     params = pickle.loads(base64.b64decode(cfg["params"]))
+    with open(cfg["given"], "rb") as fh:
+        given = pickle.load(fh)
     tb = CoreTB(dut, params, cfg["pause"], cfg["seed"])
     await tb.start_clock()
     failures = []
@@ -379,7 +383,7 @@ async def programs(dut):
             await tb.reset()
         await tb.clear(memset=not k)
         failures += [f"{name}: {f}" for f in await co_simulate(
-            dut, tb, params, name, cfg["seed"], cfg["cycle_limit"])]
+            dut, tb, params, name, cfg["seed"], cfg["cycle_limit"], given.get(name))]
     assert not failures, "; ".join(failures)
 
 
@@ -439,18 +443,24 @@ async def throughput(dut):
 
 
 def simulate_many(spec: str, names: list[str], sim: str, seed: int | None = None,
-                  pause: bool = True, cycle_limit: int = 100_000) -> RunResult:
+                  pause: bool = True, cycle_limit: int = 100_000,
+                  given: dict[str, tuple[Program, np.ndarray]] | None = None) -> RunResult:
     """Co-simulate the programs ``names`` in turn in one simulation (the cocotb test
     ``programs``) on the core of the chip spec ``spec`` (a name or path, as `gen chip`
     takes it) at simulation scale, as `gen chip` ships it (:func:`core_verilog`): one
-    start-up of the simulator for all."""
+    start-up of the simulator for all. A name of ``given`` is that program and the HBM image
+    it starts from (as `gen nki --rtl` traces an NKI kernel), not :func:`build_program`'s."""
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)
     params = core_params(load(spec), "sim")
-    cfg = {"params": base64.b64encode(pickle.dumps(params)).decode(),
-           "programs": list(names), "seed": seed, "pause": pause, "cycle_limit": cycle_limit}
-    result = run_verilog(core_verilog(spec), TOP, "sim.tb.core", sim, cfg,
-                         testcase="programs", seed=seed)
+    with tempfile.TemporaryDirectory(prefix="trngen-given-") as tmp:
+        path = Path(tmp) / "programs.pickle"
+        path.write_bytes(pickle.dumps(given or {}))
+        cfg = {"params": base64.b64encode(pickle.dumps(params)).decode(),
+               "programs": list(names), "given": str(path), "seed": seed, "pause": pause,
+               "cycle_limit": cycle_limit}
+        result = run_verilog(core_verilog(spec), TOP, "sim.tb.core", sim, cfg,
+                             testcase="programs", seed=seed)
     return dataclasses.replace(result, name=", ".join(names))
 
 

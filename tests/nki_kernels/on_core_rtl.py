@@ -1,0 +1,27 @@
+"""Launches of the test kernels at shapes of the core RTL's simulation scale (16 partitions,
+an 8 x 8 array): `gen nki tests/nki_kernels/on_core_rtl.py --spec trn2 --rtl` runs each on
+the core simulator and co-simulates it on the core RTL, every byte compared."""
+
+import numpy as np
+from elementwise import bias_activation, row_stats, transpose_tile
+from indexing import swap_blocks, window_stats
+from isa_more import partition_broadcast, scan, scan_reversed, stats, stt
+from matmul_v1 import matmul_plain
+
+if __name__ == "__main__":
+    rng = np.random.default_rng(0)
+
+    def normal(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    row_stats(normal(16, 24))
+    bias_activation(normal(16, 24), normal(16, 1))
+    transpose_tile(normal(8, 8))
+    swap_blocks(normal(16, 12), 3, 4)
+    window_stats(normal(16, 4, 6), 2)
+    stt(normal(16, 12), normal(16, 1), normal(16, 12))
+    scan(normal(16, 12), normal(16, 12), normal(16, 1))
+    scan_reversed(normal(16, 12), normal(16, 12))
+    partition_broadcast(normal(1, 12), normal(8, 12))
+    stats(normal(16, 24))
+    matmul_plain(normal(8, 8), normal(8, 16))

@@ -1,0 +1,63 @@
+"""NKI kernels on the core RTL: `gen nki FILE --rtl` traces each launch for the core at
+simulation scale, runs it on the core simulator and co-simulates it on the core RTL, every
+byte of SBUF, PSUM and HBM compared."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from generators.cli import main
+from sim.tb.runner import skip_unless_available
+
+HERE = Path(__file__).parent / "nki_kernels"
+
+
+def _nki(*args):
+    return CliRunner().invoke(main, ["nki", *map(str, args)])
+
+
+@pytest.mark.cocotb
+def test_the_test_kernels_that_fit_run_on_the_core_rtl():
+    """Every launch of on_core_rtl.py (eleven test kernels at 16 partitions: reductions, an
+    activation with its reduction, a transpose, index expressions, scalar_tensor_tensor,
+    both scans, a partition broadcast, bn_stats, a matmul) in one simulation."""
+    skip_unless_available("verilator")
+    result = _nki(HERE / "on_core_rtl.py", "--spec", "trn2", "--rtl", "--format", "json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["kernel"] for r in rows] == [
+        "row_stats", "bias_activation", "transpose_tile", "swap_blocks", "window_stats", "stt",
+        "scan", "scan_reversed", "partition_broadcast", "stats", "matmul_plain"]
+    for r in rows:
+        assert r["rtl"]["failures"] == [], r
+        assert r["rtl"]["sim"] == "verilator"
+
+
+def test_a_kernel_the_rtl_cannot_run_is_refused_before_simulating():
+    result = _nki(HERE / "isa_more.py", "--kernel", "to_int8", "--spec", "trn2",
+                  "--shape", "x=16x12:fp32", "--rtl")
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        f"error: to_int8 ({HERE / 'isa_more.py'}:144): the core RTL cannot run it: "
+        "vector[1] TensorCopy: destinations are fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, not "
+        "int8\n")
+
+
+def test_a_kernel_is_traced_for_the_simulation_scale():
+    """With --rtl, a tile of NKI's 128 partitions is the kernel's error on the 16-partition
+    core, at its line."""
+    result = _nki(HERE / "isa_more.py", "--kernel", "memset_tile", "--spec", "trn2",
+                  "--shape", "x=128x256:fp32", "--rtl")
+    assert result.exit_code == 2, result.output
+    assert result.output == (f"error: {HERE / 'isa_more.py'}:37: number of partitions 128 "
+                             "exceed architecture limitation of 16 "
+                             "[err_num_partition_exceed_arch_limit]\n")
+
+
+def test_rtl_needs_data():
+    result = _nki(HERE / "isa_more.py", "--kernel", "to_int8", "--shape", "x=16x12:fp32",
+                  "--rtl", "--timing-only")
+    assert result.exit_code == 2, result.output
+    assert result.output == "error: --rtl compares results: expected no --timing-only\n"
