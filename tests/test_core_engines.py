@@ -7,7 +7,14 @@ import numpy as np
 from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 
-from hdl.core.engines import IOTA_BITS, OPERAND_DTYPES, EngineSlice, IotaLane, widen_operand
+from hdl.core.engines import (
+    IOTA_BITS,
+    OPERAND_DTYPES,
+    EngineSlice,
+    IotaLane,
+    fp32_to_int8,
+    widen_operand,
+)
 from hdl.core.isa import DTYPES
 from hdl.core.tensor import TensorSlice
 from hdl.numerics.dtypes import ML_DTYPES
@@ -36,6 +43,36 @@ def test_iota_values_convert_to_fp32_as_numpy_does():
     want = np.array(values, dtype=np.int64).astype(np.float32).view(np.uint32)
     assert got == [int(w) for w in want]
 
+
+
+def test_int8_results_round_as_numpy_does():
+    """fp32 results written to int8 (:func:`fp32_to_int8`) against numpy's nearest integer,
+    ties to even, saturated, NaN 0: ties either way, the saturation's edges, infinities,
+    NaNs, subnormals, and random values and bit patterns."""
+    rng = np.random.default_rng(3)
+    special = np.array([0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 0.49999997, 0.50000006, 126.5,
+                        127.4, 127.5, -128.5, -128.49, -129.0, 255.9, 256.0, -255.5, 1e30,
+                        -1e30, np.inf, -np.inf, np.nan, -np.nan, 1e-40, -7.75], np.float32)
+    values = np.concatenate([special, (rng.standard_normal(1500) * 60).astype(np.float32),
+                             rng.integers(0, 2**32, 1500, dtype=np.uint64)
+                             .astype(np.uint32).view(np.float32)])
+    m = Module()
+    x, y = Signal(32), Signal(8)
+    m.d.comb += y.eq(fp32_to_int8(m, x))
+    got = []
+
+    async def bench(ctx):
+        for v in values.view(np.uint32):
+            ctx.set(x, int(v))
+            got.append(ctx.get(y))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    with np.errstate(invalid="ignore"):
+        near = np.nan_to_num(np.rint(values.astype(np.float64)))
+    want = np.clip(near, -128, 127).astype(np.int64) & 0xFF
+    assert got == [int(w) for w in want]
 
 def _operand_reference(words: np.ndarray, dtype: str) -> np.ndarray:
     """fp32 bits of scalar-operand words of ``dtype`` by numpy and ml_dtypes: the element in

@@ -38,10 +38,15 @@ initial value the per-partition ``initial`` (read as ``operand0`` is) or the imm
 ``imm``; the unit's lanes carry the running value from element to element in fp32 (the
 scan of :class:`~hdl.vector.vector.Vector`), one element per cycle.
 
-What this datapath runs (:func:`supported` says why not otherwise): ``a``, ``b`` and ``src``
-of types the unit reads (``formats``; ``a`` and ``b`` each its own), destinations of them
-(``Iota`` into them, not into integer types), and scalar operands (and a scan's
-``initial``) of :data:`OPERAND_DTYPES`.
+Element types: ``a``, ``b``, ``src`` and ``dst`` each of :data:`ENGINE_DTYPES` (``a`` and
+``b`` each its own), as the core simulator reads and writes them: the float types of the
+unit's formats (:data:`~hdl.vector.convert.ENGINE_FORMATS`; tf32's code at the word's top,
+moved to the lane word's low bits and back by the partition's slice), int8 widened exactly
+on the way in and on the way out the nearest integer, ties to even, saturated, NaN 0
+(:func:`fp32_to_int8`), int32 and uint32 words taken and written as fp32 bit patterns, as
+they are; an Iota into int32 or uint32 writes its integer itself. Scalar operands (and a
+scan's ``initial``) are of :data:`OPERAND_DTYPES`. What this datapath runs otherwise:
+:func:`supported`.
 """
 
 from __future__ import annotations
@@ -73,13 +78,15 @@ from hdl.emitted import module_text
 from hdl.numerics.cast import FormatCastLane
 from hdl.numerics.formats import FP32, format_by_name
 from hdl.numerics.fpu import Widen, WidenParams, lzc, round_pack
+from hdl.vector.convert import ENGINE_FORMATS
 from hdl.vector.lanes import add_lane
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
-__all__ = ["ENGINE_RUNS", "GENERATOR_SEED", "IOTA_MODULE", "OPERAND_DTYPES", "SLICE_MODULES",
-           "VECTOR_OPS", "EngineSlice", "IotaLane", "VectorEngine", "load_operand",
-           "operand_refusal", "pick", "supported", "widen_operand"]
+__all__ = ["ENGINE_DTYPES", "ENGINE_RUNS", "GENERATOR_SEED", "IOTA_MODULE", "OPERAND_DTYPES",
+           "SLICE_MODULES", "VECTOR_OPS", "EngineSlice", "IotaLane",
+           "VectorEngine", "fp32_to_int8", "lane_input", "lane_output", "load_operand",
+           "operand_refusal", "pick", "supported", "unit_format", "widen_operand"]
 
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
@@ -100,21 +107,26 @@ WIDENED_OPERANDS = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "int8"
 #: Every type of a per-partition scalar operand the engines read: each type the core
 #: simulator computes on (not the MX quads and their uint8 scales, which it refuses).
 OPERAND_DTYPES = RAW_OPERANDS + WIDENED_OPERANDS
+#: The element types of the engines' streamed inputs and destinations: the units' formats
+#: (:data:`~hdl.vector.convert.ENGINE_FORMATS`), int8, and int32 and uint32 as fp32 bit
+#: patterns (as the core simulator takes them).
+ENGINE_DTYPES = ENGINE_FORMATS + ("int8", "int32", "uint32")
 #: The seed of every lane generator of the core's units (the simulator's run seed that
 #: matches the RTL's, :func:`sim.core.data.unit_beats`).
 GENERATOR_SEED = 0
 
 
-def supported(ins: Instruction, formats: tuple[str, ...], kind: str = "vector") -> str | None:
-    """Why the core's engine of ``kind`` (vector or gpsimd) cannot run ``ins`` (None: it
-    can)."""
+def supported(ins: Instruction, formats: tuple[str, ...] = ENGINE_DTYPES,
+              kind: str = "vector") -> str | None:
+    """Why the core's engine of ``kind`` (vector or gpsimd), reading and writing the element
+    types ``formats``, cannot run ``ins`` (None: it can)."""
     runs = ENGINE_RUNS[kind]
     if not isinstance(ins, runs):
         return f"the {kind} engine runs {', '.join(c.__name__ for c in runs)}"
     return operand_refusal(ins, formats)
 
 
-def operand_refusal(ins: Instruction, formats: tuple[str, ...]) -> str | None:
+def operand_refusal(ins: Instruction, formats: tuple[str, ...] = ENGINE_DTYPES) -> str | None:
     """Why the vector unit cannot run the element-wise instruction ``ins`` on operands of
     its types (None: it can)."""
     aps: dict[str, AP] = {name: ap for name, ap, _ in ins.operands()}
@@ -212,6 +224,62 @@ def int_to_fp32(m: Module, value):
     return Mux(mag == 0, 0, round_pack(m, FP32, negative, e_lead, sig))
 
 
+def fp32_to_int8(m: Module, bits):
+    """The int8 code of the fp32 value ``bits`` as the core simulator writes it
+    (combinational): the nearest integer, ties to even, saturated to -128 .. 127; NaN 0."""
+    sign, exp, man = bits[31], bits[23:31], bits[:23]
+    sig = Cat(man, Const(1, 1))  # 24 bits: |x| = sig * 2**(exp - 150)
+    # |x| < 256 for exp < 135: its integer part and the bits below, shifted 16 .. 24 down
+    shift, below = Signal(range(32)), Signal(range(32))
+    m.d.comb += [shift.eq(150 - exp), below.eq(149 - exp)]
+    whole = Signal(9)
+    rest = Signal(24)
+    m.d.comb += [whole.eq(sig >> shift), rest.eq(sig & ((Const(1, 25) << shift) - 1))]
+    half = Const(1, 24) << below
+    up = (rest > half) | ((rest == half) & whole[0])
+    mag = Signal(10)
+    with m.If(exp >= 135):  # |x| >= 256, infinities included: saturated
+        m.d.comb += mag.eq(256)
+    with m.Elif(exp < 126):  # |x| < 0.5: zero
+        m.d.comb += mag.eq(0)
+    with m.Else():
+        m.d.comb += mag.eq(whole + up)
+    value = Signal(signed(11))
+    m.d.comb += value.eq(Mux(sign, -mag.as_signed(), mag.as_signed()))
+    nan = (exp == 0xFF) & (man != 0)
+    out = Mux(nan, 0, Mux(value > 127, 127, Mux(value < -128, -128, value)))
+    return out.as_unsigned()[:8]
+
+
+def lane_input(m: Module, word, dtype, name: str):
+    """The lane word the unit reads for a streamed element ``word`` (in its low bits) of the
+    type whose code is ``dtype`` (combinational): int8 widened to fp32 exactly (the unit
+    then reads fp32), tf32's code moved down from the word's top, any other as it is. The
+    widening unit is the submodule ``<name>_widen_int8`` of ``m``."""
+    m.submodules[f"{name}_widen_int8"] = unit = Widen(WidenParams(fmt=format_by_name("int8")))
+    m.d.comb += unit.x.eq(word[:8])
+    return Mux(dtype == DTYPES["int8"][0], unit.y,
+               Mux(dtype == DTYPES["tf32"][0], word >> TF32_SHIFT, word))
+
+
+def lane_output(m: Module, y, dtype):
+    """The element written for the unit's result ``y`` (fp32 for an integer destination,
+    else the format's code in the low bits) to a destination of the type whose code is
+    ``dtype`` (combinational): int8 by :func:`fp32_to_int8`, tf32's code moved to the
+    word's top, any other as it is."""
+    return Mux(dtype == DTYPES["int8"][0], fp32_to_int8(m, y),
+               Mux(dtype == DTYPES["tf32"][0], y << TF32_SHIFT, y))
+
+
+def unit_format(formats: tuple[str, ...], dtype):
+    """The index in the unit's ``formats`` of the element type whose code is ``dtype``:
+    its own, fp32's for the integer types (combinational)."""
+    index = formats.index("fp32")
+    for i, name in enumerate(formats):
+        index = Mux(dtype == DTYPES[name][0], i, index)
+    return index
+
+
 class IotaLane(wiring.Component):
     """One partition's Iota value in fp32: ``y`` is the signed integer ``value`` rounded to
     nearest even (combinational). The GpSimd engine instantiates the emitted module
@@ -236,16 +304,19 @@ class EngineSlice(wiring.Component):
     Read side: ``a`` and ``b`` are the lane's elements of the two sources, each rotated to the
     tile's first partition (``*_rows``: the ``ways`` candidate words ``data[(index + k * chunk)
     % partitions]``, ``*_first`` the tile's first partition, as :func:`pick` selects) and
-    shifted down by its byte ``*_shift``; ``scalar`` and ``scalar1`` are the lane's scalar
+    shifted down by its byte ``*_shift``, as the unit reads an element of the type
+    ``*_dtype`` (:func:`lane_input`); ``scalar`` and ``scalar1`` are the lane's scalar
     operands (:func:`load_operand`), registers loaded with ``imm`` / ``imm1`` (``set_imm``) or
     with ``b_rows`` rotated to ``s_first`` / ``a_rows`` rotated to ``s1_first``, shifted
     down by the byte ``s_shift`` / ``s1_shift`` and widened to fp32 from the type ``s_dtype``
     / ``s1_dtype`` (``set_scalar`` / ``set_scalar1``). Write side: ``w_data`` is partition
     ``index``'s word, the unit's output (``y_rows``: ``y[(index - k * chunk) % partitions]``,
-    unrotated from ``d_first`` by :func:`pick`) or memset's ``value``, placed at byte
-    ``w_shift``; ``w_part`` whether the partition is in the tile (``d_first``, ``d_count``).
-    GpSimd's Iota: ``a`` is the lane's Iota value (:class:`IotaLane`) while ``iota``, from the
-    base ``iota_base + index * iota_pstep`` loaded on ``set_base`` plus ``iota_at``.
+    unrotated from ``d_first`` by :func:`pick`) or memset's ``value``, as an element of
+    the type ``d_dtype`` (:func:`lane_output`), placed at byte ``w_shift``; ``w_part``
+    whether the partition is in the tile (``d_first``, ``d_count``). GpSimd's Iota: ``a`` is
+    the lane's Iota value (:class:`IotaLane`) while ``iota``, from the base ``iota_base +
+    index * iota_pstep`` loaded on ``set_base`` plus ``iota_at``; with ``iota_raw`` (into
+    int32 or uint32) ``w_data`` is the integer itself, the base plus ``iota_w_at``.
     """
 
     def __init__(self, partitions: int, kind: str):
@@ -254,7 +325,9 @@ class EngineSlice(wiring.Component):
         self.ways = partitions // self.chunk
         part = AP_LAYOUT.members["partition"]
         rows = In(DATA_BITS * self.ways)
+        dtype = In(AP_LAYOUT.members["dtype"])
         members = {"index": In(range(partitions)), "a_rows": rows, "b_rows": rows,
+                   "a_dtype": dtype, "b_dtype": dtype, "d_dtype": dtype,
                    "y_rows": rows, "a_first": In(part), "b_first": In(part),
                    "s_first": In(part), "s_shift": In(2),
                    "s_dtype": In(AP_LAYOUT.members["dtype"]), "s1_first": In(part),
@@ -268,13 +341,16 @@ class EngineSlice(wiring.Component):
                    "w_part": Out(1)}
         if kind == "gpsimd":
             members.update({"iota": In(1), "set_base": In(1), "iota_base": In(signed(32)),
-                            "iota_pstep": In(signed(32)), "iota_at": In(signed(IOTA_BITS))})
+                            "iota_pstep": In(signed(32)), "iota_at": In(signed(IOTA_BITS)),
+                            "iota_raw": In(1), "iota_w_at": In(signed(IOTA_BITS))})
         super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
-        lane_a = pick(self.a_rows, self.a_first, self.chunk) >> (self.a_shift * 8)
-        m.d.comb += self.b.eq(pick(self.b_rows, self.b_first, self.chunk) >> (self.b_shift * 8))
+        lane_a = lane_input(m, pick(self.a_rows, self.a_first, self.chunk)
+                            >> (self.a_shift * 8), self.a_dtype, "a")
+        m.d.comb += self.b.eq(lane_input(m, pick(self.b_rows, self.b_first, self.chunk)
+                                         >> (self.b_shift * 8), self.b_dtype, "b"))
         for reg, rows, first, shift, dtype, imm, load, name in (
                 (self.scalar, self.b_rows, self.s_first, self.s_shift, self.s_dtype, self.imm,
                  self.set_scalar, "operand0"),
@@ -282,12 +358,15 @@ class EngineSlice(wiring.Component):
                  self.imm1, self.set_scalar1, "operand1")):
             load_operand(m, reg, rows, first, shift, dtype, self.chunk, self.set_imm, imm,
                          load, name)
-        out = Mux(self.memset, self.value, pick(self.y_rows, self.d_first, self.chunk))
+        out = lane_output(m, Mux(self.memset, self.value,
+                                 pick(self.y_rows, self.d_first, self.chunk)), self.d_dtype)
+        if self.kind == "gpsimd":
+            lane_base = Signal(signed(IOTA_BITS))
+            out = Mux(self.iota_raw, (lane_base + self.iota_w_at)[:32], out)
         m.d.comb += [self.w_data.eq(out << (self.w_shift * 8)),
                      self.w_part.eq((self.d_first <= self.index)
                                     & (self.index < self.d_first + self.d_count))]
         if self.kind == "gpsimd":
-            lane_base = Signal(signed(IOTA_BITS))
             with m.If(self.set_base):
                 m.d.sync += lane_base.eq(self.iota_base + self.index * self.iota_pstep)
             y = Signal(32)
@@ -395,12 +474,9 @@ class VectorEngine(wiring.Component):
         m.d.comb += [wa.ap.eq(a), wb.ap.eq(b), wd.ap.eq(dst),
                      wa.start.eq(start), wb.start.eq(start), wd.start.eq(start)]
 
-        in_format = b_format = out_format = 0
-        for index, name in enumerate(self.params.formats):
-            in_format = Mux(a.dtype == DTYPES[name][0], index, in_format)
-            b_format = Mux(b.dtype == DTYPES[name][0], index, b_format)
-            out_format = Mux(dst.dtype == DTYPES[name][0], index, out_format)
-        in_format = Mux(iota, self.params.formats.index("fp32"), in_format)
+        formats = self.params.formats
+        in_format = Mux(iota, formats.index("fp32"), unit_format(formats, a.dtype))
+        b_format, out_format = unit_format(formats, b.dtype), unit_format(formats, dst.dtype)
         m.d.comb += [unit.op.eq(op), unit.op1.eq(op1), unit.reduce.eq(reduce),
                      unit.use_scalar.eq(use_scalar), unit.scan.eq(scan),
                      unit.reverse0.eq(reverse0), unit.reverse1.eq(reverse1),
@@ -421,13 +497,16 @@ class VectorEngine(wiring.Component):
         # the element being read, ``iota_at`` of the element entering the unit)
         if self.kind == "gpsimd":
             step_sum, iota_at = Signal(signed(IOTA_BITS)), Signal(signed(IOTA_BITS))
+            iota_w_at = Signal(signed(IOTA_BITS))  # i * step of the element being written
             set_base = Signal()
 
         # the write side: dst's next element, in the tile's partitions
         m.submodules.memset_cast = memset_cast = FormatCastLane(
             tuple(format_by_name(f) for f in self.params.formats), None)
         m.d.comb += [memset_cast.x.eq(imm), memset_cast.fmt.eq(out_format)]
-        value = Mux(dst.dtype == DTYPES["fp32"][0], imm, memset_cast.y)
+        # fp32 bits for fp32 and the integer types (the slice writes them), else the cast
+        value = Mux(unit_format(formats, dst.dtype) == formats.index("fp32"), imm,
+                    memset_cast.y)
         writing = Signal()
         m.d.comb += [self.w_addr.eq(wd.byte[2:]), self.w_psum.eq(dst.space == SPACE["psum"])]
         item_mask = (1 << (1 << dtype_shift(dst.dtype))) - 1
@@ -443,6 +522,7 @@ class VectorEngine(wiring.Component):
                 "a_rows": Cat(*[self.a_data[(p + k) % n] for k in ways]),
                 "b_rows": Cat(*[self.b_data[(p + k) % n] for k in ways]),
                 "y_rows": Cat(*[unit.o.payload[(p - k) % n] for k in ways]),
+                "a_dtype": a.dtype, "b_dtype": b.dtype, "d_dtype": dst.dtype,
                 "a_first": a.partition, "b_first": b.partition, "s_first": s0.partition,
                 "s_shift": s0.offset[:2], "s_dtype": s0.dtype, "s1_first": s1.partition,
                 "s1_shift": s1.offset[:2], "s1_dtype": s1.dtype,
@@ -460,7 +540,10 @@ class VectorEngine(wiring.Component):
                 inputs.update({"iota": iota, "set_base": set_base,
                                "iota_base": field(Iota, "base").as_signed(),
                                "iota_pstep": field(Iota, "pstep").as_signed(),
-                               "iota_at": iota_at})
+                               "iota_at": iota_at,
+                               "iota_raw": iota & ((dst.dtype == DTYPES["int32"][0])
+                                                   | (dst.dtype == DTYPES["uint32"][0])),
+                               "iota_w_at": iota_w_at})
             add_lane(m, f"slice{p}", None, SLICE_MODULES[self.kind], inputs, outputs)
         # each wide signal assigned whole (Amaranth resolves every bit of a signal for each
         # part of it an instance drives: quadratic in the partitions)
@@ -488,7 +571,7 @@ class VectorEngine(wiring.Component):
                 with m.Else():
                     m.next = "STREAM"
                 if self.kind == "gpsimd":
-                    m.d.sync += step_sum.eq(0)
+                    m.d.sync += [step_sum.eq(0), iota_w_at.eq(0)]
                     m.d.comb += set_base.eq(1)
             with m.State("SCALAR"):
                 # each operand's one element per partition: operand0 through port b,
@@ -517,6 +600,8 @@ class VectorEngine(wiring.Component):
                 m.d.comb += [unit.o.ready.eq(1), writing.eq(unit.o.valid)]
                 with m.If(unit.o.valid):
                     m.d.comb += wd.step.eq(1)
+                    if self.kind == "gpsimd":
+                        m.d.sync += iota_w_at.eq(iota_w_at + field(Iota, "step").as_signed())
                     with m.If(wd.row_last):
                         m.d.comb += self.done.eq(1)
                         m.next = "IDLE"

@@ -48,13 +48,17 @@ from amaranth.lib.wiring import In, Out
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
 from hdl.core.engines import (
     DATA_BITS,
+    ENGINE_DTYPES,
     GENERATOR_SEED,
     OPERAND_DTYPES,
     engine_ports,
+    lane_input,
+    lane_output,
     load_operand,
     operand_refusal,
     pick,
     read_step,
+    unit_format,
 )
 from hdl.core.isa import (
     AP,
@@ -81,8 +85,9 @@ SCALAR_OPS = (Activation, TensorScalar, TensorCopy)
 SLICE_MODULE = "neuron_core_scalar_slice"
 
 
-def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
-    """Why the core's scalar engine cannot run ``ins`` (None: it can)."""
+def supported(ins: Instruction, formats: tuple[str, ...] = ENGINE_DTYPES) -> str | None:
+    """Why the core's scalar engine, reading and writing the element types ``formats``,
+    cannot run ``ins`` (None: it can)."""
     if not isinstance(ins, SCALAR_OPS):
         return f"the scalar engine runs {', '.join(c.__name__ for c in SCALAR_OPS)}"
     if not isinstance(ins, Activation):
@@ -106,14 +111,16 @@ class ScalarSlice(wiring.Component):
     Read side: ``row`` is the partition's element of ``src`` rotated to the tile's first
     partition (``r_rows``: the candidate words ``r_data[(index + k * chunk) % partitions]``,
     ``src_first``, as :func:`~hdl.core.engines.pick` selects), shifted down by its byte
-    ``shift``; ``bias`` and ``scalar1`` are the lane's operands
+    ``shift``, as the units read an element of the type ``src_dtype``
+    (:func:`~hdl.core.engines.lane_input`); ``bias`` and ``scalar1`` are the lane's operands
     (:func:`~hdl.core.engines.load_operand`), registers loaded with ``imm`` / ``imm1``
     (``set_imm``) or with ``r_rows`` rotated to ``bias_first`` / ``s1_first``, shifted down by
     the byte ``bias_shift`` / ``s1_shift`` and widened to fp32 from the type ``bias_dtype`` /
     ``s1_dtype`` (``set_bias`` / ``set_scalar1``). Write side:
     ``w_data`` is partition ``index``'s word of the lanes' results (``y_rows``: the result of
     the lane of partition ``(index - k * chunk) % partitions``, unrotated from ``t_first``),
-    placed at byte ``w_shift``; ``w_part`` whether the partition is in the group being written:
+    as an element of the type ``t_dtype`` (:func:`~hdl.core.engines.lane_output`), placed at
+    byte ``w_shift``; ``w_part`` whether the partition is in the group being written:
     from ``t_first + base`` for ``lanes`` partitions, below ``t_first + t_count``.
     """
 
@@ -124,6 +131,8 @@ class ScalarSlice(wiring.Component):
         rows = In(DATA_BITS * (partitions // self.chunk))
         super().__init__({
             "index": In(range(partitions)), "r_rows": rows, "y_rows": rows,
+            "src_dtype": In(AP_LAYOUT.members["dtype"]),
+            "t_dtype": In(AP_LAYOUT.members["dtype"]),
             "src_first": In(part), "bias_first": In(part), "bias_shift": In(2),
             "bias_dtype": In(AP_LAYOUT.members["dtype"]), "s1_first": In(part),
             "s1_shift": In(2), "s1_dtype": In(AP_LAYOUT.members["dtype"]), "t_first": In(part),
@@ -135,7 +144,8 @@ class ScalarSlice(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         chunk = self.chunk
-        m.d.comb += self.row.eq(pick(self.r_rows, self.src_first, chunk) >> (self.shift * 8))
+        m.d.comb += self.row.eq(lane_input(m, pick(self.r_rows, self.src_first, chunk)
+                                           >> (self.shift * 8), self.src_dtype, "src"))
         for reg, first, shift, dtype, imm, load, name in (
                 (self.bias, self.bias_first, self.bias_shift, self.bias_dtype, self.imm,
                  self.set_bias, "operand0"),
@@ -145,7 +155,8 @@ class ScalarSlice(wiring.Component):
                          load, name)
         lo = self.t_first + self.base
         m.d.comb += [
-            self.w_data.eq(pick(self.y_rows, self.t_first, chunk) << (self.w_shift * 8)),
+            self.w_data.eq(lane_output(m, pick(self.y_rows, self.t_first, chunk), self.t_dtype)
+                           << (self.w_shift * 8)),
             self.w_part.eq((lo <= self.index) & (self.index < lo + self.lanes)
                            & (self.index < self.t_first + self.t_count))]
         return m
@@ -230,10 +241,7 @@ class ScalarEngine(wiring.Component):
         m.d.comb += [ws.ap.eq(src), wd.ap.eq(dst), ws.start.eq(start), wd.start.eq(start)]
 
         def format_index(ap, formats):
-            index = 0
-            for i, name in enumerate(formats):
-                index = Mux(ap.dtype == DTYPES[name][0], i, index)
-            return index
+            return unit_format(formats, ap.dtype)
 
         # group: which turn of the lanes; base: its first partition within the tile
         group = Signal(range(self.groups + 1))
@@ -287,7 +295,8 @@ class ScalarEngine(wiring.Component):
                 "bias_first": bias.partition, "bias_shift": bias.offset[:2],
                 "bias_dtype": bias.dtype, "s1_first": s1.partition,
                 "s1_shift": s1.offset[:2], "s1_dtype": s1.dtype, "t_first": t_first,
-                "t_count": t_count,
+                "t_count": t_count, "src_dtype": src.dtype,
+                "t_dtype": Mux(reducing, DTYPES["fp32"][0], dst.dtype),
                 "base": base, "shift": shift, "w_shift": at[:2], "set_imm": set_imm,
                 "set_bias": set_bias, "set_scalar1": set_scalar1, "imm": imm,
                 "imm1": imm1}, outputs)

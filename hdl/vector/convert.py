@@ -24,8 +24,9 @@ from hdl.numerics.fpu import Widen, WidenParams
 
 __all__ = ["ENGINE_FORMATS", "check_formats", "widen_input"]
 
-#: The formats both engines read and write unless told otherwise.
-ENGINE_FORMATS = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
+#: The formats both engines read and write unless told otherwise: every float type the core
+#: simulator computes on (tf32's code in the lane word's low bits, as any narrow value).
+ENGINE_FORMATS = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "tf32")
 
 
 def check_formats(formats) -> None:

@@ -47,7 +47,6 @@ from hdl.core.core import HostMap
 from hdl.core.isa import WORD_BITS, DmaCopy, Memset, SemSignal, SemWait, encode
 from hdl.core.params import CoreParams
 from hdl.params import core_params
-from hdl.vector.convert import ENGINE_FORMATS
 from kernels.builder import Builder, KernelError
 from sim.core import Core, ProgramError
 from sim.core.program import Program
@@ -89,7 +88,7 @@ def rtl_refusal(program: Program, params: CoreParams) -> str | None:
             if isinstance(ins, SemSignal | SemWait | DmaCopy):
                 continue
             kind = isa.engine_kind(stream)
-            formats = params.formats if kind == "tensor" else ENGINE_FORMATS
+            formats = params.formats if kind == "tensor" else engines.ENGINE_DTYPES
             why = SUPPORTED[kind](ins, formats)
             if why:
                 return f"{stream}[{i}] {type(ins).__name__}: {why}"

@@ -482,6 +482,69 @@ def _stochastic(b: Builder) -> None:
                           func=b.function("exp"), **sto))
 
 
+def _element_types(b: Builder) -> None:
+    """Every element type the engines stream besides the float types of the other programs:
+    fp8_e4m3fn, tf32 (its code at the word's top), int8 (widened, and written as the nearest
+    integer, saturated) and int32 / uint32 (fp32 bit patterns as they are), as inputs and
+    destinations of TensorTensor, TensorScalar, TensorCopy, TensorReduce and
+    TensorTensorScan on the vector engine, of the GpSimd engine's (and its Iota into each,
+    the integer ones written as integers), of the scalar engine's Activation, TensorScalar
+    and TensorCopy; memsets into them; results rounded stochastically into fp8_e4m3fn and
+    tf32; narrow results at byte offsets inside words."""
+    p, n = b.params.partitions, 8
+    types = {"x": "fp32", "e": "fp8_e4m3fn", "i": "int8", "t": "tf32", "j": "int32"}
+    src = {}
+    for name, dtype in types.items():
+        at = b.sbuf(4 * n, name)
+        src[name] = _tile(b, at, n, dtype)
+        b.emit("dma0", DmaCopy(dst=src[name], src=b.hbm(name, (p, n), dtype).ap((0, p))))
+    loaded = b.signal("dma0")
+    x, e, i, t, j = (src[k] for k in "xeitj")
+    sto = {"rounding": "stochastic"}
+
+    def out(dtype: str, at: int = 0):
+        return _tile(b, next(slots) + at, n, dtype)
+
+    for eng in ("vector", "gpsimd", "scalar"):
+        base = b.sbuf(4 * n * 26, f"{eng} results")
+        slots = iter(range(base, base + 4 * n * 26, 4 * n))
+        b.wait(eng, loaded)
+        for a_ap, dtype, at in ((e, "fp32", 0), (t, "bf16", 2), (i, "fp16", 0), (j, "fp32", 0),
+                                (x, "fp8_e4m3fn", 3), (x, "tf32", 0), (x, "int8", 1),
+                                (e, "int32", 0), (t, "uint32", 0)):
+            b.emit(eng, TensorCopy(dst=out(dtype, at), src=a_ap))
+        b.emit(eng, TensorScalar(dst=out("int8", 2), src=t, op0=VectorOp.MULTIPLY, imm0=40.0))
+        b.emit(eng, TensorScalar(dst=out("tf32"), src=x, op0=VectorOp.ADD, imm0=1.0 / 3.0,
+                                 **sto))
+        b.emit(eng, TensorScalar(dst=out("fp8_e4m3fn", 1), src=i, op0=VectorOp.MULTIPLY,
+                                 imm0=0.37, **sto))
+        if eng == "scalar":
+            exp = b.function("exp")
+            b.emit(eng, Activation(dst=out("int8", 3), src=t, func=exp, scale=2.0))
+            b.emit(eng, Activation(dst=out("fp8_e4m3fn"), src=i, func=exp, scale=0.05))
+            b.emit(eng, Activation(dst=out("tf32"), src=e, func=exp, scale=0.5, **sto))
+            continue
+        b.emit(eng, TensorTensor(dst=out("fp8_e4m3fn", 2), a=i, b=t, op=VectorOp.MULTIPLY))
+        b.emit(eng, TensorTensor(dst=out("tf32"), a=x, b=e, op=VectorOp.ADD))
+        b.emit(eng, TensorTensor(dst=out("int8"), a=x, b=i, op=VectorOp.SUBTRACT))
+        b.emit(eng, TensorTensor(dst=out("uint32"), a=j, b=x, op=VectorOp.BITWISE_XOR))
+        for dtype, value, at in (("int8", 3.5, 1), ("tf32", -0.3, 0), ("fp8_e4m3fn", 1000.0, 2),
+                                 ("int32", 2.5, 0), ("int8", -1e9, 0)):
+            b.emit(eng, Memset(dst=out(dtype, at), value=value))
+        if eng == "vector":
+            b.emit(eng, TensorReduce(dst=b.column(next(slots), p), src=i, reduce=Reduce.SUM))
+            b.emit(eng, TensorReduce(dst=_tile(b, next(slots) + 1, 1, "int8"), src=t,
+                                     reduce=Reduce.MAX))
+            b.emit(eng, TensorTensorScan(dst=out("fp8_e4m3fn", 1), a=t, b=i,
+                                         op0=VectorOp.MULTIPLY, op1=VectorOp.ADD, imm=0.5))
+        else:
+            for dtype, base, pstep, step in (("int32", -7, 3, -2**30), ("uint32", 2**31 - 5, -1, 5),
+                                             ("int8", 100, -30, 20), ("tf32", 2**24 + 1, 7, 3),
+                                             ("fp8_e4m3fn", -20, 9, 40)):
+                b.emit(eng, Iota(dst=out(dtype, 1 if dtype == "int8" else 0), base=base,
+                                 pstep=pstep, step=step))
+
+
 def _matmuls(b: Builder) -> None:
     """The tensor engine: bf16, a double-rate fp8 tile of the array's rows (two partitions
     to a PE row) accumulated onto the bf16 result, fp32 with a strided moving tile and fewer
@@ -759,7 +822,7 @@ PROGRAMS |= {"mixed_types": (_mixed_types, False),
 #: Two-operation TensorScalar: the hand-written program and the library's kernels that use it
 #: (the backward passes of cross-entropy and SwiGLU, sampling), in both their types.
 PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
-             "stochastic": (_stochastic, False),
+             "stochastic": (_stochastic, False), "element_types": (_element_types, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)
                 for name in ("cross_entropy_backward", "swiglu_backward")
                 for dtype in ("fp32", "bf16")},

@@ -9,8 +9,9 @@ scans (``TensorTensorScan``, either operation's operands swapped, from an immedi
 per-partition column),
 GpSimd's iotas, the scalar engine's activations (with a bias column and a running sum), the
 tensor engine's load-and-multiply pairs (with accumulation), and DMA stores back to HBM.
-On a chip with stochastic rounding, some of the element-wise operations, copies, scans and
-activations round their results stochastically.
+Slots hold fp32, bf16, fp16, fp8_e4m3fn, tf32 and int8 (fp8_e4m3 loaded for the tensor
+engine). On a chip with stochastic rounding, some of the element-wise operations, copies,
+scans and activations round their results stochastically.
 Each operation waits for the last writer of every slot it touches and, before it writes a
 slot, for every reader since; the streams otherwise run concurrently. A draw the core
 simulator rejects never reaches the RTL: :func:`random_program` draws again from the next
@@ -47,7 +48,10 @@ __all__ = ["draw", "random_program"]
 _OPS = (VectorOp.ADD, VectorOp.SUBTRACT, VectorOp.MULTIPLY, VectorOp.MAX, VectorOp.MIN,
         VectorOp.GREATER, VectorOp.LESS_EQUAL, VectorOp.IS_EQUAL)
 _TYPES = ("fp32", "bf16", "fp16")
-_SIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8_e4m3": 1}
+#: The other types its slots take, loaded and written (not in reach of every operation: fp8
+#: is loaded only, for the tensor engine; int8 is never multiplied there)
+_OTHER_TYPES = ("fp8_e4m3fn", "tf32", "int8")
+_SIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8_e4m3": 1, "fp8_e4m3fn": 1, "tf32": 4, "int8": 1}
 _SLOTS = 6
 
 
@@ -94,7 +98,8 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
     free = min(16, params.moving_max)
     plan = _Plan(b, rng, free)
     tile = Builder.tile
-    hbm_in = {dt: b.hbm(f"in_{dt}", (p, free), dt) for dt in _TYPES + ("fp8_e4m3",)}
+    loaded = _TYPES + ("fp8_e4m3",) + _OTHER_TYPES
+    hbm_in = {dt: b.hbm(f"in_{dt}", (p, free), dt) for dt in loaded}
     queues = [f"dma{q}" for q in range(params.dma_queues)]
 
     def slot_ap(i: int, dtype: str, n: int, parts: int = p, stride: int = 1, at: int = 0):
@@ -113,16 +118,16 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
                                              src=hbm_in[dtype].ap((0, p)))))
 
     for i in range(3):
-        load(i, rng.choice(_TYPES + ("fp8_e4m3",)))
+        load(i, rng.choice(loaded))
     stores = 0
     for _ in range(steps):
         have = [i for i in filled() if plan.types[("s", i)][0] != "fp8_e4m3"]
         kind = rng.choice(("tt", "ts", "reduce", "copy", "memset", "iota", "act", "act", "mm",
                            "mm", "load", "store", "scan"))
         dst = rng.randrange(_SLOTS)
-        out_t = rng.choice(_TYPES)
+        out_t = rng.choice(_TYPES + _OTHER_TYPES)
         if kind == "load":
-            load(dst, rng.choice(_TYPES + ("fp8_e4m3",)))
+            load(dst, rng.choice(loaded))
         elif kind == "store" and have:
             i = rng.choice(have)
             dtype, n = plan.types[("s", i)]
@@ -219,7 +224,9 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
                        step=rng.choice((1, 2, -1, rng.randint(-2**31, 2**31 - 1))))
             plan.touch("gpsimd", [], [("s", dst)], lambda ins=ins: b.emit("gpsimd", ins))
         elif kind == "mm":
-            usable = [i for i in filled() if plan.types[("s", i)][0] in params.formats]
+            usable = [i for i in filled()
+                      if plan.types[("s", i)][0] in params.formats
+                      and plan.types[("s", i)][0] != "int8"]
             if not usable:
                 continue
             w = rng.choice(usable)

@@ -1,12 +1,28 @@
 """Launches of the test kernels at shapes of the core RTL's simulation scale (16 partitions,
 an 8 x 8 array): `gen nki tests/nki_kernels/on_core_rtl.py --spec trn2 --rtl` runs each on
-the core simulator and co-simulates it on the core RTL, every byte compared."""
+the core simulator and co-simulates it on the core RTL, every byte compared. Beside them
+one kernel too long for the simulated core's sequencers (``steps``)."""
 
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
 import numpy as np
 from elementwise import bias_activation, row_stats, transpose_tile
 from indexing import swap_blocks, window_stats
-from isa_more import partition_broadcast, scan, scan_reversed, stats, stt
+from isa_more import partition_broadcast, scan, scan_reversed, stats, stt, to_int8
 from matmul_v1 import matmul_plain
+
+
+@nki.jit
+def steps(x):
+    """x + 1 + 1 + ... in 300 vector instructions: more than a sequencer of the simulated
+    core holds."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    for _ in range(300):
+        t = nl.add(t, 1.0)
+    nl.store(out, t)
+    return out
+
 
 if __name__ == "__main__":
     rng = np.random.default_rng(0)
@@ -25,3 +41,4 @@ if __name__ == "__main__":
     partition_broadcast(normal(1, 12), normal(8, 12))
     stats(normal(16, 24))
     matmul_plain(normal(8, 8), normal(8, 16))
+    to_int8(normal(16, 12) * 100)
