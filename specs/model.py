@@ -226,6 +226,10 @@ class VectorSpec(Strict):
                                                              "cycle.")
     elements_per_cycle: float = Field(1.0, gt=0, description="Elements one lane streams per "
                                                              "cycle in an instruction.")
+    transpose: PosInt = Field(
+        32, description="Largest tile the engine transposes between partitions and free "
+                        "elements, each side: nki.isa.nc_transpose on the Vector Engine takes "
+                        "(32, 32) or smaller [ISA: nc_transpose].")
 
 
 class ApproximationSpec(Strict):

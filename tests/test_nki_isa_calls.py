@@ -52,6 +52,30 @@ def test_affine_select_is_exact(k, fill, seed):
     assert np.array_equal(k["v2_causal"](x, fill), want)
 
 
+
+@pytest.mark.parametrize("shape", [(32, 32), (5, 17), (1, 32), (32, 1)])
+def test_nc_transpose_on_the_vector_engine_is_exact(k, shape, seed):
+    """The vector engine's transpose, as numpy's, bit for bit, within its 32 x 32; into
+    bfloat16 as ml_dtypes rounds (but the NaN); the tensor engine's the same (but the NaN,
+    not bit-accurate on NeuronCore-v2 [ISA]); two Transposes on the vector engine's stream,
+    one on the tensor engine's."""
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    x[0, 0] = np.float32("nan")  # a NaN's bits kept as they are
+    out, out16, tensor = k["transposes"](x)
+    assert np.array_equal(out.view(np.uint32), x.T.view(np.uint32))
+    assert np.array_equal(out16.astype(np.float32)[1:], x.T.astype(ml_dtypes.bfloat16)
+                          .astype(np.float32)[1:])
+    assert np.array_equal(tensor[1:], x.T[1:])
+    streams = k["transposes"].trace(x)[0].program().streams
+    assert [type(i).__name__ for i in streams["vector"]].count("Transpose") == 2
+    assert [type(i).__name__ for i in streams["tensor"]].count("Transpose") == 1
+
+
+def test_nc_transpose_on_the_vector_engine_is_bounded(k):
+    with pytest.raises(knki.NkiError, match=r"size of dimension 0 in 'data\[33, 8\]' of "
+                       r"'nc_transpose' exceed architecture limitation of 32"):
+        k["transposes"](np.zeros((33, 8), np.float32))
+
 def test_memset(k):
     x = np.random.default_rng(1).standard_normal((128, 256)).astype(np.float32)
     assert _err(k["memset_tile"](x), x.astype(np.float64) + 1.5) <= FP32

@@ -176,7 +176,8 @@ class NeuronCore(wiring.Component):
                           "m_axi": Out(AxiSignature(self.addr_bits))})
         words = max(self.map.sbuf_words, self.map.psum_words)
         self.vector = Emitted(
-            VectorEngine(params.partitions, words, rng=params.rng), VECTOR_MODULE)
+            VectorEngine(params.partitions, words, rng=params.rng,
+                         transpose=params.vector_transpose), VECTOR_MODULE)
         self.gpsimd = Emitted(
             VectorEngine(params.partitions, words, "gpsimd", rng=params.rng), GPSIMD_MODULE)
         self.scalar = Emitted(

@@ -54,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -72,6 +72,7 @@ from hdl.core.isa import (
     TensorScalar,
     TensorTensor,
     TensorTensorScan,
+    Transpose,
     field_positions,
 )
 from hdl.emitted import module_text
@@ -90,7 +91,7 @@ __all__ = ["ENGINE_DTYPES", "ENGINE_RUNS", "GENERATOR_SEED", "IOTA_MODULE", "OPE
 
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
-ENGINE_RUNS = {"vector": VECTOR_OPS + (TensorTensorScan,),
+ENGINE_RUNS = {"vector": VECTOR_OPS + (TensorTensorScan, Transpose),
                "gpsimd": (Iota,) + VECTOR_OPS[:2] + VECTOR_OPS[3:]}
 DATA_BITS = 32
 #: Bits of an Iota value: ``base + p * pstep + i * step`` with 32-bit signed fields,
@@ -316,7 +317,10 @@ class EngineSlice(wiring.Component):
     whether the partition is in the tile (``d_first``, ``d_count``). GpSimd's Iota: ``a`` is
     the lane's Iota value (:class:`IotaLane`) while ``iota``, from the base ``iota_base +
     index * iota_pstep`` loaded on ``set_base`` plus ``iota_at``; with ``iota_raw`` (into
-    int32 or uint32) ``w_data`` is the integer itself, the base plus ``iota_w_at``.
+    int32 or uint32) ``w_data`` is the integer itself, the base plus ``iota_w_at``. The vector
+    engine's transpose: ``a_raw`` is the lane's element of ``a`` as it is stored, and with
+    ``raw`` the unit's output is written as it comes (``y_rows`` then the transposed
+    elements).
     """
 
     def __init__(self, partitions: int, kind: str):
@@ -339,6 +343,8 @@ class EngineSlice(wiring.Component):
                    "imm": In(32), "imm1": In(32), "a": Out(32), "b": Out(32),
                    "scalar": Out(32), "scalar1": Out(32), "w_data": Out(32),
                    "w_part": Out(1)}
+        if kind == "vector":
+            members.update({"raw": In(1), "a_raw": Out(32)})
         if kind == "gpsimd":
             members.update({"iota": In(1), "set_base": In(1), "iota_base": In(signed(32)),
                             "iota_pstep": In(signed(32)), "iota_at": In(signed(IOTA_BITS)),
@@ -347,8 +353,8 @@ class EngineSlice(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        lane_a = lane_input(m, pick(self.a_rows, self.a_first, self.chunk)
-                            >> (self.a_shift * 8), self.a_dtype, "a")
+        raw_a = pick(self.a_rows, self.a_first, self.chunk) >> (self.a_shift * 8)
+        lane_a = lane_input(m, raw_a, self.a_dtype, "a")
         m.d.comb += self.b.eq(lane_input(m, pick(self.b_rows, self.b_first, self.chunk)
                                          >> (self.b_shift * 8), self.b_dtype, "b"))
         for reg, rows, first, shift, dtype, imm, load, name in (
@@ -358,8 +364,11 @@ class EngineSlice(wiring.Component):
                  self.imm1, self.set_scalar1, "operand1")):
             load_operand(m, reg, rows, first, shift, dtype, self.chunk, self.set_imm, imm,
                          load, name)
-        out = lane_output(m, Mux(self.memset, self.value,
-                                 pick(self.y_rows, self.d_first, self.chunk)), self.d_dtype)
+        result = pick(self.y_rows, self.d_first, self.chunk)
+        out = lane_output(m, Mux(self.memset, self.value, result), self.d_dtype)
+        if self.kind == "vector":
+            out = Mux(self.raw, result, out)
+            m.d.comb += self.a_raw.eq(raw_a)
         if self.kind == "gpsimd":
             lane_base = Signal(signed(IOTA_BITS))
             out = Mux(self.iota_raw, (lane_base + self.iota_w_at)[:32], out)
@@ -385,13 +394,24 @@ class VectorEngine(wiring.Component):
     spec's), seeded with :data:`GENERATOR_SEED`; with ``rng`` None they round to nearest
     even only and have none (a chip whose spec has no stochastic rounding, whose programs
     the core simulator refuses to round stochastically). A memset's value is cast to
-    nearest even, so its cast has no generator."""
+    nearest even, so its cast has no generator.
+
+    The vector engine's ``Transpose`` (of at most ``transpose`` partitions and free elements,
+    the core's ``vector_transpose``) bypasses the unit: the source's elements, one free index
+    of every partition a cycle, fill a ``transpose`` x ``transpose`` buffer of words, which
+    is then written one destination element of every partition a cycle, each as it was
+    stored."""
 
     def __init__(self, partitions: int, words: int, kind: str = "vector", *,
-                 rng: str | None):
+                 rng: str | None, transpose: int = 0):
         if kind not in ENGINE_RUNS:
             raise ValueError(f"kind must be one of {', '.join(ENGINE_RUNS)}, not {kind!r}")
+        if (transpose != 0) != (Transpose in ENGINE_RUNS[kind]) or not 0 <= transpose <= \
+                partitions:
+            raise ValueError(f"transpose must be 1 .. {partitions} on the vector engine, 0 on "
+                             f"the {kind} engine, not {transpose!r}")
         self.kind = kind
+        self.transpose = transpose
         self.partitions = partitions
         self.params = VectorParams(lanes=partitions, rng=rng, seed=GENERATOR_SEED)
         n = partitions
@@ -428,6 +448,7 @@ class VectorEngine(wiring.Component):
         use_scalar, memset, iota, imm, imm1 = Signal(), Signal(), Signal(), Signal(32), \
             Signal(32)
         scan, reverse0, reverse1, stochastic = Signal(), Signal(), Signal(), Signal()
+        transposing = Signal()
         with m.Switch(opcode):
             with m.Case(TensorTensor.OPCODE):
                 m.d.comb += [dst.eq(field(TensorTensor, "dst")), a.eq(field(TensorTensor, "a")),
@@ -462,6 +483,10 @@ class VectorEngine(wiring.Component):
                                  s0.eq(f("initial")), imm.eq(f("imm")), op.eq(f("op0")),
                                  op1.eq(f("op1")), scan.eq(1), reverse0.eq(f("reverse0")),
                                  reverse1.eq(f("reverse1")), stochastic.eq(f("rounding"))]
+            if self.transpose:
+                with m.Case(Transpose.OPCODE):
+                    m.d.comb += [dst.eq(field(Transpose, "dst")), a.eq(field(Transpose, "src")),
+                                 transposing.eq(1)]
             if self.kind == "gpsimd":
                 with m.Case(Iota.OPCODE):
                     m.d.comb += [dst.eq(field(Iota, "dst")), a.eq(field(Iota, "dst")),
@@ -490,7 +515,7 @@ class VectorEngine(wiring.Component):
             self.a_addr.eq(wa.byte[2:]),
             self.b_addr.eq(wb.byte[2:]),
             self.a_psum.eq(a.space == SPACE["psum"]), self.b_psum.eq(b.space == SPACE["psum"]),
-            unit.i.valid.eq(s1_valid),
+            unit.i.valid.eq(s1_valid & ~transposing),
             unit.i.payload.last.eq(s1_last),
         ]
         # Iota: lane l's element i is base + l * pstep + i * step (``step_sum``: i * step of
@@ -515,13 +540,26 @@ class VectorEngine(wiring.Component):
         # every partition's share of the above: one slice each (lane l is partition l)
         set_imm, set_scalar, set_scalar1 = Signal(), Signal(), Signal()
         ways = [k * chunk for k in range(n // chunk)]
-        slices = {name: [] for name in ("a", "b", "scalar", "scalar1", "w_data", "w_part")}
+        slices = {name: [] for name in ("a", "b", "scalar", "scalar1", "w_data", "w_part",
+                                        "a_raw")}
+        # the transpose: buffer[l][c] holds the source's element c of its partition l; a
+        # write of destination element j gives destination partition f buffer[j][f]
+        size = self.transpose
+        buffer = [[Signal(32, name=f"transpose_{row}_{c}") for c in range(size)]
+                  for row in range(size)]
+        t_col, t_row = Signal(range(size + 1)), Signal(range(size + 1))
+        lane_y = []
+        for lane in range(n):
+            y = unit.o.payload[lane]
+            if lane < size:
+                y = Mux(transposing, Array(buffer[j][lane] for j in range(size))[t_row], y)
+            lane_y.append(y)
         for p in range(n):
             inputs = {
                 "index": Const(p, range(n)),
                 "a_rows": Cat(*[self.a_data[(p + k) % n] for k in ways]),
                 "b_rows": Cat(*[self.b_data[(p + k) % n] for k in ways]),
-                "y_rows": Cat(*[unit.o.payload[(p - k) % n] for k in ways]),
+                "y_rows": Cat(*[lane_y[(p - k) % n] for k in ways]),
                 "a_dtype": a.dtype, "b_dtype": b.dtype, "d_dtype": dst.dtype,
                 "a_first": a.partition, "b_first": b.partition, "s_first": s0.partition,
                 "s_shift": s0.offset[:2], "s_dtype": s0.dtype, "s1_first": s1.partition,
@@ -533,7 +571,10 @@ class VectorEngine(wiring.Component):
                 "imm1": imm1}
             outputs = {name: Signal(width, name=f"slice{p}_{name}")
                        for name, width in (("a", 32), ("b", 32), ("scalar", 32),
-                                           ("scalar1", 32), ("w_data", 32), ("w_part", 1))}
+                                           ("scalar1", 32), ("w_data", 32), ("w_part", 1))
+                       + ((("a_raw", 32),) if self.kind == "vector" else ())}
+            if self.kind == "vector":
+                inputs["raw"] = transposing
             for name, signal in outputs.items():
                 slices[name].append(signal)
             if self.kind == "gpsimd":
@@ -563,8 +604,13 @@ class VectorEngine(wiring.Component):
                 m.d.comb += start.eq(1)
                 m.d.sync += [sent.eq(0), s1_valid.eq(0)]
                 m.d.comb += set_imm.eq(1)
+                if size:
+                    m.d.sync += [t_col.eq(0), t_row.eq(0)]
                 with m.If(memset):
                     m.next = "MEMSET"
+                with m.Elif(transposing if size else 0):
+                    if size:
+                        m.next = "T_READ"
                 with m.Elif((use_scalar | scan)
                             & ((s0.partitions != 0) | (s1.partitions != 0))):
                     m.next = "SCALAR"
@@ -602,6 +648,31 @@ class VectorEngine(wiring.Component):
                     m.d.comb += wd.step.eq(1)
                     if self.kind == "gpsimd":
                         m.d.sync += iota_w_at.eq(iota_w_at + field(Iota, "step").as_signed())
+                    with m.If(wd.row_last):
+                        m.d.comb += self.done.eq(1)
+                        m.next = "IDLE"
+            if size:
+                with m.State("T_READ"):
+                    # the source's next free index of every partition, into the buffer's
+                    # column t_col the cycle after its address
+                    m.d.comb += self.a_en.eq(~sent)
+                    m.d.sync += s1_valid.eq(~sent)
+                    with m.If(~sent):
+                        m.d.comb += wa.step.eq(1)
+                        m.d.sync += [a_shift.eq(wa.byte[:2]), sent.eq(wa.row_last)]
+                    with m.If(s1_valid):
+                        m.d.sync += t_col.eq(t_col + 1)
+                        with m.Switch(t_col):
+                            for c in range(size):
+                                with m.Case(c):
+                                    m.d.sync += [buffer[lane][c].eq(slices["a_raw"][lane])
+                                                 for lane in range(size)]
+                        with m.If(sent):
+                            m.next = "T_WRITE"
+                with m.State("T_WRITE"):
+                    # destination element t_row of every partition
+                    m.d.comb += [writing.eq(1), wd.step.eq(1)]
+                    m.d.sync += t_row.eq(t_row + 1)
                     with m.If(wd.row_last):
                         m.d.comb += self.done.eq(1)
                         m.next = "IDLE"

@@ -268,7 +268,9 @@ class MultiplyMoving(Instruction):
 
 @dataclass(frozen=True, slots=True)
 class Transpose(Instruction):
-    """``dst[f, p] = src[p, f]`` through the tensor engine (its transpose pass: bit for bit)."""
+    """``dst[f, p] = src[p, f]``, bit for bit: on the tensor engine its array's transpose pass
+    into PSUM; on the vector engine a tile of at most ``vector_transpose`` partitions and
+    free elements, SBUF or PSUM to either."""
 
     OPCODE: ClassVar[int] = 3
     MNEMONIC: ClassVar[str] = "transpose"
@@ -459,7 +461,7 @@ _SYNC = (SemSignal, SemWait)
 ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {
     "tensor": (LoadStationary, MultiplyMoving, Transpose) + _SYNC,
     "vector": (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset,
-               TensorTensorScan) + _SYNC,
+               TensorTensorScan, Transpose) + _SYNC,
     "scalar": (Activation, TensorScalar, TensorCopy) + _SYNC,
     "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset) + _SYNC,
     "dma": (DmaCopy,) + _SYNC,

@@ -37,6 +37,7 @@ class CoreParams:
     rates: tuple[tuple[str, float], ...]
     clocks: tuple[tuple[str, float], ...]
     vector_elements: float
+    vector_transpose: int  # the vector engine's largest transpose, partitions and free each
     functions: tuple[FunctionSpec, ...]
     rng: str | None  # stochastic rounding's generator; None: the chip rounds to nearest even only
     access_start: int

@@ -224,15 +224,16 @@ def partition_broadcast(data: View, partitions: int, *, call: str = "broadcast_t
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=None, dst=None,
                  call: str = "nc_transpose"):
-    """``data`` [P, F] -> [F, P] through the tensor engine into PSUM, in its own format."""
+    """``data`` [P, F] -> [F, P], in its own format: through the tensor engine into PSUM, or
+    with ``engine`` the vector engine, up to its ``vector_transpose`` a side, SBUF or PSUM
+    to either (into a new SBUF tile)."""
     t = current(call)
     t.commit()
     x = _tile(data, call, "data").cut(mask)
     eng = _engine(engine, ("tensor", "vector"), call)
-    if eng == "vector":
-        raise NotSupported(f"'{call}' on the vector engine", "nc_transpose on the tensor "
-                                                             "engine (up to 128 x 128)")
     p, f = _shape2(x, call, "data")
+    if eng == "vector":
+        return _vector_transpose(t, x, p, f, dtype, dst, call)
     p_lim = t.params.rows
     if p > p_lim:
         raise NkiError(f"size of dimension 0 in 'data{list(x.shape)}' of '{call}' exceed "
@@ -253,6 +254,34 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, dst=None,
                writes=[(out, out_ap)])
 
     fresh = lambda: _out(t, (f, p), out_dt, "psum")  # noqa: E731
+    if dtype is not None and isa_dtype(dtype) != out_dt:
+        res = _finish(t, fresh, make, "transpose", None, None)
+        return tensor_copy(res, dtype=dtype, dst=dst, call=call)
+    return _finish(t, fresh, make, "transpose", None, dst)
+
+
+def _vector_transpose(t, x: View, p: int, f: int, dtype, dst, call: str):
+    """nc_transpose on the vector engine (:func:`nc_transpose`)."""
+    limit = t.params.vector_transpose
+    if p > limit:
+        raise NkiError(f"size of dimension 0 in 'data{list(x.shape)}' of '{call}' exceed "
+                       f"architecture limitation of {limit}",
+                       "err_size_of_dimension_exceed_arch_limit")
+    _limit(x, f, limit, call, "data")
+    src = t.ap(x, call, "data", ("sbuf", "psum"))
+    out_dt = x.dt
+
+    def make(out: View, _):
+        if out.dt != out_dt:
+            tmp = _out(t, (f, p), out_dt)
+            make(tmp, None)
+            tensor_copy(tmp, dst=out, call=call)
+            return
+        out_ap = t.ap(out, call, "dst", ("sbuf", "psum"))
+        t.emit("vector", Transpose(dst=out_ap, src=src), reads=[(x, src)],
+               writes=[(out, out_ap)])
+
+    fresh = lambda: _out(t, (f, p), out_dt)  # noqa: E731
     if dtype is not None and isa_dtype(dtype) != out_dt:
         res = _finish(t, fresh, make, "transpose", None, None)
         return tensor_copy(res, dtype=dtype, dst=dst, call=call)

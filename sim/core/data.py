@@ -262,6 +262,8 @@ class Data:
         elif cls is TensorCopy:
             self.write32(ins.dst, vector.elementwise(VectorOp.COPY, self.read32(ins.src), 0),
                          draw)
+        elif cls is Transpose:  # the vector engine's: the elements' bits as they are
+            self.write(ins.dst, self.read(ins.src).reshape(ins.src.partitions, -1).T.copy())
         elif cls is Memset:
             self.write32(ins.dst, np.full((ins.dst.partitions, ins.dst.free),
                                           np.float32(ins.value).view(np.uint32)))
@@ -283,12 +285,12 @@ def unit_beats(kind: str, ins: Instruction, params) -> tuple[str, int, int]:
 
     The vector and GpSimd engines: one unit each of a lane per partition (the tile's
     ``j``-th partition on lane ``j``), a beat per element of ``dst``; a reduction one beat
-    (its one row), a memset none (it bypasses the unit). The scalar engine: its activation
-    unit for ``Activation`` and its vector unit for the rest, each of ``activation_lanes``
-    lanes serving the tile's partitions in turns, a beat per element each turn. The tensor
-    engine and DMA round nothing: no beats."""
+    (its one row), a memset and a transpose none (they bypass the unit). The scalar engine:
+    its activation unit for ``Activation`` and its vector unit for the rest, each of
+    ``activation_lanes`` lanes serving the tile's partitions in turns, a beat per element
+    each turn. The tensor engine and DMA round nothing: no beats."""
     if kind in ("vector", "gpsimd"):
-        if isinstance(ins, Memset):
+        if isinstance(ins, Memset | Transpose):
             return kind, params.partitions, 0
         return kind, params.partitions, 1 if isinstance(ins, TensorReduce) else ins.dst.free
     if kind == "scalar":

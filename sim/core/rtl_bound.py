@@ -5,13 +5,15 @@ against the model's (:mod:`sim.core.machine`), :func:`rtl_cycle_bound`:
 * ``MultiplyMoving`` of a format at full rate or above: **exact**. The model's latency (the
   RTL-checked array schedule of :func:`sim.golden.systolic_cycles.cycles`, acceptance to last row)
   plus one, plus :data:`RTL_MULTIPLY_STAGES`, the core's fixed stages around the array.
-* ``Transpose``: **exact**. The core's load of the ``K x M`` source (``M`` columns read one
-  a cycle, each of the ``ceil(M / beat_columns)`` beats handed to the array the cycle after
-  its last column), then the array's transpose pass: the model's latency (the RTL-checked
-  schedule's, :func:`sim.golden.systolic_cycles.transpose_cycles`, the pass's acceptance to
-  its last output beat) plus one, plus :data:`RTL_TRANSPOSE_STAGES`.
+* ``Transpose`` on the tensor engine: **exact**. The core's load of the ``K x M`` source
+  (``M`` columns read one a cycle, each of the ``ceil(M / beat_columns)`` beats handed to
+  the array the cycle after its last column), then the array's transpose pass: the model's
+  latency (the RTL-checked schedule's, :func:`sim.golden.systolic_cycles.transpose_cycles`,
+  the pass's acceptance to its last output beat) plus one, plus
+  :data:`RTL_TRANSPOSE_STAGES`.
 * Every other instruction of the tensor, vector, scalar and GpSimd engines: **at least**
-  ``turns * N`` (the RTL streams one element of ``N`` per partition per lane per cycle) and
+  ``turns * N`` (the RTL streams one element of ``N`` per partition per lane per cycle;
+  the vector engine's transpose reads ``N`` and writes as many as the source's partitions) and
   **at most** ``turns * cycles + RTL_OVERHEAD``. ``cycles`` is this model's cost of the
   instruction on an idle engine; the RTL has none of the spec's fixed access costs
   (``access_start``, ``min_interval``), so it is faster except where it does less per
@@ -55,7 +57,7 @@ def rtl_cycle_bound(params: CoreParams, kind: str, ins: Instruction,
     ``ins`` of an engine of ``kind`` that this model costs ``cycles`` of its engine's clock
     (see the module docstring)."""
     src = getattr(ins, "src", None) or getattr(ins, "a", None) or ins.dst
-    if isinstance(ins, Transpose):
+    if isinstance(ins, Transpose) and kind == "tensor":
         k, m = src.partitions, src.free
         load = m + -(-m // params.tensor.beat_columns)
         exact = load + transpose_cycles(params, k, m)["latency"] + 1 + RTL_TRANSPOSE_STAGES

@@ -237,6 +237,18 @@ class Rules:
                                               f"partition, the moving tile {n}")
             self._check_columns(where, ins.col, ins.dst)
             self._check_bank(where, "dst", ins.dst)
+        elif isinstance(ins, Transpose) and kind == "vector":
+            t = p.vector_transpose
+            if ins.src.partitions > t or ins.src.free > t:
+                fail(*where, "tile limit", f"a vector-engine transpose of "
+                                           f"{ins.src.partitions} x {ins.src.free} exceeds "
+                                           f"{t} x {t}")
+            if ins.dst.dtype != ins.src.dtype:
+                fail(*where, "format", f"a transpose writes its input's format "
+                                       f"({ins.src.dtype}), not {ins.dst.dtype}")
+            if (ins.dst.partitions, ins.dst.free) != (ins.src.free, ins.src.partitions):
+                fail(*where, "operand shape", f"dst must be {ins.src.free} x "
+                                              f"{ins.src.partitions}")
         elif isinstance(ins, Transpose):
             if ins.src.dtype in isa.MX_DTYPES:
                 fail(*where, "format", "the array has no transpose of an MX tile (its "

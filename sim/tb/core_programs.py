@@ -545,6 +545,45 @@ def _element_types(b: Builder) -> None:
                                  pstep=pstep, step=step))
 
 
+def _vector_transposes(b: Builder) -> None:
+    """The vector engine's transpose, ``dst[f, p] = src[p, f]`` bit for bit: a whole tile of
+    the scale's largest (its ``vector_transpose`` a side), one row and one column, a tile of
+    5 x 7 from a strided source, in bf16 at a byte offset,
+    fp8 at byte offsets, tf32 and int8 words as they are stored, SBUF to SBUF, SBUF to PSUM
+    and PSUM to SBUF."""
+    p, t = b.params.partitions, b.params.vector_transpose
+    types = {"x": "fp32", "h": "bf16", "e": "fp8_e4m3", "t": "tf32", "i": "int8"}
+    src = {}
+    for name, dtype in types.items():
+        at = b.sbuf(4 * t, name)
+        src[name] = _tile(b, at, t, dtype)
+        b.emit("dma0", DmaCopy(dst=src[name], src=b.hbm(name, (p, t), dtype).ap((0, p))))
+    v = "vector"
+    b.wait(v, b.signal("dma0"))
+    base = b.sbuf(4 * t * 8, "transposes")
+    out = iter(range(base, base + 4 * t * 8, 4 * t))
+    bank = b.psum_banks(1, "psum")[0]
+
+    def tile(space: str, dtype: str, offset: int, parts: int, free: int, step: int = 1):
+        return b.tile(space, dtype, offset, parts, ((free, step),))
+
+    x, h = src["x"], src["h"]
+    b.emit(v, Transpose(dst=tile("sbuf", "fp32", next(out), t, t), src=x))
+    b.emit(v, Transpose(dst=tile("psum", "bf16", bank + 2, t, t), src=h))
+    b.emit(v, Transpose(dst=tile("sbuf", "bf16", next(out) + 2, t, t),
+                        src=tile("psum", "bf16", bank + 2, t, t)))
+    b.emit(v, Transpose(dst=tile("sbuf", "fp32", next(out), t, 1),
+                        src=tile("sbuf", "fp32", x.offset, 1, t)))
+    b.emit(v, Transpose(dst=tile("sbuf", "fp32", next(out), 1, t),
+                        src=tile("sbuf", "fp32", x.offset, t, 1)))
+    b.emit(v, Transpose(dst=tile("sbuf", "fp8_e4m3", next(out) + 3, 7, 5),
+                        src=tile("sbuf", "fp8_e4m3", src["e"].offset + 1, 5, 7, 2)))
+    for name in ("t", "i"):
+        dtype = types[name]
+        b.emit(v, Transpose(dst=tile("sbuf", dtype, next(out) + (1 if name == "i" else 0),
+                                     t, t), src=src[name]))
+
+
 def _matmuls(b: Builder) -> None:
     """The tensor engine: bf16, a double-rate fp8 tile of the array's rows (two partitions
     to a PE row) accumulated onto the bf16 result, fp32 with a strided moving tile and fewer
@@ -823,6 +862,7 @@ PROGRAMS |= {"mixed_types": (_mixed_types, False),
 #: (the backward passes of cross-entropy and SwiGLU, sampling), in both their types.
 PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
              "stochastic": (_stochastic, False), "element_types": (_element_types, False),
+             "vector_transposes": (_vector_transposes, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)
                 for name in ("cross_entropy_backward", "swiglu_backward")
                 for dtype in ("fp32", "bf16")},

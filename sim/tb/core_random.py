@@ -4,9 +4,9 @@ runs and ordered by semaphores so that no two streams race.
 :func:`random_program` draws a sequence of operations on a few SBUF slots and PSUM banks:
 DMA loads from HBM, element-wise operations (``TensorTensor`` on inputs of one type or two),
 copies and memsets on every engine that runs them (vector, GpSimd, and the scalar engine's
-TensorScalar, of one operation or two, and TensorCopy), the vector engine's reductions and
-scans (``TensorTensorScan``, either operation's operands swapped, from an immediate or a
-per-partition column),
+TensorScalar, of one operation or two, and TensorCopy), the vector engine's reductions,
+transposes and scans (``TensorTensorScan``, either operation's operands swapped, from an
+immediate or a per-partition column),
 GpSimd's iotas, the scalar engine's activations (with a bias column and a running sum), the
 tensor engine's load-and-multiply pairs (with accumulation), and DMA stores back to HBM.
 Slots hold fp32, bf16, fp16, fp8_e4m3fn, tf32 and int8 (fp8_e4m3 loaded for the tensor
@@ -35,6 +35,7 @@ from hdl.core.isa import (
     TensorScalar,
     TensorTensor,
     TensorTensorScan,
+    Transpose,
 )
 from hdl.core.params import CoreParams
 from hdl.vector.ops import Reduce, VectorOp
@@ -123,7 +124,7 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
     for _ in range(steps):
         have = [i for i in filled() if plan.types[("s", i)][0] != "fp8_e4m3"]
         kind = rng.choice(("tt", "ts", "reduce", "copy", "memset", "iota", "act", "act", "mm",
-                           "mm", "load", "store", "scan"))
+                           "mm", "load", "store", "scan", "transpose"))
         dst = rng.randrange(_SLOTS)
         out_t = rng.choice(_TYPES + _OTHER_TYPES)
         if kind == "load":
@@ -212,6 +213,15 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
                                reduce=rng.choice((Reduce.SUM, Reduce.MAX)),
                                op=rng.choice((VectorOp.COPY, VectorOp.SQUARE)))
             plan.touch("vector", [("s", a)], [("c", col)], lambda ins=ins: b.emit("vector", ins))
+        elif kind == "transpose" and have and min(free, params.vector_transpose) == p:
+            # the vector engine's: a square tile of every partition, so that slots keep them
+            a = rng.choice(have)
+            a_t, n = plan.types[("s", a)]
+            if n == p and dst != a:
+                plan.types[("s", dst)] = (a_t, p)
+                ins = Transpose(dst=slot_ap(dst, a_t, p), src=slot_ap(a, a_t, p))
+                plan.touch("vector", [("s", a)], [("s", dst)],
+                           lambda ins=ins: b.emit("vector", ins))
         elif kind == "memset":
             plan.types[("s", dst)] = (out_t, free)
             ins = Memset(dst=slot_ap(dst, out_t, free), value=rng.uniform(-3, 3))

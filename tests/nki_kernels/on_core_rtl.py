@@ -8,7 +8,15 @@ import neuronxcc.nki.language as nl
 import numpy as np
 from elementwise import bias_activation, row_stats, transpose_tile
 from indexing import swap_blocks, window_stats
-from isa_more import partition_broadcast, scan, scan_reversed, stats, stt, to_int8
+from isa_more import (
+    partition_broadcast,
+    scan,
+    scan_reversed,
+    stats,
+    stt,
+    to_int8,
+    transposes,
+)
 from matmul_v1 import matmul_plain
 
 
@@ -42,3 +50,4 @@ if __name__ == "__main__":
     stats(normal(16, 24))
     matmul_plain(normal(8, 8), normal(8, 16))
     to_int8(normal(16, 12) * 100)
+    transposes(normal(8, 8))
