@@ -482,6 +482,17 @@ def _stochastic(b: Builder) -> None:
                           func=b.function("exp"), **sto))
 
 
+def _inputs(b: Builder, types: dict[str, str], n: int) -> dict:
+    """Tiles of ``n`` elements in every partition, one a name of ``types`` (name -> type),
+    each in its own SBUF words, loaded by queue dma0 from the HBM tensor of its name."""
+    p = b.params.partitions
+    tiles = {}
+    for name, dtype in types.items():
+        tiles[name] = _tile(b, b.sbuf(4 * n, name), n, dtype)
+        b.emit("dma0", DmaCopy(dst=tiles[name], src=b.hbm(name, (p, n), dtype).ap((0, p))))
+    return tiles
+
+
 def _element_types(b: Builder) -> None:
     """Every element type the engines stream besides the float types of the other programs:
     fp8_e4m3fn, tf32 (its code at the word's top), int8 (widened, and written as the nearest
@@ -492,12 +503,8 @@ def _element_types(b: Builder) -> None:
     and TensorCopy; memsets into them; results rounded stochastically into fp8_e4m3fn and
     tf32; narrow results at byte offsets inside words."""
     p, n = b.params.partitions, 8
-    types = {"x": "fp32", "e": "fp8_e4m3fn", "i": "int8", "t": "tf32", "j": "int32"}
-    src = {}
-    for name, dtype in types.items():
-        at = b.sbuf(4 * n, name)
-        src[name] = _tile(b, at, n, dtype)
-        b.emit("dma0", DmaCopy(dst=src[name], src=b.hbm(name, (p, n), dtype).ap((0, p))))
+    src = _inputs(b, {"x": "fp32", "e": "fp8_e4m3fn", "i": "int8", "t": "tf32", "j": "int32"},
+                  n)
     loaded = b.signal("dma0")
     x, e, i, t, j = (src[k] for k in "xeitj")
     sto = {"rounding": "stochastic"}
@@ -548,16 +555,11 @@ def _element_types(b: Builder) -> None:
 def _vector_transposes(b: Builder) -> None:
     """The vector engine's transpose, ``dst[f, p] = src[p, f]`` bit for bit: a whole tile of
     the scale's largest (its ``vector_transpose`` a side), one row and one column, a tile of
-    5 x 7 from a strided source, in bf16 at a byte offset,
-    fp8 at byte offsets, tf32 and int8 words as they are stored, SBUF to SBUF, SBUF to PSUM
-    and PSUM to SBUF."""
-    p, t = b.params.partitions, b.params.vector_transpose
+    5 x 7 from a strided source, in bf16 at a byte offset, fp8 at byte offsets, tf32 and
+    int8 words as they are stored, SBUF to SBUF, SBUF to PSUM and PSUM to SBUF."""
+    t = b.params.vector_transpose
     types = {"x": "fp32", "h": "bf16", "e": "fp8_e4m3", "t": "tf32", "i": "int8"}
-    src = {}
-    for name, dtype in types.items():
-        at = b.sbuf(4 * t, name)
-        src[name] = _tile(b, at, t, dtype)
-        b.emit("dma0", DmaCopy(dst=src[name], src=b.hbm(name, (p, t), dtype).ap((0, p))))
+    src = _inputs(b, types, t)
     v = "vector"
     b.wait(v, b.signal("dma0"))
     base = b.sbuf(4 * t * 8, "transposes")
