@@ -240,9 +240,6 @@ class ScalarEngine(wiring.Component):
         start = Signal()
         m.d.comb += [ws.ap.eq(src), wd.ap.eq(dst), ws.start.eq(start), wd.start.eq(start)]
 
-        def format_index(ap, formats):
-            return unit_format(formats, ap.dtype)
-
         # group: which turn of the lanes; base: its first partition within the tile
         group = Signal(range(self.groups + 1))
         base = Signal(range(n + lanes))
@@ -269,12 +266,13 @@ class ScalarEngine(wiring.Component):
 
         formats, alu_formats = self.params.formats, alu.params.formats
         m.d.comb += [unit.func.eq(field(Activation, "func")),
-                     unit.in_format.eq(format_index(src, formats)),
-                     unit.out_format.eq(format_index(dst, formats)), unit.stochastic.eq(stochastic),
+                     unit.in_format.eq(unit_format(formats, src.dtype)),
+                     unit.out_format.eq(unit_format(formats, dst.dtype)),
+                     unit.stochastic.eq(stochastic),
                      alu.op.eq(op), alu.op1.eq(op1), alu.reduce.eq(Reduce.NONE),
                      alu.use_scalar.eq(opcode == TensorScalar.OPCODE),
-                     alu.in_format.eq(format_index(src, alu_formats)),
-                     alu.out_format.eq(format_index(dst, alu_formats)),
+                     alu.in_format.eq(unit_format(alu_formats, src.dtype)),
+                     alu.out_format.eq(unit_format(alu_formats, dst.dtype)),
                      alu.stochastic.eq(stochastic)]
         # every partition's share (ScalarSlice): its source element and bias, its result
         s1_valid, s1_last, sent, shift = Signal(), Signal(), Signal(), Signal(2)

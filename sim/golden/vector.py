@@ -124,35 +124,31 @@ def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE,
     """
     check_rounding(rounding, params.rng)
     a = widen_input(np.asarray(a, dtype=np.uint32).reshape(-1, params.lanes), in_format)
-    if scanning:
-        if Reduce(reduce) != Reduce.NONE:
-            raise ValueError("a scan has no reduction")
-        b = widen_input(np.asarray(b, dtype=np.uint32).reshape(a.shape),
-                        in_format if b_format is None else b_format)
-        starts = np.zeros(len(a), dtype=bool)
-        starts[:1] = True
-        if last is not None:
-            starts[1:] = np.asarray(last, dtype=bool)[:-1]
-        r = scan(op, op1, a, b, np.zeros(params.lanes, np.uint32) if scalar is None
-                 else scalar, starts, reverse0, reverse1)
-        if out_format == "fp32" or len(r) == 0:
-            return r
-        return cast_output(r, out_format, rounding, params.rng, params.seed, beat)
-    if scalar is not None:
+    reduce = Reduce(reduce)
+    if scanning and reduce != Reduce.NONE:
+        raise ValueError("a scan has no reduction")
+    if scalar is not None and not scanning:
         b = np.broadcast_to(np.asarray(scalar, dtype=np.uint32), a.shape)
     elif b is None:
         b = np.zeros_like(a)
     else:
         b = widen_input(np.asarray(b, dtype=np.uint32).reshape(a.shape),
                         in_format if b_format is None else b_format)
-    r = elementwise(op, a, b)
-    if VectorOp(op1) != VectorOp.COPY:
-        if scalar1 is None:
-            raise ValueError(f"op1 {VectorOp(op1).name} needs scalar1")
-        r = elementwise(op1, r, np.asarray(scalar1, dtype=np.uint32))
-    reduce = Reduce(reduce)
-    if reduce != Reduce.NONE:
-        r = _reduce(params, r, reduce, last)
+    if scanning:
+        starts = np.zeros(len(a), dtype=bool)
+        starts[:1] = True
+        if last is not None:
+            starts[1:] = np.asarray(last, dtype=bool)[:-1]
+        r = scan(op, op1, a, b, np.zeros(params.lanes, np.uint32) if scalar is None
+                 else scalar, starts, reverse0, reverse1)
+    else:
+        r = elementwise(op, a, b)
+        if VectorOp(op1) != VectorOp.COPY:
+            if scalar1 is None:
+                raise ValueError(f"op1 {VectorOp(op1).name} needs scalar1")
+            r = elementwise(op1, r, np.asarray(scalar1, dtype=np.uint32))
+        if reduce != Reduce.NONE:
+            r = _reduce(params, r, reduce, last)
     if out_format == "fp32" or len(r) == 0:
         return r
     return cast_output(r, out_format, rounding, params.rng, params.seed, beat)
