@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import logging
 import math
 import pickle
 import random
@@ -127,6 +128,10 @@ class CoreTB:
         dut.host__we.value = 0
         self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi_"), dut.clk, dut.rst,
                           size=params.hbm_bytes)
+        for side in (self.ram.write_if, self.ram.read_if):
+            # the model logs every burst at INFO (tens of thousands of lines a run, a few per
+            # cent of its time); its warnings and errors still reach the log
+            side.log.setLevel(logging.WARNING)
         self.channels = ([getattr(self.ram.write_if, ch)
                           for ch in ("aw_channel", "w_channel", "b_channel")]
                          + [getattr(self.ram.read_if, ch) for ch in ("ar_channel", "r_channel")])
