@@ -3,6 +3,7 @@ reported per module (sim.tb.coverage), collected by the runner, and asked for by
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from generators.cli import main
@@ -75,6 +76,29 @@ def test_a_verilator_run_counts_its_coverage():
     assert result.ok and result.coverage is not None
     cov = summarise(read(result.coverage))["stream_pipe"]
     assert 0 < cov.lines[0] <= cov.lines[1] and 0 < cov.toggles[0] < cov.toggles[1]
+
+
+def test_a_run_counts_only_the_kinds_asked_for():
+    """Line coverage alone: a build without toggle counters, the build the core is counted
+    with."""
+    skip_unless_available("verilator")
+    text = emit_verilog(StreamPipe(), "stream_pipe")
+    with collecting_coverage(("line",)):
+        result = run_verilog(text, "stream_pipe", "sim.tb.test_streams", "verilator",
+                             {"seed": 1}, testcase="left_over")
+    assert result.ok and result.coverage is not None
+    cov = summarise(read(result.coverage))["stream_pipe"]
+    assert 0 < cov.lines[0] <= cov.lines[1] and cov.toggles == [0, 0]
+    with pytest.raises(ValueError, match="expected coverage kinds among"):
+        with collecting_coverage(("branch",)):
+            pass
+
+
+def test_coverage_of_needs_coverage():
+    result = CliRunner().invoke(main, ["sim", "trn2", "--unit", "link", "--sim", "verilator",
+                                       "--coverage-of", "line"])
+    assert result.exit_code == 2
+    assert "--coverage-of line is an option of --coverage DIR" in result.output
 
 
 def test_coverage_needs_verilator():

@@ -202,9 +202,15 @@ def chip(spec, output, scale, synthesise):
               help="Record an FST waveform of each run, scoped to the unit, and print its path.")
 @click.option("--coverage", "coverage", type=click.Path(file_okay=False, path_type=Path),
               default=None, metavar="DIR",
-              help="With --sim verilator: count line and toggle coverage over every run, "
-                   "merged, and write a report per module into DIR (index.html).")
-def sim(spec, unit_names, simulator, seed, kernel, waves, coverage):
+              help="With --sim verilator: count line and toggle coverage (or the kinds "
+                   "--coverage-of names) over every run, merged, and write a report per "
+                   "module into DIR (index.html).")
+@click.option("--coverage-of", "coverage_kinds", type=click.Choice(["line", "toggle"]),
+              multiple=True, metavar="KIND",
+              help="With --coverage: count only this kind (line or toggle; repeatable). "
+                   "Default: both. Toggles are the costly kind to build: count the core's "
+                   "lines alone.")
+def sim(spec, unit_names, simulator, seed, kernel, waves, coverage, coverage_kinds):
     """Run a unit's cocotb testbench on SPEC at simulation scale.
 
     With --unit core, the NeuronCore co-simulation: each program runs on the RTL and on the
@@ -212,7 +218,8 @@ def sim(spec, unit_names, simulator, seed, kernel, waves, coverage):
     import contextlib
     import random
 
-    from sim.tb.runner import SimulatorMissing, collecting_coverage, recording_waves
+    from sim.tb.runner import (COVERAGE_KINDS, SimulatorMissing, collecting_coverage,
+                               recording_waves)
 
     from ..units import UNITS
     from .benches import BENCHES
@@ -239,6 +246,9 @@ def sim(spec, unit_names, simulator, seed, kernel, waves, coverage):
     if coverage is not None and simulator != "verilator":
         raise SpecError(f"--coverage is counted by Verilator: expected --sim verilator, found "
                         f"--sim {simulator}")
+    if coverage_kinds and coverage is None:
+        raise SpecError(f"--coverage-of {coverage_kinds[0]} is an option of --coverage DIR: "
+                        f"expected --coverage, found none")
     options = {} if kernel is None else {"kernel": kernel}
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
     for unit_name in names:
@@ -252,7 +262,7 @@ def sim(spec, unit_names, simulator, seed, kernel, waves, coverage):
             if waves:
                 stack.enter_context(recording_waves())
             if coverage is not None:
-                stack.enter_context(collecting_coverage())
+                stack.enter_context(collecting_coverage(coverage_kinds or COVERAGE_KINDS))
             for unit_name in names:
                 bench = BENCHES[unit_name]
                 for params in UNITS[unit_name].params(doc.spec, "sim"):

@@ -47,10 +47,11 @@ ENV_PARAMS = "TRNGEN_TB"
 REWRITTEN = "*/sim/tb/*.py"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _WAVES: ContextVar[bool] = ContextVar("trngen_waves", default=False)
-_COVERAGE: ContextVar[bool] = ContextVar("trngen_coverage", default=False)
-#: The Verilator flags of a build that counts coverage: every line (each statement block)
-#: and every bit's toggles.
-COVERAGE_ARGS = ("--coverage-line", "--coverage-toggle")
+#: The kinds of coverage the runs count (none outside :func:`collecting_coverage`).
+_COVERAGE: ContextVar[tuple[str, ...]] = ContextVar("trngen_coverage", default=())
+#: What Verilator counts: every line (each statement block) and every bit's toggles. A build
+#: counts the kinds asked for, each by Verilator's ``--coverage-KIND``.
+COVERAGE_KINDS = ("line", "toggle")
 
 
 class SimulatorMissing(RuntimeError):
@@ -139,11 +140,16 @@ def recording_waves():
 
 
 @contextmanager
-def collecting_coverage():
-    """Within this context, every Verilator run counts line and toggle coverage (a build of
-    its own, :data:`COVERAGE_ARGS`); :attr:`RunResult.coverage` is the file Verilator wrote,
-    which :mod:`sim.tb.coverage` reads. An Icarus run is refused: it counts none."""
-    token = _COVERAGE.set(True)
+def collecting_coverage(kinds: tuple[str, ...] = COVERAGE_KINDS):
+    """Within this context, every Verilator run counts the ``kinds`` of
+    :data:`COVERAGE_KINDS` (a build of its own); :attr:`RunResult.coverage` is the file
+    Verilator wrote, which :mod:`sim.tb.coverage` reads. An Icarus run is refused: it counts
+    none. Toggles are the costly kind to build; the core is counted by lines alone
+    (benchmarks/coverage.md)."""
+    unknown = [k for k in kinds if k not in COVERAGE_KINDS]
+    if unknown or not kinds:
+        raise ValueError(f"expected coverage kinds among {COVERAGE_KINDS}, found {kinds}")
+    token = _COVERAGE.set(tuple(k for k in COVERAGE_KINDS if k in kinds))
     try:
         yield
     finally:
@@ -331,11 +337,11 @@ def hier_blocks(verilog_text: str, toplevel: str, instances: int = HIER_INSTANCE
 
 
 def build_args(sim: str, toplevel: str, waves: bool = False, verilog_text: str = "",
-               coverage: bool = False) -> tuple[list[str], str]:
+               coverage: tuple[str, ...] = ()) -> tuple[list[str], str]:
     """The flags a build of ``sim`` is compiled with, and the text of the Verilator
     configuration file it reads (both part of its cache key); a Verilator build verilates
-    the :func:`hier_blocks` of ``verilog_text`` apart, and with ``coverage`` counts it (then
-    flat)."""
+    the :func:`hier_blocks` of ``verilog_text`` apart, and counts the ``coverage`` kinds of
+    :data:`COVERAGE_KINDS` (then flat)."""
     if sim == "icarus":
         # Amaranth's Verilog (Yosys' backend) is Verilog-2005: each combinational block also
         # waits on a trigger register initialised to 0 where it is declared, so that it runs
@@ -356,7 +362,7 @@ def build_args(sim: str, toplevel: str, waves: bool = False, verilog_text: str =
     blocks = hier_blocks(verilog_text, toplevel) if verilog_text and not coverage else ()
     config += "".join(f'hier_block -module "{b}"\n' for b in blocks)
     return (args + (["--hierarchical"] if blocks else []) + (["--trace-fst"] if waves else [])
-            + (list(COVERAGE_ARGS) if coverage else [])), config
+            + [f"--coverage-{kind}" for kind in coverage]), config
 
 
 @functools.cache
