@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from sim.tb.runner import build, emit_verilog, run_verilog, skip_unless_available
+from sim.tb.runner import (CCACHE_SIZE, build, emit_verilog, run_verilog, setup_verilator_env,
+                          skip_unless_available)
 from sim.tb.test_streams import StreamPipe
 from specs.store import Store
 
@@ -142,3 +143,22 @@ def test_hier_blocks_are_the_highest_repeated_modules_counting_generate_loops():
     assert hier_blocks(text, "top", 10, 100) == ("pe",)      # small: 10, but too small
     assert hier_blocks(text, "top", 10, 0) == ("pe", "small")
     assert hier_blocks(text, "missing", 1, 0) == ()
+
+
+def test_verilator_builds_compile_through_ccache_in_the_trngen_cache(tmp_path, monkeypatch):
+    """With ccache on PATH, Verilator's OBJCACHE is ccache and its cache is the trngen
+    cache's ccache/; without it, nothing is set; settings of the caller's are kept."""
+    monkeypatch.setenv("TRNGEN_CACHE", str(tmp_path / "cache"))
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    fake = tools / "ccache"
+    fake.write_text("#!/bin/sh\nexec \"$@\"\n")
+    fake.chmod(0o755)
+    env = setup_verilator_env({"PATH": str(tools)})
+    assert env["OBJCACHE"] == "ccache"
+    assert env["CCACHE_DIR"] == str(tmp_path / "cache" / "ccache")
+    assert env["CCACHE_MAXSIZE"] == CCACHE_SIZE
+    kept = setup_verilator_env({"PATH": str(tools), "OBJCACHE": "", "CCACHE_DIR": "/x"})
+    assert kept["OBJCACHE"] == "" and kept["CCACHE_DIR"] == "/x"
+    bare = setup_verilator_env({"PATH": str(tmp_path / "none")})
+    assert "OBJCACHE" not in bare and "CCACHE_DIR" not in bare

@@ -39,9 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specs.files import locked
-from specs.store import Store, code_digest
+from specs.store import Store, cache_home, code_digest
 
 SIMULATORS = ("icarus", "verilator")
+#: The most the compiler cache of Verilator builds keeps (ccache evicts the least recently
+#: used beyond it).
+CCACHE_SIZE = "2G"
 ENV_PARAMS = "TRNGEN_TB"
 #: The modules whose assertions cocotb rewrites for pytest's messages: the testbenches.
 REWRITTEN = "*/sim/tb/*.py"
@@ -78,6 +81,12 @@ def setup_verilator_env(env: dict[str, str] | None = None) -> dict[str, str]:
     Puts cocotb's libraries first on ``LD_LIBRARY_PATH``: a Verilator executable's run path
     names the cocotb of the checkout that built it, which for a build taken from the
     :func:`shared_store` is another checkout's, perhaps gone.
+
+    Compiles through ``ccache`` where it is installed (Verilator's ``OBJCACHE``), its cache in
+    :func:`~specs.store.cache_home` (``ccache/``, at most :data:`CCACHE_SIZE`): every build
+    compiles the same Verilator runtime (``verilated.cpp``, its VPI and DPI parts), which a
+    build after the first then takes from the cache instead of compiling it again. An
+    ``OBJCACHE`` or ``CCACHE_DIR`` the caller set is left alone.
     """
     env = os.environ if env is None else env
     from cocotb_tools.config import libs_dir
@@ -89,6 +98,10 @@ def setup_verilator_env(env: dict[str, str] | None = None) -> dict[str, str]:
     if root is not None and shutil.which("verilator", path=env.get("PATH")) is None:
         env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         env["VERILATOR_ROOT"] = str(root)
+    if "OBJCACHE" not in env and shutil.which("ccache", path=env.get("PATH")):
+        env["OBJCACHE"] = "ccache"
+        env.setdefault("CCACHE_DIR", str(cache_home() / "ccache"))
+        env.setdefault("CCACHE_MAXSIZE", CCACHE_SIZE)
     flag = "CFG_CXXFLAGS_PCH_I=-include"
     if flag not in env.get("MAKEFLAGS", ""):
         env["MAKEFLAGS"] = f"{env.get('MAKEFLAGS', '')} {flag}".strip()
