@@ -9,8 +9,14 @@ import json
 
 import pytest
 
-from sim.tb.runner import (CCACHE_SIZE, build, emit_verilog, run_verilog, setup_verilator_env,
-                          skip_unless_available)
+from sim.tb.runner import (
+    CCACHE_SIZE,
+    build,
+    emit_verilog,
+    run_verilog,
+    setup_verilator_env,
+    skip_unless_available,
+)
 from sim.tb.test_streams import StreamPipe
 from specs.store import Store
 

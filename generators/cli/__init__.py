@@ -218,8 +218,7 @@ def sim(spec, unit_names, simulator, seed, kernel, waves, coverage, coverage_kin
     import contextlib
     import random
 
-    from sim.tb.runner import (COVERAGE_KINDS, SimulatorMissing, collecting_coverage,
-                               recording_waves)
+    from sim.tb.runner import COVERAGE_KINDS, SimulatorMissing, collecting_coverage, recording_waves
 
     from ..units import UNITS
     from .benches import BENCHES
