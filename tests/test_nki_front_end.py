@@ -171,6 +171,8 @@ ERRORS = [
      "a PSUM tile of [128, 1024] fp32 takes 4096 bytes per partition, above one 2048-byte "
      "PSUM bank"),
     ("sbuf_full", ((128, 1), np.float32), None, "sbuf", "SBUF full: tensor sbuf"),
+    ("sbuf_one_tile", ((128, 1), np.float32), None, "sbuf_one",
+     "SBUF full: tensor sbuf [128, 50000] fp32 needs 200000 bytes per partition"),
     ("out_of_bounds", ((128, 1000), np.float32), None, "bounds",
      "Out-of-bound access for tensor `x` on dimension 1: index range [512, 1023] exceed "
      "dimension size of 1000"),
@@ -206,7 +208,9 @@ ERRORS = [
 
 
 @pytest.mark.parametrize("name,a,b,tag,message", ERRORS, ids=[e[0] for e in ERRORS])
-def test_errors_name_the_kernel_line(load, name, a, b, tag, message):
+def test_errors_name_the_kernel_line(load, monkeypatch, name, a, b, tag, message):
+    """With spilling off, SBUF full is the allocation's own error (spilling: below)."""
+    monkeypatch.setattr(knki.SESSION, "spill", False)
     k = load("errors")[name]
     args = [np.zeros(*a)] + ([np.zeros(*b)] if b else [])
     with pytest.raises(knki.NkiError) as info:
@@ -255,10 +259,18 @@ def test_gen_nki_kernel_report_and_error_line():
     assert ok.exit_code == 0, ok.output
     assert '"kernel": "matmul"' in ok.output and '"hfu"' in ok.output
     bad = runner.invoke(main, ["nki", str(HERE / "errors.py"), "--kernel", "sbuf_full",
-                               "--shape", "x=128x1"])
+                               "--shape", "x=128x1", "--no-spill"])
     assert bad.exit_code == 2
     lines = bad.output.strip().splitlines()
     assert len(lines) == 1 and re.search(rf"errors\.py:{_line('sbuf')}: SBUF full", lines[0])
+    spilled = runner.invoke(main, ["nki", str(HERE / "errors.py"), "--kernel", "sbuf_full",
+                                   "--shape", "x=128x1"])
+    assert spilled.exit_code == 0, spilled.output
+    (warning,) = spilled.stderr.strip().splitlines()
+    assert re.search(rf"^warning: \S*errors\.py:{_line('sbuf')}: SBUF full: tensor sbuf_48 "
+                     r"\[128, 1024\] fp32 needs 4096 bytes per partition; \d+ live tensors "
+                     r"spilled to HBM and back", warning), warning
+    assert re.search(r"SBUF spills +\d+ tensors to HBM and back", spilled.stdout)
     bad = runner.invoke(main, ["nki", str(HERE / "errors.py"), "--kernel",
                                "same_block_every_iteration", "--shape", "x=128x1"])
     assert bad.exit_code == 2
@@ -288,6 +300,45 @@ def test_tiles_held_past_their_last_use_fit_by_liveness(load):
     assert _err(out, 2 * x.astype(np.float64) + 1) <= kernels.TOLERANCE["fp32"]
     run = knki.SESSION.launches[-1]
     assert run.sbuf_high <= 196608 < 48 * 2 * 4096
+
+
+def test_live_tiles_beyond_sbuf_spill_to_hbm_and_back(load):
+    """64 blocks of 4 KiB a partition all live (256 KiB in 192): the blocks loaded last spill
+    earlier ones to HBM and back, every byte restored (the sums equal numpy's in float32,
+    in the kernel's order) and every reuse ordered (the numeric run checks every
+    cross-stream access for races); the same with two-byte words, and the error kernel's
+    64 tiles of constants."""
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((128, 64 * 1024)).astype(np.float32)
+    k = load("liveness")
+    out = k["held_blocks"](x)
+    run = knki.SESSION.launches[-1]
+    assert run.spills > 0 and run.spilled_bytes == 4096 * run.spills
+    assert run.sbuf_high <= 196608
+    want = x[:, :1024] * np.float32(1)
+    for j in range(1, 64):
+        want = want + x[:, j * 1024:(j + 1) * 1024] * np.float32(j + 1)
+    assert np.array_equal(out, want)
+    y = rng.standard_normal((128, 100 * 1023)).astype(BF16)
+    out = k["held_halves"](y)
+    assert knki.SESSION.launches[-1].spills > 0
+    blocks = [y[:, j * 1023:(j + 1) * 1023].astype(np.float32) for j in range(100)]
+    want = blocks[0].astype(BF16)
+    for b in blocks[1:]:
+        want = (want.astype(np.float32) - b).astype(BF16)
+    want = (want.astype(np.float32) - blocks[0]).astype(BF16)
+    assert np.array_equal(out.astype(np.float32), want.astype(np.float32))
+    z = rng.standard_normal((128, 1)).astype(np.float32)
+    want = z
+    for i in range(64):
+        want = want + np.float32(i)
+    assert np.array_equal(load("errors")["sbuf_full"](z), want)
+
+
+def test_spilling_is_deterministic(load):
+    x = np.zeros((128, 64 * 1024), np.float32)
+    k = load("liveness")["held_blocks"]
+    assert _program(k, x) == _program(k, x)
 
 
 def test_tiles_made_before_the_previous_are_dropped(load):

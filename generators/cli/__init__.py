@@ -744,10 +744,16 @@ def explore(sweep, output, scheduler, max_points):
                    "the core RTL too, every byte of SBUF, PSUM and HBM compared.")
 @click.option("--sim", "simulator", type=click.Choice(["icarus", "verilator"]),
               default="verilator", show_default=True, help="With --rtl: the HDL simulator.")
-def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed, rtl, simulator):
+@click.option("--no-spill", "no_spill", is_flag=True,
+              help="Refuse a kernel whose live SBUF tensors do not fit (NKI's out-of-memory "
+                   "error at the allocation) instead of spilling some to HBM and back, as "
+                   "NKI's compiler does.")
+def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed, rtl, simulator,
+            no_spill):
     """Trace the NKI kernels of FILE into the core's ISA and run them on the core simulator:
     per launch the predicted time, per-engine busy, HFU, bytes moved and the SBUF/PSUM
-    high-water marks; with --rtl, on the core RTL as well."""
+    high-water marks; with --rtl, on the core RTL as well. A launch whose SBUF tensors
+    spilled to HBM says so, on standard error too, naming the allocation that did not fit."""
     from kernels import KernelError
     from kernels.nki import launch
     from sim.core import ProgramError
@@ -760,7 +766,7 @@ def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed, rtl, simul
         shapes = launch.parse_shapes(shape)
         launches = launch.run_file(file, kernel, shapes, target=spec,
                                    timing_only=timing_only, trace=bool(trace), seed=seed,
-                                   scale=scale, keep=rtl)
+                                   scale=scale, keep=rtl, spill=not no_spill)
     except (KernelError, ProgramError) as exc:
         click.echo(f"error: {str(exc).splitlines()[0]}", err=True)
         sys.exit(EXIT_BAD_INPUT)
@@ -790,7 +796,14 @@ def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed, rtl, simul
                "sbuf_high_bytes": run.sbuf_high, "psum_high_bytes": run.psum_high,
                "instructions": run.instructions,
                "busy_s": dict(res.busy), "compile_s": run.compile_seconds,
-               "simulate_s": run.run_seconds}
+               "simulate_s": run.run_seconds, "sbuf_spills": run.spills,
+               "sbuf_spilled_bytes": run.spilled_bytes}
+        if run.spills:
+            where, tensor, nbytes = run.first_spill
+            click.echo(f"warning: {where}: SBUF full: tensor {tensor} needs {nbytes} bytes "
+                       f"per partition; {run.spills} live tensors spilled to HBM and back "
+                       f"({run.spilled_bytes:,} bytes per partition; --no-spill refuses)",
+                       err=True)
         if trace:
             path = trace if i == 0 else trace.with_name(f"{trace.name}.{i}")
             path.write_text(res.trace_json())
@@ -811,6 +824,9 @@ def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed, rtl, simul
         click.echo(f"  DMA           {_si(row['dma_bytes'], 'B')} moved")
         click.echo(f"  SBUF / PSUM   {row['sbuf_high_bytes']:,} / {row['psum_high_bytes']:,} "
                    f"bytes per partition at most")
+        if row["sbuf_spills"]:
+            click.echo(f"  SBUF spills   {row['sbuf_spills']:,} tensors to HBM and back, "
+                       f"{row['sbuf_spilled_bytes']:,} bytes per partition")
         click.echo(f"  instructions  {row['instructions']:,} (traced in "
                    f"{row['compile_s']:.2f} s, simulated in {row['simulate_s']:.2f} s)")
         for eng, busy in row["busy_s"].items():

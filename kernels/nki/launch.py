@@ -65,6 +65,11 @@ class Launch:
     #: in timing mode)
     programs: tuple[Program, ...] = ()
     hbm: np.ndarray | None = None
+    #: SBUF tensors spilled to HBM and back (:meth:`Tracer.allocate`), their bytes per
+    #: partition, and the allocation that made the first: (kernel line, tensor, bytes)
+    spills: int = 0
+    spilled_bytes: int = 0
+    first_spill: tuple[str, str, int] | None = None
 
 
 @dataclass
@@ -76,6 +81,9 @@ class Session:
     scale: str = "full"
     #: whether each launch keeps its programs and initial HBM (:class:`Launch`)
     keep: bool = False
+    #: whether SBUF that does not fit spills to HBM, as NKI's compiler does, or is NKI's
+    #: out-of-memory error (:meth:`Tracer.allocate`)
+    spill: bool = True
     launches: list[Launch] = field(default_factory=list)
 
 
@@ -164,7 +172,7 @@ class Kernel:
             else [()]
         tracers, calls, inputs, out = [], [], {}, None
         for core in range(cores):
-            tracer = Tracer(params_for(target, SESSION.scale))
+            tracer = Tracer(params_for(target, SESSION.scale), spill=SESSION.spill)
             tracer.grid = self.sizes
             call = {}
             with tracer:
@@ -241,7 +249,8 @@ class Kernel:
             "timing" if timing_only else "numeric", self.sizes, len(programs[slowest]),
             results[slowest], tracer.spaces["sbuf"].high, tracer.spaces["psum"].high,
             tuple(sorted(tracer.matmul_dtypes)), t1 - t0, t2 - t1, cores,
-            tuple(programs) if SESSION.keep else (), initial))
+            tuple(programs) if SESSION.keep else (), initial, tracer.spills,
+            tracer.spilled_bytes, tracer.first_spill))
         return _outputs(out, hbm)
 
     def run(self, *args, **kwargs):
@@ -391,19 +400,22 @@ _NKI_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16",
 
 def run_file(path, kernel: str | None = None, shapes: dict | None = None, *,
              target: str | None = None, timing_only: bool = False, trace: bool = False,
-             seed: int = 0, scale: str = "full", keep: bool = False) -> list[Launch]:
+             seed: int = 0, scale: str = "full", keep: bool = False,
+             spill: bool = True) -> list[Launch]:
     """Run the NKI kernel file ``path`` with the interface installed: as ``__main__``
     (its own script launches), or with ``kernel`` that one kernel on random normal inputs
     of ``shapes`` (:func:`parse_shapes`), traced for the core at ``scale``, each launch
-    keeping its programs and initial HBM with ``keep``. The launches it made."""
+    keeping its programs and initial HBM with ``keep``, SBUF that does not fit spilling to
+    HBM with ``spill``. The launches it made."""
     import runpy
     import sys
 
     from . import installed
 
-    before = SESSION.target, SESSION.timing_only, SESSION.trace, SESSION.scale, SESSION.keep
+    before = (SESSION.target, SESSION.timing_only, SESSION.trace, SESSION.scale, SESSION.keep,
+              SESSION.spill)
     SESSION.target, SESSION.timing_only, SESSION.trace = target, timing_only, trace
-    SESSION.scale, SESSION.keep = scale, keep
+    SESSION.scale, SESSION.keep, SESSION.spill = scale, keep, spill
     SESSION.launches = []
     argv, syspath = sys.argv, list(sys.path)
     sys.argv = [str(path)]
@@ -438,5 +450,5 @@ def run_file(path, kernel: str | None = None, shapes: dict | None = None, *,
     finally:
         sys.argv = argv
         sys.path[:] = syspath
-        SESSION.target, SESSION.timing_only, SESSION.trace, SESSION.scale, SESSION.keep = \
-            before
+        (SESSION.target, SESSION.timing_only, SESSION.trace, SESSION.scale, SESSION.keep,
+         SESSION.spill) = before

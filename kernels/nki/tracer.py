@@ -10,7 +10,9 @@
   lives from the first to the last instruction that touches it), next-fit in the order of
   first use, so that the tiles of successive loop iterations land on fresh space while
   there is room and iterations overlap (double buffering falls out); PSUM tiles never
-  cross a bank. A tensor Python still holds after its last use takes no space.
+  cross a bank. A tensor Python still holds after its last use takes no space. A tensor
+  that does not fit in SBUF makes room by spilling, as NKI's compiler does: a live tensor
+  goes to HBM between two of its uses (:meth:`Tracer.allocate`).
 * **Dependencies.** Every access records its footprint on its buffer; a read waits for the
   writes it overlaps (RAW), a write for the reads and writes it overlaps (WAR, WAW), and a
   write into space that dead tensors held for their last accesses. At the end,
@@ -28,11 +30,11 @@ import math
 import sys
 from bisect import bisect_left, insort
 from dataclasses import dataclass, replace
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 
 import numpy as np
 
-from hdl.core.isa import AP, DTYPES, FREE_MAX, Memset
+from hdl.core.isa import AP, DTYPES, FREE_MAX, DmaCopy, Memset
 from hdl.core.params import CoreParams
 from hdl.numerics.dtypes import ML_DTYPES
 from kernels.builder import SBUF_ALIGN, Builder
@@ -822,6 +824,20 @@ class _Space:
                 s = -(-s // self.bank) * self.bank
         return s if s + n <= b else None
 
+    def fits(self, n: int, extra: tuple[int, int] | None = None) -> bool:
+        """Whether ``n`` bytes fit in a free range, with the range ``extra`` freed too."""
+        n = max(n, 1)
+        free = list(self.free)
+        if extra is not None:
+            insort(free, extra)
+        merged: list = []
+        for a, b in free:
+            if merged and merged[-1][1] == a:
+                merged[-1] = (merged[-1][0], b)
+            else:
+                merged.append((a, b))
+        return any(self._fit(a, b, n) is not None for a, b in merged)
+
     def alloc(self, n: int) -> int | None:
         n = max(n, 1)
         order = [i for i, (a, b) in enumerate(self.free) if b > self.cursor] + \
@@ -911,7 +927,7 @@ class _Pending:
 class Tracer:
     """Traces one kernel launch into a program for a core of ``params``."""
 
-    def __init__(self, params: CoreParams):
+    def __init__(self, params: CoreParams, spill: bool = True):
         self.params = params
         self.builder = Builder(params)
         self.nodes: list[_Node] = []
@@ -923,6 +939,14 @@ class Tracer:
         self.retired: dict[str, list[tuple]] = {"sbuf": [], "psum": []}
         self._widest = {"sbuf": 0, "psum": 0}
         self._retired = 0
+        #: whether a buffer that does not fit in SBUF spills a live one to HBM
+        #: (:meth:`allocate`); the spills made, their bytes per partition, and the buffer
+        #: that made the first: (kernel line, tensor, bytes per partition)
+        self.spill = spill
+        self.spills = self.spilled_bytes = 0
+        self.first_spill: tuple[str, str, int] | None = None
+        self._inserted = 0
+        self._uses: dict[int, list[_Node]] = {}
         self.pending: _Pending | None = None
         self._queue = 0
         self._names: dict[str, int] = {}
@@ -1020,29 +1044,134 @@ class Tracer:
         its range is free after that. Buffers are placed in the order of their first use,
         next-fit, so that the tiles of successive loop iterations land on fresh space while
         there is room (double buffering). A write into a range that dead tensors held waits
-        for their last accesses. A buffer that does not fit is NKI's out-of-memory error at
-        the kernel line that made it."""
+        for their last accesses.
+
+        A buffer that does not fit in SBUF makes room by spilling (with :attr:`spill`): of
+        the live SBUF tensors that its first instruction does not touch, the one used again
+        latest (preferring one whose range alone makes room) is copied to an HBM tensor of
+        its own after its last use before that instruction, and copied back, into a new
+        placement, before its next use; every later access waits for the copy back. When no
+        live tensor can make room (every one is touched by that instruction), or with
+        spilling off, or in PSUM, it is NKI's out-of-memory error at the kernel line that
+        made the buffer."""
         if self._allocated:
             return
         self._allocated = True
+        uses: dict[int, list[_Node]] = {}
+        for node in self.nodes:
+            for _, buf in node.moved:
+                have = uses.setdefault(id(buf), [])
+                if not have or have[-1] is not node:
+                    have.append(node)
+        self._uses = uses
         live = sorted((b for b in self.on_chip_buffers if b.first >= 0),
                       key=lambda b: b.first)  # a stable sort: ties in creation order
-        ends: list = []  # (last instruction, order, buffer) of the live buffers
-        for order, buf in enumerate(live):
-            while ends and ends[0][0] < buf.first:
-                self._release(heappop(ends)[2])
+        todo = [(b.first, order, b) for order, b in enumerate(live)]
+        heapify(todo)
+        order = len(todo)
+        ends: list = []  # (last instruction, order, buffer) of the placed buffers
+        placed: dict[int, Buffer] = {}  # the live placed buffers (a spilled one leaves)
+        spilled = False
+        while todo:
+            first, key, buf = heappop(todo)
+            while ends and ends[0][0] < first:
+                done = heappop(ends)[2]
+                if placed.pop(id(done), None) is not None:
+                    self._release(done)
+            space = self.spaces[buf.space]
+            while not space.fits(buf.nbytes):
+                victim = self._victim(buf, placed) if self.spill else None
+                if victim is None:
+                    raise NkiError(f"{buf.space.upper()} full: tensor {buf.name} {buf.what} "
+                                   f"needs {buf.nbytes} bytes per partition; {space.used} of "
+                                   f"{space.size} are held by live tensors (largest free "
+                                   f"range {max((b - a for a, b in space.free), default=0)})",
+                                   where=buf.where)
+                if not self.spills:
+                    self.first_spill = (buf.where, f"{buf.name} {buf.what}", buf.nbytes)
+                del placed[id(victim)]
+                back = self._spill(victim, first)
+                order += 1
+                heappush(todo, (back.first, order, back))
+                spilled = True
             self._place(buf)
-            heappush(ends, (buf.last, order, buf))
+            placed[id(buf)] = buf
+            heappush(ends, (buf.last, key, buf))
+        if spilled:
+            self.nodes.sort(key=lambda n: n.index)
+
+    def _victim(self, buf: Buffer, placed: dict) -> Buffer | None:
+        """The live SBUF tensor to spill so that ``buf`` fits (see :meth:`allocate`)."""
+        if buf.space != "sbuf":
+            return None
+        space, now = self.spaces["sbuf"], buf.first
+        best, best_key = None, None
+        for v in placed.values():
+            if v.space != "sbuf":
+                continue
+            use = self._uses[id(v)]
+            i = bisect_left([n.index for n in use], now)
+            if i == 0 or i == len(use) or use[i].index == now:
+                continue  # touched by the instruction that needs the room
+            key = (space.fits(buf.nbytes, (v.offset, v.offset + v.nbytes)), use[i].index,
+                   v.nbytes)
+            if best_key is None or key > best_key:
+                best, best_key = v, key
+        return best
+
+    def _spill(self, buf: Buffer, now: float) -> Buffer:
+        """Copy ``buf`` to an HBM tensor after its last use before instruction ``now``,
+        free its range, and return the buffer that holds it again from just before its next
+        use (to be placed), the later accesses moved to it."""
+        use = self._uses.pop(id(buf))
+        i = bisect_left([n.index for n in use], now)
+        before, after = use[:i], use[i:]
+        n = buf.nbytes
+        item = 4 if n % 4 == 0 else 2 if n % 2 == 0 else 1
+        dt = {4: "uint32", 2: "bf16", 1: "uint8"}[item]
+        count = n // item
+        parts = self.params.partitions
+        hbm = self.builder.hbm(self._name(f"{buf.name}_spill"), (parts, count), dt)
+        back = Buffer("sbuf", buf.name, 0, n, where=buf.where, what=buf.what)
+        back.last = buf.last
+        stores, loads = [], []
+        step = (1 << 16) - 1  # elements of one access pattern's dimension
+        for first in range(0, count, step):
+            size = min(step, count - first)
+            on = AP("sbuf", dt, 0, parts, first * item, ((size, 1),))
+            off = AP("hbm", dt, 0, parts, hbm.offset + first * item, ((size, 1),), n)
+            # strictly between the last use before and ``now``, and between ``now`` and the
+            # next use: distinct for every copy, in the order they are made
+            self._inserted += 1
+            tilt = 1e-3 * (1 + 1e-9 * self._inserted)
+            lo, hi = before[-1].index, after[0].index
+            store = _Node(self.dma_queue(), DmaCopy(dst=off, src=on), lo + (now - lo) * tilt)
+            store.moved = (("src", buf),)
+            _wait_for(store, _latest(before).values())
+            stores.append(store)
+            load = _Node(self.dma_queue(), DmaCopy(dst=on, src=off), hi - (hi - now) * tilt)
+            load.moved = (("dst", back),)
+            loads.append(load)
+        for load in loads:
+            _wait_for(load, stores)
+            back.written.append((load, footprint(load.ins.dst)))
+        for node in after:
+            node.moved = tuple((f, back if b is buf else b) for f, b in node.moved)
+            _wait_for(node, loads)
+        back.first = min(load.index for load in loads)
+        back.latest = _latest([*loads, *after])
+        self._uses[id(back)] = [*loads, *after]
+        buf.latest = _latest([*before, *stores])
+        self._release(buf)
+        self.nodes += stores + loads
+        self.spills += 1
+        self.spilled_bytes += n
+        return back
 
     def _place(self, buf: Buffer) -> None:
         space = self.spaces[buf.space]
         offset = space.alloc(buf.nbytes)
-        if offset is None:
-            raise NkiError(f"{buf.space.upper()} full: tensor {buf.name} {buf.what} needs "
-                           f"{buf.nbytes} bytes per partition; {space.used} of {space.size} "
-                           f"are held by live tensors (largest free range "
-                           f"{max((b - a for a, b in space.free), default=0)})",
-                           where=buf.where)
+        assert offset is not None, "placed without room"
         buf.offset = offset
         # the retired ranges it overlaps, relative to it; those it covers are dropped
         lo, hi = offset, offset + buf.nbytes
@@ -1333,7 +1462,8 @@ class Tracer:
                 dep.signal = True
         b = self.builder
         waited: dict[tuple[str, int], int] = {}
-        moved: dict[int, AP] = {}  # an access pattern shared by instructions moves once
+        # an access pattern shared by instructions moves once for each buffer it is moved by
+        moved: dict[tuple[int, int], AP] = {}
         for node in self.nodes:
             for dep in node.deps:
                 ev = dep.event
@@ -1346,9 +1476,9 @@ class Tracer:
                 changes = {}
                 for name, buf in node.moved:
                     ap = getattr(ins, name)
-                    new = moved.get(id(ap))
+                    new = moved.get((id(ap), id(buf)))
                     if new is None:
-                        new = moved[id(ap)] = AP(ap.space, ap.dtype, ap.partition,
+                        new = moved[id(ap), id(buf)] = AP(ap.space, ap.dtype, ap.partition,
                                                  ap.partitions, ap.offset + buf.offset,
                                                  ap.dims, ap.pstride)
                     changes[name] = new

@@ -47,6 +47,16 @@ def sbuf_full(x):
 
 
 @nki.jit
+def sbuf_one_tile(x):
+    """One tile of 200,000 bytes a partition: more than the whole SBUF, whatever spills."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 50000), nl.float32, buffer=nl.sbuf)  # ERROR sbuf_one
+    t[...] = 1.0
+    nl.store(out, t[:, 0:1])
+    return out
+
+
+@nki.jit
 def out_of_bounds(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     i_p, i_f = nl.mgrid[0:128, 0:512]
