@@ -59,6 +59,18 @@ class tile_size:  # noqa: N801 - NKI's name
     bn_stats_fmax = 512
 
 
+def static_cast(input_data, dtype):
+    """A host scalar or array cast to ``dtype`` (``nl.static_cast``), rounding to nearest even
+    as numpy and ml_dtypes cast; for a tile in a kernel, ``nl.copy(x, dtype=)`` casts."""
+    if isinstance(input_data, View):
+        raise NotSupported("nl.static_cast of a tile", "nl.copy(x, dtype=...) to cast a tile")
+    name = isa_dtype(dtype)
+    if name == "tf32":
+        raise NotSupported("nl.static_cast to tfloat32", "float32, or a cast in the kernel")
+    out = np.asarray(input_data).astype(numpy_dtype(name))
+    return out if out.ndim else out[()]
+
+
 class _Buffer(str):
     """A memory name as NKI's buffer markers are given (``nl.sbuf`` ...)."""
 
@@ -89,6 +101,9 @@ class par_dim:  # noqa: N801 - NKI's name
 def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
     t = current("ndarray")
     t.commit()
+    # nki-samples' kernels pass lazy_initialization=False (fill where the tensor is made):
+    # the tracer fills a tensor where nl.full/zeros is called, lazily or not
+    kwargs.pop("lazy_initialization", None)
     _no_options("ndarray", kwargs)
     dt = isa_dtype(dtype)
     buf = "sbuf" if buffer is None else str(buffer)
@@ -604,7 +619,8 @@ def add_into(dst: View, a: View, b) -> None:
 
 _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par_dim sbuf psum hbm "
               "shared_hbm private_hbm arange mgrid ds affine_range sequential_range "
-              "static_range spmd_dim nc program_id num_programs program_ndim load load_transpose2d "
+              "static_range static_cast spmd_dim nc program_id num_programs program_ndim "
+              "load load_transpose2d "
               "store copy matmul transpose add subtract multiply divide maximum minimum "
               "the comparisons bitwise_and/or/xor negative abs square exp log sqrt rsqrt "
               "tanh sigmoid relu gelu gelu_apprx_tanh silu softplus erf mish sin cos "

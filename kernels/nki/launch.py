@@ -33,7 +33,7 @@ from hdl.core.params import CoreParams
 from sim.core import Core, Program, Result
 
 from .errors import NkiError, NotSupported
-from .tracer import Tracer, View, isa_dtype, numpy_dtype
+from .tracer import Tracer, View, isa_dtype, numpy_dtype, tracing
 from .typing import TensorType
 
 __all__ = ["SESSION", "Kernel", "Launch", "baremetal", "benchmark", "jit", "params_for",
@@ -143,6 +143,11 @@ class Kernel:
                       **self.options)
 
     def __call__(self, *args, **kwargs):
+        if tracing():  # a kernel called from a kernel being traced is part of its program
+            if self.grid:
+                raise NotSupported("a launch grid on a kernel called from a kernel",
+                                   "the call without a grid")
+            return self.func(*args, **kwargs)
         mode = self.mode
         if mode in ("jax", "torchxla"):
             raise NotSupported(f"nki.jit(mode={mode!r})", "numpy inputs (modes auto, "

@@ -627,7 +627,8 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     ``hi = max(s, v)``, ``lo = min(-s, v)``; the result ``min(max(x, lo), hi)``, which is
     ``x`` where the predicate holds and ``v`` where not, bit for bit, except that a NaN of
     ``x`` stays NaN where it is masked out. Seven instructions where the chip's select is
-    one (150 + N GpSimd cycles documented)."""
+    one (150 + N GpSimd cycles documented). A tile in PSUM, which GpSimd cannot read, is
+    copied to SBUF by the vector engine first."""
     t = current(call)
     t.commit()
     if isinstance(pred, Mask) and pred.predicate is not None:
@@ -637,6 +638,8 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
                            "one comparison of an affine nl.arange/nl.mgrid expression, such "
                            "as iy < ix")
     x = _tile(on_true_tile, call, "on_true_tile").cut(mask)
+    if x.buf.space == "psum":  # GpSimd cannot read PSUM [NKI2]: the vector engine copies it
+        x = tensor_copy(x, call=call)
     v = float(on_false_value)
     if v != v:
         raise NotSupported(f"'{call}' with a NaN on_false_value", "numbers and infinities")

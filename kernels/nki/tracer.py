@@ -564,6 +564,7 @@ class View:
         part, off, item = self.part, self.off, self.itemsize
         out, checks = [], list(self.checks)
         axes = []
+        kept = None  # a free dimension an integer indexed
         for d, (k, (size, stride, is_p)) in enumerate(zip(key, self.dims, strict=True)):
             if isinstance(k, Index):
                 axes.append((k.axis, k, d))
@@ -607,6 +608,8 @@ class View:
                                f"dimension {d}: index {k} exceed dimension size of {size}",
                                "err_tensor_access_out_of_bound")
             part, off = self._shift(part, off, i, stride, is_p, item)
+            if not is_p:
+                kept = (1, stride, False)
         if axes:
             if len({e[0] for e in axes}) != len(axes):
                 raise NotSupported("two tensor dimensions indexed by the same axis",
@@ -623,6 +626,10 @@ class View:
                 if lo < 0 or hi >= size:
                     checks.append([len(out), k.start, k.step, size, d, self.buf.name])
                 out.append((k.size, stride * k.step, is_p))
+        if kept is not None and len(out) == 1 and out[0][2] and self.buf.space != "hbm":
+            # SBUF and PSUM are two-dimensional: a tile keeps a free dimension, as
+            # ``t[:, i]`` of an on-chip tensor is a [P, 1] tile in NKI
+            out.append(kept)
         return self._with(out, part, off, [tuple(c) for c in checks])
 
     @staticmethod
@@ -906,6 +913,11 @@ class AffineLoop:
                 yield i
         finally:
             t.loops = outer
+
+
+def tracing() -> bool:
+    """Whether a kernel is being traced (an NKI call now is part of its program)."""
+    return bool(_CURRENT)
 
 
 def current(call: str) -> Tracer:

@@ -1,0 +1,49 @@
+"""Idioms of the public NKI kernels (aws-neuron/nki-samples' reference kernels) that the
+tutorials do not use, in kernels of our own, for trngen's tests against numpy: a jit
+function called from a kernel, an on-chip tensor indexed by an integer in a free dimension,
+affine_select of a matmul's result in PSUM, options that change nothing."""
+
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+
+
+@nki.jit(mode="trace")
+def scale_rows_into(dst, src, column):
+    """dst = src * column (a [P, 1] tile): a helper the kernel calls, traced as its own."""
+    dst[...] = nl.multiply(src, column)
+
+
+@nki.jit
+def column_scaled(x, s):
+    """out[:, j*64:(j+1)*64] = x[:, j*64:(j+1)*64] * s[:, j], the column of s indexed by an
+    integer (a [128, 1] tile, as NKI makes it)."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    s_t = nl.load(s)
+    best = nl.full((nl.par_dim(128), 2), fill_value=nl.fp32.min, dtype=nl.float32,
+                   buffer=nl.sbuf, lazy_initialization=False)
+    for j in nl.affine_range(x.shape[1] // 64):
+        col = s_t[:, j]
+        t = nl.load(x[:, nl.ds(j * 64, 64)])
+        r = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+        scale_rows_into(r, t, col)
+        nl.store(out[:, nl.ds(j * 64, 64)], r)
+    best[:, 0] = nl.max(s_t, axis=1)
+    best[:, 1] = nl.copy(best[:, 0])
+    return out, best_out(best)
+
+
+def best_out(best):
+    out = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, best)
+    return out
+
+
+@nki.jit
+def causal_scores(qT, kT):
+    """(q @ k.T) with the entries above the diagonal set to -9984, selected from PSUM."""
+    out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:128]
+    scores = nl.matmul(nl.load(qT), nl.load(kT), transpose_x=True)
+    nl.store(out, nisa.affine_select(ip - jf >= 0, scores, -9984.0, dtype=nl.float32))
+    return out

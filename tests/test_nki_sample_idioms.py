@@ -1,0 +1,55 @@
+"""What the public NKI kernels (aws-neuron/nki-samples' reference kernels) need beyond the
+tutorials, in kernels of our own (tests/nki_kernels/sample_idioms.py) checked against numpy
+in float64."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kernels.nki as knki
+
+HERE = Path(__file__).parent / "nki_kernels"
+
+
+@pytest.fixture(scope="module")
+def k():
+    with knki.installed():
+        import neuronxcc.nki.language as nl
+
+        yield {**runpy.run_path(str(HERE / "sample_idioms.py")), "nl": nl}
+
+
+def test_a_jit_function_called_from_a_kernel_and_integer_columns(k, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((128, 256)).astype(np.float32)
+    s = rng.standard_normal((128, 4)).astype(np.float32)
+    out, best = k["column_scaled"](x, s)
+    want = x * np.repeat(s, 64, axis=1)
+    assert np.array_equal(out, want)  # one fp32 multiply per element, as numpy's
+    assert np.array_equal(best, np.repeat(s.max(axis=1, keepdims=True), 2, axis=1))
+
+
+def test_affine_select_of_a_matmul_in_psum(k, seed):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((64, 128)).astype(np.float32)
+    kk = rng.standard_normal((64, 128)).astype(np.float32)
+    out = k["causal_scores"](q, kk)
+    want = q.T.astype(np.float64) @ kk.astype(np.float64)
+    keep = np.arange(128)[:, None] >= np.arange(128)[None, :]
+    assert np.all(out[~keep] == np.float32(-9984.0))
+    err = np.abs(out[keep] - want[keep]).max() / np.abs(want).max()
+    assert err < 1e-5
+
+
+@pytest.mark.parametrize(("dtype", "ml"), [("bfloat16", ml_dtypes.bfloat16),
+                                           ("float16", np.float16), ("float32", np.float32)])
+def test_static_cast_rounds_host_arrays_as_numpy(k, dtype, ml, seed):
+    x = (np.random.default_rng(seed).random((4, 5)) - 0.5) * 2
+    got = k["nl"].static_cast(x, getattr(k["nl"], dtype))
+    assert got.dtype == np.dtype(ml) and np.array_equal(got, x.astype(ml))
+    assert k["nl"].static_cast(1.5, k["nl"].float32) == np.float32(1.5)
