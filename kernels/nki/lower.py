@@ -195,10 +195,12 @@ def _finish(t, fresh, make, kind: str, mask, dst):
 def partition_broadcast(data: View, partitions: int, *, call: str = "broadcast_to") -> View:
     """A one-partition tile ``data`` [1, N] copied into ``partitions`` partitions, on the
     tensor engine as NKI does a partition broadcast: a stationary of ones [1, partitions]
-    (GpSimd's memset) times ``data`` a PSUM bank of columns at a time, exact (one product
-    of 1 per sum). A float32 broadcast of one bank or less is the PSUM tile itself (fp32);
-    a longer one, or of another format, is copied bank by bank into an SBUF tile of
-    ``data``'s format by the scalar engine."""
+    times ``data`` a PSUM bank of columns at a time, exact (one product of 1 per sum). A
+    float32 broadcast of one bank or less is the PSUM tile itself (fp32); a longer one, or
+    of another format, is copied bank by bank into an SBUF tile of ``data``'s format by the
+    scalar engine. The ones are a compile-time constant [NKI2, the tensor engine's
+    "Alternative Use Case"]: one tile per partition count and format, filled once by
+    GpSimd's memset and kept for the rest of the launch, not one per broadcast."""
     t = current(call)
     t.commit()
     x = _tile(data, call, "data")
@@ -210,8 +212,11 @@ def partition_broadcast(data: View, partitions: int, *, call: str = "broadcast_t
                            f"the tensor engine's float formats: "
                            f"{', '.join(f for f in t.params.formats if f[0] != 'i')}")
     n, bank = x.shape[1], t.params.moving_max
-    ones = _out(t, (1, partitions), x.dt)
-    t.memset(ones, 1.0, "gpsimd", call)
+    key = ("ones", partitions, x.dt)
+    ones = t.constant_tiles.get(key)
+    if ones is None:  # a compile-time constant: made once, read by every broadcast
+        ones = t.constant_tiles[key] = _out(t, (1, partitions), x.dt)
+        t.memset(ones, 1.0, "gpsimd", call)
     if x.dt == "fp32" and n <= bank:
         return nc_matmul(ones, x, call=call)
     out = _out(t, (partitions, n), x.dt)

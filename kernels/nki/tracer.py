@@ -966,6 +966,9 @@ class Tracer:
         self.grid: tuple[int, ...] = ()
         self.shared: list[View] = []  # shared_hbm tensors, by order of creation
         self.constants: list[tuple] = []  # (HBM tensor, data) of nl.shared_constant
+        #: on-chip constants the lowering makes once and reuses (the ones of a partition
+        #: broadcast), by (what, partitions, format)
+        self.constant_tiles: dict[tuple, View] = {}
         self._shared_next = 0
         self.matmul_dtypes: set[str] = set()
         #: the iterations of the nl.affine_range loops being traced, outermost first:
