@@ -13,6 +13,7 @@ import pytest
 
 import kernels
 import kernels.nki as knki
+from hdl.core.isa import LoadStationary, Memset
 
 HERE = Path(__file__).parent / "nki_kernels"
 FP32 = kernels.TOLERANCE["fp32"]
@@ -150,6 +151,19 @@ def test_partition_broadcast(k, seed, n, dtype):
     assert out.dtype == dtype
     assert np.array_equal(out.view(np.uint8), np.broadcast_to(row, (128, n)).view(np.uint8))
     assert _err(prod, x.astype(np.float64) * row.astype(np.float64)) <= FP32
+
+
+def test_partition_broadcast_ones_are_made_once(k):
+    """The ones stationary is a compile-time constant: the kernel's two broadcasts of the
+    row read one tile of ones, filled by a single memset."""
+    row = np.ones((1, 512), np.float32)
+    x = np.ones((128, 512), np.float32)
+    tracer = k["partition_broadcast"].trace(row, x)[0]
+    program = tracer.program()
+    memsets = [i for s in program.streams.values() for i in s if isinstance(i, Memset)]
+    loads = [i for s in program.streams.values() for i in s if isinstance(i, LoadStationary)]
+    assert len(memsets) == 1 and memsets[0].value == 1.0
+    assert len(loads) == 2 and loads[0].src == loads[1].src == memsets[0].dst
 
 
 def test_bn_stats_layout(k, seed):
