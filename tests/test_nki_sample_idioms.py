@@ -53,3 +53,10 @@ def test_static_cast_rounds_host_arrays_as_numpy(k, dtype, ml, seed):
     got = k["nl"].static_cast(x, getattr(k["nl"], dtype))
     assert got.dtype == np.dtype(ml) and np.array_equal(got, x.astype(ml))
     assert k["nl"].static_cast(1.5, k["nl"].float32) == np.float32(1.5)
+
+
+def test_masks_that_are_conditions_on_loop_indices(k, seed):
+    x = np.random.default_rng(seed).standard_normal((512, 64)).astype(np.float32)
+    out = k["tiles_by_condition"](x)
+    even = (np.arange(512) // 128 % 2 == 0)[:, None]
+    assert np.array_equal(out, np.where(even, x + np.float32(1), x))

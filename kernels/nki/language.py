@@ -24,6 +24,7 @@ from .tracer import (
     Index,
     View,
     current,
+    dropped,
     isa_dtype,
     numpy_dtype,
     promote,
@@ -347,6 +348,8 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
         raise NkiError(f"Expected operand 'dst' of 'store' to be in address space 'hbm', "
                        f"but got a tile in '{getattr(dst, 'buffer', type(dst).__name__)}' "
                        f"instead.", "err_unsupported_memory")
+    if dropped(mask):
+        return
     d = dst.cut(mask)
     if not isinstance(value, View):
         tile_ = t.tile(dst.shape, dst.dt)

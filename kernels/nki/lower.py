@@ -31,7 +31,17 @@ from hdl.core.isa import (
 from hdl.vector.ops import Reduce, VectorOp
 
 from .errors import NkiError, NotSupported
-from .tracer import Affine, Mask, Predicate, View, current, isa_dtype, numpy_dtype, promote
+from .tracer import (
+    Affine,
+    Mask,
+    Predicate,
+    View,
+    current,
+    dropped,
+    isa_dtype,
+    numpy_dtype,
+    promote,
+)
 
 __all__ = ["ACTIVATIONS", "VECTOR_OPS", "activation", "affine_select", "bn_aggr", "bn_stats",
            "dma_copy", "iota", "memset", "nc_matmul", "nc_transpose", "partition_broadcast",
@@ -183,12 +193,19 @@ def _written(view: View, ap) -> bool:
     return any(r.writer is not None and overlaps(r.fp, fp, False) for r in view.buf.writes)
 
 
+def _dropping(mask):
+    """What :func:`_finish` is given of a mask its op has applied to its operands itself:
+    only whether it drops the op."""
+    return False if dropped(mask) else None
+
+
 def _finish(t, fresh, make, kind: str, mask, dst):
     """Pend the op into a new tile (``fresh()``), or emit it into ``dst``."""
     if dst is None:
         return t.pend(fresh(), make, kind, mask)
     t.commit()
-    make(dst.cut(mask), None)
+    if not dropped(mask):
+        make(dst.cut(mask), None)
     return None
 
 
@@ -238,7 +255,7 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, dst=None,
     eng = _engine(engine, ("tensor", "vector"), call)
     p, f = _shape2(x, call, "data")
     if eng == "vector":
-        return _vector_transpose(t, x, p, f, dtype, dst, call)
+        return _vector_transpose(t, x, p, f, dtype, dst, call, mask)
     p_lim = t.params.rows
     if p > p_lim:
         raise NkiError(f"size of dimension 0 in 'data{list(x.shape)}' of '{call}' exceed "
@@ -260,12 +277,12 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, dst=None,
 
     fresh = lambda: _out(t, (f, p), out_dt, "psum")  # noqa: E731
     if dtype is not None and isa_dtype(dtype) != out_dt:
-        res = _finish(t, fresh, make, "transpose", None, None)
+        res = _finish(t, fresh, make, "transpose", _dropping(mask), None)
         return tensor_copy(res, dtype=dtype, dst=dst, call=call)
-    return _finish(t, fresh, make, "transpose", None, dst)
+    return _finish(t, fresh, make, "transpose", _dropping(mask), dst)
 
 
-def _vector_transpose(t, x: View, p: int, f: int, dtype, dst, call: str):
+def _vector_transpose(t, x: View, p: int, f: int, dtype, dst, call: str, mask=None):
     """nc_transpose on the vector engine (:func:`nc_transpose`)."""
     limit = t.params.vector_transpose
     if p > limit:
@@ -288,9 +305,9 @@ def _vector_transpose(t, x: View, p: int, f: int, dtype, dst, call: str):
 
     fresh = lambda: _out(t, (f, p), out_dt)  # noqa: E731
     if dtype is not None and isa_dtype(dtype) != out_dt:
-        res = _finish(t, fresh, make, "transpose", None, None)
+        res = _finish(t, fresh, make, "transpose", _dropping(mask), None)
         return tensor_copy(res, dtype=dtype, dst=dst, call=call)
-    return _finish(t, fresh, make, "transpose", None, dst)
+    return _finish(t, fresh, make, "transpose", _dropping(mask), dst)
 
 
 # --- vector, scalar and GpSimd engines ----------------------------------------------------
@@ -342,7 +359,7 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
                                     reduce_dst=red_ap, scale=float(scale)),
                reads=reads, writes=writes)
 
-    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", None, dst)
+    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
 
 
 def _scalar_operand(t, v, x: View, call: str, name: str):
@@ -393,7 +410,7 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
         t.emit(eng, TensorScalar(dst=out_ap, src=src, op0=o0, operand0=a0, imm0=i0, op1=o1,
                                  operand1=a1, imm1=i1), reads=reads, writes=[(out, out_ap)])
 
-    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", None, dst)
+    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
 
 
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, dst=None,
@@ -417,7 +434,7 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, dst=N
         t.emit(eng, TensorTensor(dst=out_ap, a=aa, b=ba, op=o), reads=[(a, aa), (b, ba)],
                writes=[(out, out_ap)])
 
-    return _finish(t, lambda: _out(t, a.shape, out_dt), make, "compute", None, dst)
+    return _finish(t, lambda: _out(t, a.shape, out_dt), make, "compute", _dropping(mask), dst)
 
 
 def _axes(x: View, axis, call: str) -> list[int]:
@@ -500,7 +517,7 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
         t.emit("vector", TensorScalar(dst=out_ap, src=r_ap, op0=VectorOp.MULTIPLY,
                                       imm0=-1.0), reads=[(r, r_ap)], writes=[(out, out_ap)])
 
-    return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", None, dst)
+    return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", _dropping(mask), dst)
 
 
 def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,
@@ -523,7 +540,7 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,
         t.emit(eng, TensorCopy(dst=out_ap, src=s_ap), reads=[(x, s_ap)],
                writes=[(out, out_ap)])
 
-    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", None, dst)
+    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
 
 
 def memset(dst: View, value, *, engine=None, call: str = "memset") -> None:
@@ -538,6 +555,8 @@ def dma_copy(dst: View, src: View, *, mask=None, call: str = "dma_copy") -> None
     """A DMA from ``src`` to ``dst`` (HBM or SBUF, one format) on the next DMA queue."""
     t = current(call)
     t.commit()
+    if dropped(mask):
+        return
     d = _tile(dst, call, "dst").cut(mask)
     s = _tile(src, call, "src").cut(mask)
     if d.dt != s.dt:
@@ -644,7 +663,7 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
                            "as iy < ix")
     x = _tile(on_true_tile, call, "on_true_tile").cut(mask)
     if x.buf.space == "psum":  # GpSimd cannot read PSUM [NKI2]: the vector engine copies it
-        x = tensor_copy(x, call=call)
+        x = tensor_copy(x, mask=False if dropped(mask) else None, call=call)
     v = float(on_false_value)
     if v != v:
         raise NotSupported(f"'{call}' with a NaN on_false_value", "numbers and infinities")
@@ -690,7 +709,7 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
         t.emit("gpsimd", TensorTensor(dst=out_ap, a=src, b=hi_ap, op=VectorOp.MIN),
                reads=[(src_view, src), (s, hi_ap)], writes=[(out, out_ap)])
 
-    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", None, dst)
+    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
 
 
 def _reversed(op: VectorOp, call: str) -> VectorOp:
@@ -755,7 +774,7 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
                                           reverse1=bool(reverse1)),
                reads=reads, writes=[(out, out_ap)])
 
-    return _finish(t, lambda: _out(t, a.shape, out_dt), make, "compute", None, dst)
+    return _finish(t, lambda: _out(t, a.shape, out_dt), make, "compute", _dropping(mask), dst)
 
 
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, dst=None,
@@ -827,7 +846,7 @@ def bn_stats(data, *, mask=None, dtype=None, dst=None, call: str = "bn_stats"):
         if s is not out:
             tensor_copy(s, dst=out, call=call)
 
-    return _finish(t, lambda: _out(t, (p, 6), out_dt), make, "compute", None, dst)
+    return _finish(t, lambda: _out(t, (p, 6), out_dt), make, "compute", _dropping(mask), dst)
 
 
 def _square_sum(t, x: View, dst: View, call: str) -> None:
@@ -867,7 +886,7 @@ def bn_aggr(data, *, mask=None, dtype=None, dst=None, call: str = "bn_aggr"):
         tensor_copy(mean, dst=out[:, 0:1], call=call)
         tensor_scalar(s2, np.multiply, rn, dst=out[:, 1:2], call=call)
 
-    return _finish(t, lambda: _out(t, (p, 2), out_dt), make, "compute", None, dst)
+    return _finish(t, lambda: _out(t, (p, 2), out_dt), make, "compute", _dropping(mask), dst)
 
 
 _NP_OF = {VectorOp.ADD: np.add, VectorOp.SUBTRACT: np.subtract,

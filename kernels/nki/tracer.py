@@ -264,6 +264,12 @@ class Predicate:
     __rand__ = __and__
 
 
+def dropped(mask) -> bool:
+    """Whether ``mask=`` drops the instruction: a False condition (NKI executes an
+    instruction whose mask is false for every position nowhere)."""
+    return mask is False
+
+
 class Mask:
     """An affine ``mask=``: per axis of the instruction's iteration space, the range
     ``[lo, hi)`` of positions it keeps; ``&`` intersects. A single comparison keeps its
@@ -276,6 +282,8 @@ class Mask:
         self.predicate = None
 
     def __and__(self, other):
+        if isinstance(other, bool):  # a condition on loop indices alone
+            return self if other else False
         if not isinstance(other, Mask):
             raise NotSupported("this mask expression", "comparisons of index expressions "
                                                        "with integers joined by &")
@@ -647,10 +655,12 @@ class View:
         current("+=").accumulate(self, other, temporary)
         return self
 
-    def cut(self, mask: Mask | None) -> View:
+    def cut(self, mask: Mask | bool | None) -> View:
         """The view restricted to the positions ``mask`` keeps (its axes beyond this view's
-        rank do not apply)."""
-        if mask is None:
+        rank do not apply). A mask that is a Python bool (a comparison of loop indices,
+        which the tracer knows) keeps the view whole: False drops the instruction instead
+        (:func:`dropped`)."""
+        if mask is None or isinstance(mask, bool):
             return self
         dims, part, off, checks = list(self.dims), self.part, self.off, \
             [list(c) for c in self.checks]
@@ -1517,7 +1527,8 @@ class Tracer:
         if p is not None:
             loops, self.loops = self.loops, p.loops
             try:
-                p.make(p.view.cut(p.mask), None)
+                if not dropped(p.mask):
+                    p.make(p.view.cut(p.mask), None)
             finally:
                 self.loops = loops
 
@@ -1538,7 +1549,8 @@ class Tracer:
             return  # the write of an in-place update (t[...] += x)
         if p is not None and value is p.view and temporary and _fits(dst, value, p.kind):
             self.pending = None
-            p.make(dst.cut(p.mask), None)
+            if not dropped(p.mask):
+                p.make(dst.cut(p.mask), None)
             return
         self.commit()
         if isinstance(value, View):
@@ -1565,7 +1577,8 @@ class Tracer:
         if p is not None and value is p.view and temporary and p.kind == "matmul" \
                 and dst.buf.space == "psum" and _fits(dst, value, "matmul"):
             self.pending = None
-            p.make(dst.cut(p.mask), True)
+            if not dropped(p.mask):
+                p.make(dst.cut(p.mask), True)
             return
         self.commit()
         nl.add_into(dst, dst, value)

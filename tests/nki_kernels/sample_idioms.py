@@ -47,3 +47,19 @@ def causal_scores(qT, kT):
     scores = nl.matmul(nl.load(qT), nl.load(kT), transpose_x=True)
     nl.store(out, nisa.affine_select(ip - jf >= 0, scores, -9984.0, dtype=nl.float32))
     return out
+
+
+@nki.jit
+def tiles_by_condition(x):
+    """Row tile i of out is x + 1 where i is even and x where not: masks that are
+    conditions on loop indices alone (True applies the instruction, False drops it), one of
+    them joined to an index comparison by &."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:x.shape[1]]
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.load(x[nl.ds(i * 128, 128), :])
+        r = nl.copy(t)
+        r[...] = nl.add(t, 1.0, mask=(i % 2 == 0))
+        nl.store(out[nl.ds(i * 128, 128), :], value=r, mask=(i % 2 == 0) | (i % 2 == 1))
+        nisa.dma_copy(dst=out[nl.ds(i * 128, 128), :], src=t, mask=(jf >= 0) & (i < 0))
+    return out
