@@ -60,3 +60,20 @@ def test_masks_that_are_conditions_on_loop_indices(k, seed):
     out = k["tiles_by_condition"](x)
     even = (np.arange(512) // 128 % 2 == 0)[:, None]
     assert np.array_equal(out, np.where(even, x + np.float32(1), x))
+
+
+def test_a_matmul_of_a_transpose_in_psum(k, seed):
+    a = np.random.default_rng(seed).standard_normal((128, 128)).astype(np.float32)
+    out = k["gram_of_transpose"](a)
+    want = a.astype(np.float64) @ a.T.astype(np.float64)  # at.T @ at with at = a.T
+    assert np.abs(out - want).max() / np.abs(want).max() < 1e-5
+
+
+def test_a_loaded_element_broadcast_over_partitions(k, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    s = rng.standard_normal(3).astype(np.float32)
+    out = k["shifted_row_sums"](x, s)
+    want = (x.astype(np.float64).sum(axis=1) * 2 + s[1])[:, None]
+    assert out.shape == (128, 1)
+    assert np.abs(out - want).max() / np.abs(want).max() < 1e-5

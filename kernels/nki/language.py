@@ -312,6 +312,8 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> View:
     if not isinstance(src, View):
         raise NkiError("operand 'src' of 'load' must be an HBM tensor")
     t.ap(src, "load", "src", ("hbm",)) if src.buf.space != "hbm" else None
+    if src.ndim == 0:  # one element, as a [1, 1] tile
+        src = src.reshape((1, 1))
     s = src.cut(mask)
     s.check_bounds()
     want = isa_dtype(dtype) if dtype is not None else src.dt
@@ -416,6 +418,14 @@ def _binary(call: str, op: VectorOp, x, y, dtype, mask) -> View:
                            "a tile first, or the commutative operators")
     if not ys:
         return lower.tensor_scalar(x, _NP[op], float(y), dtype=dtype, mask=mask, call=call)
+    if x.shape[0] != y.shape[0] and 1 in (x.shape[0], y.shape[0]) and \
+            math.prod(x.shape[1:]) == math.prod(y.shape[1:]) == 1:
+        # one value against a column: the value broadcast over the partitions, as NKI
+        # broadcasts the partition dimension (on the tensor engine, as broadcast_to)
+        if x.shape[0] == 1:
+            x = lower.partition_broadcast(x.reshape((1, 1)), y.shape[0], call=call)
+        else:
+            y = lower.partition_broadcast(y.reshape((1, 1)), x.shape[0], call=call)
     xf = math.prod(x.shape[1:]) if x.ndim > 1 else 1
     yf = math.prod(y.shape[1:]) if y.ndim > 1 else 1
     if xf == yf:

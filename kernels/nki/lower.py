@@ -133,11 +133,18 @@ def _same_partitions(a: View, b: View, call: str, na: str, nb: str) -> None:
 
 def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask | None = None,
               dst: View | None = None, accumulate=None, call: str = "nc_matmul"):
-    """``stationary.T @ moving`` into PSUM (fp32): a LoadStationary and a MultiplyMoving."""
+    """``stationary.T @ moving`` into PSUM (fp32): a LoadStationary and a MultiplyMoving.
+    The array reads SBUF only [ISA]; an operand in PSUM (nki-samples' flash_attn_bwd
+    multiplies the tensor engine's transpose as it comes out, which NKI's compiler accepts)
+    is copied to SBUF by the vector engine first."""
     t = current(call)
     t.commit()
     st = _tile(stationary, call, "stationary").cut(mask)
     mv = _tile(moving, call, "moving").cut(mask)
+    if st.buf.space == "psum":
+        st = tensor_copy(st, mask=_dropping(mask), call=call)
+    if mv.buf.space == "psum":
+        mv = tensor_copy(mv, mask=_dropping(mask), call=call)
     for v, name in ((st, "stationary"), (mv, "moving")):
         if v.buf.space != "sbuf":
             t.ap(v, call, name, ("sbuf",))
@@ -485,6 +492,8 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
     t = current(call)
     t.commit()
     x = _tile(data, call, "data").cut(mask)
+    if x.ndim == 1:  # a tile of one value per partition is [P, 1] (SBUF is two-dimensional)
+        x = x.reshape((x.shape[0], 1))
     axes = _axes(x, axis, call)
     o = _op(op, call)
     if o not in (VectorOp.ADD, VectorOp.MAX, VectorOp.MIN):

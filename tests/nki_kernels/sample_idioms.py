@@ -6,6 +6,7 @@ affine_select of a matmul's result in PSUM, options that change nothing."""
 import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
+import numpy as np
 
 
 @nki.jit(mode="trace")
@@ -62,4 +63,27 @@ def tiles_by_condition(x):
         r[...] = nl.add(t, 1.0, mask=(i % 2 == 0))
         nl.store(out[nl.ds(i * 128, 128), :], value=r, mask=(i % 2 == 0) | (i % 2 == 1))
         nisa.dma_copy(dst=out[nl.ds(i * 128, 128), :], src=t, mask=(jf >= 0) & (i < 0))
+    return out
+
+
+@nki.jit
+def gram_of_transpose(a):
+    """a.T @ a for a [128, 128] tile: the tensor engine's transpose, straight from PSUM, as
+    the stationary of the next multiply."""
+    out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    at = nisa.nc_transpose(t)
+    nl.store(out, nisa.nc_matmul(at, at))
+    return out
+
+
+@nki.jit
+def shifted_row_sums(x, s):
+    """sum(x[p, :] * 2) + s[1] per row: one element loaded from HBM as a [1, 1] tile and
+    added to a column over every partition; a reduction of a one-value-per-partition tile."""
+    out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    rows = nisa.tensor_reduce(np.add, nl.load(x), axis=(1,))
+    twice = nisa.tensor_reduce(np.add, nl.multiply(rows, 2.0), axis=(1,))
+    value = nl.load(s[1])
+    nl.store(out, nl.add(twice, value))
     return out
