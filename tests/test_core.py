@@ -118,6 +118,11 @@ def test_numeric_result_through_golden_models(trn1, seed):
                  MultiplyMoving(dst=psum(0, 128, 1024, 512), src=sbuf(0, 128, 0, 512, "bf16"))]},
      r"tensor\[1\].*PSUM bank overflow: dst spans bytes 1024 .. 3071, across the 2048-byte "
      r"bank boundary at 2048"),
+    # a bf16 transpose's 2-byte elements: 128 of them from byte 1,920 reach past the bank
+    ({"tensor": [Transpose(dst=AP("psum", "bf16", 0, 128, 1920, ((128, 1),)),
+                           src=sbuf(0, 128, 0, 128, "bf16"))]},
+     r"tensor\[0\].*PSUM bank overflow: dst spans bytes 1920 .. 2175, across the 2048-byte "
+     r"bank boundary at 2048"),
     ({"tensor": [MultiplyMoving(dst=psum(0, 128, 0, 8), src=sbuf(0, 128, 0, 8, "bf16"))]},
      r"tensor\[0\].*stationary: no stationary tile is loaded"),
     ({"tensor": [LoadStationary(src=sbuf(0, 128, 0, 128, "fp16")),
@@ -405,6 +410,10 @@ def test_transpose_is_the_arrays_pass(trn1):
     total = systolic_cycles.schedule(array, [systolic_cycles.Load(k, m),
                                              systolic_cycles.Transpose(k)]).total
     assert round(alone.time * trn1.clock("tensor")) == total
+    # 128 bf16 codes from byte 1,792 end at the bank's last byte: the bank holds them
+    edge = Transpose(dst=AP("psum", "bf16", 0, 128, 1792, ((128, 1),)),
+                     src=sbuf(0, 128, 0, 128, "bf16"))
+    Core(trn1).run(program(tensor=[edge]), timing_only=True)
     bad = [Transpose(dst=AP("psum", "fp32", 0, m, 0, ((k, 1),)), src=src)]
     with pytest.raises(ProgramError, match=r"tensor\[0\].*format: a transpose writes its "
                                            r"input's format to PSUM \(bf16\), not fp32"):

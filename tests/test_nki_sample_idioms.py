@@ -77,3 +77,25 @@ def test_a_loaded_element_broadcast_over_partitions(k, seed):
     want = (x.astype(np.float64).sum(axis=1) * 2 + s[1])[:, None]
     assert out.shape == (128, 1)
     assert np.abs(out - want).max() / np.abs(want).max() < 1e-5
+
+
+def test_a_number_over_a_tile_broadcast_to_rows(k, seed):
+    x = np.random.default_rng(seed).random((128, 64)).astype(np.float32) + 0.5
+    out = k["rows_over_their_sums"](x)
+    want = x / x.astype(np.float64).sum(axis=1, keepdims=True)
+    assert np.abs(out - want).max() / np.abs(want).max() < 1e-5
+
+
+def test_benchmark_writes_its_trace_where_asked(k, tmp_path, seed):
+    import json
+
+    import kernels.nki.launch as launch
+
+    path = tmp_path / "local_trace.ntff"
+    bench = launch.benchmark(warmup=5, iters=20, save_trace_name=str(path))(
+        k["rows_over_their_sums"].func)
+    bench(np.ones((128, 64), np.float32))
+    events = json.loads(path.read_text())["traceEvents"]
+    assert {"dma", "reduce", "act"} <= {e.get("name") for e in events}
+    latency = bench.benchmark_result.nc_latency
+    assert latency.get_latency_percentile(1) == launch.SESSION.launches[-1].result.time * 1e6

@@ -263,8 +263,14 @@ class Kernel:
         return self._launch(args, kwargs, False)
 
     def benchmark(self, *args, **kwargs):
-        """Trace and time; ``benchmark_result.nc_latency`` holds the predicted time."""
-        self._launch(args, kwargs, True)
+        """Trace and time; ``benchmark_result.nc_latency`` holds the predicted time. With
+        ``save_trace_name``, the run's Chrome/Perfetto trace (JSON, whatever the name's
+        suffix: NKI's NTFF device profile has no equivalent here) is written to that path."""
+        where = self.options.get("save_trace_name")
+        self._launch(args, kwargs, True, trace=bool(where))
+        if where:
+            with open(where, "w") as f:
+                f.write(SESSION.launches[-1].result.trace_json())
         self.benchmark_result = BenchmarkResult(
             Latency(SESSION.launches[-1].result.time * 1e6))
         return None
@@ -360,12 +366,14 @@ def baremetal(kernel=None, **kwargs):
     return Kernel(kernel, "baremetal")
 
 
-def benchmark(kernel=None, *, warmup: int = 10, iters: int = 100, **kwargs):
-    """``@nki.benchmark(warmup=, iters=)``: timing-only runs (warm-up and iterations are
-    the same on a deterministic model)."""
+def benchmark(kernel=None, *, warmup: int = 10, iters: int = 100, save_trace_name=None,
+              **kwargs):
+    """``@nki.benchmark(warmup=, iters=, save_trace_name=)``: timing-only runs (warm-up and
+    iterations are the same on a deterministic model), the trace written where asked."""
+    opts = {"save_trace_name": save_trace_name} if save_trace_name else {}
     if kernel is None:
-        return lambda f: Kernel(f, "benchmark")
-    return Kernel(kernel, "benchmark")
+        return lambda f: Kernel(f, "benchmark", **opts)
+    return Kernel(kernel, "benchmark", **opts)
 
 
 def profile(func=None, *, working_directory=None, save_neff_name=None, save_trace_name=None,

@@ -723,6 +723,9 @@ class View:
         broadcast across partitions by the tensor engine
         (:func:`~kernels.nki.lower.partition_broadcast`)."""
         shape = tuple(_int(s) for s in shape)
+        if len(self.dims) == 1 and len(shape) == 2 and self.buf.space != "hbm":
+            # a tile of one value per partition is [P, 1] (SBUF is two-dimensional)
+            return self.reshape((self.dims[0][0], 1)).broadcast_to(shape)
         if len(shape) != len(self.dims):
             raise NotSupported("broadcast_to to another rank", "broadcasts of size-1 free "
                                                                "dimensions to the same rank")
@@ -774,6 +777,9 @@ class View:
 
     def __truediv__(self, o):
         return self._nl().divide(self, o)
+
+    def __rtruediv__(self, o):
+        return self._nl().divide(o, self)
 
     def __neg__(self):
         return self._nl().negative(self)

@@ -146,7 +146,7 @@ class Rules:
     def _check_bank(self, where, name: str, ap: AP) -> None:
         bank = self.params.psum_bank_bytes
         lo, hi = extent(ap.dims)
-        first, last = ap.offset + lo * 4, ap.offset + (hi + 1) * 4 - 1
+        first, last = ap.offset + lo * ap.itemsize, ap.offset + (hi + 1) * ap.itemsize - 1
         if first // bank != last // bank:
             fail(*where, "PSUM bank overflow",
                  f"{name} spans bytes {first} .. {last}, across the {bank}-byte bank "

@@ -87,3 +87,14 @@ def shifted_row_sums(x, s):
     value = nl.load(s[1])
     nl.store(out, nl.add(twice, value))
     return out
+
+
+@nki.jit
+def rows_over_their_sums(x):
+    """x / (row sums of x): the sums' reciprocals as ``1.0 / sums`` of the [P] reduction,
+    broadcast to the row's width."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    sums = nisa.tensor_reduce(np.add, t, axis=(1,))
+    nl.store(out, nl.multiply(t, (1.0 / sums).broadcast_to(x.shape)))
+    return out
