@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from hdl.core.isa import DmaCopy, TensorScalar, TensorTensor
@@ -47,6 +48,16 @@ class fp32:  # noqa: N801 - NKI's name
     """FP32 constants: ``fp32.min`` is the most negative finite float32."""
 
     min = float(np.finfo(np.float32).min)
+
+
+def finfo(dtype):
+    """The limits of a floating-point type, as ``numpy.finfo`` gives them (``nl.finfo``;
+    ``nl.finfo(dt).min`` is the most negative finite value of ``dt``, bfloat16 and the fp8
+    types included)."""
+    name = isa_dtype(dtype)
+    if name == "tf32":
+        raise NotSupported("nl.finfo(tfloat32)", "float32, bfloat16, float16, the fp8 types")
+    return ml_dtypes.finfo(numpy_dtype(name))
 
 
 class tile_size:  # noqa: N801 - NKI's name
@@ -428,7 +439,8 @@ def _binary(call: str, op: VectorOp, x, y, dtype, mask) -> View:
             y = lower.partition_broadcast(y.reshape((1, 1)), x.shape[0], call=call)
     xf = math.prod(x.shape[1:]) if x.ndim > 1 else 1
     yf = math.prod(y.shape[1:]) if y.ndim > 1 else 1
-    if xf == yf:
+    common = _broadcast_shape(x.shape, y.shape) if x.shape != y.shape else None
+    if xf == yf and common is None:
         return lower.tensor_tensor(x, y, _NP[op], dtype=dtype, mask=mask, call=call)
     if yf == 1:  # one value per partition: a tensor_scalar
         return lower.tensor_scalar(x, _NP[op], y, dtype=dtype or promote(x.dt, y.dt),
@@ -441,8 +453,24 @@ def _binary(call: str, op: VectorOp, x, y, dtype, mask) -> View:
             return lower.tensor_scalar(y, np.multiply, -1.0, op1=np.add, operand1=x,
                                        dtype=dtype or promote(x.dt, y.dt), mask=mask,
                                        call=call)
+    if common is not None:  # numpy's broadcasting
+        return lower.tensor_tensor(x.broadcast_to(common), y.broadcast_to(common), _NP[op],
+                                   dtype=dtype, mask=mask, call=call)
     raise NotSupported(f"'{call}' of shapes {list(x.shape)} and {list(y.shape)}",
-                       "equal shapes, or [P, 1] against [P, ...]")
+                       "equal shapes, [P, 1] against [P, ...], or shapes of one rank that "
+                       "broadcast")
+
+
+def _broadcast_shape(a: tuple, b: tuple) -> tuple | None:
+    """The common shape of two tiles of one rank that broadcast as numpy's (each dimension
+    equal, or one of them 1); None if they do not. A one-partition tile broadcast across
+    partitions is copied there by the tensor engine (``broadcast_to``), free dimensions of
+    size 1 are read with a stride of 0."""
+    if len(a) != len(b) or not a:
+        return None
+    if any(m != n and 1 not in (m, n) for m, n in zip(a, b, strict=True)):
+        return None
+    return tuple(m if n == 1 else n for m, n in zip(a, b, strict=True))
 
 
 _NP = {VectorOp.ADD: np.add, VectorOp.SUBTRACT: np.subtract, VectorOp.MULTIPLY: np.multiply,
@@ -478,6 +506,41 @@ less_equal = _binary_fn("less_equal", VectorOp.LESS_EQUAL)
 bitwise_and = _binary_fn("bitwise_and", VectorOp.BITWISE_AND)
 bitwise_or = _binary_fn("bitwise_or", VectorOp.BITWISE_OR)
 bitwise_xor = _binary_fn("bitwise_xor", VectorOp.BITWISE_XOR)
+
+
+def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> View:
+    """``x`` where ``condition`` is nonzero, else ``y`` (``nl.where``; each a tile or, ``x``
+    or ``y``, a number; free dimensions broadcast as numpy's). The ISA has no select: as
+    :func:`~kernels.nki.lower.affine_select` does it, on the vector engine, the condition
+    becomes ``s`` = +inf where true and -inf where false; ``lo = min(-s, y)``,
+    ``hi = max(s, y)``; the result ``min(max(x, lo), hi)``: ``x`` where true and ``y``
+    where false, exactly for numbers and infinities, except that a NaN of either operand
+    comes out where it is not chosen too and a -0.0 of ``y`` as +0.0."""
+    _no_options("where", kwargs)
+    call = "where"
+    if not isinstance(condition, View):
+        raise NkiError(f"operand 'condition' of '{call}' must be a tile, not "
+                       f"{type(condition).__name__}")
+    true = np.not_equal
+    if not isinstance(x, View) and isinstance(y, View):  # y where the condition is 0
+        x, y, true = y, x, np.equal
+    out_dt = dtype if dtype is not None else (
+        promote(x.dt, y.dt) if isinstance(x, View) and isinstance(y, View)
+        else x.dt if isinstance(x, View) else float32)
+    s = lower.tensor_scalar(condition, true, 0.0, op1=np.multiply, operand1=2.0,
+                            dtype=float32, call=call)
+    s = lower.tensor_scalar(s, np.subtract, 1.0, op1=np.multiply, operand1=math.inf,
+                            dtype=float32, call=call)
+    if isinstance(y, View):
+        lo = _binary(call, VectorOp.MIN,
+                     lower.tensor_scalar(s, np.multiply, -1.0, dtype=float32, call=call), y,
+                     float32, None)
+    else:
+        lo = lower.tensor_scalar(s, np.multiply, -1.0, op1=np.minimum, operand1=float(y),
+                                 dtype=float32, call=call)
+    m = _binary(call, VectorOp.MAX, x, lo, float32, None)
+    hi = _binary(call, VectorOp.MAX, s, y, float32, None)
+    return _binary(call, VectorOp.MIN, m, hi, out_dt, mask)
 
 
 def divide(x, y, *, dtype=None, mask=None, **kwargs) -> View:
@@ -636,8 +699,9 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
               "load load_transpose2d "
               "store copy matmul transpose add subtract multiply divide maximum minimum "
               "the comparisons bitwise_and/or/xor negative abs square exp log sqrt rsqrt "
-              "tanh sigmoid relu gelu gelu_apprx_tanh silu softplus erf mish sin cos "
-              "arctan reciprocal sum max min mean loop_reduce tile_size fp32 and the dtypes")
+              "where tanh sigmoid relu gelu gelu_apprx_tanh silu softplus erf mish sin cos "
+              "arctan reciprocal sum max min mean loop_reduce tile_size fp32 finfo and the "
+              "dtypes")
 
 
 def __getattr__(name: str):

@@ -596,22 +596,38 @@ def _shape_of(expr: Affine, call: str) -> tuple[int, ...]:
 
 
 def _iota_into(t, expr: Affine, out: View, call: str) -> None:
-    """``out[p, f...] = expr`` (partition ``p`` axis 0, the free axes row-major): one Iota
-    on GpSimd."""
-    shape = out.shape
-    step = expr.coef.get(out.ndim - 1, 0) if out.ndim > 1 else 0
-    inner = 1
-    for axis in range(out.ndim - 1, 0, -1):  # a flat free index: coefficients row-major
-        if expr.coef.get(axis, 0) != step * inner:
-            raise NotSupported(f"'{call}' of an expression whose free-axis coefficients are "
-                               f"not row-major", "expressions base + a * p + b * f")
-        inner *= shape[axis]
+    """``out[p, f...] = expr`` (partition ``p`` axis 0) on GpSimd. The Iota instruction
+    counts one flat free index: free axes whose coefficients are row-major (the innermost
+    ``step``, each outer one ``step`` times the sizes inside it) take one Iota. Free axes
+    the expression does not depend on are filled by one copy of the Iota's values read
+    with a stride of 0 there (``3 * y + z`` over ``nl.mgrid[0:P, 0:N, 0:3, 0:3]``: one
+    Iota [P, 1, 3, 3] and one copy); the positions of any other outer axes, one Iota
+    each."""
     if any(a >= out.ndim for a in expr.coef):
         raise NkiError(f"'{call}': an expression of {expr.ndim} axes for a tile "
-                       f"{list(shape)}")
-    ap = t.ap(out, call, "dst", ("sbuf",))
-    t.emit("gpsimd", Iota(dst=ap, base=expr.const, pstep=expr.coef.get(0, 0), step=step),
-           writes=[(out, ap)])
+                       f"{list(out.shape)}")
+    flat = [a for a in range(1, out.ndim) if out.shape[a] > 1 and expr.coef.get(a, 0) == 0]
+    if flat:
+        compact = out[tuple(slice(0, 1) if a in flat else slice(None)
+                            for a in range(out.ndim))]
+        tmp = _out(t, compact.shape, out.dt)
+        _iota_into(t, expr, tmp, call)
+        tensor_copy(tmp.broadcast_to(out.shape), engine=3, dst=out, call=call)
+        return
+    shape = out.shape
+    step = expr.coef.get(out.ndim - 1, 0) if out.ndim > 1 else 0
+    inner, outer = 1, 0  # axes 1 .. outer - 1 are not row-major: one Iota per position
+    for axis in range(out.ndim - 1, 0, -1):
+        if shape[axis] > 1 and expr.coef.get(axis, 0) != step * inner:
+            outer = axis + 1
+            break
+        inner *= shape[axis]
+    for pos in np.ndindex(*shape[1:outer]):
+        sub = out[(slice(None),) + tuple(slice(i, i + 1) for i in pos)]
+        base = expr.const + sum(expr.coef.get(a + 1, 0) * i for a, i in enumerate(pos))
+        ap = t.ap(sub, call, "dst", ("sbuf",))
+        t.emit("gpsimd", Iota(dst=ap, base=base, pstep=expr.coef.get(0, 0), step=step),
+               writes=[(sub, ap)])
 
 
 def pattern_expr(dst: View, pattern, offset: int, channel_multiplier: int,
@@ -648,8 +664,27 @@ def iota(expr, dtype, *, mask=None, dst=None, call: str = "iota"):
 
     def make(out: View, _):
         _iota_into(t, e, out, call)
+        if out.shape == shape and out.part == 0 and out.off == 0:
+            t.iota_tiles[out.buf] = (e, len(out.buf.written))
 
     return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", mask, dst)
+
+
+def iota_again(x: View, partitions: int) -> View | None:
+    """A one-partition tile that an ``nisa.iota`` of an expression without the partition
+    index made, and nothing wrote since, broadcast across ``partitions`` partitions: the
+    same Iota at ``partitions`` partitions (one GpSimd instruction, where a broadcast of
+    any other tile goes through the tensor engine). None for any other tile."""
+    t = current("broadcast_to")
+    t.commit()
+    made = t.iota_tiles.get(x.buf)
+    if made is None or len(x.buf.written) != made[1] or x.part or x.off:
+        return None
+    e = made[0]
+    if e.coef.get(0, 0) or _shape_of(e, "iota") != x.shape:
+        return None
+    wide = Affine(e.ndim, {**e.sizes, 0: partitions}, e.coef, e.const)
+    return iota(wide, numpy_dtype(x.dt), call="broadcast_to")
 
 
 def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, dst=None,

@@ -733,6 +733,9 @@ class View:
                 and self.buf.space != "hbm":
             from . import lower
 
+            again = lower.iota_again(self, shape[0])
+            if again is not None:
+                return again.broadcast_to(shape)
             one = self.broadcast_to((1,) + shape[1:])
             return lower.partition_broadcast(one, shape[0])
         dims = []
@@ -985,6 +988,8 @@ class Tracer:
         #: on-chip constants the lowering makes once and reuses (the ones of a partition
         #: broadcast), by (what, partitions, format)
         self.constant_tiles: dict[tuple, View] = {}
+        # tiles an nisa.iota made: buffer -> (its expression, its writes then)
+        self.iota_tiles: dict = {}
         self._shared_next = 0
         self.matmul_dtypes: set[str] = set()
         #: the iterations of the nl.affine_range loops being traced, outermost first:

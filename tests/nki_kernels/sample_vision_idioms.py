@@ -1,0 +1,46 @@
+"""More idioms of the public NKI kernels (aws-neuron/nki-samples' reference vision and
+double-row matmul kernels), in kernels of our own, for trngen's tests against numpy:
+nl.finfo, numpy broadcasting in nl arithmetic, nl.where, an iota over a window grid
+broadcast across partitions."""
+
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def lowest_fill(x):
+    """A [128, 4] tile of x's format filled with nl.finfo(x.dtype).min, stored."""
+    out = nl.ndarray((128, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.full((128, 4), fill_value=nl.finfo(x.dtype).min, dtype=x.dtype, buffer=nl.sbuf)
+    nl.store(out, t)
+    return out
+
+
+@nki.jit
+def first_window_max(x):
+    """x [128, 8, 2, 4]: per partition and group g, a one-hot [2, 4] of the first position
+    of the group's maximum (row-major order), as int8."""
+    out = nl.ndarray(x.shape, dtype=nl.int8, buffer=nl.shared_hbm)
+    g = nl.mgrid[0:128, 0:8, 0:2, 0:4]
+    t = nl.load(x)
+    top = nl.max(t, axis=[2, 3], keepdims=True)            # [128, 8, 1, 1]
+    hit = nl.equal(top, t, dtype=nl.int8)                    # broadcast free dims
+    pos = nisa.iota(4 * g.y + g.z, dtype=nl.float32)        # [1, 1, 2, 4]
+    cand = nl.where(hit, pos, 8)                            # partition broadcast of pos
+    first = nl.min(cand, axis=[2, 3], keepdims=True)
+    nl.store(out, nl.equal(first, pos, dtype=nl.int8))
+    return out
+
+
+@nki.jit
+def select(c, a, b):
+    """where(c, a, b), where(c, 2.5, b) and where(c, a, -inf) of [128, 64] tiles, and
+    where(c, a, row) with row [128, 1] broadcast along the free dimension."""
+    outs = [nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm) for _ in range(4)]
+    ct, at, bt = nl.load(c), nl.load(a), nl.load(b)
+    nl.store(outs[0], nl.where(ct, at, bt))
+    nl.store(outs[1], nl.where(ct, 2.5, bt))
+    nl.store(outs[2], nl.where(ct, at, -float("inf")))
+    nl.store(outs[3], nl.where(ct, at, bt[:, 0:1]))
+    return outs
