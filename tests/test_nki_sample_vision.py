@@ -1,4 +1,4 @@
-"""What nki-samples' reference vision kernels need beyond the
+"""What nki-samples' reference vision and double-row matmul kernels need beyond the
 tutorials, in kernels of our own (tests/nki_kernels/sample_vision_idioms.py) checked against
 numpy in float64."""
 
@@ -51,3 +51,33 @@ def test_where_of_tiles_numbers_and_infinities(k, seed):
             np.where(c != 0, a, -np.inf), np.where(c != 0, a, b[:, :1])]
     for g, w in zip(got, want, strict=True):
         assert np.array_equal(g, w.astype(np.float32))
+
+
+def test_tensor_tensor_reads_a_column_along_the_row(k, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((128, 512)).astype(np.float32)
+    s = rng.standard_normal((128, 1)).astype(np.float32)
+    assert np.array_equal(k["row_scaled"](x, s), x * s)
+
+
+@pytest.mark.parametrize("name", ["fp8_e4m3", "fp8_e5m2"])
+def test_double_row_matmul_contracts_both_pairs(k, name, seed, monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+    rng = np.random.default_rng(seed)
+    from kernels.nki.tracer import numpy_dtype
+
+    dt = numpy_dtype(name)
+    a = rng.standard_normal((128, 2, 64)).astype(dt)
+    b = rng.standard_normal((128, 2, 256)).astype(dt)
+    out = k["double_row_product"](a, b)
+    want = np.einsum("kli,klj->ij", a.astype(np.float64), b.astype(np.float64))
+    assert np.abs(out - want).max() / np.abs(want).max() < 1e-6  # fp32 accumulation
+
+
+def test_double_row_matmul_needs_a_double_rate_format(k, monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    from kernels.nki.tracer import numpy_dtype
+
+    a = np.ones((128, 2, 8), numpy_dtype("fp8_e4m3"))
+    with pytest.raises(knki.NkiError, match="double_row"):
+        k["double_row_product"](a, a)

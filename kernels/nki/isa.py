@@ -46,12 +46,13 @@ def get_nc_version() -> nc_version:
 
 
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False,
-              is_transpose=False, tile_position=(), tile_size=(), mask=None, **kwargs):
+              is_transpose=False, tile_position=(), tile_size=(), mask=None, perf_mode=None,
+              **kwargs):
     _options("nc_matmul", kwargs)
     if is_transpose:
         raise NotSupported("nc_matmul(is_transpose=True)", "nc_transpose")
     return lower.nc_matmul(stationary, moving, tile_position=tile_position,
-                           tile_size=tile_size, mask=mask)
+                           tile_size=tile_size, mask=mask, perf_mode=perf_mode)
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):

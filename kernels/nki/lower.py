@@ -131,14 +131,43 @@ def _same_partitions(a: View, b: View, call: str, na: str, nb: str) -> None:
 
 # --- tensor engine ------------------------------------------------------------------------
 
+def _double_row(perf_mode, call: str) -> bool:
+    """Whether ``perf_mode`` asks for the tensor engine's FP8 double row (NKI 0.1's
+    ``"double_row_gen3"``, later ``nisa.matmul_perf_mode.double_row``)."""
+    mode = getattr(perf_mode, "value", perf_mode)
+    if mode in (None, 0, "none", ""):
+        return False
+    if mode in ("double_row", "double_row_gen3"):
+        return True
+    raise NotSupported(f"nc_matmul(perf_mode={mode!r})", "perf_mode none and double_row")
+
+
+def _pair_ap(t, v: View, call: str, operand: str):
+    """The access pattern of a double-row operand [P, 2, F]: its pair axis kept as the
+    outermost free dimension (size 2), the rest merged."""
+    from dataclasses import replace
+
+    from .tracer import _merge
+
+    ap = t.ap(v, call, operand, ("sbuf",))
+    pair = v.dims[1][1]
+    rest = _merge([(d[0], d[1]) for d in v.dims[2:]])
+    return replace(ap, dims=((2, pair),) + rest)
+
+
 def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask | None = None,
-              dst: View | None = None, accumulate=None, call: str = "nc_matmul"):
+              dst: View | None = None, accumulate=None, perf_mode=None,
+              call: str = "nc_matmul"):
     """``stationary.T @ moving`` into PSUM (fp32): a LoadStationary and a MultiplyMoving.
-    The array reads SBUF only [ISA]; an operand in PSUM (nki-samples' flash_attn_bwd
+    With ``perf_mode`` double row (FP8 on NeuronCore-v3 and later) the contraction is split
+    between the partitions and a first free dimension of 2: ``stationary`` [P, 2, M] and
+    ``moving`` [P, 2, N] contract 2P indices into [M, N], one double-row matmul of the
+    ISA. The array reads SBUF only [ISA]; an operand in PSUM (nki-samples' flash_attn_bwd
     multiplies the tensor engine's transpose as it comes out, which NKI's compiler accepts)
     is copied to SBUF by the vector engine first."""
     t = current(call)
     t.commit()
+    double = _double_row(perf_mode, call)
     st = _tile(stationary, call, "stationary").cut(mask)
     mv = _tile(moving, call, "moving").cut(mask)
     if st.buf.space == "psum":
@@ -148,10 +177,27 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
     for v, name in ((st, "stationary"), (mv, "moving")):
         if v.buf.space != "sbuf":
             t.ap(v, call, name, ("sbuf",))
+    p = t.params
+    if double:
+        for v, name in ((st, "stationary"), (mv, "moving")):
+            if v.ndim < 2 or v.shape[1] != 2:
+                raise NkiError(f"'{call}' with perf_mode double_row: '{name}"
+                               f"{list(v.shape)}' must be [partitions, 2, free], the "
+                               f"contraction split between the partitions and a first free "
+                               f"dimension of 2")
+            if v.dt not in p.formats or not p.tensor.is_double(p.array_format(v.dt)):
+                doubles = [f for f in p.formats if p.tensor.is_double(p.array_format(f))]
+                raise NkiError(f"'{call}' with perf_mode double_row takes "
+                               f"{' or '.join(doubles) or 'no format'} on {p.name} "
+                               f"(NeuronCore-{p.version}), not {v.dt} ('{name}')")
+        if tile_position and int(tile_position[1]):
+            raise NkiError(f"'{call}': perf_mode double_row cannot be combined with column "
+                           f"tiling (tile_position {tuple(tile_position)})")
     k, m = _shape2(st, call, "stationary")
     k2, n = _shape2(mv, call, "moving")
+    if double:
+        m, n = m // 2, n // 2
     _same_partitions(st, mv, call, "stationary", "moving")
-    p = t.params
     _limit(st, m, p.cols, call, "stationary")
     _limit(mv, n, p.moving_max, call, "moving")
     row, col = 0, 0
@@ -161,8 +207,11 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
         row, col = (int(x) for x in tile_position)
         if row % 32 or col % 32:
             raise NkiError(f"tile_position {tuple(tile_position)} must be multiples of 32")
-    st_ap = t.ap(st, call, "stationary", ("sbuf",))
-    mv_ap = t.ap(mv, call, "moving", ("sbuf",))
+    if double:
+        st_ap, mv_ap = _pair_ap(t, st, call, "stationary"), _pair_ap(t, mv, call, "moving")
+    else:
+        st_ap = t.ap(st, call, "stationary", ("sbuf",))
+        mv_ap = t.ap(mv, call, "moving", ("sbuf",))
     acc_dt = "int32" if st.dt == "int8" else "fp32"
     t.matmul_dtypes.add(st.dt)
 
@@ -184,10 +233,11 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
         if acc and out.buf.zero and out_ap.offset == out.buf.offset \
                 and out_ap.free * 4 == out.buf.nbytes and out_ap.partitions == p.partitions:
             out.buf.zero, acc = False, False  # the zeros of nl.zeros: overwrite them
-        t.emit("tensor", LoadStationary(src=st_ap, row=row, col=col), reads=[(st, st_ap)])
+        t.emit("tensor", LoadStationary(src=st_ap, row=row, col=col, double_row=double),
+               reads=[(st, st_ap)])
         reads = [(mv, mv_ap)] + ([(out, out_ap)] if acc else [])
         t.emit("tensor", MultiplyMoving(dst=out_ap, src=mv_ap, accumulate=bool(acc),
-                                        row=row, col=col), reads=reads,
+                                        row=row, col=col, double_row=double), reads=reads,
                writes=[(out, out_ap)])
 
     return _finish(t, lambda: _out(t, (m, n), acc_dt, "psum", col), make, "matmul", mask, dst)
@@ -430,6 +480,7 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, dst=N
     eng = _engine(engine, ("vector", "gpsimd"), call)
     o = _op(op, call)
     _same_partitions(a, b, call, "data1", "data2")
+    a, b = _free_broadcast(a, b), _free_broadcast(b, a)
     spaces = ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum")
     aa, ba = t.ap(a, call, "data1", spaces), t.ap(b, call, "data2", spaces)
     if aa.free != ba.free:
@@ -442,6 +493,20 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, dst=N
                writes=[(out, out_ap)])
 
     return _finish(t, lambda: _out(t, a.shape, out_dt), make, "compute", _dropping(mask), dst)
+
+
+def _free_broadcast(x: View, other: View) -> View:
+    """``x`` read with a stride of 0 along its size-1 free dimensions where ``other`` has
+    more (numpy's broadcasting within the partitions, tiles of one rank: a [P, 1] scale
+    against a [P, N] tile), as the vector engine reads a broadcast operand; ``x`` itself
+    otherwise."""
+    if x.shape == other.shape or x.ndim < 2:
+        return x
+    if x.ndim != other.ndim or any(m != n and m != 1 for m, n in zip(x.shape[1:],
+                                                                     other.shape[1:],
+                                                                     strict=True)):
+        return x
+    return x.broadcast_to((x.shape[0],) + other.shape[1:])
 
 
 def _axes(x: View, axis, call: str) -> list[int]:

@@ -1,7 +1,8 @@
 """More idioms of the public NKI kernels (aws-neuron/nki-samples' reference vision and
 double-row matmul kernels), in kernels of our own, for trngen's tests against numpy:
 nl.finfo, numpy broadcasting in nl arithmetic, nl.where, an iota over a window grid
-broadcast across partitions."""
+broadcast across partitions, nisa.tensor_tensor against a [P, 1] tile and the FP8 double
+row of nc_matmul."""
 
 import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
@@ -44,3 +45,22 @@ def select(c, a, b):
     nl.store(outs[2], nl.where(ct, at, -float("inf")))
     nl.store(outs[3], nl.where(ct, at, bt[:, 0:1]))
     return outs
+
+
+@nki.jit
+def row_scaled(x, s):
+    """nisa.tensor_tensor of x [128, 512] and s [128, 1]: x * s, s read along the row."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nisa.tensor_tensor(nl.load(x), nl.load(s), nl.multiply))
+    return out
+
+
+@nki.jit
+def double_row_product(a, b):
+    """a [128, 2, M] and b [128, 2, N] fp8: sum over the 256 (partition, pair) indices of
+    a * b, one double-row nc_matmul, [M, N] fp32."""
+    m, n = a.shape[2], b.shape[2]
+    out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    at, bt = nl.load(a), nl.load(b)
+    nl.store(out, nisa.nc_matmul(at, bt, perf_mode="double_row_gen3"))
+    return out
