@@ -81,3 +81,8 @@ def test_double_row_matmul_needs_a_double_rate_format(k, monkeypatch):
     a = np.ones((128, 2, 8), numpy_dtype("fp8_e4m3"))
     with pytest.raises(knki.NkiError, match="double_row"):
         k["double_row_product"](a, a)
+
+
+def test_uint8_on_a_compute_engine_is_refused_at_the_kernel_line(k):
+    with pytest.raises(knki.NotSupported, match=r"sample_vision_idioms.py:\d+.*uint8"):
+        k["byte_mask"](np.ones((128, 8), np.float32))

@@ -64,3 +64,11 @@ def double_row_product(a, b):
     at, bt = nl.load(a), nl.load(b)
     nl.store(out, nisa.nc_matmul(at, bt, perf_mode="double_row_gen3"))
     return out
+
+
+@nki.jit
+def byte_mask(x):
+    """A comparison written as uint8, which the ISA's compute engines do not produce."""
+    out = nl.ndarray(x.shape, dtype=nl.uint8, buffer=nl.shared_hbm)
+    nl.store(out, nl.greater(nl.load(x), 0.0, dtype=nl.uint8))
+    return out
