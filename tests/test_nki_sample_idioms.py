@@ -99,3 +99,10 @@ def test_benchmark_writes_its_trace_where_asked(k, tmp_path, seed):
     assert {"dma", "reduce", "act"} <= {e.get("name") for e in events}
     latency = bench.benchmark_result.nc_latency
     assert latency.get_latency_percentile(1) == launch.SESSION.launches[-1].result.time * 1e6
+
+
+def test_a_mask_that_is_not_a_box_is_refused_by_name(k):
+    with pytest.raises(knki.NotSupported, match=r"a mask comparing an expression over several "
+                                                r"index axes .* supported: comparisons of one "
+                                                r"index axis with an integer, joined by &"):
+        k["triangle_masked"](np.zeros((128, 128), np.float32))

@@ -662,6 +662,10 @@ class View:
         (:func:`dropped`)."""
         if mask is None or isinstance(mask, bool):
             return self
+        if not isinstance(mask, Mask):
+            raise NotSupported("a mask comparing an expression over several index axes "
+                               "(positions that are not a box of index ranges)",
+                               "comparisons of one index axis with an integer, joined by &")
         dims, part, off, checks = list(self.dims), self.part, self.off, \
             [list(c) for c in self.checks]
         for axis, (lo, hi) in mask.ranges.items():
