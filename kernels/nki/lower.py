@@ -39,6 +39,7 @@ from .tracer import (
     current,
     dropped,
     isa_dtype,
+    merge_dims,
     numpy_dtype,
     promote,
 )
@@ -147,11 +148,9 @@ def _pair_ap(t, v: View, call: str, operand: str):
     outermost free dimension (size 2), the rest merged."""
     from dataclasses import replace
 
-    from .tracer import _merge
-
     ap = t.ap(v, call, operand, ("sbuf",))
     pair = v.dims[1][1]
-    rest = _merge([(d[0], d[1]) for d in v.dims[2:]])
+    rest = merge_dims([(d[0], d[1]) for d in v.dims[2:]])
     return replace(ap, dims=((2, pair),) + rest)
 
 

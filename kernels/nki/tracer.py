@@ -1262,7 +1262,7 @@ class Tracer:
             if not dims:
                 return AP("hbm", view.dt, 0, 1, view.off, ((1, 1),))
             size, stride, _ = dims[0]
-            free = _merge([(n, s) for n, s, _ in dims[1:]])
+            free = merge_dims([(n, s) for n, s, _ in dims[1:]])
             return AP("hbm", view.dt, 0, size, view.off, free,
                       pstride=stride * view.itemsize)
         if not dims or not dims[0][2]:
@@ -1282,7 +1282,7 @@ class Tracer:
             raise NkiError(f"operand '{operand}' of '{call}' ({view!r}) has a second "
                            f"partition dimension", "err_leading_dimension_of_tensor_must_"
                                                    "be_partition")
-        free = _merge([(n, s) for n, s, _ in dims[1:]])
+        free = merge_dims([(n, s) for n, s, _ in dims[1:]])
         if len(free) > 3:
             raise NotSupported(f"an operand of '{call}' with {len(free)} free dimensions "
                                f"that do not merge", "up to 3 free dimensions")
@@ -1620,7 +1620,7 @@ def _squeeze(shape) -> tuple:
     return tuple(s for s in shape if s != 1)
 
 
-def _merge(dims) -> tuple:
+def merge_dims(dims) -> tuple:
     """Free dimensions (size, stride) with size-1 ones dropped and contiguous ones merged."""
     out = []
     for n, s in dims:
