@@ -429,17 +429,21 @@ def _binary(call: str, op: VectorOp, x, y, dtype, mask) -> View:
                            "a tile first, or the commutative operators")
     if not ys:
         return lower.tensor_scalar(x, _NP[op], float(y), dtype=dtype, mask=mask, call=call)
-    if x.shape[0] != y.shape[0] and 1 in (x.shape[0], y.shape[0]) and \
-            math.prod(x.shape[1:]) == math.prod(y.shape[1:]) == 1:
-        # one value against a column: the value broadcast over the partitions, as NKI
-        # broadcasts the partition dimension (on the tensor engine, as broadcast_to)
+    if x.ndim == 1 and y.ndim == 2:  # a tile of one value per partition is [P, 1]
+        x = x.reshape((x.shape[0], 1))
+    if y.ndim == 1 and x.ndim == 2:
+        y = y.reshape((y.shape[0], 1))
+    common = _broadcast_shape(x.shape, y.shape) if x.shape != y.shape else None
+    if common is not None and x.shape[0] != y.shape[0]:
+        # a one-partition operand broadcast over the partitions first, as NKI broadcasts
+        # the partition dimension (on the tensor engine, as broadcast_to)
         if x.shape[0] == 1:
-            x = lower.partition_broadcast(x.reshape((1, 1)), y.shape[0], call=call)
+            x = x.broadcast_to((common[0],) + x.shape[1:])
         else:
-            y = lower.partition_broadcast(y.reshape((1, 1)), x.shape[0], call=call)
+            y = y.broadcast_to((common[0],) + y.shape[1:])
+        common = _broadcast_shape(x.shape, y.shape) if x.shape != y.shape else None
     xf = math.prod(x.shape[1:]) if x.ndim > 1 else 1
     yf = math.prod(y.shape[1:]) if y.ndim > 1 else 1
-    common = _broadcast_shape(x.shape, y.shape) if x.shape != y.shape else None
     if xf == yf and common is None:
         return lower.tensor_tensor(x, y, _NP[op], dtype=dtype, mask=mask, call=call)
     if yf == 1:  # one value per partition: a tensor_scalar
@@ -453,7 +457,7 @@ def _binary(call: str, op: VectorOp, x, y, dtype, mask) -> View:
             return lower.tensor_scalar(y, np.multiply, -1.0, op1=np.add, operand1=x,
                                        dtype=dtype or promote(x.dt, y.dt), mask=mask,
                                        call=call)
-    if common is not None:  # numpy's broadcasting
+    if common is not None:  # numpy's broadcasting of free dimensions
         return lower.tensor_tensor(x.broadcast_to(common), y.broadcast_to(common), _NP[op],
                                    dtype=dtype, mask=mask, call=call)
     raise NotSupported(f"'{call}' of shapes {list(x.shape)} and {list(y.shape)}",
