@@ -429,10 +429,8 @@ def _binary(call: str, op: VectorOp, x, y, dtype, mask) -> View:
                            "a tile first, or the commutative operators")
     if not ys:
         return lower.tensor_scalar(x, _NP[op], float(y), dtype=dtype, mask=mask, call=call)
-    if x.ndim == 1 and y.ndim == 2:  # a tile of one value per partition is [P, 1]
-        x = x.reshape((x.shape[0], 1))
-    if y.ndim == 1 and x.ndim == 2:
-        y = y.reshape((y.shape[0], 1))
+    if x.ndim + y.ndim == 3:  # a tile of one value per partition against a 2-D one
+        x, y = x.as_column(), y.as_column()
     common = _broadcast_shape(x.shape, y.shape) if x.shape != y.shape else None
     if common is not None and x.shape[0] != y.shape[0]:
         # a one-partition operand broadcast over the partitions first, as NKI broadcasts

@@ -556,8 +556,7 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
     t = current(call)
     t.commit()
     x = _tile(data, call, "data").cut(mask)
-    if x.ndim == 1:  # a tile of one value per partition is [P, 1] (SBUF is two-dimensional)
-        x = x.reshape((x.shape[0], 1))
+    x = x.as_column()
     axes = _axes(x, axis, call)
     o = _op(op, call)
     if o not in (VectorOp.ADD, VectorOp.MAX, VectorOp.MIN):

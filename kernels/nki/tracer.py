@@ -722,14 +722,20 @@ class View:
             expect *= size
         return True
 
+    def as_column(self) -> View:
+        """An on-chip tile of one dimension, one value per partition, as the [P, 1] tile it
+        is in NKI (SBUF and PSUM are two-dimensional); any other view as it is."""
+        if len(self.dims) == 1 and self.buf.space != "hbm":
+            return self.reshape((self.dims[0][0], 1))
+        return self
+
     def broadcast_to(self, shape) -> View:
         """Size-1 free dimensions broadcast by a stride of 0; a one-partition tile
         broadcast across partitions by the tensor engine
         (:func:`~kernels.nki.lower.partition_broadcast`)."""
         shape = tuple(_int(s) for s in shape)
-        if len(self.dims) == 1 and len(shape) == 2 and self.buf.space != "hbm":
-            # a tile of one value per partition is [P, 1] (SBUF is two-dimensional)
-            return self.reshape((self.dims[0][0], 1)).broadcast_to(shape)
+        if len(shape) == 2 and self.as_column() is not self:
+            return self.as_column().broadcast_to(shape)
         if len(shape) != len(self.dims):
             raise NotSupported("broadcast_to to another rank", "broadcasts of size-1 free "
                                                                "dimensions to the same rank")
