@@ -3,11 +3,12 @@ the core's ISA, checked, run and timed by the core simulator.
 
 The interface (facts/nki.md has its sources): :mod:`.language` (``nl``), :mod:`.isa`
 (``nisa`` of NKI 0.1, calls that return tiles), :mod:`.isa_dst` (``nisa`` of NKI 0.2 and
-later, calls that write ``dst``), :mod:`.typing` (``nt``) and the launch calls of
-:mod:`.launch`. :func:`install` makes a kernel's own imports find them:
-``neuronxcc.nki``, ``neuronxcc.nki.language``, ``neuronxcc.nki.isa``,
-``neuronxcc.nki.typing`` (NKI 0.1) and ``nki``, ``nki.language``, ``nki.isa``,
-``nki.typing`` (NKI 0.2), except where a real Neuron SDK is importable, which it never
+later, calls that write ``dst``), :mod:`.typing` (``nt``), :mod:`.compiler` (``ncc``, direct
+allocation) and the launch calls of :mod:`.launch`. :func:`install` makes a kernel's own
+imports find them: ``neuronxcc.nki``, ``neuronxcc.nki.language``, ``neuronxcc.nki.isa``,
+``neuronxcc.nki.typing``, ``neuronxcc.nki.compiler`` (NKI 0.1) and ``nki``,
+``nki.language``, ``nki.isa``, ``nki.typing``, ``nki.compiler`` (NKI 0.2), except where a
+real Neuron SDK is importable, which it never
 shadows unless asked.
 """
 
@@ -18,7 +19,7 @@ import sys
 import types
 from contextlib import contextmanager
 
-from . import isa, isa_dst, language, typing
+from . import compiler, isa, isa_dst, language, typing
 from .errors import NkiError, NotSupported
 from .launch import (
     SESSION,
@@ -33,7 +34,7 @@ from .launch import (
 )
 
 __all__ = ["INTERFACES", "SESSION", "Kernel", "Launch", "NkiError", "NotSupported", "baremetal",
-           "benchmark", "install", "installed", "isa", "isa_dst", "jit", "language",
+           "benchmark", "compiler", "install", "installed", "isa", "isa_dst", "jit", "language",
            "profile", "simulate", "simulate_kernel", "typing", "uninstall"]
 
 _LAUNCH = {"jit": jit, "simulate_kernel": simulate_kernel, "simulate": simulate,
@@ -44,7 +45,7 @@ def _package(name: str, isa_module, doc: str) -> types.ModuleType:
     m = types.ModuleType(name, doc)
     m.__path__ = []  # a package, so that `import name.language` resolves
     m.__dict__.update(_LAUNCH, language=language, isa=isa_module, typing=typing,
-                      errors=sys.modules[__name__ + ".errors"])
+                      compiler=compiler, errors=sys.modules[__name__ + ".errors"])
     return m
 
 
@@ -55,8 +56,9 @@ def _modules() -> dict[str, types.ModuleType]:
     top.__path__ = []
     top.nki = old
     return {"neuronxcc": top, "neuronxcc.nki": old, "neuronxcc.nki.language": language,
-            "neuronxcc.nki.isa": isa, "neuronxcc.nki.typing": typing, "nki": new,
-            "nki.language": language, "nki.isa": isa_dst, "nki.typing": typing}
+            "neuronxcc.nki.isa": isa, "neuronxcc.nki.typing": typing,
+            "neuronxcc.nki.compiler": compiler, "nki": new, "nki.language": language,
+            "nki.isa": isa_dst, "nki.typing": typing, "nki.compiler": compiler}
 
 
 _INSTALLED: dict[str, object] = {}

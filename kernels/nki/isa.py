@@ -49,8 +49,8 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
               is_transpose=False, tile_position=(), tile_size=(), mask=None, perf_mode=None,
               **kwargs):
     _options("nc_matmul", kwargs)
-    if is_transpose:
-        raise NotSupported("nc_matmul(is_transpose=True)", "nc_transpose")
+    # is_transpose: NKI's hint that ``moving`` is an identity, so the product is the
+    # transpose of ``stationary``; the product is what runs
     return lower.nc_matmul(stationary, moving, tile_position=tile_position,
                            tile_size=tile_size, mask=mask, perf_mode=perf_mode)
 
@@ -87,6 +87,20 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
     _options("tensor_scalar", kwargs)
     return lower.tensor_scalar(data, op0, operand0, reverse0, op1, operand1, reverse1,
                                dtype=dtype, mask=mask, engine=engine)
+
+
+def reciprocal(data, *, dtype=None, mask=None, **kwargs):
+    """``1 / data`` by the scalar engine's reciprocal function (NKI runs it on the vector
+    engine, at ``max(MIN_II, 8N)`` cycles; the core's vector ALU has no division)."""
+    _options("reciprocal", kwargs)
+    return lower.activation("reciprocal", data, mask=mask, dtype=dtype, call="reciprocal")
+
+
+def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False,
+                         dtype=None, mask=None, **kwargs):
+    _options("tensor_scalar_reduce", kwargs)
+    return lower.tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0,
+                                      dtype=dtype, mask=mask)
 
 
 def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False,
@@ -164,7 +178,8 @@ def _options(call: str, kwargs: dict, ignored=()) -> None:
 
 
 _SUPPORTED = ("nc_matmul nc_transpose activation activation_reduce tensor_tensor "
-              "tensor_scalar scalar_tensor_tensor tensor_reduce tensor_partition_reduce "
+              "tensor_scalar tensor_scalar_reduce scalar_tensor_tensor tensor_reduce "
+              "tensor_partition_reduce reciprocal "
               "tensor_tensor_scan tensor_copy memset iota affine_select bn_stats bn_aggr "
               "dma_copy get_nc_version, the engine, reduce_cmd and nc_version enums")
 

@@ -20,9 +20,11 @@ from .isa import (
 
 __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
            "dma_copy", "engine", "get_nc_version", "gpsimd_engine", "iota", "memset",
-           "nc_matmul", "nc_transpose", "nc_version", "reduce_cmd", "scalar_engine",
+           "nc_matmul", "nc_transpose", "nc_version", "reciprocal", "reduce_cmd",
+           "scalar_engine",
            "scalar_tensor_tensor", "tensor_copy", "tensor_engine", "tensor_partition_reduce",
-           "tensor_reduce", "tensor_scalar", "tensor_tensor", "tensor_tensor_scan",
+           "tensor_reduce", "tensor_scalar", "tensor_scalar_reduce", "tensor_tensor",
+           "tensor_tensor_scan",
            "unknown_engine", "vector_engine"]
 
 
@@ -58,6 +60,15 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
                   reverse1=False, engine=engine.unknown, name=None):
     lower.tensor_scalar(data, op0, operand0, reverse0, op1, operand1, reverse1, engine=engine,
                         dst=dst)
+
+
+def reciprocal(dst, data, name=None):
+    lower.activation("reciprocal", data, dst=dst, call="reciprocal")
+
+
+def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res, reverse0=False,
+                         name=None):
+    lower.tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0, dst=dst)
 
 
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):

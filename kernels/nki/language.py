@@ -17,6 +17,7 @@ from hdl.core.isa import DmaCopy, TensorScalar, TensorTensor
 from hdl.vector.ops import VectorOp
 
 from . import lower
+from .compiler import Placement
 from .errors import NkiError, NotSupported
 from .tracer import (
     TF32,
@@ -128,6 +129,9 @@ def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
     marks = [i for i, s in enumerate(shape) if isinstance(s, par_dim)]
     if len(marks) > 1:
         raise NkiError("a tensor has one partition dimension (nl.par_dim)")
+    if isinstance(buffer, Placement) and not t.auto_alloc:
+        return t.placed(buf, tuple(int(s) for s in shape), dt, name or buf,
+                        marks[0] if marks else 0, buffer.func)
     return t.on_chip(buf, tuple(int(s) for s in shape), dt, name or buf,
                      marks[0] if marks else 0)
 
@@ -326,7 +330,8 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> View:
     if src.ndim == 0:  # one element, as a [1, 1] tile
         src = src.reshape((1, 1))
     s = src.cut(mask)
-    s.check_bounds()
+    if not dropped(mask):  # a load the mask drops reads nothing
+        s.check_bounds()
     want = isa_dtype(dtype) if dtype is not None else src.dt
 
     def make(out: View, _):

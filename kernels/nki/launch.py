@@ -179,6 +179,7 @@ class Kernel:
         for core in range(cores):
             tracer = Tracer(params_for(target, SESSION.scale), spill=SESSION.spill)
             tracer.grid = self.sizes
+            tracer.auto_alloc = getattr(self.func, "__nki_auto_alloc__", False)
             call = {}
             with tracer:
                 for name, value in bound.arguments.items():

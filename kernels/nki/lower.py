@@ -228,7 +228,9 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
         if acc is None:
             acc = accumulate
         if acc is None:  # NKI 0.2's default: the first write overwrites, later ones add
-            acc = _written(out, out_ap)
+            acc = t.written(out, out_ap)
+        elif acc == "add":  # +=: onto what the tensor holds (a new tensor holds nothing)
+            acc = out.buf.zero or t.written(out, out_ap)
         if acc and out.buf.zero and out_ap.offset == out.buf.offset \
                 and out_ap.free * 4 == out.buf.nbytes and out_ap.partitions == p.partitions:
             out.buf.zero, acc = False, False  # the zeros of nl.zeros: overwrite them
@@ -240,13 +242,6 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
                writes=[(out, out_ap)])
 
     return _finish(t, lambda: _out(t, (m, n), acc_dt, "psum", col), make, "matmul", mask, dst)
-
-
-def _written(view: View, ap) -> bool:
-    from .tracer import footprint, overlaps
-
-    fp = footprint(ap)
-    return any(r.writer is not None and overlaps(r.fp, fp, False) for r in view.buf.writes)
 
 
 def _dropping(mask):
@@ -590,6 +585,26 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
                                       imm0=-1.0), reads=[(r, r_ap)], writes=[(out, out_ap)])
 
     return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", _dropping(mask), dst)
+
+
+def tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0=False, *,
+                         dtype=None, mask=None, dst=None,
+                         call: str = "tensor_scalar_reduce"):
+    """``data op0 operand0`` on the vector engine, and ``reduce_op`` of that result (as
+    written, in its type) along every free axis into ``reduce_res`` in place: the
+    TensorScalar, then a TensorReduce of what it wrote (NKI's one instruction costs
+    ``max(MIN_II, N) + MIN_II`` vector cycles, these two about ``2N``)."""
+    t = current(call)
+    t.commit()
+    x = _tile(data, call, "data").cut(mask)
+    res = _tile(reduce_res, call, "reduce_res").cut(mask)
+    out_dt = isa_dtype(dtype) if dtype is not None else x.dt
+
+    def make(out: View, _):
+        tensor_scalar(x, op0, operand0, reverse0, dst=out, call=call)  # the vector engine
+        tensor_reduce(reduce_op, out, tuple(range(1, out.ndim)), dst=res, call=call)
+
+    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
 
 
 def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,

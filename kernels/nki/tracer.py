@@ -12,7 +12,10 @@
   there is room and iterations overlap (double buffering falls out); PSUM tiles never
   cross a bank. A tensor Python still holds after its last use takes no space. A tensor
   that does not fit in SBUF makes room by spilling, as NKI's compiler does: a live tensor
-  goes to HBM between two of its uses (:meth:`Tracer.allocate`).
+  goes to HBM between two of its uses (:meth:`Tracer.allocate`). A tensor the kernel
+  places itself (``nki.compiler``, :class:`Placed`) stays where it is placed: its tiles are
+  views of one buffer held from byte 0 of SBUF (one per PSUM bank), so that every access to
+  the same bytes is ordered whichever tensor makes it; the other tensors take what is left.
 * **Dependencies.** Every access records its footprint on its buffer; a read waits for the
   writes it overlaps (RAW), a write for the reads and writes it overlaps (WAR, WAW), and a
   write into space that dead tensors held for their last accesses. At the end,
@@ -41,8 +44,8 @@ from kernels.builder import SBUF_ALIGN, Builder
 
 from .errors import NkiError, NotSupported, kernel_line
 
-__all__ = ["TF32", "Affine", "AffineLoop", "Buffer", "Index", "Mask", "Predicate", "Tracer", "View",
-           "current", "isa_dtype", "numpy_dtype"]
+__all__ = ["TF32", "Affine", "AffineLoop", "Buffer", "Index", "Mask", "Placed", "Predicate",
+           "Tracer", "View", "current", "isa_dtype", "numpy_dtype"]
 
 #: NKI's ``tfloat32`` (a four-byte void type, as NKI spells it).
 TF32 = np.dtype("V4")
@@ -487,7 +490,7 @@ class Buffer:
     space). ``where`` is the kernel line that made it."""
 
     __slots__ = ("space", "name", "offset", "nbytes", "hbm", "writes", "reads", "zero",
-                 "where", "what", "first", "last", "latest", "written")
+                 "where", "what", "first", "last", "latest", "written", "fixed", "claims")
 
     def __init__(self, space: str, name: str, offset: int, nbytes: int, hbm=None,
                  where: str = "", what: str = ""):
@@ -500,6 +503,10 @@ class Buffer:
         self.first = self.last = -1  # the first and last instruction that touch it
         self.latest: dict = {}  # the latest of those instructions of each stream
         self.written: list = []  # (instruction, footprint) of its writes, in order
+        self.fixed = False  # placed by the kernel (nki.compiler): at ``offset`` all along
+        #: of a placed buffer: (footprint, instructions traced before) of each tile a
+        #: tensor took in it, the newest last (writes before it were another tensor's)
+        self.claims: list[tuple[tuple, int]] = []
 
 
 _P, _F = True, False
@@ -798,6 +805,83 @@ class View:
         return self._nl().negative(self)
 
 
+class Placed:
+    """An on-chip tensor with block dimensions that the kernel places itself
+    (:mod:`kernels.nki.compiler`): indexing takes one integer per block dimension first,
+    then indexes that block's tile, a :class:`View` at the place the placement gives it."""
+
+    __slots__ = ("tracer", "space", "dt", "blocks", "tile_shape", "name", "place", "tiles",
+                 "where")
+
+    def __init__(self, tracer, space: str, dt: str, blocks: tuple, tile_shape: tuple,
+                 name: str, place):
+        self.tracer, self.space, self.dt, self.name, self.place = tracer, space, dt, name, place
+        self.blocks, self.tile_shape = blocks, tile_shape
+        self.tiles: dict[tuple, View] = {}
+        self.where = kernel_line()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.blocks + self.tile_shape
+
+    @property
+    def dtype(self):
+        return _NUMPY[self.dt]
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPES[self.dt][1]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def buffer(self) -> str:
+        return self.space
+
+    def __repr__(self):
+        return f"<NKI tensor {self.name}{list(self.shape)} {self.dt} in {self.space}, placed>"
+
+    def __len__(self):
+        return self.blocks[0]
+
+    def block(self, idx: tuple) -> View:
+        """The tile of block ``idx``."""
+        view = self.tiles.get(idx)
+        if view is None:
+            view = self.tiles[idx] = self.tracer.place(self.space, self.tile_shape, self.dt,
+                                                       self.place, idx, self.name, self.where)
+        return view
+
+    def __getitem__(self, key) -> View:
+        key = key if isinstance(key, tuple) else (key,)
+        n = len(self.blocks)
+        idx = []
+        for d, k in enumerate(key[:n]):
+            if k is Ellipsis or isinstance(k, (slice, DSlice, Index, Affine)):
+                raise NotSupported(f"indexing block dimension {d} of the placed tensor "
+                                   f"`{self.name}` by {k!r}",
+                                   "one integer per block dimension, before the tile's "
+                                   "indices")
+            i = _int(k)
+            if not -self.blocks[d] <= i < self.blocks[d]:
+                raise NkiError(f"Out-of-bound access for tensor `{self.name}` on dimension "
+                               f"{d}: index {i} exceed dimension size of {self.blocks[d]}",
+                               "err_tensor_access_out_of_bound")
+            idx.append(i % self.blocks[d])
+        if len(idx) < n:
+            raise NotSupported(f"the placed tensor `{self.name}` with {len(idx)} of its {n} "
+                               f"block indices", "one integer per block dimension")
+        tile = self.block(tuple(idx))
+        rest = key[n:]
+        return tile[rest] if rest else tile
+
+    def __setitem__(self, key, value):
+        temporary = sys.getrefcount(value) <= _TEMP_SET  # as View.__setitem__ counts
+        current("tensor assignment").assign(self[key], value, temporary)
+
+
 def _row_major(shape):
     dims, stride = [], 1
     for size in reversed(shape):
@@ -897,6 +981,19 @@ class _Space:
             return s
         return None
 
+    def take(self, s: int, n: int) -> None:
+        """Hold the range from ``s`` of ``n`` bytes (free until now) for good."""
+        for i, (a, b) in enumerate(self.free):
+            if a <= s and s + n <= b:
+                del self.free[i]
+                for r in ((a, s), (s + n, b)):
+                    if r[1] > r[0]:
+                        insort(self.free, r)
+                self.used += n
+                self.high = max(self.high, self.used)
+                return
+        raise AssertionError(f"range {s}..{s + n} taken twice")
+
     def release(self, s: int, n: int) -> None:
         n = max(n, 1)
         self.used -= n
@@ -976,6 +1073,10 @@ class Tracer:
                        "psum": _Space(params.psum_bytes, PSUM_ALIGN, params.psum_bank_bytes)}
         #: freed ranges and the accesses that used them: (start, end, order, nodes), sorted
         self.on_chip_buffers: list[Buffer] = []  # in order of creation
+        #: the buffers of the tiles the kernel places itself, by (space, offset)
+        self.physical: dict[tuple[str, int], Buffer] = {}
+        #: whether the kernel's placements are ignored (``@ncc.force_auto_alloc``)
+        self.auto_alloc = False
         self._allocated = False
         self.retired: dict[str, list[tuple]] = {"sbuf": [], "psum": []}
         self._widest = {"sbuf": 0, "psum": 0}
@@ -1076,6 +1177,93 @@ class Tracer:
         dims += _row_major(shape[par + 1:])
         return View(buf, dt, dims, 0, 0)
 
+    def placed(self, space: str, shape, dt: str, name: str, par: int, place):
+        """A new SBUF or PSUM tensor of ``shape`` that the kernel places by ``place`` (a
+        :class:`~kernels.nki.compiler.Placement`'s function): a :class:`View` of its one tile
+        without block dimensions, else a :class:`Placed` tensor of its blocks."""
+        p = self.params
+        shape = tuple(_int(s) for s in shape)
+        if not shape or shape[par] > p.partitions or (
+                space == "psum" and math.prod(shape[par + 1:]) * DTYPES[dt][1]
+                > p.psum_bank_bytes):
+            self.on_chip(space, shape, dt, name, par)  # NKI's error for the shape
+        blocks, tile = shape[:par], shape[par:]
+        if not blocks:
+            return self.place(space, tile, dt, place, (), name, kernel_line())
+        return Placed(self, space, dt, blocks, tile, self._name(name), place)
+
+    def _physical(self, space: str, offset: int, nbytes: int) -> Buffer:
+        """The buffer of the placed tiles of ``space`` from ``offset`` (one per PSUM bank,
+        one for SBUF from 0), grown to ``nbytes``."""
+        buf = self.physical.get((space, offset))
+        if buf is None:
+            buf = self.physical[space, offset] = Buffer(
+                space, f"{space} placed by the kernel", offset, nbytes,
+                what=f"the tiles the kernel places in {space.upper()} from byte {offset}")
+            buf.fixed = True
+            self.on_chip_buffers.append(buf)
+        buf.nbytes = max(buf.nbytes, nbytes)
+        return buf
+
+    def place(self, space: str, tile: tuple, dt: str, place, idx: tuple, name: str,
+              where: str) -> View:
+        """The tile ``tile`` of block ``idx`` where ``place`` puts it, checked against the
+        memory (NKI's errors at ``where``, the line that made the tensor)."""
+        p = self.params
+        item = DTYPES[dt][1]
+        parts, nbytes = tile[0], math.prod(tile[1:]) * item
+        try:
+            at = tuple(int(v) for v in place(idx=idx, pdim_size=parts, fdim_size=nbytes))
+        except (TypeError, ValueError) as e:
+            raise NkiError(f"the placement of `{name}` block {idx}: {e}", where=where) from e
+        if space == "psum":
+            if len(at) != 3:
+                raise NkiError(f"a PSUM placement gives (bank, start partition, byte), not "
+                               f"{at} for `{name}` block {idx}", where=where)
+            bank, part, byte = at
+            banks = p.psum_bytes // p.psum_bank_bytes
+            if not 0 <= bank < banks:
+                raise NkiError(f"`{name}` block {idx} is placed in PSUM bank {bank}; the core "
+                               f"has banks 0 to {banks - 1}", where=where)
+            base, limit = bank * p.psum_bank_bytes, p.psum_bank_bytes
+        else:
+            if len(at) != 2:
+                raise NkiError(f"an SBUF placement gives (start partition, byte), not {at} "
+                               f"for `{name}` block {idx}", where=where)
+            part, byte = at
+            base, limit = 0, p.sbuf_bytes
+        if byte < 0 or byte + nbytes > limit:
+            room = "one PSUM bank" if space == "psum" else "an SBUF partition"
+            again = any(i for _, i in self.loops)
+            raise NkiError(f"`{name}` block {idx} is placed at byte {byte} with {nbytes} "
+                           f"bytes per partition, past the {limit} bytes of {room}"
+                           + ("; this is a later iteration of an nl.affine_range, whose body "
+                              "runs here once per iteration where NKI traces it once, so an "
+                              "address the body adds to grows with every iteration"
+                              if again else ""), where=where)
+        if part < 0 or part + parts > p.partitions:
+            raise NkiError(f"`{name}` block {idx} is placed at partitions {part} to "
+                           f"{part + parts - 1}; the core has {p.partitions}", where=where)
+        if byte % item:
+            raise NkiError(f"`{name}` block {idx} is placed at byte {byte}, not a multiple "
+                           f"of its {item}-byte elements", where=where)
+        buf = self._physical(space, base, byte + nbytes)
+        fp = (part, part + parts, byte, byte + nbytes)
+        buf.claims = [c for c in buf.claims if not _contains(fp, c[0], False)]
+        buf.claims.append((fp, len(self.nodes)))
+        dims = [(parts, 1, _P), *_row_major(tile[1:])]
+        return View(buf, dt, dims, part, byte)
+
+    @staticmethod
+    def written(view: View, ap: AP) -> bool:
+        """Whether the tensor of ``view`` has had elements of ``ap`` written (of a placed
+        tile, since its tensor took the space)."""
+        fp = footprint(ap)
+        buf = view.buf
+        since = max((i for f, i in buf.claims if overlaps(f, fp, False)), default=0)
+        return any(r.writer is not None and r.writer.index >= since
+                   and overlaps(r.fp, fp, False) for r in buf.writes)
+
     def tile(self, shape, dt: str, space: str = "sbuf", name: str = "tile",
              part: int = 0) -> View:
         v = self.on_chip(space, shape, dt, name)
@@ -1110,7 +1298,10 @@ class Tracer:
                 if not have or have[-1] is not node:
                     have.append(node)
         self._uses = uses
-        live = sorted((b for b in self.on_chip_buffers if b.first >= 0),
+        for buf in self.on_chip_buffers:  # the tiles the kernel placed, where it placed them
+            if buf.fixed and buf.first >= 0:
+                self.spaces[buf.space].take(buf.offset, buf.nbytes)
+        live = sorted((b for b in self.on_chip_buffers if b.first >= 0 and not b.fixed),
                       key=lambda b: b.first)  # a stable sort: ties in creation order
         todo = [(b.first, order, b) for order, b in enumerate(live)]
         heapify(todo)
@@ -1395,7 +1586,7 @@ class Tracer:
             update = any(b is buf and overlaps(f, fp, buf.space == "hbm") for b, f in read)
             self._write(node, buf, fp, deps, ap, update)
             bufs[id(ap)] = buf
-            if buf.space != "hbm":
+            if buf.space != "hbm" and not buf.fixed:
                 buf.written.append((node, fp))
         moved = []
         for name, ap, _ in ins.operands():
@@ -1433,7 +1624,7 @@ class Tracer:
 
     def _write(self, node, buf, fp, deps, ap, update):
         hbm = buf.space == "hbm"
-        if node.loops and not update:
+        if node.loops and not update and not buf.fixed:  # placed tiles: blocks may share
             self._parallel_writes(node, buf, fp, ap)
         for records in (buf.writes, buf.reads):
             keep = []
@@ -1608,7 +1799,7 @@ class Tracer:
                 and dst.buf.space == "psum" and _fits(dst, value, "matmul"):
             self.pending = None
             if not dropped(p.mask):
-                p.make(dst.cut(p.mask), True)
+                p.make(dst.cut(p.mask), "add")
             return
         self.commit()
         nl.add_into(dst, dst, value)
