@@ -84,3 +84,13 @@ def test_a_bank_the_core_lacks_is_refused(k):
     with pytest.raises(knki.NkiError, match=r"is placed in PSUM bank 9; the core has banks 0 "
                                              r"to 7"):
         k["placed_in_bank_nine"](np.zeros((128, 128), np.float32))
+
+
+def test_psum_tensors_are_allocated_block_by_block(k, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((640, 128)).astype(np.float32)
+    w = rng.standard_normal((128, 512)).astype(np.float32)
+    out = k["products_in_psum_blocks"](x, w)
+    prods = [x[i:i + 128].T.astype(np.float64) @ w for i in range(0, 640, 128)]
+    want = np.concatenate([np.concatenate([2 * p, 2 * p], axis=1) for p in prods])
+    assert np.abs(out - want).max() / np.abs(want).max() < 1e-5

@@ -24,6 +24,7 @@ from .tracer import (
     AffineLoop,
     DSlice,
     Index,
+    Placed,
     View,
     current,
     dropped,
@@ -132,6 +133,8 @@ def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
     if isinstance(buffer, Placement) and not t.auto_alloc:
         return t.placed(buf, tuple(int(s) for s in shape), dt, name or buf,
                         marks[0] if marks else 0, buffer.func)
+    if buf == "psum" and marks and marks[0] > 0:  # NKI allocates PSUM block by block
+        return t.blocked(buf, tuple(int(s) for s in shape), dt, name or buf, marks[0])
     return t.on_chip(buf, tuple(int(s) for s in shape), dt, name or buf,
                      marks[0] if marks else 0)
 
@@ -159,14 +162,13 @@ def ones(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
 
 def full(shape, fill_value, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
     v = ndarray(shape, dtype, buffer=buffer, name=name, **kwargs)
+    if isinstance(v, Placed):  # each tile filled before its first use
+        v.fill = float(fill_value)
+        return v
     if v.buf.space == "hbm":
         raise NkiError("an HBM tensor cannot be created with an initial value",
                        "err_hbm_tensor_with_init_value_not_supported")
-    if v.buf.space == "psum" and float(fill_value) == 0.0:
-        v.buf.zero = True  # written by the first matmul or, if read first, a memset
-        return v
-    current("full").fill(v.buf, v.dt, float(fill_value),
-                         "gpsimd" if v.buf.space == "sbuf" else "vector")
+    current("full").initialise(v, float(fill_value))
     return v
 
 

@@ -806,12 +806,15 @@ class View:
 
 
 class Placed:
-    """An on-chip tensor with block dimensions that the kernel places itself
-    (:mod:`kernels.nki.compiler`): indexing takes one integer per block dimension first,
-    then indexes that block's tile, a :class:`View` at the place the placement gives it."""
+    """An on-chip tensor of tiles (its block dimensions) placed one by one: by the kernel
+    (:mod:`kernels.nki.compiler`; ``place`` the placement's function) or, with ``place``
+    None, each allocated by its own liveness (a PSUM tensor's blocks, as NKI allocates
+    them). Indexing takes one integer per block dimension first, then indexes that block's
+    tile, a :class:`View`; ``fill`` (a value, or None) fills each tile before its first
+    use."""
 
     __slots__ = ("tracer", "space", "dt", "blocks", "tile_shape", "name", "place", "tiles",
-                 "where")
+                 "where", "fill")
 
     def __init__(self, tracer, space: str, dt: str, blocks: tuple, tile_shape: tuple,
                  name: str, place):
@@ -819,6 +822,7 @@ class Placed:
         self.blocks, self.tile_shape = blocks, tile_shape
         self.tiles: dict[tuple, View] = {}
         self.where = kernel_line()
+        self.fill: float | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -850,8 +854,16 @@ class Placed:
         """The tile of block ``idx``."""
         view = self.tiles.get(idx)
         if view is None:
-            view = self.tiles[idx] = self.tracer.place(self.space, self.tile_shape, self.dt,
-                                                       self.place, idx, self.name, self.where)
+            t = self.tracer
+            if self.place is None:
+                view = t.on_chip(self.space, self.tile_shape, self.dt, self.name)
+                view.buf.where = self.where
+            else:
+                view = t.place(self.space, self.tile_shape, self.dt, self.place, idx,
+                               self.name, self.where)
+            self.tiles[idx] = view
+            if self.fill is not None:
+                t.initialise(view, self.fill)
         return view
 
     def __getitem__(self, key) -> View:
@@ -1177,7 +1189,7 @@ class Tracer:
         dims += _row_major(shape[par + 1:])
         return View(buf, dt, dims, 0, 0)
 
-    def placed(self, space: str, shape, dt: str, name: str, par: int, place):
+    def placed(self, space: str, shape, dt: str, name: str, par: int, place) -> View | Placed:
         """A new SBUF or PSUM tensor of ``shape`` that the kernel places by ``place`` (a
         :class:`~kernels.nki.compiler.Placement`'s function): a :class:`View` of its one tile
         without block dimensions, else a :class:`Placed` tensor of its blocks."""
@@ -1191,6 +1203,14 @@ class Tracer:
         if not blocks:
             return self.place(space, tile, dt, place, (), name, kernel_line())
         return Placed(self, space, dt, blocks, tile, self._name(name), place)
+
+    def blocked(self, space: str, shape, dt: str, name: str, par: int) -> Placed:
+        """A new on-chip tensor whose blocks (the dimensions before ``par``) are allocated
+        each by its own liveness."""
+        shape = tuple(_int(s) for s in shape)
+        if shape[par] > self.params.partitions:
+            self.on_chip(space, shape, dt, name, par)  # NKI's error for the shape
+        return Placed(self, space, dt, shape[:par], shape[par:], self._name(name), None)
 
     def _physical(self, space: str, offset: int, nbytes: int) -> Buffer:
         """The buffer of the placed tiles of ``space`` from ``offset`` (one per PSUM bank,
@@ -1678,6 +1698,19 @@ class Tracer:
             ap = AP(buf.space, dt, 0, parts, first * item, ((size, 1),))
             view = View(buf, dt, [(parts, 1, _P), (size, 1, _F)], 0, ap.offset)
             self.emit(engine, Memset(dst=ap, value=value), writes=[(view, ap)])
+
+    def initialise(self, view: View, value: float) -> None:
+        """``view``, a new tensor's tile, filled with ``value``: a PSUM tile of its own
+        buffer with zeros where a matmul first writes it (or a memset, if read first),
+        anything else by a memset now."""
+        if view.buf.space == "psum" and value == 0.0 and not view.buf.fixed:
+            view.buf.zero = True
+            return
+        if view.buf.fixed:
+            self.memset(view, value, "gpsimd", "full")
+        else:
+            self.fill(view.buf, view.dt, value,
+                      "gpsimd" if view.buf.space == "sbuf" else "vector")
 
     def memset(self, view: View, value: float, engine: str, call: str) -> None:
         """Fill ``view`` with ``value`` (GpSimd cannot reach PSUM: the vector engine does

@@ -129,3 +129,30 @@ def placed_in_bank_nine(x):
     p[...] = nisa.nc_matmul(t, t)
     nl.store(out, nl.copy(p))
     return out
+
+
+@nki.jit
+def products_in_psum_blocks(x, w):
+    """x[t].T @ w for each 128-row tile t of x, and its double, through three PSUM tensors
+    of a block per tile (zeros accumulated into, and two written): 30 KiB a partition as
+    whole tensors, more than PSUM has, a bank or two at a time block by block."""
+    tiles = x.shape[0] // 128
+    out = nl.ndarray((tiles * 128, 2 * w.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((tiles, par_dim(128), w.shape[1]), dtype=nl.float32, buffer=nl.psum)
+    once = nl.ndarray((tiles, par_dim(128), w.shape[1]), dtype=nl.float32, buffer=nl.psum)
+    twice = nl.ndarray((tiles, par_dim(128), w.shape[1]), dtype=nl.float32, buffer=nl.psum)
+    wt = nl.load(w)
+    wt2 = nl.multiply(wt, 2.0)
+    ip, jf = nl.mgrid[0:64, 0:128]
+    iw, jw = nl.mgrid[0:64, 0:w.shape[1]]
+    for i in nl.affine_range(tiles):
+        xt = nl.load(x[nl.ds(i * 128, 128), :])
+        for half in nl.affine_range(2):
+            acc[i] += nisa.nc_matmul(xt[half * 64 + ip, jf], wt[half * 64 + iw, jw])
+        once[i] = nisa.nc_matmul(xt, wt)
+        twice[i] = nisa.nc_matmul(xt, wt2)
+        res = nl.ndarray((par_dim(128), 2 * w.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+        res[:, nl.ds(0, w.shape[1])] = nl.add(acc[i], once[i])
+        res[:, nl.ds(w.shape[1], w.shape[1])] = nl.copy(twice[i])
+        nl.store(out[nl.ds(i * 128, 128), :], value=res)
+    return out
