@@ -94,3 +94,14 @@ def test_psum_tensors_are_allocated_block_by_block(k, seed):
     prods = [x[i:i + 128].T.astype(np.float64) @ w for i in range(0, 640, 128)]
     want = np.concatenate([np.concatenate([2 * p, 2 * p], axis=1) for p in prods])
     assert np.abs(out - want).max() / np.abs(want).max() < 1e-5
+
+
+def test_matmul_of_two_types_in_the_one_they_promote_to(k, seed):
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((128, 128)).astype(np.float32)
+    y = rng.standard_normal((128, 256)).astype(ml_dtypes.bfloat16)
+    out = k["mixed_product"](x, y)
+    want = x.astype(np.float64) @ y.astype(np.float64)
+    assert np.abs(out - want).max() / np.abs(want).max() < 1e-5

@@ -404,11 +404,17 @@ def copy_into(dst: View, src: View) -> None:
 
 def matmul(x, y, *, transpose_x=False, mask=None, **kwargs) -> View:
     """``x @ y`` (``x.T @ y`` with ``transpose_x``): ``nc_matmul(x, y)``, or for
-    ``transpose_x=False`` ``nc_matmul(transpose(x), y)`` with the transpose copied to SBUF."""
+    ``transpose_x=False`` ``nc_matmul(transpose(x), y)`` with the transpose copied to SBUF.
+    Operands of two types meet in the one both promote to (as numpy promotes: fp32 over
+    bf16), the other cast to it first, since the array multiplies one format."""
     _no_options("matmul", kwargs)
     if not transpose_x:
         xt = lower.nc_transpose(x, mask=mask, call="matmul")
         x = lower.tensor_copy(xt, call="matmul")
+    if isinstance(x, View) and isinstance(y, View) and x.dt != y.dt:
+        dt = numpy_dtype(promote(x.dt, y.dt))
+        x, y = (lower.tensor_copy(v, dtype=dt, call="matmul") if v.dtype != dt else v
+                for v in (x, y))
     return lower.nc_matmul(x, y, mask=mask, call="matmul")
 
 

@@ -156,3 +156,11 @@ def products_in_psum_blocks(x, w):
         res[:, nl.ds(w.shape[1], w.shape[1])] = nl.copy(twice[i])
         nl.store(out[nl.ds(i * 128, 128), :], value=res)
     return out
+
+
+@nki.jit
+def mixed_product(x, y):
+    """x @ y of an fp32 x and a bf16 y by nl.matmul (x transposed on the way)."""
+    out = nl.ndarray((x.shape[0], y.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, nl.copy(nl.matmul(nl.load(x), nl.load(y)), dtype=nl.float32))
+    return out
