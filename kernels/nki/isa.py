@@ -171,7 +171,9 @@ def dma_copy(*, dst, src, mask=None, **kwargs):
 
 
 def _options(call: str, kwargs: dict, ignored=()) -> None:
-    bad = [k for k, v in kwargs.items() if v is not None and k not in ignored]
+    """Refuse the options of ``call`` that change what it does and trngen does not
+    implement; ``name=`` (an instruction's label in NKI's profiles) and ``ignored`` pass."""
+    bad = [k for k, v in kwargs.items() if v is not None and k not in ("name", *ignored)]
     if bad:
         raise NotSupported(f"{call}({', '.join(f'{k}=' for k in bad)})",
                            f"{call} without these options")

@@ -25,6 +25,7 @@ from .tracer import (
     DSlice,
     Index,
     Placed,
+    SequentialLoop,
     View,
     current,
     dropped,
@@ -181,8 +182,11 @@ def empty_like(a: View, dtype=None, *, buffer=None, name: str = "", **kwargs) ->
 
 
 def _no_options(call: str, kwargs: dict) -> None:
-    if kwargs:
-        raise NotSupported(f"{call}({', '.join(f'{k}=' for k in kwargs)})",
+    """Refuse the options of ``call`` trngen does not implement; ``name=`` (a label in
+    NKI's profiles) passes."""
+    bad = [k for k in kwargs if k != "name"]
+    if bad:
+        raise NotSupported(f"{call}({', '.join(f'{k}=' for k in bad)})",
                            f"{call} without these options")
 
 
@@ -237,9 +241,9 @@ def affine_range(*args, **kwargs) -> AffineLoop:
     return AffineLoop(range(*(int(a) for a in args)))
 
 
-def sequential_range(*args, **kwargs) -> range:
+def sequential_range(*args, **kwargs) -> SequentialLoop:
     """Iterations in order: the dependences through their tensors order them."""
-    return range(*(int(a) for a in args))
+    return SequentialLoop(range(*(int(a) for a in args)))
 
 
 def static_range(*args) -> range:

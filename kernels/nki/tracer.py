@@ -29,6 +29,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 from bisect import bisect_left, insort
@@ -45,7 +46,7 @@ from kernels.builder import SBUF_ALIGN, Builder
 from .errors import NkiError, NotSupported, kernel_line
 
 __all__ = ["TF32", "Affine", "AffineLoop", "Buffer", "Index", "Mask", "Placed", "Predicate",
-           "Tracer", "View", "current", "isa_dtype", "numpy_dtype"]
+           "SequentialLoop", "Tracer", "View", "current", "isa_dtype", "numpy_dtype"]
 
 #: NKI's ``tfloat32`` (a four-byte void type, as NKI spells it).
 TF32 = np.dtype("V4")
@@ -1044,13 +1045,33 @@ class AffineLoop:
             yield from self.range
             return
         t = _CURRENT[-1]
-        outer = t.loops
+        outer, again = t.loops, t.again
         try:
             for i in self.range:
                 t.loops = (*outer, (self, i))
+                t.again = again or i != self.range[0]
                 yield i
         finally:
-            t.loops = outer
+            t.loops, t.again = outer, again
+
+
+class SequentialLoop(AffineLoop):
+    """The iterations of an ``nl.sequential_range``, in order (its tensors' dependences
+    order them); the tracer knows only whether an iteration is past the first
+    (:attr:`Tracer.again`)."""
+
+    def __iter__(self):
+        if not _CURRENT:
+            yield from self.range
+            return
+        t = _CURRENT[-1]
+        again = t.again
+        try:
+            for i in self.range:
+                t.again = again or i != self.range[0]
+                yield i
+        finally:
+            t.again = again
 
 
 def tracing() -> bool:
@@ -1118,6 +1139,8 @@ class Tracer:
         #: the iterations of the nl.affine_range loops being traced, outermost first:
         #: (loop, iteration) pairs, a loop being its :class:`AffineLoop`
         self.loops: tuple = ()
+        #: whether any loop being traced (affine or sequential) is past its first iteration
+        self.again = False
 
     def __enter__(self):
         _CURRENT.append(self)
@@ -1202,7 +1225,10 @@ class Tracer:
         blocks, tile = shape[:par], shape[par:]
         if not blocks:
             return self.place(space, tile, dt, place, (), name, kernel_line())
-        return Placed(self, space, dt, blocks, tile, self._name(name), place)
+        placed = Placed(self, space, dt, blocks, tile, self._name(name), place)
+        for idx in itertools.product(*map(range, blocks)):  # every block checked here
+            self.locate(space, tile, dt, place, idx, placed.name, placed.where)
+        return placed
 
     def blocked(self, space: str, shape, dt: str, name: str, par: int) -> Placed:
         """A new on-chip tensor whose blocks (the dimensions before ``par``) are allocated
@@ -1227,8 +1253,20 @@ class Tracer:
 
     def place(self, space: str, tile: tuple, dt: str, place, idx: tuple, name: str,
               where: str) -> View:
-        """The tile ``tile`` of block ``idx`` where ``place`` puts it, checked against the
-        memory (NKI's errors at ``where``, the line that made the tensor)."""
+        """The tile ``tile`` of block ``idx`` where ``place`` puts it (:meth:`locate`)."""
+        base, part, byte, nbytes = self.locate(space, tile, dt, place, idx, name, where)
+        buf = self._physical(space, base, byte + nbytes)
+        fp = (part, part + tile[0], byte, byte + nbytes)
+        buf.claims = [c for c in buf.claims if not _contains(fp, c[0], False)]
+        buf.claims.append((fp, len(self.nodes)))
+        dims = [(tile[0], 1, _P), *_row_major(tile[1:])]
+        return View(buf, dt, dims, part, byte)
+
+    def locate(self, space: str, tile: tuple, dt: str, place, idx: tuple, name: str,
+               where: str) -> tuple[int, int, int, int]:
+        """(the byte its memory's placed buffer starts at, start partition, byte, bytes per
+        partition) of the tile ``tile`` of block ``idx`` where ``place`` puts it, checked
+        against the memory (NKI's errors at ``where``, the line that made the tensor)."""
         p = self.params
         item = DTYPES[dt][1]
         parts, nbytes = tile[0], math.prod(tile[1:]) * item
@@ -1254,25 +1292,19 @@ class Tracer:
             base, limit = 0, p.sbuf_bytes
         if byte < 0 or byte + nbytes > limit:
             room = "one PSUM bank" if space == "psum" else "an SBUF partition"
-            again = any(i for _, i in self.loops)
             raise NkiError(f"`{name}` block {idx} is placed at byte {byte} with {nbytes} "
                            f"bytes per partition, past the {limit} bytes of {room}"
-                           + ("; this is a later iteration of an nl.affine_range, whose body "
-                              "runs here once per iteration where NKI traces it once, so an "
-                              "address the body adds to grows with every iteration"
-                              if again else ""), where=where)
+                           + ("; this is a later iteration of a loop, whose body runs here "
+                              "once per iteration where NKI traces it once, so an address "
+                              "the body adds to grows with every iteration"
+                              if self.again else ""), where=where)
         if part < 0 or part + parts > p.partitions:
             raise NkiError(f"`{name}` block {idx} is placed at partitions {part} to "
                            f"{part + parts - 1}; the core has {p.partitions}", where=where)
         if byte % item:
             raise NkiError(f"`{name}` block {idx} is placed at byte {byte}, not a multiple "
                            f"of its {item}-byte elements", where=where)
-        buf = self._physical(space, base, byte + nbytes)
-        fp = (part, part + parts, byte, byte + nbytes)
-        buf.claims = [c for c in buf.claims if not _contains(fp, c[0], False)]
-        buf.claims.append((fp, len(self.nodes)))
-        dims = [(parts, 1, _P), *_row_major(tile[1:])]
-        return View(buf, dt, dims, part, byte)
+        return base, part, byte, nbytes
 
     @staticmethod
     def written(view: View, ap: AP) -> bool:
