@@ -105,3 +105,9 @@ def test_matmul_of_two_types_in_the_one_they_promote_to(k, seed):
     out = k["mixed_product"](x, y)
     want = x.astype(np.float64) @ y.astype(np.float64)
     assert np.abs(out - want).max() / np.abs(want).max() < 1e-5
+
+
+def test_an_address_advanced_by_a_loop_body_is_explained(k):
+    with pytest.raises(knki.NkiError, match=r"past the \d+ bytes of an SBUF partition; this "
+                                             r"is a later iteration of a loop"):
+        k["address_advanced_in_a_loop"](np.zeros((128, 8), np.float32))

@@ -164,3 +164,18 @@ def mixed_product(x, y):
     out = nl.ndarray((x.shape[0], y.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
     nl.store(out, nl.copy(nl.matmul(nl.load(x), nl.load(y)), dtype=nl.float32))
     return out
+
+
+@nki.jit
+def address_advanced_in_a_loop(x):
+    """A kernel that adds to its SBUF address in a loop body, which NKI traces once: here
+    the body runs once per iteration, and the fourth tile lands past SBUF."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    base = 0
+    for i in nl.sequential_range(4):
+        t = nl.ndarray((par_dim(128), 16384), dtype=nl.float32,
+                       buffer=ncc.sbuf.mod_alloc(base_addr=base))
+        base += 16384 * 4
+        t[:, nl.ds(0, 8)] = nl.load(x, name="tile")
+        nl.store(out, t[:, nl.ds(0, 8)])
+    return out
