@@ -111,3 +111,9 @@ def test_an_address_advanced_by_a_loop_body_is_explained(k):
     with pytest.raises(knki.NkiError, match=r"past the \d+ bytes of an SBUF partition; this "
                                              r"is a later iteration of a loop"):
         k["address_advanced_in_a_loop"](np.zeros((128, 8), np.float32))
+
+
+def test_a_grid_of_no_instances_is_refused(k):
+    with pytest.raises(knki.NkiError, match=r"a launch grid dimension of 0 launches no "
+                                             r"instance of reciprocals"):
+        k["reciprocals"][0]

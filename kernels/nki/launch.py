@@ -139,6 +139,9 @@ class Kernel:
             if not isinstance(g, (int, np.integer, SpmdDim)):
                 raise NotSupported(f"launch grid dimension {g!r}",
                                    "integers, nl.nc(n) and nl.spmd_dim(...)")
+            if isinstance(g, (int, np.integer)) and g < 1:
+                raise NkiError(f"a launch grid dimension of {g} launches no instance of "
+                               f"{self.__name__}: each dimension is at least 1")
         return Kernel(self.func, self.mode, tuple(SpmdDim.of(g) for g in grid),
                       **self.options)
 
