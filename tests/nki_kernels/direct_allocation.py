@@ -172,7 +172,7 @@ def address_advanced_in_a_loop(x):
     the body runs once per iteration, and the fourth tile lands past SBUF."""
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     base = 0
-    for i in nl.sequential_range(4):
+    for _ in nl.sequential_range(4):
         t = nl.ndarray((par_dim(128), 16384), dtype=nl.float32,
                        buffer=ncc.sbuf.mod_alloc(base_addr=base))
         base += 16384 * 4
