@@ -117,3 +117,15 @@ def test_a_grid_of_no_instances_is_refused(k):
     with pytest.raises(knki.NkiError, match=r"a launch grid dimension of 0 launches no "
                                              r"instance of reciprocals"):
         k["reciprocals"][0]
+
+
+def test_a_rule_of_the_core_names_the_kernel_line(k):
+    import ml_dtypes
+
+    line = next(i for i, text in enumerate((HERE / "direct_allocation.py").read_text()
+                                           .splitlines(), 1) if "# ERROR mixed" in text)
+    with pytest.raises(knki.NkiError, match=rf"direct_allocation.py:{line}: the core's rules "
+                                             r"refuse the instruction this line makes: "
+                                             r"tensor\[\d+\] `matmul"):
+        k["mixed_isa_product"](np.zeros((128, 128), np.float32),
+                               np.zeros((128, 64), ml_dtypes.bfloat16))

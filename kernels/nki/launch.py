@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hdl.core.params import CoreParams
-from sim.core import Core, Program, Result
+from sim.core import Core, Program, ProgramError, Result
 
 from .errors import NkiError, NotSupported
 from .tracer import Tracer, View, isa_dtype, numpy_dtype, tracing
@@ -119,6 +119,19 @@ def _target(platform_target) -> str:
 
 def _is_array(x) -> bool:
     return isinstance(x, (np.ndarray, TensorType))
+
+
+def _run(tracer: Tracer, program, timing_only: bool, trace: bool, hbm):
+    """The core simulator's run of ``program``; a rule of the core that an instruction
+    breaks is an error at the kernel's line that made the instruction."""
+    try:
+        return Core(tracer.params).run(program, timing_only=timing_only, trace=trace, hbm=hbm)
+    except ProgramError as e:
+        where = tracer.lines.get(e.at) if e.at else None
+        if where is None:
+            raise
+        raise NkiError(f"the core's rules refuse the instruction this line makes: {e}",
+                       where=where) from None
 
 
 class Kernel:
@@ -246,8 +259,7 @@ class Kernel:
         initial = hbm.copy() if SESSION.keep and hbm is not None else None
         # the cores run side by side on their own engines; the instances of an SPMD grid
         # share no on-chip state, so running them one after the other gives their numerics
-        results = [Core(t.params).run(p, timing_only=timing_only,
-                                      trace=SESSION.trace or trace, hbm=hbm)
+        results = [_run(t, p, timing_only, SESSION.trace or trace, hbm)
                    for t, p in zip(tracers, programs, strict=True)]
         slowest = max(range(cores), key=lambda i: results[i].time)
         t2 = time.perf_counter()

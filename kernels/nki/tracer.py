@@ -334,13 +334,16 @@ class _Node:
     """An instruction of the trace: its stream, the instructions of other streams it
     waits for (``deps``) and the operands that :meth:`Tracer.program` moves to their
     buffers' offsets (``moved``: (field, buffer) pairs), and the ``nl.affine_range``
-    iterations it was traced in (``loops``: (loop, iteration) pairs, outermost first)."""
+    iterations it was traced in (``loops``: (loop, iteration) pairs, outermost first);
+    ``where``, the kernel's line that made it."""
 
-    __slots__ = ("stream", "ins", "deps", "signal", "event", "index", "moved", "loops")
+    __slots__ = ("stream", "ins", "deps", "signal", "event", "index", "moved", "loops",
+                 "where")
 
-    def __init__(self, stream, ins, index, loops=()):
+    def __init__(self, stream, ins, index, loops=(), where=""):
         self.stream, self.ins, self.index = stream, ins, index
         self.loops = loops  # the affine_range iterations it was traced in (Tracer.loops)
+        self.where = where
         self.deps = ()
         self.signal = False
         self.event = None
@@ -1088,11 +1091,14 @@ def current(call: str) -> Tracer:
 
 
 class _Pending:
-    __slots__ = ("view", "make", "kind", "mask", "loops")
+    """An op's result not yet emitted: ``make(dst, accumulate)`` emits it, as of the loop
+    iterations and the kernel's line (``where``) it was made at."""
 
-    def __init__(self, view, make, kind, mask, loops):
+    __slots__ = ("view", "make", "kind", "mask", "loops", "where")
+
+    def __init__(self, view, make, kind, mask, loops, where):
         self.view, self.make, self.kind, self.mask = view, make, kind, mask
-        self.loops = loops
+        self.loops, self.where = loops, where
 
 
 class Tracer:
@@ -1141,6 +1147,10 @@ class Tracer:
         self.loops: tuple = ()
         #: whether any loop being traced (affine or sequential) is past its first iteration
         self.again = False
+        #: the kernel's line of each instruction of the program, by (stream, index), and
+        #: the line of the pending result being emitted (else the line tracing now)
+        self.lines: dict[tuple[str, int], str] = {}
+        self.making: str | None = None
 
     def __enter__(self):
         _CURRENT.append(self)
@@ -1621,7 +1631,7 @@ class Tracer:
         for view, _ in (*reads, *writes):
             if view.buf.zero:
                 self._zero(view.buf)
-        node = _Node(stream, ins, len(self.nodes), self.loops)
+        node = _Node(stream, ins, len(self.nodes), self.loops, self.making or kernel_line())
         deps: dict[str, _Node] = {}
         index = node.index
         bufs = {}
@@ -1795,6 +1805,7 @@ class Tracer:
                     changes[name] = new
                 ins = replace(ins, **changes)
             b.emit(node.stream, ins)
+            self.lines[node.stream, len(b.program.streams[node.stream]) - 1] = node.where
             if node.signal:
                 node.event = b.signal(node.stream)
         return b.program
@@ -1804,7 +1815,7 @@ class Tracer:
         """Make ``view`` the pending result of an op: ``make(dst, accumulate)`` emits the op
         into ``dst`` (``view`` cut by ``mask``, or the tensor it is assigned to)."""
         self.commit()
-        self.pending = _Pending(view, make, kind, mask, self.loops)
+        self.pending = _Pending(view, make, kind, mask, self.loops, kernel_line())
         return view
 
     def commit(self) -> None:
@@ -1814,9 +1825,17 @@ class Tracer:
             loops, self.loops = self.loops, p.loops
             try:
                 if not dropped(p.mask):
-                    p.make(p.view.cut(p.mask), None)
+                    self._make(p, p.view.cut(p.mask), None)
             finally:
                 self.loops = loops
+
+    def _make(self, p: _Pending, dst: View, accumulate) -> None:
+        """Emit the pending ``p`` into ``dst``, its instructions at the line that made it."""
+        outer, self.making = self.making, p.where
+        try:
+            p.make(dst, accumulate)
+        finally:
+            self.making = outer
 
     def take(self, value) -> View:
         """``value`` as an operand: a pending result is emitted first."""
@@ -1836,7 +1855,7 @@ class Tracer:
         if p is not None and value is p.view and temporary and _fits(dst, value, p.kind):
             self.pending = None
             if not dropped(p.mask):
-                p.make(dst.cut(p.mask), None)
+                self._make(p, dst.cut(p.mask), None)
             return
         self.commit()
         if isinstance(value, View):
@@ -1864,7 +1883,7 @@ class Tracer:
                 and dst.buf.space == "psum" and _fits(dst, value, "matmul"):
             self.pending = None
             if not dropped(p.mask):
-                p.make(dst.cut(p.mask), "add")
+                self._make(p, dst.cut(p.mask), "add")
             return
         self.commit()
         nl.add_into(dst, dst, value)

@@ -52,14 +52,19 @@ REACH = {"tensor": ("sbuf", "psum"), "vector": ("sbuf", "psum"), "scalar": ("sbu
 
 
 class ProgramError(ValueError):
-    """A program that breaks a rule of the core; the message names where and which."""
+    """A program that breaks a rule of the core; the message names where and which, and
+    ``at`` is (stream, instruction index) where one instruction breaks it, else None."""
+
+    def __init__(self, message: str, at: tuple[str, int] | None = None):
+        super().__init__(message)
+        self.at = at
 
 
 def fail(stream: str, index: int, ins: Instruction | None, rule: str, detail: str):
     """Raise the :class:`ProgramError` of instruction ``index`` of ``stream`` (``ins``, or None
     for the stream as a whole) breaking ``rule``: ``stream[index] `text form`: rule: detail``."""
     where = f"{stream}[{index}]" + (f" `{isa.format_instruction(ins)}`" if ins else "")
-    raise ProgramError(f"{where}: {rule}: {detail}")
+    raise ProgramError(f"{where}: {rule}: {detail}", (stream, index) if ins else None)
 
 
 @cache

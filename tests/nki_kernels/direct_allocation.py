@@ -179,3 +179,13 @@ def address_advanced_in_a_loop(x):
         t[:, nl.ds(0, 8)] = nl.load(x, name="tile")
         nl.store(out, t[:, nl.ds(0, 8)])
     return out
+
+
+@nki.jit
+def mixed_isa_product(x, y):
+    """nisa.nc_matmul of an fp32 stationary and a bf16 moving tile, which the array does
+    not multiply."""
+    out = nl.ndarray((x.shape[1], y.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    p = nisa.nc_matmul(nl.load(x), nl.load(y))  # ERROR mixed
+    nl.store(out, nl.copy(p))
+    return out
