@@ -4,6 +4,7 @@
 """Parts of the core's engines (:mod:`hdl.core.engines`) against numpy."""
 
 import numpy as np
+import pytest
 from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 
@@ -12,7 +13,7 @@ from hdl.core.engines import (
     OPERAND_DTYPES,
     EngineSlice,
     IotaLane,
-    fp32_to_int8,
+    fp32_to_int,
     widen_operand,
 )
 from hdl.core.isa import DTYPES
@@ -45,20 +46,11 @@ def test_iota_values_convert_to_fp32_as_numpy_does():
 
 
 
-def test_int8_results_round_as_numpy_does():
-    """fp32 results written to int8 (:func:`fp32_to_int8`) against numpy's nearest integer,
-    ties to even, saturated, NaN 0: ties either way, the saturation's edges, infinities,
-    NaNs, subnormals, and random values and bit patterns."""
-    rng = np.random.default_rng(3)
-    special = np.array([0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 0.49999997, 0.50000006, 126.5,
-                        127.4, 127.5, -128.5, -128.49, -129.0, 255.9, 256.0, -255.5, 1e30,
-                        -1e30, np.inf, -np.inf, np.nan, -np.nan, 1e-40, -7.75], np.float32)
-    values = np.concatenate([special, (rng.standard_normal(1500) * 60).astype(np.float32),
-                             rng.integers(0, 2**32, 1500, dtype=np.uint64)
-                             .astype(np.uint32).view(np.float32)])
+def _to_int(values: np.ndarray, width: int, is_signed: bool) -> list[int]:
+    """The codes :func:`fp32_to_int` gives for the fp32 ``values``, simulated."""
     m = Module()
-    x, y = Signal(32), Signal(8)
-    m.d.comb += y.eq(fp32_to_int8(m, x))
+    x, y = Signal(32), Signal(width)
+    m.d.comb += y.eq(fp32_to_int(m, x, width, is_signed))
     got = []
 
     async def bench(ctx):
@@ -69,17 +61,39 @@ def test_int8_results_round_as_numpy_does():
     sim = Simulator(m)
     sim.add_testbench(bench)
     sim.run()
+    return got
+
+
+@pytest.mark.parametrize(("width", "is_signed", "scale"), [(8, True, 60), (32, True, 2e9),
+                                                          (32, False, 4e9)])
+def test_integer_results_round_as_numpy_does(width, is_signed, scale):
+    """fp32 results written to int8, int32 and uint32 (:func:`fp32_to_int`) against numpy's
+    nearest integer, ties to even, saturated, NaN 0: ties either way, the saturation's
+    edges, infinities, NaNs, subnormals, and random values and bit patterns."""
+    rng = np.random.default_rng(3)
+    special = np.array([0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 0.49999997, 0.50000006, 126.5,
+                        127.4, 127.5, -128.5, -128.49, -129.0, 255.9, 256.0, -255.5, 1e30,
+                        -1e30, np.inf, -np.inf, np.nan, -np.nan, 1e-40, -7.75, 2.0**23 + 0.5,
+                        2.0**24 + 2, 2.0**31, -2.0**31, 2.0**31 - 128, 2.0**32, 2.0**32 - 256,
+                        -1.0], np.float32)
+    values = np.concatenate([special, (rng.standard_normal(1500) * scale).astype(np.float32),
+                             rng.integers(0, 2**32, 1500, dtype=np.uint64)
+                             .astype(np.uint32).view(np.float32)])
+    info = np.iinfo(f"{'' if is_signed else 'u'}int{width}")
     with np.errstate(invalid="ignore"):
         near = np.nan_to_num(np.rint(values.astype(np.float64)))
-    want = np.clip(near, -128, 127).astype(np.int64) & 0xFF
-    assert got == [int(w) for w in want]
+    want = np.clip(near, info.min, info.max).astype(np.int64) & ((1 << width) - 1)
+    assert _to_int(values, width, is_signed) == [int(w) for w in want]
+
 
 def _operand_reference(words: np.ndarray, dtype: str) -> np.ndarray:
     """fp32 bits of scalar-operand words of ``dtype`` by numpy and ml_dtypes: the element in
-    the low bits (tf32: the word with its low 13 bits cleared), every NaN 0x7FC00000, an
-    integer word's bits as they are."""
-    if dtype in ("fp32", "int32", "uint32"):
+    the low bits (tf32: the word with its low 13 bits cleared), every NaN 0x7FC00000, int32
+    and uint32 words by value, to nearest even."""
+    if dtype == "fp32":
         return words
+    if dtype in ("int32", "uint32"):
+        return words.view(np.dtype(dtype)).astype(np.float32).view(np.uint32)
     if dtype == "int8":
         return (words & 0xFF).astype(np.uint8).view(np.int8).astype(np.float32).view(np.uint32)
     if dtype == "tf32":

@@ -106,3 +106,19 @@ def test_a_mask_that_is_not_a_box_is_refused_by_name(k):
                                                 r"index axes .* supported: comparisons of one "
                                                 r"index axis with an integer, joined by &"):
         k["triangle_masked"](np.zeros((128, 128), np.float32))
+
+
+def test_integers_by_value_and_bitwise_by_word(k, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.integers(-2000, 2000, (128, 64)) / 2).astype(np.float32)  # ties included
+    y = rng.integers(-2**31, 2**31 - 1, (128, 64)).astype(np.int32)
+    xi, half, low, mixed, copied = k["integer_arithmetic"](x, y)
+    want_xi = np.rint(x).astype(np.int32)
+    assert np.array_equal(xi, want_xi)
+    # y + 3 in fp32 (y rounded to fp32 first), cast back to int32, then halved in fp32
+    plus = np.clip(np.rint((y.astype(np.float32) + np.float32(3)).astype(np.float64)),
+                   -2**31, 2**31 - 1).astype(np.int64).astype(np.int32)
+    assert np.array_equal(half, plus.astype(np.float32) * np.float32(0.5))
+    assert np.array_equal(low, y & 255)
+    assert np.array_equal(mixed, y ^ want_xi)
+    assert np.array_equal(copied, y)

@@ -41,12 +41,13 @@ scan of :class:`~hdl.vector.vector.Vector`), one element per cycle.
 Element types: ``a``, ``b``, ``src`` and ``dst`` each of :data:`ENGINE_DTYPES` (``a`` and
 ``b`` each its own), as the core simulator reads and writes them: the float types of the
 unit's formats (:data:`~hdl.vector.convert.ENGINE_FORMATS`; tf32's code at the word's top,
-moved to the lane word's low bits and back by the partition's slice), int8 widened exactly
-on the way in and on the way out the nearest integer, ties to even, saturated, NaN 0
-(:func:`fp32_to_int8`), int32 and uint32 words taken and written as fp32 bit patterns, as
-they are; an Iota into int32 or uint32 writes its integer itself. Scalar operands (and a
-scan's ``initial``) are of :data:`OPERAND_DTYPES`. What this datapath runs otherwise:
-:func:`supported`.
+moved to the lane word's low bits and back by the partition's slice), the integer types
+by value: int8, int32 and uint32 to the nearest fp32 on the way in (int8 exactly) and on the
+way out the nearest integer, ties to even, saturated, NaN 0 (:func:`fp32_to_int`), except
+that a bitwise operation (:func:`~hdl.core.isa.integer_words`) takes and writes int32 and
+uint32 words as they are; an Iota into int32 or uint32 writes its integer itself. Scalar
+operands (and a scan's ``initial``) are of :data:`OPERAND_DTYPES`. What this datapath runs
+otherwise: :func:`supported`.
 """
 
 from __future__ import annotations
@@ -85,9 +86,10 @@ from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
 __all__ = ["ENGINE_DTYPES", "ENGINE_RUNS", "GENERATOR_SEED", "IOTA_MODULE", "OPERAND_DTYPES",
-           "SLICE_MODULES", "VECTOR_OPS", "EngineSlice", "IotaLane",
-           "VectorEngine", "fp32_to_int8", "lane_input", "lane_output", "load_operand",
-           "operand_refusal", "pick", "supported", "unit_format", "widen_operand"]
+           "SLICE_MODULES", "VECTOR_OPS", "EngineSlice", "IotaLane", "VectorEngine", "bitwise",
+           "fp32_to_int", "int_word_to_fp32", "lane_input", "lane_output", "load_operand",
+           "nearest_integer", "operand_refusal", "pick", "saturated", "supported",
+           "unit_format", "widen_operand"]
 
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
@@ -101,16 +103,17 @@ IOTA_BITS = 50
 IOTA_MODULE = "neuron_core_iota_lane"
 #: The module of one partition's share of each engine (:class:`EngineSlice`), by kind.
 SLICE_MODULES = {"vector": "neuron_core_vector_slice", "gpsimd": "neuron_core_gpsimd_slice"}
-#: The types of a per-partition scalar operand whose words are its fp32 bits as they are.
-RAW_OPERANDS = ("fp32", "int32", "uint32")
+#: The types of a per-partition scalar operand that fill its word: fp32 as it is, int32 and
+#: uint32 by value (as they are for a bitwise operation).
+WORD_OPERANDS = ("fp32", "int32", "uint32")
 #: The types of a per-partition scalar operand widened exactly to fp32 (:func:`widen_operand`).
 WIDENED_OPERANDS = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "int8", "tf32")
 #: Every type of a per-partition scalar operand the engines read: each type the core
 #: simulator computes on (not the MX quads and their uint8 scales, which it refuses).
-OPERAND_DTYPES = RAW_OPERANDS + WIDENED_OPERANDS
+OPERAND_DTYPES = WORD_OPERANDS + WIDENED_OPERANDS
 #: The element types of the engines' streamed inputs and destinations: the units' formats
-#: (:data:`~hdl.vector.convert.ENGINE_FORMATS`), int8, and int32 and uint32 as fp32 bit
-#: patterns (as the core simulator takes them).
+#: (:data:`~hdl.vector.convert.ENGINE_FORMATS`), int8, int32 and uint32 (by value, as the
+#: core simulator takes them).
 ENGINE_DTYPES = ENGINE_FORMATS + ("int8", "int32", "uint32")
 #: The seed of every lane generator of the core's units (the simulator's run seed that
 #: matches the RTL's, :func:`sim.core.data.unit_beats`).
@@ -183,14 +186,15 @@ def pick(rows, first, chunk: int):
     return value
 
 
-def widen_operand(m: Module, word, dtype, name: str = "operand"):
+def widen_operand(m: Module, word, dtype, name: str = "operand", words=0):
     """The fp32 bits of a scalar operand's element, ``word`` (a 32-bit word, the element in
     its low bits) of the type whose code is ``dtype``, as the core simulator widens it
-    (combinational): a word of :data:`RAW_OPERANDS` as it is; a float or int8 element of
-    :data:`WIDENED_OPERANDS` exactly (:class:`~hdl.numerics.fpu.Widen`: every NaN
-    ``0x7FC00000``, int8 its value), tf32 from its code at the word's top. The widening units
-    are the submodules ``<name>_widen_<type>`` of ``m``."""
-    value = word
+    (combinational): fp32 as it is; a float or int8 element of :data:`WIDENED_OPERANDS`
+    exactly (:class:`~hdl.numerics.fpu.Widen`: every NaN ``0x7FC00000``, int8 its value),
+    tf32 from its code at the word's top; an int32 or uint32 word by value
+    (:func:`int_word_to_fp32`) or, with ``words`` (:func:`~hdl.core.isa.integer_words`), as
+    it is. The widening units are the submodules ``<name>_widen_<type>`` of ``m``."""
+    value = Mux(_is_word(dtype) & ~words, int_word_to_fp32(m, word, dtype), word)
     for dt in WIDENED_OPERANDS:
         fmt = format_by_name(dt)
         m.submodules[f"{name}_widen_{dt}"] = unit = Widen(WidenParams(fmt=fmt))
@@ -200,17 +204,38 @@ def widen_operand(m: Module, word, dtype, name: str = "operand"):
 
 
 def load_operand(m: Module, reg, rows, first, shift, dtype, chunk: int, set_imm, imm,
-                 set_operand, name: str) -> None:
+                 set_operand, name: str, words=0) -> None:
     """A lane's scalar register ``reg`` (one operand of a partition's share of an engine):
     loaded with the immediate ``imm`` on ``set_imm``, or on ``set_operand`` with the
     operand's element, the word of ``rows`` rotated to the operand's first partition
     ``first`` (:func:`pick`), shifted down by its byte ``shift`` and widened from the type
-    ``dtype`` (:func:`widen_operand`, its units named after ``name``)."""
+    ``dtype`` (:func:`widen_operand`, its units named after ``name``; ``words`` as there)."""
     with m.If(set_imm):
         m.d.sync += reg.eq(imm)
-    operand = widen_operand(m, pick(rows, first, chunk) >> (shift * 8), dtype, name)
+    operand = widen_operand(m, pick(rows, first, chunk) >> (shift * 8), dtype, name, words)
     with m.If(set_operand):
         m.d.sync += reg.eq(operand)
+
+
+def bitwise(op):
+    """Whether the operation ``op`` (a :class:`~hdl.vector.ops.VectorOp` signal) is bitwise
+    (combinational)."""
+    return (op == VectorOp.BITWISE_AND) | (op == VectorOp.BITWISE_OR) \
+        | (op == VectorOp.BITWISE_XOR)
+
+
+def _is_word(dtype):
+    """Whether the type whose code is ``dtype`` is int32 or uint32 (combinational)."""
+    return (dtype == DTYPES["int32"][0]) | (dtype == DTYPES["uint32"][0])
+
+
+def int_word_to_fp32(m: Module, word, dtype):
+    """The fp32 encoding of the int32 (or, where ``dtype`` is uint32's code, uint32) word
+    ``word``, rounded to nearest even (combinational)."""
+    value = Signal(signed(33))
+    m.d.comb += value.eq(Mux(dtype == DTYPES["uint32"][0], Cat(word[:32], Const(0, 1)),
+                             Cat(word[:32], word[31])))
+    return int_to_fp32(m, value)
 
 
 def int_to_fp32(m: Module, value):
@@ -225,50 +250,70 @@ def int_to_fp32(m: Module, value):
     return Mux(mag == 0, 0, round_pack(m, FP32, negative, e_lead, sig))
 
 
-def fp32_to_int8(m: Module, bits):
-    """The int8 code of the fp32 value ``bits`` as the core simulator writes it
-    (combinational): the nearest integer, ties to even, saturated to -128 .. 127; NaN 0."""
+def nearest_integer(m: Module, bits):
+    """The integer nearest the fp32 value ``bits``, ties to even, as a signed value of 35
+    bits: a magnitude of 2**32 or more (infinities included) is 2**32; NaN 0
+    (combinational)."""
     sign, exp, man = bits[31], bits[23:31], bits[:23]
     sig = Cat(man, Const(1, 1))  # 24 bits: |x| = sig * 2**(exp - 150)
-    # |x| < 256 for exp < 135: its integer part and the bits below, shifted 16 .. 24 down
+    mag = Signal(33)
     shift, below = Signal(range(32)), Signal(range(32))
     m.d.comb += [shift.eq(150 - exp), below.eq(149 - exp)]
-    whole = Signal(9)
-    rest = Signal(24)
+    whole, rest = Signal(24), Signal(24)
     m.d.comb += [whole.eq(sig >> shift), rest.eq(sig & ((Const(1, 25) << shift) - 1))]
     half = Const(1, 24) << below
     up = (rest > half) | ((rest == half) & whole[0])
-    mag = Signal(10)
-    with m.If(exp >= 135):  # |x| >= 256, infinities included: saturated
-        m.d.comb += mag.eq(256)
-    with m.Elif(exp < 126):  # |x| < 0.5: zero
+    with m.If(exp >= 127 + 32):
+        m.d.comb += mag.eq(1 << 32)
+    with m.Elif(exp < 126):  # |x| < 0.5
         m.d.comb += mag.eq(0)
+    with m.Elif(exp >= 150):  # an integer: the significand shifted up
+        m.d.comb += mag.eq(sig << (exp - 150)[:4])
     with m.Else():
         m.d.comb += mag.eq(whole + up)
-    value = Signal(signed(11))
-    m.d.comb += value.eq(Mux(sign, -mag.as_signed(), mag.as_signed()))
+    value = Signal(signed(35))
     nan = (exp == 0xFF) & (man != 0)
-    out = Mux(nan, 0, Mux(value > 127, 127, Mux(value < -128, -128, value)))
-    return out.as_unsigned()[:8]
+    m.d.comb += value.eq(Mux(nan, 0, Mux(sign, -mag, mag)))
+    return value
 
 
-def lane_input(m: Module, word, dtype, name: str):
+def saturated(value, width: int, is_signed: bool = True):
+    """The ``width``-bit code of the signed ``value`` saturated to the signed (or unsigned)
+    range of ``width`` bits (combinational)."""
+    lo, hi = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if is_signed else (0, (1 << width) - 1)
+    return Mux(value > hi, hi, Mux(value < lo, lo, value)).as_unsigned()[:width]
+
+
+def fp32_to_int(m: Module, bits, width: int, is_signed: bool = True):
+    """The ``width``-bit code of the fp32 value ``bits`` as the core simulator writes an
+    integer (combinational): the nearest integer, ties to even, saturated; NaN 0."""
+    return saturated(nearest_integer(m, bits), width, is_signed)
+
+
+def lane_input(m: Module, word, dtype, name: str, words=0):
     """The lane word the unit reads for a streamed element ``word`` (in its low bits) of the
-    type whose code is ``dtype`` (combinational): int8 widened to fp32 exactly (the unit
-    then reads fp32), tf32's code moved down from the word's top, any other as it is. The
-    widening unit is the submodule ``<name>_widen_int8`` of ``m``."""
+    type whose code is ``dtype`` (combinational): int8, int32 and uint32 by value in fp32
+    (the unit then reads fp32; with ``words``, :func:`~hdl.core.isa.integer_words`, an int32
+    or uint32 word as it is), tf32's code moved down from the word's top, any other as it
+    is. The widening unit is the submodule ``<name>_widen_int8`` of ``m``."""
     m.submodules[f"{name}_widen_int8"] = unit = Widen(WidenParams(fmt=format_by_name("int8")))
     m.d.comb += unit.x.eq(word[:8])
     return Mux(dtype == DTYPES["int8"][0], unit.y,
-               Mux(dtype == DTYPES["tf32"][0], word >> TF32_SHIFT, word))
+               Mux(_is_word(dtype) & ~words, int_word_to_fp32(m, word, dtype),
+                   Mux(dtype == DTYPES["tf32"][0], word >> TF32_SHIFT, word)))
 
 
-def lane_output(m: Module, y, dtype):
+def lane_output(m: Module, y, dtype, words=0):
     """The element written for the unit's result ``y`` (fp32 for an integer destination,
     else the format's code in the low bits) to a destination of the type whose code is
-    ``dtype`` (combinational): int8 by :func:`fp32_to_int8`, tf32's code moved to the
-    word's top, any other as it is."""
-    return Mux(dtype == DTYPES["int8"][0], fp32_to_int8(m, y),
+    ``dtype`` (combinational): int8, int32 and uint32 by :func:`fp32_to_int` (with
+    ``words`` an int32 or uint32 word as it is), tf32's code moved to the word's top, any
+    other as it is."""
+    near = nearest_integer(m, y)
+    ints = Mux(dtype == DTYPES["int8"][0], saturated(near, 8),
+               Mux(dtype == DTYPES["int32"][0], saturated(near, 32),
+                   saturated(near, 32, is_signed=False)))
+    return Mux((dtype == DTYPES["int8"][0]) | (_is_word(dtype) & ~words), ints,
                Mux(dtype == DTYPES["tf32"][0], y << TF32_SHIFT, y))
 
 
@@ -320,7 +365,8 @@ class EngineSlice(wiring.Component):
     int32 or uint32) ``w_data`` is the integer itself, the base plus ``iota_w_at``. The vector
     engine's transpose: ``a_raw`` is the lane's element of ``a`` as it is stored, and with
     ``raw`` the unit's output is written as it comes (``y_rows`` then the transposed
-    elements).
+    elements). ``words``: the instruction is bitwise, its int32 and uint32 elements and
+    operands read and written as words (:func:`lane_input`, :func:`lane_output`).
     """
 
     def __init__(self, partitions: int, kind: str):
@@ -339,6 +385,7 @@ class EngineSlice(wiring.Component):
                    "d_first": In(part),
                    "d_count": In(AP_LAYOUT.members["partitions"]), "a_shift": In(2),
                    "b_shift": In(2), "w_shift": In(2), "memset": In(1), "value": In(32),
+                   "words": In(1),
                    "set_imm": In(1), "set_scalar": In(1), "set_scalar1": In(1),
                    "imm": In(32), "imm1": In(32), "a": Out(32), "b": Out(32),
                    "scalar": Out(32), "scalar1": Out(32), "w_data": Out(32),
@@ -354,18 +401,18 @@ class EngineSlice(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         raw_a = pick(self.a_rows, self.a_first, self.chunk) >> (self.a_shift * 8)
-        lane_a = lane_input(m, raw_a, self.a_dtype, "a")
+        lane_a = lane_input(m, raw_a, self.a_dtype, "a", self.words)
         m.d.comb += self.b.eq(lane_input(m, pick(self.b_rows, self.b_first, self.chunk)
-                                         >> (self.b_shift * 8), self.b_dtype, "b"))
+                                         >> (self.b_shift * 8), self.b_dtype, "b", self.words))
         for reg, rows, first, shift, dtype, imm, load, name in (
                 (self.scalar, self.b_rows, self.s_first, self.s_shift, self.s_dtype, self.imm,
                  self.set_scalar, "operand0"),
                 (self.scalar1, self.a_rows, self.s1_first, self.s1_shift, self.s1_dtype,
                  self.imm1, self.set_scalar1, "operand1")):
             load_operand(m, reg, rows, first, shift, dtype, self.chunk, self.set_imm, imm,
-                         load, name)
+                         load, name, self.words)
         result = pick(self.y_rows, self.d_first, self.chunk)
-        out = lane_output(m, Mux(self.memset, self.value, result), self.d_dtype)
+        out = lane_output(m, Mux(self.memset, self.value, result), self.d_dtype, self.words)
         if self.kind == "vector":
             out = Mux(self.raw, result, out)
             m.d.comb += self.a_raw.eq(raw_a)
@@ -499,6 +546,7 @@ class VectorEngine(wiring.Component):
         m.d.comb += [wa.ap.eq(a), wb.ap.eq(b), wd.ap.eq(dst),
                      wa.start.eq(start), wb.start.eq(start), wd.start.eq(start)]
 
+        words = bitwise(op) | bitwise(op1)  # isa.integer_words
         formats = self.params.formats
         in_format = Mux(iota, formats.index("fp32"), unit_format(formats, a.dtype))
         b_format, out_format = unit_format(formats, b.dtype), unit_format(formats, dst.dtype)
@@ -568,7 +616,7 @@ class VectorEngine(wiring.Component):
                 "a_shift": a_shift, "b_shift": b_shift, "w_shift": wd.byte[:2],
                 "memset": memset, "value": value, "set_imm": set_imm,
                 "set_scalar": set_scalar, "set_scalar1": set_scalar1, "imm": imm,
-                "imm1": imm1}
+                "imm1": imm1, "words": words}
             outputs = {name: Signal(width, name=f"slice{p}_{name}")
                        for name, width in (("a", 32), ("b", 32), ("scalar", 32),
                                            ("scalar1", 32), ("w_data", 32), ("w_part", 1))

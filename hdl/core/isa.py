@@ -24,7 +24,7 @@ import struct
 from dataclasses import MISSING, dataclass, fields
 from typing import ClassVar
 
-from hdl.vector.ops import Reduce, VectorOp
+from hdl.vector.ops import BITWISE_OPS, Reduce, VectorOp
 
 __all__ = [
     "AP", "AP_BITS", "AP_FIELDS", "DTYPES", "ENGINE_OPS", "FREE_MAX", "INSTRUCTIONS", "MX_DTYPES",
@@ -33,8 +33,7 @@ __all__ = [
     "LoadStationary", "Memset", "MultiplyMoving", "SemSignal", "SemWait", "TensorCopy",
     "TensorReduce", "TensorScalar", "TensorTensor", "TensorTensorScan", "Transpose", "decode",
     "double_row_order", "encode", "engine_kind", "field_positions", "format_instruction",
-    "input_format",
-    "mx_scale_partition", "parse",
+    "input_format", "integer_words", "mx_scale_partition", "parse",
 ]
 
 
@@ -48,6 +47,14 @@ SPACES = ("hbm", "sbuf", "psum")
 FREE_MAX = {"sbuf": 64 * 1024, "psum": 4 * 1024}
 #: Element types of access patterns: name -> (code, bytes). Float formats are the names of
 #: :mod:`hdl.numerics.formats`; ``int32``/``uint32``/``uint8`` are plain words.
+#:
+#: * The vector, scalar and GpSimd engines compute in fp32 and cast their inputs to it and
+#:   their results from it, each by its value [NKI2]: an integer to the nearest fp32
+#:   (ties to even), an fp32 to the nearest integer (ties to even, saturated, NaN 0).
+#:   A bitwise operation (:func:`integer_words`) reads and writes its ``int32`` and
+#:   ``uint32`` elements as the words they are instead. A copy between two ``int32`` tiles
+#:   is by value too, so exact up to 2**24, where NKI documents the vector and GpSimd
+#:   engines' copy between equal types as bit-accurate.
 #:
 #: * ``tf32`` (sign, 8 exponent bits, 10 mantissa bits) is stored in 32 bits, as NKI's
 #:   ``tfloat32`` ("32-bit floating-point number (1S,8E,10M)" [NKI-DT]): its 19
@@ -466,6 +473,12 @@ ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {
     "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset) + _SYNC,
     "dma": (DmaCopy,) + _SYNC,
 }
+
+
+def integer_words(ins: Instruction) -> bool:
+    """Whether ``ins`` reads and writes its ``int32`` and ``uint32`` elements (and scalar
+    operands) as their words, not by value: a bitwise operation."""
+    return any(getattr(ins, name, None) in BITWISE_OPS for name in ("op", "op0", "op1"))
 
 
 def engine_kind(stream: str) -> str:

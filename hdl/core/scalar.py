@@ -51,6 +51,7 @@ from hdl.core.engines import (
     ENGINE_DTYPES,
     GENERATOR_SEED,
     OPERAND_DTYPES,
+    bitwise,
     engine_ports,
     lane_input,
     lane_output,
@@ -122,6 +123,8 @@ class ScalarSlice(wiring.Component):
     as an element of the type ``t_dtype`` (:func:`~hdl.core.engines.lane_output`), placed at
     byte ``w_shift``; ``w_part`` whether the partition is in the group being written:
     from ``t_first + base`` for ``lanes`` partitions, below ``t_first + t_count``.
+    ``words``: the instruction is bitwise, its int32 and uint32 elements and operands read
+    and written as words.
     """
 
     def __init__(self, partitions: int, lanes: int):
@@ -137,7 +140,8 @@ class ScalarSlice(wiring.Component):
             "bias_dtype": In(AP_LAYOUT.members["dtype"]), "s1_first": In(part),
             "s1_shift": In(2), "s1_dtype": In(AP_LAYOUT.members["dtype"]), "t_first": In(part),
             "t_count": In(AP_LAYOUT.members["partitions"]), "base": In(range(partitions + lanes)),
-            "shift": In(2), "w_shift": In(2), "set_imm": In(1), "set_bias": In(1),
+            "shift": In(2), "w_shift": In(2), "words": In(1), "set_imm": In(1),
+            "set_bias": In(1),
             "set_scalar1": In(1), "imm": In(32), "imm1": In(32), "row": Out(32),
             "bias": Out(32), "scalar1": Out(32), "w_data": Out(32), "w_part": Out(1)})
 
@@ -145,18 +149,19 @@ class ScalarSlice(wiring.Component):
         m = Module()
         chunk = self.chunk
         m.d.comb += self.row.eq(lane_input(m, pick(self.r_rows, self.src_first, chunk)
-                                           >> (self.shift * 8), self.src_dtype, "src"))
+                                           >> (self.shift * 8), self.src_dtype, "src",
+                                           self.words))
         for reg, first, shift, dtype, imm, load, name in (
                 (self.bias, self.bias_first, self.bias_shift, self.bias_dtype, self.imm,
                  self.set_bias, "operand0"),
                 (self.scalar1, self.s1_first, self.s1_shift, self.s1_dtype, self.imm1,
                  self.set_scalar1, "operand1")):
             load_operand(m, reg, self.r_rows, first, shift, dtype, chunk, self.set_imm, imm,
-                         load, name)
+                         load, name, self.words)
         lo = self.t_first + self.base
         m.d.comb += [
-            self.w_data.eq(lane_output(m, pick(self.y_rows, self.t_first, chunk), self.t_dtype)
-                           << (self.w_shift * 8)),
+            self.w_data.eq(lane_output(m, pick(self.y_rows, self.t_first, chunk), self.t_dtype,
+                                       self.words) << (self.w_shift * 8)),
             self.w_part.eq((lo <= self.index) & (self.index < lo + self.lanes)
                            & (self.index < self.t_first + self.t_count))]
         return m
@@ -295,7 +300,8 @@ class ScalarEngine(wiring.Component):
                 "s1_shift": s1.offset[:2], "s1_dtype": s1.dtype, "t_first": t_first,
                 "t_count": t_count, "src_dtype": src.dtype,
                 "t_dtype": Mux(reducing, DTYPES["fp32"][0], dst.dtype),
-                "base": base, "shift": shift, "w_shift": at[:2], "set_imm": set_imm,
+                "base": base, "shift": shift, "w_shift": at[:2],
+                "words": bitwise(op) | bitwise(op1), "set_imm": set_imm,
                 "set_bias": set_bias, "set_scalar1": set_scalar1, "imm": imm,
                 "imm1": imm1}, outputs)
         lane_bias = Cat(*select(slices["bias"]))

@@ -28,7 +28,7 @@ from hdl.core.isa import (
     TensorTensorScan,
     Transpose,
 )
-from hdl.vector.ops import Reduce, VectorOp
+from hdl.vector.ops import BITWISE_OPS, Reduce, VectorOp
 
 from .errors import NkiError, NotSupported
 from .tracer import (
@@ -426,6 +426,15 @@ def _scalar_operand(t, v, x: View, call: str, name: str):
     return None, float(v), None
 
 
+def _word(value: float) -> float:
+    """The immediate of a bitwise operation: an integer's 32-bit word, as the fp32 whose
+    bits it is (a word that is a signalling NaN as fp32 arrives with its quiet bit set);
+    any other number as it is."""
+    if not float(value).is_integer():
+        return value
+    return float(np.array(int(value) & 0xFFFFFFFF, dtype=np.uint32).view(np.float32))
+
+
 def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
                   reverse1=False, *, dtype=None, mask=None, engine=None, dst=None,
                   call: str = "tensor_scalar"):
@@ -452,6 +461,9 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
     a0, i0, v0 = _scalar_operand(t, operand0, x, call, "operand0")
     a1, i1, v1 = (_scalar_operand(t, operand1, x, call, "operand1") if op1 is not None
                   else (None, 0.0, None))
+    # a bitwise operation takes an integer immediate's word
+    i0 = _word(i0) if o0 in BITWISE_OPS else i0
+    i1 = _word(i1) if o1 in BITWISE_OPS else i1
     src = t.ap(x, call, "data", ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum"))
     out_dt = isa_dtype(dtype) if dtype is not None else x.dt
 
@@ -624,8 +636,13 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,
         if out_ap.partitions != s_ap.partitions or out_ap.free != s_ap.free:
             raise NkiError(f"'{call}': source {list(x.shape)} and destination "
                            f"{list(out.shape)} differ")
-        t.emit(eng, TensorCopy(dst=out_ap, src=s_ap), reads=[(x, s_ap)],
-               writes=[(out, out_ap)])
+        if eng != "scalar" and out.dt == x.dt and out.dt in ("int32", "uint32"):
+            # bit-accurate, as NKI documents the vector and GpSimd engines' copy between
+            # equal types: the words OR 0 (the ISA's copy goes by value)
+            ins = TensorScalar(dst=out_ap, src=s_ap, op0=VectorOp.BITWISE_OR, imm0=0.0)
+        else:
+            ins = TensorCopy(dst=out_ap, src=s_ap)
+        t.emit(eng, ins, reads=[(x, s_ap)], writes=[(out, out_ap)])
 
     return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
 

@@ -43,6 +43,8 @@ from .rules import ProgramError, Rules, shares_pes
 __all__ = ["Data", "unit_beats"]
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+#: The 32-bit integer types: by value, or as words by :func:`isa.integer_words`' instructions.
+_WORDS = {"int32": np.int32, "uint32": np.uint32}
 
 
 class Data:
@@ -120,28 +122,36 @@ class Data:
         halves = codes.reshape(parts, 2, -1).transpose(1, 0, 2).reshape(2 * parts, -1)
         return halves[isa.double_row_order(parts)]
 
-    def read32(self, ap: AP) -> np.ndarray:
-        """fp32 bit patterns, (partitions, free), of an operand of any float type."""
+    def read32(self, ap: AP, words: bool = False) -> np.ndarray:
+        """fp32 bit patterns, (partitions, free), of an operand of any type, each element
+        by its value (an integer rounded to the nearest fp32, ties to even) or, with
+        ``words``, an ``int32``/``uint32`` element's word as it is (:func:`isa.integer_words`)."""
         bits = self.codes(ap)
-        if ap.dtype in ("fp32", "int32", "uint32"):
+        if ap.dtype == "fp32" or (words and ap.dtype in _WORDS):
             return bits.astype(np.uint32)
+        if ap.dtype in _WORDS:
+            return bits.astype(np.uint32).view(_WORDS[ap.dtype]).astype(np.float32) \
+                .view(np.uint32)
         return np.asarray(numerics.widen(bits, format_by_name(ap.dtype)), dtype=np.uint32)
 
-    def write32(self, ap: AP, bits32: np.ndarray, draw: tuple[int, int] | None = None) -> None:
+    def write32(self, ap: AP, bits32: np.ndarray, draw: tuple[int, int] | None = None,
+                words: bool = False) -> None:
         """Store fp32 bit patterns (partitions, free) into ``ap``, cast to its type (an
-        integer type: the nearest integer, ties to even, saturated; NaN 0), to nearest even
-        or, with ``draw``, stochastically: ``(start, lanes)``, the unit's beat of the first
-        element and its lanes, which serve the partitions in turns of ``lanes``
+        integer type: the nearest integer, ties to even, saturated; NaN 0; with ``words``
+        an ``int32``/``uint32`` element takes the word as it is), to nearest even or, with
+        ``draw``, stochastically: ``(start, lanes)``, the unit's beat of the first element
+        and its lanes, which serve the partitions in turns of ``lanes``
         (:func:`unit_beats`)."""
         bits32 = np.asarray(bits32, dtype=np.uint32).reshape(ap.partitions, -1)
-        if ap.dtype in ("fp32", "int32", "uint32"):
+        if ap.dtype == "fp32" or (words and ap.dtype in _WORDS):
             self.write(ap, bits32)
             return
-        fmt = format_by_name(ap.dtype)
-        if isinstance(fmt, IntFormat):  # to the nearest integer, ties to even, saturated
-            with np.errstate(invalid="ignore"):
+        fmt = np.iinfo(_WORDS[ap.dtype]) if ap.dtype in _WORDS else format_by_name(ap.dtype)
+        if isinstance(fmt, (np.iinfo, IntFormat)):  # the nearest integer, ties to even,
+            with np.errstate(invalid="ignore"):      # saturated
                 v = np.nan_to_num(np.rint(bits32.view(np.float32).astype(np.float64)))
-            lo, hi = -(1 << (fmt.bits - 1)), (1 << (fmt.bits - 1)) - 1
+            lo, hi = (fmt.min, fmt.max) if isinstance(fmt, np.iinfo) else \
+                (fmt.min_value, fmt.max_finite)
             self.write(ap, np.clip(v, lo, hi).astype(np.int64) & ((1 << fmt.bits) - 1))
             return
         x = bits32.T.view(np.float32)  # (beats, partitions)
@@ -159,10 +169,11 @@ class Data:
             out = out.astype(np.uint32) << isa.TF32_SHIFT
         self.write(ap, out.T)
 
-    def scalar(self, ap: AP | None, imm: float, partitions: int) -> np.ndarray:
+    def scalar(self, ap: AP | None, imm: float, partitions: int,
+               words: bool = False) -> np.ndarray:
         if ap is None:
             return np.full(partitions, np.float32(imm).view(np.uint32), dtype=np.uint32)
-        return self.read32(ap).reshape(partitions)
+        return self.read32(ap, words).reshape(partitions)
 
     # instructions ----------------------------------------------------------------------------
     def load(self, ins: LoadStationary) -> None:
@@ -198,11 +209,11 @@ class Data:
     def dma(self, ins: DmaCopy) -> None:
         self.write(ins.dst, self.read(ins.src))
 
-    def scan(self, ins: TensorTensorScan) -> np.ndarray:
+    def scan(self, ins: TensorTensorScan, words: bool = False) -> np.ndarray:
         """The fp32 results of a scan, (partitions, free): the vector unit's
         (:func:`sim.golden.vector.scan`), the running value kept in fp32."""
-        a, b = self.read32(ins.a), self.read32(ins.b)
-        prev = self.scalar(ins.initial, ins.imm, a.shape[0])
+        a, b = self.read32(ins.a, words), self.read32(ins.b, words)
+        prev = self.scalar(ins.initial, ins.imm, a.shape[0], words)
         return vector.scan(ins.op0, ins.op1, a.T, b.T, prev, reverse0=ins.reverse0,
                            reverse1=ins.reverse1).T
 
@@ -225,6 +236,7 @@ class Data:
     def execute(self, stream: int, ins: Instruction) -> None:
         cls = ins.__class__
         draw = self._draw(stream, ins)
+        w = isa.integer_words(ins)
         if cls is Activation:
             x = self.read32(ins.src)
             lanes, n = x.shape
@@ -238,19 +250,19 @@ class Data:
             if ins.reduce_dst is not None:
                 self.write32(ins.reduce_dst, sums[-1].reshape(lanes, 1))
         elif cls is TensorTensor:
-            r = vector.elementwise(ins.op, self.read32(ins.a), self.read32(ins.b))
-            self.write32(ins.dst, r, draw)
+            r = vector.elementwise(ins.op, self.read32(ins.a, w), self.read32(ins.b, w))
+            self.write32(ins.dst, r, draw, w)
         elif cls is TensorScalar:
-            x = self.read32(ins.src)
+            x = self.read32(ins.src, w)
             lanes = x.shape[0]
             r = vector.elementwise(ins.op0, x,
-                                   self.scalar(ins.operand0, ins.imm0, lanes)[:, None])
+                                   self.scalar(ins.operand0, ins.imm0, lanes, w)[:, None])
             if ins.op1 != VectorOp.COPY:
                 r = vector.elementwise(ins.op1, r,
-                                       self.scalar(ins.operand1, ins.imm1, lanes)[:, None])
-            self.write32(ins.dst, r, draw)
+                                       self.scalar(ins.operand1, ins.imm1, lanes, w)[:, None])
+            self.write32(ins.dst, r, draw, w)
         elif cls is TensorTensorScan:
-            self.write32(ins.dst, self.scan(ins), draw)
+            self.write32(ins.dst, self.scan(ins, w), draw, w)
         elif cls is TensorReduce:
             x = self.read32(ins.src)
             lanes, n = x.shape
@@ -260,8 +272,8 @@ class Data:
                            reduce=ins.reduce)
             self.write32(ins.dst, r.T)
         elif cls is TensorCopy:
-            self.write32(ins.dst, vector.elementwise(VectorOp.COPY, self.read32(ins.src), 0),
-                         draw)
+            self.write32(ins.dst, vector.elementwise(VectorOp.COPY, self.read32(ins.src, w), 0),
+                         draw, w)
         elif cls is Transpose:  # the vector engine's: the elements' bits as they are
             self.write(ins.dst, self.read(ins.src).reshape(ins.src.partitions, -1).T.copy())
         elif cls is Memset:

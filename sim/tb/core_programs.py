@@ -495,8 +495,9 @@ def _inputs(b: Builder, types: dict[str, str], n: int) -> dict:
 
 def _element_types(b: Builder) -> None:
     """Every element type the engines stream besides the float types of the other programs:
-    fp8_e4m3fn, tf32 (its code at the word's top), int8 (widened, and written as the nearest
-    integer, saturated) and int32 / uint32 (fp32 bit patterns as they are), as inputs and
+    fp8_e4m3fn, tf32 (its code at the word's top), int8, int32 and uint32 (by value: to the
+    nearest fp32, and written as the nearest integer, saturated; a bitwise operation's as
+    words), as inputs and
     destinations of TensorTensor, TensorScalar, TensorCopy, TensorReduce and
     TensorTensorScan on the vector engine, of the GpSimd engine's (and its Iota into each,
     the integer ones written as integers), of the scalar engine's Activation, TensorScalar

@@ -107,3 +107,20 @@ def triangle_masked(x):
     ip, jf = nl.mgrid[0:128, 0:128]
     nl.store(out[ip, jf], nl.load(x[ip, jf], mask=(ip * 128 + jf < 1000)))
     return out
+
+
+@nki.jit
+def integer_arithmetic(x, y):
+    """(x to int32, (y + 3) * 0.5 in fp32, y & 255, y ^ (x to int32), a copy of y): the
+    engines take integers by value, a bitwise operation and a copy between int32 tiles their
+    words."""
+    outs = [nl.ndarray(x.shape, dtype=dt, buffer=nl.shared_hbm)
+            for dt in (nl.int32, nl.float32, nl.int32, nl.int32, nl.int32)]
+    xi = nl.copy(nl.load(x), dtype=nl.int32)
+    yi = nl.load(y)
+    nl.store(outs[0], xi)
+    nl.store(outs[1], nl.multiply(nl.add(yi, 3, dtype=nl.int32), 0.5, dtype=nl.float32))
+    nl.store(outs[2], nl.bitwise_and(yi, 255))
+    nl.store(outs[3], nl.bitwise_xor(yi, xi))
+    nl.store(outs[4], nl.copy(yi))
+    return tuple(outs)
