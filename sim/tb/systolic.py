@@ -758,7 +758,10 @@ async def tiled_programs(dut):
         # one kept for the multiply that closes a program ending on a load
         stat_left = tb.hp.stationary_depth
         mov_left = min(tb.hp.moving_depth, tb.hp.result_depth) - 1
+        cmd_left = tb.hp.program_depth - 1  # commands, one kept likewise
         for _ in range(int(tb.rng.integers(3, 8))):
+            if cmd_left < 1:
+                break
             ways = [int(w) for w in tb.rng.choice(p.tiles, size=2)]  # rows, columns
             rs, cs = p.rows // ways[0], p.cols // ways[1]
             row, col = (int(tb.rng.integers(0, w)) for w in ways)
@@ -769,6 +772,7 @@ async def tiled_programs(dut):
             if beats > stat_left:
                 break
             stat_left -= beats
+            cmd_left -= 1
             op, tile = tb.load(fmt, k, m, kind=str(tb.rng.choice(["normal", "finite"])))
             load = Load(k, m, fmt, row * rs, col * cs, rs, cs)
             program.append((load, tile))
@@ -778,16 +782,18 @@ async def tiled_programs(dut):
             live[(load.row, load.col)] = load
             if not p.is_mx(fmt) and tb.rng.integers(0, 4) == 0:
                 n = int(tb.rng.integers(1, min(k, p.moving_max) + 1))
-                if n <= mov_left:
+                if n <= mov_left and cmd_left > 0:
                     mov_left -= n
+                    cmd_left -= 1
                     program.append((Transpose(n), None))
             # multiplies on this tile and on others still loaded
             for _ in range(int(tb.rng.integers(1, 4))):
                 target = live[list(live)[int(tb.rng.integers(0, len(live)))]]
                 n = int(tb.rng.integers(1, p.moving_max + 1))
-                if n > mov_left:
+                if n > mov_left or cmd_left < 1:
                     break
                 mov_left -= n
+                cmd_left -= 1
                 op, tile = tb.multiply(tb.random_partner(target.fmt), target.k, n,
                                        accumulate=bool(tb.rng.integers(0, 2)))
                 program.append((Multiply(n, op.accumulate, op.fmt, target.row, target.col),

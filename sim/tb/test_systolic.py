@@ -48,11 +48,13 @@ def test_systolic_flat_emission(sim, seed):
 
 
 @pytest.mark.cocotb
-def test_systolic_tiled_programs_fit_the_result_memory():
+@pytest.mark.parametrize("drawn", [1066713303, 1903653856])
+def test_systolic_tiled_programs_fit_the_harness(drawn):
     """Seed 1066713303 drew a tiled program whose transposes' rows, uncounted, overran the
-    harness's result memory (index 144 of 144): every output beat is now budgeted."""
+    harness's result memory (index 144 of 144), seed 1903653856 one of more commands than
+    its program memory holds: every output beat and every command is now budgeted."""
     runner.skip_unless_available("verilator")
-    result = simulate(FLAT, "verilator", 1066713303, hierarchical=False)
+    result = simulate(FLAT, "verilator", drawn, hierarchical=False)
     assert result.ok, result
 
 
