@@ -64,10 +64,10 @@ def _to_int(values: np.ndarray, width: int, is_signed: bool) -> list[int]:
     return got
 
 
-@pytest.mark.parametrize(("width", "is_signed", "scale"), [(8, True, 60), (32, True, 2e9),
-                                                          (32, False, 4e9)])
+@pytest.mark.parametrize(("width", "is_signed", "scale"), [(8, True, 60), (8, False, 150),
+                                                          (32, True, 2e9), (32, False, 4e9)])
 def test_integer_results_round_as_numpy_does(width, is_signed, scale):
-    """fp32 results written to int8, int32 and uint32 (:func:`fp32_to_int`) against numpy's
+    """fp32 results written to int8, uint8, int32 and uint32 (:func:`fp32_to_int`) against numpy's
     nearest integer, ties to even, saturated, NaN 0: ties either way, the saturation's
     edges, infinities, NaNs, subnormals, and random values and bit patterns."""
     rng = np.random.default_rng(3)
@@ -88,12 +88,14 @@ def test_integer_results_round_as_numpy_does(width, is_signed, scale):
 
 def _operand_reference(words: np.ndarray, dtype: str) -> np.ndarray:
     """fp32 bits of scalar-operand words of ``dtype`` by numpy and ml_dtypes: the element in
-    the low bits (tf32: the word with its low 13 bits cleared), every NaN 0x7FC00000, int32
-    and uint32 words by value, to nearest even."""
+    the low bits (tf32: the word with its low 13 bits cleared), every NaN 0x7FC00000, the
+    integers by value, to nearest even."""
     if dtype == "fp32":
         return words
     if dtype in ("int32", "uint32"):
         return words.view(np.dtype(dtype)).astype(np.float32).view(np.uint32)
+    if dtype == "uint8":
+        return (words & 0xFF).astype(np.float32).view(np.uint32)
     if dtype == "int8":
         return (words & 0xFF).astype(np.uint8).view(np.int8).astype(np.float32).view(np.uint32)
     if dtype == "tf32":
@@ -117,7 +119,7 @@ def test_scalar_operands_widen_to_fp32_as_numpy_does():
     noise = rng.integers(0, 2**32, 256, dtype=np.uint64).astype(np.uint32)
     cases = []
     for name in OPERAND_DTYPES:
-        if name in ("int8", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn"):
+        if name in ("int8", "uint8", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn"):
             words = (noise & np.uint32(0xFFFFFF00)) | np.arange(256, dtype=np.uint32)
         else:
             words = rng.integers(0, 2**32, 200, dtype=np.uint64).astype(np.uint32)

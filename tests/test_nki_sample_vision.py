@@ -83,6 +83,9 @@ def test_double_row_matmul_needs_a_double_rate_format(k, monkeypatch):
         k["double_row_product"](a, a)
 
 
-def test_uint8_on_a_compute_engine_is_refused_at_the_kernel_line(k):
-    with pytest.raises(knki.NotSupported, match=r"sample_vision_idioms.py:\d+.*uint8"):
-        k["byte_mask"](np.ones((128, 8), np.float32))
+def test_uint8_on_the_compute_engines_by_value(k, seed):
+    x = (np.random.default_rng(seed).standard_normal((128, 64)) * 200).astype(np.float32)
+    mask, scaled, back = k["byte_mask"](x)
+    assert np.array_equal(mask, (x > 0).astype(np.uint8))
+    assert np.array_equal(scaled, np.where(x > 0, 255, 0).astype(np.uint8))
+    assert np.array_equal(back, np.clip(np.rint(x), 0, 255).astype(np.float32))

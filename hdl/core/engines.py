@@ -42,7 +42,7 @@ Element types: ``a``, ``b``, ``src`` and ``dst`` each of :data:`ENGINE_DTYPES` (
 ``b`` each its own), as the core simulator reads and writes them: the float types of the
 unit's formats (:data:`~hdl.vector.convert.ENGINE_FORMATS`; tf32's code at the word's top,
 moved to the lane word's low bits and back by the partition's slice), the integer types
-by value: int8, int32 and uint32 to the nearest fp32 on the way in (int8 exactly) and on the
+by value: int8, uint8, int32 and uint32 to the nearest fp32 on the way in and on the
 way out the nearest integer, ties to even, saturated, NaN 0 (:func:`fp32_to_int`), except
 that a bitwise operation (:func:`~hdl.core.isa.integer_words`) takes and writes int32 and
 uint32 words as they are; an Iota into int32 or uint32 writes its integer itself. Scalar
@@ -109,12 +109,12 @@ WORD_OPERANDS = ("fp32", "int32", "uint32")
 #: The types of a per-partition scalar operand widened exactly to fp32 (:func:`widen_operand`).
 WIDENED_OPERANDS = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "int8", "tf32")
 #: Every type of a per-partition scalar operand the engines read: each type the core
-#: simulator computes on (not the MX quads and their uint8 scales, which it refuses).
-OPERAND_DTYPES = WORD_OPERANDS + WIDENED_OPERANDS
+#: simulator computes on (not the MX quads, which it refuses); uint8 by value.
+OPERAND_DTYPES = WORD_OPERANDS + WIDENED_OPERANDS + ("uint8",)
 #: The element types of the engines' streamed inputs and destinations: the units' formats
-#: (:data:`~hdl.vector.convert.ENGINE_FORMATS`), int8, int32 and uint32 (by value, as the
-#: core simulator takes them).
-ENGINE_DTYPES = ENGINE_FORMATS + ("int8", "int32", "uint32")
+#: (:data:`~hdl.vector.convert.ENGINE_FORMATS`), int8, uint8, int32 and uint32 (by value, as
+#: the core simulator takes them).
+ENGINE_DTYPES = ENGINE_FORMATS + ("int8", "uint8", "int32", "uint32")
 #: The seed of every lane generator of the core's units (the simulator's run seed that
 #: matches the RTL's, :func:`sim.core.data.unit_beats`).
 GENERATOR_SEED = 0
@@ -194,7 +194,7 @@ def widen_operand(m: Module, word, dtype, name: str = "operand", words=0):
     tf32 from its code at the word's top; an int32 or uint32 word by value
     (:func:`int_word_to_fp32`) or, with ``words`` (:func:`~hdl.core.isa.integer_words`), as
     it is. The widening units are the submodules ``<name>_widen_<type>`` of ``m``."""
-    value = Mux(_is_word(dtype) & ~words, int_word_to_fp32(m, word, dtype), word)
+    value = Mux(_by_value(dtype, words), int_word_to_fp32(m, word, dtype), word)
     for dt in WIDENED_OPERANDS:
         fmt = format_by_name(dt)
         m.submodules[f"{name}_widen_{dt}"] = unit = Widen(WidenParams(fmt=fmt))
@@ -230,12 +230,19 @@ def _is_word(dtype):
 
 
 def int_word_to_fp32(m: Module, word, dtype):
-    """The fp32 encoding of the int32 (or, where ``dtype`` is uint32's code, uint32) word
-    ``word``, rounded to nearest even (combinational)."""
+    """The fp32 encoding of the int32 word ``word`` (a uint32 word, or a uint8 in its low
+    byte, where ``dtype`` is their code), rounded to nearest even (combinational)."""
     value = Signal(signed(33))
     m.d.comb += value.eq(Mux(dtype == DTYPES["uint32"][0], Cat(word[:32], Const(0, 1)),
-                             Cat(word[:32], word[31])))
+                             Mux(dtype == DTYPES["uint8"][0], word[:8],
+                                 Cat(word[:32], word[31]))))
     return int_to_fp32(m, value)
+
+
+def _by_value(dtype, words):
+    """Whether an element of the type whose code is ``dtype`` goes through
+    :func:`int_word_to_fp32`: uint8, and int32 and uint32 unless ``words``."""
+    return (dtype == DTYPES["uint8"][0]) | (_is_word(dtype) & ~words)
 
 
 def int_to_fp32(m: Module, value):
@@ -299,7 +306,7 @@ def lane_input(m: Module, word, dtype, name: str, words=0):
     m.submodules[f"{name}_widen_int8"] = unit = Widen(WidenParams(fmt=format_by_name("int8")))
     m.d.comb += unit.x.eq(word[:8])
     return Mux(dtype == DTYPES["int8"][0], unit.y,
-               Mux(_is_word(dtype) & ~words, int_word_to_fp32(m, word, dtype),
+               Mux(_by_value(dtype, words), int_word_to_fp32(m, word, dtype),
                    Mux(dtype == DTYPES["tf32"][0], word >> TF32_SHIFT, word)))
 
 
@@ -311,9 +318,10 @@ def lane_output(m: Module, y, dtype, words=0):
     other as it is."""
     near = nearest_integer(m, y)
     ints = Mux(dtype == DTYPES["int8"][0], saturated(near, 8),
-               Mux(dtype == DTYPES["int32"][0], saturated(near, 32),
-                   saturated(near, 32, is_signed=False)))
-    return Mux((dtype == DTYPES["int8"][0]) | (_is_word(dtype) & ~words), ints,
+               Mux(dtype == DTYPES["uint8"][0], saturated(near, 8, is_signed=False),
+                   Mux(dtype == DTYPES["int32"][0], saturated(near, 32),
+                       saturated(near, 32, is_signed=False))))
+    return Mux((dtype == DTYPES["int8"][0]) | _by_value(dtype, words), ints,
                Mux(dtype == DTYPES["tf32"][0], y << TF32_SHIFT, y))
 
 

@@ -49,8 +49,9 @@ FREE_MAX = {"sbuf": 64 * 1024, "psum": 4 * 1024}
 #: :mod:`hdl.numerics.formats`; ``int32``/``uint32``/``uint8`` are plain words.
 #:
 #: * The vector, scalar and GpSimd engines compute in fp32 and cast their inputs to it and
-#:   their results from it, each by its value [NKI2]: an integer to the nearest fp32
-#:   (ties to even), an fp32 to the nearest integer (ties to even, saturated, NaN 0).
+#:   their results from it, each by its value [NKI2]: an integer (int8, uint8, int32,
+#:   uint32) to the nearest fp32 (ties to even), an fp32 to the nearest integer (ties to
+#:   even, saturated, NaN 0).
 #:   A bitwise operation (:func:`integer_words`) reads and writes its ``int32`` and
 #:   ``uint32`` elements as the words they are instead. A copy between two ``int32`` tiles
 #:   is by value too, so exact up to 2**24, where NKI documents the vector and GpSimd

@@ -1619,15 +1619,6 @@ class Tracer:
         """Append ``ins`` to ``stream``; ``reads`` and ``writes`` are (view, access
         pattern) pairs, whose footprints give the instruction's dependencies (and whose
         on-chip buffers' offsets :meth:`program` adds to the access patterns)."""
-        if stream in ("vector", "scalar", "gpsimd"):
-            for view, _ in (*reads, *writes):
-                if view.dt == "uint8":
-                    raise NotSupported(f"a uint8 tile on the {stream} engine "
-                                       f"({type(ins).__name__})",
-                                       "int8, int32, uint32 and the float formats: the "
-                                       "ISA's compute engines do not compute on uint8 (the "
-                                       "format of MX scales, moved by DMA and read by the "
-                                       "tensor engine)")
         for view, _ in (*reads, *writes):
             if view.buf.zero:
                 self._zero(view.buf)

@@ -43,8 +43,10 @@ from .rules import ProgramError, Rules, shares_pes
 __all__ = ["Data", "unit_beats"]
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
-#: The 32-bit integer types: by value, or as words by :func:`isa.integer_words`' instructions.
-_WORDS = {"int32": np.int32, "uint32": np.uint32}
+#: The integer types the engines take by value besides int8 (an :class:`IntFormat`); the
+#: 32-bit ones as words by :func:`isa.integer_words`' instructions.
+_INTS = {"int32": np.int32, "uint32": np.uint32, "uint8": np.uint8}
+_WORDS = ("int32", "uint32")
 
 
 class Data:
@@ -129,9 +131,11 @@ class Data:
         bits = self.codes(ap)
         if ap.dtype == "fp32" or (words and ap.dtype in _WORDS):
             return bits.astype(np.uint32)
-        if ap.dtype in _WORDS:
-            return bits.astype(np.uint32).view(_WORDS[ap.dtype]).astype(np.float32) \
-                .view(np.uint32)
+        if ap.dtype in _INTS:
+            values = bits.astype(np.uint32)
+            if ap.dtype == "int32":
+                values = values.view(np.int32)
+            return values.astype(np.float32).view(np.uint32)
         return np.asarray(numerics.widen(bits, format_by_name(ap.dtype)), dtype=np.uint32)
 
     def write32(self, ap: AP, bits32: np.ndarray, draw: tuple[int, int] | None = None,
@@ -146,7 +150,7 @@ class Data:
         if ap.dtype == "fp32" or (words and ap.dtype in _WORDS):
             self.write(ap, bits32)
             return
-        fmt = np.iinfo(_WORDS[ap.dtype]) if ap.dtype in _WORDS else format_by_name(ap.dtype)
+        fmt = np.iinfo(_INTS[ap.dtype]) if ap.dtype in _INTS else format_by_name(ap.dtype)
         if isinstance(fmt, (np.iinfo, IntFormat)):  # the nearest integer, ties to even,
             with np.errstate(invalid="ignore"):      # saturated
                 v = np.nan_to_num(np.rint(bits32.view(np.float32).astype(np.float64)))

@@ -204,11 +204,10 @@ class Rules:
             self._check_ap(where, name, ap, kind, hbm_bytes)
         if kind in ("vector", "scalar", "gpsimd"):
             for name, ap, _ in ins.operands():
-                if ap.dtype in isa.MX_DTYPES or ap.dtype == "uint8":
+                if ap.dtype in isa.MX_DTYPES:
                     fail(*where, "format",
                          f"the {kind} engine does not compute on {ap.dtype} ({name}): MX "
-                         f"quads and their uint8 scales are moved by DMA and read by the "
-                         f"tensor engine")
+                         f"quads are moved by DMA and read by the tensor engine")
         if isinstance(ins, LoadStationary):
             fmt, k = isa.input_format(ins.src.dtype), ins.src.partitions
             self._check_format(where, fmt)

@@ -495,33 +495,35 @@ def _inputs(b: Builder, types: dict[str, str], n: int) -> dict:
 
 def _element_types(b: Builder) -> None:
     """Every element type the engines stream besides the float types of the other programs:
-    fp8_e4m3fn, tf32 (its code at the word's top), int8, int32 and uint32 (by value: to the
-    nearest fp32, and written as the nearest integer, saturated; a bitwise operation's as
-    words), as inputs and
+    fp8_e4m3fn, tf32 (its code at the word's top), int8, uint8, int32 and uint32 (by value:
+    to the nearest fp32, and written as the nearest integer, saturated; a bitwise
+    operation's as words), as inputs and
     destinations of TensorTensor, TensorScalar, TensorCopy, TensorReduce and
     TensorTensorScan on the vector engine, of the GpSimd engine's (and its Iota into each,
     the integer ones written as integers), of the scalar engine's Activation, TensorScalar
     and TensorCopy; memsets into them; results rounded stochastically into fp8_e4m3fn and
     tf32; narrow results at byte offsets inside words."""
     p, n = b.params.partitions, 8
-    src = _inputs(b, {"x": "fp32", "e": "fp8_e4m3fn", "i": "int8", "t": "tf32", "j": "int32"},
-                  n)
+    src = _inputs(b, {"x": "fp32", "e": "fp8_e4m3fn", "i": "int8", "t": "tf32", "j": "int32",
+                      "u": "uint8"}, n)
     loaded = b.signal("dma0")
-    x, e, i, t, j = (src[k] for k in "xeitj")
+    x, e, i, t, j, u = (src[k] for k in "xeitju")
     sto = {"rounding": "stochastic"}
 
     def out(dtype: str, at: int = 0):
         return _tile(b, next(slots) + at, n, dtype)
 
     for eng in ("vector", "gpsimd", "scalar"):
-        base = b.sbuf(4 * n * 26, f"{eng} results")
-        slots = iter(range(base, base + 4 * n * 26, 4 * n))
+        base = b.sbuf(4 * n * 30, f"{eng} results")
+        slots = iter(range(base, base + 4 * n * 30, 4 * n))
         b.wait(eng, loaded)
         for a_ap, dtype, at in ((e, "fp32", 0), (t, "bf16", 2), (i, "fp16", 0), (j, "fp32", 0),
                                 (x, "fp8_e4m3fn", 3), (x, "tf32", 0), (x, "int8", 1),
-                                (e, "int32", 0), (t, "uint32", 0)):
+                                (e, "int32", 0), (t, "uint32", 0), (x, "uint8", 2),
+                                (u, "bf16", 0)):
             b.emit(eng, TensorCopy(dst=out(dtype, at), src=a_ap))
         b.emit(eng, TensorScalar(dst=out("int8", 2), src=t, op0=VectorOp.MULTIPLY, imm0=40.0))
+        b.emit(eng, TensorScalar(dst=out("uint8", 1), src=u, op0=VectorOp.MULTIPLY, imm0=2.1))
         b.emit(eng, TensorScalar(dst=out("tf32"), src=x, op0=VectorOp.ADD, imm0=1.0 / 3.0,
                                  **sto))
         b.emit(eng, TensorScalar(dst=out("fp8_e4m3fn", 1), src=i, op0=VectorOp.MULTIPLY,

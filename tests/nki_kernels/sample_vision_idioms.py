@@ -68,7 +68,13 @@ def double_row_product(a, b):
 
 @nki.jit
 def byte_mask(x):
-    """A comparison written as uint8, which the ISA's compute engines do not produce."""
-    out = nl.ndarray(x.shape, dtype=nl.uint8, buffer=nl.shared_hbm)
-    nl.store(out, nl.greater(nl.load(x), 0.0, dtype=nl.uint8))
-    return out
+    """(x > 0 written as uint8, that mask times 300 saturated in uint8, x clipped to
+    [0, 255] and rounded into uint8 and back into fp32)."""
+    outs = [nl.ndarray(x.shape, dtype=dt, buffer=nl.shared_hbm)
+            for dt in (nl.uint8, nl.uint8, nl.float32)]
+    t = nl.load(x)
+    mask = nl.greater(t, 0.0, dtype=nl.uint8)
+    nl.store(outs[0], mask)
+    nl.store(outs[1], nl.multiply(mask, 300.0, dtype=nl.uint8))
+    nl.store(outs[2], nl.copy(nl.copy(t, dtype=nl.uint8), dtype=nl.float32))
+    return tuple(outs)
