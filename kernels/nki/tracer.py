@@ -516,7 +516,21 @@ class Buffer:
 _P, _F = True, False
 
 
-class View:
+class _Typed:
+    """The element type's answers of an NKI tensor of type ``dt``."""
+
+    __slots__ = ()
+
+    @property
+    def dtype(self):
+        return _NUMPY[self.dt]
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPES[self.dt][1]
+
+
+class View(_Typed):
     """An NKI tensor: ``dims`` ((size, stride, is_partition), ...) over ``buf`` from
     partition ``part`` and byte ``off``; ``checks`` the bounds of indexed dimensions
     (axis, first value, step, limit, dimension, tensor), enforced when an instruction uses
@@ -533,14 +547,6 @@ class View:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(d[0] for d in self.dims)
-
-    @property
-    def dtype(self):
-        return _NUMPY[self.dt]
-
-    @property
-    def itemsize(self) -> int:
-        return DTYPES[self.dt][1]
 
     @property
     def ndim(self) -> int:
@@ -809,7 +815,7 @@ class View:
         return self._nl().negative(self)
 
 
-class Placed:
+class Placed(_Typed):
     """An on-chip tensor of tiles (its block dimensions) placed one by one: by the kernel
     (:mod:`kernels.nki.compiler`; ``place`` the placement's function) or, with ``place``
     None, each allocated by its own liveness (a PSUM tensor's blocks, as NKI allocates
@@ -831,14 +837,6 @@ class Placed:
     @property
     def shape(self) -> tuple[int, ...]:
         return self.blocks + self.tile_shape
-
-    @property
-    def dtype(self):
-        return _NUMPY[self.dt]
-
-    @property
-    def itemsize(self) -> int:
-        return DTYPES[self.dt][1]
 
     @property
     def ndim(self) -> int:
