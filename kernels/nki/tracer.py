@@ -847,7 +847,7 @@ class Placed(_Typed):
         return self.space
 
     def __repr__(self):
-        return f"<NKI tensor {self.name}{list(self.shape)} {self.dt} in {self.space}, placed>"
+        return f"<NKI tensor {self.name}{list(self.shape)} {self.dt} in {self.space}, by tile>"
 
     def __len__(self):
         return self.blocks[0]
@@ -874,8 +874,8 @@ class Placed(_Typed):
         idx = []
         for d, k in enumerate(key[:n]):
             if k is Ellipsis or isinstance(k, (slice, DSlice, Index, Affine)):
-                raise NotSupported(f"indexing block dimension {d} of the placed tensor "
-                                   f"`{self.name}` by {k!r}",
+                raise NotSupported(f"indexing block dimension {d} of `{self.name}` (a "
+                                   f"tensor whose blocks are tiles of their own) by {k!r}",
                                    "one integer per block dimension, before the tile's "
                                    "indices")
             i = _int(k)
@@ -885,8 +885,9 @@ class Placed(_Typed):
                                "err_tensor_access_out_of_bound")
             idx.append(i % self.blocks[d])
         if len(idx) < n:
-            raise NotSupported(f"the placed tensor `{self.name}` with {len(idx)} of its {n} "
-                               f"block indices", "one integer per block dimension")
+            raise NotSupported(f"`{self.name}` (a tensor whose blocks are tiles of their "
+                               f"own) with {len(idx)} of its {n} block indices",
+                               "one integer per block dimension")
         tile = self.block(tuple(idx))
         rest = key[n:]
         return tile[rest] if rest else tile
