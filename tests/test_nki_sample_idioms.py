@@ -122,3 +122,33 @@ def test_integers_by_value_and_bitwise_by_word(k, seed):
     assert np.array_equal(low, y & 255)
     assert np.array_equal(mixed, y ^ want_xi)
     assert np.array_equal(copied, y)
+
+
+def test_a_trace_kernel_writes_its_output_argument(k, seed):
+    x = np.random.default_rng(seed).standard_normal((128, 32)).astype(np.float32)
+    out = np.zeros_like(x)
+    knki.simulate_kernel(k["doubled_into"], x, out)
+    assert np.array_equal(out, x * 2)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_tensor_copy_predicated(k, reverse, seed):
+    rng = np.random.default_rng(seed)
+    x, y = (rng.standard_normal((128, 64)).astype(np.float32) for _ in range(2))
+    pred = rng.random((128, 64)) < 0.5
+    out = k["predicated"](pred, x, y, reverse)
+    assert np.array_equal(out, np.where(pred != reverse, x, y))
+
+
+def test_broadcast_to_view_and_dge_mode(k, seed):
+    rng = np.random.default_rng(seed)
+    row = rng.standard_normal((1, 64)).astype(np.float32)
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    wide, bits = k["row_broadcast_and_bits"](row, x)
+    assert np.array_equal(wide, np.broadcast_to(row, x.shape))
+    assert np.array_equal(bits, x.view(np.uint32))
+
+
+def test_an_accumulating_dma_is_refused_not_copied(k):
+    with pytest.raises(knki.NotSupported, match=r"sample_idioms.py:\d+: dma_copy\(dst_rmw_op="):
+        k["accumulating_dma"](np.zeros((128, 8), np.float32))

@@ -31,14 +31,16 @@ from .launch import (
     profile,
     simulate,
     simulate_kernel,
+    trace,
 )
 
 __all__ = ["INTERFACES", "SESSION", "Kernel", "Launch", "NkiError", "NotSupported", "baremetal",
            "benchmark", "compiler", "install", "installed", "isa", "isa_dst", "jit", "language",
-           "profile", "simulate", "simulate_kernel", "typing", "uninstall"]
+           "profile", "simulate", "simulate_kernel", "trace", "typing", "uninstall"]
 
-_LAUNCH = {"jit": jit, "simulate_kernel": simulate_kernel, "simulate": simulate,
-           "baremetal": baremetal, "benchmark": benchmark, "profile": profile}
+_LAUNCH = {"jit": jit, "trace": trace, "simulate_kernel": simulate_kernel,
+           "simulate": simulate, "baremetal": baremetal, "benchmark": benchmark,
+           "profile": profile}
 
 
 def _package(name: str, isa_module, doc: str) -> types.ModuleType:

@@ -34,6 +34,16 @@ class reduce_cmd(IntEnum):  # noqa: N801
     reset_reduce = 3
 
 
+class dge_mode(IntEnum):  # noqa: N801
+    """How a DMA's descriptors are generated (``nisa.dma_copy(dge_mode=)``); the core's DMA
+    queues take every transfer the same way, so the mode changes nothing here."""
+
+    none = 0
+    swdge = 1
+    hwdge = 2
+    unknown = 3
+
+
 class nc_version(IntEnum):  # noqa: N801
     gen2 = 2
     gen3 = 3
@@ -94,6 +104,18 @@ def reciprocal(data, *, dtype=None, mask=None, **kwargs):
     engine, at ``max(MIN_II, 8N)`` cycles; the core's vector ALU has no division)."""
     _options("reciprocal", kwargs)
     return lower.activation("reciprocal", data, mask=mask, dtype=dtype, call="reciprocal")
+
+
+def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None, dtype=None,
+                           **kwargs):
+    """``dst`` takes ``src`` where ``predicate`` is nonzero (zero with ``reverse_pred``)
+    and keeps its own elements elsewhere: ``nl.where``'s select into ``dst``."""
+    _options("tensor_copy_predicated", kwargs)
+    from . import language
+
+    keep, take = (src, dst) if reverse_pred else (dst, src)
+    current("tensor_copy_predicated").assign(
+        dst, language.where(predicate, take, keep, dtype=dtype, mask=mask), True)
 
 
 def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False,
@@ -166,7 +188,7 @@ def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
 
 
 def dma_copy(*, dst, src, mask=None, **kwargs):
-    _options("dma_copy", kwargs, ("dst_rmw_op", "oob_mode", "dge_mode"))
+    _options("dma_copy", kwargs, ("oob_mode", "dge_mode"))
     lower.dma_copy(dst, src, mask=mask)
 
 
@@ -181,7 +203,7 @@ def _options(call: str, kwargs: dict, ignored=()) -> None:
 
 _SUPPORTED = ("nc_matmul nc_transpose activation activation_reduce tensor_tensor "
               "tensor_scalar tensor_scalar_reduce scalar_tensor_tensor tensor_reduce "
-              "tensor_partition_reduce reciprocal "
+              "tensor_partition_reduce reciprocal tensor_copy_predicated "
               "tensor_tensor_scan tensor_copy memset iota affine_select bn_stats bn_aggr "
               "dma_copy get_nc_version, the engine, reduce_cmd and nc_version enums")
 

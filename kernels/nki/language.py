@@ -396,6 +396,15 @@ def copy(src, *, mask=None, dtype=None, **kwargs) -> View:
     return lower.tensor_copy(src, mask=mask, dtype=dtype, call="copy")
 
 
+def broadcast_to(src: View, shape, **kwargs) -> View:
+    """``src.broadcast_to(shape)``."""
+    _no_options("broadcast_to", kwargs)
+    if not isinstance(src, View):
+        raise NkiError(f"operand 'src' of 'broadcast_to' must be a tile, not "
+                       f"{type(src).__name__}")
+    return src.broadcast_to(shape)
+
+
 def copy_into(dst: View, src: View) -> None:
     """``dst[...] = src`` between two tiles (a DMA where one is in HBM)."""
     if dst.buf.space == "hbm" or src.buf.space == "hbm":
@@ -715,7 +724,7 @@ def add_into(dst: View, a: View, b) -> None:
 _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par_dim sbuf psum hbm "
               "shared_hbm private_hbm arange mgrid ds affine_range sequential_range "
               "static_range static_cast spmd_dim nc program_id num_programs program_ndim "
-              "load load_transpose2d "
+              "load load_transpose2d broadcast_to "
               "store copy matmul transpose add subtract multiply divide maximum minimum "
               "the comparisons bitwise_and/or/xor negative abs square exp log sqrt rsqrt "
               "where tanh sigmoid relu gelu gelu_apprx_tanh silu softplus erf mish sin cos "

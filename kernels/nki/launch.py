@@ -272,6 +272,12 @@ class Kernel:
             tuple(sorted(tracer.matmul_dtypes)), t1 - t0, t2 - t1, cores,
             tuple(programs) if SESSION.keep else (), initial, tracer.spills,
             tracer.spilled_bytes, tracer.first_spill))
+        if hbm is not None:  # an argument is device memory: what the kernel wrote, it holds
+            for name, value in inputs.items():
+                if isinstance(value, np.ndarray) and value.flags.writeable:
+                    t = calls[0][name].buf.hbm
+                    value[...] = hbm[t.offset:t.offset + t.nbytes].view(value.dtype) \
+                        .reshape(value.shape)
         return _outputs(out, hbm)
 
     def run(self, *args, **kwargs):
@@ -312,6 +318,8 @@ class Kernel:
 
 
 def _put(hbm: np.ndarray, t, x: np.ndarray) -> None:
+    if x.dtype == np.bool_:  # NKI's bool is a byte
+        x = x.view(np.uint8)
     if tuple(x.shape) != tuple(t.shape):
         raise NkiError(f"input {t.name} has shape {list(x.shape)}, the kernel's tensor "
                        f"{list(t.shape)}")
@@ -361,6 +369,12 @@ def jit(func=None, mode: str = "auto", **kwargs):
     if func is None:
         return lambda f: Kernel(f, mode, **kwargs)
     return Kernel(func, mode, **kwargs)
+
+
+def trace(func=None, **kwargs):
+    """``@nki.trace``: a kernel launched by ``nki.simulate_kernel`` or ``nki.baremetal``,
+    which may write its results into its arguments."""
+    return jit(func, mode="trace", **kwargs)
 
 
 def simulate_kernel(kernel, *args, **kwargs):

@@ -54,6 +54,7 @@ _NUMPY = {**{name: np.dtype(t) for name, t in ML_DTYPES.items()}, "tf32": TF32,
           "int8": np.dtype(np.int8), "int32": np.dtype(np.int32),
           "uint32": np.dtype(np.uint32), "uint8": np.dtype(np.uint8)}
 _ISA = {v: k for k, v in _NUMPY.items()}
+_ISA[np.dtype(np.bool_)] = "uint8"  # NKI's bool: a byte, 0 or 1
 FLOATS = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "tf32")
 #: Rank of a format in NKI's type promotion (the wider wins).
 _RANK = {"fp8_e5m2": 0, "fp8_e4m3": 0, "fp8_e4m3fn": 0, "bf16": 1, "fp16": 1, "tf32": 2,
@@ -75,7 +76,7 @@ def isa_dtype(dtype) -> str:
         return _ISA[dt]
     raise NotSupported(f"dtype {dtype!r}",
                        "float32, bfloat16, float16, float8_e4m3, float8_e5m2, tfloat32, "
-                       "int8, int32, uint8, uint32")
+                       "int8, int32, uint8, uint32, bool (as uint8)")
 
 
 def numpy_dtype(name: str) -> np.dtype:
@@ -745,6 +746,14 @@ class View(_Typed):
         if len(self.dims) == 1 and self.buf.space != "hbm":
             return self.reshape((self.dims[0][0], 1))
         return self
+
+    def view(self, dtype) -> View:
+        """The same bytes as elements of ``dtype``, of the same size (a bit cast)."""
+        dt = isa_dtype(dtype)
+        if DTYPES[dt][1] != self.itemsize:
+            raise NotSupported(f"viewing {self.dt} elements as {dt}",
+                               "a type of the same size")
+        return View(self.buf, dt, self.dims, self.part, self.off, self.checks)
 
     def broadcast_to(self, shape) -> View:
         """Size-1 free dimensions broadcast by a stride of 0; a one-partition tile

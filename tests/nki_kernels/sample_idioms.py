@@ -124,3 +124,40 @@ def integer_arithmetic(x, y):
     nl.store(outs[3], nl.bitwise_xor(yi, xi))
     nl.store(outs[4], nl.copy(yi))
     return tuple(outs)
+
+
+@nki.trace
+def doubled_into(x, out):
+    """out = 2 * x, written into the output argument (``nki.trace``'s kernels)."""
+    nl.store(out, nl.multiply(nl.load(x), 2.0))
+
+
+@nki.jit
+def predicated(pred, x, y, reverse):
+    """y where pred is false, x where true (``reverse``: the other way), by
+    ``nisa.tensor_copy_predicated`` into a tile holding y; a bool predicate from the host."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    dst = nl.load(y)
+    nisa.tensor_copy_predicated(src=nl.load(x), dst=dst, predicate=nl.load(pred),
+                                reverse_pred=reverse)
+    nl.store(out, dst)
+    return out
+
+
+@nki.jit
+def row_broadcast_and_bits(row, x):
+    """(row broadcast over x's partitions by ``nl.broadcast_to``, x's fp32 words as
+    uint32 by ``view``, copied by DMA with ``dge_mode``)."""
+    wide = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    bits = nl.ndarray(x.shape, dtype=nl.uint32, buffer=nl.shared_hbm)
+    nl.store(wide, nl.broadcast_to(nl.load(row), shape=x.shape))
+    nisa.dma_copy(dst=bits, src=x.view(nl.uint32), dge_mode=nisa.dge_mode.swdge)
+    return wide, bits
+
+
+@nki.jit
+def accumulating_dma(x):
+    """A DMA that adds into its destination (``dst_rmw_op``), which trngen refuses."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=x, dst_rmw_op=np.add)
+    return out
