@@ -152,3 +152,8 @@ def test_broadcast_to_view_and_dge_mode(k, seed):
 def test_an_accumulating_dma_is_refused_not_copied(k):
     with pytest.raises(knki.NotSupported, match=r"sample_idioms.py:\d+: dma_copy\(dst_rmw_op="):
         k["accumulating_dma"](np.zeros((128, 8), np.float32))
+
+
+def test_dma_transpose(k, seed):
+    x = np.random.default_rng(seed).standard_normal((256, 128)).astype(np.float32)
+    assert np.array_equal(k["transposed_by_dma"](x), x.T)

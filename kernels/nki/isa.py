@@ -106,6 +106,19 @@ def reciprocal(data, *, dtype=None, mask=None, **kwargs):
     return lower.activation("reciprocal", data, mask=mask, dtype=dtype, call="reciprocal")
 
 
+def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
+    """A 2-dimensional HBM tensor [F, P] as a [P, F] tile, by a strided DMA
+    (``nl.load_transpose2d``)."""
+    _options("dma_transpose", kwargs, ("dge_mode",))
+    from . import language
+
+    if getattr(src, "buffer", None) != "hbm" or src.ndim != 2 or \
+            axes not in (None, (1, 0), [1, 0]):
+        raise NotSupported("dma_transpose of an on-chip tile, or of 3 or 4 dimensions",
+                           "a 2-dimensional HBM tensor, axes (1, 0)")
+    return language.load_transpose2d(src, mask=mask, dtype=dtype)
+
+
 def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None, dtype=None,
                            **kwargs):
     """``dst`` takes ``src`` where ``predicate`` is nonzero (zero with ``reverse_pred``)
@@ -203,7 +216,7 @@ def _options(call: str, kwargs: dict, ignored=()) -> None:
 
 _SUPPORTED = ("nc_matmul nc_transpose activation activation_reduce tensor_tensor "
               "tensor_scalar tensor_scalar_reduce scalar_tensor_tensor tensor_reduce "
-              "tensor_partition_reduce reciprocal tensor_copy_predicated "
+              "tensor_partition_reduce reciprocal tensor_copy_predicated dma_transpose "
               "tensor_tensor_scan tensor_copy memset iota affine_select bn_stats bn_aggr "
               "dma_copy get_nc_version, the engine, reduce_cmd and nc_version enums")
 

@@ -161,3 +161,11 @@ def accumulating_dma(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=x, dst_rmw_op=np.add)
     return out
+
+
+@nki.jit
+def transposed_by_dma(x):
+    """x [F, P] transposed on its way into SBUF by ``nisa.dma_transpose``."""
+    out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nisa.dma_transpose(x))
+    return out
