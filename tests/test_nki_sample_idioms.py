@@ -157,3 +157,8 @@ def test_an_accumulating_dma_is_refused_not_copied(k):
 def test_dma_transpose(k, seed):
     x = np.random.default_rng(seed).standard_normal((256, 128)).astype(np.float32)
     assert np.array_equal(k["transposed_by_dma"](x), x.T)
+
+
+def test_an_integer_partition_broadcast(k, seed):
+    row = np.random.default_rng(seed).integers(-2**31, 2**31 - 1, (1, 96)).astype(np.int32)
+    assert np.array_equal(k["int_rows"](row), np.broadcast_to(row, (128, 96)))

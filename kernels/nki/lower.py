@@ -268,7 +268,8 @@ def partition_broadcast(data: View, partitions: int, *, call: str = "broadcast_t
     of another format, is copied bank by bank into an SBUF tile of ``data``'s format by the
     scalar engine. The ones are a compile-time constant [NKI2, the tensor engine's
     "Alternative Use Case"]: one tile per partition count and format, filled once by
-    GpSimd's memset and kept for the rest of the launch, not one per broadcast."""
+    GpSimd's memset and kept for the rest of the launch, not one per broadcast. An integer
+    tile, which the array does not multiply, goes by DMA (:func:`_dma_broadcast`)."""
     t = current(call)
     t.commit()
     x = _tile(data, call, "data")
@@ -276,9 +277,7 @@ def partition_broadcast(data: View, partitions: int, *, call: str = "broadcast_t
         raise NotSupported(f"a partition broadcast of {list(x.shape)}",
                            "a partition broadcast of a 2-dimensional tile of one partition")
     if x.dt not in t.params.formats or x.dt.startswith("int"):
-        raise NotSupported(f"a partition broadcast of {x.dt}",
-                           f"the tensor engine's float formats: "
-                           f"{', '.join(f for f in t.params.formats if f[0] != 'i')}")
+        return _dma_broadcast(t, x, partitions, call)
     n, bank = x.shape[1], t.params.moving_max
     key = ("ones", partitions, x.dt)
     ones = t.constant_tiles.get(key)
@@ -292,6 +291,19 @@ def partition_broadcast(data: View, partitions: int, *, call: str = "broadcast_t
         c1 = min(n, c0 + bank)
         ps = nc_matmul(ones, x[:, c0:c1], call=call)
         tensor_copy(ps, engine=2, dst=out[:, c0:c1], call=call)
+    return out
+
+
+def _dma_broadcast(t, x: View, partitions: int, call: str) -> View:
+    """The partition broadcast of a type the tensor engine does not multiply (the integer
+    types): ``x`` [1, N] stored to an HBM scratch row and loaded into every partition by
+    one DMA that reads the row again for each (a partition stride of 0)."""
+    n = x.shape[1]
+    row = t.hbm(f"{call}_row", (1, n), x.dt)
+    dma_copy(row, x, call=call)
+    out = _out(t, (partitions, n), x.dt)
+    every = View(row.buf, x.dt, [(partitions, 0, False), (n, 1, False)], row.part, row.off)
+    dma_copy(out, every, call=call)
     return out
 
 

@@ -169,3 +169,11 @@ def transposed_by_dma(x):
     out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
     nl.store(out, nisa.dma_transpose(x))
     return out
+
+
+@nki.jit
+def int_rows(row):
+    """An int32 row broadcast over 128 partitions (by DMA: the array multiplies floats)."""
+    out = nl.ndarray((128, row.shape[1]), dtype=row.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(row).broadcast_to((128, row.shape[1])))
+    return out
