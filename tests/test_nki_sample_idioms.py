@@ -162,3 +162,14 @@ def test_dma_transpose(k, seed):
 def test_an_integer_partition_broadcast(k, seed):
     row = np.random.default_rng(seed).integers(-2**31, 2**31 - 1, (1, 96)).astype(np.int32)
     assert np.array_equal(k["int_rows"](row), np.broadcast_to(row, (128, 96)))
+
+
+def test_select_reduce(k, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    fill = rng.standard_normal((128, 1)).astype(np.float32)
+    pred = (rng.random((128, 64)) < 0.5).astype(np.uint8)
+    out, best = k["selected_with_row_max"](pred, x, fill)
+    want = np.where(pred != 0, x, fill)
+    assert np.array_equal(out, want)
+    assert np.array_equal(best, want.max(axis=1, keepdims=True))

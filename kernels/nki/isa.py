@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+import numpy as np
+
 from . import lower
 from .errors import NotSupported
 from .tracer import current
@@ -131,6 +133,31 @@ def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None
         dst, language.where(predicate, take, keep, dtype=dtype, mask=mask), True)
 
 
+def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None,
+                  reduce_cmd=reduce_cmd.idle, reduce_op=np.amax, reverse_pred=False, mask=None,
+                  dtype=None, **kwargs):
+    """``dst`` = ``on_true`` where ``predicate`` is nonzero (zero with ``reverse_pred``),
+    else ``on_false`` (a number or a column), by ``nl.where``'s select; with
+    ``reduce_cmd=reset_reduce`` the row maxima of ``dst`` into ``reduce_res`` (a
+    TensorReduce). Accumulating across instructions (``reduce_cmd.reduce``) is refused, as
+    for ``activation``."""
+    _options("select_reduce", kwargs)
+    from . import language
+
+    cmd = int(reduce_cmd)
+    if cmd == 2:
+        raise NotSupported("select_reduce(reduce_cmd=reduce) (accumulating across "
+                           "instructions)", "reduce_cmd idle, reset or reset_reduce")
+    if reduce_op not in (np.amax, np.max, np.maximum, language.max):
+        raise NotSupported(f"select_reduce(reduce_op={reduce_op!r})", "the maximum, as NKI")
+    take, other = (on_false, on_true) if reverse_pred else (on_true, on_false)
+    current("select_reduce").assign(
+        dst, language.where(predicate, take, other, dtype=dtype, mask=mask), True)
+    if cmd == 3 and reduce_res is not None:
+        lower.tensor_reduce(np.max, dst, tuple(range(1, dst.ndim)), dst=reduce_res,
+                            call="select_reduce")
+
+
 def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False,
                          dtype=None, mask=None, **kwargs):
     _options("tensor_scalar_reduce", kwargs)
@@ -216,7 +243,8 @@ def _options(call: str, kwargs: dict, ignored=()) -> None:
 
 _SUPPORTED = ("nc_matmul nc_transpose activation activation_reduce tensor_tensor "
               "tensor_scalar tensor_scalar_reduce scalar_tensor_tensor tensor_reduce "
-              "tensor_partition_reduce reciprocal tensor_copy_predicated dma_transpose "
+              "tensor_partition_reduce reciprocal tensor_copy_predicated select_reduce "
+              "dma_transpose "
               "tensor_tensor_scan tensor_copy memset iota affine_select bn_stats bn_aggr "
               "dma_copy get_nc_version, the engine, reduce_cmd and nc_version enums")
 

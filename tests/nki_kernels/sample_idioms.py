@@ -177,3 +177,19 @@ def int_rows(row):
     out = nl.ndarray((128, row.shape[1]), dtype=row.dtype, buffer=nl.shared_hbm)
     nl.store(out, nl.load(row).broadcast_to((128, row.shape[1])))
     return out
+
+
+@nki.jit
+def selected_with_row_max(pred, x, fill):
+    """(x where pred else the row's fill value, the row maxima of that), by
+    ``nisa.select_reduce``."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    best = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    dst = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    res = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.select_reduce(dst=dst, predicate=nl.load(pred), on_true=nl.load(x),
+                       on_false=nl.load(fill), reduce_cmd=nisa.reduce_cmd.reset_reduce,
+                       reduce_res=res, reduce_op=nl.max)
+    nl.store(out, dst)
+    nl.store(best, res)
+    return out, best
