@@ -3,9 +3,10 @@ PSUM tensors itself, and the compiler directives kernels carry.
 
 An on-chip tensor's shape is its block dimensions, then its partition dimension
 (``nl.par_dim``), then its free dimensions; each block is a tile. ``buffer=ncc.sbuf.alloc(f)``
-places block ``idx`` (a tuple, one integer per block dimension) at ``f(idx, partitions,
-bytes) -> (start_partition, byte_addr)``, ``bytes`` the tile's bytes per partition;
-``ncc.psum.alloc(f)`` at ``f(...) -> (bank, start_partition, byte_addr)``. ``mod_alloc``
+places block ``idx`` (a tuple, one integer per block dimension) at ``f(idx=idx,
+pdim_size=partitions, fdim_size=bytes) -> (start_partition, byte_addr)``, ``bytes`` the
+tile's bytes per partition; ``ncc.psum.alloc(f)`` at ``f(...) -> (bank, start_partition,
+byte_addr)``. ``mod_alloc``
 is ``alloc`` with the modulo placement NKI defines: along each block dimension ``d`` block
 ``i`` takes physical tile ``i % num_free_tiles[d]`` (likewise ``num_par_tiles`` over
 partitions and ``num_bank_tiles`` over PSUM banks), the physical tiles laid out in row-major
@@ -39,8 +40,9 @@ __all__ = ["Placement", "enable_stack_allocator", "force_auto_alloc", "multi_buf
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a tensor's blocks go: ``space`` "sbuf" or "psum"; ``func(idx, partitions,
-    bytes)`` gives (start partition, byte) in SBUF, (bank, start partition, byte) in PSUM."""
+    """Where a tensor's blocks go: ``space`` "sbuf" or "psum"; ``func(idx=, pdim_size=,
+    fdim_size=)`` gives (start partition, byte) in SBUF, (bank, start partition, byte) in
+    PSUM."""
 
     space: str
     func: Callable
