@@ -173,3 +173,10 @@ def test_select_reduce(k, seed):
     want = np.where(pred != 0, x, fill)
     assert np.array_equal(out, want)
     assert np.array_equal(best, want.max(axis=1, keepdims=True))
+
+
+def test_device_print_shows_the_value_at_its_point(k, capsys, seed):
+    x = np.random.default_rng(seed).standard_normal((4, 3)).astype(np.float32)
+    capsys.readouterr()
+    k["printed_twice"](x)
+    assert capsys.readouterr().out == f"loaded: {x}\ndoubled: {x * 2}\n"

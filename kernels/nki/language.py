@@ -396,6 +396,23 @@ def copy(src, *, mask=None, dtype=None, **kwargs) -> View:
     return lower.tensor_copy(src, mask=mask, dtype=dtype, call="copy")
 
 
+def device_print(prefix, x, *, mask=None, **kwargs) -> None:
+    """Print ``prefix`` and the value ``x`` has here when a numeric launch has run: a DMA
+    copies ``x`` to an HBM tensor of its own at this point of the program (in a timing-only
+    launch nothing is printed, the copy still runs)."""
+    t = current("device_print")
+    t.commit()
+    _no_options("device_print", kwargs)
+    if not isinstance(x, View):
+        raise NkiError(f"operand 'x' of 'device_print' must be a tile, not {type(x).__name__}")
+    if dropped(mask):
+        return
+    x = x.cut(mask)
+    copy = t.hbm("device_print", x.shape, x.dt)
+    lower.dma_copy(copy, x, call="device_print")
+    t.prints.append((str(prefix), copy))
+
+
 def broadcast_to(src: View, shape, **kwargs) -> View:
     """``src.broadcast_to(shape)``."""
     _no_options("broadcast_to", kwargs)
@@ -724,7 +741,7 @@ def add_into(dst: View, a: View, b) -> None:
 _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par_dim sbuf psum hbm "
               "shared_hbm private_hbm arange mgrid ds affine_range sequential_range "
               "static_range static_cast spmd_dim nc program_id num_programs program_ndim "
-              "load load_transpose2d broadcast_to "
+              "load load_transpose2d broadcast_to device_print "
               "store copy matmul transpose add subtract multiply divide maximum minimum "
               "the comparisons bitwise_and/or/xor negative abs square exp log sqrt rsqrt "
               "where tanh sigmoid relu gelu gelu_apprx_tanh silu softplus erf mish sin cos "

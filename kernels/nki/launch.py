@@ -272,7 +272,10 @@ class Kernel:
             tuple(sorted(tracer.matmul_dtypes)), t1 - t0, t2 - t1, cores,
             tuple(programs) if SESSION.keep else (), initial, tracer.spills,
             tracer.spilled_bytes, tracer.first_spill))
-        if hbm is not None:  # an argument is device memory: what the kernel wrote, it holds
+        if hbm is not None:
+            for prefix, copy in tracers[0].prints:  # nl.device_print (the first core's)
+                print(prefix, _outputs(copy, hbm))
+            # an argument is device memory: what the kernel wrote, it holds
             for name, value in inputs.items():
                 if isinstance(value, np.ndarray) and value.flags.writeable:
                     t = calls[0][name].buf.hbm

@@ -1143,6 +1143,7 @@ class Tracer:
         self.grid: tuple[int, ...] = ()
         self.shared: list[View] = []  # shared_hbm tensors, by order of creation
         self.constants: list[tuple] = []  # (HBM tensor, data) of nl.shared_constant
+        self.prints: list[tuple[str, View]] = []  # (prefix, HBM copy) of nl.device_print
         #: on-chip constants the lowering makes once and reuses (the ones of a partition
         #: broadcast), by (what, partitions, format)
         self.constant_tiles: dict[tuple, View] = {}

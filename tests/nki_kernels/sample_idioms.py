@@ -193,3 +193,15 @@ def selected_with_row_max(pred, x, fill):
     nl.store(out, dst)
     nl.store(best, res)
     return out, best
+
+
+@nki.jit
+def printed_twice(x):
+    """x printed, doubled in place, printed again (``nl.device_print``)."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.device_print("loaded:", t)
+    t[...] = nl.multiply(t, 2.0)
+    nl.device_print("doubled:", t)
+    nl.store(out, t)
+    return out
