@@ -13,7 +13,8 @@ from hdl.core.engines import (
     OPERAND_DTYPES,
     EngineSlice,
     IotaLane,
-    fp32_to_int,
+    nearest_integer,
+    saturated,
     widen_operand,
 )
 from hdl.core.isa import DTYPES
@@ -47,10 +48,11 @@ def test_iota_values_convert_to_fp32_as_numpy_does():
 
 
 def _to_int(values: np.ndarray, width: int, is_signed: bool) -> list[int]:
-    """The codes :func:`fp32_to_int` gives for the fp32 ``values``, simulated."""
+    """The codes an integer destination of ``width`` bits takes for the fp32 ``values``
+    (:func:`nearest_integer`, :func:`saturated`), simulated."""
     m = Module()
     x, y = Signal(32), Signal(width)
-    m.d.comb += y.eq(fp32_to_int(m, x, width, is_signed))
+    m.d.comb += y.eq(saturated(nearest_integer(m, x), width, is_signed))
     got = []
 
     async def bench(ctx):
@@ -67,9 +69,10 @@ def _to_int(values: np.ndarray, width: int, is_signed: bool) -> list[int]:
 @pytest.mark.parametrize(("width", "is_signed", "scale"), [(8, True, 60), (8, False, 150),
                                                           (32, True, 2e9), (32, False, 4e9)])
 def test_integer_results_round_as_numpy_does(width, is_signed, scale):
-    """fp32 results written to int8, uint8, int32 and uint32 (:func:`fp32_to_int`) against numpy's
-    nearest integer, ties to even, saturated, NaN 0: ties either way, the saturation's
-    edges, infinities, NaNs, subnormals, and random values and bit patterns."""
+    """fp32 results written to int8, uint8, int32 and uint32 (:func:`nearest_integer`,
+    :func:`saturated`) against numpy's nearest integer, ties to even, saturated, NaN 0: ties
+    either way, the saturation's edges, infinities, NaNs, subnormals, and random values and
+    bit patterns."""
     rng = np.random.default_rng(3)
     special = np.array([0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 0.49999997, 0.50000006, 126.5,
                         127.4, 127.5, -128.5, -128.49, -129.0, 255.9, 256.0, -255.5, 1e30,

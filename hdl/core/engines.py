@@ -43,11 +43,11 @@ Element types: ``a``, ``b``, ``src`` and ``dst`` each of :data:`ENGINE_DTYPES` (
 unit's formats (:data:`~hdl.vector.convert.ENGINE_FORMATS`; tf32's code at the word's top,
 moved to the lane word's low bits and back by the partition's slice), the integer types
 by value: int8, uint8, int32 and uint32 to the nearest fp32 on the way in and on the
-way out the nearest integer, ties to even, saturated, NaN 0 (:func:`fp32_to_int`), except
-that a bitwise operation (:func:`~hdl.core.isa.integer_words`) takes and writes int32 and
-uint32 words as they are; an Iota into int32 or uint32 writes its integer itself. Scalar
-operands (and a scan's ``initial``) are of :data:`OPERAND_DTYPES`. What this datapath runs
-otherwise: :func:`supported`.
+way out the nearest integer, ties to even, saturated, NaN 0 (:func:`nearest_integer`,
+:func:`saturated`), except that a bitwise operation (:func:`~hdl.core.isa.integer_words`)
+takes and writes int32 and uint32 words as they are; an Iota into int32 or uint32 writes
+its integer itself. Scalar operands (and a scan's ``initial``) are of
+:data:`OPERAND_DTYPES`. What this datapath runs otherwise: :func:`supported`.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ from hdl.vector.vector import Vector, VectorParams
 
 __all__ = ["ENGINE_DTYPES", "ENGINE_RUNS", "GENERATOR_SEED", "IOTA_MODULE", "OPERAND_DTYPES",
            "SLICE_MODULES", "VECTOR_OPS", "EngineSlice", "IotaLane", "VectorEngine", "bitwise",
-           "fp32_to_int", "int_word_to_fp32", "lane_input", "lane_output", "load_operand",
+           "int_word_to_fp32", "lane_input", "lane_output", "load_operand",
            "nearest_integer", "operand_refusal", "pick", "saturated", "supported",
            "unit_format", "widen_operand"]
 
@@ -291,12 +291,6 @@ def saturated(value, width: int, is_signed: bool = True):
     return Mux(value > hi, hi, Mux(value < lo, lo, value)).as_unsigned()[:width]
 
 
-def fp32_to_int(m: Module, bits, width: int, is_signed: bool = True):
-    """The ``width``-bit code of the fp32 value ``bits`` as the core simulator writes an
-    integer (combinational): the nearest integer, ties to even, saturated; NaN 0."""
-    return saturated(nearest_integer(m, bits), width, is_signed)
-
-
 def lane_input(m: Module, word, dtype, name: str, words=0):
     """The lane word the unit reads for a streamed element ``word`` (in its low bits) of the
     type whose code is ``dtype`` (combinational): int8, int32 and uint32 by value in fp32
@@ -313,9 +307,9 @@ def lane_input(m: Module, word, dtype, name: str, words=0):
 def lane_output(m: Module, y, dtype, words=0):
     """The element written for the unit's result ``y`` (fp32 for an integer destination,
     else the format's code in the low bits) to a destination of the type whose code is
-    ``dtype`` (combinational): int8, int32 and uint32 by :func:`fp32_to_int` (with
-    ``words`` an int32 or uint32 word as it is), tf32's code moved to the word's top, any
-    other as it is."""
+    ``dtype`` (combinational): the integer types by :func:`nearest_integer` and
+    :func:`saturated` (with ``words`` an int32 or uint32 word as it is), tf32's code moved
+    to the word's top, any other as it is."""
     near = nearest_integer(m, y)
     ints = Mux(dtype == DTYPES["int8"][0], saturated(near, 8),
                Mux(dtype == DTYPES["uint8"][0], saturated(near, 8, is_signed=False),

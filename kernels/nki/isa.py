@@ -8,7 +8,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from . import lower
+from . import language, lower
 from .errors import NotSupported
 from .tracer import current
 
@@ -112,8 +112,6 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
     """A 2-dimensional HBM tensor [F, P] as a [P, F] tile, by a strided DMA
     (``nl.load_transpose2d``)."""
     _options("dma_transpose", kwargs, ("dge_mode",))
-    from . import language
-
     if getattr(src, "buffer", None) != "hbm" or src.ndim != 2 or \
             axes not in (None, (1, 0), [1, 0]):
         raise NotSupported("dma_transpose of an on-chip tile, or of 3 or 4 dimensions",
@@ -126,11 +124,17 @@ def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None
     """``dst`` takes ``src`` where ``predicate`` is nonzero (zero with ``reverse_pred``)
     and keeps its own elements elsewhere: ``nl.where``'s select into ``dst``."""
     _options("tensor_copy_predicated", kwargs)
-    from . import language
+    _select_into(dst, predicate, src, dst, reverse_pred, dtype, mask, "tensor_copy_predicated")
 
-    keep, take = (src, dst) if reverse_pred else (dst, src)
-    current("tensor_copy_predicated").assign(
-        dst, language.where(predicate, take, keep, dtype=dtype, mask=mask), True)
+
+def _select_into(dst, predicate, on_true, on_false, reverse: bool, dtype, mask,
+                 call: str) -> None:
+    """``dst[...]`` = ``on_true`` where ``predicate`` is nonzero (zero with ``reverse``),
+    else ``on_false``: ``nl.where``'s select."""
+    if reverse:
+        on_true, on_false = on_false, on_true
+    current(call).assign(dst, language.where(predicate, on_true, on_false, dtype=dtype,
+                                             mask=mask), True)
 
 
 def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None,
@@ -142,17 +146,14 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None,
     TensorReduce). Accumulating across instructions (``reduce_cmd.reduce``) is refused, as
     for ``activation``."""
     _options("select_reduce", kwargs)
-    from . import language
-
     cmd = int(reduce_cmd)
     if cmd == 2:
         raise NotSupported("select_reduce(reduce_cmd=reduce) (accumulating across "
                            "instructions)", "reduce_cmd idle, reset or reset_reduce")
     if reduce_op not in (np.amax, np.max, np.maximum, language.max):
         raise NotSupported(f"select_reduce(reduce_op={reduce_op!r})", "the maximum, as NKI")
-    take, other = (on_false, on_true) if reverse_pred else (on_true, on_false)
-    current("select_reduce").assign(
-        dst, language.where(predicate, take, other, dtype=dtype, mask=mask), True)
+    _select_into(dst, predicate, on_true, on_false, reverse_pred, dtype, mask,
+                 "select_reduce")
     if cmd == 3 and reduce_res is not None:
         lower.tensor_reduce(np.max, dst, tuple(range(1, dst.ndim)), dst=reduce_res,
                             call="select_reduce")
