@@ -348,3 +348,36 @@ def test_tiles_made_before_the_previous_are_dropped(load):
     out = load("liveness")["hoisted_blocks"](a, b)
     want = a.astype(np.float64) + b.astype(np.float64)
     assert _err(out, want) <= kernels.TOLERANCE["bf16"]
+
+
+def _kinds(kernel, *args) -> dict[str, list[str]]:
+    """The instructions of each stream of ``kernel``'s program, by class, semaphores left
+    out."""
+    program = kernel.trace(*args)[0].program()
+    return {s: [type(i).__name__ for i in ins if not type(i).__name__.startswith("Sem")]
+            for s, ins in program.streams.items()}
+
+
+def test_a_repeated_instruction_is_computed_once(load):
+    """The loop's product of two unchanged tiles is computed once, not once an iteration
+    (the loop's own work, 2 instructions an iteration, stays); a tile written between two
+    equal activations makes them two, a third repeats the second; loads of the same HBM
+    are both kept. The results are numpy's either way."""
+    rng = np.random.default_rng(21)
+    x, y = rng.standard_normal((2, 128, 64)).astype(np.float32)
+    s = rng.standard_normal((128, 5)).astype(np.float32)
+    k = load("repeats")
+    out = k["invariant_product"](x, y, s)
+    assert knki.SESSION.launches[-1].merged == 4
+    want = x.astype(np.float64) * y * s.astype(np.float64).sum(axis=1, keepdims=True)
+    assert _err(out, want) <= kernels.TOLERANCE["fp32"]
+    assert _kinds(k["invariant_product"], x, y, s)["vector"] == \
+        ["TensorTensor"] + ["TensorScalar", "TensorTensor"] * 5
+    first, second, third = k["written_between"](x)
+    assert knki.SESSION.launches[-1].merged == 1
+    assert _err(first, np.exp(x.astype(np.float64))) <= kernels.TOLERANCE["fp32"]
+    for out in (second, third):
+        assert _err(out, np.exp(2 * x.astype(np.float64))) <= kernels.TOLERANCE["fp32"]
+    kinds = _kinds(k["written_between"], x)
+    assert kinds["scalar"] == ["Activation"] * 2
+    assert sum(ins.count("DmaCopy") for ins in kinds.values()) == 2 + 3

@@ -797,7 +797,7 @@ def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed, rtl, simul
                "instructions": run.instructions,
                "busy_s": dict(res.busy), "compile_s": run.compile_seconds,
                "simulate_s": run.run_seconds, "sbuf_spills": run.spills,
-               "sbuf_spilled_bytes": run.spilled_bytes}
+               "sbuf_spilled_bytes": run.spilled_bytes, "merged": run.merged}
         if run.spills:
             where, tensor, nbytes = run.first_spill
             click.echo(f"warning: {where}: SBUF full: tensor {tensor} needs {nbytes} bytes "
@@ -827,8 +827,10 @@ def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed, rtl, simul
         if row["sbuf_spills"]:
             click.echo(f"  SBUF spills   {row['sbuf_spills']:,} tensors to HBM and back, "
                        f"{row['sbuf_spilled_bytes']:,} bytes per partition")
+        merged = f", {row['merged']:,} repeats computed once" if row["merged"] else ""
         click.echo(f"  instructions  {row['instructions']:,} (traced in "
-                   f"{row['compile_s']:.2f} s, simulated in {row['simulate_s']:.2f} s)")
+                   f"{row['compile_s']:.2f} s, simulated in {row['simulate_s']:.2f} s"
+                   f"{merged})")
         for eng, busy in row["busy_s"].items():
             if busy:
                 click.echo(f"  {eng:<13} busy {busy * 1e6:,.2f} us "

@@ -70,6 +70,8 @@ class Launch:
     spills: int = 0
     spilled_bytes: int = 0
     first_spill: tuple[str, str, int] | None = None
+    #: repeated instructions computed once (:meth:`Tracer.merge_repeats`)
+    merged: int = 0
 
 
 @dataclass
@@ -271,7 +273,7 @@ class Kernel:
             results[slowest], tracer.spaces["sbuf"].high, tracer.spaces["psum"].high,
             tuple(sorted(tracer.matmul_dtypes)), t1 - t0, t2 - t1, cores,
             tuple(programs) if SESSION.keep else (), initial, tracer.spills,
-            tracer.spilled_bytes, tracer.first_spill))
+            tracer.spilled_bytes, tracer.first_spill, tracer.merged))
         if hbm is not None:
             for prefix, copy in tracers[0].prints:  # nl.device_print (the first core's)
                 print(prefix, _outputs(copy, hbm))

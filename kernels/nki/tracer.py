@@ -331,6 +331,11 @@ class DSlice:
 
 # --- buffers, footprints, dependencies ----------------------------------------------------
 
+#: The streams of the compute engines, whose repeated instructions are computed once
+#: (:meth:`Tracer.merge_repeats`).
+_COMPUTE = ("vector", "scalar", "gpsimd")
+
+
 class _Node:
     """An instruction of the trace: its stream, the instructions of other streams it
     waits for (``deps``) and the operands that :meth:`Tracer.program` moves to their
@@ -1160,6 +1165,7 @@ class Tracer:
         #: the line of the pending result being emitted (else the line tracing now)
         self.lines: dict[tuple[str, int], str] = {}
         self.making: str | None = None
+        self.merged = 0  # instructions :meth:`merge_repeats` dropped
 
     def __enter__(self):
         _CURRENT.append(self)
@@ -1342,6 +1348,70 @@ class Tracer:
             v = View(v.buf, v.dt, v.dims, part, v.off)
         return v
 
+    # --- repeated computations ----------------------------------------------------------
+    def merge_repeats(self) -> None:
+        """Compute a repeated value once, as a compiler that unrolls the kernel's loops does
+        (value numbering): an instruction of a compute engine that repeats an earlier one
+        of the same engine (the same operation on the same elements of the same tiles, none
+        written in between) into a tile of the same layout is dropped, when each of the two
+        tiles is written by its instruction alone; readers of the dropped one's tile read
+        the earlier tile, which stays live until they have run. DMA transfers are not merged
+        (the Mamba tutorial's v1 reloads the inputs its loop reloads), nor matmuls (the
+        array's state), nor stochastically rounded results (the generators advance).
+        The count is :attr:`merged`."""
+        results = {id(n): {f for f, _, w in n.ins.operands() if w} for n in self.nodes}
+        writers: dict[int, int] = {}  # on-chip buffer -> instructions that write it
+        for node in self.nodes:
+            for name, buf in node.moved:
+                if name in results[id(node)]:
+                    writers[id(buf)] = writers.get(id(buf), 0) + 1
+        version: dict[int, int] = {}  # buffer -> writes so far, in program order
+        seen: dict[tuple, tuple[_Node, Buffer]] = {}
+        gone: dict[int, _Node] = {}  # dropped node -> the node before it in its stream
+        into: dict[int, Buffer] = {}  # dropped node's tile -> the tile that holds its value
+        before: dict[str, _Node] = {}  # each stream's last kept node
+        keep = []
+        for node in self.nodes:
+            if into:
+                node.moved = tuple((f, into.get(id(b), b)) for f, b in node.moved)
+            out = results[id(node)]
+            written = [(f, b) for f, b in node.moved if f in out]
+            key = None
+            if node.stream in _COMPUTE and len(written) == 1 \
+                    and getattr(node.ins, "rounding", "rne") != "stochastic":
+                dst = written[0][1]
+                if writers.get(id(dst)) == 1 and not dst.fixed:
+                    key = (node.stream, node.ins, dst.space, dst.nbytes,
+                           tuple((f, id(b), version.get(id(b), 0)) for f, b in node.moved
+                                 if f not in out))
+            have = seen.get(key) if key is not None else None
+            if have is not None:
+                gone[id(node)] = before[node.stream]
+                into[id(written[0][1])] = have[1]
+                continue
+            if key is not None:
+                seen[key] = (node, written[0][1])
+            for _, b in written:
+                version[id(b)] = version.get(id(b), 0) + 1
+            if gone:
+                node.deps = tuple(gone.get(id(d), d) for d in node.deps)
+            before[node.stream] = node
+            keep.append(node)
+        self.merged = len(self.nodes) - len(keep)
+        if not self.merged:
+            return
+        self.nodes = keep
+        for buf in self.on_chip_buffers:
+            buf.first = buf.last = -1
+            buf.latest = {}
+            buf.written = [(n, fp) for n, fp in buf.written if id(n) not in gone]
+        for node in keep:
+            for _, buf in node.moved:
+                if buf.first < 0:
+                    buf.first = node.index
+                buf.last = node.index
+                buf.latest[node.stream] = node
+
     # --- allocation by liveness ---------------------------------------------------------
     def allocate(self) -> None:
         """Give every on-chip buffer its offset, as NKI's compiler allocates: a buffer is
@@ -1362,6 +1432,7 @@ class Tracer:
         if self._allocated:
             return
         self._allocated = True
+        self.merge_repeats()
         uses: dict[int, list[_Node]] = {}
         for node in self.nodes:
             for _, buf in node.moved:

@@ -152,12 +152,14 @@ def to_int8(x):
 @nki.jit
 def transposes(x):
     """x.T by nc_transpose on the vector engine (x at most 32 x 32), as it is and into
-    bfloat16, and on the tensor engine."""
+    bfloat16 (from a tile of its own, so that the two transposes are not one computed
+    once), and on the tensor engine."""
     out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
     out16 = nl.ndarray((x.shape[1], x.shape[0]), dtype=nl.bfloat16, buffer=nl.shared_hbm)
     tensor = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
     t = nl.load(x)
     nl.store(out, nisa.nc_transpose(t, engine=nisa.vector_engine))
-    nl.store(out16, nisa.nc_transpose(t, engine=nisa.vector_engine, dtype=nl.bfloat16))
+    nl.store(out16, nisa.nc_transpose(nl.load(x), engine=nisa.vector_engine,
+                                      dtype=nl.bfloat16))
     nl.store(tensor, nl.copy(nisa.nc_transpose(t, engine=nisa.tensor_engine)))
     return out, out16, tensor
