@@ -149,9 +149,16 @@ def test_broadcast_to_view_and_dge_mode(k, seed):
     assert np.array_equal(bits, x.view(np.uint32))
 
 
-def test_an_accumulating_dma_is_refused_not_copied(k):
-    with pytest.raises(knki.NotSupported, match=r"sample_idioms.py:\d+: dma_copy\(dst_rmw_op="):
-        k["accumulating_dma"](np.zeros((128, 8), np.float32))
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_an_accumulating_dma_adds(k, dtype, seed):
+    """``dst_rmw_op=np.add``: the sum in fp32, rounded to the destination's type to nearest
+    even (ml_dtypes' cast); another operation is refused at its line, not copied."""
+    x, y = np.random.default_rng(seed).standard_normal((2, 128, 96)).astype(dtype)
+    want = (x.astype(np.float32) + y.astype(np.float32)).astype(dtype)
+    assert np.array_equal(k["accumulating_dma"](x, y), want)
+    with pytest.raises(knki.NotSupported,
+                       match=r"sample_idioms.py:\d+: dma_copy\(dst_rmw_op=multiply\)"):
+        k["multiplying_dma"](x)
 
 
 def test_dma_transpose(k, seed):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import ClassVar
 
 from hdl.vector.ops import BITWISE_OPS, Reduce, VectorOp
@@ -33,7 +33,7 @@ __all__ = [
     "LoadStationary", "Memset", "MultiplyMoving", "SemSignal", "SemWait", "TensorCopy",
     "TensorReduce", "TensorScalar", "TensorTensor", "TensorTensorScan", "Transpose", "decode",
     "double_row_order", "encode", "engine_kind", "field_positions", "format_instruction",
-    "input_format", "integer_words", "mx_scale_partition", "parse",
+    "input_format", "integer_words", "mx_scale_partition", "parse", "reach",
 ]
 
 
@@ -426,13 +426,32 @@ class Iota(Instruction):
 
 @dataclass(frozen=True, slots=True)
 class DmaCopy(Instruction):
-    """Copy ``src`` to ``dst`` element for element (same shape and type)."""
+    """Copy ``src`` to ``dst`` element for element (same shape and type).
+
+    An indirect copy (``index`` given: ``int32`` or ``uint32`` in SBUF, a partition for each
+    of the copy's) takes the rows of its HBM side (``dst`` where ``index_dst``, else
+    ``src``) from the index: the copy's partition ``p`` moves that side's row
+    ``index[p]`` (the partition's first element), at ``offset + index[p] * pstride`` of its
+    access pattern, where it would move row ``p``. ``rows`` is the indexed tensor's: a row
+    outside ``0 .. rows - 1`` is an error, or with ``skip`` is not moved [NKI indirect
+    DMA].
+
+    With ``add`` the copy adds ``src`` to what ``dst`` holds (a read-modify-write of
+    floating-point elements: the sum in fp32, rounded to ``dst``'s type to nearest even),
+    rows an index names twice adding twice [NKI ``dst_rmw_op``]."""
 
     OPCODE: ClassVar[int] = 11
     MNEMONIC: ClassVar[str] = "dma"
-    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS))
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
+                        ("index", "ap", AP_BITS), ("index_dst", "u", 1), ("rows", "u", 32),
+                        ("skip", "u", 1), ("add", "u", 1))
     dst: AP
     src: AP
+    index: AP | None = None
+    index_dst: bool = False
+    rows: int = 0
+    skip: bool = False
+    add: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,6 +493,17 @@ ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {
     "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset) + _SYNC,
     "dma": (DmaCopy,) + _SYNC,
 }
+
+
+def reach(ins: Instruction) -> tuple[tuple[str, AP, bool], ...]:
+    """(field, access pattern, written) of every access pattern of ``ins``, as the bytes it
+    may touch: an indirect copy's indexed side (:class:`DmaCopy`) spans all its ``rows``."""
+    out = ins.operands()
+    if isinstance(ins, DmaCopy) and ins.index is not None:
+        side = "dst" if ins.index_dst else "src"
+        out = tuple((n, replace(ap, partitions=ins.rows) if n == side else ap, w)
+                    for n, ap, w in out)
+    return out
 
 
 def integer_words(ins: Instruction) -> bool:

@@ -46,6 +46,14 @@ class dge_mode(IntEnum):  # noqa: N801
     unknown = 3
 
 
+class oob_mode(IntEnum):  # noqa: N801
+    """What an indirect DMA does with a row index outside its tensor
+    (``nisa.dma_copy(oob_mode=)``): fail, or leave that row unmoved."""
+
+    error = 0
+    skip = 1
+
+
 class nc_version(IntEnum):  # noqa: N801
     gen2 = 2
     gen3 = 3
@@ -228,9 +236,10 @@ def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
     return lower.bn_aggr(data, mask=mask, dtype=dtype)
 
 
-def dma_copy(*, dst, src, mask=None, **kwargs):
-    _options("dma_copy", kwargs, ("oob_mode", "dge_mode"))
-    lower.dma_copy(dst, src, mask=mask)
+def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, **kwargs):
+    _options("dma_copy", kwargs, ("dge_mode",))
+    lower.dma_copy(dst, src, mask=mask, skip=getattr(oob_mode, "name", None) == "skip",
+                   rmw_op=dst_rmw_op)
 
 
 def _options(call: str, kwargs: dict, ignored=()) -> None:
@@ -247,7 +256,8 @@ _SUPPORTED = ("nc_matmul nc_transpose activation activation_reduce tensor_tensor
               "tensor_partition_reduce reciprocal tensor_copy_predicated select_reduce "
               "dma_transpose "
               "tensor_tensor_scan tensor_copy memset iota affine_select bn_stats bn_aggr "
-              "dma_copy get_nc_version, the engine, reduce_cmd and nc_version enums")
+              "dma_copy get_nc_version, the engine, reduce_cmd, dge_mode, oob_mode and "
+              "nc_version enums")
 
 
 def __getattr__(name: str):

@@ -11,6 +11,7 @@ from .isa import (
     get_nc_version,
     gpsimd_engine,
     nc_version,
+    oob_mode,
     reduce_cmd,
     scalar_engine,
     tensor_engine,
@@ -20,7 +21,7 @@ from .isa import (
 
 __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
            "dma_copy", "engine", "get_nc_version", "gpsimd_engine", "iota", "memset",
-           "nc_matmul", "nc_transpose", "nc_version", "reciprocal", "reduce_cmd",
+           "nc_matmul", "nc_transpose", "nc_version", "oob_mode", "reciprocal", "reduce_cmd",
            "scalar_engine",
            "scalar_tensor_tensor", "tensor_copy", "tensor_engine", "tensor_partition_reduce",
            "tensor_reduce", "tensor_scalar", "tensor_scalar_reduce", "tensor_tensor",
@@ -127,8 +128,10 @@ def bn_aggr(dst, data, name=None):
     lower.bn_aggr(data, dst=dst)
 
 
-def dma_copy(dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None, name=None):
-    lower.dma_copy(dst, src)
+def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, priority=None,
+             engine=None, name=None):
+    lower.dma_copy(dst, src, skip=getattr(oob_mode, "name", None) == "skip",
+                   rmw_op=dst_rmw_op)
 
 
 def __getattr__(name: str):

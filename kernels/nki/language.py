@@ -13,7 +13,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-from hdl.core.isa import DmaCopy, TensorScalar, TensorTensor
+from hdl.core.isa import TensorScalar, TensorTensor
 from hdl.vector.ops import VectorOp
 
 from . import lower
@@ -342,8 +342,7 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> View:
 
     def make(out: View, _):
         if out.dt == s.dt:
-            a, b = t.dma_aps(out, s, "load")
-            t.emit(t.dma_queue(), DmaCopy(dst=a, src=b), reads=[(s, b)], writes=[(out, a)])
+            t.dma(out, s, "load")
             return
         tmp = t.tile(s.shape, s.dt)
         make(tmp, None)
@@ -387,8 +386,14 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
         tmp = t.tile(v.shape, dst.dt)
         lower.tensor_copy(v, dst=tmp, call="store")
         v = tmp
-    a, b = t.dma_aps(d, v, "store")
-    t.emit(t.dma_queue(), DmaCopy(dst=a, src=b), reads=[(v, b)], writes=[(d, a)])
+    t.dma(d, v, "store")
+
+
+def atomic_rmw(dst, value, op, *, mask=None, **kwargs) -> None:
+    """``dst = op(dst, value)`` in HBM (rows as a tile of indices names them, or as
+    sliced): a DMA that adds ``value`` into ``dst`` (``op`` np.add or nl.add)."""
+    _no_options("atomic_rmw", kwargs)
+    lower.dma_copy(dst, value, mask=mask, rmw_op=op, call="atomic_rmw")
 
 
 def copy(src, *, mask=None, dtype=None, **kwargs) -> View:
@@ -741,7 +746,7 @@ def add_into(dst: View, a: View, b) -> None:
 _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par_dim sbuf psum hbm "
               "shared_hbm private_hbm arange mgrid ds affine_range sequential_range "
               "static_range static_cast spmd_dim nc program_id num_programs program_ndim "
-              "load load_transpose2d broadcast_to device_print "
+              "load load_transpose2d broadcast_to device_print atomic_rmw "
               "store copy matmul transpose add subtract multiply divide maximum minimum "
               "the comparisons bitwise_and/or/xor negative abs square exp log sqrt rsqrt "
               "where tanh sigmoid relu gelu gelu_apprx_tanh silu softplus erf mish sin cos "

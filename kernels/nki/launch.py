@@ -125,10 +125,13 @@ def _is_array(x) -> bool:
 
 def _run(tracer: Tracer, program, timing_only: bool, trace: bool, hbm):
     """The core simulator's run of ``program``; a rule of the core that an instruction
-    breaks is an error at the kernel's line that made the instruction."""
+    breaks is an error at the kernel's line that made the instruction, and an indirect
+    DMA's row out of its tensor the ``IndexError`` NKI's simulator raises."""
     try:
         return Core(tracer.params).run(program, timing_only=timing_only, trace=trace, hbm=hbm)
     except ProgramError as e:
+        if e.rule == "index bounds":
+            raise IndexError(e.detail) from None
         where = tracer.lines.get(e.at) if e.at else None
         if where is None:
             raise

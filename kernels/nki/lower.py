@@ -17,7 +17,6 @@ import numpy as np
 
 from hdl.core.isa import (
     Activation,
-    DmaCopy,
     Iota,
     LoadStationary,
     MultiplyMoving,
@@ -667,8 +666,16 @@ def memset(dst: View, value, *, engine=None, call: str = "memset") -> None:
     t.memset(dst, float(value), eng, call)
 
 
-def dma_copy(dst: View, src: View, *, mask=None, call: str = "dma_copy") -> None:
-    """A DMA from ``src`` to ``dst`` (HBM or SBUF, one format) on the next DMA queue."""
+def dma_copy(dst: View, src: View, *, mask=None, skip: bool = False, rmw_op=None,
+             call: str = "dma_copy") -> None:
+    """A DMA from ``src`` to ``dst`` (HBM or SBUF, one format) on the next DMA queue; rows
+    of a tile-indexed side out of its tensor skipped with ``skip``, else an error; with
+    ``rmw_op`` (``np.add`` or ``nl.add``), the sum into ``dst``."""
+    from . import language as nl
+
+    if rmw_op is not None and rmw_op is not np.add and rmw_op is not nl.add:
+        raise NotSupported(f"{call}(dst_rmw_op={getattr(rmw_op, '__name__', rmw_op)})",
+                           "dst_rmw_op=np.add or nl.add")
     t = current(call)
     t.commit()
     if dropped(mask):
@@ -680,8 +687,7 @@ def dma_copy(dst: View, src: View, *, mask=None, call: str = "dma_copy") -> None
     for v, name in ((d, "dst"), (s, "src")):
         if v.buf.space == "psum":
             t.ap(v, call, name, ("hbm", "sbuf"))
-    a, b = t.dma_aps(d, s, call)
-    t.emit(t.dma_queue(), DmaCopy(dst=a, src=b), reads=[(s, b)], writes=[(d, a)])
+    t.dma(d, s, call, skip, rmw_op is not None)
 
 
 # --- calls the ISA has no single instruction for ------------------------------------------

@@ -536,18 +536,30 @@ class _Typed:
         return DTYPES[self.dt][1]
 
 
+class Indirect:
+    """The rows an HBM view takes from a tile (:meth:`View._indirect`): ``tile``, one row
+    index a partition; ``rows`` of the tensor and ``row_bytes`` between them."""
+
+    __slots__ = ("tile", "rows", "row_bytes")
+
+    def __init__(self, tile: View, rows: int, row_bytes: int):
+        self.tile, self.rows, self.row_bytes = tile, rows, row_bytes
+
+
 class View(_Typed):
     """An NKI tensor: ``dims`` ((size, stride, is_partition), ...) over ``buf`` from
     partition ``part`` and byte ``off``; ``checks`` the bounds of indexed dimensions
     (axis, first value, step, limit, dimension, tensor), enforced when an instruction uses
     the view."""
 
-    __slots__ = ("buf", "dt", "dims", "part", "off", "checks", "__weakref__")
+    __slots__ = ("buf", "dt", "dims", "part", "off", "checks", "index", "__weakref__")
 
     def __init__(self, buf: Buffer, dt: str, dims, part: int = 0, off: int = 0,
-                 checks=()):
+                 checks=(), index: Indirect | None = None):
         self.buf, self.dt, self.dims, self.part, self.off = buf, dt, tuple(dims), part, off
         self.checks = tuple(checks)
+        #: of an HBM tensor indexed by a tile (``t[idx, ...]``): the rows it takes
+        self.index = index
 
     # --- the tensor interface -----------------------------------------------------------
     @property
@@ -576,10 +588,15 @@ class View(_Typed):
         raise NotSupported("iterating over a tensor", "indexing with nl.affine_range loops")
 
     def _with(self, dims, part, off, checks):
-        return View(self.buf, self.dt, dims, part, off, checks)
+        return View(self.buf, self.dt, dims, part, off, checks, self.index)
 
     def __getitem__(self, key) -> View:
         key = key if isinstance(key, tuple) else (key,)
+        if self.index is not None:
+            raise NotSupported("indexing a tensor already indexed by a tile",
+                               "one subscript of an HBM tensor with a tile of row indices")
+        if key and isinstance(key[0], View):
+            return self._indirect(key)
         if any(isinstance(k, (Index, Affine)) for k in key) and \
                 any(isinstance(k, (slice, DSlice)) for k in key):
             raise NkiError("Mixing basic tensor indexing and advanced tensor indexing is not "
@@ -661,7 +678,38 @@ class View(_Typed):
             # SBUF and PSUM are two-dimensional: a tile keeps a free dimension, as
             # ``t[:, i]`` of an on-chip tensor is a [P, 1] tile in NKI
             out.append(kept)
+        ndim = max((e[1].ndim for e in axes if e[2] is not None), default=0)
+        if self.buf.space == "hbm" and ndim > len(out) == len(axes) and kept is None:
+            # an index expression's shape: ``t[nl.arange(n)[:, None]]`` of a
+            # one-dimensional tensor is [n, 1]
+            used = {e[0] for e in axes}
+            for a in range(ndim):
+                if a not in used:
+                    out.insert(a, (1, 1, False))
         return self._with(out, part, off, [tuple(c) for c in checks])
+
+    def _indirect(self, key) -> View:
+        """``t[idx, ...]`` of HBM tensor ``t``: the rows of its first dimension that the
+        integers of on-chip tile ``idx`` name, one a partition (read or written by an
+        indirect DMA); the other subscripts as they are."""
+        idx = key[0].as_column()
+        if self.buf.space != "hbm" or not self.dims:
+            raise NotSupported(f"indexing a tensor in {self.buf.space.upper()} by a tile",
+                               "a tile of row indices into an HBM tensor")
+        if idx.buf.space == "hbm" or idx.dt not in ("int32", "uint32") \
+                or int(np.prod(idx.shape[1:])) != 1:
+            raise NkiError(f"the row indices of tensor `{self.buf.name}` must be an on-chip "
+                           f"int32 or uint32 tile of one element a partition, not "
+                           f"{list(idx.shape)} {idx.dt} in {idx.buf.space}")
+        parts = idx.shape[0]
+        ndim = next((k.ndim for k in key[1:] if isinstance(k, Index)), 0)
+        first = Index(0, ndim, parts) if ndim else slice(0, parts)
+        rows, stride, is_p = self.dims[0]
+        v = View(self.buf, self.dt, ((max(rows, parts), stride, is_p),) + self.dims[1:],
+                 self.part, self.off, self.checks)[(first,) + tuple(key[1:])]
+        checks = [c for c in v.checks if c[4] != 0]  # the index's rows are checked by the DMA
+        return View(v.buf, v.dt, v.dims, v.part, v.off, checks,
+                    Indirect(idx, rows, stride * self.itemsize))
 
     @staticmethod
     def _shift(part, off, i, stride, is_p, item):
@@ -1693,6 +1741,46 @@ class Tracer:
             return AP(x.space, x.dtype, x.partition, pd, x.offset, free)
 
         return make(a, dst, sd, ja), make(b, src, ss, jb)
+
+    def dma(self, dst: View, src: View, call: str, skip: bool = False,
+            add: bool = False) -> None:
+        """A DMA from ``src`` to ``dst`` on the next queue (with ``add``, the sum into
+        ``dst``). Where one side is an HBM tensor indexed by a tile (:meth:`View._indirect`)
+        it is an indirect copy of the rows the tile names (:class:`~hdl.core.isa.DmaCopy`
+        ``index``): a row out of the tensor is an error when the copy runs, or with ``skip``
+        is not moved; its dependencies take the whole tensor as touched."""
+        a, b = self.dma_aps(dst, src, call)
+        reads, writes = [(src, b)], [(dst, a)]
+        if add:
+            reads.append((dst, a))
+        if dst.index is None and src.index is None:
+            self.emit(self.dma_queue(), DmaCopy(dst=a, src=b, add=add), reads=reads,
+                      writes=writes)
+            return
+        if dst.index is not None and src.index is not None:
+            raise NotSupported(f"'{call}' between two tensors indexed by tiles",
+                               "row indices on one side of a copy")
+        side = dst if dst.index is not None else src
+        ind = side.index
+        index = self.ap(ind.tile, call, "index", ("sbuf",))
+        if index.partitions != a.partitions:
+            raise NkiError(f"'{call}': {index.partitions} row indices of tensor "
+                           f"`{side.buf.name}` for a copy of {a.partitions} partitions")
+        index = AP(index.space, index.dtype, index.partition, index.partitions, index.offset,
+                   ((1, 1),))
+        if side is dst:
+            a = replace(a, pstride=ind.row_bytes)
+            whole = replace(a, partitions=ind.rows)
+            writes = [(dst, a), (dst, whole)]
+            reads = [(src, b)] + ([(dst, whole)] if add else [])
+        else:
+            b = replace(b, pstride=ind.row_bytes)
+            reads = [(src, b), (src, replace(b, partitions=ind.rows))] + \
+                ([(dst, a)] if add else [])
+        reads.append((ind.tile, index))
+        self.emit(self.dma_queue(), DmaCopy(dst=a, src=b, index=index, index_dst=side is dst,
+                                            rows=ind.rows, skip=skip, add=add),
+                  reads=reads, writes=writes)
 
     # --- emission -----------------------------------------------------------------------
     def emit(self, stream: str, ins, reads=(), writes=()) -> _Node:

@@ -12,6 +12,8 @@ format; a stochastic cast of a beat uses the words of that beat."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from hdl.core import isa
@@ -38,7 +40,7 @@ from hdl.vector.vector import VectorParams
 from sim.golden import activation, numerics, systolic, vector
 
 from .program import Program
-from .rules import ProgramError, Rules, shares_pes
+from .rules import ProgramError, Rules, fail, shares_pes
 
 __all__ = ["Data", "unit_beats"]
 
@@ -47,6 +49,13 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 #: 32-bit ones as words by :func:`isa.integer_words`' instructions.
 _INTS = {"int32": np.int32, "uint32": np.uint32, "uint8": np.uint8}
 _WORDS = ("int32", "uint32")
+
+
+def _partition(ap: AP, p: int) -> AP:
+    """Partition (HBM: row) ``p`` of ``ap`` alone."""
+    if ap.space == "hbm":
+        return replace(ap, partitions=1, offset=ap.offset + p * ap.pstride)
+    return replace(ap, partition=ap.partition + p, partitions=1)
 
 
 class Data:
@@ -210,8 +219,34 @@ class Data:
         self.write(ins.dst, out << isa.TF32_SHIFT if ins.src.dtype == "tf32" else out)
         self.tiles = {}
 
-    def dma(self, ins: DmaCopy) -> None:
-        self.write(ins.dst, self.read(ins.src))
+    def dma(self, ins: DmaCopy, stream: str, index: int) -> None:
+        """The copy (with ``add``, the sum into ``dst``); an indirect one
+        (:class:`~hdl.core.isa.DmaCopy` ``index``) moves the rows its index names, a row out
+        of the tensor breaking the rule "index bounds" (the message names the first as an
+        element of the flattened tensor, as numpy does) unless the copy skips it."""
+        pairs = [(ins.dst, ins.src)]
+        if ins.index is not None:
+            words = self.read(ins.index).reshape(ins.index.partitions, -1)[:, 0]
+            rows = words.view(_INTS[ins.index.dtype]).astype(np.int64)
+            ok = (rows >= 0) & (rows < ins.rows)
+            side, other = (ins.dst, ins.src) if ins.index_dst else (ins.src, ins.dst)
+            if not ins.skip and not ok.all():
+                per_row = side.pstride // side.itemsize
+                bad = int(rows[np.argmin(ok)])
+                fail(stream, index, ins, "index bounds",
+                     f"index {bad * per_row} is out of bounds for axis 0 with size "
+                     f"{ins.rows * per_row}")
+            pairs = []
+            for p in np.flatnonzero(ok):
+                row = replace(side, partitions=1, offset=side.offset + int(rows[p]) * side.pstride)
+                mine = _partition(other, int(p))
+                pairs.append((row, mine) if ins.index_dst else (mine, row))
+        for dst, src in pairs:
+            if ins.add:
+                total = self.read32(dst).view(np.float32) + self.read32(src).view(np.float32)
+                self.write32(dst, total.view(np.uint32))
+            else:
+                self.write(dst, self.read(src))
 
     def scan(self, ins: TensorTensorScan, words: bool = False) -> np.ndarray:
         """The fp32 results of a scan, (partitions, free): the vector unit's

@@ -306,7 +306,7 @@ class Core:
                         cost = end - t
                         moved += plan[3]
                         if data is not None:
-                            data.dma(ins)
+                            data.dma(ins, streams[s], i)
                     else:  # _TRANSPOSE: a load of the data and the array's transpose pass
                         accept, _ = load_tile(plan[1], t * tensor_clock)
                         second, last = multiply(plan[2], accept + 1)

@@ -80,7 +80,7 @@ class Races:
 
     def access(self, s: int, index: int, ins: Instruction) -> None:
         mine = self.vc[s]
-        new = [(footprint(ap), written) for _, ap, written in ins.operands()]
+        new = [(footprint(ap), written) for _, ap, written in isa.reach(ins)]
         for fp, write, t, epoch, other in self.accesses:
             if t == s or mine[t] > epoch:
                 continue  # same stream, or ordered by semaphores

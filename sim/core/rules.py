@@ -53,18 +53,21 @@ REACH = {"tensor": ("sbuf", "psum"), "vector": ("sbuf", "psum"), "scalar": ("sbu
 
 class ProgramError(ValueError):
     """A program that breaks a rule of the core; the message names where and which, and
-    ``at`` is (stream, instruction index) where one instruction breaks it, else None."""
+    ``at`` is (stream, instruction index) where one instruction breaks it, else None;
+    ``rule`` and ``detail`` the parts of the message :func:`fail` made."""
 
-    def __init__(self, message: str, at: tuple[str, int] | None = None):
+    def __init__(self, message: str, at: tuple[str, int] | None = None, rule: str = "",
+                 detail: str = ""):
         super().__init__(message)
-        self.at = at
+        self.at, self.rule, self.detail = at, rule, detail
 
 
 def fail(stream: str, index: int, ins: Instruction | None, rule: str, detail: str):
     """Raise the :class:`ProgramError` of instruction ``index`` of ``stream`` (``ins``, or None
     for the stream as a whole) breaking ``rule``: ``stream[index] `text form`: rule: detail``."""
     where = f"{stream}[{index}]" + (f" `{isa.format_instruction(ins)}`" if ins else "")
-    raise ProgramError(f"{where}: {rule}: {detail}", (stream, index) if ins else None)
+    raise ProgramError(f"{where}: {rule}: {detail}", (stream, index) if ins else None, rule,
+                       detail)
 
 
 @cache
@@ -111,6 +114,22 @@ class Rules:
         self._mixes: dict[tuple[str, str], str | None] = {}  # (tile, multiply) format: why not
 
     # --- static rules -------------------------------------------------------------------
+    @staticmethod
+    def _check_index(where, ins: DmaCopy) -> None:
+        """An indirect copy's index: integers in SBUF, a partition for each of the copy's,
+        and the side it picks rows of in HBM."""
+        side = ins.dst if ins.index_dst else ins.src
+        name = "dst" if ins.index_dst else "src"
+        if ins.index.space != "sbuf" or ins.index.dtype not in ("int32", "uint32"):
+            fail(*where, "index", f"an indirect DMA's index is int32 or uint32 in SBUF, not "
+                                  f"{ins.index.dtype} in {ins.index.space.upper()}")
+        if ins.index.partitions != ins.dst.partitions:
+            fail(*where, "index", f"an indirect DMA's index has a partition for each of the "
+                                  f"copy's {ins.dst.partitions}, not {ins.index.partitions}")
+        if side.space != "hbm" or ins.rows < 1:
+            fail(*where, "index", f"an indirect DMA picks rows of an HBM tensor ({name} is "
+                                  f"in {side.space.upper()}, rows {ins.rows})")
+
     def _check_ap(self, where, name: str, ap: AP, kind: str, hbm_bytes: int) -> None:
         stream, index, ins = where
         p = self.params
@@ -200,7 +219,7 @@ class Rules:
         if getattr(ins, "rounding", "rne") != "rne" and p.rng is None:
             fail(*where, "rounding", f"{p.name} rounds to nearest even only (its spec's "
                                      f"rounding.modes have no {ins.rounding} rounding)")
-        for name, ap, _ in ins.operands():
+        for name, ap, _ in isa.reach(ins):
             self._check_ap(where, name, ap, kind, hbm_bytes)
         if kind in ("vector", "scalar", "gpsimd"):
             for name, ap, _ in ins.operands():
@@ -276,6 +295,11 @@ class Rules:
                                               f" differ")
             if ins.dst.dtype != ins.src.dtype:
                 fail(*where, "format", f"a DMA copies bytes: {ins.src.dtype} cannot become "
+                                       f"{ins.dst.dtype}")
+            if ins.index is not None:
+                self._check_index(where, ins)
+            if ins.add and ins.dst.dtype not in ("fp32", "bf16", "fp16"):
+                fail(*where, "format", f"a DMA adds fp32, bf16 or fp16 elements, not "
                                        f"{ins.dst.dtype}")
         elif isinstance(ins, Activation):
             self._check_same(where, ins.dst, ins.src, "dst and src")

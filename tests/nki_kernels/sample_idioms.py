@@ -156,10 +156,19 @@ def row_broadcast_and_bits(row, x):
 
 
 @nki.jit
-def accumulating_dma(x):
-    """A DMA that adds into its destination (``dst_rmw_op``), which trngen refuses."""
+def accumulating_dma(x, y):
+    """``x + y`` by a DMA that adds ``y`` into its destination (``dst_rmw_op``)."""
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=x, dst_rmw_op=np.add)
+    nisa.dma_copy(dst=out, src=x)
+    nisa.dma_copy(dst=out, src=y, dst_rmw_op=np.add)
+    return out
+
+
+@nki.jit
+def multiplying_dma(x):
+    """A DMA that multiplies into its destination, which trngen refuses."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=x, dst_rmw_op=np.multiply)
     return out
 
 
