@@ -8,6 +8,7 @@ lowered to :mod:`.lower` as NKI documents (``nl.matmul`` to a transpose where ne
 
 from __future__ import annotations
 
+import builtins
 import math
 
 import ml_dtypes
@@ -743,6 +744,202 @@ def add_into(dst: View, a: View, b) -> None:
     lower.tensor_scalar(a, np.add, float(b), dst=dst, call="+=")
 
 
+# --- calls the engines have no one operation for, made of others ---------------------------
+
+def _nearest_int(call: str, x: View) -> View:
+    """``x`` to the nearest integer, ties to even, as an int32 tile (the engines' cast)."""
+    return lower.tensor_copy(x, dtype=int32, call=call)
+
+
+def floor(x, *, dtype=None, mask=None, **kwargs) -> View:
+    """The largest integer at most ``x``: ``r`` = the nearest integer, then
+    ``r - (r > x)`` on the vector engine; exact for ``|x| < 2**31`` (a NaN gives 0)."""
+    _no_options("floor", kwargs)
+    r = _nearest_int("floor", x)
+    up = _binary("floor", VectorOp.GREATER, r, x, float32, None)
+    return _binary("floor", VectorOp.SUBTRACT, r, up, dtype or x.dtype, mask)
+
+
+def ceil(x, *, dtype=None, mask=None, **kwargs) -> View:
+    """The smallest integer at least ``x``: ``r + (r < x)``, ``r`` the nearest integer;
+    exact for ``|x| < 2**31`` (a NaN gives 0)."""
+    _no_options("ceil", kwargs)
+    r = _nearest_int("ceil", x)
+    down = _binary("ceil", VectorOp.LESS, r, x, float32, None)
+    return _binary("ceil", VectorOp.ADD, r, down, dtype or x.dtype, mask)
+
+
+def sign(x, *, dtype=None, mask=None, **kwargs) -> View:
+    """``(x > 0) - (x < 0)``: -1, 0 or 1 (a NaN gives 0)."""
+    _no_options("sign", kwargs)
+    pos = lower.tensor_scalar(x, np.greater, 0.0, dtype=float32, call="sign")
+    neg = lower.tensor_scalar(x, np.less, 0.0, dtype=float32, call="sign")
+    return _binary("sign", VectorOp.SUBTRACT, pos, neg, dtype or x.dtype, mask)
+
+
+def trunc(x, *, dtype=None, mask=None, **kwargs) -> View:
+    """``x`` without its fraction: ``sign(x) * floor(|x|)``."""
+    _no_options("trunc", kwargs)
+    whole = floor(abs(x, dtype=float32), dtype=float32)
+    return _binary("trunc", VectorOp.MULTIPLY, whole, sign(x, dtype=float32),
+                   dtype or x.dtype, mask)
+
+
+def mod(x, y, dtype=None, mask=None, **kwargs) -> View:
+    """``x mod y`` with the sign of the divisor, as numpy's: ``m = x - floor(x * (1 / y)) *
+    y``, then ``y`` taken off or added once where the reciprocal's rounding left ``m``
+    outside ``[0, y)`` (``(y, 0]`` for a negative ``y``); ``y`` a number."""
+    _no_options("mod", kwargs)
+    return _modulo("mod", x, y, dtype, mask)
+
+
+def fmod(x, y, dtype=None, mask=None, **kwargs) -> View:
+    """``x mod y`` with the sign of the dividend, as numpy's ``fmod``:
+    ``sign(x) * mod(|x|, |y|)``; ``y`` a number."""
+    _no_options("fmod", kwargs)
+    if isinstance(y, View):
+        raise NotSupported("nl.fmod by a tile", "nl.fmod by a number")
+    m = _modulo("fmod", abs(x, dtype=float32), builtins.abs(float(y)), float32, None)
+    return _binary("fmod", VectorOp.MULTIPLY, m, sign(x, dtype=float32), dtype or x.dtype,
+                   mask)
+
+
+def _modulo(call: str, x: View, y, dtype, mask) -> View:
+    if isinstance(y, View) or not isinstance(x, View):
+        raise NotSupported(f"nl.{call} of these operands", f"nl.{call}(tile, number)")
+    y = float(y)
+    if y == 0:
+        raise NkiError(f"'{call}' by zero")
+    q = floor(lower.tensor_scalar(x, np.multiply, 1.0 / y, dtype=float32, call=call),
+              dtype=float32)
+    m = _binary(call, VectorOp.SUBTRACT, x,
+                lower.tensor_scalar(q, np.multiply, y, dtype=float32, call=call), float32,
+                None)
+    over, under = (np.greater_equal, np.less) if y > 0 else (np.less_equal, np.greater)
+    m = _binary(call, VectorOp.SUBTRACT, m, lower.tensor_scalar(
+        m, over, y, op1=np.multiply, operand1=y, dtype=float32, call=call), float32, None)
+    return _binary(call, VectorOp.ADD, m, lower.tensor_scalar(
+        m, under, 0.0, op1=np.multiply, operand1=y, dtype=float32, call=call),
+        dtype or x.dtype, mask)
+
+
+def _truth(call: str, x) -> View:
+    """1.0 where ``x`` is nonzero, else 0.0."""
+    return lower.tensor_scalar(x, np.not_equal, 0.0, dtype=float32, call=call)
+
+
+def logical_and(x, y, *, dtype=uint8, mask=None, **kwargs) -> View:
+    """1 where both are nonzero, else 0 (booleans as uint8)."""
+    _no_options("logical_and", kwargs)
+    return _binary("logical_and", VectorOp.MULTIPLY, _truth("logical_and", x),
+                   _truth("logical_and", y), dtype, mask)
+
+
+def logical_or(x, y, *, dtype=uint8, mask=None, **kwargs) -> View:
+    """1 where either is nonzero, else 0 (booleans as uint8)."""
+    _no_options("logical_or", kwargs)
+    return _binary("logical_or", VectorOp.MAX, _truth("logical_or", x),
+                   _truth("logical_or", y), dtype, mask)
+
+
+def logical_xor(x, y, *, dtype=uint8, mask=None, **kwargs) -> View:
+    """1 where exactly one is nonzero, else 0 (booleans as uint8)."""
+    _no_options("logical_xor", kwargs)
+    return _binary("logical_xor", VectorOp.NOT_EQUAL, _truth("logical_xor", x),
+                   _truth("logical_xor", y), dtype, mask)
+
+
+def logical_not(x, *, dtype=uint8, mask=None, **kwargs) -> View:
+    """1 where ``x`` is zero, else 0 (booleans as uint8)."""
+    _no_options("logical_not", kwargs)
+    return lower.tensor_scalar(x, np.equal, 0.0, dtype=dtype, mask=mask, call="logical_not")
+
+
+def invert(x, *, dtype=None, mask=None, **kwargs) -> View:
+    """``~x`` of an int32 or uint32 tile: its word XOR all ones."""
+    _no_options("invert", kwargs)
+    if not isinstance(x, View) or x.dt not in ("int32", "uint32"):
+        raise NotSupported(f"nl.invert of {getattr(x, 'dt', type(x).__name__)}",
+                           "nl.invert of an int32 or uint32 tile")
+    return _binary("invert", VectorOp.BITWISE_XOR, x, -1 if x.dt == "int32" else 0xFFFFFFFF,
+                   dtype, mask)
+
+
+def expand_dims(data, axis) -> View:
+    """``data`` with axes of size 1 after its last (NKI adds them there only)."""
+    axes = sorted(int(a) for a in (axis if isinstance(axis, (list, tuple)) else (axis,)))
+    if axes != list(range(data.ndim, data.ndim + len(axes))):
+        raise NotSupported(f"nl.expand_dims at axis {axis} of a {data.ndim}-dimensional tile",
+                           "new axes after the last")
+    return data.reshape(tuple(data.shape) + (1,) * len(axes))
+
+
+def shared_identity_matrix(n, dtype=uint8, **kwargs) -> View:
+    """An ``n`` x ``n`` identity matrix in HBM (``nl.shared_constant``)."""
+    _no_options("shared_identity_matrix", kwargs)
+    return shared_constant(np.identity(int(n)), dtype=dtype)
+
+
+def _last_axes(call: str, x: View, axis) -> tuple[int, ...]:
+    axes = tuple(sorted(int(a) % x.ndim for a in (axis if isinstance(axis, (list, tuple))
+                                                  else (axis,))))
+    if axes != tuple(range(1, x.ndim)):
+        raise NotSupported(f"nl.{call} along axis {axis} of a {x.ndim}-dimensional tile",
+                           f"nl.{call} along every free axis")
+    return axes
+
+
+def var(x, axis, *, dtype=None, mask=None, **kwargs) -> View:
+    """The variance along the free axes, as numpy's: the mean of ``(x - mean(x))**2``."""
+    _no_options("var", kwargs)
+    axes = _last_axes("var", x, axis)
+    m = mean(x, axes, dtype=float32, mask=mask, keepdims=True).reshape((x.shape[0], 1))
+    flat = x if x.ndim == 2 else x.reshape((x.shape[0], math.prod(x.shape[1:])))
+    d = _binary("var", VectorOp.SUBTRACT, flat, m, float32, mask)
+    return mean(square(d), 1, dtype=dtype or x.dtype)
+
+
+def softmax(x, axis, *, dtype=None, compute_dtype=None, mask=None, **kwargs) -> View:
+    """``exp(x - max) / sum(exp(x - max))`` along the free axes: the maximum on the vector
+    engine, the exponential with the maximum as its bias and the row sum as its reduction
+    on the scalar engine, the reciprocal there, and a multiply on the vector engine."""
+    _no_options("softmax", kwargs)
+    _last_axes("softmax", x, axis)
+    if x.ndim != 2:
+        raise NotSupported(f"nl.softmax of a {x.ndim}-dimensional tile",
+                           "nl.softmax of a [P, F] tile")
+    out_dt = dtype or compute_dtype or x.dtype
+    top = lower.tensor_reduce(np.maximum, x, 1, mask=mask, dtype=float32, negate=True,
+                              keepdims=True, call="softmax")
+    total = ndarray((x.shape[0], 1), dtype=float32, buffer=sbuf)
+    e = lower.activation("exp", x, bias=top, reduce_op=np.add, reduce_res=total, mask=mask,
+                         dtype=float32, call="softmax")
+    r = lower.activation("reciprocal", total, dtype=float32, call="softmax")
+    return _binary("softmax", VectorOp.MULTIPLY, e, r, out_dt, mask)
+
+
+def rms_norm(x, w, axis, n, epsilon=1e-06, *, dtype=None, compute_dtype=None, mask=None,
+             **kwargs) -> View:
+    """``x / sqrt(sum(x**2) / n + epsilon) * w`` along the free axis of a [P, F] tile:
+    the squares and their sum on the scalar engine, ``1 / n`` and ``epsilon`` by the vector
+    engine, the reciprocal square root on the scalar engine, two multiplies (``w`` of
+    [1, F] broadcast over the partitions)."""
+    _no_options("rms_norm", kwargs)
+    _last_axes("rms_norm", x, axis)
+    if x.ndim != 2:
+        raise NotSupported(f"nl.rms_norm of a {x.ndim}-dimensional tile",
+                           "nl.rms_norm of a [P, F] tile")
+    total = ndarray((x.shape[0], 1), dtype=float32, buffer=sbuf)
+    lower.activation("square", x, reduce_op=np.add, reduce_res=total, mask=mask,
+                     dtype=float32, call="rms_norm")
+    ms = lower.tensor_scalar(total, np.multiply, 1.0 / float(n), op1=np.add,
+                             operand1=float(epsilon), dtype=float32, call="rms_norm")
+    r = lower.activation("rsqrt", ms, dtype=float32, call="rms_norm")
+    y = _binary("rms_norm", VectorOp.MULTIPLY, x, r, float32, mask)
+    return _binary("rms_norm", VectorOp.MULTIPLY, y, w, dtype or compute_dtype or x.dtype,
+                   mask)
+
+
 _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par_dim sbuf psum hbm "
               "shared_hbm private_hbm arange mgrid ds affine_range sequential_range "
               "static_range static_cast spmd_dim nc program_id num_programs program_ndim "
@@ -750,8 +947,9 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
               "store copy matmul transpose add subtract multiply divide maximum minimum "
               "the comparisons bitwise_and/or/xor negative abs square exp log sqrt rsqrt "
               "where tanh sigmoid relu gelu gelu_apprx_tanh silu softplus erf mish sin cos "
-              "arctan reciprocal sum max min mean loop_reduce tile_size fp32 finfo and the "
-              "dtypes")
+              "arctan reciprocal sum max min mean var softmax rms_norm floor ceil trunc sign "
+              "mod fmod logical_and/or/xor/not invert expand_dims shared_identity_matrix "
+              "loop_reduce tile_size fp32 finfo and the dtypes")
 
 
 def __getattr__(name: str):
