@@ -11,7 +11,7 @@ def rounding(x):
     outs = [nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm) for _ in range(4)]
     as_int = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.shared_hbm)
     t = nl.load(x)
-    for out, fn in zip(outs, (nl.floor, nl.ceil, nl.trunc, nl.sign)):
+    for out, fn in zip(outs, (nl.floor, nl.ceil, nl.trunc, nl.sign), strict=True):
         nl.store(out, fn(t))
     nl.store(as_int, nl.floor(t, dtype=nl.int32))
     return (*outs, as_int)
