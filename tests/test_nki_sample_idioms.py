@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import kernels.nki as knki
+from hdl.core.isa import format_instruction
 
 HERE = Path(__file__).parent / "nki_kernels"
 
@@ -187,3 +188,28 @@ def test_device_print_shows_the_value_at_its_point(k, capsys, seed):
     capsys.readouterr()
     k["printed_twice"](x)
     assert capsys.readouterr().out == f"loaded: {x}\ndoubled: {x * 2}\n"
+
+
+def _program(kernel, *args) -> list[str]:
+    program = kernel.trace(*args)[0].program()
+    return [f"{s}: {format_instruction(i)}" for s in sorted(program.streams)
+            for i in program.streams[s]]
+
+
+def test_nki_0_2_forms_give_the_same_programs(k, seed):
+    """tensor_copy_predicated, dma_transpose and select_reduce written with ``dst`` first
+    (NKI 0.2): the results of the NKI 0.1 kernels, and their programs."""
+    with knki.installed():
+        v2 = runpy.run_path(str(HERE / "isa_more_v2.py"))
+    rng = np.random.default_rng(seed)
+    x, y = (rng.standard_normal((128, 64)).astype(np.float32) for _ in range(2))
+    pred = (rng.random((128, 64)) < 0.5).astype(np.uint8)
+    fill = rng.standard_normal((128, 1)).astype(np.float32)
+    xt = rng.standard_normal((256, 128)).astype(np.float32)
+    for name, args in (("predicated", (pred, x, y, True)), ("transposed_by_dma", (xt,)),
+                       ("selected_with_row_max", (pred, x, fill))):
+        one, two = k[name](*args), v2[name](*args)
+        for a, b in zip(one if isinstance(one, tuple) else (one,),
+                        two if isinstance(two, tuple) else (two,), strict=True):
+            assert np.array_equal(a, b)
+        assert _program(k[name], *args) == _program(v2[name], *args)

@@ -4,6 +4,7 @@ in either generation gives the same program."""
 
 from __future__ import annotations
 
+from . import isa as _v1
 from . import lower
 from .errors import NotSupported
 from .isa import (
@@ -18,15 +19,15 @@ from .isa import (
     unknown_engine,
     vector_engine,
 )
+from .tracer import current
 
 __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
-           "dma_copy", "engine", "get_nc_version", "gpsimd_engine", "iota", "memset",
-           "nc_matmul", "nc_transpose", "nc_version", "oob_mode", "reciprocal", "reduce_cmd",
-           "scalar_engine",
-           "scalar_tensor_tensor", "tensor_copy", "tensor_engine", "tensor_partition_reduce",
+           "dma_copy", "dma_transpose", "engine", "get_nc_version", "gpsimd_engine", "iota",
+           "memset", "nc_matmul", "nc_transpose", "nc_version", "oob_mode", "reciprocal",
+           "reduce_cmd", "scalar_engine", "scalar_tensor_tensor", "select_reduce",
+           "tensor_copy", "tensor_copy_predicated", "tensor_engine", "tensor_partition_reduce",
            "tensor_reduce", "tensor_scalar", "tensor_scalar_reduce", "tensor_tensor",
-           "tensor_tensor_scan",
-           "unknown_engine", "vector_engine"]
+           "tensor_tensor_scan", "unknown_engine", "vector_engine"]
 
 
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
@@ -132,6 +133,22 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, priority=N
              engine=None, name=None):
     lower.dma_copy(dst, src, skip=getattr(oob_mode, "name", None) == "skip",
                    rmw_op=dst_rmw_op)
+
+
+def dma_transpose(dst, src, axes=None, priority=None, dge_mode=None, oob_mode=None, name=None):
+    current("dma_transpose").assign(dst, _v1.dma_transpose(src, axes=axes), True)
+
+
+def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
+    _v1.tensor_copy_predicated(src=src, dst=dst, predicate=predicate, reverse_pred=reverse_pred)
+
+
+def select_reduce(dst, predicate, on_true, on_false, reduce_res=None,
+                  reduce_cmd=reduce_cmd.idle, reduce_op=None, reverse_pred=False, name=None):
+    _v1.select_reduce(dst=dst, predicate=predicate, on_true=on_true, on_false=on_false,
+                      reduce_res=reduce_res, reduce_cmd=reduce_cmd,
+                      **({} if reduce_op is None else {"reduce_op": reduce_op}),
+                      reverse_pred=reverse_pred)
 
 
 def __getattr__(name: str):

@@ -24,3 +24,38 @@ def causal(x, fill):
     nisa.affine_select(r, [[-1, 128]], 1, t, fill, cmp_op=nl.greater_equal)
     nisa.dma_copy(out, r)
     return out
+
+
+@nki.jit
+def predicated(pred, x, y, reverse):
+    """sample_idioms.predicated in NKI 0.2's form."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    dst = nl.load(y)
+    nisa.tensor_copy_predicated(dst, nl.load(x), nl.load(pred), reverse_pred=reverse)
+    nl.store(out, dst)
+    return out
+
+
+@nki.jit
+def transposed_by_dma(x):
+    """sample_idioms.transposed_by_dma in NKI 0.2's form."""
+    out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(t, x)
+    nl.store(out, t)
+    return out
+
+
+@nki.jit
+def selected_with_row_max(pred, x, fill):
+    """sample_idioms.selected_with_row_max in NKI 0.2's form."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    best = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    dst = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    res = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.select_reduce(dst, nl.load(pred), nl.load(x), nl.load(fill),
+                       reduce_cmd=nisa.reduce_cmd.reset_reduce, reduce_res=res,
+                       reduce_op=nl.max)
+    nl.store(out, dst)
+    nl.store(best, res)
+    return out, best
