@@ -8,6 +8,7 @@ from __future__ import annotations
 import runpy
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -81,3 +82,16 @@ def test_var_softmax_rms_norm(k, seed):
 def test_what_is_not_composed_is_refused(k):
     with pytest.raises(knki.NotSupported, match=r"nl\.mod of these operands"):
         k["modulo"](np.zeros((4, 4), np.float32), np.zeros((4, 4), np.float32))
+
+
+def test_a_number_is_weakly_typed(k, seed):
+    """NKI's type promotion with a number: bf16 x 1.1 is float32 (not rounded to bf16),
+    int8 + 2 is int32 (127 + 2 is 129, not saturated)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((128, 32)).astype(ml_dtypes.bfloat16)
+    i = rng.integers(-128, 128, (128, 32)).astype(np.int8)
+    i[0, 0] = 127
+    a, b = k["with_numbers"](x, i)
+    assert a.dtype == np.float32 and b.dtype == np.int32
+    assert np.array_equal(a, x.astype(np.float32) * np.float32(1.1))
+    assert np.array_equal(b, i.astype(np.int32) + 2)

@@ -473,11 +473,13 @@ def _binary(call: str, op: VectorOp, x, y, dtype, mask) -> View:
             return _binary(call, op, y, x, dtype, mask)
         if op == VectorOp.SUBTRACT:  # c - y = (y * -1) + c
             return lower.tensor_scalar(y, np.multiply, -1.0, op1=np.add, operand1=float(x),
-                                       dtype=dtype, mask=mask, call=call)
+                                       dtype=dtype or _with_scalar(y.dt, x), mask=mask,
+                                       call=call)
         raise NotSupported(f"a number as the first operand of '{call}'",
                            "a tile first, or the commutative operators")
     if not ys:
-        return lower.tensor_scalar(x, _NP[op], float(y), dtype=dtype, mask=mask, call=call)
+        return lower.tensor_scalar(x, _NP[op], float(y), dtype=dtype or _with_scalar(x.dt, y),
+                                   mask=mask, call=call)
     if x.ndim + y.ndim == 3:  # a tile of one value per partition against a 2-D one
         x, y = x.as_column(), y.as_column()
     common = _broadcast_shape(x.shape, y.shape) if x.shape != y.shape else None
@@ -510,6 +512,23 @@ def _binary(call: str, op: VectorOp, x, y, dtype, mask) -> View:
     raise NotSupported(f"'{call}' of shapes {list(x.shape)} and {list(y.shape)}",
                        "equal shapes, [P, 1] against [P, ...], or shapes of one rank that "
                        "broadcast")
+
+
+def _with_scalar(dt: str, value) -> str:
+    """The type of a tile of ``dt`` and a number, as NKI promotes them: the number weakly
+    typed (a bool uint8, an integer int32, anything else float32), a float type over an
+    integer one, the wider of two of a kind."""
+    weak = "uint8" if isinstance(value, (bool, np.bool_)) else \
+        "int32" if isinstance(value, (int, np.integer)) else "fp32"
+    if _is_float(dt) and not _is_float(weak):
+        return dt
+    if _is_float(weak) and not _is_float(dt):
+        return weak
+    return promote(dt, weak)
+
+
+def _is_float(dt: str) -> bool:
+    return not dt.startswith(("int", "uint"))
 
 
 def _broadcast_shape(a: tuple, b: tuple) -> tuple | None:

@@ -56,3 +56,16 @@ def statistics(x, w):
     nl.store(r, nl.rms_norm(t, nl.load(w), axis=1, n=x.shape[1]))
     nl.store(eye, nl.load(nl.shared_identity_matrix(128, dtype=nl.float32)))
     return v, s, r, eye
+
+
+@nki.jit
+def with_numbers(x, i):
+    """A bf16 tile times 1.1 and an int8 tile plus 2, their results' types NKI's (the
+    numbers weakly typed: float32 and int32), stored as they come."""
+    t = nl.multiply(nl.load(x), 1.1)
+    u = nl.add(nl.load(i), 2)
+    a = nl.ndarray(x.shape, dtype=t.dtype, buffer=nl.shared_hbm)
+    b = nl.ndarray(i.shape, dtype=u.dtype, buffer=nl.shared_hbm)
+    nl.store(a, t)
+    nl.store(b, u)
+    return a, b
