@@ -33,6 +33,8 @@ def _random(cls, rng):
             args[name] = isa.ROUNDINGS[rng.integers(2)]
         elif kind == "f32":
             args[name] = float(np.float32(rng.standard_normal() * 10.0 ** rng.integers(-30, 30)))
+        elif kind == "bytes":
+            args[name] = tuple(int(b) for b in rng.integers(256, size=bits // 8))
         elif bits == 1:
             args[name] = bool(rng.integers(2))
         elif kind == "s":

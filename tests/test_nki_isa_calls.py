@@ -13,7 +13,8 @@ import pytest
 
 import kernels
 import kernels.nki as knki
-from hdl.core.isa import LoadStationary, Memset
+from hdl.core.isa import LoadStationary, Memset, format_instruction
+from sim.tb.core import rtl_refusal
 
 HERE = Path(__file__).parent / "nki_kernels"
 FP32 = kernels.TOLERANCE["fp32"]
@@ -226,3 +227,33 @@ def test_a_cast_to_int8_rounds_half_to_even_and_saturates(k):
                    np.inf]], np.float32).repeat(4, axis=0)
     want = [2, 4, -2, 0, 1, 127, 127, 127, -128, -128, 0, 127]
     assert k["to_int8"](x).tolist() == [want] * 4
+
+
+@pytest.mark.parametrize("keep_half", [False, True])
+def test_stream_shuffle_moves_partitions_within_quadrants(k, keep_half, seed):
+    """In place, each quadrant's partition i takes its i - 1; a one-partition source
+    broadcast over a quadrant, entries of 255 leaving their partitions; the bits as they
+    are; one vector instruction of the ISA; NKI 0.2's form the same program."""
+    x = np.random.default_rng(seed).standard_normal((128, 48)).astype(np.float32)
+    x[3, 0] = np.float32("nan")
+    rotated, spread = k["shuffled"](x, keep_half)
+    order = [32 * (p // 32) + (p % 32 - 1) % 32 for p in range(128)]
+    assert np.array_equal(rotated.view(np.uint32), x[order].view(np.uint32))
+    want = np.full_like(x, -1)
+    want[0:32] = x[0]
+    if keep_half:
+        want[1:32:2] = -1
+    assert np.array_equal(spread, want)
+    listing = _listing(k["shuffled"], x, keep_half)
+    assert sum(line.startswith("vector: shuffle ") for line in listing) == 2
+    assert listing == _listing(k["v2_shuffled"], x, keep_half)
+    small = np.zeros((32, 8), np.float32)  # the core RTL's engine has no shuffle: refused
+    program = k["shuffled"].trace(small, keep_half)[0].program()
+    assert "StreamShuffle: the vector engine runs" in rtl_refusal(
+        program, knki.launch.params_for("trn2", "sim"))
+
+
+def _listing(kernel, *args) -> list[str]:
+    program = kernel.trace(*args)[0].program()
+    return [f"{s}: {format_instruction(i)}" for s in sorted(program.streams)
+            for i in program.streams[s]]

@@ -30,7 +30,8 @@ __all__ = [
     "AP", "AP_BITS", "AP_FIELDS", "DTYPES", "ENGINE_OPS", "FREE_MAX", "INSTRUCTIONS", "MX_DTYPES",
     "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS", "SPACES", "TF32_SHIFT",
     "WORD_BITS", "Activation", "DmaCopy", "Instruction", "IsaError", "Iota",
-    "LoadStationary", "Memset", "MultiplyMoving", "SemSignal", "SemWait", "TensorCopy",
+    "LoadStationary", "Memset", "MultiplyMoving", "SHUFFLE_KEEP", "SHUFFLE_LANES", "SemSignal",
+    "SemWait", "StreamShuffle", "TensorCopy",
     "TensorReduce", "TensorScalar", "TensorTensor", "TensorTensorScan", "Transpose", "decode",
     "double_row_order", "encode", "engine_kind", "field_positions", "format_instruction",
     "input_format", "integer_words", "mx_scale_partition", "parse", "reach",
@@ -114,6 +115,10 @@ ROUNDINGS = ("rne", "stochastic")
 WORD_BITS = 1024
 OPCODE_BITS = 8
 MAX_DIMS = 3
+#: Partitions of a quadrant, which :class:`StreamShuffle` moves data within, and the entry
+#: of its ``shuffle`` that leaves a partition as it is.
+SHUFFLE_LANES = 32
+SHUFFLE_KEEP = 255
 
 #: Field layout of an access pattern: (name, bits, signed).
 AP_FIELDS = (
@@ -455,6 +460,23 @@ class DmaCopy(Instruction):
 
 
 @dataclass(frozen=True, slots=True)
+class StreamShuffle(Instruction):
+    """Move partitions within each quadrant of 32 on the vector engine: ``dst``'s partition
+    ``32 q + i`` (counted from its first) takes ``src``'s partition ``32 q + shuffle[i]``
+    (counted from its first) element for element, its bits as they are, or with
+    ``shuffle[i]`` = :data:`SHUFFLE_KEEP` keeps its own; ``shuffle`` has 32 entries
+    [NKI ``nc_stream_shuffle``]."""
+
+    OPCODE: ClassVar[int] = 15
+    MNEMONIC: ClassVar[str] = "shuffle"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
+                        ("shuffle", "bytes", 8 * SHUFFLE_LANES))
+    dst: AP
+    src: AP
+    shuffle: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SemSignal(Instruction):
     """Add ``count`` to semaphore ``sem`` once every earlier instruction of the stream has
     completed."""
@@ -480,7 +502,8 @@ class SemWait(Instruction):
 INSTRUCTIONS: dict[int, type[Instruction]] = {
     cls.OPCODE: cls for cls in (LoadStationary, MultiplyMoving, Transpose, Activation,
                                 TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset,
-                                Iota, DmaCopy, SemSignal, SemWait, TensorTensorScan)}
+                                Iota, DmaCopy, SemSignal, SemWait, TensorTensorScan,
+                                StreamShuffle)}
 _BY_MNEMONIC = {cls.MNEMONIC: cls for cls in INSTRUCTIONS.values()}
 _SYNC = (SemSignal, SemWait)
 
@@ -488,7 +511,7 @@ _SYNC = (SemSignal, SemWait)
 ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {
     "tensor": (LoadStationary, MultiplyMoving, Transpose) + _SYNC,
     "vector": (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset,
-               TensorTensorScan, Transpose) + _SYNC,
+               TensorTensorScan, Transpose, StreamShuffle) + _SYNC,
     "scalar": (Activation, TensorScalar, TensorCopy) + _SYNC,
     "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset) + _SYNC,
     "dma": (DmaCopy,) + _SYNC,
@@ -610,6 +633,11 @@ def encode(ins: Instruction) -> bytes:
             if value not in ROUNDINGS:
                 raise IsaError(f"{what} must be one of {', '.join(ROUNDINGS)}, not {value!r}")
             word |= ROUNDINGS.index(value) << pos
+        elif kind == "bytes":
+            if len(value) != bits // 8:
+                raise IsaError(f"{what} must have {bits // 8} entries, not {len(value)}")
+            for i, b in enumerate(value):
+                word = _put(word, pos + 8 * i, int(b), 8, False, f"{what}[{i}]")
         else:
             word = _put(word, pos, int(value), bits, kind == "s", what)
         pos += bits
@@ -638,6 +666,8 @@ def decode(data: bytes) -> Instruction:
             args[name] = Reduce(raw)
         elif kind == "rounding":
             args[name] = ROUNDINGS[raw]
+        elif kind == "bytes":
+            args[name] = tuple((raw >> (8 * i)) & 0xFF for i in range(bits // 8))
         elif bits == 1:
             args[name] = bool(raw)
         else:
@@ -655,6 +685,8 @@ def _value_text(kind: str, value) -> str:
         return value.name.lower()
     if kind == "f32":
         return repr(_f32(value))
+    if kind == "bytes":
+        return ",".join(str(int(b)) for b in value)
     if isinstance(value, bool):
         return str(int(value))
     return str(value)
@@ -694,6 +726,8 @@ def parse(text: str) -> Instruction:
                 args[name] = _f32(float(value))
             elif kind == "rounding":
                 args[name] = value
+            elif kind == "bytes":
+                args[name] = tuple(int(b) for b in value.split(","))
             elif bits == 1:
                 args[name] = bool(int(value))
             else:

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import language, lower
 from .errors import NotSupported
-from .tracer import current
+from .tracer import current, isa_dtype
 
 
 class engine(IntEnum):  # noqa: N801 - NKI's names
@@ -242,6 +242,14 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, *
                    rmw_op=dst_rmw_op)
 
 
+def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs):
+    _options("nc_stream_shuffle", kwargs)
+    if dtype is not None and isa_dtype(dtype) != dst.dt:
+        raise NotSupported("nc_stream_shuffle(dtype=) of another type than dst's",
+                           "nc_stream_shuffle within one type")
+    lower.stream_shuffle(src, dst, shuffle_mask, mask=mask)
+
+
 def _options(call: str, kwargs: dict, ignored=()) -> None:
     """Refuse the options of ``call`` that change what it does and trngen does not
     implement; ``name=`` (an instruction's label in NKI's profiles) and ``ignored`` pass."""
@@ -254,6 +262,7 @@ def _options(call: str, kwargs: dict, ignored=()) -> None:
 _SUPPORTED = ("nc_matmul nc_transpose activation activation_reduce tensor_tensor "
               "tensor_scalar tensor_scalar_reduce scalar_tensor_tensor tensor_reduce "
               "tensor_partition_reduce reciprocal tensor_copy_predicated select_reduce "
+              "nc_stream_shuffle "
               "dma_transpose "
               "tensor_tensor_scan tensor_copy memset iota affine_select bn_stats bn_aggr "
               "dma_copy get_nc_version, the engine, reduce_cmd, dge_mode, oob_mode and "

@@ -23,11 +23,11 @@ from .tracer import current
 
 __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
            "dma_copy", "dma_transpose", "engine", "get_nc_version", "gpsimd_engine", "iota",
-           "memset", "nc_matmul", "nc_transpose", "nc_version", "oob_mode", "reciprocal",
-           "reduce_cmd", "scalar_engine", "scalar_tensor_tensor", "select_reduce",
-           "tensor_copy", "tensor_copy_predicated", "tensor_engine", "tensor_partition_reduce",
-           "tensor_reduce", "tensor_scalar", "tensor_scalar_reduce", "tensor_tensor",
-           "tensor_tensor_scan", "unknown_engine", "vector_engine"]
+           "memset", "nc_matmul", "nc_stream_shuffle", "nc_transpose", "nc_version",
+           "oob_mode", "reciprocal", "reduce_cmd", "scalar_engine", "scalar_tensor_tensor",
+           "select_reduce", "tensor_copy", "tensor_copy_predicated", "tensor_engine",
+           "tensor_partition_reduce", "tensor_reduce", "tensor_scalar", "tensor_scalar_reduce",
+           "tensor_tensor", "tensor_tensor_scan", "unknown_engine", "vector_engine"]
 
 
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
@@ -133,6 +133,10 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, priority=N
              engine=None, name=None):
     lower.dma_copy(dst, src, skip=getattr(oob_mode, "name", None) == "skip",
                    rmw_op=dst_rmw_op)
+
+
+def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
+    lower.stream_shuffle(src, dst, shuffle_mask)
 
 
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=None, oob_mode=None, name=None):

@@ -16,10 +16,13 @@ import math
 import numpy as np
 
 from hdl.core.isa import (
+    SHUFFLE_KEEP,
+    SHUFFLE_LANES,
     Activation,
     Iota,
     LoadStationary,
     MultiplyMoving,
+    StreamShuffle,
     TensorCopy,
     TensorReduce,
     TensorScalar,
@@ -688,6 +691,35 @@ def dma_copy(dst: View, src: View, *, mask=None, skip: bool = False, rmw_op=None
         if v.buf.space == "psum":
             t.ap(v, call, name, ("hbm", "sbuf"))
     t.dma(d, s, call, skip, rmw_op is not None)
+
+
+def stream_shuffle(src: View, dst: View, shuffle_mask, *, mask=None,
+                   call: str = "nc_stream_shuffle") -> None:
+    """``dst``'s partitions taken from ``src``'s within each quadrant of 32 on the vector
+    engine (:class:`~hdl.core.isa.StreamShuffle`): entry ``i`` of ``shuffle_mask`` (32 of
+    them, integers) the source partition of each quadrant's ``i``-th, 255 leaving it as it
+    is; ``mask`` cuts ``dst``."""
+    t = current(call)
+    t.commit()
+    if dropped(mask):
+        return
+    s, d = _tile(src, call, "src"), _tile(dst, call, "dst").cut(mask)
+    # a tile of one partition indexed away (``a[0, ...]``) is that partition
+    s, d = (v if v.dims and v.dims[0][2] else
+            View(v.buf, v.dt, ((1, 1, True),) + v.dims, v.part, v.off, v.checks)
+            for v in (s, d))
+    s, d = (v.as_column() if v.ndim == 1 else v for v in (s, d))
+    entries = tuple(int(m) for m in shuffle_mask)
+    if len(entries) != SHUFFLE_LANES:
+        raise NkiError(f"'{call}': shuffle_mask has {len(entries)} entries, not "
+                       f"{SHUFFLE_LANES}")
+    if s.dt != d.dt or math.prod(s.shape[1:]) != math.prod(d.shape[1:]):
+        raise NkiError(f"'{call}' moves one type and as many elements a partition: src "
+                       f"{list(s.shape)} {s.dt}, dst {list(d.shape)} {d.dt}")
+    a, b = t.ap(d, call, "dst"), t.ap(s, call, "src")
+    reads = [(s, b)] + ([(d, a)] if SHUFFLE_KEEP in entries else [])
+    t.emit("vector", StreamShuffle(dst=a, src=b, shuffle=entries), reads=reads,
+           writes=[(d, a)])
 
 
 # --- calls the ISA has no single instruction for ------------------------------------------

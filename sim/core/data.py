@@ -26,6 +26,7 @@ from hdl.core.isa import (
     LoadStationary,
     Memset,
     MultiplyMoving,
+    StreamShuffle,
     TensorCopy,
     TensorReduce,
     TensorScalar,
@@ -313,6 +314,14 @@ class Data:
         elif cls is TensorCopy:
             self.write32(ins.dst, vector.elementwise(VectorOp.COPY, self.read32(ins.src, w), 0),
                          draw, w)
+        elif cls is StreamShuffle:  # partitions moved within quadrants, bits as they are
+            src = self.read(ins.src).reshape(ins.src.partitions, -1)
+            out = self.read(ins.dst).reshape(ins.dst.partitions, -1)
+            for j in range(ins.dst.partitions):
+                m = ins.shuffle[j % isa.SHUFFLE_LANES]
+                if m != isa.SHUFFLE_KEEP:
+                    out[j] = src[j - j % isa.SHUFFLE_LANES + m]
+            self.write(ins.dst, out)
         elif cls is Transpose:  # the vector engine's: the elements' bits as they are
             self.write(ins.dst, self.read(ins.src).reshape(ins.src.partitions, -1).T.copy())
         elif cls is Memset:
@@ -336,12 +345,12 @@ def unit_beats(kind: str, ins: Instruction, params) -> tuple[str, int, int]:
 
     The vector and GpSimd engines: one unit each of a lane per partition (the tile's
     ``j``-th partition on lane ``j``), a beat per element of ``dst``; a reduction one beat
-    (its one row), a memset and a transpose none (they bypass the unit). The scalar engine:
-    its activation unit for ``Activation`` and its vector unit for the rest, each of
-    ``activation_lanes`` lanes serving the tile's partitions in turns, a beat per element
-    each turn. The tensor engine and DMA round nothing: no beats."""
+    (its one row), a memset, a transpose and a shuffle none (they bypass the unit). The
+    scalar engine: its activation unit for ``Activation`` and its vector unit for the rest,
+    each of ``activation_lanes`` lanes serving the tile's partitions in turns, a beat per
+    element each turn. The tensor engine and DMA round nothing: no beats."""
     if kind in ("vector", "gpsimd"):
-        if isinstance(ins, Memset | Transpose):
+        if isinstance(ins, Memset | Transpose | StreamShuffle):
             return kind, params.partitions, 0
         return kind, params.partitions, 1 if isinstance(ins, TensorReduce) else ins.dst.free
     if kind == "scalar":

@@ -31,6 +31,7 @@ from hdl.core.isa import (
     MultiplyMoving,
     SemSignal,
     SemWait,
+    StreamShuffle,
     TensorCopy,
     TensorReduce,
     TensorScalar,
@@ -114,6 +115,29 @@ class Rules:
         self._mixes: dict[tuple[str, str], str | None] = {}  # (tile, multiply) format: why not
 
     # --- static rules -------------------------------------------------------------------
+    @staticmethod
+    def _check_shuffle(where, ins: StreamShuffle) -> None:
+        """A shuffle copies one type, as many elements a partition, from partitions ``src``
+        has, both tiles starting where a tile of the partitions both span may [NKI]."""
+        src, dst = ins.src, ins.dst
+        if src.dtype != dst.dtype or src.free != dst.free:
+            fail(*where, "operand shape", f"a shuffle copies {src.free} {src.dtype} elements "
+                                          f"a partition into {dst.free} {dst.dtype}")
+        if len(ins.shuffle) != isa.SHUFFLE_LANES or any(
+                not (0 <= m < isa.SHUFFLE_LANES or m == isa.SHUFFLE_KEEP) for m in ins.shuffle):
+            fail(*where, "shuffle", f"{isa.SHUFFLE_LANES} entries of 0 .. "
+                                    f"{isa.SHUFFLE_LANES - 1} or {isa.SHUFFLE_KEEP} (keep)")
+        for j in range(dst.partitions):
+            m = ins.shuffle[j % isa.SHUFFLE_LANES]
+            if m != isa.SHUFFLE_KEEP and j - j % isa.SHUFFLE_LANES + m >= src.partitions:
+                fail(*where, "shuffle", f"dst partition {j} takes src partition "
+                                        f"{j - j % isa.SHUFFLE_LANES + m} of {src.partitions}")
+        active = -(-max(src.partitions, dst.partitions) // isa.SHUFFLE_LANES) * isa.SHUFFLE_LANES
+        for name, ap in (("src", src), ("dst", dst)):
+            if not _partition_start_ok(ap.partition, active):
+                fail(*where, "start partition", f"a shuffle over {active} partitions cannot "
+                                                f"start {name} at partition {ap.partition}")
+
     @staticmethod
     def _check_index(where, ins: DmaCopy) -> None:
         """An indirect copy's index: integers in SBUF, a partition for each of the copy's,
@@ -301,6 +325,8 @@ class Rules:
             if ins.add and ins.dst.dtype not in ("fp32", "bf16", "fp16"):
                 fail(*where, "format", f"a DMA adds fp32, bf16 or fp16 elements, not "
                                        f"{ins.dst.dtype}")
+        elif isinstance(ins, StreamShuffle):
+            self._check_shuffle(where, ins)
         elif isinstance(ins, Activation):
             self._check_same(where, ins.dst, ins.src, "dst and src")
             self._check_scalar(where, "bias", ins.bias, ins.src)

@@ -163,3 +163,21 @@ def transposes(x):
                                       dtype=nl.bfloat16))
     nl.store(tensor, nl.copy(nisa.nc_transpose(t, engine=nisa.tensor_engine)))
     return out, out16, tensor
+
+
+@nki.jit
+def shuffled(x, keep_half):
+    """x's partitions moved within quadrants by ``nisa.nc_stream_shuffle``: quadrant
+    partition i takes i - 1 (in place), then (into a tile of -1) each quadrant's partition
+    0 broadcast from x's first partition, or with ``keep_half`` its odd partitions left."""
+    rotated = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    spread = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    a = nl.load(x)
+    nisa.nc_stream_shuffle(src=a, dst=a, shuffle_mask=[(i - 1) % 32 for i in range(32)])
+    nl.store(rotated, a)
+    b = nisa.memset(shape=x.shape, value=-1, dtype=x.dtype)
+    mask = [255 if keep_half and i % 2 else 0 for i in range(32)]
+    first = nl.load(x[0:1, :])
+    nisa.nc_stream_shuffle(src=first, dst=b[0:32, :], shuffle_mask=mask)
+    nl.store(spread, b)
+    return rotated, spread

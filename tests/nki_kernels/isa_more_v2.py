@@ -59,3 +59,19 @@ def selected_with_row_max(pred, x, fill):
     nl.store(out, dst)
     nl.store(best, res)
     return out, best
+
+
+@nki.jit
+def shuffled(x, keep_half):
+    """isa_more.shuffled in NKI 0.2's form."""
+    rotated = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    spread = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    a = nl.load(x)
+    nisa.nc_stream_shuffle(a, a, [(i - 1) % 32 for i in range(32)])
+    nl.store(rotated, a)
+    b = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(b, -1)
+    mask = [255 if keep_half and i % 2 else 0 for i in range(32)]
+    nisa.nc_stream_shuffle(b[0:32, :], nl.load(x[0:1, :]), mask)
+    nl.store(spread, b)
+    return rotated, spread
