@@ -257,3 +257,46 @@ def _listing(kernel, *args) -> list[str]:
     program = kernel.trace(*args)[0].program()
     return [f"{s}: {format_instruction(i)}" for s in sorted(program.streams)
             for i in program.streams[s]]
+
+
+def test_max8_find_index8_match_replace8(k, seed):
+    """numpy's: the 8 largest, repeats kept; the first place of each; each replaced where
+    it first occurs in what is left (a repeated value's second copy goes to its second
+    place), as the documentation's numpy equivalent does."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 40, (128, 96)).astype(np.float32)  # many repeats
+    top, where, replaced, places = k["top8"](x, -1.0)
+    want = -np.sort(-x, axis=1)[:, :8]
+    assert np.array_equal(top, want)
+    assert np.array_equal(where, np.array([[np.flatnonzero(r == v)[0] for v in w]
+                                           for r, w in zip(x, want, strict=True)]))
+    data, idx = x.copy(), np.zeros((128, 8), np.uint32)
+    for p in range(128):
+        for j in range(8):
+            hit = np.flatnonzero(data[p] == want[p, j])[0]
+            idx[p, j], data[p, hit] = hit, -1.0
+    assert np.array_equal(replaced, data) and np.array_equal(places, idx)
+
+
+def test_rand_and_dropout_draw_from_the_generators(k, seed):
+    """nl.rand: uniform in [0, 1), new numbers each time; dropout zeroes about its
+    probability's share (0.25, and one probability per partition), all at 1, none at 0."""
+    rng = np.random.default_rng(seed)
+    x = (rng.random((128, 512)) + 1).astype(np.float32)  # no zeros of its own
+    prob = np.repeat([[0.0], [0.5], [0.9], [1.0]], 32, axis=0).astype(np.float32)
+    r1, r2, d, dp, d0, d1 = k["draws"](x, prob)
+    for r in (r1, r2):
+        assert r.min() >= 0 and r.max() < 1 and abs(r.mean() - 0.5) < 0.01
+    assert not np.array_equal(r1, r2)
+    assert abs((d == 0).mean() - 0.25) < 0.02 and np.array_equal(d[d != 0], x[d != 0])
+    for q in range(4):
+        assert abs((dp[32 * q:32 * (q + 1)] == 0).mean() - prob[32 * q, 0]) < 0.02
+    assert np.array_equal(d0, x) and not d1.any()
+
+
+def test_gather_flattened(k, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((128, 4, 16)).astype(np.float32)
+    idx = rng.integers(0, 64, (128, 10)).astype(np.uint32)
+    assert np.array_equal(k["gathered"](x, idx),
+                          np.take_along_axis(x.reshape(128, 64), idx.astype(np.int64), axis=1))

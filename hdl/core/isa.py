@@ -29,12 +29,13 @@ from hdl.vector.ops import BITWISE_OPS, Reduce, VectorOp
 __all__ = [
     "AP", "AP_BITS", "AP_FIELDS", "DTYPES", "ENGINE_OPS", "FREE_MAX", "INSTRUCTIONS", "MX_DTYPES",
     "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS", "SPACES", "TF32_SHIFT",
-    "WORD_BITS", "Activation", "DmaCopy", "Instruction", "IsaError", "Iota",
+    "WORD_BITS", "Activation", "DmaCopy", "Dropout", "FindIndex8", "GatherFlattened",
+    "Instruction", "IsaError", "Iota", "MatchReplace8", "Max8", "Random",
     "LoadStationary", "Memset", "MultiplyMoving", "SHUFFLE_KEEP", "SHUFFLE_LANES", "SemSignal",
     "SemWait", "StreamShuffle", "TensorCopy",
     "TensorReduce", "TensorScalar", "TensorTensor", "TensorTensorScan", "Transpose", "decode",
-    "double_row_order", "encode", "engine_kind", "field_positions", "format_instruction",
-    "input_format", "integer_words", "mx_scale_partition", "parse", "reach",
+    "double_row_order", "draws_random", "encode", "engine_kind", "field_positions",
+    "format_instruction", "input_format", "integer_words", "mx_scale_partition", "parse", "reach",
 ]
 
 
@@ -477,6 +478,95 @@ class StreamShuffle(Instruction):
 
 
 @dataclass(frozen=True, slots=True)
+class Max8(Instruction):
+    """The 8 largest elements of each partition of ``src`` (its free elements flattened,
+    compared as fp32), largest first, into ``dst``'s 8 [NKI ``max8``]."""
+
+    OPCODE: ClassVar[int] = 16
+    MNEMONIC: ClassVar[str] = "max8"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS))
+    dst: AP
+    src: AP
+
+
+@dataclass(frozen=True, slots=True)
+class FindIndex8(Instruction):
+    """For each of the 8 elements of a partition of ``vals``, the index (from 0, over the
+    partition's free elements of ``data`` flattened) of its first occurrence there, into
+    ``dst``; an absent value gives 2**32 - 1 [NKI ``nc_find_index8``: undefined]."""
+
+    OPCODE: ClassVar[int] = 17
+    MNEMONIC: ClassVar[str] = "find8"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("data", "ap", AP_BITS),
+                        ("vals", "ap", AP_BITS))
+    dst: AP
+    data: AP
+    vals: AP
+
+
+@dataclass(frozen=True, slots=True)
+class MatchReplace8(Instruction):
+    """``dst`` = ``data`` with, for each of the 8 elements of a partition of ``vals`` in
+    turn, its first occurrence in what is left of that partition replaced by ``imm``;
+    ``indices`` (if given) takes where each was found (0 where it was not)
+    [NKI ``nc_match_replace8``]."""
+
+    OPCODE: ClassVar[int] = 18
+    MNEMONIC: ClassVar[str] = "replace8"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("data", "ap", AP_BITS),
+                        ("vals", "ap", AP_BITS), ("imm", "f32", 32),
+                        ("indices", "ap", AP_BITS))
+    dst: AP
+    data: AP
+    vals: AP
+    imm: float = 0.0
+    indices: AP | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Random(Instruction):
+    """``dst`` filled with numbers uniform in [0, 1): each element ``(w >> 8) * 2**-24``
+    for the next word ``w`` of its lane's generator, the unit's that stochastic rounding
+    draws from [NKI ``nl.rand``]."""
+
+    OPCODE: ClassVar[int] = 19
+    MNEMONIC: ClassVar[str] = "rand"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS),)
+    dst: AP
+
+
+@dataclass(frozen=True, slots=True)
+class Dropout(Instruction):
+    """``dst`` = ``src`` where the element's draw (as :class:`Random` draws) is at least
+    the drop probability, ``prob``'s element of the partition (or ``imm``), else 0
+    [NKI ``dropout``]."""
+
+    OPCODE: ClassVar[int] = 20
+    MNEMONIC: ClassVar[str] = "dropout"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
+                        ("prob", "ap", AP_BITS), ("imm", "f32", 32))
+    dst: AP
+    src: AP
+    prob: AP | None = None
+    imm: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class GatherFlattened(Instruction):
+    """``dst``'s element ``j`` of each partition = that partition's element ``indices[j]``
+    of ``src`` (free elements flattened), bits as they are; an index past the partition's
+    elements gives 0 [NKI ``nl.gather_flattened``: garbage]."""
+
+    OPCODE: ClassVar[int] = 21
+    MNEMONIC: ClassVar[str] = "gather"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
+                        ("indices", "ap", AP_BITS))
+    dst: AP
+    src: AP
+    indices: AP
+
+
+@dataclass(frozen=True, slots=True)
 class SemSignal(Instruction):
     """Add ``count`` to semaphore ``sem`` once every earlier instruction of the stream has
     completed."""
@@ -503,7 +593,8 @@ INSTRUCTIONS: dict[int, type[Instruction]] = {
     cls.OPCODE: cls for cls in (LoadStationary, MultiplyMoving, Transpose, Activation,
                                 TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset,
                                 Iota, DmaCopy, SemSignal, SemWait, TensorTensorScan,
-                                StreamShuffle)}
+                                StreamShuffle, Max8, FindIndex8, MatchReplace8, Random,
+                                Dropout, GatherFlattened)}
 _BY_MNEMONIC = {cls.MNEMONIC: cls for cls in INSTRUCTIONS.values()}
 _SYNC = (SemSignal, SemWait)
 
@@ -511,11 +602,20 @@ _SYNC = (SemSignal, SemWait)
 ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {
     "tensor": (LoadStationary, MultiplyMoving, Transpose) + _SYNC,
     "vector": (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset,
-               TensorTensorScan, Transpose, StreamShuffle) + _SYNC,
+               TensorTensorScan, Transpose, StreamShuffle, Max8, FindIndex8, MatchReplace8,
+               Random, Dropout) + _SYNC,
     "scalar": (Activation, TensorScalar, TensorCopy) + _SYNC,
-    "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset) + _SYNC,
+    "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset, GatherFlattened)
+    + _SYNC,
     "dma": (DmaCopy,) + _SYNC,
 }
+
+
+def draws_random(ins: Instruction) -> bool:
+    """Whether ``ins`` takes numbers from its unit's generators: a stochastic rounding, a
+    :class:`Random` or a :class:`Dropout` (two such instructions alike give different
+    results)."""
+    return isinstance(ins, Random | Dropout) or getattr(ins, "rounding", "rne") == "stochastic"
 
 
 def reach(ins: Instruction) -> tuple[tuple[str, AP, bool], ...]:

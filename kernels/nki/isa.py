@@ -242,6 +242,26 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, *
                    rmw_op=dst_rmw_op)
 
 
+def max8(*, src, mask=None, dtype=None, **kwargs):
+    _options("max8", kwargs)
+    return lower.max8(src, mask=mask, dtype=dtype)
+
+
+def nc_find_index8(*, data, vals, mask=None, dtype=None, **kwargs):
+    _options("nc_find_index8", kwargs)
+    return lower.find_index8(data, vals, mask=mask, dtype=dtype)
+
+
+def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, **kwargs):
+    _options("nc_match_replace8", kwargs)
+    return lower.match_replace8(data, vals, imm, dst_idx=dst_idx, mask=mask, dtype=dtype)
+
+
+def dropout(data, prob, *, mask=None, dtype=None, **kwargs):
+    _options("dropout", kwargs)
+    return lower.dropout(data, prob, mask=mask, dtype=dtype)
+
+
 def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs):
     _options("nc_stream_shuffle", kwargs)
     if dtype is not None and isa_dtype(dtype) != dst.dt:
@@ -262,7 +282,7 @@ def _options(call: str, kwargs: dict, ignored=()) -> None:
 _SUPPORTED = ("nc_matmul nc_transpose activation activation_reduce tensor_tensor "
               "tensor_scalar tensor_scalar_reduce scalar_tensor_tensor tensor_reduce "
               "tensor_partition_reduce reciprocal tensor_copy_predicated select_reduce "
-              "nc_stream_shuffle "
+              "nc_stream_shuffle max8 nc_find_index8 nc_match_replace8 dropout "
               "dma_transpose "
               "tensor_tensor_scan tensor_copy memset iota affine_select bn_stats bn_aggr "
               "dma_copy get_nc_version, the engine, reduce_cmd, dge_mode, oob_mode and "

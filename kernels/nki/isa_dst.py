@@ -22,9 +22,10 @@ from .isa import (
 from .tracer import current
 
 __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
-           "dma_copy", "dma_transpose", "engine", "get_nc_version", "gpsimd_engine", "iota",
-           "memset", "nc_matmul", "nc_stream_shuffle", "nc_transpose", "nc_version",
-           "oob_mode", "reciprocal", "reduce_cmd", "scalar_engine", "scalar_tensor_tensor",
+           "dma_copy", "dma_transpose", "dropout", "engine", "get_nc_version",
+           "gpsimd_engine", "iota", "max8", "memset", "nc_find_index8", "nc_match_replace8",
+           "nc_matmul", "nc_stream_shuffle", "nc_transpose", "nc_version", "oob_mode",
+           "reciprocal", "reduce_cmd", "scalar_engine", "scalar_tensor_tensor",
            "select_reduce", "tensor_copy", "tensor_copy_predicated", "tensor_engine",
            "tensor_partition_reduce", "tensor_reduce", "tensor_scalar", "tensor_scalar_reduce",
            "tensor_tensor", "tensor_tensor_scan", "unknown_engine", "vector_engine"]
@@ -133,6 +134,22 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, priority=N
              engine=None, name=None):
     lower.dma_copy(dst, src, skip=getattr(oob_mode, "name", None) == "skip",
                    rmw_op=dst_rmw_op)
+
+
+def max8(dst, src, name=None):
+    lower.max8(src, dst=dst)
+
+
+def nc_find_index8(dst, data, vals, name=None):
+    lower.find_index8(data, vals, dst=dst)
+
+
+def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
+    lower.match_replace8(data, vals, imm, dst_idx=dst_idx, dst=dst)
+
+
+def dropout(dst, data, prob, name=None):
+    lower.dropout(data, prob, dst=dst)
 
 
 def nc_stream_shuffle(dst, src, shuffle_mask, name=None):

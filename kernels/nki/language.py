@@ -765,6 +765,27 @@ def add_into(dst: View, a: View, b) -> None:
 
 # --- calls the engines have no one operation for, made of others ---------------------------
 
+def rand(shape, dtype=float32, **kwargs) -> View:
+    """A tile of numbers uniform in [0, 1), drawn on the vector engine from its generators
+    (the unit's that stochastic rounding draws from)."""
+    _no_options("rand", kwargs)
+    return lower.rand(shape, dtype, call="rand")
+
+
+def dropout(x, rate, *, dtype=None, mask=None, **kwargs) -> View:
+    """``x`` with each element zeroed with probability ``rate`` (a number or one per
+    partition), on the vector engine (NKI's ``nisa.dropout``)."""
+    _no_options("dropout", kwargs)
+    return lower.dropout(x, rate, mask=mask, dtype=dtype)
+
+
+def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs) -> View:
+    """Each partition's elements of ``data`` (free dimensions flattened) at the uint32
+    ``indices``, on GpSimd."""
+    _no_options("gather_flattened", kwargs)
+    return lower.gather_flattened(data, indices, mask=mask, dtype=dtype)
+
+
 def _nearest_int(call: str, x: View) -> View:
     """``x`` to the nearest integer, ties to even, as an int32 tile (the engines' cast)."""
     return lower.tensor_copy(x, dtype=int32, call=call)
@@ -968,6 +989,7 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
               "where tanh sigmoid relu gelu gelu_apprx_tanh silu softplus erf mish sin cos "
               "arctan reciprocal sum max min mean var softmax rms_norm floor ceil trunc sign "
               "mod fmod logical_and/or/xor/not invert expand_dims shared_identity_matrix "
+              "rand dropout gather_flattened "
               "loop_reduce tile_size fp32 finfo and the dtypes")
 
 

@@ -19,9 +19,15 @@ from hdl.core.isa import (
     SHUFFLE_KEEP,
     SHUFFLE_LANES,
     Activation,
+    Dropout,
+    FindIndex8,
+    GatherFlattened,
     Iota,
     LoadStationary,
+    MatchReplace8,
+    Max8,
     MultiplyMoving,
+    Random,
     StreamShuffle,
     TensorCopy,
     TensorReduce,
@@ -720,6 +726,109 @@ def stream_shuffle(src: View, dst: View, shuffle_mask, *, mask=None,
     reads = [(s, b)] + ([(d, a)] if SHUFFLE_KEEP in entries else [])
     t.emit("vector", StreamShuffle(dst=a, src=b, shuffle=entries), reads=reads,
            writes=[(d, a)])
+
+
+# --- searches, random draws and gathers ------------------------------------------------------
+
+def _flat(t, view: View, call: str, operand: str, spaces=("sbuf", "psum")):
+    """``view``'s access pattern with its free dimensions as one (an instruction that
+    reads a partition's elements in order)."""
+    ap = t.ap(view, call, operand, spaces)
+    if len(ap.dims) > 1:
+        raise NotSupported(f"'{call}' of {operand} {list(view.shape)} whose free "
+                           f"dimensions do not merge", f"a contiguous {operand}")
+    return ap
+
+
+def _one(t, call: str, make_ins, inputs: dict, shape, out_dt: str, mask, dst,
+         engine: str = "vector", extra=()):
+    """Emit ``make_ins(dst_ap, **input_aps)`` on ``engine`` into a new tile of ``shape``
+    and ``out_dt`` (or ``dst``); ``extra``: further (view, access pattern) pairs it
+    writes."""
+    aps = {name: _flat(t, v, call, name) for name, v in inputs.items()}
+
+    def make(out: View, _):
+        out_ap = t.ap(out, call, "dst")
+        t.emit(engine, make_ins(out_ap, **aps),
+               reads=[(inputs[n], a) for n, a in aps.items()],
+               writes=[(out, out_ap), *extra])
+
+    return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", _dropping(mask), dst)
+
+
+def max8(src: View, *, mask=None, dtype=None, dst=None, call: str = "max8"):
+    """The 8 largest elements of each partition, largest first (:class:`Max8`)."""
+    t = current(call)
+    t.commit()
+    x = _tile(src, call, "src").cut(mask)
+    return _one(t, call, lambda d, src: Max8(dst=d, src=src), {"src": x}, (x.shape[0], 8),
+                isa_dtype(dtype) if dtype is not None else x.dt, None, dst)
+
+
+def find_index8(data: View, vals: View, *, mask=None, dtype=None, dst=None,
+                call: str = "nc_find_index8"):
+    """Where each of the 8 values of a partition first occurs in it, uint32
+    (:class:`FindIndex8`)."""
+    t = current(call)
+    t.commit()
+    if dtype is not None and isa_dtype(dtype) != "uint32":
+        raise NotSupported(f"'{call}' into {dtype}", "uint32 indices")
+    x, v = _tile(data, call, "data").cut(mask), _tile(vals, call, "vals")
+    return _one(t, call, lambda d, data, vals: FindIndex8(dst=d, data=data, vals=vals),
+                {"data": x, "vals": v}, (x.shape[0], 8), "uint32", None, dst)
+
+
+def match_replace8(data: View, vals: View, imm: float, *, dst_idx: View | None = None,
+                   mask=None, dtype=None, dst=None, call: str = "nc_match_replace8"):
+    """``data`` with each of the 8 values of a partition replaced where it first occurs,
+    their places into ``dst_idx`` (:class:`MatchReplace8`)."""
+    t = current(call)
+    t.commit()
+    x, v = _tile(data, call, "data").cut(mask), _tile(vals, call, "vals")
+    idx_ap = _flat(t, dst_idx, call, "dst_idx", ("sbuf",)) if dst_idx is not None else None
+    extra = [(dst_idx, idx_ap)] if dst_idx is not None else []
+    return _one(t, call, lambda d, data, vals: MatchReplace8(
+        dst=d, data=data, vals=vals, imm=float(imm), indices=idx_ap),
+        {"data": x, "vals": v}, x.shape, isa_dtype(dtype) if dtype is not None else x.dt,
+        None, dst, extra=extra)
+
+
+def rand(shape, dtype, *, dst=None, call: str = "rand"):
+    """Numbers uniform in [0, 1) from the vector engine's generators (:class:`Random`)."""
+    t = current(call)
+    t.commit()
+    return _one(t, call, lambda d: Random(dst=d), {}, tuple(int(s) for s in shape),
+                isa_dtype(dtype), None, dst)
+
+
+def dropout(data: View, prob, *, mask=None, dtype=None, dst=None, call: str = "dropout"):
+    """``data`` with each element zeroed where its draw falls below the drop probability
+    (a number, or one per partition) (:class:`Dropout`)."""
+    t = current(call)
+    t.commit()
+    x = _tile(data, call, "data").cut(mask)
+    inputs = {"src": x}
+    if isinstance(prob, View):
+        inputs["prob"] = prob.as_column()
+        imm = 0.0
+    else:
+        imm = float(prob)
+    return _one(t, call, lambda d, src, prob=None: Dropout(dst=d, src=src, prob=prob, imm=imm),
+                inputs, x.shape, isa_dtype(dtype) if dtype is not None else x.dt, None, dst)
+
+
+def gather_flattened(data: View, indices: View, *, mask=None, dtype=None, dst=None,
+                     call: str = "gather_flattened"):
+    """Each partition's elements of ``data`` (free dimensions flattened) at ``indices``
+    (uint32), on GpSimd (:class:`GatherFlattened`)."""
+    t = current(call)
+    t.commit()
+    x, i = _tile(data, call, "data"), _tile(indices, call, "indices").cut(mask)
+    if dtype is not None and isa_dtype(dtype) != x.dt:
+        raise NotSupported(f"'{call}' into another type than data's", "data's type")
+    return _one(t, call, lambda d, src, indices: GatherFlattened(dst=d, src=src,
+                                                                 indices=indices),
+                {"src": x, "indices": i}, i.shape, x.dt, None, dst, engine="gpsimd")
 
 
 # --- calls the ISA has no single instruction for ------------------------------------------

@@ -38,7 +38,7 @@ from heapq import heapify, heappop, heappush
 
 import numpy as np
 
-from hdl.core.isa import AP, DTYPES, FREE_MAX, DmaCopy, Memset
+from hdl.core.isa import AP, DTYPES, FREE_MAX, DmaCopy, Memset, draws_random
 from hdl.core.params import CoreParams
 from hdl.numerics.dtypes import ML_DTYPES
 from kernels.builder import SBUF_ALIGN, Builder
@@ -1405,7 +1405,8 @@ class Tracer:
         tiles is written by its instruction alone; readers of the dropped one's tile read
         the earlier tile, which stays live until they have run. DMA transfers are not merged
         (the Mamba tutorial's v1 reloads the inputs its loop reloads), nor matmuls (the
-        array's state), nor stochastically rounded results (the generators advance).
+        array's state), nor what draws from the generators (stochastic rounding, random
+        numbers, dropout: the generators advance).
         The count is :attr:`merged`."""
         results = {id(n): {f for f, _, w in n.ins.operands() if w} for n in self.nodes}
         writers: dict[int, int] = {}  # on-chip buffer -> instructions that write it
@@ -1426,7 +1427,7 @@ class Tracer:
             written = [(f, b) for f, b in node.moved if f in out]
             key = None
             if node.stream in _COMPUTE and len(written) == 1 \
-                    and getattr(node.ins, "rounding", "rne") != "stochastic":
+                    and not draws_random(node.ins):
                 dst = written[0][1]
                 if writers.get(id(dst)) == 1 and not dst.fixed:
                     key = (node.stream, node.ins, dst.space, dst.nbytes,

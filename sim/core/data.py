@@ -21,11 +21,17 @@ from hdl.core.isa import (
     AP,
     Activation,
     DmaCopy,
+    Dropout,
+    FindIndex8,
+    GatherFlattened,
     Instruction,
     Iota,
     LoadStationary,
+    MatchReplace8,
+    Max8,
     Memset,
     MultiplyMoving,
+    Random,
     StreamShuffle,
     TensorCopy,
     TensorReduce,
@@ -50,6 +56,7 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 #: 32-bit ones as words by :func:`isa.integer_words`' instructions.
 _INTS = {"int32": np.int32, "uint32": np.uint32, "uint8": np.uint8}
 _WORDS = ("int32", "uint32")
+_SELECTIONS = (Max8, FindIndex8, MatchReplace8, Random, Dropout, GatherFlattened)
 
 
 def _partition(ap: AP, p: int) -> AP:
@@ -249,6 +256,54 @@ class Data:
             else:
                 self.write(dst, self.read(src))
 
+    def _uniform(self, stream: int, ins: Instruction) -> np.ndarray:
+        """(partitions, free) fp32 numbers in [0, 1) from the generators of the unit ``ins``
+        streams through, the beats it took (:func:`unit_beats`): ``(w >> 8) * 2**-24``."""
+        unit, lanes, beats = unit_beats(self.kinds[stream], ins, self.params)
+        start = self.beats[unit] - beats
+        words = numerics.random_words(self.params.rng, self.seed, beats, lanes, start)
+        out = (words[:, :ins.dst.partitions].T >> np.uint32(8)).astype(np.float32)
+        return out * np.float32(2.0 ** -24)
+
+    def _selection(self, stream: int, ins: Instruction) -> None:
+        """Max8, FindIndex8, MatchReplace8, Random, Dropout and GatherFlattened."""
+        f32 = np.float32
+        if isinstance(ins, Max8):
+            x = self.read32(ins.src).view(f32).reshape(ins.src.partitions, -1)
+            top = -np.sort(-x, axis=1, kind="stable")[:, :8]
+            self.write32(ins.dst, np.ascontiguousarray(top).view(np.uint32))
+        elif isinstance(ins, FindIndex8 | MatchReplace8):
+            data = self.read32(ins.data).view(f32).reshape(ins.data.partitions, -1).copy()
+            vals = self.read32(ins.vals).view(f32).reshape(ins.vals.partitions, -1)
+            found = np.full(vals.shape, 0xFFFFFFFF if isinstance(ins, FindIndex8) else 0,
+                            dtype=np.uint32)
+            for p in range(data.shape[0]):
+                for j in range(vals.shape[1]):
+                    hits = np.flatnonzero(data[p] == vals[p, j])
+                    if hits.size:
+                        found[p, j] = hits[0]
+                        if isinstance(ins, MatchReplace8):
+                            data[p, hits[0]] = f32(ins.imm)
+            if isinstance(ins, FindIndex8):
+                self.write(ins.dst, found)
+                return
+            self.write32(ins.dst, data.view(np.uint32))
+            if ins.indices is not None:
+                self.write(ins.indices, found)
+        elif isinstance(ins, Random):
+            self.write32(ins.dst, self._uniform(stream, ins).view(np.uint32))
+        elif isinstance(ins, Dropout):
+            x = self.read32(ins.src).view(f32).reshape(ins.src.partitions, -1)
+            prob = self.scalar(ins.prob, ins.imm, x.shape[0]).view(f32)[:, None]
+            out = np.where(self._uniform(stream, ins) >= prob, x, f32(0))
+            self.write32(ins.dst, out.astype(f32).view(np.uint32))
+        else:  # GatherFlattened: each partition's elements by index, bits as they are
+            src = self.read(ins.src).reshape(ins.src.partitions, -1)
+            idx = self.read(ins.indices).reshape(ins.indices.partitions, -1).astype(np.int64)
+            inside = idx < src.shape[1]
+            got = np.take_along_axis(src, np.where(inside, idx, 0), axis=1)
+            self.write(ins.dst, np.where(inside, got, 0).astype(src.dtype))
+
     def scan(self, ins: TensorTensorScan, words: bool = False) -> np.ndarray:
         """The fp32 results of a scan, (partitions, free): the vector unit's
         (:func:`sim.golden.vector.scan`), the running value kept in fp32."""
@@ -314,6 +369,8 @@ class Data:
         elif cls is TensorCopy:
             self.write32(ins.dst, vector.elementwise(VectorOp.COPY, self.read32(ins.src, w), 0),
                          draw, w)
+        elif cls in _SELECTIONS:
+            self._selection(stream, ins)
         elif cls is StreamShuffle:  # partitions moved within quadrants, bits as they are
             src = self.read(ins.src).reshape(ins.src.partitions, -1)
             out = self.read(ins.dst).reshape(ins.dst.partitions, -1)

@@ -39,6 +39,7 @@ import numpy as np
 from hdl.core import isa
 from hdl.core.isa import (
     Activation,
+    GatherFlattened,
     Instruction,
     LoadStationary,
     MultiplyMoving,
@@ -119,8 +120,9 @@ class Core:
 
     def _stream_cost(self, kind: str, ins: Instruction) -> tuple[float, float]:
         """(cycles, flops) of a vector/scalar/GpSimd instruction."""
-        src = getattr(ins, "src", None) or getattr(ins, "a", None) or ins.dst
-        n = src.free
+        src = getattr(ins, "src", None) or getattr(ins, "data", None) or \
+            getattr(ins, "a", None) or ins.dst
+        n = ins.dst.free if isinstance(ins, GatherFlattened) else src.free
         passes = 1.0
         if isinstance(ins, TensorTensor):
             passes = 1.0 if "psum" in (ins.a.space, ins.b.space) else 2.0

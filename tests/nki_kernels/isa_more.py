@@ -181,3 +181,45 @@ def shuffled(x, keep_half):
     nisa.nc_stream_shuffle(src=first, dst=b[0:32, :], shuffle_mask=mask)
     nl.store(spread, b)
     return rotated, spread
+
+
+@nki.jit
+def top8(x, imm):
+    """max8 of x, where those 8 first occur (nc_find_index8), and x with them replaced by
+    imm and their places (nc_match_replace8)."""
+    n = x.shape[0]
+    top = nl.ndarray((n, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    where = nl.ndarray((n, 8), dtype=nl.uint32, buffer=nl.shared_hbm)
+    replaced = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    places = nl.ndarray((n, 8), dtype=nl.uint32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    m = nisa.max8(src=t)
+    nl.store(top, m)
+    nl.store(where, nisa.nc_find_index8(data=t, vals=m))
+    idx = nl.ndarray((n, 8), dtype=nl.uint32, buffer=nl.sbuf)
+    nl.store(replaced, nisa.nc_match_replace8(data=t, vals=m, imm=imm, dst_idx=idx))
+    nl.store(places, idx)
+    return top, where, replaced, places
+
+
+@nki.jit
+def draws(x, prob):
+    """Two tiles of nl.rand, and x through nisa.dropout with the number 0.25, with prob
+    (one per partition), and with 0 and 1."""
+    outs = [nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm) for _ in range(6)]
+    nl.store(outs[0], nl.rand(x.shape))
+    nl.store(outs[1], nl.rand(x.shape))
+    t = nl.load(x)
+    nl.store(outs[2], nisa.dropout(t, prob=0.25))
+    nl.store(outs[3], nisa.dropout(t, prob=nl.load(prob)))
+    nl.store(outs[4], nisa.dropout(t, prob=0.0))
+    nl.store(outs[5], nisa.dropout(t, prob=1.0))
+    return tuple(outs)
+
+
+@nki.jit
+def gathered(x, idx):
+    """nl.gather_flattened of x [P, 4, 16] at idx [P, 10] (uint32)."""
+    out = nl.ndarray(idx.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.gather_flattened(nl.load(x), nl.load(idx)))
+    return out
