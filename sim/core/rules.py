@@ -117,39 +117,40 @@ class Rules:
     # --- static rules -------------------------------------------------------------------
     def _check_selection(self, where, ins: Instruction) -> None:
         """The 8-wide searches, the random draws and the gather: one partition count, 8
-        results a partition where they give 8, free sizes within a search's 8 .. 16,384,
-        indices in uint32, and generators to draw from [NKI]."""
+        elements a partition where they take or give 8, a search over 8 .. 16,384
+        elements, indices in uint32 (or int32), and generators to draw from [NKI]."""
         aps = {name: ap for name, ap, _ in ins.operands()}
         parts = aps["dst"].partitions
         for name, ap in aps.items():
             if ap.partitions != parts:
                 fail(*where, "operand shape", f"{name} has {ap.partitions} partitions, dst "
                                               f"{parts}")
-        searched = aps.get("src") if isinstance(ins, isa.Max8) else aps.get("data")
-        if not isinstance(ins, isa.Random | isa.Dropout | isa.GatherFlattened) and \
-                not 8 <= searched.free <= 16384:
+        searched = {isa.Max8: "src", isa.FindIndex8: "data", isa.MatchReplace8: "data"}
+        eight = {isa.Max8: ("dst",), isa.FindIndex8: ("dst", "vals"),
+                 isa.MatchReplace8: ("vals", "indices")}
+        indices = {isa.FindIndex8: ("dst",), isa.MatchReplace8: ("indices",),
+                   isa.GatherFlattened: ("indices",)}
+        kind = type(ins)
+        if kind in searched and not 8 <= aps[searched[kind]].free <= 16384:
             fail(*where, "operand shape", f"a search reads 8 .. 16,384 elements a partition, "
-                                          f"not {searched.free}")
-        for name in ("vals", "indices") + (("dst",) if not isinstance(
-                ins, isa.MatchReplace8 | isa.Random | isa.Dropout | isa.GatherFlattened)
-                else ()):
-            if name in aps and aps[name].free != 8 and not isinstance(
-                    ins, isa.GatherFlattened):
+                                          f"not {aps[searched[kind]].free}")
+        for name in eight.get(kind, ()):
+            if name in aps and aps[name].free != 8:
                 fail(*where, "operand shape", f"{name} holds 8 elements a partition, not "
                                               f"{aps[name].free}")
-        for name in ("indices",) + (("dst",) if isinstance(ins, isa.FindIndex8) else ()):
+        for name in indices.get(kind, ()):
             if name in aps and aps[name].dtype not in ("uint32", "int32"):
                 fail(*where, "format", f"{name} holds uint32 indices, not {aps[name].dtype}")
-        if isinstance(ins, isa.MatchReplace8 | isa.Dropout):
-            self._check_same(where, ins.dst, getattr(ins, "data", None) or ins.src,
-                             "dst and its input")
-        if isinstance(ins, isa.Dropout):
+        if kind is isa.MatchReplace8:
+            self._check_same(where, ins.dst, ins.data, "dst and data")
+        if kind is isa.Dropout:
+            self._check_same(where, ins.dst, ins.src, "dst and src")
             self._check_scalar(where, "prob", ins.prob, ins.src)
-        if isinstance(ins, isa.GatherFlattened) and (
-                ins.dst.free != ins.indices.free or ins.dst.dtype != ins.src.dtype):
+        if kind is isa.GatherFlattened and (ins.dst.free != ins.indices.free
+                                            or ins.dst.dtype != ins.src.dtype):
             fail(*where, "operand shape", "a gather writes one element of src's type per "
                                           "index")
-        if isinstance(ins, isa.Random | isa.Dropout) and self.params.rng is None:
+        if isa.draws_random(ins) and self.params.rng is None:
             fail(*where, "generator", f"{self.params.name}'s engines have no random "
                                       f"generators (its spec's rounding has no stochastic "
                                       f"mode)")
