@@ -95,3 +95,8 @@ def test_a_number_is_weakly_typed(k, seed):
     assert a.dtype == np.float32 and b.dtype == np.int32
     assert np.array_equal(a, x.astype(np.float32) * np.float32(1.1))
     assert np.array_equal(b, i.astype(np.int32) + 2)
+
+
+def test_integer_division_is_true_division(k, seed):
+    i = np.random.default_rng(seed).integers(-1000, 1000, (128, 16)).astype(np.int32)
+    assert np.array_equal(k["halves"](i), i.astype(np.float32) / 2)

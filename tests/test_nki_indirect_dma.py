@@ -86,3 +86,14 @@ def test_an_indirect_copy_is_an_instruction_of_the_isa(k):
 def test_an_index_tile_in_the_wrong_type_is_refused(k):
     with pytest.raises(knki.NkiError, match="int32 or uint32 tile"):
         k["gather"](np.zeros((8, 4), np.float32), np.zeros(4, np.float32))
+
+
+def test_rows_after_an_integer_subscript_under_a_mask(k, seed):
+    """``table[b, idx, ...]`` in a loop over ``b``; the mask keeps the first 100 rows, so
+    the indices past them (out of the table) are neither read nor checked."""
+    rng = np.random.default_rng(seed)
+    table = rng.standard_normal((3, 40, 24)).astype(np.float32)
+    idx = rng.integers(0, 40, (128, 1)).astype(np.int32)
+    idx[100:] = 999
+    out = k["batched_rows"](table, idx, 100)
+    assert np.array_equal(out[:, :100], table[:, idx[:100, 0]])

@@ -527,6 +527,13 @@ def _with_scalar(dt: str, value) -> str:
     return promote(dt, weak)
 
 
+def _is_integer(v) -> bool:
+    """Whether ``v``, a tile or a number, is of an integer type."""
+    if isinstance(v, View):
+        return not _is_float(v.dt)
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
 def _is_float(dt: str) -> bool:
     return not dt.startswith(("int", "uint"))
 
@@ -615,8 +622,11 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> View:
 
 def divide(x, y, *, dtype=None, mask=None, **kwargs) -> View:
     """``x / y``: by a number, a multiplication by its reciprocal; by a tile, the scalar
-    engine's reciprocal of ``y`` and a multiplication."""
+    engine's reciprocal of ``y`` and a multiplication. A true division, as numpy's: of two
+    integer operands, float32."""
     _no_options("divide", kwargs)
+    if dtype is None and all(_is_integer(v) for v in (x, y)):
+        dtype = float32
     if not isinstance(y, View):
         return _binary("divide", VectorOp.MULTIPLY, x, 1.0 / float(y), dtype, mask)
     r = lower.activation("reciprocal", y, mask=mask, dtype=float32, call="divide")

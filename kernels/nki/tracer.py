@@ -595,8 +595,12 @@ class View(_Typed):
         if self.index is not None:
             raise NotSupported("indexing a tensor already indexed by a tile",
                                "one subscript of an HBM tensor with a tile of row indices")
-        if key and isinstance(key[0], View):
-            return self._indirect(key)
+        at = next((i for i, k in enumerate(key) if isinstance(k, View)), None)
+        if at is not None:
+            if any(not isinstance(k, (int, np.integer)) for k in key[:at]):
+                raise NotSupported("a tile of row indices after a subscript that is not an "
+                                   "integer", "integers before the tile")
+            return (self[key[:at]] if at else self)._indirect(key[at:])
         if any(isinstance(k, (Index, Affine)) for k in key) and \
                 any(isinstance(k, (slice, DSlice)) for k in key):
             raise NkiError("Mixing basic tensor indexing and advanced tensor indexing is not "
@@ -737,6 +741,15 @@ class View(_Typed):
             raise NotSupported("a mask comparing an expression over several index axes "
                                "(positions that are not a box of index ranges)",
                                "comparisons of one index axis with an integer, joined by &")
+        if self.index is not None and 0 in mask.ranges:
+            lo, hi = mask.ranges[0]
+            lo, hi = max(0, lo), min(self.dims[0][0], hi)
+            ind = self.index
+            cut = View(self.buf, self.dt, self.dims, self.part, self.off, self.checks)
+            cut = cut.cut(Mask({0: (lo, hi)}))
+            return View(cut.buf, cut.dt, cut.dims, cut.part, cut.off, cut.checks,
+                        Indirect(ind.tile[lo:hi], ind.rows, ind.row_bytes)).cut(
+                Mask({a: r for a, r in mask.ranges.items() if a != 0}))
         dims, part, off, checks = list(self.dims), self.part, self.off, \
             [list(c) for c in self.checks]
         for axis, (lo, hi) in mask.ranges.items():

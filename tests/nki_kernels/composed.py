@@ -69,3 +69,13 @@ def with_numbers(x, i):
     nl.store(a, t)
     nl.store(b, u)
     return a, b
+
+
+@nki.jit
+def halves(i):
+    """An int32 tile divided by the integer 2: a true division, float32."""
+    out = nl.ndarray(i.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    q = nl.load(i) / 2
+    assert q.dtype == nl.float32
+    nl.store(out, q)
+    return out

@@ -48,3 +48,19 @@ def scatter_add(table, idx, updates):
     i_f = nl.arange(table.shape[1])[None, :]
     nl.atomic_rmw(out[rows, i_f], value=nl.load(updates), op=np.add)
     return out
+
+
+@nki.jit
+def batched_rows(table, idx, n):
+    """``table[b, idx]`` for every batch ``b`` (an integer subscript before the tile of
+    indices), only the first ``n`` of the 128 rows, by a mask on the partition axis that
+    cuts the indices too (the rest of ``idx`` may name no row)."""
+    batches, _, cols = table.shape
+    out = nl.ndarray((batches, 128, cols), dtype=table.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(cols)[None, :]
+    rows = nl.load(idx)
+    for b in nl.affine_range(batches):
+        t = nl.load(table[b, rows, i_f], mask=(i_p < n))
+        nl.store(out[b, i_p, i_f], t, mask=(i_p < n))
+    return out
