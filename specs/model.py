@@ -325,6 +325,9 @@ class CoreCostSpec(Strict):
                                              "PSUM access, paid once per instruction.")
     min_interval: PosInt = Field(description="Fewest cycles of the streaming part of a vector,"
                                              " scalar or GpSimd instruction.")
+    dynamic_interval: PosInt | None = Field(
+        None, description="Fewest cycles of the streaming part of a copy from a source at "
+                          "an offset read at run time (TensorCopyDynamic).")
     stride_penalty: Bytes = Field(description="A minor-dimension stride wider than this "
                                               "halves an engine's access bandwidth.")
     semaphore_latency: Time = Field(description="From a semaphore increment to a waiting "

@@ -300,3 +300,20 @@ def test_gather_flattened(k, seed):
     idx = rng.integers(0, 64, (128, 10)).astype(np.uint32)
     assert np.array_equal(k["gathered"](x, idx),
                           np.take_along_axis(x.reshape(128, 64), idx.astype(np.int64), axis=1))
+
+
+def test_tensor_copy_dynamic_src(k, seed):
+    """Columns at offsets read when each copy runs: numpy's take; an offset past the
+    tensor is the core's error naming it; each copy takes at least the spec's dynamic
+    interval on the vector engine."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((128, 300)).astype(np.float32)
+    offsets = rng.integers(0, 300, (1, 16)).astype(np.int32)
+    assert np.array_equal(k["columns_at"](x, offsets), x[:, offsets[0]])
+    run = knki.SESSION.launches[-1]
+    p = knki.launch.params_for("trn1")
+    assert run.result.busy["vector"] >= 16 * p.dynamic_interval / p.clock("vector")
+    offsets[0, 5] = 300
+    with pytest.raises(knki.NkiError, match=r"isa_more.py:\d+: .*dynamic offset: 300 is not "
+                                            r"one of 0 \.\. 299"):
+        k["columns_at"](x, offsets)

@@ -33,7 +33,8 @@ __all__ = [
     "Instruction", "IsaError", "Iota", "MatchReplace8", "Max8", "Random",
     "LoadStationary", "Memset", "MultiplyMoving", "SHUFFLE_KEEP", "SHUFFLE_LANES", "SemSignal",
     "SemWait", "StreamShuffle", "TensorCopy",
-    "TensorReduce", "TensorScalar", "TensorTensor", "TensorTensorScan", "Transpose", "decode",
+    "TensorCopyDynamic", "TensorReduce", "TensorScalar", "TensorTensor", "TensorTensorScan",
+    "Transpose", "decode",
     "double_row_order", "draws_random", "encode", "engine_kind", "field_positions",
     "format_instruction", "input_format", "integer_words", "mx_scale_partition", "parse", "reach",
 ]
@@ -478,6 +479,24 @@ class StreamShuffle(Instruction):
 
 
 @dataclass(frozen=True, slots=True)
+class TensorCopyDynamic(Instruction):
+    """``dst = cast(src)`` as :class:`TensorCopy`, ``src`` moved at run time along one of
+    its partitions' dimensions: by ``v * stride`` elements, ``v`` the integer ``offset``
+    holds (one int32 or uint32 in SBUF), which must be one of ``0 .. count - 1``
+    [NKI ``tensor_copy_dynamic_src``]."""
+
+    OPCODE: ClassVar[int] = 22
+    MNEMONIC: ClassVar[str] = "copyd"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
+                        ("offset", "ap", AP_BITS), ("stride", "s", 32), ("count", "u", 32))
+    dst: AP
+    src: AP
+    offset: AP
+    stride: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class Max8(Instruction):
     """The 8 largest elements of each partition of ``src`` (its free elements flattened,
     compared as fp32), largest first, into ``dst``'s 8 [NKI ``max8``]."""
@@ -594,7 +613,7 @@ INSTRUCTIONS: dict[int, type[Instruction]] = {
                                 TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset,
                                 Iota, DmaCopy, SemSignal, SemWait, TensorTensorScan,
                                 StreamShuffle, Max8, FindIndex8, MatchReplace8, Random,
-                                Dropout, GatherFlattened)}
+                                Dropout, GatherFlattened, TensorCopyDynamic)}
 _BY_MNEMONIC = {cls.MNEMONIC: cls for cls in INSTRUCTIONS.values()}
 _SYNC = (SemSignal, SemWait)
 
@@ -603,10 +622,10 @@ ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {
     "tensor": (LoadStationary, MultiplyMoving, Transpose) + _SYNC,
     "vector": (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset,
                TensorTensorScan, Transpose, StreamShuffle, Max8, FindIndex8, MatchReplace8,
-               Random, Dropout) + _SYNC,
-    "scalar": (Activation, TensorScalar, TensorCopy) + _SYNC,
-    "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset, GatherFlattened)
-    + _SYNC,
+               Random, Dropout, TensorCopyDynamic) + _SYNC,
+    "scalar": (Activation, TensorScalar, TensorCopy, TensorCopyDynamic) + _SYNC,
+    "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset, GatherFlattened,
+               TensorCopyDynamic) + _SYNC,
     "dma": (DmaCopy,) + _SYNC,
 }
 
@@ -620,12 +639,16 @@ def draws_random(ins: Instruction) -> bool:
 
 def reach(ins: Instruction) -> tuple[tuple[str, AP, bool], ...]:
     """(field, access pattern, written) of every access pattern of ``ins``, as the bytes it
-    may touch: an indirect copy's indexed side (:class:`DmaCopy`) spans all its ``rows``."""
+    may touch: an indirect copy's indexed side (:class:`DmaCopy`) spans all its ``rows``,
+    a dynamic copy's source (:class:`TensorCopyDynamic`) every place its offset may name."""
     out = ins.operands()
     if isinstance(ins, DmaCopy) and ins.index is not None:
         side = "dst" if ins.index_dst else "src"
         out = tuple((n, replace(ap, partitions=ins.rows) if n == side else ap, w)
                     for n, ap, w in out)
+    if isinstance(ins, TensorCopyDynamic):  # every place the offset may move src to
+        out = tuple((n, replace(ap, dims=((ins.count, ins.stride),) + ap.dims)
+                     if n == "src" else ap, w) for n, ap, w in out)
     return out
 
 

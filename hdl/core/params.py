@@ -42,6 +42,7 @@ class CoreParams:
     rng: str | None  # stochastic rounding's generator; None: the chip rounds to nearest even only
     access_start: int
     min_interval: int
+    dynamic_interval: int | None  # fewest streaming cycles of a copy from a run-time offset
     stride_penalty: int
     semaphore_latency: float
     shared_ports: tuple[tuple[tuple[str, ...], str], ...]

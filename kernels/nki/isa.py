@@ -242,6 +242,11 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, *
                    rmw_op=dst_rmw_op)
 
 
+def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    _options("tensor_copy_dynamic_src", kwargs)
+    return lower.tensor_copy_dynamic_src(src, mask=mask, dtype=dtype, engine=engine)
+
+
 def max8(*, src, mask=None, dtype=None, **kwargs):
     _options("max8", kwargs)
     return lower.max8(src, mask=mask, dtype=dtype)
@@ -283,6 +288,7 @@ _SUPPORTED = ("nc_matmul nc_transpose activation activation_reduce tensor_tensor
               "tensor_scalar tensor_scalar_reduce scalar_tensor_tensor tensor_reduce "
               "tensor_partition_reduce reciprocal tensor_copy_predicated select_reduce "
               "nc_stream_shuffle max8 nc_find_index8 nc_match_replace8 dropout "
+              "tensor_copy_dynamic_src "
               "dma_transpose "
               "tensor_tensor_scan tensor_copy memset iota affine_select bn_stats bn_aggr "
               "dma_copy get_nc_version, the engine, reduce_cmd, dge_mode, oob_mode and "

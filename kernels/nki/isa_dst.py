@@ -26,7 +26,8 @@ __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_st
            "gpsimd_engine", "iota", "max8", "memset", "nc_find_index8", "nc_match_replace8",
            "nc_matmul", "nc_stream_shuffle", "nc_transpose", "nc_version", "oob_mode",
            "reciprocal", "reduce_cmd", "scalar_engine", "scalar_tensor_tensor",
-           "select_reduce", "tensor_copy", "tensor_copy_predicated", "tensor_engine",
+           "select_reduce", "tensor_copy", "tensor_copy_dynamic_src", "tensor_copy_predicated",
+           "tensor_engine",
            "tensor_partition_reduce", "tensor_reduce", "tensor_scalar", "tensor_scalar_reduce",
            "tensor_tensor", "tensor_tensor_scan", "unknown_engine", "vector_engine"]
 
@@ -134,6 +135,10 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, priority=N
              engine=None, name=None):
     lower.dma_copy(dst, src, skip=getattr(oob_mode, "name", None) == "skip",
                    rmw_op=dst_rmw_op)
+
+
+def tensor_copy_dynamic_src(dst, src, engine=engine.unknown, name=None):
+    lower.tensor_copy_dynamic_src(src, engine=engine, dst=dst)
 
 
 def max8(dst, src, name=None):

@@ -12,6 +12,7 @@ engine unless ``engine=`` asks for GpSimd (or, where the ISA allows, the scalar 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from hdl.core.isa import (
     Random,
     StreamShuffle,
     TensorCopy,
+    TensorCopyDynamic,
     TensorReduce,
     TensorScalar,
     TensorTensor,
@@ -663,6 +665,40 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,
         else:
             ins = TensorCopy(dst=out_ap, src=s_ap)
         t.emit(eng, ins, reads=[(x, s_ap)], writes=[(out, out_ap)])
+
+    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
+
+
+def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=None, dst=None,
+                            call: str = "tensor_copy_dynamic_src"):
+    """A copy of ``src``, a tile at a run-time offset (``t[..., offsets[0, i] + e]``), as
+    :func:`tensor_copy` engines and casts it (:class:`TensorCopyDynamic`): the offset read
+    when it runs, checked against the places its dimension has; its dependencies take
+    every place as read."""
+    t = current(call)
+    t.commit()
+    x = _tile(src, call, "src").cut(mask)
+    if x.moved is None:
+        return tensor_copy(x, dtype=dtype, engine=engine, dst=dst, call=call)
+    eng = _engine(engine, ("vector", "scalar", "gpsimd"), call)
+    spaces = ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum")
+    s_ap = t.ap(x, call, "src", spaces)
+    m = x.moved
+    tile = m.tile if m.tile.dims and m.tile.dims[0][2] else View(
+        m.tile.buf, m.tile.dt, ((1, 1, True),) + m.tile.dims, m.tile.part, m.tile.off,
+        m.tile.checks)
+    o_ap = t.ap(tile, call, "offset", ("sbuf",))
+    whole = replace(s_ap, dims=((m.count, m.stride),) + s_ap.dims)
+    out_dt = isa_dtype(dtype) if dtype is not None else x.dt
+
+    def make(out: View, _):
+        out_ap = t.ap(out, call, "dst", spaces)
+        if out_ap.partitions != s_ap.partitions or out_ap.free != s_ap.free:
+            raise NkiError(f"'{call}': source {list(x.shape)} and destination "
+                           f"{list(out.shape)} differ")
+        t.emit(eng, TensorCopyDynamic(dst=out_ap, src=s_ap, offset=o_ap, stride=m.stride,
+                                      count=m.count),
+               reads=[(x, s_ap), (x, whole), (tile, o_ap)], writes=[(out, out_ap)])
 
     return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
 

@@ -111,7 +111,7 @@ class Index:
         return Index(axis, len(key), self.size, self.start, self.step)
 
     def __add__(self, other):
-        if isinstance(other, Affine):
+        if isinstance(other, (Affine, View)):
             return other + self
         if isinstance(other, Index):
             if other.axis == self.axis and other.size == self.size:
@@ -199,6 +199,8 @@ class Affine:
         return Affine(0, {}, {}, _int(x))
 
     def __add__(self, other):
+        if isinstance(other, View):
+            return other + self
         o = Affine.of(other)
         sizes, coef = dict(self.sizes), dict(self.coef)
         for axis, size in o.sizes.items():
@@ -536,6 +538,27 @@ class _Typed:
         return DTYPES[self.dt][1]
 
 
+class Dynamic:
+    """An index whose value is read at run time: the integer ``tile`` holds (one element of
+    an on-chip tile) plus ``expr``, as ``t[..., offsets[0, i] + iy]`` subscripts a free
+    dimension of an on-chip tensor (``nisa.tensor_copy_dynamic_src``)."""
+
+    __slots__ = ("tile", "expr")
+
+    def __init__(self, tile: View, expr: Affine):
+        self.tile, self.expr = tile, expr
+
+
+class Moved:
+    """Where a view's source moves at run time (:meth:`View._dynamic`): by the integer
+    ``tile`` holds times ``stride`` elements, the integer one of ``0 .. count - 1``."""
+
+    __slots__ = ("tile", "stride", "count")
+
+    def __init__(self, tile: View, stride: int, count: int):
+        self.tile, self.stride, self.count = tile, stride, count
+
+
 class Indirect:
     """The rows an HBM view takes from a tile (:meth:`View._indirect`): ``tile``, one row
     index a partition; ``rows`` of the tensor and ``row_bytes`` between them."""
@@ -552,14 +575,17 @@ class View(_Typed):
     (axis, first value, step, limit, dimension, tensor), enforced when an instruction uses
     the view."""
 
-    __slots__ = ("buf", "dt", "dims", "part", "off", "checks", "index", "__weakref__")
+    __slots__ = ("buf", "dt", "dims", "part", "off", "checks", "index", "moved",
+                 "__weakref__")
 
     def __init__(self, buf: Buffer, dt: str, dims, part: int = 0, off: int = 0,
-                 checks=(), index: Indirect | None = None):
+                 checks=(), index: Indirect | None = None, moved: Moved | None = None):
         self.buf, self.dt, self.dims, self.part, self.off = buf, dt, tuple(dims), part, off
         self.checks = tuple(checks)
         #: of an HBM tensor indexed by a tile (``t[idx, ...]``): the rows it takes
         self.index = index
+        #: of an on-chip view subscripted at a run-time offset: where it moves
+        self.moved = moved
 
     # --- the tensor interface -----------------------------------------------------------
     @property
@@ -588,13 +614,15 @@ class View(_Typed):
         raise NotSupported("iterating over a tensor", "indexing with nl.affine_range loops")
 
     def _with(self, dims, part, off, checks):
-        return View(self.buf, self.dt, dims, part, off, checks, self.index)
+        return View(self.buf, self.dt, dims, part, off, checks, self.index, self.moved)
 
     def __getitem__(self, key) -> View:
         key = key if isinstance(key, tuple) else (key,)
-        if self.index is not None:
+        if self.index is not None or self.moved is not None:
             raise NotSupported("indexing a tensor already indexed by a tile",
                                "one subscript of an HBM tensor with a tile of row indices")
+        if self.buf.space != "hbm" and any(isinstance(k, (View, Dynamic)) for k in key):
+            return self._dynamic(key)
         at = next((i for i, k in enumerate(key) if isinstance(k, View)), None)
         if at is not None:
             if any(not isinstance(k, (int, np.integer)) for k in key[:at]):
@@ -691,6 +719,30 @@ class View(_Typed):
                 if a not in used:
                     out.insert(a, (1, 1, False))
         return self._with(out, part, off, [tuple(c) for c in checks])
+
+    def _dynamic(self, key) -> View:
+        """``t[..., offsets[0, i] + e, ...]`` of on-chip ``t``: the view at ``e``, moved at
+        run time along that free dimension by the integer the tile holds
+        (:class:`Moved`), which may be as large as keeps every place of ``e`` inside it."""
+        at = [i for i, k in enumerate(key) if isinstance(k, (View, Dynamic))]
+        if len(at) != 1 or at[0] == 0 or at[0] >= len(self.dims):
+            raise NotSupported("a run-time offset in this subscript",
+                               "one run-time offset, on a free dimension")
+        d = at[0]
+        dyn = key[d] if isinstance(key[d], Dynamic) else Dynamic(key[d], Affine.of(0))
+        tile = dyn.tile
+        if tile.buf.space == "hbm" or tile.dt not in ("int32", "uint32") or \
+                int(np.prod(tile.shape)) != 1:
+            raise NkiError(f"a run-time offset into tensor `{self.buf.name}` is one int32 or "
+                           f"uint32 element of an on-chip tile, not {list(tile.shape)} "
+                           f"{tile.dt} in {tile.buf.space}")
+        e = dyn.expr
+        static = e if e.coef else e.const
+        v = self[tuple(key[:d]) + (static,) + tuple(key[d + 1:])]
+        size, stride, _ = self.dims[d]
+        hi = e.const + sum(max(0, c * (e.sizes[a] - 1)) for a, c in e.coef.items())
+        return View(v.buf, v.dt, v.dims, v.part, v.off, v.checks, None,
+                    Moved(tile, stride, size - hi))
 
     def _indirect(self, key) -> View:
         """``t[idx, ...]`` of HBM tensor ``t``: the rows of its first dimension that the
@@ -863,9 +915,13 @@ class View(_Typed):
         return language
 
     def __add__(self, o):
+        if isinstance(o, (Index, Affine)):
+            return Dynamic(self, Affine.of(o))
         return self._nl().add(self, o)
 
     def __radd__(self, o):
+        if isinstance(o, (Index, Affine)):
+            return Dynamic(self, Affine.of(o))
         return self._nl().add(o, self)
 
     def __sub__(self, o):
@@ -1653,6 +1709,9 @@ class Tracer:
     def ap(self, view: View, call: str, operand: str, spaces=("sbuf", "psum")) -> AP:
         """The access pattern of ``view`` as operand ``operand`` of ``call``, checked: its
         address space, bounds, the partition dimension first."""
+        if view.moved is not None and call != "tensor_copy_dynamic_src":
+            raise NotSupported(f"'{call}' of a tile at a run-time offset",
+                               "nisa.tensor_copy_dynamic_src")
         if view.buf.space not in spaces:
             raise NkiError(f"Expected operand '{operand}' of '{call}' to be in address space "
                            f"'{'|'.join(sorted(spaces))}', but got a tile in '{view.buf.space}' "

@@ -5,6 +5,7 @@
   included; a transpose is the array's load and transpose pass
   (:func:`sim.golden.systolic_cycles.transpose_cycles`), one column a cycle in every format.
 * Vector, scalar and GpSimd: ``access_start + max(min_interval, passes * N / e)`` for ``N``
+  (``dynamic_interval`` for a copy from a run-time offset)
   elements per partition, ``e`` elements per lane per cycle, ``passes`` the element streams
   the instruction reads (doubled where a minor stride exceeds ``stride_penalty``) [NKI2,
   ISA-COST]; the constants are spec fields with their sources.
@@ -39,11 +40,14 @@ def transpose_cycles(params: CoreParams, k: int, m: int) -> dict[str, float]:
 
 
 def stream_cycles(params: CoreParams, engine: str, elements: int, passes: float = 1.0,
-                  strided: bool = False) -> float:
-    """Cycles of a vector, scalar or GpSimd instruction streaming ``elements`` per partition."""
+                  strided: bool = False, dynamic: bool = False) -> float:
+    """Cycles of a vector, scalar or GpSimd instruction streaming ``elements`` per partition;
+    ``dynamic``: from a source at an offset read at run time, whose least interval is the
+    spec's ``dynamic_interval``."""
     per_cycle = params.vector_elements if engine == "vector" else 1.0
     stream = passes * elements * (2 if strided else 1) / per_cycle
-    return params.access_start + max(params.min_interval, stream)
+    least = params.dynamic_interval if dynamic else params.min_interval
+    return params.access_start + max(least, stream)
 
 
 def dma_seconds(params: CoreParams, nbytes: int) -> tuple[float, float]:

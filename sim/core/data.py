@@ -34,6 +34,7 @@ from hdl.core.isa import (
     Random,
     StreamShuffle,
     TensorCopy,
+    TensorCopyDynamic,
     TensorReduce,
     TensorScalar,
     TensorTensor,
@@ -256,6 +257,17 @@ class Data:
             else:
                 self.write(dst, self.read(src))
 
+    def moved_source(self, ins: TensorCopyDynamic) -> AP:
+        """``ins``'s source where its offset puts it, the offset read now; one outside
+        ``0 .. count - 1`` breaks the rule "dynamic offset"."""
+        word = self.read(ins.offset).reshape(-1)[:1]
+        v = int(word.view(_INTS[ins.offset.dtype])[0])
+        if not 0 <= v < ins.count:
+            detail = f"{v} is not one of 0 .. {ins.count - 1}"
+            raise ProgramError(f"`{isa.format_instruction(ins)}`: dynamic offset: {detail}",
+                               None, "dynamic offset", detail)
+        return replace(ins.src, offset=ins.src.offset + v * ins.stride * ins.src.itemsize)
+
     def _uniform(self, stream: int, ins: Instruction) -> np.ndarray:
         """(partitions, free) fp32 numbers in [0, 1) from the generators of the unit ``ins``
         streams through, the beats it took (:func:`unit_beats`): ``(w >> 8) * 2**-24``."""
@@ -366,6 +378,8 @@ class Data:
             r = vector.run(VectorParams(lanes=lanes), ins.op, x.T, last=last,
                            reduce=ins.reduce)
             self.write32(ins.dst, r.T)
+        elif cls is TensorCopyDynamic:
+            self.write32(ins.dst, self.read32(self.moved_source(ins), w), draw, w)
         elif cls is TensorCopy:
             self.write32(ins.dst, vector.elementwise(VectorOp.COPY, self.read32(ins.src, w), 0),
                          draw, w)

@@ -45,6 +45,7 @@ from hdl.core.isa import (
     MultiplyMoving,
     SemSignal,
     SemWait,
+    TensorCopyDynamic,
     TensorReduce,
     TensorScalar,
     TensorTensor,
@@ -60,7 +61,7 @@ from .data import Data
 from .events import Agenda, Resources
 from .program import Program
 from .races import Races
-from .rules import Rules, shares_pes
+from .rules import ProgramError, Rules, fail, shares_pes
 
 __all__ = ["Core", "Result"]
 
@@ -128,7 +129,8 @@ class Core:
             passes = 1.0 if "psum" in (ins.a.space, ins.b.space) else 2.0
         elif isinstance(ins, TensorTensorScan):  # max(MIN_II, 2N) wherever its inputs are
             passes = 2.0
-        cycles = stream_cycles(self.params, kind, n, passes, self._strided(ins))
+        cycles = stream_cycles(self.params, kind, n, passes, self._strided(ins),
+                               isinstance(ins, TensorCopyDynamic))
         if isinstance(ins, Activation) and ins.reduce_dst is not None:
             cycles += self.params.min_interval
         # floating-point operations per element: scale-and-bias plus the function; one per
@@ -301,7 +303,12 @@ class Core:
                         end = finish = t + cost
                         flops += plan[2]
                         if data is not None:
-                            data.execute(s, ins)
+                            try:
+                                data.execute(s, ins)
+                            except ProgramError as e:  # located: this stream, this index
+                                if e.at is not None:
+                                    raise
+                                fail(streams[s], i, ins, e.rule, e.detail)
                     elif op is _DMA:
                         begin = serve(_DMA, t + plan[1], plan[2])  # the core's DMA bandwidth
                         end = finish = begin + plan[2]

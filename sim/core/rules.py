@@ -367,6 +367,15 @@ class Rules:
                                        f"{ins.dst.dtype}")
         elif isinstance(ins, StreamShuffle):
             self._check_shuffle(where, ins)
+        elif isinstance(ins, isa.TensorCopyDynamic):
+            self._check_same(where, ins.dst, ins.src, "dst and src")
+            o = ins.offset
+            if o.space != "sbuf" or o.dtype not in ("int32", "uint32") or \
+                    o.partitions != 1 or o.free != 1 or ins.count < 1:
+                fail(*where, "dynamic offset", f"one int32 or uint32 in SBUF, and a count of "
+                                               f"places, not {o.partitions} x {o.free} "
+                                               f"{o.dtype} in {o.space.upper()} and "
+                                               f"{ins.count}")
         elif isinstance(ins, isa.Max8 | isa.FindIndex8 | isa.MatchReplace8 | isa.Random
                         | isa.Dropout | isa.GatherFlattened):
             self._check_selection(where, ins)

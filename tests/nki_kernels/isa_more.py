@@ -223,3 +223,19 @@ def gathered(x, idx):
     out = nl.ndarray(idx.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     nl.store(out, nl.gather_flattened(nl.load(x), nl.load(idx)))
     return out
+
+
+@nki.jit
+def columns_at(x, offsets):
+    """x's columns at the run-time offsets (one int32 each in SBUF), one
+    nisa.tensor_copy_dynamic_src a column: out[:, j] = x[:, offsets[0, j]]."""
+    n = offsets.shape[1]
+    out = nl.ndarray((x.shape[0], n), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    o = nl.load(offsets)
+    res = nl.ndarray((x.shape[0], n), dtype=x.dtype, buffer=nl.sbuf)
+    ix, iy = nl.mgrid[0:x.shape[0], 0:1]
+    for j in nl.affine_range(n):
+        res[ix, j] = nisa.tensor_copy_dynamic_src(t[ix, o[0, j] + iy])
+    nl.store(out, res)
+    return out
