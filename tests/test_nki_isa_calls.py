@@ -4,6 +4,7 @@ of our own, checked against numpy in float64."""
 
 from __future__ import annotations
 
+import itertools
 import runpy
 from pathlib import Path
 
@@ -317,3 +318,19 @@ def test_tensor_copy_dynamic_src(k, seed):
     with pytest.raises(knki.NkiError, match=r"isa_more.py:\d+: .*dynamic offset: 300 is not "
                                             r"one of 0 \.\. 299"):
         k["columns_at"](x, offsets)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_sequence_bounds(k, dtype, seed):
+    """Each run of equal ids is a segment from its first place to one past its last;
+    padding (0) gets N and -1: worked out run by run."""
+    rng = np.random.default_rng(seed)
+    ids = np.repeat(rng.integers(0, 4, 24), rng.integers(1, 5, 24))[:64]
+    ids = np.pad(ids, (0, 64 - ids.size)).astype(dtype).reshape(1, 64)
+    want = np.empty((2, 64))
+    at = 0
+    for value, run in itertools.groupby(ids[0]):
+        n = len(list(run))
+        want[:, at:at + n] = [[64], [-1]] if value == 0 else [[at], [at + n]]
+        at += n
+    assert np.array_equal(k["bounds"](ids)[0], want.astype(dtype))

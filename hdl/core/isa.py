@@ -31,7 +31,8 @@ __all__ = [
     "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS", "SPACES", "TF32_SHIFT",
     "WORD_BITS", "Activation", "DmaCopy", "Dropout", "FindIndex8", "GatherFlattened",
     "Instruction", "IsaError", "Iota", "MatchReplace8", "Max8", "Random",
-    "LoadStationary", "Memset", "MultiplyMoving", "SHUFFLE_KEEP", "SHUFFLE_LANES", "SemSignal",
+    "LoadStationary", "Memset", "MultiplyMoving", "SHUFFLE_KEEP", "SHUFFLE_LANES",
+    "SemSignal", "SequenceBounds",
     "SemWait", "StreamShuffle", "TensorCopy",
     "TensorCopyDynamic", "TensorReduce", "TensorScalar", "TensorTensor", "TensorTensorScan",
     "Transpose", "decode",
@@ -497,6 +498,20 @@ class TensorCopyDynamic(Instruction):
 
 
 @dataclass(frozen=True, slots=True)
+class SequenceBounds(Instruction):
+    """For each element of the one partition of ``src`` (segment ids, compared by value),
+    where its segment starts and where it ends (one past its last), into ``dst``'s
+    partition: the ``N`` starts, then the ``N`` ends; an id of 0 (padding) gets ``N`` and
+    -1 [NKI ``sequence_bounds``]."""
+
+    OPCODE: ClassVar[int] = 23
+    MNEMONIC: ClassVar[str] = "bounds"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS))
+    dst: AP
+    src: AP
+
+
+@dataclass(frozen=True, slots=True)
 class Max8(Instruction):
     """The 8 largest elements of each partition of ``src`` (its free elements flattened,
     compared as fp32), largest first, into ``dst``'s 8 [NKI ``max8``]."""
@@ -613,7 +628,8 @@ INSTRUCTIONS: dict[int, type[Instruction]] = {
                                 TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset,
                                 Iota, DmaCopy, SemSignal, SemWait, TensorTensorScan,
                                 StreamShuffle, Max8, FindIndex8, MatchReplace8, Random,
-                                Dropout, GatherFlattened, TensorCopyDynamic)}
+                                Dropout, GatherFlattened, TensorCopyDynamic,
+                                SequenceBounds)}
 _BY_MNEMONIC = {cls.MNEMONIC: cls for cls in INSTRUCTIONS.values()}
 _SYNC = (SemSignal, SemWait)
 
@@ -625,7 +641,7 @@ ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {
                Random, Dropout, TensorCopyDynamic) + _SYNC,
     "scalar": (Activation, TensorScalar, TensorCopy, TensorCopyDynamic) + _SYNC,
     "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset, GatherFlattened,
-               TensorCopyDynamic) + _SYNC,
+               TensorCopyDynamic, SequenceBounds) + _SYNC,
     "dma": (DmaCopy,) + _SYNC,
 }
 

@@ -247,6 +247,11 @@ def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown
     return lower.tensor_copy_dynamic_src(src, mask=mask, dtype=dtype, engine=engine)
 
 
+def sequence_bounds(*, segment_ids, dtype=None, **kwargs):
+    _options("sequence_bounds", kwargs)
+    return lower.sequence_bounds(segment_ids, dtype=dtype)
+
+
 def max8(*, src, mask=None, dtype=None, **kwargs):
     _options("max8", kwargs)
     return lower.max8(src, mask=mask, dtype=dtype)
@@ -288,7 +293,7 @@ _SUPPORTED = ("nc_matmul nc_transpose activation activation_reduce tensor_tensor
               "tensor_scalar tensor_scalar_reduce scalar_tensor_tensor tensor_reduce "
               "tensor_partition_reduce reciprocal tensor_copy_predicated select_reduce "
               "nc_stream_shuffle max8 nc_find_index8 nc_match_replace8 dropout "
-              "tensor_copy_dynamic_src "
+              "tensor_copy_dynamic_src sequence_bounds "
               "dma_transpose "
               "tensor_tensor_scan tensor_copy memset iota affine_select bn_stats bn_aggr "
               "dma_copy get_nc_version, the engine, reduce_cmd, dge_mode, oob_mode and "

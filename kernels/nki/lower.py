@@ -29,6 +29,7 @@ from hdl.core.isa import (
     Max8,
     MultiplyMoving,
     Random,
+    SequenceBounds,
     StreamShuffle,
     TensorCopy,
     TensorCopyDynamic,
@@ -790,6 +791,19 @@ def _one(t, call: str, make_ins, inputs: dict, shape, out_dt: str, mask, dst,
                writes=[(out, out_ap), *extra])
 
     return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", _dropping(mask), dst)
+
+
+def sequence_bounds(segment_ids: View, *, dtype=None, dst=None,
+                    call: str = "sequence_bounds"):
+    """Each element's segment start and end (:class:`SequenceBounds`, GpSimd): a
+    [1, 2, N] tile of one partition's N segment ids."""
+    t = current(call)
+    t.commit()
+    x = _tile(segment_ids, call, "segment_ids")
+    n = math.prod(x.shape[1:])
+    return _one(t, call, lambda d, src: SequenceBounds(dst=d, src=src), {"src": x},
+                (x.shape[0], 2, n), isa_dtype(dtype) if dtype is not None else x.dt, None,
+                dst, engine="gpsimd")
 
 
 def max8(src: View, *, mask=None, dtype=None, dst=None, call: str = "max8"):

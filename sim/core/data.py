@@ -57,7 +57,8 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 #: 32-bit ones as words by :func:`isa.integer_words`' instructions.
 _INTS = {"int32": np.int32, "uint32": np.uint32, "uint8": np.uint8}
 _WORDS = ("int32", "uint32")
-_SELECTIONS = (Max8, FindIndex8, MatchReplace8, Random, Dropout, GatherFlattened)
+_SELECTIONS = (Max8, FindIndex8, MatchReplace8, Random, Dropout, GatherFlattened,
+               isa.SequenceBounds)
 
 
 def _partition(ap: AP, p: int) -> AP:
@@ -309,6 +310,18 @@ class Data:
             prob = self.scalar(ins.prob, ins.imm, x.shape[0]).view(f32)[:, None]
             out = np.where(self._uniform(stream, ins) >= prob, x, f32(0))
             self.write32(ins.dst, out.astype(f32).view(np.uint32))
+        elif isinstance(ins, isa.SequenceBounds):
+            ids = self.read32(ins.src).view(f32).reshape(-1)
+            n = ids.size
+            start, end = np.empty(n, f32), np.empty(n, f32)
+            for i in range(n):
+                pad = ids[i] == 0
+                start[i] = n if pad else start[i - 1] if i and ids[i] == ids[i - 1] else i
+            for i in range(n - 1, -1, -1):
+                pad = ids[i] == 0
+                end[i] = -1 if pad else end[i + 1] if i < n - 1 and ids[i] == ids[i + 1] \
+                    else i + 1
+            self.write32(ins.dst, np.concatenate([start, end]).view(np.uint32))
         else:  # GatherFlattened: each partition's elements by index, bits as they are
             src = self.read(ins.src).reshape(ins.src.partitions, -1)
             idx = self.read(ins.indices).reshape(ins.indices.partitions, -1).astype(np.int64)

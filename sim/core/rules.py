@@ -367,6 +367,14 @@ class Rules:
                                        f"{ins.dst.dtype}")
         elif isinstance(ins, StreamShuffle):
             self._check_shuffle(where, ins)
+        elif isinstance(ins, isa.SequenceBounds):
+            s, d = ins.src, ins.dst
+            if s.partitions != 1 or d.partitions != 1 or d.free != 2 * s.free or \
+                    {s.dtype, d.dtype} - {"fp32", "int32"}:
+                fail(*where, "operand shape", f"segment ids of one partition, fp32 or int32, "
+                                              f"and twice as many bounds: src {s.partitions} "
+                                              f"x {s.free} {s.dtype}, dst {d.partitions} x "
+                                              f"{d.free} {d.dtype}")
         elif isinstance(ins, isa.TensorCopyDynamic):
             self._check_same(where, ins.dst, ins.src, "dst and src")
             o = ins.offset

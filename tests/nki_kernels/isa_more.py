@@ -239,3 +239,11 @@ def columns_at(x, offsets):
         res[ix, j] = nisa.tensor_copy_dynamic_src(t[ix, o[0, j] + iy])
     nl.store(out, res)
     return out
+
+
+@nki.jit
+def bounds(ids):
+    """nisa.sequence_bounds of one partition of segment ids."""
+    out = nl.ndarray((1, 2, ids.shape[1]), dtype=ids.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nisa.sequence_bounds(segment_ids=nl.load(ids)))
+    return out
