@@ -334,3 +334,24 @@ def test_sequence_bounds(k, dtype, seed):
         want[:, at:at + n] = [[64], [-1]] if value == 0 else [[at], [at + n]]
         at += n
     assert np.array_equal(k["bounds"](ids)[0], want.astype(dtype))
+
+
+def test_range_select_and_its_register(k, seed):
+    """numpy's where over the places start + i in [lo, hi); the row maxima; the register
+    accumulating two more selections' maxima (of x + 1 and x + 2); refused before
+    NeuronCore-v3, at the kernel's line."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((128, 200)).astype(np.float32)
+    lo = rng.integers(32, 100, (128, 1)).astype(np.float32)
+    hi = lo + rng.integers(1, 100, (128, 1)).astype(np.float32)
+    sel, best, chained = k["ranges"](x, lo, hi, 32)
+    place = 32 + np.arange(200)
+    want = np.where((place >= lo) & (place < hi), x, np.finfo(np.float32).min)
+    assert np.array_equal(sel, want)
+    assert np.array_equal(best, want.max(axis=1, keepdims=True))
+    keep = (place >= lo) & (place < hi)
+    assert np.array_equal(chained, np.where(keep, x + np.float32(2), -np.inf)
+                          .max(axis=1, keepdims=True).astype(np.float32))
+    with pytest.raises(knki.NkiError, match=r"isa_more.py:\d+: .*NeuronCore-v2\) has no "
+                                            r"range select"):
+        k["ranges_on_trn1"](x, lo, hi)

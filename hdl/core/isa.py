@@ -32,7 +32,7 @@ __all__ = [
     "WORD_BITS", "Activation", "DmaCopy", "Dropout", "FindIndex8", "GatherFlattened",
     "Instruction", "IsaError", "Iota", "MatchReplace8", "Max8", "Random",
     "LoadStationary", "Memset", "MultiplyMoving", "SHUFFLE_KEEP", "SHUFFLE_LANES",
-    "SemSignal", "SequenceBounds",
+    "RangeSelect", "SemSignal", "SequenceBounds",
     "SemWait", "StreamShuffle", "TensorCopy",
     "TensorCopyDynamic", "TensorReduce", "TensorScalar", "TensorTensor", "TensorTensorScan",
     "Transpose", "decode",
@@ -224,7 +224,7 @@ class Instruction:
         return format_instruction(self)
 
 
-_WRITTEN = ("dst", "reduce_dst")
+_WRITTEN = ("dst", "reduce_dst", "dst_idx")
 
 
 @dataclass(frozen=True, slots=True)
@@ -512,6 +512,29 @@ class SequenceBounds(Instruction):
 
 
 @dataclass(frozen=True, slots=True)
+class RangeSelect(Instruction):
+    """``dst`` = ``src`` where ``op0(i, bound0)`` and ``op1(i, bound1)`` hold for the
+    element's place ``i`` = ``start`` + its free index (in fp32, the bounds one fp32 a
+    partition), else ``fill`` [NKI ``range_select``, NeuronCore-v3 on; its reduction is a
+    :class:`TensorReduce` after it, the word holding four operands at most]."""
+
+    OPCODE: ClassVar[int] = 24
+    MNEMONIC: ClassVar[str] = "rselect"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
+                        ("bound0", "ap", AP_BITS), ("bound1", "ap", AP_BITS),
+                        ("op0", "op", 5), ("op1", "op", 5), ("start", "s", 32),
+                        ("fill", "f32", 32))
+    dst: AP
+    src: AP
+    bound0: AP
+    bound1: AP
+    op0: VectorOp
+    op1: VectorOp
+    start: int = 0
+    fill: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Max8(Instruction):
     """The 8 largest elements of each partition of ``src`` (its free elements flattened,
     compared as fp32), largest first, into ``dst``'s 8 [NKI ``max8``]."""
@@ -542,19 +565,19 @@ class FindIndex8(Instruction):
 class MatchReplace8(Instruction):
     """``dst`` = ``data`` with, for each of the 8 elements of a partition of ``vals`` in
     turn, its first occurrence in what is left of that partition replaced by ``imm``;
-    ``indices`` (if given) takes where each was found (0 where it was not)
+    ``dst_idx`` (if given) takes where each was found (0 where it was not)
     [NKI ``nc_match_replace8``]."""
 
     OPCODE: ClassVar[int] = 18
     MNEMONIC: ClassVar[str] = "replace8"
     FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("data", "ap", AP_BITS),
                         ("vals", "ap", AP_BITS), ("imm", "f32", 32),
-                        ("indices", "ap", AP_BITS))
+                        ("dst_idx", "ap", AP_BITS))
     dst: AP
     data: AP
     vals: AP
     imm: float = 0.0
-    indices: AP | None = None
+    dst_idx: AP | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -629,7 +652,7 @@ INSTRUCTIONS: dict[int, type[Instruction]] = {
                                 Iota, DmaCopy, SemSignal, SemWait, TensorTensorScan,
                                 StreamShuffle, Max8, FindIndex8, MatchReplace8, Random,
                                 Dropout, GatherFlattened, TensorCopyDynamic,
-                                SequenceBounds)}
+                                SequenceBounds, RangeSelect)}
 _BY_MNEMONIC = {cls.MNEMONIC: cls for cls in INSTRUCTIONS.values()}
 _SYNC = (SemSignal, SemWait)
 
@@ -638,7 +661,7 @@ ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {
     "tensor": (LoadStationary, MultiplyMoving, Transpose) + _SYNC,
     "vector": (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset,
                TensorTensorScan, Transpose, StreamShuffle, Max8, FindIndex8, MatchReplace8,
-               Random, Dropout, TensorCopyDynamic) + _SYNC,
+               Random, Dropout, TensorCopyDynamic, RangeSelect) + _SYNC,
     "scalar": (Activation, TensorScalar, TensorCopy, TensorCopyDynamic) + _SYNC,
     "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset, GatherFlattened,
                TensorCopyDynamic, SequenceBounds) + _SYNC,

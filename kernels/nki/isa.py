@@ -149,22 +149,16 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None,
                   reduce_cmd=reduce_cmd.idle, reduce_op=np.amax, reverse_pred=False, mask=None,
                   dtype=None, **kwargs):
     """``dst`` = ``on_true`` where ``predicate`` is nonzero (zero with ``reverse_pred``),
-    else ``on_false`` (a number or a column), by ``nl.where``'s select; with
-    ``reduce_cmd=reset_reduce`` the row maxima of ``dst`` into ``reduce_res`` (a
-    TensorReduce). Accumulating across instructions (``reduce_cmd.reduce``) is refused, as
-    for ``activation``."""
+    else ``on_false`` (a number or a column), by ``nl.where``'s select; its row maxima
+    through the vector engine's reduction register as ``reduce_cmd`` says, into
+    ``reduce_res`` if given (:func:`lower.reduce_into_register`)."""
     _options("select_reduce", kwargs)
-    cmd = int(reduce_cmd)
-    if cmd == 2:
-        raise NotSupported("select_reduce(reduce_cmd=reduce) (accumulating across "
-                           "instructions)", "reduce_cmd idle, reset or reset_reduce")
     if reduce_op not in (np.amax, np.max, np.maximum, language.max):
         raise NotSupported(f"select_reduce(reduce_op={reduce_op!r})", "the maximum, as NKI")
     _select_into(dst, predicate, on_true, on_false, reverse_pred, dtype, mask,
                  "select_reduce")
-    if cmd == 3 and reduce_res is not None:
-        lower.tensor_reduce(np.max, dst, tuple(range(1, dst.ndim)), dst=reduce_res,
-                            call="select_reduce")
+    if int(reduce_cmd) or reduce_res is not None:
+        lower.reduce_into_register(dst, reduce_cmd, reduce_res, "select_reduce")
 
 
 def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False,
@@ -247,6 +241,16 @@ def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown
     return lower.tensor_copy_dynamic_src(src, mask=mask, dtype=dtype, engine=engine)
 
 
+def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1,
+                 reduce_cmd=reduce_cmd.idle, reduce_res=None, reduce_op=np.amax,
+                 range_start=0, on_false_value=None, mask=None, dtype=None, **kwargs):
+    _options("range_select", kwargs)
+    return lower.range_select(on_true_tile, comp_op0, comp_op1, bound0, bound1,
+                              reduce_cmd=reduce_cmd, reduce_res=reduce_res,
+                              reduce_op=reduce_op, range_start=range_start,
+                              on_false_value=on_false_value, mask=mask, dtype=dtype)
+
+
 def sequence_bounds(*, segment_ids, dtype=None, **kwargs):
     _options("sequence_bounds", kwargs)
     return lower.sequence_bounds(segment_ids, dtype=dtype)
@@ -293,7 +297,7 @@ _SUPPORTED = ("nc_matmul nc_transpose activation activation_reduce tensor_tensor
               "tensor_scalar tensor_scalar_reduce scalar_tensor_tensor tensor_reduce "
               "tensor_partition_reduce reciprocal tensor_copy_predicated select_reduce "
               "nc_stream_shuffle max8 nc_find_index8 nc_match_replace8 dropout "
-              "tensor_copy_dynamic_src sequence_bounds "
+              "tensor_copy_dynamic_src sequence_bounds range_select "
               "dma_transpose "
               "tensor_tensor_scan tensor_copy memset iota affine_select bn_stats bn_aggr "
               "dma_copy get_nc_version, the engine, reduce_cmd, dge_mode, oob_mode and "

@@ -25,11 +25,11 @@ __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_st
            "dma_copy", "dma_transpose", "dropout", "engine", "get_nc_version",
            "gpsimd_engine", "iota", "max8", "memset", "nc_find_index8", "nc_match_replace8",
            "nc_matmul", "nc_stream_shuffle", "nc_transpose", "nc_version", "oob_mode",
-           "reciprocal", "reduce_cmd", "scalar_engine", "scalar_tensor_tensor",
-           "select_reduce", "tensor_copy", "tensor_copy_dynamic_src", "tensor_copy_predicated",
-           "tensor_engine",
-           "tensor_partition_reduce", "tensor_reduce", "tensor_scalar", "tensor_scalar_reduce",
-           "tensor_tensor", "tensor_tensor_scan", "unknown_engine", "vector_engine"]
+           "range_select", "reciprocal", "reduce_cmd", "scalar_engine", "scalar_tensor_tensor",
+           "select_reduce", "sequence_bounds", "tensor_copy", "tensor_copy_dynamic_src",
+           "tensor_copy_predicated", "tensor_engine", "tensor_partition_reduce",
+           "tensor_reduce", "tensor_scalar", "tensor_scalar_reduce", "tensor_tensor",
+           "tensor_tensor_scan", "unknown_engine", "vector_engine"]
 
 
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
@@ -139,6 +139,18 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, priority=N
 
 def tensor_copy_dynamic_src(dst, src, engine=engine.unknown, name=None):
     lower.tensor_copy_dynamic_src(src, engine=engine, dst=dst)
+
+
+def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1,
+                 reduce_cmd=reduce_cmd.reset_reduce, reduce_res=None, reduce_op=None,
+                 range_start=0, on_false_value=None, name=None):
+    lower.range_select(on_true_tile, comp_op0, comp_op1, bound0, bound1,
+                       reduce_cmd=reduce_cmd, reduce_res=reduce_res, reduce_op=reduce_op,
+                       range_start=range_start, on_false_value=on_false_value, dst=dst)
+
+
+def sequence_bounds(dst, segment_ids, name=None):
+    lower.sequence_bounds(segment_ids, dst=dst)
 
 
 def max8(dst, src, name=None):

@@ -216,7 +216,7 @@ class Kernel:
                         continue
                     tracer.program_id = tuple(pid)
                     tracer._shared_next = 0
-                    out = self.func(**call)
+                    out = _stored(tracer, self.func(**call))
             tracers.append(tracer)
             calls.append(call)
         return tracers, target, calls, inputs, out
@@ -335,6 +335,21 @@ def _put(hbm: np.ndarray, t, x: np.ndarray) -> None:
     if x.dtype != want:
         raise NkiError(f"input {t.name} is {x.dtype}, the kernel's tensor {want}")
     hbm[t.offset: t.offset + t.nbytes] = np.ascontiguousarray(x).view(np.uint8).reshape(-1)
+
+
+def _stored(tracer: Tracer, out):
+    """A kernel's results with each on-chip tile it returns (NKI's simulator returns them)
+    stored at its end into an HBM tensor of its own."""
+    if isinstance(out, (tuple, list)):
+        return type(out)(_stored(tracer, o) for o in out)
+    if isinstance(out, View) and out.buf.space != "hbm":
+        from . import language
+
+        tracer.commit()
+        hbm = tracer.hbm("returned", out.shape, out.dt, shared=True)
+        language.store(hbm, out)
+        return hbm
+    return out
 
 
 def _outputs(out, hbm):

@@ -29,6 +29,7 @@ from hdl.core.isa import (
     Max8,
     MultiplyMoving,
     Random,
+    RangeSelect,
     SequenceBounds,
     StreamShuffle,
     TensorCopy,
@@ -793,6 +794,71 @@ def _one(t, call: str, make_ins, inputs: dict, shape, out_dt: str, mask, dst,
     return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", _dropping(mask), dst)
 
 
+def range_select(on_true: View, comp_op0, comp_op1, bound0: View, bound1: View, *,
+                 reduce_cmd=0, reduce_res: View | None = None, reduce_op=None,
+                 range_start=0, on_false_value=None, mask=None, dtype=None, dst=None,
+                 call: str = "range_select"):
+    """``on_true`` where its places ``range_start + i`` pass both comparisons with the
+    bounds, else ``on_false_value`` (:class:`RangeSelect`); the row maxima go through the
+    vector engine's reduction register (:func:`reduce_into_register`)."""
+    t = current(call)
+    t.commit()
+    if reduce_op is not None and VECTOR_OPS.get(reduce_op) != VectorOp.MAX and \
+            reduce_op not in (np.amax, np.max, np.maximum):
+        raise NotSupported(f"{call}(reduce_op={getattr(reduce_op, '__name__', reduce_op)})",
+                           "the maximum, as NKI")
+    ops = []
+    for op in (comp_op0, comp_op1):
+        vop = VECTOR_OPS.get(op)
+        if vop not in COMPARISONS.values():
+            raise NotSupported(f"{call}(comp_op={getattr(op, '__name__', op)})",
+                               "equal, less, less_equal, greater, greater_equal")
+        ops.append(vop)
+    x = _tile(on_true, call, "on_true_tile").cut(mask)
+    b0 = _tile(bound0, call, "bound0").as_column()
+    b1 = _tile(bound1, call, "bound1").as_column()
+    src, a0, a1 = (t.ap(v, call, n) for v, n in ((x, "on_true_tile"), (b0, "bound0"),
+                                                 (b1, "bound1")))
+    fill = float(np.finfo(np.float32).min) if on_false_value is None else float(on_false_value)
+    out_dt = isa_dtype(dtype) if dtype is not None else x.dt
+
+    def make(out: View, _):
+        out_ap = t.ap(out, call, "dst")
+        t.emit("vector", RangeSelect(dst=out_ap, src=src, bound0=a0, bound1=a1, op0=ops[0],
+                                     op1=ops[1], start=int(range_start), fill=fill),
+               reads=[(x, src), (b0, a0), (b1, a1)], writes=[(out, out_ap)])
+        reduce_into_register(out, reduce_cmd, reduce_res, call)
+
+    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
+
+
+def reduce_into_register(out: View, reduce_cmd, reduce_res: View | None, call: str) -> None:
+    """The vector engine's reduction register across instructions, for ``out`` just
+    written: ``reduce_cmd`` reset clears it, reset_reduce sets it to ``out``'s row maxima,
+    reduce takes the larger of it and them; ``reduce_res`` then takes it. The register is
+    an fp32 [P, 1] tile of the trace: each maxima a TensorReduce, each accumulation a
+    TensorTensor (the hardware keeps both in the instruction)."""
+    t = current(call)
+    cmd = int(reduce_cmd)
+    if cmd == 1:
+        t.registers.pop("vector", None)
+    elif cmd in (2, 3):
+        rows = _out(t, (out.shape[0], 1), "fp32")
+        tensor_reduce(np.max, out, tuple(range(1, out.ndim)), dst=rows, call=call)
+        held = t.registers.get("vector")
+        if cmd == 2 and held is not None:
+            both = _out(t, (out.shape[0], 1), "fp32")
+            tensor_tensor(held, rows, np.maximum, dst=both, call=call)
+            rows = both
+        t.registers["vector"] = rows
+    if reduce_res is not None:
+        held = t.registers.get("vector")
+        if held is None:
+            raise NkiError(f"'{call}': reduce_res of an empty reduction register (no "
+                           f"reduce_cmd reset_reduce or reduce since its reset)")
+        tensor_copy(held, dst=_tile(reduce_res, call, "reduce_res"), call=call)
+
+
 def sequence_bounds(segment_ids: View, *, dtype=None, dst=None,
                     call: str = "sequence_bounds"):
     """Each element's segment start and end (:class:`SequenceBounds`, GpSimd): a
@@ -838,7 +904,7 @@ def match_replace8(data: View, vals: View, imm: float, *, dst_idx: View | None =
     idx_ap = _flat(t, dst_idx, call, "dst_idx", ("sbuf",)) if dst_idx is not None else None
     extra = [(dst_idx, idx_ap)] if dst_idx is not None else []
     return _one(t, call, lambda d, data, vals: MatchReplace8(
-        dst=d, data=data, vals=vals, imm=float(imm), indices=idx_ap),
+        dst=d, data=data, vals=vals, imm=float(imm), dst_idx=idx_ap),
         {"data": x, "vals": v}, x.shape, isa_dtype(dtype) if dtype is not None else x.dt,
         None, dst, extra=extra)
 

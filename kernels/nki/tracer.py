@@ -1269,6 +1269,9 @@ class Tracer:
         #: on-chip constants the lowering makes once and reuses (the ones of a partition
         #: broadcast), by (what, partitions, format)
         self.constant_tiles: dict[tuple, View] = {}
+        #: the reduction register of an engine that chained instructions accumulate into
+        #: (``reduce_cmd``), by engine: the [P, 1] fp32 tile holding it
+        self.registers: dict[str, View] = {}
         # tiles an nisa.iota made: buffer -> (its expression, its writes then)
         self.iota_tiles: dict = {}
         self._shared_next = 0

@@ -58,7 +58,11 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 _INTS = {"int32": np.int32, "uint32": np.uint32, "uint8": np.uint8}
 _WORDS = ("int32", "uint32")
 _SELECTIONS = (Max8, FindIndex8, MatchReplace8, Random, Dropout, GatherFlattened,
-               isa.SequenceBounds)
+               isa.SequenceBounds, isa.RangeSelect)
+#: The comparisons of RangeSelect, as numpy's on fp32.
+_COMPARE = {VectorOp.IS_EQUAL: np.equal, VectorOp.LESS: np.less,
+            VectorOp.LESS_EQUAL: np.less_equal, VectorOp.GREATER: np.greater,
+            VectorOp.GREATER_EQUAL: np.greater_equal}
 
 
 def _partition(ap: AP, p: int) -> AP:
@@ -301,8 +305,8 @@ class Data:
                 self.write(ins.dst, found)
                 return
             self.write32(ins.dst, data.view(np.uint32))
-            if ins.indices is not None:
-                self.write(ins.indices, found)
+            if ins.dst_idx is not None:
+                self.write(ins.dst_idx, found)
         elif isinstance(ins, Random):
             self.write32(ins.dst, self._uniform(stream, ins).view(np.uint32))
         elif isinstance(ins, Dropout):
@@ -310,6 +314,15 @@ class Data:
             prob = self.scalar(ins.prob, ins.imm, x.shape[0]).view(f32)[:, None]
             out = np.where(self._uniform(stream, ins) >= prob, x, f32(0))
             self.write32(ins.dst, out.astype(f32).view(np.uint32))
+        elif isinstance(ins, isa.RangeSelect):
+            x = self.read32(ins.src).view(f32).reshape(ins.src.partitions, -1)
+            place = (ins.start + np.arange(x.shape[1])).astype(f32)[None, :]
+            keep = np.ones(x.shape, dtype=bool)
+            for op, bound in ((ins.op0, ins.bound0), (ins.op1, ins.bound1)):
+                b = self.read32(bound).view(f32).reshape(-1, 1)
+                keep &= _COMPARE[op](place, b)
+            out = np.where(keep, x, f32(ins.fill)).astype(f32)
+            self.write32(ins.dst, out.view(np.uint32))
         elif isinstance(ins, isa.SequenceBounds):
             ids = self.read32(ins.src).view(f32).reshape(-1)
             n = ids.size

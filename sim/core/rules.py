@@ -40,7 +40,7 @@ from hdl.core.isa import (
     Transpose,
 )
 from hdl.core.params import CoreParams
-from hdl.vector.ops import Reduce
+from hdl.vector.ops import Reduce, VectorOp
 from sim.golden import systolic_cycles
 
 from .program import Program
@@ -127,8 +127,8 @@ class Rules:
                                               f"{parts}")
         searched = {isa.Max8: "src", isa.FindIndex8: "data", isa.MatchReplace8: "data"}
         eight = {isa.Max8: ("dst",), isa.FindIndex8: ("dst", "vals"),
-                 isa.MatchReplace8: ("vals", "indices")}
-        indices = {isa.FindIndex8: ("dst",), isa.MatchReplace8: ("indices",),
+                 isa.MatchReplace8: ("vals", "dst_idx")}
+        indices = {isa.FindIndex8: ("dst",), isa.MatchReplace8: ("dst_idx",),
                    isa.GatherFlattened: ("indices",)}
         kind = type(ins)
         if kind in searched and not 8 <= aps[searched[kind]].free <= 16384:
@@ -367,6 +367,18 @@ class Rules:
                                        f"{ins.dst.dtype}")
         elif isinstance(ins, StreamShuffle):
             self._check_shuffle(where, ins)
+        elif isinstance(ins, isa.RangeSelect):
+            self._check_same(where, ins.dst, ins.src, "dst and src")
+            for name in ("bound0", "bound1"):
+                self._check_scalar(where, name, getattr(ins, name), ins.src)
+            comparisons = (VectorOp.IS_EQUAL, VectorOp.LESS, VectorOp.LESS_EQUAL,
+                           VectorOp.GREATER, VectorOp.GREATER_EQUAL)
+            if ins.op0 not in comparisons or ins.op1 not in comparisons:
+                fail(*where, "op", "a range select compares with equal, less, less_equal, "
+                                   "greater or greater_equal")
+            if int(p.version.lstrip("v")) < 3:
+                fail(*where, "engine", f"{p.name}'s vector engine (NeuronCore-{p.version}) "
+                                       f"has no range select, NeuronCore-v3 on has")
         elif isinstance(ins, isa.SequenceBounds):
             s, d = ins.src, ins.dst
             if s.partitions != 1 or d.partitions != 1 or d.free != 2 * s.free or \

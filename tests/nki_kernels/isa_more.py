@@ -247,3 +247,38 @@ def bounds(ids):
     out = nl.ndarray((1, 2, ids.shape[1]), dtype=ids.dtype, buffer=nl.shared_hbm)
     nl.store(out, nisa.sequence_bounds(segment_ids=nl.load(ids)))
     return out
+
+
+@nki.jit(platform_target="trn2")
+def ranges(x, lo, hi, start):
+    """x kept where its place start + i is in [lo, hi) (one bound a partition), else
+    fp32's least (nisa.range_select), its row maxima (reset_reduce); then x + 1 and x + 2
+    selected alike, accumulated in the reduction register (reduce), read by the last."""
+    n = x.shape[0]
+    sel = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    best = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    chained = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    t, b0, b1 = nl.load(x), nl.load(lo), nl.load(hi)
+    r = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.sbuf)
+    c = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nl.store(sel, nisa.range_select(on_true_tile=t, comp_op0=np.greater_equal,
+                                    comp_op1=np.less, bound0=b0, bound1=b1,
+                                    reduce_cmd=nisa.reduce_cmd.reset_reduce, reduce_res=r,
+                                    range_start=start))
+    nl.store(best, r)
+    for i in range(2):
+        nisa.range_select(on_true_tile=nl.add(t, float(i + 1)), comp_op0=np.greater_equal,
+                          comp_op1=np.less, bound0=b0, bound1=b1,
+                          reduce_cmd=nisa.reduce_cmd.reduce,
+                          reduce_res=c if i == 1 else None, range_start=start)
+    nl.store(chained, c)
+    return sel, best, chained
+
+
+@nki.jit
+def ranges_on_trn1(x, lo, hi):
+    """nisa.range_select where the chip (trn1, NeuronCore-v2) has none."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nisa.range_select(on_true_tile=nl.load(x), comp_op0=np.greater_equal,
+                                    comp_op1=np.less, bound0=nl.load(lo), bound1=nl.load(hi)))
+    return out
