@@ -355,3 +355,37 @@ def test_range_select_and_its_register(k, seed):
     with pytest.raises(knki.NkiError, match=r"isa_more.py:\d+: .*NeuronCore-v2\) has no "
                                             r"range select"):
         k["ranges_on_trn1"](x, lo, hi)
+
+
+def test_tensor_scalar_cumulative(k, seed):
+    """The documentation's pseudocode, worked in float32 element by element: a running sum
+    from 0, a running maximum from a loaded start, and a sum continued from the last
+    one's register (the maximum's last column)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((128, 40)).astype(np.float32)
+    init = rng.standard_normal((128, 1)).astype(np.float32)
+    got = k["cumulative"](x, init, np.ones((1, 1), np.float32))
+    want = [np.empty_like(x) for _ in range(3)]
+    for p in range(128):
+        reg = np.float32(0)
+        for i in range(40):
+            reg = want[0][p, i] = reg + x[p, i] * np.float32(2)
+        reg = init[p, 0]
+        for i in range(40):
+            reg = want[1][p, i] = max(reg, x[p, i] + np.float32(1))
+        for i in range(40):
+            reg = want[2][p, i] = reg + x[p, i] * np.float32(2)
+    for g, w in zip(got, want, strict=True):
+        assert np.array_equal(g, w)
+
+
+def test_dma_transpose_of_an_on_chip_tile(k, seed):
+    x = np.random.default_rng(seed).standard_normal((96, 128)).astype(np.float32)
+    assert np.array_equal(k["transposed_on_chip"](x), x.T)
+
+
+def test_isa_constants_import():
+    with knki.installed():
+        from neuronxcc.nki.isa.constants import dge_mode, oob_mode
+        from nki.isa.constants import reduce_cmd
+    assert dge_mode.hwdge and oob_mode.skip and reduce_cmd.load_reduce == 4

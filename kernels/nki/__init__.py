@@ -7,7 +7,8 @@ later, calls that write ``dst``), :mod:`.typing` (``nt``), :mod:`.compiler` (``n
 allocation) and the launch calls of :mod:`.launch`. :func:`install` makes a kernel's own
 imports find them: ``neuronxcc.nki``, ``neuronxcc.nki.language``, ``neuronxcc.nki.isa``,
 ``neuronxcc.nki.typing``, ``neuronxcc.nki.compiler`` (NKI 0.1) and ``nki``,
-``nki.language``, ``nki.isa``, ``nki.typing``, ``nki.compiler`` (NKI 0.2), except where a
+``nki.language``, ``nki.isa``, ``nki.typing``, ``nki.compiler`` (NKI 0.2), each
+``isa.constants`` (the enums) too, except where a
 real Neuron SDK is importable, which it never
 shadows unless asked.
 """
@@ -57,10 +58,15 @@ def _modules() -> dict[str, types.ModuleType]:
     top = types.ModuleType("neuronxcc", "trngen's stand-in for the Neuron compiler package")
     top.__path__ = []
     top.nki = old
+    # the enums of nki.isa, importable as nki.isa.constants too
+    constants = types.ModuleType("nki.isa.constants", "trngen's nki.isa enums")
+    constants.__dict__.update({n: getattr(isa, n) for n in (
+        "engine", "reduce_cmd", "dge_mode", "oob_mode", "nc_version")})
     return {"neuronxcc": top, "neuronxcc.nki": old, "neuronxcc.nki.language": language,
-            "neuronxcc.nki.isa": isa, "neuronxcc.nki.typing": typing,
-            "neuronxcc.nki.compiler": compiler, "nki": new, "nki.language": language,
-            "nki.isa": isa_dst, "nki.typing": typing, "nki.compiler": compiler}
+            "neuronxcc.nki.isa": isa, "neuronxcc.nki.isa.constants": constants,
+            "neuronxcc.nki.typing": typing, "neuronxcc.nki.compiler": compiler,
+            "nki": new, "nki.language": language, "nki.isa": isa_dst,
+            "nki.isa.constants": constants, "nki.typing": typing, "nki.compiler": compiler}
 
 
 _INSTALLED: dict[str, object] = {}

@@ -34,6 +34,7 @@ class reduce_cmd(IntEnum):  # noqa: N801
     reset = 1
     reduce = 2
     reset_reduce = 3
+    load_reduce = 4
 
 
 class dge_mode(IntEnum):  # noqa: N801
@@ -117,13 +118,19 @@ def reciprocal(data, *, dtype=None, mask=None, **kwargs):
 
 
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
-    """A 2-dimensional HBM tensor [F, P] as a [P, F] tile, by a strided DMA
-    (``nl.load_transpose2d``)."""
+    """A 2-dimensional tensor [F, P] as a [P, F] tile, by a strided DMA from HBM
+    (``nl.load_transpose2d``); an on-chip tile goes through an HBM tensor of its own first
+    (a second DMA, where the hardware's DMA transposes SBUF to SBUF in one)."""
     _options("dma_transpose", kwargs, ("dge_mode",))
-    if getattr(src, "buffer", None) != "hbm" or src.ndim != 2 or \
-            axes not in (None, (1, 0), [1, 0]):
-        raise NotSupported("dma_transpose of an on-chip tile, or of 3 or 4 dimensions",
-                           "a 2-dimensional HBM tensor, axes (1, 0)")
+    if getattr(src, "ndim", 0) != 2 or axes not in (None, (1, 0), [1, 0]):
+        raise NotSupported("dma_transpose of 3 or 4 dimensions",
+                           "a 2-dimensional tensor, axes (1, 0)")
+    if src.buffer != "hbm":
+        t = current("dma_transpose")
+        t.commit()
+        staged = t.hbm("transposed", src.shape, src.dt)
+        language.store(staged, src)
+        src = staged
     return language.load_transpose2d(src, mask=mask, dtype=dtype)
 
 
@@ -241,6 +248,12 @@ def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown
     return lower.tensor_copy_dynamic_src(src, mask=mask, dtype=dtype, engine=engine)
 
 
+def tensor_scalar_cumulative(*, dst, src, op0, op1, imm0, imm1=None,
+                             reduce_cmd=reduce_cmd.reset_reduce, reverse0=False, **kwargs):
+    _options("tensor_scalar_cumulative", kwargs)
+    lower.tensor_scalar_cumulative(src, op0, op1, imm0, imm1, reduce_cmd, reverse0, dst=dst)
+
+
 def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1,
                  reduce_cmd=reduce_cmd.idle, reduce_res=None, reduce_op=np.amax,
                  range_start=0, on_false_value=None, mask=None, dtype=None, **kwargs):
@@ -297,7 +310,7 @@ _SUPPORTED = ("nc_matmul nc_transpose activation activation_reduce tensor_tensor
               "tensor_scalar tensor_scalar_reduce scalar_tensor_tensor tensor_reduce "
               "tensor_partition_reduce reciprocal tensor_copy_predicated select_reduce "
               "nc_stream_shuffle max8 nc_find_index8 nc_match_replace8 dropout "
-              "tensor_copy_dynamic_src sequence_bounds range_select "
+              "tensor_copy_dynamic_src sequence_bounds range_select tensor_scalar_cumulative "
               "dma_transpose "
               "tensor_tensor_scan tensor_copy memset iota affine_select bn_stats bn_aggr "
               "dma_copy get_nc_version, the engine, reduce_cmd, dge_mode, oob_mode and "

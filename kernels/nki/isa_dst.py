@@ -28,7 +28,8 @@ __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_st
            "range_select", "reciprocal", "reduce_cmd", "scalar_engine", "scalar_tensor_tensor",
            "select_reduce", "sequence_bounds", "tensor_copy", "tensor_copy_dynamic_src",
            "tensor_copy_predicated", "tensor_engine", "tensor_partition_reduce",
-           "tensor_reduce", "tensor_scalar", "tensor_scalar_reduce", "tensor_tensor",
+           "tensor_reduce", "tensor_scalar", "tensor_scalar_cumulative", "tensor_scalar_reduce",
+           "tensor_tensor",
            "tensor_tensor_scan", "unknown_engine", "vector_engine"]
 
 
@@ -139,6 +140,11 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, priority=N
 
 def tensor_copy_dynamic_src(dst, src, engine=engine.unknown, name=None):
     lower.tensor_copy_dynamic_src(src, engine=engine, dst=dst)
+
+
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None,
+                             reduce_cmd=reduce_cmd.reset_reduce, reverse0=False, name=None):
+    lower.tensor_scalar_cumulative(src, op0, op1, imm0, imm1, reduce_cmd, reverse0, dst=dst)
 
 
 def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1,

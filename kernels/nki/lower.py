@@ -1191,6 +1191,52 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
     return _finish(t, lambda: _out(t, a.shape, out_dt), make, "compute", _dropping(mask), dst)
 
 
+#: The value each cumulative operation starts from (its identity).
+_IDENTITY = {VectorOp.ADD: 0.0, VectorOp.SUBTRACT: 0.0, VectorOp.MULTIPLY: 1.0,
+             VectorOp.MAX: -math.inf, VectorOp.MIN: math.inf}
+
+
+def tensor_scalar_cumulative(src, op0, op1, imm0, imm1=None, reduce_cmd=3, reverse0=False,
+                             *, dst=None, call: str = "tensor_scalar_cumulative"):
+    """``reg = op1(op0(src[:, i], imm0), reg)`` along the free axis, each ``reg`` into
+    ``dst``, from ``reg`` = op1's identity (``reduce_cmd`` reset_reduce or reset), ``imm1``
+    (load_reduce) or the vector engine's reduction register (reduce), which then holds the
+    last: the TensorScalar of op0 into fp32, then a TensorTensorScan whose ``op0`` is
+    ``op1`` (its ``op1`` a COPY), then the last column copied as the register (the
+    hardware does it in one instruction)."""
+    t = current(call)
+    t.commit()
+    x = _tile(src, call, "src")
+    o1 = _op(op1, call)
+    if o1 not in _IDENTITY:
+        raise NotSupported(f"'{call}'(op1={getattr(op1, '__name__', op1)})",
+                           "add, subtract, multiply, maximum, minimum")
+    cmd = int(reduce_cmd)
+    y = tensor_scalar(x, op0, imm0, reverse0, dtype=np.float32, call=call)
+    init, init_ap, imm = None, None, _IDENTITY[o1]
+    if cmd == 4:  # load_reduce
+        if imm1 is None:
+            raise NkiError(f"'{call}' with reduce_cmd load_reduce needs imm1")
+        init_ap, imm, init = _scalar_operand(t, imm1, x, call, "imm1")
+    elif cmd == 2:  # reduce: from the register
+        init = t.registers.get("vector")
+        if init is None:
+            raise NkiError(f"'{call}': reduce_cmd reduce of an empty reduction register")
+        init_ap = t.ap(init, call, "register")
+    y_ap = t.ap(y, call, "src")
+
+    def make(out: View, _):
+        out_ap = t.ap(out, call, "dst")
+        reads = [(y, y_ap)] + ([(init, init_ap)] if init is not None else [])
+        t.emit("vector", TensorTensorScan(dst=out_ap, a=y_ap, b=y_ap, op0=o1,
+                                          op1=VectorOp.COPY, initial=init_ap, imm=imm),
+               reads=reads, writes=[(out, out_ap)])
+        last = out.reshape((out.shape[0], math.prod(out.shape[1:])))[:, -1]
+        t.registers["vector"] = tensor_copy(last, dtype=np.float32, call=call)
+
+    return _finish(t, lambda: _out(t, x.shape, "fp32"), make, "compute", None, dst)
+
+
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, dst=None,
                             call: str = "tensor_partition_reduce"):
     """The sum, maximum or minimum across the partitions of ``data``, one partition out.

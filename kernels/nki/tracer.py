@@ -607,6 +607,10 @@ class View(_Typed):
         return self.dims[0][0]
 
     def __bool__(self):
+        """An HBM tensor (a kernel's argument or output) is there: true, as ``if t`` asks
+        of an optional argument; an on-chip tile's truth would be its values'."""
+        if self.buf.space == "hbm":
+            return True
         raise NkiError("the truth value of a tensor is ambiguous: control flow cannot "
                        "depend on tensor values", "err_ambiguous_tensor_truth_value")
 

@@ -282,3 +282,31 @@ def ranges_on_trn1(x, lo, hi):
     nl.store(out, nisa.range_select(on_true_tile=nl.load(x), comp_op0=np.greater_equal,
                                     comp_op1=np.less, bound0=nl.load(lo), bound1=nl.load(hi)))
     return out
+
+
+@nki.jit
+def cumulative(x, init, scale=None):
+    """nisa.tensor_scalar_cumulative: a running sum of x * 2 (reset_reduce); a running
+    maximum of x + 1 from init (load_reduce, one per partition); the sum again continued
+    from the register (reduce). ``scale``, an HBM tensor when given, is there (true)."""
+    outs = [nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm) for _ in range(3)]
+    assert scale is None or scale
+    scale = 2.0
+    t = nl.load(x)
+    for out, op0, op1, imm0, imm1, cmd in (
+            (outs[0], np.multiply, np.add, scale, None, nisa.reduce_cmd.reset_reduce),
+            (outs[1], np.add, np.maximum, 1.0, nl.load(init), nisa.reduce_cmd.load_reduce),
+            (outs[2], np.multiply, np.add, scale, None, nisa.reduce_cmd.reduce)):
+        d = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(dst=d, src=t, op0=op0, op1=op1, imm0=imm0, imm1=imm1,
+                                      reduce_cmd=cmd)
+        nl.store(out, d)
+    return tuple(outs)
+
+
+@nki.jit
+def transposed_on_chip(x):
+    """An SBUF tile transposed by nisa.dma_transpose."""
+    out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nisa.dma_transpose(nl.load(x)))
+    return out
