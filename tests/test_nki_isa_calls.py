@@ -389,3 +389,24 @@ def test_isa_constants_import():
         from neuronxcc.nki.isa.constants import dge_mode, oob_mode
         from nki.isa.constants import reduce_cmd
     assert dge_mode.hwdge and oob_mode.skip and reduce_cmd.load_reduce == 4
+
+
+@pytest.mark.parametrize("per, valid", [(1, 40), (4, 64)])
+def test_local_gather(k, per, valid, seed):
+    """Each group of 16 partitions reads its own indices partition first and gathers
+    ``per`` elements from each, as the documentation's numpy semantics do."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((64, 96)).astype(np.float32)
+    index = (rng.integers(0, 96 // per, (64, 4)) * per).astype(np.uint16)
+    out = k["gathered_locally"](x, index, per, valid)
+    for g in range(0, 64, 16):
+        starts = index[g:g + 16].flatten(order="F")[:valid].astype(np.int64)
+        take = (starts[:, None] + np.arange(per)).reshape(-1)
+        assert np.array_equal(out[g:g + 16].reshape(16, -1), x[g:g + 16][:, take])
+
+
+def test_uint16_by_value(k, seed):
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, 40000, (2, 128, 32)).astype(np.uint16)
+    want = np.minimum(a.astype(np.int64) + b, 65535).astype(np.uint16)
+    assert np.array_equal(k["uint16_sum"](a, b), want)

@@ -30,7 +30,7 @@ __all__ = [
     "AP", "AP_BITS", "AP_FIELDS", "DTYPES", "ENGINE_OPS", "FREE_MAX", "INSTRUCTIONS", "MX_DTYPES",
     "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS", "SPACES", "TF32_SHIFT",
     "WORD_BITS", "Activation", "DmaCopy", "Dropout", "FindIndex8", "GatherFlattened",
-    "Instruction", "IsaError", "Iota", "MatchReplace8", "Max8", "Random",
+    "Instruction", "IsaError", "Iota", "LocalGather", "MatchReplace8", "Max8", "Random",
     "LoadStationary", "Memset", "MultiplyMoving", "SHUFFLE_KEEP", "SHUFFLE_LANES",
     "RangeSelect", "SemSignal", "SequenceBounds",
     "SemWait", "StreamShuffle", "TensorCopy",
@@ -76,7 +76,7 @@ FREE_MAX = {"sbuf": 64 * 1024, "psum": 4 * 1024}
 DTYPES = {"fp32": (0, 4), "bf16": (1, 2), "fp16": (2, 2), "fp8_e4m3": (3, 1),
           "fp8_e5m2": (4, 1), "fp8_e4m3fn": (5, 1), "int8": (6, 1), "int32": (7, 4),
           "uint32": (8, 4), "tf32": (9, 4), "mxfp8_x4": (10, 4), "mxfp4_x4": (11, 2),
-          "uint8": (12, 1)}
+          "uint8": (12, 1), "uint16": (13, 2)}
 _DTYPE_BY_CODE = {code: name for name, (code, _) in DTYPES.items()}
 #: The MX quad types: name -> the tensor engine's format of their elements.
 MX_DTYPES = {"mxfp8_x4": "mxfp8", "mxfp4_x4": "mxfp4"}
@@ -535,6 +535,24 @@ class RangeSelect(Instruction):
 
 
 @dataclass(frozen=True, slots=True)
+class LocalGather(Instruction):
+    """Each group of 16 partitions gathers from itself, as each GpSimd core from its 16:
+    the group's uint16 ``indices`` read partition first (column by column), the first
+    ``valid`` of them; for each, ``per`` elements of each partition of ``src`` from that
+    element offset (free elements flattened), in turn into ``dst`` [NKI ``local_gather``]."""
+
+    OPCODE: ClassVar[int] = 25
+    MNEMONIC: ClassVar[str] = "lgather"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
+                        ("indices", "ap", AP_BITS), ("per", "u", 8), ("valid", "u", 16))
+    dst: AP
+    src: AP
+    indices: AP
+    per: int = 1
+    valid: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Max8(Instruction):
     """The 8 largest elements of each partition of ``src`` (its free elements flattened,
     compared as fp32), largest first, into ``dst``'s 8 [NKI ``max8``]."""
@@ -652,7 +670,7 @@ INSTRUCTIONS: dict[int, type[Instruction]] = {
                                 Iota, DmaCopy, SemSignal, SemWait, TensorTensorScan,
                                 StreamShuffle, Max8, FindIndex8, MatchReplace8, Random,
                                 Dropout, GatherFlattened, TensorCopyDynamic,
-                                SequenceBounds, RangeSelect)}
+                                SequenceBounds, RangeSelect, LocalGather)}
 _BY_MNEMONIC = {cls.MNEMONIC: cls for cls in INSTRUCTIONS.values()}
 _SYNC = (SemSignal, SemWait)
 
@@ -664,7 +682,7 @@ ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {
                Random, Dropout, TensorCopyDynamic, RangeSelect) + _SYNC,
     "scalar": (Activation, TensorScalar, TensorCopy, TensorCopyDynamic) + _SYNC,
     "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset, GatherFlattened,
-               TensorCopyDynamic, SequenceBounds) + _SYNC,
+               TensorCopyDynamic, SequenceBounds, LocalGather) + _SYNC,
     "dma": (DmaCopy,) + _SYNC,
 }
 

@@ -269,6 +269,13 @@ def sequence_bounds(*, segment_ids, dtype=None, **kwargs):
     return lower.sequence_bounds(segment_ids, dtype=dtype)
 
 
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *,
+                 mask=None, **kwargs):
+    _options("local_gather", kwargs)
+    return lower.local_gather(src_buffer, index, num_elem_per_idx, num_valid_indices,
+                              mask=mask)
+
+
 def max8(*, src, mask=None, dtype=None, **kwargs):
     _options("max8", kwargs)
     return lower.max8(src, mask=mask, dtype=dtype)
@@ -311,6 +318,7 @@ _SUPPORTED = ("nc_matmul nc_transpose activation activation_reduce tensor_tensor
               "tensor_partition_reduce reciprocal tensor_copy_predicated select_reduce "
               "nc_stream_shuffle max8 nc_find_index8 nc_match_replace8 dropout "
               "tensor_copy_dynamic_src sequence_bounds range_select tensor_scalar_cumulative "
+              "local_gather "
               "dma_transpose "
               "tensor_tensor_scan tensor_copy memset iota affine_select bn_stats bn_aggr "
               "dma_copy get_nc_version, the engine, reduce_cmd, dge_mode, oob_mode and "

@@ -46,6 +46,7 @@ int8 = numpy_dtype("int8")
 int32 = numpy_dtype("int32")
 uint8 = numpy_dtype("uint8")
 uint32 = numpy_dtype("uint32")
+uint16 = numpy_dtype("uint16")
 
 
 class fp32:  # noqa: N801 - NKI's name

@@ -25,6 +25,7 @@ from hdl.core.isa import (
     GatherFlattened,
     Iota,
     LoadStationary,
+    LocalGather,
     MatchReplace8,
     Max8,
     MultiplyMoving,
@@ -870,6 +871,23 @@ def sequence_bounds(segment_ids: View, *, dtype=None, dst=None,
     return _one(t, call, lambda d, src: SequenceBounds(dst=d, src=src), {"src": x},
                 (x.shape[0], 2, n), isa_dtype(dtype) if dtype is not None else x.dt, None,
                 dst, engine="gpsimd")
+
+
+def local_gather(src_buffer: View, index: View, num_elem_per_idx=1, num_valid_indices=None,
+                 *, mask=None, dst=None, call: str = "local_gather"):
+    """Each 16-partition group's gather from itself by its uint16 indices, on GpSimd
+    (:class:`LocalGather`): [P, valid x per] of the source's type."""
+    t = current(call)
+    t.commit()
+    x = _tile(src_buffer, call, "src_buffer").cut(mask)
+    i = _tile(index, call, "index")
+    per = int(num_elem_per_idx)
+    valid = int(num_valid_indices) if num_valid_indices else \
+        math.prod(i.shape[1:]) * min(16, i.shape[0])
+    return _one(t, call, lambda d, src, indices: LocalGather(dst=d, src=src, indices=indices,
+                                                             per=per, valid=valid),
+                {"src": x, "indices": i}, (x.shape[0], valid * per), x.dt, None, dst,
+                engine="gpsimd")
 
 
 def max8(src: View, *, mask=None, dtype=None, dst=None, call: str = "max8"):

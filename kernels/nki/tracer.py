@@ -52,13 +52,14 @@ __all__ = ["TF32", "Affine", "AffineLoop", "Buffer", "Index", "Mask", "Placed", 
 TF32 = np.dtype("V4")
 _NUMPY = {**{name: np.dtype(t) for name, t in ML_DTYPES.items()}, "tf32": TF32,
           "int8": np.dtype(np.int8), "int32": np.dtype(np.int32),
-          "uint32": np.dtype(np.uint32), "uint8": np.dtype(np.uint8)}
+          "uint32": np.dtype(np.uint32), "uint8": np.dtype(np.uint8),
+          "uint16": np.dtype(np.uint16)}
 _ISA = {v: k for k, v in _NUMPY.items()}
 _ISA[np.dtype(np.bool_)] = "uint8"  # NKI's bool: a byte, 0 or 1
 FLOATS = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "tf32")
 #: Rank of a format in NKI's type promotion (the wider wins).
 _RANK = {"fp8_e5m2": 0, "fp8_e4m3": 0, "fp8_e4m3fn": 0, "bf16": 1, "fp16": 1, "tf32": 2,
-         "fp32": 3, "int8": -3, "uint8": -3, "int32": -2, "uint32": -2}
+         "fp32": 3, "int8": -3, "uint8": -3, "uint16": -2.5, "int32": -2, "uint32": -2}
 
 #: Alignment of a tile in PSUM, bytes per partition (two fp32 words).
 PSUM_ALIGN = 8
@@ -76,7 +77,7 @@ def isa_dtype(dtype) -> str:
         return _ISA[dt]
     raise NotSupported(f"dtype {dtype!r}",
                        "float32, bfloat16, float16, float8_e4m3, float8_e5m2, tfloat32, "
-                       "int8, int32, uint8, uint32, bool (as uint8)")
+                       "int8, int32, uint8, uint16, uint32, bool (as uint8)")
 
 
 def numpy_dtype(name: str) -> np.dtype:
@@ -1799,6 +1800,10 @@ class Tracer:
 
         (pd, sd), fd = split(dst)
         (ps, ss), fs = split(src)
+        if [n for n, _ in fd] != [n for n, _ in fs]:  # one contiguous run a side, one length
+            md, ms = merge_dims(fd), merge_dims(fs)
+            if len(md) == len(ms) == 1 and md[0][0] == ms[0][0]:
+                fd, fs = list(md), list(ms)
         if pd != ps or [n for n, _ in fd] != [n for n, _ in fs]:
             raise NkiError(f"'{call}': destination shape {list(dst.shape)} and source shape "
                            f"{list(src.shape)} differ",

@@ -55,10 +55,10 @@ __all__ = ["Data", "unit_beats"]
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 #: The integer types the engines take by value besides int8 (an :class:`IntFormat`); the
 #: 32-bit ones as words by :func:`isa.integer_words`' instructions.
-_INTS = {"int32": np.int32, "uint32": np.uint32, "uint8": np.uint8}
+_INTS = {"int32": np.int32, "uint32": np.uint32, "uint8": np.uint8, "uint16": np.uint16}
 _WORDS = ("int32", "uint32")
 _SELECTIONS = (Max8, FindIndex8, MatchReplace8, Random, Dropout, GatherFlattened,
-               isa.SequenceBounds, isa.RangeSelect)
+               isa.SequenceBounds, isa.RangeSelect, isa.LocalGather)
 #: The comparisons of RangeSelect, as numpy's on fp32.
 _COMPARE = {VectorOp.IS_EQUAL: np.equal, VectorOp.LESS: np.less,
             VectorOp.LESS_EQUAL: np.less_equal, VectorOp.GREATER: np.greater,
@@ -314,6 +314,15 @@ class Data:
             prob = self.scalar(ins.prob, ins.imm, x.shape[0]).view(f32)[:, None]
             out = np.where(self._uniform(stream, ins) >= prob, x, f32(0))
             self.write32(ins.dst, out.astype(f32).view(np.uint32))
+        elif isinstance(ins, isa.LocalGather):
+            src = self.read(ins.src).reshape(ins.src.partitions, -1)
+            idx = self.read(ins.indices).reshape(ins.indices.partitions, -1)
+            out = np.empty((src.shape[0], ins.valid * ins.per), dtype=src.dtype)
+            for g in range(0, src.shape[0], 16):
+                starts = idx[g:g + 16].flatten(order="F")[:ins.valid].astype(np.int64)
+                take = (starts[:, None] + np.arange(ins.per)[None, :]).reshape(-1)
+                out[g:g + 16] = src[g:g + 16][:, np.minimum(take, src.shape[1] - 1)]
+            self.write(ins.dst, out)
         elif isinstance(ins, isa.RangeSelect):
             x = self.read32(ins.src).view(f32).reshape(ins.src.partitions, -1)
             place = (ins.start + np.arange(x.shape[1])).astype(f32)[None, :]

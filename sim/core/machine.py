@@ -42,6 +42,7 @@ from hdl.core.isa import (
     GatherFlattened,
     Instruction,
     LoadStationary,
+    LocalGather,
     MultiplyMoving,
     SemSignal,
     SemWait,
@@ -124,7 +125,8 @@ class Core:
         """(cycles, flops) of a vector/scalar/GpSimd instruction."""
         src = getattr(ins, "src", None) or getattr(ins, "data", None) or \
             getattr(ins, "a", None) or ins.dst
-        n = ins.dst.free if isinstance(ins, GatherFlattened | SequenceBounds) else src.free
+        n = ins.dst.free if isinstance(ins, GatherFlattened | SequenceBounds | LocalGather) \
+            else src.free
         passes = 1.0
         if isinstance(ins, TensorTensor):
             passes = 1.0 if "psum" in (ins.a.space, ins.b.space) else 2.0

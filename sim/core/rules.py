@@ -367,6 +367,20 @@ class Rules:
                                        f"{ins.dst.dtype}")
         elif isinstance(ins, StreamShuffle):
             self._check_shuffle(where, ins)
+        elif isinstance(ins, isa.LocalGather):
+            s, d, i = ins.src, ins.dst, ins.indices
+            if s.partitions % 16 or {d.partitions, i.partitions} != {s.partitions} or \
+                    i.dtype != "uint16" or ins.per not in (1, 2, 4, 8, 16, 32) or \
+                    not 0 < ins.valid <= i.free * 16 or d.free != ins.valid * ins.per or \
+                    d.dtype != s.dtype:
+                fail(*where, "operand shape", f"a local gather: partitions a multiple of 16 "
+                                              f"alike, uint16 indices, 1 .. 32 elements "
+                                              f"each (a power of 2), at most the group's "
+                                              f"indices, dst valid x per of src's type; not "
+                                              f"src {s.partitions} x {s.free} {s.dtype}, "
+                                              f"indices {i.partitions} x {i.free} {i.dtype}, "
+                                              f"dst {d.partitions} x {d.free} {d.dtype}, "
+                                              f"per {ins.per}, valid {ins.valid}")
         elif isinstance(ins, isa.RangeSelect):
             self._check_same(where, ins.dst, ins.src, "dst and src")
             for name in ("bound0", "bound1"):

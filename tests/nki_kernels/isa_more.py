@@ -310,3 +310,20 @@ def transposed_on_chip(x):
     out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
     nl.store(out, nisa.dma_transpose(nl.load(x)))
     return out
+
+
+@nki.jit
+def gathered_locally(x, index, per, valid):
+    """nisa.local_gather of x [P, F] by the uint16 index [P, K], stored as [P, valid, per]
+    (a tile of one run into a tensor of three dimensions)."""
+    out = nl.ndarray((x.shape[0], valid, per), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nisa.local_gather(nl.load(x), nl.load(index), per, valid))
+    return out
+
+
+@nki.jit
+def uint16_sum(a, b):
+    """Two uint16 tiles added on the vector engine (by value, saturated into uint16)."""
+    out = nl.ndarray(a.shape, dtype=nl.uint16, buffer=nl.shared_hbm)
+    nl.store(out, nl.add(nl.load(a), nl.load(b), dtype=nl.uint16))
+    return out
