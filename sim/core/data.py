@@ -27,11 +27,14 @@ from hdl.core.isa import (
     Instruction,
     Iota,
     LoadStationary,
+    LocalGather,
     MatchReplace8,
     Max8,
     Memset,
     MultiplyMoving,
     Random,
+    RangeSelect,
+    SequenceBounds,
     StreamShuffle,
     TensorCopy,
     TensorCopyDynamic,
@@ -58,7 +61,7 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 _INTS = {"int32": np.int32, "uint32": np.uint32, "uint8": np.uint8, "uint16": np.uint16}
 _WORDS = ("int32", "uint32")
 _SELECTIONS = (Max8, FindIndex8, MatchReplace8, Random, Dropout, GatherFlattened,
-               isa.SequenceBounds, isa.RangeSelect, isa.LocalGather)
+               SequenceBounds, RangeSelect, LocalGather)
 #: The comparisons of RangeSelect, as numpy's on fp32.
 _COMPARE = {VectorOp.IS_EQUAL: np.equal, VectorOp.LESS: np.less,
             VectorOp.LESS_EQUAL: np.less_equal, VectorOp.GREATER: np.greater,
@@ -283,7 +286,8 @@ class Data:
         return out * np.float32(2.0 ** -24)
 
     def _selection(self, stream: int, ins: Instruction) -> None:
-        """Max8, FindIndex8, MatchReplace8, Random, Dropout and GatherFlattened."""
+        """The instructions of :data:`_SELECTIONS`: the 8-wide searches, the random draws,
+        the gathers, the range select and the sequence bounds."""
         f32 = np.float32
         if isinstance(ins, Max8):
             x = self.read32(ins.src).view(f32).reshape(ins.src.partitions, -1)
@@ -314,7 +318,7 @@ class Data:
             prob = self.scalar(ins.prob, ins.imm, x.shape[0]).view(f32)[:, None]
             out = np.where(self._uniform(stream, ins) >= prob, x, f32(0))
             self.write32(ins.dst, out.astype(f32).view(np.uint32))
-        elif isinstance(ins, isa.LocalGather):
+        elif isinstance(ins, LocalGather):
             src = self.read(ins.src).reshape(ins.src.partitions, -1)
             idx = self.read(ins.indices).reshape(ins.indices.partitions, -1)
             out = np.empty((src.shape[0], ins.valid * ins.per), dtype=src.dtype)
@@ -323,7 +327,7 @@ class Data:
                 take = (starts[:, None] + np.arange(ins.per)[None, :]).reshape(-1)
                 out[g:g + 16] = src[g:g + 16][:, np.minimum(take, src.shape[1] - 1)]
             self.write(ins.dst, out)
-        elif isinstance(ins, isa.RangeSelect):
+        elif isinstance(ins, RangeSelect):
             x = self.read32(ins.src).view(f32).reshape(ins.src.partitions, -1)
             place = (ins.start + np.arange(x.shape[1])).astype(f32)[None, :]
             keep = np.ones(x.shape, dtype=bool)
@@ -332,7 +336,7 @@ class Data:
                 keep &= _COMPARE[op](place, b)
             out = np.where(keep, x, f32(ins.fill)).astype(f32)
             self.write32(ins.dst, out.view(np.uint32))
-        elif isinstance(ins, isa.SequenceBounds):
+        elif isinstance(ins, SequenceBounds):
             ids = self.read32(ins.src).view(f32).reshape(-1)
             n = ids.size
             start, end = np.empty(n, f32), np.empty(n, f32)
