@@ -120,6 +120,14 @@ def _tile(x, call: str, operand: str) -> View:
     return x
 
 
+def _with_partition(v: View) -> View:
+    """``v`` with its partition dimension: a tile of one partition indexed away
+    (``a[0, ...]``) is that one partition."""
+    if v.dims and v.dims[0][2]:
+        return v
+    return View(v.buf, v.dt, ((1, 1, True),) + v.dims, v.part, v.off, v.checks)
+
+
 def _out(t, shape, dt: str, space: str = "sbuf", part: int = 0) -> View:
     return t.tile(shape, dt, space, "tile", part)
 
@@ -647,7 +655,9 @@ def tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0=Fa
 def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,
                 call: str = "tensor_copy"):
     """A copy (and cast to ``dtype`` or the destination's format) on the vector engine, or
-    the scalar engine or GpSimd where asked."""
+    the scalar engine or GpSimd where asked; of a tile at a run-time offset, a
+    :class:`TensorCopyDynamic` (the offset read when it runs, every place it may name taken
+    as read)."""
     t = current(call)
     t.commit()
     x = _tile(src, call, "src").cut(mask)
@@ -655,12 +665,22 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,
     spaces = ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum")
     s_ap = t.ap(x, call, "src", spaces)
     out_dt = isa_dtype(dtype) if dtype is not None else x.dt
+    moved = x.moved  # a tile at a run-time offset (nisa.tensor_copy_dynamic_src)
+    if moved is not None:
+        offset = _with_partition(moved.tile)
+        o_ap = t.ap(offset, call, "offset", ("sbuf",))
+        whole = replace(s_ap, dims=((moved.count, moved.stride),) + s_ap.dims)
 
     def make(out: View, _):
         out_ap = t.ap(out, call, "dst", spaces)
         if out_ap.partitions != s_ap.partitions or out_ap.free != s_ap.free:
             raise NkiError(f"'{call}': source {list(x.shape)} and destination "
                            f"{list(out.shape)} differ")
+        if moved is not None:  # the offset read when it runs; every place taken as read
+            t.emit(eng, TensorCopyDynamic(dst=out_ap, src=s_ap, offset=o_ap,
+                                          stride=moved.stride, count=moved.count),
+                   reads=[(x, s_ap), (x, whole), (offset, o_ap)], writes=[(out, out_ap)])
+            return
         if eng != "scalar" and out.dt == x.dt and out.dt in ("int32", "uint32"):
             # bit-accurate, as NKI documents the vector and GpSimd engines' copy between
             # equal types: the words OR 0 (the ISA's copy goes by value)
@@ -672,38 +692,11 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,
     return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
 
 
-def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=None, dst=None,
-                            call: str = "tensor_copy_dynamic_src"):
-    """A copy of ``src``, a tile at a run-time offset (``t[..., offsets[0, i] + e]``), as
-    :func:`tensor_copy` engines and casts it (:class:`TensorCopyDynamic`): the offset read
-    when it runs, checked against the places its dimension has; its dependencies take
-    every place as read."""
-    t = current(call)
-    t.commit()
-    x = _tile(src, call, "src").cut(mask)
-    if x.moved is None:
-        return tensor_copy(x, dtype=dtype, engine=engine, dst=dst, call=call)
-    eng = _engine(engine, ("vector", "scalar", "gpsimd"), call)
-    spaces = ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum")
-    s_ap = t.ap(x, call, "src", spaces)
-    m = x.moved
-    tile = m.tile if m.tile.dims and m.tile.dims[0][2] else View(
-        m.tile.buf, m.tile.dt, ((1, 1, True),) + m.tile.dims, m.tile.part, m.tile.off,
-        m.tile.checks)
-    o_ap = t.ap(tile, call, "offset", ("sbuf",))
-    whole = replace(s_ap, dims=((m.count, m.stride),) + s_ap.dims)
-    out_dt = isa_dtype(dtype) if dtype is not None else x.dt
-
-    def make(out: View, _):
-        out_ap = t.ap(out, call, "dst", spaces)
-        if out_ap.partitions != s_ap.partitions or out_ap.free != s_ap.free:
-            raise NkiError(f"'{call}': source {list(x.shape)} and destination "
-                           f"{list(out.shape)} differ")
-        t.emit(eng, TensorCopyDynamic(dst=out_ap, src=s_ap, offset=o_ap, stride=m.stride,
-                                      count=m.count),
-               reads=[(x, s_ap), (x, whole), (tile, o_ap)], writes=[(out, out_ap)])
-
-    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
+def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=None, dst=None):
+    """A copy of ``src``, a tile at a run-time offset (``t[..., offsets[0, i] + e]``):
+    :func:`tensor_copy`'s (:class:`TensorCopyDynamic`)."""
+    return tensor_copy(src, mask=mask, dtype=dtype, engine=engine, dst=dst,
+                       call="tensor_copy_dynamic_src")
 
 
 def memset(dst: View, value, *, engine=None, call: str = "memset") -> None:
@@ -749,10 +742,7 @@ def stream_shuffle(src: View, dst: View, shuffle_mask, *, mask=None,
     if dropped(mask):
         return
     s, d = _tile(src, call, "src"), _tile(dst, call, "dst").cut(mask)
-    # a tile of one partition indexed away (``a[0, ...]``) is that partition
-    s, d = (v if v.dims and v.dims[0][2] else
-            View(v.buf, v.dt, ((1, 1, True),) + v.dims, v.part, v.off, v.checks)
-            for v in (s, d))
+    s, d = (_with_partition(v) for v in (s, d))
     s, d = (v.as_column() if v.ndim == 1 else v for v in (s, d))
     entries = tuple(int(m) for m in shuffle_mask)
     if len(entries) != SHUFFLE_LANES:
