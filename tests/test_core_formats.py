@@ -280,7 +280,7 @@ def test_mx_scale_round_trips_and_unknown_types_are_refused():
     assert decode(encode(ins)) == ins == parse(format_instruction(ins))
     assert ins.src.itemsize == 2
     with pytest.raises(IsaError, match=r"matmul.src.dtype must be one of .*mxfp8_x4, "
-                                       r"mxfp4_x4, uint8, not 'mxfp8'"):
+                                       r"mxfp4_x4, uint8, uint16, not 'mxfp8'"):
         encode(MultiplyMoving(dst=ins.dst, src=tile("sbuf", "mxfp8", 0, 8, 64, 8)))
 
 
