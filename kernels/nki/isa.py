@@ -160,8 +160,7 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None,
     through the vector engine's reduction register as ``reduce_cmd`` says, into
     ``reduce_res`` if given (:func:`lower.reduce_into_register`)."""
     _options("select_reduce", kwargs)
-    if reduce_op not in (np.amax, np.max, np.maximum, language.max):
-        raise NotSupported(f"select_reduce(reduce_op={reduce_op!r})", "the maximum, as NKI")
+    lower.register_op(reduce_op, "select_reduce")
     _select_into(dst, predicate, on_true, on_false, reverse_pred, dtype, mask,
                  "select_reduce")
     if int(reduce_cmd) or reduce_res is not None:

@@ -794,17 +794,12 @@ def range_select(on_true: View, comp_op0, comp_op1, bound0: View, bound1: View, 
     vector engine's reduction register (:func:`reduce_into_register`)."""
     t = current(call)
     t.commit()
-    if reduce_op is not None and VECTOR_OPS.get(reduce_op) != VectorOp.MAX and \
-            reduce_op not in (np.amax, np.max, np.maximum):
-        raise NotSupported(f"{call}(reduce_op={getattr(reduce_op, '__name__', reduce_op)})",
-                           "the maximum, as NKI")
-    ops = []
-    for op in (comp_op0, comp_op1):
-        vop = VECTOR_OPS.get(op)
-        if vop not in COMPARISONS.values():
-            raise NotSupported(f"{call}(comp_op={getattr(op, '__name__', op)})",
-                               "equal, less, less_equal, greater, greater_equal")
-        ops.append(vop)
+    register_op(reduce_op, call)
+    ops = [_op(op, call) for op in (comp_op0, comp_op1)]
+    if any(op not in COMPARISONS.values() for op in ops):
+        raise NotSupported(f"{call}(comp_op0={getattr(comp_op0, '__name__', comp_op0)}, "
+                           f"comp_op1={getattr(comp_op1, '__name__', comp_op1)})",
+                           "equal, less, less_equal, greater, greater_equal")
     x = _tile(on_true, call, "on_true_tile").cut(mask)
     b0 = _tile(bound0, call, "bound0").as_column()
     b1 = _tile(bound1, call, "bound1").as_column()
@@ -823,7 +818,17 @@ def range_select(on_true: View, comp_op0, comp_op1, bound0: View, bound1: View, 
     return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
 
 
-def reduce_into_register(out: View, reduce_cmd, reduce_res: View | None, call: str) -> None:
+def register_op(reduce_op, call: str) -> None:
+    """Refuse a reduction of the vector engine's register other than the maximum (NKI's
+    range_select and select_reduce take no other)."""
+    if reduce_op is not None and reduce_op not in (np.amax, np.max) and \
+            VECTOR_OPS.get(reduce_op) != VectorOp.MAX:
+        raise NotSupported(f"{call}(reduce_op={getattr(reduce_op, '__name__', reduce_op)})",
+                           "the maximum, as NKI")
+
+
+def reduce_into_register(out: View, reduce_cmd, reduce_res: View | None,
+                         call: str) -> None:
     """The vector engine's reduction register across instructions, for ``out`` just
     written: ``reduce_cmd`` reset clears it, reset_reduce sets it to ``out``'s row maxima,
     reduce takes the larger of it and them; ``reduce_res`` then takes it. The register is

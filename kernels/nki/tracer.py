@@ -521,6 +521,13 @@ class Buffer:
         #: tensor took in it, the newest last (writes before it were another tensor's)
         self.claims: list[tuple[tuple, int]] = []
 
+    def touch(self, node: _Node) -> None:
+        """Count instruction ``node``, the latest so far, among those that touch it."""
+        if self.first < 0:
+            self.first = node.index
+        self.last = node.index
+        self.latest[node.stream] = node
+
 
 _P, _F = True, False
 
@@ -1533,10 +1540,7 @@ class Tracer:
             buf.written = [(n, fp) for n, fp in buf.written if id(n) not in gone]
         for node in keep:
             for _, buf in node.moved:
-                if buf.first < 0:
-                    buf.first = node.index
-                buf.last = node.index
-                buf.latest[node.stream] = node
+                buf.touch(node)
 
     # --- allocation by liveness ---------------------------------------------------------
     def allocate(self) -> None:
@@ -1877,7 +1881,6 @@ class Tracer:
                 self._zero(view.buf)
         node = _Node(stream, ins, len(self.nodes), self.loops, self.making or kernel_line())
         deps: dict[str, _Node] = {}
-        index = node.index
         bufs = {}
         read = []
         for view, ap in reads:
@@ -1899,10 +1902,7 @@ class Tracer:
             buf = bufs[id(ap)]
             if buf.space != "hbm":
                 moved.append((name, buf))
-                if buf.first < 0:
-                    buf.first = index
-                buf.last = index
-                buf.latest[stream] = node
+                buf.touch(node)
         node.moved = tuple(moved)
         deps.pop(stream, None)
         node.deps = tuple(deps.values())

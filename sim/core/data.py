@@ -62,10 +62,6 @@ _INTS = {"int32": np.int32, "uint32": np.uint32, "uint8": np.uint8, "uint16": np
 _WORDS = ("int32", "uint32")
 _SELECTIONS = (Max8, FindIndex8, MatchReplace8, Random, Dropout, GatherFlattened,
                SequenceBounds, RangeSelect, LocalGather)
-#: The comparisons of RangeSelect, as numpy's on fp32.
-_COMPARE = {VectorOp.IS_EQUAL: np.equal, VectorOp.LESS: np.less,
-            VectorOp.LESS_EQUAL: np.less_equal, VectorOp.GREATER: np.greater,
-            VectorOp.GREATER_EQUAL: np.greater_equal}
 
 
 def _partition(ap: AP, p: int) -> AP:
@@ -259,9 +255,9 @@ class Data:
                 mine = _partition(other, int(p))
                 pairs.append((row, mine) if ins.index_dst else (mine, row))
         for dst, src in pairs:
-            if ins.add:
-                total = self.read32(dst).view(np.float32) + self.read32(src).view(np.float32)
-                self.write32(dst, total.view(np.uint32))
+            if ins.add:  # the vector unit's fp32 add
+                self.write32(dst, vector.elementwise(VectorOp.ADD, self.read32(dst),
+                                                     self.read32(src)))
             else:
                 self.write(dst, self.read(src))
 
@@ -328,14 +324,13 @@ class Data:
                 out[g:g + 16] = src[g:g + 16][:, np.minimum(take, src.shape[1] - 1)]
             self.write(ins.dst, out)
         elif isinstance(ins, RangeSelect):
-            x = self.read32(ins.src).view(f32).reshape(ins.src.partitions, -1)
-            place = (ins.start + np.arange(x.shape[1])).astype(f32)[None, :]
+            x = self.read32(ins.src).reshape(ins.src.partitions, -1)
+            place = (ins.start + np.arange(x.shape[1])).astype(f32).view(np.uint32)
             keep = np.ones(x.shape, dtype=bool)
             for op, bound in ((ins.op0, ins.bound0), (ins.op1, ins.bound1)):
-                b = self.read32(bound).view(f32).reshape(-1, 1)
-                keep &= _COMPARE[op](place, b)
-            out = np.where(keep, x, f32(ins.fill)).astype(f32)
-            self.write32(ins.dst, out.view(np.uint32))
+                b = self.read32(bound).reshape(-1, 1)  # the vector unit's comparison
+                keep &= vector.elementwise(op, np.broadcast_to(place, x.shape), b) != 0
+            self.write32(ins.dst, np.where(keep, x, f32(ins.fill).view(np.uint32)))
         elif isinstance(ins, SequenceBounds):
             ids = self.read32(ins.src).view(f32).reshape(-1)
             n = ids.size
