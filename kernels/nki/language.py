@@ -21,6 +21,7 @@ from . import lower
 from .compiler import Placement
 from .errors import NkiError, NotSupported
 from .tracer import (
+    FLOATS,
     TF32,
     AffineLoop,
     DSlice,
@@ -521,9 +522,9 @@ def _with_scalar(dt: str, value) -> str:
     integer one, the wider of two of a kind."""
     weak = "uint8" if isinstance(value, (bool, np.bool_)) else \
         "int32" if isinstance(value, (int, np.integer)) else "fp32"
-    if _is_float(dt) and not _is_float(weak):
+    if dt in FLOATS and weak not in FLOATS:
         return dt
-    if _is_float(weak) and not _is_float(dt):
+    if weak in FLOATS and dt not in FLOATS:
         return weak
     return promote(dt, weak)
 
@@ -531,12 +532,8 @@ def _with_scalar(dt: str, value) -> str:
 def _is_integer(v) -> bool:
     """Whether ``v``, a tile or a number, is of an integer type."""
     if isinstance(v, View):
-        return not _is_float(v.dt)
+        return v.dt not in FLOATS
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-
-
-def _is_float(dt: str) -> bool:
-    return not dt.startswith(("int", "uint"))
 
 
 def _broadcast_shape(a: tuple, b: tuple) -> tuple | None:
