@@ -1,18 +1,22 @@
 """Matrix multiplication kernels: ``out[M, N] = lhsT[K, M].T @ rhs[K, N]`` (optionally
 ``func(... + bias[M])``), ``lhsT`` stored transposed as the tensor engine's stationary wants it.
 
-:func:`gemm` is blocked for SBUF reuse and overlaps every transfer with compute: an M-block of
-``lhsT`` stays in SBUF while ``rhs`` streams through a ring of K-chunks on four DMA queues,
-or, where the whole of ``rhs`` fits in the ring's place (a small N: decode, short prompts),
-stays in SBUF too, loaded once before the first block in DMAs of about
-:data:`~kernels.builder.DMA_BYTES` a partition. The ``lhsT`` chunks go round the queues the
-rest leave free (``dma0``, and ``dma7`` up where the core has them), with as many blocks in
-flight as there are such queues (at least two) as SBUF allows, since transfers within a queue
-run in order, each after its own start-up latency [DMA]; the first N-tile of a block starts
-on each chunk as it arrives. Each N-tile accumulates in half of the PSUM banks while the
-vector and scalar engines empty the other half into one of the staging slots (one per N-tile
-of a block as SBUF allows) and a DMA queue stores it, the block's whole row tiles in one
-transfer; every row tile's bias loads once, in one transfer, first on a store queue.
+:func:`gemm` works in steps of an M-block, an N-block and a K-block (:func:`_plan`): blocks
+of ``lhsT`` rows about :data:`~kernels.builder.DMA_BYTES` a partition and of ``rhs`` rows half
+that, where M and N allow, since a DMA moves each partition's contiguous run as its own
+packets [DMA]. Each side's chunk of the step moves in pieces of about ``DMA_BYTES`` a
+partition round its queues (whole K-tiles, a partial tile alone), the first K-tiles
+multiplying while the rest arrive, double-buffered so that the next step's chunks load while
+this one's multiply. Where the whole contraction fits in SBUF beside them it is one K-block,
+each M-block's ``lhsT`` loaded once for every N-block and ``rhs`` too (resident, before the
+first block) where it fits in place of its buffers; otherwise the sums of each K-block are
+kept in an fp32 accumulator in SBUF (copied at the first K-block, added by the vector engine
+after) and the last K-block's go to the output. Each pair of an N-tile and up to half the
+PSUM banks' M-tiles accumulates in one half of the banks while the other half is emptied
+into the output staging (two slots, a step's each) and the staging stores, an M-block's on
+one queue, its whole row tiles in one transfer; every row tile's bias loads once, in one
+transfer, first on a store queue. The ``lhsT`` chunks go on ``dma0`` and ``dma7`` up where
+the core has them, ``rhs`` on ``dma1``-``dma4``, the stores on ``dma5`` and ``dma6``.
 :func:`gemm_naive` is the same arithmetic tile by tile with nothing overlapped or reused.
 
 :func:`gemm` also runs the block-scaled MX formats (``mxfp8``, ``mxfp4``, where the array has
@@ -40,27 +44,25 @@ from hdl.core.isa import (
     LoadStationary,
     MultiplyMoving,
     TensorCopy,
+    TensorTensor,
     mx_scale_partition,
 )
 from hdl.numerics.formats import MX_FORMATS
+from hdl.vector.ops import VectorOp
 
 from .builder import DMA_BYTES, Builder, KernelError, itemsize, psum_columns, sbuf_aligned
 from .mx import MX_BLOCK, quad_type
 
 __all__ = ["gemm", "gemm_naive", "out_dtype"]
 
-_RING = 4
 _B_QUEUES = ("dma1", "dma2", "dma3", "dma4")
 _OUT_QUEUES = ("dma5", "dma6")
-#: Queues of the MX scales (small DMAs, each paying the DMA latency in its in-order queue),
-#: where the core has them; else a scale travels on its data's queue.
-_SCALE_QUEUES = tuple(f"dma{i}" for i in range(7, 15))
 
 
-def _a_queues(b: Builder, mx: bool) -> tuple[str, ...]:
+def _a_queues(b: Builder) -> tuple[str, ...]:
     """Queues of the ``lhsT`` chunks: ``dma0`` and, where the core has them, those past the
-    rhs and output queues that the MX scales leave free."""
-    first = int(_SCALE_QUEUES[-1][3:]) + 1 if mx else int(_OUT_QUEUES[-1][3:]) + 1
+    rhs and output queues."""
+    first = int(_OUT_QUEUES[-1][3:]) + 1
     return ("dma0",) + tuple(f"dma{i}" for i in range(first, b.params.dma_queues))
 
 
@@ -158,6 +160,59 @@ def _scale_tile(b: Builder, kp: int, offset: int, cols: int):
     return b.tile("sbuf", "uint8", offset, parts, ((cols, 1),))
 
 
+def _plan(b: Builder, m: int, n: int, kt_all: int, w: int, es: int, oes: int, mx: bool,
+          func: str | None) -> tuple[int, int, int]:
+    """(M-tiles per M-block, N-tiles per N-block, K-tiles per K-block). Blocks start with
+    operand rows of about :data:`DMA_BYTES` (``lhsT``) and half that (``rhs``) where M and N
+    allow, and four steps or more where M allows. The whole contraction is one K-block if it
+    fits, double-buffered, with N-blocks and then M-blocks narrowed (M-blocks to four tiles),
+    since summing K-blocks in SBUF costs the vector engine an add per output element each;
+    else the largest K-block that fits beside the fp32 accumulator at the first widths that
+    take one K-tile."""
+    p = b.params
+    tm, tn = p.cols, psum_columns(p)
+    mt_all, nt_all = -(-m // tm), -(-n // tn)
+    bn_t = min(nt_all, max(1, DMA_BYTES // 2 // (tn * es)))
+    # four steps (M-blocks x N-blocks) at least, M-blocks of four tiles or more: the first
+    # step's operands are all that load before the multiplies start
+    blocks = -(-4 // -(-nt_all // bn_t))
+    bm_t = min(max(min(4, mt_all), -(-mt_all // blocks)), max(1, DMA_BYTES // (tm * es)))
+    bias = sbuf_aligned(mt_all * 4) if func else 0
+
+    def need(bm_t: int, bn_t: int, bk: int) -> int:
+        bm, bn = min(bm_t * tm, m), min(bn_t * tn, n)
+        acc = sbuf_aligned(bm_t * bn * 4) if bk < kt_all else 0
+        return 2 * (sbuf_aligned(bk * (w * bm * es + (bm if mx else 0)))
+                    + sbuf_aligned(bk * (w * bn * es + (bn if mx else 0)))
+                    + sbuf_aligned(bm_t * bn * oes)) + acc + bias
+
+    widths = [(bm_t, t) for t in range(bn_t, 0, -1)] + \
+        [(t, 1) for t in range(bm_t - 1, 0, -1)]
+    for wm, wn in widths:
+        if wm >= min(4, bm_t) and need(wm, wn, kt_all) <= p.sbuf_bytes:
+            return wm, wn, kt_all
+    for wm, wn in widths:
+        for bk in range(kt_all - 1, 0, -1):
+            if need(wm, wn, bk) <= p.sbuf_bytes:
+                return wm, wn, bk
+    raise KernelError(f"one K-tile of the operands needs {need(1, 1, 1)} bytes of SBUF per "
+                      f"partition, {p.name} has {p.sbuf_bytes}")
+
+
+def _pieces(k_tiles, first: int, count: int, full, most: int) -> list[tuple[int, int]]:
+    """K-tiles ``first .. first + count`` as DMA pieces (first K-tile, tiles): up to ``most``
+    consecutive full tiles in one, any other tile alone."""
+    out, i = [], first
+    while i < first + count:
+        g = 1
+        while g < most and i + g < first + count and \
+                k_tiles[i][1:] == k_tiles[i + g][1:] == full:
+            g += 1
+        out.append((i, g))
+        i += g
+    return out
+
+
 def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
          func: str | None = None) -> None:
     """The blocked, overlapped GEMM; with ``func``, ``out = func(lhsT.T @ rhs + bias)``,
@@ -184,214 +239,204 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     bias = b.hbm("bias", (m, 1), "fp32") if func else None
     out = b.hbm("out", (m, n), odt)
     k_tiles = _k_tiles(b, kq, et)
-    n_tiles = _tiles(n, tn)
-    group = max(1, min(len(k_tiles), DMA_BYTES // (w * tn * es)))
-    chunks = []  # (first k-tile index, tiles): full tiles grouped, a partial tile alone
     full = (tk, w)
-    i = 0
-    while i < len(k_tiles):
-        g = 1
-        while g < group and i + g < len(k_tiles) and k_tiles[i + g][1:] == full \
-                and k_tiles[i][1:] == full:
-            g += 1
-        chunks.append((i, g))
-        i += g
-    # M-block: half the PSUM banks (the other half is being emptied), as SBUF allows
-    per_block = max(1, min(p.psum_banks // 2, -(-m // tm)))
-    ring = _RING * group * w * tn * es
-    ring_scales = _RING * group * tn if mx else 0
-    bias_bytes = -(-m // tm) * 4 if func else 0  # a column per row tile of out
-    while True:
-        bm = per_block * tm
-        a_scales = len(k_tiles) * bm if mx else 0
-        a_bytes = len(k_tiles) * w * bm * es + a_scales
-        blocks = _tiles(m, bm)
-        stage = 2 * per_block * tn * oes
-        fixed = ring + ring_scales + stage + bias_bytes
-        # as many blocks in flight as there are lhsT queues (at least two), as SBUF allows
-        want = min(len(blocks), max(2, len(_a_queues(b, mx))))
-        buffers = max(1, min(want, (p.sbuf_bytes - fixed) // sbuf_aligned(a_bytes)))
-        if buffers * sbuf_aligned(a_bytes) + fixed <= p.sbuf_bytes or per_block == 1:
-            break
-        per_block -= 1
-    # rhs resident (loaded once for every M-block) where it fits in place of the ring with
-    # the same blocks in flight; MX GEMMs stream it with its scales
-    tw = n_tiles[0][1]  # columns of an N-tile
-    whole_rhs = len(n_tiles) * len(k_tiles) * w * tw * es
-    resident = len(blocks) > 1 and not mx and \
-        buffers * sbuf_aligned(a_bytes) + fixed - ring + whole_rhs <= p.sbuf_bytes
-    # output staging: a slot per N-tile of a block (at least two, the stores of one waiting
-    # behind transfers queued before them while the next are filled), as SBUF allows
-    slot_bytes = per_block * tw * oes
-    spare = p.sbuf_bytes - buffers * sbuf_aligned(a_bytes) - fixed + stage \
-        - (whole_rhs - ring if resident else 0)
-    stages = max(2, min(len(blocks) * len(n_tiles), spare // sbuf_aligned(slot_bytes)))
+    bm_t, bn_t, bk = _plan(b, m, n, len(k_tiles), w, es, oes, mx, func)
+    bm, bn = min(bm_t * tm, m), min(bn_t * tn, n)
+    m_blocks, n_blocks = _tiles(m, bm), _tiles(n, bn)
+    k_blocks = _tiles(len(k_tiles), bk)
+    several = len(k_blocks) > 1  # sums kept in an fp32 accumulator between K-blocks
+    a_bytes = bk * (w * bm * es + (bm if mx else 0))
+    b_bytes = bk * (w * bn * es + (bn if mx else 0))
+    rest = (sbuf_aligned(bm_t * bn * 4) if several else 0) \
+        + 2 * sbuf_aligned(bm_t * bn * oes) + (sbuf_aligned(-(-m // tm) * 4) if func else 0)
+    # rhs resident where every M-block would read it again and it fits in place of its
+    # buffers; MX GEMMs stream it with its scales
+    per_n = len(k_tiles) * w * bn * es
+    resident = len(m_blocks) > 1 and not mx and p.sbuf_bytes >= (
+        2 * sbuf_aligned(a_bytes) + sbuf_aligned(len(n_blocks) * per_n) + rest)
+    rest += sbuf_aligned(len(n_blocks) * per_n) if resident else 2 * sbuf_aligned(b_bytes)
+    # as many lhsT chunks in flight as there are lhsT queues (at least two), as SBUF allows,
+    # since transfers within a queue run in order, each after its own start-up latency [DMA]
+    chunks = len(m_blocks) * (len(n_blocks) * len(k_blocks) if several else 1)
+    buffers = max(2, min(chunks, len(_a_queues(b)),
+                         (p.sbuf_bytes - rest) // sbuf_aligned(a_bytes)))
     a_base = [b.sbuf(a_bytes, "lhsT block") for _ in range(buffers)]
-    a_scale = [base + len(k_tiles) * w * bm * es for base in a_base]  # after the data
-    ring_base = b.sbuf(whole_rhs if resident else ring, "rhs")
-    ring_scale = b.sbuf(ring_scales, "rhs scales") if mx else 0
-    stage_base = [b.sbuf(slot_bytes, "output staging") for _ in range(stages)]
-    banks = b.psum_banks(2 * per_block, "accumulators")
+    b_base = [b.sbuf(len(n_blocks) * per_n, "rhs")] if resident else \
+        [b.sbuf(b_bytes, "rhs block") for _ in range(2)]
+    acc = b.sbuf(bm_t * bn * 4, "accumulator") if several else None
+    stage = [b.sbuf(bm_t * bn * oes, "output staging") for _ in range(2)]
+    per = min(p.psum_banks // 2, bm_t)  # M-tiles accumulating at once, in half the banks
+    banks = b.psum_banks(2 * per, "accumulators")
     act = b.function(func) if func else 0
     if func:  # every row tile's bias in one DMA (a partial tile alone), first on a store queue
-        bias_base = b.sbuf(bias_bytes, "bias")
+        bias_base = b.sbuf(-(-m // tm) * 4, "bias")
         for mt, count, mp in _row_pieces(m, tm):
             b.emit(_OUT_QUEUES[-1], DmaCopy(
                 dst=b.tile("sbuf", "fp32", bias_base + mt * 4, mp, ((count, 1),)),
                 src=b.tile("hbm", "fp32", bias.offset + mt * tm * 4, mp,
                            _tiled(count, tm, ()), pstride=4)))
         bias_ready = b.signal(_OUT_QUEUES[-1])
+    a_queues = _a_queues(b)
+    dmas = {"a": 0, "b": 0}  # transfers issued, each on the next of its queues
 
-    a_free = [None] * buffers
-    slot_free = [None] * _RING
-    bank_free: list[list] = [[], []]
-    stage_free = [None] * stages
-    slot = tile_no = 0
-    a_queues = _a_queues(b, mx)
-    a_no = 0  # lhsT chunks issued, each on the next of a_queues
-    last = None  # the tensor engine's last matmul
-
-    def multiply(kt, buf, mo, mp, half, mt, src, tnp, scale=None):
-        pairs = k_tiles[kt][2]
-        kp = k_tiles[kt][1]
-        b.emit("tensor", LoadStationary(
-            src=b.tile("sbuf", et, a_base[buf] + (kt * w * bm + mo) * es, kp,
-                       _paired(pairs, bm, ((mp, 1),))),
-            scale=_scale_tile(b, kp, a_scale[buf] + kt * bm + mo, mp) if mx else None,
-            double_row=pairs == 2))
-        b.emit("tensor", MultiplyMoving(
-            dst=b.tile("psum", "fp32", banks[half * per_block + mt], mp, ((tnp, 1),)),
-            src=src, accumulate=kt > 0, scale=scale, double_row=pairs == 2))
-
-    # resident: every N-tile of rhs before the first lhsT chunk, full K-tiles in DMAs of
-    # about DMA_BYTES a partition (each other tile alone) round the rhs queues; K-tile kt of
-    # N-tile ni at slot ni * len(k_tiles) + kt, and rhs_ready[ni][kt] the event of its DMA
-    rhs_ready: list[list] = []
-    per_piece = max(1, DMA_BYTES // (w * tw * es))
-    for ni, (n0, tnp) in enumerate(n_tiles if resident else []):
-        pieces, kt = [], 0
-        while kt < len(k_tiles):
-            count = 1
-            while count < per_piece and kt + count < len(k_tiles) \
-                    and k_tiles[kt][1:] == k_tiles[kt + count][1:] == full:
-                count += 1
-            pieces.append((kt, count))
-            kt += count
-        rhs_ready.append([])
-        for kt, count in pieces:
-            k0, kp, pairs = k_tiles[kt]
-            q = _B_QUEUES[slot % len(_B_QUEUES)]
-            slot += 1
+    def load(side, buf_base, first, count, c0, cols, width, queues, free):
+        """The DMAs of K-tiles ``first .. first + count`` of one side's block (its columns
+        ``c0 .. c0 + width`` in a buffer ``cols`` wide at ``buf_base``); the event of each
+        K-tile's DMA by its index in the block."""
+        hbm, scales, stride = (lhs_t, lhs_s if mx else None, m) if side == "a" else \
+            (rhs, rhs_s if mx else None, n)
+        ready = {}
+        # pieces of about DMA_BYTES a partition, round the queues: the first K-tiles multiply
+        # while the rest arrive
+        for c, g in _pieces(k_tiles, first, count, full, max(1, DMA_BYTES // (w * cols * es))):
+            q = queues[dmas[side] % len(queues)]
+            dmas[side] += 1
+            b.wait(q, free)
+            k0, kp, pairs = k_tiles[c]
+            local = c - first
             b.emit(q, DmaCopy(
-                dst=b.tile("sbuf", et, ring_base + (ni * len(k_tiles) + kt) * w * tw * es, kp,
-                           _tiled(count, w * tw, _paired(pairs, tw, ((tnp, 1),)))),
-                src=b.tile("hbm", et, rhs.offset + (k0 * n + n0) * es, kp,
-                           _tiled(count, w * tk * n, _paired(pairs, kp * n, ((tnp, 1),))),
-                           pstride=n * es)))
-            rhs_ready[ni] += [b.signal(q)] * count
-
-    for bi, (m0, bmp) in enumerate(blocks):
-        buf = bi % buffers
-        used = []
-        a_ready = {}  # first K-tile of a chunk -> its DMA's event
-        for c0, g in chunks:
-            q = a_queues[a_no % len(a_queues)]
-            a_no += 1
-            if q not in used:
-                used.append(q)
-                b.wait(q, a_free[buf])
-            k0, kp, pairs = k_tiles[c0]
-            src = b.tile("hbm", et, lhs_t.offset + (k0 * m + m0) * es, kp,
-                         ((g, w * tk * m),) + _paired(pairs, kp * m, ((bmp, 1),)),
-                         pstride=m * es)
-            dst = b.tile("sbuf", et, a_base[buf] + c0 * w * bm * es, kp,
-                         ((g, w * bm),) + _paired(pairs, bm, ((bmp, 1),)))
-            b.emit(q, DmaCopy(dst=dst, src=src))
+                dst=b.tile("sbuf", et, buf_base + local * w * cols * es, kp,
+                           ((g, w * cols),) + _paired(pairs, cols, ((width, 1),))),
+                src=b.tile("hbm", et, hbm.offset + (k0 * stride + c0) * es, kp,
+                           ((g, w * tk * stride),) + _paired(pairs, kp * stride,
+                                                             ((width, 1),)),
+                           pstride=stride * es)))
             if mx:
-                _scale_copies(b, [q], lhs_s, k_tiles[c0][0] // MX_GROUP_PARTITIONS,
-                              (m0, m0 + bmp), kp, a_scale[buf] + c0 * bm, g, bm)
-            a_ready[c0] = b.signal(q)
-        m_tiles = _tiles(bmp, tm)
-        for ni, (n0, tnp) in enumerate(n_tiles):
-            half = tile_no % 2
-            b.wait("tensor", *bank_free[half])
-            if resident:
-                for kt in range(len(k_tiles)):
-                    # the first N-tile waits for each chunk as it comes (the first block for
-                    # each rhs piece too)
-                    b.wait("tensor", a_ready.get(kt) if ni == 0 else None,
-                           rhs_ready[ni][kt] if bi == 0 and (
-                               kt == 0 or rhs_ready[ni][kt] != rhs_ready[ni][kt - 1])
-                           else None)
-                    base = ring_base + (ni * len(k_tiles) + kt) * w * tw * es
-                    src = b.tile("sbuf", et, base, k_tiles[kt][1],
-                                 _paired(k_tiles[kt][2], tw, ((tnp, 1),)))
-                    for mt, (mo, mp) in enumerate(m_tiles):
-                        multiply(kt, buf, mo, mp, half, mt, src, tnp)
-                last = b.signal("tensor")
-            for c0, g in [] if resident else chunks:
-                k0, kp, pairs = k_tiles[c0]
-                s = slot % _RING
-                q = _B_QUEUES[slot % len(_B_QUEUES)]
-                b.wait(q, slot_free[s])
-                src = b.tile("hbm", et, rhs.offset + (k0 * n + n0) * es, kp,
-                             ((g, w * tk * n),) + _paired(pairs, kp * n, ((tnp, 1),)),
-                             pstride=n * es)
-                base = ring_base + s * group * w * tn * es
-                scales = ring_scale + s * group * tn
-                b.emit(q, DmaCopy(dst=b.tile("sbuf", et, base, kp, ((g, w * tn),)
-                                             + _paired(pairs, tn, ((tnp, 1),))),
-                                  src=src))
-                b.wait("tensor", b.signal(q), a_ready[c0] if ni == 0 else None)
-                if mx:
-                    quads = MX_QUADRANT // MX_GROUP_PARTITIONS
-                    queues = [_SCALE_QUEUES[(slot * quads + i) % len(_SCALE_QUEUES)]
-                              for i in range(quads)] \
-                        if p.dma_queues > int(_SCALE_QUEUES[-1][3:]) else [q]
-                    for qs in queues:
-                        if qs != q:
-                            b.wait(qs, slot_free[s])
-                    for qs in _scale_copies(b, queues, rhs_s,
-                                            k_tiles[c0][0] // MX_GROUP_PARTITIONS,
-                                            (n0, n0 + tnp), kp, scales, g, tn):
-                        b.wait("tensor", b.signal(qs))
-                for gi in range(g):
-                    src = b.tile("sbuf", et, base + gi * w * tn * es, kp,
-                                 _paired(pairs, tn, ((tnp, 1),)))
-                    for mt, (mo, mp) in enumerate(m_tiles):
-                        multiply(c0 + gi, buf, mo, mp, half, mt, src, tnp,
-                                 _scale_tile(b, kp, scales + gi * tn, tnp) if mx else None)
-                slot_free[s] = last = b.signal("tensor")
-                slot += 1
-            engines = []
-            for mt, (_, mp) in enumerate(m_tiles):
+                _scale_copies(b, [q], scales, k0 // MX_GROUP_PARTITIONS, (c0, c0 + width), kp,
+                              buf_base + bk * w * cols * es + local * cols, g, cols)
+            ev = b.signal(q)
+            ready.update({i: ev for i in range(local, local + g)})
+        return ready
+
+    # resident rhs: every block before the first lhsT chunk, in order of first use
+    rhs_ready = {}
+    for ni, (n0, bnp) in enumerate(n_blocks if resident else []):
+        for ki, (f, cnt) in enumerate(k_blocks):
+            base = b_base[0] + (ni * len(k_tiles) + f) * w * bn * es
+            rhs_ready[ni, ki] = load("b", base, f, cnt, n0, bn, bnp, _B_QUEUES, None)
+
+    def empty(group, half, g0, ki, final, no, tnp, stage, stage_free, bias_ready):
+        """Empty one bank group of PSUM: into the output staging (a single K-block: a copy on the
+        vector and scalar engines in turn, or the scalar engine's activation with ``func``), else
+        into the fp32 accumulator (copied at the first K-block, added after), the last K-block's
+        sum going to the staging (through the scalar engine's activation with ``func``). The
+        events that free the banks, and those after which the staging holds the group."""
+        nonlocal acc_free
+        engines = []
+
+        def start(eng, *events):
+            if eng not in engines:
+                engines.append(eng)
+                b.wait(eng, last, *events)
+
+        for mt, (_, mp) in group:
+            psum = b.tile("psum", "fp32", banks[half * per + mt - g0], mp, ((tnp, 1),))
+            st = b.tile("sbuf", odt, stage + (mt * bn + no) * oes, mp, ((tnp, 1),))
+            if not several:
                 eng = "scalar" if func or mt % 2 else "vector"
-                if eng not in engines:
-                    engines.append(eng)
-                    b.wait(eng, last, stage_free[tile_no % stages])
-                    if func and bi == 0 and ni == 0:
-                        b.wait(eng, bias_ready)
-                psum = b.tile("psum", "fp32", banks[half * per_block + mt], mp, ((tnp, 1),))
-                st = b.tile("sbuf", odt, stage_base[tile_no % stages] + mt * tw * oes, mp,
-                            ((tnp, 1),))
+                start(eng, stage_free, bias_ready)
                 if func:
-                    b.emit(eng, Activation(dst=st, src=psum, func=act, bias=b.column(
-                        bias_base + (m0 // tm + mt) * 4, mp)))
+                    b.emit(eng, Activation(dst=st, src=psum, func=act,
+                                           bias=b.column(bias_base + (m0 // tm + mt) * 4, mp)))
                 else:
                     b.emit(eng, TensorCopy(dst=st, src=psum))
-            bank_free[half] = [b.signal(e) for e in engines]
-            # a block's stores on one queue (they share its rows), the blocks alternating
-            q = _OUT_QUEUES[bi % len(_OUT_QUEUES)]
-            b.wait(q, *bank_free[half])
-            for mt, count, mp in _row_pieces(bmp, tm):
-                st = b.tile("sbuf", odt, stage_base[tile_no % stages] + mt * tw * oes, mp,
-                            _tiled(count, tw, ((tnp, 1),)))
-                dst = b.tile("hbm", odt, out.offset + ((m0 + mt * tm) * n + n0) * oes, mp,
-                             _tiled(count, tm * n, ((tnp, 1),)), pstride=n * oes)
-                b.emit(q, DmaCopy(dst=dst, src=st))
-            stage_free[tile_no % stages] = b.signal(q)
-            tile_no += 1
-        a_free[buf] = last
+                continue
+            a = b.tile("sbuf", "fp32", acc + (mt * bn + no) * 4, mp, ((tnp, 1),))
+            start("vector", acc_free if ki == 0 else None, stage_free if final else None)
+            if ki == 0:
+                b.emit("vector", TensorCopy(dst=a, src=psum))
+            else:
+                b.emit("vector", TensorTensor(dst=st if final and not func else a, a=a, b=psum,
+                                              op=VectorOp.ADD))
+        freed = [b.signal(e) for e in engines]
+        if not (several and final and func):
+            return freed, freed if final else []
+        b.wait("scalar", *freed, stage_free, bias_ready)
+        for mt, (_, mp) in group:
+            b.emit("scalar", Activation(
+                dst=b.tile("sbuf", odt, stage + (mt * bn + no) * oes, mp, ((tnp, 1),)),
+                src=b.tile("sbuf", "fp32", acc + (mt * bn + no) * 4, mp, ((tnp, 1),)),
+                func=act, bias=b.column(bias_base + (m0 // tm + mt) * 4, mp)))
+        acc_free = b.signal("scalar")
+        return freed, [acc_free]
+
+    a_free, b_free, stage_free = [None] * buffers, [None, None], [None, None]
+    a_held, a_buf, b_buf = None, -1, 1
+    bank_free: list[list] = [[], []]
+    acc_free = None  # the scalar engine's last read of the accumulator
+    group_no = step = 0
+    last = None  # the tensor engine's last matmul
+    for mi, (m0, bmp) in enumerate(m_blocks):
+        m_tiles = _tiles(bmp, tm)
+        for ni, (n0, bnp) in enumerate(n_blocks):
+            slot = step % 2
+            # an M-block's stores on one queue (they share its rows), the blocks alternating
+            q = _OUT_QUEUES[mi % len(_OUT_QUEUES)]
+            for ki, (f, cnt) in enumerate(k_blocks):
+                if a_held != (mi, ki):  # lhsT's chunk, kept over N-blocks where K is whole
+                    a_buf = (a_buf + 1) % buffers
+                    a_ready = load("a", a_base[a_buf], f, cnt, m0, bm, bmp, a_queues,
+                                   a_free[a_buf])
+                    a_held = (mi, ki)
+                if resident:
+                    b_at = b_base[0] + (ni * len(k_tiles) + f) * w * bn * es
+                    b_ready = rhs_ready[ni, ki] if mi == 0 else {}
+                else:
+                    b_buf = 1 - b_buf
+                    b_at = b_base[b_buf]
+                    b_ready = load("b", b_at, f, cnt, n0, bn, bnp, _B_QUEUES, b_free[b_buf])
+                waited = set()
+                final = ki == len(k_blocks) - 1
+                for g0 in range(0, len(m_tiles), per):
+                    group = list(enumerate(m_tiles))[g0:g0 + per]
+                    staged = []
+                    for no, tnp in _tiles(bnp, tn):
+                        half = group_no % 2
+                        group_no += 1
+                        b.wait("tensor", *bank_free[half])
+                        for kl in range(cnt):
+                            if kl not in waited:
+                                waited.add(kl)
+                                b.wait("tensor", a_ready.get(kl), b_ready.get(kl))
+                            _, kp, pairs = k_tiles[f + kl]
+                            src = b.tile("sbuf", et, b_at + (kl * w * bn + no) * es, kp,
+                                         _paired(pairs, bn, ((tnp, 1),)))
+                            scale = _scale_tile(b, kp, b_at + bk * w * bn * es + kl * bn + no,
+                                                tnp) if mx else None
+                            for mt, (mo, mp) in group:
+                                b.emit("tensor", LoadStationary(
+                                    src=b.tile("sbuf", et, a_base[a_buf]
+                                               + (kl * w * bm + mo) * es, kp,
+                                               _paired(pairs, bm, ((mp, 1),))),
+                                    scale=_scale_tile(b, kp, a_base[a_buf] + bk * w * bm * es
+                                                      + kl * bm + mo, mp) if mx else None,
+                                    double_row=pairs == 2))
+                                b.emit("tensor", MultiplyMoving(
+                                    dst=b.tile("psum", "fp32", banks[half * per + mt - g0],
+                                               mp, ((tnp, 1),)),
+                                    src=src, accumulate=kl > 0, scale=scale,
+                                    double_row=pairs == 2))
+                        last = b.signal("tensor")
+                        bank_free[half], done = empty(
+                            group, half, g0, ki, final, no, tnp, stage[slot], stage_free[slot],
+                            bias_ready if func and step == 0 else None)
+                        staged += done
+                    if final:  # the group's rows, stored as soon as they are staged
+                        b.wait(q, *staged)
+                        rows = sum(mp for _, (_, mp) in group)
+                        for mt, count, mp in _row_pieces(rows, tm):
+                            mt += g0
+                            st = b.tile("sbuf", odt, stage[slot] + mt * bn * oes, mp,
+                                        _tiled(count, bn, ((bnp, 1),)))
+                            dst = b.tile("hbm", odt, out.offset + ((m0 + mt * tm) * n + n0)
+                                         * oes, mp, _tiled(count, tm * n, ((bnp, 1),)),
+                                         pstride=n * oes)
+                            b.emit(q, DmaCopy(dst=dst, src=st))
+                if not resident:
+                    b_free[b_buf] = last
+                a_free[a_buf] = last
+            stage_free[slot] = b.signal(q)
+            step += 1
 
 
 def gemm_naive(b: Builder, m: int, k: int, n: int, dtype: str = "bf16") -> None:

@@ -237,7 +237,8 @@ def test_fp8_gemm_issues_half_the_matmuls_in_the_system_models_time(trn2):
     """At full scale trn2's fp8 GEMM contracts K-tiles of 256: half the matmuls of bf16.
     Its tensor-engine busy cycles are the system model's (:func:`matmul_cycles` at rate 2)
     but for the array's drain after the last multiply (rows + cols + 3 cycles), which the
-    engine's busy time leaves out in every format: bf16 the same."""
+    engine's busy time leaves out in every format, and the stationary loads that a wait for
+    an operand's DMA leaves unhidden, which the model does not charge: bf16 the same."""
     shape = dict(M=256, K=1024, N=1024)
     assert _matmuls(trn2, shape, "fp8_e4m3") * 2 == _matmuls(trn2, shape, "bf16") == 32
     t = trn2.tensor
@@ -246,4 +247,5 @@ def test_fp8_gemm_issues_half_the_matmuls_in_the_system_models_time(trn2):
                           timing_only=True).result
         model = matmul_cycles(*shape.values(), t.rows, t.cols, trn2.rate(dtype),
                               t.moving_max, t.load_columns, t.tiles)
-        assert float(model) - res.cycles["tensor"] == pytest.approx(t.rows + t.cols + 3)
+        unhidden = t.rows + t.cols + 3 - (float(model) - res.cycles["tensor"])
+        assert 0 <= unhidden < 0.01 * float(model)

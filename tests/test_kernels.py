@@ -204,7 +204,9 @@ def test_trn1_gemm_anchor_and_naive(trn1):
     naive = kernels.run(trn1, kernels.KERNELS["gemm_naive"], shape, "bf16", timing_only=True)
     # the tutorial's unoptimised kernels took 51.8 ms and 42.96 ms: much slower
     assert naive.result.time > 5 * blocked.result.time
-    assert naive.result.flops == blocked.result.flops == 2.0 * 4096 * 8192 * 8192
+    assert naive.result.flops == 2.0 * 4096 * 8192 * 8192
+    # the blocked kernel adds each K-block's sums into its fp32 accumulator: a few more
+    assert 0 <= blocked.result.flops / naive.result.flops - 1 < 0.01
 
 
 def test_fused_gemm_overlaps_tensor_and_scalar(trn1):
