@@ -63,6 +63,24 @@ def test_masks_that_are_conditions_on_loop_indices(k, seed):
     assert np.array_equal(out, np.where(even, x + np.float32(1), x))
 
 
+def test_python_and_between_masks_is_their_intersection(k, seed):
+    x = np.random.default_rng(seed).standard_normal((128, 64)).astype(np.float32)
+    want = x.copy()
+    want[:64, :32] *= np.float32(2)
+    assert np.array_equal(k["corner_doubled"](x, True), want)
+    assert np.array_equal(k["corner_doubled"](x, False), want)
+    # the same instructions as the mask joined by &, the first multiply (its result unused)
+    # issued as written where by_keyword is true and skipped where it is false
+    joined = _program(k["corner_doubled_by_and"], x)
+    assert _program(k["corner_doubled"], x, False) == joined
+    assert len(_program(k["corner_doubled"], x, True)) > len(joined)
+
+
+def test_python_or_between_masks_is_refused_as_a_union(k):
+    with pytest.raises(knki.NotSupported, match=r"mask \| mask is not supported"):
+        k["corner_by_or"](np.zeros((128, 64), np.float32))
+
+
 def test_a_matmul_of_a_transpose_in_psum(k, seed):
     a = np.random.default_rng(seed).standard_normal((128, 128)).astype(np.float32)
     out = k["gram_of_transpose"](a)

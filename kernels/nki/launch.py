@@ -33,6 +33,7 @@ from hdl.core.params import CoreParams
 from sim.core import Core, Program, ProgramError, Result
 
 from .errors import NkiError, NotSupported
+from .source import with_mask_logic
 from .tracer import Tracer, View, isa_dtype, numpy_dtype, tracing
 from .typing import TensorType
 
@@ -146,6 +147,7 @@ class Kernel:
         while isinstance(func, Kernel):
             func = func.func
         self.func, self.mode, self.grid, self.options = func, mode, grid, options
+        self.body = with_mask_logic(func)  # what runs when the kernel is traced
         functools.update_wrapper(self, func)
         self.benchmark_result = None
 
@@ -168,7 +170,7 @@ class Kernel:
             if self.grid:
                 raise NotSupported("a launch grid on a kernel called from a kernel",
                                    "the call without a grid")
-            return self.func(*args, **kwargs)
+            return self.body(*args, **kwargs)
         mode = self.mode
         if mode in ("jax", "torchxla"):
             raise NotSupported(f"nki.jit(mode={mode!r})", "numpy inputs (modes auto, "
@@ -216,7 +218,7 @@ class Kernel:
                         continue
                     tracer.program_id = tuple(pid)
                     tracer._shared_next = 0
-                    out = _stored(tracer, self.func(**call))
+                    out = _stored(tracer, self.body(**call))
             tracers.append(tracer)
             calls.append(call)
         return tracers, target, calls, inputs, out

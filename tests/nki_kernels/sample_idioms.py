@@ -67,6 +67,45 @@ def tiles_by_condition(x):
 
 
 @nki.jit
+def corner_doubled(x, by_keyword):
+    """out[:64, :32] = 2 x there, x elsewhere: the corner's mask written with Python's
+    ``and`` (as the vendor's examples do), read as ``&``; ``and`` and ``or`` between plain
+    values keep Python's meaning, short-circuit included."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:x.shape[1]]
+    t = nl.load(x)
+    nl.store(out, t)
+    if by_keyword and True:
+        nl.multiply(t, 3.0, mask=(ip < 64 and jf < 32))  # issued, its result unused
+    none = None
+    scale = (none and none.missing) or 2.0
+    corner = (ip < 64 and True and jf < 32)
+    nl.store(out[ip, jf], value=nl.multiply(t, scale, mask=corner), mask=corner)
+    return out
+
+
+@nki.jit
+def corner_doubled_by_and(x):
+    """corner_doubled's instruction with its mask joined by ``&``."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:x.shape[1]]
+    t = nl.load(x)
+    nl.store(out, t)
+    corner = (ip < 64) & (jf < 32)
+    nl.store(out[ip, jf], value=nl.multiply(t, 2.0, mask=corner), mask=corner)
+    return out
+
+
+@nki.jit
+def corner_by_or(x):
+    """Two comparisons joined by Python's ``or``: refused as ``|`` is."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:x.shape[1]]
+    nl.store(out, nl.exp(nl.load(x), mask=(ip < 64 or jf < 32)))
+    return out
+
+
+@nki.jit
 def gram_of_transpose(a):
     """a.T @ a for a [128, 128] tile: the tensor engine's transpose, straight from PSUM, as
     the stationary of the next multiply."""
