@@ -265,6 +265,12 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
            ("M", "K", "N"), _MATMUL_FORMATS + MX_FORMATS, gemm, _mkn,
            lambda i: {"out": i["lhsT"].T @ i["rhs"]}, out_dtype,
            example={"M": 4096, "K": 8192, "N": 8192}),
+    Kernel("gemm_rows", "out[M,N] = lhs[M,K] @ rhs[K,N]: the GEMM with lhs as stored, "
+           "turned into lhsT on chip by the tensor engine", ("M", "K", "N"), _MATMUL_FORMATS,
+           lambda b, m, k, n, d: gemm(b, m, k, n, d, lhs_rows=True),
+           lambda s, d: {"lhs": ((s["M"], s["K"]), d), "rhs": ((s["K"], s["N"]), d)},
+           lambda i: {"out": i["lhs"] @ i["rhs"]}, out_dtype,
+           example={"M": 8, "K": 4096, "N": 12288}),
     Kernel("gemm_naive", "the same GEMM tile by tile: no blocking, no overlap",
            ("M", "K", "N"), _MATMUL_FORMATS, gemm_naive, _mkn,
            lambda i: {"out": i["lhsT"].T @ i["rhs"]}, out_dtype,

@@ -45,6 +45,7 @@ from hdl.core.isa import (
     MultiplyMoving,
     TensorCopy,
     TensorTensor,
+    Transpose,
     mx_scale_partition,
 )
 from hdl.numerics.formats import MX_FORMATS
@@ -161,7 +162,7 @@ def _scale_tile(b: Builder, kp: int, offset: int, cols: int):
 
 
 def _plan(b: Builder, m: int, n: int, kt_all: int, w: int, es: int, oes: int, mx: bool,
-          func: str | None) -> tuple[int, int, int]:
+          func: str | None, rows: bool) -> tuple[int, int, int]:
     """(M-tiles per M-block, N-tiles per N-block, K-tiles per K-block). Blocks start with
     operand rows of about :data:`DMA_BYTES` (``lhsT``) and half that (``rhs``) where M and N
     allow, and four steps or more where M allows. The whole contraction is one K-block if it
@@ -182,6 +183,7 @@ def _plan(b: Builder, m: int, n: int, kt_all: int, w: int, es: int, oes: int, mx
     def need(bm_t: int, bn_t: int, bk: int) -> int:
         bm, bn = min(bm_t * tm, m), min(bn_t * tn, n)
         acc = sbuf_aligned(bm_t * bn * 4) if bk < kt_all else 0
+        acc += sbuf_aligned(bm_t * bk * w * min(p.rows, p.partitions) * es) if rows else 0
         return 2 * (sbuf_aligned(bk * (w * bm * es + (bm if mx else 0)))
                     + sbuf_aligned(bk * (w * bn * es + (bn if mx else 0)))
                     + sbuf_aligned(bm_t * bn * oes)) + acc + bias
@@ -214,12 +216,19 @@ def _pieces(k_tiles, first: int, count: int, full, most: int) -> list[tuple[int,
 
 
 def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
-         func: str | None = None) -> None:
+         func: str | None = None, lhs_rows: bool = False) -> None:
     """The blocked, overlapped GEMM; with ``func``, ``out = func(lhsT.T @ rhs + bias)``,
-    ``bias`` one fp32 per row of ``out``, applied by the scalar engine as it empties PSUM."""
+    ``bias`` one fp32 per row of ``out``, applied by the scalar engine as it empties PSUM.
+    With ``lhs_rows`` the first operand is ``lhs[M, K]`` as stored (rows of the output's
+    rows), each M-block's rows of a K-block loaded whole and turned by the tensor engine
+    (:class:`~hdl.core.isa.Transpose`, a PSUM bank of its own) into the stationary's
+    ``[K, M]`` tiles, which the vector engine copies out of PSUM."""
     _check(b, m, k, n, dtype)
     p = b.params
     mx = dtype in MX_FORMATS
+    if mx and lhs_rows:
+        raise KernelError(f"an {dtype} GEMM takes lhsT stored as [K, M] with its scales, "
+                          f"not lhs as rows")
     et = quad_type(dtype) if mx else dtype  # the tiles' element type
     es, odt = itemsize(et), out_dtype(dtype)
     oes = itemsize(odt)
@@ -231,7 +240,7 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                           f"a multiple of {MX_GROUP_PARTITIONS} partitions, not K={k} and "
                           f"{tk}")
     kq = k // MX_QUAD if mx else k  # rows of the stored operands
-    lhs_t = b.hbm("lhsT", (kq, m), et)
+    lhs_t = b.hbm("lhs", (m, kq), et) if lhs_rows else b.hbm("lhsT", (kq, m), et)
     rhs = b.hbm("rhs", (kq, n), et)
     if mx:
         lhs_s = b.hbm("lhsT_scale", (k // MX_BLOCK, m), "uint8")
@@ -240,14 +249,15 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     out = b.hbm("out", (m, n), odt)
     k_tiles = _k_tiles(b, kq, et)
     full = (tk, w)
-    bm_t, bn_t, bk = _plan(b, m, n, len(k_tiles), w, es, oes, mx, func)
+    bm_t, bn_t, bk = _plan(b, m, n, len(k_tiles), w, es, oes, mx, func, lhs_rows)
     bm, bn = min(bm_t * tm, m), min(bn_t * tn, n)
     m_blocks, n_blocks = _tiles(m, bm), _tiles(n, bn)
     k_blocks = _tiles(len(k_tiles), bk)
     several = len(k_blocks) > 1  # sums kept in an fp32 accumulator between K-blocks
     a_bytes = bk * (w * bm * es + (bm if mx else 0))
     b_bytes = bk * (w * bn * es + (bn if mx else 0))
-    rest = (sbuf_aligned(bm_t * bn * 4) if several else 0) \
+    rows_bytes = bm_t * bk * w * tk * es if lhs_rows else 0  # an M-block's rows of a K-block
+    rest = (sbuf_aligned(bm_t * bn * 4) if several else 0) + sbuf_aligned(rows_bytes) \
         + 2 * sbuf_aligned(bm_t * bn * oes) + (sbuf_aligned(-(-m // tm) * 4) if func else 0)
     # rhs resident where every M-block would read it again and it fits in place of its
     # buffers; MX GEMMs stream it with its scales
@@ -265,8 +275,11 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
         [b.sbuf(b_bytes, "rhs block") for _ in range(2)]
     acc = b.sbuf(bm_t * bn * 4, "accumulator") if several else None
     stage = [b.sbuf(bm_t * bn * oes, "output staging") for _ in range(2)]
-    per = min(p.psum_banks // 2, bm_t)  # M-tiles accumulating at once, in half the banks
+    rows_base = b.sbuf(rows_bytes, "lhs rows") if lhs_rows else None
+    # M-tiles accumulating at once, in half the banks (less the transposes' bank)
+    per = min((p.psum_banks - (1 if lhs_rows else 0)) // 2, bm_t)
     banks = b.psum_banks(2 * per, "accumulators")
+    turned = b.psum_banks(1, "transposes")[0] if lhs_rows else None
     act = b.function(func) if func else 0
     if func:  # every row tile's bias in one DMA (a partial tile alone), first on a store queue
         bias_base = b.sbuf(-(-m // tm) * 4, "bias")
@@ -283,6 +296,8 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
         """The DMAs of K-tiles ``first .. first + count`` of one side's block (its columns
         ``c0 .. c0 + width`` in a buffer ``cols`` wide at ``buf_base``); the event of each
         K-tile's DMA by its index in the block."""
+        if side == "a" and lhs_rows:
+            return load_rows(buf_base, first, count, c0, width, queues, free)
         hbm, scales, stride = (lhs_t, lhs_s if mx else None, m) if side == "a" else \
             (rhs, rhs_s if mx else None, n)
         ready = {}
@@ -306,6 +321,57 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                               buf_base + bk * w * cols * es + local * cols, g, cols)
             ev = b.signal(q)
             ready.update({i: ev for i in range(local, local + g)})
+        return ready
+
+    rows_free = None  # the tensor engine's last transpose out of the rows buffer
+    copied = None  # the vector engine's last copy out of the transposes' bank
+
+    def load_rows(buf_base, first, count, m0, bmp, queues, free):
+        """lhsT's chunk of K-tiles ``first .. first + count`` and M-block ``m0 .. m0 + bmp``
+        from ``lhs`` rows: their DMA (an M-tile's rows a partition each, the whole tiles in
+        one), the tensor engine's transposes a bank at a time and the vector engine's copies
+        into the lhsT buffer; the event of each K-tile's copies by its index in the block."""
+        nonlocal rows_free, copied
+        k0 = k_tiles[first][0]
+        k1 = k_tiles[first + count - 1][0] + k_tiles[first + count - 1][1] * \
+            k_tiles[first + count - 1][2]
+        cols = k1 - k0
+        q = queues[dmas["a"] % len(queues)]
+        dmas["a"] += 1
+        b.wait(q, rows_free)
+        for mt, tiles, mp in _row_pieces(bmp, tm):
+            b.emit(q, DmaCopy(
+                dst=b.tile("sbuf", et, rows_base + mt * cols * es, mp,
+                           _tiled(tiles, cols, ((cols, 1),))),
+                src=b.tile("hbm", et, lhs_t.offset + ((m0 + mt * tm) * kq + k0) * es, mp,
+                           _tiled(tiles, tm * kq, ((cols, 1),)), pstride=kq * es)))
+        arrived = b.signal(q)
+        turns = [(kl, pair, mt, mo, mp) for kl in range(count)
+                 for pair in range(k_tiles[first + kl][2])
+                 for mt, (mo, mp) in enumerate(_tiles(bmp, tm))]
+        fit = max(1, p.psum_bank_bytes // (tm * es))
+        ready = {}
+        for i in range(0, len(turns), fit):
+            batch = turns[i:i + fit]
+            b.wait("tensor", arrived if i == 0 else None, copied)
+            for j, (kl, pair, mt, _, mp) in enumerate(batch):
+                c, kp = k_tiles[first + kl][0] - k0 + pair * k_tiles[first + kl][1], \
+                    k_tiles[first + kl][1]
+                b.emit("tensor", Transpose(
+                    dst=b.tile("psum", et, turned + j * tm * es, kp, ((mp, 1),)),
+                    src=b.tile("sbuf", et, rows_base + (mt * cols + c) * es, mp,
+                               ((kp, 1),))))
+            done = b.signal("tensor")
+            b.wait("vector", done, free if i == 0 else None)
+            for j, (kl, pair, _, mo, mp) in enumerate(batch):
+                kp = k_tiles[first + kl][1]
+                b.emit("vector", TensorCopy(
+                    dst=b.tile("sbuf", et, buf_base + (kl * w * bm + pair * bm + mo) * es,
+                               kp, ((mp, 1),)),
+                    src=b.tile("psum", et, turned + j * tm * es, kp, ((mp, 1),))))
+            copied = b.signal("vector")
+            ready.update({kl: copied for kl, *_ in batch})
+        rows_free = done
         return ready
 
     # resident rhs: every block before the first lhsT chunk, in order of first use

@@ -220,7 +220,7 @@ def _matmuls(params, shape, dtype):
     return sum(isinstance(i, MultiplyMoving) for i in b.program.streams["tensor"])
 
 
-@pytest.mark.parametrize("name", ["gemm", "gemm_naive"])
+@pytest.mark.parametrize("name", ["gemm", "gemm_rows", "gemm_naive"])
 @pytest.mark.parametrize("shape", [dict(M=8, K=32, N=16),   # two double rows
                                    dict(M=20, K=23, N=40),  # a double row and 7 plain
                                    dict(M=9, K=13, N=7)])   # 13 odd: two plain tiles

@@ -87,6 +87,9 @@ def test_fused_gemm_over_several_m_blocks(m, seed):
 
 
 @pytest.mark.parametrize("name, dtype, shape", [
+    # lhs rows turned on chip a PSUM bank of 64 bytes at a time (4 bf16 transposes of 8
+    # columns), over three M-blocks and ten K-blocks of 8 tiles (sums in the accumulator)
+    ("gemm_rows", "bf16", dict(M=70, K=600, N=40)),
     # rows on all 16 partitions, the array 8 deep: the weight gradients' partition sum folds
     # partitions 8-15 onto 0-7 first; three row tiles, the last partial
     *((n, d, dict(R=37, C=24)) for n in ("rmsnorm_backward", "layernorm_backward")
