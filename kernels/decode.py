@@ -10,7 +10,12 @@ them out, ``out[B * H, D]``.
 
 Each (sequence, KV head) takes its cache in chunks of up to 2,048 positions (the chunk's
 scores fill at most one PSUM bank); a chunk's keys and values load on two DMA queues of their
-own, double-buffered, while the chunk before is computed. The tensor engine's roles:
+own, double-buffered, while the chunk before is computed. The whole blocks of 128 positions
+of a chunk are interleaved: lane ``p`` of block ``c`` holds position ``p * blocks + c``, so
+that each lane's values are consecutive rows of the cache, one run of ``blocks x D``
+elements (a DMA moves each partition's contiguous run as its own packets [DMA]), and the
+block's keys are the cache's columns ``blocks`` apart; a last partial block is plain. The
+sum over positions does not depend on their order. The tensor engine's roles:
 
 * ``q k^T``: the keys are the **stationary** (``D x 128`` positions of ``k_cache`` as they
   stand) and the ``G`` queries the **moving** tile (``D x G``, N = G). A decode GEMM has a
@@ -96,10 +101,11 @@ def decode_attention(b: Builder, nb: int, h: int, kvh: int, s: int, d: int,
     # only the queries, on a core with fewer queues (the simulation scale)
     out_q = f"dma{2 * DEPTH + 1}" if p.dma_queues > 2 * DEPTH + 1 else "dma0"
     width = blocks_max * g  # score columns of a chunk
-    vw = d + 1  # a position's values and its one
+    vw = d + 1  # a head's p v and its sum of p
     q_sb = b.sbuf(nb * h * es, "queries")
     k_sb = [b.sbuf(chunk * es, "key chunk") for _ in range(DEPTH)]
-    v_sb = [b.sbuf(blocks_max * vw * es, "value chunk") for _ in range(DEPTH)]
+    v_sb = [b.sbuf(blocks_max * d * es, "value chunk") for _ in range(DEPTH)]
+    ones_v = b.sbuf(es, "ones of the sums")
     p_sb = [b.sbuf(width * es, "p") for _ in range(2)]
     x_sb = [b.sbuf(width * 4, "s - m") for _ in range(2)]
     tree = b.sbuf(-(-blocks_max // 2) * g * 4 or g * 4, "lane maxima")
@@ -121,13 +127,32 @@ def decode_attention(b: Builder, nb: int, h: int, kvh: int, s: int, d: int,
     def sb(base, rows, dims, dt="fp32"):
         return b.tile("sbuf", dt, base, rows, dims)
 
-    # the queries, transposed ([D, B * H]), in one transfer; the ones of the value tiles
-    b.emit("dma0", DmaCopy(dst=sb(q_sb, d, ((nb * h, 1),), dtype),
-                           src=AP("hbm", dtype, 0, d, q.offset, ((nb * h, d),), es)))
-    q_ready = b.signal("dma0")
-    for base in v_sb:
-        b.emit("vector", Memset(dst=sb(base + d * es, lanes, ((blocks_max, vw), (1, 1)), dtype),
-                                value=1.0))
+    # the queries as their rows (a lane each, a transfer per 128), transposed to [D, B * H]
+    # by the tensor engine a PSUM bank at a time and copied out by the vector engine; the
+    # ones of the sums
+    per_bank = max(1, p.psum_bank_bytes // (lanes * es))
+    q_rows = b.sbuf(min(per_bank, -(-(nb * h) // lanes)) * d * es, "query rows")
+    q_ready = turned = None
+    for r0 in range(0, nb * h, lanes * per_bank):
+        batch = [(r, min(lanes, nb * h - r)) for r in range(r0, min(nb * h, r0 + lanes * per_bank),
+                                                            lanes)]
+        b.wait("dma0", turned)
+        for i, (r, rows) in enumerate(batch):
+            b.emit("dma0", DmaCopy(dst=sb(q_rows + i * d * es, rows, ((d, 1),), dtype),
+                                   src=q.ap((r, r + rows))))
+        b.wait("tensor", b.signal("dma0"), q_ready)
+        for i, (_, rows) in enumerate(batch):
+            b.emit("tensor", Transpose(dst=b.tile("psum", dtype, st_ps + i * lanes * es, d,
+                                                  ((rows, 1),)),
+                                       src=sb(q_rows + i * d * es, rows, ((d, 1),), dtype)))
+        turned = b.signal("tensor")
+        b.wait("vector", turned)
+        for i, (r, rows) in enumerate(batch):
+            b.emit("vector", TensorCopy(dst=sb(q_sb + r * es, d, ((rows, 1),), dtype),
+                                        src=b.tile("psum", dtype, st_ps + i * lanes * es, d,
+                                                   ((rows, 1),))))
+        q_ready = b.signal("vector")
+    b.emit("vector", Memset(dst=sb(ones_v, lanes, ((1, 1),), dtype), value=1.0))
     b.emit("vector", Memset(dst=sb(ones, g, ((lanes, 1),)), value=1.0))
     ones_ready = b.signal("vector")
     b.wait("tensor", q_ready, ones_ready)
@@ -152,17 +177,17 @@ def decode_attention(b: Builder, nb: int, h: int, kvh: int, s: int, d: int,
         b.wait(qk, free)
         b.emit(qk, DmaCopy(dst=sb(k_sb[hb], d, ((kb, 1),), dtype),
                            src=k_cache.ap((pair * d, pair * d + d), (c0, c0 + kb))))
-        b.wait(qv, free or ones_ready)  # the values' slots beside their ones
+        b.wait(qv, free)
         row0 = pair * s + c0
         whole, rest = divmod(kb, lanes)
-        if whole:
+        if whole:  # interleaved: lane p holds positions p * whole .. p * whole + whole - 1
             b.emit(qv, DmaCopy(
-                dst=sb(v_sb[hb], lanes, ((whole, vw), (d, 1)), dtype),
+                dst=sb(v_sb[hb], lanes, ((whole, d), (d, 1)), dtype),
                 src=AP("hbm", dtype, 0, lanes, v_cache.offset + row0 * d * es,
-                       ((whole, lanes * d), (d, 1)), d * es)))
+                       ((whole, d), (d, 1)), whole * d * es)))
         if rest:
             r0 = row0 + whole * lanes
-            b.emit(qv, DmaCopy(dst=sb(v_sb[hb] + whole * vw * es, rest, ((d, 1),), dtype),
+            b.emit(qv, DmaCopy(dst=sb(v_sb[hb] + whole * d * es, rest, ((d, 1),), dtype),
                                src=v_cache.ap((r0, r0 + rest))))
         loaded[j] = (b.signal(qk), b.signal(qv))
 
@@ -179,10 +204,12 @@ def decode_attention(b: Builder, nb: int, h: int, kvh: int, s: int, d: int,
                                                lanes, ((g, 1),)), value=-1e30))
             masked = b.signal("vector")
         b.wait("tensor", *loaded[j][:1], s_free[hb], masked)
+        whole = kb // lanes
         for c in range(n):
             rows = min(lanes, kb - c * lanes)
-            b.emit("tensor", LoadStationary(src=sb(k_sb[kbuf] + c * lanes * es, d, ((rows, 1),),
-                                                   dtype)))
+            keys = sb(k_sb[kbuf] + c * es, d, ((lanes, whole),), dtype) if c < whole else \
+                sb(k_sb[kbuf] + c * lanes * es, d, ((rows, 1),), dtype)
+            b.emit("tensor", LoadStationary(src=keys))
             b.emit("tensor", MultiplyMoving(
                 dst=b.tile("psum", "fp32", s_ps[hb] + c * g * 4, rows, ((g, 1),)), src=q_tile))
         return b.signal("tensor")
@@ -275,13 +302,16 @@ def decode_attention(b: Builder, nb: int, h: int, kvh: int, s: int, d: int,
         exped.append(b.signal("scalar"))
         # p v and the sums of p, the heads on partitions
         b.wait("tensor", exped[j], loaded[j][1], o_free[hb])
-        o_tile = b.tile("psum", "fp32", o_ps[hb], g, ((vw, 1),))
+        o_values = b.tile("psum", "fp32", o_ps[hb], g, ((d, 1),))
+        o_sums = b.tile("psum", "fp32", o_ps[hb] + d * 4, g, ((1, 1),))
         for c in range(n):
             rows = min(lanes, kb - c * lanes)
             b.emit("tensor", LoadStationary(src=sb(p_sb[hb] + c * g * es, rows, ((g, 1),),
                                                    dtype)))
-            b.emit("tensor", MultiplyMoving(dst=o_tile, accumulate=c > 0, src=sb(
-                v_sb[j % DEPTH] + c * vw * es, rows, ((vw, 1),), dtype)))
+            b.emit("tensor", MultiplyMoving(dst=o_values, accumulate=c > 0, src=sb(
+                v_sb[j % DEPTH] + c * d * es, rows, ((d, 1),), dtype)))
+            b.emit("tensor", MultiplyMoving(dst=o_sums, accumulate=c > 0,
+                                            src=sb(ones_v, rows, ((1, 1),), dtype)))
         pv_done.append(b.signal("tensor"))
         if j + DEPTH < len(work):
             load(j + DEPTH)

@@ -1,5 +1,6 @@
 """Matrix multiplication kernels: ``out[M, N] = lhsT[K, M].T @ rhs[K, N]`` (optionally
-``func(... + bias[M])``), ``lhsT`` stored transposed as the tensor engine's stationary wants it.
+``func(... + bias[M])``), ``lhsT`` stored transposed as the tensor engine's stationary wants it,
+or ``out = lhs[M, K] @ rhs[K, N]`` (optionally ``func(... + bias[N])``) with ``lhs`` as rows.
 
 :func:`gemm` works in steps of an M-block, an N-block and a K-block (:func:`_plan`): blocks
 of ``lhsT`` rows about :data:`~kernels.builder.DMA_BYTES` a partition and of ``rhs`` rows half
@@ -17,7 +18,16 @@ into the output staging (two slots, a step's each) and the staging stores, an M-
 one queue, its whole row tiles in one transfer; every row tile's bias loads once, in one
 transfer, first on a store queue. The ``lhsT`` chunks go on ``dma0`` and ``dma7`` up where
 the core has them, ``rhs`` on ``dma1``-``dma4``, the stores on ``dma5`` and ``dma6``.
+A K-block of two or more whole single-row K-tiles is interleaved (``interleaved`` in
+:func:`gemm`): partition ``p`` of its K-tile ``kl`` holds row ``k0 + p * tiles + kl`` of both
+operands, so that where a block spans whole rows each partition's share is one run.
 :func:`gemm_naive` is the same arithmetic tile by tile with nothing overlapped or reused.
+
+With ``lhs_rows`` (the kernels ``gemm_rows`` and ``gemm_rows_bias_gelu``) the first operand
+is ``lhs[M, K]`` as stored, a few tokens' activations as rows: each M-block's rows of a
+K-block load in one transfer and the tensor engine turns them into the stationary's tiles;
+the bias, if any, is one per column of ``out``, added by the vector engine in PSUM before
+the scalar engine's function.
 
 :func:`gemm` also runs the block-scaled MX formats (``mxfp8``, ``mxfp4``, where the array has
 them): ``lhsT`` and ``rhs`` are then stored as :mod:`kernels.mx` lays them out, quad rows of
@@ -53,6 +63,7 @@ from hdl.vector.ops import VectorOp
 
 from .builder import DMA_BYTES, Builder, KernelError, itemsize, psum_columns, sbuf_aligned
 from .mx import MX_BLOCK, quad_type
+from .norms import broadcast_row
 
 __all__ = ["gemm", "gemm_naive", "out_dtype"]
 
@@ -164,21 +175,22 @@ def _scale_tile(b: Builder, kp: int, offset: int, cols: int):
 def _plan(b: Builder, m: int, n: int, kt_all: int, w: int, es: int, oes: int, mx: bool,
           func: str | None, rows: bool) -> tuple[int, int, int]:
     """(M-tiles per M-block, N-tiles per N-block, K-tiles per K-block). Blocks start with
-    operand rows of about :data:`DMA_BYTES` (``lhsT``) and half that (``rhs``) where M and N
-    allow, and four steps or more where M allows. The whole contraction is one K-block if it
-    fits, double-buffered, with N-blocks and then M-blocks narrowed (M-blocks to four tiles),
-    since summing K-blocks in SBUF costs the vector engine an add per output element each;
-    else the largest K-block that fits beside the fp32 accumulator at the first widths that
-    take one K-tile."""
+    operand rows of about :data:`DMA_BYTES` (``lhsT``) and half that (``rhs``; as many with
+    ``rows``, lhs as rows) where M and N allow, and four steps or more where M allows. The
+    whole contraction is one K-block if it fits, double-buffered, with N-blocks narrowed to
+    half their width and then M-blocks to four tiles, since summing K-blocks in SBUF costs
+    the vector engine an add per output element each; else the largest K-block that fits
+    beside the fp32 accumulator at the first widths that take one K-tile."""
     p = b.params
     tm, tn = p.cols, psum_columns(p)
     mt_all, nt_all = -(-m // tm), -(-n // tn)
-    bn_t = min(nt_all, max(1, DMA_BYTES // 2 // (tn * es)))
+    # rhs rows of half DMA_BYTES beside lhsT's (as many with lhs as rows: few M-tiles)
+    bn_t = min(nt_all, max(1, (DMA_BYTES if rows else DMA_BYTES // 2) // (tn * es)))
     # four steps (M-blocks x N-blocks) at least, M-blocks of four tiles or more: the first
     # step's operands are all that load before the multiplies start
     blocks = -(-4 // -(-nt_all // bn_t))
     bm_t = min(max(min(4, mt_all), -(-mt_all // blocks)), max(1, DMA_BYTES // (tm * es)))
-    bias = sbuf_aligned(mt_all * 4) if func else 0
+    bias = 0 if not func else sbuf_aligned(n * 4) if rows else sbuf_aligned(mt_all * 4)
 
     def need(bm_t: int, bn_t: int, bk: int) -> int:
         bm, bn = min(bm_t * tm, m), min(bn_t * tn, n)
@@ -191,7 +203,7 @@ def _plan(b: Builder, m: int, n: int, kt_all: int, w: int, es: int, oes: int, mx
     widths = [(bm_t, t) for t in range(bn_t, 0, -1)] + \
         [(t, 1) for t in range(bm_t - 1, 0, -1)]
     for wm, wn in widths:
-        if wm >= min(4, bm_t) and need(wm, wn, kt_all) <= p.sbuf_bytes:
+        if wm >= min(4, bm_t) and wn >= -(-bn_t // 2) and need(wm, wn, kt_all) <= p.sbuf_bytes:
             return wm, wn, kt_all
     for wm, wn in widths:
         for bk in range(kt_all - 1, 0, -1):
@@ -245,7 +257,8 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     if mx:
         lhs_s = b.hbm("lhsT_scale", (k // MX_BLOCK, m), "uint8")
         rhs_s = b.hbm("rhs_scale", (k // MX_BLOCK, n), "uint8")
-    bias = b.hbm("bias", (m, 1), "fp32") if func else None
+    # the bias: one per row of out, or with lhs as rows one per column (a feature's)
+    bias = b.hbm("bias", (1, n) if lhs_rows else (m, 1), "fp32") if func else None
     out = b.hbm("out", (m, n), odt)
     k_tiles = _k_tiles(b, kq, et)
     full = (tk, w)
@@ -257,8 +270,9 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     a_bytes = bk * (w * bm * es + (bm if mx else 0))
     b_bytes = bk * (w * bn * es + (bn if mx else 0))
     rows_bytes = bm_t * bk * w * tk * es if lhs_rows else 0  # an M-block's rows of a K-block
+    bias_bytes = 0 if not func else n * 4 if lhs_rows else -(-m // tm) * 4
     rest = (sbuf_aligned(bm_t * bn * 4) if several else 0) + sbuf_aligned(rows_bytes) \
-        + 2 * sbuf_aligned(bm_t * bn * oes) + (sbuf_aligned(-(-m // tm) * 4) if func else 0)
+        + 2 * sbuf_aligned(bm_t * bn * oes) + sbuf_aligned(bias_bytes)
     # rhs resident where every M-block would read it again and it fits in place of its
     # buffers; MX GEMMs stream it with its scales
     per_n = len(k_tiles) * w * bn * es
@@ -281,8 +295,13 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     banks = b.psum_banks(2 * per, "accumulators")
     turned = b.psum_banks(1, "transposes")[0] if lhs_rows else None
     act = b.function(func) if func else 0
-    if func:  # every row tile's bias in one DMA (a partial tile alone), first on a store queue
-        bias_base = b.sbuf(-(-m // tm) * 4, "bias")
+    if func and lhs_rows:  # the bias row in every partition of a row tile, in one DMA
+        bias_base = b.sbuf(bias_bytes, "bias")
+        broadcast_row(b, _OUT_QUEUES[-1], bias, min(tm, m),
+                      b.tile("sbuf", "fp32", bias_base, min(tm, m), ((n, 1),)))
+        bias_ready = b.signal(_OUT_QUEUES[-1])
+    elif func:  # every row tile's bias in one DMA (a partial tile alone), first on a store queue
+        bias_base = b.sbuf(bias_bytes, "bias")
         for mt, count, mp in _row_pieces(m, tm):
             b.emit(_OUT_QUEUES[-1], DmaCopy(
                 dst=b.tile("sbuf", "fp32", bias_base + mt * 4, mp, ((count, 1),)),
@@ -301,6 +320,7 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
         hbm, scales, stride = (lhs_t, lhs_s if mx else None, m) if side == "a" else \
             (rhs, rhs_s if mx else None, n)
         ready = {}
+        inter = interleaved(first, count)
         # pieces of about DMA_BYTES a partition, round the queues: the first K-tiles multiply
         # while the rest arrive
         for c, g in _pieces(k_tiles, first, count, full, max(1, DMA_BYTES // (w * cols * es))):
@@ -309,19 +329,30 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
             b.wait(q, free)
             k0, kp, pairs = k_tiles[c]
             local = c - first
+            src = b.tile("hbm", et, hbm.offset + ((k_tiles[first][0] + local) * stride + c0)
+                         * es, kp, ((g, stride), (width, 1)), pstride=count * stride * es) \
+                if inter else \
+                b.tile("hbm", et, hbm.offset + (k0 * stride + c0) * es, kp,
+                       ((g, w * tk * stride),) + _paired(pairs, kp * stride, ((width, 1),)),
+                       pstride=stride * es)
             b.emit(q, DmaCopy(
                 dst=b.tile("sbuf", et, buf_base + local * w * cols * es, kp,
-                           ((g, w * cols),) + _paired(pairs, cols, ((width, 1),))),
-                src=b.tile("hbm", et, hbm.offset + (k0 * stride + c0) * es, kp,
-                           ((g, w * tk * stride),) + _paired(pairs, kp * stride,
-                                                             ((width, 1),)),
-                           pstride=stride * es)))
+                           ((g, w * cols),) + _paired(pairs, cols, ((width, 1),))), src=src))
             if mx:
                 _scale_copies(b, [q], scales, k0 // MX_GROUP_PARTITIONS, (c0, c0 + width), kp,
                               buf_base + bk * w * cols * es + local * cols, g, cols)
             ev = b.signal(q)
             ready.update({i: ev for i in range(local, local + g)})
         return ready
+
+    def interleaved(first, count):
+        """Whether the K-block of K-tiles ``first .. first + count`` is interleaved: where
+        they are two or more whole single-row tiles (no double row, no MX), partition ``p``
+        of its K-tile ``kl`` holds row ``k0 + p * count + kl``, so that each partition's
+        rows of both operands are consecutive in memory, one run a partition where a block
+        spans whole rows [DMA]. The contraction's order is the sum's only."""
+        return count > 1 and w == 1 and not mx and \
+            all(k_tiles[i][1:] == full for i in range(first, first + count))
 
     rows_free = None  # the tensor engine's last transpose out of the rows buffer
     copied = None  # the vector engine's last copy out of the transposes' bank
@@ -346,6 +377,7 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                 src=b.tile("hbm", et, lhs_t.offset + ((m0 + mt * tm) * kq + k0) * es, mp,
                            _tiled(tiles, tm * kq, ((cols, 1),)), pstride=kq * es)))
         arrived = b.signal(q)
+        inter = interleaved(first, count)
         turns = [(kl, pair, mt, mo, mp) for kl in range(count)
                  for pair in range(k_tiles[first + kl][2])
                  for mt, (mo, mp) in enumerate(_tiles(bmp, tm))]
@@ -359,8 +391,9 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                     k_tiles[first + kl][1]
                 b.emit("tensor", Transpose(
                     dst=b.tile("psum", et, turned + j * tm * es, kp, ((mp, 1),)),
-                    src=b.tile("sbuf", et, rows_base + (mt * cols + c) * es, mp,
-                               ((kp, 1),))))
+                    src=b.tile("sbuf", et, rows_base + (mt * cols + kl) * es, mp,
+                               ((kp, count),)) if inter else
+                    b.tile("sbuf", et, rows_base + (mt * cols + c) * es, mp, ((kp, 1),))))
             done = b.signal("tensor")
             b.wait("vector", done, free if i == 0 else None)
             for j, (kl, pair, _, mo, mp) in enumerate(batch):
@@ -395,6 +428,23 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                 engines.append(eng)
                 b.wait(eng, last, *events)
 
+        def columns(mp):  # the bias of this bank's columns, a row in each partition
+            return b.tile("sbuf", "fp32", bias_base + (n0 + no) * 4, mp, ((tnp, 1),))
+
+        if func and lhs_rows and not several:  # the bias added in PSUM, then the function
+            start("vector", bias_ready)
+            for mt, (_, mp) in group:
+                psum = b.tile("psum", "fp32", banks[half * per + mt - g0], mp, ((tnp, 1),))
+                b.emit("vector", TensorTensor(dst=psum, a=psum, b=columns(mp),
+                                              op=VectorOp.ADD))
+            b.wait("scalar", b.signal("vector"), stage_free)
+            for mt, (_, mp) in group:
+                b.emit("scalar", Activation(
+                    dst=b.tile("sbuf", odt, stage + (mt * bn + no) * oes, mp, ((tnp, 1),)),
+                    src=b.tile("psum", "fp32", banks[half * per + mt - g0], mp, ((tnp, 1),)),
+                    func=act))
+            freed = [b.signal("scalar")]
+            return freed, freed if final else []
         for mt, (_, mp) in group:
             psum = b.tile("psum", "fp32", banks[half * per + mt - g0], mp, ((tnp, 1),))
             st = b.tile("sbuf", odt, stage + (mt * bn + no) * oes, mp, ((tnp, 1),))
@@ -408,12 +458,15 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                     b.emit(eng, TensorCopy(dst=st, src=psum))
                 continue
             a = b.tile("sbuf", "fp32", acc + (mt * bn + no) * 4, mp, ((tnp, 1),))
-            start("vector", acc_free if ki == 0 else None, stage_free if final else None)
+            start("vector", acc_free if ki == 0 else None, stage_free if final else None,
+                  bias_ready if final and lhs_rows else None)
             if ki == 0:
                 b.emit("vector", TensorCopy(dst=a, src=psum))
             else:
                 b.emit("vector", TensorTensor(dst=st if final and not func else a, a=a, b=psum,
                                               op=VectorOp.ADD))
+            if final and func and lhs_rows:
+                b.emit("vector", TensorTensor(dst=a, a=a, b=columns(mp), op=VectorOp.ADD))
         freed = [b.signal(e) for e in engines]
         if not (several and final and func):
             return freed, freed if final else []
@@ -422,7 +475,8 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
             b.emit("scalar", Activation(
                 dst=b.tile("sbuf", odt, stage + (mt * bn + no) * oes, mp, ((tnp, 1),)),
                 src=b.tile("sbuf", "fp32", acc + (mt * bn + no) * 4, mp, ((tnp, 1),)),
-                func=act, bias=b.column(bias_base + (m0 // tm + mt) * 4, mp)))
+                func=act, bias=None if lhs_rows else
+                b.column(bias_base + (m0 // tm + mt) * 4, mp)))
         acc_free = b.signal("scalar")
         return freed, [acc_free]
 

@@ -32,10 +32,11 @@ def _cases():
              ("B", "KVH", "D", "S"): [dict(B=1, KVH=1, D=1, S=1), dict(B=1, KVH=2, D=8, S=5),
                                       dict(B=20, KVH=3, D=16, S=40)],
              # groups of 4 query heads, two chunks of the cache (2,048 + 452), a last block
-             # of 68 positions
+             # of 68 positions; 1,280 query rows, transposed in two PSUM banks' batches
              ("B", "H", "KVH", "S", "D"): [dict(B=1, H=1, KVH=1, S=1, D=1),
                                            dict(B=5, H=3, KVH=3, S=3, D=4),
-                                           dict(B=2, H=8, KVH=2, S=2500, D=64)],
+                                           dict(B=2, H=8, KVH=2, S=2500, D=64),
+                                           dict(B=40, H=32, KVH=8, S=300, D=64)],
              # (K = V = 2: an index 1, for the relative error) two row tiles and three
              # vocabulary tiles, the last partial
              ("B", "V", "K"): [dict(B=1, V=2, K=2), dict(B=3, V=50, K=5),
@@ -88,8 +89,10 @@ def test_fused_gemm_over_several_m_blocks(m, seed):
 
 @pytest.mark.parametrize("name, dtype, shape", [
     # lhs rows turned on chip a PSUM bank of 64 bytes at a time (4 bf16 transposes of 8
-    # columns), over three M-blocks and ten K-blocks of 8 tiles (sums in the accumulator)
+    # columns), over three M-blocks and ten K-blocks of up to 8 tiles (sums in the accumulator)
     ("gemm_rows", "bf16", dict(M=70, K=600, N=40)),
+    # the same with a bias per column added in the accumulator before the gelu (eleven)
+    ("gemm_rows_bias_gelu", "bf16", dict(M=70, K=600, N=40)),
     # rows on all 16 partitions, the array 8 deep: the weight gradients' partition sum folds
     # partitions 8-15 onto 0-7 first; three row tiles, the last partial
     *((n, d, dict(R=37, C=24)) for n in ("rmsnorm_backward", "layernorm_backward")

@@ -879,7 +879,7 @@ PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
 #: over two key blocks and decoding, with D the array's rows; the norms' backward passes over
 #: two row tiles, the second partial (their weight gradients folded onto the array's rows
 #: first); rope and the KV cache's append in the scale's SBUF; LayerNorm, Adam, the loss's
-#: row max and the naive GEMM.
+#: row max, the naive GEMM and the GEMM of lhs as rows.
 PROGRAMS |= {
     "attention": (_kernel("attention", {"B": 1, "S": 24, "D": 8}, "bf16"), False),
     "attention_causal": (_kernel("attention_causal", {"B": 1, "S": 24, "D": 8}, "fp32"),
@@ -894,7 +894,11 @@ PROGRAMS |= {
                                   ("layernorm", {"R": 16, "C": 8}, "bf16"),
                                   ("adam", {"R": 16, "C": 8}, "fp32"),
                                   ("logits_max", {"R": 16, "C": 24}, "bf16"))},
-    "gemm_naive": (_kernel("gemm_naive", {"M": 8, "K": 16, "N": 16}, "fp32"), False)}
+    "gemm_naive": (_kernel("gemm_naive", {"M": 8, "K": 16, "N": 16}, "fp32"), False),
+    # lhs as rows: its transposes through the array, the bias per column added in PSUM
+    "gemm_rows": (_kernel("gemm_rows", {"M": 12, "K": 24, "N": 16}, "bf16"), False),
+    "gemm_rows_bias_gelu": (_kernel("gemm_rows_bias_gelu", {"M": 8, "K": 16, "N": 16},
+                                    "bf16"), False)}
 
 #: Programs of the arrays with MX formats alone: name -> builder function (their builder
 #: refuses another core with a KernelError).
