@@ -77,6 +77,11 @@ def _call(what, kernel, part, dtype, count=1.0, **shape):
 
 
 def _gemm(what, m, k, n, dtype, kernel="gemm"):
+    """out[m features, n tokens] = W[k, m].T @ x[k, n]; where the tokens are fewer than the
+    contraction, the activations as tokens' rows (gemm_rows: out[n, m] = x[n, k] @ W[k, m])."""
+    if n < k:
+        rows = {"gemm": "gemm_rows", "gemm_bias_gelu": "gemm_rows_bias_gelu"}[kernel]
+        return _call(what, rows, "gemm", dtype, M=n, K=k, N=m)
     return _call(what, kernel, "gemm", dtype, M=m, K=k, N=n)
 
 

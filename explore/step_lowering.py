@@ -83,6 +83,10 @@ class Layout:
 
 
 def _gemm(what, m, k, n, dtype, count, saved=0.0):
+    """``out[m, n]``; one of fewer than 512 columns and more rows is timed as its transpose
+    (``out.T = rhs.T @ lhsT``, the same arithmetic), whose rows are the longer."""
+    if n < 512 <= m:
+        m, n = n, m
     return Call(what, "gemm", (("M", int(m)), ("K", int(k)), ("N", int(n))), dtype, count,
                 "gemm", saved)
 

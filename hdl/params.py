@@ -247,6 +247,8 @@ def core_params(spec: ChipSpec, scale: Scale = "full") -> CoreParams:
     missing = [k for k, v in (("chip.core.costs", c.costs),
                               ("chip.dma.engine_bandwidth", d.engine_bandwidth),
                               ("chip.dma.queues", d.queues), ("chip.dma.latency", d.latency),
+                              ("chip.dma.packet_overhead", d.packet_overhead),
+                              ("chip.dma.packet_minimum", d.packet_minimum),
                               ("chip.core.gpsimd", c.gpsimd)) if v is None]
     if missing:
         raise ModelError(f"{spec.name}: the core simulator needs {', '.join(missing)} in the "
@@ -293,4 +295,6 @@ def core_params(spec: ChipSpec, scale: Scale = "full") -> CoreParams:
         semaphore_latency=si(c.costs.semaphore_latency, "s"),
         shared_ports=tuple((tuple(sp.engines), sp.memory) for sp in c.costs.shared_ports),
         dma_queues=queues, dma_bandwidth=dma_bw, dma_latency=si(d.latency, "s"),
+        dma_packet_overhead=int(si(d.packet_overhead, "B")),
+        dma_packet_minimum=int(si(d.packet_minimum, "B")),
         hbm_bytes=hbm, instructions=instructions, semaphores=semaphores)

@@ -177,10 +177,11 @@ def _plan(b: Builder, m: int, n: int, kt_all: int, w: int, es: int, oes: int, mx
     """(M-tiles per M-block, N-tiles per N-block, K-tiles per K-block). Blocks start with
     operand rows of about :data:`DMA_BYTES` (``lhsT``) and half that (``rhs``; as many with
     ``rows``, lhs as rows) where M and N allow, and four steps or more where M allows. The
-    whole contraction is one K-block if it fits, double-buffered, with N-blocks narrowed to
-    half their width and then M-blocks to four tiles, since summing K-blocks in SBUF costs
-    the vector engine an add per output element each; else the largest K-block that fits
-    beside the fp32 accumulator at the first widths that take one K-tile."""
+    whole contraction is one K-block if it fits, double-buffered, with M-blocks narrowed to
+    four tiles (and, in an MX format, N-blocks to half their width first: its array takes a
+    quarter of the cycles per output element of a K-block, which the vector engine's add of
+    each K-block's sums would then bound); else the largest K-block that fits beside the
+    fp32 accumulator at the first widths that take one K-tile."""
     p = b.params
     tm, tn = p.cols, psum_columns(p)
     mt_all, nt_all = -(-m // tm), -(-n // tn)
@@ -203,7 +204,8 @@ def _plan(b: Builder, m: int, n: int, kt_all: int, w: int, es: int, oes: int, mx
     widths = [(bm_t, t) for t in range(bn_t, 0, -1)] + \
         [(t, 1) for t in range(bm_t - 1, 0, -1)]
     for wm, wn in widths:
-        if wm >= min(4, bm_t) and wn >= -(-bn_t // 2) and need(wm, wn, kt_all) <= p.sbuf_bytes:
+        if wm >= min(4, bm_t) and wn >= (-(-bn_t // 2) if mx else bn_t) and \
+                need(wm, wn, kt_all) <= p.sbuf_bytes:
             return wm, wn, kt_all
     for wm, wn in widths:
         for bk in range(kt_all - 1, 0, -1):

@@ -373,6 +373,14 @@ class DmaSpec(Strict):
                                                     "issue to; in order within a queue.")
     latency: Time | None = Field(None, description="From a DMA's start (its semaphore) to its "
                                                    "first bytes moving.")
+    packet_overhead: Bytes | None = Field(
+        None, description="What an engine spends on each packet of a transfer (a contiguous "
+                          "run of at most one partition's row) besides its bytes, as bytes at "
+                          "the engine's bandwidth: a packet of b bytes takes the time of "
+                          "max(b + packet_overhead, packet_minimum) bytes.")
+    packet_minimum: Bytes | None = Field(
+        None, description="The least time an engine spends on one packet, as bytes at its "
+                          "bandwidth (the packet rate that bounds small transfers).")
 
 
 class LinkSpec(Strict):

@@ -85,9 +85,33 @@ def test_dma_shares_bandwidth(trn1):
     two = {"dma0": one, "dma1": [DmaCopy(dst=sbuf(0, 128, 8192, 1024), src=src)]}
     t1 = Core(trn1).run(program(dma0=one), timing_only=True).time
     t2 = Core(trn1).run(program(**two), timing_only=True).time
-    nbytes = 128 * 1024 * 4
-    assert t1 == pytest.approx(trn1.dma_latency + nbytes / trn1.dma_bandwidth)
-    assert t2 == pytest.approx(trn1.dma_latency + 2 * nbytes / trn1.dma_bandwidth)
+    # 128 packets of one 4 KiB row each, 150 B of overhead a packet (trn1's spec), on the
+    # core's 16 engines at 17 B/ns after 1.3 us
+    bandwidth, latency = 16 * 17e9, 1.3e-6
+    assert trn1.dma_bandwidth == bandwidth and trn1.dma_latency == latency
+    assert t1 == pytest.approx(latency + 128 * (4096 + 150) / bandwidth)
+    assert t2 == pytest.approx(latency + 2 * 128 * (4096 + 150) / bandwidth)
+
+
+@pytest.mark.parametrize(("src", "dst", "charged"), [
+    # 256 B a partition: 128 packets, each at the packet minimum (2,400 B in trn1's spec)
+    (AP("hbm", "bf16", 0, 128, 0, ((128, 1),), pstride=16384), sbuf(0, 128, 0, 128, "bf16"),
+     128 * 2400),
+    # whole rows that follow on in HBM, copied within HBM: one packet
+    (AP("hbm", "fp32", 0, 64, 0, ((1024, 1),), pstride=4096),
+     AP("hbm", "fp32", 0, 64, 1 << 20, ((1024, 1),), pstride=4096), 64 * 4096 + 150),
+    # a column of HBM (element stride 512) into SBUF rows: every element its own packet
+    (AP("hbm", "fp32", 0, 128, 0, ((8, 512),), pstride=4), sbuf(0, 128, 0, 8), 128 * 8 * 2400),
+    # the SBUF side's rows cut in two runs by a stride: the shorter runs make the packets
+    (AP("hbm", "fp32", 0, 128, 0, ((2, 1024), (1024, 1)), pstride=8192),
+     AP("sbuf", "fp32", 0, 128, 0, ((2, 2048), (1024, 1))), 256 * (4096 + 150)),
+])
+def test_dma_cost_per_packet(trn1, src, dst, charged):
+    prog = Program()
+    prog.tensor("x", (512, 4096), "fp32")  # 8 MiB of HBM
+    prog.streams = {"dma0": [DmaCopy(dst=dst, src=src)]}
+    t = Core(trn1).run(prog, timing_only=True).time
+    assert t == pytest.approx(1.3e-6 + charged / (16 * 17e9))
 
 
 def test_numeric_result_through_golden_models(trn1, seed):

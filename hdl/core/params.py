@@ -49,6 +49,8 @@ class CoreParams:
     dma_queues: int
     dma_bandwidth: float
     dma_latency: float
+    dma_packet_overhead: int  # bytes' worth of the fabric's time each packet costs besides its own
+    dma_packet_minimum: int  # the least bytes' worth of time one packet costs
     hbm_bytes: int
     instructions: int
     semaphores: int

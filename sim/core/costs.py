@@ -9,17 +9,21 @@
   elements per partition, ``e`` elements per lane per cycle, ``passes`` the element streams
   the instruction reads (doubled where a minor stride exceeds ``stride_penalty``) [NKI2,
   ISA-COST]; the constants are spec fields with their sources.
-* DMA: ``latency`` before the first byte, then the bytes at the core's DMA bandwidth [DMA].
+* DMA: ``latency`` before the first byte, then its packets at the core's DMA bandwidth: a
+  packet is a contiguous run of bytes on both sides, at most one partition's row where a side
+  is SBUF or PSUM, and a packet of ``b`` bytes takes the time of
+  ``max(b + packet_overhead, packet_minimum)`` bytes [DMA].
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
+from hdl.core.isa import AP
 from hdl.core.params import CoreParams
 from sim.golden import systolic_cycles
 
-__all__ = ["dma_seconds", "stream_cycles", "tensor_cycles", "transpose_cycles"]
+__all__ = ["dma_packet", "dma_seconds", "stream_cycles", "tensor_cycles", "transpose_cycles"]
 
 
 @lru_cache(maxsize=4096)
@@ -50,6 +54,32 @@ def stream_cycles(params: CoreParams, engine: str, elements: int, passes: float 
     return params.access_start + max(least, stream)
 
 
-def dma_seconds(params: CoreParams, nbytes: int) -> tuple[float, float]:
-    """(latency, transfer time) of a DMA of ``nbytes`` on an otherwise idle fabric."""
-    return params.dma_latency, nbytes / params.dma_bandwidth
+def _run_bytes(ap: AP) -> int:
+    """Bytes of the longest contiguous runs ``ap`` is made of: its innermost free dimensions
+    while each is laid right after the last, and in HBM whole rows where they follow on."""
+    run, expect = 1, 1
+    for size, stride in reversed(ap.dims):
+        if size == 1:
+            continue
+        if stride != expect:
+            return run * ap.itemsize
+        run *= size
+        expect *= size
+    row = run * ap.itemsize
+    if ap.space == "hbm" and run == ap.free and ap.pstride == row:
+        return row * ap.partitions
+    return row
+
+
+def dma_packet(src: AP, dst: AP) -> int:
+    """Bytes of each packet of a copy from ``src`` to ``dst``: the runs both sides share."""
+    return min(_run_bytes(src), _run_bytes(dst))
+
+
+def dma_seconds(params: CoreParams, src: AP, dst: AP) -> tuple[float, float]:
+    """(latency, transfer time) of a DMA from ``src`` to ``dst`` on an otherwise idle fabric."""
+    nbytes = src.nbytes
+    packet = dma_packet(src, dst)
+    packets = -(-nbytes // packet)
+    charged = max(packet + params.dma_packet_overhead, params.dma_packet_minimum)
+    return params.dma_latency, packets * charged / params.dma_bandwidth

@@ -151,7 +151,7 @@ class Core:
         if cls is SemSignal:
             return (_SIGNAL, ins.sem, ins.count)
         if kind == "dma":
-            latency, transfer = dma_seconds(self.params, ins.src.nbytes)
+            latency, transfer = dma_seconds(self.params, ins.src, ins.dst)
             return (_DMA, latency, transfer, ins.src.nbytes)
         if kind == "tensor":
             pairs = 2 if getattr(ins, "double_row", False) else 1
