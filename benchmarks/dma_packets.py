@@ -15,7 +15,7 @@ from collections import defaultdict
 import kernels
 from hdl.core.isa import DmaCopy
 from hdl.params import core_params
-from sim.core.costs import dma_packet
+from sim.core.costs import dma_charged_bytes, dma_packet
 from specs.loader import load
 
 
@@ -34,8 +34,7 @@ def main() -> None:
             g = groups[(packet, ins.src.space, ins.dst.space)]
             g[0] += 1
             g[1] += ins.src.nbytes
-            g[2] += -(-ins.src.nbytes // packet) * max(packet + p.dma_packet_overhead,
-                                                        p.dma_packet_minimum)
+            g[2] += dma_charged_bytes(p, ins.src, ins.dst)
         moved = sum(g[1] for g in groups.values())
         charged = sum(g[2] for g in groups.values())
         print(f"{name} {shape} {dtype}: {moved / 1e6:.2f} MB moved, charged as "

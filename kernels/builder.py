@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hdl.core.isa import AP, DTYPES, Instruction, SemSignal, SemWait
+from hdl.core.isa import AP, DTYPES, Instruction, SemSignal, SemWait, TensorCopy, Transpose
 from hdl.core.params import CoreParams
 from sim.core.program import HbmTensor, Program
 
@@ -105,6 +105,33 @@ class Builder:
         for ev in events:
             if ev is not None:
                 self.emit(stream, SemWait(sem=ev.sem, value=ev.value))
+
+    def transpose(self, pieces, bank: int, slot: int, *, arrived: Event | None = None,
+                  free: Event | None = None, copied: Event | None = None):
+        """Each ``(src, dst)`` of ``pieces`` (SBUF tiles, ``src`` [P, F] and ``dst`` [F, P])
+        turned by the tensor engine's transpose into PSUM ``bank``, ``slot`` bytes a piece and
+        as many at once as the bank holds, each batch copied out to its ``dst`` by the vector
+        engine. The tensor engine waits for ``arrived`` before the first batch and for the
+        copies of the batch before (``copied`` before the first: the bank's last use); the
+        vector engine for the batch's transposes and, before the first, ``free`` (the
+        ``dst`` space's last use). Returns (the last batch's transposes, the last copies,
+        each piece's copies)."""
+        fit = max(1, self.params.psum_bank_bytes // slot)
+        done, events = None, []
+        for i in range(0, len(pieces), fit):
+            batch = pieces[i:i + fit]
+            turned = [AP("psum", src.dtype, 0, src.free, bank + j * slot,
+                         ((src.partitions, 1),)) for j, (src, _) in enumerate(batch)]
+            self.wait("tensor", arrived if i == 0 else None, copied)
+            for (src, _), t in zip(batch, turned, strict=True):
+                self.emit("tensor", Transpose(dst=t, src=src))
+            done = self.signal("tensor")
+            self.wait("vector", done, free if i == 0 else None)
+            for (_, dst), t in zip(batch, turned, strict=True):
+                self.emit("vector", TensorCopy(dst=dst, src=t))
+            copied = self.signal("vector")
+            events += [copied] * len(batch)
+        return done, copied, events
 
     def function(self, name: str) -> int:
         names = [f.name for f in self.params.functions]

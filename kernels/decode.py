@@ -25,8 +25,8 @@ sum over positions does not depend on their order. The tensor engine's roles:
   partitions (``128 x G`` per 128 positions), so the softmax's element work runs on all
   128 lanes and ``p`` is already laid out as the next contraction wants it.
 * ``p v``: ``p`` is the **stationary** (``128 positions x G``) and the values the
-  **moving** tile, ``128 x (D + 1)``: each position's ``D`` values and a column of ones,
-  so the same pass gives ``p v`` and the softmax's sums ``sum p``, with the query heads on
+  **moving** tile (``128 x D``), then, with the same stationary, a column of ones (the
+  softmax's sums ``sum p``; the values' own tile stays one run a lane), the query heads on
   the partitions of the result (``G x (D + 1)``), where the rescaling by each head's
   correction and the final division are per-partition scalars.
 
@@ -101,7 +101,7 @@ def decode_attention(b: Builder, nb: int, h: int, kvh: int, s: int, d: int,
     # only the queries, on a core with fewer queues (the simulation scale)
     out_q = f"dma{2 * DEPTH + 1}" if p.dma_queues > 2 * DEPTH + 1 else "dma0"
     width = blocks_max * g  # score columns of a chunk
-    vw = d + 1  # a head's p v and its sum of p
+    vw = d + 1  # a head's p v and its sum of p, side by side in PSUM
     q_sb = b.sbuf(nb * h * es, "queries")
     k_sb = [b.sbuf(chunk * es, "key chunk") for _ in range(DEPTH)]
     v_sb = [b.sbuf(blocks_max * d * es, "value chunk") for _ in range(DEPTH)]
@@ -140,18 +140,10 @@ def decode_attention(b: Builder, nb: int, h: int, kvh: int, s: int, d: int,
         for i, (r, rows) in enumerate(batch):
             b.emit("dma0", DmaCopy(dst=sb(q_rows + i * d * es, rows, ((d, 1),), dtype),
                                    src=q.ap((r, r + rows))))
-        b.wait("tensor", b.signal("dma0"), q_ready)
-        for i, (_, rows) in enumerate(batch):
-            b.emit("tensor", Transpose(dst=b.tile("psum", dtype, st_ps + i * lanes * es, d,
-                                                  ((rows, 1),)),
-                                       src=sb(q_rows + i * d * es, rows, ((d, 1),), dtype)))
-        turned = b.signal("tensor")
-        b.wait("vector", turned)
-        for i, (r, rows) in enumerate(batch):
-            b.emit("vector", TensorCopy(dst=sb(q_sb + r * es, d, ((rows, 1),), dtype),
-                                        src=b.tile("psum", dtype, st_ps + i * lanes * es, d,
-                                                   ((rows, 1),))))
-        q_ready = b.signal("vector")
+        turned, q_ready, _ = b.transpose(
+            [(sb(q_rows + i * d * es, rows, ((d, 1),), dtype),
+              sb(q_sb + r * es, d, ((rows, 1),), dtype)) for i, (r, rows) in enumerate(batch)],
+            st_ps, lanes * es, arrived=b.signal("dma0"), copied=q_ready)
     b.emit("vector", Memset(dst=sb(ones_v, lanes, ((1, 1),), dtype), value=1.0))
     b.emit("vector", Memset(dst=sb(ones, g, ((lanes, 1),)), value=1.0))
     ones_ready = b.signal("vector")

@@ -55,7 +55,6 @@ from hdl.core.isa import (
     MultiplyMoving,
     TensorCopy,
     TensorTensor,
-    Transpose,
     mx_scale_partition,
 )
 from hdl.numerics.formats import MX_FORMATS
@@ -191,15 +190,12 @@ def _plan(b: Builder, m: int, n: int, kt_all: int, w: int, es: int, oes: int, mx
     # step's operands are all that load before the multiplies start
     blocks = -(-4 // -(-nt_all // bn_t))
     bm_t = min(max(min(4, mt_all), -(-mt_all // blocks)), max(1, DMA_BYTES // (tm * es)))
-    bias = 0 if not func else sbuf_aligned(n * 4) if rows else sbuf_aligned(mt_all * 4)
 
     def need(bm_t: int, bn_t: int, bk: int) -> int:
         bm, bn = min(bm_t * tm, m), min(bn_t * tn, n)
-        acc = sbuf_aligned(bm_t * bn * 4) if bk < kt_all else 0
-        acc += sbuf_aligned(bm_t * bk * w * min(p.rows, p.partitions) * es) if rows else 0
         return 2 * (sbuf_aligned(bk * (w * bm * es + (bm if mx else 0)))
-                    + sbuf_aligned(bk * (w * bn * es + (bn if mx else 0)))
-                    + sbuf_aligned(bm_t * bn * oes)) + acc + bias
+                    + sbuf_aligned(bk * (w * bn * es + (bn if mx else 0)))) \
+            + _beside(p, m, n, bm_t, bn_t, bk, bk < kt_all, w, es, oes, func, rows)
 
     widths = [(bm_t, t) for t in range(bn_t, 0, -1)] + \
         [(t, 1) for t in range(bm_t - 1, 0, -1)]
@@ -213,6 +209,23 @@ def _plan(b: Builder, m: int, n: int, kt_all: int, w: int, es: int, oes: int, mx
                 return wm, wn, bk
     raise KernelError(f"one K-tile of the operands needs {need(1, 1, 1)} bytes of SBUF per "
                       f"partition, {p.name} has {p.sbuf_bytes}")
+
+
+def _beside(p, m: int, n: int, bm_t: int, bn_t: int, bk: int, several: bool, w: int, es: int,
+            oes: int, func: str | None, rows: bool) -> int:
+    """SBUF per partition besides the operand buffers: the fp32 accumulator (``several``
+    K-blocks), an M-block's lhs rows of a K-block (``rows``), two output staging slots and
+    the bias (a column per row tile, or with ``rows`` a row of ``n``)."""
+    bn = min(bn_t * psum_columns(p), n)
+    return (sbuf_aligned(bm_t * bn * 4) if several else 0) \
+        + (sbuf_aligned(bm_t * bk * w * min(p.rows, p.partitions) * es) if rows else 0) \
+        + 2 * sbuf_aligned(bm_t * bn * oes) + sbuf_aligned(_bias_bytes(p, m, n, func, rows))
+
+
+def _bias_bytes(p, m: int, n: int, func: str | None, rows: bool) -> int:
+    """SBUF per partition of the bias: none without ``func``; a column per row tile of
+    ``out``, or with ``rows`` (lhs as rows) a row of the ``n`` columns' biases."""
+    return 0 if not func else n * 4 if rows else -(-m // p.cols) * 4
 
 
 def _pieces(k_tiles, first: int, count: int, full, most: int) -> list[tuple[int, int]]:
@@ -272,9 +285,8 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     a_bytes = bk * (w * bm * es + (bm if mx else 0))
     b_bytes = bk * (w * bn * es + (bn if mx else 0))
     rows_bytes = bm_t * bk * w * tk * es if lhs_rows else 0  # an M-block's rows of a K-block
-    bias_bytes = 0 if not func else n * 4 if lhs_rows else -(-m // tm) * 4
-    rest = (sbuf_aligned(bm_t * bn * 4) if several else 0) + sbuf_aligned(rows_bytes) \
-        + 2 * sbuf_aligned(bm_t * bn * oes) + sbuf_aligned(bias_bytes)
+    bias_bytes = _bias_bytes(p, m, n, func, lhs_rows)
+    rest = _beside(p, m, n, bm_t, bn_t, bk, several, w, es, oes, func, lhs_rows)
     # rhs resident where every M-block would read it again and it fits in place of its
     # buffers; MX GEMMs stream it with its scales
     per_n = len(k_tiles) * w * bn * es
@@ -380,32 +392,22 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
                            _tiled(tiles, tm * kq, ((cols, 1),)), pstride=kq * es)))
         arrived = b.signal(q)
         inter = interleaved(first, count)
-        turns = [(kl, pair, mt, mo, mp) for kl in range(count)
-                 for pair in range(k_tiles[first + kl][2])
-                 for mt, (mo, mp) in enumerate(_tiles(bmp, tm))]
-        fit = max(1, p.psum_bank_bytes // (tm * es))
-        ready = {}
-        for i in range(0, len(turns), fit):
-            batch = turns[i:i + fit]
-            b.wait("tensor", arrived if i == 0 else None, copied)
-            for j, (kl, pair, mt, _, mp) in enumerate(batch):
-                c, kp = k_tiles[first + kl][0] - k0 + pair * k_tiles[first + kl][1], \
-                    k_tiles[first + kl][1]
-                b.emit("tensor", Transpose(
-                    dst=b.tile("psum", et, turned + j * tm * es, kp, ((mp, 1),)),
-                    src=b.tile("sbuf", et, rows_base + (mt * cols + kl) * es, mp,
-                               ((kp, count),)) if inter else
-                    b.tile("sbuf", et, rows_base + (mt * cols + c) * es, mp, ((kp, 1),))))
-            done = b.signal("tensor")
-            b.wait("vector", done, free if i == 0 else None)
-            for j, (kl, pair, _, mo, mp) in enumerate(batch):
-                kp = k_tiles[first + kl][1]
-                b.emit("vector", TensorCopy(
-                    dst=b.tile("sbuf", et, buf_base + (kl * w * bm + pair * bm + mo) * es,
-                               kp, ((mp, 1),)),
-                    src=b.tile("psum", et, turned + j * tm * es, kp, ((mp, 1),))))
-            copied = b.signal("vector")
-            ready.update({kl: copied for kl, *_ in batch})
+        turns, local = [], []
+        for kl in range(count):
+            kp, pairs = k_tiles[first + kl][1:]
+            for pair in range(pairs):
+                c = k_tiles[first + kl][0] - k0 + pair * kp
+                for mt, (mo, mp) in enumerate(_tiles(bmp, tm)):
+                    src = b.tile("sbuf", et, rows_base + (mt * cols + kl) * es, mp,
+                                 ((kp, count),)) if inter else \
+                        b.tile("sbuf", et, rows_base + (mt * cols + c) * es, mp, ((kp, 1),))
+                    dst = b.tile("sbuf", et, buf_base + (kl * w * bm + pair * bm + mo) * es,
+                                 kp, ((mp, 1),))
+                    turns.append((src, dst))
+                    local.append(kl)
+        done, copied, events = b.transpose(turns, turned, tm * es, arrived=arrived, free=free,
+                                           copied=copied)
+        ready = dict(zip(local, events, strict=True))
         rows_free = done
         return ready
 

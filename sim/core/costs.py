@@ -23,7 +23,8 @@ from hdl.core.isa import AP
 from hdl.core.params import CoreParams
 from sim.golden import systolic_cycles
 
-__all__ = ["dma_packet", "dma_seconds", "stream_cycles", "tensor_cycles", "transpose_cycles"]
+__all__ = ["dma_charged_bytes", "dma_packet", "dma_seconds", "stream_cycles", "tensor_cycles",
+           "transpose_cycles"]
 
 
 @lru_cache(maxsize=4096)
@@ -76,10 +77,14 @@ def dma_packet(src: AP, dst: AP) -> int:
     return min(_run_bytes(src), _run_bytes(dst))
 
 
+def dma_charged_bytes(params: CoreParams, src: AP, dst: AP) -> int:
+    """The bytes whose time at the core's DMA bandwidth a copy from ``src`` to ``dst`` takes:
+    each of its packets ``max(packet + packet_overhead, packet_minimum)``."""
+    packet = dma_packet(src, dst)
+    packets = -(-src.nbytes // packet)
+    return packets * max(packet + params.dma_packet_overhead, params.dma_packet_minimum)
+
+
 def dma_seconds(params: CoreParams, src: AP, dst: AP) -> tuple[float, float]:
     """(latency, transfer time) of a DMA from ``src`` to ``dst`` on an otherwise idle fabric."""
-    nbytes = src.nbytes
-    packet = dma_packet(src, dst)
-    packets = -(-nbytes // packet)
-    charged = max(packet + params.dma_packet_overhead, params.dma_packet_minimum)
-    return params.dma_latency, packets * charged / params.dma_bandwidth
+    return params.dma_latency, dma_charged_bytes(params, src, dst) / params.dma_bandwidth
