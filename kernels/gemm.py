@@ -86,6 +86,13 @@ def _tiles(size: int, tile: int) -> list[tuple[int, int]]:
     return [(o, min(tile, size - o)) for o in range(0, size, tile)]
 
 
+def _n_width(n: int, bn_t: int, tn: int) -> int:
+    """Columns of an N-block of at most ``bn_t`` tiles of ``tn``: ``n`` split evenly into as
+    few blocks, so that no block's rows are a short remainder (each rhs row is one DMA
+    packet of the block's width)."""
+    return -(-n // -(-n // (bn_t * tn)))
+
+
 def _k_tiles(b: Builder, k: int, dtype: str) -> list[tuple[int, int, int]]:
     """The K-tiles of a contraction of ``k`` stored rows: (first row, partitions, pairs),
     pairs 2 for a double row (:func:`_pairs`), each tile's contraction its partitions times
@@ -192,7 +199,7 @@ def _plan(b: Builder, m: int, n: int, kt_all: int, w: int, es: int, oes: int, mx
     bm_t = min(max(min(4, mt_all), -(-mt_all // blocks)), max(1, DMA_BYTES // (tm * es)))
 
     def need(bm_t: int, bn_t: int, bk: int) -> int:
-        bm, bn = min(bm_t * tm, m), min(bn_t * tn, n)
+        bm, bn = min(bm_t * tm, m), _n_width(n, bn_t, tn)
         return 2 * (sbuf_aligned(bk * (w * bm * es + (bm if mx else 0)))
                     + sbuf_aligned(bk * (w * bn * es + (bn if mx else 0)))) \
             + _beside(p, m, n, bm_t, bn_t, bk, bk < kt_all, w, es, oes, func, rows)
@@ -216,7 +223,7 @@ def _beside(p, m: int, n: int, bm_t: int, bn_t: int, bk: int, several: bool, w: 
     """SBUF per partition besides the operand buffers: the fp32 accumulator (``several``
     K-blocks), an M-block's lhs rows of a K-block (``rows``), two output staging slots and
     the bias (a column per row tile, or with ``rows`` a row of ``n``)."""
-    bn = min(bn_t * psum_columns(p), n)
+    bn = _n_width(n, bn_t, psum_columns(p))
     return (sbuf_aligned(bm_t * bn * 4) if several else 0) \
         + (sbuf_aligned(bm_t * bk * w * min(p.rows, p.partitions) * es) if rows else 0) \
         + 2 * sbuf_aligned(bm_t * bn * oes) + sbuf_aligned(_bias_bytes(p, m, n, func, rows))
@@ -278,7 +285,7 @@ def gemm(b: Builder, m: int, k: int, n: int, dtype: str = "bf16", *,
     k_tiles = _k_tiles(b, kq, et)
     full = (tk, w)
     bm_t, bn_t, bk = _plan(b, m, n, len(k_tiles), w, es, oes, mx, func, lhs_rows)
-    bm, bn = min(bm_t * tm, m), min(bn_t * tn, n)
+    bm, bn = min(bm_t * tm, m), _n_width(n, bn_t, tn)
     m_blocks, n_blocks = _tiles(m, bm), _tiles(n, bn)
     k_blocks = _tiles(len(k_tiles), bk)
     several = len(k_blocks) > 1  # sums kept in an fp32 accumulator between K-blocks
