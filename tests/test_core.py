@@ -388,6 +388,36 @@ def test_hbm_footprints_overlap_exactly(seed):
             assert found == exact  # rows of contiguous bytes: exact
 
 
+def test_hbm_runs_of_interleaved_accesses_are_told_apart(seed):
+    """Two-axis HBM accesses (a token-major tensor's head groups: rows of 24 elements, two
+    tiles of 8 rows, 16 and 8 columns side by side) meet exactly where they share a byte,
+    up to RUNS runs a row; past it the row's span is kept (never a missed byte)."""
+    from sim.core.races import RUNS, footprints, overlap
+
+    def meets(a, b):
+        return any(overlap(x, y) for x in footprints(a) for y in footprints(b))
+
+    def touched(ap):
+        (n0, s0), (n1, s1) = ap.dims
+        return {ap.offset + r * ap.pstride + 4 * (i * s0 + j * s1) + byte
+                for r in range(ap.partitions) for i in range(n0) for j in range(n1)
+                for byte in range(4)}
+
+    def group(first, cols, tiles=2):
+        return AP("hbm", "fp32", 0, 8, 4 * first, ((tiles, 192), (cols, 1)), pstride=96)
+
+    assert not meets(group(0, 16), group(16, 8))
+    assert meets(group(0, 16), group(15, 8))
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        a, b = (group(int(rng.integers(24)), int(rng.integers(1, 9)),
+                      int(rng.integers(1, RUNS + 3))) for _ in range(2))
+        exact = bool(touched(a) & touched(b))
+        assert meets(a, b) or not exact
+        if a.dims[0][0] <= RUNS and b.dims[0][0] <= RUNS:
+            assert meets(a, b) == exact
+
+
 def test_multiply_reads_the_tile_in_its_own_format(trn1, seed):
     """A bf16 stationary tile under an fp16 moving tile (same rate, both float, as the array
     allows): each operand is read in its own format; numpy float32 sums k in order."""

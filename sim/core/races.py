@@ -5,13 +5,19 @@ ordering them (:class:`Races`, by vector clocks), each reported as a
 from __future__ import annotations
 
 from bisect import insort
+from dataclasses import replace
 
 from hdl.core import isa
 from hdl.core.isa import AP, Instruction
 
 from .rules import extent, fail
 
-__all__ = ["Races", "footprint", "overlap"]
+__all__ = ["RUNS", "Races", "footprint", "footprints", "overlap"]
+
+
+#: The most runs a row of an HBM access is told apart into (:func:`footprints`); past it the
+#: row's whole span stands for them.
+RUNS = 16
 
 
 def footprint(ap: AP) -> tuple:
@@ -24,6 +30,24 @@ def footprint(ap: AP) -> tuple:
         return ("hbm", ap.offset, ap.pstride, ap.partitions, lo, hi)
     return (ap.space, ap.partition, ap.partition + ap.partitions, ap.offset + lo,
             ap.offset + hi)
+
+
+def footprints(ap: AP) -> list[tuple]:
+    """:func:`footprint` of ``ap``, an HBM access of at most :data:`RUNS` runs a row (its
+    last axis at each index of the others) as one footprint a run: rows of interleaved
+    accesses (a token-major tensor's columns of one head group and of the next) then meet
+    only where they share a byte."""
+    outer, last = ap.dims[:-1], ap.dims[-1:]
+    runs = 1
+    for n, _ in outer:
+        runs *= n
+    if ap.space != "hbm" or not outer or runs > RUNS:
+        return [footprint(ap)]
+    starts = [0]
+    for n, stride in outer:
+        starts = [o + i * stride for o in starts for i in range(n)]
+    return [footprint(replace(ap, offset=ap.offset + o * ap.itemsize, dims=last))
+            for o in starts]
 
 
 def overlap(a: tuple, b: tuple) -> bool:
@@ -80,7 +104,7 @@ class Races:
 
     def access(self, s: int, index: int, ins: Instruction) -> None:
         mine = self.vc[s]
-        new = [(footprint(ap), written) for _, ap, written in isa.reach(ins)]
+        new = [(fp, written) for _, ap, written in isa.reach(ins) for fp in footprints(ap)]
         for fp, write, t, epoch, other in self.accesses:
             if t == s or mine[t] > epoch:
                 continue  # same stream, or ordered by semaphores
