@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kernels.attention import key_block
 from specs.errors import InputError
 
 from . import model
@@ -145,7 +146,7 @@ class Engine:
         key = tuple(sorted(int(x) for x in lengths))
         got = self._prefill.get(key)
         if got is None:
-            calls = prefill(self.t, self.split, key, self.dtype)
+            calls = prefill(self.t, self.split, key, key_block(self.times.params), self.dtype)
             self.calls.setdefault("prefill", calls["layer"] + calls["once"])
             got = self._prefill[key] = self._parts(calls, sum(key), len(key))
         return got

@@ -13,16 +13,18 @@ rank, as the published GQA runs do (Llama-3-70B's 8 at TP 32).
 QKV GEMM (``M = (q + 2 kv) d``, ``K = hidden``, ``N = T``), RoPE on q and k (rotary models),
 the KV-cache write of k and v (the append kernel writes one token per sequence, so each
 prompt token is written as one: a block write of whole prompts would take fewer, larger
-DMAs), attention over each prompt (the causal flash kernel for a
-decoder, the plain one for an encoder; one kernel for all the local heads of the prompts of
-one length), attention-output GEMM, residual add, norm, FFN (SwiGLU: up and gate as one GEMM
-then the SwiGLU kernel; GELU: the fused GEMM-bias-GELU kernel; ReLU: the same fused kernel,
-its activation a stand-in of the same cost on the scalar engine, which empties PSUM either
-way), FFN-down GEMM, residual add. Once: the embedding gather (a row copy of its size, as in
-training: the instruction set has no indirect DMA), the learned positions' add where the
-model has them, the final norm and, for a decoder, the LM head and the sampling step over the
-last token of each prompt (only those logits are needed); an encoder ends with its pooler
-GEMM over the first token. Sampling is greedy (the top 1 of each rank's vocabulary share).
+DMAs), attention over each prompt (the causal flash kernel for a decoder, the plain one for
+an encoder; one kernel for all the local heads of the prompts of one length: on tokens'
+rows, which the QKV GEMM then writes and the attention-output GEMM reads, where every
+prompt's keys fit one block, else head after head), attention-output GEMM, residual add,
+norm, FFN (SwiGLU: up and gate as one GEMM then the SwiGLU kernel; GELU: the fused
+GEMM-bias-GELU kernel; ReLU: the same fused kernel, its activation a stand-in of the same
+cost on the scalar engine, which empties PSUM either way), FFN-down GEMM, residual add.
+Once: the embedding gather (a row copy of its size, as in training: the instruction set has
+no indirect DMA), the learned positions' add where the model has them, the final norm and,
+for a decoder, the LM head and the sampling step over the last token of each prompt (only
+those logits are needed); an encoder ends with its pooler GEMM over the first token.
+Sampling is greedy (the top 1 of each rank's vocabulary share).
 
 **Decode step** of ``B`` sequences whose caches hold ``L`` keys: the same layer with ``N = B``
 (the batch is the GEMMs' moving side, so at small batch each GEMM's time is the loading of
@@ -76,10 +78,11 @@ def _call(what, kernel, part, dtype, count=1.0, **shape):
     return Call(what, kernel, tuple((k, int(v)) for k, v in shape.items()), dtype, count, part)
 
 
-def _gemm(what, m, k, n, dtype, kernel="gemm"):
+def _gemm(what, m, k, n, dtype, kernel="gemm", rows=False):
     """out[m features, n tokens] = W[k, m].T @ x[k, n]; where the tokens are fewer than the
-    contraction, the activations as tokens' rows (gemm_rows: out[n, m] = x[n, k] @ W[k, m])."""
-    if n < k:
+    contraction (or ``rows``: the attention takes them so), the activations as tokens' rows
+    (gemm_rows: out[n, m] = x[n, k] @ W[k, m])."""
+    if rows or n < k:
         rows = {"gemm": "gemm_rows", "gemm_bias_gelu": "gemm_rows_bias_gelu"}[kernel]
         return _call(what, rows, "gemm", dtype, M=n, K=k, N=m)
     return _call(what, kernel, "gemm", dtype, M=m, K=k, N=n)
@@ -93,13 +96,15 @@ def _rows(what, kernel, r, c):
 
 
 def _layer(t: Transformer, s: Split, tokens: int, dt: str, attention: list[Call],
-           rope_and_cache: list[Call]) -> list[Call]:
+           rope_and_cache: list[Call], rows: bool = False) -> list[Call]:
+    """One layer; with ``rows`` the attention takes and writes tokens' rows, and so do the
+    QKV and attention-output GEMMs."""
     h, d = t.hidden, s.head_dim
     norm = t.norm
     calls = [_rows("norm", norm, tokens, h),
-             _gemm("qkv", (s.q_heads + 2 * s.kv_heads) * d, h, tokens, dt),
+             _gemm("qkv", (s.q_heads + 2 * s.kv_heads) * d, h, tokens, dt, rows=rows),
              *rope_and_cache, *attention,
-             _gemm("attn.out", h, s.q_heads * d, tokens, dt),
+             _gemm("attn.out", h, s.q_heads * d, tokens, dt, rows=rows),
              flat("residual", "residual_add", tokens * h, ACT, 1),
              _rows("norm", norm, tokens, h)]
     if t.gated_ffn:
@@ -140,20 +145,34 @@ def _ends(t: Transformer, s: Split, tokens: int, last: int, dt: str) -> list[Cal
     return calls
 
 
-def prefill(t: Transformer, s: Split, lengths: tuple[int, ...], dtype: str = "bf16"
-            ) -> dict[str, list[Call]]:
-    """Kernel calls of the prefill of prompts of ``lengths`` tokens: ``layer`` (one layer,
-    run ``t.layers`` times) and ``once`` (embedding, final norm, head, sampling)."""
+def _attention(t: Transformer, s: Split, length: int, n: int, rows: bool) -> Call:
+    """Attention over ``n`` prompts of ``length`` tokens: with ``rows`` on the tokens' rows
+    (attention_rows), else head after head, the keys streamed."""
+    causal = "_causal" if t.causal else ""
+    if rows:
+        return _call("attention", f"attention_rows{causal}", "attention", ACT, H=s.q_heads,
+                     B=n, S=length, D=s.head_dim)
+    return _call("attention", f"attention{causal}", "attention", ACT, B=n * s.q_heads,
+                 S=length, D=s.head_dim)
+
+
+def prefill(t: Transformer, s: Split, lengths: tuple[int, ...], block: int,
+            dtype: str = "bf16") -> dict[str, list[Call]]:
+    """Kernel calls of the prefill of prompts of ``lengths`` tokens, on a core whose
+    attention takes ``block`` keys a block (:func:`kernels.attention.key_block`): ``layer``
+    (one layer, run ``t.layers`` times) and ``once`` (embedding, final norm, head,
+    sampling)."""
     dt = GEMM_DTYPES[dtype]
     tokens = sum(lengths)
-    kernel = "attention_causal" if t.causal else "attention"
-    attention = [_call("attention", kernel, "attention", ACT, B=n * s.q_heads, S=length,
-                       D=s.head_dim) for length, n in sorted(Counter(lengths).items())]
+    # tokens' rows where every prompt's keys fit one block
+    rows = max(lengths) <= block
+    attention = [_attention(t, s, length, n, rows)
+                 for length, n in sorted(Counter(lengths).items())]
     # each prompt's keys and values written as one block into its cache
     cache = ([_call("kv.prefill", "kv_prefill", "other", ACT, B=n, KVH=s.kv_heads,
                     D=s.head_dim, S=length) for length, n in sorted(Counter(lengths).items())]
              if t.causal else [])
-    layer = _layer(t, s, tokens, dt, attention, _rope(t, s, tokens) + cache)
+    layer = _layer(t, s, tokens, dt, attention, _rope(t, s, tokens) + cache, rows)
     return {"layer": layer, "once": _ends(t, s, tokens, len(lengths), dt)}
 
 

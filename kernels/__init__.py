@@ -186,6 +186,17 @@ def _attention(i, causal=False):
     return {"out": np.vstack(outs)}
 
 
+def _attention_rows(i, shape, causal=False):
+    nb, h, s_len, d = (shape[k] for k in "BHSD")
+    q, k, v = (i[n].reshape(nb, s_len, h, d).transpose(0, 2, 1, 3) for n in "qkv")
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(d)
+    if causal:
+        s = np.where(np.triu(np.ones((s_len, s_len), dtype=bool), 1), -np.inf, s)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    out = e / e.sum(axis=-1, keepdims=True) @ v
+    return {"out": out.transpose(0, 2, 1, 3).reshape(nb * s_len, h * d)}
+
+
 def _rope(i):
     x, cos, sin = i["x"], i["cos"], i["sin"]
     t, d = cos.shape
@@ -247,6 +258,10 @@ def _sample(i, shape):
 def _heads(s, d):
     return {"qT": ((s["B"] * s["D"], s["S"]), d), "kT": ((s["B"] * s["D"], s["S"]), d),
             "v": ((s["B"] * s["S"], s["D"]), d)}
+
+
+def _token_rows(s, d):
+    return {n: ((s["B"] * s["S"], s["H"] * s["D"]), d) for n in ("q", "k", "v")}
 
 
 def _mkn(s, d):
@@ -312,6 +327,18 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
            lambda b, nb, s, d, dt: attention(b, nb, s, d, dt, causal=True), _heads,
            lambda i: _attention(i, causal=True), polynomial=True,
            example={"B": 1, "S": 4096, "D": 128}),
+    Kernel("attention_rows", "the same over B sequences of H heads, token-major as the "
+           "projections write them (q, k, v, out [B*S, H*D]), each tile turned on chip; S at "
+           "most one key block; a logical core's cores split the heads",
+           ("H", "B", "S", "D"), ("bf16", "fp32"),
+           lambda b, h, nb, s, d, dt: attention(b, nb, s, d, dt, heads=h), _token_rows,
+           _attention_rows, polynomial=True, shape_reference=True,
+           example={"H": 12, "B": 1, "S": 128, "D": 64}),
+    Kernel("attention_rows_causal", "token-major attention with the causal mask",
+           ("H", "B", "S", "D"), ("bf16", "fp32"),
+           lambda b, h, nb, s, d, dt: attention(b, nb, s, d, dt, causal=True, heads=h),
+           _token_rows, lambda i, shape: _attention_rows(i, shape, causal=True),
+           polynomial=True, shape_reference=True, example={"H": 8, "B": 1, "S": 512, "D": 128}),
     Kernel("rmsnorm_backward", "dx of RMSNorm: rstd * (gamma dy - x_hat mean(gamma dy x_hat)), "
            "and dgamma = sum of dy x_hat over rows", ("R", "C"), ("fp32", "bf16"),
            rmsnorm_backward,

@@ -69,14 +69,22 @@ def _axis(count: int, stride: int, dims: tuple) -> tuple:
 
 
 def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
-              causal: bool = False) -> None:
+              causal: bool = False, heads: int = 0) -> None:
     """``nb`` heads one after another in one kernel; with ``causal``, query ``i`` sees keys
     ``0 .. i`` only: key blocks wholly after a query tile are skipped, and a block that
     straddles its diagonal has an additive mask (0 or -1e30, built once per distinct offset
     by GpSimd's iota and the vector engine) added to its scores by the vector engine before
-    the max and the exp."""
+    the max and the exp.
+
+    With ``heads``, the operands are token-major, as the projections write them: ``nb``
+    sequences of ``heads`` heads, ``q``, ``k``, ``v`` and ``out`` each ``[nb * S, heads * D]``
+    (a token's heads side by side). A group is heads of one sequence, whose rows move in one
+    run a token; the tensor engine turns each query and key tile into the transposed form in
+    a PSUM bank of its own (:meth:`~kernels.builder.Builder.transpose`) before the group's
+    first scores. The keys of a head must fit one block (``S`` at most
+    :func:`key_block`)."""
     p = b.params
-    for name, v in (("B", nb), ("S", s), ("D", d)):
+    for name, v in (("B", nb), ("S", s), ("D", d), ("H", heads or 1)):
         if not isinstance(v, int) or v < 1:
             raise KernelError(f"{name} must be a positive integer, not {v!r}")
     if d > min(p.rows, p.partitions):
@@ -86,9 +94,14 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
     es = itemsize(dtype)
     tq = query_tile(p)
     chunk = min(p.rows, p.cols)  # keys per transpose and per p v pass
-    q_t, k_t = b.hbm("qT", (nb * d, s), dtype), b.hbm("kT", (nb * d, s), dtype)
-    v = b.hbm("v", (nb * s, d), dtype)
-    out = b.hbm("out", (nb * s, d), dtype)
+    by_token = heads > 0  # token-major operands
+    if by_token:
+        hd = heads * d  # a token's row
+        q_t, k_t, v, out = (b.hbm(n, (nb * s, hd), dtype) for n in ("q", "k", "v", "out"))
+    else:
+        q_t, k_t = b.hbm("qT", (nb * d, s), dtype), b.hbm("kT", (nb * d, s), dtype)
+        v = b.hbm("v", (nb * s, d), dtype)
+        out = b.hbm("out", (nb * s, d), dtype)
     scale = 1.0 / math.sqrt(d)
     exp = b.function("exp")
     recip = b.function("reciprocal")
@@ -97,8 +110,16 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
     whole = len(all_blocks) == 1  # a head's keys in one block: they move with its queries
     kb_max = all_blocks[0][1]
     nc = -(-s // chunk)  # a head's value tiles
+    if by_token and not whole:
+        raise KernelError(f"token-major attention takes at most {kbl} tokens a sequence "
+                          f"(one key block), not {s}: the head-major kernel streams longer")
     # transfer groups: (first head, heads, first query, queries)
-    if whole:  # each of a group's buffers at most DMA_BYTES a partition (or one head)
+    if by_token:  # heads of one sequence whose rows are about DMA_BYTES, in half the SBUF
+        per_head = es * (4 * s + 8 * nc * d)  # two of q, k turned; of their rows, v, out
+        per = max(1, min(heads, -(-DMA_BYTES // (d * es)), p.sbuf_bytes // 2 // per_head))
+        groups = [(seq * heads + h0, min(per, heads - h0), 0, s)
+                  for seq in range(nb) for h0 in range(0, heads, per)]
+    elif whole:  # each of a group's buffers at most DMA_BYTES a partition (or one head)
         per = max(1, min(nb, DMA_BYTES // (max(s, nc * d, -(-s // tq) * d) * es)))
         groups = [(h0, min(per, nb - h0), 0, s) for h0 in range(0, nb, per)]
     else:
@@ -113,6 +134,10 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
     else:
         k_sb = [b.sbuf(kbl * es, "k block") for _ in range(_BLOCK_BUFFERS)]
         v_sb = [b.sbuf(kbl // chunk * d * es, "v block") for _ in range(_BLOCK_BUFFERS)]
+    if by_token:  # the queries' and keys' rows as loaded, before they are turned
+        q_rows = [b.sbuf(g_heads * g_tiles * d * es, "q rows") for _ in range(2)]
+        k_rows = [b.sbuf(g_heads * nc * d * es, "k rows") for _ in range(2)]
+        turn_ps = b.psum_banks(1, "q and k turned")[0]
     p_sb = [b.sbuf(kb_max * es, "p") for _ in range(2)]
     pt_sb = b.sbuf(-(-kb_max // chunk) * tq * es, "p transposed")
     o_acc = None if whole else b.sbuf(d * 4, "o accumulator")
@@ -161,6 +186,9 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
     out_free = [None, None]  # a group's outputs stored
     o_free = [None, None]  # p v in PSUM read by the vector engine
     s_free = [None, None]
+    rows_ready = {}  # token-major: a group's (queries', keys', values') rows arrived
+    rows_free = [None, None]  # a rows buffer read by its group's transposes
+    turn_copied = None  # the transposes' bank emptied by the copies before
 
     def queue(n: int) -> str:
         """The ``n``-th queue after ``dma0`` (the queries'), round the core's queues."""
@@ -170,12 +198,38 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
         return b.tile("hbm", dtype, tensor.offset + offset * es, partitions, dims,
                       pstride=pstride * es)
 
+    def token_rows(queue: str, tensor, sb: int, gi: int, tile: int, store: bool = False):
+        """Group ``gi``'s rows of token-major ``tensor`` in tiles of ``tile`` tokens, and
+        ``sb``'s tiles of them (tile after tile, the group's heads side by side), in one
+        DMA (a partial last tile in a second): into SBUF, or with ``store`` out of it."""
+        (seq, first), nh = divmod(groups[gi][0], heads), groups[gi][1]
+        full, rest = divmod(s, tile)
+        for t0, n, count in ((0, tile, full), (full * tile, rest, 1 if rest else 0)):
+            if count:
+                mem = hbm(tensor, (seq * s + t0) * hd + first * d, n,
+                          _axis(count, tile * hd, ((nh * d, 1),)), hd)
+                on_chip = b.tile("sbuf", dtype, sb + t0 // tile * nh * d * es, n,
+                                 _axis(count, nh * d, ((nh * d, 1),)))
+                b.emit(queue, DmaCopy(dst=mem, src=on_chip) if store
+                       else DmaCopy(dst=on_chip, src=mem))
+
     def load_group(gi: int) -> None:
         """The group's queries on ``dma0``; with whole heads its keys and values too, each
         in one DMA (the values' partial last tile in a second), on two queues of their
-        own per group buffer (and the outputs on two more)."""
+        own per group buffer (and the outputs on two more). Token-major queries and keys
+        land as rows, turned by :func:`turn_group`."""
         h0, nh, g0, rows = groups[gi]
         gb = gi % 2
+        if by_token:
+            qk, qv = queue(2 * gb), queue(2 * gb + 1)
+            b.wait("dma0", rows_free[gb])
+            token_rows("dma0", q_t, q_rows[gb], gi, tq)
+            b.wait(qk, rows_free[gb])
+            token_rows(qk, k_t, k_rows[gb], gi, chunk)
+            b.wait(qv, kv_free[gb])
+            token_rows(qv, v, v_sb[gb], gi, chunk)
+            rows_ready[gi] = (b.signal("dma0"), b.signal(qk), b.signal(qv))
+            return
         b.wait("dma0", q_free[gb])
         b.emit("dma0", DmaCopy(dst=b.tile("sbuf", dtype, q_sb[gb], d,
                                           _axis(nh, rows, ((rows, 1),))),
@@ -225,6 +279,27 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
                                           ((d, 1),)), src=v.ap((k0 + c0, k0 + kb))))
         kv_ready[i] = (b.signal(qk), b.signal(qv))
 
+    def turn_group(gi: int) -> None:
+        """Token-major group ``gi``'s query and key tiles, each head's ``[tokens, D]``,
+        turned by the tensor engine into ``[D, tokens]`` in the group's query and key
+        buffers (copied out of PSUM by the vector engine)."""
+        nonlocal turn_copied
+        nh, gb = groups[gi][1], gi % 2
+        q_dma, k_dma, _ = rows_ready[gi]
+        ready = []
+        for src, dst, tile, arrived, free in ((q_rows, q_sb, tq, q_dma, q_free),
+                                              (k_rows, k_sb, chunk, k_dma, kv_free)):
+            pieces = [(b.tile("sbuf", dtype, src[gb] + (t * nh + hh) * d * es, n, ((d, 1),)),
+                       b.tile("sbuf", dtype, dst[gb] + (hh * s + t0) * es, d, ((n, 1),)))
+                      for hh in range(nh)
+                      for t, t0 in enumerate(range(0, s, tile)) for n in [min(tile, s - t0)]]
+            turned, turn_copied, _ = b.transpose(pieces, turn_ps, tile * es, arrived=arrived,
+                                                 free=free[gb], copied=turn_copied,
+                                                 engine="scalar")
+            ready.append(turn_copied)
+        rows_free[gb] = turned
+        q_ready[gi], kv_ready[gi] = ready[0], (ready[1], rows_ready[gi][2])
+
     def store_group(gi: int, done) -> None:
         """The group's outputs in one DMA (a partial last tile of each head in a second),
         the groups alternating between two queues."""
@@ -232,6 +307,10 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
         gb = gi % 2
         q = queue(2 * _BLOCK_BUFFERS + gb)
         b.wait(q, done)
+        if by_token:
+            token_rows(q, out, o_out[gb], gi, tq, store=True)
+            out_free[gb] = b.signal(q)
+            return
         full, rest = divmod(rows, tq)
         per_head = -(-rows // tq) * d
         if full:
@@ -254,6 +333,8 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
         h0, _, g0, rows = groups[gi]
         gb, h = gi % 2, i % 2
         kb = blocks[j][1]
+        if by_token and (i == 0 or tiles[steps[i - 1][0]][0] != gi):
+            turn_group(gi)
         if whole:
             keys = k_sb[gb] + (head - h0) * s * es
             b.wait("tensor", q_ready[gi], kv_ready[gi][0], s_free[h])
@@ -342,14 +423,17 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
         o_tile = b.tile("psum", "fp32", o_ps[h], qp, ((d, 1),))
         if whole:
             b.wait("tensor", kv_ready[gi][1])
-            values = v_sb[gb] + (head - h0) * nc * d * es
+            # a head's value tiles: after each other, or (token-major) the group's heads
+            # side by side in each
+            values, v_step = ((v_sb[gb] + (head - h0) * d * es, groups[gi][1] * d * es)
+                              if by_token else (v_sb[gb] + (head - h0) * nc * d * es, d * es))
         else:
-            values = v_sb[i % _BLOCK_BUFFERS]
+            values, v_step = v_sb[i % _BLOCK_BUFFERS], d * es
         for c, _, n in parts:
             b.emit("tensor", LoadStationary(src=b.tile("sbuf", dtype, pt_sb + c * tq * es,
                                                        n, ((qp, 1),))))
             b.emit("tensor", MultiplyMoving(dst=o_tile, accumulate=c > 0, src=b.tile(
-                "sbuf", dtype, values + c * d * es, n, ((d, 1),))))
+                "sbuf", dtype, values + c * v_step, n, ((d, 1),))))
         pv = b.signal("tensor")
         if not whole or i == group_end[gi]:
             kv_free[gb if whole else i % _BLOCK_BUFFERS] = pv
@@ -372,7 +456,8 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
         if last:  # out = o / l into the group's output tile
             if t == 0 or tiles[t - 1][0] != gi:  # the group's first tile
                 b.wait("vector", out_free[gb])
-            tile_at = (head - h0) * -(-rows // tq) + (q0 - g0) // tq
+            tile_at = ((q0 - g0) // tq * groups[gi][1] + head - h0 if by_token
+                       else (head - h0) * -(-rows // tq) + (q0 - g0) // tq)
             b.emit("vector", TensorScalar(
                 dst=b.tile("sbuf", dtype, o_out[gb] + tile_at * d * es, qp, ((d, 1),)),
                 src=o_tile if first else acc, op0=VectorOp.MULTIPLY,

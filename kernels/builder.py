@@ -107,15 +107,16 @@ class Builder:
                 self.emit(stream, SemWait(sem=ev.sem, value=ev.value))
 
     def transpose(self, pieces, bank: int, slot: int, *, arrived: Event | None = None,
-                  free: Event | None = None, copied: Event | None = None):
+                  free: Event | None = None, copied: Event | None = None,
+                  engine: str = "vector"):
         """Each ``(src, dst)`` of ``pieces`` (SBUF tiles, ``src`` [P, F] and ``dst`` [F, P])
         turned by the tensor engine's transpose into PSUM ``bank``, ``slot`` bytes a piece and
-        as many at once as the bank holds, each batch copied out to its ``dst`` by the vector
-        engine. The tensor engine waits for ``arrived`` before the first batch and for the
-        copies of the batch before (``copied`` before the first: the bank's last use); the
-        vector engine for the batch's transposes and, before the first, ``free`` (the
-        ``dst`` space's last use). Returns (the last batch's transposes, the last copies,
-        each piece's copies)."""
+        as many at once as the bank holds, each batch copied out to its ``dst`` by ``engine``
+        (the vector or the scalar engine). The tensor engine waits for ``arrived`` before the
+        first batch and for the copies of the batch before (``copied`` before the first: the
+        bank's last use); the copying engine for the batch's transposes and, before the
+        first, ``free`` (the ``dst`` space's last use). Returns (the last batch's
+        transposes, the last copies, each piece's copies)."""
         fit = max(1, self.params.psum_bank_bytes // slot)
         done, events = None, []
         for i in range(0, len(pieces), fit):
@@ -126,10 +127,10 @@ class Builder:
             for (src, _), t in zip(batch, turned, strict=True):
                 self.emit("tensor", Transpose(dst=t, src=src))
             done = self.signal("tensor")
-            self.wait("vector", done, free if i == 0 else None)
+            self.wait(engine, done, free if i == 0 else None)
             for (_, dst), t in zip(batch, turned, strict=True):
-                self.emit("vector", TensorCopy(dst=dst, src=t))
-            copied = self.signal("vector")
+                self.emit(engine, TensorCopy(dst=dst, src=t))
+            copied = self.signal(engine)
             events += [copied] * len(batch)
         return done, copied, events
 

@@ -25,6 +25,12 @@ def _cases():
              ("B", "S", "D"): [dict(B=1, S=1, D=1), dict(B=2, S=128, D=64),
                                  dict(B=1, S=600, D=32), dict(B=20, S=200, D=16),
                                  dict(B=300, S=1, D=128)],
+             # token-major attention: one token; two sequences of BERT-base's heads; a
+             # partial query and value tile; two head groups a sequence (16 + 4 of 256 B
+             # a row); four tiles of a whole key block
+             ("H", "B", "S", "D"): [dict(H=1, B=1, S=1, D=1), dict(H=12, B=2, S=128, D=64),
+                                    dict(H=5, B=3, S=200, D=16), dict(H=20, B=2, S=40, D=128),
+                                    dict(H=2, B=1, S=512, D=32)],
              # two token tiles, the second partial, and two head groups (5,120 > 4,096)
              ("T", "H", "D"): [dict(T=1, H=1, D=2), dict(T=5, H=3, D=8),
                                dict(T=130, H=40, D=128)],
@@ -100,6 +106,9 @@ def test_fused_gemm_over_several_m_blocks(m, seed):
     # key blocks of one 64-byte PSUM bank of fp32 (16 keys): three, the last partial
     ("attention", "bf16", dict(B=2, S=40, D=8)),
     ("attention_causal", "fp32", dict(B=1, S=40, D=8)),
+    # token-major: two query tiles of 8 over one key block of 16, a partial one of 5
+    ("attention_rows", "bf16", dict(H=3, B=2, S=16, D=8)),
+    ("attention_rows_causal", "fp32", dict(H=5, B=1, S=13, D=8)),
     # 7 DMA queues: the outputs go on dma0 after the queries
     ("decode_attention", "bf16", dict(B=2, H=4, KVH=2, S=40, D=8)),
 ])
@@ -241,3 +250,12 @@ def test_bad_shapes(text, message):
     with pytest.raises(kernels.KernelError, match=message.replace("(", r"\(")
                        .replace(")", r"\)").replace(".", r"\.")):
         kernels.parse_shape(text, kernels.KERNELS["gemm"])
+
+
+def test_token_major_attention_takes_one_key_block(trn1):
+    """Past one key block (512 keys on trn1) the token-major kernel refuses, naming the
+    head-major kernel that streams longer sequences."""
+    with pytest.raises(kernels.KernelError, match=r"token-major attention takes at most 512 "
+                                                  r"tokens a sequence .*, not 513"):
+        kernels.run(trn1, kernels.KERNELS["attention_rows"], dict(H=2, B=1, S=513, D=8),
+                    "bf16", timing_only=True)

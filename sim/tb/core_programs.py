@@ -876,7 +876,7 @@ PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
 
 
 #: The rest of the library at small shapes of the simulation scale: attention (causal too)
-#: over two key blocks and decoding, with D the array's rows; the norms' backward passes over
+#: over two key blocks, token-major and decoding, with D the array's rows; the norms' backward passes over
 #: two row tiles, the second partial (their weight gradients folded onto the array's rows
 #: first); rope and the KV cache's append in the scale's SBUF; LayerNorm, Adam, the loss's
 #: row max, the naive GEMM and the GEMM of lhs as rows.
@@ -884,6 +884,10 @@ PROGRAMS |= {
     "attention": (_kernel("attention", {"B": 1, "S": 24, "D": 8}, "bf16"), False),
     "attention_causal": (_kernel("attention_causal", {"B": 1, "S": 24, "D": 8}, "fp32"),
                          False),
+    # token-major: two sequences of two heads, each tile turned by the array, copied out of
+    # PSUM by the scalar engine
+    "attention_rows": (_kernel("attention_rows", {"H": 2, "B": 2, "S": 12, "D": 8}, "bf16"),
+                       False),
     "decode_attention": (_kernel("decode_attention",
                                  {"B": 1, "H": 2, "KVH": 1, "S": 24, "D": 8}, "bf16"), False),
     "kv_append": (_kernel("kv_append", {"B": 2, "KVH": 2, "D": 8, "S": 24}, "bf16"), False),
