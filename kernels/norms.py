@@ -140,7 +140,7 @@ def _norm(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: float) -> N
     g_base = b.sbuf(c * 4, "gamma")
     be_base = b.sbuf(c * 4, "beta") if centre else 0
     eps_col = b.column(b.sbuf(4, "eps"), tiles[0][1])
-    rsqrt = b.function("rsqrt")
+    rsqrt, identity, square = (b.function(f) for f in ("rsqrt", "identity", "square"))
     b.emit("gpsimd", Memset(dst=eps_col, value=eps))
     b.wait("scalar", b.signal("gpsimd"))
     consts = []
@@ -158,22 +158,25 @@ def _norm(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: float) -> N
                 broadcast_row(b, "dma3", beta, rows,
                               b.tile("sbuf", "fp32", be_base, rows, ((c, 1),)))
                 consts.append(b.signal("dma3"))
-        b.wait("vector", b.signal("dma0"))
-        s1, mean, s2, rstd = (w.col(h, j, rows) for j in range(4))
-        xc = xin
+        # the statistics on the scalar engine, its sums beside the functions it applies
+        # (their values land in a scratch tile): sum x, -mean, sum (x - mean)^2, rstd; the
+        # vector engine then makes y = (x - mean) * rstd in one pass
+        s1, neg, s2, rstd = (w.col(h, j, rows) for j in range(4))
+        scratch = w.tile(w.work[h][0], rows)
+        b.wait("scalar", b.signal("dma0"))
         if centre:
-            b.emit("vector", TensorReduce(dst=s1, src=xin, reduce=Reduce.SUM))
-            b.emit("vector", TensorScalar(dst=mean, src=s1, op0=VectorOp.MULTIPLY, imm0=1 / c))
-            xc = w.tile(w.work[h][0], rows)
-            b.emit("vector", TensorScalar(dst=xc, src=xin, op0=VectorOp.SUBTRACT,
-                                          operand0=mean))
-        b.emit("vector", TensorReduce(dst=s2, src=xc, op=VectorOp.SQUARE, reduce=Reduce.SUM))
-        b.wait("scalar", b.signal("vector"))
+            b.emit("scalar", Activation(dst=scratch, src=xin, func=identity, reduce_dst=s1))
+            b.emit("scalar", Activation(dst=neg, src=s1, func=identity, scale=-1 / c))
+        b.emit("scalar", Activation(dst=scratch, src=xin, func=square, reduce_dst=s2,
+                                    bias=neg if centre else None))
         b.emit("scalar", Activation(dst=rstd, src=s2, func=rsqrt, scale=1 / c,
                                     bias=b.column(eps_col.offset, rows)))
         b.wait("vector", b.signal("scalar"))
         y = w.tile(w.work[h][1], rows)
-        b.emit("vector", TensorScalar(dst=y, src=xc, op0=VectorOp.MULTIPLY, operand0=rstd))
+        b.emit("vector", TensorScalar(dst=y, src=xin, op0=VectorOp.ADD if centre
+                                      else VectorOp.MULTIPLY, operand0=neg if centre else rstd,
+                                      op1=VectorOp.MULTIPLY if centre else VectorOp.COPY,
+                                      operand1=rstd if centre else None))
         res = w.tile(w.io["out"][h], rows, dtype)
         g = b.tile("sbuf", "fp32", g_base, rows, ((c, 1),))
         if i == 0:  # the statistics of the first rows are computed while gamma loads
