@@ -81,8 +81,9 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
     (a token's heads side by side). A group is heads of one sequence, whose rows move in one
     run a token; the tensor engine turns each query and key tile into the transposed form in
     a PSUM bank of its own (:meth:`~kernels.builder.Builder.transpose`) before the group's
-    first scores. The keys of a head must fit one block (``S`` at most
-    :func:`key_block`)."""
+    first scores, heads of 32 or 64 four or two at a time (each pack's heads in partitions
+    of their own, where the scores then read them). The keys of a head must fit one block
+    (``S`` at most :func:`key_block`)."""
     p = b.params
     for name, v in (("B", nb), ("S", s), ("D", d), ("H", heads or 1)):
         if not isinstance(v, int) or v < 1:
@@ -126,10 +127,16 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
         groups = [(h, 1, q0, min(tq, s - q0)) for h in range(nb) for q0 in range(0, s, tq)]
     g_heads = max(g[1] for g in groups)
     g_tiles = -(-max(g[3] for g in groups) // tq)
-    q_sb = [b.sbuf(g_heads * max(g[3] for g in groups) * es, "q group") for _ in range(2)]
+    # token-major: the heads a query or key tile turns at once, each into partitions of its
+    # own (where D lets their tiles start there): its copy out of PSUM streams one row a
+    # partition for all of them
+    lanes = min(p.rows, p.partitions)
+    pack = lanes // d if by_token and d in (32, 64) and lanes >= 2 * d else 1
+    packs = -(-g_heads // pack)
+    q_sb = [b.sbuf(packs * max(g[3] for g in groups) * es, "q group") for _ in range(2)]
     o_out = [b.sbuf(g_heads * g_tiles * d * es, "output group") for _ in range(2)]
     if whole:
-        k_sb = [b.sbuf(g_heads * s * es, "k group") for _ in range(2)]
+        k_sb = [b.sbuf(packs * s * es, "k group") for _ in range(2)]
         v_sb = [b.sbuf(g_heads * nc * d * es, "v group") for _ in range(2)]
     else:
         k_sb = [b.sbuf(kbl * es, "k block") for _ in range(_BLOCK_BUFFERS)]
@@ -280,18 +287,20 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
         kv_ready[i] = (b.signal(qk), b.signal(qv))
 
     def turn_group(gi: int) -> None:
-        """Token-major group ``gi``'s query and key tiles, each head's ``[tokens, D]``,
-        turned by the tensor engine into ``[D, tokens]`` in the group's query and key
-        buffers (copied out of PSUM by the vector engine)."""
+        """Token-major group ``gi``'s query and key tiles, ``pack`` heads' ``[tokens, D]``
+        side by side at a time, turned by the tensor engine into ``[D, tokens]`` a head (the
+        heads of a pack in partitions of their own) in the group's query and key buffers,
+        copied out of PSUM by the scalar engine."""
         nonlocal turn_copied
         nh, gb = groups[gi][1], gi % 2
         q_dma, k_dma, _ = rows_ready[gi]
         ready = []
         for src, dst, tile, arrived, free in ((q_rows, q_sb, tq, q_dma, q_free),
                                               (k_rows, k_sb, chunk, k_dma, kv_free)):
-            pieces = [(b.tile("sbuf", dtype, src[gb] + (t * nh + hh) * d * es, n, ((d, 1),)),
-                       b.tile("sbuf", dtype, dst[gb] + (hh * s + t0) * es, d, ((n, 1),)))
-                      for hh in range(nh)
+            pieces = [(b.tile("sbuf", dtype, src[gb] + (t * nh + j * pack) * d * es, n,
+                              ((w * d, 1),)),
+                       b.tile("sbuf", dtype, dst[gb] + (j * s + t0) * es, w * d, ((n, 1),)))
+                      for j in range(-(-nh // pack)) for w in [min(pack, nh - j * pack)]
                       for t, t0 in enumerate(range(0, s, tile)) for n in [min(tile, s - t0)]]
             turned, turn_copied, _ = b.transpose(pieces, turn_ps, tile * es, arrived=arrived,
                                                  free=free[gb], copied=turn_copied,
@@ -335,16 +344,20 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
         kb = blocks[j][1]
         if by_token and (i == 0 or tiles[steps[i - 1][0]][0] != gi):
             turn_group(gi)
+        # the head's pack (column block) and its partitions in it
+        at, lane = divmod(head - h0, pack)
         if whole:
-            keys = k_sb[gb] + (head - h0) * s * es
+            keys = k_sb[gb] + at * s * es
             b.wait("tensor", q_ready[gi], kv_ready[gi][0], s_free[h])
         else:
             keys = k_sb[i % _BLOCK_BUFFERS]
             b.wait("tensor", q_ready[gi], *kv_ready[i], s_free[h])
         b.emit("tensor", LoadStationary(src=b.tile(
-            "sbuf", dtype, q_sb[gb] + ((head - h0) * rows + q0 - g0) * es, d, ((qp, 1),))))
+            "sbuf", dtype, q_sb[gb] + (at * rows + q0 - g0) * es, d, ((qp, 1),),
+            partition=lane * d)))
         b.emit("tensor", MultiplyMoving(dst=b.tile("psum", "fp32", s_ps[h], qp, ((kb, 1),)),
-                                        src=b.tile("sbuf", dtype, keys, d, ((kb, 1),))))
+                                        src=b.tile("sbuf", dtype, keys, d, ((kb, 1),),
+                                                   partition=lane * d)))
         done = b.signal("tensor")
         if i == group_end[gi]:
             q_free[gb] = done

@@ -8,7 +8,7 @@ stream. Semaphores only count up, so an event stays true once reached.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hdl.core.isa import AP, DTYPES, Instruction, SemSignal, SemWait, TensorCopy, Transpose
 from hdl.core.params import CoreParams
@@ -112,7 +112,9 @@ class Builder:
         """Each ``(src, dst)`` of ``pieces`` (SBUF tiles, ``src`` [P, F] and ``dst`` [F, P])
         turned by the tensor engine's transpose into PSUM ``bank``, ``slot`` bytes a piece and
         as many at once as the bank holds, each batch copied out to its ``dst`` by ``engine``
-        (the vector or the scalar engine). The tensor engine waits for ``arrived`` before the
+        (the vector or the scalar engine): pieces that lie side by side both in the bank and
+        at their ``dst`` (one after another in the same partitions) in one copy, since each
+        copy pays its access start. The tensor engine waits for ``arrived`` before the
         first batch and for the copies of the batch before (``copied`` before the first: the
         bank's last use); the copying engine for the batch's transposes and, before the
         first, ``free`` (the ``dst`` space's last use). Returns (the last batch's
@@ -128,8 +130,16 @@ class Builder:
                 self.emit("tensor", Transpose(dst=t, src=src))
             done = self.signal("tensor")
             self.wait(engine, done, free if i == 0 else None)
+            runs: list[list] = []  # [first PSUM tile, first dst, columns]
             for (_, dst), t in zip(batch, turned, strict=True):
-                self.emit(engine, TensorCopy(dst=dst, src=t))
+                last = runs[-1] if runs else None
+                if last and _follows(last[0], last[2], t) and _follows(last[1], last[2], dst):
+                    last[2] += t.free
+                else:
+                    runs.append([t, dst, t.free])
+            for t, dst, cols in runs:
+                self.emit(engine, TensorCopy(dst=replace(dst, dims=((cols, 1),)),
+                                             src=replace(t, dims=((cols, 1),))))
             copied = self.signal(engine)
             events += [copied] * len(batch)
         return done, copied, events
@@ -140,6 +150,15 @@ class Builder:
             raise KernelError(f"function must be one of {', '.join(names)} on "
                               f"{self.params.name}, not {name!r}")
         return names.index(name)
+
+
+def _follows(first: AP, cols: int, ap: AP) -> bool:
+    """Whether ``ap`` (one contiguous row a partition) starts where ``cols`` contiguous
+    elements from ``first`` end, in the same space, partitions and format."""
+    return (ap.space, ap.dtype, ap.partition, ap.partitions) == \
+        (first.space, first.dtype, first.partition, first.partitions) and \
+        ap.dims == ((ap.free, 1),) and first.dims[-1][1] == 1 and len(first.dims) == 1 and \
+        ap.offset == first.offset + cols * first.itemsize
 
 
 def itemsize(dtype: str) -> int:

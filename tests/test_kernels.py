@@ -25,12 +25,13 @@ def _cases():
              ("B", "S", "D"): [dict(B=1, S=1, D=1), dict(B=2, S=128, D=64),
                                  dict(B=1, S=600, D=32), dict(B=20, S=200, D=16),
                                  dict(B=300, S=1, D=128)],
-             # token-major attention: one token; two sequences of BERT-base's heads; a
-             # partial query and value tile; two head groups a sequence (16 + 4 of 256 B
-             # a row); four tiles of a whole key block
+             # token-major attention: one token; two sequences of BERT-base's heads (turned
+             # two at a time); a partial query and value tile; two head groups a sequence
+             # (16 + 4 of 256 B a row); four tiles of a whole key block; heads of 32
+             # turned four at a time, the last three
              ("H", "B", "S", "D"): [dict(H=1, B=1, S=1, D=1), dict(H=12, B=2, S=128, D=64),
                                     dict(H=5, B=3, S=200, D=16), dict(H=20, B=2, S=40, D=128),
-                                    dict(H=2, B=1, S=512, D=32)],
+                                    dict(H=2, B=1, S=512, D=32), dict(H=7, B=1, S=100, D=32)],
              # two token tiles, the second partial, and two head groups (5,120 > 4,096)
              ("T", "H", "D"): [dict(T=1, H=1, D=2), dict(T=5, H=3, D=8),
                                dict(T=130, H=40, D=128)],
