@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kernels.attention import key_block
+from kernels.builder import psum_columns
 from specs.errors import InputError
 
 from . import model
@@ -101,6 +101,7 @@ class Engine:
         self.t, self.base, self.times, self.tp, self.lnc, self.dtype = \
             t, base, times, tp, lnc, dtype
         self.split: Split = split(t, tp)
+        self.columns = psum_columns(times.params)
         self.per_chip = base.values["cores"] / lnc
         self.v = {k: np.full(1, float(x)) for k, x in base.values.items()}
         self.dims_long = (model.longest_dims(self.v["chips"], base)
@@ -146,7 +147,7 @@ class Engine:
         key = tuple(sorted(int(x) for x in lengths))
         got = self._prefill.get(key)
         if got is None:
-            calls = prefill(self.t, self.split, key, key_block(self.times.params), self.dtype)
+            calls = prefill(self.t, self.split, key, self.columns, self.dtype)
             self.calls.setdefault("prefill", calls["layer"] + calls["once"])
             got = self._prefill[key] = self._parts(calls, sum(key), len(key))
         return got
@@ -156,7 +157,7 @@ class Engine:
         key = (int(batch), int(context))
         got = self._decode.get(key)
         if got is None:
-            calls = decode(self.t, self.split, batch, context, self.dtype)
+            calls = decode(self.t, self.split, batch, context, self.columns, self.dtype)
             self.calls.setdefault("decode", calls["layer"] + calls["once"])
             got = self._decode[key] = self._parts(calls, batch, batch)
         return got

@@ -78,11 +78,13 @@ def _call(what, kernel, part, dtype, count=1.0, **shape):
     return Call(what, kernel, tuple((k, int(v)) for k, v in shape.items()), dtype, count, part)
 
 
-def _gemm(what, m, k, n, dtype, kernel="gemm", rows=False):
-    """out[m features, n tokens] = W[k, m].T @ x[k, n]; where the tokens are fewer than the
-    contraction (or ``rows``: the attention takes them so), the activations as tokens' rows
-    (gemm_rows: out[n, m] = x[n, k] @ W[k, m])."""
-    if rows or n < k:
+def _gemm(what, m, k, n, dtype, columns, kernel="gemm", rows=False):
+    """out[m features, n tokens] = W[k, m].T @ x[k, n]; the activations as tokens' rows
+    (gemm_rows: out[n, m] = x[n, k] @ W[k, m], the weights the moving side) where the tokens
+    are fewer than the contraction and fit one moving tile of ``columns`` (past it the plain
+    GEMM's moving tiles are whole, and turning the activations on chip is work for nothing),
+    or with ``rows`` (the attention takes them so)."""
+    if rows or n < k and n <= columns:
         rows = {"gemm": "gemm_rows", "gemm_bias_gelu": "gemm_rows_bias_gelu"}[kernel]
         return _call(what, rows, "gemm", dtype, M=n, K=k, N=m)
     return _call(what, kernel, "gemm", dtype, M=m, K=k, N=n)
@@ -96,23 +98,24 @@ def _rows(what, kernel, r, c):
 
 
 def _layer(t: Transformer, s: Split, tokens: int, dt: str, attention: list[Call],
-           rope_and_cache: list[Call], rows: bool = False) -> list[Call]:
+           rope_and_cache: list[Call], columns: int, rows: bool = False) -> list[Call]:
     """One layer; with ``rows`` the attention takes and writes tokens' rows, and so do the
     QKV and attention-output GEMMs."""
     h, d = t.hidden, s.head_dim
     norm = t.norm
     calls = [_rows("norm", norm, tokens, h),
-             _gemm("qkv", (s.q_heads + 2 * s.kv_heads) * d, h, tokens, dt, rows=rows),
+             _gemm("qkv", (s.q_heads + 2 * s.kv_heads) * d, h, tokens, dt, columns, rows=rows),
              *rope_and_cache, *attention,
-             _gemm("attn.out", h, s.q_heads * d, tokens, dt, rows=rows),
+             _gemm("attn.out", h, s.q_heads * d, tokens, dt, columns, rows=rows),
              flat("residual", "residual_add", tokens * h, ACT, 1),
              _rows("norm", norm, tokens, h)]
     if t.gated_ffn:
-        calls += [_gemm("ffn.up", 2 * s.ffn, h, tokens, dt),
+        calls += [_gemm("ffn.up", 2 * s.ffn, h, tokens, dt, columns),
                   _rows("ffn.act", "swiglu", tokens, s.ffn)]
     else:
-        calls.append(_gemm(f"ffn.up+{t.act}", s.ffn, h, tokens, dt, kernel="gemm_bias_gelu"))
-    calls += [_gemm("ffn.down", h, s.ffn, tokens, dt),
+        calls.append(_gemm(f"ffn.up+{t.act}", s.ffn, h, tokens, dt, columns,
+                           kernel="gemm_bias_gelu"))
+    calls += [_gemm("ffn.down", h, s.ffn, tokens, dt, columns),
               flat("residual", "residual_add", tokens * h, ACT, 1)]
     return calls
 
@@ -130,7 +133,8 @@ def _kv_append(s: Split, sequences: int, cache: int) -> Call:
                  D=s.head_dim, S=cache)
 
 
-def _ends(t: Transformer, s: Split, tokens: int, last: int, dt: str) -> list[Call]:
+def _ends(t: Transformer, s: Split, tokens: int, last: int, dt: str, columns: int
+          ) -> list[Call]:
     """Embedding (and positions) before the layers; final norm, head and sampling after."""
     h = t.hidden
     calls = [flat("embedding", "residual_add", tokens * h, ACT, 1)]
@@ -138,10 +142,10 @@ def _ends(t: Transformer, s: Split, tokens: int, last: int, dt: str) -> list[Cal
         calls.append(flat("positions", "residual_add", tokens * h, ACT, 1))
     calls.append(_rows("final.norm", t.norm, last, h))
     if t.causal and t.vocab:
-        calls += [_gemm("lm_head", s.vocab, h, last, dt),
+        calls += [_gemm("lm_head", s.vocab, h, last, dt, columns),
                   _call("sample", "sample", "other", ACT, B=last, V=s.vocab, K=1)]
     elif not t.causal:
-        calls.append(_gemm("pooler", h, h, last, dt))
+        calls.append(_gemm("pooler", h, h, last, dt, columns))
     return calls
 
 
@@ -156,33 +160,33 @@ def _attention(t: Transformer, s: Split, length: int, n: int, rows: bool) -> Cal
                  S=length, D=s.head_dim)
 
 
-def prefill(t: Transformer, s: Split, lengths: tuple[int, ...], block: int,
+def prefill(t: Transformer, s: Split, lengths: tuple[int, ...], columns: int,
             dtype: str = "bf16") -> dict[str, list[Call]]:
-    """Kernel calls of the prefill of prompts of ``lengths`` tokens, on a core whose
-    attention takes ``block`` keys a block (:func:`kernels.attention.key_block`): ``layer``
-    (one layer, run ``t.layers`` times) and ``once`` (embedding, final norm, head,
-    sampling)."""
+    """Kernel calls of the prefill of prompts of ``lengths`` tokens, on a core whose PSUM
+    bank holds ``columns`` fp32 (:func:`kernels.builder.psum_columns`: the GEMM's widest
+    moving tile and the attention's key block): ``layer`` (one layer, run ``t.layers``
+    times) and ``once`` (embedding, final norm, head, sampling)."""
     dt = GEMM_DTYPES[dtype]
     tokens = sum(lengths)
     # tokens' rows where every prompt's keys fit one block
-    rows = max(lengths) <= block
+    rows = max(lengths) <= columns
     attention = [_attention(t, s, length, n, rows)
                  for length, n in sorted(Counter(lengths).items())]
     # each prompt's keys and values written as one block into its cache
     cache = ([_call("kv.prefill", "kv_prefill", "other", ACT, B=n, KVH=s.kv_heads,
                     D=s.head_dim, S=length) for length, n in sorted(Counter(lengths).items())]
              if t.causal else [])
-    layer = _layer(t, s, tokens, dt, attention, _rope(t, s, tokens) + cache, rows)
-    return {"layer": layer, "once": _ends(t, s, tokens, len(lengths), dt)}
+    layer = _layer(t, s, tokens, dt, attention, _rope(t, s, tokens) + cache, columns, rows)
+    return {"layer": layer, "once": _ends(t, s, tokens, len(lengths), dt, columns)}
 
 
-def decode(t: Transformer, s: Split, batch: int, context: int, dtype: str = "bf16"
-           ) -> dict[str, list[Call]]:
+def decode(t: Transformer, s: Split, batch: int, context: int, columns: int,
+           dtype: str = "bf16") -> dict[str, list[Call]]:
     """Kernel calls of one decode step of ``batch`` sequences whose caches hold ``context``
     keys (the new token's included): ``layer`` and ``once`` as :func:`prefill`'s."""
     dt = GEMM_DTYPES[dtype]
     attention = [_call("decode.attention", "decode_attention", "attention", ACT, B=batch,
                        H=s.q_heads, KVH=s.kv_heads, S=context, D=s.head_dim)]
     cache = [_kv_append(s, batch, context)]
-    layer = _layer(t, s, batch, dt, attention, _rope(t, s, batch) + cache)
-    return {"layer": layer, "once": _ends(t, s, batch, batch, dt)}
+    layer = _layer(t, s, batch, dt, attention, _rope(t, s, batch) + cache, columns)
+    return {"layer": layer, "once": _ends(t, s, batch, batch, dt, columns)}

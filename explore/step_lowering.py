@@ -39,8 +39,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import partial
 
 from kernels.attention import key_block, query_tile
+from kernels.builder import psum_columns
 
 from .workloads import DTYPES, Transformer, transformer_params
 
@@ -82,10 +84,11 @@ class Layout:
     gemm_only: bool = False
 
 
-def _gemm(what, m, k, n, dtype, count, saved=0.0):
-    """``out[m, n]``; one of fewer than 512 columns and more rows is timed as its transpose
-    (``out.T = rhs.T @ lhsT``, the same arithmetic), whose rows are the longer."""
-    if n < 512 <= m:
+def _gemm(what, m, k, n, dtype, count, saved=0.0, *, columns):
+    """``out[m, n]``; one of fewer columns than a moving tile takes (``columns``, a PSUM bank
+    of fp32) and at least as many rows is timed as its transpose (``out.T = rhs.T @ lhsT``,
+    the same arithmetic), whose rows are the longer."""
+    if n < columns <= m:
         m, n = n, m
     return Call(what, "gemm", (("M", int(m)), ("K", int(k)), ("N", int(n))), dtype, count,
                 "gemm", saved)
@@ -124,6 +127,7 @@ def lower(t: Transformer, layout: Layout, params) -> dict[str, list[Call]]:
     ``first`` (embedding, first stage), ``last`` (head and loss, last stage) and ``step``
     (the optimizer, once per step)."""
     tp, dt = layout.tp, t.dtype
+    gemm = partial(_gemm, columns=psum_columns(params))
     es = DTYPES[dt]
     seq, mb = t.seq, layout.micro_batch
     tokens = mb * seq
@@ -139,23 +143,23 @@ def lower(t: Transformer, layout: Layout, params) -> dict[str, list[Call]]:
 
     fwd = [
         _wide("norm", norm, local, h, dt, 1, local * h * es),
-        _gemm("qkv", math.ceil((h + 2 * kv) / tp), h, tokens, dt, 1, tokens * h * es),
+        gemm("qkv", math.ceil((h + 2 * kv) / tp), h, tokens, dt, 1, tokens * h * es),
         # saved: q, k, v and the output; without recomputation the probabilities too
         Call("attention", attention, (("B", nb), ("S", seq), ("D", hd)), dt, 1, "other",
              (3 * seq * hd + seq * hd + (seq * seq * frac if layout.recompute == "none"
                                          else 0)) * es * nb),
-        _gemm("attn.out", h, math.ceil(h / tp), tokens, dt, 1, tokens * h * es / tp),
+        gemm("attn.out", h, math.ceil(h / tp), tokens, dt, 1, tokens * h * es / tp),
         flat("residual", "residual_add", local * h, dt, 1),
         _wide("norm", norm, local, h, dt, 1, local * h * es),
     ]
     if t.gated_ffn:
-        fwd += [_gemm("ffn.up", 2 * ffn, h, tokens, dt, 1, tokens * h * es),
+        fwd += [gemm("ffn.up", 2 * ffn, h, tokens, dt, 1, tokens * h * es),
                 flat("ffn.act", "swiglu", tokens * ffn, dt, 1)]
         fwd[-1] = replace(fwd[-1], saved=2 * tokens * ffn * es)
     else:
         fwd.append(Call("ffn.up", "gemm_bias_gelu", (("M", ffn), ("K", h), ("N", tokens)), dt,
                         1, "gemm", 2 * tokens * h * es))
-    fwd += [_gemm("ffn.down", h, ffn, tokens, dt, 1, tokens * ffn * es),
+    fwd += [gemm("ffn.down", h, ffn, tokens, dt, 1, tokens * ffn * es),
             flat("residual", "residual_add", local * h, dt, 1)]
 
     bwd = []
@@ -163,17 +167,17 @@ def lower(t: Transformer, layout: Layout, params) -> dict[str, list[Call]]:
         if c.part == "gemm":
             s = dict(c.shape)
             m, k, n = s["M"], s["K"], s["N"]
-            bwd += [_gemm(c.what + ".dgrad", k, m, n, dt, c.count),
-                    _gemm(c.what + ".wgrad", k, n, m, dt, c.count)]
+            bwd += [gemm(c.what + ".dgrad", k, m, n, dt, c.count),
+                    gemm(c.what + ".wgrad", k, n, m, dt, c.count)]
             if c.kernel == "gemm_bias_gelu":
                 bwd.append(flat("ffn.act.grad", "gelu_backward", n * m, dt, c.count))
         elif c.kernel == attention:
             if layout.recompute != "none":
                 bwd.append(replace(c, what="attention.recompute", saved=0.0))
-            bwd += [_gemm("attention.dv", nb * seq, seq, hd, dt, frac),
-                    _gemm("attention.dp", nb * seq, hd, seq, dt, frac),
-                    _gemm("attention.dq", nb * seq, seq, hd, dt, frac),
-                    _gemm("attention.dk", nb * seq, seq, hd, dt, frac),
+            bwd += [gemm("attention.dv", nb * seq, seq, hd, dt, frac),
+                    gemm("attention.dp", nb * seq, hd, seq, dt, frac),
+                    gemm("attention.dq", nb * seq, seq, hd, dt, frac),
+                    gemm("attention.dk", nb * seq, seq, hd, dt, frac),
                     flat("attention.ds", "residual_add", nb * seq * seq, dt, frac)]
         elif c.kernel == "swiglu":
             bwd.append(replace(c, what=c.what + ".grad", kernel="swiglu_backward", saved=0.0))
@@ -200,13 +204,13 @@ def lower(t: Transformer, layout: Layout, params) -> dict[str, list[Call]]:
                  flat("embedding.grad", "residual_add", local * h, dt, 1)]
         if not t.tied_embeddings:
             first.append(table)
-        head = _gemm("lm_head", vocab, h, tokens, dt, 1)
+        head = gemm("lm_head", vocab, h, tokens, dt, 1)
         # the vocabulary-parallel loss: row max (all-reduced), exp and its sum with the
         # target's logit (all-reduced), then loss and gradient
         last = [_wide("final.norm", norm, local, h, dt, 1),
                 _wide("final.norm.grad", norm + "_backward", local, h, dt, 1),
-                head, _gemm("lm_head.dgrad", h, vocab, tokens, dt, 1),
-                _gemm("lm_head.wgrad", h, tokens, vocab, dt, 1),
+                head, gemm("lm_head.dgrad", h, vocab, tokens, dt, 1),
+                gemm("lm_head.wgrad", h, tokens, vocab, dt, 1),
                 _wide("loss.max", "logits_max", tokens, vocab, dt, 1),
                 _wide("loss.exp", "cross_entropy", tokens, vocab, dt, 1),
                 _wide("loss.grad", "cross_entropy_backward", tokens, vocab, dt, 1),

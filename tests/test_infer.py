@@ -95,14 +95,17 @@ def test_static_batching_by_hand():
 
 def test_prompts_past_a_key_block_take_attention_head_after_head():
     """A prompt longer than trn1's key block of 512: the flash kernel head after head (keys
-    streamed), the QKV GEMM by its own rule (600 tokens over 256: tokens as moving side)."""
-    t, times = tiny(seq=1024), Constant(1e-6)
+    streamed), the GEMMs by their own rule: 700 tokens, fewer than the contraction (1,024
+    and 2,048) but more than a moving tile of 512, are the plain GEMM's moving side."""
+    t, times = tiny(seq=1024, hidden=1024, heads=16, ffn=2048), Constant(1e-6)
     base, _, lnc, _ = infer_cli.resolve("trn1.2xlarge", None)
     infer.Engine(t, base, times, tp=1, lnc=lnc).prefill((600, 100))
-    assert ("attention_causal", {"B": 4, "S": 600, "D": 64}, "bf16") in times.seen
-    assert ("attention_causal", {"B": 4, "S": 100, "D": 64}, "bf16") in times.seen
-    assert ("gemm", {"M": (4 + 2 * 2) * 64, "K": 256, "N": 700}, "bf16") in times.seen
-    assert not any(k.startswith("attention_rows") for k, _, _ in times.seen)
+    assert ("attention_causal", {"B": 16, "S": 600, "D": 64}, "bf16") in times.seen
+    assert ("attention_causal", {"B": 16, "S": 100, "D": 64}, "bf16") in times.seen
+    assert ("gemm", {"M": (16 + 2 * 2) * 64, "K": 1024, "N": 700}, "bf16") in times.seen
+    assert ("gemm", {"M": 1024, "K": 2048, "N": 700}, "bf16") in times.seen
+    assert not any(k.startswith("attention_rows") or k == "gemm_rows" and s["M"] == 700
+                   for k, s, _ in times.seen)
 
 
 def test_tpot_averages_the_growing_context():
