@@ -888,6 +888,8 @@ PROGRAMS |= {
     # PSUM by the scalar engine
     "attention_rows": (_kernel("attention_rows", {"H": 2, "B": 2, "S": 12, "D": 8}, "bf16"),
                        False),
+    "attention_rows_causal": (_kernel("attention_rows_causal",
+                                      {"H": 3, "B": 1, "S": 12, "D": 8}, "fp32"), False),
     "decode_attention": (_kernel("decode_attention",
                                  {"B": 1, "H": 2, "KVH": 1, "S": 24, "D": 8}, "bf16"), False),
     "kv_append": (_kernel("kv_append", {"B": 2, "KVH": 2, "D": 8, "S": 24}, "bf16"), False),
