@@ -3,7 +3,9 @@ and keys of width ``D`` (at most 128) per head, ``B`` heads (or sequences x head
 kernel, keys in blocks so that no ``S x S`` matrix exists.
 
 Inputs as the tensor engine wants them, head after head: ``qT[B * D, S]``, ``kT[B * D, S]``
-(transposed) and ``v[B * S, D]``; ``out[B * S, D]``.
+(transposed) and ``v[B * S, D]``; ``out[B * S, D]``. Or token-major, as a projection writes
+them (``heads``: ``q``, ``k``, ``v``, ``out`` each ``[B * S, H * D]``), for heads whose keys
+fit one block: the query and key tiles are turned on chip.
 Per query tile of 128 rows and key block of 512: scores ``q k^T`` into PSUM (tensor), the block's
 row max and the running max (vector), ``p = exp(s / sqrt(D) - max)`` with its row sum and the
 correction ``exp(max_old - max_new)`` (scalar), ``p`` transposed through the array (tensor)

@@ -876,10 +876,10 @@ PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
 
 
 #: The rest of the library at small shapes of the simulation scale: attention (causal too)
-#: over two key blocks, token-major and decoding, with D the array's rows; the norms' backward passes over
-#: two row tiles, the second partial (their weight gradients folded onto the array's rows
-#: first); rope and the KV cache's append in the scale's SBUF; LayerNorm, Adam, the loss's
-#: row max, the naive GEMM and the GEMM of lhs as rows.
+#: over two key blocks, token-major and decoding, with D the array's rows; the norms'
+#: backward passes over two row tiles, the second partial (their weight gradients folded
+#: onto the array's rows first); rope and the KV cache's append in the scale's SBUF;
+#: LayerNorm, Adam, the loss's row max, the naive GEMM and the GEMM of lhs as rows.
 PROGRAMS |= {
     "attention": (_kernel("attention", {"B": 1, "S": 24, "D": 8}, "bf16"), False),
     "attention_causal": (_kernel("attention_causal", {"B": 1, "S": 24, "D": 8}, "fp32"),
