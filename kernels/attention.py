@@ -106,8 +106,7 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
         v = b.hbm("v", (nb * s, d), dtype)
         out = b.hbm("out", (nb * s, d), dtype)
     scale = 1.0 / math.sqrt(d)
-    exp = b.function("exp")
-    recip = b.function("reciprocal")
+    exp, recip, identity = (b.function(f) for f in ("exp", "reciprocal", "identity"))
     kbl = key_block(p)
     all_blocks = [(o, min(kbl, s - o)) for o in range(0, s, kbl)]
     whole = len(all_blocks) == 1  # a head's keys in one block: they move with its queries
@@ -384,12 +383,10 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
             s_tile = masked
         bmax = col("bmax", i, qp)
         b.emit("vector", TensorReduce(dst=bmax, src=s_tile, reduce=Reduce.MAX))
-        if first:  # the running max starts at this block's
+        if first:  # the running max starts at this block's; -max on the scalar engine
             if not last:
                 b.emit("vector", TensorScalar(dst=col("m", i, qp), src=bmax,
                                               op0=VectorOp.MULTIPLY, imm0=scale))
-            b.emit("vector", TensorScalar(dst=col("neg", i, qp), src=bmax,
-                                          op0=VectorOp.MULTIPLY, imm0=-scale))
         else:  # m (this step's) = max(m of the step before, the block's)
             b.emit("vector", TensorScalar(dst=bmax, src=bmax, op0=VectorOp.MULTIPLY,
                                           imm0=scale))
@@ -400,6 +397,9 @@ def attention(b: Builder, nb: int, s: int, d: int, dtype: str = "bf16", *,
             b.emit("vector", TensorTensor(dst=col("diff", i, qp), a=col("m", i - 1, qp),
                                           b=col("m", i, qp), op=VectorOp.SUBTRACT))
         b.wait("scalar", b.signal("vector"))
+        if first:
+            b.emit("scalar", Activation(dst=col("neg", i, qp), src=bmax, func=identity,
+                                        scale=-scale))
         p_tile = b.tile("sbuf", dtype, p_sb[i % 2], qp, ((kb, 1),))
         b.emit("scalar", Activation(dst=p_tile, src=s_tile, func=exp, scale=scale,
                                     bias=col("neg", i, qp),
