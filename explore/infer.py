@@ -42,7 +42,7 @@ the chip's HBM shared by its logical cores.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -55,7 +55,7 @@ from .kerneltimes import KernelTimes
 from .step_lowering import Call
 from .workloads import Transformer
 
-__all__ = ["PARTS", "Engine", "InferError", "InferResult", "evaluate", "memory"]
+__all__ = ["PARTS", "Engine", "InferError", "InferResult", "KernelRow", "evaluate", "memory"]
 
 #: Parts of a prefill or decode step, in the order they are reported.
 PARTS = ("gemm", "attention", "other", "communication", "overheads")
@@ -68,6 +68,21 @@ WEIGHT_BYTES = {"bf16": 2, "fp8": 1}
 #: Bytes one rank contributes to the sampling step's gather per sequence: its best logit
 #: (fp32) and that logit's index (int32).
 CANDIDATE_BYTES = 8
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """One lowered kernel call of a pass on a rank: its part, what it computes, the kernel,
+    its shape on the logical core (before an LNC's cores split its first key), format, runs a
+    pass and their seconds."""
+
+    part: str
+    what: str
+    kernel: str
+    shape: dict
+    dtype: str
+    runs: float
+    seconds: float
 
 
 class InferError(InputError):
@@ -122,19 +137,26 @@ class Engine:
                 np.ones(1), self.v, self.base, self.dims_long)[0])
         return t
 
-    def _kernels(self, calls: list[Call], count: float, out: dict[str, float]) -> None:
-        for c in calls:
-            shape = dict(c.shape)
-            first = next(iter(shape))
-            shape[first] = math.ceil(shape[first] / self.lnc)
-            out[c.part] += self.times(c.kernel, shape, c.dtype) * c.count * count
+    def _rows(self, calls: dict[str, list[Call]]) -> list[KernelRow]:
+        """Each call of a pass (its layer's, run ``layers`` times, then its once-a-pass
+        ones) with its runs and seconds a pass on a rank."""
+        rows = []
+        for group, per in (("layer", self.t.layers), ("once", 1)):
+            for c in calls[group]:
+                shape = dict(c.shape)
+                first = next(iter(shape))
+                shape[first] = math.ceil(shape[first] / self.lnc)
+                runs = c.count * per
+                rows.append(KernelRow(c.part, c.what, c.kernel, dict(c.shape), c.dtype, runs,
+                                      self.times(c.kernel, shape, c.dtype) * runs))
+        return rows
 
     def _parts(self, calls: dict[str, list[Call]], tokens: int, sequences: int
                ) -> dict[str, float]:
         t = self.t
         out = dict.fromkeys(PARTS, 0.0)
-        self._kernels(calls["layer"], t.layers, out)
-        self._kernels(calls["once"], 1, out)
+        for row in self._rows(calls):
+            out[row.part] += row.seconds
         act = tokens * t.hidden * ACT_BYTES
         comm = (2 * t.layers + (1 if t.vocab else 0)) * self.allreduce(act)
         if t.causal and t.vocab:
@@ -164,15 +186,40 @@ class Engine:
 
     def tpot(self, batch: int, input_len: int, output_len: int) -> dict[str, float]:
         """The decode step's parts averaged over contexts ``input + 1 .. input + output``."""
-        lo, hi = input_len + 1, input_len + output_len
-        n = 1 if hi == lo else CONTEXT_SAMPLES
-        points = sorted({round(lo + (hi - lo) * i / max(n - 1, 1)) for i in range(n)})
-        steps = [self.decode_step(batch, c) for c in points]
-        if len(points) == 1:
-            return dict(steps[0])
-        x = np.array(points, float)
-        return {p: float(np.trapezoid([s[p] for s in steps], x) / (x[-1] - x[0]))
-                for p in PARTS}
+        return _over_contexts(input_len, output_len,
+                              lambda context: self.decode_step(batch, context))
+
+    def prefill_kernels(self, lengths: tuple[int, ...]) -> list[KernelRow]:
+        """The kernels of :meth:`prefill`, a row each (their parts' sums are its parts)."""
+        key = tuple(sorted(int(x) for x in lengths))
+        return self._rows(prefill(self.t, self.split, key, self.columns, self.dtype))
+
+    def tpot_kernels(self, batch: int, input_len: int, output_len: int) -> list[KernelRow]:
+        """The kernels of the decode step, each row's seconds averaged over the contexts as
+        :meth:`tpot` averages the parts (its shape at the last context)."""
+        steps = {}
+
+        def step(context: int) -> dict[int, float]:
+            steps[context] = self._rows(decode(self.t, self.split, batch, context,
+                                               self.columns, self.dtype))
+            return {i: row.seconds for i, row in enumerate(steps[context])}
+
+        mean = _over_contexts(input_len, output_len, step)
+        return [replace(row, seconds=mean[i]) for i, row in enumerate(steps[max(steps)])]
+
+
+def _over_contexts(input_len: int, output_len: int, step) -> dict:
+    """``step(context)`` (a mapping to seconds) averaged over contexts ``input + 1 .. input +
+    output``: at :data:`CONTEXT_SAMPLES` evenly spaced, by the trapezoid rule."""
+    lo, hi = input_len + 1, input_len + output_len
+    n = 1 if hi == lo else CONTEXT_SAMPLES
+    points = sorted({round(lo + (hi - lo) * i / max(n - 1, 1)) for i in range(n)})
+    steps = [step(c) for c in points]
+    if len(points) == 1:
+        return dict(steps[0])
+    x = np.array(points, float)
+    return {k: float(np.trapezoid([s[k] for s in steps], x) / (x[-1] - x[0]))
+            for k in steps[0]}
 
 
 def memory(t: Transformer, s: Split, batch: int, context: int, prompt_tokens: int,

@@ -9,11 +9,11 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from . import model
-from .infer import PARTS, Engine, InferError, InferResult, evaluate, memory
+from .infer import PARTS, Engine, InferError, InferResult, KernelRow, evaluate, memory
 from .infer_lowering import GEMM_DTYPES, split
 from .kerneltimes import KernelTimes
 from .workloads import Transformer, transformer_params
@@ -155,6 +155,8 @@ class Point:
     price_per_hour: float
     result: InferResult
     simulated: int
+    #: with ``kernels``: each pass's kernels (``prefill``; a decoder's ``decode`` step too)
+    kernels: dict[str, list[KernelRow]] | None = None
 
     @property
     def per_dollar(self) -> float:
@@ -178,6 +180,9 @@ class Point:
         out.update({f"memory_{k}_bytes": v for k, v in r.memory.items()})
         out["memory_bytes"] = sum(r.memory.values())
         out["hbm_per_rank_bytes"] = r.hbm_per_rank
+        if self.kernels is not None:
+            out["kernels"] = {phase: [asdict(k) for k in rows]
+                              for phase, rows in self.kernels.items()}
         return out
 
 
@@ -214,9 +219,10 @@ def check(t: Transformer, ranks: int, *, tp: int, dp: int, batch: int, input_len
 
 
 def design_point(system, t, base, ranks, times, engines, *, tp, dp, batch, input_len,
-                 output_len, dtype, lnc) -> Point:
+                 output_len, dtype, lnc, kernels: bool = False) -> Point:
     """One checked and evaluated point of ``t`` on an instance resolved by :func:`resolve`;
-    ``engines`` keeps an :class:`~explore.infer.Engine` per (TP, format) across calls."""
+    ``engines`` keeps an :class:`~explore.infer.Engine` per (TP, format) across calls; with
+    ``kernels`` its passes' kernels too."""
     check(t, ranks, tp=tp, dp=dp, batch=batch, input_len=input_len, output_len=output_len,
           dtype=dtype, base=base)
     key = (tp, dtype)
@@ -225,21 +231,28 @@ def design_point(system, t, base, ranks, times, engines, *, tp, dp, batch, input
         engine = engines[key] = Engine(t, base, times, tp=tp, lnc=lnc, dtype=dtype)
     before = times.computed
     r = evaluate(engine, batch=batch, input_len=input_len, output_len=output_len, dp=dp)
+    rows = None
+    if kernels:
+        rows = {"prefill": engine.prefill_kernels((input_len,) * batch)}
+        if t.causal:
+            rows["decode"] = engine.tpot_kernels(batch, input_len, output_len)
     return Point(system, t, tp, dp, batch, input_len, output_len, dtype, lnc, ranks,
-                 base.price_per_hour, r, times.computed - before)
+                 base.price_per_hour, r, times.computed - before, rows)
 
 
 def from_cli(system: str, model_name: str, *, tp: int, dp: int = 1, batch: int = 1,
              input_len: int = 128, output_len: int | None = None, dtype: str = "bf16",
-             lnc: int | None = None, times: KernelTimes | None = None) -> Point:
+             lnc: int | None = None, times: KernelTimes | None = None,
+             kernels: bool = False) -> Point:
     """``gen infer`` at one point (``output_len`` ``None``: 128 for a decoder, none for an
-    encoder)."""
+    encoder); with ``kernels`` each pass's kernels too."""
     t = load_model(model_name)
     base, params, lnc, ranks = resolve(system, lnc)
     out = (128 if t.causal else 0) if output_len is None else output_len
     times = times or KernelTimes(params)
     return design_point(system, t, base, ranks, times, {}, tp=tp, dp=dp, batch=batch,
-                        input_len=input_len, output_len=out, dtype=dtype, lnc=lnc)
+                        input_len=input_len, output_len=out, dtype=dtype, lnc=lnc,
+                        kernels=kernels)
 
 
 def grid(system: str, model_name: str, *, tp, dp=None, batch=None, input_len=None,

@@ -122,6 +122,42 @@ def test_tpot_averages_the_growing_context():
     assert tpot["attention"] == pytest.approx(3 * 125.5e-6, rel=1e-3)
 
 
+def test_kernel_rows_by_hand():
+    # every kernel run 1 us: a row's seconds are its runs, layers x its count for a layer's
+    # kernel, its count for a pass's; the rows of a part add up to the part
+    t, times = tiny(), Constant(1e-6)
+    base, _, lnc, _ = infer_cli.resolve("trn1.2xlarge", None)
+    engine = infer.Engine(t, base, times, tp=1, lnc=lnc)
+    rows = engine.prefill_kernels((100,) * 4)
+    assert [(r.what, r.runs) for r in rows[:3]] == [("norm", 3), ("qkv", 3), ("rope", 3)]
+    assert [(r.what, r.runs) for r in rows[-4:]] == [("embedding", 1), ("final.norm", 1),
+                                                      ("lm_head", 1), ("sample", 1)]
+    assert all(r.seconds == pytest.approx(1e-6 * r.runs) for r in rows)
+    parts = engine.prefill((100,) * 4)
+    for part in ("gemm", "attention", "other"):
+        assert sum(r.seconds for r in rows if r.part == part) == pytest.approx(parts[part])
+    # decode: each row averaged over the contexts as the parts are; its shape the last's
+    rows = engine.tpot_kernels(4, 100, 50)
+    step = engine.tpot(4, 100, 50)
+    for part in ("gemm", "attention", "other"):
+        assert sum(r.seconds for r in rows if r.part == part) == pytest.approx(step[part])
+    assert [r.shape["S"] for r in rows if r.kernel == "decode_attention"] == [150]
+
+
+def test_cli_lists_the_kernels():
+    result = run("infer", "inf2.xlarge", "bert-base", "--tp", "1", "--dp", "2", "--kernels",
+                 "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    rows = doc["kernels"]["prefill"]
+    assert set(doc["kernels"]) == {"prefill"}  # an encoder has one pass
+    assert sum(r["seconds"] for r in rows if r["part"] == "attention") == pytest.approx(
+        doc["prefill_attention_s"])
+    assert {r["kernel"] for r in rows} >= {"attention_rows", "gemm_rows", "layernorm"}
+    table = run("infer", "inf2.xlarge", "bert-base", "--tp", "1", "--dp", "2", "--kernels")
+    assert table.exit_code == 0 and "kernels of the pass on a rank" in table.output
+
+
 def test_encoder_pass_and_rate():
     t, times = tiny(causal=False, gated_ffn=False, norm="layernorm", positions="learned",
                     kv_heads=None, tied_embeddings=True), Constant(1e-6)
@@ -211,6 +247,8 @@ def test_cli_bad_config_is_one_line(tmp_path, over, message):
     (["infer", "trn1", "llama2-7b", "--tp", "8"], "expected an instance system spec"),
     (["infer", "trn1.32xlarge", "llama2-7b", "--tp", "8", "--dp", "5"],
      "TP x DP (8 x 5)"),
+    (["infer", "trn1.32xlarge", "llama2-7b", "--tp", "8,16", "--kernels"],
+     "expected one design point with --kernels, found lists of --tp"),
 ])
 def test_cli_errors_exit_2_with_one_line(args, message):
     result = run(*args)

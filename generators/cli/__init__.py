@@ -622,8 +622,10 @@ def _step_grid(steps, system, workload, lists, options, plot, output, shown=15):
               help="Output format.")
 @click.option("-o", "output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write every point as Parquet.")
+@click.option("--kernels", is_flag=True, help="List each pass's kernels on a rank: runs, time "
+              "and share (one design point).")
 def infer_cmd(system, model, model_file, tp, dp, batch, input_len, output_len, dtypes, lnc,
-              fmt, output):
+              fmt, output, kernels):
     """Time inference of MODEL on SYSTEM (an instance spec): TTFT, TPOT, latency, output
     tokens per second and per dollar, the breakdown and the memory per rank (an encoder:
     latency and inferences per second). Comma-separated values sweep every combination."""
@@ -633,7 +635,7 @@ def infer_cmd(system, model, model_file, tp, dp, batch, input_len, output_len, d
         raise SpecError("expected a MODEL or --model PATH/config.json (one of them), found "
                         + ("neither" if model is None else "both"))
     infer_command(system, model or model_file, tp, dp, batch, input_len, output_len, dtypes,
-                  lnc, fmt, output)
+                  lnc, fmt, output, kernels)
 
 
 @main.command("serve")

@@ -50,6 +50,25 @@ def _show_point(p, fmt: str) -> None:
     click.echo(f"  memory/rank    {mem} GiB; {sum(r.memory.values()) / 2**30:.2f} of "
                f"{r.hbm_per_rank / 2**30:.2f} GiB")
     click.echo(f"  kernels        {p.simulated} simulated now, the rest from the cache")
+    titles = {"prefill": "prefill" if t.causal else "pass",
+              "decode": "decode step, averaged over the context"}
+    for phase, rows in (p.kernels or {}).items():
+        _show_kernels(f"kernels of the {titles[phase]} on a rank", rows)
+
+
+def _show_kernels(title: str, rows) -> None:
+    """Each kernel of a pass: its runs, the time of one and of all, its share of the
+    kernels' time."""
+    total = sum(k.seconds for k in rows)
+    table = Table(show_edge=False, box=None, title=title)
+    for col in ("part", "what", "kernel", "shape", "dtype", "runs", "us each", "ms", "%"):
+        table.add_column(col, justify="left" if col in ("part", "what", "kernel", "shape",
+                                                        "dtype") else "right")
+    for k in rows:
+        table.add_row(k.part, k.what, k.kernel, ",".join(f"{n}={v}" for n, v in k.shape.items()),
+                      k.dtype, f"{k.runs:g}", f"{1e6 * k.seconds / k.runs:.4g}",
+                      f"{1e3 * k.seconds:.4g}", f"{100 * k.seconds / total:.1f}")
+    console().print(table)
 
 
 def _show_grid(t, table, fmt: str, output: Path | None, shown: int = 15) -> None:
@@ -81,17 +100,23 @@ def _show_grid(t, table, fmt: str, output: Path | None, shown: int = 15) -> None
 
 
 def infer_command(system, model, tp, dp, batch, input_len, output_len, dtypes, lnc, fmt,
-                  output) -> None:
+                  output, kernels: bool = False) -> None:
     """The body of `gen infer` (options already parsed into lists)."""
     from explore import infer_cli  # noqa: PLC0415
+    from explore.infer import InferError  # noqa: PLC0415
 
     lists = {"tp": tp, "dp": dp, "batch": batch, "input_len": input_len,
              "output_len": output_len, "dtype": dtypes, "lnc": lnc}
-    if any(v is not None and len(v) > 1 for v in lists.values()) or output is not None:
+    several = [f"--{k.removesuffix('_len')}" for k, v in lists.items()
+               if v is not None and len(v) > 1]
+    if kernels and (several or output is not None):
+        raise InferError("expected one design point with --kernels, found "
+                         + (f"lists of {', '.join(several)}" if several else "-o (a table)"))
+    if several or output is not None:
         t, table = infer_cli.grid(system, model, **lists)
         _show_grid(t, table, fmt, output)
         return
     one = {k: v[0] for k, v in lists.items() if v is not None}
     if "output_len" not in one:
         one["output_len"] = None
-    _show_point(infer_cli.from_cli(system, model, **one), fmt)
+    _show_point(infer_cli.from_cli(system, model, **one, kernels=kernels), fmt)
