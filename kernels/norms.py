@@ -1,5 +1,6 @@
 """Row-wise kernels on ``x[R, C]``: rows on partitions (tiles of 128), columns on the free
-axis. Softmax, RMSNorm, LayerNorm, residual add, gradient accumulation and an Adam step."""
+axis (a norm of a few rows spreads each row over several partitions). Softmax, RMSNorm,
+LayerNorm, residual add, gradient accumulation and an Adam step."""
 
 from __future__ import annotations
 
@@ -7,14 +8,18 @@ from hdl.core.isa import (
     FREE_MAX,
     Activation,
     DmaCopy,
+    Iota,
+    LoadStationary,
     Memset,
+    MultiplyMoving,
+    TensorCopy,
     TensorReduce,
     TensorScalar,
     TensorTensor,
 )
 from hdl.vector.ops import Reduce, VectorOp
 
-from .builder import Builder, KernelError, itemsize
+from .builder import Builder, KernelError, itemsize, psum_columns
 
 __all__ = ["RowBuffers", "adam", "broadcast_row", "grad_accumulate", "layernorm", "load_rows",
            "residual_add", "rmsnorm", "row_tiles", "softmax"]
@@ -131,8 +136,161 @@ def broadcast_row(b: Builder, q: str, t, rows: int, dst) -> None:
                                                  src.dims, 0)))
 
 
+def _spread(p, r: int, c: int) -> int:
+    """Partitions a row of a norm over ``[r, c]`` spreads over (1: a row a partition): where
+    a tile of a row a partition would leave three lanes in four idle, the most that divide
+    ``c`` into pieces no shorter than an instruction streams in its least interval, within
+    the array's rows and columns (whose matmuls sum a row's pieces and hand the row's
+    statistics back to them). Fewer than four pieces a row do not repay those matmuls."""
+    lanes = min(p.partitions, p.rows, p.cols)
+    floor = p.min_interval * p.vector_elements
+    fits = [k for k in range(4, lanes // r + 1) if c % k == 0 and c // k >= floor]
+    return max(fits, default=1)
+
+
+def _norm_spread(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: float,
+                 k: int) -> None:
+    """The norm of a few rows, each spread over ``k`` partitions of ``w = c / k`` columns (a
+    row's piece ``j`` on partition ``row * k + j``, so that ``x`` and ``out`` move as one
+    block): each partition's sums on the scalar engine; a row's totals by an fp32 matmul
+    with ``S[p, i] = 1`` where partition ``p`` holds a piece of row ``i``, and handed back
+    to its pieces by one with ``S^T``; gamma and beta loaded once as ``[k, w]`` and copied
+    to every row's pieces by a matmul with ``[I_k ... I_k]``. LayerNorm centres first (two
+    rounds: the mean, then the squares about it)."""
+    n, w = r * k, c // k
+    es = itemsize(dtype)
+    x, out = b.hbm("x", (r, c), dtype), b.hbm("out", (r, c), dtype)
+    gamma = b.hbm("gamma", (1, c), "fp32")
+    beta = b.hbm("beta", (1, c), "fp32") if centre else None
+    identity, square, rsqrt = (b.function(f) for f in ("identity", "square", "rsqrt"))
+
+    def sb(nbytes, what):
+        return b.sbuf(nbytes, what)
+
+    def tile(base, parts, cols, dt="fp32", partition=0):
+        return b.tile("sbuf", dt, base, parts, ((cols, 1),), partition=partition)
+
+    def flat(t, rows, cols):  # an HBM tensor as [rows, cols], rows one after another
+        return b.tile("hbm", t.dtype, t.offset, rows, ((cols, 1),),
+                      pstride=cols * itemsize(t.dtype))
+
+    xs, y, res = sb(w * es, "x pieces"), sb(w * 4, "y"), sb(w * es, "out pieces")
+    scratch = sb(w * 4, "scratch")
+    consts = {name: sb(w * 4, name) for name in (("gamma", "beta") if centre else ("gamma",))}
+    rows_k = {name: sb(w * 4, name + " rows") for name in consts}
+    sums, row_cols, eps_col = sb(8, "piece sums"), sb(4, "row statistics"), sb(4, "eps")
+    s_mat, st_mat = sb(r * 4, "S"), sb(n * 4, "S^T")
+    eye, rep = sb(k * 4, "I"), sb(n * 4, "[I ... I]")
+    stats_ps, consts_ps = b.psum_banks(2, "row sums and statistics")
+    bank = psum_columns(b.params)
+
+    b.emit("dma0", DmaCopy(dst=tile(xs, n, w, dtype), src=flat(x, n, w)))
+    for q, name in zip(("dma2", "dma3"), consts, strict=False):
+        t = gamma if name == "gamma" else beta
+        b.emit(q, DmaCopy(dst=tile(rows_k[name], k, w), src=flat(t, k, w)))
+    # S, S^T and [I ... I] from GpSimd's iota: v = p - k i (S), q - k i (S^T), q - j (I)
+    for base, parts, cols, pstep, step in ((s_mat, n, r, 1, -k), (st_mat, r, n, -k, 1),
+                                           (eye, k, k, -1, 1)):
+        b.emit("gpsimd", Iota(dst=tile(base, parts, cols), pstep=pstep, step=step))
+    b.emit("gpsimd", Memset(dst=tile(eps_col, n, 1), value=eps))
+    b.wait("vector", b.signal("gpsimd"))
+    for base, parts, cols in ((s_mat, n, r), (st_mat, r, n)):  # 0 <= v < k
+        m = tile(base, parts, cols)
+        b.emit("vector", TensorScalar(dst=tile(scratch, parts, cols), src=m,
+                                      op0=VectorOp.LESS, imm0=float(k)))
+        b.emit("vector", TensorScalar(dst=m, src=m, op0=VectorOp.GREATER_EQUAL, imm0=0.0))
+        b.emit("vector", TensorTensor(dst=m, a=m, b=tile(scratch, parts, cols),
+                                      op=VectorOp.MULTIPLY))
+    b.emit("vector", TensorScalar(dst=tile(eye, k, k), src=tile(eye, k, k),
+                                  op0=VectorOp.IS_EQUAL, imm0=0.0))
+    b.emit("vector", TensorCopy(dst=b.tile("sbuf", "fp32", rep, k, ((r, k), (k, 1))),
+                                src=b.tile("sbuf", "fp32", eye, k, ((r, 0), (k, 1)))))
+    made = b.signal("vector")
+
+    # gamma and beta to every row's pieces: [I ... I]^T @ [k, w], a PSUM bank at a time
+    b.wait("tensor", made, *(b.signal(q) for q in ("dma2", "dma3")[:len(consts)]))
+    b.emit("tensor", LoadStationary(src=tile(rep, k, n)))
+    copies = []
+    for name in consts:
+        for c0 in range(0, w, bank):
+            cw = min(bank, w - c0)
+            b.emit("tensor", MultiplyMoving(dst=b.tile("psum", "fp32", consts_ps, n, ((cw, 1),)),
+                                            src=tile(rows_k[name] + c0 * 4, k, cw)))
+            b.wait("vector", b.signal("tensor"))
+            b.emit("vector", TensorCopy(dst=tile(consts[name] + c0 * 4, n, cw),
+                                        src=b.tile("psum", "fp32", consts_ps, n, ((cw, 1),))))
+            copies.append(b.signal("vector"))
+            b.wait("tensor", copies[-1])
+
+    def col(base, parts, j=0):
+        return b.column(base + 4 * j, parts)
+
+    def row_totals():
+        """The pieces' sums (``sums``' first column) totalled per row, into PSUM [r, 1]."""
+        b.wait("tensor", b.signal("scalar"))
+        b.emit("tensor", LoadStationary(src=tile(s_mat, n, r)))
+        b.emit("tensor", MultiplyMoving(dst=b.tile("psum", "fp32", stats_ps, r, ((1, 1),)),
+                                        src=tile(sums, n, 1)))
+        return b.signal("tensor")
+
+    def hand_back():
+        """A row's statistic (``row_cols``) to each of its pieces, into PSUM [n, 1]."""
+        b.wait("tensor", b.signal("scalar"))
+        b.emit("tensor", LoadStationary(src=tile(st_mat, r, n)))
+        b.emit("tensor", MultiplyMoving(dst=b.tile("psum", "fp32", stats_ps, n, ((1, 1),)),
+                                        src=tile(row_cols, r, 1)))
+        return b.signal("tensor")
+
+    xt = tile(xs, n, w, dtype)
+    b.wait("scalar", b.signal("dma0"), made)
+    neg = None
+    if centre:  # the mean first: each piece's sum, the row's total, -mean back to the pieces
+        b.emit("scalar", Activation(dst=tile(scratch, n, w), src=xt, func=identity,
+                                    reduce_dst=col(sums, n)))
+        totals = row_totals()
+        b.wait("scalar", totals)
+        b.emit("scalar", Activation(dst=col(row_cols, r), func=identity, scale=-1 / c,
+                                    src=b.tile("psum", "fp32", stats_ps, r, ((1, 1),))))
+        back = hand_back()
+        b.wait("scalar", back)
+        neg = col(sums, n, 1)
+        b.emit("scalar", Activation(dst=neg, func=identity,
+                                    src=b.tile("psum", "fp32", stats_ps, n, ((1, 1),))))
+    b.emit("scalar", Activation(dst=tile(scratch, n, w), src=xt, func=square, bias=neg,
+                                reduce_dst=col(sums, n)))
+    totals = row_totals()
+    b.wait("scalar", totals)
+    b.emit("scalar", Activation(dst=col(row_cols, r), func=rsqrt, scale=1 / c,
+                                bias=col(eps_col, r),
+                                src=b.tile("psum", "fp32", stats_ps, r, ((1, 1),))))
+    back = hand_back()
+    b.wait("vector", back, *copies)
+    rstd = col(scratch, n)  # the row's rstd at each piece, out of PSUM
+    b.emit("vector", TensorCopy(dst=rstd, src=b.tile("psum", "fp32", stats_ps, n, ((1, 1),))))
+    yt = tile(y, n, w)
+    b.emit("vector", TensorScalar(dst=yt, src=xt, op0=VectorOp.ADD if centre
+                                  else VectorOp.MULTIPLY, operand0=neg if centre else rstd,
+                                  op1=VectorOp.MULTIPLY if centre else VectorOp.COPY,
+                                  operand1=rstd if centre else None))
+    out_t = tile(res, n, w, dtype)
+    if centre:
+        b.emit("vector", TensorTensor(dst=yt, a=yt, b=tile(consts["gamma"], n, w),
+                                      op=VectorOp.MULTIPLY))
+        b.emit("vector", TensorTensor(dst=out_t, a=yt, b=tile(consts["beta"], n, w),
+                                      op=VectorOp.ADD))
+    else:
+        b.emit("vector", TensorTensor(dst=out_t, a=yt, b=tile(consts["gamma"], n, w),
+                                      op=VectorOp.MULTIPLY))
+    b.wait("dma1", b.signal("vector"))
+    b.emit("dma1", DmaCopy(dst=flat(out, n, w), src=out_t))
+
+
 def _norm(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: float) -> None:
     tiles = row_tiles(b, r, c, dtype)
+    k = _spread(b.params, r, c)
+    if k > 1:
+        _norm_spread(b, r, c, dtype, centre, eps, k)
+        return
     x, out = b.hbm("x", (r, c), dtype), b.hbm("out", (r, c), dtype)
     gamma = b.hbm("gamma", (1, c), "fp32")
     beta = b.hbm("beta", (1, c), "fp32") if centre else None

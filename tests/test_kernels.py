@@ -57,6 +57,9 @@ def _cases():
                 # one column: a norm's variance would be 0 or tiny, below the scalar engine's
                 # rsqrt range (2^-16 and up, hdl/vector/functions.py)
                 shapes = shapes + [dict(R=130, C=1)]
+            if k.name in ("rmsnorm", "layernorm"):
+                # a few rows spread over partitions: 3 rows of 12 pieces, 1 row of 64
+                shapes = shapes + [dict(R=3, C=768), dict(R=1, C=4096)]
             if k.name == "attention_causal":
                 shapes = shapes + [dict(B=2, S=1100, D=16)]  # 3 key blocks, 4 diagonal offsets
             if k.name in ("adam", "residual_add", "grad_accumulate"):
@@ -107,6 +110,9 @@ def test_fused_gemm_over_several_m_blocks(m, seed):
     # key blocks of one 64-byte PSUM bank of fp32 (16 keys): three, the last partial
     ("attention", "bf16", dict(B=2, S=40, D=8)),
     ("attention_causal", "fp32", dict(B=1, S=40, D=8)),
+    # a row spread over 4 partitions of 128 columns (the 8 x 8 array sums and hands back)
+    ("layernorm", "bf16", dict(R=1, C=512)),
+    ("rmsnorm", "fp32", dict(R=2, C=512)),
     # token-major: two query tiles of 8 over one key block of 16, a partial one of 5
     ("attention_rows", "bf16", dict(H=3, B=2, S=16, D=8)),
     ("attention_rows_causal", "fp32", dict(H=5, B=1, S=13, D=8)),
