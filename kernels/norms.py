@@ -167,15 +167,15 @@ def _norm_spread(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: floa
     def sb(nbytes, what):
         return b.sbuf(nbytes, what)
 
-    def tile(base, parts, cols, dt="fp32", partition=0):
-        return b.tile("sbuf", dt, base, parts, ((cols, 1),), partition=partition)
+    def tile(base, parts, cols, dt="fp32"):
+        return b.tile("sbuf", dt, base, parts, ((cols, 1),))
 
     def flat(t, rows, cols):  # an HBM tensor as [rows, cols], rows one after another
         return b.tile("hbm", t.dtype, t.offset, rows, ((cols, 1),),
                       pstride=cols * itemsize(t.dtype))
 
     xs, y, res = sb(w * es, "x pieces"), sb(w * 4, "y"), sb(w * es, "out pieces")
-    scratch = sb(w * 4, "scratch")
+    scratch = sb(max(w, n) * 4, "scratch")  # also a comparison of S^T's n columns
     consts = {name: sb(w * 4, name) for name in (("gamma", "beta") if centre else ("gamma",))}
     rows_k = {name: sb(w * 4, name + " rows") for name in consts}
     sums, row_cols, eps_col = sb(8, "piece sums"), sb(4, "row statistics"), sb(4, "eps")
