@@ -225,21 +225,21 @@ def _norm_spread(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: floa
     def col(base, parts, j=0):
         return b.column(base + 4 * j, parts)
 
-    def row_totals():
-        """The pieces' sums (``sums``' first column) totalled per row, into PSUM [r, 1]."""
+    def through(mat: int, parts: int, cols: int, column: int):
+        """``mat`` ([parts, cols], stationary) times the fp32 column at ``column`` (the
+        scalar engine's last), into PSUM [cols, 1]: with ``S`` each row's total of its
+        pieces' sums, with ``S^T`` a row's statistic at each of its pieces."""
         b.wait("tensor", b.signal("scalar"))
-        b.emit("tensor", LoadStationary(src=tile(s_mat, n, r)))
-        b.emit("tensor", MultiplyMoving(dst=b.tile("psum", "fp32", stats_ps, r, ((1, 1),)),
-                                        src=tile(sums, n, 1)))
+        b.emit("tensor", LoadStationary(src=tile(mat, parts, cols)))
+        b.emit("tensor", MultiplyMoving(dst=b.tile("psum", "fp32", stats_ps, cols, ((1, 1),)),
+                                        src=tile(column, parts, 1)))
         return b.signal("tensor")
 
+    def row_totals():
+        return through(s_mat, n, r, sums)
+
     def hand_back():
-        """A row's statistic (``row_cols``) to each of its pieces, into PSUM [n, 1]."""
-        b.wait("tensor", b.signal("scalar"))
-        b.emit("tensor", LoadStationary(src=tile(st_mat, r, n)))
-        b.emit("tensor", MultiplyMoving(dst=b.tile("psum", "fp32", stats_ps, n, ((1, 1),)),
-                                        src=tile(row_cols, r, 1)))
-        return b.signal("tensor")
+        return through(st_mat, r, n, row_cols)
 
     xt = tile(xs, n, w, dtype)
     b.wait("scalar", b.signal("dma0"), made)
