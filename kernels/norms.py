@@ -136,6 +136,23 @@ def broadcast_row(b: Builder, q: str, t, rows: int, dst) -> None:
                                                  src.dims, 0)))
 
 
+def _normalise(b: Builder, x, y, res, neg, rstd, gamma, beta, loaded=()) -> None:
+    """On the vector engine, ``res = (x - mean) * rstd * gamma + beta``: ``y = (x + neg) *
+    rstd`` in one two-operation pass (``neg`` = -mean; None for RMSNorm, ``y = x * rstd``),
+    then, after the events ``loaded`` (gamma's and beta's), ``y * gamma`` and, with
+    ``beta``, ``+ beta`` into ``res``."""
+    b.emit("vector", TensorScalar(dst=y, src=x, op0=VectorOp.MULTIPLY, operand0=rstd)
+           if neg is None else
+           TensorScalar(dst=y, src=x, op0=VectorOp.ADD, operand0=neg, op1=VectorOp.MULTIPLY,
+                        operand1=rstd))
+    b.wait("vector", *loaded)
+    if beta is None:
+        b.emit("vector", TensorTensor(dst=res, a=y, b=gamma, op=VectorOp.MULTIPLY))
+        return
+    b.emit("vector", TensorTensor(dst=y, a=y, b=gamma, op=VectorOp.MULTIPLY))
+    b.emit("vector", TensorTensor(dst=res, a=y, b=beta, op=VectorOp.ADD))
+
+
 def _spread(p, r: int, c: int) -> int:
     """Partitions a row of a norm over ``[r, c]`` spreads over (1: a row a partition): where
     a tile of a row a partition would leave three lanes in four idle, the most that divide
@@ -267,20 +284,9 @@ def _norm_spread(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: floa
     b.wait("vector", back, *copies)
     rstd = col(scratch, n)  # the row's rstd at each piece, out of PSUM
     b.emit("vector", TensorCopy(dst=rstd, src=b.tile("psum", "fp32", stats_ps, n, ((1, 1),))))
-    yt = tile(y, n, w)
-    b.emit("vector", TensorScalar(dst=yt, src=xt, op0=VectorOp.ADD if centre
-                                  else VectorOp.MULTIPLY, operand0=neg if centre else rstd,
-                                  op1=VectorOp.MULTIPLY if centre else VectorOp.COPY,
-                                  operand1=rstd if centre else None))
     out_t = tile(res, n, w, dtype)
-    if centre:
-        b.emit("vector", TensorTensor(dst=yt, a=yt, b=tile(consts["gamma"], n, w),
-                                      op=VectorOp.MULTIPLY))
-        b.emit("vector", TensorTensor(dst=out_t, a=yt, b=tile(consts["beta"], n, w),
-                                      op=VectorOp.ADD))
-    else:
-        b.emit("vector", TensorTensor(dst=out_t, a=yt, b=tile(consts["gamma"], n, w),
-                                      op=VectorOp.MULTIPLY))
+    _normalise(b, xt, tile(y, n, w), out_t, neg, rstd, tile(consts["gamma"], n, w),
+               tile(consts["beta"], n, w) if centre else None)
     b.wait("dma1", b.signal("vector"))
     b.emit("dma1", DmaCopy(dst=flat(out, n, w), src=out_t))
 
@@ -330,21 +336,12 @@ def _norm(b: Builder, r: int, c: int, dtype: str, centre: bool, eps: float) -> N
         b.emit("scalar", Activation(dst=rstd, src=s2, func=rsqrt, scale=1 / c,
                                     bias=b.column(eps_col.offset, rows)))
         b.wait("vector", b.signal("scalar"))
-        y = w.tile(w.work[h][1], rows)
-        b.emit("vector", TensorScalar(dst=y, src=xin, op0=VectorOp.ADD if centre
-                                      else VectorOp.MULTIPLY, operand0=neg if centre else rstd,
-                                      op1=VectorOp.MULTIPLY if centre else VectorOp.COPY,
-                                      operand1=rstd if centre else None))
         res = w.tile(w.io["out"][h], rows, dtype)
-        g = b.tile("sbuf", "fp32", g_base, rows, ((c, 1),))
-        if i == 0:  # the statistics of the first rows are computed while gamma loads
-            b.wait("vector", *consts)
-        if centre:
-            b.emit("vector", TensorTensor(dst=y, a=y, b=g, op=VectorOp.MULTIPLY))
-            b.emit("vector", TensorTensor(dst=res, a=y, op=VectorOp.ADD,
-                                          b=b.tile("sbuf", "fp32", be_base, rows, ((c, 1),))))
-        else:
-            b.emit("vector", TensorTensor(dst=res, a=y, b=g, op=VectorOp.MULTIPLY))
+        # the first rows' y is made while gamma and beta load
+        _normalise(b, xin, w.tile(w.work[h][1], rows), res, neg if centre else None, rstd,
+                   b.tile("sbuf", "fp32", g_base, rows, ((c, 1),)),
+                   b.tile("sbuf", "fp32", be_base, rows, ((c, 1),)) if centre else None,
+                   consts if i == 0 else ())
         b.wait("dma1", b.signal("vector"))
         b.emit("dma1", DmaCopy(dst=out.ap((r0, r0 + rows)), src=res))
         w.free[h] = b.signal("dma1")
