@@ -255,7 +255,7 @@ def core_diagram(params) -> str:
             seq = f"{len(queues)} sequencers ({queues[0]} .. {queues[-1]})"
             label, sub = "DMA engine", f"{len(queues)} queues"
         else:
-            seq = f"sequencer: {params.instructions} instructions"
+            seq = f"sequencer: a ring of {params.instructions}"
             label, sub = f"{name.capitalize()} engine", f"{params.partitions} partitions"
         body.append(_box(x, 84, cw, 40, f"{name} stream" if name != "dma" else "DMA streams",
                          "#fff3c4", size=10, sub=seq))

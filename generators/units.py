@@ -215,8 +215,8 @@ def core_datasheet(spec: ChipSpec) -> list[dict]:
         row("DMA", lambda p, hm: f"{p.dma_queues} queues on one AXI4 manager port, "
             f"{max(1, (p.hbm_bytes - 1).bit_length())}-bit addresses, 32-bit data"),
         row("Sequencers", lambda p, hm: f"{len(hm.streams)} ({', '.join(hm.streams[:4])}"
-            f"{' ..' if len(hm.streams) > 4 else ''}), each {p.instructions} instructions "
-            f"of {WORD_BITS} bits with cycle stamps"),
+            f"{' ..' if len(hm.streams) > 4 else ''}), each a ring of {p.instructions} "
+            f"instructions of {WORD_BITS} bits with cycle stamps, fed by the host"),
         row("Semaphores", lambda p, hm: f"{p.semaphores} x 32 bits"),
         row("Host port", lambda p, hm: f"{HOST_BITS}-bit words: programs, start, status, "
             "cycles, stamps, SBUF and PSUM reads"),

@@ -351,9 +351,10 @@ class CoreSpec(Strict):
         256, le=256, description="Hardware semaphores. Not published; an assumption: as many "
                                  "as SemSignal's 8-bit semaphore field names.")
     instructions: PosInt = Field(
-        4096, description="Instruction words each engine's sequencer holds on chip. Not "
-                          "published; an assumption: enough for the unrolled loops of one "
-                          "kernel tile sequence, reloaded by the host between kernels.")
+        4096, description="Instruction words each engine's sequencer holds on chip, a ring "
+                          "the host feeds as a longer stream runs. Not published; an "
+                          "assumption: enough for the unrolled loops of one kernel tile "
+                          "sequence, so that feeding it stays ahead of the engine.")
 
 
 class MemorySpec(Strict):
@@ -468,8 +469,8 @@ class SimScale(Strict):
         65536, description="Bytes of the external memory behind the simulated core's DMA "
                            "port (the testbench's AXI memory model).")
     instructions: PosInt = Field(
-        256, description="Instruction words each sequencer of the simulated core holds: "
-                         "enough for the co-simulated kernels at simulation scale.")
+        256, description="Instruction words in each sequencer's ring of the simulated "
+                         "core; a longer stream is fed by the host as it runs.")
     dma_queues: PosInt = Field(
         7, description="DMA queues of the simulated core: the seven (dma0 .. dma6) that the "
                        "GEMM kernels use (A on one queue, B spread over four, results "

@@ -62,17 +62,16 @@ def test_a_program_beyond_the_memory_model_is_never_simulated(params):
     assert params.hbm_bytes == 65536
 
 
-def test_a_stream_longer_than_its_sequencer_is_never_simulated(params):
-    """sample at its default shape (top-24 of 32 rows) has a vector stream longer than the
-    instruction memory of a sequencer: refused, where it was loaded past its end and ran into
-    a deadlock the simulator did not see."""
+def test_a_stream_longer_than_its_sequencer_is_fed_not_refused(params):
+    """sample at its default shape (top-24 of 32 rows) has a vector stream three times the
+    ring of a sequencer: the core RTL runs it (the host feeds the ring as it runs), and the
+    co-simulation's programs include it (``sample_ring``, run on Verilator)."""
     prog = build_program(params, "sample")
-    assert len(prog.streams["vector"]) > params.instructions == 256
-    result = run("sim", "trn2", "--unit", "core", "--sim", "icarus", "--kernel", "sample")
-    assert result.exit_code == 2, result.output
-    assert result.output == (f"error: not simulated: sample: the core RTL cannot run it: stream "
-                             f"vector: {len(prog.streams['vector'])} instructions, a sequencer "
-                             f"of the core holds 256\n")
+    assert len(prog.streams["vector"]) > 3 * params.instructions == 768
+    assert rtl_refusal(prog, params) is None
+    ring = build_program(params, "sample_ring")
+    assert [len(ring.streams[s]) for s in ring.streams] == [
+        len(prog.streams[s]) for s in prog.streams]
 
 
 def test_each_engine_is_named_in_its_refusal(params):

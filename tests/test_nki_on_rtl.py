@@ -21,10 +21,11 @@ def _nki(*args):
 
 @pytest.mark.cocotb
 def test_the_test_kernels_that_fit_run_on_the_core_rtl():
-    """Every launch of on_core_rtl.py (thirteen test kernels at 16 partitions: reductions, an
-    activation with its reduction, a transpose, index expressions, scalar_tensor_tensor,
+    """Every launch of on_core_rtl.py (fourteen test kernels at 16 partitions: reductions,
+    an activation with its reduction, a transpose, index expressions, scalar_tensor_tensor,
     both scans, a partition broadcast, bn_stats, a matmul, a cast to int8, transposes on
-    the vector and tensor engines) in one simulation."""
+    the vector and tensor engines, and a vector stream of 30x instructions, longer than a
+    sequencer's ring) in one simulation."""
     skip_unless_available("verilator")
     result = _nki(HERE / "on_core_rtl.py", "--spec", "trn2", "--rtl", "--format", "json")
     assert result.exit_code == 0, result.output
@@ -32,20 +33,20 @@ def test_the_test_kernels_that_fit_run_on_the_core_rtl():
     assert [r["kernel"] for r in rows] == [
         "row_stats", "bias_activation", "transpose_tile", "swap_blocks", "window_stats", "stt",
         "scan", "scan_reversed", "partition_broadcast", "stats", "matmul_plain", "to_int8",
-        "transposes"]
+        "transposes", "steps"]
     for r in rows:
         assert r["rtl"]["failures"] == [], r
         assert r["rtl"]["sim"] == "verilator"
 
 
 def test_a_kernel_the_rtl_cannot_run_is_refused_before_simulating():
-    """The simulator runs it; its vector stream is longer than a sequencer of the core."""
-    result = _nki(HERE / "on_core_rtl.py", "--kernel", "steps", "--spec", "trn2",
-                  "--shape", "x=16x8:fp32", "--rtl")
+    """The simulator runs it; the core RTL's GpSimd engine has no sequence_bounds."""
+    result = _nki(HERE / "isa_more.py", "--kernel", "bounds", "--spec", "trn2",
+                  "--shape", "ids=1x16:fp32", "--rtl")
     assert result.exit_code == 2, result.output
-    assert re.fullmatch(rf"error: steps \({re.escape(str(HERE / 'on_core_rtl.py'))}:\d+\): "
-                        r"the core RTL cannot run it: stream vector: 30\d instructions, a "
-                        r"sequencer of the core holds 256\n", result.output), result.output
+    assert re.fullmatch(rf"error: bounds \({re.escape(str(HERE / 'isa_more.py'))}:\d+\): "
+                        r"the core RTL cannot run it: gpsimd\[\d+\] SequenceBounds: the "
+                        r"gpsimd engine runs Iota, .*\n", result.output), result.output
 
 
 def test_a_kernel_is_traced_for_the_simulation_scale():

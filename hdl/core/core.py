@@ -13,8 +13,9 @@ simulation scale):
   engine reads a word of every partition in one cycle, the DMA one partition's word).
   **PSUM**: likewise, ``psum_bytes`` per partition (``psum_banks`` banks of accumulation).
 * **Streams** (:attr:`NeuronCore.streams`): ``tensor``, ``vector``, ``scalar``, ``gpsimd``
-  and the DMA queues ``dma0`` ..; each its :class:`~hdl.core.sequencer.Sequencer` of
-  ``instructions`` words, an instance of one module (:data:`SEQUENCER_MODULE`). The
+  and the DMA queues ``dma0`` ..; each its :class:`~hdl.core.sequencer.Sequencer`, a ring of
+  ``instructions`` words that the host feeds while a longer stream runs, an instance of one
+  module (:data:`SEQUENCER_MODULE`). The
   engines: :mod:`hdl.core.tensor`, :mod:`hdl.core.engines` (vector), :mod:`hdl.core.scalar`,
   and for GpSimd a second vector engine (the element-wise operations and memsets it shares
   with the vector engine, and ``Iota``); each engine is a module emitted once
@@ -50,7 +51,7 @@ from hdl.core.engines import VectorEngine
 from hdl.core.isa import WORD_BITS
 from hdl.core.params import CoreParams
 from hdl.core.scalar import ScalarEngine
-from hdl.core.sequencer import CHUNK_BITS, Sequencer
+from hdl.core.sequencer import CHUNK_BITS, COUNT_BITS, Sequencer
 from hdl.core.tensor import TensorEngine, second_read
 from hdl.emitted import Emitted, module_text
 from hdl.vector.lanes import add_lane
@@ -81,8 +82,10 @@ class HostMap:
 
     Registers (region 0): ``START`` (write: start every stream from instruction 0),
     ``STATUS`` (bit 0 running, bit 1 deadlock), ``CYCLES`` (cycles since start),
-    ``length(s)`` (write), ``pc(s)``, ``waiting(s)`` (bit 0 waiting, bits 8.. the
-    semaphore).
+    ``length(s)`` and ``loaded(s)`` (write: the stream's instructions and those written to
+    its ring so far), ``pc(s)`` (the instructions retired), ``waiting(s)`` (bit 0 waiting,
+    bits 8.. the semaphore). ``imem(s, i, chunk)`` and ``stamp(s, i, end)`` address slot
+    ``i`` of the stream's ring (:class:`~hdl.core.sequencer.Sequencer`).
     """
 
     REGS, IMEM, STAMP, SBUF, PSUM = range(5)
@@ -118,6 +121,9 @@ class HostMap:
 
     def waiting(self, stream: int) -> int:
         return self._at(self.REGS, 0x300 + stream)
+
+    def loaded(self, stream: int) -> int:
+        return self._at(self.REGS, 0x400 + stream)
 
     def imem(self, stream: int, index: int, chunk: int) -> int:
         return self._at(self.IMEM, (stream << self.index_bits | index) << 5 | chunk)
@@ -260,16 +266,20 @@ class NeuronCore(wiring.Component):
             sequencer = Sequencer(p.instructions)
             m.submodules[f"seq_{name}"] = seq = Emitted(sequencer, SEQUENCER_MODULE)
             seqs.append(seq)
-            length = Signal(range(p.instructions + 1), name=f"length_{name}")
+            length = Signal(COUNT_BITS, name=f"length_{name}")
+            loaded = Signal(COUNT_BITS, name=f"loaded_{name}")
             with m.If(host.we & (host.addr == hm.length(s))):
                 m.d.sync += length.eq(host.wdata)
+            with m.If(host.we & (host.addr == hm.loaded(s))):
+                m.d.sync += loaded.eq(host.wdata)
             m.d.comb += [
                 seq.load_en.eq(host.we & (region == hm.IMEM)
                                & (offset[5 + hm.index_bits:] == s)),
                 seq.load_index.eq(offset[5:5 + hm.index_bits]),
                 seq.load_chunk.eq(offset[:5]),
                 seq.load_data.eq(host.wdata),
-                seq.length.eq(length), seq.start.eq(start), seq.cycle.eq(cycles),
+                seq.length.eq(length), seq.loaded.eq(loaded), seq.start.eq(start),
+                seq.cycle.eq(cycles),
                 seq.stamp_index.eq(offset[1:1 + hm.index_bits]),
             ]
         m.d.comb += start.eq(host.we & (host.addr == hm.reg(hm.START)) & host.wdata[0])

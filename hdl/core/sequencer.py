@@ -1,9 +1,13 @@
 """One engine's sequencer: its instruction memory, fetch, the semaphore instructions and
 the hand-off of every other instruction to its engine.
 
-The host writes the instruction memory 32 bits at a time (``load``) and the stream's length;
-``start`` runs it from instruction 0. Per instruction: fetch (one cycle: the memory's read
-latency), decode, then
+The instruction memory is a ring of ``depth`` slots: instruction ``i`` of the stream sits in
+slot ``i % depth``. The host writes it 32 bits at a time (``load``), the stream's ``length``
+and ``loaded``, the instructions written so far; ``start`` runs the stream from instruction
+0. A stream longer than the ring is fed as it runs: the host reads ``pc`` (the instructions
+retired), collects their stamps, writes the next instructions into their slots (instruction
+``j`` only once ``j < pc + depth``) and raises ``loaded``; the sequencer waits at fetch while
+``pc == loaded``. Per instruction: fetch (one cycle: the memory's read latency), decode, then
 
 * ``SemSignal``: one cycle, ``signal`` carries the semaphore and count to the core's
   semaphores (every earlier instruction of the stream has completed: the sequencer runs one
@@ -12,23 +16,26 @@ latency), decode, then
 * otherwise ``issue`` holds the word to the engine until the engine's ``done``.
 
 Each retired instruction's start cycle (its decode) and end cycle (its retirement) go to the
-stamp memory, which the host reads.
+stamp memory, to the instruction's slot, which the host reads (before the slot is loaded
+again).
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hdl.core.isa import OPCODE_BITS, WORD_BITS, SemSignal, SemWait, field_positions
 
-__all__ = ["CHUNK_BITS", "Sequencer"]
+__all__ = ["CHUNK_BITS", "COUNT_BITS", "Sequencer"]
 
 #: Width of one host write into the instruction memory.
 CHUNK_BITS = 32
 CYCLE_BITS = 32
+#: Width of a stream's length, its loaded count and its program counter.
+COUNT_BITS = 32
 
 
 def _field(word, cls, name):
@@ -37,7 +44,8 @@ def _field(word, cls, name):
 
 
 class Sequencer(wiring.Component):
-    """The sequencer of one instruction stream of at most ``depth`` instructions."""
+    """The sequencer of one instruction stream, its instruction memory a ring of ``depth``
+    slots (see the module docstring)."""
 
     def __init__(self, depth: int):
         if not isinstance(depth, int) or depth < 1:
@@ -47,7 +55,7 @@ class Sequencer(wiring.Component):
         super().__init__({
             "load_en": In(1), "load_index": In(range(depth)), "load_chunk": In(range(chunks)),
             "load_data": In(CHUNK_BITS),
-            "length": In(range(depth + 1)),
+            "length": In(COUNT_BITS), "loaded": In(COUNT_BITS),
             "start": In(1),
             "cycle": In(CYCLE_BITS),
             "word": Out(WORD_BITS),
@@ -56,7 +64,7 @@ class Sequencer(wiring.Component):
             "signal": Out(1), "signal_sem": Out(8), "signal_count": Out(16),
             "waiting": Out(1), "wait_sem": Out(8), "wait_value": Out(32), "wait_ok": In(1),
             "running": Out(1),
-            "pc": Out(range(depth + 1)),
+            "pc": Out(COUNT_BITS),
             "stamp_index": In(range(depth)),
             "stamp": Out(2 * CYCLE_BITS),
         })
@@ -79,25 +87,27 @@ class Sequencer(wiring.Component):
 
         word = self.word
         begin = Signal(CYCLE_BITS)
+        slot = Signal(range(self.depth))
         opcode = word[:OPCODE_BITS]
         m.d.comb += [
-            fetch.addr.eq(self.pc),
+            fetch.addr.eq(slot),
             self.signal_sem.eq(_field(word, SemSignal, "sem")),
             self.signal_count.eq(_field(word, SemSignal, "count")),
             self.wait_sem.eq(_field(word, SemWait, "sem")),
             self.wait_value.eq(_field(word, SemWait, "value")),
-            record.addr.eq(self.pc),
+            record.addr.eq(slot),
             record.data.eq(Cat(begin, self.cycle)),
         ]
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += self.pc.eq(0)
+                    m.d.sync += self.pc.eq(0), slot.eq(0)
                     m.d.sync += self.running.eq(self.length != 0)
                     with m.If(self.length != 0):
                         m.next = "FETCH"
             with m.State("FETCH"):
-                m.next = "DECODE"
+                with m.If(self.pc != self.loaded):
+                    m.next = "DECODE"
             with m.State("DECODE"):
                 m.d.sync += word.eq(fetch.data), begin.eq(self.cycle)
                 m.next = "EXECUTE"
@@ -116,6 +126,7 @@ class Sequencer(wiring.Component):
             with m.State("RETIRE"):
                 m.d.comb += record.en.eq(1)
                 m.d.sync += self.pc.eq(self.pc + 1)
+                m.d.sync += slot.eq(Mux(slot == self.depth - 1, 0, slot + 1))
                 with m.If(self.pc + 1 == self.length):
                     m.d.sync += self.running.eq(0)
                     m.next = "IDLE"

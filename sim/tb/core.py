@@ -7,7 +7,8 @@ simulation (:func:`simulate_many`), programs of :mod:`sim.tb.core_programs`; for
    a program it rejects is never run on the RTL, except ``deadlock``, which both must refuse;
 2. the testbench clears SBUF and PSUM (the shipped core's memories have no initial image:
    the first program's clearing is the vector engine's memset, the others' direct writes),
-   loads the program's words through the host port, fills the external memory
+   loads the program's words through the host port (a stream longer than its sequencer's
+   ring fed while it runs), fills the external memory
    (cocotbext-axi's ``AxiRam`` on the AXI4 port) with the same seeded inputs, starts the core
    and polls its status until it stops, the deadlock bit rises or the cycle limit passes;
 3. every byte of SBUF and PSUM (their rows read from the simulator directly, one word of
@@ -81,9 +82,6 @@ def rtl_refusal(program: Program, params: CoreParams) -> str | None:
     for stream, code in program.streams.items():
         if stream not in streams:
             return f"stream {stream}: the core RTL has streams {', '.join(streams)}"
-        if len(code) > params.instructions:
-            return (f"stream {stream}: {len(code)} instructions, a sequencer of the core holds "
-                    f"{params.instructions}")
         for i, ins in enumerate(code):
             if isinstance(ins, SemSignal | SemWait) and ins.sem >= params.semaphores:
                 return f"{stream}[{i}]: the core has semaphores 0 .. {params.semaphores - 1}"
@@ -219,13 +217,30 @@ class CoreTB:
         return int(self.dut.host__rdata.value)
 
     async def load(self, program: Program):
-        """Every stream's instruction words and its length, one host write per cycle."""
-        writes = []
+        """Every stream's length and its first instructions, as many as its sequencer's ring
+        holds, one host write per cycle; the rest of a longer stream is fed while it runs
+        (:meth:`feed`)."""
+        depth = self.params.instructions
+        self.feeding, self.stamped, writes = {}, {}, []
         for s, name in enumerate(self.map.streams):
             code = program.streams.get(name, [])
-            for i, ins in enumerate(code):
-                writes += [(self.map.imem(s, i, k), w) for k, w in enumerate(words(ins))]
-            writes.append((self.map.length(s), len(code)))
+            first = min(len(code), depth)
+            writes += self._slots(s, code, 0, first)
+            writes += [(self.map.length(s), len(code)), (self.map.loaded(s), first)]
+            self.stamped[s] = []
+            if first < len(code):
+                self.feeding[s] = (code, first)
+        await self.write_many(writes)
+
+    def _slots(self, s: int, code: list, begin: int, end: int) -> list[tuple[int, int]]:
+        """The host writes of instructions ``begin`` .. ``end`` of stream ``s`` into their
+        slots of its ring."""
+        depth = self.params.instructions
+        return [(self.map.imem(s, i % depth, k), w) for i in range(begin, end)
+                for k, w in enumerate(words(code[i]))]
+
+    async def write_many(self, writes: list[tuple[int, int]]):
+        """Host writes back to back, one a cycle."""
         await FallingEdge(self.dut.clk)
         for addr, value in writes:
             self.dut.host__addr.value = addr
@@ -233,6 +248,32 @@ class CoreTB:
             self.dut.host__we.value = 1
             await FallingEdge(self.dut.clk)
         self.dut.host__we.value = 0
+
+    async def feed(self):
+        """Each stream longer than its ring, once a quarter of the ring (or the rest of the
+        stream) is free: the stamps of the instructions it retired, then the next
+        instructions into the slots they held and the new count loaded."""
+        depth = self.params.instructions
+        for s, (code, loaded) in list(self.feeding.items()):
+            pc = await self.read(self.map.pc(s))
+            end = min(len(code), pc + depth)
+            if end - loaded < min(depth // 4, len(code) - loaded):
+                continue
+            await self.collect(s, pc)
+            await self.write_many(self._slots(s, code, loaded, end)
+                                  + [(self.map.loaded(s), end)])
+            if end == len(code):
+                del self.feeding[s]
+            else:
+                self.feeding[s] = (code, end)
+
+    async def collect(self, s: int, retired: int):
+        """Read the stamps of stream ``s``'s instructions up to ``retired`` not read yet
+        (their slots are then free to load again)."""
+        depth, done = self.params.instructions, self.stamped[s]
+        v = await self.read_many([self.map.stamp(s, i % depth, end)
+                                  for i in range(len(done), retired) for end in (False, True)])
+        done += zip(v[::2], v[1::2], strict=True)
 
     async def idle(self, cycles: int):
         """From a falling edge, let ``cycles`` rising edges pass, the inputs held: it ends
@@ -254,6 +295,8 @@ class CoreTB:
             cycles = await self.read(self.map.reg(self.map.CYCLES))
             if not status & 1:
                 return cycles, bool(status & 2)
+            if self.feeding:
+                await self.feed()
             if cycles > limit:
                 state = []
                 for s, name in enumerate(self.map.streams):
@@ -300,13 +343,12 @@ class CoreTB:
         return out.view(np.uint8).reshape(p.partitions, nbytes)
 
     async def stamps(self, program: Program) -> dict[str, list[tuple[int, int]]]:
-        """Each stream's (decode cycle, retirement cycle) per instruction."""
+        """Each stream's (decode cycle, retirement cycle) per instruction, the core stopped:
+        those read while it was fed (:meth:`feed`) and the rest."""
         out = {}
         for s, name in enumerate(self.map.streams):
-            count = len(program.streams.get(name, []))
-            v = await self.read_many([self.map.stamp(s, i, end) for i in range(count)
-                                      for end in (False, True)])
-            out[name] = list(zip(v[::2], v[1::2], strict=True))
+            await self.collect(s, len(program.streams.get(name, [])))
+            out[name] = self.stamped[s]
         return out
 
 

@@ -872,7 +872,10 @@ PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
                 for name in ("cross_entropy_backward", "swiglu_backward")
                 for dtype in ("fp32", "bf16")},
              **{f"sample_{dtype}": (_kernel("sample", {"B": 16, "V": 24, "K": 4}, dtype),
-                                    False) for dtype in ("fp32", "bf16")}}
+                                    False) for dtype in ("fp32", "bf16")},
+             # top-24 of 32: a vector stream of 770 instructions, three times round its
+             # sequencer's ring of 256, fed by the host as it runs
+             "sample_ring": (_kernel("sample", {"B": 32, "V": 32, "K": 24}, "bf16"), False)}
 
 
 #: The rest of the library at small shapes of the simulation scale: attention (causal too)

@@ -12,9 +12,10 @@ the library's kernels (tiled GEMM in bf16 and fp8,
 the fp8 one also on double rows, fused GEMM + GELU, softmax, RMSNorm, the KV cache's prefill,
 residual add, cross-entropy and the GELU backward pass in fp32 and bf16, gradient
 accumulation and SwiGLU, the backward passes of cross-entropy and SwiGLU and sampling in fp32
-and bf16; attention, causal attention and decoding attention, rope, the KV cache's append,
-LayerNorm, the backward passes of RMSNorm and LayerNorm, Adam, the loss's row max and the
-naive GEMM at small shapes), and the seeded random program of the run's seed
+and bf16, sampling at its default shape (a vector stream three times a sequencer's ring, fed
+by the host as it runs); attention, causal attention and decoding attention, rope, the KV
+cache's append, LayerNorm, the backward passes of RMSNorm and LayerNorm, Adam, the loss's
+row max and the naive GEMM at small shapes), and the seeded random program of the run's seed
 (:mod:`sim.tb.core_random`, vetted by the core simulator). Compared: every byte of SBUF,
 PSUM and the external memory after the run, the deadlock verdict, and each compute
 instruction's cycles against the simulator's within the bound documented in

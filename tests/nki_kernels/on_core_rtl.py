@@ -1,7 +1,7 @@
 """Launches of the test kernels at shapes of the core RTL's simulation scale (16 partitions,
 an 8 x 8 array): `gen nki tests/nki_kernels/on_core_rtl.py --spec trn2 --rtl` runs each on
-the core simulator and co-simulates it on the core RTL, every byte compared. Beside them
-one kernel too long for the simulated core's sequencers (``steps``)."""
+the core simulator and co-simulates it on the core RTL, every byte compared; among them one
+kernel longer than a sequencer's ring of the simulated core (``steps``)."""
 
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
@@ -22,8 +22,8 @@ from matmul_v1 import matmul_plain
 
 @nki.jit
 def steps(x):
-    """x + 1 + 1 + ... in 300 vector instructions: more than a sequencer of the simulated
-    core holds."""
+    """x + 1 + 1 + ... in 300 vector instructions: more than a sequencer's ring of the
+    simulated core holds (256), fed by the host as the kernel runs."""
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     t = nl.load(x)
     for _ in range(300):
@@ -51,3 +51,4 @@ if __name__ == "__main__":
     matmul_plain(normal(8, 8), normal(8, 16))
     to_int8(normal(16, 12) * 100)
     transposes(normal(8, 8))
+    steps(normal(16, 8))
