@@ -291,6 +291,17 @@ def test_gen_nki_names_the_kernels_line_when_its_own_code_fails():
                      r"rows must be a multiple of 256$", line), line
 
 
+def test_a_bad_shape_option_is_named_as_the_option():
+    """A --shape item that is no array's shape is the option's error, one line, status 2:
+    no file and line of trngen's own code before it."""
+    from generators.cli import main
+
+    bad = CliRunner().invoke(main, ["nki", str(HERE / "matmul_v1.py"), "--kernel", "matmul",
+                                    "--shape", "lhsT=128x128:bf16,rhs=0.5"])
+    assert bad.exit_code == 2
+    assert bad.output == "error: --shape items read NAME=DxD...[:DTYPE], not 'rhs=0.5'\n"
+
+
 def test_tiles_held_past_their_last_use_fit_by_liveness(load):
     """SBUF is allocated by the program's liveness, not by Python's references: the tiles
     of 48 blocks (384 KiB a partition in all) fit in 192 KiB, and the reuse of their space

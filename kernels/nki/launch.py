@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hdl.core.params import CoreParams
+from kernels.builder import KernelError
 from sim.core import Core, Program, ProgramError, Result
 
 from .errors import NkiError, NotSupported
@@ -454,7 +455,7 @@ def parse_shapes(text: str) -> dict[str, tuple[tuple[int, ...], str]]:
         except ValueError:
             shape = ()
         if not eq or not name or not shape or any(d < 1 for d in shape):
-            raise NkiError(f"--shape items read NAME=DxD...[:DTYPE], not {item!r}")
+            raise KernelError(f"--shape items read NAME=DxD...[:DTYPE], not {item!r}")
         dt = dt or "fp32"
         out[name] = (shape, dt if dt in _ISA_NAMES else isa_dtype(_NKI_NAMES.get(dt, dt)))
     return out
