@@ -79,10 +79,11 @@ def test_each_engine_is_named_in_its_refusal(params):
     refuses as itself."""
     act = Activation(dst=_tile("fp32"), src=_tile("fp32"), func=0)
     assert engines.supported(act, kind="gpsimd") == \
-        "the gpsimd engine runs Iota, TensorTensor, TensorScalar, TensorCopy, Memset"
+        ("the gpsimd engine runs Iota, TensorTensor, TensorScalar, TensorCopy, Memset, "
+         "TensorCopyDynamic")
     assert engines.supported(act) == \
         ("the vector engine runs TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset, "
-         "TensorTensorScan, Transpose")
+         "TensorCopyDynamic, TensorTensorScan, Transpose")
 
 
 @pytest.mark.parametrize("dtype", ["fp8_e4m3fn", "tf32", "int8", "int32", "uint32"])

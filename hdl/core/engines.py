@@ -33,6 +33,10 @@ second operation, ``op1`` COPY: none), ``s0`` and ``s1`` each an immediate (``im
 core simulator reads it (:func:`widen_operand`), the operand's element taken at its byte in
 its word.
 
+``TensorCopyDynamic`` is a ``TensorCopy`` whose source moves before it streams: the
+offset's word (one int32 or uint32 in SBUF, its partition picked from the row) is read
+through port ``b`` and the source starts ``v * stride`` elements on.
+
 ``TensorTensorScan`` streams ``a`` and ``b`` as ``TensorTensor`` does, its running value's
 initial value the per-partition ``initial`` (read as ``operand0`` is) or the immediate
 ``imm``; the unit's lanes carry the running value from element to element in fp32 (the
@@ -69,6 +73,7 @@ from hdl.core.isa import (
     Iota,
     Memset,
     TensorCopy,
+    TensorCopyDynamic,
     TensorReduce,
     TensorScalar,
     TensorTensor,
@@ -86,15 +91,16 @@ from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
 __all__ = ["ENGINE_DTYPES", "ENGINE_RUNS", "GENERATOR_SEED", "IOTA_MODULE", "OPERAND_DTYPES",
-           "SLICE_MODULES", "VECTOR_OPS", "EngineSlice", "IotaLane", "VectorEngine", "bitwise",
-           "int_word_to_fp32", "lane_input", "lane_output", "load_operand",
+           "SLICE_MODULES", "VECTOR_OPS", "EngineSlice", "IotaLane", "MOVED_BITS", "VectorEngine",
+           "bitwise", "int_word_to_fp32", "lane_input", "lane_output", "load_operand",
+           "moved_bytes", "moved_source",
            "nearest_integer", "operand_refusal", "pick", "saturated", "supported",
            "unit_format", "widen_operand"]
 
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
-ENGINE_RUNS = {"vector": VECTOR_OPS + (TensorTensorScan, Transpose),
-               "gpsimd": (Iota,) + VECTOR_OPS[:2] + VECTOR_OPS[3:]}
+ENGINE_RUNS = {"vector": VECTOR_OPS + (TensorCopyDynamic, TensorTensorScan, Transpose),
+               "gpsimd": (Iota,) + VECTOR_OPS[:2] + VECTOR_OPS[3:] + (TensorCopyDynamic,)}
 DATA_BITS = 32
 #: Bits of an Iota value: ``base + p * pstep + i * step`` with 32-bit signed fields,
 #: ``p`` < 128 partitions and ``i`` < 2**16 free elements.
@@ -172,6 +178,24 @@ def read_step(m, adv, enable, ws: ApWalker, sent, s1_valid, s1_last, shift) -> N
             m.d.comb += ws.step.eq(1)
             m.d.sync += [s1_last.eq(ws.row_last), shift.eq(ws.byte[:2]),
                          sent.eq(ws.row_last)]
+
+
+def moved_source(src, delta):
+    """``TensorCopyDynamic``'s source: ``src`` with its offset moved by ``delta`` bytes
+    (:func:`moved_bytes`; combinational)."""
+    moved = Signal(AP_LAYOUT, name="moved_src")
+    return moved, [moved.eq(src), moved.offset.eq(src.offset + delta)]
+
+
+def moved_bytes(v, word, dtype):
+    """The bytes ``TensorCopyDynamic`` (its fields in ``word``) moves its source of element
+    type ``dtype`` by: ``v`` (the offset's value) times its stride, in elements."""
+    pos, bits, _ = field_positions(TensorCopyDynamic)["stride"]
+    return (v * word[pos:pos + bits].as_signed()) << dtype_shift(dtype)
+
+
+#: Bits of the byte move of a ``TensorCopyDynamic`` source, signed (:func:`moved_bytes`).
+MOVED_BITS = AP_LAYOUT.members["offset"].width + 1
 
 
 def pick(rows, first, chunk: int):
@@ -498,6 +522,10 @@ class VectorEngine(wiring.Component):
             Signal(32)
         scan, reverse0, reverse1, stochastic = Signal(), Signal(), Signal(), Signal()
         transposing = Signal()
+        # TensorCopyDynamic: the offset's AP (``place``), the source moved by ``moved`` bytes
+        # once the offset is read (``placed``)
+        place, dynamic, placed = Signal(AP_LAYOUT), Signal(), Signal()
+        moved = Signal(signed(MOVED_BITS))
         with m.Switch(opcode):
             with m.Case(TensorTensor.OPCODE):
                 m.d.comb += [dst.eq(field(TensorTensor, "dst")), a.eq(field(TensorTensor, "a")),
@@ -525,6 +553,11 @@ class VectorEngine(wiring.Component):
             with m.Case(Memset.OPCODE):
                 m.d.comb += [dst.eq(field(Memset, "dst")), memset.eq(1),
                              imm.eq(field(Memset, "value"))]
+            with m.Case(TensorCopyDynamic.OPCODE):
+                f = partial(field, TensorCopyDynamic)
+                src, assign = moved_source(f("src"), moved)
+                m.d.comb += [*assign, dst.eq(f("dst")), a.eq(src), place.eq(f("offset")),
+                             op.eq(VectorOp.COPY), dynamic.eq(1)]
             if TensorTensorScan in ENGINE_RUNS[self.kind]:
                 with m.Case(TensorTensorScan.OPCODE):
                     f = partial(field, TensorTensorScan)
@@ -648,27 +681,39 @@ class VectorEngine(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.issue):
-                    m.d.sync += word.eq(self.word)
+                    m.d.sync += [word.eq(self.word), placed.eq(0), moved.eq(0)]
                     m.next = "SETUP"
+            with m.State("PLACE"):
+                # the offset's word through port b (SBUF), then v * stride elements
+                m.d.comb += [self.b_addr.eq(place.offset[2:]), self.b_en.eq(1),
+                             self.b_psum.eq(0)]
+                m.next = "PLACE_DATA"
+            with m.State("PLACE_DATA"):
+                v = Array(self.b_data[p] for p in range(n))[place.partition]
+                m.d.sync += [moved.eq(moved_bytes(v, word, a.dtype)), placed.eq(1)]
+                m.next = "SETUP"
             with m.State("SETUP"):
-                m.d.comb += start.eq(1)
-                m.d.sync += [sent.eq(0), s1_valid.eq(0)]
-                m.d.comb += set_imm.eq(1)
-                if size:
-                    m.d.sync += [t_col.eq(0), t_row.eq(0)]
-                with m.If(memset):
-                    m.next = "MEMSET"
-                with m.Elif(transposing if size else 0):
-                    if size:
-                        m.next = "T_READ"
-                with m.Elif((use_scalar | scan)
-                            & ((s0.partitions != 0) | (s1.partitions != 0))):
-                    m.next = "SCALAR"
+                with m.If(dynamic & ~placed):
+                    m.next = "PLACE"
                 with m.Else():
-                    m.next = "STREAM"
-                if self.kind == "gpsimd":
-                    m.d.sync += [step_sum.eq(0), iota_w_at.eq(0)]
-                    m.d.comb += set_base.eq(1)
+                    m.d.comb += start.eq(1)
+                    m.d.sync += [sent.eq(0), s1_valid.eq(0)]
+                    m.d.comb += set_imm.eq(1)
+                    if size:
+                        m.d.sync += [t_col.eq(0), t_row.eq(0)]
+                    with m.If(memset):
+                        m.next = "MEMSET"
+                    with m.Elif(transposing if size else 0):
+                        if size:
+                            m.next = "T_READ"
+                    with m.Elif((use_scalar | scan)
+                                & ((s0.partitions != 0) | (s1.partitions != 0))):
+                        m.next = "SCALAR"
+                    with m.Else():
+                        m.next = "STREAM"
+                    if self.kind == "gpsimd":
+                        m.d.sync += [step_sum.eq(0), iota_w_at.eq(0)]
+                        m.d.comb += set_base.eq(1)
             with m.State("SCALAR"):
                 # each operand's one element per partition: operand0 through port b,
                 # operand1 through port a

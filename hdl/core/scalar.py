@@ -4,7 +4,9 @@
 """The core's scalar (activation) engine: the activation unit
 (:class:`hdl.vector.activation.Activation`) fed from and writing to SBUF and PSUM through
 the access patterns of ``Activation``, and beside it a vector unit of as many lanes
-(:class:`hdl.vector.vector.Vector`) for ``TensorScalar`` and ``TensorCopy``.
+(:class:`hdl.vector.vector.Vector`) for ``TensorScalar``, ``TensorCopy`` and
+``TensorCopyDynamic`` (its offset read through the port first, its source moved as the vector
+engine moves it).
 
 The units have ``lanes`` lanes (the core's ``activation_lanes``: one per partition at full
 scale, fewer at simulation scale, see :func:`hdl.params.core_params`); the partitions of a
@@ -29,8 +31,8 @@ vector engine.
 
 What this datapath runs (:func:`supported` says why not otherwise): ``Activation`` with
 ``src`` and ``dst`` of a type the unit reads and writes (``formats``), a ``bias`` of
-:data:`~hdl.core.engines.OPERAND_DTYPES` and an fp32 ``reduce_dst``; ``TensorScalar``
-and ``TensorCopy`` as the vector engine runs them
+:data:`~hdl.core.engines.OPERAND_DTYPES` and an fp32 ``reduce_dst``; ``TensorScalar``,
+``TensorCopy`` and ``TensorCopyDynamic`` as the vector engine runs them
 (:func:`hdl.core.engines.operand_refusal`). Casts round to nearest even or, where the
 instruction says so, stochastically by the lanes' generators (seeded with
 :data:`~hdl.core.engines.GENERATOR_SEED`, each advancing once per output beat of its unit,
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -50,12 +52,15 @@ from hdl.core.engines import (
     DATA_BITS,
     ENGINE_DTYPES,
     GENERATOR_SEED,
+    MOVED_BITS,
     OPERAND_DTYPES,
     bitwise,
     engine_ports,
     lane_input,
     lane_output,
     load_operand,
+    moved_bytes,
+    moved_source,
     operand_refusal,
     pick,
     read_step,
@@ -68,6 +73,7 @@ from hdl.core.isa import (
     Activation,
     Instruction,
     TensorCopy,
+    TensorCopyDynamic,
     TensorScalar,
     field_positions,
 )
@@ -81,7 +87,7 @@ from hdl.vector.vector import Vector, VectorParams
 
 __all__ = ["SCALAR_OPS", "SLICE_MODULE", "ScalarEngine", "ScalarSlice", "supported"]
 
-SCALAR_OPS = (Activation, TensorScalar, TensorCopy)
+SCALAR_OPS = (Activation, TensorScalar, TensorCopy, TensorCopyDynamic)
 #: The module of one partition's share of the engine (:class:`ScalarSlice`).
 SLICE_MODULE = "neuron_core_scalar_slice"
 
@@ -219,6 +225,10 @@ class ScalarEngine(wiring.Component):
         is_act, op, op1, imm, imm1 = Signal(), Signal(VectorOp), Signal(VectorOp), Signal(32), \
             Signal(32)
         stochastic = Signal()
+        # TensorCopyDynamic: the offset's AP (``place``), the source moved by ``moved`` bytes
+        # once the offset is read (``placed``)
+        place, dynamic, placed = Signal(AP_LAYOUT), Signal(), Signal()
+        moved = Signal(signed(MOVED_BITS))
         with m.Switch(opcode):
             with m.Case(Activation.OPCODE):
                 m.d.comb += [is_act.eq(1)] + [
@@ -238,6 +248,11 @@ class ScalarEngine(wiring.Component):
             with m.Case(TensorCopy.OPCODE):
                 m.d.comb += [dst.eq(field(TensorCopy, "dst")), src.eq(field(TensorCopy, "src")),
                              op.eq(VectorOp.COPY), stochastic.eq(field(TensorCopy, "rounding"))]
+            with m.Case(TensorCopyDynamic.OPCODE):
+                moved_src, assign = moved_source(field(TensorCopyDynamic, "src"), moved)
+                m.d.comb += [*assign, dst.eq(field(TensorCopyDynamic, "dst")),
+                             src.eq(moved_src), place.eq(field(TensorCopyDynamic, "offset")),
+                             op.eq(VectorOp.COPY), dynamic.eq(1)]
         has_bias, has_red, has_s1 = bias.partitions != 0, red.partitions != 0, s1.partitions != 0
 
         m.submodules.ws = ws = ApWalker()
@@ -331,12 +346,14 @@ class ScalarEngine(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.issue):
-                    m.d.sync += word.eq(self.word)
+                    m.d.sync += [word.eq(self.word), placed.eq(0), moved.eq(0)]
                     m.next = "SETUP"
             with m.State("SETUP"):
                 m.d.sync += [group.eq(0), base.eq(0)]
                 m.d.comb += set_imm.eq(1)
-                with m.If(has_bias):
+                with m.If(dynamic & ~placed):
+                    m.next = "PLACE"
+                with m.Elif(has_bias):
                     m.next = "BIAS"
                 with m.Elif(has_s1):
                     m.next = "OPERAND1"
@@ -347,6 +364,14 @@ class ScalarEngine(wiring.Component):
                 """Read the operand's one element per partition (its data next cycle)."""
                 m.d.comb += [self.r_addr.eq(ap.offset[2:]), self.r_en.eq(1),
                              self.r_psum.eq(ap.space == SPACE["psum"])]
+
+            with m.State("PLACE"):  # TensorCopyDynamic's offset, then its source's move
+                read_operand(place)
+                m.next = "PLACE_DATA"
+            with m.State("PLACE_DATA"):
+                v = Array(self.r_data[p] for p in range(n))[place.partition]
+                m.d.sync += [moved.eq(moved_bytes(v, word, src.dtype)), placed.eq(1)]
+                m.next = "SETUP"
 
             with m.State("BIAS"):
                 read_operand(bias)

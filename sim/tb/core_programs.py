@@ -23,6 +23,7 @@ from hdl.core.isa import (
     MultiplyMoving,
     SemWait,
     TensorCopy,
+    TensorCopyDynamic,
     TensorReduce,
     TensorScalar,
     TensorTensor,
@@ -222,6 +223,45 @@ def _gpsimd(b: Builder) -> None:
     b.emit(g, Memset(dst=b.tile("sbuf", "fp16", t3 + 2, 6, ((n // 2, 2),)), value=-0.3))
     b.wait("dma1", b.signal(g))
     b.emit("dma1", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t5, n)))
+
+
+def _dynamic_copies(b: Builder) -> None:
+    """TensorCopyDynamic on the vector, GpSimd and scalar engines: each source moved along its
+    partitions' row at run time by the integer in SBUF (an int32 from a memset, a uint32 from
+    an Iota) times its stride: forward, backward, and a strided source; into fp32 and bf16."""
+    p, w, n = b.params.partitions, 48, 8
+    x = b.hbm("x", (p, w), "fp32")
+    out = b.hbm("out", (p, n + n // 2), "fp32")
+    out16 = b.hbm("out16", (p, n + n // 2), "bf16")
+    sx, so = b.sbuf(4 * w, "x"), b.sbuf(8, "offsets")
+    t, t16 = b.sbuf(4 * (n + n // 2), "out"), b.sbuf(2 * (n + n // 2), "out16")
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, w), src=x.ap((0, p))))
+    loaded = b.signal("dma0")
+    at3 = b.tile("sbuf", "int32", so, 1, ((1, 1),))
+    at2 = b.tile("sbuf", "uint32", so + 4, 1, ((1, 1),))
+    b.emit("vector", Memset(dst=at3, value=3.0))
+    b.wait("vector", loaded)
+    # elements 0 .. 7 moved 3 x 8: x[:, 24:32]
+    b.emit("vector", TensorCopyDynamic(dst=_tile(b, t, n), src=_tile(b, sx, n), offset=at3,
+                                       stride=8, count=5))
+    # elements 0, 2, 4, 6 moved 3 x 5: x[:, 15:23:2]
+    b.emit("vector", TensorCopyDynamic(dst=_tile(b, t + 4 * n, n // 2),
+                                       src=_tile(b, sx, n // 2, dims=((n // 2, 2),)),
+                                       offset=at3, stride=5, count=6))
+    b.emit("gpsimd", Iota(dst=at2, base=2, pstep=0, step=0))
+    b.wait("gpsimd", loaded)
+    # elements 40 .. 47 moved 2 x -16: x[:, 8:16], into bf16
+    b.emit("gpsimd", TensorCopyDynamic(dst=_tile(b, t16, n, "bf16"),
+                                       src=_tile(b, sx + 4 * 40, n), offset=at2, stride=-16,
+                                       count=3))
+    # on the scalar engine: elements 1 .. 4 moved 2 x 9, x[:, 19:23], into bf16
+    b.wait("scalar", loaded, b.signal("gpsimd"))
+    b.emit("scalar", TensorCopyDynamic(dst=_tile(b, t16 + 2 * n, n // 2, "bf16"),
+                                       src=_tile(b, sx + 4, n // 2), offset=at2, stride=9,
+                                       count=5))
+    b.wait("dma1", b.signal("vector"), b.signal("scalar"))
+    b.emit("dma1", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t, n + n // 2)))
+    b.emit("dma1", DmaCopy(dst=out16.ap((0, p)), src=_tile(b, t16, n + n // 2, "bf16")))
 
 
 #: The per-partition operands of :func:`_mixed_types`: (type, element of its word-aligned
@@ -868,6 +908,7 @@ PROGRAMS |= {"mixed_types": (_mixed_types, False),
 PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
              "stochastic": (_stochastic, False), "element_types": (_element_types, False),
              "vector_transposes": (_vector_transposes, False),
+             "dynamic_copies": (_dynamic_copies, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)
                 for name in ("cross_entropy_backward", "swiglu_backward")
                 for dtype in ("fp32", "bf16")},

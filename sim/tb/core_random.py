@@ -4,7 +4,8 @@ runs and ordered by semaphores so that no two streams race.
 :func:`random_program` draws a sequence of operations on a few SBUF slots and PSUM banks:
 DMA loads from HBM, element-wise operations (``TensorTensor`` on inputs of one type or two),
 copies and memsets on every engine that runs them (vector, GpSimd, and the scalar engine's
-TensorScalar, of one operation or two, and TensorCopy), the vector engine's reductions,
+TensorScalar, of one operation or two, TensorCopy and TensorCopyDynamic, its source moved
+by a place read at run time), the vector engine's reductions,
 transposes and scans (``TensorTensorScan``, either operation's operands swapped, from an
 immediate or a per-partition column),
 GpSimd's iotas, the scalar engine's activations (with a bias column and a running sum), the
@@ -31,6 +32,7 @@ from hdl.core.isa import (
     Memset,
     MultiplyMoving,
     TensorCopy,
+    TensorCopyDynamic,
     TensorReduce,
     TensorScalar,
     TensorTensor,
@@ -65,6 +67,7 @@ class _Plan:
         self.slot_bytes = 4 * free
         self.slots = [b.sbuf(self.slot_bytes, f"slot{i}") for i in range(_SLOTS)]
         self.cols = b.sbuf(4 * _SLOTS, "columns")  # one fp32 per partition each
+        self.places = b.sbuf(16, "places")  # TensorCopyDynamic's offsets: int32 0 .. 3
         self.banks = b.psum_banks(2, "psum")
         # per resource: (last writer event, reader events since)
         self.state: dict[tuple, tuple[Event | None, list[Event]]] = {}
@@ -117,6 +120,22 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
         plan.touch(q, [], [("s", i)],
                    lambda: b.emit(q, DmaCopy(dst=slot_ap(i, dtype, n),
                                              src=hbm_in[dtype].ap((0, p)))))
+
+    def dynamic_copy(a: int, a_t: str, n: int, dst: int, out_t: str):
+        """A TensorCopyDynamic of half of slot ``a``'s ``n`` elements, moved at run time
+        forward or backward by the int32 place 0 .. 3 that it reads (GpSimd's Iota writes
+        them, the first time); the instruction and its elements."""
+        if ("o",) not in plan.state:
+            plan.touch("gpsimd", [], [("o",)], lambda: b.emit("gpsimd", Iota(
+                dst=tile("sbuf", "int32", plan.places, 1, ((4, 1),)), step=1)))
+        half = n // 2
+        step, v = (n - half) // 3, rng.randrange(4)
+        back = rng.random() < 0.5
+        return TensorCopyDynamic(
+            dst=slot_ap(dst, out_t, half), src=slot_ap(a, a_t, half, at=n - half if back
+                                                       else 0),
+            offset=tile("sbuf", "int32", plan.places + 4 * v, 1, ((1, 1),)),
+            stride=-step if back else step, count=4), half
 
     for i in range(3):
         load(i, rng.choice(loaded))
@@ -185,6 +204,10 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
                     else:
                         fields[f"imm{k}"] = rng.choice((0.5, -1.25, 3.0, 1.0 / 3.0, 0.0))
                 ins = TensorScalar(dst=dst_ap, src=src_ap, **fields)
+            elif kind == "copy" and rng.random() < 0.3:  # from a place read at run time
+                ins, m = dynamic_copy(a, a_t, n, dst, out_t)
+                reads.append(("o",))
+                stream = rng.choice(("vector", "scalar", "gpsimd"))
             elif kind == "copy":
                 ins = TensorCopy(dst=dst_ap, src=src_ap)
                 stream = rng.choice(("vector", "scalar", "gpsimd"))
@@ -201,7 +224,7 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
                     reads.append(("c", col))
                 if red is not None:
                     writes.append(("c", red_col))
-            if params.rng is not None and rng.random() < 0.3:
+            if params.rng is not None and rng.random() < 0.3 and hasattr(ins, "rounding"):
                 ins = dataclasses.replace(ins, rounding="stochastic")
             plan.types[("s", dst)] = (out_t, m)
             plan.touch(stream, reads, writes, lambda s=stream, ins=ins: b.emit(s, ins))

@@ -9,6 +9,7 @@ import numpy as np
 from elementwise import bias_activation, row_stats, transpose_tile
 from indexing import swap_blocks, window_stats
 from isa_more import (
+    columns_at,
     partition_broadcast,
     scan,
     scan_reversed,
@@ -52,3 +53,4 @@ if __name__ == "__main__":
     to_int8(normal(16, 12) * 100)
     transposes(normal(8, 8))
     steps(normal(16, 8))
+    columns_at(normal(16, 12), np.array([[3, 0, 11, 5]], dtype=np.int32))
