@@ -37,6 +37,12 @@ its word.
 offset's word (one int32 or uint32 in SBUF, its partition picked from the row) is read
 through port ``b`` and the source starts ``v * stride`` elements on.
 
+The vector engine's ``StreamShuffle`` bypasses the unit: each element of the source read
+from every partition is written, a cycle later, to the destination's partitions, lane ``l``
+(the destination's partition ``l`` from its first) taking lane ``32 q + e`` of the source
+for ``l = 32 q + i`` and ``e`` the shuffle's entry ``i``, its bits as they are; an entry of
+:data:`~hdl.core.isa.SHUFFLE_KEEP` leaves its partition unwritten.
+
 ``TensorTensorScan`` streams ``a`` and ``b`` as ``TensorTensor`` does, its running value's
 initial value the per-partition ``initial`` (read as ``operand0`` is) or the immediate
 ``imm``; the unit's lanes carry the running value from element to element in fp32 (the
@@ -67,11 +73,14 @@ from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
 from hdl.core.isa import (
     AP,
     DTYPES,
+    SHUFFLE_KEEP,
+    SHUFFLE_LANES,
     TF32_SHIFT,
     WORD_BITS,
     Instruction,
     Iota,
     Memset,
+    StreamShuffle,
     TensorCopy,
     TensorCopyDynamic,
     TensorReduce,
@@ -99,7 +108,8 @@ __all__ = ["ENGINE_DTYPES", "ENGINE_RUNS", "GENERATOR_SEED", "IOTA_MODULE", "OPE
 
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
-ENGINE_RUNS = {"vector": VECTOR_OPS + (TensorCopyDynamic, TensorTensorScan, Transpose),
+ENGINE_RUNS = {"vector": VECTOR_OPS + (TensorCopyDynamic, TensorTensorScan, Transpose,
+                          StreamShuffle),
                "gpsimd": (Iota,) + VECTOR_OPS[:2] + VECTOR_OPS[3:] + (TensorCopyDynamic,)}
 DATA_BITS = 32
 #: Bits of an Iota value: ``base + p * pstep + i * step`` with 32-bit signed fields,
@@ -521,7 +531,7 @@ class VectorEngine(wiring.Component):
         use_scalar, memset, iota, imm, imm1 = Signal(), Signal(), Signal(), Signal(32), \
             Signal(32)
         scan, reverse0, reverse1, stochastic = Signal(), Signal(), Signal(), Signal()
-        transposing = Signal()
+        transposing, shuffling = Signal(), Signal()
         # TensorCopyDynamic: the offset's AP (``place``), the source moved by ``moved`` bytes
         # once the offset is read (``placed``)
         place, dynamic, placed = Signal(AP_LAYOUT), Signal(), Signal()
@@ -569,6 +579,10 @@ class VectorEngine(wiring.Component):
                 with m.Case(Transpose.OPCODE):
                     m.d.comb += [dst.eq(field(Transpose, "dst")), a.eq(field(Transpose, "src")),
                                  transposing.eq(1)]
+            if StreamShuffle in ENGINE_RUNS[self.kind]:
+                with m.Case(StreamShuffle.OPCODE):
+                    m.d.comb += [dst.eq(field(StreamShuffle, "dst")),
+                                 a.eq(field(StreamShuffle, "src")), shuffling.eq(1)]
             if self.kind == "gpsimd":
                 with m.Case(Iota.OPCODE):
                     m.d.comb += [dst.eq(field(Iota, "dst")), a.eq(field(Iota, "dst")),
@@ -598,7 +612,7 @@ class VectorEngine(wiring.Component):
             self.a_addr.eq(wa.byte[2:]),
             self.b_addr.eq(wb.byte[2:]),
             self.a_psum.eq(a.space == SPACE["psum"]), self.b_psum.eq(b.space == SPACE["psum"]),
-            unit.i.valid.eq(s1_valid & ~transposing),
+            unit.i.valid.eq(s1_valid & ~transposing & ~shuffling),
             unit.i.payload.last.eq(s1_last),
         ]
         # Iota: lane l's element i is base + l * pstep + i * step (``step_sum``: i * step of
@@ -631,11 +645,29 @@ class VectorEngine(wiring.Component):
         buffer = [[Signal(32, name=f"transpose_{row}_{c}") for c in range(size)]
                   for row in range(size)]
         t_col, t_row = Signal(range(size + 1)), Signal(range(size + 1))
+        # the shuffle: lane l (dst's partition l from its first) takes the element of lane
+        # 32 q + entry, as stored, for l = 32 q + i and entry the shuffle's entry i
+        a_raws = [Signal(32, name=f"slice{p}_a_raw") for p in range(n)
+                  if self.kind == "vector"]
+        at = field_positions(StreamShuffle)["shuffle"][0]
+        entries = [word[at + 8 * i:at + 8 * i + 8] for i in range(SHUFFLE_LANES)]
+        # a shuffle's kept partitions are not written: partition P is lane (P - dst's first)
+        keep = [entries[lane % SHUFFLE_LANES] == SHUFFLE_KEEP for lane in range(n)]
+        kept = Signal(n)
+        for part in range(n):
+            lane_keep = keep[part]
+            for k in ways[1:]:
+                lane_keep = Mux(dst.partition == k, keep[(part - k) % n], lane_keep)
+            m.d.comb += kept[part].eq(shuffling & lane_keep)
         lane_y = []
         for lane in range(n):
             y = unit.o.payload[lane]
             if lane < size:
                 y = Mux(transposing, Array(buffer[j][lane] for j in range(size))[t_row], y)
+            if self.kind == "vector":
+                q = lane - lane % SHUFFLE_LANES
+                sources = Array(a_raws[q + j] for j in range(min(SHUFFLE_LANES, n - q)))
+                y = Mux(shuffling, sources[entries[lane % SHUFFLE_LANES]], y)
             lane_y.append(y)
         for p in range(n):
             inputs = {
@@ -654,10 +686,10 @@ class VectorEngine(wiring.Component):
                 "imm1": imm1, "words": words}
             outputs = {name: Signal(width, name=f"slice{p}_{name}")
                        for name, width in (("a", 32), ("b", 32), ("scalar", 32),
-                                           ("scalar1", 32), ("w_data", 32), ("w_part", 1))
-                       + ((("a_raw", 32),) if self.kind == "vector" else ())}
+                                           ("scalar1", 32), ("w_data", 32), ("w_part", 1))}
             if self.kind == "vector":
-                inputs["raw"] = transposing
+                inputs["raw"] = transposing | shuffling
+                outputs["a_raw"] = a_raws[p]
             for name, signal in outputs.items():
                 slices[name].append(signal)
             if self.kind == "gpsimd":
@@ -676,7 +708,7 @@ class VectorEngine(wiring.Component):
                      unit.scalar.eq(Cat(*slices["scalar"])),
                      unit.scalar1.eq(Cat(*slices["scalar1"])),
                      self.w_data.eq(Cat(*slices["w_data"])),
-                     self.w_part.eq(Cat(*slices["w_part"]))]
+                     self.w_part.eq(Cat(*slices["w_part"]) & ~kept)]
 
         with m.FSM():
             with m.State("IDLE"):
@@ -706,6 +738,8 @@ class VectorEngine(wiring.Component):
                     with m.Elif(transposing if size else 0):
                         if size:
                             m.next = "T_READ"
+                    with m.Elif(shuffling):
+                        m.next = "SHUFFLE"
                     with m.Elif((use_scalar | scan)
                                 & ((s0.partitions != 0) | (s1.partitions != 0))):
                         m.next = "SCALAR"
@@ -768,6 +802,19 @@ class VectorEngine(wiring.Component):
                     # destination element t_row of every partition
                     m.d.comb += [writing.eq(1), wd.step.eq(1)]
                     m.d.sync += t_row.eq(t_row + 1)
+                    with m.If(wd.row_last):
+                        m.d.comb += self.done.eq(1)
+                        m.next = "IDLE"
+            with m.State("SHUFFLE"):
+                # the source's next free index of every partition, then (the cycle after its
+                # address) the destination's, each partition's from the lane it takes
+                m.d.comb += self.a_en.eq(~sent)
+                m.d.sync += s1_valid.eq(~sent)
+                with m.If(~sent):
+                    m.d.comb += wa.step.eq(1)
+                    m.d.sync += [a_shift.eq(wa.byte[:2]), sent.eq(wa.row_last)]
+                with m.If(s1_valid):
+                    m.d.comb += [writing.eq(1), wd.step.eq(1)]
                     with m.If(wd.row_last):
                         m.d.comb += self.done.eq(1)
                         m.next = "IDLE"

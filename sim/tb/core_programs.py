@@ -22,6 +22,7 @@ from hdl.core.isa import (
     Memset,
     MultiplyMoving,
     SemWait,
+    StreamShuffle,
     TensorCopy,
     TensorCopyDynamic,
     TensorReduce,
@@ -262,6 +263,51 @@ def _dynamic_copies(b: Builder) -> None:
     b.wait("dma1", b.signal("vector"), b.signal("scalar"))
     b.emit("dma1", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t, n + n // 2)))
     b.emit("dma1", DmaCopy(dst=out16.ap((0, p)), src=_tile(b, t16, n + n // 2, "bf16")))
+
+
+def _shuffles(b: Builder) -> None:
+    """StreamShuffle on the vector engine: partitions moved within the quadrant, their bits as
+    they are, kept partitions untouched (a memset before): fp32; bf16 from a strided source
+    into a byte offset; int8; eight source partitions into sixteen."""
+    p, n = b.params.partitions, 6
+    keep = isa.SHUFFLE_KEEP
+    perm = [(5 * j + 3) % p for j in range(p)]
+    x = b.hbm("x", (p, n), "fp32")
+    h = b.hbm("h", (p, 2 * n), "bf16")
+    i8 = b.hbm("i8", (p, 8), "int8")
+    out = b.hbm("out", (p, 2 * n), "fp32")
+    out16 = b.hbm("out16", (p, n + 1), "bf16")
+    out8 = b.hbm("out8", (p, 8), "int8")
+    sx, sh, s8 = b.sbuf(4 * n, "x"), b.sbuf(4 * n, "h"), b.sbuf(8, "i8")
+    t, t16, t8 = b.sbuf(8 * n, "out"), b.sbuf(2 * n + 2, "out16"), b.sbuf(8, "out8")
+    for q, (dst, src) in enumerate(((_tile(b, sx, n), x), (_tile(b, sh, 2 * n, "bf16"), h),
+                                    (_tile(b, s8, 8, "int8"), i8))):
+        b.emit(f"dma{q}", DmaCopy(dst=dst, src=src.ap((0, p))))
+    loaded = [b.signal(f"dma{q}") for q in range(3)]
+    v = "vector"
+    for tile_ in (_tile(b, t, 2 * n), _tile(b, t16, n + 1, "bf16"), _tile(b, t8, 8, "int8")):
+        b.emit(v, Memset(dst=tile_, value=-2.0))
+    b.wait(v, *loaded)
+    entries = perm[:p] + [keep] * (isa.SHUFFLE_LANES - p)
+    b.emit(v, StreamShuffle(dst=_tile(b, t, n), src=_tile(b, sx, n),
+                            shuffle=tuple(keep if j % 5 == 2 else m
+                                          for j, m in enumerate(entries))))
+    # eight partitions into sixteen: the rest kept
+    b.emit(v, StreamShuffle(dst=_tile(b, t + 4 * n, n), src=b.tile("sbuf", "fp32", sx, 8,
+                                                                     ((n, 1),)),
+                            shuffle=tuple((7 - j) if j < 8 else (j % 8 if j < 12 else keep)
+                                          for j in range(isa.SHUFFLE_LANES))))
+    b.emit(v, StreamShuffle(dst=_tile(b, t16 + 2, n, "bf16"),
+                            src=_tile(b, sh + 2, n, "bf16", dims=((n, 2),)),
+                            shuffle=tuple(entries)))
+    b.emit(v, StreamShuffle(dst=_tile(b, t8 + 1, 5, "int8"), src=_tile(b, s8, 5, "int8"),
+                            shuffle=tuple(reversed(entries[:p])) + tuple(entries[p:])))
+    done = b.signal(v)
+    for q, (dst, src) in enumerate(((out, _tile(b, t, 2 * n)),
+                                    (out16, _tile(b, t16, n + 1, "bf16")),
+                                    (out8, _tile(b, t8, 8, "int8")))):
+        b.wait(f"dma{q}", done)
+        b.emit(f"dma{q}", DmaCopy(dst=dst.ap((0, p)), src=src))
 
 
 #: The per-partition operands of :func:`_mixed_types`: (type, element of its word-aligned
@@ -908,7 +954,7 @@ PROGRAMS |= {"mixed_types": (_mixed_types, False),
 PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
              "stochastic": (_stochastic, False), "element_types": (_element_types, False),
              "vector_transposes": (_vector_transposes, False),
-             "dynamic_copies": (_dynamic_copies, False),
+             "dynamic_copies": (_dynamic_copies, False), "shuffles": (_shuffles, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)
                 for name in ("cross_entropy_backward", "swiglu_backward")
                 for dtype in ("fp32", "bf16")},

@@ -6,8 +6,9 @@ DMA loads from HBM, element-wise operations (``TensorTensor`` on inputs of one t
 copies and memsets on every engine that runs them (vector, GpSimd, and the scalar engine's
 TensorScalar, of one operation or two, TensorCopy and TensorCopyDynamic, its source moved
 by a place read at run time), the vector engine's reductions,
-transposes and scans (``TensorTensorScan``, either operation's operands swapped, from an
-immediate or a per-partition column),
+transposes, shuffles (partitions moved within quadrants, some kept) and scans
+(``TensorTensorScan``, either operation's operands swapped, from an immediate or a
+per-partition column),
 GpSimd's iotas, the scalar engine's activations (with a bias column and a running sum), the
 tensor engine's load-and-multiply pairs (with accumulation), and DMA stores back to HBM.
 Slots hold fp32, bf16, fp16, fp8_e4m3fn, tf32 and int8 (fp8_e4m3 loaded for the tensor
@@ -25,12 +26,15 @@ import dataclasses
 import random
 
 from hdl.core.isa import (
+    SHUFFLE_KEEP,
+    SHUFFLE_LANES,
     Activation,
     DmaCopy,
     Iota,
     LoadStationary,
     Memset,
     MultiplyMoving,
+    StreamShuffle,
     TensorCopy,
     TensorCopyDynamic,
     TensorReduce,
@@ -143,7 +147,7 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
     for _ in range(steps):
         have = [i for i in filled() if plan.types[("s", i)][0] != "fp8_e4m3"]
         kind = rng.choice(("tt", "ts", "reduce", "copy", "memset", "iota", "act", "act", "mm",
-                           "mm", "load", "store", "scan", "transpose"))
+                           "mm", "load", "store", "scan", "transpose", "shuffle"))
         dst = rng.randrange(_SLOTS)
         out_t = rng.choice(_TYPES + _OTHER_TYPES)
         if kind == "load":
@@ -245,6 +249,20 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
                 ins = Transpose(dst=slot_ap(dst, a_t, p), src=slot_ap(a, a_t, p))
                 plan.touch("vector", [("s", a)], [("s", dst)],
                            lambda ins=ins: b.emit("vector", ins))
+        elif kind == "shuffle" and have:
+            # partitions moved within each quadrant; some kept where dst holds a's type
+            a = rng.choice(have)
+            a_t, n = plan.types[("s", a)]
+            if dst == a:
+                continue
+            same = plan.types.get(("s", dst)) == (a_t, n)
+            lanes = min(SHUFFLE_LANES, p)
+            entries = tuple(SHUFFLE_KEEP if j >= p or (same and rng.random() < 0.2)
+                            else rng.randrange(lanes) for j in range(SHUFFLE_LANES))
+            plan.types[("s", dst)] = (a_t, n)
+            ins = StreamShuffle(dst=slot_ap(dst, a_t, n), src=slot_ap(a, a_t, n),
+                                shuffle=entries)
+            plan.touch("vector", [("s", a)], [("s", dst)], lambda ins=ins: b.emit("vector", ins))
         elif kind == "memset":
             plan.types[("s", dst)] = (out_t, free)
             ins = Memset(dst=slot_ap(dst, out_t, free), value=rng.uniform(-3, 3))
