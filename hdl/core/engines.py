@@ -43,6 +43,11 @@ from every partition is written, a cycle later, to the destination's partitions,
 for ``l = 32 q + i`` and ``e`` the shuffle's entry ``i``, its bits as they are; an entry of
 :data:`~hdl.core.isa.SHUFFLE_KEEP` leaves its partition unwritten.
 
+The vector engine's ``RangeSelect`` streams its source through the unit as a copy, its
+bounds loaded as ``TensorScalar``'s operands are; each element written is the fill (cast as
+a memset's value) unless both comparisons of its place (``start`` plus its index among the
+elements written, in fp32) with its lane's bounds hold (:func:`~hdl.vector.fpcmp.holds`).
+
 ``TensorTensorScan`` streams ``a`` and ``b`` as ``TensorTensor`` does, its running value's
 initial value the per-partition ``initial`` (read as ``operand0`` is) or the immediate
 ``imm``; the unit's lanes carry the running value from element to element in fp32 (the
@@ -80,6 +85,7 @@ from hdl.core.isa import (
     Instruction,
     Iota,
     Memset,
+    RangeSelect,
     StreamShuffle,
     TensorCopy,
     TensorCopyDynamic,
@@ -95,6 +101,7 @@ from hdl.numerics.cast import FormatCastLane
 from hdl.numerics.formats import FP32, format_by_name
 from hdl.numerics.fpu import Widen, WidenParams, lzc, round_pack
 from hdl.vector.convert import ENGINE_FORMATS
+from hdl.vector.fpcmp import holds
 from hdl.vector.lanes import add_lane
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
@@ -103,13 +110,13 @@ __all__ = ["ENGINE_DTYPES", "ENGINE_RUNS", "GENERATOR_SEED", "IOTA_MODULE", "OPE
            "SLICE_MODULES", "VECTOR_OPS", "EngineSlice", "IotaLane", "MOVED_BITS", "VectorEngine",
            "bitwise", "int_word_to_fp32", "lane_input", "lane_output", "load_operand",
            "moved_bytes", "moved_source",
-           "nearest_integer", "operand_refusal", "pick", "saturated", "supported",
+           "nearest_integer", "operand_refusal", "by_partition", "pick", "saturated", "supported",
            "unit_format", "widen_operand"]
 
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
 ENGINE_RUNS = {"vector": VECTOR_OPS + (TensorCopyDynamic, TensorTensorScan, Transpose,
-                          StreamShuffle),
+                          StreamShuffle, RangeSelect),
                "gpsimd": (Iota,) + VECTOR_OPS[:2] + VECTOR_OPS[3:] + (TensorCopyDynamic,)}
 DATA_BITS = 32
 #: Bits of an Iota value: ``base + p * pstep + i * step`` with 32-bit signed fields,
@@ -206,6 +213,19 @@ def moved_bytes(v, word, dtype):
 
 #: Bits of the byte move of a ``TensorCopyDynamic`` source, signed (:func:`moved_bytes`).
 MOVED_BITS = AP_LAYOUT.members["offset"].width + 1
+
+
+def by_partition(lanes: list, first, ways: list[int]):
+    """The bits of ``lanes`` (one a lane) by partition: partition ``P``'s is lane ``(P -
+    first) % n``'s, ``first`` one of ``ways`` (a tile's first partition; combinational)."""
+    n = len(lanes)
+    out = []
+    for part in range(n):
+        bit = lanes[part]
+        for k in ways[1:]:
+            bit = Mux(first == k, lanes[(part - k) % n], bit)
+        out.append(bit)
+    return Cat(*out)
 
 
 def pick(rows, first, chunk: int):
@@ -531,7 +551,7 @@ class VectorEngine(wiring.Component):
         use_scalar, memset, iota, imm, imm1 = Signal(), Signal(), Signal(), Signal(32), \
             Signal(32)
         scan, reverse0, reverse1, stochastic = Signal(), Signal(), Signal(), Signal()
-        transposing, shuffling = Signal(), Signal()
+        transposing, shuffling, selecting = Signal(), Signal(), Signal()
         # TensorCopyDynamic: the offset's AP (``place``), the source moved by ``moved`` bytes
         # once the offset is read (``placed``)
         place, dynamic, placed = Signal(AP_LAYOUT), Signal(), Signal()
@@ -583,6 +603,12 @@ class VectorEngine(wiring.Component):
                 with m.Case(StreamShuffle.OPCODE):
                     m.d.comb += [dst.eq(field(StreamShuffle, "dst")),
                                  a.eq(field(StreamShuffle, "src")), shuffling.eq(1)]
+            if RangeSelect in ENGINE_RUNS[self.kind]:
+                with m.Case(RangeSelect.OPCODE):
+                    f = partial(field, RangeSelect)
+                    m.d.comb += [dst.eq(f("dst")), a.eq(f("src")), s0.eq(f("bound0")),
+                                 s1.eq(f("bound1")), op.eq(VectorOp.COPY), imm.eq(f("fill")),
+                                 selecting.eq(1)]
             if self.kind == "gpsimd":
                 with m.Case(Iota.OPCODE):
                     m.d.comb += [dst.eq(field(Iota, "dst")), a.eq(field(Iota, "dst")),
@@ -652,13 +678,13 @@ class VectorEngine(wiring.Component):
         at = field_positions(StreamShuffle)["shuffle"][0]
         entries = [word[at + 8 * i:at + 8 * i + 8] for i in range(SHUFFLE_LANES)]
         # a shuffle's kept partitions are not written: partition P is lane (P - dst's first)
-        keep = [entries[lane % SHUFFLE_LANES] == SHUFFLE_KEEP for lane in range(n)]
         kept = Signal(n)
-        for part in range(n):
-            lane_keep = keep[part]
-            for k in ways[1:]:
-                lane_keep = Mux(dst.partition == k, keep[(part - k) % n], lane_keep)
-            m.d.comb += kept[part].eq(shuffling & lane_keep)
+        m.d.comb += kept.eq(by_partition([shuffling & (entries[lane % SHUFFLE_LANES]
+                                                       == SHUFFLE_KEEP) for lane in range(n)],
+                                         dst.partition, ways))
+        # RangeSelect's fills by partition (set below) and the place of the element written
+        filled = Signal(n)
+        index = Signal(signed(IOTA_BITS), name="select_index")
         lane_y = []
         for lane in range(n):
             y = unit.o.payload[lane]
@@ -681,7 +707,7 @@ class VectorEngine(wiring.Component):
                 "s1_shift": s1.offset[:2], "s1_dtype": s1.dtype,
                 "d_first": dst.partition, "d_count": dst.partitions,
                 "a_shift": a_shift, "b_shift": b_shift, "w_shift": wd.byte[:2],
-                "memset": memset, "value": value, "set_imm": set_imm,
+                "memset": memset | filled[p], "value": value, "set_imm": set_imm,
                 "set_scalar": set_scalar, "set_scalar1": set_scalar1, "imm": imm,
                 "imm1": imm1, "words": words}
             outputs = {name: Signal(width, name=f"slice{p}_{name}")
@@ -701,6 +727,14 @@ class VectorEngine(wiring.Component):
                                                    | (dst.dtype == DTYPES["uint32"][0])),
                                "iota_w_at": iota_w_at})
             add_lane(m, f"slice{p}", None, SLICE_MODULES[self.kind], inputs, outputs)
+        # RangeSelect: lane l's element written is the fill unless both comparisons of its
+        # place (start + the element's index, in fp32) with the lane's bounds hold
+        place_f = int_to_fp32(m, index)
+        op0, op1_ = field(RangeSelect, "op0"), field(RangeSelect, "op1")
+        fill_lane = [selecting & ~(holds(op0, place_f, slices["scalar"][lane])
+                                   & holds(op1_, place_f, slices["scalar1"][lane]))
+                     for lane in range(n)]
+        m.d.comb += filled.eq(by_partition(fill_lane, dst.partition, ways))
         # each wide signal assigned whole (Amaranth resolves every bit of a signal for each
         # part of it an instance drives: quadratic in the partitions)
         m.d.comb += [unit.i.payload.a.eq(Cat(*slices["a"])),
@@ -740,11 +774,12 @@ class VectorEngine(wiring.Component):
                             m.next = "T_READ"
                     with m.Elif(shuffling):
                         m.next = "SHUFFLE"
-                    with m.Elif((use_scalar | scan)
+                    with m.Elif((use_scalar | scan | selecting)
                                 & ((s0.partitions != 0) | (s1.partitions != 0))):
                         m.next = "SCALAR"
                     with m.Else():
                         m.next = "STREAM"
+                    m.d.sync += index.eq(field(RangeSelect, "start").as_signed())
                     if self.kind == "gpsimd":
                         m.d.sync += [step_sum.eq(0), iota_w_at.eq(0)]
                         m.d.comb += set_base.eq(1)
@@ -775,6 +810,7 @@ class VectorEngine(wiring.Component):
                 m.d.comb += [unit.o.ready.eq(1), writing.eq(unit.o.valid)]
                 with m.If(unit.o.valid):
                     m.d.comb += wd.step.eq(1)
+                    m.d.sync += index.eq(index + 1)
                     if self.kind == "gpsimd":
                         m.d.sync += iota_w_at.eq(iota_w_at + field(Iota, "step").as_signed())
                     with m.If(wd.row_last):

@@ -513,10 +513,11 @@ class SequenceBounds(Instruction):
 
 @dataclass(frozen=True, slots=True)
 class RangeSelect(Instruction):
-    """``dst`` = ``src`` where ``op0(i, bound0)`` and ``op1(i, bound1)`` hold for the
-    element's place ``i`` = ``start`` + its free index (in fp32, the bounds one fp32 a
-    partition), else ``fill`` [NKI ``range_select``, NeuronCore-v3 on; its reduction is a
-    :class:`TensorReduce` after it, the word holding four operands at most]."""
+    """``dst`` = ``src`` (through the vector unit's copy: a NaN canonical) where ``op0(i,
+    bound0)`` and ``op1(i, bound1)`` hold for the element's place ``i`` = ``start`` + its
+    free index (in fp32, the bounds one fp32 a partition), else ``fill`` [NKI
+    ``range_select``, NeuronCore-v3 on; its reduction is a :class:`TensorReduce` after it,
+    the word holding four operands at most]."""
 
     OPCODE: ClassVar[int] = 24
     MNEMONIC: ClassVar[str] = "rselect"

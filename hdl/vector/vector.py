@@ -55,7 +55,7 @@ from hdl.numerics.cast import check_rng, seed_value, seed_words
 from hdl.numerics.constants import CANONICAL_NAN32, NEG_INF32, ONE32, SIGN32
 
 from .convert import ENGINE_FORMATS, check_formats, widen_input
-from .fpcmp import f_eq, f_lt, f_max, is_nan
+from .fpcmp import COMPARISONS, f_lt, f_max, holds, is_nan
 from .lanes import add_cast, add_fp, add_lane, shared_verilog
 from .ops import Reduce, VectorOp
 
@@ -114,7 +114,7 @@ def _element_op(m, op, a, b, instances: bool, suffix: str):
     added = add_fp(m, "add", f"add{suffix}", a, Mux(op == VectorOp.SUBTRACT, b ^ SIGN32, b),
                    instances)
     product = add_fp(m, "mul", f"mul{suffix}", a, Mux(op == VectorOp.SQUARE, a, b), instances)
-    lt, gt, eq = f_lt(a, b), f_lt(b, a), f_eq(a, b)
+    lt, gt = f_lt(a, b), f_lt(b, a)
     unordered = is_nan(a) | is_nan(b)
     r = Signal(32, name=f"r{suffix}")
     with m.Switch(op):
@@ -128,18 +128,8 @@ def _element_op(m, op, a, b, instances: bool, suffix: str):
             m.d.comb += r.eq(Mux(unordered, CANONICAL_NAN32, Mux(lt, b, a)))
         with m.Case(VectorOp.MIN):
             m.d.comb += r.eq(Mux(unordered, CANONICAL_NAN32, Mux(gt, b, a)))
-        with m.Case(VectorOp.IS_EQUAL):
-            m.d.comb += r.eq(Mux(eq, ONE32, 0))
-        with m.Case(VectorOp.NOT_EQUAL):
-            m.d.comb += r.eq(Mux(eq, 0, ONE32))
-        with m.Case(VectorOp.GREATER):
-            m.d.comb += r.eq(Mux(gt, ONE32, 0))
-        with m.Case(VectorOp.GREATER_EQUAL):
-            m.d.comb += r.eq(Mux(gt | eq, ONE32, 0))
-        with m.Case(VectorOp.LESS):
-            m.d.comb += r.eq(Mux(lt, ONE32, 0))
-        with m.Case(VectorOp.LESS_EQUAL):
-            m.d.comb += r.eq(Mux(lt | eq, ONE32, 0))
+        with m.Case(*COMPARISONS):
+            m.d.comb += r.eq(Mux(holds(op, a, b), ONE32, 0))
         with m.Case(VectorOp.BITWISE_AND):
             m.d.comb += r.eq(a & b)
         with m.Case(VectorOp.BITWISE_OR):

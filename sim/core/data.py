@@ -323,8 +323,9 @@ class Data:
                 take = (starts[:, None] + np.arange(ins.per)[None, :]).reshape(-1)
                 out[g:g + 16] = src[g:g + 16][:, np.minimum(take, src.shape[1] - 1)]
             self.write(ins.dst, out)
-        elif isinstance(ins, RangeSelect):
-            x = self.read32(ins.src).reshape(ins.src.partitions, -1)
+        elif isinstance(ins, RangeSelect):  # src through the vector unit's copy
+            x = vector.elementwise(VectorOp.COPY, self.read32(ins.src), 0).reshape(
+                ins.src.partitions, -1)
             place = (ins.start + np.arange(x.shape[1])).astype(f32).view(np.uint32)
             keep = np.ones(x.shape, dtype=bool)
             for op, bound in ((ins.op0, ins.bound0), (ins.op1, ins.bound1)):

@@ -21,6 +21,7 @@ from hdl.core.isa import (
     LoadStationary,
     Memset,
     MultiplyMoving,
+    RangeSelect,
     SemWait,
     StreamShuffle,
     TensorCopy,
@@ -306,6 +307,47 @@ def _shuffles(b: Builder) -> None:
     for q, (dst, src) in enumerate(((out, _tile(b, t, 2 * n)),
                                     (out16, _tile(b, t16, n + 1, "bf16")),
                                     (out8, _tile(b, t8, 8, "int8")))):
+        b.wait(f"dma{q}", done)
+        b.emit(f"dma{q}", DmaCopy(dst=dst.ap((0, p)), src=src))
+
+
+def _range_selects(b: Builder) -> None:
+    """RangeSelect on the vector engine: each element kept where its place (``start`` + its
+    index) holds against the partition's bounds (GpSimd's iotas, and values loaded), else
+    the fill; fp32 with a negative start, bf16 strided, every comparison."""
+    p, n = b.params.partitions, 20
+    x = b.hbm("x", (p, n), "fp32")
+    h = b.hbm("h", (p, 2 * n), "bf16")
+    bounds = b.hbm("bounds", (p, 2), "fp32")
+    out = b.hbm("out", (p, 2 * n), "fp32")
+    out16 = b.hbm("out16", (p, 2 * n), "bf16")
+    sx, sh, sb = b.sbuf(4 * n, "x"), b.sbuf(4 * n, "h"), b.sbuf(16, "bounds")
+    t, t16 = b.sbuf(8 * n, "out"), b.sbuf(4 * n, "out16")
+    for q, (dst, src) in enumerate(((_tile(b, sx, n), x), (_tile(b, sh, 2 * n, "bf16"), h),
+                                    (_tile(b, sb, 2), bounds))):
+        b.emit(f"dma{q}", DmaCopy(dst=dst, src=src.ap((0, p))))
+    g, v = "gpsimd", "vector"
+    lo, hi = b.column(sb + 8, p), b.column(sb + 12, p)
+    b.emit(g, Iota(dst=lo, base=-3, pstep=1, step=0))  # partition q: -3 + q .. 10 - q / 2
+    b.emit(g, Iota(dst=hi, base=10, pstep=-1, step=0))
+    b.emit(g, TensorScalar(dst=hi, src=hi, op0=VectorOp.MULTIPLY, imm0=0.5))
+    b.wait(v, b.signal(g), *(b.signal(f"dma{q}") for q in range(3)))
+    ops = (VectorOp.IS_EQUAL, VectorOp.LESS, VectorOp.LESS_EQUAL, VectorOp.GREATER,
+           VectorOp.GREATER_EQUAL)
+    b.emit(v, RangeSelect(dst=_tile(b, t, n), src=_tile(b, sx, n), bound0=lo, bound1=hi,
+                          op0=VectorOp.GREATER_EQUAL, op1=VectorOp.LESS, start=-4,
+                          fill=-1e30))
+    b.emit(v, RangeSelect(dst=_tile(b, t + 4 * n, n), src=_tile(b, sx, n),
+                          bound0=b.column(sb, p), bound1=b.column(sb + 4, p),
+                          op0=VectorOp.GREATER, op1=VectorOp.LESS_EQUAL, start=-1, fill=7.5))
+    for k, (op0, op1) in enumerate(zip(ops, ops[2:] + ops[:2], strict=True)):
+        b.emit(v, RangeSelect(dst=_tile(b, t16 + 8 * k, 4, "bf16"),
+                              src=_tile(b, sh + 8 * k, 4, "bf16", dims=((4, 2),)),
+                              bound0=lo, bound1=hi, op0=op0, op1=op1, start=2 * k - 6,
+                              fill=0.1 * k - 0.3))
+    done = b.signal(v)
+    for q, (dst, src) in enumerate(((out, _tile(b, t, 2 * n)),
+                                    (out16, _tile(b, t16, 2 * n, "bf16")))):
         b.wait(f"dma{q}", done)
         b.emit(f"dma{q}", DmaCopy(dst=dst.ap((0, p)), src=src))
 
@@ -955,6 +997,7 @@ PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
              "stochastic": (_stochastic, False), "element_types": (_element_types, False),
              "vector_transposes": (_vector_transposes, False),
              "dynamic_copies": (_dynamic_copies, False), "shuffles": (_shuffles, False),
+             "range_selects": (_range_selects, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)
                 for name in ("cross_entropy_backward", "swiglu_backward")
                 for dtype in ("fp32", "bf16")},

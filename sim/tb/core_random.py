@@ -6,7 +6,8 @@ DMA loads from HBM, element-wise operations (``TensorTensor`` on inputs of one t
 copies and memsets on every engine that runs them (vector, GpSimd, and the scalar engine's
 TensorScalar, of one operation or two, TensorCopy and TensorCopyDynamic, its source moved
 by a place read at run time), the vector engine's reductions,
-transposes, shuffles (partitions moved within quadrants, some kept) and scans
+transposes, shuffles (partitions moved within quadrants, some kept), range selects (from
+NeuronCore-v3 on) and scans
 (``TensorTensorScan``, either operation's operands swapped, from an immediate or a
 per-partition column),
 GpSimd's iotas, the scalar engine's activations (with a bias column and a running sum), the
@@ -34,6 +35,7 @@ from hdl.core.isa import (
     LoadStationary,
     Memset,
     MultiplyMoving,
+    RangeSelect,
     StreamShuffle,
     TensorCopy,
     TensorCopyDynamic,
@@ -147,7 +149,7 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
     for _ in range(steps):
         have = [i for i in filled() if plan.types[("s", i)][0] != "fp8_e4m3"]
         kind = rng.choice(("tt", "ts", "reduce", "copy", "memset", "iota", "act", "act", "mm",
-                           "mm", "load", "store", "scan", "transpose", "shuffle"))
+                           "mm", "load", "store", "scan", "transpose", "shuffle", "rselect"))
         dst = rng.randrange(_SLOTS)
         out_t = rng.choice(_TYPES + _OTHER_TYPES)
         if kind == "load":
@@ -263,6 +265,23 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
             ins = StreamShuffle(dst=slot_ap(dst, a_t, n), src=slot_ap(a, a_t, n),
                                 shuffle=entries)
             plan.touch("vector", [("s", a)], [("s", dst)], lambda ins=ins: b.emit("vector", ins))
+        elif kind == "rselect" and have and int(params.version.lstrip("v")) >= 3:
+            # kept where its place holds against two per-partition columns, else the fill
+            a = rng.choice(have)
+            a_t, n = plan.types[("s", a)]
+            if dst == a:
+                continue
+            c0, c1 = rng.randrange(_SLOTS), rng.randrange(_SLOTS)
+            plan.types[("s", dst)] = (out_t, n)
+            comparisons = (VectorOp.IS_EQUAL, VectorOp.LESS, VectorOp.LESS_EQUAL,
+                           VectorOp.GREATER, VectorOp.GREATER_EQUAL)
+            ins = RangeSelect(dst=slot_ap(dst, out_t, n), src=slot_ap(a, a_t, n),
+                              bound0=b.column(plan.cols + 4 * c0, p),
+                              bound1=b.column(plan.cols + 4 * c1, p),
+                              op0=rng.choice(comparisons), op1=rng.choice(comparisons),
+                              start=rng.randint(-n, n), fill=rng.uniform(-3, 3))
+            plan.touch("vector", [("s", a), ("c", c0), ("c", c1)], [("s", dst)],
+                       lambda ins=ins: b.emit("vector", ins))
         elif kind == "memset":
             plan.types[("s", dst)] = (out_t, free)
             ins = Memset(dst=slot_ap(dst, out_t, free), value=rng.uniform(-3, 3))

@@ -11,6 +11,7 @@ from indexing import swap_blocks, window_stats
 from isa_more import (
     columns_at,
     partition_broadcast,
+    ranges,
     scan,
     scan_reversed,
     stats,
@@ -54,3 +55,5 @@ if __name__ == "__main__":
     transposes(normal(8, 8))
     steps(normal(16, 8))
     columns_at(normal(16, 12), np.array([[3, 0, 11, 5]], dtype=np.int32))
+    ranges(normal(16, 24), np.arange(-8.0, 8.0, dtype=np.float32).reshape(16, 1),
+           np.arange(20.0, 4.0, -1.0, dtype=np.float32).reshape(16, 1), -3)
