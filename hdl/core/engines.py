@@ -48,6 +48,11 @@ bounds loaded as ``TensorScalar``'s operands are; each element written is the fi
 a memset's value) unless both comparisons of its place (``start`` plus its index among the
 elements written, in fp32) with its lane's bounds hold (:func:`~hdl.vector.fpcmp.holds`).
 
+The vector engine's ``Max8`` streams its source through the unit as a copy into fp32,
+each lane inserting its values into a list of its 8 largest (:func:`top8`), then streams
+each lane's list through the unit as a copy into ``dst``; the unit's beats are the
+source's elements and then the 8 (:func:`sim.core.data.unit_beats`).
+
 ``TensorTensorScan`` streams ``a`` and ``b`` as ``TensorTensor`` does, its running value's
 initial value the per-partition ``initial`` (read as ``operand0`` is) or the immediate
 ``imm``; the unit's lanes carry the running value from element to element in fp32 (the
@@ -84,6 +89,7 @@ from hdl.core.isa import (
     WORD_BITS,
     Instruction,
     Iota,
+    Max8,
     Memset,
     RangeSelect,
     StreamShuffle,
@@ -101,7 +107,7 @@ from hdl.numerics.cast import FormatCastLane
 from hdl.numerics.formats import FP32, format_by_name
 from hdl.numerics.fpu import Widen, WidenParams, lzc, round_pack
 from hdl.vector.convert import ENGINE_FORMATS
-from hdl.vector.fpcmp import holds
+from hdl.vector.fpcmp import f_lt, holds, is_nan
 from hdl.vector.lanes import add_lane
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
@@ -116,7 +122,7 @@ __all__ = ["ENGINE_DTYPES", "ENGINE_RUNS", "GENERATOR_SEED", "IOTA_MODULE", "OPE
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
 ENGINE_RUNS = {"vector": VECTOR_OPS + (TensorCopyDynamic, TensorTensorScan, Transpose,
-                          StreamShuffle, RangeSelect),
+                          StreamShuffle, RangeSelect, Max8),
                "gpsimd": (Iota,) + VECTOR_OPS[:2] + VECTOR_OPS[3:] + (TensorCopyDynamic,)}
 DATA_BITS = 32
 #: Bits of an Iota value: ``base + p * pstep + i * step`` with 32-bit signed fields,
@@ -213,6 +219,23 @@ def moved_bytes(v, word, dtype):
 
 #: Bits of the byte move of a ``TensorCopyDynamic`` source, signed (:func:`moved_bytes`).
 MOVED_BITS = AP_LAYOUT.members["offset"].width + 1
+
+
+def top8(m: Module, v, clear, insert) -> Array:
+    """The 8 largest fp32 values ``v`` inserted (``insert``) since ``clear``, largest first,
+    as registers: a value goes before the first that is smaller (as fp32 values: after equal
+    ones, as a stable sort puts them), a NaN after every other; Max8's list."""
+    top = [Signal(32, name=f"top{k}") for k in range(8)]
+    held = [Signal(name=f"held{k}") for k in range(8)]
+    before = [~held[k] | (~is_nan(v) & (is_nan(top[k]) | f_lt(top[k], v))) for k in range(8)]
+    with m.If(clear):
+        m.d.sync += [h.eq(0) for h in held]
+    with m.Elif(insert):
+        for k in range(8):
+            with m.If(before[k]):  # v here, or the entry before it moved down
+                m.d.sync += [held[k].eq(Mux(before[k - 1], held[k - 1], 1) if k else 1),
+                             top[k].eq(Mux(before[k - 1], top[k - 1], v) if k else v)]
+    return Array(top)
 
 
 def by_partition(lanes: list, first, ways: list[int]):
@@ -447,7 +470,9 @@ class EngineSlice(wiring.Component):
                    "scalar": Out(32), "scalar1": Out(32), "w_data": Out(32),
                    "w_part": Out(1)}
         if kind == "vector":
-            members.update({"raw": In(1), "a_raw": Out(32)})
+            members.update({"raw": In(1), "a_raw": Out(32), "lane_mode": In(1),
+                            "clear": In(1), "insert": In(1), "emit": In(1),
+                            "emit_k": In(range(8))})
         if kind == "gpsimd":
             members.update({"iota": In(1), "set_base": In(1), "iota_base": In(signed(32)),
                             "iota_pstep": In(signed(32)), "iota_at": In(signed(IOTA_BITS)),
@@ -467,11 +492,16 @@ class EngineSlice(wiring.Component):
                  self.imm1, self.set_scalar1, "operand1")):
             load_operand(m, reg, rows, first, shift, dtype, self.chunk, self.set_imm, imm,
                          load, name, self.words)
-        result = pick(self.y_rows, self.d_first, self.chunk)
+        first = self.d_first
+        if self.kind == "vector":  # lane ``index``'s own output in lane mode
+            first = Mux(self.lane_mode, 0, self.d_first)
+        result = pick(self.y_rows, first, self.chunk)
         out = lane_output(m, Mux(self.memset, self.value, result), self.d_dtype, self.words)
         if self.kind == "vector":
             out = Mux(self.raw, result, out)
             m.d.comb += self.a_raw.eq(raw_a)
+            lane_a = Mux(self.emit, top8(m, result, self.clear, self.insert)[self.emit_k],
+                         lane_a)
         if self.kind == "gpsimd":
             lane_base = Signal(signed(IOTA_BITS))
             out = Mux(self.iota_raw, (lane_base + self.iota_w_at)[:32], out)
@@ -552,6 +582,11 @@ class VectorEngine(wiring.Component):
             Signal(32)
         scan, reverse0, reverse1, stochastic = Signal(), Signal(), Signal(), Signal()
         transposing, shuffling, selecting = Signal(), Signal(), Signal()
+        # Max8: the search (the source through the unit, each lane's values into its list),
+        # then the emission (the lists through the unit into dst)
+        maxing, emit_phase = Signal(), Signal()
+        searching, emitting = maxing & ~emit_phase, maxing & emit_phase
+        k, emit_k, clear = Signal(range(9)), Signal(range(8)), Signal()
         # TensorCopyDynamic: the offset's AP (``place``), the source moved by ``moved`` bytes
         # once the offset is read (``placed``)
         place, dynamic, placed = Signal(AP_LAYOUT), Signal(), Signal()
@@ -603,6 +638,10 @@ class VectorEngine(wiring.Component):
                 with m.Case(StreamShuffle.OPCODE):
                     m.d.comb += [dst.eq(field(StreamShuffle, "dst")),
                                  a.eq(field(StreamShuffle, "src")), shuffling.eq(1)]
+            if Max8 in ENGINE_RUNS[self.kind]:
+                with m.Case(Max8.OPCODE):
+                    m.d.comb += [dst.eq(field(Max8, "dst")), a.eq(field(Max8, "src")),
+                                 op.eq(VectorOp.COPY), maxing.eq(1)]
             if RangeSelect in ENGINE_RUNS[self.kind]:
                 with m.Case(RangeSelect.OPCODE):
                     f = partial(field, RangeSelect)
@@ -618,18 +657,19 @@ class VectorEngine(wiring.Component):
         m.submodules.wb = wb = ApWalker()
         m.submodules.wd = wd = ApWalker()
         start = Signal()
-        m.d.comb += [wa.ap.eq(a), wb.ap.eq(b), wd.ap.eq(dst),
+        m.d.comb += [wa.ap.eq(a), wb.ap.eq(b), wd.ap.eq(Mux(searching, a, dst)),
                      wa.start.eq(start), wb.start.eq(start), wd.start.eq(start)]
 
         words = bitwise(op) | bitwise(op1)  # isa.integer_words
         formats = self.params.formats
-        in_format = Mux(iota, formats.index("fp32"), unit_format(formats, a.dtype))
+        in_format = Mux(iota | emitting, formats.index("fp32"), unit_format(formats, a.dtype))
         b_format, out_format = unit_format(formats, b.dtype), unit_format(formats, dst.dtype)
         m.d.comb += [unit.op.eq(op), unit.op1.eq(op1), unit.reduce.eq(reduce),
                      unit.use_scalar.eq(use_scalar), unit.scan.eq(scan),
                      unit.reverse0.eq(reverse0), unit.reverse1.eq(reverse1),
                      unit.in_format.eq(in_format), unit.b_format.eq(b_format),
-                     unit.out_format.eq(out_format), unit.stochastic.eq(stochastic)]
+                     unit.out_format.eq(Mux(searching, formats.index("fp32"), out_format)),
+                     unit.stochastic.eq(stochastic)]
 
         # the read side: a (and b) of every partition, one cycle after the address
         s1_valid, s1_last, sent = Signal(), Signal(), Signal()
@@ -714,7 +754,9 @@ class VectorEngine(wiring.Component):
                        for name, width in (("a", 32), ("b", 32), ("scalar", 32),
                                            ("scalar1", 32), ("w_data", 32), ("w_part", 1))}
             if self.kind == "vector":
-                inputs["raw"] = transposing | shuffling
+                inputs.update({"raw": transposing | shuffling, "lane_mode": searching,
+                               "clear": clear, "insert": searching & unit.o.valid,
+                               "emit": emitting, "emit_k": emit_k})
                 outputs["a_raw"] = a_raws[p]
             for name, signal in outputs.items():
                 slices[name].append(signal)
@@ -746,8 +788,10 @@ class VectorEngine(wiring.Component):
 
         with m.FSM():
             with m.State("IDLE"):
+                m.d.comb += clear.eq(self.issue)  # Max8's lists
                 with m.If(self.issue):
-                    m.d.sync += [word.eq(self.word), placed.eq(0), moved.eq(0)]
+                    m.d.sync += [word.eq(self.word), placed.eq(0), moved.eq(0),
+                                 emit_phase.eq(0)]
                     m.next = "SETUP"
             with m.State("PLACE"):
                 # the offset's word through port b (SBUF), then v * stride elements
@@ -807,12 +851,33 @@ class VectorEngine(wiring.Component):
                         if self.kind == "gpsimd":
                             m.d.sync += [iota_at.eq(step_sum), step_sum.eq(
                                 step_sum + field(Iota, "step").as_signed())]
-                m.d.comb += [unit.o.ready.eq(1), writing.eq(unit.o.valid)]
+                m.d.comb += [unit.o.ready.eq(1), writing.eq(unit.o.valid & ~searching)]
                 with m.If(unit.o.valid):
                     m.d.comb += wd.step.eq(1)
                     m.d.sync += index.eq(index + 1)
                     if self.kind == "gpsimd":
                         m.d.sync += iota_w_at.eq(iota_w_at + field(Iota, "step").as_signed())
+                    with m.If(wd.row_last & searching):
+                        m.d.sync += emit_phase.eq(1)
+                        m.next = "EMIT_SETUP"
+                    with m.Elif(wd.row_last):
+                        m.d.comb += self.done.eq(1)
+                        m.next = "IDLE"
+            with m.State("EMIT_SETUP"):  # Max8: the walkers again, dst's now
+                m.d.comb += start.eq(1)
+                m.d.sync += [sent.eq(0), s1_valid.eq(0), k.eq(0)]
+                m.next = "EMIT"
+            with m.State("EMIT"):
+                # list entry k of every lane into the unit, as a source element would be
+                adv = ~s1_valid | unit.i.ready
+                with m.If(adv):
+                    m.d.sync += s1_valid.eq(~sent)
+                    with m.If(~sent):
+                        m.d.sync += [emit_k.eq(k), k.eq(k + 1), s1_last.eq(k == 7),
+                                     sent.eq(k == 7)]
+                m.d.comb += [unit.o.ready.eq(1), writing.eq(unit.o.valid)]
+                with m.If(unit.o.valid):
+                    m.d.comb += wd.step.eq(1)
                     with m.If(wd.row_last):
                         m.d.comb += self.done.eq(1)
                         m.next = "IDLE"

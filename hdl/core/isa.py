@@ -556,7 +556,8 @@ class LocalGather(Instruction):
 @dataclass(frozen=True, slots=True)
 class Max8(Instruction):
     """The 8 largest elements of each partition of ``src`` (its free elements flattened,
-    compared as fp32), largest first, into ``dst``'s 8 [NKI ``max8``]."""
+    compared as fp32 through the vector unit's copy: a NaN canonical and below every other),
+    largest first, equal ones in their order in ``src``, into ``dst``'s 8 [NKI ``max8``]."""
 
     OPCODE: ClassVar[int] = 16
     MNEMONIC: ClassVar[str] = "max8"

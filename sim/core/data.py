@@ -285,8 +285,9 @@ class Data:
         """The instructions of :data:`_SELECTIONS`: the 8-wide searches, the random draws,
         the gathers, the range select and the sequence bounds."""
         f32 = np.float32
-        if isinstance(ins, Max8):
-            x = self.read32(ins.src).view(f32).reshape(ins.src.partitions, -1)
+        if isinstance(ins, Max8):  # the source through the vector unit's copy
+            x = vector.elementwise(VectorOp.COPY, self.read32(ins.src), 0).view(f32).reshape(
+                ins.src.partitions, -1)
             top = -np.sort(-x, axis=1, kind="stable")[:, :8]
             self.write32(ins.dst, np.ascontiguousarray(top).view(np.uint32))
         elif isinstance(ins, FindIndex8 | MatchReplace8):
@@ -451,13 +452,17 @@ def unit_beats(kind: str, ins: Instruction, params) -> tuple[str, int, int]:
 
     The vector and GpSimd engines: one unit each of a lane per partition (the tile's
     ``j``-th partition on lane ``j``), a beat per element of ``dst``; a reduction one beat
-    (its one row), a memset, a transpose and a shuffle none (they bypass the unit). The
+    (its one row), a memset, a transpose and a shuffle none (they bypass the unit), a
+    ``Max8`` one per element of ``src`` and then its 8 (its search streams the source
+    through the unit, its 8 go through it into ``dst``). The
     scalar engine: its activation unit for ``Activation`` and its vector unit for the rest,
     each of ``activation_lanes`` lanes serving the tile's partitions in turns, a beat per
     element each turn. The tensor engine and DMA round nothing: no beats."""
     if kind in ("vector", "gpsimd"):
         if isinstance(ins, Memset | Transpose | StreamShuffle):
             return kind, params.partitions, 0
+        if isinstance(ins, Max8):
+            return kind, params.partitions, ins.src.free + ins.dst.free
         return kind, params.partitions, 1 if isinstance(ins, TensorReduce) else ins.dst.free
     if kind == "scalar":
         lanes = params.activation_lanes

@@ -19,6 +19,7 @@ from hdl.core.isa import (
     DmaCopy,
     Iota,
     LoadStationary,
+    Max8,
     Memset,
     MultiplyMoving,
     RangeSelect,
@@ -348,6 +349,41 @@ def _range_selects(b: Builder) -> None:
     done = b.signal(v)
     for q, (dst, src) in enumerate(((out, _tile(b, t, 2 * n)),
                                     (out16, _tile(b, t16, 2 * n, "bf16")))):
+        b.wait(f"dma{q}", done)
+        b.emit(f"dma{q}", DmaCopy(dst=dst.ap((0, p)), src=src))
+
+
+def _top8s(b: Builder) -> None:
+    """Max8 on the vector engine: fp32, a strided source into bf16, a bf16 source, zeros of
+    both signs (ties kept in order) and a row of infinities and NaNs (x * 1e38 * 1e38, times
+    x > 0.5: NaN where it is not)."""
+    p, n = b.params.partitions, 24
+    x = b.hbm("x", (p, n), "fp32")
+    h = b.hbm("h", (p, n), "bf16")
+    out = b.hbm("out", (p, 32), "fp32")
+    out16 = b.hbm("out16", (p, 16), "bf16")
+    sx, sh = b.sbuf(4 * n, "x"), b.sbuf(2 * n, "h")
+    zeros, inf, keep = (b.sbuf(4 * n, name) for name in ("zeros", "inf", "keep"))
+    t, t16 = b.sbuf(4 * 32, "out"), b.sbuf(2 * 16, "out16")
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n), src=x.ap((0, p))))
+    b.emit("dma1", DmaCopy(dst=_tile(b, sh, n, "bf16"), src=h.ap((0, p))))
+    v = "vector"
+    b.wait(v, b.signal("dma0"), b.signal("dma1"))
+    b.emit(v, TensorScalar(dst=_tile(b, zeros, n), src=_tile(b, sx, n),
+                           op0=VectorOp.MULTIPLY, imm0=0.0))
+    b.emit(v, TensorScalar(dst=_tile(b, inf, n), src=_tile(b, sx, n), op0=VectorOp.MULTIPLY,
+                           imm0=1e38, op1=VectorOp.MULTIPLY, imm1=1e38))
+    b.emit(v, TensorScalar(dst=_tile(b, keep, n), src=_tile(b, sx, n), op0=VectorOp.GREATER,
+                           imm0=0.5))
+    b.emit(v, TensorTensor(dst=_tile(b, inf, n), a=_tile(b, inf, n), b=_tile(b, keep, n),
+                           op=VectorOp.MULTIPLY))
+    for k, src in enumerate((_tile(b, sx, n), _tile(b, zeros, n), _tile(b, inf, n),
+                             _tile(b, sh, n, "bf16"))):
+        b.emit(v, Max8(dst=_tile(b, t + 32 * k, 8), src=src))
+    b.emit(v, Max8(dst=_tile(b, t16, 8, "bf16"), src=_tile(b, sx, n // 2, dims=((n // 2, 2),))))
+    b.emit(v, Max8(dst=_tile(b, t16 + 16, 8, "bf16"), src=_tile(b, sh + 2, n - 1, "bf16")))
+    done = b.signal(v)
+    for q, (dst, src) in enumerate(((out, _tile(b, t, 32)), (out16, _tile(b, t16, 16, "bf16")))):
         b.wait(f"dma{q}", done)
         b.emit(f"dma{q}", DmaCopy(dst=dst.ap((0, p)), src=src))
 
@@ -997,7 +1033,7 @@ PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
              "stochastic": (_stochastic, False), "element_types": (_element_types, False),
              "vector_transposes": (_vector_transposes, False),
              "dynamic_copies": (_dynamic_copies, False), "shuffles": (_shuffles, False),
-             "range_selects": (_range_selects, False),
+             "range_selects": (_range_selects, False), "top8s": (_top8s, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)
                 for name in ("cross_entropy_backward", "swiglu_backward")
                 for dtype in ("fp32", "bf16")},

@@ -7,7 +7,7 @@ copies and memsets on every engine that runs them (vector, GpSimd, and the scala
 TensorScalar, of one operation or two, TensorCopy and TensorCopyDynamic, its source moved
 by a place read at run time), the vector engine's reductions,
 transposes, shuffles (partitions moved within quadrants, some kept), range selects (from
-NeuronCore-v3 on) and scans
+NeuronCore-v3 on), Max8 and scans
 (``TensorTensorScan``, either operation's operands swapped, from an immediate or a
 per-partition column),
 GpSimd's iotas, the scalar engine's activations (with a bias column and a running sum), the
@@ -33,6 +33,7 @@ from hdl.core.isa import (
     DmaCopy,
     Iota,
     LoadStationary,
+    Max8,
     Memset,
     MultiplyMoving,
     RangeSelect,
@@ -149,7 +150,8 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
     for _ in range(steps):
         have = [i for i in filled() if plan.types[("s", i)][0] != "fp8_e4m3"]
         kind = rng.choice(("tt", "ts", "reduce", "copy", "memset", "iota", "act", "act", "mm",
-                           "mm", "load", "store", "scan", "transpose", "shuffle", "rselect"))
+                           "mm", "load", "store", "scan", "transpose", "shuffle", "rselect",
+                           "max8"))
         dst = rng.randrange(_SLOTS)
         out_t = rng.choice(_TYPES + _OTHER_TYPES)
         if kind == "load":
@@ -282,6 +284,15 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
                               start=rng.randint(-n, n), fill=rng.uniform(-3, 3))
             plan.touch("vector", [("s", a), ("c", c0), ("c", c1)], [("s", dst)],
                        lambda ins=ins: b.emit("vector", ins))
+        elif kind == "max8" and have:
+            # each partition's 8 largest, largest first
+            a = rng.choice(have)
+            a_t, n = plan.types[("s", a)]
+            if dst == a or n < 8:
+                continue
+            plan.types[("s", dst)] = (out_t, 8)
+            ins = Max8(dst=slot_ap(dst, out_t, 8), src=slot_ap(a, a_t, n))
+            plan.touch("vector", [("s", a)], [("s", dst)], lambda ins=ins: b.emit("vector", ins))
         elif kind == "memset":
             plan.types[("s", dst)] = (out_t, free)
             ins = Memset(dst=slot_ap(dst, out_t, free), value=rng.uniform(-3, 3))

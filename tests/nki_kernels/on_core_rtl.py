@@ -4,6 +4,7 @@ the core simulator and co-simulates it on the core RTL, every byte compared; amo
 kernel longer than a sequencer's ring of the simulated core (``steps``)."""
 
 import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 import numpy as np
 from elementwise import bias_activation, row_stats, transpose_tile
@@ -20,6 +21,14 @@ from isa_more import (
     transposes,
 )
 from matmul_v1 import matmul_plain
+
+
+@nki.jit
+def largest(x):
+    """Each partition's 8 largest elements, largest first (nisa.max8), from bf16."""
+    out = nl.ndarray((x.shape[0], 8), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, nisa.max8(src=nl.load(x, dtype=nl.bfloat16)))
+    return out
 
 
 @nki.jit
@@ -57,3 +66,4 @@ if __name__ == "__main__":
     columns_at(normal(16, 12), np.array([[3, 0, 11, 5]], dtype=np.int32))
     ranges(normal(16, 24), np.arange(-8.0, 8.0, dtype=np.float32).reshape(16, 1),
            np.arange(20.0, 4.0, -1.0, dtype=np.float32).reshape(16, 1), -3)
+    largest(normal(16, 40))
