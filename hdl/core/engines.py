@@ -53,6 +53,14 @@ each lane inserting its values into a list of its 8 largest (:func:`top8`), then
 each lane's list through the unit as a copy into ``dst``; the unit's beats are the
 source's elements and then the 8 (:func:`sim.core.data.unit_beats`).
 
+The vector engine's ``FindIndex8`` and ``MatchReplace8`` read their 8 values a lane
+element by element (through port ``b``, widened as a scalar operand is), stream the data
+through the unit as a copy into fp32, each lane noting where each value first occurs
+(:func:`match8`; for ``MatchReplace8`` an element matched goes on as ``imm`` to the values
+after), then ``MatchReplace8`` copies the data into ``dst`` through the unit with ``imm``
+(cast as a memset's value) at the places matched, and the indices are written as they are
+(``FindIndex8``'s ``dst``, ``MatchReplace8``'s ``dst_idx``).
+
 ``TensorTensorScan`` streams ``a`` and ``b`` as ``TensorTensor`` does, its running value's
 initial value the per-partition ``initial`` (read as ``operand0`` is) or the immediate
 ``imm``; the unit's lanes carry the running value from element to element in fp32 (the
@@ -87,8 +95,10 @@ from hdl.core.isa import (
     SHUFFLE_LANES,
     TF32_SHIFT,
     WORD_BITS,
+    FindIndex8,
     Instruction,
     Iota,
+    MatchReplace8,
     Max8,
     Memset,
     RangeSelect,
@@ -107,7 +117,7 @@ from hdl.numerics.cast import FormatCastLane
 from hdl.numerics.formats import FP32, format_by_name
 from hdl.numerics.fpu import Widen, WidenParams, lzc, round_pack
 from hdl.vector.convert import ENGINE_FORMATS
-from hdl.vector.fpcmp import f_lt, holds, is_nan
+from hdl.vector.fpcmp import f_eq, f_lt, holds, is_nan
 from hdl.vector.lanes import add_lane
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
@@ -122,7 +132,7 @@ __all__ = ["ENGINE_DTYPES", "ENGINE_RUNS", "GENERATOR_SEED", "IOTA_MODULE", "OPE
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
 ENGINE_RUNS = {"vector": VECTOR_OPS + (TensorCopyDynamic, TensorTensorScan, Transpose,
-                          StreamShuffle, RangeSelect, Max8),
+                          StreamShuffle, RangeSelect, Max8, FindIndex8, MatchReplace8),
                "gpsimd": (Iota,) + VECTOR_OPS[:2] + VECTOR_OPS[3:] + (TensorCopyDynamic,)}
 DATA_BITS = 32
 #: Bits of an Iota value: ``base + p * pstep + i * step`` with 32-bit signed fields,
@@ -236,6 +246,43 @@ def top8(m: Module, v, clear, insert) -> Array:
                 m.d.sync += [held[k].eq(Mux(before[k - 1], held[k - 1], 1) if k else 1),
                              top[k].eq(Mux(before[k - 1], top[k - 1], v) if k else v)]
     return Array(top)
+
+
+#: Bits of an element's index in a search of FindIndex8 and MatchReplace8 (its source's
+#: elements a partition, at most 16,384).
+INDEX_BITS = 16
+
+
+def match8(m: Module, v, lane) -> tuple:
+    """FindIndex8's and MatchReplace8's state of one lane (``lane``, an
+    :class:`EngineSlice`): its 8 values, each loaded from the lane's ``scalar`` register
+    (``set_val``, value ``emit_k``), and where each first occurs among the fp32 values ``v``
+    searched (``match``, ``v`` the element at index ``at``), an element matched by value
+    ``j`` going on as ``imm`` to the values after ``j`` (``chain``: MatchReplace8's
+    replacements, in turn). ``(found_at, replaced)``: value ``emit_k``'s index (else
+    2**32 - 1 with ``miss_ones``, else 0), and whether the element at ``at`` was matched."""
+    vals = Array(Signal(32, name=f"val{j}") for j in range(8))
+    found = Array(Signal(name=f"found{j}") for j in range(8))
+    where = Array(Signal(INDEX_BITS, name=f"where{j}") for j in range(8))
+    # the element as value j sees it: v, or imm once an earlier value matched it (chain)
+    cur = v
+    hits = []
+    for j in range(8):
+        hit, seen = Signal(name=f"hit{j}"), Signal(32, name=f"seen{j}")
+        m.d.comb += [seen.eq(cur), hit.eq(~found[j] & f_eq(seen, vals[j]))]
+        hits.append(hit)
+        cur = Mux(lane.chain & hit, lane.imm, seen)
+    with m.If(lane.set_val):
+        m.d.sync += vals[lane.emit_k].eq(lane.scalar)
+    with m.If(lane.clear):
+        m.d.sync += [found[j].eq(0) for j in range(8)]
+    with m.Elif(lane.match):
+        for j in range(8):
+            with m.If(hits[j]):
+                m.d.sync += [found[j].eq(1), where[j].eq(lane.at)]
+    miss = Mux(lane.miss_ones, 0xFFFFFFFF, 0)
+    replaced = Cat(*[found[j] & (where[j] == lane.at) for j in range(8)]).any()
+    return Mux(found[lane.emit_k], where[lane.emit_k], miss), replaced
 
 
 def by_partition(lanes: list, first, ways: list[int]):
@@ -472,7 +519,9 @@ class EngineSlice(wiring.Component):
         if kind == "vector":
             members.update({"raw": In(1), "a_raw": Out(32), "lane_mode": In(1),
                             "clear": In(1), "insert": In(1), "emit": In(1),
-                            "emit_k": In(range(8))})
+                            "emit_k": In(range(8)), "set_val": In(1), "match": In(1),
+                            "chain": In(1), "at": In(INDEX_BITS), "miss_ones": In(1),
+                            "found_at": Out(32), "replaced": Out(1)})
         if kind == "gpsimd":
             members.update({"iota": In(1), "set_base": In(1), "iota_base": In(signed(32)),
                             "iota_pstep": In(signed(32)), "iota_at": In(signed(IOTA_BITS)),
@@ -502,6 +551,8 @@ class EngineSlice(wiring.Component):
             m.d.comb += self.a_raw.eq(raw_a)
             lane_a = Mux(self.emit, top8(m, result, self.clear, self.insert)[self.emit_k],
                          lane_a)
+            found_at, replaced = match8(m, result, self)
+            m.d.comb += [self.found_at.eq(found_at), self.replaced.eq(replaced)]
         if self.kind == "gpsimd":
             lane_base = Signal(signed(IOTA_BITS))
             out = Mux(self.iota_raw, (lane_base + self.iota_w_at)[:32], out)
@@ -585,8 +636,19 @@ class VectorEngine(wiring.Component):
         # Max8: the search (the source through the unit, each lane's values into its list),
         # then the emission (the lists through the unit into dst)
         maxing, emit_phase = Signal(), Signal()
-        searching, emitting = maxing & ~emit_phase, maxing & emit_phase
-        k, emit_k, clear = Signal(range(9)), Signal(range(8)), Signal()
+        # FindIndex8 and MatchReplace8 (``finding``; ``replacing`` the latter): their 8
+        # values read (element by element at ``vals_at``), the search, MatchReplace8's copy
+        # of its data with the matches replaced (phase 1), the indices written (phase 2)
+        finding, replacing, has_idx = Signal(), Signal(), Signal()
+        phase, vals_at = Signal(2), Signal(AP_LAYOUT.members["offset"])
+        searching = (maxing & ~emit_phase) | (finding & (phase == 0))
+        emitting = maxing & emit_phase
+        writing_idx = finding & (phase == 2)
+        found_ats = [Signal(32, name=f"slice{p}_found_at") for p in range(n)
+                     if FindIndex8 in ENGINE_RUNS[self.kind]]
+        replaced = [Signal(name=f"slice{p}_replaced") for p in range(n)
+                    if FindIndex8 in ENGINE_RUNS[self.kind]]
+        k8, emit_k, clear, set_val = Signal(range(9)), Signal(range(8)), Signal(), Signal()
         # TensorCopyDynamic: the offset's AP (``place``), the source moved by ``moved`` bytes
         # once the offset is read (``placed``)
         place, dynamic, placed = Signal(AP_LAYOUT), Signal(), Signal()
@@ -642,6 +704,19 @@ class VectorEngine(wiring.Component):
                 with m.Case(Max8.OPCODE):
                     m.d.comb += [dst.eq(field(Max8, "dst")), a.eq(field(Max8, "src")),
                                  op.eq(VectorOp.COPY), maxing.eq(1)]
+            if FindIndex8 in ENGINE_RUNS[self.kind]:
+                with m.Case(FindIndex8.OPCODE):
+                    f = partial(field, FindIndex8)
+                    m.d.comb += [dst.eq(f("dst")), a.eq(f("data")), b.eq(f("vals")),
+                                 s0.eq(f("vals")), s0.offset.eq(vals_at), op.eq(VectorOp.COPY),
+                                 finding.eq(1)]
+                with m.Case(MatchReplace8.OPCODE):
+                    f = partial(field, MatchReplace8)
+                    m.d.comb += [dst.eq(Mux(phase == 2, f("dst_idx"), f("dst"))),
+                                 a.eq(f("data")), b.eq(f("vals")), s0.eq(f("vals")),
+                                 s0.offset.eq(vals_at), op.eq(VectorOp.COPY),
+                                 imm.eq(f("imm")), finding.eq(1), replacing.eq(1),
+                                 has_idx.eq(f("dst_idx").partitions != 0)]
             if RangeSelect in ENGINE_RUNS[self.kind]:
                 with m.Case(RangeSelect.OPCODE):
                     f = partial(field, RangeSelect)
@@ -704,7 +779,7 @@ class VectorEngine(wiring.Component):
         set_imm, set_scalar, set_scalar1 = Signal(), Signal(), Signal()
         ways = [k * chunk for k in range(n // chunk)]
         slices = {name: [] for name in ("a", "b", "scalar", "scalar1", "w_data", "w_part",
-                                        "a_raw")}
+                                        "a_raw", "found_at", "replaced")}
         # the transpose: buffer[l][c] holds the source's element c of its partition l; a
         # write of destination element j gives destination partition f buffer[j][f]
         size = self.transpose
@@ -734,6 +809,7 @@ class VectorEngine(wiring.Component):
                 q = lane - lane % SHUFFLE_LANES
                 sources = Array(a_raws[q + j] for j in range(min(SHUFFLE_LANES, n - q)))
                 y = Mux(shuffling, sources[entries[lane % SHUFFLE_LANES]], y)
+                y = Mux(writing_idx, found_ats[lane], y)
             lane_y.append(y)
         for p in range(n):
             inputs = {
@@ -754,10 +830,15 @@ class VectorEngine(wiring.Component):
                        for name, width in (("a", 32), ("b", 32), ("scalar", 32),
                                            ("scalar1", 32), ("w_data", 32), ("w_part", 1))}
             if self.kind == "vector":
-                inputs.update({"raw": transposing | shuffling, "lane_mode": searching,
-                               "clear": clear, "insert": searching & unit.o.valid,
-                               "emit": emitting, "emit_k": emit_k})
-                outputs["a_raw"] = a_raws[p]
+                inputs.update({"raw": transposing | shuffling | writing_idx,
+                               "lane_mode": searching, "clear": clear,
+                               "insert": maxing & searching & unit.o.valid,
+                               "emit": emitting, "emit_k": emit_k, "set_val": set_val,
+                               "match": finding & searching & unit.o.valid,
+                               "chain": replacing, "at": index[:INDEX_BITS],
+                               "miss_ones": ~replacing})
+                outputs.update({"a_raw": a_raws[p], "found_at": found_ats[p],
+                                "replaced": replaced[p]})
             for name, signal in outputs.items():
                 slices[name].append(signal)
             if self.kind == "gpsimd":
@@ -773,8 +854,10 @@ class VectorEngine(wiring.Component):
         # place (start + the element's index, in fp32) with the lane's bounds hold
         place_f = int_to_fp32(m, index)
         op0, op1_ = field(RangeSelect, "op0"), field(RangeSelect, "op1")
-        fill_lane = [selecting & ~(holds(op0, place_f, slices["scalar"][lane])
-                                   & holds(op1_, place_f, slices["scalar1"][lane]))
+        # MatchReplace8's copy (phase 1): its matches' places filled with its imm
+        fill_lane = [(selecting & ~(holds(op0, place_f, slices["scalar"][lane])
+                                    & holds(op1_, place_f, slices["scalar1"][lane])))
+                     | (replacing & (phase == 1) & replaced[lane] if replaced else 0)
                      for lane in range(n)]
         m.d.comb += filled.eq(by_partition(fill_lane, dst.partition, ways))
         # each wide signal assigned whole (Amaranth resolves every bit of a signal for each
@@ -791,7 +874,7 @@ class VectorEngine(wiring.Component):
                 m.d.comb += clear.eq(self.issue)  # Max8's lists
                 with m.If(self.issue):
                     m.d.sync += [word.eq(self.word), placed.eq(0), moved.eq(0),
-                                 emit_phase.eq(0)]
+                                 emit_phase.eq(0), phase.eq(0)]
                     m.next = "SETUP"
             with m.State("PLACE"):
                 # the offset's word through port b (SBUF), then v * stride elements
@@ -818,12 +901,16 @@ class VectorEngine(wiring.Component):
                             m.next = "T_READ"
                     with m.Elif(shuffling):
                         m.next = "SHUFFLE"
+                    with m.Elif(finding):
+                        m.d.sync += k8.eq(0)
+                        m.next = "VAL_READ"
                     with m.Elif((use_scalar | scan | selecting)
                                 & ((s0.partitions != 0) | (s1.partitions != 0))):
                         m.next = "SCALAR"
                     with m.Else():
                         m.next = "STREAM"
-                    m.d.sync += index.eq(field(RangeSelect, "start").as_signed())
+                    m.d.sync += index.eq(Mux(selecting, field(RangeSelect, "start").as_signed(),
+                                             0))
                     if self.kind == "gpsimd":
                         m.d.sync += [step_sum.eq(0), iota_w_at.eq(0)]
                         m.d.comb += set_base.eq(1)
@@ -857,15 +944,50 @@ class VectorEngine(wiring.Component):
                     m.d.sync += index.eq(index + 1)
                     if self.kind == "gpsimd":
                         m.d.sync += iota_w_at.eq(iota_w_at + field(Iota, "step").as_signed())
-                    with m.If(wd.row_last & searching):
+                    with m.If(wd.row_last & searching & maxing):
                         m.d.sync += emit_phase.eq(1)
                         m.next = "EMIT_SETUP"
+                    with m.Elif(wd.row_last & searching & replacing):
+                        m.d.sync += phase.eq(1)
+                        m.next = "SEARCH_SETUP"
+                    with m.Elif(wd.row_last & (searching | (replacing & has_idx))):
+                        m.d.sync += phase.eq(2)
+                        m.next = "IDX_SETUP"
                     with m.Elif(wd.row_last):
                         m.d.comb += self.done.eq(1)
                         m.next = "IDLE"
+            with m.State("VAL_READ"):  # FindIndex8, MatchReplace8: value k8 of every lane
+                m.d.comb += [self.b_addr.eq(wb.byte[2:]), self.b_en.eq(1),
+                             self.b_psum.eq(b.space == SPACE["psum"]), wb.step.eq(1)]
+                m.d.sync += [vals_at.eq(wb.byte), emit_k.eq(k8)]
+                m.next = "VAL_DATA"
+            with m.State("VAL_DATA"):  # widened into each lane's scalar register
+                m.d.comb += set_scalar.eq(1)
+                m.next = "VAL_STORE"
+            with m.State("VAL_STORE"):
+                m.d.comb += set_val.eq(1)
+                m.d.sync += k8.eq(k8 + 1)
+                with m.If(k8 == 7):
+                    m.next = "SEARCH_SETUP"
+                with m.Else():
+                    m.next = "VAL_READ"
+            with m.State("SEARCH_SETUP"):  # the search, or MatchReplace8's copy after it
+                m.d.comb += start.eq(1)
+                m.d.sync += [sent.eq(0), s1_valid.eq(0), index.eq(0)]
+                m.next = "STREAM"
+            with m.State("IDX_SETUP"):  # the indices' walk
+                m.d.comb += start.eq(1)
+                m.d.sync += emit_k.eq(0)
+                m.next = "IDX_WRITE"
+            with m.State("IDX_WRITE"):  # index emit_k of every lane, as it is
+                m.d.comb += [writing.eq(1), wd.step.eq(1)]
+                m.d.sync += emit_k.eq(emit_k + 1)
+                with m.If(wd.row_last):
+                    m.d.comb += self.done.eq(1)
+                    m.next = "IDLE"
             with m.State("EMIT_SETUP"):  # Max8: the walkers again, dst's now
                 m.d.comb += start.eq(1)
-                m.d.sync += [sent.eq(0), s1_valid.eq(0), k.eq(0)]
+                m.d.sync += [sent.eq(0), s1_valid.eq(0), k8.eq(0)]
                 m.next = "EMIT"
             with m.State("EMIT"):
                 # list entry k of every lane into the unit, as a source element would be
@@ -873,8 +995,8 @@ class VectorEngine(wiring.Component):
                 with m.If(adv):
                     m.d.sync += s1_valid.eq(~sent)
                     with m.If(~sent):
-                        m.d.sync += [emit_k.eq(k), k.eq(k + 1), s1_last.eq(k == 7),
-                                     sent.eq(k == 7)]
+                        m.d.sync += [emit_k.eq(k8), k8.eq(k8 + 1), s1_last.eq(k8 == 7),
+                                     sent.eq(k8 == 7)]
                 m.d.comb += [unit.o.ready.eq(1), writing.eq(unit.o.valid)]
                 with m.If(unit.o.valid):
                     m.d.comb += wd.step.eq(1)

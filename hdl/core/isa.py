@@ -583,8 +583,9 @@ class FindIndex8(Instruction):
 
 @dataclass(frozen=True, slots=True)
 class MatchReplace8(Instruction):
-    """``dst`` = ``data`` with, for each of the 8 elements of a partition of ``vals`` in
-    turn, its first occurrence in what is left of that partition replaced by ``imm``;
+    """``dst`` = ``data`` (through the vector unit's copy: a NaN canonical) with, for each of
+    the 8 elements of a partition of ``vals`` in turn, its first occurrence in what is left
+    of that partition replaced by ``imm``;
     ``dst_idx`` (if given) takes where each was found (0 where it was not)
     [NKI ``nc_match_replace8``]."""
 

@@ -290,8 +290,9 @@ class Data:
                 ins.src.partitions, -1)
             top = -np.sort(-x, axis=1, kind="stable")[:, :8]
             self.write32(ins.dst, np.ascontiguousarray(top).view(np.uint32))
-        elif isinstance(ins, FindIndex8 | MatchReplace8):
-            data = self.read32(ins.data).view(f32).reshape(ins.data.partitions, -1).copy()
+        elif isinstance(ins, FindIndex8 | MatchReplace8):  # through the vector unit's copy
+            data = vector.elementwise(VectorOp.COPY, self.read32(ins.data), 0).view(
+                f32).reshape(ins.data.partitions, -1).copy()
             vals = self.read32(ins.vals).view(f32).reshape(ins.vals.partitions, -1)
             found = np.full(vals.shape, 0xFFFFFFFF if isinstance(ins, FindIndex8) else 0,
                             dtype=np.uint32)
@@ -454,7 +455,8 @@ def unit_beats(kind: str, ins: Instruction, params) -> tuple[str, int, int]:
     ``j``-th partition on lane ``j``), a beat per element of ``dst``; a reduction one beat
     (its one row), a memset, a transpose and a shuffle none (they bypass the unit), a
     ``Max8`` one per element of ``src`` and then its 8 (its search streams the source
-    through the unit, its 8 go through it into ``dst``). The
+    through the unit, its 8 go through it into ``dst``), a ``FindIndex8`` one per element of
+    ``data`` (its search) and a ``MatchReplace8`` two (its search, then its copy). The
     scalar engine: its activation unit for ``Activation`` and its vector unit for the rest,
     each of ``activation_lanes`` lanes serving the tile's partitions in turns, a beat per
     element each turn. The tensor engine and DMA round nothing: no beats."""
@@ -463,6 +465,9 @@ def unit_beats(kind: str, ins: Instruction, params) -> tuple[str, int, int]:
             return kind, params.partitions, 0
         if isinstance(ins, Max8):
             return kind, params.partitions, ins.src.free + ins.dst.free
+        if isinstance(ins, FindIndex8 | MatchReplace8):
+            searches = 2 if isinstance(ins, MatchReplace8) else 1
+            return kind, params.partitions, searches * ins.data.free
         return kind, params.partitions, 1 if isinstance(ins, TensorReduce) else ins.dst.free
     if kind == "scalar":
         lanes = params.activation_lanes

@@ -17,8 +17,10 @@ from hdl.core.isa import (
     TF32_SHIFT,
     Activation,
     DmaCopy,
+    FindIndex8,
     Iota,
     LoadStationary,
+    MatchReplace8,
     Max8,
     Memset,
     MultiplyMoving,
@@ -384,6 +386,52 @@ def _top8s(b: Builder) -> None:
     b.emit(v, Max8(dst=_tile(b, t16 + 16, 8, "bf16"), src=_tile(b, sh + 2, n - 1, "bf16")))
     done = b.signal(v)
     for q, (dst, src) in enumerate(((out, _tile(b, t, 32)), (out16, _tile(b, t16, 16, "bf16")))):
+        b.wait(f"dma{q}", done)
+        b.emit(f"dma{q}", DmaCopy(dst=dst.ap((0, p)), src=src))
+
+
+def _matches(b: Builder) -> None:
+    """FindIndex8 and MatchReplace8 on the vector engine: the 8 largest of a row (Max8)
+    found and replaced; zeros of both signs, where every value is 0 (MatchReplace8's values
+    each take the next zero, or with an imm of 0 all the first); bf16 data; values that are
+    not there (FindIndex8's 2**32 - 1, MatchReplace8's 0); a replacement without indices."""
+    p, n = b.params.partitions, 24
+    x = b.hbm("x", (p, n), "fp32")
+    h = b.hbm("h", (p, n), "bf16")
+    out = b.hbm("out", (p, 4 * n), "fp32")
+    out16 = b.hbm("out16", (p, n), "bf16")
+    where = b.hbm("where", (p, 48), "uint32")
+    sx, sh = b.sbuf(4 * n, "x"), b.sbuf(2 * n, "h")
+    zeros, tops = b.sbuf(4 * n, "zeros"), b.sbuf(4 * 24, "tops")
+    t, t16, ti = b.sbuf(16 * n, "out"), b.sbuf(2 * n, "out16"), b.sbuf(4 * 48, "where")
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n), src=x.ap((0, p))))
+    b.emit("dma1", DmaCopy(dst=_tile(b, sh, n, "bf16"), src=h.ap((0, p))))
+    v = "vector"
+    b.wait(v, b.signal("dma0"), b.signal("dma1"))
+    b.emit(v, TensorScalar(dst=_tile(b, zeros, n), src=_tile(b, sx, n),
+                           op0=VectorOp.MULTIPLY, imm0=0.0))
+    top, top16, absent = (_tile(b, tops + 32 * k, 8) for k in range(3))
+    b.emit(v, Max8(dst=top, src=_tile(b, sx, n)))
+    b.emit(v, Max8(dst=top16, src=_tile(b, sh, n, "bf16")))
+    b.emit(v, TensorScalar(dst=absent, src=top, op0=VectorOp.ADD, imm0=1000.0))
+    idx = [_tile(b, ti + 32 * k, 8, "uint32") for k in range(6)]
+    b.emit(v, FindIndex8(dst=idx[0], data=_tile(b, sx, n), vals=top))
+    b.emit(v, FindIndex8(dst=idx[1], data=_tile(b, zeros, n), vals=_tile(b, zeros + 8, 8)))
+    b.emit(v, FindIndex8(dst=idx[2], data=_tile(b, sx, n), vals=absent))
+    b.emit(v, MatchReplace8(dst=_tile(b, t, n), data=_tile(b, sx, n), vals=top, imm=-1e9,
+                            dst_idx=idx[3]))
+    b.emit(v, MatchReplace8(dst=_tile(b, t + 4 * n, n), data=_tile(b, zeros, n),
+                            vals=_tile(b, zeros, 8), imm=5.0, dst_idx=idx[4]))
+    b.emit(v, MatchReplace8(dst=_tile(b, t + 8 * n, n), data=_tile(b, zeros, n),
+                            vals=_tile(b, zeros, 8), imm=0.0))
+    b.emit(v, MatchReplace8(dst=_tile(b, t + 12 * n, n), data=_tile(b, sx, n), vals=absent,
+                            imm=3.0, dst_idx=idx[5]))
+    b.emit(v, MatchReplace8(dst=_tile(b, t16, n, "bf16"), data=_tile(b, sh, n, "bf16"),
+                            vals=top16, imm=-2.5))
+    done = b.signal(v)
+    for q, (dst, src) in enumerate(((out, _tile(b, t, 4 * n)),
+                                    (out16, _tile(b, t16, n, "bf16")),
+                                    (where, _tile(b, ti, 48, "uint32")))):
         b.wait(f"dma{q}", done)
         b.emit(f"dma{q}", DmaCopy(dst=dst.ap((0, p)), src=src))
 
@@ -1034,6 +1082,7 @@ PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
              "vector_transposes": (_vector_transposes, False),
              "dynamic_copies": (_dynamic_copies, False), "shuffles": (_shuffles, False),
              "range_selects": (_range_selects, False), "top8s": (_top8s, False),
+             "matches": (_matches, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)
                 for name in ("cross_entropy_backward", "swiglu_backward")
                 for dtype in ("fp32", "bf16")},

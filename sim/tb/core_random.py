@@ -7,7 +7,7 @@ copies and memsets on every engine that runs them (vector, GpSimd, and the scala
 TensorScalar, of one operation or two, TensorCopy and TensorCopyDynamic, its source moved
 by a place read at run time), the vector engine's reductions,
 transposes, shuffles (partitions moved within quadrants, some kept), range selects (from
-NeuronCore-v3 on), Max8 and scans
+NeuronCore-v3 on), Max8, FindIndex8, MatchReplace8 and scans
 (``TensorTensorScan``, either operation's operands swapped, from an immediate or a
 per-partition column),
 GpSimd's iotas, the scalar engine's activations (with a bias column and a running sum), the
@@ -31,8 +31,10 @@ from hdl.core.isa import (
     SHUFFLE_LANES,
     Activation,
     DmaCopy,
+    FindIndex8,
     Iota,
     LoadStationary,
+    MatchReplace8,
     Max8,
     Memset,
     MultiplyMoving,
@@ -61,7 +63,8 @@ _TYPES = ("fp32", "bf16", "fp16")
 #: The other types its slots take, loaded and written (not in reach of every operation: fp8
 #: is loaded only, for the tensor engine; int8 is never multiplied there)
 _OTHER_TYPES = ("fp8_e4m3fn", "tf32", "int8")
-_SIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8_e4m3": 1, "fp8_e4m3fn": 1, "tf32": 4, "int8": 1}
+_SIZE = {"uint32": 4, "fp32": 4, "bf16": 2, "fp16": 2, "fp8_e4m3": 1, "fp8_e4m3fn": 1,
+         "tf32": 4, "int8": 1}
 _SLOTS = 6
 
 
@@ -151,7 +154,7 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
         have = [i for i in filled() if plan.types[("s", i)][0] != "fp8_e4m3"]
         kind = rng.choice(("tt", "ts", "reduce", "copy", "memset", "iota", "act", "act", "mm",
                            "mm", "load", "store", "scan", "transpose", "shuffle", "rselect",
-                           "max8"))
+                           "max8", "find8", "replace8"))
         dst = rng.randrange(_SLOTS)
         out_t = rng.choice(_TYPES + _OTHER_TYPES)
         if kind == "load":
@@ -293,6 +296,31 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
             plan.types[("s", dst)] = (out_t, 8)
             ins = Max8(dst=slot_ap(dst, out_t, 8), src=slot_ap(a, a_t, n))
             plan.touch("vector", [("s", a)], [("s", dst)], lambda ins=ins: b.emit("vector", ins))
+        elif kind in ("find8", "replace8") and have:
+            # where each of 8 values first occurs in a slot (the slot's own last 8: found),
+            # MatchReplace8 replacing them in a copy (its indices to a slot, or none)
+            a = rng.choice(have)
+            a_t, n = plan.types[("s", a)]
+            others = [i for i in range(_SLOTS) if i != a]
+            if n < 8 or len(others) < 2:
+                continue
+            dst, at = rng.sample(others, 2)
+            vals = slot_ap(a, a_t, 8, at=n - 8)
+            if kind == "find8":
+                ins = FindIndex8(dst=slot_ap(dst, "uint32", 8), data=slot_ap(a, a_t, n),
+                                 vals=vals)
+                plan.types[("s", dst)] = ("uint32", 8)
+                writes = [("s", dst)]
+            else:
+                idx = slot_ap(at, "uint32", 8) if rng.random() < 0.7 else None
+                ins = MatchReplace8(dst=slot_ap(dst, out_t, n), data=slot_ap(a, a_t, n),
+                                    vals=vals, imm=rng.uniform(-3, 3), dst_idx=idx)
+                plan.types[("s", dst)] = (out_t, n)
+                writes = [("s", dst)]
+                if idx is not None:
+                    plan.types[("s", at)] = ("uint32", 8)
+                    writes.append(("s", at))
+            plan.touch("vector", [("s", a)], writes, lambda ins=ins: b.emit("vector", ins))
         elif kind == "memset":
             plan.types[("s", dst)] = (out_t, free)
             ins = Memset(dst=slot_ap(dst, out_t, free), value=rng.uniform(-3, 3))

@@ -6,7 +6,8 @@ hand-written programs for each engine (GpSimd's Iota and the scalar engine's Ten
 TensorCopy included; stationaries at tile positions of the array's row and column tiling; fp8
 double rows; transposes in every type the array transposes; inputs of two types in one
 instruction and scalar operands of every type on the vector, GpSimd and scalar engines;
-two-operation TensorScalar on all three; TensorTensorScan; StreamShuffle; RangeSelect; Max8;
+two-operation TensorScalar on all three; TensorTensorScan; StreamShuffle; RangeSelect; Max8,
+FindIndex8 and MatchReplace8;
 TensorCopyDynamic on
 all three; stochastic rounding on every
 engine; every element type they stream, int8, int32, uint32, tf32 and fp8_e4m3fn included),

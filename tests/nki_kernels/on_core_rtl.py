@@ -18,6 +18,7 @@ from isa_more import (
     stats,
     stt,
     to_int8,
+    top8,
     transposes,
 )
 from matmul_v1 import matmul_plain
@@ -67,3 +68,4 @@ if __name__ == "__main__":
     ranges(normal(16, 24), np.arange(-8.0, 8.0, dtype=np.float32).reshape(16, 1),
            np.arange(20.0, 4.0, -1.0, dtype=np.float32).reshape(16, 1), -3)
     largest(normal(16, 40))
+    top8(normal(16, 24), -1.0)
