@@ -80,7 +80,7 @@ def test_each_engine_is_named_in_its_refusal(params):
     act = Activation(dst=_tile("fp32"), src=_tile("fp32"), func=0)
     assert engines.supported(act, kind="gpsimd") == \
         ("the gpsimd engine runs Iota, TensorTensor, TensorScalar, TensorCopy, Memset, "
-         "TensorCopyDynamic")
+         "TensorCopyDynamic, SequenceBounds")
     assert engines.supported(act) == \
         ("the vector engine runs TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset, "
          "TensorCopyDynamic, TensorTensorScan, Transpose, StreamShuffle, RangeSelect, Max8, "

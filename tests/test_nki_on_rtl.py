@@ -21,12 +21,12 @@ def _nki(*args):
 
 @pytest.mark.cocotb
 def test_the_test_kernels_that_fit_run_on_the_core_rtl():
-    """Every launch of on_core_rtl.py (eighteen test kernels at 16 partitions: reductions,
+    """Every launch of on_core_rtl.py (nineteen test kernels at 16 partitions: reductions,
     an activation with its reduction, a transpose, index expressions, scalar_tensor_tensor,
     both scans, a partition broadcast, bn_stats, a matmul, a cast to int8, transposes on
     the vector and tensor engines, a vector stream of 30x instructions, longer than a
-    sequencer's ring, copies from run-time offsets, range selects, max8, and max8 with
-    nc_find_index8 and nc_match_replace8) in one simulation."""
+    sequencer's ring, copies from run-time offsets, range selects, max8, max8 with
+    nc_find_index8 and nc_match_replace8, and sequence_bounds) in one simulation."""
     skip_unless_available("verilator")
     result = _nki(HERE / "on_core_rtl.py", "--spec", "trn2", "--rtl", "--format", "json")
     assert result.exit_code == 0, result.output
@@ -34,19 +34,19 @@ def test_the_test_kernels_that_fit_run_on_the_core_rtl():
     assert [r["kernel"] for r in rows] == [
         "row_stats", "bias_activation", "transpose_tile", "swap_blocks", "window_stats", "stt",
         "scan", "scan_reversed", "partition_broadcast", "stats", "matmul_plain", "to_int8",
-        "transposes", "steps", "columns_at", "ranges", "largest", "top8"]
+        "transposes", "steps", "columns_at", "ranges", "largest", "top8", "bounds"]
     for r in rows:
         assert r["rtl"]["failures"] == [], r
         assert r["rtl"]["sim"] == "verilator"
 
 
 def test_a_kernel_the_rtl_cannot_run_is_refused_before_simulating():
-    """The simulator runs it; the core RTL's GpSimd engine has no sequence_bounds."""
-    result = _nki(HERE / "isa_more.py", "--kernel", "bounds", "--spec", "trn2",
-                  "--shape", "ids=1x16:fp32", "--rtl")
+    """The simulator runs it; the core RTL's GpSimd engine has no gather_flattened."""
+    result = _nki(HERE / "isa_more.py", "--kernel", "gathered", "--spec", "trn2",
+                  "--shape", "x=16x4x16:fp32,idx=16x10:uint32", "--rtl")
     assert result.exit_code == 2, result.output
-    assert re.fullmatch(rf"error: bounds \({re.escape(str(HERE / 'isa_more.py'))}:\d+\): "
-                        r"the core RTL cannot run it: gpsimd\[\d+\] SequenceBounds: the "
+    assert re.fullmatch(rf"error: gathered \({re.escape(str(HERE / 'isa_more.py'))}:\d+\): "
+                        r"the core RTL cannot run it: gpsimd\[\d+\] GatherFlattened: the "
                         r"gpsimd engine runs Iota, .*\n", result.output), result.output
 
 

@@ -61,6 +61,11 @@ after), then ``MatchReplace8`` copies the data into ``dst`` through the unit wit
 (cast as a memset's value) at the places matched, and the indices are written as they are
 (``FindIndex8``'s ``dst``, ``MatchReplace8``'s ``dst_idx``).
 
+GpSimd's ``SequenceBounds`` bypasses the unit: two passes over its one partition's ids,
+an element a cycle pair (read, then write), the first writing each element's start, the
+second each run's ends once the run ends (:meth:`VectorEngine._sequence_bounds`), each bound
+written as a memset's value.
+
 ``TensorTensorScan`` streams ``a`` and ``b`` as ``TensorTensor`` does, its running value's
 initial value the per-partition ``initial`` (read as ``operand0`` is) or the immediate
 ``imm``; the unit's lanes carry the running value from element to element in fp32 (the
@@ -102,6 +107,7 @@ from hdl.core.isa import (
     Max8,
     Memset,
     RangeSelect,
+    SequenceBounds,
     StreamShuffle,
     TensorCopy,
     TensorCopyDynamic,
@@ -133,7 +139,8 @@ VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
 ENGINE_RUNS = {"vector": VECTOR_OPS + (TensorCopyDynamic, TensorTensorScan, Transpose,
                           StreamShuffle, RangeSelect, Max8, FindIndex8, MatchReplace8),
-               "gpsimd": (Iota,) + VECTOR_OPS[:2] + VECTOR_OPS[3:] + (TensorCopyDynamic,)}
+               "gpsimd": (Iota,) + VECTOR_OPS[:2] + VECTOR_OPS[3:] + (TensorCopyDynamic,
+                                                                   SequenceBounds)}
 DATA_BITS = 32
 #: Bits of an Iota value: ``base + p * pstep + i * step`` with 32-bit signed fields,
 #: ``p`` < 128 partitions and ``i`` < 2**16 free elements.
@@ -602,6 +609,66 @@ class VectorEngine(wiring.Component):
         super().__init__(engine_ports(("a", "b"), n, words))
         self.unit = Vector(self.params, lane_instances=True)
 
+    def _sequence_bounds(self, m, src, wa, wd, x, a_shift, restart_a, start, writing,
+                         bwrite, bound) -> None:
+        """SequenceBounds' states (GpSimd; one partition, its elements ``x`` as lane 0 reads
+        them): a pass over ``src`` writing each element's start, where its run of equal ids
+        began (an id of 0, padding: the element count); a second pass writing, a run at a
+        time once it ends, each element's end, one past the run's last element (padding:
+        -1); each bound written as a memset's value (``bound``, ``bwrite``)."""
+        n_total = 1
+        for i in range(3):
+            size = getattr(src, f"n{i}")
+            n_total = n_total * Mux(size == 0, 1, size)
+        second, last = Signal(), Signal()
+        i, run_start, run_len = (Signal(signed(33), name=nm)
+                                 for nm in ("b_i", "b_run_start", "b_run_len"))
+        prev, flush, flush_val = Signal(32), Signal(signed(33)), Signal(signed(33))
+        after = Signal(2)  # what follows a flush: read on, the last run's, done
+        zero = Const(0, 32)
+        pad, same, prev_pad = f_eq(x, zero), (i != 0) & f_eq(x, prev), f_eq(prev, zero)
+        with m.State("B_READ"):
+            m.d.comb += [self.a_en.eq(1), wa.step.eq(1)]
+            m.d.sync += [a_shift.eq(wa.byte[:2]), last.eq(wa.row_last)]
+            m.next = "B_DATA"
+        with m.State("B_DATA"):
+            m.d.sync += [prev.eq(x), i.eq(i + 1)]
+            with m.If(~second):  # this element's start
+                m.d.comb += [bwrite.eq(1), writing.eq(1), wd.step.eq(1),
+                             bound.eq(Mux(pad, n_total, Mux(same, run_start, i)))]
+                m.d.sync += run_start.eq(Mux(same, run_start, i))
+                with m.If(last):
+                    m.d.sync += [second.eq(1), i.eq(0)]
+                    m.d.comb += restart_a.eq(1)
+                m.next = "B_READ"
+            with m.Elif(~same & (i != 0)):  # the run before this element ends here
+                m.d.sync += [flush.eq(run_len), run_len.eq(1),
+                             flush_val.eq(Mux(prev_pad, -1, i)),
+                             after.eq(Mux(last, 1, 0))]
+                m.next = "B_FLUSH"
+            with m.Else():
+                m.d.sync += run_len.eq(Mux(i == 0, 1, run_len + 1))
+                m.next = "B_READ"
+                with m.If(last):
+                    m.next = "B_FINAL"
+        with m.State("B_FINAL"):  # the last run
+            m.d.sync += [flush.eq(run_len), flush_val.eq(Mux(prev_pad, -1, n_total)),
+                         after.eq(2)]
+            m.next = "B_FLUSH"
+        with m.State("B_FLUSH"):  # a run's ends
+            m.d.comb += [bwrite.eq(1), writing.eq(1), wd.step.eq(1), bound.eq(flush_val)]
+            m.d.sync += flush.eq(flush - 1)
+            with m.If(flush == 1):
+                with m.Switch(after):
+                    with m.Case(0):
+                        m.next = "B_READ"
+                    with m.Case(1):
+                        m.next = "B_FINAL"
+                    with m.Default():  # done; the passes' registers ready for the next
+                        m.d.comb += self.done.eq(1)
+                        m.d.sync += [second.eq(0), i.eq(0)]
+                        m.next = "IDLE"
+
     def modules(self, *, unit: bool = True) -> dict[str, Callable[[], str]]:
         """The modules this engine instantiates (:data:`hdl.emitted.Modules`): its vector
         unit's (without ``unit``: left to another engine whose unit has the same lane), the
@@ -632,7 +699,7 @@ class VectorEngine(wiring.Component):
         use_scalar, memset, iota, imm, imm1 = Signal(), Signal(), Signal(), Signal(32), \
             Signal(32)
         scan, reverse0, reverse1, stochastic = Signal(), Signal(), Signal(), Signal()
-        transposing, shuffling, selecting = Signal(), Signal(), Signal()
+        transposing, shuffling, selecting, bounding = Signal(), Signal(), Signal(), Signal()
         # Max8: the search (the source through the unit, each lane's values into its list),
         # then the emission (the lists through the unit into dst)
         maxing, emit_phase = Signal(), Signal()
@@ -727,13 +794,17 @@ class VectorEngine(wiring.Component):
                 with m.Case(Iota.OPCODE):
                     m.d.comb += [dst.eq(field(Iota, "dst")), a.eq(field(Iota, "dst")),
                                  op.eq(VectorOp.COPY), iota.eq(1)]
+                with m.Case(SequenceBounds.OPCODE):
+                    m.d.comb += [dst.eq(field(SequenceBounds, "dst")),
+                                 a.eq(field(SequenceBounds, "src")), bounding.eq(1)]
 
+        restart_a = Signal()  # SequenceBounds' second pass over its source
         m.submodules.wa = wa = ApWalker()
         m.submodules.wb = wb = ApWalker()
         m.submodules.wd = wd = ApWalker()
         start = Signal()
         m.d.comb += [wa.ap.eq(a), wb.ap.eq(b), wd.ap.eq(Mux(searching, a, dst)),
-                     wa.start.eq(start), wb.start.eq(start), wd.start.eq(start)]
+                     wa.start.eq(start | restart_a), wb.start.eq(start), wd.start.eq(start)]
 
         words = bitwise(op) | bitwise(op1)  # isa.integer_words
         formats = self.params.formats
@@ -770,6 +841,9 @@ class VectorEngine(wiring.Component):
         # fp32 bits for fp32 and the integer types (the slice writes them), else the cast
         value = Mux(unit_format(formats, dst.dtype) == formats.index("fp32"), imm,
                     memset_cast.y)
+        # SequenceBounds: its bounds written as a memset's fp32 value (to fp32 or int32)
+        bound, bwrite = Signal(signed(33)), Signal()
+        value = Mux(bounding, int_to_fp32(m, bound), value)
         writing = Signal()
         m.d.comb += [self.w_addr.eq(wd.byte[2:]), self.w_psum.eq(dst.space == SPACE["psum"])]
         item_mask = (1 << (1 << dtype_shift(dst.dtype))) - 1
@@ -823,7 +897,7 @@ class VectorEngine(wiring.Component):
                 "s1_shift": s1.offset[:2], "s1_dtype": s1.dtype,
                 "d_first": dst.partition, "d_count": dst.partitions,
                 "a_shift": a_shift, "b_shift": b_shift, "w_shift": wd.byte[:2],
-                "memset": memset | filled[p], "value": value, "set_imm": set_imm,
+                "memset": memset | filled[p] | bwrite, "value": value, "set_imm": set_imm,
                 "set_scalar": set_scalar, "set_scalar1": set_scalar1, "imm": imm,
                 "imm1": imm1, "words": words}
             outputs = {name: Signal(width, name=f"slice{p}_{name}")
@@ -904,6 +978,9 @@ class VectorEngine(wiring.Component):
                     with m.Elif(finding):
                         m.d.sync += k8.eq(0)
                         m.next = "VAL_READ"
+                    with m.Elif(bounding):
+                        if SequenceBounds in ENGINE_RUNS[self.kind]:
+                            m.next = "B_READ"
                     with m.Elif((use_scalar | scan | selecting)
                                 & ((s0.partitions != 0) | (s1.partitions != 0))):
                         m.next = "SCALAR"
@@ -1041,6 +1118,9 @@ class VectorEngine(wiring.Component):
                     with m.If(wd.row_last):
                         m.d.comb += self.done.eq(1)
                         m.next = "IDLE"
+            if SequenceBounds in ENGINE_RUNS[self.kind]:
+                self._sequence_bounds(m, a, wa, wd, slices["a"][0], a_shift, restart_a, start,
+                                      writing, bwrite, bound)
             with m.State("MEMSET"):
                 m.d.comb += [writing.eq(1), wd.step.eq(1)]
                 with m.If(wd.row_last):

@@ -453,15 +453,16 @@ def unit_beats(kind: str, ins: Instruction, params) -> tuple[str, int, int]:
 
     The vector and GpSimd engines: one unit each of a lane per partition (the tile's
     ``j``-th partition on lane ``j``), a beat per element of ``dst``; a reduction one beat
-    (its one row), a memset, a transpose and a shuffle none (they bypass the unit), a
-    ``Max8`` one per element of ``src`` and then its 8 (its search streams the source
-    through the unit, its 8 go through it into ``dst``), a ``FindIndex8`` one per element of
-    ``data`` (its search) and a ``MatchReplace8`` two (its search, then its copy). The
+    (its one row), a memset, a transpose, a shuffle and a sequence's bounds none (they
+    bypass the unit), a ``Max8`` one per element of ``src`` and then its 8 (its search
+    streams the source through the unit, its 8 go through it into ``dst``), a
+    ``FindIndex8`` one per element of ``data`` (its search) and a ``MatchReplace8`` two (its
+    search, then its copy). The
     scalar engine: its activation unit for ``Activation`` and its vector unit for the rest,
     each of ``activation_lanes`` lanes serving the tile's partitions in turns, a beat per
     element each turn. The tensor engine and DMA round nothing: no beats."""
     if kind in ("vector", "gpsimd"):
-        if isinstance(ins, Memset | Transpose | StreamShuffle):
+        if isinstance(ins, Memset | Transpose | StreamShuffle | SequenceBounds):
             return kind, params.partitions, 0
         if isinstance(ins, Max8):
             return kind, params.partitions, ins.src.free + ins.dst.free

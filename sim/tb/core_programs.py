@@ -26,6 +26,7 @@ from hdl.core.isa import (
     MultiplyMoving,
     RangeSelect,
     SemWait,
+    SequenceBounds,
     StreamShuffle,
     TensorCopy,
     TensorCopyDynamic,
@@ -434,6 +435,40 @@ def _matches(b: Builder) -> None:
                                     (where, _tile(b, ti, 48, "uint32")))):
         b.wait(f"dma{q}", done)
         b.emit(f"dma{q}", DmaCopy(dst=dst.ap((0, p)), src=src))
+
+
+def _sequence_bounds(b: Builder) -> None:
+    """SequenceBounds on GpSimd, one partition: segment ids of 0 (padding) and 1 (x > 0),
+    of 0, 1 and 2 (plus x > 0.5), strided, and of one run of int32 3s; bounds into fp32 and
+    int32."""
+    n = 24
+    x = b.hbm("x", (1, 2 * n), "fp32")
+    out = b.hbm("out", (1, 6 * n), "fp32")
+    out32 = b.hbm("out32", (1, 2 * n), "int32")
+    sx, ids, more = b.sbuf(8 * n, "x"), b.sbuf(8 * n, "ids"), b.sbuf(8 * n, "more")
+    three, t, t32 = b.sbuf(4 * n, "three"), b.sbuf(24 * n, "out"), b.sbuf(8 * n, "out32")
+
+    def row(at, k, dtype="fp32", step=1):
+        return b.tile("sbuf", dtype, at, 1, ((k, step),))
+
+    g = "gpsimd"
+    b.emit("dma0", DmaCopy(dst=row(sx, 2 * n), src=x.ap((0, 1))))
+    b.wait(g, b.signal("dma0"))
+    b.emit(g, TensorScalar(dst=row(ids, 2 * n), src=row(sx, 2 * n), op0=VectorOp.GREATER,
+                           imm0=0.0))
+    b.emit(g, TensorScalar(dst=row(more, 2 * n), src=row(sx, 2 * n), op0=VectorOp.GREATER,
+                           imm0=0.5))
+    b.emit(g, TensorTensor(dst=row(more, 2 * n), a=row(more, 2 * n), b=row(ids, 2 * n),
+                           op=VectorOp.ADD))
+    b.emit(g, Iota(dst=row(three, n, "int32"), base=3, pstep=0, step=0))
+    b.emit(g, SequenceBounds(dst=row(t, 2 * n), src=row(ids, n)))
+    b.emit(g, SequenceBounds(dst=row(t + 8 * n, 2 * n), src=row(more, n, step=2)))
+    b.emit(g, SequenceBounds(dst=row(t + 16 * n, 2 * n), src=row(three, n, "int32")))
+    b.emit(g, SequenceBounds(dst=row(t32, 2 * n, "int32"), src=row(more + 4, n)))
+    done = b.signal(g)
+    for q, (dst, src) in enumerate(((out, row(t, 6 * n)), (out32, row(t32, 2 * n, "int32")))):
+        b.wait(f"dma{q}", done)
+        b.emit(f"dma{q}", DmaCopy(dst=dst.ap((0, 1)), src=src))
 
 
 #: The per-partition operands of :func:`_mixed_types`: (type, element of its word-aligned
@@ -1082,7 +1117,7 @@ PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
              "vector_transposes": (_vector_transposes, False),
              "dynamic_copies": (_dynamic_copies, False), "shuffles": (_shuffles, False),
              "range_selects": (_range_selects, False), "top8s": (_top8s, False),
-             "matches": (_matches, False),
+             "matches": (_matches, False), "sequence_bounds": (_sequence_bounds, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)
                 for name in ("cross_entropy_backward", "swiglu_backward")
                 for dtype in ("fp32", "bf16")},

@@ -9,9 +9,9 @@ by a place read at run time), the vector engine's reductions,
 transposes, shuffles (partitions moved within quadrants, some kept), range selects (from
 NeuronCore-v3 on), Max8, FindIndex8, MatchReplace8 and scans
 (``TensorTensorScan``, either operation's operands swapped, from an immediate or a
-per-partition column),
-GpSimd's iotas, the scalar engine's activations (with a bias column and a running sum), the
-tensor engine's load-and-multiply pairs (with accumulation), and DMA stores back to HBM.
+per-partition column), GpSimd's iotas and sequence bounds, the scalar engine's activations
+(with a bias column and a running sum), the tensor engine's load-and-multiply pairs (with
+accumulation), and DMA stores back to HBM.
 Slots hold fp32, bf16, fp16, fp8_e4m3fn, tf32 and int8 (fp8_e4m3 loaded for the tensor
 engine). On a chip with stochastic rounding, some of the element-wise operations, copies,
 scans and activations round their results stochastically.
@@ -39,6 +39,7 @@ from hdl.core.isa import (
     Memset,
     MultiplyMoving,
     RangeSelect,
+    SequenceBounds,
     StreamShuffle,
     TensorCopy,
     TensorCopyDynamic,
@@ -154,7 +155,7 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
         have = [i for i in filled() if plan.types[("s", i)][0] != "fp8_e4m3"]
         kind = rng.choice(("tt", "ts", "reduce", "copy", "memset", "iota", "act", "act", "mm",
                            "mm", "load", "store", "scan", "transpose", "shuffle", "rselect",
-                           "max8", "find8", "replace8"))
+                           "max8", "find8", "replace8", "bounds"))
         dst = rng.randrange(_SLOTS)
         out_t = rng.choice(_TYPES + _OTHER_TYPES)
         if kind == "load":
@@ -321,6 +322,25 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
                     plan.types[("s", at)] = ("uint32", 8)
                     writes.append(("s", at))
             plan.touch("vector", [("s", a)], writes, lambda ins=ins: b.emit("vector", ins))
+        elif kind == "bounds" and have:
+            # GpSimd's SequenceBounds of a slot's first partition (fp32 or int32 ids) into
+            # an fp32 slot's first, never written or holding fp32 throughout
+            ids = [i for i in have if plan.types[("s", i)][0] in ("fp32", "int32")]
+            if not ids:
+                continue
+            a = rng.choice(ids)
+            a_t, n = plan.types[("s", a)]
+            n = min(n, free // 2)
+            into = [i for i in range(_SLOTS) if i != a and (
+                plan.types.get(("s", i)) is None or (plan.types[("s", i)][0] == "fp32"
+                                                     and plan.types[("s", i)][1] >= 2 * n))]
+            if not into:
+                continue
+            dst = rng.choice(into)
+            plan.types[("s", dst)] = plan.types.get(("s", dst)) or ("fp32", 2 * n)
+            ins = SequenceBounds(dst=slot_ap(dst, "fp32", 2 * n, parts=1),
+                                 src=slot_ap(a, a_t, n, parts=1))
+            plan.touch("gpsimd", [("s", a)], [("s", dst)], lambda ins=ins: b.emit("gpsimd", ins))
         elif kind == "memset":
             plan.types[("s", dst)] = (out_t, free)
             ins = Memset(dst=slot_ap(dst, out_t, free), value=rng.uniform(-3, 3))

@@ -10,6 +10,7 @@ import numpy as np
 from elementwise import bias_activation, row_stats, transpose_tile
 from indexing import swap_blocks, window_stats
 from isa_more import (
+    bounds,
     columns_at,
     partition_broadcast,
     ranges,
@@ -69,3 +70,4 @@ if __name__ == "__main__":
            np.arange(20.0, 4.0, -1.0, dtype=np.float32).reshape(16, 1), -3)
     largest(normal(16, 40))
     top8(normal(16, 24), -1.0)
+    bounds(np.array([[3, 3, 0, 0, 5, 5, 5, 1, 0, 2, 2, 7]], dtype=np.float32))
