@@ -1108,11 +1108,7 @@ class VectorEngine(wiring.Component):
             with m.State("SHUFFLE"):
                 # the source's next free index of every partition, then (the cycle after its
                 # address) the destination's, each partition's from the lane it takes
-                m.d.comb += self.a_en.eq(~sent)
-                m.d.sync += s1_valid.eq(~sent)
-                with m.If(~sent):
-                    m.d.comb += wa.step.eq(1)
-                    m.d.sync += [a_shift.eq(wa.byte[:2]), sent.eq(wa.row_last)]
+                read_step(m, 1, self.a_en, wa, sent, s1_valid, s1_last, a_shift)
                 with m.If(s1_valid):
                     m.d.comb += [writing.eq(1), wd.step.eq(1)]
                     with m.If(wd.row_last):

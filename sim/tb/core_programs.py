@@ -356,24 +356,31 @@ def _range_selects(b: Builder) -> None:
         b.emit(f"dma{q}", DmaCopy(dst=dst.ap((0, p)), src=src))
 
 
+def _rows_and_zeros(b: Builder, n: int) -> tuple[int, int, int]:
+    """The SBUF offsets of ``n`` fp32 elements a partition loaded from HBM ``x``, ``n`` bf16
+    from ``h``, and ``x * 0`` (zeros of both signs) by the vector engine, which waits for
+    the loads."""
+    p = b.params.partitions
+    x, h = b.hbm("x", (p, n), "fp32"), b.hbm("h", (p, n), "bf16")
+    sx, sh, zeros = b.sbuf(4 * n, "x"), b.sbuf(2 * n, "h"), b.sbuf(4 * n, "zeros")
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n), src=x.ap((0, p))))
+    b.emit("dma1", DmaCopy(dst=_tile(b, sh, n, "bf16"), src=h.ap((0, p))))
+    b.wait("vector", b.signal("dma0"), b.signal("dma1"))
+    b.emit("vector", TensorScalar(dst=_tile(b, zeros, n), src=_tile(b, sx, n),
+                                  op0=VectorOp.MULTIPLY, imm0=0.0))
+    return sx, sh, zeros
+
+
 def _top8s(b: Builder) -> None:
     """Max8 on the vector engine: fp32, a strided source into bf16, a bf16 source, zeros of
     both signs (ties kept in order) and a row of infinities and NaNs (x * 1e38 * 1e38, times
     x > 0.5: NaN where it is not)."""
-    p, n = b.params.partitions, 24
-    x = b.hbm("x", (p, n), "fp32")
-    h = b.hbm("h", (p, n), "bf16")
+    p, n, v = b.params.partitions, 24, "vector"
+    sx, sh, zeros = _rows_and_zeros(b, n)
     out = b.hbm("out", (p, 32), "fp32")
     out16 = b.hbm("out16", (p, 16), "bf16")
-    sx, sh = b.sbuf(4 * n, "x"), b.sbuf(2 * n, "h")
-    zeros, inf, keep = (b.sbuf(4 * n, name) for name in ("zeros", "inf", "keep"))
+    inf, keep = (b.sbuf(4 * n, name) for name in ("inf", "keep"))
     t, t16 = b.sbuf(4 * 32, "out"), b.sbuf(2 * 16, "out16")
-    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n), src=x.ap((0, p))))
-    b.emit("dma1", DmaCopy(dst=_tile(b, sh, n, "bf16"), src=h.ap((0, p))))
-    v = "vector"
-    b.wait(v, b.signal("dma0"), b.signal("dma1"))
-    b.emit(v, TensorScalar(dst=_tile(b, zeros, n), src=_tile(b, sx, n),
-                           op0=VectorOp.MULTIPLY, imm0=0.0))
     b.emit(v, TensorScalar(dst=_tile(b, inf, n), src=_tile(b, sx, n), op0=VectorOp.MULTIPLY,
                            imm0=1e38, op1=VectorOp.MULTIPLY, imm1=1e38))
     b.emit(v, TensorScalar(dst=_tile(b, keep, n), src=_tile(b, sx, n), op0=VectorOp.GREATER,
@@ -396,21 +403,13 @@ def _matches(b: Builder) -> None:
     found and replaced; zeros of both signs, where every value is 0 (MatchReplace8's values
     each take the next zero, or with an imm of 0 all the first); bf16 data; values that are
     not there (FindIndex8's 2**32 - 1, MatchReplace8's 0); a replacement without indices."""
-    p, n = b.params.partitions, 24
-    x = b.hbm("x", (p, n), "fp32")
-    h = b.hbm("h", (p, n), "bf16")
+    p, n, v = b.params.partitions, 24, "vector"
+    sx, sh, zeros = _rows_and_zeros(b, n)
     out = b.hbm("out", (p, 4 * n), "fp32")
     out16 = b.hbm("out16", (p, n), "bf16")
     where = b.hbm("where", (p, 48), "uint32")
-    sx, sh = b.sbuf(4 * n, "x"), b.sbuf(2 * n, "h")
-    zeros, tops = b.sbuf(4 * n, "zeros"), b.sbuf(4 * 24, "tops")
+    tops = b.sbuf(4 * 24, "tops")
     t, t16, ti = b.sbuf(16 * n, "out"), b.sbuf(2 * n, "out16"), b.sbuf(4 * 48, "where")
-    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n), src=x.ap((0, p))))
-    b.emit("dma1", DmaCopy(dst=_tile(b, sh, n, "bf16"), src=h.ap((0, p))))
-    v = "vector"
-    b.wait(v, b.signal("dma0"), b.signal("dma1"))
-    b.emit(v, TensorScalar(dst=_tile(b, zeros, n), src=_tile(b, sx, n),
-                           op0=VectorOp.MULTIPLY, imm0=0.0))
     top, top16, absent = (_tile(b, tops + 32 * k, 8) for k in range(3))
     b.emit(v, Max8(dst=top, src=_tile(b, sx, n)))
     b.emit(v, Max8(dst=top16, src=_tile(b, sh, n, "bf16")))
