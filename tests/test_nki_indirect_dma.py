@@ -67,7 +67,8 @@ def test_scatter_add_takes_every_repeat(k, seed):
 
 def test_an_indirect_copy_is_an_instruction_of_the_isa(k):
     """Its fields encode, decode and print; the core simulator checks its index; the core
-    RTL, whose DMA engine reads no index, refuses the program rather than copy wrong rows."""
+    RTL runs an indirect copy (tests/test_nki_on_rtl.py) but refuses an adding one, which its
+    DMA engine does not do, rather than copy without the sum."""
     ins = DmaCopy(dst=AP("sbuf", "bf16", 0, 64, 256, ((512, 1),)),
                   src=AP("hbm", "bf16", 0, 64, 4096, ((512, 1),), 1024),
                   index=AP("sbuf", "int32", 0, 64, 0, ((1, 1),)), rows=300, skip=True,
@@ -80,7 +81,10 @@ def test_an_indirect_copy_is_an_instruction_of_the_isa(k):
     indirect = [i for s in program.streams.values() for i in s
                 if isinstance(i, DmaCopy) and i.index is not None]
     assert len(indirect) == 1 and indirect[0].rows == 300
-    assert "indirect" in rtl_refusal(program, knki.launch.params_for("trn2", "sim"))
+    adding, *_ = k["scatter_add"].trace(table[:64], idx[:16, None], np.zeros((16, 16),
+                                                                            np.float32))
+    assert "an adding copy" in rtl_refusal(adding.program(),
+                                           knki.launch.params_for("trn2", "sim"))
 
 
 def test_an_index_tile_in_the_wrong_type_is_refused(k):

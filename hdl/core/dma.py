@@ -7,16 +7,22 @@ read) and written (an AXI4 single-beat write with byte strobes, or an SBUF write
 enables) before the next; both patterns are walked by :class:`~hdl.core.access.ApWalker`,
 partitions outermost. The data port is 32 bits wide: every element (at most 4 bytes,
 aligned to its size) lies in one word.
+
+An indirect copy (``index``) reads, before each of its rows, the row's index (the index
+tile's partition for that row, its first element) from SBUF; its HBM side's row is then the
+one indexed (its pattern's offset moved by index x pstride, rows one after another walked
+with no stride between them). A row out of ``0 .. rows - 1`` is not moved (``skip``; the
+core simulator refuses a program with one otherwise). An adding copy (``add``) is not run.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Module, Signal
+from amaranth.hdl import Array, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
-from hdl.core.isa import WORD_BITS, DmaCopy, field_positions
+from hdl.core.isa import DTYPES, WORD_BITS, DmaCopy, field_positions
 
 __all__ = ["AxiSignature", "Dma", "SbufPort"]
 
@@ -95,12 +101,27 @@ class Dma(wiring.Component):
         axi = self.axi
         word = Signal(WORD_BITS)
         queue = Signal(range(self.queues))
-        src, dst = _ap(word, "src"), _ap(word, "dst")
+        src, dst, index = _ap(word, "src"), _ap(word, "dst"), _ap(word, "index")
+        pos, _, _ = field_positions(DmaCopy)["index_dst"]
+        indirect, index_dst = index.partitions != 0, word[pos]
+        pos, bits, _ = field_positions(DmaCopy)["rows"]
+        rows = word[pos:pos + bits]
+        pos, _, _ = field_positions(DmaCopy)["skip"]
+        skip = word[pos]
+        # an indirect copy's indexed side: the row's offset, no stride between rows
+        row_offset, row_ok = Signal.like(src.offset), Signal()
+        moved_src, moved_dst = Signal(AP_LAYOUT), Signal(AP_LAYOUT)
+        m.d.comb += [moved_src.eq(src), moved_dst.eq(dst)]
+        with m.If(indirect & ~index_dst):
+            m.d.comb += [moved_src.offset.eq(row_offset), moved_src.pstride.eq(0)]
+        with m.If(indirect & index_dst):
+            m.d.comb += [moved_dst.offset.eq(row_offset), moved_dst.pstride.eq(0)]
         m.submodules.rd = rd = ApWalker()
         m.submodules.wr = wr = ApWalker()
         value = Signal(DATA_BITS)
         start = Signal()
-        m.d.comb += [rd.ap.eq(src), wr.ap.eq(dst), rd.start.eq(start), wr.start.eq(start)]
+        m.d.comb += [rd.ap.eq(moved_src), wr.ap.eq(moved_dst), rd.start.eq(start),
+                     wr.start.eq(start)]
         item_mask = Signal(DATA_BITS // 8)
         m.d.comb += item_mask.eq((1 << (1 << dtype_shift(dst.dtype))) - 1)
         rshift = rd.byte[:2] * 8
@@ -132,9 +153,27 @@ class Dma(wiring.Component):
             with m.State("START"):
                 m.d.comb += start.eq(1)
                 m.next = "READ"
+                with m.If(indirect):
+                    m.next = "INDEX"
+            with m.State("INDEX"):  # the row's index, from its partition of the index tile
+                m.d.comb += [self.busy.eq(1), self.sbuf.ren.eq(1),
+                             self.sbuf.rpart.eq(index.partition + wr.row),
+                             self.sbuf.raddr.eq(index.offset[2:])]
+                m.next = "INDEX_DATA"
+            with m.State("INDEX_DATA"):
+                side = Mux(index_dst, dst.offset, src.offset)
+                pstride = Mux(index_dst, dst.pstride, src.pstride)
+                at = self.sbuf.rdata
+                negative = (index.dtype == DTYPES["int32"][0]) & at[31]
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += [row_offset.eq(side + at * pstride),
+                             row_ok.eq(~negative & (at < rows))]
+                m.next = "READ"
             with m.State("READ"):
                 m.d.comb += self.busy.eq(1)
-                with m.If(src.space == SPACE["hbm"]):
+                with m.If(indirect & skip & ~row_ok):  # a row out of the tensor, skipped
+                    m.next = "NEXT"
+                with m.Elif(src.space == SPACE["hbm"]):
                     m.d.comb += axi.arvalid.eq(1)
                     with m.If(axi.arready):
                         m.next = "READ_DATA"
@@ -173,6 +212,8 @@ class Dma(wiring.Component):
                 with m.If(wr.last):
                     m.d.comb += self.done.bit_select(queue, 1).eq(1)
                     m.next = "IDLE"
+                with m.Elif(indirect & wr.row_last):  # the next row's index first
+                    m.next = "INDEX"
                 with m.Else():
                     m.next = "READ"
         return m

@@ -66,7 +66,7 @@ STALL = 0.3
 #: The clock's period in the testbench, ns (rising edges at its multiples).
 PERIOD_NS = 10
 
-#: What each engine of the core RTL runs (the DMA queues: DmaCopy, neither indirect nor
+#: What each engine of the core RTL runs (the DMA queues: DmaCopy, indirect too, not
 #: adding).
 SUPPORTED = {"tensor": tensor.supported, "vector": engines.supported,
              "scalar": scalar.supported,
@@ -85,9 +85,9 @@ def rtl_refusal(program: Program, params: CoreParams) -> str | None:
         for i, ins in enumerate(code):
             if isinstance(ins, SemSignal | SemWait) and ins.sem >= params.semaphores:
                 return f"{stream}[{i}]: the core has semaphores 0 .. {params.semaphores - 1}"
-            if isinstance(ins, DmaCopy) and (ins.index is not None or ins.add):
-                return (f"{stream}[{i}] DmaCopy: an indirect or adding copy; the core RTL's "
-                        f"DMA engine reads no index and does not add")
+            if isinstance(ins, DmaCopy) and ins.add:
+                return (f"{stream}[{i}] DmaCopy: an adding copy; the core RTL's DMA engine "
+                        f"does not add")
             if isinstance(ins, SemSignal | SemWait | DmaCopy):
                 continue
             kind = isa.engine_kind(stream)

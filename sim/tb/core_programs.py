@@ -470,6 +470,36 @@ def _sequence_bounds(b: Builder) -> None:
         b.emit(f"dma{q}", DmaCopy(dst=dst.ap((0, 1)), src=src))
 
 
+def _indirect_dmas(b: Builder) -> None:
+    """Indirect DMA: rows of an HBM table gathered into SBUF by an int32 index (GpSimd's
+    Iota: 1 + 3 p), scattered back into another table's rows by it, and gathered by a uint32
+    index with rows out of the table skipped (-2 + 5 p over 64 rows; their partitions keep
+    a memset's value)."""
+    p, n, rows = b.params.partitions, 12, 64
+    table = b.hbm("table", (rows, n), "fp32")
+    out = b.hbm("out", (rows, n), "fp32")
+    got = b.hbm("got", (p, 2 * n), "fp32")
+    idx, skipped = b.sbuf(4, "idx"), b.sbuf(4, "skipped")
+    t = b.sbuf(8 * n, "rows")
+    g = "gpsimd"
+    b.emit(g, Iota(dst=b.tile("sbuf", "int32", idx, p, ((1, 1),)), base=1, pstep=3, step=0))
+    b.emit(g, Iota(dst=b.tile("sbuf", "int32", skipped, p, ((1, 1),)), base=-2, pstep=5,
+                   step=0))
+    b.emit(g, Memset(dst=_tile(b, t + 4 * n, n), value=-7.0))
+    ready = b.signal(g)
+    table_rows = table.ap((0, p))
+    b.wait("dma0", ready)
+    b.emit("dma0", DmaCopy(dst=_tile(b, t, n), src=table_rows, rows=rows,
+                           index=b.tile("sbuf", "int32", idx, p, ((1, 1),))))
+    b.emit("dma0", DmaCopy(dst=_tile(b, t + 4 * n, n), src=table_rows, rows=rows, skip=True,
+                           index=b.tile("sbuf", "uint32", skipped, p, ((1, 1),))))
+    loaded = b.signal("dma0")
+    b.wait("dma1", loaded)
+    b.emit("dma1", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t, n), rows=rows, index_dst=True,
+                           index=b.tile("sbuf", "int32", idx, p, ((1, 1),))))
+    b.emit("dma1", DmaCopy(dst=got.ap((0, p)), src=_tile(b, t, 2 * n)))
+
+
 #: The per-partition operands of :func:`_mixed_types`: (type, element of its word-aligned
 #: column it is read at, HBM name; names starting with ``s`` hold positive values), one of
 #: each type the engines read (:data:`hdl.core.engines.OPERAND_DTYPES`) but fp32, narrow ones
@@ -1117,6 +1147,7 @@ PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
              "dynamic_copies": (_dynamic_copies, False), "shuffles": (_shuffles, False),
              "range_selects": (_range_selects, False), "top8s": (_top8s, False),
              "matches": (_matches, False), "sequence_bounds": (_sequence_bounds, False),
+             "indirect_dmas": (_indirect_dmas, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)
                 for name in ("cross_entropy_backward", "swiglu_backward")
                 for dtype in ("fp32", "bf16")},

@@ -2,8 +2,9 @@
 runs and ordered by semaphores so that no two streams race.
 
 :func:`random_program` draws a sequence of operations on a few SBUF slots and PSUM banks:
-DMA loads from HBM, element-wise operations (``TensorTensor`` on inputs of one type or two),
-copies and memsets on every engine that runs them (vector, GpSimd, and the scalar engine's
+DMA loads from HBM (some indirect, the rows in reverse), element-wise operations
+(``TensorTensor`` on inputs of one type or two), copies and memsets on every engine that
+runs them (vector, GpSimd, and the scalar engine's
 TensorScalar, of one operation or two, TensorCopy and TensorCopyDynamic, its source moved
 by a place read at run time), the vector engine's reductions,
 transposes, shuffles (partitions moved within quadrants, some kept), range selects (from
@@ -79,6 +80,7 @@ class _Plan:
         self.slots = [b.sbuf(self.slot_bytes, f"slot{i}") for i in range(_SLOTS)]
         self.cols = b.sbuf(4 * _SLOTS, "columns")  # one fp32 per partition each
         self.places = b.sbuf(16, "places")  # TensorCopyDynamic's offsets: int32 0 .. 3
+        self.reverse = b.sbuf(4, "reverse")  # indirect loads' index: p - 1 - partition
         self.banks = b.psum_banks(2, "psum")
         # per resource: (last writer event, reader events since)
         self.state: dict[tuple, tuple[Event | None, list[Event]]] = {}
@@ -125,12 +127,22 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
         return [i for i in range(_SLOTS) if ("s", i) in plan.types]
 
     def load(i: int, dtype: str) -> None:
+        """A slot loaded from HBM; a fifth of the loads indirect, the rows in reverse (an
+        int32 index from GpSimd's Iota, p - 1 - partition)."""
         n = free
         plan.types[("s", i)] = (dtype, n)
         q = rng.choice(queues)
-        plan.touch(q, [], [("s", i)],
+        reads, index = [], {}
+        if rng.random() < 0.2:
+            if ("r",) not in plan.state:
+                plan.touch("gpsimd", [], [("r",)], lambda: b.emit("gpsimd", Iota(
+                    dst=tile("sbuf", "int32", plan.reverse, p, ((1, 1),)), base=p - 1,
+                    pstep=-1, step=0)))
+            reads = [("r",)]
+            index = {"index": tile("sbuf", "int32", plan.reverse, p, ((1, 1),)), "rows": p}
+        plan.touch(q, reads, [("s", i)],
                    lambda: b.emit(q, DmaCopy(dst=slot_ap(i, dtype, n),
-                                             src=hbm_in[dtype].ap((0, p)))))
+                                             src=hbm_in[dtype].ap((0, p)), **index)))
 
     def dynamic_copy(a: int, a_t: str, n: int, dst: int, out_t: str):
         """A TensorCopyDynamic of half of slot ``a``'s ``n`` elements, moved at run time

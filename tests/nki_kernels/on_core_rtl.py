@@ -9,6 +9,7 @@ import neuronxcc.nki.language as nl
 import numpy as np
 from elementwise import bias_activation, row_stats, transpose_tile
 from indexing import swap_blocks, window_stats
+from indirect import gather
 from isa_more import (
     bounds,
     columns_at,
@@ -71,3 +72,5 @@ if __name__ == "__main__":
     largest(normal(16, 40))
     top8(normal(16, 24), -1.0)
     bounds(np.array([[3, 3, 0, 0, 5, 5, 5, 1, 0, 2, 2, 7]], dtype=np.float32))
+    gather(normal(40, 16), np.array([7, 0, 39, 3, 3, 12, 25, 1, 9, 30, 2, 17, 8, 8, 21, 5],
+                                    dtype=np.int32))
