@@ -12,7 +12,9 @@ An indirect copy (``index``) reads, before each of its rows, the row's index (th
 tile's partition for that row, its first element) from SBUF; its HBM side's row is then the
 one indexed (its pattern's offset moved by index x pstride, rows one after another walked
 with no stride between them). A row out of ``0 .. rows - 1`` is not moved (``skip``; the
-core simulator refuses a program with one otherwise). An adding copy (``add``) is not run.
+core simulator refuses a program with one otherwise). An adding copy (``add``, fp32 into
+fp32) reads each element of ``dst`` after ``src``'s and writes their sum, by the vector
+unit's fp32 adder (:data:`~hdl.vector.lanes.FP_MODULES`' ``add``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from amaranth.lib.wiring import In, Out
 
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
 from hdl.core.isa import DTYPES, WORD_BITS, DmaCopy, field_positions
+from hdl.vector.lanes import add_fp
 
 __all__ = ["AxiSignature", "Dma", "SbufPort"]
 
@@ -108,6 +111,8 @@ class Dma(wiring.Component):
         rows = word[pos:pos + bits]
         pos, _, _ = field_positions(DmaCopy)["skip"]
         skip = word[pos]
+        pos, _, _ = field_positions(DmaCopy)["add"]
+        adding = word[pos]
         # an indirect copy's indexed side: the row's offset, no stride between rows
         row_offset, row_ok = Signal.like(src.offset), Signal()
         moved_src, moved_dst = Signal(AP_LAYOUT), Signal(AP_LAYOUT)
@@ -185,9 +190,35 @@ class Dma(wiring.Component):
                 with m.If(axi.rvalid):
                     m.d.sync += value.eq(axi.rdata >> rshift)
                     m.next = "WRITE"
+                    with m.If(adding):
+                        m.next = "DST_READ"
             with m.State("SBUF_DATA"):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += value.eq(self.sbuf.rdata >> rshift)
+                m.next = "WRITE"
+                with m.If(adding):
+                    m.next = "DST_READ"
+            # an adding copy: dst's element, then the sum written in its place
+            sum_ = add_fp(m, "add", "rmw_add", Mux(dst.space == SPACE["hbm"], axi.rdata,
+                                                    self.sbuf.rdata), value, False)
+            with m.State("DST_READ"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(dst.space == SPACE["hbm"]):
+                    m.d.comb += [axi.arvalid.eq(1), axi.araddr.eq(aligned_w)]
+                    with m.If(axi.arready):
+                        m.next = "DST_DATA"
+                with m.Else():
+                    m.d.comb += [self.sbuf.ren.eq(1), self.sbuf.rpart.eq(dst.partition + wr.row),
+                                 self.sbuf.raddr.eq(wr.byte[2:])]
+                    m.next = "DST_SBUF"
+            with m.State("DST_DATA"):
+                m.d.comb += [self.busy.eq(1), axi.rready.eq(1)]
+                with m.If(axi.rvalid):
+                    m.d.sync += value.eq(sum_)
+                    m.next = "WRITE"
+            with m.State("DST_SBUF"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += value.eq(sum_)
                 m.next = "WRITE"
             with m.State("WRITE"):
                 m.d.comb += self.busy.eq(1)

@@ -474,12 +474,13 @@ def _indirect_dmas(b: Builder) -> None:
     """Indirect DMA: rows of an HBM table gathered into SBUF by an int32 index (GpSimd's
     Iota: 1 + 3 p), scattered back into another table's rows by it, and gathered by a uint32
     index with rows out of the table skipped (-2 + 5 p over 64 rows; their partitions keep
-    a memset's value)."""
+    a memset's value); adding copies, SBUF into SBUF and every partition into one HBM row."""
     p, n, rows = b.params.partitions, 12, 64
     table = b.hbm("table", (rows, n), "fp32")
     out = b.hbm("out", (rows, n), "fp32")
     got = b.hbm("got", (p, 2 * n), "fp32")
-    idx, skipped = b.sbuf(4, "idx"), b.sbuf(4, "skipped")
+    summed = b.hbm("summed", (p, n), "fp32")
+    idx, skipped, twice = b.sbuf(4, "idx"), b.sbuf(4, "skipped"), b.sbuf(4, "one_row")
     t = b.sbuf(8 * n, "rows")
     g = "gpsimd"
     b.emit(g, Iota(dst=b.tile("sbuf", "int32", idx, p, ((1, 1),)), base=1, pstep=3, step=0))
@@ -498,6 +499,14 @@ def _indirect_dmas(b: Builder) -> None:
     b.emit("dma1", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t, n), rows=rows, index_dst=True,
                            index=b.tile("sbuf", "int32", idx, p, ((1, 1),))))
     b.emit("dma1", DmaCopy(dst=got.ap((0, p)), src=_tile(b, t, 2 * n)))
+    # adding copies: the gathered rows added into SBUF, and into one row of the output
+    # table named by every partition, which adds them all in turn
+    b.emit(g, Iota(dst=b.tile("sbuf", "int32", twice, p, ((1, 1),)), base=5, pstep=0, step=0))
+    b.wait("dma2", loaded, b.signal("dma1"), b.signal(g))
+    b.emit("dma2", DmaCopy(dst=_tile(b, t + 4 * n, n), src=_tile(b, t, n), add=True))
+    b.emit("dma2", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t, n), rows=rows, index_dst=True,
+                           add=True, index=b.tile("sbuf", "int32", twice, p, ((1, 1),))))
+    b.emit("dma2", DmaCopy(dst=summed.ap((0, p)), src=_tile(b, t + 4 * n, n)))
 
 
 #: The per-partition operands of :func:`_mixed_types`: (type, element of its word-aligned

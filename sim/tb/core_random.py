@@ -12,7 +12,7 @@ NeuronCore-v3 on), Max8, FindIndex8, MatchReplace8 and scans
 (``TensorTensorScan``, either operation's operands swapped, from an immediate or a
 per-partition column), GpSimd's iotas and sequence bounds, the scalar engine's activations
 (with a bias column and a running sum), the tensor engine's load-and-multiply pairs (with
-accumulation), and DMA stores back to HBM.
+accumulation), and DMA stores back to HBM (some of fp32 adding to what it holds).
 Slots hold fp32, bf16, fp16, fp8_e4m3fn, tf32 and int8 (fp8_e4m3 loaded for the tensor
 engine). On a chip with stochastic rounding, some of the element-wise operations, copies,
 scans and activations round their results stochastically.
@@ -178,9 +178,10 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
             t = b.hbm(f"out{stores}", (p, n), dtype)
             stores += 1
             q = rng.choice(queues)
+            add = dtype == "fp32" and rng.random() < 0.7  # fp32 added to what HBM holds
             plan.touch(q, [("s", i)], [],
-                       lambda i=i, dtype=dtype, n=n, t=t, q=q: b.emit(
-                           q, DmaCopy(dst=t.ap((0, p)), src=slot_ap(i, dtype, n))))
+                       lambda i=i, dtype=dtype, n=n, t=t, q=q, add=add: b.emit(
+                           q, DmaCopy(dst=t.ap((0, p)), src=slot_ap(i, dtype, n), add=add)))
         elif kind in ("tt", "ts", "copy", "act", "scan") and have:
             a = rng.choice(have)
             a_t, n = plan.types[("s", a)]

@@ -8,7 +8,7 @@ double rows; transposes in every type the array transposes; inputs of two types 
 instruction and scalar operands of every type on the vector, GpSimd and scalar engines;
 two-operation TensorScalar on all three; TensorTensorScan; StreamShuffle; RangeSelect; Max8,
 FindIndex8 and MatchReplace8; TensorCopyDynamic on all three; GpSimd's SequenceBounds;
-indirect DMA, gathering, scattering and skipping rows;
+indirect DMA, gathering, scattering and skipping rows; adding DMA, SBUF and HBM;
 stochastic rounding on every
 engine; every element type they stream, int8, int32, uint32, tf32 and fp8_e4m3fn included),
 the library's kernels (tiled GEMM in bf16 and fp8,

@@ -9,7 +9,7 @@ import neuronxcc.nki.language as nl
 import numpy as np
 from elementwise import bias_activation, row_stats, transpose_tile
 from indexing import swap_blocks, window_stats
-from indirect import gather
+from indirect import gather, scatter_add
 from isa_more import (
     bounds,
     columns_at,
@@ -74,3 +74,6 @@ if __name__ == "__main__":
     bounds(np.array([[3, 3, 0, 0, 5, 5, 5, 1, 0, 2, 2, 7]], dtype=np.float32))
     gather(normal(40, 16), np.array([7, 0, 39, 3, 3, 12, 25, 1, 9, 30, 2, 17, 8, 8, 21, 5],
                                     dtype=np.int32))
+    scatter_add(normal(16, 8), np.array([[3], [0], [3], [15], [7], [3], [1], [2], [9], [9], [4],
+                                         [5], [6], [11], [3], [12]], dtype=np.int32),
+                normal(16, 8))
