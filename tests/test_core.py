@@ -15,6 +15,7 @@ from hdl.core.isa import (
     Max8,
     Memset,
     MultiplyMoving,
+    RangeSelect,
     SemSignal,
     SemWait,
     StreamShuffle,
@@ -773,3 +774,44 @@ def test_scan_rules(trn1):
     with pytest.raises(ProgramError, match="the scalar engine does not run TensorTensorScan"):
         Core(trn1).run(program(scalar=[TensorTensorScan(dst=a, a=a, b=a, op0=VectorOp.ADD,
                                                         op1=VectorOp.ADD)]), timing_only=True)
+
+
+@pytest.mark.parametrize("copy", ["plain", "dynamic", "max8", "range_select"])
+def test_every_copy_through_the_vector_unit_makes_a_nan_canonical(copy):
+    """A NaN with a payload, loaded from HBM, leaves the vector engine's copies and searches
+    as the unit's canonical NaN (0x7FC00000), as the core RTL streams them through its copy:
+    TensorCopy, TensorCopyDynamic, Max8 and RangeSelect alike; the other elements as they
+    were."""
+    from kernels.builder import Builder
+
+    p = core_params(load("trn2"), "sim")
+    b = Builder(p)
+    n = p.partitions
+    x, out = b.hbm("x", (n, 8), "fp32"), b.hbm("out", (n, 8), "fp32")
+    sx, so, st, sb = b.sbuf(32, "x"), b.sbuf(4, "offset"), b.sbuf(32, "out"), b.sbuf(4, "bound")
+    row = b.tile("sbuf", "fp32", sx, n, ((8, 1),))
+    dst = b.tile("sbuf", "fp32", st, n, ((8, 1),))
+    at = b.tile("sbuf", "int32", so, 1, ((1, 1),))
+    b.emit("dma0", DmaCopy(dst=row, src=x.ap((0, n))))
+    b.emit("vector", Memset(dst=at, value=0.0))
+    b.emit("vector", Memset(dst=b.column(sb, n), value=1000.0))  # every place within
+    b.wait("vector", b.signal("dma0"))
+    b.emit("vector", {
+        "plain": TensorCopy(dst=dst, src=row),
+        "dynamic": TensorCopyDynamic(dst=dst, src=row, offset=at, stride=8, count=1),
+        "max8": Max8(dst=dst, src=row),
+        "range_select": RangeSelect(dst=dst, src=row, bound0=b.column(sb, n),
+                                    bound1=b.column(sb, n), op0=VectorOp.LESS_EQUAL,
+                                    op1=VectorOp.LESS_EQUAL, start=-100)}[copy])
+    b.wait("dma1", b.signal("vector"))
+    b.emit("dma1", DmaCopy(dst=out.ap((0, n)), src=dst))
+    values = -np.arange(1, 8 * n + 1, dtype=np.float32).reshape(n, 8)  # descending a row
+    words = values.view(np.uint32).copy()
+    words[:, 0] = 0x7FC00001  # a quiet NaN with a payload
+    hbm = np.zeros(p.hbm_bytes, np.uint8)
+    hbm[:words.nbytes] = words.view(np.uint8).reshape(-1)
+    Core(p).run(b.program, hbm=hbm)
+    got = hbm[out.offset:out.offset + words.nbytes].view(np.uint32).reshape(n, 8)
+    nan_at = 7 if copy == "max8" else 0  # Max8: a NaN below every other, last
+    assert (got[:, nan_at] == 0x7FC00000).all()
+    assert np.array_equal(np.delete(got, nan_at, axis=1), words[:, 1:])

@@ -128,11 +128,11 @@ from hdl.vector.lanes import add_lane
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
-__all__ = ["ENGINE_DTYPES", "ENGINE_RUNS", "GENERATOR_SEED", "IOTA_MODULE", "OPERAND_DTYPES",
-           "SLICE_MODULES", "VECTOR_OPS", "EngineSlice", "IotaLane", "MOVED_BITS", "VectorEngine",
-           "bitwise", "int_word_to_fp32", "lane_input", "lane_output", "load_operand",
-           "moved_bytes", "moved_source",
-           "nearest_integer", "operand_refusal", "by_partition", "pick", "saturated", "supported",
+__all__ = ["ENGINE_DTYPES", "ENGINE_RUNS", "GENERATOR_SEED", "INDEX_BITS", "IOTA_MODULE",
+           "MOVED_BITS", "OPERAND_DTYPES", "SLICE_MODULES", "VECTOR_OPS", "EngineSlice",
+           "IotaLane", "VectorEngine", "bitwise", "by_partition", "int_word_to_fp32",
+           "lane_input", "lane_output", "load_operand", "match8", "moved_bytes", "moved_source",
+           "nearest_integer", "operand_refusal", "pick", "saturated", "supported", "top8",
            "unit_format", "widen_operand"]
 
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)

@@ -160,6 +160,12 @@ class Data:
             return values.astype(np.float32).view(np.uint32)
         return np.asarray(numerics.widen(bits, format_by_name(ap.dtype)), dtype=np.uint32)
 
+    def copied32(self, ap: AP, words: bool = False) -> np.ndarray:
+        """:meth:`read32` of ``ap`` through the vector unit's copy (a NaN canonical), as the
+        engines' copies and searches stream their data."""
+        return vector.elementwise(VectorOp.COPY, self.read32(ap, words), 0).reshape(
+            ap.partitions, -1)
+
     def write32(self, ap: AP, bits32: np.ndarray, draw: tuple[int, int] | None = None,
                 words: bool = False) -> None:
         """Store fp32 bit patterns (partitions, free) into ``ap``, cast to its type (an
@@ -285,14 +291,12 @@ class Data:
         """The instructions of :data:`_SELECTIONS`: the 8-wide searches, the random draws,
         the gathers, the range select and the sequence bounds."""
         f32 = np.float32
-        if isinstance(ins, Max8):  # the source through the vector unit's copy
-            x = vector.elementwise(VectorOp.COPY, self.read32(ins.src), 0).view(f32).reshape(
-                ins.src.partitions, -1)
+        if isinstance(ins, Max8):
+            x = self.copied32(ins.src).view(f32)
             top = -np.sort(-x, axis=1, kind="stable")[:, :8]
             self.write32(ins.dst, np.ascontiguousarray(top).view(np.uint32))
-        elif isinstance(ins, FindIndex8 | MatchReplace8):  # through the vector unit's copy
-            data = vector.elementwise(VectorOp.COPY, self.read32(ins.data), 0).view(
-                f32).reshape(ins.data.partitions, -1).copy()
+        elif isinstance(ins, FindIndex8 | MatchReplace8):
+            data = self.copied32(ins.data).view(f32).copy()
             vals = self.read32(ins.vals).view(f32).reshape(ins.vals.partitions, -1)
             found = np.full(vals.shape, 0xFFFFFFFF if isinstance(ins, FindIndex8) else 0,
                             dtype=np.uint32)
@@ -325,9 +329,8 @@ class Data:
                 take = (starts[:, None] + np.arange(ins.per)[None, :]).reshape(-1)
                 out[g:g + 16] = src[g:g + 16][:, np.minimum(take, src.shape[1] - 1)]
             self.write(ins.dst, out)
-        elif isinstance(ins, RangeSelect):  # src through the vector unit's copy
-            x = vector.elementwise(VectorOp.COPY, self.read32(ins.src), 0).reshape(
-                ins.src.partitions, -1)
+        elif isinstance(ins, RangeSelect):
+            x = self.copied32(ins.src)
             place = (ins.start + np.arange(x.shape[1])).astype(f32).view(np.uint32)
             keep = np.ones(x.shape, dtype=bool)
             for op, bound in ((ins.op0, ins.bound0), (ins.op1, ins.bound1)):
@@ -416,10 +419,9 @@ class Data:
                            reduce=ins.reduce)
             self.write32(ins.dst, r.T)
         elif cls is TensorCopyDynamic:
-            self.write32(ins.dst, self.read32(self.moved_source(ins), w), draw, w)
+            self.write32(ins.dst, self.copied32(self.moved_source(ins), w), draw, w)
         elif cls is TensorCopy:
-            self.write32(ins.dst, vector.elementwise(VectorOp.COPY, self.read32(ins.src, w), 0),
-                         draw, w)
+            self.write32(ins.dst, self.copied32(ins.src, w), draw, w)
         elif cls in _SELECTIONS:
             self._selection(stream, ins)
         elif cls is StreamShuffle:  # partitions moved within quadrants, bits as they are
