@@ -9,6 +9,7 @@ from hdl.core.isa import (
     AP,
     Activation,
     DmaCopy,
+    Dropout,
     FindIndex8,
     GatherFlattened,
     LoadStationary,
@@ -776,12 +777,12 @@ def test_scan_rules(trn1):
                                                         op1=VectorOp.ADD)]), timing_only=True)
 
 
-@pytest.mark.parametrize("copy", ["plain", "dynamic", "max8", "range_select"])
+@pytest.mark.parametrize("copy", ["plain", "dynamic", "max8", "range_select", "dropout"])
 def test_every_copy_through_the_vector_unit_makes_a_nan_canonical(copy):
     """A NaN with a payload, loaded from HBM, leaves the vector engine's copies and searches
     as the unit's canonical NaN (0x7FC00000), as the core RTL streams them through its copy:
-    TensorCopy, TensorCopyDynamic, Max8 and RangeSelect alike; the other elements as they
-    were."""
+    TensorCopy, TensorCopyDynamic, Max8, RangeSelect and Dropout (nothing dropped at a
+    probability of 0) alike; the other elements as they were."""
     from kernels.builder import Builder
 
     p = core_params(load("trn2"), "sim")
@@ -802,7 +803,8 @@ def test_every_copy_through_the_vector_unit_makes_a_nan_canonical(copy):
         "max8": Max8(dst=dst, src=row),
         "range_select": RangeSelect(dst=dst, src=row, bound0=b.column(sb, n),
                                     bound1=b.column(sb, n), op0=VectorOp.LESS_EQUAL,
-                                    op1=VectorOp.LESS_EQUAL, start=-100)}[copy])
+                                    op1=VectorOp.LESS_EQUAL, start=-100),
+        "dropout": Dropout(dst=dst, src=row, imm=0.0)}[copy])
     b.wait("dma1", b.signal("vector"))
     b.emit("dma1", DmaCopy(dst=out.ap((0, n)), src=dst))
     values = -np.arange(1, 8 * n + 1, dtype=np.float32).reshape(n, 8)  # descending a row

@@ -84,7 +84,7 @@ def test_each_engine_is_named_in_its_refusal(params):
     assert engines.supported(act) == \
         ("the vector engine runs TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset, "
          "TensorCopyDynamic, TensorTensorScan, Transpose, StreamShuffle, RangeSelect, Max8, "
-         "FindIndex8, MatchReplace8")
+         "FindIndex8, MatchReplace8, Random, Dropout")
 
 
 @pytest.mark.parametrize("dtype", ["fp8_e4m3fn", "tf32", "int8", "int32", "uint32"])

@@ -61,6 +61,14 @@ after), then ``MatchReplace8`` copies the data into ``dst`` through the unit wit
 (cast as a memset's value) at the places matched, and the indices are written as they are
 (``FindIndex8``'s ``dst``, ``MatchReplace8``'s ``dst_idx``).
 
+The vector engine's ``Random`` streams like a copy of ``dst`` into itself, each element
+written the number in [0, 1) its lane draws from its generator's word of the beat
+(:class:`~hdl.vector.ops.Draw`); its ``Dropout`` streams its source through the unit as a
+copy, its drop probability loaded as ``TensorScalar``'s ``operand0`` (or ``imm``) is, each
+element written +0.0 where its lane's number of the beat is below the probability. Both
+then go to ``dst``'s type as every result does, and advance the generators a beat an
+element.
+
 GpSimd's ``SequenceBounds`` bypasses the unit: two passes over its one partition's ids,
 an element a cycle pair (read, then write), the first writing each element's start, the
 second each run's ends once the run ends (:meth:`VectorEngine._sequence_bounds`), each bound
@@ -100,12 +108,14 @@ from hdl.core.isa import (
     SHUFFLE_LANES,
     TF32_SHIFT,
     WORD_BITS,
+    Dropout,
     FindIndex8,
     Instruction,
     Iota,
     MatchReplace8,
     Max8,
     Memset,
+    Random,
     RangeSelect,
     SequenceBounds,
     StreamShuffle,
@@ -125,7 +135,7 @@ from hdl.numerics.fpu import Widen, WidenParams, lzc, round_pack
 from hdl.vector.convert import ENGINE_FORMATS
 from hdl.vector.fpcmp import f_eq, f_lt, holds, is_nan
 from hdl.vector.lanes import add_lane
-from hdl.vector.ops import Reduce, VectorOp
+from hdl.vector.ops import Draw, Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
 __all__ = ["ENGINE_DTYPES", "ENGINE_RUNS", "GENERATOR_SEED", "INDEX_BITS", "IOTA_MODULE",
@@ -138,7 +148,8 @@ __all__ = ["ENGINE_DTYPES", "ENGINE_RUNS", "GENERATOR_SEED", "INDEX_BITS", "IOTA
 VECTOR_OPS = (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset)
 #: What each engine built of this module runs, by the kind of its stream.
 ENGINE_RUNS = {"vector": VECTOR_OPS + (TensorCopyDynamic, TensorTensorScan, Transpose,
-                          StreamShuffle, RangeSelect, Max8, FindIndex8, MatchReplace8),
+                          StreamShuffle, RangeSelect, Max8, FindIndex8, MatchReplace8,
+                          Random, Dropout),
                "gpsimd": (Iota,) + VECTOR_OPS[:2] + VECTOR_OPS[3:] + (TensorCopyDynamic,
                                                                    SequenceBounds)}
 DATA_BITS = 32
@@ -185,7 +196,7 @@ def operand_refusal(ins: Instruction, formats: tuple[str, ...] = ENGINE_DTYPES) 
     for ap in (aps[n] for n in ("a", "b", "src") if n in aps):
         if ap.dtype not in formats:
             return f"inputs are {', '.join(formats)}, not {ap.dtype}"
-    for name in ("operand0", "operand1", "initial"):
+    for name in ("operand0", "operand1", "initial", "prob"):
         if name in aps and aps[name].dtype not in OPERAND_DTYPES:
             return f"{name} must be one of {', '.join(OPERAND_DTYPES)}, not {aps[name].dtype}"
     return None
@@ -699,6 +710,7 @@ class VectorEngine(wiring.Component):
         use_scalar, memset, iota, imm, imm1 = Signal(), Signal(), Signal(), Signal(32), \
             Signal(32)
         scan, reverse0, reverse1, stochastic = Signal(), Signal(), Signal(), Signal()
+        draw = Signal(Draw)  # Random's and Dropout's draws
         transposing, shuffling, selecting, bounding = Signal(), Signal(), Signal(), Signal()
         # Max8: the search (the source through the unit, each lane's values into its list),
         # then the emission (the lists through the unit into dst)
@@ -790,6 +802,15 @@ class VectorEngine(wiring.Component):
                     m.d.comb += [dst.eq(f("dst")), a.eq(f("src")), s0.eq(f("bound0")),
                                  s1.eq(f("bound1")), op.eq(VectorOp.COPY), imm.eq(f("fill")),
                                  selecting.eq(1)]
+            if Random in ENGINE_RUNS[self.kind]:
+                with m.Case(Random.OPCODE):
+                    m.d.comb += [dst.eq(field(Random, "dst")), a.eq(field(Random, "dst")),
+                                 op.eq(VectorOp.COPY), draw.eq(Draw.UNIFORM)]
+                with m.Case(Dropout.OPCODE):
+                    f = partial(field, Dropout)
+                    m.d.comb += [dst.eq(f("dst")), a.eq(f("src")), s0.eq(f("prob")),
+                                 imm.eq(f("imm")), op.eq(VectorOp.COPY),
+                                 draw.eq(Draw.DROPOUT)]
             if self.kind == "gpsimd":
                 with m.Case(Iota.OPCODE):
                     m.d.comb += [dst.eq(field(Iota, "dst")), a.eq(field(Iota, "dst")),
@@ -815,7 +836,7 @@ class VectorEngine(wiring.Component):
                      unit.reverse0.eq(reverse0), unit.reverse1.eq(reverse1),
                      unit.in_format.eq(in_format), unit.b_format.eq(b_format),
                      unit.out_format.eq(Mux(searching, formats.index("fp32"), out_format)),
-                     unit.stochastic.eq(stochastic)]
+                     unit.stochastic.eq(stochastic), unit.draw.eq(draw)]
 
         # the read side: a (and b) of every partition, one cycle after the address
         s1_valid, s1_last, sent = Signal(), Signal(), Signal()
@@ -981,7 +1002,7 @@ class VectorEngine(wiring.Component):
                     with m.Elif(bounding):
                         if SequenceBounds in ENGINE_RUNS[self.kind]:
                             m.next = "B_READ"
-                    with m.Elif((use_scalar | scan | selecting)
+                    with m.Elif((use_scalar | scan | selecting | (draw == Draw.DROPOUT))
                                 & ((s0.partitions != 0) | (s1.partitions != 0))):
                         m.next = "SCALAR"
                     with m.Else():

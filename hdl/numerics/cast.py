@@ -60,6 +60,7 @@ from .fpu import lzc, round_pack
 
 __all__ = ["LFSR_TAPS", "RNGS", "ROUNDINGS", "XORWOW_WEYL", "Cast", "CastLane", "CastParams",
            "FormatCastLane", "check_rng", "lane_seed", "rng_initial_state", "rng_word",
+           "uniform32",
            "roundings", "seed_value", "seed_words"]
 
 ROUNDINGS = ("rne", "stochastic")
@@ -251,6 +252,19 @@ def rng_word(m: Module, rng: str, seed, en):
     return word
 
 
+def uniform32(m: Module, word):
+    """The fp32 encoding of ``(word >> 8) * 2**-24``, a number uniform in [0, 1) drawn from
+    a generator's 32-bit ``word`` (exact: 24 bits; combinational)."""
+    top = Signal(24, name="uniform_bits")
+    m.d.comb += top.eq(word[8:32])
+    lead = Signal(range(32), name="uniform_lead")
+    sig = Signal(24, name="uniform_sig")
+    m.d.comb += [lead.eq(lzc(top)), sig.eq(top << lead)]
+    exp = Signal(8, name="uniform_exp")
+    m.d.comb += exp.eq(FP32.bias - 1 - lead)
+    return Mux(top == 0, 0, Cat(sig[:23], exp, Const(0, 1)))
+
+
 class FormatCastLane(wiring.Component):
     """A cast lane whose target format and rounding are chosen at run time.
 
@@ -260,9 +274,10 @@ class FormatCastLane(wiring.Component):
     target in ``formats``; ``y`` (32 bits, combinational), the target's bit pattern in its
     low bits, zero above. With a generator also ``stochastic``, stochastic rounding instead
     of round-to-nearest-even; ``en``, a beat is accepted (the generator advances, every
-    beat, whatever the format and rounding); ``seed``, as for :class:`CastLane`. Each narrow
-    target rounds exactly as :class:`CastLane` with that format does, the stochastic ones
-    from the top bits of the same word. Without a generator the lane has neither those
+    beat, whatever the format and rounding); ``seed``, as for :class:`CastLane`; ``word``
+    (out), the generator's word of this beat, the one its stochastic rounding takes. Each
+    narrow target rounds exactly as :class:`CastLane` with that format does, the stochastic
+    ones from the top bits of the same word. Without a generator the lane has neither those
     ports nor the stochastic datapaths.
     """
 
@@ -275,12 +290,15 @@ class FormatCastLane(wiring.Component):
         self.rng = rng
         ports = {"x": In(32), "fmt": In(range(max(len(formats), 2)))}
         if rng is not None:
-            ports.update({"stochastic": In(1), "en": In(1), "seed": In(32 * seed_words(rng))})
+            ports.update({"stochastic": In(1), "en": In(1), "seed": In(32 * seed_words(rng)),
+                          "word": Out(32)})
         super().__init__(ports | {"y": Out(32)})
 
     def elaborate(self, platform):
         m = Module()
         word = None if self.rng is None else rng_word(m, self.rng, self.seed, self.en)
+        if word is not None:
+            m.d.comb += self.word.eq(word)
         x = self.x
         with m.Switch(self.fmt):
             for index, fmt in enumerate(self.formats):

@@ -90,11 +90,13 @@ def _cast_verilog(formats: tuple[str, ...], rng: str | None) -> str:
 
 
 def add_cast(m, formats: tuple[str, ...], rng: str | None, instance: bool, inputs: dict,
-             y) -> None:
+             y, word=None) -> None:
     """Add a lane's output cast (:class:`~hdl.numerics.cast.FormatCastLane` of ``formats``,
     ``rng``) to ``m`` as the submodule ``cast``: elaborated in place, or with ``instance``
     an ``Instance`` of the module :func:`cast_module` (emitted once by the engine). Its
-    ports are driven from ``inputs`` (port name -> value) and its result drives ``y``."""
+    ports are driven from ``inputs`` (port name -> value) and its result drives ``y``;
+    its generator's word of the beat drives ``word`` where given."""
+    outputs = {"y": y} if word is None else {"y": y, "word": word}
     add_lane(m, "cast", lambda: _format_cast(formats, rng),
-             cast_module(formats, rng) if instance else None, inputs, {"y": y},
+             cast_module(formats, rng) if instance else None, inputs, outputs,
              clocked=rng is not None)

@@ -45,3 +45,18 @@ class Reduce(enum.Enum, shape=2):
 
 
 BITWISE_OPS = (VectorOp.BITWISE_AND, VectorOp.BITWISE_OR, VectorOp.BITWISE_XOR)
+
+
+class Draw(enum.Enum, shape=2):
+    """What a lane writes from its generator's word of the beat ``w`` (the one its
+    stochastic rounding takes) instead of, or besides, its result ``r``; ``u`` is
+    ``(w >> 8) * 2**-24``, uniform in [0, 1) (:func:`hdl.numerics.cast.uniform32`).
+
+    ``NONE``: ``r``. ``UNIFORM``: ``u``. ``DROPOUT``: ``r`` where ``u >= s`` (``s`` the lane's
+    scalar, a drop probability), else +0.0. Either is then written in the output format
+    as ``r`` would be.
+    """
+
+    NONE = 0
+    UNIFORM = 1
+    DROPOUT = 2

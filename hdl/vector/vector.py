@@ -26,7 +26,10 @@ Each beat of the input stream carries one element of every lane (partition): ``a
    cast from fp32 with round-to-nearest-even, or stochastic rounding with ``stochastic``
    (:class:`~hdl.numerics.cast.FormatCastLane`, the lane's generator seeded per lane and
    advancing once per output beat whatever the format); ``fp32`` is written unchanged, so
-   bitwise results keep every bit.
+   bitwise results keep every bit. With ``draw`` (:class:`~hdl.vector.ops.Draw`, an engine
+   with a generator) the lane writes instead the number in [0, 1) made of its generator's
+   word of the beat (:func:`~hdl.numerics.cast.uniform32`), or keeps the result only where
+   that number is at least its ``scalar`` (a dropout), +0.0 elsewhere.
 
 With ``lane_instances`` the lane (:class:`VectorLane`, its seed tied per lane) is a module
 emitted once and instantiated per lane, and its fp32 adders and multiplier and its output
@@ -36,7 +39,7 @@ cast modules of their own that the lane instantiates (:data:`~hdl.vector.lanes.F
 
 Control inputs (``op``, ``reduce``, ``use_scalar``, ``scalar``, ``op1``, ``scalar1``,
 ``scan``, ``reverse0``, ``reverse1``, ``in_format``, ``b_format``, ``out_format``,
-``stochastic``) must hold while a stream is in
+``stochastic``, ``draw``) must hold while a stream is in
 flight. Pipeline: two register stages with a common stall (a beat moves when the output stage
 is empty or read), the cast in front of the second; one beat per cycle at full rate.
 The golden model is :mod:`sim.golden.vector`.
@@ -51,13 +54,13 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.emitted import module_text
-from hdl.numerics.cast import check_rng, seed_value, seed_words
+from hdl.numerics.cast import check_rng, seed_value, seed_words, uniform32
 from hdl.numerics.constants import CANONICAL_NAN32, NEG_INF32, ONE32, SIGN32
 
 from .convert import ENGINE_FORMATS, check_formats, widen_input
 from .fpcmp import COMPARISONS, f_lt, f_max, holds, is_nan
 from .lanes import add_cast, add_fp, add_lane, shared_verilog
-from .ops import Reduce, VectorOp
+from .ops import Draw, Reduce, VectorOp
 
 __all__ = ["Vector", "VectorLane", "VectorParams"]
 
@@ -155,9 +158,11 @@ class VectorLane(wiring.Component):
     value is the lane's register ``carry``. ``y`` is the stage-2 register: the
     element result, or the row's reduction, in ``formats[out_format]`` (``stochastic``:
     stochastic rounding by the generator whose initial state is ``seed``, see
-    :func:`~hdl.numerics.cast.seed_value`). With ``rng`` None the lane rounds to nearest even
-    only and has neither ``stochastic`` nor ``seed``. With ``instances`` the fp32 adders
-    (``add`` and the second operation's ``add1``, the reduction's ``red``) and multipliers
+    :func:`~hdl.numerics.cast.seed_value`), or what ``draw`` makes of the generator's word
+    of the beat (:class:`~hdl.vector.ops.Draw`). With ``rng`` None the lane rounds to
+    nearest even only and has neither ``stochastic``, ``draw`` nor ``seed``. With
+    ``instances`` the fp32 adders (``add`` and the second operation's ``add1``, the
+    reduction's ``red``) and multipliers
     (``mul``, ``mul1``) and the output cast are
     ``Instance`` s of their modules (:data:`~hdl.vector.lanes.FP_MODULES`,
     :func:`~hdl.vector.lanes.cast_module`), emitted once, instead of submodules: the same
@@ -171,7 +176,7 @@ class VectorLane(wiring.Component):
         self.formats = formats
         self.rng = rng
         self.instances = instances
-        rounding = {} if rng is None else {"stochastic": In(1),
+        rounding = {} if rng is None else {"stochastic": In(1), "draw": In(Draw),
                                            "seed": In(32 * seed_words(rng))}
         super().__init__({
             "en": In(1),
@@ -228,10 +233,20 @@ class VectorLane(wiring.Component):
         fp32 = self.out_format == self.formats.index("fp32") if "fp32" in self.formats else 0
         cast_y = Signal(32, name="cast_y")
         cast_in = {"x": result, "fmt": self.out_format}
+        word = None
         if self.rng is not None:
-            cast_in.update(stochastic=self.stochastic, seed=self.seed,
+            # the draws (Draw) from the generator's word of this beat
+            word = Signal(32, name="draw_word")
+            uniform = Signal(32, name="draw_uniform")
+            m.d.comb += uniform.eq(uniform32(m, word))
+            kept = holds(VectorOp.GREATER_EQUAL, uniform, self.scalar)
+            drawn = Signal(32, name="drawn")
+            m.d.comb += drawn.eq(Mux(self.draw == Draw.UNIFORM, uniform,
+                                     Mux((self.draw == Draw.DROPOUT) & ~kept, 0, result)))
+            result = drawn
+            cast_in.update(x=result, stochastic=self.stochastic, seed=self.seed,
                            en=self.en & self.step & (plain | self.last))
-        add_cast(m, self.formats, self.rng, self.instances, cast_in, cast_y)
+        add_cast(m, self.formats, self.rng, self.instances, cast_in, cast_y, word)
         out = Mux(fp32, result, cast_y)
         with m.If(self.en):
             with m.If(plain):
@@ -252,7 +267,7 @@ class Vector(wiring.Component):
     ``op1`` and ``scalar1`` (the second operation and its scalars, laid out as ``scalar``),
     ``scan``, ``reverse0`` and ``reverse1`` (a scan, ``scalar`` its initial value),
     ``in_format`` (``a``'s), ``b_format`` (``b``'s), ``out_format`` (indices into
-    ``params.formats``) and ``stochastic``
+    ``params.formats``), ``stochastic`` and ``draw``
     (ignored by an engine without a generator, ``params.rng`` None: the port list is the
     same on every chip, as the instruction's rounding field is, so one bench drives all).
     """
@@ -281,6 +296,7 @@ class Vector(wiring.Component):
             "b_format": In(range(max(len(params.formats), 2))),
             "out_format": In(range(max(len(params.formats), 2))),
             "stochastic": In(1),
+            "draw": In(Draw),
         })
 
     def modules(self, shared: bool = True) -> dict[str, Callable[[], str]]:
@@ -326,7 +342,7 @@ class Vector(wiring.Component):
         module = self.LANE_MODULE if self.lane_instances else None
         for lane in range(p.lanes):
             rounding = {} if p.rng is None else {
-                "stochastic": self.stochastic,
+                "stochastic": self.stochastic, "draw": self.draw,
                 "seed": Const(seed_value(p.rng, p.seed, lane), 32 * seed_words(p.rng))}
             inputs = {"en": en, "op": self.op, "reduce": self.reduce,
                       "in_format": self.in_format, "b_format": self.b_format,

@@ -284,8 +284,7 @@ class Data:
         unit, lanes, beats = unit_beats(self.kinds[stream], ins, self.params)
         start = self.beats[unit] - beats
         words = numerics.random_words(self.params.rng, self.seed, beats, lanes, start)
-        out = (words[:, :ins.dst.partitions].T >> np.uint32(8)).astype(np.float32)
-        return out * np.float32(2.0 ** -24)
+        return vector.uniform(words[:, :ins.dst.partitions].T).view(np.float32)
 
     def _selection(self, stream: int, ins: Instruction) -> None:
         """The instructions of :data:`_SELECTIONS`: the 8-wide searches, the random draws,
@@ -316,7 +315,7 @@ class Data:
         elif isinstance(ins, Random):
             self.write32(ins.dst, self._uniform(stream, ins).view(np.uint32))
         elif isinstance(ins, Dropout):
-            x = self.read32(ins.src).view(f32).reshape(ins.src.partitions, -1)
+            x = self.copied32(ins.src).view(f32)
             prob = self.scalar(ins.prob, ins.imm, x.shape[0]).view(f32)[:, None]
             out = np.where(self._uniform(stream, ins) >= prob, x, f32(0))
             self.write32(ins.dst, out.astype(f32).view(np.uint32))

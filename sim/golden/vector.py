@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from hdl.numerics import constants
-from hdl.vector.ops import Reduce, VectorOp
+from hdl.vector.ops import Draw, Reduce, VectorOp
 from sim.golden.convert import cast_output, check_rounding, widen_input
-from sim.golden.numerics import add32, mul32
+from sim.golden.numerics import add32, mul32, random_words
 
 # The contract's constants as uint32 scalars, so that numpy arithmetic on bit patterns stays uint32.
 CANONICAL_NAN32, SIGN32, ONE32, NEG_INF32 = map(np.uint32, (
@@ -102,7 +102,7 @@ def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE,
         in_format: str = "fp32", out_format: str = "fp32", rounding: str = "rne",
         beat: int = 0, b_format: str | None = None, op1=VectorOp.COPY,
         scalar1=None, scanning: bool = False, reverse0: bool = False,
-        reverse1: bool = False) -> np.ndarray:
+        reverse1: bool = False, draw=Draw.NONE) -> np.ndarray:
     """The engine on a stream of ``(elements, lanes)`` operands.
 
     ``a`` is lane words in ``in_format``, ``b`` in ``b_format`` (``in_format`` when None),
@@ -121,6 +121,12 @@ def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE,
     With ``scanning`` the engine runs a scan (:func:`scan`, one output row per element):
     ``op`` and ``op1`` its two operations, ``scalar`` the running value's initial value
     (zeros when None), each row of ``last`` a scan of its own.
+
+    ``draw`` (:class:`~hdl.vector.ops.Draw`, element-wise only, on an engine with a
+    generator) replaces each result row before its cast with the numbers :func:`uniform`
+    makes of the lanes' words of those beats (``beat`` on), or, for a dropout, keeps a
+    result where that number is at least the lane's ``scalar`` (the drop probability) and
+    writes +0.0 elsewhere.
     """
     check_rounding(rounding, params.rng)
     a = widen_input(np.asarray(a, dtype=np.uint32).reshape(-1, params.lanes), in_format)
@@ -149,9 +155,26 @@ def run(params, op, a, b=None, last=None, scalar=None, reduce=Reduce.NONE,
             r = elementwise(op1, r, np.asarray(scalar1, dtype=np.uint32))
         if reduce != Reduce.NONE:
             r = _reduce(params, r, reduce, last)
+    draw = Draw(draw)
+    if draw != Draw.NONE:
+        if params.rng is None or reduce != Reduce.NONE or scanning:
+            raise ValueError("a draw needs a generator and an element-wise operation")
+        u = uniform(random_words(params.rng, params.seed, len(r), params.lanes, beat))
+        if draw == Draw.UNIFORM:
+            r = u
+        else:
+            prob = np.asarray(scalar, dtype=np.uint32).view(np.float32)
+            r = np.where(u.view(np.float32) >= prob, r, np.uint32(0)).astype(np.uint32)
     if out_format == "fp32" or len(r) == 0:
         return r
     return cast_output(r, out_format, rounding, params.rng, params.seed, beat)
+
+
+def uniform(words) -> np.ndarray:
+    """The fp32 bits of ``(w >> 8) * 2**-24`` for each generator word ``w`` of ``words``:
+    numbers uniform in [0, 1), exact (:func:`hdl.numerics.cast.uniform32`)."""
+    top = np.asarray(words, dtype=np.uint32) >> np.uint32(8)
+    return (top.astype(np.float32) * np.float32(2.0 ** -24)).view(np.uint32)
 
 
 def _reduce(params, r, reduce, last) -> np.ndarray:

@@ -17,6 +17,7 @@ from hdl.core.isa import (
     TF32_SHIFT,
     Activation,
     DmaCopy,
+    Dropout,
     FindIndex8,
     Iota,
     LoadStationary,
@@ -24,6 +25,7 @@ from hdl.core.isa import (
     Max8,
     Memset,
     MultiplyMoving,
+    Random,
     RangeSelect,
     SemWait,
     SequenceBounds,
@@ -767,6 +769,42 @@ def _stochastic(b: Builder) -> None:
                           func=b.function("exp"), **sto))
 
 
+def _draws(b: Builder) -> None:
+    """Random and Dropout on the vector engine, each element from its lane generator's word
+    of the beat (the words stochastic rounding takes, :func:`sim.core.data.unit_beats`):
+    numbers in [0, 1) into fp32, bf16 at a byte offset and fp16 strided; dropout of fp32 at
+    an immediate probability and of bf16 at a per-partition one (an Iota's, negative to
+    above 1), then of NaNs and infinities (x * 1e38 * 1e38, times x > 0.5); between them a
+    stochastic copy and a reduction, which advance the generators by their own beats."""
+    p, n, v = b.params.partitions, 12, "vector"
+    x, h = b.hbm("x", (p, n), "fp32"), b.hbm("h", (p, n), "bf16")
+    sx, sh, probs = b.sbuf(4 * n, "x"), b.sbuf(2 * n, "h"), b.sbuf(4, "probs")
+    t = [b.sbuf(4 * n + 4, f"t{k}") for k in range(8)]
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n), src=x.ap((0, p))))
+    b.emit("dma1", DmaCopy(dst=_tile(b, sh, n, "bf16"), src=h.ap((0, p))))
+    prob = b.column(probs, p)
+    b.emit("gpsimd", Iota(dst=prob, base=-2, pstep=1, step=0))
+    b.emit("gpsimd", TensorScalar(dst=prob, src=prob, op0=VectorOp.MULTIPLY,
+                                  imm0=1.0 / (p - 4)))
+    b.wait(v, b.signal("dma0"), b.signal("dma1"), b.signal("gpsimd"))
+    b.emit(v, Random(dst=_tile(b, t[0], n)))
+    b.emit(v, Random(dst=_tile(b, t[1] + 2, n, "bf16")))
+    b.emit(v, TensorCopy(dst=_tile(b, t[2], n, "fp16"), src=_tile(b, sx, n),
+                         rounding="stochastic"))
+    b.emit(v, Random(dst=_tile(b, t[3], n // 2, "fp16", dims=((n // 2, 2),))))
+    b.emit(v, Dropout(dst=_tile(b, t[4], n), src=_tile(b, sx, n), imm=0.3))
+    b.emit(v, TensorReduce(dst=b.column(t[5], p), src=_tile(b, sx, n), reduce=Reduce.SUM))
+    b.emit(v, Dropout(dst=_tile(b, t[6], n, "bf16"), src=_tile(b, sh, n, "bf16"), prob=prob))
+    inf, keep = t[7], t[5] + 4
+    b.emit(v, TensorScalar(dst=_tile(b, inf, n), src=_tile(b, sx, n), op0=VectorOp.MULTIPLY,
+                           imm0=1e38, op1=VectorOp.MULTIPLY, imm1=1e38))
+    b.emit(v, TensorScalar(dst=_tile(b, keep, n), src=_tile(b, sx, n), op0=VectorOp.GREATER,
+                           imm0=0.5))
+    b.emit(v, TensorTensor(dst=_tile(b, inf, n), a=_tile(b, inf, n), b=_tile(b, keep, n),
+                           op=VectorOp.MULTIPLY))
+    b.emit(v, Dropout(dst=_tile(b, inf, n), src=_tile(b, inf, n), imm=0.5))
+
+
 def _inputs(b: Builder, types: dict[str, str], n: int) -> dict:
     """Tiles of ``n`` elements in every partition, one a name of ``types`` (name -> type),
     each in its own SBUF words, loaded by queue dma0 from the HBM tensor of its name."""
@@ -1156,7 +1194,7 @@ PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
              "dynamic_copies": (_dynamic_copies, False), "shuffles": (_shuffles, False),
              "range_selects": (_range_selects, False), "top8s": (_top8s, False),
              "matches": (_matches, False), "sequence_bounds": (_sequence_bounds, False),
-             "indirect_dmas": (_indirect_dmas, False),
+             "indirect_dmas": (_indirect_dmas, False), "draws": (_draws, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)
                 for name in ("cross_entropy_backward", "swiglu_backward")
                 for dtype in ("fp32", "bf16")},

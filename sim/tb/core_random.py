@@ -8,7 +8,8 @@ runs them (vector, GpSimd, and the scalar engine's
 TensorScalar, of one operation or two, TensorCopy and TensorCopyDynamic, its source moved
 by a place read at run time), the vector engine's reductions,
 transposes, shuffles (partitions moved within quadrants, some kept), range selects (from
-NeuronCore-v3 on), Max8, FindIndex8, MatchReplace8 and scans
+NeuronCore-v3 on), Max8, FindIndex8, MatchReplace8, numbers drawn from the lanes'
+generators (``Random``) and dropouts (``Dropout``, on a chip with generators), and scans
 (``TensorTensorScan``, either operation's operands swapped, from an immediate or a
 per-partition column), GpSimd's iotas and sequence bounds, the scalar engine's activations
 (with a bias column and a running sum), the tensor engine's load-and-multiply pairs (with
@@ -32,6 +33,7 @@ from hdl.core.isa import (
     SHUFFLE_LANES,
     Activation,
     DmaCopy,
+    Dropout,
     FindIndex8,
     Iota,
     LoadStationary,
@@ -39,6 +41,7 @@ from hdl.core.isa import (
     Max8,
     Memset,
     MultiplyMoving,
+    Random,
     RangeSelect,
     SequenceBounds,
     StreamShuffle,
@@ -167,7 +170,7 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
         have = [i for i in filled() if plan.types[("s", i)][0] != "fp8_e4m3"]
         kind = rng.choice(("tt", "ts", "reduce", "copy", "memset", "iota", "act", "act", "mm",
                            "mm", "load", "store", "scan", "transpose", "shuffle", "rselect",
-                           "max8", "find8", "replace8", "bounds"))
+                           "max8", "find8", "replace8", "bounds", "draw"))
         dst = rng.randrange(_SLOTS)
         out_t = rng.choice(_TYPES + _OTHER_TYPES)
         if kind == "load":
@@ -354,6 +357,30 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
             ins = SequenceBounds(dst=slot_ap(dst, "fp32", 2 * n, parts=1),
                                  src=slot_ap(a, a_t, n, parts=1))
             plan.touch("gpsimd", [("s", a)], [("s", dst)], lambda ins=ins: b.emit("gpsimd", ins))
+        elif kind == "draw" and params.rng is not None:
+            # numbers in [0, 1) into a slot (Random), or a slot's dropout (at an immediate
+            # probability or a per-partition column's) into another, strided or not
+            if have and rng.random() < 0.6:
+                a = rng.choice(have)
+                a_t, n = plan.types[("s", a)]
+                if dst == a:
+                    continue
+                strided = rng.random() < 0.3 and n >= 4
+                m = n // 2 if strided else n
+                src_ap = slot_ap(a, a_t, m, stride=2) if strided else slot_ap(a, a_t, n)
+                reads = [("s", a)]
+                if rng.random() < 0.5:
+                    col = rng.randrange(_SLOTS)
+                    prob = {"prob": b.column(plan.cols + 4 * col, p)}
+                    reads.append(("c", col))
+                else:
+                    prob = {"imm": rng.choice((0.0, 0.25, 0.5, 0.9))}
+                ins = Dropout(dst=slot_ap(dst, out_t, m), src=src_ap, **prob)
+            else:
+                reads, m = [], rng.randint(1, free)
+                ins = Random(dst=slot_ap(dst, out_t, m))
+            plan.types[("s", dst)] = (out_t, m)
+            plan.touch("vector", reads, [("s", dst)], lambda ins=ins: b.emit("vector", ins))
         elif kind == "memset":
             plan.types[("s", dst)] = (out_t, free)
             ins = Memset(dst=slot_ap(dst, out_t, free), value=rng.uniform(-3, 3))

@@ -7,7 +7,8 @@ TensorCopy included; stationaries at tile positions of the array's row and colum
 double rows; transposes in every type the array transposes; inputs of two types in one
 instruction and scalar operands of every type on the vector, GpSimd and scalar engines;
 two-operation TensorScalar on all three; TensorTensorScan; StreamShuffle; RangeSelect; Max8,
-FindIndex8 and MatchReplace8; TensorCopyDynamic on all three; GpSimd's SequenceBounds;
+FindIndex8 and MatchReplace8; Random and Dropout; TensorCopyDynamic on all three; GpSimd's
+SequenceBounds;
 indirect DMA, gathering, scattering and skipping rows; adding DMA, SBUF and HBM;
 stochastic rounding on every
 engine; every element type they stream, int8, int32, uint32, tf32 and fp8_e4m3fn included),

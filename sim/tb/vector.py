@@ -12,7 +12,8 @@ pytest entry points are in ``sim/tb/test_vector.py``):
   and reduced, from other input formats, ``a`` and ``b`` of two different ones
   (round-to-nearest-even alone on an engine without a generator, ``rng`` None: every draw of
   a rounding is among the engine's); scans of rows, every operand order, narrow inputs and
-  output.
+  output; on an engine with a generator, the lanes' draws (numbers in [0, 1), and dropout at
+  probabilities below, within and above [0, 1] and NaN).
 * ``random_streams``: seeded random operations, reductions, scans, input formats (``a``'s and
   ``b``'s drawn apart), second operations, output formats, roundings, operands and row
   lengths, with random
@@ -29,7 +30,7 @@ import cocotb
 import numpy as np
 
 from hdl.numerics.cast import roundings
-from hdl.vector.ops import Reduce, VectorOp
+from hdl.vector.ops import Draw, Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 from sim.golden import vector as golden
 from sim.tb.engine import (
@@ -61,13 +62,14 @@ class VectorTB(EngineTB):
     async def case(self, op, reduce=Reduce.NONE, a=None, b=None, scalar=None, last=None,
                    idle=0.0, stall=0.0, in_format="fp32", out_format="fp32", rounding="rne",
                    b_format=None, op1=VectorOp.COPY, scalar1=None, scanning=False,
-                   reverse0=False, reverse1=False):
+                   reverse0=False, reverse1=False, draw=Draw.NONE):
         """One instruction: ``a`` lane words in ``in_format``, ``b`` in ``b_format``
         (``in_format`` when None), the second operation ``op1`` with ``scalar1`` (fp32, one
         per lane; zeros when None), or with ``scanning`` a scan of each row of ``last``
         from ``scalar`` (``reverse0`` / ``reverse1`` swapping the operations' operands),
-        the result written in ``out_format`` with ``rounding``; every beat checked against
-        the golden model."""
+        the result written in ``out_format`` with ``rounding``, or the lanes' ``draw``
+        instead (``scalar`` a dropout's probabilities); every beat checked against the
+        golden model."""
         p, dut = self.params, self.dut
         await self.begin(in_format, out_format, rounding)
         b_format = in_format if b_format is None else b_format
@@ -87,10 +89,11 @@ class VectorTB(EngineTB):
         dut.scan.value = int(scanning)
         dut.reverse0.value = int(reverse0)
         dut.reverse1.value = int(reverse1)
+        dut.draw.value = Draw(draw).value
         want = golden.run(p, op, a, b, last=last, scalar=scalar, reduce=reduce,
                           in_format=in_format, out_format=out_format, rounding=rounding,
                           b_format=b_format, op1=op1, scalar1=sc1, scanning=scanning,
-                          reverse0=reverse0, reverse1=reverse1)
+                          reverse0=reverse0, reverse1=reverse1, draw=draw)
         beats = pack([a, b, last.astype(np.uint8)], [32, 32, 8])
         got = await self.bench.transfer(beats, len(want), idle, stall)
         got = np.array([unpack(v, p.lanes, 32) for v in got],
@@ -98,7 +101,7 @@ class VectorTB(EngineTB):
         check_equal("output", got, want.reshape(-1, p.lanes),
                     {"op": VectorOp(op).name, "reduce": Reduce(reduce).name,
                      "scalar": scalar is not None, "op1": VectorOp(op1).name, "beats": n,
-                     "scan": (scanning, reverse0, reverse1),
+                     "scan": (scanning, reverse0, reverse1), "draw": Draw(draw).name,
                      "in": in_format, "b": b_format, "out": out_format, "rounding": rounding})
         self.cases += 1
 
@@ -187,6 +190,15 @@ async def directed(dut):
         await tb.case(VectorOp.MULTIPLY, a=a, b=b, scalar=scalar, last=last,
                       op1=VectorOp.ADD, in_format=narrow[0], b_format=formats[-1],
                       out_format=narrow[-1], scanning=True)
+    if tb.params.rng is not None:
+        # the lanes' draws: numbers in [0, 1), fp32 and narrow; dropouts of specials at
+        # probabilities below 0, within [0, 1), above 1 and NaN, into fp32 and a narrow format
+        probs = np.resize(np.array([-0.5, 0.0, 0.25, 0.5, 0.9, 1.0, 1.5, np.nan],
+                                   np.float32), lanes).view(np.uint32)
+        for fmt in dict.fromkeys(("fp32", formats[-1])):
+            await tb.case(VectorOp.COPY, a=rnd_a, out_format=fmt, draw=Draw.UNIFORM)
+            await tb.case(VectorOp.COPY, a=np.resize(SPECIALS, (len(SPECIALS), lanes)),
+                          scalar=probs, out_format=fmt, draw=Draw.DROPOUT)
     dut._log.info("directed: %d cases passed", tb.cases)
 
 

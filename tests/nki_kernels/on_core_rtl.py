@@ -13,6 +13,7 @@ from indirect import gather, scatter_add
 from isa_more import (
     bounds,
     columns_at,
+    draws,
     partition_broadcast,
     ranges,
     scan,
@@ -72,6 +73,7 @@ if __name__ == "__main__":
     largest(normal(16, 40))
     top8(normal(16, 24), -1.0)
     bounds(np.array([[3, 3, 0, 0, 5, 5, 5, 1, 0, 2, 2, 7]], dtype=np.float32))
+    draws(normal(16, 12), np.linspace(-0.2, 1.2, 16, dtype=np.float32).reshape(16, 1))
     gather(normal(40, 16), np.array([7, 0, 39, 3, 3, 12, 25, 1, 9, 30, 2, 17, 8, 8, 21, 5],
                                     dtype=np.int32))
     scatter_add(normal(16, 8), np.array([[3], [0], [3], [15], [7], [3], [1], [2], [9], [9], [4],
