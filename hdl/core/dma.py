@@ -12,9 +12,10 @@ An indirect copy (``index``) reads, before each of its rows, the row's index (th
 tile's partition for that row, its first element) from SBUF; its HBM side's row is then the
 one indexed (its pattern's offset moved by index x pstride, rows one after another walked
 with no stride between them). A row out of ``0 .. rows - 1`` is not moved (``skip``; the
-core simulator refuses a program with one otherwise). An adding copy (``add``, fp32 into
-fp32) reads each element of ``dst`` after ``src``'s and writes their sum, by the vector
-unit's fp32 adder (:data:`~hdl.vector.lanes.FP_MODULES`' ``add``).
+core simulator refuses a program with one otherwise). An adding copy (``add``, of a type of
+:data:`~hdl.core.isa.DMA_ADD_DTYPES`) reads each element of ``dst`` after ``src``'s and
+writes their sum: both widened to fp32 exactly, added by the vector unit's fp32 adder
+(:data:`~hdl.vector.lanes.FP_MODULES`' ``add``), cast back to nearest even.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
-from hdl.core.isa import DTYPES, WORD_BITS, DmaCopy, field_positions
+from hdl.core.isa import DMA_ADD_DTYPES, DTYPES, WORD_BITS, DmaCopy, field_positions
+from hdl.numerics.cast import FormatCastLane
+from hdl.numerics.formats import format_by_name
+from hdl.vector.convert import widen_input
 from hdl.vector.lanes import add_fp
 
 __all__ = ["AxiSignature", "Dma", "SbufPort"]
@@ -198,9 +202,19 @@ class Dma(wiring.Component):
                 m.next = "WRITE"
                 with m.If(adding):
                     m.next = "DST_READ"
-            # an adding copy: dst's element, then the sum written in its place
-            sum_ = add_fp(m, "add", "rmw_add", Mux(dst.space == SPACE["hbm"], axi.rdata,
-                                                    self.sbuf.rdata), value, False)
+            # an adding copy: dst's element, then the sum written in its place, in fp32
+            # between the widenings and the cast of the copy's type
+            add_type = 0
+            for k, name in enumerate(DMA_ADD_DTYPES):
+                add_type = Mux(dst.dtype == DTYPES[name][0], k, add_type)
+            held = Mux(dst.space == SPACE["hbm"], axi.rdata, self.sbuf.rdata) >> (wshift * 8)
+            total = add_fp(m, "add", "rmw_add",
+                           widen_input(m, DMA_ADD_DTYPES, held, add_type, "rmw_dst"),
+                           widen_input(m, DMA_ADD_DTYPES, value, add_type, "rmw_src"), False)
+            m.submodules.rmw_cast = cast = FormatCastLane(
+                tuple(format_by_name(name) for name in DMA_ADD_DTYPES), None)
+            m.d.comb += [cast.x.eq(total), cast.fmt.eq(add_type)]
+            sum_ = cast.y
             with m.State("DST_READ"):
                 m.d.comb += self.busy.eq(1)
                 with m.If(dst.space == SPACE["hbm"]):

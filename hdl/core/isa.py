@@ -27,8 +27,9 @@ from typing import ClassVar
 from hdl.vector.ops import BITWISE_OPS, Reduce, VectorOp
 
 __all__ = [
-    "AP", "AP_BITS", "AP_FIELDS", "DTYPES", "ENGINE_OPS", "FREE_MAX", "INSTRUCTIONS", "MX_DTYPES",
-    "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS", "SPACES", "TF32_SHIFT",
+    "AP", "AP_BITS", "AP_FIELDS", "DMA_ADD_DTYPES", "DTYPES", "ENGINE_OPS", "FREE_MAX",
+    "INSTRUCTIONS", "MX_DTYPES", "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT",
+    "OPCODE_BITS", "SPACES", "TF32_SHIFT",
     "WORD_BITS", "Activation", "DmaCopy", "Dropout", "FindIndex8", "GatherFlattened",
     "Instruction", "IsaError", "Iota", "LocalGather", "MatchReplace8", "Max8", "Random",
     "LoadStationary", "Memset", "MultiplyMoving", "SHUFFLE_KEEP", "SHUFFLE_LANES",
@@ -676,6 +677,10 @@ INSTRUCTIONS: dict[int, type[Instruction]] = {
                                 SequenceBounds, RangeSelect, LocalGather)}
 _BY_MNEMONIC = {cls.MNEMONIC: cls for cls in INSTRUCTIONS.values()}
 _SYNC = (SemSignal, SemWait)
+
+#: The element types a DMA adds into (``DmaCopy.add``, src and dst of one type): the sum in
+#: fp32 by the vector unit's adder, rounded to nearest even into the type.
+DMA_ADD_DTYPES = ("fp32", "bf16", "fp16")
 
 #: Which instructions each kind of engine runs [ISA].
 ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {

@@ -362,9 +362,9 @@ class Rules:
                                        f"{ins.dst.dtype}")
             if ins.index is not None:
                 self._check_index(where, ins)
-            if ins.add and ins.dst.dtype not in ("fp32", "bf16", "fp16"):
-                fail(*where, "format", f"a DMA adds fp32, bf16 or fp16 elements, not "
-                                       f"{ins.dst.dtype}")
+            if ins.add and ins.dst.dtype not in isa.DMA_ADD_DTYPES:
+                fail(*where, "format", f"a DMA adds {', '.join(isa.DMA_ADD_DTYPES)} "
+                                       f"elements, not {ins.dst.dtype}")
         elif isinstance(ins, StreamShuffle):
             self._check_shuffle(where, ins)
         elif isinstance(ins, isa.LocalGather):

@@ -476,7 +476,9 @@ def _indirect_dmas(b: Builder) -> None:
     """Indirect DMA: rows of an HBM table gathered into SBUF by an int32 index (GpSimd's
     Iota: 1 + 3 p), scattered back into another table's rows by it, and gathered by a uint32
     index with rows out of the table skipped (-2 + 5 p over 64 rows; their partitions keep
-    a memset's value); adding copies, SBUF into SBUF and every partition into one HBM row."""
+    a memset's value); adding copies, SBUF into SBUF and every partition into one HBM row
+    (fp32), HBM into SBUF at a byte offset inside words (bf16) and SBUF into HBM (fp16),
+    each sum rounded to its type."""
     p, n, rows = b.params.partitions, 12, 64
     table = b.hbm("table", (rows, n), "fp32")
     out = b.hbm("out", (rows, n), "fp32")
@@ -509,6 +511,14 @@ def _indirect_dmas(b: Builder) -> None:
     b.emit("dma2", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t, n), rows=rows, index_dst=True,
                            add=True, index=b.tile("sbuf", "int32", twice, p, ((1, 1),))))
     b.emit("dma2", DmaCopy(dst=summed.ap((0, p)), src=_tile(b, t + 4 * n, n)))
+    (ha, hb), (fa, fb) = ((b.hbm(f"{k}a", (p, n), dt), b.hbm(f"{k}b", (p, n), dt))
+                          for k, dt in (("h", "bf16"), ("f", "fp16")))
+    sh, sf = b.sbuf(2 * n + 4, "h"), b.sbuf(2 * n, "f")
+    halves = _tile(b, sh + 2, n, "bf16")
+    b.emit("dma3", DmaCopy(dst=halves, src=ha.ap((0, p))))
+    b.emit("dma3", DmaCopy(dst=_tile(b, sf, n, "fp16"), src=fb.ap((0, p))))
+    b.emit("dma3", DmaCopy(dst=halves, src=hb.ap((0, p)), add=True))
+    b.emit("dma3", DmaCopy(dst=fa.ap((0, p)), src=_tile(b, sf, n, "fp16"), add=True))
 
 
 #: The per-partition operands of :func:`_mixed_types`: (type, element of its word-aligned

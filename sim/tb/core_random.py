@@ -13,7 +13,8 @@ generators (``Random``) and dropouts (``Dropout``, on a chip with generators), a
 (``TensorTensorScan``, either operation's operands swapped, from an immediate or a
 per-partition column), GpSimd's iotas and sequence bounds, the scalar engine's activations
 (with a bias column and a running sum), the tensor engine's load-and-multiply pairs (with
-accumulation), and DMA stores back to HBM (some of fp32 adding to what it holds).
+accumulation), and DMA stores back to HBM (some of fp32, bf16 and fp16 adding to what it
+holds).
 Slots hold fp32, bf16, fp16, fp8_e4m3fn, tf32 and int8 (fp8_e4m3 loaded for the tensor
 engine). On a chip with stochastic rounding, some of the element-wise operations, copies,
 scans and activations round their results stochastically.
@@ -29,6 +30,7 @@ import dataclasses
 import random
 
 from hdl.core.isa import (
+    DMA_ADD_DTYPES,
     SHUFFLE_KEEP,
     SHUFFLE_LANES,
     Activation,
@@ -181,7 +183,8 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
             t = b.hbm(f"out{stores}", (p, n), dtype)
             stores += 1
             q = rng.choice(queues)
-            add = dtype == "fp32" and rng.random() < 0.7  # fp32 added to what HBM holds
+            # added to what HBM holds, where a DMA adds the type
+            add = dtype in DMA_ADD_DTYPES and rng.random() < 0.7
             plan.touch(q, [("s", i)], [],
                        lambda i=i, dtype=dtype, n=n, t=t, q=q, add=add: b.emit(
                            q, DmaCopy(dst=t.ap((0, p)), src=slot_ap(i, dtype, n), add=add)))

@@ -3,6 +3,7 @@ an 8 x 8 array): `gen nki tests/nki_kernels/on_core_rtl.py --spec trn2 --rtl` ru
 the core simulator and co-simulates it on the core RTL, every byte compared; among them one
 kernel longer than a sequencer's ring of the simulated core (``steps``)."""
 
+import ml_dtypes
 import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
@@ -76,6 +77,8 @@ if __name__ == "__main__":
     draws(normal(16, 12), np.linspace(-0.2, 1.2, 16, dtype=np.float32).reshape(16, 1))
     gather(normal(40, 16), np.array([7, 0, 39, 3, 3, 12, 25, 1, 9, 30, 2, 17, 8, 8, 21, 5],
                                     dtype=np.int32))
-    scatter_add(normal(16, 8), np.array([[3], [0], [3], [15], [7], [3], [1], [2], [9], [9], [4],
-                                         [5], [6], [11], [3], [12]], dtype=np.int32),
-                normal(16, 8))
+    rows = np.array([[3], [0], [3], [15], [7], [3], [1], [2], [9], [9], [4], [5], [6], [11],
+                     [3], [12]], dtype=np.int32)
+    scatter_add(normal(16, 8), rows, normal(16, 8))
+    scatter_add(normal(16, 8).astype(ml_dtypes.bfloat16), rows,
+                normal(16, 8).astype(ml_dtypes.bfloat16))
