@@ -373,6 +373,20 @@ def _rows_and_zeros(b: Builder, n: int) -> tuple[int, int, int]:
     return sx, sh, zeros
 
 
+def _infinities_and_nans(b: Builder, sx: int, n: int, inf: int, keep: int) -> None:
+    """Into ``inf`` (SBUF, ``n`` fp32 a partition), by the vector engine, ``x * 1e38 *
+    1e38`` (an infinity of x's sign but for the tiniest x) times ``x > 0.5`` (1 or 0,
+    through ``keep``) of the ``x`` at ``sx``: infinities where x > 0.5, NaNs (inf * 0)
+    elsewhere."""
+    v = "vector"
+    b.emit(v, TensorScalar(dst=_tile(b, inf, n), src=_tile(b, sx, n), op0=VectorOp.MULTIPLY,
+                           imm0=1e38, op1=VectorOp.MULTIPLY, imm1=1e38))
+    b.emit(v, TensorScalar(dst=_tile(b, keep, n), src=_tile(b, sx, n), op0=VectorOp.GREATER,
+                           imm0=0.5))
+    b.emit(v, TensorTensor(dst=_tile(b, inf, n), a=_tile(b, inf, n), b=_tile(b, keep, n),
+                           op=VectorOp.MULTIPLY))
+
+
 def _top8s(b: Builder) -> None:
     """Max8 on the vector engine: fp32, a strided source into bf16, a bf16 source, zeros of
     both signs (ties kept in order) and a row of infinities and NaNs (x * 1e38 * 1e38, times
@@ -383,12 +397,7 @@ def _top8s(b: Builder) -> None:
     out16 = b.hbm("out16", (p, 16), "bf16")
     inf, keep = (b.sbuf(4 * n, name) for name in ("inf", "keep"))
     t, t16 = b.sbuf(4 * 32, "out"), b.sbuf(2 * 16, "out16")
-    b.emit(v, TensorScalar(dst=_tile(b, inf, n), src=_tile(b, sx, n), op0=VectorOp.MULTIPLY,
-                           imm0=1e38, op1=VectorOp.MULTIPLY, imm1=1e38))
-    b.emit(v, TensorScalar(dst=_tile(b, keep, n), src=_tile(b, sx, n), op0=VectorOp.GREATER,
-                           imm0=0.5))
-    b.emit(v, TensorTensor(dst=_tile(b, inf, n), a=_tile(b, inf, n), b=_tile(b, keep, n),
-                           op=VectorOp.MULTIPLY))
+    _infinities_and_nans(b, sx, n, inf, keep)
     for k, src in enumerate((_tile(b, sx, n), _tile(b, zeros, n), _tile(b, inf, n),
                              _tile(b, sh, n, "bf16"))):
         b.emit(v, Max8(dst=_tile(b, t + 32 * k, 8), src=src))
@@ -805,13 +814,8 @@ def _draws(b: Builder) -> None:
     b.emit(v, Dropout(dst=_tile(b, t[4], n), src=_tile(b, sx, n), imm=0.3))
     b.emit(v, TensorReduce(dst=b.column(t[5], p), src=_tile(b, sx, n), reduce=Reduce.SUM))
     b.emit(v, Dropout(dst=_tile(b, t[6], n, "bf16"), src=_tile(b, sh, n, "bf16"), prob=prob))
-    inf, keep = t[7], t[5] + 4
-    b.emit(v, TensorScalar(dst=_tile(b, inf, n), src=_tile(b, sx, n), op0=VectorOp.MULTIPLY,
-                           imm0=1e38, op1=VectorOp.MULTIPLY, imm1=1e38))
-    b.emit(v, TensorScalar(dst=_tile(b, keep, n), src=_tile(b, sx, n), op0=VectorOp.GREATER,
-                           imm0=0.5))
-    b.emit(v, TensorTensor(dst=_tile(b, inf, n), a=_tile(b, inf, n), b=_tile(b, keep, n),
-                           op=VectorOp.MULTIPLY))
+    inf = t[7]
+    _infinities_and_nans(b, sx, n, inf, t[5] + 4)
     b.emit(v, Dropout(dst=_tile(b, inf, n), src=_tile(b, inf, n), imm=0.5))
 
 
