@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import kernels
 import kernels.nki as knki
 from hdl.core.isa import format_instruction
 
@@ -74,6 +75,33 @@ def test_python_and_between_masks_is_their_intersection(k, seed):
     joined = _program(k["corner_doubled_by_and"], x)
     assert _program(k["corner_doubled"], x, False) == joined
     assert len(_program(k["corner_doubled"], x, True)) > len(joined)
+
+
+def test_results_under_a_mask_are_tiles_of_the_whole_shape(k, seed):
+    """As NKI has it (its nc_match_replace8 example stores such a result whole): the
+    result of an instruction with a mask is a tile of its operand's shape, the positions
+    the mask keeps written, whose rows start where the mask's do."""
+    x = np.random.default_rng(seed).standard_normal((128, 32)).astype(np.float32)
+    top, replaced, exps = k["masked_results_are_whole"](x)
+    assert top.shape == (128, 8) and replaced.shape == exps.shape == x.shape
+    first = x[:64, :16]
+    order = -np.sort(-first, axis=1)[:, :8]
+    assert np.array_equal(top[:64], order)
+    want = x.copy()
+    for row in range(64):
+        for v in order[row]:
+            want[row, np.flatnonzero(first[row] == v)[0]] = -1.0
+    assert np.array_equal(replaced, want)
+    want = x.astype(np.float64)
+    want[64:] = np.exp(want[64:])
+    np.testing.assert_allclose(exps, want, rtol=kernels.POLYNOMIAL)
+
+
+def test_a_partial_reduction_under_a_mask_is_whole_too(k, seed):
+    x = np.random.default_rng(seed).standard_normal((128, 5, 4)).astype(np.float32)
+    want = x[:, :, 0].copy()
+    want[:64, :3] = x[:64, :3].astype(np.float64).sum(axis=2)
+    np.testing.assert_allclose(k["masked_partial_sum"](x), want, rtol=1e-6, atol=1e-6)
 
 
 def test_python_or_between_masks_is_refused_as_a_union(k):
@@ -183,6 +211,18 @@ def test_an_accumulating_dma_adds(k, dtype, seed):
 def test_dma_transpose(k, seed):
     x = np.random.default_rng(seed).standard_normal((256, 128)).astype(np.float32)
     assert np.array_equal(k["transposed_by_dma"](x), x.T)
+
+
+def test_dma_transpose_of_three_and_four_dimensions(k, seed):
+    """Three dimensions (2, 1, 0) of rows gathered by a tile of indices, and four
+    (3, 1, 2, 0) of an on-chip tile, as NKI's rule for each rank permutes them."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 2**16, (40, 4, 64)).astype(np.uint16)
+    rows = rng.integers(0, 40, (16, 1)).astype(np.uint32)
+    y = rng.standard_normal((8, 3, 2, 16)).astype(np.float16)
+    out, out4 = k["transposed_3d_and_4d"](x, rows, y)
+    assert np.array_equal(out, np.transpose(x[rows[:, 0]], (2, 1, 0)))
+    assert np.array_equal(out4, np.transpose(y, (3, 1, 2, 0)))
 
 
 def test_an_integer_partition_broadcast(k, seed):

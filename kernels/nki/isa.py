@@ -117,21 +117,31 @@ def reciprocal(data, *, dtype=None, mask=None, **kwargs):
     return lower.activation("reciprocal", data, mask=mask, dtype=dtype, call="reciprocal")
 
 
+#: dma_transpose's permutation of a tile of each rank [NKI ``nki.isa.dma_transpose``].
+DMA_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
-    """A 2-dimensional tensor [F, P] as a [P, F] tile, by a strided DMA from HBM
-    (``nl.load_transpose2d``); an on-chip tile goes through an HBM tensor of its own first
-    (a second DMA, where the hardware's DMA transposes SBUF to SBUF in one)."""
+    """A tensor of 2, 3 or 4 dimensions with its axes permuted as NKI's rule for its rank
+    says (:data:`DMA_TRANSPOSE_AXES`), by a strided DMA from HBM (``nl.load_transpose2d``
+    for 2); an on-chip tile, or rows of an HBM tensor named by a tile of indices (gathered
+    into SBUF first), goes through an HBM tensor of its own first (more DMAs, where the
+    hardware's DMA transposes SBUF to SBUF, or gathers and transposes, in one)."""
     _options("dma_transpose", kwargs, ("dge_mode",))
-    if getattr(src, "ndim", 0) != 2 or axes not in (None, (1, 0), [1, 0]):
-        raise NotSupported("dma_transpose of 3 or 4 dimensions",
-                           "a 2-dimensional tensor, axes (1, 0)")
-    if src.buffer != "hbm":
+    rank = getattr(src, "ndim", 0)
+    order = DMA_TRANSPOSE_AXES.get(rank)
+    if order is None or (axes is not None and tuple(axes) != order):
+        rules = ", ".join(f"{n} dimensions axes {a}" for n, a in DMA_TRANSPOSE_AXES.items())
+        raise NotSupported(f"dma_transpose of {rank} dimensions with axes {axes}", rules)
+    if src.buffer != "hbm" or src.index is not None:
         t = current("dma_transpose")
         t.commit()
+        if src.buffer == "hbm":
+            src = language.load(src)
         staged = t.hbm("transposed", src.shape, src.dt)
         language.store(staged, src)
         src = staged
-    return language.load_transpose2d(src, mask=mask, dtype=dtype)
+    return language.load(src.permuted(order), mask=mask, dtype=dtype)
 
 
 def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None, dtype=None,

@@ -359,9 +359,7 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> View:
     """``src`` [F, P] loaded as a [P, F] tile (a strided DMA)."""
     if not isinstance(src, View) or src.ndim != 2:
         raise NkiError("load_transpose2d takes a 2-dimensional HBM tensor")
-    s, f = src.dims
-    return load(View(src.buf, src.dt, (f, s), src.part, src.off, ()), mask=mask,
-                dtype=dtype, **kwargs)
+    return load(src.permuted((1, 0)), mask=mask, dtype=dtype, **kwargs)
 
 
 def store(dst, value, *, mask=None, **kwargs) -> None:
@@ -642,7 +640,7 @@ def abs(x, *, dtype=None, mask=None, **kwargs) -> View:  # noqa: A001 - NKI's na
     _no_options("abs", kwargs)
     t = current("abs")
     t.commit()
-    x = x.cut(mask)
+    whole, x = x, x.cut(mask)
     src = t.ap(x, "abs", "x")
     out_dt = isa_dtype(dtype) if dtype is not None else x.dt
 
@@ -651,7 +649,7 @@ def abs(x, *, dtype=None, mask=None, **kwargs) -> View:  # noqa: A001 - NKI's na
         t.emit("vector", TensorScalar(dst=out_ap, src=src, op0=VectorOp.ABS),
                reads=[(x, src)], writes=[(out, out_ap)])
 
-    return t.pend(t.tile(x.shape, out_dt), make, "compute", None)
+    return t.pend(t.tile(whole.shape, out_dt), make, "compute", mask)
 
 
 def square(x, *, dtype=None, mask=None, **kwargs) -> View:
@@ -659,7 +657,7 @@ def square(x, *, dtype=None, mask=None, **kwargs) -> View:
     _no_options("square", kwargs)
     t = current("square")
     t.commit()
-    x = x.cut(mask)
+    whole, x = x, x.cut(mask)
     src = t.ap(x, "square", "x")
     out_dt = isa_dtype(dtype) if dtype is not None else x.dt
 
@@ -668,7 +666,7 @@ def square(x, *, dtype=None, mask=None, **kwargs) -> View:
         t.emit("vector", TensorTensor(dst=out_ap, a=src, b=src, op=VectorOp.MULTIPLY),
                reads=[(x, src)], writes=[(out, out_ap)])
 
-    return t.pend(t.tile(x.shape, out_dt), make, "compute", None)
+    return t.pend(t.tile(whole.shape, out_dt), make, "compute", mask)
 
 
 def _unary_fn(name: str, func: str):
@@ -731,8 +729,9 @@ def mean(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs) -> View:
     s = lower.tensor_reduce(np.add, x, axis, mask=mask, dtype=float32, keepdims=keepdims,
                             call="mean")
     axes = {int(a) % x.ndim for a in (axis if isinstance(axis, (list, tuple)) else (axis,))}
-    n = math.prod(x.shape[a] for a in axes)
-    return lower.tensor_scalar(s, np.multiply, 1.0 / n, dtype=dtype or x.dtype, call="mean")
+    n = math.prod(x.cut(mask).shape[a] for a in axes)
+    return lower.tensor_scalar(s, np.multiply, 1.0 / n, dtype=dtype or x.dtype,
+                               mask=lower.rows_of(mask), call="mean")
 
 
 def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):

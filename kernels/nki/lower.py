@@ -60,7 +60,7 @@ from .tracer import (
 __all__ = ["ACTIVATIONS", "VECTOR_OPS", "activation", "affine_select", "bn_aggr", "bn_stats",
            "dma_copy", "iota", "memset", "nc_matmul", "nc_transpose", "partition_broadcast",
            "scalar_tensor_tensor",
-           "tensor_copy", "tensor_partition_reduce", "tensor_reduce", "tensor_scalar",
+           "rows_of", "tensor_copy", "tensor_partition_reduce", "tensor_reduce", "tensor_scalar",
            "tensor_tensor", "tensor_tensor_scan"]
 
 #: ALU operators (NKI's ``nl.*`` and numpy's) -> the vector engine's; filled by
@@ -271,8 +271,27 @@ def _dropping(mask):
     return False if dropped(mask) else None
 
 
+def rows_of(mask):
+    """``mask`` on the partition axis alone: what cuts a result whose free axes are not its
+    operand's (a reduction, a search's 8, statistics) and an operand of one value a
+    partition."""
+    if isinstance(mask, Mask):
+        return Mask({0: mask.ranges[0]}) if 0 in mask.ranges else None
+    return mask
+
+
+def _swapped(mask):
+    """``mask`` with its first two axes swapped: what cuts a transpose's result."""
+    if isinstance(mask, Mask):
+        return Mask({{0: 1, 1: 0}.get(a, a): r for a, r in mask.ranges.items()})
+    return mask
+
+
 def _finish(t, fresh, make, kind: str, mask, dst):
-    """Pend the op into a new tile (``fresh()``), or emit it into ``dst``."""
+    """Pend the op into a new tile (``fresh()``), or emit it into ``dst``; either cut by
+    ``mask``. As NKI has it, the result of an op with a mask is a tile of its operands'
+    whole shape, of which the op writes the positions the mask keeps (a result whose axes
+    are not its operand's is cut on the partition axis, :func:`_rows`)."""
     if dst is None:
         return t.pend(fresh(), make, kind, mask)
     t.commit()
@@ -335,11 +354,13 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, dst=None,
     to either (into a new SBUF tile)."""
     t = current(call)
     t.commit()
-    x = _tile(data, call, "data").cut(mask)
+    whole = _tile(data, call, "data")
+    x = whole.cut(mask)
     eng = _engine(engine, ("tensor", "vector"), call)
     p, f = _shape2(x, call, "data")
+    full = tuple(reversed(_shape2(whole, call, "data")))
     if eng == "vector":
-        return _vector_transpose(t, x, p, f, dtype, dst, call, mask)
+        return _vector_transpose(t, x, p, f, full, dtype, dst, call, mask)
     p_lim = t.params.rows
     if p > p_lim:
         raise NkiError(f"size of dimension 0 in 'data{list(x.shape)}' of '{call}' exceed "
@@ -359,15 +380,17 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=None, dst=None,
         t.emit("tensor", Transpose(dst=out_ap, src=src), reads=[(x, src)],
                writes=[(out, out_ap)])
 
-    fresh = lambda: _out(t, (f, p), out_dt, "psum")  # noqa: E731
+    fresh = lambda: _out(t, full, out_dt, "psum")  # noqa: E731
     if dtype is not None and isa_dtype(dtype) != out_dt:
-        res = _finish(t, fresh, make, "transpose", _dropping(mask), None)
-        return tensor_copy(res, dtype=dtype, dst=dst, call=call)
-    return _finish(t, fresh, make, "transpose", _dropping(mask), dst)
+        res = _finish(t, fresh, make, "transpose", _swapped(mask), None)
+        return tensor_copy(res, dtype=dtype, dst=dst, mask=_swapped(mask), call=call)
+    return _finish(t, fresh, make, "transpose", _swapped(mask), dst)
 
 
-def _vector_transpose(t, x: View, p: int, f: int, dtype, dst, call: str, mask=None):
-    """nc_transpose on the vector engine (:func:`nc_transpose`)."""
+def _vector_transpose(t, x: View, p: int, f: int, full: tuple, dtype, dst, call: str,
+                      mask=None):
+    """nc_transpose on the vector engine (:func:`nc_transpose`), of a result whose whole
+    shape is ``full``."""
     limit = t.params.vector_transpose
     if p > limit:
         raise NkiError(f"size of dimension 0 in 'data{list(x.shape)}' of '{call}' exceed "
@@ -387,11 +410,11 @@ def _vector_transpose(t, x: View, p: int, f: int, dtype, dst, call: str, mask=No
         t.emit("vector", Transpose(dst=out_ap, src=src), reads=[(x, src)],
                writes=[(out, out_ap)])
 
-    fresh = lambda: _out(t, (f, p), out_dt)  # noqa: E731
+    fresh = lambda: _out(t, full, out_dt)  # noqa: E731
     if dtype is not None and isa_dtype(dtype) != out_dt:
-        res = _finish(t, fresh, make, "transpose", _dropping(mask), None)
-        return tensor_copy(res, dtype=dtype, dst=dst, call=call)
-    return _finish(t, fresh, make, "transpose", _dropping(mask), dst)
+        res = _finish(t, fresh, make, "transpose", _swapped(mask), None)
+        return tensor_copy(res, dtype=dtype, dst=dst, mask=_swapped(mask), call=call)
+    return _finish(t, fresh, make, "transpose", _swapped(mask), dst)
 
 
 # --- vector, scalar and GpSimd engines ----------------------------------------------------
@@ -405,16 +428,18 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     in NKI."""
     t = current(call)
     t.commit()
-    x = _tile(data, call, "data").cut(mask)
+    whole = _tile(data, call, "data")
+    x = whole.cut(mask)
     func = t.builder.function(_func(op, call))
     if isinstance(scale, View):  # the ISA's scale is an immediate: scale (and bias) first
-        pre = tensor_scalar(x, np.multiply, scale, op1=None if bias is None else np.add,
-                            operand1=bias, dtype=np.float32, engine=2, call=call)
+        pre = tensor_scalar(whole, np.multiply, scale, op1=None if bias is None else np.add,
+                            operand1=bias, dtype=np.float32, engine=2, mask=mask, call=call)
         return activation(op, pre, reduce_op=reduce_op, reduce_res=reduce_res,
-                          reduce_cmd=reduce_cmd, dtype=dtype or x.dtype, dst=dst, call=call)
+                          reduce_cmd=reduce_cmd, dtype=dtype or x.dtype, mask=mask, dst=dst,
+                          call=call)
     b = None
     if bias is not None:
-        b = _tile(bias, call, "bias").cut(mask)
+        b = _tile(bias, call, "bias").cut(rows_of(mask))
         _same_partitions(x, b, call, "data", "bias")
     red = None
     if reduce_op is not None or reduce_res is not None:
@@ -426,7 +451,7 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
                                "reduce_cmd idle, reset or reset_reduce")
         if reduce_res is None:
             raise NkiError(f"'{call}' with reduce_op needs reduce_res")
-        red = _tile(reduce_res, call, "reduce_res").cut(mask)
+        red = _tile(reduce_res, call, "reduce_res").cut(rows_of(mask))
     src = t.ap(x, call, "data")
     bias_ap = t.ap(b, call, "bias") if b is not None else None
     out_dt = isa_dtype(dtype) if dtype is not None else x.dt
@@ -443,7 +468,7 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
                                     reduce_dst=red_ap, scale=float(scale)),
                reads=reads, writes=writes)
 
-    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
+    return _finish(t, lambda: _out(t, whole.shape, out_dt), make, "compute", mask, dst)
 
 
 def _scalar_operand(t, v, x: View, call: str, name: str):
@@ -476,7 +501,8 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
     the opposite one, a reversed subtraction ``data * -1 + operand``)."""
     t = current(call)
     t.commit()
-    x = _tile(data, call, "data").cut(mask)
+    whole = _tile(data, call, "data")
+    x = whole.cut(mask)
     eng = _engine(engine, ("vector", "scalar", "gpsimd"), call)
     o0 = _op(op0, call)
     o1 = _op(op1, call) if op1 is not None else VectorOp.COPY
@@ -486,11 +512,13 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
                                  dtype=dtype, mask=mask, engine=engine, dst=dst, call=call)
         first = tensor_scalar(data, np.multiply, -1.0, op1=np.add, operand1=operand0,
                               dtype=np.float32, mask=mask, engine=engine, call=call)
-        return tensor_scalar(first, op1, operand1, reverse1, dtype=dtype, engine=engine,
-                             dst=dst, call=call)
+        return tensor_scalar(first, op1, operand1, reverse1, dtype=dtype, mask=mask,
+                             engine=engine, dst=dst, call=call)
     o0 = _reversed(o0, call) if reverse0 else o0
     if reverse1 and o1 != VectorOp.COPY:
         o1 = _reversed(o1, call)
+    operand0, operand1 = (v.cut(rows_of(mask)) if isinstance(v, View) else v
+                          for v in (operand0, operand1))
     a0, i0, v0 = _scalar_operand(t, operand0, x, call, "operand0")
     a1, i1, v1 = (_scalar_operand(t, operand1, x, call, "operand1") if op1 is not None
                   else (None, 0.0, None))
@@ -506,7 +534,7 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
         t.emit(eng, TensorScalar(dst=out_ap, src=src, op0=o0, operand0=a0, imm0=i0, op1=o1,
                                  operand1=a1, imm1=i1), reads=reads, writes=[(out, out_ap)])
 
-    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
+    return _finish(t, lambda: _out(t, whole.shape, out_dt), make, "compute", mask, dst)
 
 
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, dst=None,
@@ -514,8 +542,8 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, dst=N
     """``data1 op data2`` element by element on the vector engine (or GpSimd)."""
     t = current(call)
     t.commit()
-    a = _tile(data1, call, "data1").cut(mask)
-    b = _tile(data2, call, "data2").cut(mask)
+    wa, wb = _tile(data1, call, "data1"), _tile(data2, call, "data2")
+    a, b = wa.cut(mask), wb.cut(mask)
     eng = _engine(engine, ("vector", "gpsimd"), call)
     o = _op(op, call)
     _same_partitions(a, b, call, "data1", "data2")
@@ -531,7 +559,8 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, dst=N
         t.emit(eng, TensorTensor(dst=out_ap, a=aa, b=ba, op=o), reads=[(a, aa), (b, ba)],
                writes=[(out, out_ap)])
 
-    return _finish(t, lambda: _out(t, a.shape, out_dt), make, "compute", _dropping(mask), dst)
+    full = _free_broadcast(wa, wb).shape if isinstance(mask, Mask) else a.shape
+    return _finish(t, lambda: _out(t, full, out_dt), make, "compute", mask, dst)
 
 
 def _free_broadcast(x: View, other: View) -> View:
@@ -595,17 +624,26 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
     axes, one value per partition; ``negate`` multiplies the result by -1."""
     t = current(call)
     t.commit()
-    x = _tile(data, call, "data").cut(mask)
-    x = x.as_column()
+    whole = _tile(data, call, "data").as_column()
+    x = _tile(data, call, "data").cut(mask).as_column()
     axes = _axes(x, axis, call)
     o = _op(op, call)
     if o not in (VectorOp.ADD, VectorOp.MAX, VectorOp.MIN):
         raise NotSupported(f"reduction {o.name.lower()} in '{call}'", "add, max and min")
     out_dt = isa_dtype(dtype) if dtype is not None else x.dt
     if axes != list(range(1, x.ndim)):
+        if dst is None and isinstance(mask, Mask):  # the whole result, the kept part written
+            kept = [a for a in range(whole.ndim) if a not in axes]
+            at = {a: a if keepdims else kept.index(a) for a in kept}
+            res = _out(t, tuple(1 if keepdims and a in axes else n
+                                for a, n in enumerate(whole.shape)
+                                if keepdims or a not in axes), out_dt)
+            cut = Mask({at[a]: r for a, r in mask.ranges.items() if a in at})
+            _partial_reduce(o, x, axes, out_dt, keepdims, negate, res.cut(cut), call)
+            return res
         return _partial_reduce(o, x, axes, out_dt, keepdims, negate, dst, call)
     src = t.ap(x, call, "data")
-    shape = (x.shape[0],) + ((1,) * (x.ndim - 1) if keepdims else ())
+    shape = (whole.shape[0],) + ((1,) * (x.ndim - 1) if keepdims else ())
     p = x.shape[0]
 
     def make(out: View, _):
@@ -629,7 +667,7 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
         t.emit("vector", TensorScalar(dst=out_ap, src=r_ap, op0=VectorOp.MULTIPLY,
                                       imm0=-1.0), reads=[(r, r_ap)], writes=[(out, out_ap)])
 
-    return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", _dropping(mask), dst)
+    return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", rows_of(mask), dst)
 
 
 def tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0=False, *,
@@ -641,15 +679,18 @@ def tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0=Fa
     ``max(MIN_II, N) + MIN_II`` vector cycles, these two about ``2N``)."""
     t = current(call)
     t.commit()
-    x = _tile(data, call, "data").cut(mask)
-    res = _tile(reduce_res, call, "reduce_res").cut(mask)
+    whole = _tile(data, call, "data")
+    x = whole.cut(mask)
+    res = _tile(reduce_res, call, "reduce_res").cut(rows_of(mask))
+    if isinstance(operand0, View):
+        operand0 = operand0.cut(rows_of(mask))
     out_dt = isa_dtype(dtype) if dtype is not None else x.dt
 
     def make(out: View, _):
         tensor_scalar(x, op0, operand0, reverse0, dst=out, call=call)  # the vector engine
         tensor_reduce(reduce_op, out, tuple(range(1, out.ndim)), dst=res, call=call)
 
-    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
+    return _finish(t, lambda: _out(t, whole.shape, out_dt), make, "compute", mask, dst)
 
 
 def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,
@@ -660,7 +701,8 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,
     as read)."""
     t = current(call)
     t.commit()
-    x = _tile(src, call, "src").cut(mask)
+    whole = _tile(src, call, "src")
+    x = whole.cut(mask)
     eng = _engine(engine, ("vector", "scalar", "gpsimd"), call)
     spaces = ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum")
     s_ap = t.ap(x, call, "src", spaces)
@@ -669,7 +711,7 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,
     if moved is not None:
         offset = _with_partition(moved.tile)
         o_ap = t.ap(offset, call, "offset", ("sbuf",))
-        whole = replace(s_ap, dims=((moved.count, moved.stride),) + s_ap.dims)
+        places = replace(s_ap, dims=((moved.count, moved.stride),) + s_ap.dims)
 
     def make(out: View, _):
         out_ap = t.ap(out, call, "dst", spaces)
@@ -679,7 +721,7 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,
         if moved is not None:  # the offset read when it runs; every place taken as read
             t.emit(eng, TensorCopyDynamic(dst=out_ap, src=s_ap, offset=o_ap,
                                           stride=moved.stride, count=moved.count),
-                   reads=[(x, s_ap), (x, whole), (offset, o_ap)], writes=[(out, out_ap)])
+                   reads=[(x, s_ap), (x, places), (offset, o_ap)], writes=[(out, out_ap)])
             return
         if eng != "scalar" and out.dt == x.dt and out.dt in ("int32", "uint32"):
             # bit-accurate, as NKI documents the vector and GpSimd engines' copy between
@@ -689,7 +731,7 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=None, dst=None,
             ins = TensorCopy(dst=out_ap, src=s_ap)
         t.emit(eng, ins, reads=[(x, s_ap)], writes=[(out, out_ap)])
 
-    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
+    return _finish(t, lambda: _out(t, whole.shape, out_dt), make, "compute", mask, dst)
 
 
 def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=None, dst=None):
@@ -772,8 +814,8 @@ def _flat(t, view: View, call: str, operand: str, spaces=("sbuf", "psum")):
 def _one(t, call: str, make_ins, inputs: dict, shape, out_dt: str, mask, dst,
          engine: str = "vector", extra=()):
     """Emit ``make_ins(dst_ap, **input_aps)`` on ``engine`` into a new tile of ``shape``
-    and ``out_dt`` (or ``dst``); ``extra``: further (view, access pattern) pairs it
-    writes."""
+    and ``out_dt`` (or ``dst``), cut by ``mask`` (:func:`_finish`); ``extra``: further
+    (view, access pattern) pairs it writes."""
     aps = {name: _flat(t, v, call, name) for name, v in inputs.items()}
 
     def make(out: View, _):
@@ -782,7 +824,7 @@ def _one(t, call: str, make_ins, inputs: dict, shape, out_dt: str, mask, dst,
                reads=[(inputs[n], a) for n, a in aps.items()],
                writes=[(out, out_ap), *extra])
 
-    return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", _dropping(mask), dst)
+    return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", mask, dst)
 
 
 def range_select(on_true: View, comp_op0, comp_op1, bound0: View, bound1: View, *,
@@ -800,9 +842,10 @@ def range_select(on_true: View, comp_op0, comp_op1, bound0: View, bound1: View, 
         raise NotSupported(f"{call}(comp_op0={getattr(comp_op0, '__name__', comp_op0)}, "
                            f"comp_op1={getattr(comp_op1, '__name__', comp_op1)})",
                            "equal, less, less_equal, greater, greater_equal")
-    x = _tile(on_true, call, "on_true_tile").cut(mask)
-    b0 = _tile(bound0, call, "bound0").as_column()
-    b1 = _tile(bound1, call, "bound1").as_column()
+    whole = _tile(on_true, call, "on_true_tile")
+    x = whole.cut(mask)
+    b0 = _tile(bound0, call, "bound0").as_column().cut(rows_of(mask))
+    b1 = _tile(bound1, call, "bound1").as_column().cut(rows_of(mask))
     src, a0, a1 = (t.ap(v, call, n) for v, n in ((x, "on_true_tile"), (b0, "bound0"),
                                                  (b1, "bound1")))
     fill = float(np.finfo(np.float32).min) if on_false_value is None else float(on_false_value)
@@ -815,7 +858,7 @@ def range_select(on_true: View, comp_op0, comp_op1, bound0: View, bound1: View, 
                reads=[(x, src), (b0, a0), (b1, a1)], writes=[(out, out_ap)])
         reduce_into_register(out, reduce_cmd, reduce_res, call)
 
-    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
+    return _finish(t, lambda: _out(t, whole.shape, out_dt), make, "compute", mask, dst)
 
 
 def register_op(reduce_op, call: str) -> None:
@@ -874,24 +917,27 @@ def local_gather(src_buffer: View, index: View, num_elem_per_idx=1, num_valid_in
     (:class:`LocalGather`): [P, valid x per] of the source's type."""
     t = current(call)
     t.commit()
-    x = _tile(src_buffer, call, "src_buffer").cut(mask)
-    i = _tile(index, call, "index")
+    whole = _tile(src_buffer, call, "src_buffer")
+    x = whole.cut(mask)
+    i = _tile(index, call, "index").cut(rows_of(mask))
     per = int(num_elem_per_idx)
     valid = int(num_valid_indices) if num_valid_indices else \
         math.prod(i.shape[1:]) * min(16, i.shape[0])
     return _one(t, call, lambda d, src, indices: LocalGather(dst=d, src=src, indices=indices,
                                                              per=per, valid=valid),
-                {"src": x, "indices": i}, (x.shape[0], valid * per), x.dt, None, dst,
-                engine="gpsimd")
+                {"src": x, "indices": i}, (whole.shape[0], valid * per), x.dt, rows_of(mask),
+                dst, engine="gpsimd")
 
 
 def max8(src: View, *, mask=None, dtype=None, dst=None, call: str = "max8"):
     """The 8 largest elements of each partition, largest first (:class:`Max8`)."""
     t = current(call)
     t.commit()
-    x = _tile(src, call, "src").cut(mask)
-    return _one(t, call, lambda d, src: Max8(dst=d, src=src), {"src": x}, (x.shape[0], 8),
-                isa_dtype(dtype) if dtype is not None else x.dt, None, dst)
+    whole = _tile(src, call, "src")
+    x = whole.cut(mask)
+    return _one(t, call, lambda d, src: Max8(dst=d, src=src), {"src": x},
+                (whole.shape[0], 8), isa_dtype(dtype) if dtype is not None else x.dt,
+                rows_of(mask), dst)
 
 
 def find_index8(data: View, vals: View, *, mask=None, dtype=None, dst=None,
@@ -902,9 +948,10 @@ def find_index8(data: View, vals: View, *, mask=None, dtype=None, dst=None,
     t.commit()
     if dtype is not None and isa_dtype(dtype) != "uint32":
         raise NotSupported(f"'{call}' into {dtype}", "uint32 indices")
-    x, v = _tile(data, call, "data").cut(mask), _tile(vals, call, "vals")
+    whole = _tile(data, call, "data")
+    x, v = whole.cut(mask), _tile(vals, call, "vals").cut(rows_of(mask))
     return _one(t, call, lambda d, data, vals: FindIndex8(dst=d, data=data, vals=vals),
-                {"data": x, "vals": v}, (x.shape[0], 8), "uint32", None, dst)
+                {"data": x, "vals": v}, (whole.shape[0], 8), "uint32", rows_of(mask), dst)
 
 
 def match_replace8(data: View, vals: View, imm: float, *, dst_idx: View | None = None,
@@ -913,13 +960,16 @@ def match_replace8(data: View, vals: View, imm: float, *, dst_idx: View | None =
     their places into ``dst_idx`` (:class:`MatchReplace8`)."""
     t = current(call)
     t.commit()
-    x, v = _tile(data, call, "data").cut(mask), _tile(vals, call, "vals")
+    whole = _tile(data, call, "data")
+    x, v = whole.cut(mask), _tile(vals, call, "vals").cut(rows_of(mask))
+    if dst_idx is not None:
+        dst_idx = _tile(dst_idx, call, "dst_idx").cut(rows_of(mask))
     idx_ap = _flat(t, dst_idx, call, "dst_idx", ("sbuf",)) if dst_idx is not None else None
     extra = [(dst_idx, idx_ap)] if dst_idx is not None else []
     return _one(t, call, lambda d, data, vals: MatchReplace8(
         dst=d, data=data, vals=vals, imm=float(imm), dst_idx=idx_ap),
-        {"data": x, "vals": v}, x.shape, isa_dtype(dtype) if dtype is not None else x.dt,
-        None, dst, extra=extra)
+        {"data": x, "vals": v}, whole.shape, isa_dtype(dtype) if dtype is not None else x.dt,
+        mask, dst, extra=extra)
 
 
 def rand(shape, dtype, *, dst=None, call: str = "rand"):
@@ -935,15 +985,17 @@ def dropout(data: View, prob, *, mask=None, dtype=None, dst=None, call: str = "d
     (a number, or one per partition) (:class:`Dropout`)."""
     t = current(call)
     t.commit()
-    x = _tile(data, call, "data").cut(mask)
+    whole = _tile(data, call, "data")
+    x = whole.cut(mask)
     inputs = {"src": x}
     if isinstance(prob, View):
-        inputs["prob"] = prob.as_column()
+        inputs["prob"] = prob.as_column().cut(rows_of(mask))
         imm = 0.0
     else:
         imm = float(prob)
     return _one(t, call, lambda d, src, prob=None: Dropout(dst=d, src=src, prob=prob, imm=imm),
-                inputs, x.shape, isa_dtype(dtype) if dtype is not None else x.dt, None, dst)
+                inputs, whole.shape, isa_dtype(dtype) if dtype is not None else x.dt, mask,
+                dst)
 
 
 def gather_flattened(data: View, indices: View, *, mask=None, dtype=None, dst=None,
@@ -952,12 +1004,13 @@ def gather_flattened(data: View, indices: View, *, mask=None, dtype=None, dst=No
     (uint32), on GpSimd (:class:`GatherFlattened`)."""
     t = current(call)
     t.commit()
-    x, i = _tile(data, call, "data"), _tile(indices, call, "indices").cut(mask)
+    whole = _tile(indices, call, "indices")
+    x, i = _tile(data, call, "data").cut(rows_of(mask)), whole.cut(mask)
     if dtype is not None and isa_dtype(dtype) != x.dt:
         raise NotSupported(f"'{call}' into another type than data's", "data's type")
     return _one(t, call, lambda d, src, indices: GatherFlattened(dst=d, src=src,
                                                                  indices=indices),
-                {"src": x, "indices": i}, i.shape, x.dt, None, dst, engine="gpsimd")
+                {"src": x, "indices": i}, whole.shape, x.dt, mask, dst, engine="gpsimd")
 
 
 # --- calls the ISA has no single instruction for ------------------------------------------
@@ -1165,10 +1218,10 @@ def scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0=False, rev
     else:
         tmp = tensor_scalar(data, _NP_OF[_reversed(o0, call) if reverse0 else o0],
                             operand0, dtype=np.float32, mask=mask, call=call)
-    b = _tile(operand1, call, "operand1").cut(mask)
+    b = _tile(operand1, call, "operand1")
     a_, b_ = (b, tmp) if reverse1 else (tmp, b)
     out_dt = isa_dtype(dtype) if dtype is not None else _tile(data, call, "data").dt
-    return tensor_tensor(a_, b_, _NP_OF[o1], dtype=out_dt, dst=dst, call=call)
+    return tensor_tensor(a_, b_, _NP_OF[o1], dtype=out_dt, mask=mask, dst=dst, call=call)
 
 
 def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *,
@@ -1179,8 +1232,8 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
     inputs' types)."""
     t = current(call)
     t.commit()
-    a = _tile(data0, call, "data0").cut(mask)
-    b = _tile(data1, call, "data1").cut(mask)
+    whole = _tile(data0, call, "data0")
+    a, b = whole.cut(mask), _tile(data1, call, "data1").cut(mask)
     _same_partitions(a, b, call, "data0", "data1")
     if a.ndim != 2 or a.shape != b.shape:
         raise NotSupported(f"'{call}' of shapes {list(a.shape)} and {list(b.shape)}",
@@ -1190,6 +1243,8 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
     if a_ap.space == b_ap.space == "psum":
         raise NkiError(f"operands 'data0' and 'data1' of '{call}' cannot both be in PSUM",
                        "err_unsupported_memory")
+    if isinstance(initial, View):
+        initial = initial.cut(rows_of(mask))
     init_ap, imm, init = _scalar_operand(t, initial, a, call, "initial")
     out_dt = isa_dtype(dtype) if dtype is not None else promote(a.dt, b.dt)
 
@@ -1201,7 +1256,7 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
                                           reverse1=bool(reverse1)),
                reads=reads, writes=[(out, out_ap)])
 
-    return _finish(t, lambda: _out(t, a.shape, out_dt), make, "compute", _dropping(mask), dst)
+    return _finish(t, lambda: _out(t, whole.shape, out_dt), make, "compute", mask, dst)
 
 
 #: The value each cumulative operation starts from (its identity).
@@ -1319,7 +1374,8 @@ def bn_stats(data, *, mask=None, dtype=None, dst=None, call: str = "bn_stats"):
         if s is not out:
             tensor_copy(s, dst=out, call=call)
 
-    return _finish(t, lambda: _out(t, (p, 6), out_dt), make, "compute", _dropping(mask), dst)
+    rows = _tile(data, call, "data").shape[0]
+    return _finish(t, lambda: _out(t, (rows, 6), out_dt), make, "compute", rows_of(mask), dst)
 
 
 def _square_sum(t, x: View, dst: View, call: str) -> None:
@@ -1341,7 +1397,6 @@ def bn_aggr(data, *, mask=None, dtype=None, dst=None, call: str = "bn_aggr"):
     if x.ndim != 2 or x.shape[1] % 3:
         raise NkiError(f"'{call}': data {list(x.shape)} must hold (count, mean, variance * "
                        f"count) triples: [P, 3k]")
-    p = x.shape[0]
     out_dt = isa_dtype(dtype) if dtype is not None else x.dt
     c, m, v = x[:, 0::3], x[:, 1::3], x[:, 2::3]
 
@@ -1359,7 +1414,8 @@ def bn_aggr(data, *, mask=None, dtype=None, dst=None, call: str = "bn_aggr"):
         tensor_copy(mean, dst=out[:, 0:1], call=call)
         tensor_scalar(s2, np.multiply, rn, dst=out[:, 1:2], call=call)
 
-    return _finish(t, lambda: _out(t, (p, 2), out_dt), make, "compute", _dropping(mask), dst)
+    rows = _tile(data, call, "data").shape[0]
+    return _finish(t, lambda: _out(t, (rows, 2), out_dt), make, "compute", rows_of(mask), dst)
 
 
 _NP_OF = {VectorOp.ADD: np.add, VectorOp.SUBTRACT: np.subtract,

@@ -841,6 +841,12 @@ class View(_Typed):
                                "err_tensor_access_out_of_bound")
 
     # --- views without copies -----------------------------------------------------------
+    def permuted(self, order) -> View:
+        """The view with its dimensions in ``order`` (each an axis of this view): a
+        transpose's read of the same elements."""
+        return View(self.buf, self.dt, tuple(self.dims[a] for a in order), self.part,
+                    self.off, ())
+
     def reshape(self, shape) -> View:
         shape = tuple(_int(s) for s in (shape if isinstance(shape, (tuple, list))
                                         else (shape,)))

@@ -97,6 +97,48 @@ def corner_doubled_by_and(x):
 
 
 @nki.jit
+def masked_results_are_whole(x):
+    """Results of instructions with a mask are tiles of the operand's whole shape, the kept
+    positions written: the 8 largest of each row's first half in the first 64 rows,
+    replaced by -1 in those halves (nisa.max8 and nisa.nc_match_replace8 under one mask),
+    and exp of the last 64 rows (a mask starting at partition 64), each stored whole; the
+    rest of each is copied from x first (written over by the kept positions)."""
+    p, n = x.shape
+    top = nl.ndarray((p, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+    replaced = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    exps = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    ix, iy = nl.mgrid[0:p, 0:n]
+    t = nl.load(x)
+    half = (ix < 64) & (iy < n // 2)
+    m = nisa.max8(src=t[ix, iy], mask=half)
+    r = nisa.nc_match_replace8(data=t[ix, iy], vals=m, imm=-1.0, mask=half)
+    e = nl.exp(t, mask=(ix >= 64))
+    r2 = nl.copy(t)
+    e2 = nl.copy(t)
+    r2[ix, iy] = nl.copy(r, mask=half)
+    e2[ix, iy] = nl.copy(e, mask=(ix >= 64))
+    nl.store(top, m)
+    nl.store(replaced, r2)
+    nl.store(exps, e2)
+    return top, replaced, exps
+
+
+@nki.jit
+def masked_partial_sum(x):
+    """x [P, A, B] summed along B under a mask on P and A: a result of the whole [P, A]
+    whose kept corner is written (copied over x[:, :, 0])."""
+    p, a, b = x.shape
+    out = nl.ndarray((p, a), dtype=nl.float32, buffer=nl.shared_hbm)
+    ip, ia, ib = nl.mgrid[0:p, 0:a, 0:b]
+    t = nl.load(x)
+    s = nl.sum(t[ip, ia, ib], axis=2, mask=(ip < 64) & (ia < 3))
+    o = nl.copy(t[:, :, 0])
+    o[0:64, 0:3] = nl.copy(s[0:64, 0:3])
+    nl.store(out, o)
+    return out
+
+
+@nki.jit
 def corner_by_or(x):
     """Two comparisons joined by Python's ``or``: refused as ``|`` is."""
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
@@ -217,6 +259,24 @@ def transposed_by_dma(x):
     out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
     nl.store(out, nisa.dma_transpose(x))
     return out
+
+
+@nki.jit
+def transposed_3d_and_4d(x, rows, y):
+    """The rows of x [R, A, B] that ``rows`` (uint32, a column) names, gathered and
+    transposed by ``nisa.dma_transpose`` to [B, A, len(rows)]; y [A, B, C, D] on-chip to
+    [D, B, C, A] (the rule for four dimensions)."""
+    i_p = nl.arange(rows.shape[0])[:, None]
+    i_a = nl.arange(x.shape[1])[None, :, None]
+    i_b = nl.arange(x.shape[2])[None, None, :]
+    idx = nl.load(rows)
+    out = nl.ndarray((x.shape[2], x.shape[1], rows.shape[0]), dtype=x.dtype,
+                     buffer=nl.shared_hbm)
+    nl.store(out, nisa.dma_transpose(x[idx[i_p, 0], i_a, i_b], axes=(2, 1, 0)))
+    a, b, c, d = y.shape
+    out4 = nl.ndarray((d, b, c, a), dtype=y.dtype, buffer=nl.shared_hbm)
+    nl.store(out4, nisa.dma_transpose(nl.load(y)))
+    return out, out4
 
 
 @nki.jit
