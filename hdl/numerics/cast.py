@@ -60,8 +60,7 @@ from .fpu import lzc, round_pack
 
 __all__ = ["LFSR_TAPS", "RNGS", "ROUNDINGS", "XORWOW_WEYL", "Cast", "CastLane", "CastParams",
            "FormatCastLane", "check_rng", "lane_seed", "rng_initial_state", "rng_word",
-           "uniform32",
-           "roundings", "seed_value", "seed_words"]
+           "roundings", "seed_value", "seed_words", "uniform32"]
 
 ROUNDINGS = ("rne", "stochastic")
 RNGS = ("xorwow", "lfsr32")

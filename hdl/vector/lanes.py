@@ -95,8 +95,11 @@ def add_cast(m, formats: tuple[str, ...], rng: str | None, instance: bool, input
     ``rng``) to ``m`` as the submodule ``cast``: elaborated in place, or with ``instance``
     an ``Instance`` of the module :func:`cast_module` (emitted once by the engine). Its
     ports are driven from ``inputs`` (port name -> value) and its result drives ``y``;
-    its generator's word of the beat drives ``word`` where given."""
-    outputs = {"y": y} if word is None else {"y": y, "word": word}
+    its generator's word of the beat drives ``word`` where given (an instance's otherwise
+    drives a wire of its own, so that every pin is connected)."""
+    outputs = {"y": y}
+    if rng is not None and (word is not None or instance):
+        outputs["word"] = Signal(32, name="cast_word") if word is None else word
     add_lane(m, "cast", lambda: _format_cast(formats, rng),
              cast_module(formats, rng) if instance else None, inputs, outputs,
              clocked=rng is not None)
