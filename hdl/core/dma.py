@@ -25,6 +25,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
+from hdl.core.engines import unit_format
 from hdl.core.isa import DMA_ADD_DTYPES, DTYPES, WORD_BITS, DmaCopy, field_positions
 from hdl.numerics.cast import FormatCastLane
 from hdl.numerics.formats import format_by_name
@@ -204,9 +205,7 @@ class Dma(wiring.Component):
                     m.next = "DST_READ"
             # an adding copy: dst's element, then the sum written in its place, in fp32
             # between the widenings and the cast of the copy's type
-            add_type = 0
-            for k, name in enumerate(DMA_ADD_DTYPES):
-                add_type = Mux(dst.dtype == DTYPES[name][0], k, add_type)
+            add_type = unit_format(DMA_ADD_DTYPES, dst.dtype)
             held = Mux(dst.space == SPACE["hbm"], axi.rdata, self.sbuf.rdata) >> (wshift * 8)
             total = add_fp(m, "add", "rmw_add",
                            widen_input(m, DMA_ADD_DTYPES, held, add_type, "rmw_dst"),

@@ -624,8 +624,8 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
     axes, one value per partition; ``negate`` multiplies the result by -1."""
     t = current(call)
     t.commit()
-    whole = _tile(data, call, "data").as_column()
-    x = _tile(data, call, "data").cut(mask).as_column()
+    whole = _tile(data, call, "data")
+    x, whole = whole.cut(mask).as_column(), whole.as_column()
     axes = _axes(x, axis, call)
     o = _op(op, call)
     if o not in (VectorOp.ADD, VectorOp.MAX, VectorOp.MIN):
