@@ -396,7 +396,10 @@ def int_to_fp32(m: Module, value):
     sig = Signal(len(value))
     e_lead = Signal(range(-1, len(value)))
     m.d.comb += [sig.eq(mag << lead), e_lead.eq(len(value) - 1 - lead)]
-    return Mux(mag == 0, 0, round_pack(m, FP32, negative, e_lead, sig))
+    # a signal, not an expression: each use of an expression is elaborated anew
+    out = Signal(32, name="int_fp32")
+    m.d.comb += out.eq(Mux(mag == 0, 0, round_pack(m, FP32, negative, e_lead, sig)))
+    return out
 
 
 def nearest_integer(m: Module, bits):
@@ -510,7 +513,10 @@ class EngineSlice(wiring.Component):
     engine's transpose: ``a_raw`` is the lane's element of ``a`` as it is stored, and with
     ``raw`` the unit's output is written as it comes (``y_rows`` then the transposed
     elements). ``words``: the instruction is bitwise, its int32 and uint32 elements and
-    operands read and written as words (:func:`lane_input`, :func:`lane_output`).
+    operands read and written as words (:func:`lane_input`, :func:`lane_output`). The vector
+    engine's RangeSelect: ``fill`` while ``selecting`` unless both ``op0(place, scalar)``
+    and ``op1(place, scalar1)`` hold (``place`` the element's place in fp32;
+    :func:`~hdl.vector.fpcmp.holds`).
     """
 
     def __init__(self, partitions: int, kind: str):
@@ -535,11 +541,14 @@ class EngineSlice(wiring.Component):
                    "scalar": Out(32), "scalar1": Out(32), "w_data": Out(32),
                    "w_part": Out(1)}
         if kind == "vector":
+            op_bits = field_positions(RangeSelect)["op0"][1]
             members.update({"raw": In(1), "a_raw": Out(32), "lane_mode": In(1),
                             "clear": In(1), "insert": In(1), "emit": In(1),
                             "emit_k": In(range(8)), "set_val": In(1), "match": In(1),
                             "chain": In(1), "at": In(INDEX_BITS), "miss_ones": In(1),
-                            "found_at": Out(32), "replaced": Out(1)})
+                            "found_at": Out(32), "replaced": Out(1), "selecting": In(1),
+                            "place": In(32), "op0": In(op_bits), "op1": In(op_bits),
+                            "fill": Out(1)})
         if kind == "gpsimd":
             members.update({"iota": In(1), "set_base": In(1), "iota_base": In(signed(32)),
                             "iota_pstep": In(signed(32)), "iota_at": In(signed(IOTA_BITS)),
@@ -571,6 +580,10 @@ class EngineSlice(wiring.Component):
                          lane_a)
             found_at, replaced = match8(m, result, self)
             m.d.comb += [self.found_at.eq(found_at), self.replaced.eq(replaced)]
+            # RangeSelect: the fill unless both comparisons of the place with the bounds hold
+            m.d.comb += self.fill.eq(self.selecting & ~(holds(self.op0, self.place, self.scalar)
+                                                        & holds(self.op1, self.place,
+                                                                self.scalar1)))
         if self.kind == "gpsimd":
             lane_base = Signal(signed(IOTA_BITS))
             out = Mux(self.iota_raw, (lane_base + self.iota_w_at)[:32], out)
@@ -727,6 +740,8 @@ class VectorEngine(wiring.Component):
                      if FindIndex8 in ENGINE_RUNS[self.kind]]
         replaced = [Signal(name=f"slice{p}_replaced") for p in range(n)
                     if FindIndex8 in ENGINE_RUNS[self.kind]]
+        fills = [Signal(name=f"slice{p}_fill") for p in range(n)
+                 if RangeSelect in ENGINE_RUNS[self.kind]]
         k8, emit_k, clear, set_val = Signal(range(9)), Signal(range(8)), Signal(), Signal()
         # TensorCopyDynamic: the offset's AP (``place``), the source moved by ``moved`` bytes
         # once the offset is read (``placed``)
@@ -874,7 +889,7 @@ class VectorEngine(wiring.Component):
         set_imm, set_scalar, set_scalar1 = Signal(), Signal(), Signal()
         ways = [k * chunk for k in range(n // chunk)]
         slices = {name: [] for name in ("a", "b", "scalar", "scalar1", "w_data", "w_part",
-                                        "a_raw", "found_at", "replaced")}
+                                        "a_raw", "found_at", "replaced", "fill")}
         # the transpose: buffer[l][c] holds the source's element c of its partition l; a
         # write of destination element j gives destination partition f buffer[j][f]
         size = self.transpose
@@ -895,6 +910,9 @@ class VectorEngine(wiring.Component):
         # RangeSelect's fills by partition (set below) and the place of the element written
         filled = Signal(n)
         index = Signal(signed(IOTA_BITS), name="select_index")
+        # RangeSelect: the place of the element written (start + its index) in fp32, which
+        # each slice compares with its lane's bounds
+        place_f = int_to_fp32(m, index)
         lane_y = []
         for lane in range(n):
             y = unit.o.payload[lane]
@@ -931,9 +949,11 @@ class VectorEngine(wiring.Component):
                                "emit": emitting, "emit_k": emit_k, "set_val": set_val,
                                "match": finding & searching & unit.o.valid,
                                "chain": replacing, "at": index[:INDEX_BITS],
-                               "miss_ones": ~replacing})
+                               "miss_ones": ~replacing, "selecting": selecting,
+                               "place": place_f, "op0": field(RangeSelect, "op0"),
+                               "op1": field(RangeSelect, "op1")})
                 outputs.update({"a_raw": a_raws[p], "found_at": found_ats[p],
-                                "replaced": replaced[p]})
+                                "replaced": replaced[p], "fill": fills[p]})
             for name, signal in outputs.items():
                 slices[name].append(signal)
             if self.kind == "gpsimd":
@@ -945,15 +965,10 @@ class VectorEngine(wiring.Component):
                                                    | (dst.dtype == DTYPES["uint32"][0])),
                                "iota_w_at": iota_w_at})
             add_lane(m, f"slice{p}", None, SLICE_MODULES[self.kind], inputs, outputs)
-        # RangeSelect: lane l's element written is the fill unless both comparisons of its
-        # place (start + the element's index, in fp32) with the lane's bounds hold
-        place_f = int_to_fp32(m, index)
-        op0, op1_ = field(RangeSelect, "op0"), field(RangeSelect, "op1")
-        # MatchReplace8's copy (phase 1): its matches' places filled with its imm
-        fill_lane = [(selecting & ~(holds(op0, place_f, slices["scalar"][lane])
-                                    & holds(op1_, place_f, slices["scalar1"][lane])))
-                     | (replacing & (phase == 1) & replaced[lane] if replaced else 0)
-                     for lane in range(n)]
+        # lane l's element written is the fill where its slice says so (RangeSelect) and at
+        # MatchReplace8's matches in its copy (phase 1)
+        fill_lane = [fills[lane] | (replacing & (phase == 1) & replaced[lane]) if fills
+                     else 0 for lane in range(n)]
         m.d.comb += filled.eq(by_partition(fill_lane, dst.partition, ways))
         # each wide signal assigned whole (Amaranth resolves every bit of a signal for each
         # part of it an instance drives: quadratic in the partitions)
