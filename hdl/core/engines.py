@@ -912,7 +912,7 @@ class VectorEngine(wiring.Component):
         index = Signal(signed(IOTA_BITS), name="select_index")
         # RangeSelect: the place of the element written (start + its index) in fp32, which
         # each slice compares with its lane's bounds
-        place_f = int_to_fp32(m, index)
+        place_f = int_to_fp32(m, index) if fills else None
         lane_y = []
         for lane in range(n):
             y = unit.o.payload[lane]
