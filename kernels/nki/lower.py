@@ -1141,7 +1141,8 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
         raise NotSupported(f"the predicate {pred!r} of '{call}'",
                            "one comparison of an affine nl.arange/nl.mgrid expression, such "
                            "as iy < ix")
-    x = _tile(on_true_tile, call, "on_true_tile").cut(mask)
+    whole = _tile(on_true_tile, call, "on_true_tile")
+    x = whole.cut(mask)
     if x.buf.space == "psum":  # GpSimd cannot read PSUM [NKI2]: the vector engine copies it
         x = tensor_copy(x, mask=False if dropped(mask) else None, call=call)
     v = float(on_false_value)
@@ -1149,17 +1150,18 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
         raise NotSupported(f"'{call}' with a NaN on_false_value", "numbers and infinities")
     x_ap = t.ap(x, call, "on_true_tile", ("sbuf",))
     want = _shape_of(pred.expr, call)
-    if len(want) != x.ndim or any(w not in (1, s) for w, s in zip(want, x.shape,
-                                                                  strict=False)):
+    if len(want) != whole.ndim or any(w not in (1, s) for w, s in zip(want, whole.shape,
+                                                                      strict=False)):
         raise NkiError(f"'{call}': the predicate's shape {list(want)} and on_true_tile's "
-                       f"{list(x.shape)} differ")
+                       f"{list(whole.shape)} differ")
+    expr = _at_cut(pred.expr, mask, whole.shape)
     out_dt = isa_dtype(dtype) if dtype is not None else x.dt
     cmp = COMPARISONS[pred.op]
 
     def make(out: View, _):
         out_ap = t.ap(out, call, "dst", ("sbuf",))
         f = _out(t, x.shape, "fp32")
-        _iota_into(t, pred.expr, f, call)
+        _iota_into(t, expr, f, call)
         f_ap = t.ap(f, call, "dst")
         s = _out(t, x.shape, "fp32")
         s_ap = t.ap(s, call, "dst")
@@ -1189,7 +1191,24 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
         t.emit("gpsimd", TensorTensor(dst=out_ap, a=src, b=hi_ap, op=VectorOp.MIN),
                reads=[(src_view, src), (s, hi_ap)], writes=[(out, out_ap)])
 
-    return _finish(t, lambda: _out(t, x.shape, out_dt), make, "compute", _dropping(mask), dst)
+    return _finish(t, lambda: _out(t, whole.shape, out_dt), make, "compute", mask, dst)
+
+
+def _at_cut(expr: Affine, mask, shape: tuple[int, ...]) -> Affine:
+    """``expr``, an expression over the positions of a tile of ``shape``, over those that
+    ``mask`` keeps: each axis the mask cuts starts at its first kept position, as many
+    positions as it keeps (an axis the expression does not span stays one position)."""
+    if not isinstance(mask, Mask):
+        return expr
+    sizes, const = dict(expr.sizes), expr.const
+    for axis, (lo, hi) in mask.ranges.items():
+        if axis >= len(shape):
+            continue
+        lo, hi = max(0, lo), min(shape[axis], hi)
+        const += expr.coef.get(axis, 0) * lo
+        if sizes.get(axis, 1) > 1:
+            sizes[axis] = max(0, hi - lo)
+    return Affine(expr.ndim, sizes, expr.coef, const)
 
 
 def _reversed(op: VectorOp, call: str) -> VectorOp:

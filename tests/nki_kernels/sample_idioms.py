@@ -124,6 +124,24 @@ def masked_results_are_whole(x):
 
 
 @nki.jit
+def masked_affine_select(x):
+    """nisa.affine_select of x where row - 2 * column >= 40, else -9, under a mask on rows
+    64.. and columns 8..: a result of x's whole shape whose kept corner is written (copied
+    over x)."""
+    p, n = x.shape
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:p, 0:n]
+    t = nl.load(x)
+    corner = (ip >= 64) & (jf >= 8)
+    s = nisa.affine_select(pred=(ip - 2 * jf >= 40), on_true_tile=t, on_false_value=-9.0,
+                           mask=corner)
+    o = nl.copy(t)
+    o[ip, jf] = nl.copy(s, mask=corner)
+    nl.store(out, o)
+    return out
+
+
+@nki.jit
 def masked_partial_sum(x):
     """x [P, A, B] summed along B under a mask on P and A: a result of the whole [P, A]
     whose kept corner is written (copied over x[:, :, 0])."""
