@@ -352,6 +352,23 @@ def test_range_select_and_its_register(k, seed):
         k["ranges_on_trn1"](x, lo, hi)
 
 
+def test_range_select_under_a_mask_writes_the_kept_rows_of_reduce_res(k, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((128, 200)).astype(np.float32)
+    lo = rng.integers(0, 100, (128, 1)).astype(np.float32)
+    hi = lo + rng.integers(1, 100, (128, 1)).astype(np.float32)
+    sel, best = k["masked_ranges"](x, lo, hi)
+    place = np.arange(150)
+    chosen = np.where((place >= lo[32:64]) & (place < hi[32:64]), x[32:64, :150],
+                      np.finfo(np.float32).min)
+    want = x.copy()
+    want[32:64, :150] = chosen
+    assert np.array_equal(sel, want)
+    want_best = np.full((128, 1), 7.0, np.float32)
+    want_best[32:64] = chosen.max(axis=1, keepdims=True)
+    assert np.array_equal(best, want_best)
+
+
 def test_tensor_scalar_cumulative(k, seed):
     """The documentation's pseudocode, worked in float32 element by element: a running sum
     from 0, a running maximum from a loaded start, and a sum continued from the last

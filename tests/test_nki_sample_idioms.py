@@ -251,6 +251,20 @@ def test_select_reduce(k, seed):
     assert np.array_equal(best, want.max(axis=1, keepdims=True))
 
 
+def test_select_reduce_under_a_mask_reduces_the_kept_positions(k, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    fill = rng.standard_normal((128, 1)).astype(np.float32)
+    pred = (rng.random((128, 64)) < 0.5).astype(np.uint8)
+    out, best = k["masked_select_with_row_max"](pred, x, fill)
+    want = x.copy()
+    want[64:, :40] = np.where(pred != 0, x, fill)[64:, :40]
+    assert np.array_equal(out, want)
+    want_best = np.full((128, 1), 7.0, np.float32)
+    want_best[64:] = want[64:, :40].max(axis=1, keepdims=True)
+    assert np.array_equal(best, want_best)
+
+
 def test_device_print_shows_the_value_at_its_point(k, capsys, seed):
     x = np.random.default_rng(seed).standard_normal((4, 3)).astype(np.float32)
     capsys.readouterr()

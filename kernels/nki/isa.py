@@ -174,7 +174,8 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None,
     _select_into(dst, predicate, on_true, on_false, reverse_pred, dtype, mask,
                  "select_reduce")
     if int(reduce_cmd) or reduce_res is not None:
-        lower.reduce_into_register(dst, reduce_cmd, reduce_res, "select_reduce")
+        lower.reduce_into_register(dst.cut(mask), reduce_cmd, reduce_res, "select_reduce",
+                                   lower.rows_of(mask))
 
 
 def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False,

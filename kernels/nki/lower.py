@@ -856,7 +856,7 @@ def range_select(on_true: View, comp_op0, comp_op1, bound0: View, bound1: View, 
         t.emit("vector", RangeSelect(dst=out_ap, src=src, bound0=a0, bound1=a1, op0=ops[0],
                                      op1=ops[1], start=int(range_start), fill=fill),
                reads=[(x, src), (b0, a0), (b1, a1)], writes=[(out, out_ap)])
-        reduce_into_register(out, reduce_cmd, reduce_res, call)
+        reduce_into_register(out, reduce_cmd, reduce_res, call, rows_of(mask))
 
     return _finish(t, lambda: _out(t, whole.shape, out_dt), make, "compute", mask, dst)
 
@@ -871,10 +871,11 @@ def register_op(reduce_op, call: str) -> None:
 
 
 def reduce_into_register(out: View, reduce_cmd, reduce_res: View | None,
-                         call: str) -> None:
+                         call: str, kept=None) -> None:
     """The vector engine's reduction register across instructions, for ``out`` just
     written: ``reduce_cmd`` reset clears it, reset_reduce sets it to ``out``'s row maxima,
-    reduce takes the larger of it and them; ``reduce_res`` then takes it. The register is
+    reduce takes the larger of it and them; ``reduce_res`` then takes it, in the partitions
+    that ``kept`` (the instruction's mask on the partition axis) keeps. The register is
     an fp32 [P, 1] tile of the trace: each maxima a TensorReduce, each accumulation a
     TensorTensor (the hardware keeps both in the instruction)."""
     t = current(call)
@@ -895,7 +896,7 @@ def reduce_into_register(out: View, reduce_cmd, reduce_res: View | None,
         if held is None:
             raise NkiError(f"'{call}': reduce_res of an empty reduction register (no "
                            f"reduce_cmd reset_reduce or reduce since its reset)")
-        tensor_copy(held, dst=_tile(reduce_res, call, "reduce_res"), call=call)
+        tensor_copy(held, dst=_tile(reduce_res, call, "reduce_res").cut(kept), call=call)
 
 
 def sequence_bounds(segment_ids: View, *, dtype=None, dst=None,

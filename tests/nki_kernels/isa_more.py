@@ -275,6 +275,28 @@ def ranges(x, lo, hi, start):
     return sel, best, chained
 
 
+@nki.jit(platform_target="trn2")
+def masked_ranges(x, lo, hi):
+    """nisa.range_select under a mask on rows 32 .. 63 and the first 150 columns, its row
+    maxima into reduce_res: the result of x's whole shape (copied over x where kept) and
+    reduce_res, a column of 7s of which the kept rows are written."""
+    n, m = x.shape
+    sel = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    best = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:n, 0:m]
+    keep = (ip >= 32) & (ip < 64) & (jf < 150)
+    t = nl.load(x)
+    r = nl.full((n, 1), 7.0, dtype=nl.float32)
+    s = nisa.range_select(on_true_tile=t, comp_op0=np.greater_equal, comp_op1=np.less,
+                          bound0=nl.load(lo), bound1=nl.load(hi),
+                          reduce_cmd=nisa.reduce_cmd.reset_reduce, reduce_res=r, mask=keep)
+    o = nl.copy(t)
+    o[ip, jf] = nl.copy(s, mask=keep)
+    nl.store(sel, o)
+    nl.store(best, r)
+    return sel, best
+
+
 @nki.jit
 def ranges_on_trn1(x, lo, hi):
     """nisa.range_select where the chip (trn1, NeuronCore-v2) has none."""

@@ -322,6 +322,25 @@ def selected_with_row_max(pred, x, fill):
 
 
 @nki.jit
+def masked_select_with_row_max(pred, x, fill):
+    """``nisa.select_reduce`` into a copy of x under a mask on rows 64.. and the first 40
+    columns: the kept positions written, and the kept rows of a column of 7s given the
+    maxima of the kept positions."""
+    p, n = x.shape
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    best = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:p, 0:n]
+    dst = nl.load(x)
+    res = nl.full((p, 1), 7.0, dtype=nl.float32)
+    nisa.select_reduce(dst=dst, predicate=nl.load(pred), on_true=nl.load(x),
+                       on_false=nl.load(fill), reduce_cmd=nisa.reduce_cmd.reset_reduce,
+                       reduce_res=res, reduce_op=nl.max, mask=(ip >= 64) & (jf < 40))
+    nl.store(out, dst)
+    nl.store(best, res)
+    return out, best
+
+
+@nki.jit
 def printed_twice(x):
     """x printed, doubled in place, printed again (``nl.device_print``)."""
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
