@@ -265,6 +265,20 @@ def test_select_reduce_under_a_mask_reduces_the_kept_positions(k, seed):
     assert np.array_equal(best, want_best)
 
 
+def test_a_number_assigned_to_elements_of_one_partition(k, seed):
+    """Each element written; at partitions 0 and 32 by GpSimd's memset, elsewhere, where
+    no engine may start an access of one partition, by DMA from a constant."""
+    x = np.random.default_rng(seed).standard_normal((128, 8)).astype(np.float32)
+    want = x.copy()
+    i, j = np.mgrid[0:40, 0:3]
+    want[:40, :3] = 10 * i + j
+    assert np.array_equal(k["elements_set_one_by_one"](x), want)
+    program = _program(k["elements_set_one_by_one"], x)
+    memsets = [line for line in program if "memset" in line.lower()]
+    assert len(memsets) == 6 and all(line.startswith("gpsimd") for line in memsets)
+    assert sum(": dma dst=" in line for line in program) == 2 + 38 * 3
+
+
 def test_device_print_shows_the_value_at_its_point(k, capsys, seed):
     x = np.random.default_rng(seed).standard_normal((4, 3)).astype(np.float32)
     capsys.readouterr()

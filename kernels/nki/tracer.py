@@ -1766,17 +1766,25 @@ class Tracer:
                                f"that do not merge", "up to 3 free dimensions")
         return AP(view.buf.space, view.dt, view.part, size, view.off, free)
 
+    def _start_group(self, size: int) -> int:
+        group = self.params.partitions // 4
+        while group < size:
+            group *= 2
+        return group
+
+    def engine_may_start(self, start: int, size: int) -> bool:
+        """Whether an engine may access ``size`` partitions from partition ``start`` (the
+        rule of :meth:`_start_partition`)."""
+        return start % self._start_group(size) == 0
+
     def _start_partition(self, start: int, size: int, call: str, operand: str) -> None:
         """The hardware's rule for an engine's access of SBUF or PSUM (NKI's architecture
         guide, "Data streaming between SBUF and compute engine"): the partitions fall in
         four quadrants; an access of up to one quadrant's partitions starts at a quadrant,
         of up to two at partition 0 or the middle one, of more at partition 0."""
-        parts = self.params.partitions
-        group = parts // 4
-        while group < size:
-            group *= 2
-        if start % group == 0:
+        if self.engine_may_start(start, size):
             return
+        parts, group = self.params.partitions, self._start_group(size)
         starts = [str(s) for s in range(0, parts, group)]
         allowed = (" or ".join(starts) if len(starts) < 3
                    else f"{', '.join(starts[:-1])} or {starts[-1]}")
@@ -2117,6 +2125,18 @@ class Tracer:
                 nl.copy_into(dst, value)
             return
         if isinstance(value, (int, float, np.number)):
+            if dst.buf.space != "hbm" and not (dst.dims and dst.dims[0][2]):
+                # elements of one partition, its index given (``t[i, j] = v``): that
+                # partition; where no engine may start an access there (the partition start
+                # rule), a DMA, which may, writes them from a constant in HBM
+                dst = View(dst.buf, dst.dt, ((1, 1, True),) + dst.dims, dst.part, dst.off,
+                           dst.checks)
+                if not self.engine_may_start(dst.part, 1):
+                    data = np.full(dst.shape, value).astype(numpy_dtype(dst.dt))
+                    const = self.hbm("const", data.shape, dst.dt)
+                    self.constants.append((const.buf.hbm, data))
+                    self.dma(dst, const, "memset")
+                    return
             self.memset(dst, float(value), "gpsimd" if dst.buf.space == "sbuf" else "vector",
                         "memset")
             return

@@ -341,6 +341,19 @@ def masked_select_with_row_max(pred, x, fill):
 
 
 @nki.jit
+def elements_set_one_by_one(x):
+    """``t[i, j] = 10 * i + j`` element by element over a loaded copy of x, for the first
+    40 partitions and 3 columns (NKI's gather_flattened example writes its indices so)."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    for i in nl.static_range(40):
+        for j in nl.static_range(3):
+            t[i, j] = 10 * i + j
+    nl.store(out, t)
+    return out
+
+
+@nki.jit
 def printed_twice(x):
     """x printed, doubled in place, printed again (``nl.device_print``)."""
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
