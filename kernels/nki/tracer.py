@@ -2127,11 +2127,11 @@ class Tracer:
         if isinstance(value, (int, float, np.number)):
             if dst.buf.space != "hbm" and not (dst.dims and dst.dims[0][2]):
                 # elements of one partition, its index given (``t[i, j] = v``): that
-                # partition; where no engine may start an access there (the partition start
-                # rule), a DMA, which may, writes them from a constant in HBM
+                # partition; in SBUF where no engine may start an access there (the
+                # partition start rule), a DMA, which may, writes them from a constant in HBM
                 dst = View(dst.buf, dst.dt, ((1, 1, True),) + dst.dims, dst.part, dst.off,
                            dst.checks)
-                if not self.engine_may_start(dst.part, 1):
+                if dst.buf.space == "sbuf" and not self.engine_may_start(dst.part, 1):
                     data = np.full(dst.shape, value).astype(numpy_dtype(dst.dt))
                     const = self.hbm("const", data.shape, dst.dt)
                     self.constants.append((const.buf.hbm, data))
