@@ -150,10 +150,7 @@ def shared_constant(constant, dtype=None, **kwargs) -> View:
     t = current("shared_constant")
     t.commit()
     data = np.asarray(constant)
-    dt = isa_dtype(dtype if dtype is not None else data.dtype)
-    v = t.hbm("const", data.shape, dt)
-    t.constants.append((v.buf.hbm, data.astype(numpy_dtype(dt))))
-    return v
+    return t.constant(data, isa_dtype(dtype if dtype is not None else data.dtype))
 
 
 def zeros(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:

@@ -1336,6 +1336,13 @@ class Tracer:
             self._shared_next = len(self.shared)
         return v
 
+    def constant(self, data: np.ndarray, dt: str) -> View:
+        """An HBM tensor holding ``data`` cast to ``dt``, written into HBM before a numeric
+        launch runs."""
+        v = self.hbm("const", data.shape, dt)
+        self.constants.append((v.buf.hbm, data.astype(numpy_dtype(dt))))
+        return v
+
     def on_chip(self, space: str, shape, dt: str, name: str, par: int = 0) -> View:
         """A new SBUF or PSUM tensor of ``shape``, dimension ``par`` its partitions (the
         ones before it block dimensions, each block its own tile)."""
@@ -2132,10 +2139,7 @@ class Tracer:
                 dst = View(dst.buf, dst.dt, ((1, 1, True),) + dst.dims, dst.part, dst.off,
                            dst.checks)
                 if dst.buf.space == "sbuf" and not self.engine_may_start(dst.part, 1):
-                    data = np.full(dst.shape, value).astype(numpy_dtype(dst.dt))
-                    const = self.hbm("const", data.shape, dst.dt)
-                    self.constants.append((const.buf.hbm, data))
-                    self.dma(dst, const, "memset")
+                    self.dma(dst, self.constant(np.full(dst.shape, value), dst.dt), "memset")
                     return
             self.memset(dst, float(value), "gpsimd" if dst.buf.space == "sbuf" else "vector",
                         "memset")
