@@ -241,24 +241,19 @@ def test_an_integer_partition_broadcast(k, seed):
 
 
 def test_select_reduce(k, seed):
+    """Whole, and under a mask on rows 64.. and the first 40 columns: the kept positions
+    selected and their maxima in the kept rows of reduce_res."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((128, 64)).astype(np.float32)
     fill = rng.standard_normal((128, 1)).astype(np.float32)
     pred = (rng.random((128, 64)) < 0.5).astype(np.uint8)
+    selected = np.where(pred != 0, x, fill)
     out, best = k["selected_with_row_max"](pred, x, fill)
-    want = np.where(pred != 0, x, fill)
-    assert np.array_equal(out, want)
-    assert np.array_equal(best, want.max(axis=1, keepdims=True))
-
-
-def test_select_reduce_under_a_mask_reduces_the_kept_positions(k, seed):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((128, 64)).astype(np.float32)
-    fill = rng.standard_normal((128, 1)).astype(np.float32)
-    pred = (rng.random((128, 64)) < 0.5).astype(np.uint8)
+    assert np.array_equal(out, selected)
+    assert np.array_equal(best, selected.max(axis=1, keepdims=True))
     out, best = k["masked_select_with_row_max"](pred, x, fill)
     want = x.copy()
-    want[64:, :40] = np.where(pred != 0, x, fill)[64:, :40]
+    want[64:, :40] = selected[64:, :40]
     assert np.array_equal(out, want)
     want_best = np.full((128, 1), 7.0, np.float32)
     want_best[64:] = want[64:, :40].max(axis=1, keepdims=True)
