@@ -392,7 +392,7 @@ def int_to_fp32(m: Module, value):
     negative = value[-1]
     mag = Signal(len(value))
     m.d.comb += mag.eq(Mux(negative, -value, value))
-    lead = lzc(m, mag)
+    lead = lzc(mag)
     sig = Signal(len(value))
     e_lead = Signal(range(-1, len(value)))
     m.d.comb += [sig.eq(mag << lead), e_lead.eq(len(value) - 1 - lead)]

@@ -143,7 +143,7 @@ def _cast_lane(m: Module, fmt: FloatFormat, x, rand):
     man = x[:23]
     sign = x[31]
     sig = Cat(man, exp != 0)
-    shift = lzc(m, sig)
+    shift = lzc(sig)
     norm = Signal(24)
     m.d.comb += norm.eq((sig << shift)[:24])
     e_lead = Signal(signed(11))
@@ -258,7 +258,7 @@ def uniform32(m: Module, word):
     m.d.comb += top.eq(word[8:32])
     lead = Signal(range(32), name="uniform_lead")
     sig = Signal(24, name="uniform_sig")
-    m.d.comb += [lead.eq(lzc(m, top)), sig.eq(top << lead)]
+    m.d.comb += [lead.eq(lzc(top)), sig.eq(top << lead)]
     exp = Signal(8, name="uniform_exp")
     m.d.comb += exp.eq(FP32.bias - 1 - lead)
     return Mux(top == 0, 0, Cat(sig[:23], exp, Const(0, 1)))

@@ -35,11 +35,8 @@ __all__ = ["FpAdd32", "FpMul32", "FpMulScaled32", "MultiWiden", "MultiWidenParam
            "WidenParams", "lzc", "round_pack"]
 
 
-def lzc(m: Module, value):
-    """Leading-zero count of ``value`` (a log-depth tree, its nodes signals of ``m``);
-    undefined result for zero. Each node is a signal because Amaranth elaborates an
-    expression anew at each of its uses: a node's zero flag is used three times above it,
-    so expressions alone grow threefold a level."""
+def lzc(value):
+    """Leading-zero count of ``value`` (a log-depth tree); undefined result for zero."""
     width = len(value)
     padded = 1
     while padded < width:
@@ -49,16 +46,11 @@ def lzc(m: Module, value):
 
     def tree(v):
         if len(v) == 2:
-            zero, count = Signal(name="lzc_zero"), Signal(name="lzc_count")
-            m.d.comb += [zero.eq(~(v[0] | v[1])), count.eq(~v[1])]
-            return zero, count
+            return ~(v[0] | v[1]), ~v[1]
         half = len(v) // 2
         zero_lo, count_lo = tree(v[:half])
         zero_hi, count_hi = tree(v[half:])
-        zero, count = Signal(name="lzc_zero"), Signal(len(count_lo) + 1, name="lzc_count")
-        m.d.comb += [zero.eq(zero_lo & zero_hi),
-                     count.eq(Cat(Mux(zero_hi, count_lo, count_hi), zero_hi))]
-        return zero, count
+        return zero_lo & zero_hi, Cat(Mux(zero_hi, count_lo, count_hi), zero_hi)
 
     return tree(bits)[1]
 
@@ -129,7 +121,7 @@ def _multiply(m: Module, a_bits, b_bits, y, e=0):
     sign = a["sign"] ^ b["sign"]
     product = Signal(48)
     m.d.comb += product.eq(a["sig"] * b["sig"])
-    shift = lzc(m, product)
+    shift = lzc(product)
     norm = Signal(48)
     m.d.comb += norm.eq((product << shift)[:48])
     # product * 2**(ea + eb - 46 + e), leading one at bit 47 - shift; |e| < 512 keeps
@@ -209,7 +201,7 @@ class FpAdd32(wiring.Component):
         total = Signal(width + 1)
         subtract = big["sign"] ^ small["sign"]
         m.d.comb += total.eq(Mux(subtract, big_sig - small_aligned, big_sig + small_aligned))
-        shift = lzc(m, total)
+        shift = lzc(total)
         norm = Signal(width + 1)
         m.d.comb += norm.eq((total << shift)[:width + 1])
         # total * 2**(e_big - 127 - 26), leading one at bit 27 - shift.
@@ -292,7 +284,7 @@ class Widen(wiring.Component):
     def _widen_magnitude(self, m, sign, sig, e_top):
         """Drive ``y`` from a nonzero integer significand whose top bit has exponent
         ``e_top`` (zero input -> +0)."""
-        shift = lzc(m, sig)
+        shift = lzc(sig)
         width = max(len(sig), 23) + 2  # room so that round_pack never rounds
         norm = Signal(width)
         m.d.comb += norm.eq(Cat(Const(0, width - len(sig)), (sig << shift)[:len(sig)]))
@@ -397,7 +389,7 @@ class MultiWiden(wiring.Component):
         sign, nan, inf, zero, wide, direct, sig, e_top = picked.values()
         packed = Const(0, 32)
         if narrow:
-            shift = lzc(m, sig)
+            shift = lzc(sig)
             width = max(sig_bits, 23) + 2  # room so that round_pack never rounds
             norm = Signal(width)
             m.d.comb += norm.eq(Cat(Const(0, width - sig_bits), (sig << shift)[:sig_bits]))
