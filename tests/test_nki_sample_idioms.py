@@ -97,14 +97,19 @@ def test_results_under_a_mask_are_tiles_of_the_whole_shape(k, seed):
     np.testing.assert_allclose(exps, want, rtol=kernels.POLYNOMIAL)
 
 
-def test_affine_select_under_a_mask_is_whole_and_evaluated_where_the_mask_keeps(k, seed):
-    """The predicate is over the whole tile's positions: under a mask it is evaluated at
-    the kept ones (rows from 64, columns from 8), not at the cut's own from 0."""
+def test_affine_expressions_under_a_mask_are_evaluated_where_the_mask_keeps(k, seed):
+    """An affine_select's predicate and an iota's expression are over the whole tile's
+    positions: under a mask they are evaluated at the kept ones (rows from 64, columns from
+    8), not at the cut's own from 0, and the result has the whole shape."""
     x = np.random.default_rng(seed).standard_normal((128, 64)).astype(np.float32)
     i, j = np.mgrid[0:128, 0:64]
+    kept = (i >= 64) & (j >= 8)
     want = x.copy()
-    want[(i >= 64) & (j >= 8) & (i - 2 * j < 40)] = -9.0
+    want[kept & (i - 2 * j < 40)] = -9.0
     assert np.array_equal(k["masked_affine_select"](x), want)
+    want = x.copy()
+    want[kept] = (100 * i + j)[kept]
+    assert np.array_equal(k["masked_iota"](x), want)
 
 
 def test_a_partial_reduction_under_a_mask_is_whole_too(k, seed):

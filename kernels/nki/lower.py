@@ -1100,7 +1100,7 @@ def iota(expr, dtype, *, mask=None, dst=None, call: str = "iota"):
     out_dt = isa_dtype(dtype)
 
     def make(out: View, _):
-        _iota_into(t, e, out, call)
+        _iota_into(t, _at_cut(e, mask, shape), out, call)
         if out.shape == shape and out.part == 0 and out.off == 0:
             t.iota_tiles[out.buf] = (e, len(out.buf.written))
 

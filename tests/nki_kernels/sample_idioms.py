@@ -142,6 +142,21 @@ def masked_affine_select(x):
 
 
 @nki.jit
+def masked_iota(x):
+    """nisa.iota of 100 * row + column under a mask on rows 64.. and columns 8..: a tile of
+    the whole shape whose kept corner is written (copied over x)."""
+    p, n = x.shape
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:p, 0:n]
+    corner = (ip >= 64) & (jf >= 8)
+    v = nisa.iota(100 * ip + jf, dtype=nl.float32, mask=corner)
+    o = nl.copy(nl.load(x))
+    o[ip, jf] = nl.copy(v, mask=corner)
+    nl.store(out, o)
+    return out
+
+
+@nki.jit
 def masked_partial_sum(x):
     """x [P, A, B] summed along B under a mask on P and A: a result of the whole [P, A]
     whose kept corner is written (copied over x[:, :, 0])."""
