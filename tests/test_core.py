@@ -528,7 +528,7 @@ def test_core_rtl_runs_every_transpose_the_simulator_runs():
     trn2 = core_params(load("trn2"), "sim")
     for (k, m), want in (((8, 8), 42), ((5, 3), 33)):
         ins = Transpose(dst=AP("psum", "bf16", 0, m, 0, ((k, 1),)), src=sbuf(0, k, 0, m, "bf16"))
-        assert rtl_cycle_bound(trn2, "tensor", ins, 0.0) == (want, want)
+        assert rtl_cycle_bound(trn2, "tensor", ins) == (want, want)
 
 
 def test_double_row_takes_no_column_tile():

@@ -209,9 +209,9 @@ def test_core_rtl_cycles_of_a_double_row_are_those_of_its_columns(trn2_sim):
     load_, mul = double_matmul(8, 8, 16)
     plain_load = LoadStationary(src=AP("sbuf", "fp8_e4m3", 0, 8, 0, ((8, 1),)))
     plain_mul = MultiplyMoving(dst=mul.dst, src=AP("sbuf", "fp8_e4m3", 0, 8, 16, ((16, 1),)))
-    assert rtl_cycle_bound(p, "tensor", mul, 0) == rtl_cycle_bound(p, "tensor", plain_mul, 0)
-    lo, hi = rtl_cycle_bound(p, "tensor", load_, 0)
-    assert lo == 8 and hi >= rtl_cycle_bound(p, "tensor", plain_load, 0)[1]
+    assert rtl_cycle_bound(p, "tensor", mul) == rtl_cycle_bound(p, "tensor", plain_mul)
+    lo, hi = rtl_cycle_bound(p, "tensor", load_)
+    assert lo == 8 and hi >= rtl_cycle_bound(p, "tensor", plain_load)[1]
 
 
 def _matmuls(params, shape, dtype):

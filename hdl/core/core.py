@@ -53,6 +53,7 @@ from hdl.core.params import CoreParams
 from hdl.core.scalar import ScalarEngine
 from hdl.core.sequencer import CHUNK_BITS, COUNT_BITS, Sequencer
 from hdl.core.tensor import TensorEngine, second_read
+from hdl.core.timing import StreamRule
 from hdl.emitted import Emitted, module_text
 from hdl.vector.lanes import add_lane
 
@@ -316,6 +317,10 @@ class NeuronCore(wiring.Component):
         for engine, seq in zip((ten, vec, sca, gps), seqs, strict=False):
             m.d.comb += [engine.issue.eq(seq.issue), engine.word.eq(seq.word),
                          seq.done.eq(engine.done)]
+        for kind, seq in zip(ENGINE_STREAMS, seqs, strict=False):
+            if kind != "tensor":  # the array's schedule is the tensor engine's time
+                m.submodules[f"rule_{kind}"] = rule = StreamRule(p, kind)
+                m.d.comb += [rule.word.eq(seq.word), seq.least.eq(rule.cycles)]
         for q in range(p.dma_queues):
             seq = seqs[len(ENGINE_STREAMS) + q]
             m.d.comb += [dma.issue[q].eq(seq.issue), dma.word[q].eq(seq.word),

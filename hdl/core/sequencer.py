@@ -13,7 +13,10 @@ retired), collects their stamps, writes the next instructions into their slots (
   semaphores (every earlier instruction of the stream has completed: the sequencer runs one
   instruction at a time);
 * ``SemWait``: ``wait_sem``/``wait_value`` out, ``waiting`` high until ``wait_ok``;
-* otherwise ``issue`` holds the word to the engine until the engine's ``done``.
+* otherwise ``issue`` holds the word to the engine until the engine's ``done``, and the
+  instruction retires once the engine is done and ``least`` cycles have passed since its
+  decode (the engine's cost rule, :class:`hdl.core.timing.StreamRule`; 0 where the engine's
+  own schedule is its time).
 
 Each retired instruction's start cycle (its decode) and end cycle (its retirement) go to the
 stamp memory, to the instruction's slot, which the host reads (before the slot is loaded
@@ -29,7 +32,7 @@ from amaranth.lib.wiring import In, Out
 
 from hdl.core.isa import OPCODE_BITS, WORD_BITS, SemSignal, SemWait, field_positions
 
-__all__ = ["CHUNK_BITS", "COUNT_BITS", "Sequencer"]
+__all__ = ["CHUNK_BITS", "COUNT_BITS", "CYCLE_BITS", "Sequencer"]
 
 #: Width of one host write into the instruction memory.
 CHUNK_BITS = 32
@@ -61,6 +64,7 @@ class Sequencer(wiring.Component):
             "word": Out(WORD_BITS),
             "issue": Out(1),
             "done": In(1),
+            "least": In(CYCLE_BITS),
             "signal": Out(1), "signal_sem": Out(8), "signal_count": Out(16),
             "waiting": Out(1), "wait_sem": Out(8), "wait_value": Out(32), "wait_ok": In(1),
             "running": Out(1),
@@ -87,6 +91,7 @@ class Sequencer(wiring.Component):
 
         word = self.word
         begin = Signal(CYCLE_BITS)
+        finished = Signal()  # the engine is done, the retirement waits for ``least``
         slot = Signal(range(self.depth))
         opcode = word[:OPCODE_BITS]
         m.d.comb += [
@@ -120,9 +125,13 @@ class Sequencer(wiring.Component):
                     with m.If(self.wait_ok):
                         m.next = "RETIRE"
                 with m.Else():
-                    m.d.comb += self.issue.eq(1)
-                    with m.If(self.done):
-                        m.next = "RETIRE"
+                    m.d.comb += self.issue.eq(~finished)
+                    with m.If(self.done | finished):
+                        with m.If((self.cycle - begin)[:CYCLE_BITS] + 1 >= self.least):
+                            m.d.sync += finished.eq(0)
+                            m.next = "RETIRE"
+                        with m.Else():
+                            m.d.sync += finished.eq(1)
             with m.State("RETIRE"):
                 m.d.comb += record.en.eq(1)
                 m.d.sync += self.pc.eq(self.pc + 1)

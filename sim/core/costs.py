@@ -4,11 +4,10 @@
   (:func:`sim.golden.systolic_cycles.cycles`) in the instruction's format, fp32's quarter rate
   included; a transpose is the array's load and transpose pass
   (:func:`sim.golden.systolic_cycles.transpose_cycles`), one column a cycle in every format.
-* Vector, scalar and GpSimd: ``access_start + max(min_interval, passes * N / e)`` for ``N``
-  (``dynamic_interval`` for a copy from a run-time offset)
-  elements per partition, ``e`` elements per lane per cycle, ``passes`` the element streams
-  the instruction reads (doubled where a minor stride exceeds ``stride_penalty``) [NKI2,
-  ISA-COST]; the constants are spec fields with their sources.
+* Vector, scalar and GpSimd: the stream rule, ``access_start + max(min_interval,
+  ceil(passes * N / e))`` for ``N`` elements per partition, stated once for the simulator
+  and the core RTL in :mod:`hdl.core.timing` (:func:`stream_cycles` is its
+  :func:`hdl.core.timing.stream_cycles`).
 * DMA: ``latency`` before the first byte, then its packets at the core's DMA bandwidth: a
   packet is a contiguous run of bytes on both sides, at most one partition's row where a side
   is SBUF or PSUM, and a packet of ``b`` bytes takes the time of
@@ -21,6 +20,7 @@ from functools import lru_cache
 
 from hdl.core.isa import AP
 from hdl.core.params import CoreParams
+from hdl.core.timing import stream_cycles
 from sim.golden import systolic_cycles
 
 __all__ = ["dma_charged_bytes", "dma_packet", "dma_seconds", "stream_cycles", "tensor_cycles",
@@ -42,17 +42,6 @@ def transpose_cycles(params: CoreParams, k: int, m: int) -> dict[str, float]:
     output beat) and ``total`` (from the load's acceptance to the last output beat)."""
     c = systolic_cycles.transpose_cycles(params.tensor, k, m)
     return {key: float(c[key]) for key in ("issue", "latency", "total")}
-
-
-def stream_cycles(params: CoreParams, engine: str, elements: int, passes: float = 1.0,
-                  strided: bool = False, dynamic: bool = False) -> float:
-    """Cycles of a vector, scalar or GpSimd instruction streaming ``elements`` per partition;
-    ``dynamic``: from a source at an offset read at run time, whose least interval is the
-    spec's ``dynamic_interval``."""
-    per_cycle = params.vector_elements if engine == "vector" else 1.0
-    stream = passes * elements * (2 if strided else 1) / per_cycle
-    least = params.dynamic_interval if dynamic else params.min_interval
-    return params.access_start + max(least, stream)
 
 
 def _run_bytes(ap: AP) -> int:

@@ -25,7 +25,7 @@
   unit golden models.
 
 Against the core RTL, the data are equal byte for byte and each instruction's cycles are
-within the bound of :mod:`sim.core.rtl_bound`.
+those of :mod:`sim.core.rtl_bound` (the vector, scalar and GpSimd engines': equal).
 """
 
 from __future__ import annotations
@@ -39,26 +39,23 @@ import numpy as np
 from hdl.core import isa
 from hdl.core.isa import (
     Activation,
-    GatherFlattened,
     Instruction,
     LoadStationary,
-    LocalGather,
     MultiplyMoving,
     SemSignal,
     SemWait,
-    SequenceBounds,
-    TensorCopyDynamic,
     TensorReduce,
     TensorScalar,
     TensorTensor,
     TensorTensorScan,
 )
 from hdl.core.params import CoreParams
+from hdl.core.timing import elements_field, instruction_cycles
 from hdl.vector.ops import VectorOp
 from sim.golden import systolic_cycles
 
 from . import deadlock
-from .costs import dma_seconds, stream_cycles
+from .costs import dma_seconds
 from .data import Data
 from .events import Agenda, Resources
 from .program import Program
@@ -116,26 +113,12 @@ class Core:
         self.rules.check(program)
 
     # --- costs ----------------------------------------------------------------------------
-    def _strided(self, ins: Instruction) -> bool:
-        limit = self.params.stride_penalty
-        return any(ap.dims and abs(ap.dims[-1][1]) * ap.itemsize > limit
-                   for _, ap, _ in ins.operands())
-
     def _stream_cost(self, kind: str, ins: Instruction) -> tuple[float, float]:
         """(cycles, flops) of a vector/scalar/GpSimd instruction."""
+        cycles = instruction_cycles(self.params, kind, ins)
         src = getattr(ins, "src", None) or getattr(ins, "data", None) or \
             getattr(ins, "a", None) or ins.dst
-        n = ins.dst.free if isinstance(ins, GatherFlattened | SequenceBounds | LocalGather) \
-            else src.free
-        passes = 1.0
-        if isinstance(ins, TensorTensor):
-            passes = 1.0 if "psum" in (ins.a.space, ins.b.space) else 2.0
-        elif isinstance(ins, TensorTensorScan):  # max(MIN_II, 2N) wherever its inputs are
-            passes = 2.0
-        cycles = stream_cycles(self.params, kind, n, passes, self._strided(ins),
-                               isinstance(ins, TensorCopyDynamic))
-        if isinstance(ins, Activation) and ins.reduce_dst is not None:
-            cycles += self.params.min_interval
+        n = getattr(ins, elements_field(type(ins))).free
         # floating-point operations per element: scale-and-bias plus the function; one per
         # operation otherwise; copies, memsets and iota do none
         per_element = {Activation: 2, TensorTensor: 1, TensorReduce: 1, TensorTensorScan: 2,

@@ -11,16 +11,14 @@ against the model's (:mod:`sim.core.machine`), :func:`rtl_cycle_bound`:
   latency (the RTL-checked schedule's, :func:`sim.golden.systolic_cycles.transpose_cycles`,
   the pass's acceptance to its last output beat) plus one, plus
   :data:`RTL_TRANSPOSE_STAGES`.
-* Every other instruction of the tensor, vector, scalar and GpSimd engines: **at least**
-  ``turns * N`` (the RTL streams one element of ``N`` per partition per lane per cycle;
-  the vector engine's transpose reads ``N`` and writes as many as the source's partitions) and
-  **at most** ``turns * cycles + RTL_OVERHEAD``. ``cycles`` is this model's cost of the
-  instruction on an idle engine; the RTL has none of the spec's fixed access costs
-  (``access_start``, ``min_interval``), so it is faster except where it does less per
-  cycle: ``turns`` is the scalar engine's turns over the tile's partitions
-  (``activation_lanes`` at a time) for its instructions, the array's ``beat_columns`` for
-  ``LoadStationary`` (the RTL reads one stationary column per cycle, the array takes that
-  many per beat), 1 otherwise.
+* Every instruction of the vector, scalar and GpSimd engines: **exact**, the stream rule
+  (:func:`hdl.core.timing.instruction_cycles`), which the core's sequencer holds each one's
+  retirement to (:class:`hdl.core.timing.StreamRule`). An engine whose own work takes longer
+  than the rule breaks it.
+* ``LoadStationary``, and ``MultiplyMoving`` of a format below full rate: **at least** the
+  tile's columns (the RTL reads one stationary column, or one moving column, a cycle) and
+  **at most** the model's load (``beat_columns`` times over: the array takes that many
+  columns a beat) or latency, plus :data:`RTL_OVERHEAD`.
 * A double row counts as its array's tile: ``2P`` contraction indices, ``N`` its columns
   (half its free size), as this model times it; the RTL reads both pairs of a column in one
   cycle.
@@ -33,6 +31,7 @@ from __future__ import annotations
 from hdl.core import isa
 from hdl.core.isa import Instruction, LoadStationary, MultiplyMoving, Transpose
 from hdl.core.params import CoreParams
+from hdl.core.timing import instruction_cycles
 
 from .costs import tensor_cycles, transpose_cycles
 
@@ -46,16 +45,14 @@ RTL_MULTIPLY_STAGES = 4
 #: command and first SBUF read in place of the multiply's) and the pass's own command, issued
 #: after the load's last beat.
 RTL_TRANSPOSE_STAGES = RTL_MULTIPLY_STAGES + 1
-#: Cycles of the core RTL outside an engine's work: the sequencer's hand-off, the engine's
-#: decode, operand reads before the stream and the write after it.
+#: Cycles of the core RTL around a stationary load or a sub-rate multiply: the sequencer's
+#: hand-off, the engine's decode, the first read and the write after the last.
 RTL_OVERHEAD = 8
 
 
-def rtl_cycle_bound(params: CoreParams, kind: str, ins: Instruction,
-                    cycles: float) -> tuple[float, float]:
+def rtl_cycle_bound(params: CoreParams, kind: str, ins: Instruction) -> tuple[float, float]:
     """The range of the core RTL's cycles (decode to retirement) for the compute instruction
-    ``ins`` of an engine of ``kind`` that this model costs ``cycles`` of its engine's clock
-    (see the module docstring)."""
+    ``ins`` of an engine of ``kind`` (see the module docstring)."""
     src = getattr(ins, "src", None) or getattr(ins, "a", None) or ins.dst
     if isinstance(ins, Transpose) and kind == "tensor":
         k, m = src.partitions, src.free
@@ -75,7 +72,5 @@ def rtl_cycle_bound(params: CoreParams, kind: str, ins: Instruction,
                 return exact, exact
             return columns, c["latency"] + 1 + RTL_OVERHEAD
         return columns, params.tensor.beat_columns * c["load"] + RTL_OVERHEAD
-    turns = 1
-    if kind == "scalar":
-        turns = -(-src.partitions // params.activation_lanes)
-    return turns * src.free, turns * cycles + RTL_OVERHEAD
+    exact = instruction_cycles(params, kind, ins)
+    return exact, exact
