@@ -107,10 +107,20 @@ def test_matmul_of_two_types_in_the_one_they_promote_to(k, seed):
     assert np.abs(out - want).max() / np.abs(want).max() < 1e-5
 
 
-def test_an_address_advanced_by_a_loop_body_is_explained(k):
-    with pytest.raises(knki.NkiError, match=r"past the \d+ bytes of an SBUF partition; this "
-                                             r"is a later iteration of a loop"):
-        k["address_advanced_in_a_loop"](np.zeros((128, 8), np.float32))
+def test_a_loop_body_places_its_tensors_once(k):
+    """A body that adds to its address places its tensor once, as NKI's single trace of the
+    body does: every iteration uses the first one's tile (each adds its index), and none
+    lands past SBUF."""
+    x = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    out = k["address_advanced_in_a_loop"](x)
+    np.testing.assert_array_equal(out, x[None] + np.arange(4, dtype=np.float32)[:, None, None])
+
+
+def test_a_body_that_changes_its_tensors_is_refused(k):
+    with pytest.raises(knki.NkiError, match=r"a later iteration of a loop makes an SBUF tensor "
+                                             r"\(128, 9\) of fp32 where the first made "
+                                             r"\(128, 8\) of fp32"):
+        k["a_body_that_changes_its_tensors"](np.zeros((128, 8), np.float32))
 
 
 def test_a_grid_of_no_instances_is_refused(k):

@@ -86,6 +86,17 @@ def test_activation_bias_reduce_and_column_operand(load):
     assert _err(k(x, b), act - act.sum(axis=1, keepdims=True)) <= kernels.POLYNOMIAL
 
 
+def test_activation_copy_as_nl_and_numpy_name_it(load):
+    """``op=nl.copy`` and ``np.copy`` are the scalar engine's copy (scale and bias applied,
+    no function): exact where the scale is a power of two and the bias adds exactly."""
+    rng = np.random.default_rng(6)
+    x = rng.integers(-64, 64, (128, 96)).astype(np.float32)
+    b = rng.integers(-8, 8, (128, 1)).astype(np.float32)
+    out = load("elementwise")["scaled_copies"](x, b)
+    np.testing.assert_array_equal(out[0], x * 0.5 + b)
+    np.testing.assert_array_equal(out[1], x * 4)
+
+
 def test_transpose(load):
     x = np.random.default_rng(4).standard_normal((96, 128)).astype(BF16)
     assert np.array_equal(load("elementwise")["transpose_tile"](x), x.T)

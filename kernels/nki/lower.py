@@ -81,7 +81,7 @@ COMMUTATIVE = {VectorOp.ADD, VectorOp.MULTIPLY, VectorOp.MAX, VectorOp.MIN,
 #: Activation functions (NKI's ``nl.*`` and numpy's) -> the chip's function names.
 ACTIVATIONS: dict = {np.exp: "exp", np.tanh: "tanh", np.log: "log", np.sqrt: "sqrt",
                      np.square: "square", np.abs: "abs", np.sin: "sin", np.cos: "cos",
-                     np.arctan: "arctan", np.reciprocal: "reciprocal"}
+                     np.arctan: "arctan", np.reciprocal: "reciprocal", np.copy: "identity"}
 _ENGINES = {0: None, 1: "tensor", 2: "scalar", 3: "gpsimd", 5: "vector"}
 
 

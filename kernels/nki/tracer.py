@@ -1176,6 +1176,20 @@ class _Space:
 _CURRENT: list[Tracer] = []
 
 
+class _Body:
+    """The placements (``ncc`` direct allocations) made in one run of a loop's body: the
+    first iteration records each (space, shape, type, placement function) in order; a later
+    iteration makes the same tensors and takes the recorded placements in the same order,
+    as NKI's single trace of the body makes one tensor of each."""
+
+    def __init__(self):
+        self.made: list[tuple] = []
+        self.replaying, self.next = False, 0
+
+    def start(self, again: bool) -> None:
+        self.replaying, self.next = again, 0
+
+
 class AffineLoop:
     """The iterations of an ``nl.affine_range``: while the loop runs, the tracer of the
     kernel knows which iteration an instruction is traced in (:attr:`Tracer.loops`), for
@@ -1197,13 +1211,16 @@ class AffineLoop:
             return
         t = _CURRENT[-1]
         outer, again = t.loops, t.again
+        frame = t.enter_body()
         try:
             for i in self.range:
                 t.loops = (*outer, (self, i))
                 t.again = again or i != self.range[0]
+                frame.start(i != self.range[0])
                 yield i
         finally:
             t.loops, t.again = outer, again
+            t.leave_body(frame)
 
 
 class SequentialLoop(AffineLoop):
@@ -1217,12 +1234,15 @@ class SequentialLoop(AffineLoop):
             return
         t = _CURRENT[-1]
         again = t.again
+        frame = t.enter_body()
         try:
             for i in self.range:
                 t.again = again or i != self.range[0]
+                frame.start(i != self.range[0])
                 yield i
         finally:
             t.again = again
+            t.leave_body(frame)
 
 
 def tracing() -> bool:
@@ -1299,6 +1319,8 @@ class Tracer:
         self.loops: tuple = ()
         #: whether any loop being traced (affine or sequential) is past its first iteration
         self.again = False
+        #: the bodies of the affine and sequential loops being traced, outermost first
+        self.bodies: list[_Body] = []
         #: the kernel's line of each instruction of the program, by (stream, index), and
         #: the line of the pending result being emitted (else the line tracing now)
         self.lines: dict[tuple[str, int], str] = {}
@@ -1382,12 +1404,47 @@ class Tracer:
         dims += _row_major(shape[par + 1:])
         return View(buf, dt, dims, 0, 0)
 
+    def enter_body(self) -> _Body:
+        """A loop's body begins to be traced (its iterations follow)."""
+        self.bodies.append(_Body())
+        return self.bodies[-1]
+
+    def leave_body(self, body: _Body) -> None:
+        self.bodies.remove(body)
+
+    def _as_traced_once(self, space: str, shape: tuple, dt: str, place):
+        """The placement function a tensor the kernel places takes: in a later iteration of
+        a loop (the outermost such), the one the first iteration's tensor at the same place
+        in the body's order took, since NKI traces a loop's body once and makes one tensor
+        of each such line (a body that adds to an address moves it once, not every
+        iteration); else ``place``. Every body being recorded keeps it."""
+        made = (space, shape, dt)
+        source = next((b for b in self.bodies if b.replaying), None)
+        if source is not None:
+            if source.next >= len(source.made) or source.made[source.next][0] != made:
+                raise NkiError(
+                    f"a later iteration of a loop makes {'an' if space == 'sbuf' else 'a'} "
+                    f"{space.upper()} tensor {shape} of "
+                    f"{dt} where the first made "
+                    + (f"{source.made[source.next][0][1]} of {source.made[source.next][0][2]}"
+                       if source.next < len(source.made) else "none")
+                    + "; NKI traces a loop's body once, so every iteration makes the same "
+                    "tensors")
+            place = source.made[source.next][1]
+            source.next += 1
+        for body in self.bodies:
+            if not body.replaying:
+                body.made.append((made, place))
+        return place
+
     def placed(self, space: str, shape, dt: str, name: str, par: int, place) -> View | Placed:
         """A new SBUF or PSUM tensor of ``shape`` that the kernel places by ``place`` (a
         :class:`~kernels.nki.compiler.Placement`'s function): a :class:`View` of its one tile
-        without block dimensions, else a :class:`Placed` tensor of its blocks."""
+        without block dimensions, else a :class:`Placed` tensor of its blocks. Inside a
+        loop, as NKI's one trace of its body places it (:meth:`_as_traced_once`)."""
         p = self.params
         shape = tuple(_int(s) for s in shape)
+        place = self._as_traced_once(space, shape, dt, place)
         if not shape or shape[par] > p.partitions or (
                 space == "psum" and math.prod(shape[par + 1:]) * DTYPES[dt][1]
                 > p.psum_bank_bytes):
@@ -1463,11 +1520,8 @@ class Tracer:
         if byte < 0 or byte + nbytes > limit:
             room = "one PSUM bank" if space == "psum" else "an SBUF partition"
             raise NkiError(f"`{name}` block {idx} is placed at byte {byte} with {nbytes} "
-                           f"bytes per partition, past the {limit} bytes of {room}"
-                           + ("; this is a later iteration of a loop, whose body runs here "
-                              "once per iteration where NKI traces it once, so an address "
-                              "the body adds to grows with every iteration"
-                              if self.again else ""), where=where)
+                           f"bytes per partition, past the {limit} bytes of {room}",
+                           where=where)
         if part < 0 or part + parts > p.partitions:
             raise NkiError(f"`{name}` block {idx} is placed at partitions {part} to "
                            f"{part + parts - 1}; the core has {p.partitions}", where=where)

@@ -168,15 +168,29 @@ def mixed_product(x, y):
 
 @nki.jit
 def address_advanced_in_a_loop(x):
-    """A kernel that adds to its SBUF address in a loop body, which NKI traces once: here
-    the body runs once per iteration, and the fourth tile lands past SBUF."""
-    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    """A kernel that adds to its SBUF address in a loop body, which NKI traces once: one
+    tensor at byte 0 serves every iteration (run once per iteration, with the address it
+    reached, the fourth tile would land past SBUF)."""
+    out = nl.ndarray((4, *x.shape), dtype=x.dtype, buffer=nl.shared_hbm)
     base = 0
-    for _ in nl.sequential_range(4):
+    for i in nl.sequential_range(4):
         t = nl.ndarray((par_dim(128), 16384), dtype=nl.float32,
                        buffer=ncc.sbuf.mod_alloc(base_addr=base))
         base += 16384 * 4
         t[:, nl.ds(0, 8)] = nl.load(x, name="tile")
+        t[:, nl.ds(0, 8)] = nl.add(t[:, nl.ds(0, 8)], i)
+        nl.store(out[i], t[:, nl.ds(0, 8)])
+    return out
+
+
+@nki.jit
+def a_body_that_changes_its_tensors(x):
+    """A loop whose second iteration makes a tensor of another shape than its first."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        t = nl.ndarray((par_dim(128), 8 + i), dtype=nl.float32,
+                       buffer=ncc.sbuf.mod_alloc(base_addr=0))
+        t[:, nl.ds(0, 8)] = nl.load(x)
         nl.store(out, t[:, nl.ds(0, 8)])
     return out
 

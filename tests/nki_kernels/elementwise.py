@@ -56,6 +56,17 @@ def bias_activation(x, bias):
 
 
 @nki.jit
+def scaled_copies(x, bias):
+    """nisa.activation with op nl.copy and np.copy (the scalar engine's copy): x * 0.5 +
+    bias[p], and x * 4."""
+    out = nl.ndarray((2, *x.shape), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.store(out[0], nisa.activation(op=nl.copy, data=t, bias=nl.load(bias), scale=0.5))
+    nl.store(out[1], nisa.activation(np.copy, t, scale=4.0))
+    return out
+
+
+@nki.jit
 def transpose_tile(x):
     """out = x.T for a tile of up to 128 x 128 (nl.transpose on the tensor engine)."""
     out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
