@@ -1210,39 +1210,34 @@ class AffineLoop:
             yield from self.range
             return
         t = _CURRENT[-1]
-        outer, again = t.loops, t.again
-        frame = t.enter_body()
+        outer = t.loops
+        body = t.enter_body()
         try:
             for i in self.range:
                 t.loops = (*outer, (self, i))
-                t.again = again or i != self.range[0]
-                frame.start(i != self.range[0])
+                body.start(i != self.range[0])
                 yield i
         finally:
-            t.loops, t.again = outer, again
-            t.leave_body(frame)
+            t.loops = outer
+            t.leave_body(body)
 
 
 class SequentialLoop(AffineLoop):
     """The iterations of an ``nl.sequential_range``, in order (its tensors' dependences
-    order them); the tracer knows only whether an iteration is past the first
-    (:attr:`Tracer.again`)."""
+    order them); the tracer knows only its body (:meth:`Tracer.enter_body`)."""
 
     def __iter__(self):
         if not _CURRENT:
             yield from self.range
             return
         t = _CURRENT[-1]
-        again = t.again
-        frame = t.enter_body()
+        body = t.enter_body()
         try:
             for i in self.range:
-                t.again = again or i != self.range[0]
-                frame.start(i != self.range[0])
+                body.start(i != self.range[0])
                 yield i
         finally:
-            t.again = again
-            t.leave_body(frame)
+            t.leave_body(body)
 
 
 def tracing() -> bool:
@@ -1317,8 +1312,6 @@ class Tracer:
         #: the iterations of the nl.affine_range loops being traced, outermost first:
         #: (loop, iteration) pairs, a loop being its :class:`AffineLoop`
         self.loops: tuple = ()
-        #: whether any loop being traced (affine or sequential) is past its first iteration
-        self.again = False
         #: the bodies of the affine and sequential loops being traced, outermost first
         self.bodies: list[_Body] = []
         #: the kernel's line of each instruction of the program, by (stream, index), and
