@@ -25,7 +25,7 @@
   unit golden models.
 
 Against the core RTL, the data are equal byte for byte and each instruction's cycles are
-those of :mod:`sim.core.rtl_bound` (the vector, scalar and GpSimd engines': equal).
+those of :mod:`sim.core.rtl_cycles` (the vector, scalar and GpSimd engines': equal).
 """
 
 from __future__ import annotations

@@ -22,11 +22,10 @@ cache's append, LayerNorm, the backward passes of RMSNorm and LayerNorm, Adam, t
 row max and the naive GEMM at small shapes), and the seeded random program of the run's seed
 (:mod:`sim.tb.core_random`, vetted by the core simulator). Compared: every byte of SBUF,
 PSUM and the external memory after the run, the deadlock verdict, and each compute
-instruction's cycles against the simulator's as documented in :mod:`sim.core.rtl_bound`
-(:func:`~sim.core.rtl_bound.rtl_cycle_bound`: equal on the vector, scalar and GpSimd
-engines, the stream rule of :mod:`hdl.core.timing`; exact for the tensor engine's
-multiplies and transposes; bounded for stationary loads and sub-rate multiplies; DMA timing
-is not compared). The programs
+instruction's cycles against the simulator's as documented in :mod:`sim.core.rtl_cycles`
+(:func:`~sim.core.rtl_cycles.rtl_cycles`: equal on the vector, scalar and GpSimd
+engines, the stream rule of :mod:`hdl.core.timing`; exact for the tensor engine's loads,
+multiplies and transposes; DMA timing is not compared). The programs
 share one simulation so that the simulator's start-up and the build's check are paid once
 (its cost: benchmarks/core_rtl.md, section 7).
 """

@@ -1,6 +1,6 @@
 """The core RTL against the simulator (:mod:`hdl.core`, co-simulated by ``sim/tb/core.py``):
 the data are equal byte for byte. Per instruction, the RTL's cycles from decode to retirement
-against the model's (:mod:`sim.core.machine`), :func:`rtl_cycle_bound`:
+against the model's (:mod:`sim.core.machine`), :func:`rtl_cycles`:
 
 * ``MultiplyMoving`` of a format at full rate or above: **exact**. The model's latency (the
   RTL-checked array schedule of :func:`sim.golden.systolic_cycles.cycles`, acceptance to last row)
@@ -15,14 +15,15 @@ against the model's (:mod:`sim.core.machine`), :func:`rtl_cycle_bound`:
   (:func:`hdl.core.timing.instruction_cycles`), which the core's sequencer holds each one's
   retirement to (:class:`hdl.core.timing.StreamRule`). An engine whose own work takes longer
   than the rule breaks it.
-* ``LoadStationary``, and ``MultiplyMoving`` of a format below full rate: **at least** the
-  tile's columns (the RTL reads one stationary column, or one moving column, a cycle) and
-  **at most** the model's load (``beat_columns`` times over: the array takes that many
-  columns a beat) or latency, plus :data:`RTL_OVERHEAD`.
+* ``LoadStationary``: **exact**. The core reads the ``M`` stationary columns one a cycle and
+  hands each of the model's ``load`` beats (``ceil(M / beat_columns)``) to the array the
+  cycle after its last column: ``M + load``, plus :data:`RTL_MULTIPLY_STAGES`.
+* ``MultiplyMoving`` of a format below full rate: **exact**, the model's latency plus
+  :data:`RTL_MULTIPLY_STAGES` (at full rate, one more).
 * A double row counts as its array's tile: ``2P`` contraction indices, ``N`` its columns
   (half its free size), as this model times it; the RTL reads both pairs of a column in one
   cycle.
-* DMA: no bound. The RTL's AXI port moves four bytes per beat; the model's DMA is the chip's
+* DMA: not compared. The RTL's AXI port moves four bytes per beat; the model's DMA is the chip's
   fabric, a microsecond of latency and its bandwidth, not a property of the port.
 """
 
@@ -35,7 +36,7 @@ from hdl.core.timing import instruction_cycles
 
 from .costs import tensor_cycles, transpose_cycles
 
-__all__ = ["RTL_MULTIPLY_STAGES", "RTL_OVERHEAD", "RTL_TRANSPOSE_STAGES", "rtl_cycle_bound"]
+__all__ = ["RTL_MULTIPLY_STAGES", "RTL_TRANSPOSE_STAGES", "rtl_cycles"]
 
 
 #: Cycles of the core RTL around the array's multiply: the sequencer's hand-off and decode,
@@ -45,20 +46,16 @@ RTL_MULTIPLY_STAGES = 4
 #: command and first SBUF read in place of the multiply's) and the pass's own command, issued
 #: after the load's last beat.
 RTL_TRANSPOSE_STAGES = RTL_MULTIPLY_STAGES + 1
-#: Cycles of the core RTL around a stationary load or a sub-rate multiply: the sequencer's
-#: hand-off, the engine's decode, the first read and the write after the last.
-RTL_OVERHEAD = 8
 
 
-def rtl_cycle_bound(params: CoreParams, kind: str, ins: Instruction) -> tuple[float, float]:
-    """The range of the core RTL's cycles (decode to retirement) for the compute instruction
-    ``ins`` of an engine of ``kind`` (see the module docstring)."""
+def rtl_cycles(params: CoreParams, kind: str, ins: Instruction) -> int:
+    """The core RTL's cycles (decode to retirement) of the compute instruction ``ins`` of an
+    engine of ``kind`` (see the module docstring)."""
     src = getattr(ins, "src", None) or getattr(ins, "a", None) or ins.dst
     if isinstance(ins, Transpose) and kind == "tensor":
         k, m = src.partitions, src.free
         load = m + -(-m // params.tensor.beat_columns)
-        exact = load + transpose_cycles(params, k, m)["latency"] + 1 + RTL_TRANSPOSE_STAGES
-        return exact, exact
+        return int(load + transpose_cycles(params, k, m)["latency"] + 1 + RTL_TRANSPOSE_STAGES)
     if isinstance(ins, MultiplyMoving | LoadStationary):
         # a double row: twice the contraction, half the free axis in columns
         pairs = 2 if ins.double_row else 1
@@ -67,10 +64,7 @@ def rtl_cycle_bound(params: CoreParams, kind: str, ins: Instruction) -> tuple[fl
                           ins.dst.partitions if isinstance(ins, MultiplyMoving) else
                           columns, columns)
         if isinstance(ins, MultiplyMoving):
-            if params.rate(isa.input_format(ins.src.dtype)) >= 1:
-                exact = c["latency"] + 1 + RTL_MULTIPLY_STAGES
-                return exact, exact
-            return columns, c["latency"] + 1 + RTL_OVERHEAD
-        return columns, params.tensor.beat_columns * c["load"] + RTL_OVERHEAD
-    exact = instruction_cycles(params, kind, ins)
-    return exact, exact
+            full = params.rate(isa.input_format(ins.src.dtype)) >= 1
+            return int(c["latency"] + full + RTL_MULTIPLY_STAGES)
+        return int(columns + c["load"] + RTL_MULTIPLY_STAGES)
+    return instruction_cycles(params, kind, ins)
