@@ -3,11 +3,12 @@
 the sequencer holding an instruction's retirement to it."""
 
 import pytest
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.sim import Simulator
 
 from hdl.core.isa import (
     AP,
+    WORD_BITS,
     Activation,
     Iota,
     SequenceBounds,
@@ -16,7 +17,7 @@ from hdl.core.isa import (
     TensorTensor,
     encode,
 )
-from hdl.core.sequencer import Sequencer
+from hdl.core.sequencer import CHUNK_BITS, Sequencer
 from hdl.core.timing import StreamRule, instruction_cycles
 from hdl.params import core_params
 from hdl.vector.ops import VectorOp
@@ -142,3 +143,51 @@ def test_the_sequencer_holds_retirement_to_the_rule():
         assert sum(issues) == 5  # issued until its done, once
     assert spans[0] == spans[3] == 6  # its own: five cycles issued, then the retirement
     assert spans[40] == 40
+
+
+def test_a_streams_instructions_follow_without_a_gap():
+    """Three instructions loaded before the start, each done 3 cycles after its issue: each
+    is decoded in the cycle its predecessor retires (its slot read while that one ran), as
+    the simulator starts an engine's next instruction when the last ends."""
+    seq = Sequencer(4)
+    top = Module()
+    top.submodules.seq = seq
+    count = Signal(8)
+    with top.If(seq.issue):
+        top.d.sync += count.eq(Mux(seq.done, 0, count + 1))
+    top.d.comb += seq.done.eq(seq.issue & (count == 2))
+    top.d.sync += seq.cycle.eq(seq.cycle + 1)
+    words = [TensorCopy.OPCODE | (i + 1) << 64 for i in range(3)]
+    stamps, issued = [], []
+
+    async def bench(ctx):
+        for i, w in enumerate(words):
+            for k in range(WORD_BITS // CHUNK_BITS):
+                ctx.set(seq.load_en, 1)
+                ctx.set(seq.load_index, i)
+                ctx.set(seq.load_chunk, k)
+                ctx.set(seq.load_data, w >> (CHUNK_BITS * k) & (2**CHUNK_BITS - 1))
+                await ctx.tick()
+        ctx.set(seq.load_en, 0)
+        ctx.set(seq.length, 3)
+        ctx.set(seq.loaded, 3)
+        ctx.set(seq.start, 1)
+        await ctx.tick()
+        ctx.set(seq.start, 0)
+        while ctx.get(seq.running):
+            if ctx.get(seq.issue) and ctx.get(seq.done):
+                issued.append(ctx.get(seq.word))
+            await ctx.tick()
+        for i in range(3):
+            ctx.set(seq.stamp_index, i)
+            await ctx.tick()
+            stamp = ctx.get(seq.stamp)
+            stamps.append((stamp & 0xFFFFFFFF, stamp >> 32))
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert issued == words
+    assert [end - begin for begin, end in stamps] == [4, 4, 4]  # 3 issued, the retirement
+    assert [stamps[i + 1][0] for i in range(2)] == [stamps[i][1] for i in range(2)]

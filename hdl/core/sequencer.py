@@ -18,6 +18,10 @@ retired), collects their stamps, writes the next instructions into their slots (
   decode (the engine's cost rule, :class:`hdl.core.timing.StreamRule`; 0 where the engine's
   own schedule is its time).
 
+The next instruction's slot is read while one executes: where it was loaded by then, it is
+decoded in the cycle its predecessor retires, so a stream's instructions follow one another
+without a cycle between them (else it is fetched as the first is).
+
 Each retired instruction's start cycle (its decode) and end cycle (its retirement) go to the
 stamp memory, to the instruction's slot, which the host reads (before the slot is loaded
 again).
@@ -93,9 +97,10 @@ class Sequencer(wiring.Component):
         begin = Signal(CYCLE_BITS)
         finished = Signal()  # the engine is done, the retirement waits for ``least``
         slot = Signal(range(self.depth))
+        after = Mux(slot == self.depth - 1, 0, slot + 1)
+        ahead = Signal()  # the next instruction was loaded when its slot was read
         opcode = word[:OPCODE_BITS]
         m.d.comb += [
-            fetch.addr.eq(slot),
             self.signal_sem.eq(_field(word, SemSignal, "sem")),
             self.signal_count.eq(_field(word, SemSignal, "count")),
             self.wait_sem.eq(_field(word, SemWait, "sem")),
@@ -111,12 +116,16 @@ class Sequencer(wiring.Component):
                     with m.If(self.length != 0):
                         m.next = "FETCH"
             with m.State("FETCH"):
+                m.d.comb += fetch.addr.eq(slot)
                 with m.If(self.pc != self.loaded):
                     m.next = "DECODE"
             with m.State("DECODE"):
                 m.d.sync += word.eq(fetch.data), begin.eq(self.cycle)
                 m.next = "EXECUTE"
             with m.State("EXECUTE"):
+                # the next instruction's slot is read every cycle, for the retirement
+                m.d.comb += fetch.addr.eq(after)
+                m.d.sync += ahead.eq(self.loaded != self.pc + 1)
                 with m.If(opcode == SemSignal.OPCODE):
                     m.d.comb += self.signal.eq(1)
                     m.next = "RETIRE"
@@ -135,10 +144,13 @@ class Sequencer(wiring.Component):
             with m.State("RETIRE"):
                 m.d.comb += record.en.eq(1)
                 m.d.sync += self.pc.eq(self.pc + 1)
-                m.d.sync += slot.eq(Mux(slot == self.depth - 1, 0, slot + 1))
+                m.d.sync += slot.eq(after)
                 with m.If(self.pc + 1 == self.length):
                     m.d.sync += self.running.eq(0)
                     m.next = "IDLE"
+                with m.Elif(ahead):  # decoded as this one retires
+                    m.d.sync += word.eq(fetch.data), begin.eq(self.cycle)
+                    m.next = "EXECUTE"
                 with m.Else():
                     m.next = "FETCH"
         return m
