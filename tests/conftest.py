@@ -1,6 +1,7 @@
 import textwrap
 
 import pytest
+from amaranth.sim import Simulator
 
 BASE_CHIP = textwrap.dedent("""\
     chip:
@@ -52,3 +53,19 @@ def trn3():
     from hdl.params import core_params
     from specs.loader import load
     return core_params(load("trn3"))
+
+
+def comb_outputs(dut, port_in, port_out, values) -> list[int]:
+    """``port_out`` of the combinational component ``dut`` (its top) for each of ``values``
+    set on ``port_in``, in Amaranth's simulator."""
+    out = []
+
+    async def bench(ctx):
+        for v in values:
+            ctx.set(port_in, v)
+            out.append(ctx.get(port_out))
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+    return out

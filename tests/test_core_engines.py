@@ -8,6 +8,7 @@ import pytest
 from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 
+from conftest import comb_outputs
 from hdl.core.engines import (
     IOTA_BITS,
     OPERAND_DTYPES,
@@ -32,16 +33,7 @@ def test_iota_values_convert_to_fp32_as_numpy_does():
     values += [int(v) for v in rng.integers(-top + 1, top, 400)]
     values += [int(v) for v in rng.integers(-2**26, 2**26, 200)]
     dut = IotaLane()
-    got = []
-
-    async def bench(ctx):
-        for v in values:
-            ctx.set(dut.value, v)
-            got.append(ctx.get(dut.y))
-
-    sim = Simulator(dut)
-    sim.add_testbench(bench)
-    sim.run()
+    got = comb_outputs(dut, dut.value, dut.y, values)
     want = np.array(values, dtype=np.int64).astype(np.float32).view(np.uint32)
     assert got == [int(w) for w in want]
 

@@ -6,6 +6,7 @@ import pytest
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.sim import Simulator
 
+from conftest import comb_outputs
 from hdl.core.isa import (
     AP,
     WORD_BITS,
@@ -73,21 +74,6 @@ def test_hand_worked_figures(trn2):
     assert instruction_cycles(p, "gpsimd", iota) == 60 + 105
 
 
-def _rtl_cycles(params, engine: str, words: list[int]) -> list[int]:
-    rule = StreamRule(params, engine)
-    out = []
-
-    async def bench(ctx):
-        for w in words:
-            ctx.set(rule.word, w)
-            out.append(ctx.get(rule.cycles))
-
-    sim = Simulator(rule)
-    sim.add_testbench(bench)
-    sim.run()
-    return out
-
-
 @pytest.mark.parametrize("chip", ["trn1", "trn2"])
 def test_the_rtl_rule_is_the_simulators(chip, trn2):
     """:class:`StreamRule` gives :func:`instruction_cycles` of every vector, scalar and
@@ -100,65 +86,26 @@ def test_the_rtl_rule_is_the_simulators(chip, trn2):
                         if type(ins).__name__ not in ("SemSignal", "SemWait")]
         words = [int.from_bytes(encode(ins), "little") for ins in instructions]
         want = [instruction_cycles(p, engine, ins) for ins in instructions]
-        assert _rtl_cycles(p, engine, words) == want
+        rule = StreamRule(p, engine)
+        assert comb_outputs(rule, rule.word, rule.cycles, words) == want
         checked += len(words)
     assert checked > 50
 
 
-def test_the_sequencer_holds_retirement_to_the_rule():
-    """An engine done 5 cycles after issue retires at the rule's cycles after decode when
-    they are more (and not before), at its own time when they are fewer; issued once
-    either way."""
-    spans = {}
-    for least in (0, 3, 40):
-        seq = Sequencer(2)
-        top = Module()
-        top.submodules.seq = seq
-        count = Signal(8)
-        with top.If(seq.issue):
-            top.d.sync += count.eq(count + 1)
-        top.d.comb += seq.done.eq(seq.issue & (count == 4))
-        top.d.sync += seq.cycle.eq(seq.cycle + 1)
-        issues = []
-
-        async def bench(ctx, seq=seq, least=least, issues=issues):
-            ctx.set(seq.least, least)
-            ctx.set(seq.length, 1)
-            ctx.set(seq.loaded, 1)
-            ctx.set(seq.start, 1)
-            await ctx.tick()
-            ctx.set(seq.start, 0)
-            while ctx.get(seq.running):
-                issues.append(ctx.get(seq.issue))
-                await ctx.tick()
-            ctx.set(seq.stamp_index, 0)
-            await ctx.tick()
-            stamp = ctx.get(seq.stamp)
-            spans[least] = (stamp >> 32) - (stamp & 0xFFFFFFFF)
-
-        sim = Simulator(top)
-        sim.add_clock(1e-6)
-        sim.add_testbench(bench)
-        sim.run()
-        assert sum(issues) == 5  # issued until its done, once
-    assert spans[0] == spans[3] == 6  # its own: five cycles issued, then the retirement
-    assert spans[40] == 40
-
-
-def test_a_streams_instructions_follow_without_a_gap():
-    """Three instructions loaded before the start, each done 3 cycles after its issue: each
-    is decoded in the cycle its predecessor retires (its slot read while that one ran), as
-    the simulator starts an engine's next instruction when the last ends."""
-    seq = Sequencer(4)
+def _stream(words: list[int], busy: int, least: int = 0, depth: int = 4):
+    """Run ``words`` through a sequencer of ``depth`` slots (loaded before the start, the
+    retirement held to ``least``), its engine done in its ``busy``-th cycle of issue: the
+    cycles ``issue`` was high, the words of the cycles it was done, and each instruction's
+    (decode, retirement) stamps."""
+    seq = Sequencer(depth)
     top = Module()
     top.submodules.seq = seq
     count = Signal(8)
     with top.If(seq.issue):
         top.d.sync += count.eq(Mux(seq.done, 0, count + 1))
-    top.d.comb += seq.done.eq(seq.issue & (count == 2))
+    top.d.comb += seq.done.eq(seq.issue & (count == busy - 1))
     top.d.sync += seq.cycle.eq(seq.cycle + 1)
-    words = [TensorCopy.OPCODE | (i + 1) << 64 for i in range(3)]
-    stamps, issued = [], []
+    issue_cycles, done_words, stamps = [0], [], []
 
     async def bench(ctx):
         for i, w in enumerate(words):
@@ -169,16 +116,18 @@ def test_a_streams_instructions_follow_without_a_gap():
                 ctx.set(seq.load_data, w >> (CHUNK_BITS * k) & (2**CHUNK_BITS - 1))
                 await ctx.tick()
         ctx.set(seq.load_en, 0)
-        ctx.set(seq.length, 3)
-        ctx.set(seq.loaded, 3)
+        ctx.set(seq.least, least)
+        ctx.set(seq.length, len(words))
+        ctx.set(seq.loaded, len(words))
         ctx.set(seq.start, 1)
         await ctx.tick()
         ctx.set(seq.start, 0)
         while ctx.get(seq.running):
+            issue_cycles[0] += ctx.get(seq.issue)
             if ctx.get(seq.issue) and ctx.get(seq.done):
-                issued.append(ctx.get(seq.word))
+                done_words.append(ctx.get(seq.word))
             await ctx.tick()
-        for i in range(3):
+        for i in range(len(words)):
             ctx.set(seq.stamp_index, i)
             await ctx.tick()
             stamp = ctx.get(seq.stamp)
@@ -188,6 +137,27 @@ def test_a_streams_instructions_follow_without_a_gap():
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    assert issued == words
+    return issue_cycles[0], done_words, stamps
+
+
+WORDS = [TensorCopy.OPCODE | (i + 1) << 64 for i in range(3)]
+
+
+def test_the_sequencer_holds_retirement_to_the_rule():
+    """An engine done in the fifth cycle of its issue retires at the rule's cycles after
+    decode when they are more (and not before), at its own time when they are fewer; issued
+    once either way."""
+    for least, span in ((0, 6), (3, 6), (40, 40)):
+        issued, done, stamps = _stream(WORDS[:1], busy=5, least=least)
+        assert (issued, done) == (5, WORDS[:1])  # issued until its done, once
+        assert stamps[0][1] - stamps[0][0] == span  # its own: five issued, the retirement
+
+
+def test_a_streams_instructions_follow_without_a_gap():
+    """Three instructions loaded before the start, each done in the third cycle of its
+    issue: each is decoded in the cycle its predecessor retires (its slot read while that
+    one ran), as the simulator starts an engine's next instruction when the last ends."""
+    issued, done, stamps = _stream(WORDS, busy=3)
+    assert done == WORDS
     assert [end - begin for begin, end in stamps] == [4, 4, 4]  # 3 issued, the retirement
     assert [stamps[i + 1][0] for i in range(2)] == [stamps[i][1] for i in range(2)]

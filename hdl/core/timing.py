@@ -98,8 +98,8 @@ def instruction_cycles(params: CoreParams, engine: str, ins: Instruction) -> int
     elif isinstance(ins, TensorTensorScan):
         passes = 2
     limit = params.stride_penalty
-    strided = any(ap.dims and abs(ap.dims[-1][1]) * ap.itemsize > limit
-                  for _, ap, _ in ins.operands())
+    strided = any(op.dims and abs(op.dims[-1][1]) * op.itemsize > limit
+                  for _, op, _ in ins.operands())
     cycles = stream_cycles(params, engine, ap.free, passes, strided,
                            isinstance(ins, TensorCopyDynamic), turns)
     if isinstance(ins, Activation) and ins.reduce_dst is not None:
