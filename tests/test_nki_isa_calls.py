@@ -422,3 +422,32 @@ def test_uint16_by_value(k, seed):
     a, b = rng.integers(0, 40000, (2, 128, 32)).astype(np.uint16)
     want = np.minimum(a.astype(np.int64) + b, 65535).astype(np.uint16)
     assert np.array_equal(k["uint16_sum"](a, b), want)
+
+
+def test_access_patterns_in_hbm_and_on_chip(k):
+    """NKI 0.2's ``.ap``: a pattern over an HBM tensor's storage reads it transposed, one
+    over a tile from an element offset reads every second column from column 1."""
+    x = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    np.testing.assert_array_equal(k["v2_through_patterns"](x), x.T[:, 1::2])
+
+
+def test_an_access_pattern_past_its_storage_is_refused(k):
+    with pytest.raises(knki.NkiError, match=r"\.ap\(\[\[8, 16\], \[1, 8\]\], offset=1\) of "
+                                             r"`\w+` reaches elements 1 \.\. 128, outside "
+                                             r"its 128 elements"):
+        k["v2_past_its_storage"](np.zeros((16, 8), np.float32))
+
+
+def test_nki_0_2_kernel_classes_and_is_transpose(k):
+    """A kernel's NKIObject subclass is a plain class; nc_matmul(is_transpose=True) of a
+    tile by an identity is its transpose."""
+    assert k["v2_Tiles"](4).rows == 4
+    x = np.random.default_rng(7).integers(-8, 8, (64, 32)).astype(np.float32)
+    np.testing.assert_array_equal(k["v2_transposed_by_matmul"](x), x.T)
+
+
+def test_a_documented_call_not_implemented_is_refused_where_called(k):
+    """A module may name nl.tan (NKI documents it; trngen does not implement it): the
+    refusal comes where the kernel calls it."""
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nl.tan is not supported yet"):
+        k["v2_calls_tan"](np.zeros((8, 8), np.float32))

@@ -36,10 +36,10 @@ __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_st
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
               is_transpose=False, accumulate=None, tile_position=(), tile_size=(),
               perf_mode=None, name=None):
-    if is_transpose or perf_mode not in (None, 0, "none"):
-        raise NotSupported("nc_matmul(is_transpose=, perf_mode=)", "nc_matmul without them")
+    # is_transpose: NKI's hint that ``moving`` is an identity, so the product is the
+    # transpose of ``stationary``; the product is what runs (as in nki.isa 0.1)
     lower.nc_matmul(stationary, moving, tile_position=tile_position, tile_size=tile_size,
-                    dst=dst, accumulate=accumulate)
+                    dst=dst, accumulate=accumulate, perf_mode=perf_mode)
 
 
 def nc_transpose(dst, data, engine=engine.unknown, name=None):

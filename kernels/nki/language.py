@@ -42,12 +42,18 @@ bfloat16 = numpy_dtype("bf16")
 float16 = numpy_dtype("fp16")
 float8_e4m3 = numpy_dtype("fp8_e4m3")
 float8_e5m2 = numpy_dtype("fp8_e5m2")
+float8_e4m3fn = numpy_dtype("fp8_e4m3fn")
 tfloat32 = TF32
 int8 = numpy_dtype("int8")
 int32 = numpy_dtype("int32")
 uint8 = numpy_dtype("uint8")
 uint32 = numpy_dtype("uint32")
 uint16 = numpy_dtype("uint16")
+
+
+class NKIObject:
+    """The base of a kernel's own classes (NKI 0.2): the kernel's Python runs here as it
+    is, so they are plain Python classes."""
 
 
 class fp32:  # noqa: N801 - NKI's name
@@ -997,8 +1003,30 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
               "loop_reduce tile_size fp32 finfo and the dtypes")
 
 
+#: Calls NKI 0.2 documents (``nki.language`` at aws-neuron-sdk 81ce03ae) that this front end
+#: does not implement: a kernel may name them (a module-level table of functions) and runs
+#: while it does not call them.
+_DOCUMENTED = frozenset((
+    "abs_max", "abs_min", "all", "dynamic_range", "erf_dx", "fori_loop",
+    "gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx", "gelu_dx", "is_hbm", "is_on_chip",
+    "is_psum", "is_sbuf", "left_shift", "power", "prod", "random_seed", "right_shift",
+    "silu_dx", "tan", "while_loop"))
+
+
+class _Unimplemented:
+    """A documented ``nl`` call trngen does not implement: refused where it is called."""
+
+    def __init__(self, name: str):
+        self.__name__ = name
+
+    def __call__(self, *args, **kwargs):
+        raise NotSupported(f"nl.{self.__name__}", _SUPPORTED)
+
+
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
+    if name in _DOCUMENTED:
+        return _Unimplemented(name)
     raise NotSupported(f"nl.{name}", _SUPPORTED)
 

@@ -883,6 +883,57 @@ class View(_Typed):
             return self.reshape((self.dims[0][0], 1))
         return self
 
+    def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None,
+           indirect_dim=0, dtype=None) -> View:
+        """NKI 0.2's explicit access pattern: ``pattern`` [[stride, count], ...] in elements,
+        outermost first, from the view's start plus ``offset`` elements (``dtype``: its
+        elements read as that type, of the same size). In HBM every pair is a dimension of
+        the tensor's storage; on chip the first pair is the partitions, whose stride is the
+        tensor's elements per partition (its free size), and the rest are free dimensions
+        within a partition. Every element must lie within the tensor's storage."""
+        if scalar_offset is not None or vector_offset is not None:
+            raise NotSupported(".ap with scalar_offset or vector_offset",
+                               ".ap(pattern=, offset=, dtype=)")
+        if self.index is not None or self.moved is not None:
+            raise NotSupported(".ap of a tensor indexed by a tile or at a run-time offset",
+                               ".ap of a tensor's own view")
+        v = self if dtype is None else self.view(dtype)
+        try:
+            pairs = [(int(stride), int(count)) for stride, count in pattern]
+        except (TypeError, ValueError) as e:
+            raise NkiError(f".ap takes a pattern of [stride, count] pairs, not {pattern!r}") \
+                from e
+        if not pairs or any(count < 1 for _, count in pairs):
+            raise NkiError(f".ap takes a pattern of [stride, count] pairs with counts of at "
+                           f"least 1, not {pattern!r}")
+        shift, item = int(offset or 0), v.itemsize
+        if v.buf.space == "hbm":
+            dims = [(count, stride, False) for stride, count in pairs]
+            lo = shift + sum(min(0, s * (c - 1)) for s, c in pairs)
+            hi = shift + sum(max(0, s * (c - 1)) for s, c in pairs)
+            start = (v.off - v.buf.offset) // item
+            if start + lo < 0 or (start + hi + 1) * item > v.buf.nbytes:
+                raise NkiError(f".ap({pattern!r}, offset={shift}) of `{v.buf.name}` reaches "
+                               f"elements {start + lo} .. {start + hi}, outside its "
+                               f"{v.buf.nbytes // item} elements")
+            return View(v.buf, v.dt, dims, 0, v.off + shift * item)
+        free = v.dims[1:]
+        row = math.prod(d[0] for d in free)
+        if not v.dims[0][2] or not self._contiguous(free):
+            raise NotSupported(".ap of a strided on-chip view", ".ap of a whole tile")
+        (pstride, parts), rest = pairs[0], pairs[1:]
+        if pstride != row:
+            raise NotSupported(f".ap of an on-chip tile with a partition stride of {pstride}",
+                               f"the tile's elements per partition, {row}")
+        part, within = v.part + shift // row, shift % row
+        hi = within + sum(max(0, s * (c - 1)) for s, c in rest)
+        lo = within + sum(min(0, s * (c - 1)) for s, c in rest)
+        if part + parts > v.part + v.dims[0][0] or lo < 0 or hi >= row:
+            raise NkiError(f".ap({pattern!r}, offset={shift}) reaches past the "
+                           f"{v.dims[0][0]} x {row} tile")
+        dims = [(parts, 1, _P)] + [(count, stride, False) for stride, count in rest]
+        return View(v.buf, v.dt, dims, part, v.off + within * item)
+
     def view(self, dtype) -> View:
         """The same bytes as elements of ``dtype``, of the same size (a bit cast)."""
         dt = isa_dtype(dtype)
@@ -1408,9 +1459,12 @@ class Tracer:
     def _as_traced_once(self, space: str, shape: tuple, dt: str, place):
         """The placement function a tensor the kernel places takes: in a later iteration of
         a loop (the outermost such), the one the first iteration's tensor at the same place
-        in the body's order took, since NKI traces a loop's body once and makes one tensor
-        of each such line (a body that adds to an address moves it once, not every
-        iteration); else ``place``. Every body being recorded keeps it."""
+        in the body's order took, since the NKI whose direct allocation this is
+        (``neuronxcc.nki.compiler``) traces an ``affine_range`` or ``sequential_range`` body
+        once and makes one tensor of each such line (a body that adds to an address moves it
+        once, not every iteration); else ``place``. Every body being recorded keeps it.
+        (NKI 0.2's loops unroll like ``range``; it places by ``nl.ndarray(address=)``,
+        which this front end refuses.)"""
         made = (space, shape, dt)
         source = next((b for b in self.bodies if b.replaying), None)
         if source is not None:

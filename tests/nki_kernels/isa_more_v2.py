@@ -75,3 +75,64 @@ def shuffled(x, keep_half):
     nisa.nc_stream_shuffle(b[0:32, :], nl.load(x[0:1, :]), mask)
     nl.store(spread, b)
     return rotated, spread
+
+
+@nki.jit
+def through_patterns(x):
+    """x [R, C] in HBM read transposed by an access pattern ([[1, C], [C, R]]: out[c, r] =
+    x[r, c]) into SBUF, then its every second column from column 1 by a pattern over the
+    tile ([[C', P], [2, C' // 2]] from offset 1), copied on the scalar engine."""
+    r, c = x.shape
+    out = nl.ndarray((c, r // 2), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((c, r), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x.ap(pattern=[[1, c], [c, r]]))
+    odd = nl.ndarray((c, r // 2), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=odd, src=t.ap(pattern=[[r, c], [2, r // 2]], offset=1),
+                     engine=nisa.scalar_engine)
+    nisa.dma_copy(dst=out, src=odd)
+    return out
+
+
+class Tiles(nl.NKIObject):
+    """A kernel's own class (NKI 0.2's NKIObject): rows a tile."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+
+#: a table of documented calls this front end does not implement, made at import
+UNCALLED = {"swish": nl.gelu_apprx_sigmoid, "tan": nl.tan}
+
+
+@nki.jit
+def transposed_by_matmul(x):
+    """x [P, N] transposed by nc_matmul with is_transpose (moving an identity)."""
+    p, n = x.shape
+    out = nl.ndarray((n, p), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((p, n), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    eye = nl.ndarray((p, p), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=eye, src=nl.shared_identity_matrix(p, dtype=x.dtype))
+    acc = nl.ndarray((n, p), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=acc, stationary=t, moving=eye, is_transpose=True)
+    res = nl.ndarray((n, p), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+@nki.jit
+def calls_tan(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, UNCALLED["tan"](nl.load(x)))
+    return out
+
+
+@nki.jit
+def past_its_storage(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x.ap(pattern=[[x.shape[1], x.shape[0]], [1, x.shape[1]]],
+                                  offset=1))
+    nisa.dma_copy(dst=out, src=t)
+    return out
