@@ -20,6 +20,8 @@ import sys
 import types
 from contextlib import contextmanager
 
+import numpy as np
+
 from . import compiler, isa, isa_dst, language, typing
 from .errors import NkiError, NotSupported
 from .launch import (
@@ -55,6 +57,8 @@ def _package(name: str, isa_module, doc: str) -> types.ModuleType:
 def _modules() -> dict[str, types.ModuleType]:
     old = _package("neuronxcc.nki", isa, "trngen's NKI 0.1 interface")
     new = _package("nki", isa_dst, "trngen's NKI 0.2 interface")
+    # the type of a data type, as aws-neuron/nki-library annotates with it: numpy's here
+    new.dtype = np.dtype
     top = types.ModuleType("neuronxcc", "trngen's stand-in for the Neuron compiler package")
     top.__path__ = []
     top.nki = old
