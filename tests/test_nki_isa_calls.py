@@ -439,9 +439,11 @@ def test_an_access_pattern_past_its_storage_is_refused(k):
 
 
 def test_nki_0_2_kernel_classes_and_is_transpose(k):
-    """A kernel's NKIObject subclass is a plain class; nc_matmul(is_transpose=True) of a
+    """A kernel's NKIObject subclass is a plain class, ``nki.dtype`` a type its annotations
+    name; nc_matmul(is_transpose=True) of a
     tile by an identity is its transpose."""
     assert k["v2_Tiles"](4).rows == 4
+    assert k["v2_typed"]() == np.float32
     x = np.random.default_rng(7).integers(-8, 8, (64, 32)).astype(np.float32)
     np.testing.assert_array_equal(k["v2_transposed_by_matmul"](x), x.T)
 

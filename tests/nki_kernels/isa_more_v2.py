@@ -136,3 +136,9 @@ def past_its_storage(x):
                                   offset=1))
     nisa.dma_copy(dst=out, src=t)
     return out
+
+
+def typed(dt: nki.dtype = nl.float32) -> nki.dtype:
+    """A helper annotated with nki.dtype, as aws-neuron/nki-library's are (the annotation is
+    evaluated where the module defines it)."""
+    return dt
