@@ -453,3 +453,16 @@ def test_a_documented_call_not_implemented_is_refused_where_called(k):
     refusal comes where the kernel calls it."""
     with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nl.tan is not supported yet"):
         k["v2_calls_tan"](np.zeros((8, 8), np.float32))
+
+
+def test_access_patterns_with_run_time_offsets(k):
+    """``.ap(vector_offset=)`` gathers the rows a tile of indices names (NKI 0.2's indirect
+    gather); ``.ap(scalar_offset=, indirect_dim=1)`` reads the element of a row at a column
+    a tile holds, the tile's element at partition 5 (a DMA reads its index from any
+    partition)."""
+    rng = np.random.default_rng(8)
+    data = rng.standard_normal((40, 24)).astype(np.float32)
+    idx = rng.integers(0, 40, (32, 1)).astype(np.uint32)
+    np.testing.assert_array_equal(k["v2_gathered_by_pattern"](data, idx), data[idx[:, 0]])
+    col = np.array([[0], [1], [2], [3], [4], [17], [6], [7]], dtype=np.int32)
+    np.testing.assert_array_equal(k["v2_element_at"](data, col), data[3:4, 17:18])

@@ -892,8 +892,8 @@ class View(_Typed):
         tensor's elements per partition (its free size), and the rest are free dimensions
         within a partition. Every element must lie within the tensor's storage."""
         if scalar_offset is not None or vector_offset is not None:
-            raise NotSupported(".ap with scalar_offset or vector_offset",
-                               ".ap(pattern=, offset=, dtype=)")
+            return self._ap_indirect(pattern, offset, scalar_offset, vector_offset,
+                                     indirect_dim, dtype)
         if self.index is not None or self.moved is not None:
             raise NotSupported(".ap of a tensor indexed by a tile or at a run-time offset",
                                ".ap of a tensor's own view")
@@ -933,6 +933,40 @@ class View(_Typed):
                            f"{v.dims[0][0]} x {row} tile")
         dims = [(parts, 1, _P)] + [(count, stride, False) for stride, count in rest]
         return View(v.buf, v.dt, dims, part, v.off + within * item)
+
+    def _ap_indirect(self, pattern, offset, scalar_offset, vector_offset, indirect_dim,
+                     dtype) -> View:
+        """``.ap`` of an HBM tensor with an offset read at run time: the first pair of
+        ``pattern`` is the partitions, partition ``p`` at the index ``vector_offset[p]``
+        (or ``scalar_offset``'s one value, for a pattern of one partition) times the stride of
+        the tensor's dimension ``indirect_dim``; the other pairs are within the row, from
+        ``offset`` elements. An indirect DMA (:meth:`_indirect`) reads or writes it."""
+        if scalar_offset is not None and vector_offset is not None:
+            raise NkiError(".ap takes vector_offset or scalar_offset, not both")
+        if self.buf.space != "hbm" or self.index is not None or self.moved is not None:
+            raise NotSupported(f".ap with a run-time offset of a tensor in "
+                               f"{self.buf.space.upper()}", "of an HBM tensor's own view")
+        v = self if dtype is None else self.view(dtype)
+        d = int(indirect_dim)
+        if not 0 <= d < len(v.dims):
+            raise NkiError(f".ap: indirect_dim {d} of a tensor of {len(v.dims)} dimensions")
+        pairs = [(int(stride), int(count)) for stride, count in pattern]
+        parts = pairs[0][1]
+        if d != 0 and parts != 1:
+            raise NotSupported(f".ap with a run-time offset along dimension {d} over "
+                               f"{parts} partitions", "indirect_dim=0, or one partition")
+        if scalar_offset is not None and parts != 1:
+            raise NotSupported(f".ap with scalar_offset over {parts} partitions",
+                               "vector_offset, one index a partition")
+        rows, stride = v.dims[d][0], v.dims[d][1]
+        inner = [(count, s, False) for s, count in pairs[1:]]
+        base = View(v.buf, v.dt, [(rows, stride, False)] + inner, 0,
+                    v.off + int(offset or 0) * v.itemsize)
+        idx = scalar_offset if scalar_offset is not None else vector_offset
+        if not isinstance(idx, View):
+            raise NotSupported(f".ap with a run-time offset from {type(idx).__name__}",
+                               "an on-chip tile of indices")
+        return base._indirect((idx[0:parts],))
 
     def view(self, dtype) -> View:
         """The same bytes as elements of ``dtype``, of the same size (a bit cast)."""
@@ -1832,9 +1866,11 @@ class Tracer:
         buf.writes = buf.reads = []
 
     # --- access patterns ----------------------------------------------------------------
-    def ap(self, view: View, call: str, operand: str, spaces=("sbuf", "psum")) -> AP:
+    def ap(self, view: View, call: str, operand: str, spaces=("sbuf", "psum"),
+           dma: bool = False) -> AP:
         """The access pattern of ``view`` as operand ``operand`` of ``call``, checked: its
-        address space, bounds, the partition dimension first."""
+        address space, bounds, the partition dimension first, and for an engine's operand
+        (not ``dma``, nor one whose spaces include HBM) the partition it starts at."""
         if view.moved is not None and call != "tensor_copy_dynamic_src":
             raise NotSupported(f"'{call}' of a tile at a run-time offset",
                                "nisa.tensor_copy_dynamic_src")
@@ -1862,7 +1898,7 @@ class Tracer:
         if stride != 1 and size > 1:
             raise NotSupported("a partition dimension with a step", "partition ranges of "
                                                                     "step 1")
-        if "hbm" not in spaces:  # an engine's operand (a DMA's may start anywhere)
+        if "hbm" not in spaces and not dma:  # an engine's (a DMA's may start anywhere)
             self._start_partition(view.part, size, call, operand)
         if any(d[2] for d in dims[1:]):
             raise NkiError(f"operand '{operand}' of '{call}' ({view!r}) has a second "
@@ -1973,7 +2009,7 @@ class Tracer:
                                "row indices on one side of a copy")
         side = dst if dst.index is not None else src
         ind = side.index
-        index = self.ap(ind.tile, call, "index", ("sbuf",))
+        index = self.ap(ind.tile, call, "index", ("sbuf",), dma=True)
         if index.partitions != a.partitions:
             raise NkiError(f"'{call}': {index.partitions} row indices of tensor "
                            f"`{side.buf.name}` for a copy of {a.partitions} partitions")

@@ -142,3 +142,34 @@ def typed(dt: nki.dtype = nl.float32) -> nki.dtype:
     """A helper annotated with nki.dtype, as aws-neuron/nki-library's are (the annotation is
     evaluated where the module defines it)."""
     return dt
+
+
+@nki.jit
+def gathered_by_pattern(data, indices):
+    """Rows of ``data`` named by ``indices`` (one a partition), gathered by an access
+    pattern with a vector offset, and scattered back into a copy of ``data`` in reverse."""
+    p, f = indices.shape[0], data.shape[1]
+    out = nl.ndarray((p, f), dtype=data.dtype, buffer=nl.shared_hbm)
+    idx = nl.ndarray((p, 1), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=indices)
+    rows = nl.ndarray((p, f), dtype=data.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=rows, src=data.ap(pattern=[[f, p], [1, f]], vector_offset=idx,
+                                        indirect_dim=0))
+    nisa.dma_copy(dst=out, src=rows)
+    return out
+
+
+@nki.jit
+def element_at(data, column):
+    """Row 3's element at the column partition 5 of an [8, 1] tile holds (a scalar offset
+    along dimension 1, read by the DMA from a partition no engine could start at)."""
+    out = nl.ndarray((1, 1), dtype=data.dtype, buffer=nl.shared_hbm)
+    c = nl.ndarray((8, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=c, src=column)
+    t = nl.ndarray((1, 1), dtype=data.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=data.ap(pattern=[[data.shape[1], 1], [1, 1]],
+                                     offset=3 * data.shape[1],
+                                     scalar_offset=c.ap(pattern=[[1, 1], [1, 1]], offset=5),
+                                     indirect_dim=1))
+    nisa.dma_copy(dst=out, src=t)
+    return out
