@@ -466,3 +466,17 @@ def test_access_patterns_with_run_time_offsets(k):
     np.testing.assert_array_equal(k["v2_gathered_by_pattern"](data, idx), data[idx[:, 0]])
     col = np.array([[0], [1], [2], [3], [4], [17], [6], [7]], dtype=np.int32)
     np.testing.assert_array_equal(k["v2_element_at"](data, col), data[3:4, 17:18])
+
+
+def test_tiles_placed_by_address_in_an_unrolled_loop(k):
+    """NKI 0.2's ``nl.ndarray(address=(partition, byte))``: its loops unroll, so each
+    iteration's tile is its own (the three results differ by their iteration); a PSUM
+    address counts bytes across banks."""
+    x = np.arange(128 * 16, dtype=np.float32).reshape(128, 16)
+    out = k["v2_placed_by_address"](x)
+    np.testing.assert_array_equal(out, x[None] + np.arange(3, dtype=np.float32)[:, None, None])
+
+
+def test_a_kernel_class_fields_without_annotations(k):
+    s = k["v2_Section"](index=2)
+    assert (s.index, s.offset) == (2, 0)

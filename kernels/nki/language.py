@@ -52,8 +52,25 @@ uint16 = numpy_dtype("uint16")
 
 
 class NKIObject:
-    """The base of a kernel's own classes (NKI 0.2): the kernel's Python runs here as it
-    is, so they are plain Python classes."""
+    """The base of a kernel's own classes (NKI 0.2), which NKI documents as working like
+    dataclasses: a subclass's public class attributes (not methods, nor mutable containers)
+    are its fields, annotated or not, so ``@dataclass`` gives them keyword arguments; the
+    base's constructor sets the keywords it is given."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        notes = dict(cls.__dict__.get("__annotations__", {}))
+        for name, value in cls.__dict__.items():
+            if name.startswith("_") or name in notes or callable(value) \
+                    or isinstance(value, (property, staticmethod, classmethod, list, dict,
+                                          set)):
+                continue
+            notes[name] = object
+        cls.__annotations__ = notes
+
+    def __init__(self, **kwargs):
+        for name, value in kwargs.items():
+            setattr(self, name, value)
 
 
 class fp32:  # noqa: N801 - NKI's name
@@ -128,6 +145,7 @@ def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
     # nki-samples' kernels pass lazy_initialization=False (fill where the tensor is made):
     # the tracer fills a tensor where nl.full/zeros is called, lazily or not
     kwargs.pop("lazy_initialization", None)
+    address = kwargs.pop("address", None)
     _no_options("ndarray", kwargs)
     dt = isa_dtype(dtype)
     buf = "sbuf" if buffer is None else str(buffer)
@@ -140,6 +158,9 @@ def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
     marks = [i for i, s in enumerate(shape) if isinstance(s, par_dim)]
     if len(marks) > 1:
         raise NkiError("a tensor has one partition dimension (nl.par_dim)")
+    if address is not None and not t.auto_alloc:
+        return t.placed(buf, tuple(int(s) for s in shape), dt, name or buf, 0,
+                        _at_address(t, buf, address), traced_once=False)
     if isinstance(buffer, Placement) and not t.auto_alloc:
         return t.placed(buf, tuple(int(s) for s in shape), dt, name or buf,
                         marks[0] if marks else 0, buffer.func)
@@ -147,6 +168,19 @@ def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
         return t.blocked(buf, tuple(int(s) for s in shape), dt, name or buf, marks[0])
     return t.on_chip(buf, tuple(int(s) for s in shape), dt, name or buf,
                      marks[0] if marks else 0)
+
+
+def _at_address(t, buf: str, address):
+    """NKI 0.2's placement ``address=(partition, byte)``: in PSUM the byte counts across
+    the banks (bank ``byte // bank bytes``)."""
+    try:
+        part, byte = (int(a) for a in address)
+    except (TypeError, ValueError) as e:
+        raise NkiError(f"ndarray(address=) takes (partition, byte), not {address!r}") from e
+    if buf == "psum":
+        bank, byte = divmod(byte, t.params.psum_bank_bytes)
+        return lambda idx, pdim_size, fdim_size: (bank, part, byte)
+    return lambda idx, pdim_size, fdim_size: (part, byte)
 
 
 def shared_constant(constant, dtype=None, **kwargs) -> View:

@@ -1518,14 +1518,17 @@ class Tracer:
                 body.made.append((made, place))
         return place
 
-    def placed(self, space: str, shape, dt: str, name: str, par: int, place) -> View | Placed:
+    def placed(self, space: str, shape, dt: str, name: str, par: int, place,
+               traced_once: bool = True) -> View | Placed:
         """A new SBUF or PSUM tensor of ``shape`` that the kernel places by ``place`` (a
         :class:`~kernels.nki.compiler.Placement`'s function): a :class:`View` of its one tile
         without block dimensions, else a :class:`Placed` tensor of its blocks. Inside a
-        loop, as NKI's one trace of its body places it (:meth:`_as_traced_once`)."""
+        loop, as NKI 0.1's one trace of its body places it (:meth:`_as_traced_once`), unless
+        not ``traced_once`` (NKI 0.2, whose loops unroll)."""
         p = self.params
         shape = tuple(_int(s) for s in shape)
-        place = self._as_traced_once(space, shape, dt, place)
+        if traced_once:
+            place = self._as_traced_once(space, shape, dt, place)
         if not shape or shape[par] > p.partitions or (
                 space == "psum" and math.prod(shape[par + 1:]) * DTYPES[dt][1]
                 > p.psum_bank_bytes):

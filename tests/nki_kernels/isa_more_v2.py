@@ -1,6 +1,8 @@
 """iota and affine_select in NKI 0.2's form (dst first, access patterns), for trngen's
 tests."""
 
+from dataclasses import dataclass
+
 import nki
 import nki.isa as nisa
 import nki.language as nl
@@ -173,3 +175,32 @@ def element_at(data, column):
                                      indirect_dim=1))
     nisa.dma_copy(dst=out, src=t)
     return out
+
+
+@nki.jit
+def placed_by_address(x):
+    """Tiles placed by address (NKI 0.2's direct allocation) in a loop that unrolls: each
+    iteration's own tile at its own byte (kept to the end, read after the loop), and PSUM at
+    bank 2's byte 0."""
+    p, f = x.shape
+    out = nl.ndarray((3, p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    tiles = []
+    for i in nl.affine_range(3):
+        t = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf, address=(0, 1024 + i * 4 * f))
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=float(i))
+        tiles.append(t)
+    acc = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.psum, address=(0, 2 * 2048))
+    nisa.tensor_copy(dst=acc, src=tiles[0])
+    nisa.tensor_copy(dst=tiles[0], src=acc)
+    for i in range(3):
+        nisa.dma_copy(dst=out[i], src=tiles[i])
+    return out
+
+
+@dataclass
+class Section(nl.NKIObject):
+    """Unannotated fields, as nki-library's classes have them."""
+
+    index = None
+    offset = 0
