@@ -436,6 +436,10 @@ def test_an_access_pattern_past_its_storage_is_refused(k):
                                              r"`\w+` reaches elements 1 \.\. 128, outside "
                                              r"its 128 elements"):
         k["v2_past_its_storage"](np.zeros((16, 8), np.float32))
+    with pytest.raises(knki.NkiError, match=r"reaches elements 1 \.\. 128 at its last index, "
+                                             r"outside its 128 elements"):
+        k["v2_gathered_past_storage"](np.zeros((16, 8), np.float32),
+                                      np.zeros((4, 1), np.uint32))
 
 
 def test_nki_0_2_kernel_classes_and_is_transpose(k):

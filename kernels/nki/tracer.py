@@ -960,8 +960,15 @@ class View(_Typed):
                                "vector_offset, one index a partition")
         rows, stride = v.dims[d][0], v.dims[d][1]
         inner = [(count, s, False) for s, count in pairs[1:]]
-        base = View(v.buf, v.dt, [(rows, stride, False)] + inner, 0,
-                    v.off + int(offset or 0) * v.itemsize)
+        shift, item = int(offset or 0), v.itemsize
+        lo = shift + sum(min(0, s * (c - 1)) for s, c in pairs[1:])
+        hi = shift + sum(max(0, s * (c - 1)) for s, c in pairs[1:]) + stride * (rows - 1)
+        start = (v.off - v.buf.offset) // item
+        if start + lo < 0 or (start + hi + 1) * item > v.buf.nbytes:
+            raise NkiError(f".ap({pattern!r}, offset={shift}) of `{v.buf.name}` reaches "
+                           f"elements {start + lo} .. {start + hi} at its last index, outside "
+                           f"its {v.buf.nbytes // item} elements")
+        base = View(v.buf, v.dt, [(rows, stride, False)] + inner, 0, v.off + shift * item)
         idx = scalar_offset if scalar_offset is not None else vector_offset
         if not isinstance(idx, View):
             raise NotSupported(f".ap with a run-time offset from {type(idx).__name__}",
@@ -1497,8 +1504,8 @@ class Tracer:
         (``neuronxcc.nki.compiler``) traces an ``affine_range`` or ``sequential_range`` body
         once and makes one tensor of each such line (a body that adds to an address moves it
         once, not every iteration); else ``place``. Every body being recorded keeps it.
-        (NKI 0.2's loops unroll like ``range``; it places by ``nl.ndarray(address=)``,
-        which this front end refuses.)"""
+        (NKI 0.2's loops unroll like ``range``: each of its placements,
+        ``nl.ndarray(address=)``, is its own tensor, not passed through here.)"""
         made = (space, shape, dt)
         source = next((b for b in self.bodies if b.replaying), None)
         if source is not None:
