@@ -484,3 +484,10 @@ def test_tiles_placed_by_address_in_an_unrolled_loop(k):
 def test_a_kernel_class_fields_without_annotations(k):
     s = k["v2_Section"](index=2)
     assert (s.index, s.offset) == (2, 0)
+
+
+def test_the_shared_identity_matrix_of_each_generation(k):
+    """NKI 0.2 documents nl.shared_identity_matrix as a tile in SBUF (0.1 as an HBM constant,
+    which tests/nki_kernels/composed.py loads): a kernel importing nki.isa gets the tile."""
+    np.testing.assert_array_equal(k["v2_identity_in_sbuf"](np.zeros((64, 1), np.float32)),
+                                  np.identity(64, dtype=np.float32))

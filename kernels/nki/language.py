@@ -959,9 +959,11 @@ def expand_dims(data, axis) -> View:
 
 
 def shared_identity_matrix(n, dtype=uint8, **kwargs) -> View:
-    """An ``n`` x ``n`` identity matrix in HBM (``nl.shared_constant``)."""
+    """An ``n`` x ``n`` identity matrix: in HBM (``nl.shared_constant``) as NKI 0.1 has it,
+    loaded into an SBUF tile as NKI 0.2 documents it."""
     _no_options("shared_identity_matrix", kwargs)
-    return shared_constant(np.identity(int(n)), dtype=dtype)
+    eye = shared_constant(np.identity(int(n)), dtype=dtype)
+    return load(eye) if current("shared_identity_matrix").generation == 2 else eye
 
 
 def _last_axes(call: str, x: View, axis) -> tuple[int, ...]:

@@ -141,6 +141,14 @@ def _run(tracer: Tracer, program, timing_only: bool, trace: bool, hbm):
                        where=where) from None
 
 
+def generation(func) -> int:
+    """The NKI ``func`` is written in: 2 where its module took ``nki.isa`` (the 0.2
+    interface, :mod:`kernels.nki.isa_dst`), else 1."""
+    from . import isa_dst
+
+    return 2 if any(v is isa_dst for v in getattr(func, "__globals__", {}).values()) else 1
+
+
 class Kernel:
     """A kernel function and how to launch it; ``kernel[g0, g1]`` launches an SPMD grid."""
 
@@ -204,6 +212,7 @@ class Kernel:
             tracer = Tracer(params_for(target, SESSION.scale), spill=SESSION.spill)
             tracer.grid = self.sizes
             tracer.auto_alloc = getattr(self.func, "__nki_auto_alloc__", False)
+            tracer.generation = generation(self.func)
             call = {}
             with tracer:
                 for name, value in bound.arguments.items():

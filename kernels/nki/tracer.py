@@ -1371,6 +1371,8 @@ class Tracer:
         self.physical: dict[tuple[str, int], Buffer] = {}
         #: whether the kernel's placements are ignored (``@ncc.force_auto_alloc``)
         self.auto_alloc = False
+        #: the NKI the kernel is written in: 1 (``neuronxcc.nki``) or 2 (``nki``)
+        self.generation = 1
         self._allocated = False
         self.retired: dict[str, list[tuple]] = {"sbuf": [], "psum": []}
         self._widest = {"sbuf": 0, "psum": 0}

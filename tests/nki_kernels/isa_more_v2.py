@@ -216,3 +216,14 @@ def gathered_past_storage(data, indices):
     nisa.dma_copy(dst=rows, src=data.ap(pattern=[[f, p], [1, f]], offset=1,
                                         vector_offset=idx, indirect_dim=0))
     return rows
+
+
+@nki.jit
+def identity_in_sbuf(x):
+    """nl.shared_identity_matrix as NKI 0.2 has it, a tile in SBUF (an engine copies it)."""
+    p = x.shape[0]
+    out = nl.ndarray((p, p), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((p, p), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=t, src=nl.shared_identity_matrix(p, dtype=nl.float32))
+    nisa.dma_copy(dst=out, src=t)
+    return out
