@@ -577,6 +577,24 @@ class Indirect:
         self.tile, self.rows, self.row_bytes = tile, rows, row_bytes
 
 
+def _pattern(pattern) -> list[tuple[int, int]]:
+    """An access pattern's [stride, count] pairs as integers (NKI's error otherwise)."""
+    try:
+        pairs = [(int(stride), int(count)) for stride, count in pattern]
+    except (TypeError, ValueError) as e:
+        raise NkiError(f".ap takes a pattern of [stride, count] pairs, not {pattern!r}") from e
+    if not pairs or any(count < 1 for _, count in pairs):
+        raise NkiError(f".ap takes a pattern of [stride, count] pairs with counts of at least "
+                       f"1, not {pattern!r}")
+    return pairs
+
+
+def _extent(start: int, pairs) -> tuple[int, int]:
+    """The lowest and highest element offsets ``pairs`` (stride, count) reach from ``start``."""
+    return (start + sum(min(0, s * (c - 1)) for s, c in pairs),
+            start + sum(max(0, s * (c - 1)) for s, c in pairs))
+
+
 class View(_Typed):
     """An NKI tensor: ``dims`` ((size, stride, is_partition), ...) over ``buf`` from
     partition ``part`` and byte ``off``; ``checks`` the bounds of indexed dimensions
@@ -898,24 +916,10 @@ class View(_Typed):
             raise NotSupported(".ap of a tensor indexed by a tile or at a run-time offset",
                                ".ap of a tensor's own view")
         v = self if dtype is None else self.view(dtype)
-        try:
-            pairs = [(int(stride), int(count)) for stride, count in pattern]
-        except (TypeError, ValueError) as e:
-            raise NkiError(f".ap takes a pattern of [stride, count] pairs, not {pattern!r}") \
-                from e
-        if not pairs or any(count < 1 for _, count in pairs):
-            raise NkiError(f".ap takes a pattern of [stride, count] pairs with counts of at "
-                           f"least 1, not {pattern!r}")
-        shift, item = int(offset or 0), v.itemsize
+        pairs, shift, item = _pattern(pattern), int(offset or 0), v.itemsize
         if v.buf.space == "hbm":
+            v._within_storage(pattern, shift, pairs)
             dims = [(count, stride, False) for stride, count in pairs]
-            lo = shift + sum(min(0, s * (c - 1)) for s, c in pairs)
-            hi = shift + sum(max(0, s * (c - 1)) for s, c in pairs)
-            start = (v.off - v.buf.offset) // item
-            if start + lo < 0 or (start + hi + 1) * item > v.buf.nbytes:
-                raise NkiError(f".ap({pattern!r}, offset={shift}) of `{v.buf.name}` reaches "
-                               f"elements {start + lo} .. {start + hi}, outside its "
-                               f"{v.buf.nbytes // item} elements")
             return View(v.buf, v.dt, dims, 0, v.off + shift * item)
         free = v.dims[1:]
         row = math.prod(d[0] for d in free)
@@ -926,13 +930,23 @@ class View(_Typed):
             raise NotSupported(f".ap of an on-chip tile with a partition stride of {pstride}",
                                f"the tile's elements per partition, {row}")
         part, within = v.part + shift // row, shift % row
-        hi = within + sum(max(0, s * (c - 1)) for s, c in rest)
-        lo = within + sum(min(0, s * (c - 1)) for s, c in rest)
+        lo, hi = _extent(within, rest)
         if part + parts > v.part + v.dims[0][0] or lo < 0 or hi >= row:
             raise NkiError(f".ap({pattern!r}, offset={shift}) reaches past the "
                            f"{v.dims[0][0]} x {row} tile")
         dims = [(parts, 1, _P)] + [(count, stride, False) for stride, count in rest]
         return View(v.buf, v.dt, dims, part, v.off + within * item)
+
+    def _within_storage(self, pattern, shift: int, pairs, when: str = "") -> None:
+        """NKI's error unless ``pairs`` from ``shift`` elements past this HBM view's start
+        stay within its tensor's storage."""
+        item = self.itemsize
+        start = (self.off - self.buf.offset) // item
+        lo, hi = (start + e for e in _extent(shift, pairs))
+        if lo < 0 or (hi + 1) * item > self.buf.nbytes:
+            raise NkiError(f".ap({pattern!r}, offset={shift}) of `{self.buf.name}` reaches "
+                           f"elements {lo} .. {hi}{when}, outside its "
+                           f"{self.buf.nbytes // item} elements")
 
     def _ap_indirect(self, pattern, offset, scalar_offset, vector_offset, indirect_dim,
                      dtype) -> View:
@@ -950,7 +964,7 @@ class View(_Typed):
         d = int(indirect_dim)
         if not 0 <= d < len(v.dims):
             raise NkiError(f".ap: indirect_dim {d} of a tensor of {len(v.dims)} dimensions")
-        pairs = [(int(stride), int(count)) for stride, count in pattern]
+        pairs = _pattern(pattern)
         parts = pairs[0][1]
         if d != 0 and parts != 1:
             raise NotSupported(f".ap with a run-time offset along dimension {d} over "
@@ -959,16 +973,11 @@ class View(_Typed):
             raise NotSupported(f".ap with scalar_offset over {parts} partitions",
                                "vector_offset, one index a partition")
         rows, stride = v.dims[d][0], v.dims[d][1]
+        shift = int(offset or 0)
+        # the last index reaches furthest
+        v._within_storage(pattern, shift, [(stride, rows)] + pairs[1:], " at its last index")
         inner = [(count, s, False) for s, count in pairs[1:]]
-        shift, item = int(offset or 0), v.itemsize
-        lo = shift + sum(min(0, s * (c - 1)) for s, c in pairs[1:])
-        hi = shift + sum(max(0, s * (c - 1)) for s, c in pairs[1:]) + stride * (rows - 1)
-        start = (v.off - v.buf.offset) // item
-        if start + lo < 0 or (start + hi + 1) * item > v.buf.nbytes:
-            raise NkiError(f".ap({pattern!r}, offset={shift}) of `{v.buf.name}` reaches "
-                           f"elements {start + lo} .. {start + hi} at its last index, outside "
-                           f"its {v.buf.nbytes // item} elements")
-        base = View(v.buf, v.dt, [(rows, stride, False)] + inner, 0, v.off + shift * item)
+        base = View(v.buf, v.dt, [(rows, stride, False)] + inner, 0, v.off + shift * v.itemsize)
         idx = scalar_offset if scalar_offset is not None else vector_offset
         if not isinstance(idx, View):
             raise NotSupported(f".ap with a run-time offset from {type(idx).__name__}",

@@ -116,14 +116,12 @@ class Core:
     def _stream_cost(self, kind: str, ins: Instruction) -> tuple[float, float]:
         """(cycles, flops) of a vector/scalar/GpSimd instruction."""
         cycles = instruction_cycles(self.params, kind, ins)
-        src = getattr(ins, "src", None) or getattr(ins, "data", None) or \
-            getattr(ins, "a", None) or ins.dst
-        n = getattr(ins, elements_field(type(ins))).free
+        src = getattr(ins, elements_field(type(ins)))  # the rule's N elements a partition
         # floating-point operations per element: scale-and-bias plus the function; one per
         # operation otherwise; copies, memsets and iota do none
         per_element = {Activation: 2, TensorTensor: 1, TensorReduce: 1, TensorTensorScan: 2,
                        TensorScalar: 1 if getattr(ins, "op1", None) == VectorOp.COPY else 2}
-        return cycles, src.partitions * n * per_element.get(type(ins), 0)
+        return cycles, src.partitions * src.free * per_element.get(type(ins), 0)
 
     # --- running --------------------------------------------------------------------------
     def _plan(self, kind: str, ins: Instruction) -> tuple:

@@ -387,8 +387,8 @@ async def co_simulate(dut, tb: CoreTB, params: CoreParams, name: str, seed: int,
     # the limit holds beyond twice the engines' summed cycles, which a run cannot exceed
     # unless it hangs
     busy = 0 if result is None else sum(
-        e["dur"] * 1e-6 * params.clock(isa.engine_kind(e["stream"])) for e in result.events
-        if isa.engine_kind(e["stream"]) != "dma")
+        seconds * params.clock(isa.engine_kind(s)) for s, seconds in result.busy.items()
+        if isa.engine_kind(s) != "dma")
     cycles, deadlock = await tb.run(cycle_limit + 2 * int(busy))
     dut._log.info(f"{name}: {cycles} cycles, deadlock {deadlock}")
     if deadlocks:
