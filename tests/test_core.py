@@ -348,10 +348,70 @@ def test_steady_pairs_match_the_system_models_tile_interval(chip, fmt, k, m, n):
 
 def test_dma_shape_and_type_must_match(trn1):
     hbm = AP("hbm", "fp32", 0, 4, 0, ((8, 1),), pstride=32)
-    for dst, rule in ((sbuf(0, 4, 0, 9), r"operand shape: dst \(4, 9\) and src \(4, 8\)"),
-                      (sbuf(0, 4, 0, 8, "bf16"), r"format: a DMA copies bytes")):
+    for dst, add, rule in (
+            (sbuf(0, 4, 0, 9), False, r"operand shape: dst \(4, 9\) and src \(4, 8\)"),
+            (sbuf(0, 4, 0, 8, "mxfp8_x4"), False,
+             r"format: a DMA converts between fp32, .*, uint32: fp32 cannot become mxfp8_x4"),
+            (sbuf(0, 4, 0, 8, "int32"), True, r"format: a DMA adds into fp32, bf16, fp16 "
+                                              r"elements, not int32")):
         with pytest.raises(ProgramError, match=rule):
-            Core(trn1).run(program(dma0=[DmaCopy(dst=dst, src=hbm)]), timing_only=True)
+            Core(trn1).run(program(dma0=[DmaCopy(dst=dst, src=hbm, add=add)]),
+                           timing_only=True)
+
+
+_CAST_VALUES = np.array([0.0, -0.0, 1.0, -1.5, 2.5, 3.5, -2.5, 0.49999997, 1.00390625,
+                         1.01171875, 300.7, -300.2, 1e10, -1e10, 65520.0, 1e-8, np.inf,
+                         -np.inf, np.nan, 4294967296.0, 2147483520.0, -129.5, 255.5, 0.5],
+                        dtype=np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn",
+                                   "tf32", "int8", "uint8", "int32", "uint32"])
+def test_a_dma_between_two_types_casts_through_fp32(trn1, dtype):
+    """HBM fp32 into SBUF of another type, and back, as NKI's DMA converts ("first casting
+    from src.dtype to float32, then from float32 to dst.dtype"): against ml_dtypes' casts
+    (nearest even) and numpy's nearest integers (ties to even, saturated, NaN 0); an
+    adding copy of fp32 into bf16 sums in fp32. Times: a packet is the wider side's."""
+    import ml_dtypes
+
+    x = _CAST_VALUES.reshape(4, 6)
+    prog = Program()
+    src, back, summed = (prog.tensor(name, (4, 6), "fp32").ap((0, 4))
+                         for name in ("x", "back", "summed"))
+    mid, acc = sbuf(0, 4, 0, 6, dtype), sbuf(0, 4, 64, 6, "bf16")
+    prog.streams = {"dma0": [DmaCopy(dst=mid, src=src), DmaCopy(dst=back, src=mid),
+                             DmaCopy(dst=acc, src=mid), DmaCopy(dst=acc, src=src, add=True),
+                             DmaCopy(dst=summed, src=acc)]}
+    hbm = np.zeros(prog.hbm_bytes, np.uint8)
+    hbm[:x.nbytes] = x.view(np.uint8).reshape(-1)
+    Core(trn1).run(prog, hbm=hbm)
+    got = hbm[back.offset:back.offset + x.nbytes].view(np.float32).reshape(4, 6)
+    ints = {"int8": np.int8, "uint8": np.uint8, "int32": np.int32, "uint32": np.uint32}
+    if dtype in ints:
+        info = np.iinfo(ints[dtype])
+        near = np.clip(np.nan_to_num(np.rint(x.astype(np.float64))), info.min, info.max)
+        want = near.astype(ints[dtype]).astype(np.float32)
+    elif dtype == "tf32":  # 10 fraction bits: bf16's exponent, fp16's precision
+        bits = x.view(np.uint32).astype(np.uint64)
+        up = (bits + 0xFFF + ((bits >> 13) & 1)) & ~np.uint64(0x1FFF)
+        want = np.where(np.isnan(x), np.float32(np.nan),
+                        up.astype(np.uint32).view(np.float32))
+    else:
+        kind = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16,
+                "fp8_e4m3": ml_dtypes.float8_e4m3, "fp8_e5m2": ml_dtypes.float8_e5m2,
+                "fp8_e4m3fn": ml_dtypes.float8_e4m3fn}[dtype]
+        with np.errstate(over="ignore"):  # past fp16's largest: its infinity
+            want = x.astype(kind).astype(np.float32)
+    assert np.array_equal(got, want, equal_nan=True)
+    out = hbm[summed.offset:summed.offset + x.nbytes].view(np.float32).reshape(4, 6)
+    twice = (want.astype(ml_dtypes.bfloat16).astype(np.float32) + x).astype(ml_dtypes.bfloat16)
+    assert np.array_equal(out, twice.astype(np.float32), equal_nan=True)
+    # a packet is a run of elements both sides share, in the wider side's bytes
+    from sim.core.costs import dma_charged_bytes
+
+    size = max(4, AP("sbuf", dtype, 0, 1, 0, ()).itemsize)
+    per = max(6 * size + trn1.dma_packet_overhead, trn1.dma_packet_minimum)
+    assert dma_charged_bytes(trn1, src, mid) == 4 * per
 
 
 def test_unordered_access_is_a_race(trn1):

@@ -15,7 +15,12 @@ with no stride between them). A row out of ``0 .. rows - 1`` is not moved (``ski
 core simulator refuses a program with one otherwise). An adding copy (``add``, of a type of
 :data:`~hdl.core.isa.DMA_ADD_DTYPES`) reads each element of ``dst`` after ``src``'s and
 writes their sum: both widened to fp32 exactly, added by the vector unit's fp32 adder
-(:data:`~hdl.vector.lanes.FP_MODULES`' ``add``), cast back to nearest even.
+(:data:`~hdl.vector.lanes.FP_MODULES`' ``add``), cast to ``dst``'s type to nearest even. A
+copy between two types (:data:`~hdl.core.isa.DMA_CAST_DTYPES`) writes each element
+converted as the engines convert their operands and results: widened to fp32 by value
+(:func:`~hdl.core.engines.lane_input`, :func:`~hdl.vector.convert.widen_input`), cast to
+``dst``'s type to nearest even (:class:`~hdl.numerics.cast.FormatCastLane`,
+:func:`~hdl.core.engines.lane_output`).
 """
 
 from __future__ import annotations
@@ -25,11 +30,11 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
-from hdl.core.engines import unit_format
+from hdl.core.engines import lane_input, lane_output, unit_format
 from hdl.core.isa import DMA_ADD_DTYPES, DTYPES, WORD_BITS, DmaCopy, field_positions
 from hdl.numerics.cast import FormatCastLane
 from hdl.numerics.formats import format_by_name
-from hdl.vector.convert import widen_input
+from hdl.vector.convert import ENGINE_FORMATS, widen_input
 from hdl.vector.lanes import add_fp
 
 __all__ = ["AxiSignature", "Dma", "SbufPort"]
@@ -132,6 +137,15 @@ class Dma(wiring.Component):
         start = Signal()
         m.d.comb += [rd.ap.eq(moved_src), wr.ap.eq(moved_dst), rd.start.eq(start),
                      wr.start.eq(start)]
+        # src's element widened to fp32 and cast to dst's type: a converting or adding copy
+        src_wide = widen_input(m, ENGINE_FORMATS, lane_input(m, value, src.dtype, "cast_src"),
+                               unit_format(ENGINE_FORMATS, src.dtype), "cast_src")
+        m.submodules.cast = cast = FormatCastLane(
+            tuple(format_by_name(name) for name in ENGINE_FORMATS), None)
+        m.d.comb += cast.fmt.eq(unit_format(ENGINE_FORMATS, dst.dtype))
+        cast_out = Signal(DATA_BITS)
+        m.d.comb += cast_out.eq(lane_output(m, cast.y, dst.dtype))
+        written = Mux((src.dtype != dst.dtype) & ~adding, cast_out, value)
         item_mask = Signal(DATA_BITS // 8)
         m.d.comb += item_mask.eq((1 << (1 << dtype_shift(dst.dtype))) - 1)
         rshift = rd.byte[:2] * 8
@@ -142,10 +156,10 @@ class Dma(wiring.Component):
         for ch in ("aw", "ar"):
             m.d.comb += [getattr(axi, f"{ch}size").eq(2), getattr(axi, f"{ch}burst").eq(1)]
         m.d.comb += [axi.araddr.eq(aligned_r), axi.awaddr.eq(aligned_w), axi.wlast.eq(1),
-                     axi.wdata.eq(value << (wshift * 8)), axi.wstrb.eq(item_mask << wshift),
+                     axi.wdata.eq(written << (wshift * 8)), axi.wstrb.eq(item_mask << wshift),
                      self.sbuf.rpart.eq(src.partition + rd.row), self.sbuf.raddr.eq(rd.byte[2:]),
                      self.sbuf.wpart.eq(dst.partition + wr.row), self.sbuf.waddr.eq(wr.byte[2:]),
-                     self.sbuf.wdata.eq(value << (wshift * 8))]
+                     self.sbuf.wdata.eq(written << (wshift * 8))]
         rr = Signal(range(self.queues))  # the queue served first at the next choice
         with m.FSM():
             with m.State("IDLE"):
@@ -204,16 +218,13 @@ class Dma(wiring.Component):
                 with m.If(adding):
                     m.next = "DST_READ"
             # an adding copy: dst's element, then the sum written in its place, in fp32
-            # between the widenings and the cast of the copy's type
+            # between the widenings and the cast to dst's type
             add_type = unit_format(DMA_ADD_DTYPES, dst.dtype)
             held = Mux(dst.space == SPACE["hbm"], axi.rdata, self.sbuf.rdata) >> (wshift * 8)
             total = add_fp(m, "add", "rmw_add",
                            widen_input(m, DMA_ADD_DTYPES, held, add_type, "rmw_dst"),
-                           widen_input(m, DMA_ADD_DTYPES, value, add_type, "rmw_src"), False)
-            m.submodules.rmw_cast = cast = FormatCastLane(
-                tuple(format_by_name(name) for name in DMA_ADD_DTYPES), None)
-            m.d.comb += [cast.x.eq(total), cast.fmt.eq(add_type)]
-            sum_ = cast.y
+                           src_wide, False)
+            m.d.comb += cast.x.eq(Mux(adding, total, src_wide))
             with m.State("DST_READ"):
                 m.d.comb += self.busy.eq(1)
                 with m.If(dst.space == SPACE["hbm"]):
@@ -227,11 +238,11 @@ class Dma(wiring.Component):
             with m.State("DST_DATA"):
                 m.d.comb += [self.busy.eq(1), axi.rready.eq(1)]
                 with m.If(axi.rvalid):
-                    m.d.sync += value.eq(sum_)
+                    m.d.sync += value.eq(cast_out)
                     m.next = "WRITE"
             with m.State("DST_SBUF"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += value.eq(sum_)
+                m.d.sync += value.eq(cast_out)
                 m.next = "WRITE"
             with m.State("WRITE"):
                 m.d.comb += self.busy.eq(1)

@@ -27,7 +27,7 @@ from typing import ClassVar
 from hdl.vector.ops import BITWISE_OPS, Reduce, VectorOp
 
 __all__ = [
-    "AP", "AP_BITS", "AP_FIELDS", "DMA_ADD_DTYPES", "DTYPES", "ENGINE_OPS", "FREE_MAX",
+    "AP", "AP_BITS", "AP_FIELDS", "DMA_ADD_DTYPES", "DMA_CAST_DTYPES", "DTYPES", "ENGINE_OPS", "FREE_MAX",
     "INSTRUCTIONS", "MX_DTYPES", "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT",
     "OPCODE_BITS", "SPACES", "TF32_SHIFT",
     "WORD_BITS", "Activation", "DmaCopy", "Dropout", "FindIndex8", "GatherFlattened",
@@ -445,9 +445,16 @@ class DmaCopy(Instruction):
     outside ``0 .. rows - 1`` is an error, or with ``skip`` is not moved [NKI indirect
     DMA].
 
+    ``src`` and ``dst`` of two types (both of :data:`DMA_CAST_DTYPES`) convert each element:
+    ``src``'s value widened to fp32 (an integer to the nearest fp32, ties to even), then cast
+    to ``dst``'s type (a float type to nearest even; an integer type to the nearest integer,
+    ties to even, saturated, NaN 0) [NKI-DMA]. Of one type, the copy moves the bits as
+    they are.
+
     With ``add`` the copy adds ``src`` to what ``dst`` holds (a read-modify-write of
-    floating-point elements: the sum in fp32, rounded to ``dst``'s type to nearest even),
-    rows an index names twice adding twice [NKI ``dst_rmw_op``]."""
+    floating-point elements, ``dst`` of :data:`DMA_ADD_DTYPES`: both widened to fp32, the
+    sum rounded to ``dst``'s type to nearest even), rows an index names twice adding twice
+    [NKI ``dst_rmw_op``]."""
 
     OPCODE: ClassVar[int] = 11
     MNEMONIC: ClassVar[str] = "dma"
@@ -678,9 +685,14 @@ INSTRUCTIONS: dict[int, type[Instruction]] = {
 _BY_MNEMONIC = {cls.MNEMONIC: cls for cls in INSTRUCTIONS.values()}
 _SYNC = (SemSignal, SemWait)
 
-#: The element types a DMA adds into (``DmaCopy.add``, src and dst of one type): the sum in
-#: fp32 by the vector unit's adder, rounded to nearest even into the type.
+#: The element types a DMA adds into (``DmaCopy.add``; its src of any type of
+#: :data:`DMA_CAST_DTYPES`): the sum in fp32 by the vector unit's adder, rounded to nearest
+#: even into the type.
 DMA_ADD_DTYPES = ("fp32", "bf16", "fp16")
+#: The element types a DMA converts between (``DmaCopy`` with src and dst of two types):
+#: those the engines read and write by value; no MX type [NKI-DMA].
+DMA_CAST_DTYPES = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "tf32",
+                   "int8", "uint8", "int32", "uint32")
 
 #: Which instructions each kind of engine runs [ISA].
 ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {

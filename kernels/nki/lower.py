@@ -751,9 +751,10 @@ def memset(dst: View, value, *, engine=None, call: str = "memset") -> None:
 
 def dma_copy(dst: View, src: View, *, mask=None, skip: bool = False, rmw_op=None,
              call: str = "dma_copy") -> None:
-    """A DMA from ``src`` to ``dst`` (HBM or SBUF, one format) on the next DMA queue; rows
-    of a tile-indexed side out of its tensor skipped with ``skip``, else an error; with
-    ``rmw_op`` (``np.add`` or ``nl.add``), the sum into ``dst``."""
+    """A DMA from ``src`` to ``dst`` (HBM or SBUF; of two types, each element cast through
+    fp32, as NKI's DMA converts) on the next DMA queue; rows of a tile-indexed side out of
+    its tensor skipped with ``skip``, else an error; with ``rmw_op`` (``np.add`` or
+    ``nl.add``), the sum into ``dst``."""
     from . import language as nl
 
     if rmw_op is not None and rmw_op is not np.add and rmw_op is not nl.add:
@@ -765,8 +766,6 @@ def dma_copy(dst: View, src: View, *, mask=None, skip: bool = False, rmw_op=None
         return
     d = _tile(dst, call, "dst").cut(mask)
     s = _tile(src, call, "src").cut(mask)
-    if d.dt != s.dt:
-        raise NkiError(f"'{call}' copies bytes: {s.dt} cannot become {d.dt}")
     for v, name in ((d, "dst"), (s, "src")):
         if v.buf.space == "psum":
             t.ap(v, call, name, ("hbm", "sbuf"))

@@ -62,15 +62,17 @@ def _run_bytes(ap: AP) -> int:
 
 
 def dma_packet(src: AP, dst: AP) -> int:
-    """Bytes of each packet of a copy from ``src`` to ``dst``: the runs both sides share."""
-    return min(_run_bytes(src), _run_bytes(dst))
+    """Bytes of each packet of a copy from ``src`` to ``dst``: the elements of the runs both
+    sides share, in the wider side's type (a converting copy moves its wider side's bytes)."""
+    elements = min(_run_bytes(src) // src.itemsize, _run_bytes(dst) // dst.itemsize)
+    return elements * max(src.itemsize, dst.itemsize)
 
 
 def dma_charged_bytes(params: CoreParams, src: AP, dst: AP) -> int:
     """The bytes whose time at the core's DMA bandwidth a copy from ``src`` to ``dst`` takes:
     each of its packets ``max(packet + packet_overhead, packet_minimum)``."""
     packet = dma_packet(src, dst)
-    packets = -(-src.nbytes // packet)
+    packets = -(-max(src.nbytes, dst.nbytes) // packet)
     return packets * max(packet + params.dma_packet_overhead, params.dma_packet_minimum)
 
 

@@ -239,7 +239,8 @@ class Data:
         self.tiles = {}
 
     def dma(self, ins: DmaCopy, stream: str, index: int) -> None:
-        """The copy (with ``add``, the sum into ``dst``); an indirect one
+        """The copy (converting between two types through fp32; with ``add``, the sum into
+        ``dst``); an indirect one
         (:class:`~hdl.core.isa.DmaCopy` ``index``) moves the rows its index names, a row out
         of the tensor breaking the rule "index bounds" (the message names the first as an
         element of the flattened tensor, as numpy does) unless the copy skips it."""
@@ -264,6 +265,8 @@ class Data:
             if ins.add:  # the vector unit's fp32 add
                 self.write32(dst, vector.elementwise(VectorOp.ADD, self.read32(dst),
                                                      self.read32(src)))
+            elif dst.dtype != src.dtype:  # through fp32
+                self.write32(dst, self.read32(src))
             else:
                 self.write(dst, self.read(src))
 

@@ -357,13 +357,15 @@ class Rules:
             if ins.dst.shape != ins.src.shape:
                 fail(*where, "operand shape", f"dst {ins.dst.shape} and src {ins.src.shape}"
                                               f" differ")
-            if ins.dst.dtype != ins.src.dtype:
-                fail(*where, "format", f"a DMA copies bytes: {ins.src.dtype} cannot become "
-                                       f"{ins.dst.dtype}")
+            if (ins.dst.dtype != ins.src.dtype or ins.add) and not \
+                    {ins.dst.dtype, ins.src.dtype} <= set(isa.DMA_CAST_DTYPES):
+                fail(*where, "format", f"a DMA converts between "
+                                       f"{', '.join(isa.DMA_CAST_DTYPES)}: {ins.src.dtype} "
+                                       f"cannot become {ins.dst.dtype}")
             if ins.index is not None:
                 self._check_index(where, ins)
             if ins.add and ins.dst.dtype not in isa.DMA_ADD_DTYPES:
-                fail(*where, "format", f"a DMA adds {', '.join(isa.DMA_ADD_DTYPES)} "
+                fail(*where, "format", f"a DMA adds into {', '.join(isa.DMA_ADD_DTYPES)} "
                                        f"elements, not {ins.dst.dtype}")
         elif isinstance(ins, StreamShuffle):
             self._check_shuffle(where, ins)

@@ -530,6 +530,46 @@ def _indirect_dmas(b: Builder) -> None:
     b.emit("dma3", DmaCopy(dst=fa.ap((0, p)), src=_tile(b, sf, n, "fp16"), add=True))
 
 
+#: The element types :func:`_converting_dmas` converts fp32 into (an SBUF tile each).
+_CASTS = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "tf32", "int8", "uint8",
+          "int32", "uint32")
+
+
+def _converting_dmas(b: Builder) -> None:
+    """DMAs between two types, each element cast through fp32: fp32 in HBM into SBUF tiles of
+    every other type the DMA converts (narrow ones at byte offsets inside words), int32 into
+    int8 and uint8 (negatives saturated to 0); each tile back into HBM as fp32 and as one of
+    bf16, int32, fp8_e4m3 and uint8; then fp32 added into the bf16 and fp16 tiles and int32
+    into a bf16 HBM tensor (sums in fp32, rounded to the destination's type)."""
+    p, n, q = b.params.partitions, 6, b.params.dma_queues
+    x, k = b.hbm("x", (p, n), "fp32"), b.hbm("k", (p, n), "int32")
+    loads, tiles = [], {}
+    for i, dtype in enumerate(_CASTS):
+        size = isa.DTYPES[dtype][1]
+        tiles[dtype] = _tile(b, b.sbuf(n * size + 4, dtype) + i * size % 4, n, dtype)
+        loads.append(DmaCopy(dst=tiles[dtype], src=x.ap((0, p))))
+    for dtype in ("int8", "uint8"):
+        tiles[f"k_{dtype}"] = _tile(b, b.sbuf(n + 4, f"k_{dtype}") + 3, n, dtype)
+        loads.append(DmaCopy(dst=tiles[f"k_{dtype}"], src=k.ap((0, p))))
+    wide, whole = _tile(b, b.sbuf(4 * n, "wide"), n), _tile(b, b.sbuf(4 * n, "whole"), n, "int32")
+    loads += [DmaCopy(dst=wide, src=x.ap((0, p))), DmaCopy(dst=whole, src=k.ap((0, p)))]
+    for i, ins in enumerate(loads):
+        b.emit(f"dma{i % q}", ins)
+    loaded = [b.signal(f"dma{j}") for j in range(q)]
+    for i, (name, tile) in enumerate(tiles.items()):
+        queue = f"dma{i % q}"
+        b.wait(queue, *loaded)
+        for out in ("fp32", ("bf16", "int32", "fp8_e4m3", "uint8")[i % 4]):
+            b.emit(queue, DmaCopy(dst=b.hbm(f"{name}_{out}", (p, n), out).ap((0, p)), src=tile))
+    stored = [b.signal(f"dma{j}") for j in range(q)]
+    b.wait("dma0", *stored)
+    for name in ("bf16", "fp16"):
+        b.emit("dma0", DmaCopy(dst=tiles[name], src=wide, add=True))
+        b.emit("dma0", DmaCopy(dst=b.hbm(f"{name}_sum", (p, n), name).ap((0, p)),
+                               src=tiles[name]))
+    b.emit("dma0", DmaCopy(dst=b.hbm("acc", (p, n), "bf16").ap((0, p)), src=whole, add=True))
+
+
 #: The per-partition operands of :func:`_mixed_types`: (type, element of its word-aligned
 #: column it is read at, HBM name; names starting with ``s`` hold positive values), one of
 #: each type the engines read (:data:`hdl.core.engines.OPERAND_DTYPES`) but fp32, narrow ones
@@ -1209,6 +1249,7 @@ PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
              "range_selects": (_range_selects, False), "top8s": (_top8s, False),
              "matches": (_matches, False), "sequence_bounds": (_sequence_bounds, False),
              "indirect_dmas": (_indirect_dmas, False), "draws": (_draws, False),
+             "converting_dmas": (_converting_dmas, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)
                 for name in ("cross_entropy_backward", "swiglu_backward")
                 for dtype in ("fp32", "bf16")},
