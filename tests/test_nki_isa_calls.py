@@ -481,6 +481,37 @@ def test_tiles_placed_by_address_in_an_unrolled_loop(k):
     np.testing.assert_array_equal(out, x[None] + np.arange(3, dtype=np.float32)[:, None, None])
 
 
+def test_iota_of_a_pattern_that_is_not_row_major(k):
+    """NKI 0.2's iota pattern [[0, 2], [7, 3], [-2, 5]]: value 1 + 100 p + 7 j - 2 k at
+    [p, i, j, k], whatever i (the kernel returns its output reshaped to that)."""
+    p, i, j, kk = np.ogrid[0:4, 0:2, 0:3, 0:5]
+    want = np.broadcast_to(1 + 100 * p + 7 * j - 2 * kk + 0 * i, (4, 2, 3, 5))
+    np.testing.assert_array_equal(k["v2_iota_any_pattern"](), want)
+
+
+def test_dma_copy_between_two_types_casts_through_fp32(k):
+    """"The conversion is performed through a two-step process: first casting from
+    src.dtype to float32, then from float32 to dst.dtype" (nki.isa.dma_copy): against
+    ml_dtypes' bf16 (nearest even) and numpy's nearest integers (ties to even)."""
+    x = (np.arange(128 * 8, dtype=np.float32).reshape(128, 8) - 500) * np.float32(0.75)
+    x[0, :4] = [2.5, 3.5, -0.5, 1.00390625]
+    out = k["v2_cast_by_dma"](x)
+    np.testing.assert_array_equal(out[0], x.astype(ml_dtypes.bfloat16).astype(np.float32))
+    np.testing.assert_array_equal(out[1], np.rint(x))
+
+
+def test_matmuls_left_to_the_compiler_start_a_sum_where_the_last_was_read(k):
+    """NKI 0.2's inferred accumulate flag ("first write overwrites, subsequent writes
+    accumulate") with a PSUM tensor for each group at one address: each group's result is
+    its own two products, not the groups before it too."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((32, 16)).astype(np.float32)
+    b = rng.standard_normal((3, 32, 8)).astype(np.float32)
+    out = k["v2_groups_at_one_bank"](a, b)
+    want = 2 * np.einsum("km,gkn->gmn", a.astype(np.float64), b.astype(np.float64))
+    assert _err(out, want) < FP32
+
+
 def test_a_kernel_class_fields_without_annotations(k):
     s = k["v2_Section"](index=2)
     assert (s.index, s.offset) == (2, 0)

@@ -105,7 +105,7 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
         raise NotSupported(f"affine_select(cmp_op={getattr(cmp_op, '__name__', cmp_op)})",
                            "the comparisons equal, not_equal, less, less_equal, greater, "
                            "greater_equal")
-    src = on_true_tile.reshape((on_true_tile.shape[0], flat.shape[1]))
+    src = on_true_tile.reshape((on_true_tile.shape[0], *flat.shape[1:]))
     lower.affine_select(Predicate(expr, names[op]), src, on_false_value, dst=flat)
 
 

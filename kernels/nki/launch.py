@@ -372,13 +372,15 @@ def _outputs(out, hbm):
     if not isinstance(out, View) or out.buf.space != "hbm":
         raise NkiError(f"a kernel returns HBM tensors, not {out!r}")
     t = out.buf.hbm
-    if out.off != t.offset or out.shape != t.shape:
-        raise NotSupported("returning a view of an HBM tensor", "returning whole tensors")
+    if out.off != t.offset or math.prod(out.shape) != math.prod(t.shape) \
+            or not View._contiguous(out.dims):
+        raise NotSupported("returning a view of an HBM tensor",
+                           "returning whole tensors, reshaped or not")
     if hbm is None:
-        return np.full(t.shape, np.nan, numpy_dtype(t.dtype)) \
-            if t.dtype in ("fp32", "bf16", "fp16") else np.zeros(t.shape, numpy_dtype(t.dtype))
+        return np.full(out.shape, np.nan, numpy_dtype(t.dtype)) \
+            if t.dtype in ("fp32", "bf16", "fp16") else np.zeros(out.shape, numpy_dtype(t.dtype))
     raw = hbm[t.offset: t.offset + t.nbytes]
-    return raw.view(numpy_dtype(t.dtype)).reshape(t.shape).copy()
+    return raw.view(numpy_dtype(t.dtype)).reshape(out.shape).copy()
 
 
 @dataclass(frozen=True)

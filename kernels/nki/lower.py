@@ -249,7 +249,7 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
         if acc is None:
             acc = accumulate
         if acc is None:  # NKI 0.2's default: the first write overwrites, later ones add
-            acc = t.written(out, out_ap)
+            acc = t.accumulating(out, out_ap)
         elif acc == "add":  # +=: onto what the tensor holds (a new tensor holds nothing)
             acc = out.buf.zero or t.written(out, out_ap)
         if acc and out.buf.zero and out_ap.offset == out.buf.offset \
@@ -1069,8 +1069,10 @@ def _iota_into(t, expr: Affine, out: View, call: str) -> None:
 def pattern_expr(dst: View, pattern, offset: int, channel_multiplier: int,
                  call: str) -> tuple[View, Affine]:
     """NKI 0.2's ``pattern`` ([[step, num], ...] outermost first), ``offset`` and
-    ``channel_multiplier`` as an affine expression over ``dst`` viewed as [P, F] (the
-    pattern's free elements row-major, one step per element as the Iota instruction has)."""
+    ``channel_multiplier`` as an affine expression over ``dst`` viewed as [P, F] where the
+    pattern's steps are row-major (one step per element, as the Iota instruction has), else
+    as [P, num, ...], an axis a pattern entry (:func:`_iota_into` then makes it of several
+    instructions)."""
     p = dst.shape[0]
     f = math.prod(dst.shape[1:]) if dst.ndim > 1 else 1
     dims = [(int(st), int(nm)) for st, nm in pattern]
@@ -1078,15 +1080,17 @@ def pattern_expr(dst: View, pattern, offset: int, channel_multiplier: int,
         raise NkiError(f"'{call}': the pattern's {math.prod(nm for _, nm in dims)} elements "
                        f"and the {f} per partition of dst {list(dst.shape)} differ")
     step = dims[-1][0] if dims else 0
-    inner = 1
+    inner, row_major = 1, True
     for st, nm in reversed(dims):
-        if nm > 1 and st != step * inner:
-            raise NotSupported(f"'{call}' with the pattern {pattern}",
-                               "patterns whose steps are row-major multiples of the "
-                               "innermost step")
+        row_major = row_major and (nm == 1 or st == step * inner)
         inner *= nm
-    flat = dst.reshape((p, f))
-    return flat, Affine(2, {0: p, 1: f}, {0: int(channel_multiplier), 1: step}, int(offset))
+    if row_major:
+        return dst.reshape((p, f)), Affine(2, {0: p, 1: f},
+                                           {0: int(channel_multiplier), 1: step}, int(offset))
+    coef = {0: int(channel_multiplier), **{a + 1: st for a, (st, _) in enumerate(dims)}}
+    return dst.reshape((p, *(nm for _, nm in dims))), Affine(
+        len(dims) + 1, {0: p, **{a + 1: nm for a, (_, nm) in enumerate(dims)}}, coef,
+        int(offset))
 
 
 def iota(expr, dtype, *, mask=None, dst=None, call: str = "iota"):

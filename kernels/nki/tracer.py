@@ -1642,6 +1642,22 @@ class Tracer:
         return any(r.writer is not None and r.writer.index >= since
                    and overlaps(r.fp, fp, False) for r in buf.writes)
 
+    @staticmethod
+    def accumulating(view: View, ap: AP) -> bool:
+        """Whether a matmul into ``ap`` of PSUM tensor ``view`` accumulates where the kernel
+        leaves it to the compiler (NKI 0.2's ``accumulate=None``: "first write overwrites,
+        subsequent writes accumulate"): its elements have been written (:meth:`written`)
+        and no instruction but the tensor engine's has read them since. A result another
+        engine read has ended its accumulation: the next matmul there starts one, as a
+        PSUM tile reused in a loop needs (attention_cte's, a tensor for each group at one
+        bank)."""
+        if not Tracer.written(view, ap):
+            return False
+        fp = footprint(ap)
+        return not any(overlaps(r.fp, fp, False) and r.writer is not None
+                       and any(x.stream != "tensor" for x in r.readers.values())
+                       for r in view.buf.writes)
+
     def tile(self, shape, dt: str, space: str = "sbuf", name: str = "tile",
              part: int = 0) -> View:
         v = self.on_chip(space, shape, dt, name)

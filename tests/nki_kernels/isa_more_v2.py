@@ -198,6 +198,55 @@ def placed_by_address(x):
     return out
 
 
+@nki.jit
+def iota_any_pattern():
+    """iota with steps that are not row-major (a repeat of step 0 outermost, as
+    nki-library's cascaded_max has), returned as a reshape of the whole output."""
+    out = nl.ndarray((4, 30), dtype=nl.int32, buffer=nl.shared_hbm)
+    t = nl.ndarray((4, 30), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.iota(t, [[0, 2], [7, 3], [-2, 5]], offset=1, channel_multiplier=100)
+    nisa.dma_copy(out, t)
+    return out.reshape((4, 2, 3, 5))
+
+
+@nki.jit
+def cast_by_dma(x):
+    """fp32 from HBM into a bf16 tile and an int32 tile by dma_copy (a cast through fp32),
+    each back out as fp32."""
+    p, f = x.shape
+    out = nl.ndarray((2, p, f), dtype=nl.float32, buffer=nl.shared_hbm)
+    half = nl.ndarray((p, f), dtype=nl.bfloat16, buffer=nl.sbuf)
+    whole = nl.ndarray((p, f), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=half, src=x)
+    nisa.dma_copy(dst=whole, src=x)
+    nisa.dma_copy(dst=out[0], src=half)
+    nisa.dma_copy(dst=out[1], src=whole)
+    return out
+
+
+@nki.jit
+def groups_at_one_bank(a, b):
+    """attention_cte's PSUM: a tensor per group at one address (made before the loop),
+    each group's two matmuls into it with the accumulate flag left to the compiler, the sum
+    copied out; the next group's first matmul starts its own sum."""
+    k, m = a.shape
+    groups = b.shape[0]
+    out = nl.ndarray((groups, m, b.shape[2]), dtype=nl.float32, buffer=nl.shared_hbm)
+    st = nl.ndarray((k, m), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=st, src=a)
+    psums = [nl.ndarray((m, b.shape[2]), dtype=nl.float32, buffer=nl.psum, address=(0, 4 * 2048))
+             for _ in range(groups)]
+    for g in range(groups):
+        mv = nl.ndarray((k, b.shape[2]), dtype=b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=mv, src=b[g])
+        nisa.nc_matmul(psums[g], st, mv)
+        nisa.nc_matmul(psums[g], st, mv)
+        res = nl.ndarray((m, b.shape[2]), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=psums[g])
+        nisa.dma_copy(dst=out[g], src=res)
+    return out
+
+
 @dataclass
 class Section(nl.NKIObject):
     """Unannotated fields, as nki-library's classes have them."""
