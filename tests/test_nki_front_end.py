@@ -55,6 +55,24 @@ def test_a_real_package_is_not_shadowed(tmp_path, monkeypatch):
         assert "neuronxcc.nki" in names
 
 
+def test_every_dtype_name_is_its_own_type():
+    """NKI's dtype names, the MX quad types (four codes an element) among them: each the ISA
+    type of its name and size, no two equal (a kernel tells them apart with ``in``)."""
+    from kernels.nki import language as nl
+    from kernels.nki.tracer import isa_dtype
+
+    names = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "tfloat32": "tf32",
+             "float8_e4m3": "fp8_e4m3", "float8_e5m2": "fp8_e5m2",
+             "float8_e4m3fn": "fp8_e4m3fn", "float8_e4m3fn_x4": "mxfp8_x4",
+             "float4_e2m1fn_x4": "mxfp4_x4", "int8": "int8", "uint8": "uint8",
+             "uint16": "uint16", "int32": "int32", "uint32": "uint32"}
+    types = [getattr(nl, name) for name in names]
+    assert [isa_dtype(t) for t in types] == list(names.values())
+    assert len({str(t) for t in types}) == len(types)
+    assert all(t != u for i, t in enumerate(types) for u in types[i + 1:])
+    assert (nl.float8_e4m3fn_x4.itemsize, nl.float4_e2m1fn_x4.itemsize) == (4, 2)
+
+
 def test_elementwise_mask_and_row_sum(load):
     k = load("elementwise")["scaled_exp_sum"]
     rng = np.random.default_rng(1)

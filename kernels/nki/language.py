@@ -49,6 +49,8 @@ int32 = numpy_dtype("int32")
 uint8 = numpy_dtype("uint8")
 uint32 = numpy_dtype("uint32")
 uint16 = numpy_dtype("uint16")
+float8_e4m3fn_x4 = numpy_dtype("mxfp8_x4")
+float4_e2m1fn_x4 = numpy_dtype("mxfp4_x4")
 
 
 class NKIObject:

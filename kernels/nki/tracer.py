@@ -50,15 +50,20 @@ __all__ = ["TF32", "Affine", "AffineLoop", "Buffer", "Index", "Mask", "Placed", 
 
 #: NKI's ``tfloat32`` (a four-byte void type, as NKI spells it).
 TF32 = np.dtype("V4")
+#: NKI's MX quad types (``nl.float8_e4m3fn_x4``, ``nl.float4_e2m1fn_x4``): four codes in one
+#: element [NKI-DT], to numpy a word of their own (a record, so that none equals another).
+MX_NUMPY = {"mxfp8_x4": np.dtype([("float8_e4m3fn_x4", "<u4")]),
+            "mxfp4_x4": np.dtype([("float4_e2m1fn_x4", "<u2")])}
 _NUMPY = {**{name: np.dtype(t) for name, t in ML_DTYPES.items()}, "tf32": TF32,
           "int8": np.dtype(np.int8), "int32": np.dtype(np.int32),
           "uint32": np.dtype(np.uint32), "uint8": np.dtype(np.uint8),
-          "uint16": np.dtype(np.uint16)}
+          "uint16": np.dtype(np.uint16), **MX_NUMPY}
 _ISA = {v: k for k, v in _NUMPY.items()}
 _ISA[np.dtype(np.bool_)] = "uint8"  # NKI's bool: a byte, 0 or 1
 FLOATS = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "tf32")
 #: Rank of a format in NKI's type promotion (the wider wins).
-_RANK = {"fp8_e5m2": 0, "fp8_e4m3": 0, "fp8_e4m3fn": 0, "bf16": 1, "fp16": 1, "tf32": 2,
+_RANK = {"mxfp4_x4": 0, "mxfp8_x4": 0,
+         "fp8_e5m2": 0, "fp8_e4m3": 0, "fp8_e4m3fn": 0, "bf16": 1, "fp16": 1, "tf32": 2,
          "fp32": 3, "int8": -3, "uint8": -3, "uint16": -2.5, "int32": -2, "uint32": -2}
 
 #: Alignment of a tile in PSUM, bytes per partition (two fp32 words).
