@@ -489,6 +489,22 @@ def test_iota_of_a_pattern_that_is_not_row_major(k):
     np.testing.assert_array_equal(k["v2_iota_any_pattern"](), want)
 
 
+@pytest.mark.parametrize("chip", ["trn1", "trn2"])
+def test_tile_sizes_of_the_target_chips_memories(k, chip):
+    """NKI 0.2's nl.tile_size sizes of SBUF and PSUM are the target chip's (its spec's core),
+    per partition where NKI documents them so."""
+    from hdl.params import core_params
+    from specs.loader import load
+
+    p = core_params(load(chip))
+    k["v2_chip_sizes"](np.zeros((4, 4), np.float32), platform_target=chip)
+    assert k["v2_SIZES"] == {"pmax": 128, "psum_bank_fmax": 512,
+                             "psum_num_banks": p.psum_banks,
+                             "sbuf_size_bytes": p.partitions * p.sbuf_bytes,
+                             "sbuf_fmax": p.sbuf_bytes // 4, "sbuf_fmax_bytes": p.sbuf_bytes,
+                             "total_available_sbuf_size": p.sbuf_bytes}
+
+
 def test_dma_copy_between_two_types_casts_through_fp32(k):
     """"The conversion is performed through a two-step process: first casting from
     src.dtype to float32, then from float32 to dst.dtype" (nki.isa.dma_copy): against

@@ -23,6 +23,7 @@ from .errors import NkiError, NotSupported
 from .tracer import (
     FLOATS,
     TF32,
+    UNSUPPORTED_NUMPY,
     AffineLoop,
     DSlice,
     Index,
@@ -51,6 +52,8 @@ uint32 = numpy_dtype("uint32")
 uint16 = numpy_dtype("uint16")
 float8_e4m3fn_x4 = numpy_dtype("mxfp8_x4")
 float4_e2m1fn_x4 = numpy_dtype("mxfp4_x4")
+float8_e5m2_x4 = UNSUPPORTED_NUMPY["float8_e5m2_x4"]
+float8_e8m0fnu = UNSUPPORTED_NUMPY["float8_e8m0fnu"]
 
 
 class NKIObject:
@@ -91,14 +94,55 @@ def finfo(dtype):
     return ml_dtypes.finfo(numpy_dtype(name))
 
 
-class tile_size:  # noqa: N801 - NKI's name
+class _ChipSizes(type):
+    """The sizes of ``nl.tile_size`` that are the target chip's memories (NKI 0.2), read
+    from the core's parameters while a kernel is traced."""
+
+    @staticmethod
+    def _params(name: str):
+        return current(f"nl.tile_size.{name}").params
+
+    @property
+    def psum_num_banks(cls) -> int:
+        return cls._params("psum_num_banks").psum_banks
+
+    @property
+    def sbuf_size_bytes(cls) -> int:
+        p = cls._params("sbuf_size_bytes")
+        return p.partitions * p.sbuf_bytes
+
+    @property
+    def sbuf_fmax_bytes(cls) -> int:
+        return cls._params("sbuf_fmax_bytes").sbuf_bytes
+
+    @property
+    def sbuf_fmax(cls) -> int:
+        return cls._params("sbuf_fmax").sbuf_bytes // 4
+
+    @property
+    def total_available_sbuf_size(cls) -> int:  # per partition, as NKI documents it
+        return cls._params("total_available_sbuf_size").sbuf_bytes
+
+    def __getattr__(cls, name):
+        if name in ("psum_min_align", "sbuf_min_align"):
+            raise NotSupported(f"nl.tile_size.{name}", "the tile sizes pmax, psum_fmax, "
+                               "psum_bank_fmax(_bytes), psum_num_banks, sbuf_size_bytes, "
+                               "sbuf_fmax(_bytes), total_available_sbuf_size, "
+                               "gemm_stationary_fmax, gemm_moving_fmax, bn_stats_fmax")
+        raise AttributeError(f"type object 'tile_size' has no attribute {name!r}")
+
+
+class tile_size(metaclass=_ChipSizes):  # noqa: N801 - NKI's name
     """NKI's tile limits [nki.language]: 128 partitions; stationary free size 128, moving
-    512; a PSUM tile 2 KiB per partition (512 fp32); bn_stats 512."""
+    512; a PSUM bank 2 KiB per partition (512 fp32); bn_stats 512; and the target chip's
+    memories (:class:`_ChipSizes`)."""
 
     pmax = 128
     gemm_stationary_fmax = 128
     gemm_moving_fmax = 512
     psum_fmax = 512
+    psum_bank_fmax = 512
+    psum_bank_fmax_bytes = 2048
     bn_stats_fmax = 512
 
 

@@ -54,6 +54,10 @@ TF32 = np.dtype("V4")
 #: element [NKI-DT], to numpy a word of their own (a record, so that none equals another).
 MX_NUMPY = {"mxfp8_x4": np.dtype([("float8_e4m3fn_x4", "<u4")]),
             "mxfp4_x4": np.dtype([("float4_e2m1fn_x4", "<u2")])}
+#: Types NKI documents [NKI-DT] that the core has not: a kernel may name them (nki-library
+#: keeps them in tables), a tensor of one is refused (:func:`isa_dtype`).
+UNSUPPORTED_NUMPY = {"float8_e5m2_x4": np.dtype([("float8_e5m2_x4", "<u4")]),
+                     "float8_e8m0fnu": np.dtype([("float8_e8m0fnu", "u1")])}
 _NUMPY = {**{name: np.dtype(t) for name, t in ML_DTYPES.items()}, "tf32": TF32,
           "int8": np.dtype(np.int8), "int32": np.dtype(np.int32),
           "uint32": np.dtype(np.uint32), "uint8": np.dtype(np.uint8),
@@ -80,9 +84,11 @@ def isa_dtype(dtype) -> str:
         dt = None
     if dt is not None and dt in _ISA:
         return _ISA[dt]
-    raise NotSupported(f"dtype {dtype!r}",
-                       "float32, bfloat16, float16, float8_e4m3, float8_e5m2, tfloat32, "
-                       "int8, int32, uint8, uint16, uint32, bool (as uint8)")
+    named = dt is not None and dt.names  # a type NKI documents that the core has not
+    raise NotSupported(f"dtype {dt.names[0] if named else repr(dtype)}",
+                       "float32, bfloat16, float16, float8_e4m3, float8_e5m2, "
+                       "float8_e4m3fn, tfloat32, float8_e4m3fn_x4, float4_e2m1fn_x4, int8, "
+                       "int32, uint8, uint16, uint32, bool (as uint8)")
 
 
 def numpy_dtype(name: str) -> np.dtype:

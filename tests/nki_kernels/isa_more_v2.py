@@ -209,6 +209,21 @@ def iota_any_pattern():
     return out.reshape((4, 2, 3, 5))
 
 
+#: What :func:`chip_sizes` read of nl.tile_size in its last trace.
+SIZES = {}
+
+
+@nki.jit
+def chip_sizes(x):
+    """Reads nl.tile_size's sizes of the target chip's memories while it is traced."""
+    SIZES.update({name: getattr(nl.tile_size, name) for name in (
+        "pmax", "psum_bank_fmax", "psum_num_banks", "sbuf_size_bytes", "sbuf_fmax",
+        "sbuf_fmax_bytes", "total_available_sbuf_size")})
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=x)
+    return out
+
+
 @nki.jit
 def cast_by_dma(x):
     """fp32 from HBM into a bf16 tile and an int32 tile by dma_copy (a cast through fp32),
