@@ -27,8 +27,8 @@ from typing import ClassVar
 from hdl.vector.ops import BITWISE_OPS, Reduce, VectorOp
 
 __all__ = [
-    "AP", "AP_BITS", "AP_FIELDS", "DMA_ADD_DTYPES", "DMA_CAST_DTYPES", "DTYPES", "ENGINE_OPS", "FREE_MAX",
-    "INSTRUCTIONS", "MX_DTYPES", "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT",
+    "AP", "AP_BITS", "AP_FIELDS", "DMA_ADD_DTYPES", "DMA_CAST_DTYPES", "DTYPES", "ENGINE_OPS",
+    "FREE_MAX", "INSTRUCTIONS", "MX_DTYPES", "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT",
     "OPCODE_BITS", "SPACES", "TF32_SHIFT",
     "WORD_BITS", "Activation", "DmaCopy", "Dropout", "FindIndex8", "GatherFlattened",
     "Instruction", "IsaError", "Iota", "LocalGather", "MatchReplace8", "Max8", "Random",
