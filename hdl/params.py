@@ -296,5 +296,5 @@ def core_params(spec: ChipSpec, scale: Scale = "full") -> CoreParams:
         shared_ports=tuple((tuple(sp.engines), sp.memory) for sp in c.costs.shared_ports),
         dma_queues=queues, dma_bandwidth=dma_bw, dma_latency=si(d.latency, "s"),
         dma_packet_overhead=int(si(d.packet_overhead, "B")),
-        dma_packet_minimum=int(si(d.packet_minimum, "B")),
+        dma_packet_minimum=int(si(d.packet_minimum, "B")), dma_transpose=d.transpose,
         hbm_bytes=hbm, instructions=instructions, semaphores=semaphores)

@@ -382,6 +382,13 @@ class DmaSpec(Strict):
     packet_minimum: Bytes | None = Field(
         None, description="The least time an engine spends on one packet, as bytes at its "
                           "bandwidth (the packet rate that bounds small transfers).")
+    transpose: float | None = Field(
+        None, gt=0, le=1,
+        description="Where the engines transpose in hardware: a DMA transpose's throughput "
+                    "against a copy's (a copy into SBUF whose partitions read consecutive "
+                    "2- or 4-byte elements of its source, moved in blocks of 128 partitions "
+                    "by 16 contiguous elements, each block whole). None: such a copy moves "
+                    "element by element, a packet each.")
 
 
 class LinkSpec(Strict):

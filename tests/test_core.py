@@ -1,6 +1,7 @@
 """The core simulator: rules with named errors, semaphores, timing against the cycle model."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -114,6 +115,35 @@ def test_dma_cost_per_packet(trn1, src, dst, charged):
     prog.streams = {"dma0": [DmaCopy(dst=dst, src=src)]}
     t = Core(trn1).run(prog, timing_only=True).time
     assert t == pytest.approx(1.3e-6 + charged / (16 * 17e9))
+
+
+@pytest.mark.parametrize(("src", "dst", "charged"), [
+    # [1024, 128] bf16 in HBM into SBUF [128, 1024]: 64 blocks of 128 x 16, at 90 %
+    (AP("hbm", "bf16", 0, 128, 0, ((1024, 128),), pstride=2), sbuf(0, 128, 0, 1024, "bf16"),
+     math.ceil(64 * 128 * 16 * 2 / 0.9)),
+    # 40 partitions of 20 fp32: two blocks, each moved whole
+    (AP("hbm", "fp32", 0, 40, 0, ((20, 40),), pstride=4), sbuf(0, 40, 0, 20),
+     math.ceil(2 * 128 * 16 * 4 / 0.9)),
+    # one byte an element: no transpose, a packet each (2,400 B)
+    (AP("hbm", "uint8", 0, 128, 0, ((8, 128),), pstride=1), sbuf(0, 128, 0, 8, "uint8"),
+     128 * 8 * 2400),
+])
+def test_dma_transpose_cost_where_the_engines_transpose(src, dst, charged):
+    """trn2's DMA engines transpose (its spec: 90 % of a copy's throughput, in blocks of 128
+    partitions by 16 elements); trn1's move such a copy element by element."""
+    from hdl.params import core_params
+    from specs.loader import load
+
+    trn2 = core_params(load("trn2"))
+    prog = Program()
+    prog.tensor("x", (512, 4096), "fp32")
+    prog.streams = {"dma0": [DmaCopy(dst=dst, src=src)]}
+    t = Core(trn2).run(prog, timing_only=True).time
+    assert t == pytest.approx(trn2.dma_latency + charged / trn2.dma_bandwidth)
+    trn1 = core_params(load("trn1"))
+    t = Core(trn1).run(prog, timing_only=True).time
+    assert t == pytest.approx(trn1.dma_latency + src.partitions * src.free * 2400
+                              / trn1.dma_bandwidth)
 
 
 def test_numeric_result_through_golden_models(trn1, seed):

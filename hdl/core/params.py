@@ -51,6 +51,7 @@ class CoreParams:
     dma_latency: float
     dma_packet_overhead: int  # bytes' worth of the fabric's time each packet costs besides its own
     dma_packet_minimum: int  # the least bytes' worth of time one packet costs
+    dma_transpose: float | None  # a DMA transpose's throughput against a copy's; None: no such
     hbm_bytes: int
     instructions: int
     semaphores: int

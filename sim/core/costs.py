@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 from hdl.core.isa import AP
@@ -23,8 +24,8 @@ from hdl.core.params import CoreParams
 from hdl.core.timing import stream_cycles
 from sim.golden import systolic_cycles
 
-__all__ = ["dma_charged_bytes", "dma_packet", "dma_seconds", "stream_cycles", "tensor_cycles",
-           "transpose_cycles"]
+__all__ = ["TRANSPOSE_BLOCK", "dma_charged_bytes", "dma_packet", "dma_seconds", "stream_cycles",
+           "tensor_cycles", "transpose_cycles", "transposes"]
 
 
 @lru_cache(maxsize=4096)
@@ -68,9 +69,29 @@ def dma_packet(src: AP, dst: AP) -> int:
     return elements * max(src.itemsize, dst.itemsize)
 
 
+#: A DMA transpose's block: the engines write 16 contiguous elements of each of 128
+#: partitions at a time [NKI3, "DMA Transpose"].
+TRANSPOSE_BLOCK = (128, 16)
+
+
+def transposes(src: AP, dst: AP) -> bool:
+    """Whether a copy is a DMA transpose: into SBUF, its partitions reading consecutive 2- or
+    4-byte elements of its source (the source's most minor dimension becomes the
+    destination's partitions), more than one partition each of more than one element."""
+    return (dst.space == "sbuf" and src.itemsize == dst.itemsize and src.itemsize in (2, 4)
+            and src.partitions > 1 and src.free > 1
+            and (src.pstride if src.space == "hbm" else 0) == src.itemsize)
+
+
 def dma_charged_bytes(params: CoreParams, src: AP, dst: AP) -> int:
     """The bytes whose time at the core's DMA bandwidth a copy from ``src`` to ``dst`` takes:
-    each of its packets ``max(packet + packet_overhead, packet_minimum)``."""
+    each of its packets ``max(packet + packet_overhead, packet_minimum)``; on a chip whose
+    engines transpose (``dma_transpose``), a transposing copy (:func:`transposes`) its
+    :data:`TRANSPOSE_BLOCK` blocks' bytes (each block whole) over that throughput."""
+    if params.dma_transpose and transposes(src, dst):
+        rows, run = TRANSPOSE_BLOCK
+        blocks = -(-src.partitions // rows) * -(-src.free // run)
+        return math.ceil(blocks * rows * run * src.itemsize / params.dma_transpose)
     packet = dma_packet(src, dst)
     packets = -(-max(src.nbytes, dst.nbytes) // packet)
     return packets * max(packet + params.dma_packet_overhead, params.dma_packet_minimum)
