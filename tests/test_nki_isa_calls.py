@@ -489,6 +489,36 @@ def test_iota_of_a_pattern_that_is_not_row_major(k):
     np.testing.assert_array_equal(k["v2_iota_any_pattern"](), want)
 
 
+def test_unary_abs_in_tensor_scalar_reduce(k):
+    """tensor_scalar's arithmetic unary operators take operand 0 ("Must be None or 0 when
+    op0 is a unary operator (e.g., nl.abs)"): |x| and each row's largest, against numpy."""
+    x = np.random.default_rng(0).standard_normal((32, 24)).astype(np.float32)
+    out = k["v2_abs_max_rows"](x)
+    np.testing.assert_array_equal(out[:, :24], np.abs(x))
+    np.testing.assert_array_equal(out[:, 24], np.abs(x).max(axis=1))
+
+
+def test_ap_reads_a_tiles_bytes_as_a_narrower_type(k):
+    x = np.array([[1.5], [-2.0], [3e-5], [np.pi]] * 8, dtype=np.float32)
+    out = k["v2_bytes_as_fp8"](x)
+    np.testing.assert_array_equal(out.view(np.uint8), x.view(np.uint8).reshape(32, 4))
+
+
+def test_library_names_on_one_core(k, tmp_path):
+    """core_barrier on one core, nisa.matmul_perf_mode and dge_mode (also from
+    nki.isa.constants), nt.mutable_tensor, nl.shared_constant of a .npy path; an .ap past
+    its tile is refused only where an instruction uses it."""
+    x = np.arange(16 * 8, dtype=np.float32).reshape(16, 8)
+    table = np.full((16, 8), 0.5, dtype=np.float32)
+    np.save(tmp_path / "table.npy", table)
+    out = k["v2_barrier_and_names"](x, str(tmp_path / "table.npy"))
+    np.testing.assert_array_equal(out, x + table)
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: .*\.ap\(\[\[8, 16\], "
+                                           r"\[1, 8\]\], offset=8\) reaches past the 16 x 8 "
+                                           r"tile"):
+        k["v2_barrier_and_names"](x, str(tmp_path / "table.npy"), use_past_tile=True)
+
+
 @pytest.mark.parametrize("chip", ["trn1", "trn2"])
 def test_tile_sizes_of_the_target_chips_memories(k, chip):
     """NKI 0.2's nl.tile_size sizes of SBUF and PSUM are the target chip's (its spec's core),

@@ -65,7 +65,8 @@ def _modules() -> dict[str, types.ModuleType]:
     # the enums of nki.isa, importable as nki.isa.constants too
     constants = types.ModuleType("nki.isa.constants", "trngen's nki.isa enums")
     constants.__dict__.update({n: getattr(isa, n) for n in (
-        "engine", "reduce_cmd", "dge_mode", "oob_mode", "nc_version")})
+        "engine", "reduce_cmd", "dge_mode", "oob_mode", "nc_version", "matmul_perf_mode")})
+    isa.constants = isa_dst.constants = constants
     return {"neuronxcc": top, "neuronxcc.nki": old, "neuronxcc.nki.language": language,
             "neuronxcc.nki.isa": isa, "neuronxcc.nki.isa.constants": constants,
             "neuronxcc.nki.typing": typing, "neuronxcc.nki.compiler": compiler,

@@ -4,7 +4,7 @@ tile; lowered by :mod:`.lower`. A name this module does not define raises
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import Enum, IntEnum
 
 import numpy as np
 
@@ -45,6 +45,13 @@ class dge_mode(IntEnum):  # noqa: N801
     swdge = 1
     hwdge = 2
     unknown = 3
+
+
+class matmul_perf_mode(Enum):  # noqa: N801
+    """``nc_matmul(perf_mode=)``: none, or the FP8 double row (NeuronCore-v3 and later)."""
+
+    none = "none"
+    double_row = "double_row"
 
 
 class oob_mode(IntEnum):  # noqa: N801

@@ -8,9 +8,11 @@ from . import isa as _v1
 from . import lower
 from .errors import NotSupported
 from .isa import (
+    dge_mode,
     engine,
     get_nc_version,
     gpsimd_engine,
+    matmul_perf_mode,
     nc_version,
     oob_mode,
     reduce_cmd,
@@ -22,8 +24,9 @@ from .isa import (
 from .tracer import current
 
 __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
-           "dma_copy", "dma_transpose", "dropout", "engine", "get_nc_version",
-           "gpsimd_engine", "iota", "max8", "memset", "nc_find_index8", "nc_match_replace8",
+           "core_barrier", "dge_mode", "dma_copy", "dma_transpose", "dropout", "engine",
+           "get_nc_version", "gpsimd_engine", "iota", "matmul_perf_mode", "max8", "memset",
+           "nc_find_index8", "nc_match_replace8",
            "nc_matmul", "nc_stream_shuffle", "nc_transpose", "nc_version", "oob_mode",
            "range_select", "reciprocal", "reduce_cmd", "scalar_engine", "scalar_tensor_tensor",
            "select_reduce", "sequence_bounds", "tensor_copy", "tensor_copy_dynamic_src",
@@ -193,6 +196,16 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None,
                       reduce_res=reduce_res, reduce_cmd=reduce_cmd,
                       **({} if reduce_op is None else {"reduce_op": reduce_op}),
                       reverse_pred=reverse_pred)
+
+
+def core_barrier(data, cores, engine=engine.gpsimd, name=None):
+    """NKI's barrier of the two NeuronCores of a logical core over shared HBM ``data``: on
+    one core nothing to wait for (the tracer orders the core's own reads of ``data`` after
+    its writes); across cores refused, as trngen traces each core's program on its own."""
+    t = current("core_barrier")
+    if t.cores > 1:
+        raise NotSupported("core_barrier across the cores of a launch grid (nl.nc)",
+                           "core_barrier in a launch on one NeuronCore")
 
 
 def __getattr__(name: str):

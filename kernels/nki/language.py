@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import os
 
 import ml_dtypes
 import numpy as np
@@ -230,11 +231,17 @@ def _at_address(t, buf: str, address):
 
 
 def shared_constant(constant, dtype=None, **kwargs) -> View:
-    """An HBM tensor holding ``constant`` (cast to ``dtype``), written into HBM before a
-    numeric launch runs."""
+    """An HBM tensor holding ``constant`` (an array, or the path of a ``.npy`` file as NKI
+    0.2 takes it; cast to ``dtype``), written into HBM before a numeric launch runs."""
     _no_options("shared_constant", kwargs)
     t = current("shared_constant")
     t.commit()
+    if isinstance(constant, (str, os.PathLike)):
+        try:
+            constant = np.load(constant, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise NkiError(f"shared_constant: {os.fspath(constant)} is not a readable .npy "
+                           f"file ({e})") from None
     data = np.asarray(constant)
     return t.constant(data, isa_dtype(dtype if dtype is not None else data.dtype))
 
@@ -785,6 +792,8 @@ reciprocal = _unary_fn("reciprocal", "reciprocal")
 lower.ACTIVATIONS[copy] = "identity"
 lower.ACTIVATIONS[abs] = "abs"
 lower.ACTIVATIONS[square] = "square"
+lower.UNARY_OPS[abs] = VectorOp.ABS
+lower.UNARY_OPS[square] = VectorOp.SQUARE
 
 
 def _reduce_fn(name: str, op):

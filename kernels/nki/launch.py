@@ -211,6 +211,7 @@ class Kernel:
         for core in range(cores):
             tracer = Tracer(params_for(target, SESSION.scale), spill=SESSION.spill)
             tracer.grid = self.sizes
+            tracer.cores = cores
             tracer.auto_alloc = getattr(self.func, "__nki_auto_alloc__", False)
             tracer.generation = generation(self.func)
             call = {}

@@ -75,6 +75,9 @@ VECTOR_OPS: dict = {
     np.max: VectorOp.MAX, np.amax: VectorOp.MAX, np.min: VectorOp.MIN,
     np.amin: VectorOp.MIN, np.sum: VectorOp.ADD,
 }
+#: NKI's arithmetic unary operators of tensor_scalar (its operand None or 0) [NKI ``nki.isa.
+#: tensor_scalar``: "Must be None or 0 when op0 is a unary operator (e.g., nl.abs)"].
+UNARY_OPS: dict = {np.abs: VectorOp.ABS, np.square: VectorOp.SQUARE}
 COMMUTATIVE = {VectorOp.ADD, VectorOp.MULTIPLY, VectorOp.MAX, VectorOp.MIN,
                 VectorOp.IS_EQUAL, VectorOp.NOT_EQUAL, VectorOp.BITWISE_AND,
                 VectorOp.BITWISE_OR, VectorOp.BITWISE_XOR}
@@ -504,8 +507,17 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
     whole = _tile(data, call, "data")
     x = whole.cut(mask)
     eng = _engine(engine, ("vector", "scalar", "gpsimd"), call)
-    o0 = _op(op0, call)
-    o1 = _op(op1, call) if op1 is not None else VectorOp.COPY
+    for op, operand, name in ((op0, operand0, "operand0"), (op1, operand1, "operand1")):
+        if op in UNARY_OPS and not (operand is None or (not isinstance(operand, View)
+                                                        and float(operand) == 0.0)):
+            raise NkiError(f"'{call}': {name} of the unary {op.__name__} must be None or 0, "
+                           f"not {operand!r}")
+    if op0 in UNARY_OPS:
+        operand0 = 0.0
+    if op1 in UNARY_OPS:
+        operand1 = 0.0
+    o0 = UNARY_OPS.get(op0) or _op(op0, call)
+    o1 = (UNARY_OPS.get(op1) or _op(op1, call)) if op1 is not None else VectorOp.COPY
     if reverse0 and o0 == VectorOp.SUBTRACT:  # operand0 - data = data * -1 + operand0
         if op1 is None:
             return tensor_scalar(data, np.multiply, -1.0, op1=np.add, operand1=operand0,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .tracer import isa_dtype, numpy_dtype
 
-__all__ = ["TensorType", "tensor"]
+__all__ = ["TensorType", "mutable_tensor", "tensor"]
 
 
 @dataclass(frozen=True)
@@ -26,3 +26,8 @@ class tensor:  # noqa: N801 - NKI's name
     def __class_getitem__(cls, item) -> TensorType:
         shape, dtype = item
         return TensorType(tuple(int(s) for s in shape), numpy_dtype(isa_dtype(dtype)))
+
+
+#: ``nt.mutable_tensor``: an argument the kernel writes (NKI 0.2's annotation; the same
+#: description here).
+mutable_tensor = tensor

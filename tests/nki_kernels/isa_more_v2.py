@@ -6,6 +6,8 @@ from dataclasses import dataclass
 import nki
 import nki.isa as nisa
 import nki.language as nl
+import nki.typing as nt
+from nki.isa import constants
 
 
 @nki.jit
@@ -207,6 +209,55 @@ def iota_any_pattern():
     nisa.iota(t, [[0, 2], [7, 3], [-2, 5]], offset=1, channel_multiplier=100)
     nisa.dma_copy(out, t)
     return out.reshape((4, 2, 3, 5))
+
+
+@nki.jit
+def abs_max_rows(x):
+    """|x| by tensor_scalar's unary abs (operand 0), with each row's largest into a column,
+    as nki-library's rmsnorm_quant takes its row scales."""
+    p, f = x.shape
+    out = nl.ndarray((p, f + 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    a = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+    m = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar_reduce(dst=a, data=t, op0=nl.abs, operand0=0.0, reduce_op=nl.maximum,
+                              reduce_res=m)
+    nisa.dma_copy(dst=out[:, 0:f], src=a)
+    nisa.dma_copy(dst=out[:, f:f + 1], src=m)
+    return out
+
+
+@nki.jit
+def bytes_as_fp8(x):
+    """Each fp32 of a [P, 1] column read as its four fp8_e4m3 bytes by .ap(dtype=), as
+    rmsnorm_quant stores its scales beside fp8 rows."""
+    p = x.shape[0]
+    out = nl.ndarray((p, 4), dtype=nl.float8_e4m3, buffer=nl.shared_hbm)
+    t = nl.ndarray((p, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.dma_copy(dst=out, src=t.ap(pattern=[[4, p], [1, 4]], dtype=nl.float8_e4m3))
+    return out
+
+
+@nki.jit
+def barrier_and_names(x: nt.mutable_tensor, table, use_past_tile=False):
+    """NKI 0.2's names a library kernel uses on one core: core_barrier, the perf and DGE
+    modes (also from nki.isa.constants), a constant from a .npy file; an .ap past its tile
+    built and not used."""
+    p, f = x.shape
+    out = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    c = nl.shared_constant(table)
+    t = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x, dge_mode=nisa.dge_mode.none)
+    past = t.ap(pattern=[[f, p], [1, f]], offset=f)  # one partition past the tile
+    u = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=u, src=c, dge_mode=constants.dge_mode.none)
+    nisa.tensor_tensor(dst=t, data1=past if use_past_tile else t, data2=u, op=nl.add)
+    assert nisa.matmul_perf_mode.double_row is constants.matmul_perf_mode.double_row
+    nisa.dma_copy(dst=out, src=t)
+    nisa.core_barrier(out, (0, 1))
+    return out
 
 
 #: What :func:`chip_sizes` read of nl.tile_size in its last trace.
