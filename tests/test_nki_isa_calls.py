@@ -489,6 +489,15 @@ def test_iota_of_a_pattern_that_is_not_row_major(k):
     np.testing.assert_array_equal(k["v2_iota_any_pattern"](), want)
 
 
+def test_nc_n_gather_within_each_partition(k):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((16, 4, 8)).astype(np.float32)
+    idx = rng.integers(0, 32, size=(16, 12)).astype(np.uint32)
+    out = k["v2_gathered_in_partitions"](x, idx)
+    np.testing.assert_array_equal(out, np.take_along_axis(x.reshape(16, 32), idx.astype(int),
+                                                          axis=1))
+
+
 def test_unary_abs_in_tensor_scalar_reduce(k):
     """tensor_scalar's arithmetic unary operators take operand 0 ("Must be None or 0 when
     op0 is a unary operator (e.g., nl.abs)"): |x| and each row's largest, against numpy."""

@@ -26,7 +26,7 @@ from .tracer import current
 __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
            "core_barrier", "dge_mode", "dma_copy", "dma_transpose", "dropout", "engine",
            "get_nc_version", "gpsimd_engine", "iota", "matmul_perf_mode", "max8", "memset",
-           "nc_find_index8", "nc_match_replace8",
+           "nc_find_index8", "nc_match_replace8", "nc_n_gather",
            "nc_matmul", "nc_stream_shuffle", "nc_transpose", "nc_version", "oob_mode",
            "range_select", "reciprocal", "reduce_cmd", "scalar_engine", "scalar_tensor_tensor",
            "select_reduce", "sequence_bounds", "tensor_copy", "tensor_copy_dynamic_src",
@@ -196,6 +196,12 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None,
                       reduce_res=reduce_res, reduce_cmd=reduce_cmd,
                       **({} if reduce_op is None else {"reduce_op": reduce_op}),
                       reverse_pred=reverse_pred)
+
+
+def nc_n_gather(dst, data, indices, name=None):
+    """Each partition's elements of ``data`` (free dimensions flattened) at its ``indices``
+    (uint32), on GpSimd: ``nl.gather_flattened``'s instruction."""
+    lower.gather_flattened(data, indices, dst=dst, call="nc_n_gather")
 
 
 def core_barrier(data, cores, engine=engine.gpsimd, name=None):

@@ -260,6 +260,20 @@ def barrier_and_names(x: nt.mutable_tensor, table, use_past_tile=False):
     return out
 
 
+@nki.jit
+def gathered_in_partitions(x, idx):
+    """nc_n_gather: each partition's elements of x ([P, 4, 8] flattened) at its indices."""
+    out = nl.ndarray(idx.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    i = nl.ndarray(idx.shape, dtype=idx.dtype, buffer=nl.sbuf)
+    g = nl.ndarray(idx.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.dma_copy(dst=i, src=idx)
+    nisa.nc_n_gather(dst=g, data=t, indices=i)
+    nisa.dma_copy(dst=out, src=g)
+    return out
+
+
 #: What :func:`chip_sizes` read of nl.tile_size in its last trace.
 SIZES = {}
 
