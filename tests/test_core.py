@@ -9,6 +9,7 @@ import pytest
 from hdl.core.isa import (
     AP,
     Activation,
+    AffineSelect,
     DmaCopy,
     Dropout,
     FindIndex8,
@@ -144,6 +145,23 @@ def test_dma_transpose_cost_where_the_engines_transpose(src, dst, charged):
     t = Core(trn1).run(prog, timing_only=True).time
     assert t == pytest.approx(trn1.dma_latency + src.partitions * src.free * 2400
                               / trn1.dma_bandwidth)
+
+
+@pytest.mark.parametrize("op, fn", [(VectorOp.GREATER_EQUAL, np.greater_equal),
+                                    (VectorOp.LESS, np.less), (VectorOp.IS_EQUAL, np.equal),
+                                    (VectorOp.NOT_EQUAL, np.not_equal)])
+def test_affine_select_keeps_where_its_comparison_with_zero_holds(trn1, op, fn, seed):
+    """GpSimd's AffineSelect against numpy: src where op(base + p pstep + i step, 0), else
+    the fill; into bf16 as ml_dtypes rounds."""
+    import ml_dtypes
+
+    x = np.random.default_rng(seed).standard_normal((16, 24)).astype(np.float32)
+    src, dst = sbuf(0, 16, 0, 24), sbuf(0, 16, 1024, 24, "bf16")
+    ins = AffineSelect(dst=dst, base=-5, pstep=2, step=-1, src=src, op=op, fill=-2.5)
+    out = _run(trn1, "gpsimd", [ins], {src: x}, [dst])
+    v = -5 + 2 * np.arange(16)[:, None] - np.arange(24)[None, :]
+    want = np.where(fn(v, 0), x, np.float32(-2.5)).astype(ml_dtypes.bfloat16)
+    assert np.array_equal(out[dst].view(np.uint16).reshape(16, 24), want.view(np.uint16))
 
 
 def test_numeric_result_through_golden_models(trn1, seed):

@@ -52,6 +52,10 @@ def test_affine_select_is_exact(k, fill, seed):
     want = np.where(np.arange(128)[:, None] >= np.arange(128)[None, :], x, np.float32(fill))
     assert np.array_equal(k["causal"](x, fill), want)
     assert np.array_equal(k["v2_causal"](x, fill), want)
+    # one GpSimd instruction, as NKI documents its cost (150 + N cycles, not seven passes)
+    streams = k["causal"].trace(x, fill)[0].program().streams
+    assert [type(i).__name__ for i in streams["gpsimd"]] == ["SemWait", "AffineSelect",
+                                                             "SemSignal"]
 
 
 

@@ -47,6 +47,9 @@ The vector engine's ``RangeSelect`` streams its source through the unit as a cop
 bounds loaded as ``TensorScalar``'s operands are; each element written is the fill (cast as
 a memset's value) unless both comparisons of its place (``start`` plus its index among the
 elements written, in fp32) with its lane's bounds hold (:func:`~hdl.vector.fpcmp.holds`).
+GpSimd's ``AffineSelect`` alike: each element written is the fill unless the comparison
+with 0 of its Iota value (the lane's base plus its index times ``step``, as ``Iota``
+counts it, the fields where ``Iota`` has them) holds (:func:`with_zero`).
 
 The vector engine's ``Max8`` streams its source through the unit as a copy into fp32,
 each lane inserting its values into a list of its 8 largest (:func:`top8`), then streams
@@ -108,6 +111,7 @@ from hdl.core.isa import (
     SHUFFLE_LANES,
     TF32_SHIFT,
     WORD_BITS,
+    AffineSelect,
     Dropout,
     FindIndex8,
     Instruction,
@@ -151,7 +155,8 @@ ENGINE_RUNS = {"vector": VECTOR_OPS + (TensorCopyDynamic, TensorTensorScan, Tran
                           StreamShuffle, RangeSelect, Max8, FindIndex8, MatchReplace8,
                           Random, Dropout),
                "gpsimd": (Iota,) + VECTOR_OPS[:2] + VECTOR_OPS[3:] + (TensorCopyDynamic,
-                                                                   SequenceBounds)}
+                                                                   SequenceBounds,
+                                                                   AffineSelect)}
 DATA_BITS = 32
 #: Bits of an Iota value: ``base + p * pstep + i * step`` with 32-bit signed fields,
 #: ``p`` < 128 partitions and ``i`` < 2**16 free elements.
@@ -464,6 +469,18 @@ def lane_output(m: Module, y, dtype, words=0):
                Mux(dtype == DTYPES["tf32"][0], y << TF32_SHIFT, y))
 
 
+def with_zero(op, value):
+    """Whether the comparison ``op`` (a :class:`~hdl.vector.ops.VectorOp` signal) of the
+    signed integer ``value`` with 0 holds (combinational)."""
+    neg, zero = value[-1], value == 0
+    out = zero
+    for cmp, flag in ((VectorOp.NOT_EQUAL, ~zero), (VectorOp.GREATER, ~neg & ~zero),
+                      (VectorOp.GREATER_EQUAL, ~neg), (VectorOp.LESS, neg),
+                      (VectorOp.LESS_EQUAL, neg | zero)):
+        out = Mux(op == cmp, flag, out)
+    return out
+
+
 def unit_format(formats: tuple[str, ...], dtype):
     """The index in the unit's ``formats`` of the element type whose code is ``dtype``:
     its own, fp32's for the integer types (combinational)."""
@@ -516,7 +533,8 @@ class EngineSlice(wiring.Component):
     operands read and written as words (:func:`lane_input`, :func:`lane_output`). The vector
     engine's RangeSelect: ``fill`` while ``selecting`` unless both ``op0(place, scalar)``
     and ``op1(place, scalar1)`` hold (``place`` the element's place in fp32;
-    :func:`~hdl.vector.fpcmp.holds`).
+    :func:`~hdl.vector.fpcmp.holds`). GpSimd's AffineSelect: ``fill`` while ``affine``
+    unless ``cmp`` of the Iota value of the element written with 0 holds.
     """
 
     def __init__(self, partitions: int, kind: str):
@@ -552,7 +570,9 @@ class EngineSlice(wiring.Component):
         if kind == "gpsimd":
             members.update({"iota": In(1), "set_base": In(1), "iota_base": In(signed(32)),
                             "iota_pstep": In(signed(32)), "iota_at": In(signed(IOTA_BITS)),
-                            "iota_raw": In(1), "iota_w_at": In(signed(IOTA_BITS))})
+                            "iota_raw": In(1), "iota_w_at": In(signed(IOTA_BITS)),
+                            "affine": In(1), "cmp": In(field_positions(AffineSelect)["op"][1]),
+                            "fill": Out(1)})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -586,7 +606,11 @@ class EngineSlice(wiring.Component):
                                                                 self.scalar1)))
         if self.kind == "gpsimd":
             lane_base = Signal(signed(IOTA_BITS))
-            out = Mux(self.iota_raw, (lane_base + self.iota_w_at)[:32], out)
+            written = Signal(signed(IOTA_BITS))  # the Iota value of the element written
+            m.d.comb += written.eq(lane_base + self.iota_w_at)
+            out = Mux(self.iota_raw, written[:32], out)
+            # AffineSelect: the fill unless the comparison of that value with 0 holds
+            m.d.comb += self.fill.eq(self.affine & ~with_zero(self.cmp, written))
         m.d.comb += [self.w_data.eq(out << (self.w_shift * 8)),
                      self.w_part.eq((self.d_first <= self.index)
                                     & (self.index < self.d_first + self.d_count))]
@@ -725,6 +749,7 @@ class VectorEngine(wiring.Component):
         scan, reverse0, reverse1, stochastic = Signal(), Signal(), Signal(), Signal()
         draw = Signal(Draw)  # Random's and Dropout's draws
         transposing, shuffling, selecting, bounding = Signal(), Signal(), Signal(), Signal()
+        affine = Signal()  # GpSimd's AffineSelect
         # Max8: the search (the source through the unit, each lane's values into its list),
         # then the emission (the lists through the unit into dst)
         maxing, emit_phase = Signal(), Signal()
@@ -741,7 +766,7 @@ class VectorEngine(wiring.Component):
         replaced = [Signal(name=f"slice{p}_replaced") for p in range(n)
                     if FindIndex8 in ENGINE_RUNS[self.kind]]
         fills = [Signal(name=f"slice{p}_fill") for p in range(n)
-                 if RangeSelect in ENGINE_RUNS[self.kind]]
+                 if {RangeSelect, AffineSelect} & set(ENGINE_RUNS[self.kind])]
         k8, emit_k, clear, set_val = Signal(range(9)), Signal(range(8)), Signal(), Signal()
         # TensorCopyDynamic: the offset's AP (``place``), the source moved by ``moved`` bytes
         # once the offset is read (``placed``)
@@ -830,6 +855,10 @@ class VectorEngine(wiring.Component):
                 with m.Case(Iota.OPCODE):
                     m.d.comb += [dst.eq(field(Iota, "dst")), a.eq(field(Iota, "dst")),
                                  op.eq(VectorOp.COPY), iota.eq(1)]
+                with m.Case(AffineSelect.OPCODE):
+                    m.d.comb += [dst.eq(field(AffineSelect, "dst")),
+                                 a.eq(field(AffineSelect, "src")), op.eq(VectorOp.COPY),
+                                 imm.eq(field(AffineSelect, "fill")), affine.eq(1)]
                 with m.Case(SequenceBounds.OPCODE):
                     m.d.comb += [dst.eq(field(SequenceBounds, "dst")),
                                  a.eq(field(SequenceBounds, "src")), bounding.eq(1)]
@@ -963,12 +992,15 @@ class VectorEngine(wiring.Component):
                                "iota_at": iota_at,
                                "iota_raw": iota & ((dst.dtype == DTYPES["int32"][0])
                                                    | (dst.dtype == DTYPES["uint32"][0])),
-                               "iota_w_at": iota_w_at})
+                               "iota_w_at": iota_w_at, "affine": affine,
+                               "cmp": field(AffineSelect, "op")})
+                outputs["fill"] = fills[p]
             add_lane(m, f"slice{p}", None, SLICE_MODULES[self.kind], inputs, outputs)
         # lane l's element written is the fill where its slice says so (RangeSelect) and at
         # MatchReplace8's matches in its copy (phase 1)
-        fill_lane = [fills[lane] | (replacing & (phase == 1) & replaced[lane]) if fills
-                     else 0 for lane in range(n)]
+        fill_lane = [(fills[lane] if fills else 0)
+                     | (replacing & (phase == 1) & replaced[lane] if replaced else 0)
+                     for lane in range(n)]
         m.d.comb += filled.eq(by_partition(fill_lane, dst.partition, ways))
         # each wide signal assigned whole (Amaranth resolves every bit of a signal for each
         # part of it an instance drives: quadratic in the partitions)

@@ -27,9 +27,9 @@ from typing import ClassVar
 from hdl.vector.ops import BITWISE_OPS, Reduce, VectorOp
 
 __all__ = [
-    "AP", "AP_BITS", "AP_FIELDS", "DMA_ADD_DTYPES", "DMA_CAST_DTYPES", "DTYPES", "ENGINE_OPS",
-    "FREE_MAX", "INSTRUCTIONS", "MX_DTYPES", "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT",
-    "OPCODE_BITS", "SPACES", "TF32_SHIFT",
+    "AP", "AP_BITS", "AP_FIELDS", "AffineSelect", "DMA_ADD_DTYPES", "DMA_CAST_DTYPES",
+    "DTYPES", "ENGINE_OPS", "FREE_MAX", "INSTRUCTIONS", "MX_DTYPES", "MX_GROUP_PARTITIONS",
+    "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS", "SPACES", "TF32_SHIFT",
     "WORD_BITS", "Activation", "DmaCopy", "Dropout", "FindIndex8", "GatherFlattened",
     "Instruction", "IsaError", "Iota", "LocalGather", "MatchReplace8", "Max8", "Random",
     "LoadStationary", "Memset", "MultiplyMoving", "SHUFFLE_KEEP", "SHUFFLE_LANES",
@@ -434,6 +434,29 @@ class Iota(Instruction):
 
 
 @dataclass(frozen=True, slots=True)
+class AffineSelect(Instruction):
+    """``dst[p, i]`` = ``src[p, i]`` (through the unit's copy: a NaN canonical) where
+    ``op(base + p * pstep + i * step, 0)`` holds, ``i`` the flat free index and the value an
+    integer as :class:`Iota` computes it, else ``fill`` (as ``dst``'s type), on GpSimd; its
+    ``base``, ``pstep`` and ``step`` where :class:`Iota` has them [NKI ``affine_select``:
+    "the predicate tile is calculated on-the-fly in the engine by evaluating an affine
+    expression element-by-element"]."""
+
+    OPCODE: ClassVar[int] = 26
+    MNEMONIC: ClassVar[str] = "aselect"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("base", "s", 32), ("pstep", "s", 32),
+                        ("step", "s", 32), ("src", "ap", AP_BITS), ("op", "op", 5),
+                        ("fill", "f32", 32))
+    dst: AP
+    base: int
+    pstep: int
+    step: int
+    src: AP
+    op: VectorOp
+    fill: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class DmaCopy(Instruction):
     """Copy ``src`` to ``dst`` element for element (same shape and type).
 
@@ -681,7 +704,7 @@ INSTRUCTIONS: dict[int, type[Instruction]] = {
                                 Iota, DmaCopy, SemSignal, SemWait, TensorTensorScan,
                                 StreamShuffle, Max8, FindIndex8, MatchReplace8, Random,
                                 Dropout, GatherFlattened, TensorCopyDynamic,
-                                SequenceBounds, RangeSelect, LocalGather)}
+                                SequenceBounds, RangeSelect, LocalGather, AffineSelect)}
 _BY_MNEMONIC = {cls.MNEMONIC: cls for cls in INSTRUCTIONS.values()}
 _SYNC = (SemSignal, SemWait)
 
@@ -702,7 +725,7 @@ ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {
                Random, Dropout, TensorCopyDynamic, RangeSelect) + _SYNC,
     "scalar": (Activation, TensorScalar, TensorCopy, TensorCopyDynamic) + _SYNC,
     "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset, GatherFlattened,
-               TensorCopyDynamic, SequenceBounds, LocalGather) + _SYNC,
+               TensorCopyDynamic, SequenceBounds, LocalGather, AffineSelect) + _SYNC,
     "dma": (DmaCopy,) + _SYNC,
 }
 

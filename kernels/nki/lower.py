@@ -20,6 +20,7 @@ from hdl.core.isa import (
     SHUFFLE_KEEP,
     SHUFFLE_LANES,
     Activation,
+    AffineSelect,
     Dropout,
     FindIndex8,
     GatherFlattened,
@@ -1062,20 +1063,31 @@ def _iota_into(t, expr: Affine, out: View, call: str) -> None:
         _iota_into(t, expr, tmp, call)
         tensor_copy(tmp.broadcast_to(out.shape), engine=3, dst=out, call=call)
         return
-    shape = out.shape
-    step = expr.coef.get(out.ndim - 1, 0) if out.ndim > 1 else 0
-    inner, outer = 1, 0  # axes 1 .. outer - 1 are not row-major: one Iota per position
-    for axis in range(out.ndim - 1, 0, -1):
+    step, runs = _flat_runs(expr, out.shape)
+    for key, base in runs:
+        sub = out[key]
+        ap = t.ap(sub, call, "dst", ("sbuf",))
+        t.emit("gpsimd", Iota(dst=ap, base=base, pstep=expr.coef.get(0, 0), step=step),
+               writes=[(sub, ap)])
+
+
+def _flat_runs(expr: Affine, shape: tuple[int, ...]):
+    """``(step, [(key, base), ...])``: ``expr`` over a tile of ``shape`` as runs along the
+    flat free index, as an instruction that counts one (Iota, AffineSelect) takes it: the
+    innermost free axes whose coefficients are row-major (the innermost ``step``, each outer
+    one ``step`` times the sizes inside it) make one run; each position of the outer axes
+    is a run of its own (``key`` its subscript of the tile, ``base`` the expression there
+    but for the partition's term)."""
+    step = expr.coef.get(len(shape) - 1, 0) if len(shape) > 1 else 0
+    inner, outer = 1, 0  # axes 1 .. outer - 1 are not row-major: a run per position
+    for axis in range(len(shape) - 1, 0, -1):
         if shape[axis] > 1 and expr.coef.get(axis, 0) != step * inner:
             outer = axis + 1
             break
         inner *= shape[axis]
-    for pos in np.ndindex(*shape[1:outer]):
-        sub = out[(slice(None),) + tuple(slice(i, i + 1) for i in pos)]
-        base = expr.const + sum(expr.coef.get(a + 1, 0) * i for a, i in enumerate(pos))
-        ap = t.ap(sub, call, "dst", ("sbuf",))
-        t.emit("gpsimd", Iota(dst=ap, base=base, pstep=expr.coef.get(0, 0), step=step),
-               writes=[(sub, ap)])
+    return step, [((slice(None),) + tuple(slice(i, i + 1) for i in pos),
+                   expr.const + sum(expr.coef.get(a + 1, 0) * i for a, i in enumerate(pos)))
+                  for pos in np.ndindex(*shape[1:outer])]
 
 
 def pattern_expr(dst: View, pattern, offset: int, channel_multiplier: int,
@@ -1141,14 +1153,11 @@ def iota_again(x: View, partitions: int) -> View | None:
 
 def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, dst=None,
                   call: str = "affine_select"):
-    """``pred ? on_true_tile : on_false_value`` for an affine predicate, on GpSimd. The ISA
-    has no select: the predicate's expression is an Iota, its comparison with 0 a flag
-    ``f``; ``s = (2f - 1) * inf`` (+inf where true, -inf where false);
-    ``hi = max(s, v)``, ``lo = min(-s, v)``; the result ``min(max(x, lo), hi)``, which is
-    ``x`` where the predicate holds and ``v`` where not, bit for bit, except that a NaN of
-    ``x`` stays NaN where it is masked out. Seven instructions where the chip's select is
-    one (150 + N GpSimd cycles documented). A tile in PSUM, which GpSimd cannot read, is
-    copied to SBUF by the vector engine first."""
+    """``pred ? on_true_tile : on_false_value`` for an affine predicate on GpSimd: an
+    :class:`AffineSelect` per run of the predicate along the flat free index
+    (:func:`_flat_runs`: one for a predicate row-major in the free axes, as a mask of rows
+    and columns is). A tile in PSUM, which GpSimd cannot read, is copied to SBUF by the
+    vector engine first."""
     t = current(call)
     t.commit()
     if isinstance(pred, Mask) and pred.predicate is not None:
@@ -1161,10 +1170,7 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     x = whole.cut(mask)
     if x.buf.space == "psum":  # GpSimd cannot read PSUM [NKI2]: the vector engine copies it
         x = tensor_copy(x, mask=False if dropped(mask) else None, call=call)
-    v = float(on_false_value)
-    if v != v:
-        raise NotSupported(f"'{call}' with a NaN on_false_value", "numbers and infinities")
-    x_ap = t.ap(x, call, "on_true_tile", ("sbuf",))
+    t.ap(x, call, "on_true_tile", ("sbuf",))
     want = _shape_of(pred.expr, call)
     if len(want) != whole.ndim or any(w not in (1, s) for w, s in zip(want, whole.shape,
                                                                       strict=False)):
@@ -1172,40 +1178,17 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
                        f"{list(whole.shape)} differ")
     expr = _at_cut(pred.expr, mask, whole.shape)
     out_dt = isa_dtype(dtype) if dtype is not None else x.dt
-    cmp = COMPARISONS[pred.op]
+    cmp, fill = COMPARISONS[pred.op], float(on_false_value)
 
     def make(out: View, _):
-        out_ap = t.ap(out, call, "dst", ("sbuf",))
-        f = _out(t, x.shape, "fp32")
-        _iota_into(t, expr, f, call)
-        f_ap = t.ap(f, call, "dst")
-        s = _out(t, x.shape, "fp32")
-        s_ap = t.ap(s, call, "dst")
-        t.emit("gpsimd", TensorScalar(dst=s_ap, src=f_ap, op0=cmp, imm0=0.0,
-                                      op1=VectorOp.MULTIPLY, imm1=2.0),
-               reads=[(f, f_ap)], writes=[(s, s_ap)])
-        t.emit("gpsimd", TensorScalar(dst=s_ap, src=s_ap, op0=VectorOp.SUBTRACT, imm0=1.0,
-                                      op1=VectorOp.MULTIPLY, imm1=_INF),
-               reads=[(s, s_ap)], writes=[(s, s_ap)])
-        src, src_view = x_ap, x
-        if v != -_INF:  # max(x, lo): lo = min(-s, v)
-            lo = _out(t, x.shape, "fp32")
-            lo_ap = t.ap(lo, call, "dst")
-            t.emit("gpsimd", TensorScalar(dst=lo_ap, src=s_ap, op0=VectorOp.MULTIPLY,
-                                          imm0=-1.0, op1=VectorOp.MIN, imm1=v),
-                   reads=[(s, s_ap)], writes=[(lo, lo_ap)])
-            m = _out(t, x.shape, "fp32") if v != _INF else out
-            m_ap = t.ap(m, call, "dst")
-            t.emit("gpsimd", TensorTensor(dst=m_ap, a=src, b=lo_ap, op=VectorOp.MAX),
-                   reads=[(src_view, src), (lo, lo_ap)], writes=[(m, m_ap)])
-            if v == _INF:
-                return
-            src, src_view = m_ap, m
-        hi_ap = s_ap  # min(., hi): hi = max(s, v)
-        t.emit("gpsimd", TensorScalar(dst=hi_ap, src=s_ap, op0=VectorOp.MAX, imm0=v),
-               reads=[(s, s_ap)], writes=[(s, s_ap)])
-        t.emit("gpsimd", TensorTensor(dst=out_ap, a=src, b=hi_ap, op=VectorOp.MIN),
-               reads=[(src_view, src), (s, hi_ap)], writes=[(out, out_ap)])
+        step, runs = _flat_runs(expr, x.shape)
+        for key, base in runs:
+            o, src = out[key], x[key]
+            o_ap = t.ap(o, call, "dst", ("sbuf",))
+            s_ap = t.ap(src, call, "on_true_tile", ("sbuf",))
+            t.emit("gpsimd", AffineSelect(dst=o_ap, base=base, pstep=expr.coef.get(0, 0),
+                                          step=step, src=s_ap, op=cmp, fill=fill),
+                   reads=[(src, s_ap)], writes=[(o, o_ap)])
 
     return _finish(t, lambda: _out(t, whole.shape, out_dt), make, "compute", mask, dst)
 

@@ -20,6 +20,7 @@ from hdl.core import isa
 from hdl.core.isa import (
     AP,
     Activation,
+    AffineSelect,
     DmaCopy,
     Dropout,
     FindIndex8,
@@ -61,7 +62,11 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 _INTS = {"int32": np.int32, "uint32": np.uint32, "uint8": np.uint8, "uint16": np.uint16}
 _WORDS = ("int32", "uint32")
 _SELECTIONS = (Max8, FindIndex8, MatchReplace8, Random, Dropout, GatherFlattened,
-               SequenceBounds, RangeSelect, LocalGather)
+               SequenceBounds, RangeSelect, LocalGather, AffineSelect)
+#: The comparisons of an integer with 0 (:class:`~hdl.core.isa.AffineSelect`).
+_WITH_ZERO = {VectorOp.IS_EQUAL: np.equal, VectorOp.NOT_EQUAL: np.not_equal,
+              VectorOp.GREATER: np.greater, VectorOp.GREATER_EQUAL: np.greater_equal,
+              VectorOp.LESS: np.less, VectorOp.LESS_EQUAL: np.less_equal}
 
 
 def _partition(ap: AP, p: int) -> AP:
@@ -338,6 +343,12 @@ class Data:
             for op, bound in ((ins.op0, ins.bound0), (ins.op1, ins.bound1)):
                 b = self.read32(bound).reshape(-1, 1)  # the vector unit's comparison
                 keep &= vector.elementwise(op, np.broadcast_to(place, x.shape), b) != 0
+            self.write32(ins.dst, np.where(keep, x, f32(ins.fill).view(np.uint32)))
+        elif isinstance(ins, AffineSelect):
+            x = self.copied32(ins.src)
+            p = np.arange(x.shape[0], dtype=np.int64)[:, None]
+            i = np.arange(x.shape[1], dtype=np.int64)[None, :]
+            keep = _WITH_ZERO[ins.op](ins.base + p * ins.pstep + i * ins.step, 0)
             self.write32(ins.dst, np.where(keep, x, f32(ins.fill).view(np.uint32)))
         elif isinstance(ins, SequenceBounds):
             ids = self.read32(ins.src).view(f32).reshape(-1)

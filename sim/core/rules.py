@@ -395,6 +395,12 @@ class Rules:
             if int(p.version.lstrip("v")) < 3:
                 fail(*where, "engine", f"{p.name}'s vector engine (NeuronCore-{p.version}) "
                                        f"has no range select, NeuronCore-v3 on has")
+        elif isinstance(ins, isa.AffineSelect):
+            self._check_same(where, ins.dst, ins.src, "dst and src")
+            if ins.op not in (VectorOp.IS_EQUAL, VectorOp.NOT_EQUAL, VectorOp.LESS,
+                              VectorOp.LESS_EQUAL, VectorOp.GREATER, VectorOp.GREATER_EQUAL):
+                fail(*where, "op", "an affine select compares with equal, not_equal, less, "
+                                   "less_equal, greater or greater_equal")
         elif isinstance(ins, isa.SequenceBounds):
             s, d = ins.src, ins.dst
             if s.partitions != 1 or d.partitions != 1 or d.free != 2 * s.free or \

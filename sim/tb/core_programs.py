@@ -16,6 +16,7 @@ from hdl.core import isa
 from hdl.core.isa import (
     TF32_SHIFT,
     Activation,
+    AffineSelect,
     DmaCopy,
     Dropout,
     FindIndex8,
@@ -231,6 +232,34 @@ def _gpsimd(b: Builder) -> None:
     b.emit(g, Memset(dst=b.tile("sbuf", "fp16", t3 + 2, 6, ((n // 2, 2),)), value=-0.3))
     b.wait("dma1", b.signal(g))
     b.emit("dma1", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t5, n)))
+
+
+def _affine_selects(b: Builder) -> None:
+    """AffineSelect on GpSimd, each comparison with 0 of ``base + p pstep + i step``: a causal
+    mask and its mirror, equality, a stripe (step 0), a negative pstep, a strided tile of six
+    partitions; fp32 kept as it is (a NaN canonical), into bf16 at a byte offset and fp16;
+    fills of -inf, 0 and finite numbers (cast to the destination's type)."""
+    p, n = b.params.partitions, 12
+    x = b.hbm("x", (p, n), "fp32")
+    sx = b.sbuf(4 * n, "x")
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n), src=x.ap((0, p))))
+    g = "gpsimd"
+    b.wait(g, b.signal("dma0"))
+    b.emit(g, Memset(dst=b.tile("sbuf", "fp32", sx + 8, 1, ((1, 1),)), value=float("nan")))
+    cases = ((VectorOp.GREATER_EQUAL, 0, 1, -1, float("-inf"), "fp32", 0),
+             (VectorOp.LESS, 3, -1, 1, 2.5, "fp32", 0),
+             (VectorOp.IS_EQUAL, -5, 1, -1, 0.0, "bf16", 2),
+             (VectorOp.NOT_EQUAL, 2, 1, 0, -3.25, "fp16", 0),
+             (VectorOp.LESS_EQUAL, 4, -2, 1, 1e38, "bf16", 0),
+             (VectorOp.GREATER, -3, 1, 2, 7.0, "fp32", 0))
+    for k, (op, base, pstep, step, fill, dtype, shift) in enumerate(cases):
+        at = b.sbuf(4 * n + 4, f"o{k}") + shift
+        src, dst = _tile(b, sx, n), _tile(b, at, n, dtype)
+        if k == len(cases) - 1:  # every other element of six partitions
+            src = b.tile("sbuf", "fp32", sx, 6, ((n // 2, 2),))
+            dst = b.tile("sbuf", dtype, at, 6, ((n // 2, 2),))
+        b.emit(g, AffineSelect(dst=dst, base=base, pstep=pstep, step=step, src=src, op=op,
+                               fill=fill))
 
 
 def _dynamic_copies(b: Builder) -> None:
@@ -1250,6 +1279,7 @@ PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
              "matches": (_matches, False), "sequence_bounds": (_sequence_bounds, False),
              "indirect_dmas": (_indirect_dmas, False), "draws": (_draws, False),
              "converting_dmas": (_converting_dmas, False),
+             "affine_selects": (_affine_selects, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)
                 for name in ("cross_entropy_backward", "swiglu_backward")
                 for dtype in ("fp32", "bf16")},

@@ -34,6 +34,7 @@ from hdl.core.isa import (
     SHUFFLE_KEEP,
     SHUFFLE_LANES,
     Activation,
+    AffineSelect,
     DmaCopy,
     Dropout,
     FindIndex8,
@@ -66,6 +67,9 @@ __all__ = ["draw", "random_program"]
 #: Element operations of its ``TensorTensor`` and ``TensorScalar`` instructions.
 _OPS = (VectorOp.ADD, VectorOp.SUBTRACT, VectorOp.MULTIPLY, VectorOp.MAX, VectorOp.MIN,
         VectorOp.GREATER, VectorOp.LESS_EQUAL, VectorOp.IS_EQUAL)
+#: An affine select's comparisons with 0.
+_COMPARISONS = (VectorOp.IS_EQUAL, VectorOp.NOT_EQUAL, VectorOp.LESS, VectorOp.LESS_EQUAL,
+                VectorOp.GREATER, VectorOp.GREATER_EQUAL)
 _TYPES = ("fp32", "bf16", "fp16")
 #: The other types its slots take, loaded and written (not in reach of every operation: fp8
 #: is loaded only, for the tensor engine; int8 is never multiplied there)
@@ -239,6 +243,13 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
                 ins, m = dynamic_copy(a, a_t, n, dst, out_t)
                 reads.append(("o",))
                 stream = rng.choice(("vector", "scalar", "gpsimd"))
+            elif kind == "copy" and rng.random() < 0.25:  # GpSimd's affine select
+                ins = AffineSelect(dst=dst_ap, base=rng.randint(-20, 20),
+                                   pstep=rng.choice((0, 1, -1, 3)),
+                                   step=rng.choice((0, 1, -1, -2)), src=src_ap,
+                                   op=rng.choice(_COMPARISONS),
+                                   fill=rng.choice((0.0, -3.5, float("-inf"))))
+                stream = "gpsimd"
             elif kind == "copy":
                 ins = TensorCopy(dst=dst_ap, src=src_ap)
                 stream = rng.choice(("vector", "scalar", "gpsimd"))
