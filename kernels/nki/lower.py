@@ -1034,7 +1034,6 @@ COMPARISONS = {"<": VectorOp.LESS, "<=": VectorOp.LESS_EQUAL, ">": VectorOp.GREA
 _REVERSED = {VectorOp.LESS: VectorOp.GREATER, VectorOp.GREATER: VectorOp.LESS,
              VectorOp.LESS_EQUAL: VectorOp.GREATER_EQUAL,
              VectorOp.GREATER_EQUAL: VectorOp.LESS_EQUAL}
-_INF = float("inf")
 
 
 def _shape_of(expr: Affine, call: str) -> tuple[int, ...]:
@@ -1170,7 +1169,7 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     x = whole.cut(mask)
     if x.buf.space == "psum":  # GpSimd cannot read PSUM [NKI2]: the vector engine copies it
         x = tensor_copy(x, mask=False if dropped(mask) else None, call=call)
-    t.ap(x, call, "on_true_tile", ("sbuf",))
+    t.ap(x, call, "on_true_tile", ("sbuf",))  # NKI's error for a tile GpSimd cannot read
     want = _shape_of(pred.expr, call)
     if len(want) != whole.ndim or any(w not in (1, s) for w, s in zip(want, whole.shape,
                                                                       strict=False)):
