@@ -502,6 +502,12 @@ def test_nc_n_gather_within_each_partition(k):
                                                           axis=1))
 
 
+def test_dma_copy_of_one_element_of_a_partition(k):
+    x = np.array([[1.0, 2.0], [3.5, 4.0]], dtype=np.float32)
+    out = k["v2_one_element"](x)
+    np.testing.assert_array_equal(out[:, 0], [3.5] + [0.0] * 15)
+
+
 def test_unary_abs_in_tensor_scalar_reduce(k):
     """tensor_scalar's arithmetic unary operators take operand 0 ("Must be None or 0 when
     op0 is a unary operator (e.g., nl.abs)"): |x| and each row's largest, against numpy."""

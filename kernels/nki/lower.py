@@ -779,6 +779,8 @@ def dma_copy(dst: View, src: View, *, mask=None, skip: bool = False, rmw_op=None
         return
     d = _tile(dst, call, "dst").cut(mask)
     s = _tile(src, call, "src").cut(mask)
+    # an element of one partition (``t[0, 0]``) is that partition
+    d, s = (v if v.buf.space == "hbm" else _with_partition(v) for v in (d, s))
     for v, name in ((d, "dst"), (s, "src")):
         if v.buf.space == "psum":
             t.ap(v, call, name, ("hbm", "sbuf"))
