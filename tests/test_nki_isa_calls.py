@@ -502,6 +502,20 @@ def test_nc_n_gather_within_each_partition(k):
                                                           axis=1))
 
 
+def test_cores_of_a_grid_may_stage_through_hbm_of_their_own(k):
+    """An nl.nc(2) launch whose cores make different HBM scratch (an on-chip dma_transpose
+    on one of them, as attention_cte's unequal split of a sequence does) runs; cores that
+    make different shared_hbm tensors are refused."""
+    x = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    grid = k["v2_staged_on_one_core"][knki.language.nc(2)]
+    out = grid(x, platform_target="trn2")
+    np.testing.assert_array_equal(out[:32], x[:32].T)
+    np.testing.assert_array_equal(out[32:], x[32:])
+    with pytest.raises(knki.NkiError, match="instances on different cores make different "
+                                            "HBM tensors is not supported yet"):
+        grid(x, shared_too=True, platform_target="trn2")
+
+
 def test_dma_copy_of_one_element_of_a_partition(k):
     x = np.array([[1.0, 2.0], [3.5, 4.0]], dtype=np.float32)
     out = k["v2_one_element"](x)

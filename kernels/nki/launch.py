@@ -253,20 +253,14 @@ class Kernel:
                            f"{'/'.join(map(str, _lnc(target)))}")
         tracers, target, calls, inputs, out = self._trace(args, kwargs, platform, cores)
         programs = [t.program() for t in tracers]
-        program = programs[0]
-        for other in programs[1:]:
-            if {n: (x.offset, x.shape) for n, x in other.tensors.items()} != \
-                    {n: (x.offset, x.shape) for n, x in program.tensors.items()}:
-                raise NotSupported("an SPMD kernel whose instances on different cores make "
-                                   "different HBM tensors",
-                                   "instances that make the same shared_hbm tensors")
+        _same_hbm_tensors(tracers, programs, calls[0])
         t1 = time.perf_counter()
         timing_only = timing_only or SESSION.timing_only or \
             any(isinstance(v, TensorType) for v in inputs.values())
         hbm = None
         if not timing_only:
-            hbm = np.zeros(program.hbm_bytes, dtype=np.uint8)
-            for t in program.tensors.values():
+            hbm = np.zeros(max(p.hbm_bytes for p in programs), dtype=np.uint8)
+            for t in (t for p in programs for t in p.tensors.values()):
                 if t.dtype in ("fp32", "bf16", "fp16"):
                     _put(hbm, t, np.full(t.shape, np.nan, numpy_dtype(t.dtype)))
             for name, value in inputs.items():
@@ -336,6 +330,26 @@ class Kernel:
         with open(path, "w") as f:
             f.write(SESSION.launches[-1].result.trace_json())
         return None
+
+
+def _same_hbm_tensors(tracers, programs, call: dict) -> None:
+    """Refuse a launch whose cores' programs place the kernel's HBM tensors (its arguments,
+    its shared_hbm tensors, its constants) differently. A core may make HBM tensors of its
+    own besides (trngen's staging of an on-chip transpose): placed after the shared ones,
+    only its own program touches them, and the cores' programs run one after the other on
+    one HBM image."""
+    kernel = {v.buf.hbm.name for v in call.values() if isinstance(v, View)}
+    for tracer in tracers:
+        kernel |= {v.buf.hbm.name for v in tracer.shared}
+        kernel |= {tensor.name for tensor, _ in tracer.constants}
+    first = {n: (x.offset, x.shape) for n, x in programs[0].tensors.items()}
+    for other in programs[1:]:
+        mine = {n: (x.offset, x.shape) for n, x in other.tensors.items()}
+        differ = {n for n in first.keys() | mine.keys() if first.get(n) != mine.get(n)}
+        if differ & kernel or any(first[n] != mine[n] for n in first.keys() & mine.keys()):
+            raise NotSupported("an SPMD kernel whose instances on different cores make "
+                               "different HBM tensors",
+                               "instances that make the same shared_hbm tensors")
 
 
 def _put(hbm: np.ndarray, t, x: np.ndarray) -> None:

@@ -286,6 +286,26 @@ def one_element(x):
     return out
 
 
+@nki.jit
+def staged_on_one_core(x, shared_too=False):
+    """On an nl.nc(2) grid: core 0 transposes its 32 rows on chip (staged through an HBM
+    tensor of its own), core 1 copies its rows as they are; with ``shared_too`` core 0 also
+    makes a shared_hbm tensor core 1 does not."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    i = nl.program_id(0)
+    t = nl.ndarray((32, 32), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[i * 32:(i + 1) * 32, :])
+    if i == 0:
+        u = nl.ndarray((32, 32), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=u, src=t)
+        t = u
+        if shared_too:
+            extra = nl.ndarray((32, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=extra, src=t)
+    nisa.dma_copy(dst=out[i * 32:(i + 1) * 32, :], src=t)
+    return out
+
+
 #: What :func:`chip_sizes` read of nl.tile_size in its last trace.
 SIZES = {}
 
