@@ -31,7 +31,8 @@ vector engine.
 
 What this datapath runs (:func:`supported` says why not otherwise): ``Activation`` with
 ``src`` and ``dst`` of a type the unit reads and writes (``formats``), a ``bias`` of
-:data:`~hdl.core.engines.OPERAND_DTYPES` and an fp32 ``reduce_dst``; ``TensorScalar``,
+:data:`~hdl.core.engines.OPERAND_DTYPES` and a ``reduce_dst`` of one of ``formats`` (its
+sums cast to nearest even); ``TensorScalar``,
 ``TensorCopy`` and ``TensorCopyDynamic`` as the vector engine runs them
 (:func:`hdl.core.engines.operand_refusal`). Casts round to nearest even or, where the
 instruction says so, stochastically by the lanes' generators (seeded with
@@ -68,7 +69,6 @@ from hdl.core.engines import (
 )
 from hdl.core.isa import (
     AP,
-    DTYPES,
     WORD_BITS,
     Activation,
     Instruction,
@@ -81,7 +81,7 @@ from hdl.emitted import module_text
 from hdl.vector.activation import Activation as ActivationUnit
 from hdl.vector.activation import ActivationParams
 from hdl.vector.functions import FunctionSpec
-from hdl.vector.lanes import add_lane
+from hdl.vector.lanes import add_lane, cast_module, shared_verilog
 from hdl.vector.ops import Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
@@ -105,8 +105,8 @@ def supported(ins: Instruction, formats: tuple[str, ...] = ENGINE_DTYPES) -> str
             return f"{name} must be one of {', '.join(formats)}, not {ap.dtype}"
     if ins.bias is not None and ins.bias.dtype not in OPERAND_DTYPES:
         return f"bias must be one of {', '.join(OPERAND_DTYPES)}, not {ins.bias.dtype}"
-    if ins.reduce_dst is not None and ins.reduce_dst.dtype != "fp32":
-        return "reduce_dst must be fp32"
+    if ins.reduce_dst is not None and ins.reduce_dst.dtype not in formats:
+        return f"reduce_dst must be one of {', '.join(formats)}, not {ins.reduce_dst.dtype}"
     return None
 
 
@@ -201,7 +201,9 @@ class ScalarEngine(wiring.Component):
         """The modules this engine instantiates (:data:`hdl.emitted.Modules`): the
         activation unit's, its vector unit's (without ``alu``: left to an engine whose unit
         has the same lane) and its partition slice."""
+        sum_cast = cast_module(self.params.formats, None)  # reduce_dst's, a lane each
         return {**self.unit.modules(), **(self.alu.modules() if alu else {}),
+                sum_cast: shared_verilog(self.params.formats, None)[sum_cast],
                 SLICE_MODULE: lambda: module_text(ScalarSlice(self.partitions, self.lanes),
                                                   SLICE_MODULE)}
 
@@ -270,7 +272,7 @@ class ScalarEngine(wiring.Component):
         t_first = Mux(reducing, red.partition, dst.partition)
         t_count = Mux(reducing, red.partitions, dst.partitions)
         t_space = Mux(reducing, red.space, dst.space)
-        item = Mux(reducing, 0xF, (1 << (1 << dtype_shift(dst.dtype))) - 1)
+        item = (1 << (1 << dtype_shift(Mux(reducing, red.dtype, dst.dtype)))) - 1
         at = Mux(reducing, red.offset, wd.byte)
 
         def select(values):
@@ -314,7 +316,7 @@ class ScalarEngine(wiring.Component):
                 "bias_dtype": bias.dtype, "s1_first": s1.partition,
                 "s1_shift": s1.offset[:2], "s1_dtype": s1.dtype, "t_first": t_first,
                 "t_count": t_count, "src_dtype": src.dtype,
-                "t_dtype": Mux(reducing, DTYPES["fp32"][0], dst.dtype),
+                "t_dtype": Mux(reducing, red.dtype, dst.dtype),
                 "base": base, "shift": shift, "w_shift": at[:2],
                 "words": bitwise(op) | bitwise(op1), "set_imm": set_imm,
                 "set_bias": set_bias, "set_scalar1": set_scalar1, "imm": imm,
@@ -335,7 +337,16 @@ class ScalarEngine(wiring.Component):
         o_valid, o_ready = Mux(is_act, unit.o.valid, alu.o.valid), Signal()
         m.d.comb += [unit.o.ready.eq(o_ready & is_act), alu.o.ready.eq(o_ready & ~is_act)]
 
-        m.d.comb += [results.eq(Mux(reducing, unit.o.payload.sum.as_value(),
+        # reduce_dst's sums cast to its type to nearest even, a lane each (fp32 and the
+        # integer types as they are: the slices write those by value)
+        red_format = unit_format(formats, red.dtype)
+        sums = []
+        for lane in range(lanes):
+            total, cast = unit.o.payload.sum[lane], Signal(32, name=f"sum_cast{lane}_y")
+            add_lane(m, f"sum_cast{lane}", None, cast_module(formats, None),
+                     {"x": total, "fmt": red_format}, {"y": cast}, clocked=False)
+            sums.append(Mux(red_format == formats.index("fp32"), total, cast))
+        m.d.comb += [results.eq(Mux(reducing, Cat(*sums),
                                     Mux(is_act, unit.o.payload.data.as_value(),
                                         alu.o.payload.as_value()))),
                      self.w_addr.eq(at[2:]), self.w_psum.eq(t_space == SPACE["psum"]),

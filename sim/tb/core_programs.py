@@ -141,8 +141,9 @@ def _vector_casts(b: Builder) -> None:
 
 def _activations(b: Builder) -> None:
     """The scalar engine: a bias column and a running sum, a PSUM source, a bf16 result at
-    a byte offset inside words, a tile of fewer partitions than the lanes' turns cover, and
-    functions of every kind of range reduction."""
+    a byte offset inside words, a tile of fewer partitions than the lanes' turns cover,
+    functions of every kind of range reduction, and sums into bf16 (at a byte offset) and
+    fp16."""
     p, n = b.params.partitions, 12
     x = b.hbm("x", (p, n), "bf16")
     s = b.hbm("s", (p, 1), "fp32")
@@ -167,6 +168,11 @@ def _activations(b: Builder) -> None:
     b.emit(sc, Activation(dst=_tile(b, t3 + 4, n // 2, dims=((n // 2, 2),)),
                           src=_tile(b, t1, n // 2, dims=((n // 2, 2),)), func=fn("rsqrt"),
                           bias=b.column(ss, p)))
+    narrow = b.sbuf(8, "narrow sums")
+    for dtype, at in (("bf16", narrow + 2), ("fp16", narrow + 4)):
+        b.emit(sc, Activation(dst=_tile(b, t2, n), src=_tile(b, sx, n, "bf16"),
+                              func=fn("exp"), scale=0.5,
+                              reduce_dst=b.tile("sbuf", dtype, at, p, ((1, 1),))))
     done = b.signal(sc)
     b.wait("dma2", done)
     b.emit("dma2", DmaCopy(dst=out.ap((0, p)), src=_tile(b, t3, n)))
