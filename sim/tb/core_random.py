@@ -184,11 +184,13 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
         elif kind == "store" and have:
             i = rng.choice(have)
             dtype, n = plan.types[("s", i)]
-            t = b.hbm(f"out{stores}", (p, n), dtype)
+            # into HBM of its own type, or converted through fp32 into another
+            into = dtype if rng.random() < 0.7 else rng.choice(_TYPES + ("int32",))
+            t = b.hbm(f"out{stores}", (p, n), into)
             stores += 1
             q = rng.choice(queues)
-            # added to what HBM holds, where a DMA adds the type
-            add = dtype in DMA_ADD_DTYPES and rng.random() < 0.7
+            # added to what HBM holds, where a DMA adds into the type
+            add = into in DMA_ADD_DTYPES and rng.random() < 0.7
             plan.touch(q, [("s", i)], [],
                        lambda i=i, dtype=dtype, n=n, t=t, q=q, add=add: b.emit(
                            q, DmaCopy(dst=t.ap((0, p)), src=slot_ap(i, dtype, n), add=add)))
@@ -243,7 +245,7 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
                 ins, m = dynamic_copy(a, a_t, n, dst, out_t)
                 reads.append(("o",))
                 stream = rng.choice(("vector", "scalar", "gpsimd"))
-            elif kind == "copy" and rng.random() < 0.25:  # GpSimd's affine select
+            elif kind == "copy" and rng.random() < 0.4:  # GpSimd's affine select
                 ins = AffineSelect(dst=dst_ap, base=rng.randint(-20, 20),
                                    pstep=rng.choice((0, 1, -1, 3)),
                                    step=rng.choice((0, 1, -1, -2)), src=src_ap,
