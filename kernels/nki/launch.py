@@ -345,8 +345,7 @@ def _same_hbm_tensors(tracers, programs, call: dict) -> None:
     first = {n: (x.offset, x.shape) for n, x in programs[0].tensors.items()}
     for other in programs[1:]:
         mine = {n: (x.offset, x.shape) for n, x in other.tensors.items()}
-        differ = {n for n in first.keys() | mine.keys() if first.get(n) != mine.get(n)}
-        if differ & kernel or any(first[n] != mine[n] for n in first.keys() & mine.keys()):
+        if {n for n in first.keys() | mine.keys() if first.get(n) != mine.get(n)} & kernel:
             raise NotSupported("an SPMD kernel whose instances on different cores make "
                                "different HBM tensors",
                                "instances that make the same shared_hbm tensors")

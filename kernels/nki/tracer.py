@@ -1015,16 +1015,16 @@ class View(_Typed):
                               "is contiguous and holds whole elements of the new type")
         if not free or self.dims[free[-1]][1] != 1 or self.checks or self.off % new:
             raise refuse
-        dims = []
-        for i, (size, stride, is_p) in enumerate(self.dims):
-            if i == free[-1]:
-                size, stride = size * old, new
-            elif i in free:
-                stride *= old
-            if i in free and (size % new if i == free[-1] else stride % new):
+        dims = list(self.dims)
+        size, _, is_p = dims[free[-1]]  # contiguous: its bytes as elements of the new type
+        if size * old % new:
+            raise refuse
+        dims[free[-1]] = (size * old // new, 1, is_p)
+        for i in free[:-1]:  # each stride's bytes as elements of the new type
+            size, stride, is_p = dims[i]
+            if stride * old % new:
                 raise refuse
-            dims.append((size // new, 1, is_p) if i == free[-1] else
-                        (size, stride // new, is_p) if i in free else (size, stride, is_p))
+            dims[i] = (size, stride * old // new, is_p)
         return View(self.buf, dt, dims, self.part, self.off)
 
     def broadcast_to(self, shape) -> View:

@@ -80,7 +80,7 @@ def transposes(src: AP, dst: AP) -> bool:
     destination's partitions), more than one partition each of more than one element."""
     return (dst.space == "sbuf" and src.itemsize == dst.itemsize and src.itemsize in (2, 4)
             and src.partitions > 1 and src.free > 1
-            and (src.pstride if src.space == "hbm" else 0) == src.itemsize)
+            and src.space == "hbm" and src.pstride == src.itemsize)
 
 
 def dma_charged_bytes(params: CoreParams, src: AP, dst: AP) -> int:
