@@ -601,3 +601,15 @@ def test_the_shared_identity_matrix_of_each_generation(k):
     which tests/nki_kernels/composed.py loads): a kernel importing nki.isa gets the tile."""
     np.testing.assert_array_equal(k["v2_identity_in_sbuf"](np.zeros((64, 1), np.float32)),
                                   np.identity(64, dtype=np.float32))
+
+
+def test_the_truth_of_a_tile_in_each_generation(k):
+    """NKI 0.2 resolves every branch at specialization time and its library tests optional
+    tiles with ``if tile:``: a tile is true. In 0.1 a tile's truth is its values', which
+    NKI refuses (err_ambiguous_tensor_truth_value)."""
+    x = np.arange(128 * 4, dtype=np.float32).reshape(128, 4)
+    np.testing.assert_array_equal(k["v2_optional_bias"](x, True), x + 1)
+    np.testing.assert_array_equal(k["v2_optional_bias"](x, False), x)
+    with pytest.raises(knki.NkiError, match=r"isa_more.py:\d+: .*truth value of a tensor is "
+                                            r"ambiguous"):
+        k["tile_truth"](x)

@@ -645,8 +645,11 @@ class View(_Typed):
 
     def __bool__(self):
         """An HBM tensor (a kernel's argument or output) is there: true, as ``if t`` asks
-        of an optional argument; an on-chip tile's truth would be its values'."""
-        if self.buf.space == "hbm":
+        of an optional argument. So is any tensor in NKI 0.2, where a tensor is an object of
+        specialization time (its language guide: every branch resolved before device code;
+        aws-neuron/nki-library tests optional tiles so); in 0.1 an on-chip tile's truth would
+        be its values' (``err_ambiguous_tensor_truth_value``)."""
+        if self.buf.space == "hbm" or (tracing() and _CURRENT[-1].generation == 2):
             return True
         raise NkiError("the truth value of a tensor is ambiguous: control flow cannot "
                        "depend on tensor values", "err_ambiguous_tensor_truth_value")

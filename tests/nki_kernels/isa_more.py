@@ -349,3 +349,14 @@ def uint16_sum(a, b):
     out = nl.ndarray(a.shape, dtype=nl.uint16, buffer=nl.shared_hbm)
     nl.store(out, nl.add(nl.load(a), nl.load(b), dtype=nl.uint16))
     return out
+
+
+@nki.jit
+def tile_truth(x):
+    """``if tile:`` in NKI 0.1, where a tile's truth would be its values': refused."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    if t:
+        t = nl.add(t, 1.0)
+    nl.store(out, t)
+    return out

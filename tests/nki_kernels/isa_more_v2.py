@@ -388,3 +388,20 @@ def identity_in_sbuf(x):
     nisa.tensor_copy(dst=t, src=nl.shared_identity_matrix(p, dtype=nl.float32))
     nisa.dma_copy(dst=out, src=t)
     return out
+
+
+@nki.jit
+def optional_bias(x, with_bias):
+    """x, plus 1 where an optional on-chip tile exists (``if tile:``, as NKI 0.2 tests an
+    optional tensor)."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    bias = None
+    if with_bias:
+        bias = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=bias, value=1.0)
+    if bias:
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=bias)
+    nisa.dma_copy(dst=out, src=t)
+    return out
