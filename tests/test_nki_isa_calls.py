@@ -613,3 +613,19 @@ def test_the_truth_of_a_tile_in_each_generation(k):
     with pytest.raises(knki.NkiError, match=r"isa_more.py:\d+: .*truth value of a tensor is "
                                             r"ambiguous"):
         k["tile_truth"](x)
+
+
+def test_a_kernel_that_asks_for_its_grid_and_collectives(k):
+    """nl.num_programs(0) and program_id(0) on a grid of one and of two programs; without a
+    grid, NKI's error with the launch to use; nki.collectives imports and its calls are
+    refused where made."""
+    x = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    np.testing.assert_array_equal(k["v2_sharded_copy"][1](x), x)
+    np.testing.assert_array_equal(k["v2_sharded_copy"][2](x), x)
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: num_programs\(0\) of a launch "
+                                            r"grid of 0 dimensions .*kernel\[1\]"):
+        k["v2_sharded_copy"](x)
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nki.collectives.all_gather "
+                                            r"is not supported yet"):
+        k["v2_sharded_copy"][1](x, gather=True)
+

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from . import compiler, isa, isa_dst, language, typing
+from . import collectives, compiler, isa, isa_dst, language, typing
 from .errors import NkiError, NotSupported
 from .launch import (
     SESSION,
@@ -38,8 +38,9 @@ from .launch import (
 )
 
 __all__ = ["INTERFACES", "SESSION", "Kernel", "Launch", "NkiError", "NotSupported", "baremetal",
-           "benchmark", "compiler", "install", "installed", "isa", "isa_dst", "jit", "language",
-           "profile", "simulate", "simulate_kernel", "trace", "typing", "uninstall"]
+           "benchmark", "collectives", "compiler", "install", "installed", "isa", "isa_dst",
+           "jit", "language", "profile", "simulate", "simulate_kernel", "trace", "typing",
+           "uninstall"]
 
 _LAUNCH = {"jit": jit, "trace": trace, "simulate_kernel": simulate_kernel,
            "simulate": simulate, "baremetal": baremetal, "benchmark": benchmark,
@@ -59,19 +60,22 @@ def _modules() -> dict[str, types.ModuleType]:
     new = _package("nki", isa_dst, "trngen's NKI 0.2 interface")
     # the type of a data type, as aws-neuron/nki-library annotates with it: numpy's here
     new.dtype = np.dtype
+    new.collectives = collectives
     top = types.ModuleType("neuronxcc", "trngen's stand-in for the Neuron compiler package")
     top.__path__ = []
     top.nki = old
     # the enums of nki.isa, importable as nki.isa.constants too
     constants = types.ModuleType("nki.isa.constants", "trngen's nki.isa enums")
     constants.__dict__.update({n: getattr(isa, n) for n in (
-        "engine", "reduce_cmd", "dge_mode", "oob_mode", "nc_version", "matmul_perf_mode")})
+        "engine", "reduce_cmd", "dge_mode", "oob_mode", "nc_version", "matmul_perf_mode",
+        "dma_engine")})
     isa.constants = isa_dst.constants = constants
     return {"neuronxcc": top, "neuronxcc.nki": old, "neuronxcc.nki.language": language,
             "neuronxcc.nki.isa": isa, "neuronxcc.nki.isa.constants": constants,
             "neuronxcc.nki.typing": typing, "neuronxcc.nki.compiler": compiler,
             "nki": new, "nki.language": language, "nki.isa": isa_dst,
-            "nki.isa.constants": constants, "nki.typing": typing, "nki.compiler": compiler}
+            "nki.isa.constants": constants, "nki.typing": typing, "nki.compiler": compiler,
+            "nki.collectives": collectives}
 
 
 _INSTALLED: dict[str, object] = {}

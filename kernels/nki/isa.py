@@ -62,6 +62,14 @@ class oob_mode(IntEnum):  # noqa: N801
     skip = 1
 
 
+class dma_engine(IntEnum):  # noqa: N801
+    """The DMA that moves a ``nisa.sendrecv`` between the cores of an LNC-2 launch: the
+    shared queues, or GpSimd's own; named only, since trngen has no ``sendrecv``."""
+
+    dma = 1
+    gpsimd_dma = 2
+
+
 class nc_version(IntEnum):  # noqa: N801
     gen2 = 2
     gen3 = 3
@@ -338,8 +346,8 @@ _SUPPORTED = ("nc_matmul nc_transpose activation activation_reduce tensor_tensor
               "local_gather "
               "dma_transpose "
               "tensor_tensor_scan tensor_copy memset iota affine_select bn_stats bn_aggr "
-              "dma_copy get_nc_version, the engine, reduce_cmd, dge_mode, oob_mode and "
-              "nc_version enums")
+              "dma_copy get_nc_version, the engine, reduce_cmd, dge_mode, oob_mode, "
+              "dma_engine and nc_version enums")
 
 
 def __getattr__(name: str):

@@ -9,6 +9,7 @@ from . import lower
 from .errors import NotSupported
 from .isa import (
     dge_mode,
+    dma_engine,
     engine,
     get_nc_version,
     gpsimd_engine,
@@ -24,8 +25,9 @@ from .isa import (
 from .tracer import current
 
 __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
-           "core_barrier", "dge_mode", "dma_copy", "dma_transpose", "dropout", "engine",
-           "get_nc_version", "gpsimd_engine", "iota", "matmul_perf_mode", "max8", "memset",
+           "core_barrier", "dge_mode", "dma_copy", "dma_engine", "dma_transpose", "dropout",
+           "engine", "get_nc_version", "gpsimd_engine", "iota", "matmul_perf_mode", "max8",
+           "memset",
            "nc_find_index8", "nc_match_replace8", "nc_n_gather",
            "nc_matmul", "nc_stream_shuffle", "nc_transpose", "nc_version", "oob_mode",
            "range_select", "reciprocal", "reduce_cmd", "scalar_engine", "scalar_tensor_tensor",

@@ -55,6 +55,9 @@ float8_e4m3fn_x4 = numpy_dtype("mxfp8_x4")
 float4_e2m1fn_x4 = numpy_dtype("mxfp4_x4")
 float8_e5m2_x4 = UNSUPPORTED_NUMPY["float8_e5m2_x4"]
 float8_e8m0fnu = UNSUPPORTED_NUMPY["float8_e8m0fnu"]
+#: NKI documents int16; the core's engines have no 16-bit integer: named (nki-library's
+#: allocator compares types with it), a tensor of it refused
+int16 = np.dtype(np.int16)
 
 
 class NKIObject:
@@ -186,7 +189,7 @@ class par_dim:  # noqa: N801 - NKI's name
 
 # --- tensors ------------------------------------------------------------------------------
 
-def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
+def ndarray(shape, dtype, buffer=None, name: str = "", **kwargs) -> View:
     t = current("ndarray")
     t.commit()
     # nki-samples' kernels pass lazy_initialization=False (fill where the tensor is made):
@@ -246,15 +249,15 @@ def shared_constant(constant, dtype=None, **kwargs) -> View:
     return t.constant(data, isa_dtype(dtype if dtype is not None else data.dtype))
 
 
-def zeros(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
+def zeros(shape, dtype, buffer=None, name: str = "", **kwargs) -> View:
     return full(shape, 0.0, dtype, buffer=buffer, name=name, **kwargs)
 
 
-def ones(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
+def ones(shape, dtype, buffer=None, name: str = "", **kwargs) -> View:
     return full(shape, 1.0, dtype, buffer=buffer, name=name, **kwargs)
 
 
-def full(shape, fill_value, dtype, *, buffer=None, name: str = "", **kwargs) -> View:
+def full(shape, fill_value, dtype, buffer=None, name: str = "", **kwargs) -> View:
     v = ndarray(shape, dtype, buffer=buffer, name=name, **kwargs)
     if isinstance(v, Placed):  # each tile filled before its first use
         v.fill = float(fill_value)
@@ -266,11 +269,11 @@ def full(shape, fill_value, dtype, *, buffer=None, name: str = "", **kwargs) -> 
     return v
 
 
-def zeros_like(a: View, dtype=None, *, buffer=None, name: str = "", **kwargs) -> View:
+def zeros_like(a: View, dtype=None, buffer=None, name: str = "", **kwargs) -> View:
     return zeros(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name, **kwargs)
 
 
-def empty_like(a: View, dtype=None, *, buffer=None, name: str = "", **kwargs) -> View:
+def empty_like(a: View, dtype=None, buffer=None, name: str = "", **kwargs) -> View:
     return ndarray(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name, **kwargs)
 
 
@@ -394,12 +397,19 @@ def spmd_dim(*dims) -> SpmdDim:
     return out
 
 
-def program_id(axis=0) -> int:
-    t = current("program_id")
+def _grid_axis(call: str, t, axis) -> int:
+    """``axis`` as an axis of the launch grid of ``t``, else NKI's error for ``call``."""
     axis = int(axis)
     if not 0 <= axis < len(t.grid):
-        raise NkiError(f"program_id({axis}) of a launch grid of {len(t.grid)} dimensions")
-    return t.program_id[axis]
+        raise NkiError(f"{call}({axis}) of a launch grid of {len(t.grid)} dimensions (a "
+                       f"kernel that asks for a grid is launched on one: kernel[1] for one "
+                       f"program)")
+    return axis
+
+
+def program_id(axis=0) -> int:
+    t = current("program_id")
+    return t.program_id[_grid_axis("program_id", t, axis)]
 
 
 def num_programs(axes=None):
@@ -407,8 +417,8 @@ def num_programs(axes=None):
     if axes is None:
         return int(np.prod(t.grid)) if t.grid else 1
     if isinstance(axes, (tuple, list)):
-        return tuple(t.grid[int(a)] for a in axes)
-    return t.grid[int(axes)]
+        return tuple(t.grid[_grid_axis("num_programs", t, a)] for a in axes)
+    return t.grid[_grid_axis("num_programs", t, axes)]
 
 
 def program_ndim() -> int:

@@ -405,3 +405,24 @@ def optional_bias(x, with_bias):
         nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=bias)
     nisa.dma_copy(dst=out, src=t)
     return out
+
+
+@nki.jit
+def sharded_copy(x, gather=False):
+    """x copied by the programs of axis 0 of its launch grid, a share of the rows each (as
+    aws-neuron/nki-library shards over nl.num_programs(0)); with ``gather``, an all-gather
+    of nki.collectives, which a launch on one chip does not run. NKI 0.2's nl.ndarray takes
+    its buffer as a positional argument."""
+    import nki.collectives as ncc
+
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    n, i = nl.num_programs(0), nl.program_id(0)
+    rows = x.shape[0] // n
+    t = nl.ndarray((rows, x.shape[1]), x.dtype, nl.sbuf)  # NKI 0.2: buffer positional
+    nisa.dma_copy(dst=t, src=x[i * rows:(i + 1) * rows, :])
+    if gather:
+        ncc.all_gather(srcs=[x], dsts=[out], replica_group=ncc.ReplicaGroup([[0, 1]]),
+                       collective_dim=0)
+    nisa.dma_copy(dst=out[i * rows:(i + 1) * rows, :], src=t)
+    return out
+
