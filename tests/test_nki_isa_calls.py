@@ -629,3 +629,25 @@ def test_a_kernel_that_asks_for_its_grid_and_collectives(k):
                                             r"is not supported yet"):
         k["v2_sharded_copy"][1](x, gather=True)
 
+
+def test_a_pattern_of_many_partitions_moved_by_one_run_time_index(k):
+    """``.ap(scalar_offset=)`` over many partitions, read and written: the whole pattern
+    moves by the tile's value times the stride of ``indirect_dim`` [NKI-AP's example: A of
+    [512, 512] read at 3 x 128 rows]; an index that would reach past the tensor is refused
+    when the copy runs, or with ``oob_mode.skip`` moves nothing."""
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((512, 512)).astype(np.float32)
+    np.testing.assert_array_equal(k["v2_rows_at_run_time"](a, 3 * 128), a[384:, :256])
+    np.testing.assert_array_equal(k["v2_rows_at_run_time"](a, 5), a[5:133, :256])
+    x = rng.standard_normal((16, 8)).astype(np.float32)
+    want = np.zeros((16, 64), np.float32)
+    want[:, 40:48] = x
+    np.testing.assert_array_equal(k["v2_columns_written_at_run_time"](x, 40), want)
+    want = np.zeros((16, 64), np.float32)
+    want[:, 56:] = x  # the last column the pattern may start at
+    np.testing.assert_array_equal(k["v2_columns_written_at_run_time"](x, 56), want)
+    with pytest.raises(IndexError, match=r"index 57 reaches outside the tensor \(it takes "
+                                         r"0 \.\. 56\)"):
+        k["v2_columns_written_at_run_time"](x, 57)
+    np.testing.assert_array_equal(k["v2_columns_written_at_run_time"](x, 57, skip=True),
+                                  np.zeros((16, 64), np.float32))

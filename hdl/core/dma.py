@@ -12,7 +12,9 @@ An indirect copy (``index``) reads, before each of its rows, the row's index (th
 tile's partition for that row, its first element) from SBUF; its HBM side's row is then the
 one indexed (its pattern's offset moved by index x pstride, rows one after another walked
 with no stride between them). A row out of ``0 .. rows - 1`` is not moved (``skip``; the
-core simulator refuses a program with one otherwise). An adding copy (``add``, of a type of
+core simulator refuses a program with one otherwise). One of one index (``index_stride``)
+reads it once, from the index tile's first partition, and moves its HBM side's pattern
+by index x ``index_stride``, out of range moving nothing. An adding copy (``add``, of a type of
 :data:`~hdl.core.isa.DMA_ADD_DTYPES`) reads each element of ``dst`` after ``src``'s and
 writes their sum: both widened to fp32 exactly, added by the vector unit's fp32 adder
 (:data:`~hdl.vector.lanes.FP_MODULES`' ``add``), cast to ``dst``'s type to nearest even. A
@@ -123,14 +125,20 @@ class Dma(wiring.Component):
         skip = word[pos]
         pos, _, _ = field_positions(DmaCopy)["add"]
         adding = word[pos]
-        # an indirect copy's indexed side: the row's offset, no stride between rows
+        pos, bits, _ = field_positions(DmaCopy)["index_stride"]
+        index_stride = word[pos:pos + bits]
+        scalar = index_stride != 0  # one index, read once, for every partition
+        # an indirect copy's indexed side: the row's offset, no stride between rows (with
+        # one index: the pattern's offset moved, its partitions as they are)
         row_offset, row_ok = Signal.like(src.offset), Signal()
         moved_src, moved_dst = Signal(AP_LAYOUT), Signal(AP_LAYOUT)
         m.d.comb += [moved_src.eq(src), moved_dst.eq(dst)]
         with m.If(indirect & ~index_dst):
-            m.d.comb += [moved_src.offset.eq(row_offset), moved_src.pstride.eq(0)]
+            m.d.comb += [moved_src.offset.eq(row_offset),
+                         moved_src.pstride.eq(Mux(scalar, src.pstride, 0))]
         with m.If(indirect & index_dst):
-            m.d.comb += [moved_dst.offset.eq(row_offset), moved_dst.pstride.eq(0)]
+            m.d.comb += [moved_dst.offset.eq(row_offset),
+                         moved_dst.pstride.eq(Mux(scalar, dst.pstride, 0))]
         m.submodules.rd = rd = ApWalker()
         m.submodules.wr = wr = ApWalker()
         value = Signal(DATA_BITS)
@@ -181,12 +189,12 @@ class Dma(wiring.Component):
                     m.next = "INDEX"
             with m.State("INDEX"):  # the row's index, from its partition of the index tile
                 m.d.comb += [self.busy.eq(1), self.sbuf.ren.eq(1),
-                             self.sbuf.rpart.eq(index.partition + wr.row),
+                             self.sbuf.rpart.eq(index.partition + Mux(scalar, 0, wr.row)),
                              self.sbuf.raddr.eq(index.offset[2:])]
                 m.next = "INDEX_DATA"
             with m.State("INDEX_DATA"):
                 side = Mux(index_dst, dst.offset, src.offset)
-                pstride = Mux(index_dst, dst.pstride, src.pstride)
+                pstride = Mux(scalar, index_stride, Mux(index_dst, dst.pstride, src.pstride))
                 at = self.sbuf.rdata
                 negative = (index.dtype == DTYPES["int32"][0]) & at[31]
                 m.d.comb += self.busy.eq(1)
@@ -267,7 +275,7 @@ class Dma(wiring.Component):
                 with m.If(wr.last):
                     m.d.comb += self.done.bit_select(queue, 1).eq(1)
                     m.next = "IDLE"
-                with m.Elif(indirect & wr.row_last):  # the next row's index first
+                with m.Elif(indirect & ~scalar & wr.row_last):  # the next row's index first
                     m.next = "INDEX"
                 with m.Else():
                     m.next = "READ"

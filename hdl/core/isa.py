@@ -466,7 +466,11 @@ class DmaCopy(Instruction):
     ``index[p]`` (the partition's first element), at ``offset + index[p] * pstride`` of its
     access pattern, where it would move row ``p``. ``rows`` is the indexed tensor's: a row
     outside ``0 .. rows - 1`` is an error, or with ``skip`` is not moved [NKI indirect
-    DMA].
+    DMA]. With ``index_stride`` (bytes, not 0) the index is one value, read once (NKI's
+    ``scalar_offset``, "a single dynamic offset applied uniformly to all partitions"): the
+    indexed side moves as its access pattern says, at ``index * index_stride`` bytes past
+    it; an index outside ``0 .. rows - 1`` is an error, or with ``skip`` the copy moves
+    nothing.
 
     ``src`` and ``dst`` of two types (both of :data:`DMA_CAST_DTYPES`) convert each element:
     ``src``'s value widened to fp32 (an integer to the nearest fp32, ties to even), then cast
@@ -483,7 +487,7 @@ class DmaCopy(Instruction):
     MNEMONIC: ClassVar[str] = "dma"
     FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
                         ("index", "ap", AP_BITS), ("index_dst", "u", 1), ("rows", "u", 32),
-                        ("skip", "u", 1), ("add", "u", 1))
+                        ("skip", "u", 1), ("add", "u", 1), ("index_stride", "u", 32))
     dst: AP
     src: AP
     index: AP | None = None
@@ -491,6 +495,7 @@ class DmaCopy(Instruction):
     rows: int = 0
     skip: bool = False
     add: bool = False
+    index_stride: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -739,12 +744,15 @@ def draws_random(ins: Instruction) -> bool:
 
 def reach(ins: Instruction) -> tuple[tuple[str, AP, bool], ...]:
     """(field, access pattern, written) of every access pattern of ``ins``, as the bytes it
-    may touch: an indirect copy's indexed side (:class:`DmaCopy`) spans all its ``rows``,
-    a dynamic copy's source (:class:`TensorCopyDynamic`) every place its offset may name."""
+    may touch: an indirect copy's indexed side (:class:`DmaCopy`) spans all its ``rows``
+    (of one index: its pattern at each), a dynamic copy's source
+    (:class:`TensorCopyDynamic`) every place its offset may name."""
     out = ins.operands()
     if isinstance(ins, DmaCopy) and ins.index is not None:
         side = "dst" if ins.index_dst else "src"
-        out = tuple((n, replace(ap, partitions=ins.rows) if n == side else ap, w)
+        out = tuple((n, (replace(ap, dims=((ins.rows, ins.index_stride // ap.itemsize),)
+                                 + ap.dims) if ins.index_stride
+                         else replace(ap, partitions=ins.rows)) if n == side else ap, w)
                     for n, ap, w in out)
     if isinstance(ins, TensorCopyDynamic):  # every place the offset may move src to
         out = tuple((n, replace(ap, dims=((ins.count, ins.stride),) + ap.dims)

@@ -38,7 +38,7 @@ from heapq import heapify, heappop, heappush
 
 import numpy as np
 
-from hdl.core.isa import AP, DTYPES, FREE_MAX, DmaCopy, Memset, draws_random
+from hdl.core.isa import AP, DTYPES, FREE_MAX, DmaCopy, Memset, draws_random, reach
 from hdl.core.params import CoreParams
 from hdl.numerics.dtypes import ML_DTYPES
 from kernels.builder import SBUF_ALIGN, Builder
@@ -580,12 +580,14 @@ class Moved:
 
 class Indirect:
     """The rows an HBM view takes from a tile (:meth:`View._indirect`): ``tile``, one row
-    index a partition; ``rows`` of the tensor and ``row_bytes`` between them."""
+    index a partition; ``rows`` of the tensor and ``row_bytes`` between them. With
+    ``scalar``, ``tile`` is one index (NKI's ``scalar_offset``) that moves the whole view by
+    ``row_bytes`` each, ``rows`` the indices that keep it within its tensor."""
 
-    __slots__ = ("tile", "rows", "row_bytes")
+    __slots__ = ("tile", "rows", "row_bytes", "scalar")
 
-    def __init__(self, tile: View, rows: int, row_bytes: int):
-        self.tile, self.rows, self.row_bytes = tile, rows, row_bytes
+    def __init__(self, tile: View, rows: int, row_bytes: int, scalar: bool = False):
+        self.tile, self.rows, self.row_bytes, self.scalar = tile, rows, row_bytes, scalar
 
 
 def _pattern(pattern) -> list[tuple[int, int]]:
@@ -837,7 +839,7 @@ class View(_Typed):
             raise NotSupported("a mask comparing an expression over several index axes "
                                "(positions that are not a box of index ranges)",
                                "comparisons of one index axis with an integer, joined by &")
-        if self.index is not None and 0 in mask.ranges:
+        if self.index is not None and not self.index.scalar and 0 in mask.ranges:
             lo, hi = mask.ranges[0]
             lo, hi = max(0, lo), min(self.dims[0][0], hi)
             ind = self.index
@@ -969,11 +971,13 @@ class View(_Typed):
 
     def _ap_indirect(self, pattern, offset, scalar_offset, vector_offset, indirect_dim,
                      dtype) -> View:
-        """``.ap`` of an HBM tensor with an offset read at run time: the first pair of
-        ``pattern`` is the partitions, partition ``p`` at the index ``vector_offset[p]``
-        (or ``scalar_offset``'s one value, for a pattern of one partition) times the stride of
-        the tensor's dimension ``indirect_dim``; the other pairs are within the row, from
-        ``offset`` elements. An indirect DMA (:meth:`_indirect`) reads or writes it."""
+        """``.ap`` of an HBM tensor with an offset read at run time. With ``vector_offset``,
+        the first pair of ``pattern`` is the partitions, partition ``p`` at the index
+        ``vector_offset[p]`` times the stride of the tensor's dimension ``indirect_dim``; the
+        other pairs are within the row, from ``offset`` elements. With ``scalar_offset`` (a
+        [1, 1] tile), the whole pattern from ``offset`` moved by its one value times that
+        stride [NKI-AP: "offset + scalar_offset * prod(A.shape[indirect_dim+1:])"]. An
+        indirect DMA (:meth:`Tracer.dma`) reads or writes it."""
         if scalar_offset is not None and vector_offset is not None:
             raise NkiError(".ap takes vector_offset or scalar_offset, not both")
         if self.buf.space != "hbm" or self.index is not None or self.moved is not None:
@@ -985,23 +989,45 @@ class View(_Typed):
             raise NkiError(f".ap: indirect_dim {d} of a tensor of {len(v.dims)} dimensions")
         pairs = _pattern(pattern)
         parts = pairs[0][1]
-        if d != 0 and parts != 1:
-            raise NotSupported(f".ap with a run-time offset along dimension {d} over "
-                               f"{parts} partitions", "indirect_dim=0, or one partition")
-        if scalar_offset is not None and parts != 1:
-            raise NotSupported(f".ap with scalar_offset over {parts} partitions",
-                               "vector_offset, one index a partition")
         rows, stride = v.dims[d][0], v.dims[d][1]
         shift = int(offset or 0)
+        if scalar_offset is not None:
+            return v._ap_scalar(pattern, pairs, shift, scalar_offset, stride)
+        if d != 0:
+            raise NotSupported(f".ap with vector_offset along dimension {d}",
+                               "vector_offset along dimension 0 (NKI's only), or "
+                               "scalar_offset")
         # the last index reaches furthest
         v._within_storage(pattern, shift, [(stride, rows)] + pairs[1:], " at its last index")
         inner = [(count, s, False) for s, count in pairs[1:]]
         base = View(v.buf, v.dt, [(rows, stride, False)] + inner, 0, v.off + shift * v.itemsize)
-        idx = scalar_offset if scalar_offset is not None else vector_offset
+        if not isinstance(vector_offset, View):
+            raise NotSupported(f".ap with a run-time offset from "
+                               f"{type(vector_offset).__name__}", "an on-chip tile of indices")
+        return base._indirect((vector_offset[0:parts],))
+
+    def _ap_scalar(self, pattern, pairs, shift: int, idx, stride: int) -> View:
+        """:meth:`ap`'s ``pairs`` from ``shift`` elements, moved at run time by ``stride``
+        elements for each unit of the [1, 1] tile ``idx``'s value: an indirect view of one
+        index, whose ``rows`` are the values that keep every element within the storage."""
         if not isinstance(idx, View):
             raise NotSupported(f".ap with a run-time offset from {type(idx).__name__}",
-                               "an on-chip tile of indices")
-        return base._indirect((idx[0:parts],))
+                               "a [1, 1] on-chip tile")
+        if idx.buf.space == "hbm" or idx.dt not in ("int32", "uint32") \
+                or int(np.prod(idx.shape)) != 1:
+            raise NkiError(f"the scalar_offset of tensor `{self.buf.name}` must be an on-chip "
+                           f"int32 or uint32 tile of one element, not {list(idx.shape)} "
+                           f"{idx.dt} in {idx.buf.space}")
+        if stride < 1:
+            raise NotSupported(f".ap with scalar_offset along a dimension of stride {stride}",
+                               "a dimension of positive stride")
+        self._within_storage(pattern, shift, pairs)  # at index 0
+        item = self.itemsize
+        _, hi = _extent((self.off - self.buf.offset) // item + shift, pairs)
+        rows = (self.buf.nbytes // item - 1 - hi) // stride + 1
+        dims = [(count, s, False) for s, count in pairs]
+        return View(self.buf, self.dt, dims, 0, self.off + shift * item, (),
+                    Indirect(idx.as_column()[0:1], rows, stride * item, scalar=True))
 
     def view(self, dtype) -> View:
         """The same bytes as elements of ``dtype`` (a bit cast); of another size, the
@@ -2086,6 +2112,9 @@ class Tracer:
         side = dst if dst.index is not None else src
         ind = side.index
         index = self.ap(ind.tile, call, "index", ("sbuf",), dma=True)
+        if ind.scalar:
+            self._dma_at_scalar(dst, src, a, b, index, ind, skip, add)
+            return
         if index.partitions != a.partitions:
             raise NkiError(f"'{call}': {index.partitions} row indices of tensor "
                            f"`{side.buf.name}` for a copy of {a.partitions} partitions")
@@ -2104,6 +2133,19 @@ class Tracer:
         self.emit(self.dma_queue(), DmaCopy(dst=a, src=b, index=index, index_dst=side is dst,
                                             rows=ind.rows, skip=skip, add=add),
                   reads=reads, writes=writes)
+
+    def _dma_at_scalar(self, dst: View, src: View, a: AP, b: AP, index: AP, ind: Indirect,
+                       skip: bool, add: bool) -> None:
+        """:meth:`dma` whose HBM side moves by one index read at run time (``ind.scalar``):
+        its dependencies take every place the index may move it to as touched."""
+        ins = DmaCopy(dst=a, src=b, index=index, index_dst=dst.index is not None,
+                      rows=ind.rows, skip=skip, add=add, index_stride=ind.row_bytes)
+        whole = {n: ap for n, ap, _ in reach(ins)}
+        reads = [(src, b), (src, whole["src"]), (ind.tile, index)]
+        writes = [(dst, a), (dst, whole["dst"])]
+        if add:
+            reads.append((dst, whole["dst"]))
+        self.emit(self.dma_queue(), ins, reads=reads, writes=writes)
 
     # --- emission -----------------------------------------------------------------------
     def emit(self, stream: str, ins, reads=(), writes=()) -> _Node:

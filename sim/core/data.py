@@ -248,9 +248,20 @@ class Data:
         ``dst``); an indirect one
         (:class:`~hdl.core.isa.DmaCopy` ``index``) moves the rows its index names, a row out
         of the tensor breaking the rule "index bounds" (the message names the first as an
-        element of the flattened tensor, as numpy does) unless the copy skips it."""
+        element of the flattened tensor, as numpy does) unless the copy skips it; one of one
+        index (``index_stride``) moves its indexed side by that index's strides."""
         pairs = [(ins.dst, ins.src)]
-        if ins.index is not None:
+        if ins.index is not None and ins.index_stride:  # one index, for every partition
+            word = self.read(ins.index).reshape(-1)[:1]
+            at = int(word.view(_INTS[ins.index.dtype])[0])
+            ok = 0 <= at < ins.rows
+            if not ins.skip and not ok:
+                fail(stream, index, ins, "index bounds",
+                     f"index {at} reaches outside the tensor (it takes 0 .. {ins.rows - 1})")
+            side = ins.dst if ins.index_dst else ins.src
+            moved = replace(side, offset=side.offset + at * ins.index_stride)
+            pairs = [] if not ok else [(moved, ins.src) if ins.index_dst else (ins.dst, moved)]
+        elif ins.index is not None:
             words = self.read(ins.index).reshape(ins.index.partitions, -1)[:, 0]
             rows = words.view(_INTS[ins.index.dtype]).astype(np.int64)
             ok = (rows >= 0) & (rows < ins.rows)

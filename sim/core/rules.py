@@ -180,14 +180,21 @@ class Rules:
 
     @staticmethod
     def _check_index(where, ins: DmaCopy) -> None:
-        """An indirect copy's index: integers in SBUF, a partition for each of the copy's,
-        and the side it picks rows of in HBM."""
+        """An indirect copy's index: integers in SBUF, a partition for each of the copy's
+        (one element with ``index_stride``), and the side it picks rows of in HBM."""
         side = ins.dst if ins.index_dst else ins.src
         name = "dst" if ins.index_dst else "src"
         if ins.index.space != "sbuf" or ins.index.dtype not in ("int32", "uint32"):
             fail(*where, "index", f"an indirect DMA's index is int32 or uint32 in SBUF, not "
                                   f"{ins.index.dtype} in {ins.index.space.upper()}")
-        if ins.index.partitions != ins.dst.partitions:
+        if ins.index_stride:
+            if ins.index.partitions != 1 or ins.index.free != 1:
+                fail(*where, "index", f"a DMA at one run-time index reads one element, not "
+                                      f"{ins.index.partitions} x {ins.index.free}")
+            if ins.index_stride % side.itemsize:
+                fail(*where, "alignment", f"index_stride {ins.index_stride} is not a multiple "
+                                          f"of {name}'s {side.itemsize}-byte elements")
+        elif ins.index.partitions != ins.dst.partitions:
             fail(*where, "index", f"an indirect DMA's index has a partition for each of the "
                                   f"copy's {ins.dst.partitions}, not {ins.index.partitions}")
         if side.space != "hbm" or ins.rows < 1:

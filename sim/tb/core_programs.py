@@ -565,6 +565,44 @@ def _indirect_dmas(b: Builder) -> None:
     b.emit("dma3", DmaCopy(dst=fa.ap((0, p)), src=_tile(b, sf, n, "fp16"), add=True))
 
 
+def _dmas_at_one_index(b: Builder) -> None:
+    """DMAs moved by one index read at run time (``index_stride``, NKI's ``scalar_offset``),
+    the index at a partition of its tile other than the first (GpSimd's Iota: 2 + 5 p):
+    a table's rows 17 on gathered into SBUF (a row's stride), written back into another
+    table's columns 7 on (an element's stride, every partition moved alike), added there
+    (bf16 at a byte offset inside words), and an index out of range skipped (its tile keeps
+    a memset's value)."""
+    p, n = b.params.partitions, 12
+    rows = p + 48
+    table = b.hbm("table", (rows, n), "fp32")
+    out = b.hbm("out", (p, 2 * n), "fp32")
+    halves = b.hbm("halves", (p, 2 * n), "bf16")
+    idx, t = b.sbuf(4, "idx"), b.sbuf(10 * n + 4, "rows")
+    g = "gpsimd"
+    b.emit(g, Iota(dst=b.tile("sbuf", "int32", idx, p, ((1, 1),)), base=2, pstep=5, step=0))
+    b.emit(g, Memset(dst=_tile(b, t + 4 * n, n), value=-7.0))
+    ready = b.signal(g)
+
+    def at(part, dtype="int32"):  # the index at partition ``part`` of the Iota's tile
+        return b.tile("sbuf", dtype, idx, 1, ((1, 1),), partition=part)
+
+    b.wait("dma0", ready)
+    b.emit("dma0", DmaCopy(dst=_tile(b, t, n), src=table.ap((0, p)), index=at(3),
+                           rows=rows - p + 1, index_stride=n * 4))
+    b.emit("dma0", DmaCopy(dst=_tile(b, t + 4 * n, n), src=table.ap((0, p)), skip=True,
+                           index=at(12, "uint32"), rows=rows - p + 1, index_stride=n * 4))
+    b.emit("dma0", DmaCopy(dst=_tile(b, t + 8 * n + 2, n, "bf16"), src=_tile(b, t, n)))
+    loaded = b.signal("dma0")
+    b.wait("dma1", loaded)
+    b.emit("dma1", DmaCopy(dst=out.ap((0, p), (0, n)), src=_tile(b, t, n), index=at(1),
+                           index_dst=True, rows=n + 1, index_stride=4))
+    b.emit("dma1", DmaCopy(dst=out.ap((0, p), (0, n)), src=_tile(b, t + 4 * n, n),
+                           index=at(0), index_dst=True, rows=n + 1, index_stride=4, add=True))
+    b.emit("dma1", DmaCopy(dst=halves.ap((0, p), (0, n)),
+                           src=_tile(b, t + 8 * n + 2, n, "bf16"), index=at(1),
+                           index_dst=True, rows=n + 1, index_stride=2, add=True))
+
+
 #: The element types :func:`_converting_dmas` converts fp32 into (an SBUF tile each).
 _CASTS = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "tf32", "int8", "uint8",
           "int32", "uint32")
@@ -1284,6 +1322,7 @@ PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
              "range_selects": (_range_selects, False), "top8s": (_top8s, False),
              "matches": (_matches, False), "sequence_bounds": (_sequence_bounds, False),
              "indirect_dmas": (_indirect_dmas, False), "draws": (_draws, False),
+             "dmas_at_one_index": (_dmas_at_one_index, False),
              "converting_dmas": (_converting_dmas, False),
              "affine_selects": (_affine_selects, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)

@@ -426,3 +426,32 @@ def sharded_copy(x, gather=False):
     nisa.dma_copy(dst=out[i * rows:(i + 1) * rows, :], src=t)
     return out
 
+
+@nki.jit
+def rows_at_run_time(a, start):
+    """A[start:start + 128, 0:256] of a [512, 512] tensor, ``start`` a value in SBUF: a
+    pattern of 128 partitions moved by one run-time index along dimension 0."""
+    out = nl.ndarray((128, 256), dtype=a.dtype, buffer=nl.shared_hbm)
+    at = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=at, value=start)
+    nisa.dma_copy(dst=out, src=a.ap(pattern=[[512, 128], [1, 256]], offset=0,
+                                    scalar_offset=at, indirect_dim=0))
+    return out
+
+
+@nki.jit
+def columns_written_at_run_time(x, column, skip=False):
+    """x [16, 8] written into columns column .. column + 7 of a [16, 64] tensor of zeros,
+    ``column`` read from SBUF: a scatter of 16 partitions moved along dimension 1."""
+    out = nl.ndarray((16, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    zeros = nl.ndarray((16, 64), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=zeros, value=0.0)
+    nisa.dma_copy(dst=out, src=zeros)
+    at = nl.ndarray((2, 1), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.memset(dst=at, value=column)
+    t = nl.ndarray((16, 8), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.dma_copy(dst=out.ap(pattern=[[64, 16], [1, 8]], offset=0,
+                             scalar_offset=at[1:2, :], indirect_dim=1),
+                  src=t, oob_mode=nisa.oob_mode.skip if skip else nisa.oob_mode.error)
+    return out
