@@ -31,6 +31,7 @@ import random
 
 from hdl.core.isa import (
     DMA_ADD_DTYPES,
+    DTYPES,
     SHUFFLE_KEEP,
     SHUFFLE_LANES,
     Activation,
@@ -135,14 +136,31 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
     def filled() -> list[int]:
         return [i for i in range(_SLOTS) if ("s", i) in plan.types]
 
+    def places():
+        """The int32 places 0 .. 3 in SBUF (GpSimd's Iota writes them, the first time)."""
+        if ("o",) not in plan.state:
+            plan.touch("gpsimd", [], [("o",)], lambda: b.emit("gpsimd", Iota(
+                dst=tile("sbuf", "int32", plan.places, 1, ((4, 1),)), step=1)))
+
     def load(i: int, dtype: str) -> None:
         """A slot loaded from HBM; a fifth of the loads indirect, the rows in reverse (an
-        int32 index from GpSimd's Iota, p - 1 - partition)."""
+        int32 index from GpSimd's Iota, p - 1 - partition), and a tenth from columns 0 .. 3
+        on of a wider tensor, the place read at run time (one index for every partition)."""
         n = free
         plan.types[("s", i)] = (dtype, n)
         q = rng.choice(queues)
         reads, index = [], {}
-        if rng.random() < 0.2:
+        draw = rng.random()
+        if draw >= 0.9:
+            places()
+            wide = b.hbm(f"wide{i}_{len(b.program.tensors)}", (p, n + 3), dtype)
+            at = tile("sbuf", "int32", plan.places + 4 * rng.randrange(4), 1, ((1, 1),))
+            plan.touch(q, [("o",)], [("s", i)],
+                       lambda: b.emit(q, DmaCopy(
+                           dst=slot_ap(i, dtype, n), src=wide.ap((0, p), (0, n)), index=at,
+                           rows=4, index_stride=DTYPES[dtype][1])))
+            return
+        if draw < 0.2:
             if ("r",) not in plan.state:
                 plan.touch("gpsimd", [], [("r",)], lambda: b.emit("gpsimd", Iota(
                     dst=tile("sbuf", "int32", plan.reverse, p, ((1, 1),)), base=p - 1,
@@ -155,11 +173,9 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
 
     def dynamic_copy(a: int, a_t: str, n: int, dst: int, out_t: str):
         """A TensorCopyDynamic of half of slot ``a``'s ``n`` elements, moved at run time
-        forward or backward by the int32 place 0 .. 3 that it reads (GpSimd's Iota writes
-        them, the first time); the instruction and its elements."""
-        if ("o",) not in plan.state:
-            plan.touch("gpsimd", [], [("o",)], lambda: b.emit("gpsimd", Iota(
-                dst=tile("sbuf", "int32", plan.places, 1, ((4, 1),)), step=1)))
+        forward or backward by the int32 place 0 .. 3 that it reads (:func:`places`); the
+        instruction and its elements."""
+        places()
         half = n // 2
         step, v = (n - half) // 3, rng.randrange(4)
         back = rng.random() < 0.5
