@@ -651,3 +651,26 @@ def test_a_pattern_of_many_partitions_moved_by_one_run_time_index(k):
         k["v2_columns_written_at_run_time"](x, 57)
     np.testing.assert_array_equal(k["v2_columns_written_at_run_time"](x, 57, skip=True),
                                   np.zeros((16, 64), np.float32))
+
+
+def test_the_view_methods_of_nki_0_2(k):
+    """slice, select (static and at a run-time index), vector_select, reshape_dim, permute,
+    rearrange, expand_dim, broadcast, flatten_dims, and the strides, offset, pattern and
+    contiguity the kernel asserts, against numpy."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((128, 24)).astype(np.float32)
+    hbm3 = rng.standard_normal((4, 128, 8)).astype(np.float32)
+    table = rng.standard_normal((64, 8)).astype(np.float32)
+    rows = rng.integers(0, 64, (16, 1)).astype(np.int32)
+    out = k["v2_view_methods"](x, hbm3, table, rows)
+    turned = x.reshape(128, 4, 6).transpose(0, 2, 1).reshape(128, 24)
+    np.testing.assert_array_equal(out[0], turned)
+    np.testing.assert_array_equal(out[1], turned)
+    np.testing.assert_array_equal(out[2], np.tile(x[:, :6], (1, 4)))
+    np.testing.assert_array_equal(out[3], x)
+    np.testing.assert_array_equal(out[4][:, :8], x[:, 8:24:2])
+    for slot, block in ((5, 2), (6, 3)):
+        np.testing.assert_array_equal(out[slot][:, :8], hbm3[block])
+        assert not out[slot][:, 8:].any()
+    np.testing.assert_array_equal(out[7][:16, :8], table[rows[:, 0]])
+    np.testing.assert_array_equal(out[8][:, :6], x.reshape(128, 4, 6)[:, 3])

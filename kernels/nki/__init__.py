@@ -8,9 +8,12 @@ allocation) and the launch calls of :mod:`.launch`. :func:`install` makes a kern
 imports find them: ``neuronxcc.nki``, ``neuronxcc.nki.language``, ``neuronxcc.nki.isa``,
 ``neuronxcc.nki.typing``, ``neuronxcc.nki.compiler`` (NKI 0.1) and ``nki``,
 ``nki.language``, ``nki.isa``, ``nki.typing``, ``nki.compiler`` (NKI 0.2), each
-``isa.constants`` (the enums) too, except where a
-real Neuron SDK is importable, which it never
-shadows unless asked.
+``isa.constants`` (the enums) too, and NKI 0.2's ``nki.collectives`` (:mod:`.collectives`:
+it imports, its calls are refused), except where a real Neuron SDK is importable, which it
+never shadows unless asked. A tensor (:class:`.tracer.View`) has both generations' views:
+slicing, ``reshape``, ``.ap`` and, of NKI 0.2, ``slice``, ``select`` (at a run-time index
+too), ``vector_select``, ``permute``, ``reshape_dim``, ``flatten_dims``, ``expand_dim``,
+``squeeze_dim``, ``broadcast``, ``rearrange`` and ``view``.
 """
 
 from __future__ import annotations

@@ -1006,10 +1006,12 @@ class View(_Typed):
                                f"{type(vector_offset).__name__}", "an on-chip tile of indices")
         return base._indirect((vector_offset[0:parts],))
 
-    def _ap_scalar(self, pattern, pairs, shift: int, idx, stride: int) -> View:
+    def _ap_scalar(self, pattern, pairs, shift: int, idx, stride: int,
+                   limit: int | None = None) -> View:
         """:meth:`ap`'s ``pairs`` from ``shift`` elements, moved at run time by ``stride``
         elements for each unit of the [1, 1] tile ``idx``'s value: an indirect view of one
-        index, whose ``rows`` are the values that keep every element within the storage."""
+        index, whose ``rows`` are the values that keep every element within the storage
+        (and below ``limit``)."""
         if not isinstance(idx, View):
             raise NotSupported(f".ap with a run-time offset from {type(idx).__name__}",
                                "a [1, 1] on-chip tile")
@@ -1025,9 +1027,211 @@ class View(_Typed):
         item = self.itemsize
         _, hi = _extent((self.off - self.buf.offset) // item + shift, pairs)
         rows = (self.buf.nbytes // item - 1 - hi) // stride + 1
+        rows = rows if limit is None else min(rows, limit)
         dims = [(count, s, False) for s, count in pairs]
         return View(self.buf, self.dt, dims, 0, self.off + shift * item, (),
                     Indirect(idx.as_column()[0:1], rows, stride * item, scalar=True))
+
+    # --- NKI 0.2's view methods [NKI-VIEWS] ---------------------------------------------
+    def _row(self) -> int:
+        """Elements a partition of an on-chip view, as :meth:`ap` counts a partition's
+        stride."""
+        return math.prod(d[0] for d in self.dims[1:])
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Each dimension's step in elements of the storage (on chip, a partition's step
+        is the view's elements a partition, as :meth:`ap` takes it)."""
+        on_chip = self.buf.space != "hbm"
+        return tuple(s * self._row() if p and on_chip else s for _, s, p in self.dims)
+
+    @property
+    def offset(self) -> int:
+        """The view's first element, in elements from the storage's start."""
+        if self.buf.space == "hbm":
+            return (self.off - self.buf.offset) // self.itemsize
+        return self.part * self._row() + self.off // self.itemsize
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def get_pattern(self) -> list[list[int]]:
+        """The view's access pattern, ``[[stride, count], ...]`` outermost first."""
+        return [[s, n] for s, n in zip(self.strides, self.shape, strict=True)]
+
+    def is_contiguous(self) -> bool:
+        """Whether the view covers its storage in row-major order (on chip, within a
+        partition: the partition dimension is not counted)."""
+        return self._contiguous(self.dims[1:] if self.buf.space != "hbm" else self.dims)
+
+    def is_indirect(self) -> bool:
+        """Whether the view is addressed at run time (a tile of indices or one index)."""
+        return self.index is not None or self.moved is not None
+
+    def _dim(self, call: str, dim, partition_ok: bool = False) -> int:
+        """``dim`` as a dimension of the view, NKI's error otherwise; on chip not the
+        partition dimension unless ``partition_ok``."""
+        d = _int(dim)
+        if d < 0:
+            d += len(self.dims)
+        if not 0 <= d < len(self.dims):
+            raise NkiError(f"{call}: dimension {dim} of a tensor of {len(self.dims)} "
+                           f"dimensions")
+        if d == 0 and not partition_ok and (self.buf.space != "hbm"
+                                            or self.index is not None):
+            raise NkiError(f"{call}: the partition dimension (0) of an on-chip or "
+                           f"row-indexed tensor stays as it is")
+        return d
+
+    def _reshaped(self, call: str, dims, mapping) -> View:
+        """The view with ``dims``; ``mapping`` gives each old dimension's new position
+        (None: merged or split, which a pending bounds check there refuses)."""
+        checks = []
+        for c in self.checks:
+            if c[0] is None:
+                checks.append(c)
+                continue
+            to = mapping.get(c[0])
+            if to is None:
+                raise NotSupported(f"{call} of a dimension indexed past its size",
+                                   "a view whose indices are within the tensor")
+            checks.append((to,) + tuple(c[1:]))
+        return self._with(dims, self.part, self.off, checks)
+
+    def permute(self, dims) -> View:
+        order = tuple(_int(d) for d in dims)
+        if sorted(order) != list(range(len(self.dims))):
+            raise NkiError(f"permute: {list(order)} is not a permutation of "
+                           f"{list(range(len(self.dims)))}")
+        if order[0] != 0 and (self.buf.space != "hbm" or self.index is not None):
+            raise NkiError("permute: the partition dimension (0) of an on-chip or "
+                           "row-indexed tensor stays outermost")
+        return self._reshaped("permute", [self.dims[a] for a in order],
+                              {a: i for i, a in enumerate(order)})
+
+    def broadcast(self, dim, size) -> View:
+        d = self._dim("broadcast", dim)
+        if self.dims[d][0] != 1:
+            raise NkiError(f"broadcast: dimension {d} has size {self.dims[d][0]}, not 1")
+        dims = list(self.dims)
+        dims[d] = (_int(size), 0, False)
+        return self._reshaped("broadcast", dims, {i: i for i in range(len(dims))})
+
+    def expand_dim(self, dim) -> View:
+        d = _int(dim)
+        if not 0 <= d <= len(self.dims) or (d == 0 and (self.buf.space != "hbm"
+                                                        or self.index is not None)):
+            raise NkiError(f"expand_dim: position {dim} of a tensor of {len(self.dims)} "
+                           f"dimensions (on chip, after the partition dimension)")
+        dims = list(self.dims)
+        dims.insert(d, (1, 1, False))
+        return self._reshaped("expand_dim", dims,
+                              {i: i + (i >= d) for i in range(len(self.dims))})
+
+    def squeeze_dim(self, dim) -> View:
+        d = self._dim("squeeze_dim", dim)
+        if self.dims[d][0] != 1:
+            raise NkiError(f"squeeze_dim: dimension {d} has size {self.dims[d][0]}, not 1")
+        return self._reshaped("squeeze_dim", self.dims[:d] + self.dims[d + 1:],
+                              {i: i - (i > d) for i in range(len(self.dims)) if i != d})
+
+    def reshape_dim(self, dim, shape) -> View:
+        d = self._dim("reshape_dim", dim, partition_ok=len(tuple(shape)) == 1)
+        size, stride, is_p = self.dims[d]
+        sizes = [_int(n) for n in shape]
+        if sizes.count(-1) == 1:
+            known = math.prod(n for n in sizes if n != -1)
+            sizes[sizes.index(-1)] = size // known if known and size % known == 0 else 0
+        if math.prod(sizes) != size or min(sizes) < 1:
+            raise NkiError(f"reshape_dim: {list(shape)} does not split dimension {d} of "
+                           f"size {size}")
+        split = [(n, stride * math.prod(sizes[i + 1:]), is_p) for i, n in enumerate(sizes)]
+        k = len(sizes) - 1
+        return self._reshaped("reshape_dim", self.dims[:d] + tuple(split) + self.dims[d + 1:],
+                              {i: i + (k if i > d else 0) for i in range(len(self.dims))
+                               if i != d or k == 0})
+
+    def flatten_dims(self, start_dim, end_dim) -> View:
+        a = self._dim("flatten_dims", start_dim)
+        b = self._dim("flatten_dims", end_dim)
+        if b < a:
+            raise NkiError(f"flatten_dims: dimensions {a} .. {b}")
+        group = self.dims[a:b + 1]
+        kept = [d for d in group if d[0] != 1] or [group[-1]]
+        for (_, s0, _), (n1, s1, _) in itertools.pairwise(kept):
+            if s0 != s1 * n1:
+                raise NkiError(f"flatten_dims: dimensions {a} .. {b} of {self.buf.name}"
+                               f"{list(self.shape)} are not contiguous in memory")
+        merged = (math.prod(n for n, _, _ in group), kept[-1][1], False)
+        return self._reshaped("flatten_dims", self.dims[:a] + (merged,) + self.dims[b + 1:],
+                              {i: i - (b - a if i > b else 0) for i in range(len(self.dims))
+                               if not a <= i <= b or a == b})
+
+    def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None) -> View:
+        """einops-style: each entry of ``src_pattern`` names a dimension or a group of
+        names (split, sizes from ``fixed_sizes``, one inferred); ``dst_pattern`` orders the
+        names, a group merged (contiguous in memory)."""
+        fixed = dict(fixed_sizes or {})
+        src = [tuple(e) if isinstance(e, (tuple, list)) else (e,) for e in src_pattern]
+        dst = [tuple(e) if isinstance(e, (tuple, list)) else (e,) for e in dst_pattern]
+        names = [n for g in src for n in g]
+        if len(src) != len(self.dims) or sorted(names) != sorted(n for g in dst for n in g) \
+                or len(set(names)) != len(names):
+            raise NkiError(f"rearrange: {src_pattern!r} -> {dst_pattern!r} of a tensor of "
+                           f"shape {list(self.shape)}")
+        v = self
+        for d in reversed(range(len(src))):  # splits, from the last (positions hold)
+            if len(src[d]) > 1:
+                v = v.reshape_dim(d, [fixed.get(n, -1) for n in src[d]])
+        order = [names.index(n) for g in dst for n in g]
+        v = v.permute(order)
+        at = 0
+        for g in dst:  # merges, positions counted in the result
+            if len(g) > 1:
+                v = v.flatten_dims(at, at + len(g) - 1)
+            at += 1
+        return v
+
+    def slice(self, dim, start, end, step=1) -> View:
+        d = self._dim("slice", dim, partition_ok=True)
+        start, end, step = _int(start), _int(end), _int(step)
+        if not 0 <= start < end <= self.dims[d][0] or step < 1:
+            raise NkiError(f"slice: {start}:{end}:{step} of dimension {d} of size "
+                           f"{self.dims[d][0]}")
+        return self[(slice(None),) * d + (slice(start, end, step),)]
+
+    def select(self, dim, index) -> View:
+        """Dimension ``dim`` at ``index``, the dimension removed: an integer now, or an
+        int32/uint32 [1, 1] tile read at run time (HBM: a DMA at one index; on chip, a free
+        dimension moved as :meth:`_dynamic` moves it)."""
+        if not isinstance(index, View):
+            d = self._dim("select", dim, partition_ok=True)
+            return self[(slice(None),) * d + (_int(index),)]
+        d = self._dim("select", dim)
+        if self.is_indirect():
+            raise NkiError("select: one run-time index a view (is_indirect())")
+        if self.buf.space != "hbm":
+            return self._dynamic((slice(None),) * d + (index,))
+        size, stride, _ = self.dims[d]
+        rest = [(s, n) for i, (n, s, _) in enumerate(self.dims) if i != d] or [(1, 1)]
+        return self._ap_scalar(rest, rest, 0, index, stride, size)
+
+    def vector_select(self, dim, vector_offset) -> View:
+        """Rows of dimension 0 of an HBM tensor, partition ``p`` at ``vector_offset[p]``."""
+        if _int(dim) != 0 or self.buf.space != "hbm":
+            raise NkiError("vector_select: dimension 0 of an HBM tensor")
+        if self.is_indirect():
+            raise NkiError("vector_select: one run-time index a view (is_indirect())")
+        return self._indirect((vector_offset,))
+
+    def reinterpret_cast(self, dtype) -> View:
+        return self.view(dtype)
+
+    def indirect(self, index, num_elem=None):
+        raise NotSupported("tensor.indirect (NeuronCore-v4's tensor indirection)",
+                           "select, vector_select and .ap with scalar_offset or "
+                           "vector_offset")
 
     def view(self, dtype) -> View:
         """The same bytes as elements of ``dtype`` (a bit cast); of another size, the
@@ -1973,9 +2177,10 @@ class Tracer:
         """The access pattern of ``view`` as operand ``operand`` of ``call``, checked: its
         address space, bounds, the partition dimension first, and for an engine's operand
         (not ``dma``, nor one whose spaces include HBM) the partition it starts at."""
-        if view.moved is not None and call != "tensor_copy_dynamic_src":
-            raise NotSupported(f"'{call}' of a tile at a run-time offset",
-                               "nisa.tensor_copy_dynamic_src")
+        if view.moved is not None and not (
+                call in ("tensor_copy", "tensor_copy_dynamic_src") and operand == "src"):
+            raise NotSupported(f"'{call}' of a tile at a run-time offset ({operand})",
+                               "the source of nisa.tensor_copy or tensor_copy_dynamic_src")
         if view.buf.space not in spaces:
             raise NkiError(f"Expected operand '{operand}' of '{call}' to be in address space "
                            f"'{'|'.join(sorted(spaces))}', but got a tile in '{view.buf.space}' "

@@ -455,3 +455,53 @@ def columns_written_at_run_time(x, column, skip=False):
                              scalar_offset=at[1:2, :], indirect_dim=1),
                   src=t, oob_mode=nisa.oob_mode.skip if skip else nisa.oob_mode.error)
     return out
+
+
+@nki.jit
+def view_methods(x, hbm3, table, rows):
+    """NKI 0.2's view methods on a [128, 24] tile of ``x``, a [4, 128, 8] HBM tensor and a
+    [64, 8] table gathered at ``rows`` ([16, 1] int32): each result a slot of ``out``.
+    ``select`` at a run-time index reads through a DMA in HBM, through a dynamic copy on
+    chip."""
+    t = nl.ndarray((128, 24), x.dtype, nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    assert t.strides == (24, 1) and t.offset == 0 and t.size == 128 * 24
+    assert t[:, 8:].offset == 8 and t[2:4, :].offset == 48
+    assert t.get_pattern() == [[24, 128], [1, 24]] and t.is_contiguous()
+    assert not t[:, ::2].is_contiguous() and not t.is_indirect()
+    assert hbm3.strides == (1024, 8, 1) and hbm3[1].offset == 1024
+    out = nl.ndarray((9, 128, 24), x.dtype, nl.shared_hbm)
+    slots = [nl.ndarray((128, 24), x.dtype, nl.sbuf) for _ in range(9)]
+    # split and reorder: (128, 4, 6) -> (128, 6, 4), by hand and by rearrange
+    nisa.tensor_copy(dst=slots[0].reshape_dim(1, (6, 4)),
+                     src=t.reshape_dim(1, (4, -1)).permute((0, 2, 1)))
+    nisa.tensor_copy(dst=slots[1].reshape_dim(1, (6, 4)),
+                     src=t.rearrange(("b", ("h", "w")), ("b", "w", "h"), {"h": 4}))
+    # a column broadcast along a new dimension, merged back
+    col = t.slice(1, 0, 6)
+    wide = col.expand_dim(1).broadcast(1, 4)
+    assert wide.shape == (128, 4, 6) and wide.strides[1] == 0
+    nisa.tensor_copy(dst=slots[2].reshape_dim(1, (4, 6)), src=wide)
+    nisa.tensor_copy(dst=slots[3], src=t.reshape_dim(1, (2, 12)).flatten_dims(1, 2))
+    nisa.tensor_copy(dst=slots[4].slice(1, 0, 8), src=t.slice(1, 8, 24, 2))
+    nisa.memset(dst=slots[4].slice(1, 8, 24), value=0.0)
+    # the HBM tensor's block 2, at a static and a run-time index
+    nisa.memset(dst=slots[5], value=0.0)
+    nisa.dma_copy(dst=slots[5].slice(1, 0, 8), src=hbm3.select(0, 2))
+    at = nl.ndarray((1, 1), nl.int32, nl.sbuf)
+    nisa.memset(dst=at, value=3)
+    picked = hbm3.select(0, at)
+    assert picked.shape == (128, 8) and picked.is_indirect()
+    nisa.memset(dst=slots[6], value=0.0)
+    nisa.dma_copy(dst=slots[6].slice(1, 0, 8), src=picked)
+    # rows of a table gathered by a tile of indices
+    nisa.memset(dst=slots[7], value=0.0)
+    idx = nl.ndarray((16, 1), nl.int32, nl.sbuf)
+    nisa.dma_copy(dst=idx, src=rows)
+    nisa.dma_copy(dst=slots[7][0:16, 0:8], src=table.vector_select(0, idx))
+    # a tile's block of 6 at a run-time index (an engine's copy that reads it)
+    nisa.memset(dst=slots[8], value=0.0)
+    nisa.tensor_copy(dst=slots[8].slice(1, 0, 6), src=t.reshape_dim(1, (4, 6)).select(1, at))
+    for i in range(9):
+        nisa.dma_copy(dst=out[i], src=slots[i])
+    return out
