@@ -419,6 +419,7 @@ def test_local_gather(k, per, valid, seed):
         starts = index[g:g + 16].flatten(order="F")[:valid].astype(np.int64)
         take = (starts[:, None] + np.arange(per)).reshape(-1)
         assert np.array_equal(out[g:g + 16].reshape(16, -1), x[g:g + 16][:, take])
+    np.testing.assert_array_equal(k["v2_gathered_locally"](x, index, per, valid), out)
 
 
 def test_uint16_by_value(k, seed):
@@ -461,6 +462,9 @@ def test_a_documented_call_not_implemented_is_refused_where_called(k):
     refusal comes where the kernel calls it."""
     with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nl.tan is not supported yet"):
         k["v2_calls_tan"](np.zeros((8, 8), np.float32))
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nisa.sendrecv is not "
+                                            r"supported yet"):
+        k["v2_calls_sendrecv"](np.zeros((8, 8), np.float32))
 
 
 def test_access_patterns_with_run_time_offsets(k):

@@ -8,7 +8,7 @@ refused where it is made, naming what is supported instead."""
 
 from __future__ import annotations
 
-from .errors import NotSupported
+from .errors import Unimplemented
 from .language import NKIObject
 
 __all__ = ["ReplicaGroup", "all_gather", "all_gather_v", "all_reduce", "all_to_all",
@@ -28,12 +28,8 @@ class ReplicaGroup(NKIObject):
         self.__dict__.update(kwargs)
 
 
-def _refused(name: str):
-    def call(*args, **kwargs):
-        raise NotSupported(f"nki.collectives.{name}", _SUPPORTED)
-    call.__name__ = call.__qualname__ = name
-    call.__doc__ = f"NKI's ``nki.collectives.{name}``: refused where called."
-    return call
+def _refused(name: str) -> Unimplemented:
+    return Unimplemented(f"nki.collectives.{name}", _SUPPORTED)
 
 
 all_reduce = _refused("all_reduce")

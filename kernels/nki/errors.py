@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kernels.builder import KernelError
 
-__all__ = ["NkiError", "NotSupported", "kernel_line"]
+__all__ = ["NkiError", "NotSupported", "Unimplemented", "kernel_line"]
 
 _HERE = str(Path(__file__).resolve().parent)
 
@@ -52,3 +52,15 @@ class NotSupported(NkiError):
     def __init__(self, call: str, supported: str, where: str | None = None):
         super().__init__(f"{call} is not supported yet by trngen's NKI front end; "
                          f"supported: {supported}", None, where)
+
+
+class Unimplemented:
+    """A documented call (``call``, as ``nl.tan``) that trngen does not implement: a kernel
+    may name or import it, and calling it is refused where the call is made."""
+
+    def __init__(self, call: str, supported: str):
+        self.call, self.supported = call, supported
+        self.__name__ = self.__qualname__ = call.rsplit(".", 1)[-1]
+
+    def __call__(self, *args, **kwargs):
+        raise NotSupported(self.call, self.supported)

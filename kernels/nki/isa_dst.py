@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from . import isa as _v1
 from . import lower
-from .errors import NotSupported
+from .errors import NotSupported, Unimplemented
 from .isa import (
     dge_mode,
     dma_engine,
@@ -26,8 +26,8 @@ from .tracer import current
 
 __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
            "core_barrier", "dge_mode", "dma_copy", "dma_engine", "dma_transpose", "dropout",
-           "engine", "get_nc_version", "gpsimd_engine", "iota", "matmul_perf_mode", "max8",
-           "memset",
+           "engine", "get_nc_sub_version", "get_nc_version", "gpsimd_engine", "iota",
+           "local_gather", "matmul_perf_mode", "max8", "memset",
            "nc_find_index8", "nc_match_replace8", "nc_n_gather",
            "nc_matmul", "nc_stream_shuffle", "nc_transpose", "nc_version", "oob_mode",
            "range_select", "reciprocal", "reduce_cmd", "scalar_engine", "scalar_tensor_tensor",
@@ -216,8 +216,32 @@ def core_barrier(data, cores, engine=engine.gpsimd, name=None):
                            "core_barrier in a launch on one NeuronCore")
 
 
+def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None,
+                 name=None):
+    current("local_gather").assign(
+        dst, _v1.local_gather(src_buffer, index, num_elem_per_idx, num_valid_indices), True)
+
+
+def get_nc_sub_version() -> int:
+    """The silicon revision within the generation: 0, the first (NKI's default)."""
+    current("get_nc_sub_version")
+    return 0
+
+
+#: Calls NKI 0.2 documents that trngen does not implement: a kernel module may import them
+#: (aws-neuron/nki-library imports sendrecv at module level), and each is refused where it
+#: is called.
+_DOCUMENTED = frozenset((
+    "activate2", "dma_compute", "exponential", "nc_matmul_mx", "nonzero_with_count",
+    "quantize_mx", "rand2", "rand_get_state", "rand_set_state", "register_alloc",
+    "register_load", "register_move", "register_store", "rng", "sendrecv", "set_rng_seed",
+    "topk"))
+
+
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
+    if name in _DOCUMENTED:
+        return Unimplemented(f"nisa.{name}", " ".join(__all__))
     raise NotSupported(f"nisa.{name}", " ".join(__all__))
 

@@ -20,7 +20,7 @@ from hdl.vector.ops import VectorOp
 
 from . import lower
 from .compiler import Placement
-from .errors import NkiError, NotSupported
+from .errors import NkiError, NotSupported, Unimplemented
 from .tracer import (
     FLOATS,
     TF32,
@@ -1114,20 +1114,10 @@ _DOCUMENTED = frozenset((
     "silu_dx", "tan", "while_loop"))
 
 
-class _Unimplemented:
-    """A documented ``nl`` call trngen does not implement: refused where it is called."""
-
-    def __init__(self, name: str):
-        self.__name__ = name
-
-    def __call__(self, *args, **kwargs):
-        raise NotSupported(f"nl.{self.__name__}", _SUPPORTED)
-
-
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
     if name in _DOCUMENTED:
-        return _Unimplemented(name)
+        return Unimplemented(f"nl.{name}", _SUPPORTED)
     raise NotSupported(f"nl.{name}", _SUPPORTED)
 

@@ -7,7 +7,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 import nki.typing as nt
-from nki.isa import constants
+from nki.isa import constants, sendrecv
 
 
 @nki.jit
@@ -104,8 +104,9 @@ class Tiles(nl.NKIObject):
         self.rows = rows
 
 
-#: a table of documented calls this front end does not implement, made at import
-UNCALLED = {"swish": nl.gelu_apprx_sigmoid, "tan": nl.tan}
+#: a table of documented calls this front end does not implement, made at import (and
+#: nisa.sendrecv imported above, as nki-library's MoE modules import it)
+UNCALLED = {"swish": nl.gelu_apprx_sigmoid, "tan": nl.tan, "sendrecv": sendrecv}
 
 
 @nki.jit
@@ -504,4 +505,31 @@ def view_methods(x, hbm3, table, rows):
     nisa.tensor_copy(dst=slots[8].slice(1, 0, 6), src=t.reshape_dim(1, (4, 6)).select(1, at))
     for i in range(9):
         nisa.dma_copy(dst=out[i], src=slots[i])
+    return out
+
+
+@nki.jit
+def gathered_locally(x, index, per, valid):
+    """nisa.local_gather in NKI 0.2's form (dst first), as isa_more.py's in 0.1's."""
+    out = nl.ndarray((x.shape[0], valid, per), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, x.dtype, nl.sbuf)
+    i = nl.ndarray(index.shape, index.dtype, nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.dma_copy(dst=i, src=index)
+    g = nl.ndarray((x.shape[0], valid * per), x.dtype, nl.sbuf)
+    nisa.local_gather(dst=g, src_buffer=t, index=i, num_elem_per_idx=per,
+                      num_valid_indices=valid)
+    nisa.dma_copy(dst=out.reshape((x.shape[0], valid * per)), src=g)
+    return out
+
+
+@nki.jit
+def calls_sendrecv(x):
+    """nisa.sendrecv, documented, not implemented: refused where it is called."""
+    out = nl.ndarray(x.shape, x.dtype, nl.shared_hbm)
+    assert nisa.get_nc_sub_version() == 0
+    t = nl.ndarray(x.shape, x.dtype, nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    sendrecv(src=t, dst=t, send_to_rank=1, recv_from_rank=1, pipe_id=0)
+    nisa.dma_copy(dst=out, src=t)
     return out
