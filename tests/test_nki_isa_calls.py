@@ -678,3 +678,11 @@ def test_the_view_methods_of_nki_0_2(k):
         assert not out[slot][:, 8:].any()
     np.testing.assert_array_equal(out[7][:16, :8], table[rows[:, 0]])
     np.testing.assert_array_equal(out[8][:, :6], x.reshape(128, 4, 6)[:, 3])
+
+
+def test_bypass_stages_and_the_names_of_nki_0_2(k):
+    x = np.random.default_rng(12).standard_normal((32, 16)).astype(np.float32)
+    out = k["v2_bypassed"](x)
+    np.testing.assert_array_equal(out[0], x + np.float32(2))
+    np.testing.assert_array_equal(out[1], x * np.float32(3))
+    np.testing.assert_array_equal(out[2], x)

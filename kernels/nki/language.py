@@ -9,6 +9,7 @@ lowered to :mod:`.lower` as NKI documents (``nl.matmul`` to a transpose where ne
 from __future__ import annotations
 
 import builtins
+import contextlib
 import math
 import os
 
@@ -160,6 +161,21 @@ def static_cast(input_data, dtype):
         raise NotSupported("nl.static_cast to tfloat32", "float32, or a cast in the kernel")
     out = np.asarray(input_data).astype(numpy_dtype(name))
     return out if out.ndim else out[()]
+
+
+#: NKI's boolean type: a byte, 0 or 1 (stored as uint8)
+bool_ = np.dtype(np.bool_)
+#: the type of NKI's tensors, for annotations and isinstance
+NkiTensor = View
+bypass = lower.bypass
+
+
+@contextlib.contextmanager
+def no_reorder():
+    """NKI's region whose instructions run in program order: trngen issues each engine's
+    and queue's instructions in program order throughout, so the region changes nothing."""
+    current("no_reorder")
+    yield
 
 
 class _Buffer(str):
@@ -1110,8 +1126,8 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
 _DOCUMENTED = frozenset((
     "abs_max", "abs_min", "all", "dynamic_range", "erf_dx", "fori_loop",
     "gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx", "gelu_dx", "is_hbm", "is_on_chip",
-    "is_psum", "is_sbuf", "left_shift", "power", "prod", "random_seed", "right_shift",
-    "silu_dx", "tan", "while_loop"))
+    "is_psum", "is_sbuf", "left_shift", "power", "prelu", "prod", "random_seed",
+    "right_shift", "silu_dx", "tan", "while_loop"))
 
 
 def __getattr__(name: str):

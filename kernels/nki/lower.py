@@ -79,6 +79,13 @@ VECTOR_OPS: dict = {
 #: NKI's arithmetic unary operators of tensor_scalar (its operand None or 0) [NKI ``nki.isa.
 #: tensor_scalar``: "Must be None or 0 when op0 is a unary operator (e.g., nl.abs)"].
 UNARY_OPS: dict = {np.abs: VectorOp.ABS, np.square: VectorOp.SQUARE}
+
+
+def bypass(x):
+    """NKI's ``nl.bypass``: as ``op0`` or ``op1`` of a tensor-scalar instruction, that stage
+    passes its input through."""
+    return x
+
 COMMUTATIVE = {VectorOp.ADD, VectorOp.MULTIPLY, VectorOp.MAX, VectorOp.MIN,
                 VectorOp.IS_EQUAL, VectorOp.NOT_EQUAL, VectorOp.BITWISE_AND,
                 VectorOp.BITWISE_OR, VectorOp.BITWISE_XOR}
@@ -502,7 +509,15 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
                   call: str = "tensor_scalar"):
     """``(data op0 operand0) op1 operand1``, each operand a number or one value per
     partition; ``reverse0`` / ``reverse1`` put the operand first (a reversed comparison is
-    the opposite one, a reversed subtraction ``data * -1 + operand``)."""
+    the opposite one, a reversed subtraction ``data * -1 + operand``); a stage of
+    :func:`bypass` is left out."""
+    if op1 is bypass:
+        op1, operand1, reverse1 = None, None, False
+    if op0 is bypass:
+        if op1 is None:
+            return tensor_copy(data, mask=mask, dtype=dtype, engine=engine, dst=dst, call=call)
+        op0, operand0, reverse0, op1, operand1, reverse1 = op1, operand1, reverse1, None, None, \
+            False
     t = current(call)
     t.commit()
     whole = _tile(data, call, "data")

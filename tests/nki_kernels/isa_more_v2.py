@@ -7,6 +7,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 import nki.typing as nt
+import numpy as np
 from nki.isa import constants, sendrecv
 
 
@@ -532,4 +533,23 @@ def calls_sendrecv(x):
     nisa.dma_copy(dst=t, src=x)
     sendrecv(src=t, dst=t, send_to_rank=1, recv_from_rank=1, pipe_id=0)
     nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@nki.jit
+def bypassed(x):
+    """tensor_scalar with nl.bypass as either stage, inside nl.no_reorder(): x + 2, x * 3
+    and x as it is."""
+    out = nl.ndarray((3,) + x.shape, x.dtype, nl.shared_hbm)
+    t = nl.ndarray(x.shape, x.dtype, nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    r = [nl.ndarray(x.shape, x.dtype, nl.sbuf) for _ in range(3)]
+    with nl.no_reorder():
+        nisa.tensor_scalar(dst=r[0], data=t, op0=nl.add, operand0=2.0, op1=nl.bypass)
+        nisa.tensor_scalar(dst=r[1], data=t, op0=nl.bypass, operand0=0.0, op1=nl.multiply,
+                           operand1=3.0)
+        nisa.tensor_scalar(dst=r[2], data=t, op0=nl.bypass, operand0=0.0)
+    assert isinstance(t, nl.NkiTensor) and nl.bool_ == np.bool_
+    for i in range(3):
+        nisa.dma_copy(dst=out[i], src=r[i])
     return out
