@@ -686,3 +686,17 @@ def test_bypass_stages_and_the_names_of_nki_0_2(k):
     np.testing.assert_array_equal(out[0], x + np.float32(2))
     np.testing.assert_array_equal(out[1], x * np.float32(3))
     np.testing.assert_array_equal(out[2], x)
+
+
+def test_a_barrier_of_two_cores_at_the_kernels_end(k):
+    """core_barrier across an nl.nc(2) grid's cores where each core's program ends (the
+    launch's time is its slowest core's, which is that barrier); one with instructions after
+    it is refused at its line (each core's program runs on its own)."""
+    x = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
+    grid = k["v2_halves_then_barrier"][knki.language.nc(2)]
+    np.testing.assert_array_equal(grid(x, platform_target="trn2"), x)
+    assert knki.SESSION.launches[-1].cores == 2
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: core_barrier across the "
+                                            r"cores of a launch grid \(nl.nc\) with "
+                                            r"instructions after it"):
+        grid(x, after=True, platform_target="trn2")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from . import isa as _v1
 from . import lower
-from .errors import NotSupported, Unimplemented
+from .errors import NotSupported, Unimplemented, kernel_line
 from .isa import (
     dge_mode,
     dma_engine,
@@ -209,11 +209,14 @@ def nc_n_gather(dst, data, indices, name=None):
 def core_barrier(data, cores, engine=engine.gpsimd, name=None):
     """NKI's barrier of the two NeuronCores of a logical core over shared HBM ``data``: on
     one core nothing to wait for (the tracer orders the core's own reads of ``data`` after
-    its writes); across cores refused, as trngen traces each core's program on its own."""
+    its writes). Across cores, trngen runs each core's program on its own and a launch
+    takes its slowest core's time, which is a barrier at the programs' end: one there is
+    kept (:meth:`Tracer.barriers`, checked by the launch), one with instructions after it
+    refused."""
     t = current("core_barrier")
     if t.cores > 1:
-        raise NotSupported("core_barrier across the cores of a launch grid (nl.nc)",
-                           "core_barrier in a launch on one NeuronCore")
+        t.commit()
+        t.barriers.append((len(t.nodes), kernel_line()))
 
 
 def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None,

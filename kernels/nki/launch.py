@@ -252,6 +252,14 @@ class Kernel:
                            f"{cores} NeuronCores; {target} has LNC "
                            f"{'/'.join(map(str, _lnc(target)))}")
         tracers, target, calls, inputs, out = self._trace(args, kwargs, platform, cores)
+        for tracer in tracers:  # each core's program runs on its own (nisa.core_barrier)
+            for before, where in tracer.barriers:
+                if len(tracer.nodes) > before:
+                    raise NotSupported("core_barrier across the cores of a launch grid "
+                                       "(nl.nc) with instructions after it",
+                                       "core_barrier at the kernel's end (the launch's time "
+                                       "is its slowest core's), or on one NeuronCore",
+                                       where=where)
         programs = [t.program() for t in tracers]
         _same_hbm_tensors(tracers, programs, calls[0])
         t1 = time.perf_counter()

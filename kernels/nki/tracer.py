@@ -1668,6 +1668,9 @@ class Tracer:
         self.program_id: tuple[int, ...] = ()
         self.grid: tuple[int, ...] = ()
         self.cores = 1  # the physical NeuronCores the launch's grid runs on (nl.nc)
+        #: barriers across those cores (``nisa.core_barrier``): (instructions traced before
+        #: it, the kernel's line)
+        self.barriers: list[tuple[int, str]] = []
         self.shared: list[View] = []  # shared_hbm tensors, by order of creation
         self.constants: list[tuple] = []  # (HBM tensor, data) of nl.shared_constant
         self.prints: list[tuple[str, View]] = []  # (prefix, HBM copy) of nl.device_print

@@ -553,3 +553,20 @@ def bypassed(x):
     for i in range(3):
         nisa.dma_copy(dst=out[i], src=r[i])
     return out
+
+
+@nki.jit
+def halves_then_barrier(x, after=False):
+    """Each core of an nl.nc(2) grid copies its half of x's rows into out, then both meet at
+    nisa.core_barrier over out (as nki-library's qkv ends); with ``after``, a copy follows
+    the barrier."""
+    out = nl.ndarray(x.shape, x.dtype, nl.shared_hbm)
+    n, i = nl.num_programs(0), nl.program_id(0)
+    rows = x.shape[0] // n
+    t = nl.ndarray((rows, x.shape[1]), x.dtype, nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[i * rows:(i + 1) * rows, :])
+    nisa.dma_copy(dst=out[i * rows:(i + 1) * rows, :], src=t)
+    nisa.core_barrier(out, (0, 1))
+    if after:
+        nisa.dma_copy(dst=t, src=out[(1 - i) * rows:(2 - i) * rows, :])
+    return out
