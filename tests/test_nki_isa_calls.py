@@ -462,9 +462,9 @@ def test_a_documented_call_not_implemented_is_refused_where_called(k):
     refusal comes where the kernel calls it."""
     with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nl.tan is not supported yet"):
         k["v2_calls_tan"](np.zeros((8, 8), np.float32))
-    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nisa.sendrecv is not "
-                                            r"supported yet"):
-        k["v2_calls_sendrecv"](np.zeros((8, 8), np.float32))
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nisa.register_alloc is "
+                                            r"not supported yet"):
+        k["v2_calls_register_alloc"](np.zeros((8, 8), np.float32))
 
 
 def test_access_patterns_with_run_time_offsets(k):
@@ -688,15 +688,36 @@ def test_bypass_stages_and_the_names_of_nki_0_2(k):
     np.testing.assert_array_equal(out[2], x)
 
 
-def test_a_barrier_of_two_cores_at_the_kernels_end(k):
-    """core_barrier across an nl.nc(2) grid's cores where each core's program ends (the
-    launch's time is its slowest core's, which is that barrier); one with instructions after
-    it is refused at its line (each core's program runs on its own)."""
-    x = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
-    grid = k["v2_halves_then_barrier"][knki.language.nc(2)]
-    np.testing.assert_array_equal(grid(x, platform_target="trn2"), x)
+def test_the_cores_of_a_grid_meet_at_a_barrier_and_exchange_tiles(k):
+    """core_barrier across an nl.nc(2) grid's cores: each core reads the half the other
+    wrote before it; sendrecv: each core's dst takes the other's src. Each is a place where
+    both cores' instructions before end before any after start, the exchange a DMA between
+    the cores' SBUF; the launch's time is the phases' and the exchanges'."""
+    nl = knki.language
+    x = np.random.default_rng(13).standard_normal((64, 8)).astype(np.float32)
+    out, out2 = k["v2_halves_then_barrier"][nl.nc(2)](x, platform_target="trn2")
+    np.testing.assert_array_equal(out, 2 * x)
+    np.testing.assert_array_equal(out2, 2 * x)
     assert knki.SESSION.launches[-1].cores == 2
-    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: core_barrier across the "
-                                            r"cores of a launch grid \(nl.nc\) with "
-                                            r"instructions after it"):
-        grid(x, after=True, platform_target="trn2")
+    knki.SESSION.trace = True
+    try:
+        got = k["v2_halves_exchanged"][nl.nc(2)](x, platform_target="trn2")
+    finally:
+        knki.SESSION.trace = False
+    both = x[:32].astype(np.float64) ** 2 + x[32:].astype(np.float64) ** 2
+    np.testing.assert_allclose(got, np.hstack([both, both]), rtol=1e-6)
+    # the add starts when both cores' squares ended and the exchange (a DMA of 32 x 8 fp32
+    # between the cores' SBUF: the DMA rule's latency and transfer) arrived
+    from hdl.core.isa import AP
+    from kernels.nki.launch import params_for
+    from sim.core import dma_seconds
+
+    events = knki.SESSION.launches[-1].result.events
+    before = max(e["ts"] + e["dur"] for e in events if e["name"] == "act")
+    add = min(e["ts"] for e in events if e["name"] == "tt")
+    tile = AP("sbuf", "fp32", 0, 32, 0, ((8, 1),))
+    latency, transfer = dma_seconds(params_for("trn2", "full"), tile, tile)
+    assert add >= before + (latency + transfer) * 1e6 - 1e-6
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: sendrecv in a launch on "
+                                            r"one NeuronCore"):
+        k["v2_halves_exchanged"][1](x, platform_target="trn2")

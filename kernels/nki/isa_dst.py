@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from . import isa as _v1
 from . import lower
-from .errors import NotSupported, Unimplemented, kernel_line
+from .errors import NkiError, NotSupported, Unimplemented
 from .isa import (
     dge_mode,
     dma_engine,
@@ -27,7 +27,7 @@ from .tracer import current
 __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
            "core_barrier", "dge_mode", "dma_copy", "dma_engine", "dma_transpose", "dropout",
            "engine", "get_nc_sub_version", "get_nc_version", "gpsimd_engine", "iota",
-           "local_gather", "matmul_perf_mode", "max8", "memset",
+           "local_gather", "matmul_perf_mode", "max8", "memset", "sendrecv",
            "nc_find_index8", "nc_match_replace8", "nc_n_gather",
            "nc_matmul", "nc_stream_shuffle", "nc_transpose", "nc_version", "oob_mode",
            "range_select", "reciprocal", "reduce_cmd", "scalar_engine", "scalar_tensor_tensor",
@@ -209,14 +209,29 @@ def nc_n_gather(dst, data, indices, name=None):
 def core_barrier(data, cores, engine=engine.gpsimd, name=None):
     """NKI's barrier of the two NeuronCores of a logical core over shared HBM ``data``: on
     one core nothing to wait for (the tracer orders the core's own reads of ``data`` after
-    its writes). Across cores, trngen runs each core's program on its own and a launch
-    takes its slowest core's time, which is a barrier at the programs' end: one there is
-    kept (:meth:`Tracer.barriers`, checked by the launch), one with instructions after it
-    refused."""
+    its writes); across the cores of an ``nl.nc`` grid, every instruction before it ends on
+    both before any after it starts (:meth:`~kernels.nki.tracer.Tracer.meet`)."""
     t = current("core_barrier")
     if t.cores > 1:
-        t.commit()
-        t.barriers.append((len(t.nodes), kernel_line()))
+        t.meet("core_barrier")
+
+
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma,
+             name=None):
+    """NKI's exchange between the two NeuronCores of a logical core: ``dst`` (SBUF) receives
+    the ``src`` tile of core ``recv_from_rank`` while this core's ``src`` goes to core
+    ``send_to_rank``; the cores meet there (:meth:`~kernels.nki.tracer.Tracer.meet`: a
+    barrier, as a group of one ``pipe_id`` completes together), the transfer a DMA of
+    ``src`` between the cores' SBUF."""
+    t = current("sendrecv")
+    if t.cores < 2:
+        raise NotSupported("sendrecv in a launch on one NeuronCore",
+                           "sendrecv between the cores of an nl.nc(2) grid")
+    for rank in (send_to_rank, recv_from_rank):
+        if int(rank) not in range(t.cores):
+            raise NkiError(f"'sendrecv': rank {rank} is not a core of the logical core "
+                           f"(0 .. {t.cores - 1})")
+    t.meet("sendrecv", (src, dst, send_to_rank, recv_from_rank))
 
 
 def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None,
@@ -237,8 +252,7 @@ def get_nc_sub_version() -> int:
 _DOCUMENTED = frozenset((
     "activate2", "dma_compute", "exponential", "nc_matmul_mx", "nonzero_with_count",
     "quantize_mx", "rand2", "rand_get_state", "rand_set_state", "register_alloc",
-    "register_load", "register_move", "register_store", "rng", "sendrecv", "set_rng_seed",
-    "topk"))
+    "register_load", "register_move", "register_store", "rng", "set_rng_seed", "topk"))
 
 
 def __getattr__(name: str):

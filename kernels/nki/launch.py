@@ -25,13 +25,13 @@ import itertools
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from hdl.core.params import CoreParams
 from kernels.builder import KernelError
-from sim.core import Core, Program, ProgramError, Result
+from sim.core import Core, Program, ProgramError, Result, dma_seconds
 
 from .errors import NkiError, NotSupported
 from .source import with_mask_logic
@@ -125,20 +125,86 @@ def _is_array(x) -> bool:
     return isinstance(x, (np.ndarray, TensorType))
 
 
-def _run(tracer: Tracer, program, timing_only: bool, trace: bool, hbm):
-    """The core simulator's run of ``program``; a rule of the core that an instruction
-    breaks is an error at the kernel's line that made the instruction, and an indirect
-    DMA's row out of its tensor the ``IndexError`` NKI's simulator raises."""
+def _run(tracer: Tracer, program, timing_only: bool, trace: bool, hbm, lines=None,
+         memories=None):
+    """The core simulator's run of ``program`` (a phase of ``lines``, from ``memories``:
+    :func:`_run_phases`); a rule of the core that an instruction breaks is an error at the
+    kernel's line that made the instruction, and an indirect DMA's row out of its tensor the
+    ``IndexError`` NKI's simulator raises."""
     try:
-        return Core(tracer.params).run(program, timing_only=timing_only, trace=trace, hbm=hbm)
+        return Core(tracer.params).run(program, timing_only=timing_only, trace=trace, hbm=hbm,
+                                       memories=memories)
     except ProgramError as e:
         if e.rule == "index bounds":
             raise IndexError(e.detail) from None
-        where = tracer.lines.get(e.at) if e.at else None
+        where = (tracer.lines if lines is None else lines).get(e.at) if e.at else None
         if where is None:
             raise
         raise NkiError(f"the core's rules refuse the instruction this line makes: {e}",
                        where=where) from None
+
+
+def _same_meetings(tracers: list[Tracer]) -> None:
+    """Refuse a launch whose cores meet (``core_barrier``, ``sendrecv``) at different
+    places: in number, or one core's barrier the other's exchange."""
+    kinds = [[m is None for _, _, m in t.boundaries] for t in tracers]
+    if any(k != kinds[0] for k in kinds):
+        where = next(t.boundaries[-1][1] for t in tracers if t.boundaries)
+        raise NotSupported("cores of an nl.nc grid that meet (core_barrier, sendrecv) at "
+                           "different places", "the same core_barrier and sendrecv calls "
+                           "on every core, in the same order", where=where)
+
+
+def _run_phases(tracers: list[Tracer], phases: list[list], timing_only: bool, trace: bool,
+                hbm) -> list[Result]:
+    """Each core's program run phase by phase (:meth:`Tracer.programs`): a phase starts on
+    every core when the last core ended the one before and its exchanges (``sendrecv``:
+    each core's ``dst`` takes the ``src`` of the core it receives from, read before any is
+    written) arrived, one DMA between the cores' SBUF each (the DMA rule,
+    :func:`~sim.core.dma_seconds`, the slowest counted). Each core's result is its phases'
+    (busy and work summed, the trace's events at their phase's start)."""
+    cores = [Core(t.params) for t in tracers]
+    memories = [None] * len(tracers) if timing_only else \
+        [c.memories(p[0], hbm) for c, p in zip(cores, phases, strict=True)]
+    parts: list[list[tuple[float, Result]]] = [[] for _ in tracers]
+    moved = [0] * len(tracers)
+    start = 0.0
+    for k in range(len(phases[0])):
+        runs = [_run(t, p[k], timing_only, trace, hbm, t.phase_lines[k], m)
+                for t, p, m in zip(tracers, phases, memories, strict=True)]
+        for part, r in zip(parts, runs, strict=True):
+            part.append((start, r))
+        start += max(r.time for r in runs)
+        if k == len(phases[0]) - 1 or tracers[0].boundaries[k][2] is None:
+            continue
+        sent, took = [], 0.0
+        for t in tracers:  # every src read before any dst is written
+            src, sbuf, dst, dbuf, _, frm = t.boundaries[k][2]
+            src = replace(src, offset=src.offset + sbuf.offset)
+            sent.append((src, replace(dst, offset=dst.offset + dbuf.offset), frm))
+        data = [None if m is None else m.read(src) for m, (src, _, _) in
+                zip(memories, sent, strict=True)]
+        for i, (t, (_, dst, frm)) in enumerate(zip(tracers, sent, strict=True)):
+            if memories[i] is not None:
+                memories[i].write(dst, data[frm])
+            latency, transfer = dma_seconds(t.params, sent[frm][0], dst)
+            took = max(took, latency + transfer)
+            moved[i] += dst.nbytes
+        start += took
+    return [Result(start, _summed(r.busy for _, r in part), _summed(r.cycles for _, r in part),
+                   _summed(r.instructions for _, r in part), sum(r.flops for _, r in part),
+                   sum(r.dma_bytes for _, r in part) + extra,
+                   [dict(e, ts=e["ts"] + at * 1e6) for at, r in part for e in r.events],
+                   part[-1][1].sbuf, part[-1][1].psum)
+            for part, extra in zip(parts, moved, strict=True)]
+
+
+def _summed(dicts) -> dict:
+    out: dict = {}
+    for d in dicts:
+        for key, value in d.items():
+            out[key] = out.get(key, 0) + value
+    return out
 
 
 def generation(func) -> int:
@@ -252,15 +318,9 @@ class Kernel:
                            f"{cores} NeuronCores; {target} has LNC "
                            f"{'/'.join(map(str, _lnc(target)))}")
         tracers, target, calls, inputs, out = self._trace(args, kwargs, platform, cores)
-        for tracer in tracers:  # each core's program runs on its own (nisa.core_barrier)
-            for before, where in tracer.barriers:
-                if len(tracer.nodes) > before:
-                    raise NotSupported("core_barrier across the cores of a launch grid "
-                                       "(nl.nc) with instructions after it",
-                                       "core_barrier at the kernel's end (the launch's time "
-                                       "is its slowest core's), or on one NeuronCore",
-                                       where=where)
-        programs = [t.program() for t in tracers]
+        _same_meetings(tracers)
+        phases = [t.programs() for t in tracers]
+        programs = [p[0] for p in phases]
         _same_hbm_tensors(tracers, programs, calls[0])
         t1 = time.perf_counter()
         timing_only = timing_only or SESSION.timing_only or \
@@ -279,15 +339,19 @@ class Kernel:
         initial = hbm.copy() if SESSION.keep and hbm is not None else None
         # the cores run side by side on their own engines; the instances of an SPMD grid
         # share no on-chip state, so running them one after the other gives their numerics
-        results = [_run(t, p, timing_only, SESSION.trace or trace, hbm)
-                   for t, p in zip(tracers, programs, strict=True)]
+        if len(phases[0]) > 1:
+            results = _run_phases(tracers, phases, timing_only, SESSION.trace or trace, hbm)
+        else:
+            results = [_run(t, p, timing_only, SESSION.trace or trace, hbm)
+                       for t, p in zip(tracers, programs, strict=True)]
         slowest = max(range(cores), key=lambda i: results[i].time)
         t2 = time.perf_counter()
         code = self.func.__code__
         tracer = tracers[slowest]
         SESSION.launches.append(Launch(
             self.func.__name__, f"{code.co_filename}:{code.co_firstlineno}", target,
-            "timing" if timing_only else "numeric", self.sizes, len(programs[slowest]),
+            "timing" if timing_only else "numeric", self.sizes,
+            sum(len(p) for p in phases[slowest]),
             results[slowest], tracer.spaces["sbuf"].high, tracer.spaces["psum"].high,
             tuple(sorted(tracer.matmul_dtypes)), t1 - t0, t2 - t1, cores,
             tuple(programs) if SESSION.keep else (), initial, tracer.spills,

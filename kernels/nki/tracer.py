@@ -1668,9 +1668,10 @@ class Tracer:
         self.program_id: tuple[int, ...] = ()
         self.grid: tuple[int, ...] = ()
         self.cores = 1  # the physical NeuronCores the launch's grid runs on (nl.nc)
-        #: barriers across those cores (``nisa.core_barrier``): (instructions traced before
-        #: it, the kernel's line)
-        self.barriers: list[tuple[int, str]] = []
+        #: where the cores meet (``nisa.core_barrier``, ``nisa.sendrecv``): (instructions
+        #: traced before, the kernel's line, the exchange: None or (src access pattern, its
+        #: buffer, dst access pattern, its buffer, the rank sent to, the rank received from))
+        self.boundaries: list[tuple[int, str, tuple | None]] = []
         self.shared: list[View] = []  # shared_hbm tensors, by order of creation
         self.constants: list[tuple] = []  # (HBM tensor, data) of nl.shared_constant
         self.prints: list[tuple[str, View]] = []  # (prefix, HBM copy) of nl.device_print
@@ -1692,6 +1693,8 @@ class Tracer:
         #: the kernel's line of each instruction of the program, by (stream, index), and
         #: the line of the pending result being emitted (else the line tracing now)
         self.lines: dict[tuple[str, int], str] = {}
+        #: of each phase's program (:meth:`programs`): (stream, index) -> the kernel's line
+        self.phase_lines: list[dict[tuple[str, int], str]] = []
         self.making: str | None = None
         self.merged = 0  # instructions :meth:`merge_repeats` dropped
 
@@ -2499,22 +2502,76 @@ class Tracer:
         self._queue = (self._queue + 1) % self.params.dma_queues
         return q
 
+    def meet(self, call: str, exchange: tuple[View, View, int, int] | None = None) -> None:
+        """The cores of the launch meet here (``call``: ``core_barrier``, or ``sendrecv`` with
+        its ``exchange``: src and dst tiles in SBUF, the rank sent to and received from):
+        every instruction traced so far ends, on both, before any later one starts
+        (:meth:`programs`), and ``dst`` then holds the other core's ``src``. Both tiles stay
+        live to here."""
+        self.commit()
+        at = len(self.nodes)
+        moved = None
+        if exchange is not None:
+            src, dst, to, frm = exchange
+            aps = []
+            for name, v in (("src", src), ("dst", dst)):
+                ap = self.ap(v, call, name, ("sbuf",), dma=True)
+                buf = v.buf
+                buf.first = at if buf.first < 0 else buf.first
+                buf.last = max(buf.last, at)
+                aps += [ap, buf]
+            if (aps[0].dtype, aps[0].partitions, aps[0].free) != \
+                    (aps[2].dtype, aps[2].partitions, aps[2].free):
+                raise NkiError(f"'{call}': src {list(src.shape)} {src.dt} and dst "
+                               f"{list(dst.shape)} {dst.dt} differ in type or shape")
+            moved = (*aps, int(to), int(frm))
+        self.boundaries.append((at, kernel_line(), moved))
+
     def program(self):
-        """The traced instructions as a :class:`~sim.core.program.Program`: on-chip buffers
+        """The traced instructions as a :class:`~sim.core.program.Program` (one phase:
+        :meth:`programs`)."""
+        (prog,) = self.programs()
+        return prog
+
+    def programs(self) -> list:
+        """The traced instructions as a :class:`~sim.core.program.Program` for each phase
+        between the places the cores meet (:attr:`boundaries`), in order: on-chip buffers
         allocated (:meth:`allocate`) and each operand moved to its buffer's offset; in trace
-        order through the builder, a wait before an instruction for each other stream it
-        depends on (unless that stream already waited as far), a signal after each
-        instruction another stream waits for."""
+        order through a builder, a wait before an instruction for each other stream of its
+        phase it depends on (unless that stream already waited as far; an earlier phase has
+        ended), a signal after each instruction another stream waits for. Each phase's
+        instructions at the kernel's lines: :attr:`phase_lines`."""
         self.allocate()
+        cuts = [at for at, _, _ in self.boundaries]
+        phases: list[list[_Node]] = [[] for _ in range(len(cuts) + 1)]
+        for node in self.nodes:
+            phases[bisect_left(cuts, node.index + 0.5)].append(node)
+        phase_of = {id(n): k for k, nodes in enumerate(phases) for n in nodes}
         for node in self.nodes:
             for dep in node.deps:
-                dep.signal = True
-        b = self.builder
+                if phase_of[id(dep)] == phase_of[id(node)]:
+                    dep.signal = True
+        out, self.phase_lines = [], []
+        for k, nodes in enumerate(phases):
+            b = self.builder if k == 0 else Builder(self.params)
+            if k:
+                b.program.tensors = dict(self.builder.program.tensors)
+                b.program.hbm_bytes = self.builder.program.hbm_bytes
+            lines = self.lines if k == 0 else {}
+            self._emit_phase(b, nodes, k, phase_of, lines)
+            out.append(b.program)
+            self.phase_lines.append(lines)
+        return out
+
+    def _emit_phase(self, b: Builder, nodes, k: int, phase_of: dict, lines: dict) -> None:
+        """:meth:`programs`' phase ``k`` of ``nodes`` through builder ``b``."""
         waited: dict[tuple[str, int], int] = {}
         # an access pattern shared by instructions moves once for each buffer it is moved by
         moved: dict[tuple[int, int], AP] = {}
-        for node in self.nodes:
+        for node in nodes:
             for dep in node.deps:
+                if phase_of[id(dep)] != k:  # an earlier phase: ended before this one
+                    continue
                 ev = dep.event
                 key = (node.stream, ev.sem)
                 if waited.get(key, 0) < ev.value:
@@ -2533,10 +2590,9 @@ class Tracer:
                     changes[name] = new
                 ins = replace(ins, **changes)
             b.emit(node.stream, ins)
-            self.lines[node.stream, len(b.program.streams[node.stream]) - 1] = node.where
+            lines[node.stream, len(b.program.streams[node.stream]) - 1] = node.where
             if node.signal:
                 node.event = b.signal(node.stream)
-        return b.program
 
     # --- pending results ----------------------------------------------------------------
     def pend(self, view: View, make, kind: str, mask: Mask | None) -> View:

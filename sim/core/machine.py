@@ -157,18 +157,32 @@ class Core:
                       if kind in engines and memory in spaces)
         return (_STREAM, cycles / self.params.clock(kind), work, ports)
 
+    def memories(self, program: Program, hbm: np.ndarray | None = None,
+                 seed: int = 0) -> Data:
+        """Fresh memories for a run of ``program`` (:meth:`run`'s ``memories``)."""
+        return Data(self.rules, program, hbm, seed)
+
     def run(self, program: Program, *, timing_only: bool = False, trace: bool = False,
-            hbm: np.ndarray | None = None, seed: int = 0, races: bool | None = None) -> Result:
+            hbm: np.ndarray | None = None, seed: int = 0, races: bool | None = None,
+            memories: Data | None = None) -> Result:
         """Run ``program``; ``hbm`` (uint8, ``program.hbm_bytes``) is read and updated in
         place in numeric mode. ``races`` (default: in numeric mode) checks that every two
         accesses of different streams to the same bytes, one of them a write, are ordered by
-        semaphores."""
+        semaphores. ``memories`` (:meth:`memories`, numeric mode) continues the SBUF, PSUM,
+        HBM and generators an earlier run left, as a program run in parts does; the engines
+        start idle."""
         self.check(program)
         if races is None:
             races = not timing_only
         races = Races(list(program.streams), program.streams) if races else None
         p = self.params
-        data = None if timing_only else Data(self.rules, program, hbm, seed)
+        if timing_only:
+            data = None
+        elif memories is not None:
+            data = memories
+            data.kinds = [isa.engine_kind(s) for s in program.streams]
+        else:
+            data = Data(self.rules, program, hbm, seed)
         streams = list(program.streams)
         kinds = [isa.engine_kind(s) for s in streams]
         code = [program.streams[s] for s in streams]

@@ -8,7 +8,7 @@ import nki.isa as nisa
 import nki.language as nl
 import nki.typing as nt
 import numpy as np
-from nki.isa import constants, sendrecv
+from nki.isa import constants, register_alloc
 
 
 @nki.jit
@@ -106,8 +106,8 @@ class Tiles(nl.NKIObject):
 
 
 #: a table of documented calls this front end does not implement, made at import (and
-#: nisa.sendrecv imported above, as nki-library's MoE modules import it)
-UNCALLED = {"swish": nl.gelu_apprx_sigmoid, "tan": nl.tan, "sendrecv": sendrecv}
+#: nisa.register_alloc imported above, as nki-library's MoE modules import it)
+UNCALLED = {"swish": nl.gelu_apprx_sigmoid, "tan": nl.tan, "register_alloc": register_alloc}
 
 
 @nki.jit
@@ -525,13 +525,13 @@ def gathered_locally(x, index, per, valid):
 
 
 @nki.jit
-def calls_sendrecv(x):
-    """nisa.sendrecv, documented, not implemented: refused where it is called."""
+def calls_register_alloc(x):
+    """nisa.register_alloc, documented, not implemented: refused where it is called."""
     out = nl.ndarray(x.shape, x.dtype, nl.shared_hbm)
     assert nisa.get_nc_sub_version() == 0
     t = nl.ndarray(x.shape, x.dtype, nl.sbuf)
     nisa.dma_copy(dst=t, src=x)
-    sendrecv(src=t, dst=t, send_to_rank=1, recv_from_rank=1, pipe_id=0)
+    register_alloc(0)
     nisa.dma_copy(dst=out, src=t)
     return out
 
@@ -556,17 +556,39 @@ def bypassed(x):
 
 
 @nki.jit
-def halves_then_barrier(x, after=False):
-    """Each core of an nl.nc(2) grid copies its half of x's rows into out, then both meet at
-    nisa.core_barrier over out (as nki-library's qkv ends); with ``after``, a copy follows
-    the barrier."""
+def halves_then_barrier(x):
+    """Each core of an nl.nc(2) grid copies its half of x's rows into out, both meet at
+    nisa.core_barrier over out, then each reads the other's half back into out2 (it is there
+    only after the barrier)."""
     out = nl.ndarray(x.shape, x.dtype, nl.shared_hbm)
+    out2 = nl.ndarray(x.shape, x.dtype, nl.shared_hbm)
     n, i = nl.num_programs(0), nl.program_id(0)
     rows = x.shape[0] // n
     t = nl.ndarray((rows, x.shape[1]), x.dtype, nl.sbuf)
     nisa.dma_copy(dst=t, src=x[i * rows:(i + 1) * rows, :])
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
     nisa.dma_copy(dst=out[i * rows:(i + 1) * rows, :], src=t)
     nisa.core_barrier(out, (0, 1))
-    if after:
-        nisa.dma_copy(dst=t, src=out[(1 - i) * rows:(2 - i) * rows, :])
+    u = nl.ndarray((rows, x.shape[1]), x.dtype, nl.sbuf)
+    other = 1 - i
+    nisa.dma_copy(dst=u, src=out[other * rows:(other + 1) * rows, :])
+    nisa.dma_copy(dst=out2[other * rows:(other + 1) * rows, :], src=u)
+    return out, out2
+
+
+@nki.jit
+def halves_exchanged(x):
+    """Each core of an nl.nc(2) grid squares its half of x's rows in SBUF and sends it to
+    the other (nisa.sendrecv), which adds what it receives to its own: out's two halves
+    are x_0^2 + x_1^2 and x_1^2 + x_0^2 (as in nki-library's indexed_flatten)."""
+    out = nl.ndarray((x.shape[0] // 2, 2 * x.shape[1]), x.dtype, nl.shared_hbm)
+    i = nl.program_id(0)
+    rows = x.shape[0] // 2
+    t = nl.ndarray((rows, x.shape[1]), x.dtype, nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[i * rows:(i + 1) * rows, :])
+    nisa.activation(dst=t, op=nl.square, data=t)
+    got = nl.ndarray((rows, x.shape[1]), x.dtype, nl.sbuf)
+    nisa.sendrecv(src=t, dst=got, send_to_rank=1 - i, recv_from_rank=1 - i, pipe_id=0)
+    nisa.tensor_tensor(dst=t, data1=t, data2=got, op=nl.add)
+    nisa.dma_copy(dst=out[:, i * x.shape[1]:(i + 1) * x.shape[1]], src=t)
     return out
