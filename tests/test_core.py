@@ -18,6 +18,7 @@ from hdl.core.isa import (
     Max8,
     Memset,
     MultiplyMoving,
+    NonzeroWithCount,
     RangeSelect,
     SemSignal,
     SemWait,
@@ -162,6 +163,41 @@ def test_affine_select_keeps_where_its_comparison_with_zero_holds(trn1, op, fn, 
     v = -5 + 2 * np.arange(16)[:, None] - np.arange(24)[None, :]
     want = np.where(fn(v, 0), x, np.float32(-2.5)).astype(ml_dtypes.bfloat16)
     assert np.array_equal(out[dst].view(np.uint16).reshape(16, 24), want.view(np.uint16))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "int32"])
+def test_nonzero_positions_and_count_in_each_gpsimd_cores_first_partition(trn3, dtype, seed):
+    """GpSimd's NonzeroWithCount against numpy: in partitions 0, 16, 32 and 48 of 64 the
+    positions of the nonzero elements (-0.0 is zero, a NaN is not) plus the offset, the
+    padding, the count last (NKI's example: [0, 1, 1, 0, 0, 1, 0, 0] from 16 gives
+    [17, 18, 21, -1, ..., 3]); every other partition keeps what it held."""
+    rng = np.random.default_rng(seed)
+    t = 12
+    x = (rng.random((64, t)) < 0.4) * rng.integers(-9, 9, (64, t))
+    x = x.astype(np.float32) if dtype == "fp32" else x.astype(np.int32)
+    x[0, :8] = [0, 1, 1, 0, 0, 1, 0, 0]
+    x[0, 8:] = 0
+    if dtype == "fp32":
+        x[16, :3] = [-0.0, np.nan, np.inf]
+    held = rng.integers(-99, 99, (64, t + 1)).astype(np.int32)
+    src, dst = sbuf(0, 64, 0, t, dtype), sbuf(0, 64, 1024, t + 1, "int32")
+    ins = NonzeroWithCount(dst=dst, src=src, offset=16, padding=-1)
+    out = _run(trn3, "gpsimd", [ins], {src: x, dst: held}, [dst])[dst].view(np.int32)
+    want = held.copy()
+    for p in (0, 16, 32, 48):
+        at = np.flatnonzero(x[p] != 0)
+        want[p] = np.concatenate([at + 16, np.full(t - at.size, -1), [at.size]])
+    assert np.array_equal(out.reshape(64, t + 1), want)
+    assert list(want[0]) == [17, 18, 21] + [-1] * 9 + [3]
+
+
+def test_nonzero_search_is_refused_where_the_rules_say(trn1, trn3):
+    src, dst = sbuf(0, 32, 0, 8), sbuf(0, 32, 1024, 9, "int32")
+    with pytest.raises(ProgramError, match="NeuronCore-v2\\) has no nonzero search"):
+        Core(trn1).check(program(gpsimd=[NonzeroWithCount(dst=dst, src=src)]))
+    with pytest.raises(ProgramError, match="dst one element longer"):
+        Core(trn3).check(program(gpsimd=[NonzeroWithCount(dst=sbuf(0, 32, 1024, 8, "int32"),
+                                                          src=src)]))
 
 
 def test_numeric_result_through_golden_models(trn1, seed):

@@ -721,3 +721,19 @@ def test_the_cores_of_a_grid_meet_at_a_barrier_and_exchange_tiles(k):
     with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: sendrecv in a launch on "
                                             r"one NeuronCore"):
         k["v2_halves_exchanged"][1](x, platform_target="trn2")
+
+
+def test_nonzero_with_count_in_each_gpsimd_cores_first_partition(k):
+    """nisa.nonzero_with_count on trn2 (NeuronCore-v3) against numpy: partitions 0, 16, ...
+    hold the nonzero positions plus the offset, the padding and the count; the others keep
+    the memset's zeros; on trn1 the core's rules refuse it at the kernel's line."""
+    rng = np.random.default_rng(14)
+    x = ((rng.random((128, 40)) < 0.3) * rng.standard_normal((128, 40))).astype(np.float32)
+    out = k["v2_nonzeros"](x, 100, platform_target="trn2")
+    want = np.zeros((128, 41), np.int32)
+    for p in range(0, 128, 16):
+        at = np.flatnonzero(x[p])
+        want[p] = np.concatenate([at + 100, np.full(40 - at.size, -7), [at.size]])
+    np.testing.assert_array_equal(out, want)
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: .*has no nonzero search"):
+        k["v2_nonzeros"](x, 0, platform_target="trn1")

@@ -28,10 +28,11 @@ from hdl.vector.ops import BITWISE_OPS, Reduce, VectorOp
 
 __all__ = [
     "AP", "AP_BITS", "AP_FIELDS", "AffineSelect", "DMA_ADD_DTYPES", "DMA_CAST_DTYPES",
-    "DTYPES", "ENGINE_OPS", "FREE_MAX", "INSTRUCTIONS", "MX_DTYPES", "MX_GROUP_PARTITIONS",
-    "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS", "SPACES", "TF32_SHIFT",
-    "WORD_BITS", "Activation", "DmaCopy", "Dropout", "FindIndex8", "GatherFlattened",
-    "Instruction", "IsaError", "Iota", "LocalGather", "MatchReplace8", "Max8", "Random",
+    "DTYPES", "ENGINE_OPS", "FREE_MAX", "GPSIMD_CORE_PARTITIONS", "INSTRUCTIONS",
+    "MX_DTYPES", "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS", "SPACES",
+    "TF32_SHIFT", "WORD_BITS", "Activation", "DmaCopy", "Dropout", "FindIndex8",
+    "GatherFlattened", "Instruction", "IsaError", "Iota", "LocalGather", "MatchReplace8",
+    "Max8", "NonzeroWithCount", "Random",
     "LoadStationary", "Memset", "MultiplyMoving", "SHUFFLE_KEEP", "SHUFFLE_LANES",
     "RangeSelect", "SemSignal", "SequenceBounds",
     "SemWait", "StreamShuffle", "TensorCopy",
@@ -456,6 +457,32 @@ class AffineSelect(Instruction):
     fill: float = 0.0
 
 
+#: Partitions of each GpSimd core: core ``g`` reads and writes partitions 16 g .. 16 g + 15
+#: [NKI ``local_gather``, ``nonzero_with_count``: "each of the eight GpSimd cores connects to
+#: 16 contiguous SBUF partitions"].
+GPSIMD_CORE_PARTITIONS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class NonzeroWithCount(Instruction):
+    """On GpSimd, for the first partition of each core's 16 (:data:`GPSIMD_CORE_PARTITIONS`,
+    counted from the tile's first, which the start-partition rule puts at a core's first):
+    ``dst[p, :N]`` = the positions ``i`` (the flat free
+    index) where ``src[p, i]`` is not zero, in order, plus ``offset``; then ``padding`` up to
+    ``dst[p, T - 1]``; ``dst[p, T]`` = ``N``, for ``T`` elements of ``src`` (fp32 or int32;
+    -0.0 is zero, a NaN is not) and ``T + 1`` of ``dst`` (int32, as integers). The other
+    partitions of ``dst`` keep what they hold [NKI ``nonzero_with_count``]."""
+
+    OPCODE: ClassVar[int] = 27
+    MNEMONIC: ClassVar[str] = "nonzero"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS), ("offset", "s", 32),
+                        ("padding", "s", 32))
+    dst: AP
+    src: AP
+    offset: int = 0
+    padding: int = -1
+
+
 @dataclass(frozen=True, slots=True)
 class DmaCopy(Instruction):
     """Copy ``src`` to ``dst`` element for element (same shape and type).
@@ -709,7 +736,8 @@ INSTRUCTIONS: dict[int, type[Instruction]] = {
                                 Iota, DmaCopy, SemSignal, SemWait, TensorTensorScan,
                                 StreamShuffle, Max8, FindIndex8, MatchReplace8, Random,
                                 Dropout, GatherFlattened, TensorCopyDynamic,
-                                SequenceBounds, RangeSelect, LocalGather, AffineSelect)}
+                                SequenceBounds, RangeSelect, LocalGather, AffineSelect,
+                                NonzeroWithCount)}
 _BY_MNEMONIC = {cls.MNEMONIC: cls for cls in INSTRUCTIONS.values()}
 _SYNC = (SemSignal, SemWait)
 
@@ -730,7 +758,8 @@ ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {
                Random, Dropout, TensorCopyDynamic, RangeSelect) + _SYNC,
     "scalar": (Activation, TensorScalar, TensorCopy, TensorCopyDynamic) + _SYNC,
     "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset, GatherFlattened,
-               TensorCopyDynamic, SequenceBounds, LocalGather, AffineSelect) + _SYNC,
+               TensorCopyDynamic, SequenceBounds, LocalGather, AffineSelect,
+               NonzeroWithCount) + _SYNC,
     "dma": (DmaCopy,) + _SYNC,
 }
 

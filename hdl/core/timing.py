@@ -7,11 +7,11 @@ An instruction streaming ``N`` elements per partition takes, in its engine's cyc
     ``access_start + max(least, ceil(turns * passes * N * k / e))``
 
 * ``N``: the elements per partition of the instruction's source (``src``, else ``data``,
-  else ``a``, else ``dst``; ``dst`` for the gathers and ``SequenceBounds``, which write
-  more than they read);
+  else ``a``, else ``dst``; ``dst`` for the gathers, ``SequenceBounds`` and
+  ``NonzeroWithCount``, which write more than they read);
 * ``passes``: the element streams it reads: 2 for ``TensorTensor`` (1 where an input is in
   PSUM, read through the engine's PSUM port beside the SBUF one) and ``TensorTensorScan``,
-  1 otherwise;
+  2 for ``NonzeroWithCount`` (its source searched, its destination filled), 1 otherwise;
 * ``k``: 2 where an operand's minor stride exceeds ``stride_penalty`` bytes, else 1;
 * ``turns``: on the scalar engine, ``ceil(P / activation_lanes)`` for the ``P`` partitions
   of that operand (its lanes take the partitions a group at a time; at full scale a lane per
@@ -45,6 +45,7 @@ from hdl.core.isa import (
     GatherFlattened,
     Instruction,
     LocalGather,
+    NonzeroWithCount,
     SemSignal,
     SemWait,
     SequenceBounds,
@@ -61,7 +62,7 @@ __all__ = ["StreamRule", "elements_field", "instruction_cycles", "stream_cycles"
 
 def elements_field(cls: type[Instruction]) -> str:
     """The access-pattern field of ``cls`` whose elements per partition are the rule's ``N``."""
-    if cls in (GatherFlattened, SequenceBounds, LocalGather):
+    if cls in (GatherFlattened, SequenceBounds, LocalGather, NonzeroWithCount):
         return "dst"
     names = [name for name, kind, _ in cls.FIELDS if kind == "ap"]
     return next((name for name in ("src", "data", "a") if name in names), "dst")
@@ -95,7 +96,7 @@ def instruction_cycles(params: CoreParams, engine: str, ins: Instruction) -> int
     passes = 1
     if isinstance(ins, TensorTensor):
         passes = 1 if "psum" in (ins.a.space, ins.b.space) else 2
-    elif isinstance(ins, TensorTensorScan):
+    elif isinstance(ins, TensorTensorScan | NonzeroWithCount):
         passes = 2
     limit = params.stride_penalty
     strided = any(op.dims and abs(op.dims[-1][1]) * op.itemsize > limit
@@ -167,7 +168,7 @@ class StreamRule(wiring.Component):
                         a, b = (ap_at(position(cls, name)) for name in ("a", "b"))
                         m.d.comb += passes2.eq((a.space != SPACE["psum"])
                                                & (b.space != SPACE["psum"]))
-                    elif cls is TensorTensorScan:
+                    elif cls in (TensorTensorScan, NonzeroWithCount):
                         m.d.comb += passes2.eq(1)
                     if cls is TensorCopyDynamic and p.dynamic_interval:
                         m.d.comb += dynamic.eq(1)

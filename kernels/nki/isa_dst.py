@@ -27,7 +27,8 @@ from .tracer import current
 __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
            "core_barrier", "dge_mode", "dma_copy", "dma_engine", "dma_transpose", "dropout",
            "engine", "get_nc_sub_version", "get_nc_version", "gpsimd_engine", "iota",
-           "local_gather", "matmul_perf_mode", "max8", "memset", "sendrecv",
+           "local_gather", "matmul_perf_mode", "max8", "memset", "nonzero_with_count",
+           "sendrecv",
            "nc_find_index8", "nc_match_replace8", "nc_n_gather",
            "nc_matmul", "nc_stream_shuffle", "nc_transpose", "nc_version", "oob_mode",
            "range_select", "reciprocal", "reduce_cmd", "scalar_engine", "scalar_tensor_tensor",
@@ -240,6 +241,10 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
         dst, _v1.local_gather(src_buffer, index, num_elem_per_idx, num_valid_indices), True)
 
 
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
+    lower.nonzero_with_count(src, index_offset, padding_val, dst=dst)
+
+
 def get_nc_sub_version() -> int:
     """The silicon revision within the generation: 0, the first (NKI's default)."""
     current("get_nc_sub_version")
@@ -247,12 +252,12 @@ def get_nc_sub_version() -> int:
 
 
 #: Calls NKI 0.2 documents that trngen does not implement: a kernel module may import them
-#: (aws-neuron/nki-library imports sendrecv at module level), and each is refused where it
-#: is called.
+#: (aws-neuron/nki-library imports register_alloc at module level), and each is refused where
+#: it is called.
 _DOCUMENTED = frozenset((
-    "activate2", "dma_compute", "exponential", "nc_matmul_mx", "nonzero_with_count",
-    "quantize_mx", "rand2", "rand_get_state", "rand_set_state", "register_alloc",
-    "register_load", "register_move", "register_store", "rng", "set_rng_seed", "topk"))
+    "activate2", "dma_compute", "exponential", "nc_matmul_mx", "quantize_mx", "rand2",
+    "rand_get_state", "rand_set_state", "register_alloc", "register_load", "register_move",
+    "register_store", "rng", "set_rng_seed", "topk"))
 
 
 def __getattr__(name: str):

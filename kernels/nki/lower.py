@@ -30,6 +30,7 @@ from hdl.core.isa import (
     MatchReplace8,
     Max8,
     MultiplyMoving,
+    NonzeroWithCount,
     Random,
     RangeSelect,
     SequenceBounds,
@@ -1041,6 +1042,20 @@ def gather_flattened(data: View, indices: View, *, mask=None, dtype=None, dst=No
     return _one(t, call, lambda d, src, indices: GatherFlattened(dst=d, src=src,
                                                                  indices=indices),
                 {"src": x, "indices": i}, whole.shape, x.dt, mask, dst, engine="gpsimd")
+
+
+def nonzero_with_count(src: View, index_offset=0, padding_val=-1, *, dst: View,
+                       call: str = "nonzero_with_count") -> None:
+    """The positions of ``src``'s nonzero elements, padded, and their count, in the first
+    partition of each GpSimd core's 16 (:class:`NonzeroWithCount`); ``dst``'s other
+    partitions keep what they hold."""
+    t = current(call)
+    t.commit()
+    x, out = _tile(src, call, "src"), _tile(dst, call, "dst")
+    s_ap, d_ap = _flat(t, x, call, "src"), t.ap(out, call, "dst", ("sbuf",))
+    t.emit("gpsimd", NonzeroWithCount(dst=d_ap, src=s_ap, offset=int(index_offset),
+                                      padding=int(padding_val)),
+           reads=[(x, s_ap), (out, d_ap)], writes=[(out, d_ap)])
 
 
 # --- calls the ISA has no single instruction for ------------------------------------------

@@ -33,6 +33,7 @@ from hdl.core.isa import (
     Max8,
     Memset,
     MultiplyMoving,
+    NonzeroWithCount,
     Random,
     RangeSelect,
     SequenceBounds,
@@ -62,7 +63,7 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 _INTS = {"int32": np.int32, "uint32": np.uint32, "uint8": np.uint8, "uint16": np.uint16}
 _WORDS = ("int32", "uint32")
 _SELECTIONS = (Max8, FindIndex8, MatchReplace8, Random, Dropout, GatherFlattened,
-               SequenceBounds, RangeSelect, LocalGather, AffineSelect)
+               SequenceBounds, RangeSelect, LocalGather, AffineSelect, NonzeroWithCount)
 #: The comparisons of an integer with 0 (:class:`~hdl.core.isa.AffineSelect`).
 _WITH_ZERO = {VectorOp.IS_EQUAL: np.equal, VectorOp.NOT_EQUAL: np.not_equal,
               VectorOp.GREATER: np.greater, VectorOp.GREATER_EQUAL: np.greater_equal,
@@ -361,6 +362,16 @@ class Data:
             i = np.arange(x.shape[1], dtype=np.int64)[None, :]
             keep = _WITH_ZERO[ins.op](ins.base + p * ins.pstep + i * ins.step, 0)
             self.write32(ins.dst, np.where(keep, x, f32(ins.fill).view(np.uint32)))
+        elif isinstance(ins, NonzeroWithCount):
+            x = self.read(ins.src).reshape(ins.src.partitions, -1)
+            x = x.view(f32) if ins.src.dtype == "fp32" else x.view(np.int32)
+            out = self.read(ins.dst).reshape(ins.dst.partitions, -1).view(np.int32)
+            for p in range(0, x.shape[0], isa.GPSIMD_CORE_PARTITIONS):
+                at = np.flatnonzero(x[p] != 0)
+                out[p] = ins.padding
+                out[p, :at.size] = (at + ins.offset).astype(np.int64).astype(np.int32)
+                out[p, -1] = at.size
+            self.write(ins.dst, out.view(np.uint32))
         elif isinstance(ins, SequenceBounds):
             ids = self.read32(ins.src).view(f32).reshape(-1)
             n = ids.size
@@ -479,16 +490,18 @@ def unit_beats(kind: str, ins: Instruction, params) -> tuple[str, int, int]:
 
     The vector and GpSimd engines: one unit each of a lane per partition (the tile's
     ``j``-th partition on lane ``j``), a beat per element of ``dst``; a reduction one beat
-    (its one row), a memset, a transpose, a shuffle and a sequence's bounds none (they
-    bypass the unit), a ``Max8`` one per element of ``src`` and then its 8 (its search
-    streams the source through the unit, its 8 go through it into ``dst``), a
+    (its one row), a memset, a transpose, a shuffle, a sequence's bounds and the nonzero
+    positions none (they bypass the unit), a ``Max8`` one per element of ``src`` and then
+    its 8 (its search streams the source through the unit, its 8 go through it into
+    ``dst``), a
     ``FindIndex8`` one per element of ``data`` (its search) and a ``MatchReplace8`` two (its
     search, then its copy). The
     scalar engine: its activation unit for ``Activation`` and its vector unit for the rest,
     each of ``activation_lanes`` lanes serving the tile's partitions in turns, a beat per
     element each turn. The tensor engine and DMA round nothing: no beats."""
     if kind in ("vector", "gpsimd"):
-        if isinstance(ins, Memset | Transpose | StreamShuffle | SequenceBounds):
+        if isinstance(ins, Memset | Transpose | StreamShuffle | SequenceBounds
+                      | NonzeroWithCount):
             return kind, params.partitions, 0
         if isinstance(ins, Max8):
             return kind, params.partitions, ins.src.free + ins.dst.free

@@ -408,6 +408,19 @@ class Rules:
                               VectorOp.LESS_EQUAL, VectorOp.GREATER, VectorOp.GREATER_EQUAL):
                 fail(*where, "op", "an affine select compares with equal, not_equal, less, "
                                    "less_equal, greater or greater_equal")
+        elif isinstance(ins, isa.NonzeroWithCount):
+            s, d = ins.src, ins.dst
+            if s.dtype not in ("fp32", "int32") or d.dtype != "int32" or \
+                    s.partitions != d.partitions or d.free != s.free + 1 or \
+                    s.space != "sbuf" or d.space != "sbuf":
+                fail(*where, "operand shape", f"src fp32 or int32 and dst int32 in SBUF, of "
+                                              f"the same partitions, dst one element longer: "
+                                              f"src {s.partitions} x {s.free} {s.dtype} in "
+                                              f"{s.space.upper()}, dst {d.partitions} x "
+                                              f"{d.free} {d.dtype} in {d.space.upper()}")
+            if int(p.version.lstrip("v")) < 3:
+                fail(*where, "engine", f"{p.name}'s GpSimd engine (NeuronCore-{p.version}) has "
+                                       f"no nonzero search, NeuronCore-v3 on has")
         elif isinstance(ins, isa.SequenceBounds):
             s, d = ins.src, ins.dst
             if s.partitions != 1 or d.partitions != 1 or d.free != 2 * s.free or \

@@ -592,3 +592,18 @@ def halves_exchanged(x):
     nisa.tensor_tensor(dst=t, data1=t, data2=got, op=nl.add)
     nisa.dma_copy(dst=out[:, i * x.shape[1]:(i + 1) * x.shape[1]], src=t)
     return out
+
+
+@nki.jit
+def nonzeros(x, offset):
+    """nisa.nonzero_with_count of x [P, T] into [P, T + 1] (every other partition of the
+    result zero from a memset first)."""
+    p, t = x.shape
+    out = nl.ndarray((p, t + 1), nl.int32, nl.shared_hbm)
+    s = nl.ndarray((p, t), x.dtype, nl.sbuf)
+    nisa.dma_copy(dst=s, src=x)
+    d = nl.ndarray((p, t + 1), nl.int32, nl.sbuf)
+    nisa.memset(dst=d, value=0)
+    nisa.nonzero_with_count(dst=d, src=s, index_offset=offset, padding_val=-7)
+    nisa.dma_copy(dst=out, src=d)
+    return out
