@@ -51,6 +51,14 @@ GpSimd's ``AffineSelect`` alike: each element written is the fill unless the com
 with 0 of its Iota value (the lane's base plus its index times ``step``, as ``Iota``
 counts it, the fields where ``Iota`` has them) holds (:func:`with_zero`).
 
+GpSimd's ``NonzeroWithCount`` searches one core's first partition at a time (the SBUF is one
+memory, one address a cycle, and each core writes at its own count): the source's positions
+read in turn, each nonzero one written as ``offset + position`` at dst's next element (an
+Iota value: the lanes' base the offset, the position its index), then the padding up to
+dst's last element, which takes the count. At simulation scale one core; at full scale the
+eight in turn, which the stream rule (two passes, the cores at once as the hardware runs
+them) does not wait for.
+
 The vector engine's ``Max8`` streams its source through the unit as a copy into fp32,
 each lane inserting its values into a list of its 8 largest (:func:`top8`), then streams
 each lane's list through the unit as a copy into ``dst``; the unit's beats are the
@@ -107,6 +115,7 @@ from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
 from hdl.core.isa import (
     AP,
     DTYPES,
+    GPSIMD_CORE_PARTITIONS,
     SHUFFLE_KEEP,
     SHUFFLE_LANES,
     TF32_SHIFT,
@@ -119,6 +128,7 @@ from hdl.core.isa import (
     MatchReplace8,
     Max8,
     Memset,
+    NonzeroWithCount,
     Random,
     RangeSelect,
     SequenceBounds,
@@ -156,7 +166,8 @@ ENGINE_RUNS = {"vector": VECTOR_OPS + (TensorCopyDynamic, TensorTensorScan, Tran
                           Random, Dropout),
                "gpsimd": (Iota,) + VECTOR_OPS[:2] + VECTOR_OPS[3:] + (TensorCopyDynamic,
                                                                    SequenceBounds,
-                                                                   AffineSelect)}
+                                                                   AffineSelect,
+                                                                   NonzeroWithCount)}
 DATA_BITS = 32
 #: Bits of an Iota value: ``base + p * pstep + i * step`` with 32-bit signed fields,
 #: ``p`` < 128 partitions and ``i`` < 2**16 free elements.
@@ -750,6 +761,10 @@ class VectorEngine(wiring.Component):
         draw = Signal(Draw)  # Random's and Dropout's draws
         transposing, shuffling, selecting, bounding = Signal(), Signal(), Signal(), Signal()
         affine = Signal()  # GpSimd's AffineSelect
+        # GpSimd's NonzeroWithCount, a core (``nz_core``: its first partition) at a time: the
+        # source's positions read and the nonzero ones written in turn (NZ_SCAN), the
+        # padding after them, the count last
+        nonzero = Signal()
         # Max8: the search (the source through the unit, each lane's values into its list),
         # then the emission (the lists through the unit into dst)
         maxing, emit_phase = Signal(), Signal()
@@ -862,6 +877,9 @@ class VectorEngine(wiring.Component):
                 with m.Case(SequenceBounds.OPCODE):
                     m.d.comb += [dst.eq(field(SequenceBounds, "dst")),
                                  a.eq(field(SequenceBounds, "src")), bounding.eq(1)]
+                with m.Case(NonzeroWithCount.OPCODE):
+                    m.d.comb += [dst.eq(field(NonzeroWithCount, "dst")),
+                                 a.eq(field(NonzeroWithCount, "src")), nonzero.eq(1)]
 
         restart_a = Signal()  # SequenceBounds' second pass over its source
         m.submodules.wa = wa = ApWalker()
@@ -898,6 +916,13 @@ class VectorEngine(wiring.Component):
             step_sum, iota_at = Signal(signed(IOTA_BITS)), Signal(signed(IOTA_BITS))
             iota_w_at = Signal(signed(IOTA_BITS))  # i * step of the element being written
             set_base = Signal()
+            # NonzeroWithCount: the lanes' base (the offset, the padding, 0 for the count),
+            # the core searched, the next position read, how many were found
+            nz_base = Signal(signed(32))
+            m.d.comb += nz_base.eq(field(NonzeroWithCount, "offset").as_signed())
+            nz_core = Signal(range(max(2, n // GPSIMD_CORE_PARTITIONS + 1)))
+            nz_at, nz_found = Signal(IOTA_BITS), Signal(IOTA_BITS)
+            nz_valid, nz_last, nz_sent = Signal(), Signal(), Signal()
 
         # the write side: dst's next element, in the tile's partitions
         m.submodules.memset_cast = memset_cast = FormatCastLane(
@@ -936,6 +961,12 @@ class VectorEngine(wiring.Component):
         m.d.comb += kept.eq(by_partition([shuffling & (entries[lane % SHUFFLE_LANES]
                                                        == SHUFFLE_KEEP) for lane in range(n)],
                                          dst.partition, ways))
+        # NonzeroWithCount writes the first partition of the core it searches, no other
+        searched_not = Signal(n)
+        if self.kind == "gpsimd":
+            active = dst.partition + nz_core * GPSIMD_CORE_PARTITIONS
+            m.d.comb += searched_not.eq(Cat(*[nonzero & (active != part)
+                                              for part in range(n)]))
         # RangeSelect's fills by partition (set below) and the place of the element written
         filled = Signal(n)
         index = Signal(signed(IOTA_BITS), name="select_index")
@@ -987,11 +1018,13 @@ class VectorEngine(wiring.Component):
                 slices[name].append(signal)
             if self.kind == "gpsimd":
                 inputs.update({"iota": iota, "set_base": set_base,
-                               "iota_base": field(Iota, "base").as_signed(),
-                               "iota_pstep": field(Iota, "pstep").as_signed(),
+                               "iota_base": Mux(nonzero, nz_base,
+                                                field(Iota, "base").as_signed()),
+                               "iota_pstep": Mux(nonzero, 0, field(Iota, "pstep").as_signed()),
                                "iota_at": iota_at,
-                               "iota_raw": iota & ((dst.dtype == DTYPES["int32"][0])
-                                                   | (dst.dtype == DTYPES["uint32"][0])),
+                               "iota_raw": (iota | nonzero)
+                               & ((dst.dtype == DTYPES["int32"][0])
+                                  | (dst.dtype == DTYPES["uint32"][0])),
                                "iota_w_at": iota_w_at, "affine": affine,
                                "cmp": field(AffineSelect, "op")})
                 outputs["fill"] = fills[p]
@@ -1009,7 +1042,7 @@ class VectorEngine(wiring.Component):
                      unit.scalar.eq(Cat(*slices["scalar"])),
                      unit.scalar1.eq(Cat(*slices["scalar1"])),
                      self.w_data.eq(Cat(*slices["w_data"])),
-                     self.w_part.eq(Cat(*slices["w_part"]) & ~kept)]
+                     self.w_part.eq(Cat(*slices["w_part"]) & ~kept & ~searched_not)]
 
         with m.FSM():
             with m.State("IDLE"):
@@ -1049,6 +1082,11 @@ class VectorEngine(wiring.Component):
                     with m.Elif(bounding):
                         if SequenceBounds in ENGINE_RUNS[self.kind]:
                             m.next = "B_READ"
+                    with m.Elif(nonzero):
+                        if self.kind == "gpsimd":
+                            m.d.sync += [nz_core.eq(0), nz_at.eq(0), nz_found.eq(0),
+                                         nz_valid.eq(0), nz_sent.eq(0)]
+                            m.next = "NZ_SCAN"
                     with m.Elif((use_scalar | scan | selecting | (draw == Draw.DROPOUT))
                                 & ((s0.partitions != 0) | (s1.partitions != 0))):
                         m.next = "SCALAR"
@@ -1190,4 +1228,56 @@ class VectorEngine(wiring.Component):
                 with m.If(wd.row_last):
                     m.d.comb += self.done.eq(1)
                     m.next = "IDLE"
+            if self.kind == "gpsimd":
+                self._nonzero(m, a, dst, wa, wd, start, set_base, writing, iota_w_at, nz_base,
+                              field(NonzeroWithCount, "padding").as_signed(), nz_core, nz_at,
+                              nz_found, nz_valid, nz_last, nz_sent)
         return m
+
+    def _nonzero(self, m, src, dst, wa, wd, start, set_base, writing, iota_w_at, nz_base,
+                 padding, core, at, found, valid, last, sent):
+        """NonzeroWithCount's states, for core ``core`` (its first partition): each position
+        of the source read (a cycle after its address, ``valid``) and, where the core's
+        element is not zero, written as ``offset + position`` at dst's next element (the
+        lanes' base the offset, the position through ``iota_w_at``); then the padding up to
+        dst's last element, which takes the count; then the next core, or done."""
+        rows = Array(self.a_data)
+        per = GPSIMD_CORE_PARTITIONS
+        word = rows[src.partition + core * per]
+        hit = Mux(src.dtype == DTYPES["fp32"][0], word[:31].any(), word.any())
+        with m.State("NZ_SCAN"):
+            m.d.comb += self.a_en.eq(~sent)
+            with m.If(~sent):
+                m.d.comb += wa.step.eq(1)
+                m.d.sync += [valid.eq(1), last.eq(wa.row_last), sent.eq(wa.row_last),
+                             iota_w_at.eq(at), at.eq(at + 1)]
+            with m.Else():
+                m.d.sync += valid.eq(0)
+            with m.If(valid & hit):
+                m.d.comb += [writing.eq(1), wd.step.eq(1)]
+                m.d.sync += found.eq(found + 1)
+            with m.If(valid & last):
+                m.next = "NZ_PAD_SETUP"
+        with m.State("NZ_PAD_SETUP"):  # the lanes' base the padding
+            m.d.comb += [nz_base.eq(padding), set_base.eq(1)]
+            m.d.sync += iota_w_at.eq(0)
+            m.next = "NZ_PAD"
+        with m.State("NZ_PAD"):
+            with m.If(wd.row_last):
+                m.next = "NZ_COUNT_SETUP"
+            with m.Else():
+                m.d.comb += [writing.eq(1), wd.step.eq(1)]
+        with m.State("NZ_COUNT_SETUP"):  # the lanes' base 0, the count through iota_w_at
+            m.d.comb += [nz_base.eq(0), set_base.eq(1)]
+            m.d.sync += iota_w_at.eq(found)
+            m.next = "NZ_COUNT"
+        with m.State("NZ_COUNT"):
+            m.d.comb += writing.eq(1)
+            with m.If((core + 1) * per < dst.partitions):  # the next core
+                m.d.comb += [start.eq(1), set_base.eq(1)]
+                m.d.sync += [core.eq(core + 1), at.eq(0), found.eq(0), valid.eq(0),
+                             sent.eq(0)]
+                m.next = "NZ_SCAN"
+            with m.Else():
+                m.d.comb += self.done.eq(1)
+                m.next = "IDLE"

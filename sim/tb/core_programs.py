@@ -26,6 +26,7 @@ from hdl.core.isa import (
     Max8,
     Memset,
     MultiplyMoving,
+    NonzeroWithCount,
     Random,
     RangeSelect,
     SemWait,
@@ -266,6 +267,39 @@ def _affine_selects(b: Builder) -> None:
             dst = b.tile("sbuf", dtype, at, 6, ((n // 2, 2),))
         b.emit(g, AffineSelect(dst=dst, base=base, pstep=pstep, step=step, src=src, op=op,
                                fill=fill))
+
+
+def _nonzeros(b: Builder) -> None:
+    """NonzeroWithCount on GpSimd (the first partition of each core's 16): fp32 with zeros
+    (a memset over columns 3 .. 8), -0.0 and a NaN, an offset of -5 and a padding beyond
+    fp32's integers; int32, every element zero, then every one not; a strided source. dst
+    memset first, so that the partitions it keeps are seen kept."""
+    p, n = b.params.partitions, 12
+    x = b.hbm("x", (p, n), "fp32")
+    xi = b.hbm("xi", (p, n), "int32")
+    sx, si = b.sbuf(4 * n, "x"), b.sbuf(4 * n, "xi")
+    b.emit("dma0", DmaCopy(dst=_tile(b, sx, n), src=x.ap((0, p))))
+    b.emit("dma0", DmaCopy(dst=_tile(b, si, n, "int32"), src=xi.ap((0, p))))
+    g = "gpsimd"
+    b.wait(g, b.signal("dma0"))
+    b.emit(g, Memset(dst=b.tile("sbuf", "fp32", sx + 12, p, ((6, 1),)), value=0.0))
+    b.emit(g, Memset(dst=b.tile("sbuf", "fp32", sx, 1, ((1, 1),)), value=-0.0))
+    b.emit(g, Memset(dst=b.tile("sbuf", "fp32", sx + 40, 1, ((1, 1),)), value=float("nan")))
+    cases = ((_tile(b, sx, n), -5, 1 << 30), (_tile(b, si, n, "int32"), 0, -1),
+             (b.tile("sbuf", "fp32", sx, p, ((n // 2, 2),)), 7, 0))
+    for k, (src, offset, padding) in enumerate(cases):
+        at = b.sbuf(4 * (src.free + 1), f"nz{k}")
+        dst = _tile(b, at, src.free + 1, "int32")
+        b.emit(g, Memset(dst=dst, value=3.0))
+        b.emit(g, NonzeroWithCount(dst=dst, src=src, offset=offset, padding=padding))
+    # the int32 source all zeros, then none
+    zero = b.sbuf(4 * (n + 1), "nz_zero")
+    b.emit(g, Memset(dst=_tile(b, si, n, "int32"), value=0.0))
+    b.emit(g, NonzeroWithCount(dst=_tile(b, zero, n + 1, "int32"),
+                               src=_tile(b, si, n, "int32"), offset=1, padding=-9))
+    b.emit(g, Memset(dst=_tile(b, si, n, "int32"), value=-4.0))
+    b.emit(g, NonzeroWithCount(dst=_tile(b, zero, n + 1, "int32"),
+                               src=_tile(b, si, n, "int32"), offset=1, padding=-9))
 
 
 def _dynamic_copies(b: Builder) -> None:
@@ -1325,6 +1359,7 @@ PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
              "dmas_at_one_index": (_dmas_at_one_index, False),
              "converting_dmas": (_converting_dmas, False),
              "affine_selects": (_affine_selects, False),
+             "nonzeros": (_nonzeros, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)
                 for name in ("cross_entropy_backward", "swiglu_backward")
                 for dtype in ("fp32", "bf16")},

@@ -45,6 +45,7 @@ from hdl.core.isa import (
     Max8,
     Memset,
     MultiplyMoving,
+    NonzeroWithCount,
     Random,
     RangeSelect,
     SequenceBounds,
@@ -192,7 +193,7 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
         have = [i for i in filled() if plan.types[("s", i)][0] != "fp8_e4m3"]
         kind = rng.choice(("tt", "ts", "reduce", "copy", "memset", "iota", "act", "act", "mm",
                            "mm", "load", "store", "scan", "transpose", "shuffle", "rselect",
-                           "max8", "find8", "replace8", "bounds", "draw"))
+                           "max8", "find8", "replace8", "bounds", "draw", "nonzero"))
         dst = rng.randrange(_SLOTS)
         out_t = rng.choice(_TYPES + _OTHER_TYPES)
         if kind == "load":
@@ -389,6 +390,21 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
             ins = SequenceBounds(dst=slot_ap(dst, "fp32", 2 * n, parts=1),
                                  src=slot_ap(a, a_t, n, parts=1))
             plan.touch("gpsimd", [("s", a)], [("s", dst)], lambda ins=ins: b.emit("gpsimd", ins))
+        elif kind == "nonzero" and have and int(params.version.lstrip("v")) >= 3:
+            # GpSimd's NonzeroWithCount of an fp32 slot (its first elements) into another,
+            # int32 (the first partition of each GpSimd core's 16 written), then read as the
+            # uint32 the indices of the searches are
+            ids = [i for i in have if plan.types[("s", i)][0] == "fp32" and i != dst]
+            if not ids:
+                continue
+            a = rng.choice(ids)
+            n = min(plan.types[("s", a)][1], free - 1)
+            plan.types[("s", dst)] = ("uint32", n + 1)
+            ins = NonzeroWithCount(dst=tile("sbuf", "int32", plan.slots[dst], p,
+                                            ((n + 1, 1),)), src=slot_ap(a, "fp32", n),
+                                   offset=rng.randrange(-8, 8), padding=rng.randrange(-9, 9))
+            plan.touch("gpsimd", [("s", a), ("s", dst)], [("s", dst)],
+                       lambda ins=ins: b.emit("gpsimd", ins))
         elif kind == "draw" and params.rng is not None:
             # numbers in [0, 1) into a slot (Random), or a slot's dropout (at an immediate
             # probability or a per-partition column's) into another, strided or not
