@@ -75,12 +75,12 @@ def test_a_stream_longer_than_its_sequencer_is_fed_not_refused(params):
 
 
 def test_each_engine_is_named_in_its_refusal(params):
-    """The GpSimd engine's datapath is the vector engine's plus Iota and AffineSelect; what
-    it refuses, it refuses as itself."""
+    """The GpSimd engine's datapath is the vector engine's plus Iota, AffineSelect and
+    NonzeroWithCount; what it refuses, it refuses as itself."""
     act = Activation(dst=_tile("fp32"), src=_tile("fp32"), func=0)
     assert engines.supported(act, kind="gpsimd") == \
         ("the gpsimd engine runs Iota, TensorTensor, TensorScalar, TensorCopy, Memset, "
-         "TensorCopyDynamic, SequenceBounds, AffineSelect")
+         "TensorCopyDynamic, SequenceBounds, AffineSelect, NonzeroWithCount")
     assert engines.supported(act) == \
         ("the vector engine runs TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset, "
          "TensorCopyDynamic, TensorTensorScan, Transpose, StreamShuffle, RangeSelect, Max8, "
