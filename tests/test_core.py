@@ -10,6 +10,7 @@ from hdl.core.isa import (
     AP,
     Activation,
     AffineSelect,
+    DmaCompute,
     DmaCopy,
     Dropout,
     FindIndex8,
@@ -198,6 +199,32 @@ def test_nonzero_search_is_refused_where_the_rules_say(trn1, trn3):
     with pytest.raises(ProgramError, match="dst one element longer"):
         Core(trn3).check(program(gpsimd=[NonzeroWithCount(dst=sbuf(0, 32, 1024, 8, "int32"),
                                                           src=src)]))
+
+
+def test_a_dma_sums_its_sources_in_fp32_and_casts_once(trn1, seed):
+    """DmaCompute against numpy: fp32 + bf16 + int32 (each widened by value) summed in fp32
+    in that order, the total cast to bf16 once (ml_dtypes); the bytes charged are the three
+    sources' as copies into dst, after one latency (the DMA rule)."""
+    import ml_dtypes
+
+    from sim.core import dma_seconds
+
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((16, 20)).astype(np.float32)
+    b = rng.standard_normal((16, 20)).astype(ml_dtypes.bfloat16)
+    c = rng.integers(-1000, 1000, (16, 20)).astype(np.int32)
+    ia, ib, ic = sbuf(0, 16, 0, 20), sbuf(0, 16, 128, 20, "bf16"), sbuf(0, 16, 256, 20, "int32")
+    dst = sbuf(0, 16, 512, 20, "bf16")
+    ins = DmaCompute(dst=dst, a=ia, b=ib, c=ic)
+    out = _run(trn1, "dma2", [ins], {ia: a, ib: b, ic: c}, [dst])
+    want = ((a + b.astype(np.float32)) + c.astype(np.float32)).astype(ml_dtypes.bfloat16)
+    assert np.array_equal(out[dst].view(np.uint16).reshape(16, 20), want.view(np.uint16))
+    latency, transfer = dma_seconds(trn1, ia, dst, (ib, ic))
+    copies = sum(dma_seconds(trn1, s, dst)[1] for s in (ia, ib, ic))
+    assert (latency, transfer) == (trn1.dma_latency, pytest.approx(copies))
+    with pytest.raises(ProgramError, match="a DMA sums operands of one shape"):
+        Core(trn1).check(program(dma0=[DmaCompute(dst=dst, a=ia, b=sbuf(0, 16, 128, 10,
+                                                                        "bf16"))]))
 
 
 def test_numeric_result_through_golden_models(trn1, seed):

@@ -737,3 +737,15 @@ def test_nonzero_with_count_in_each_gpsimd_cores_first_partition(k):
     np.testing.assert_array_equal(out, want)
     with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: .*has no nonzero search"):
         k["v2_nonzeros"](x, 0, platform_target="trn1")
+
+
+def test_dma_compute_sums_in_fp32_and_casts_once(k):
+    """nisa.dma_compute against numpy: three sources summed in fp32 (each sum rounded to
+    fp32), cast to bf16 once (ml_dtypes); two into HBM; the read-modify-write of a tile."""
+    rng = np.random.default_rng(15)
+    a, b, c = (rng.standard_normal((32, 24)).astype(np.float32) for _ in range(3))
+    out = k["v2_summed_by_dma"](a, b, c)
+    want = ((a + b) + c).astype(ml_dtypes.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(out[0], want)
+    np.testing.assert_array_equal(out[1], a + b)
+    np.testing.assert_array_equal(out[2], a + b)

@@ -33,7 +33,15 @@ from amaranth.lib.wiring import In, Out
 
 from hdl.core.access import AP_LAYOUT, SPACE, ApWalker, dtype_shift
 from hdl.core.engines import lane_input, lane_output, unit_format
-from hdl.core.isa import DMA_ADD_DTYPES, DTYPES, WORD_BITS, DmaCopy, field_positions
+from hdl.core.isa import (
+    DMA_ADD_DTYPES,
+    DTYPES,
+    OPCODE_BITS,
+    WORD_BITS,
+    DmaCompute,
+    DmaCopy,
+    field_positions,
+)
 from hdl.numerics.cast import FormatCastLane
 from hdl.numerics.formats import format_by_name
 from hdl.vector.convert import ENGINE_FORMATS, widen_input
@@ -93,8 +101,8 @@ class SbufPort(wiring.Signature):
         return f"SbufPort({self.partitions}, {self.words})"
 
 
-def _ap(word, name):
-    pos, bits, _ = field_positions(DmaCopy)[name]
+def _ap(word, name, cls=DmaCopy):
+    pos, bits, _ = field_positions(cls)[name]
     return data.View(AP_LAYOUT, word[pos:pos + bits])
 
 
@@ -116,15 +124,21 @@ class Dma(wiring.Component):
         axi = self.axi
         word = Signal(WORD_BITS)
         queue = Signal(range(self.queues))
-        src, dst, index = _ap(word, "src"), _ap(word, "dst"), _ap(word, "index")
+        dst, index = _ap(word, "dst"), _ap(word, "index")
+        # DmaCompute: dst = a + b (+ c), its a read where a copy's src is
+        compute = word[:OPCODE_BITS] == DmaCompute.OPCODE
+        src = Signal(AP_LAYOUT)
+        m.d.comb += src.eq(Mux(compute, _ap(word, "a", DmaCompute).as_value(),
+                               _ap(word, "src").as_value()))
+        b_ap, c_ap = _ap(word, "b", DmaCompute), _ap(word, "c", DmaCompute)
         pos, _, _ = field_positions(DmaCopy)["index_dst"]
-        indirect, index_dst = index.partitions != 0, word[pos]
+        indirect, index_dst = ~compute & (index.partitions != 0), word[pos]
         pos, bits, _ = field_positions(DmaCopy)["rows"]
         rows = word[pos:pos + bits]
         pos, _, _ = field_positions(DmaCopy)["skip"]
         skip = word[pos]
         pos, _, _ = field_positions(DmaCopy)["add"]
-        adding = word[pos]
+        adding = ~compute & word[pos]
         pos, bits, _ = field_positions(DmaCopy)["index_stride"]
         index_stride = word[pos:pos + bits]
         scalar = index_stride != 0  # one index, read once, for every partition
@@ -141,19 +155,28 @@ class Dma(wiring.Component):
                          moved_dst.pstride.eq(Mux(scalar, dst.pstride, 0))]
         m.submodules.rd = rd = ApWalker()
         m.submodules.wr = wr = ApWalker()
+        # DmaCompute's b and c, walked with a
+        m.submodules.rb = rb = ApWalker()
+        m.submodules.rc = rc = ApWalker()
         value = Signal(DATA_BITS)
         start = Signal()
         m.d.comb += [rd.ap.eq(moved_src), wr.ap.eq(moved_dst), rd.start.eq(start),
-                     wr.start.eq(start)]
-        # src's element widened to fp32 and cast to dst's type: a converting or adding copy
-        src_wide = widen_input(m, ENGINE_FORMATS, lane_input(m, value, src.dtype, "cast_src"),
-                               unit_format(ENGINE_FORMATS, src.dtype), "cast_src")
+                     wr.start.eq(start), rb.ap.eq(b_ap), rc.ap.eq(c_ap), rb.start.eq(start),
+                     rc.start.eq(start), rb.step.eq(rd.step), rc.step.eq(rd.step)]
+        # the element held (src's; DmaCompute's a, b or c in turn: ``term``) widened to fp32
+        # and cast to dst's type: a converting, adding or summing copy
+        term, total_sum = Signal(2), Signal(DATA_BITS)
+        wide_dtype = Signal.like(src.dtype)
+        m.d.comb += wide_dtype.eq(Mux(term == 1, b_ap.dtype,
+                                      Mux(term == 2, c_ap.dtype, src.dtype)))
+        src_wide = widen_input(m, ENGINE_FORMATS, lane_input(m, value, wide_dtype, "cast_src"),
+                               unit_format(ENGINE_FORMATS, wide_dtype), "cast_src")
         m.submodules.cast = cast = FormatCastLane(
             tuple(format_by_name(name) for name in ENGINE_FORMATS), None)
         m.d.comb += cast.fmt.eq(unit_format(ENGINE_FORMATS, dst.dtype))
         cast_out = Signal(DATA_BITS)
         m.d.comb += cast_out.eq(lane_output(m, cast.y, dst.dtype))
-        written = Mux((src.dtype != dst.dtype) & ~adding, cast_out, value)
+        written = Mux(((src.dtype != dst.dtype) & ~adding) | compute, cast_out, value)
         item_mask = Signal(DATA_BITS // 8)
         m.d.comb += item_mask.eq((1 << (1 << dtype_shift(dst.dtype))) - 1)
         rshift = rd.byte[:2] * 8
@@ -219,12 +242,48 @@ class Dma(wiring.Component):
                     m.next = "WRITE"
                     with m.If(adding):
                         m.next = "DST_READ"
+                    with m.If(compute):
+                        m.next = "SUM"
             with m.State("SBUF_DATA"):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += value.eq(self.sbuf.rdata >> rshift)
                 m.next = "WRITE"
                 with m.If(adding):
                     m.next = "DST_READ"
+                with m.If(compute):
+                    m.next = "SUM"
+            # DmaCompute: the term held added to the sum (a: the sum), then the next term
+            # read (b, then c where there is one), or the sum cast and written
+            summed = add_fp(m, "add", "sum_add", total_sum, src_wide, False)
+            with m.State("SUM"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += [total_sum.eq(Mux(term == 0, src_wide, summed)), term.eq(term + 1)]
+                m.next = "WRITE"
+                with m.If((term == 0) | ((term == 1) & (c_ap.partitions != 0))):
+                    m.next = "TERM_READ"
+            ap_of = Mux(term == 1, b_ap.as_value(), c_ap.as_value())
+            t_ap = data.View(AP_LAYOUT, ap_of)
+            t_byte = Mux(term == 1, rb.byte, rc.byte)
+            t_row = Mux(term == 1, rb.row, rc.row)
+            with m.State("TERM_READ"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(t_ap.space == SPACE["hbm"]):
+                    m.d.comb += [axi.arvalid.eq(1), axi.araddr.eq(t_byte[2:] << 2)]
+                    with m.If(axi.arready):
+                        m.next = "TERM_DATA"
+                with m.Else():
+                    m.d.comb += [self.sbuf.ren.eq(1), self.sbuf.rpart.eq(t_ap.partition + t_row),
+                                 self.sbuf.raddr.eq(t_byte[2:])]
+                    m.next = "TERM_SBUF"
+            with m.State("TERM_DATA"):
+                m.d.comb += [self.busy.eq(1), axi.rready.eq(1)]
+                with m.If(axi.rvalid):
+                    m.d.sync += value.eq(axi.rdata >> (t_byte[:2] * 8))
+                    m.next = "SUM"
+            with m.State("TERM_SBUF"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += value.eq(self.sbuf.rdata >> (t_byte[:2] * 8))
+                m.next = "SUM"
             # an adding copy: dst's element, then the sum written in its place, in fp32
             # between the widenings and the cast to dst's type
             add_type = unit_format(DMA_ADD_DTYPES, dst.dtype)
@@ -232,7 +291,7 @@ class Dma(wiring.Component):
             total = add_fp(m, "add", "rmw_add",
                            widen_input(m, DMA_ADD_DTYPES, held, add_type, "rmw_dst"),
                            src_wide, False)
-            m.d.comb += cast.x.eq(Mux(adding, total, src_wide))
+            m.d.comb += cast.x.eq(Mux(adding, total, Mux(compute, total_sum, src_wide)))
             with m.State("DST_READ"):
                 m.d.comb += self.busy.eq(1)
                 with m.If(dst.space == SPACE["hbm"]):
@@ -272,6 +331,7 @@ class Dma(wiring.Component):
                     m.next = "NEXT"
             with m.State("NEXT"):
                 m.d.comb += [self.busy.eq(1), rd.step.eq(1), wr.step.eq(1)]
+                m.d.sync += term.eq(0)
                 with m.If(wr.last):
                     m.d.comb += self.done.bit_select(queue, 1).eq(1)
                     m.next = "IDLE"

@@ -30,7 +30,7 @@ __all__ = [
     "AP", "AP_BITS", "AP_FIELDS", "AffineSelect", "DMA_ADD_DTYPES", "DMA_CAST_DTYPES",
     "DTYPES", "ENGINE_OPS", "FREE_MAX", "GPSIMD_CORE_PARTITIONS", "INSTRUCTIONS",
     "MX_DTYPES", "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS", "SPACES",
-    "TF32_SHIFT", "WORD_BITS", "Activation", "DmaCopy", "Dropout", "FindIndex8",
+    "TF32_SHIFT", "WORD_BITS", "Activation", "DmaCompute", "DmaCopy", "Dropout", "FindIndex8",
     "GatherFlattened", "Instruction", "IsaError", "Iota", "LocalGather", "MatchReplace8",
     "Max8", "NonzeroWithCount", "Random",
     "LoadStationary", "Memset", "MultiplyMoving", "SHUFFLE_KEEP", "SHUFFLE_LANES",
@@ -526,6 +526,29 @@ class DmaCopy(Instruction):
 
 
 @dataclass(frozen=True, slots=True)
+class DmaCompute(Instruction):
+    """``dst`` = ``a + b`` (``+ c``) element for element on a DMA queue: each element widened
+    to fp32 by value (as :class:`DmaCopy` converts), summed in fp32 in that order (each sum
+    rounded to nearest even, as the vector unit's fp32 adder), the total cast to ``dst``'s
+    type once; every operand of :data:`DMA_CAST_DTYPES` and of one shape [NKI
+    ``dma_compute``: "The DMA engines perform all computations in float32 precision
+    internally ... the final float32 result is cast to the output data type"]."""
+
+    OPCODE: ClassVar[int] = 28
+    MNEMONIC: ClassVar[str] = "dmac"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("a", "ap", AP_BITS), ("b", "ap", AP_BITS),
+                        ("c", "ap", AP_BITS))
+    dst: AP
+    a: AP
+    b: AP
+    c: AP | None = None
+
+    @property
+    def sources(self) -> tuple[AP, ...]:
+        return (self.a, self.b) + ((self.c,) if self.c is not None else ())
+
+
+@dataclass(frozen=True, slots=True)
 class StreamShuffle(Instruction):
     """Move partitions within each quadrant of 32 on the vector engine: ``dst``'s partition
     ``32 q + i`` (counted from its first) takes ``src``'s partition ``32 q + shuffle[i]``
@@ -737,7 +760,7 @@ INSTRUCTIONS: dict[int, type[Instruction]] = {
                                 StreamShuffle, Max8, FindIndex8, MatchReplace8, Random,
                                 Dropout, GatherFlattened, TensorCopyDynamic,
                                 SequenceBounds, RangeSelect, LocalGather, AffineSelect,
-                                NonzeroWithCount)}
+                                NonzeroWithCount, DmaCompute)}
 _BY_MNEMONIC = {cls.MNEMONIC: cls for cls in INSTRUCTIONS.values()}
 _SYNC = (SemSignal, SemWait)
 
@@ -760,7 +783,7 @@ ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {
     "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset, GatherFlattened,
                TensorCopyDynamic, SequenceBounds, LocalGather, AffineSelect,
                NonzeroWithCount) + _SYNC,
-    "dma": (DmaCopy,) + _SYNC,
+    "dma": (DmaCopy, DmaCompute) + _SYNC,
 }
 
 

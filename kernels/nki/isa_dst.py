@@ -4,6 +4,8 @@ in either generation gives the same program."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import isa as _v1
 from . import lower
 from .errors import NkiError, NotSupported, Unimplemented
@@ -25,7 +27,8 @@ from .isa import (
 from .tracer import current
 
 __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
-           "core_barrier", "dge_mode", "dma_copy", "dma_engine", "dma_transpose", "dropout",
+           "core_barrier", "dge_mode", "dma_compute", "dma_copy", "dma_engine", "dma_transpose",
+           "dropout",
            "engine", "get_nc_sub_version", "get_nc_version", "gpsimd_engine", "iota",
            "local_gather", "matmul_perf_mode", "max8", "memset", "nonzero_with_count",
            "sendrecv",
@@ -241,6 +244,23 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
         dst, _v1.local_gather(src_buffer, index, num_elem_per_idx, num_valid_indices), True)
 
 
+def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=None,
+                name=None):
+    """NKI's sum of ``srcs`` into ``dst`` by the DMA, in fp32 (``reduce_op`` add, every
+    scale 1.0, as NKI allows; unique indices)."""
+    t = current("dma_compute")
+    if reduce_op is not np.add and getattr(reduce_op, "__name__", "") != "add":
+        raise NotSupported(f"dma_compute(reduce_op={getattr(reduce_op, '__name__', reduce_op)})",
+                           "reduce_op=nl.add, as NKI allows")
+    if scales is not None and any(float(s) != 1.0 for s in scales):
+        raise NotSupported(f"dma_compute(scales={list(scales)})", "scales of 1.0, as NKI "
+                                                                  "allows")
+    if not unique_indices:
+        raise NotSupported("dma_compute(unique_indices=False)", "unique indices, as NKI "
+                                                                "allows")
+    t.dma_compute(dst, srcs, skip=getattr(oob_mode, "name", None) == "skip")
+
+
 def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
     lower.nonzero_with_count(src, index_offset, padding_val, dst=dst)
 
@@ -255,7 +275,7 @@ def get_nc_sub_version() -> int:
 #: (aws-neuron/nki-library imports register_alloc at module level), and each is refused where
 #: it is called.
 _DOCUMENTED = frozenset((
-    "activate2", "dma_compute", "exponential", "nc_matmul_mx", "quantize_mx", "rand2",
+    "activate2", "exponential", "nc_matmul_mx", "quantize_mx", "rand2",
     "rand_get_state", "rand_set_state", "register_alloc", "register_load", "register_move",
     "register_store", "rng", "set_rng_seed", "topk"))
 

@@ -38,7 +38,16 @@ from heapq import heapify, heappop, heappush
 
 import numpy as np
 
-from hdl.core.isa import AP, DTYPES, FREE_MAX, DmaCopy, Memset, draws_random, reach
+from hdl.core.isa import (
+    AP,
+    DTYPES,
+    FREE_MAX,
+    DmaCompute,
+    DmaCopy,
+    Memset,
+    draws_random,
+    reach,
+)
 from hdl.core.params import CoreParams
 from hdl.numerics.dtypes import ML_DTYPES
 from kernels.builder import SBUF_ALIGN, Builder
@@ -2344,6 +2353,33 @@ class Tracer:
         self.emit(self.dma_queue(), DmaCopy(dst=a, src=b, index=index, index_dst=side is dst,
                                             rows=ind.rows, skip=skip, add=add),
                   reads=reads, writes=writes)
+
+    def dma_compute(self, dst: View, srcs, call: str = "dma_compute", skip: bool = False):
+        """``dst`` = the sum of ``srcs`` (two or three) by the DMA (:class:`DmaCompute`); two
+        of which one is ``dst`` itself, an adding :meth:`dma` (read-modify-write, a tile
+        of row indices on either side as NKI's scatter and gather forms have it)."""
+        srcs = list(srcs)
+        same = [s for s in srcs if isinstance(s, View) and s.buf is dst.buf
+                and s.dims == dst.dims and s.part == dst.part and s.off == dst.off]
+        if len(srcs) == 2 and same:
+            other = srcs[1] if srcs[0] is same[0] else srcs[0]
+            self.dma(dst, other, call, skip=skip, add=True)
+            return
+        if not 2 <= len(srcs) <= 3:
+            raise NotSupported(f"'{call}' of {len(srcs)} sources", "two or three sources")
+        if any(v.index is not None or v.moved is not None for v in (dst, *srcs)):
+            raise NotSupported(f"'{call}' at run-time offsets, but for the read-modify-write "
+                               f"of dst and one other source", "static access patterns")
+        aps = [self.dma_aps(dst, v, call) for v in srcs]
+        d = aps[0][0]
+        if any(a != d for a, _ in aps):
+            raise NotSupported(f"'{call}' of sources laid out unlike each other",
+                               "sources of one layout")
+        ins = DmaCompute(dst=d, a=aps[0][1], b=aps[1][1],
+                         c=aps[2][1] if len(aps) > 2 else None)
+        self.emit(self.dma_queue(), ins, reads=[(v, ap) for v, (_, ap) in zip(srcs, aps,
+                                                                             strict=True)],
+                  writes=[(dst, d)])
 
     def _dma_at_scalar(self, dst: View, src: View, a: AP, b: AP, index: AP, ind: Indirect,
                        skip: bool, add: bool) -> None:

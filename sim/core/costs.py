@@ -97,6 +97,10 @@ def dma_charged_bytes(params: CoreParams, src: AP, dst: AP) -> int:
     return packets * max(packet + params.dma_packet_overhead, params.dma_packet_minimum)
 
 
-def dma_seconds(params: CoreParams, src: AP, dst: AP) -> tuple[float, float]:
-    """(latency, transfer time) of a DMA from ``src`` to ``dst`` on an otherwise idle fabric."""
-    return params.dma_latency, dma_charged_bytes(params, src, dst) / params.dma_bandwidth
+def dma_seconds(params: CoreParams, src: AP, dst: AP,
+                more: tuple[AP, ...] = ()) -> tuple[float, float]:
+    """(latency, transfer time) of a DMA from ``src`` to ``dst`` on an otherwise idle fabric;
+    one that sums ``src`` and the sources ``more`` into ``dst`` reads each as a copy would,
+    after one latency."""
+    charged = sum(dma_charged_bytes(params, s, dst) for s in (src, *more))
+    return params.dma_latency, charged / params.dma_bandwidth

@@ -21,6 +21,7 @@ from hdl.core.isa import (
     AP,
     Activation,
     AffineSelect,
+    DmaCompute,
     DmaCopy,
     Dropout,
     FindIndex8,
@@ -286,6 +287,15 @@ class Data:
                 self.write32(dst, self.read32(src))
             else:
                 self.write(dst, self.read(src))
+
+    def dma_compute(self, ins: DmaCompute) -> None:
+        """``dst`` = the sum of the sources, each widened to fp32, added in fp32 in order by
+        the vector unit's adder, the total cast to ``dst``'s type once."""
+        total = None
+        for src in ins.sources:
+            x = self.read32(src).reshape(ins.dst.partitions, -1)
+            total = x if total is None else vector.elementwise(VectorOp.ADD, total, x)
+        self.write32(ins.dst, total)
 
     def moved_source(self, ins: TensorCopyDynamic) -> AP:
         """``ins``'s source where its offset puts it, the offset read now; one outside

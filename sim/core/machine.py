@@ -39,6 +39,7 @@ import numpy as np
 from hdl.core import isa
 from hdl.core.isa import (
     Activation,
+    DmaCompute,
     Instruction,
     LoadStationary,
     MultiplyMoving,
@@ -132,8 +133,9 @@ class Core:
         if cls is SemSignal:
             return (_SIGNAL, ins.sem, ins.count)
         if kind == "dma":
-            latency, transfer = dma_seconds(self.params, ins.src, ins.dst)
-            return (_DMA, latency, transfer, ins.src.nbytes)
+            first, *more = ins.sources if cls is DmaCompute else (ins.src,)
+            latency, transfer = dma_seconds(self.params, first, ins.dst, tuple(more))
+            return (_DMA, latency, transfer, sum(s.nbytes for s in (first, *more)))
         if kind == "tensor":
             pairs = 2 if getattr(ins, "double_row", False) else 1
             if cls is LoadStationary:
@@ -313,7 +315,10 @@ class Core:
                         cost = end - t
                         moved += plan[3]
                         if data is not None:
-                            data.dma(ins, streams[s], i)
+                            if type(ins) is DmaCompute:
+                                data.dma_compute(ins)
+                            else:
+                                data.dma(ins, streams[s], i)
                     else:  # _TRANSPOSE: a load of the data and the array's transpose pass
                         accept, _ = load_tile(plan[1], t * tensor_clock)
                         second, last = multiply(plan[2], accept + 1)

@@ -374,6 +374,13 @@ class Rules:
             if ins.add and ins.dst.dtype not in isa.DMA_ADD_DTYPES:
                 fail(*where, "format", f"a DMA adds into {', '.join(isa.DMA_ADD_DTYPES)} "
                                        f"elements, not {ins.dst.dtype}")
+        elif isinstance(ins, isa.DmaCompute):
+            for name, ap, _ in ins.operands():
+                if ap.shape != ins.dst.shape or ap.dtype not in isa.DMA_CAST_DTYPES:
+                    fail(*where, "operand shape", f"a DMA sums operands of one shape, of "
+                                                  f"{', '.join(isa.DMA_CAST_DTYPES)}: {name} "
+                                                  f"{ap.shape} {ap.dtype}, dst "
+                                                  f"{ins.dst.shape}")
         elif isinstance(ins, StreamShuffle):
             self._check_shuffle(where, ins)
         elif isinstance(ins, isa.LocalGather):

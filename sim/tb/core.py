@@ -47,7 +47,7 @@ from cocotbext.axi import AxiBus, AxiRam
 from generators.core import TOP
 from hdl.core import engines, isa, scalar, tensor
 from hdl.core.core import HostMap
-from hdl.core.isa import WORD_BITS, DmaCopy, Memset, SemSignal, SemWait, encode
+from hdl.core.isa import WORD_BITS, DmaCompute, DmaCopy, Memset, SemSignal, SemWait, encode
 from hdl.core.params import CoreParams
 from hdl.params import core_params
 from kernels.builder import Builder, KernelError
@@ -68,7 +68,7 @@ STALL = 0.3
 PERIOD_NS = 10
 
 #: What each engine of the core RTL runs (the DMA queues: every DmaCopy, indirect and
-#: adding too).
+#: adding too, and every DmaCompute).
 SUPPORTED = {"tensor": tensor.supported, "vector": engines.supported,
              "scalar": scalar.supported,
              "gpsimd": functools.partial(engines.supported, kind="gpsimd")}
@@ -86,7 +86,7 @@ def rtl_refusal(program: Program, params: CoreParams) -> str | None:
         for i, ins in enumerate(code):
             if isinstance(ins, SemSignal | SemWait) and ins.sem >= params.semaphores:
                 return f"{stream}[{i}]: the core has semaphores 0 .. {params.semaphores - 1}"
-            if isinstance(ins, SemSignal | SemWait | DmaCopy):
+            if isinstance(ins, SemSignal | SemWait | DmaCopy | DmaCompute):
                 continue
             kind = isa.engine_kind(stream)
             formats = params.formats if kind == "tensor" else engines.ENGINE_DTYPES

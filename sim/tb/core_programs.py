@@ -17,6 +17,7 @@ from hdl.core.isa import (
     TF32_SHIFT,
     Activation,
     AffineSelect,
+    DmaCompute,
     DmaCopy,
     Dropout,
     FindIndex8,
@@ -635,6 +636,31 @@ def _dmas_at_one_index(b: Builder) -> None:
     b.emit("dma1", DmaCopy(dst=halves.ap((0, p), (0, n)),
                            src=_tile(b, t + 8 * n + 2, n, "bf16"), index=at(1),
                            index_dst=True, rows=n + 1, index_stride=2, add=True))
+
+
+def _dma_sums(b: Builder) -> None:
+    """DmaCompute: three fp32 tensors from HBM summed into an SBUF tile of bf16 at a byte
+    offset inside words (in fp32, cast once); two of other types (bf16 at a byte offset,
+    int32) into HBM as fp16; an SBUF tile and an HBM tensor into fp32 SBUF, strided."""
+    p, n = b.params.partitions, 12
+    xs = [b.hbm(f"x{k}", (p, n), "fp32") for k in range(3)]
+    h = b.hbm("h", (p, n), "bf16")
+    i = b.hbm("i", (p, n), "int32")
+    out = b.hbm("out", (p, n), "fp16")
+    sh, si, s3 = b.sbuf(2 * n + 4, "h"), b.sbuf(4 * n, "i"), b.sbuf(2 * n + 4, "sum3")
+    s2 = b.sbuf(4 * n, "sum2")
+    b.emit("dma0", DmaCopy(dst=_tile(b, sh + 2, n, "bf16"), src=h.ap((0, p))))
+    b.emit("dma0", DmaCopy(dst=_tile(b, si, n, "int32"), src=i.ap((0, p))))
+    b.emit("dma0", DmaCompute(dst=_tile(b, s3 + 2, n, "bf16"), a=xs[0].ap((0, p)),
+                              b=xs[1].ap((0, p)), c=xs[2].ap((0, p))))
+    loaded = b.signal("dma0")
+    b.wait("dma1", loaded)
+    b.emit("dma1", DmaCompute(dst=out.ap((0, p)), a=_tile(b, sh + 2, n, "bf16"),
+                              b=_tile(b, si, n, "int32")))
+    b.emit("dma1", DmaCompute(dst=b.tile("sbuf", "fp32", s2, p, ((n // 2, 2),)),
+                              a=b.tile("sbuf", "bf16", s3 + 2, p, ((n // 2, 2),)),
+                              b=b.tile("hbm", "fp32", xs[0].offset, p, ((n // 2, 2),),
+                                       pstride=4 * n)))
 
 
 #: The element types :func:`_converting_dmas` converts fp32 into (an SBUF tile each).
@@ -1358,6 +1384,7 @@ PROGRAMS |= {"two_ops": (_two_ops, False), "scans": (_scans, False),
              "indirect_dmas": (_indirect_dmas, False), "draws": (_draws, False),
              "dmas_at_one_index": (_dmas_at_one_index, False),
              "converting_dmas": (_converting_dmas, False),
+             "dma_sums": (_dma_sums, False),
              "affine_selects": (_affine_selects, False),
              "nonzeros": (_nonzeros, False),
              **{f"{name}_{dtype}": (_kernel(name, {"R": 16, "C": 24}, dtype), False)

@@ -607,3 +607,20 @@ def nonzeros(x, offset):
     nisa.nonzero_with_count(dst=d, src=s, index_offset=offset, padding_val=-7)
     nisa.dma_copy(dst=out, src=d)
     return out
+
+
+@nki.jit
+def summed_by_dma(a, b, c):
+    """nisa.dma_compute: a + b + c from HBM into an SBUF tile of bf16 (in fp32, one cast),
+    a + b into HBM, and the tile added into itself with b (the read-modify-write form)."""
+    p, f = a.shape
+    out = nl.ndarray((3, p, f), nl.float32, nl.shared_hbm)
+    t = nl.ndarray((p, f), nl.bfloat16, nl.sbuf)
+    nisa.dma_compute(dst=t, srcs=[a, b, c], reduce_op=nl.add)
+    nisa.dma_copy(dst=out[0], src=t)
+    nisa.dma_compute(dst=out[1], srcs=[a, b], reduce_op=np.add, scales=[1.0, 1.0])
+    u = nl.ndarray((p, f), nl.float32, nl.sbuf)
+    nisa.dma_copy(dst=u, src=a)
+    nisa.dma_compute(dst=u, srcs=[u, b], reduce_op=nl.add)
+    nisa.dma_copy(dst=out[2], src=u)
+    return out
