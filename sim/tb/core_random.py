@@ -36,6 +36,7 @@ from hdl.core.isa import (
     SHUFFLE_LANES,
     Activation,
     AffineSelect,
+    DmaCompute,
     DmaCopy,
     Dropout,
     FindIndex8,
@@ -206,8 +207,17 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
             t = b.hbm(f"out{stores}", (p, n), into)
             stores += 1
             q = rng.choice(queues)
-            # added to what HBM holds, where a DMA adds into the type
+            # added to what HBM holds, where a DMA adds into the type; or a fifth of the
+            # time summed with another slot of as many elements (DmaCompute)
             add = into in DMA_ADD_DTYPES and rng.random() < 0.7
+            other = [j for j in have if j != i and plan.types[("s", j)][1] == n]
+            if other and rng.random() < 0.2:
+                j = rng.choice(other)
+                ins = DmaCompute(dst=t.ap((0, p)), a=slot_ap(i, dtype, n),
+                                 b=slot_ap(j, plan.types[("s", j)][0], n))
+                plan.touch(q, [("s", i), ("s", j)], [],
+                           lambda ins=ins, q=q: b.emit(q, ins))
+                continue
             plan.touch(q, [("s", i)], [],
                        lambda i=i, dtype=dtype, n=n, t=t, q=q, add=add: b.emit(
                            q, DmaCopy(dst=t.ap((0, p)), src=slot_ap(i, dtype, n), add=add)))
