@@ -28,17 +28,14 @@ from .tracer import current
 
 __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
            "core_barrier", "dge_mode", "dma_compute", "dma_copy", "dma_engine", "dma_transpose",
-           "dropout",
-           "engine", "get_nc_sub_version", "get_nc_version", "gpsimd_engine", "iota",
-           "local_gather", "matmul_perf_mode", "max8", "memset", "nonzero_with_count",
-           "sendrecv",
-           "nc_find_index8", "nc_match_replace8", "nc_n_gather",
-           "nc_matmul", "nc_stream_shuffle", "nc_transpose", "nc_version", "oob_mode",
-           "range_select", "reciprocal", "reduce_cmd", "scalar_engine", "scalar_tensor_tensor",
-           "select_reduce", "sequence_bounds", "tensor_copy", "tensor_copy_dynamic_src",
-           "tensor_copy_predicated", "tensor_engine", "tensor_partition_reduce",
-           "tensor_reduce", "tensor_scalar", "tensor_scalar_cumulative", "tensor_scalar_reduce",
-           "tensor_tensor",
+           "dropout", "engine", "get_nc_sub_version", "get_nc_version", "gpsimd_engine", "iota",
+           "local_gather", "matmul_perf_mode", "max8", "memset", "nc_find_index8",
+           "nc_match_replace8", "nc_matmul", "nc_n_gather", "nc_stream_shuffle", "nc_transpose",
+           "nc_version", "nonzero_with_count", "oob_mode", "range_select", "reciprocal",
+           "reduce_cmd", "scalar_engine", "scalar_tensor_tensor", "select_reduce", "sendrecv",
+           "sequence_bounds", "tensor_copy", "tensor_copy_dynamic_src", "tensor_copy_predicated",
+           "tensor_engine", "tensor_partition_reduce", "tensor_reduce", "tensor_scalar",
+           "tensor_scalar_cumulative", "tensor_scalar_reduce", "tensor_tensor",
            "tensor_tensor_scan", "unknown_engine", "vector_engine"]
 
 
