@@ -192,9 +192,10 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
     stores = 0
     for _ in range(steps):
         have = [i for i in filled() if plan.types[("s", i)][0] != "fp8_e4m3"]
-        kind = rng.choice(("tt", "ts", "reduce", "copy", "memset", "iota", "act", "act", "mm",
-                           "mm", "load", "store", "scan", "transpose", "shuffle", "rselect",
-                           "max8", "find8", "replace8", "bounds", "draw", "nonzero"))
+        kind = rng.choice(("tt", "ts", "ts", "reduce", "copy", "memset", "iota", "act", "act",
+                           "mm", "mm", "load", "store", "scan", "transpose", "shuffle",
+                           "rselect", "max8", "find8", "replace8", "bounds", "draw",
+                           "nonzero"))
         dst = rng.randrange(_SLOTS)
         out_t = rng.choice(_TYPES + _OTHER_TYPES)
         if kind == "load":
