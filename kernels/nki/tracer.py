@@ -1146,7 +1146,8 @@ class View(_Typed):
                               {i: i - (i > d) for i in range(len(self.dims)) if i != d})
 
     def reshape_dim(self, dim, shape) -> View:
-        d = self._dim("reshape_dim", dim, partition_ok=len(tuple(shape)) == 1)
+        shape = tuple(shape)
+        d = self._dim("reshape_dim", dim, partition_ok=len(shape) == 1)
         size, stride, is_p = self.dims[d]
         sizes = [_int(n) for n in shape]
         if sizes.count(-1) == 1:
