@@ -721,6 +721,12 @@ def test_the_cores_of_a_grid_meet_at_a_barrier_and_exchange_tiles(k):
     with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: sendrecv in a launch on "
                                             r"one NeuronCore"):
         k["v2_halves_exchanged"][1](x, platform_target="trn2")
+    # GpSimd's DMA: at most 1,024 bytes a partition of 32-bit elements
+    wide = np.zeros((64, 512), np.float32)
+    k["v2_halves_exchanged"][nl.nc(2)](x, by_gpsimd=True, platform_target="trn2")
+    with pytest.raises(knki.NkiError, match=r"by GpSimd's DMA moves at most 1024 bytes a "
+                                            r"partition of 32-bit elements, not 2048"):
+        k["v2_halves_exchanged"][nl.nc(2)](wide, by_gpsimd=True, platform_target="trn2")
 
 
 def test_nonzero_with_count_in_each_gpsimd_cores_first_partition(k):

@@ -232,7 +232,18 @@ def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_eng
         if int(rank) not in range(t.cores):
             raise NkiError(f"'sendrecv': rank {rank} is not a core of the logical core "
                            f"(0 .. {t.cores - 1})")
+    if int(dma_engine) == _v1.dma_engine.gpsimd_dma and src.itemsize in _GPSIMD_DMA_BYTES:
+        per = src.itemsize * (src.size // src.shape[0])
+        if per > _GPSIMD_DMA_BYTES[src.itemsize]:
+            raise NkiError(f"'sendrecv' by GpSimd's DMA moves at most "
+                           f"{_GPSIMD_DMA_BYTES[src.itemsize]} bytes a partition of "
+                           f"{8 * src.itemsize}-bit elements, not {per}")
     t.meet("sendrecv", (src, dst, send_to_rank, recv_from_rank))
+
+
+#: Bytes a partition GpSimd's DMA moves in one sendrecv, by element size [NKI ``sendrecv``:
+#: "1024 bytes for 32-bit types, 512 bytes for 16-bit types, 256 bytes for 8-bit types"].
+_GPSIMD_DMA_BYTES = {4: 1024, 2: 512, 1: 256}
 
 
 def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None,

@@ -577,7 +577,7 @@ def halves_then_barrier(x):
 
 
 @nki.jit
-def halves_exchanged(x):
+def halves_exchanged(x, by_gpsimd=False):
     """Each core of an nl.nc(2) grid squares its half of x's rows in SBUF and sends it to
     the other (nisa.sendrecv), which adds what it receives to its own: out's two halves
     are x_0^2 + x_1^2 and x_1^2 + x_0^2 (as in nki-library's indexed_flatten)."""
@@ -588,7 +588,8 @@ def halves_exchanged(x):
     nisa.dma_copy(dst=t, src=x[i * rows:(i + 1) * rows, :])
     nisa.activation(dst=t, op=nl.square, data=t)
     got = nl.ndarray((rows, x.shape[1]), x.dtype, nl.sbuf)
-    nisa.sendrecv(src=t, dst=got, send_to_rank=1 - i, recv_from_rank=1 - i, pipe_id=0)
+    nisa.sendrecv(src=t, dst=got, send_to_rank=1 - i, recv_from_rank=1 - i, pipe_id=0,
+                  dma_engine=nisa.dma_engine.gpsimd_dma if by_gpsimd else nisa.dma_engine.dma)
     nisa.tensor_tensor(dst=t, data1=t, data2=got, op=nl.add)
     nisa.dma_copy(dst=out[:, i * x.shape[1]:(i + 1) * x.shape[1]], src=t)
     return out
