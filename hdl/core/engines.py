@@ -56,8 +56,8 @@ memory, one address a cycle, and each core writes at its own count): the source'
 read in turn, each nonzero one written as ``offset + position`` at dst's next element (an
 Iota value: the lanes' base the offset, the position its index), then the padding up to
 dst's last element, which takes the count. At simulation scale one core; at full scale the
-eight in turn, which the stream rule (two passes, the cores at once as the hardware runs
-them) does not wait for.
+eight in turn, longer than the stream rule charges (two passes, the cores at once as the
+hardware runs them).
 
 The vector engine's ``Max8`` streams its source through the unit as a copy into fp32,
 each lane inserting its values into a list of its 8 largest (:func:`top8`), then streams
