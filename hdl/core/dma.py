@@ -252,12 +252,19 @@ class Dma(wiring.Component):
                     m.next = "DST_READ"
                 with m.If(compute):
                     m.next = "SUM"
+            # one fp32 adder: an adding copy's dst element and src's, or DmaCompute's sum so
+            # far and its term
+            add_type = unit_format(DMA_ADD_DTYPES, dst.dtype)
+            held = Mux(dst.space == SPACE["hbm"], axi.rdata, self.sbuf.rdata) >> (wshift * 8)
+            total = add_fp(m, "add", "rmw_add",
+                           Mux(compute, total_sum,
+                               widen_input(m, DMA_ADD_DTYPES, held, add_type, "rmw_dst")),
+                           src_wide, False)
             # DmaCompute: the term held added to the sum (a: the sum), then the next term
             # read (b, then c where there is one), or the sum cast and written
-            summed = add_fp(m, "add", "sum_add", total_sum, src_wide, False)
             with m.State("SUM"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += [total_sum.eq(Mux(term == 0, src_wide, summed)), term.eq(term + 1)]
+                m.d.sync += [total_sum.eq(Mux(term == 0, src_wide, total)), term.eq(term + 1)]
                 m.next = "WRITE"
                 with m.If((term == 0) | ((term == 1) & (c_ap.partitions != 0))):
                     m.next = "TERM_READ"
@@ -286,11 +293,6 @@ class Dma(wiring.Component):
                 m.next = "SUM"
             # an adding copy: dst's element, then the sum written in its place, in fp32
             # between the widenings and the cast to dst's type
-            add_type = unit_format(DMA_ADD_DTYPES, dst.dtype)
-            held = Mux(dst.space == SPACE["hbm"], axi.rdata, self.sbuf.rdata) >> (wshift * 8)
-            total = add_fp(m, "add", "rmw_add",
-                           widen_input(m, DMA_ADD_DTYPES, held, add_type, "rmw_dst"),
-                           src_wide, False)
             m.d.comb += cast.x.eq(Mux(adding, total, Mux(compute, total_sum, src_wide)))
             with m.State("DST_READ"):
                 m.d.comb += self.busy.eq(1)

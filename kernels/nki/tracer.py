@@ -1078,6 +1078,12 @@ class View(_Typed):
         """Whether the view is addressed at run time (a tile of indices or one index)."""
         return self.index is not None or self.moved is not None
 
+    @property
+    def _partition_fixed(self) -> bool:
+        """Whether dimension 0 must stay as it is: the partitions of an on-chip tensor, or
+        the rows of an HBM tensor a tile of indices names."""
+        return self.buf.space != "hbm" or self.index is not None
+
     def _dim(self, call: str, dim, partition_ok: bool = False) -> int:
         """``dim`` as a dimension of the view, NKI's error otherwise; on chip not the
         partition dimension unless ``partition_ok``."""
@@ -1087,8 +1093,7 @@ class View(_Typed):
         if not 0 <= d < len(self.dims):
             raise NkiError(f"{call}: dimension {dim} of a tensor of {len(self.dims)} "
                            f"dimensions")
-        if d == 0 and not partition_ok and (self.buf.space != "hbm"
-                                            or self.index is not None):
+        if d == 0 and not partition_ok and self._partition_fixed:
             raise NkiError(f"{call}: the partition dimension (0) of an on-chip or "
                            f"row-indexed tensor stays as it is")
         return d
@@ -1113,7 +1118,7 @@ class View(_Typed):
         if sorted(order) != list(range(len(self.dims))):
             raise NkiError(f"permute: {list(order)} is not a permutation of "
                            f"{list(range(len(self.dims)))}")
-        if order[0] != 0 and (self.buf.space != "hbm" or self.index is not None):
+        if order[0] != 0 and self._partition_fixed:
             raise NkiError("permute: the partition dimension (0) of an on-chip or "
                            "row-indexed tensor stays outermost")
         return self._reshaped("permute", [self.dims[a] for a in order],
@@ -1129,8 +1134,7 @@ class View(_Typed):
 
     def expand_dim(self, dim) -> View:
         d = _int(dim)
-        if not 0 <= d <= len(self.dims) or (d == 0 and (self.buf.space != "hbm"
-                                                        or self.index is not None)):
+        if not 0 <= d <= len(self.dims) or (d == 0 and self._partition_fixed):
             raise NkiError(f"expand_dim: position {dim} of a tensor of {len(self.dims)} "
                            f"dimensions (on chip, after the partition dimension)")
         dims = list(self.dims)
