@@ -22,14 +22,27 @@ them for every step it takes. Each returns its parts in seconds (:data:`PARTS`):
   gives a figure for it, so it is zero, as the training step's launch gaps are: the part is
   reported so that a sourced figure has its place.
 
+**Compilation** (:class:`Compilation`): how the serving library built the model, as the
+published run's command line states it (NxD Inference's flags). ``sequence_parallel``: the
+prefill's norms, residual adds and embedding work on each rank's ``ceil(T / tp)`` tokens, the
+layer's input gathered before the QKV and FFN-up GEMMs and its outputs reduce-scattered after
+the attention-output and FFN-down GEMMs (a ring's all-gather and reduce-scatter are the two
+halves of its all-reduce, so the communication is the all-reduces' figure; decode steps
+of one token a sequence run as without it). ``context_buckets``: each prompt padded to the
+shortest bucket that holds it, the prefill run at that length; ``decode_buckets``: each decode
+step's attention and cache at the shortest bucket that holds its context (the cache is
+allocated at it). A length past the largest bucket is refused.
+
 **Static batching** (:func:`evaluate`): ``B`` prompts of ``input`` tokens, then ``output``
 decode steps. TTFT is the prefill (the first token is sampled at its end); TPOT is the decode
 step averaged over the growing context, ``input + 1`` to ``input + output`` keys: the step
 time at five contexts evenly spaced over that range, averaged by the trapezoid rule (exact
 for a step time affine in the context, which is what decode attention's split over the cache
-makes it); end-to-end latency is ``TTFT + output x TPOT`` and output tokens per second
-``dp x B x output / (TTFT + output x TPOT)``, ``dp`` replicas serving side by side. An
-encoder's pass is its prefill: latency and ``dp x B / latency`` inferences per second.
+makes it; with decode buckets the step is constant within a bucket, so each bucket's step is
+weighted by the contexts it serves); end-to-end latency is ``TTFT + output x TPOT`` and
+output tokens per second ``dp x B x output / (TTFT + output x TPOT)``, ``dp`` replicas
+serving side by side. An encoder's pass is its prefill: latency and ``dp x B / latency``
+inferences per second.
 
 **Memory per rank** (:func:`memory`): the rank's weights (its share of every split matrix;
 norms and replicated KV heads whole), the KV cache (``B x context x layers x kv heads per rank
@@ -55,7 +68,8 @@ from .kerneltimes import KernelTimes
 from .step_lowering import Call
 from .workloads import Transformer
 
-__all__ = ["PARTS", "Engine", "InferError", "InferResult", "KernelRow", "evaluate", "memory"]
+__all__ = ["AS_GIVEN", "PARTS", "Compilation", "Engine", "InferError", "InferResult",
+           "KernelRow", "evaluate", "memory"]
 
 #: Parts of a prefill or decode step, in the order they are reported.
 PARTS = ("gemm", "attention", "other", "communication", "overheads")
@@ -68,6 +82,48 @@ WEIGHT_BYTES = {"bf16": 2, "fp8": 1}
 #: Bytes one rank contributes to the sampling step's gather per sequence: its best logit
 #: (fp32) and that logit's index (int32).
 CANDIDATE_BYTES = 8
+
+
+@dataclass(frozen=True)
+class Compilation:
+    """How the model was compiled for serving (see the module): sequence parallelism in the
+    prefill and the bucket lengths of context encoding and of decoding (ascending; none: every
+    length its own)."""
+
+    sequence_parallel: bool = False
+    context_buckets: tuple[int, ...] = ()
+    decode_buckets: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        for name in ("context_buckets", "decode_buckets"):
+            got = getattr(self, name)
+            if any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in got):
+                raise InferError(f"expected --{name.replace('_', '-')} of positive token "
+                                 f"counts, found {', '.join(map(str, got))}")
+            object.__setattr__(self, name, tuple(sorted(set(got))))
+
+    @staticmethod
+    def _bucket(buckets: tuple[int, ...], length: int, what: str) -> int:
+        if not buckets:
+            return length
+        for b in buckets:
+            if b >= length:
+                return b
+        raise InferError(f"expected {what} of at most the largest of --"
+                         f"{'context' if what == '--input' else 'decode'}-buckets "
+                         f"({buckets[-1]}), found {length}")
+
+    def prompt(self, length: int) -> int:
+        """The length a prompt of ``length`` tokens is encoded at."""
+        return self._bucket(self.context_buckets, length, "--input")
+
+    def context(self, length: int) -> int:
+        """The cache length a decode step over ``length`` keys runs at."""
+        return self._bucket(self.decode_buckets, length, "--input + --output")
+
+
+#: No sequence parallelism, every length compiled for: the default.
+AS_GIVEN = Compilation()
 
 
 @dataclass(frozen=True)
@@ -112,9 +168,10 @@ class Engine:
     """One tensor-parallel replica of ``t`` on ``base``: ``tp`` ranks of ``lnc`` cores."""
 
     def __init__(self, t: Transformer, base: model.Base, times: KernelTimes, *, tp: int,
-                 lnc: int, dtype: str = "bf16"):
+                 lnc: int, dtype: str = "bf16", compiled: Compilation = AS_GIVEN):
         self.t, self.base, self.times, self.tp, self.lnc, self.dtype = \
             t, base, times, tp, lnc, dtype
+        self.compiled = compiled
         self.split: Split = split(t, tp)
         self.columns = psum_columns(times.params)
         self.per_chip = base.values["cores"] / lnc
@@ -164,22 +221,31 @@ class Engine:
         out["communication"] = comm
         return out
 
+    def _prompts(self, lengths: tuple[int, ...]) -> tuple[int, ...]:
+        """The lengths the prompts are encoded at (their buckets), sorted."""
+        return tuple(sorted(self.compiled.prompt(int(x)) for x in lengths))
+
+    def _prefill_calls(self, key: tuple[int, ...]) -> dict[str, list[Call]]:
+        return prefill(self.t, self.split, key, self.columns, self.dtype,
+                       sequence_parallel=self.compiled.sequence_parallel)
+
     def prefill(self, lengths: tuple[int, ...]) -> dict[str, float]:
         """Parts of the prefill of prompts of ``lengths`` tokens (one per sequence)."""
-        key = tuple(sorted(int(x) for x in lengths))
+        key = self._prompts(lengths)
         got = self._prefill.get(key)
         if got is None:
-            calls = prefill(self.t, self.split, key, self.columns, self.dtype)
+            calls = self._prefill_calls(key)
             self.calls.setdefault("prefill", calls["layer"] + calls["once"])
             got = self._prefill[key] = self._parts(calls, sum(key), len(key))
         return got
 
     def decode_step(self, batch: int, context: int) -> dict[str, float]:
-        """Parts of one decode step of ``batch`` sequences over ``context`` cached keys."""
-        key = (int(batch), int(context))
+        """Parts of one decode step of ``batch`` sequences over ``context`` cached keys (at
+        the decode bucket that holds them)."""
+        key = (int(batch), self.compiled.context(int(context)))
         got = self._decode.get(key)
         if got is None:
-            calls = decode(self.t, self.split, batch, context, self.columns, self.dtype)
+            calls = decode(self.t, self.split, batch, key[1], self.columns, self.dtype)
             self.calls.setdefault("decode", calls["layer"] + calls["once"])
             got = self._decode[key] = self._parts(calls, batch, batch)
         return got
@@ -187,12 +253,12 @@ class Engine:
     def tpot(self, batch: int, input_len: int, output_len: int) -> dict[str, float]:
         """The decode step's parts averaged over contexts ``input + 1 .. input + output``."""
         return _over_contexts(input_len, output_len,
-                              lambda context: self.decode_step(batch, context))
+                              lambda context: self.decode_step(batch, context),
+                              self.compiled.decode_buckets)
 
     def prefill_kernels(self, lengths: tuple[int, ...]) -> list[KernelRow]:
         """The kernels of :meth:`prefill`, a row each (their parts' sums are its parts)."""
-        key = tuple(sorted(int(x) for x in lengths))
-        return self._rows(prefill(self.t, self.split, key, self.columns, self.dtype))
+        return self._rows(self._prefill_calls(self._prompts(lengths)))
 
     def tpot_kernels(self, batch: int, input_len: int, output_len: int) -> list[KernelRow]:
         """The kernels of the decode step, each row's seconds averaged over the contexts as
@@ -200,18 +266,34 @@ class Engine:
         steps = {}
 
         def step(context: int) -> dict[int, float]:
+            context = self.compiled.context(context)
             steps[context] = self._rows(decode(self.t, self.split, batch, context,
                                                self.columns, self.dtype))
             return {i: row.seconds for i, row in enumerate(steps[context])}
 
-        mean = _over_contexts(input_len, output_len, step)
+        mean = _over_contexts(input_len, output_len, step, self.compiled.decode_buckets)
         return [replace(row, seconds=mean[i]) for i, row in enumerate(steps[max(steps)])]
 
 
-def _over_contexts(input_len: int, output_len: int, step) -> dict:
+def _over_contexts(input_len: int, output_len: int, step, buckets: tuple[int, ...] = ()
+                   ) -> dict:
     """``step(context)`` (a mapping to seconds) averaged over contexts ``input + 1 .. input +
-    output``: at :data:`CONTEXT_SAMPLES` evenly spaced, by the trapezoid rule."""
+    output``: at :data:`CONTEXT_SAMPLES` evenly spaced, by the trapezoid rule; with
+    ``buckets`` (ascending), each bucket's step weighted by the contexts it holds."""
     lo, hi = input_len + 1, input_len + output_len
+    if buckets:
+        weights: dict[int, int] = {}
+        below = lo - 1
+        for b in buckets:
+            if b >= lo and below < hi:
+                weights[b] = min(b, hi) - max(below, lo - 1)
+            below = b
+        if below < hi:  # past the largest bucket: step() refuses it
+            step(hi)
+        steps = {b: step(b) for b in weights}
+        keys = next(iter(steps.values()))
+        return {k: sum(w * steps[b][k] for b, w in weights.items()) / (hi - lo + 1)
+                for k in keys}
     n = 1 if hi == lo else CONTEXT_SAMPLES
     points = sorted({round(lo + (hi - lo) * i / max(n - 1, 1)) for i in range(n)})
     steps = [step(c) for c in points]
@@ -255,7 +337,10 @@ def evaluate(engine: Engine, *, batch: int, input_len: int, output_len: int, dp:
     else:
         dec, tpot, latency, context = dict.fromkeys(PARTS, 0.0), 0.0, ttft, input_len
         rate = math.nan
-    mem = memory(t, engine.split, batch, context, batch * input_len, engine.dtype)
+    prompt = engine.compiled.prompt(input_len)
+    if t.causal:
+        context = engine.compiled.context(context)
+    mem = memory(t, engine.split, batch, context, batch * prompt, engine.dtype)
     return InferResult(ttft=ttft, tpot=tpot, latency=latency, tokens_per_second=rate,
                        inferences_per_second=dp * batch / latency,
                        prefill=dict(pre), decode=dec, memory=mem, hbm_per_rank=hbm,

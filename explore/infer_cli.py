@@ -13,7 +13,17 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from . import model
-from .infer import PARTS, Engine, InferError, InferResult, KernelRow, evaluate, memory
+from .infer import (
+    AS_GIVEN,
+    PARTS,
+    Compilation,
+    Engine,
+    InferError,
+    InferResult,
+    KernelRow,
+    evaluate,
+    memory,
+)
 from .infer_lowering import GEMM_DTYPES, split
 from .kerneltimes import KernelTimes
 from .workloads import Transformer, transformer_params
@@ -187,8 +197,10 @@ class Point:
 
 
 def check(t: Transformer, ranks: int, *, tp: int, dp: int, batch: int, input_len: int,
-          output_len: int, dtype: str, base: model.Base) -> None:
-    """Refuse a point that cannot run: the split, the lengths, the format, the memory."""
+          output_len: int, dtype: str, base: model.Base,
+          compiled: Compilation = AS_GIVEN) -> None:
+    """Refuse a point that cannot run: the split, the lengths (and their buckets), the
+    format, the memory."""
     for name, v in (("--tp", tp), ("--dp", dp), ("--batch", batch), ("--input", input_len)):
         if v < 1:
             raise InferError(f"expected {name} of at least 1, found {v}")
@@ -208,7 +220,10 @@ def check(t: Transformer, ranks: int, *, tp: int, dp: int, batch: int, input_len
                          f"context of {t.name}, found {context}")
     if not t.causal and output_len:
         raise InferError(f"expected no --output for the encoder {t.name}, found {output_len}")
-    mem = memory(t, split(t, tp), batch, context, batch * input_len, dtype)
+    prompt = compiled.prompt(input_len)
+    if t.causal:
+        context = compiled.context(context)
+    mem = memory(t, split(t, tp), batch, context, batch * prompt, dtype)
     hbm = base.values["hbm_capacity"] * base.values["lnc"] / base.values["cores"]
     need = sum(mem.values())
     if need > hbm:
@@ -219,16 +234,18 @@ def check(t: Transformer, ranks: int, *, tp: int, dp: int, batch: int, input_len
 
 
 def design_point(system, t, base, ranks, times, engines, *, tp, dp, batch, input_len,
-                 output_len, dtype, lnc, kernels: bool = False) -> Point:
+                 output_len, dtype, lnc, kernels: bool = False,
+                 compiled: Compilation = AS_GIVEN) -> Point:
     """One checked and evaluated point of ``t`` on an instance resolved by :func:`resolve`;
-    ``engines`` keeps an :class:`~explore.infer.Engine` per (TP, format) across calls; with
-    ``kernels`` its passes' kernels too."""
+    ``engines`` keeps an :class:`~explore.infer.Engine` per (TP, format, compilation)
+    across calls; with ``kernels`` its passes' kernels too."""
     check(t, ranks, tp=tp, dp=dp, batch=batch, input_len=input_len, output_len=output_len,
-          dtype=dtype, base=base)
-    key = (tp, dtype)
+          dtype=dtype, base=base, compiled=compiled)
+    key = (tp, dtype, compiled)
     engine = engines.get(key)
     if engine is None:
-        engine = engines[key] = Engine(t, base, times, tp=tp, lnc=lnc, dtype=dtype)
+        engine = engines[key] = Engine(t, base, times, tp=tp, lnc=lnc, dtype=dtype,
+                                       compiled=compiled)
     before = times.computed
     r = evaluate(engine, batch=batch, input_len=input_len, output_len=output_len, dp=dp)
     rows = None
@@ -243,7 +260,7 @@ def design_point(system, t, base, ranks, times, engines, *, tp, dp, batch, input
 def from_cli(system: str, model_name: str, *, tp: int, dp: int = 1, batch: int = 1,
              input_len: int = 128, output_len: int | None = None, dtype: str = "bf16",
              lnc: int | None = None, times: KernelTimes | None = None,
-             kernels: bool = False) -> Point:
+             kernels: bool = False, compiled: Compilation = AS_GIVEN) -> Point:
     """``gen infer`` at one point (``output_len`` ``None``: 128 for a decoder, none for an
     encoder); with ``kernels`` each pass's kernels too."""
     t = load_model(model_name)
@@ -252,13 +269,15 @@ def from_cli(system: str, model_name: str, *, tp: int, dp: int = 1, batch: int =
     times = times or KernelTimes(params)
     return design_point(system, t, base, ranks, times, {}, tp=tp, dp=dp, batch=batch,
                         input_len=input_len, output_len=out, dtype=dtype, lnc=lnc,
-                        kernels=kernels)
+                        kernels=kernels, compiled=compiled)
 
 
 def grid(system: str, model_name: str, *, tp, dp=None, batch=None, input_len=None,
-         output_len=None, dtype=None, lnc=None, times: KernelTimes | None = None):
+         output_len=None, dtype=None, lnc=None, times: KernelTimes | None = None,
+         compiled: Compilation = AS_GIVEN):
     """Every combination of the given lists as a table (pandas DataFrame): one row per point,
-    :meth:`Point.row`'s columns, and ``refused`` (the one-line reason, or empty)."""
+    :meth:`Point.row`'s columns, and ``refused`` (the one-line reason, or empty); every point
+    ``compiled`` alike."""
     import pandas as pd  # noqa: PLC0415
 
     t = load_model(model_name)
@@ -273,7 +292,8 @@ def grid(system: str, model_name: str, *, tp, dp=None, batch=None, input_len=Non
         for tp_, dp_, b, i, o, d in combos:
             try:
                 p = design_point(system, t, base, ranks, times, engines, tp=tp_, dp=dp_,
-                                 batch=b, input_len=i, output_len=o, dtype=d, lnc=got_lnc)
+                                 batch=b, input_len=i, output_len=o, dtype=d, lnc=got_lnc,
+                                 compiled=compiled)
                 rows.append({**p.row(), "refused": ""})
             except InferError as exc:
                 rows.append({"system": system, "model": t.name, "tp": tp_, "dp": dp_,

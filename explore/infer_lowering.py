@@ -24,7 +24,9 @@ Once: the embedding gather (a row copy of its size, as in training: the instruct
 no indirect DMA), the learned positions' add where the model has them, the final norm and,
 for a decoder, the LM head and the sampling step over the last token of each prompt (only
 those logits are needed); an encoder ends with its pooler GEMM over the first token.
-Sampling is greedy (the top 1 of each rank's vocabulary share).
+Sampling is greedy (the top 1 of each rank's vocabulary share). Sequence parallelism
+(NxD Inference's, in the prefill) leaves each rank the norms, residual adds and embedding of
+its ``ceil(T / tp)`` tokens; the GEMMs, RoPE, the cache write and attention see every token.
 
 **Decode step** of ``B`` sequences whose caches hold ``L`` keys: the same layer with ``N = B``
 (the batch is the GEMMs' moving side, so at small batch each GEMM's time is the loading of
@@ -98,17 +100,20 @@ def _rows(what, kernel, r, c):
 
 
 def _layer(t: Transformer, s: Split, tokens: int, dt: str, attention: list[Call],
-           rope_and_cache: list[Call], columns: int, rows: bool = False) -> list[Call]:
+           rope_and_cache: list[Call], columns: int, rows: bool = False,
+           shard: int | None = None) -> list[Call]:
     """One layer; with ``rows`` the attention takes and writes tokens' rows, and so do the
-    QKV and attention-output GEMMs."""
+    QKV and attention-output GEMMs; the norms and residual adds on ``shard`` tokens (a
+    sequence-parallel rank's), else on all."""
     h, d = t.hidden, s.head_dim
     norm = t.norm
-    calls = [_rows("norm", norm, tokens, h),
+    own = tokens if shard is None else shard
+    calls = [_rows("norm", norm, own, h),
              _gemm("qkv", (s.q_heads + 2 * s.kv_heads) * d, h, tokens, dt, columns, rows=rows),
              *rope_and_cache, *attention,
              _gemm("attn.out", h, s.q_heads * d, tokens, dt, columns, rows=rows),
-             flat("residual", "residual_add", tokens * h, ACT, 1),
-             _rows("norm", norm, tokens, h)]
+             flat("residual", "residual_add", own * h, ACT, 1),
+             _rows("norm", norm, own, h)]
     if t.gated_ffn:
         calls += [_gemm("ffn.up", 2 * s.ffn, h, tokens, dt, columns),
                   _rows("ffn.act", "swiglu", tokens, s.ffn)]
@@ -116,7 +121,7 @@ def _layer(t: Transformer, s: Split, tokens: int, dt: str, attention: list[Call]
         calls.append(_gemm(f"ffn.up+{t.act}", s.ffn, h, tokens, dt, columns,
                            kernel="gemm_bias_gelu"))
     calls += [_gemm("ffn.down", h, s.ffn, tokens, dt, columns),
-              flat("residual", "residual_add", tokens * h, ACT, 1)]
+              flat("residual", "residual_add", own * h, ACT, 1)]
     return calls
 
 
@@ -135,7 +140,8 @@ def _kv_append(s: Split, sequences: int, cache: int) -> Call:
 
 def _ends(t: Transformer, s: Split, tokens: int, last: int, dt: str, columns: int
           ) -> list[Call]:
-    """Embedding (and positions) before the layers; final norm, head and sampling after."""
+    """Embedding (and positions) of ``tokens`` before the layers; final norm, head and
+    sampling of the ``last`` tokens after."""
     h = t.hidden
     calls = [flat("embedding", "residual_add", tokens * h, ACT, 1)]
     if t.positions == "learned":
@@ -161,11 +167,13 @@ def _attention(t: Transformer, s: Split, length: int, n: int, rows: bool) -> Cal
 
 
 def prefill(t: Transformer, s: Split, lengths: tuple[int, ...], columns: int,
-            dtype: str = "bf16") -> dict[str, list[Call]]:
+            dtype: str = "bf16", sequence_parallel: bool = False) -> dict[str, list[Call]]:
     """Kernel calls of the prefill of prompts of ``lengths`` tokens, on a core whose PSUM
     bank holds ``columns`` fp32 (:func:`kernels.builder.psum_columns`: the GEMM's widest
     moving tile and the attention's key block): ``layer`` (one layer, run ``t.layers``
-    times) and ``once`` (embedding, final norm, head, sampling)."""
+    times) and ``once`` (embedding, final norm, head, sampling). With
+    ``sequence_parallel`` the norms, residual adds and embedding work on the rank's
+    ``ceil(tokens / tp)`` tokens."""
     dt = GEMM_DTYPES[dtype]
     tokens = sum(lengths)
     # tokens' rows where every prompt's keys fit one block
@@ -176,8 +184,12 @@ def prefill(t: Transformer, s: Split, lengths: tuple[int, ...], columns: int,
     cache = ([_call("kv.prefill", "kv_prefill", "other", ACT, B=n, KVH=s.kv_heads,
                     D=s.head_dim, S=length) for length, n in sorted(Counter(lengths).items())]
              if t.causal else [])
-    layer = _layer(t, s, tokens, dt, attention, _rope(t, s, tokens) + cache, columns, rows)
-    return {"layer": layer, "once": _ends(t, s, tokens, len(lengths), dt, columns)}
+    shard = math.ceil(tokens / s.tp) if sequence_parallel else None
+    layer = _layer(t, s, tokens, dt, attention, _rope(t, s, tokens) + cache, columns, rows,
+                   shard)
+    return {"layer": layer,
+            "once": _ends(t, s, tokens if shard is None else shard, len(lengths), dt,
+                          columns)}
 
 
 def decode(t: Transformer, s: Split, batch: int, context: int, columns: int,

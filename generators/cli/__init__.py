@@ -624,8 +624,17 @@ def _step_grid(steps, system, workload, lists, options, plot, output, shown=15):
               help="Write every point as Parquet.")
 @click.option("--kernels", is_flag=True, help="List each pass's kernels on a rank: runs, time "
               "and share (one design point).")
+@click.option("--sequence-parallel", is_flag=True, help="The prefill's norms, residual adds "
+              "and embedding on each rank's share of the tokens (NxD Inference's "
+              "sequence parallelism).")
+@click.option("--context-buckets", callback=_ints, help="Prompt lengths the model was "
+              "compiled for, comma-separated (one list, not a sweep): a prompt is encoded at "
+              "the shortest that holds it.")
+@click.option("--decode-buckets", callback=_ints, help="Cache lengths the decode step was "
+              "compiled for, comma-separated (one list, not a sweep): each step runs at the "
+              "shortest that holds its context.")
 def infer_cmd(system, model, model_file, tp, dp, batch, input_len, output_len, dtypes, lnc,
-              fmt, output, kernels):
+              fmt, output, kernels, sequence_parallel, context_buckets, decode_buckets):
     """Time inference of MODEL on SYSTEM (an instance spec): TTFT, TPOT, latency, output
     tokens per second and per dollar, the breakdown and the memory per rank (an encoder:
     latency and inferences per second). Comma-separated values sweep every combination."""
@@ -635,7 +644,8 @@ def infer_cmd(system, model, model_file, tp, dp, batch, input_len, output_len, d
         raise SpecError("expected a MODEL or --model PATH/config.json (one of them), found "
                         + ("neither" if model is None else "both"))
     infer_command(system, model or model_file, tp, dp, batch, input_len, output_len, dtypes,
-                  lnc, fmt, output, kernels)
+                  lnc, fmt, output, kernels, sequence_parallel=sequence_parallel,
+                  context_buckets=context_buckets, decode_buckets=decode_buckets)
 
 
 @main.command("serve")

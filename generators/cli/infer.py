@@ -100,11 +100,14 @@ def _show_grid(t, table, fmt: str, output: Path | None, shown: int = 15) -> None
 
 
 def infer_command(system, model, tp, dp, batch, input_len, output_len, dtypes, lnc, fmt,
-                  output, kernels: bool = False) -> None:
+                  output, kernels: bool = False, *, sequence_parallel: bool = False,
+                  context_buckets=None, decode_buckets=None) -> None:
     """The body of `gen infer` (options already parsed into lists)."""
     from explore import infer_cli  # noqa: PLC0415
-    from explore.infer import InferError  # noqa: PLC0415
+    from explore.infer import Compilation, InferError  # noqa: PLC0415
 
+    compiled = Compilation(sequence_parallel, tuple(context_buckets or ()),
+                           tuple(decode_buckets or ()))
     lists = {"tp": tp, "dp": dp, "batch": batch, "input_len": input_len,
              "output_len": output_len, "dtype": dtypes, "lnc": lnc}
     several = [f"--{k.removesuffix('_len')}" for k, v in lists.items()
@@ -113,10 +116,11 @@ def infer_command(system, model, tp, dp, batch, input_len, output_len, dtypes, l
         raise InferError("expected one design point with --kernels, found "
                          + (f"lists of {', '.join(several)}" if several else "-o (a table)"))
     if several or output is not None:
-        t, table = infer_cli.grid(system, model, **lists)
+        t, table = infer_cli.grid(system, model, **lists, compiled=compiled)
         _show_grid(t, table, fmt, output)
         return
     one = {k: v[0] for k, v in lists.items() if v is not None}
     if "output_len" not in one:
         one["output_len"] = None
-    _show_point(infer_cli.from_cli(system, model, **one, kernels=kernels), fmt)
+    _show_point(infer_cli.from_cli(system, model, **one, kernels=kernels, compiled=compiled),
+                fmt)
