@@ -31,7 +31,9 @@ halves of its all-reduce, so the communication is the all-reduces' figure; decod
 of one token a sequence run as without it). ``context_buckets``: each prompt padded to the
 shortest bucket that holds it, the prefill run at that length; ``decode_buckets``: each decode
 step's attention and cache at the shortest bucket that holds its context (the cache is
-allocated at it). A length past the largest bucket is refused.
+allocated at it). A length past the largest bucket is refused. Without a list, a length is
+rounded up to a multiple of ``granule`` (1: every length its own; ``gen serve``'s
+``--bucket``).
 
 **Static batching** (:func:`evaluate`): ``B`` prompts of ``input`` tokens, then ``output``
 decode steps. TTFT is the prefill (the first token is sampled at its end); TPOT is the decode
@@ -87,14 +89,17 @@ CANDIDATE_BYTES = 8
 @dataclass(frozen=True)
 class Compilation:
     """How the model was compiled for serving (see the module): sequence parallelism in the
-    prefill and the bucket lengths of context encoding and of decoding (ascending; none: every
-    length its own)."""
+    prefill and the bucket lengths of context encoding and of decoding (ascending; none:
+    multiples of ``granule``)."""
 
     sequence_parallel: bool = False
     context_buckets: tuple[int, ...] = ()
     decode_buckets: tuple[int, ...] = ()
+    granule: int = 1
 
     def __post_init__(self):
+        if not isinstance(self.granule, int) or self.granule < 1:
+            raise InferError(f"expected a bucket of at least 1 token, found {self.granule}")
         for name in ("context_buckets", "decode_buckets"):
             got = getattr(self, name)
             if any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in got):
@@ -102,10 +107,9 @@ class Compilation:
                                  f"counts, found {', '.join(map(str, got))}")
             object.__setattr__(self, name, tuple(sorted(set(got))))
 
-    @staticmethod
-    def _bucket(buckets: tuple[int, ...], length: int, what: str) -> int:
+    def _bucket(self, buckets: tuple[int, ...], length: int, what: str) -> int:
         if not buckets:
-            return length
+            return -(-length // self.granule) * self.granule
         for b in buckets:
             if b >= length:
                 return b

@@ -27,11 +27,13 @@ leaves after ``T - 1`` decode steps. While a prefill runs, the running requests 
 two kinds of step interleave, never share one.
 
 **Step times** come only from the engine: a prefill of prompts of ``S_1 .. S_b`` tokens is
-``Engine.prefill`` of those lengths padded up to a multiple of ``bucket`` tokens; a decode step
-of ``B`` requests is ``Engine.decode_step(B, L)`` with ``L`` the longest cache of the batch
-(the new token's key included) padded the same way. A compiled graph has static shapes, so a
-batch is padded to its longest sequence and lengths to a bucket, as the Neuron runtimes
-compile their context-encoding and token-generation graphs per bucket; the padding is paid for.
+``Engine.prefill`` of those lengths, each padded to its context bucket; a decode step of ``B``
+requests is ``Engine.decode_step(B, L)`` with ``L`` the longest cache of the batch (the new
+token's key included), run at its decode bucket (the engine's
+:class:`~explore.infer.Compilation`: bucket lists, or multiples of ``--bucket`` tokens). A
+compiled graph has static shapes, so a batch is padded to its longest sequence and lengths to
+a bucket, as the Neuron runtimes compile their context-encoding and token-generation graphs
+per bucket; the padding is paid for, and a request's cache is reserved at its bucket.
 
 **Figures** (:class:`ServeResult`): per request the time to first token (its first token's
 time less its arrival) and its inter-token latencies (the gaps between its successive
@@ -48,13 +50,13 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from sim.core.events import Agenda
 
-from .infer import Engine, InferError, memory
+from .infer import Compilation, Engine, InferError, memory
 
 __all__ = ["Dist", "ServeResult", "draw", "from_cli", "serve", "simulate"]
 
@@ -140,12 +142,8 @@ class ServeResult:
                 for k, v in asdict(self).items()}
 
 
-def _pad(n: int, bucket: int) -> int:
-    return -(-int(n) // bucket) * bucket
-
-
 def simulate(engine: Engine, inputs, outputs, *, arrivals=None, concurrency: int | None = None,
-             max_batch: int = 32, max_prefill_tokens: int = 4096, bucket: int = 128,
+             max_batch: int = 32, max_prefill_tokens: int = 4096,
              load: float | None = None):
     """Serve requests of ``inputs`` prompt and ``outputs`` output tokens, arriving at the
     times ``arrivals`` (non-decreasing seconds) or from ``concurrency`` clients; return
@@ -158,21 +156,21 @@ def simulate(engine: Engine, inputs, outputs, *, arrivals=None, concurrency: int
     if (arrivals is None) == (concurrency is None):
         raise InferError("expected one of arrival times or a concurrency")
     for name, v in (("max batch", max_batch), ("max prefill tokens", max_prefill_tokens),
-                    ("bucket", bucket), ("requests", n),
+                    ("requests", n),
                     ("concurrency", 1 if concurrency is None else concurrency)):
         if v < 1:
             raise InferError(f"expected a {name} of at least 1, found {v}")
-    t, s, dtype = engine.t, engine.split, engine.dtype
+    t, s, dtype, compiled = engine.t, engine.split, engine.dtype, engine.compiled
     hbm = engine.base.values["hbm_capacity"] / engine.per_chip
     weights = memory(t, s, 0, 0, 0, dtype)["weights"]
-    kv = np.array([memory(t, s, 1, _pad(i + o, bucket), 0, dtype)["kv_cache"]
+    kv = np.array([memory(t, s, 1, compiled.context(int(i + o)), 0, dtype)["kv_cache"]
                    for i, o in zip(inputs, outputs, strict=True)])
 
     def need(batch: int, tokens: int, reserved: float) -> float:
         return weights + reserved + memory(t, s, batch, 0, tokens, dtype)["activations"]
 
     for r in range(n):
-        got = need(1, _pad(inputs[r], bucket), kv[r])
+        got = need(1, compiled.prompt(int(inputs[r])), kv[r])
         if got > hbm:
             raise InferError(
                 f"a request of {inputs[r]} + {outputs[r]} tokens does not fit one rank alone: "
@@ -215,7 +213,7 @@ def simulate(engine: Engine, inputs, outputs, *, arrivals=None, concurrency: int
         tokens, held = 0, reserved
         while waiting and len(running) + len(batch) < max_batch:
             r = waiting[0]
-            p = _pad(inputs[r], bucket)
+            p = compiled.prompt(int(inputs[r]))
             if batch and tokens + p > max_prefill_tokens:
                 break
             if need(len(batch) + 1, tokens + p, held + kv[r]) > hbm:
@@ -224,11 +222,11 @@ def simulate(engine: Engine, inputs, outputs, *, arrivals=None, concurrency: int
             tokens, held = tokens + p, held + kv[r]
         if batch:
             reserved = held
-            lengths = tuple(_pad(inputs[r], bucket) for r in batch)
+            lengths = tuple(int(inputs[r]) for r in batch)
             return "prefill", batch, sum(engine.prefill(lengths).values())
         if running:
             context = max(int(inputs[r] + generated[r]) for r in running)
-            parts = engine.decode_step(len(running), _pad(context, bucket))
+            parts = engine.decode_step(len(running), context)
             return "decode", list(running), sum(parts.values())
         return None
 
@@ -297,7 +295,7 @@ def simulate(engine: Engine, inputs, outputs, *, arrivals=None, concurrency: int
 
 def serve(engine: Engine, *, requests: int, input_dist: Dist, output_dist: Dist, seed: int,
           rates=None, concurrency: int | None = None, max_batch: int = 32,
-          max_prefill_tokens: int = 4096, bucket: int = 128) -> list[ServeResult]:
+          max_prefill_tokens: int = 4096) -> list[ServeResult]:
     """One :func:`simulate` per rate of ``rates`` (requests per second, Poisson arrivals), or
     one at ``concurrency``, all on the same drawn requests (:func:`draw`)."""
     unit, ins, outs = draw(requests, input_dist, output_dist, seed)
@@ -309,7 +307,7 @@ def serve(engine: Engine, *, requests: int, input_dist: Dist, output_dist: Dist,
             raise InferError(f"expected prompt + output of at most the {t.max_context}-token "
                              f"context of {t.name}, found a request of {ins[r]} + {outs[r]} "
                              f"(request {r} of seed {seed})")
-    opts = dict(max_batch=max_batch, max_prefill_tokens=max_prefill_tokens, bucket=bucket)
+    opts = dict(max_batch=max_batch, max_prefill_tokens=max_prefill_tokens)
     if concurrency is not None:
         return [simulate(engine, ins, outs, concurrency=concurrency, **opts)[0]]
     out = []
@@ -324,10 +322,13 @@ def serve(engine: Engine, *, requests: int, input_dist: Dist, output_dist: Dist,
 def from_cli(system: str, model_name: str, *, tp: int, rates=None, concurrency: int | None = None,
              requests: int = 1000, input_dist: str = "fixed:128", output_dist: str = "fixed:128",
              max_batch: int = 32, max_prefill_tokens: int = 4096, bucket: int = 128,
-             seed: int = 0, dtype: str = "bf16", lnc: int | None = None, times=None):
+             seed: int = 0, dtype: str = "bf16", lnc: int | None = None, times=None,
+             compiled: Compilation | None = None):
     """``gen serve``: (model, the replica's :class:`Engine`, one :class:`ServeResult` per rate
     or the one at ``concurrency``), the split and the longest request checked as ``gen infer``
-    checks a point (:func:`explore.infer_cli.check`)."""
+    checks a point (:func:`explore.infer_cli.check`). ``compiled`` (default: lengths in
+    multiples of ``bucket`` tokens) is how the replica was compiled; its lists, where given,
+    take the place of ``bucket``."""
     from .infer_cli import check, load_model, resolve  # noqa: PLC0415
     from .kerneltimes import KernelTimes  # noqa: PLC0415
 
@@ -339,10 +340,11 @@ def from_cli(system: str, model_name: str, *, tp: int, rates=None, concurrency: 
     ins, outs = Dist.parse(input_dist, "--input"), Dist.parse(output_dist, "--output")
     base, params, lnc, ranks = resolve(system, lnc)
     _, i, o = draw(requests, ins, outs, seed) if requests >= 1 else (None, [1], [1])
+    compiled = replace(compiled or Compilation(), granule=bucket)
     check(t, ranks, tp=tp, dp=1, batch=1, input_len=int(max(i)), output_len=int(max(o)),
-          dtype=dtype, base=base)
-    engine = Engine(t, base, times or KernelTimes(params), tp=tp, lnc=lnc, dtype=dtype)
+          dtype=dtype, base=base, compiled=compiled)
+    engine = Engine(t, base, times or KernelTimes(params), tp=tp, lnc=lnc, dtype=dtype,
+                    compiled=compiled)
     return t, engine, serve(engine, requests=requests, input_dist=ins, output_dist=outs,
                             seed=seed, rates=rates, concurrency=concurrency,
-                            max_batch=max_batch, max_prefill_tokens=max_prefill_tokens,
-                            bucket=bucket)
+                            max_batch=max_batch, max_prefill_tokens=max_prefill_tokens)

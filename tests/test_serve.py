@@ -46,7 +46,9 @@ def engine(times=None, **values):
     base, params, lnc, _ = infer_cli.resolve("trn1.2xlarge", None)
     if values:
         base = replace(base, values={**base.values, **values})
-    return infer.Engine(tiny(), base, times or KernelTimes(params), tp=1, lnc=lnc)
+    # compiled as gen serve compiles it by default: lengths in multiples of 128 tokens
+    return infer.Engine(tiny(), base, times or KernelTimes(params), tp=1, lnc=lnc,
+                        compiled=infer.Compilation(granule=128))
 
 
 def constant(**values):
@@ -104,6 +106,22 @@ def test_one_request_alone_takes_the_engines_steps():
     assert np.allclose(got["gaps"], sum(e.decode_step(1, 128).values()), rtol=1e-12)
     r, got = serve.simulate(e, [128], [3], arrivals=[0.0])
     assert np.allclose(got["gaps"], sum(e.decode_step(1, 256).values()), rtol=1e-12)
+
+
+def test_bucket_lists_take_the_place_of_the_granule():
+    # compiled with a 256-token context bucket and 512- and 1,024-key decode buckets: the
+    # prompt of 100 encoded at 256, every step of its caches of 101 .. 105 keys at 512
+    base, params, lnc, _ = infer_cli.resolve("trn1.2xlarge", None)
+    times = KernelTimes(params)
+    e = infer.Engine(tiny(), base, times, tp=1, lnc=lnc,
+                     compiled=infer.Compilation(False, (256,), (512, 1024), granule=128))
+    plain = infer.Engine(tiny(), base, times, tp=1, lnc=lnc)
+    r, got = serve.simulate(e, [100], [6], arrivals=[0.0])
+    assert r.ttft_p50 == approx(sum(plain.prefill((256,)).values()))
+    assert np.allclose(got["gaps"], sum(plain.decode_step(1, 512).values()), rtol=1e-12)
+    with pytest.raises(infer.InferError, match="--input of at most the largest of "
+                       "--context-buckets"):
+        serve.simulate(e, [300], [6], arrivals=[0.0])
 
 
 def test_max_batch_queues_the_second_request():

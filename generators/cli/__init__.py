@@ -670,7 +670,11 @@ def infer_cmd(system, model, model_file, tp, dp, batch, input_len, output_len, d
 @click.option("--max-prefill-tokens", type=int, default=4096, show_default=True,
               help="Most padded prompt tokens of one prefill step.")
 @click.option("--bucket", type=int, default=128, show_default=True,
-              help="Lengths are padded up to a multiple of this many tokens.")
+              help="Lengths are padded up to a multiple of this many tokens (where no "
+              "bucket list is given).")
+@click.option("--sequence-parallel", is_flag=True, help="As gen infer's.")
+@click.option("--context-buckets", callback=_ints, help="As gen infer's.")
+@click.option("--decode-buckets", callback=_ints, help="As gen infer's.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the draws.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp8"]), default="bf16",
               show_default=True, help="GEMM format (weights stored in it).")
@@ -680,8 +684,8 @@ def infer_cmd(system, model, model_file, tp, dp, batch, input_len, output_len, d
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the latency-throughput curve as FILE.png and FILE.svg.")
 def serve_cmd(system, model, model_file, tp, rates, concurrency, requests, input_dist,
-              output_dist, max_batch, max_prefill_tokens, bucket, seed, dtype, lnc, fmt,
-              plot):
+              output_dist, max_batch, max_prefill_tokens, bucket, sequence_parallel,
+              context_buckets, decode_buckets, seed, dtype, lnc, fmt, plot):
     """Serve MODEL on SYSTEM by continuous batching (prefill and decode steps interleaved,
     each timed as `gen infer` times it): P50 and P99 of the time to first token and of the
     inter-token latency, and the throughput, at each --rate (or at --concurrency)."""
@@ -696,7 +700,9 @@ def serve_cmd(system, model, model_file, tp, rates, concurrency, requests, input
     serve_command(system, model or model_file, tp=tp, rates=rates, concurrency=concurrency,
                   requests=requests, input_dist=input_dist, output_dist=output_dist,
                   max_batch=max_batch, max_prefill_tokens=max_prefill_tokens, bucket=bucket,
-                  seed=seed, dtype=dtype, lnc=lnc, fmt=fmt, plot=plot)
+                  sequence_parallel=sequence_parallel, context_buckets=context_buckets,
+                  decode_buckets=decode_buckets, seed=seed, dtype=dtype, lnc=lnc, fmt=fmt,
+                  plot=plot)
 
 
 def _label(params) -> str:

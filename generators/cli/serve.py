@@ -16,14 +16,19 @@ from specs.console import console
 
 def serve_command(system, model, *, tp, rates, concurrency, requests, input_dist, output_dist,
                   max_batch, max_prefill_tokens, bucket, seed, dtype, lnc, fmt,
-                  plot: Path | None) -> None:
+                  plot: Path | None, sequence_parallel: bool = False, context_buckets=None,
+                  decode_buckets=None) -> None:
     """The body of `gen serve` (options already parsed)."""
     from explore import serve  # noqa: PLC0415
+    from explore.infer import Compilation  # noqa: PLC0415
 
+    compiled = Compilation(sequence_parallel, tuple(context_buckets or ()),
+                           tuple(decode_buckets or ()))
     t, engine, results = serve.from_cli(
         system, model, tp=tp, rates=rates, concurrency=concurrency, requests=requests,
         input_dist=input_dist, output_dist=output_dist, max_batch=max_batch,
-        max_prefill_tokens=max_prefill_tokens, bucket=bucket, seed=seed, dtype=dtype, lnc=lnc)
+        max_prefill_tokens=max_prefill_tokens, bucket=bucket, seed=seed, dtype=dtype, lnc=lnc,
+        compiled=compiled)
     written = []
     if plot is not None:
         from explore.plots import serving_curve  # noqa: PLC0415
