@@ -117,6 +117,15 @@ class Compilation:
                          f"{'context' if what == '--input' else 'decode'}-buckets "
                          f"({buckets[-1]}), found {length}")
 
+    @classmethod
+    def transformers_neuronx(cls, sequence: int) -> Compilation:
+        """Transformers NeuronX's buckets by default (from Neuron 2.18) for a model compiled
+        for ``sequence`` tokens [TNX-GUIDE]: token generation at the powers of two from 128
+        up to the sequence length, the last bucket the sequence length itself; context
+        encoding at half of each."""
+        decode = [b for b in (128 << i for i in range(32)) if b < sequence] + [sequence]
+        return cls(False, tuple(max(1, b // 2) for b in decode), tuple(decode))
+
     def prompt(self, length: int) -> int:
         """The length a prompt of ``length`` tokens is encoded at."""
         return self._bucket(self.context_buckets, length, "--input")

@@ -329,16 +329,19 @@ TUTORIAL = infer.Compilation(True, (2048, 4096, 8192, 12288), (2048, 4096, 8192,
 #: Published inference results: system, model, `gen infer` options, published figures
 #: (seconds, per second), source (sources.yaml). The inf2 Llama-2-7B row is the "Real Time"
 #: row of latency_data_decoder.csv (sequence length 4,096); the trn1 row is Llama-3-70B at
-#: sequence length 1,152; trn2's is the LLMPerf P50 of the NxD Inference tutorial, compiled
+#: sequence length 1,152; both Transformers NeuronX 2.18, compiled with its default buckets
+#: for their sequence lengths [TNX-GUIDE]; trn2's is the LLMPerf P50 of the NxD Inference tutorial, compiled
 #: as it says; the inf2
 #: BERT row is Neuron 2.26's bert-base-uncased, data parallel on the instance's two cores.
 PUBLISHED = {
     "inf2-llama2-7b": ("inf2.48xlarge", "llama2-7b",
-                       dict(tp=24, batch=1, input_len=128, output_len=3968),
+                       dict(tp=24, batch=1, input_len=128, output_len=3968,
+                            compiled=infer.Compilation.transformers_neuronx(4096)),
                        dict(tokens_per_second=156.1, tpot=6.47e-3, ttft=27.6e-3),
                        "NEURON-INF2-INFER"),
     "trn1-llama3-70b": ("trn1.32xlarge", "llama3-70b",
-                        dict(tp=32, batch=1, input_len=128, output_len=1024),
+                        dict(tp=32, batch=1, input_len=128, output_len=1024,
+                             compiled=infer.Compilation.transformers_neuronx(1152)),
                         dict(tokens_per_second=40.64, tpot=24.48e-3, ttft=53.2e-3),
                         "NEURON-TRN1-INFER"),
     "trn2-llama3.3-70b": ("trn2.48xlarge", "llama3.3-70b",

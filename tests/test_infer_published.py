@@ -74,3 +74,24 @@ def test_bad_rows_file_is_one_line(tmp_path):
     bad.write_text("key,source\nx,y\n")
     with pytest.raises(InferError, match=r"rows.csv: expected the columns .*batch"):
         ip.load_rows(bad)
+
+
+def test_transformers_neuronx_rows_take_its_default_buckets(tmp_path):
+    # [TNX-GUIDE]: token generation at the powers of two from 128 up to the sequence length,
+    # the last bucket the sequence length; context encoding at half of each
+    tnx = ip.Compilation.transformers_neuronx(1152)
+    assert tnx.decode_buckets == (128, 256, 512, 1024, 1152)
+    assert tnx.context_buckets == (64, 128, 256, 512, 576)
+    assert ip.Compilation.transformers_neuronx(128).decode_buckets == (128,)
+    row = BY_KEY["trn1.32xlarge-llama3-70b-b1-128-1024"]
+    assert row.compiled == tnx and "--decode-buckets 128,256,512,1024,1152" in row.command()
+    assert BY_KEY["inf2.xlarge-bert-base-b1-128"].compiled == ip.AS_GIVEN
+    # the library's buckets from Neuron 2.18 on: an earlier row runs at its own lengths
+    lines = ip.ROWS.read_text().splitlines()
+    head = lines[0].split(",")
+    earlier = lines[0] + "\n" + next(
+        line for line in lines[1:] if line.startswith(row.key + ",")).replace(
+        ",2.18.1,", ",2.17.0,") + "\n"
+    (tmp_path / "rows.csv").write_text(earlier)
+    (got,) = ip.load_rows(tmp_path / "rows.csv")
+    assert head.index("neuron_version") < head.index("sequence") and got.compiled == ip.AS_GIVEN
