@@ -330,9 +330,9 @@ TUTORIAL = infer.Compilation(True, (2048, 4096, 8192, 12288), (2048, 4096, 8192,
 #: (seconds, per second), source (sources.yaml). The inf2 Llama-2-7B row is the "Real Time"
 #: row of latency_data_decoder.csv (sequence length 4,096); the trn1 row is Llama-3-70B at
 #: sequence length 1,152; both Transformers NeuronX 2.18, compiled with its default buckets
-#: for their sequence lengths [TNX-GUIDE]; trn2's is the LLMPerf P50 of the NxD Inference tutorial, compiled
-#: as it says; the inf2
-#: BERT row is Neuron 2.26's bert-base-uncased, data parallel on the instance's two cores.
+#: for their sequence lengths [TNX-GUIDE]; trn2's is the LLMPerf P50 of the NxD Inference
+#: tutorial, compiled as it says; the inf2 BERT row is Neuron 2.26's bert-base-uncased, data
+#: parallel on the instance's two cores.
 PUBLISHED = {
     "inf2-llama2-7b": ("inf2.48xlarge", "llama2-7b",
                        dict(tp=24, batch=1, input_len=128, output_len=3968,
