@@ -427,3 +427,28 @@ def test_a_repeated_instruction_is_computed_once(load):
     kinds = _kinds(k["written_between"], x)
     assert kinds["scalar"] == ["Activation"] * 2
     assert sum(ins.count("DmaCopy") for ins in kinds.values()) == 2 + 3
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_large_accesses_share_bytes_as_enumeration_says(seed, monkeypatch):
+    """The tracer's test whether two accesses share a byte: past its enumeration limit
+    (every access here), by residues of the larger's outermost stride, against numpy's
+    intersection of the bytes each touches."""
+    from hdl.core.isa import AP
+    from kernels.nki import tracer as tr
+
+    monkeypatch.setattr(tr, "_ENUMERATED", 0)
+    rng = np.random.default_rng(seed)
+
+    def access():
+        item = int(rng.choice([1, 2, 4]))
+        dims = tuple((int(rng.integers(1, 6)), int(rng.integers(1, 20)))
+                     for _ in range(int(rng.integers(1, 4))))
+        return AP("hbm", {1: "uint8", 2: "bf16", 4: "fp32"}[item], 0,
+                  int(rng.integers(1, 3)), int(rng.integers(0, 64)) * item, dims,
+                  int(rng.integers(0, 50)) * item)
+
+    for _ in range(500):
+        a, b = access(), access()
+        bytes_a = {int(x) for x in tr._elements(a)}
+        assert tr._share_bytes(a, b) == bool(bytes_a & {int(x) for x in tr._elements(b)})

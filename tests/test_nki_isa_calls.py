@@ -462,9 +462,9 @@ def test_a_documented_call_not_implemented_is_refused_where_called(k):
     refusal comes where the kernel calls it."""
     with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nl.tan is not supported yet"):
         k["v2_calls_tan"](np.zeros((8, 8), np.float32))
-    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nisa.register_alloc is "
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nisa.topk is "
                                             r"not supported yet"):
-        k["v2_calls_register_alloc"](np.zeros((8, 8), np.float32))
+        k["v2_calls_topk"](np.zeros((8, 8), np.float32))
 
 
 def test_access_patterns_with_run_time_offsets(k):
@@ -755,3 +755,99 @@ def test_dma_compute_sums_in_fp32_and_casts_once(k):
     np.testing.assert_array_equal(out[0], want)
     np.testing.assert_array_equal(out[1], a + b)
     np.testing.assert_array_equal(out[2], a + b)
+
+
+@pytest.fixture(scope="module")
+def dyn():
+    with knki.installed():
+        yield runpy.run_path(str(HERE / "dynamic_v2.py"))
+
+
+def test_fori_loop_over_a_loaded_register(dyn):
+    """NKI's fori_loop example against numpy: the register loaded from the kernel's input
+    bounds the loop (the program up to the load run to learn it), each iteration's register
+    moves the access patterns; more iterations, more instructions and time."""
+    from hdl.core.isa import DmaCopy
+
+    data = np.arange(1, 17, dtype=np.float32)[None, :]
+    runs = []
+    knki.SESSION.keep = True
+    try:
+        for k in (3, 9):
+            out = dyn["first_copied"](data, np.array([[k]], np.int32))
+            np.testing.assert_array_equal(out, np.where(np.arange(16) < k, data, 0))
+            launch = knki.SESSION.launches[-1]
+            runs.append((sum(isinstance(i, DmaCopy) for s in launch.programs[0].streams.values()
+                             for i in s), launch.result.time))
+    finally:
+        knki.SESSION.keep = False
+    # the count's load and the zeros' store, then two copies an iteration
+    assert [n for n, _ in runs] == [2 + 2 * 3, 2 + 2 * 9] and runs[0][1] < runs[1][1]
+
+
+def test_while_loop_reloads_its_condition(dyn):
+    """NKI's while_loop example: the count decremented on the vector engine and loaded again
+    each iteration; the sum of val count times, zero times when the count is zero."""
+    val = np.array([[1.25]], np.float32)
+    for count in (0, 1, 5):
+        out = dyn["added_count_times"](val, np.array([[count]], np.int32))
+        np.testing.assert_array_equal(out, val * count)
+
+
+def test_a_dynamic_loops_body_is_one_stretch_of_code(dyn):
+    """nl.dynamic_range against numpy, and against the same loop as an nl.sequential_range:
+    the dynamic loop's body makes its tiles once (the SBUF it holds does not grow with the
+    count, where the unrolled loop's iterations take fresh tiles), and the instruction
+    after the register's load waits for the DMA that wrote its source."""
+    from hdl.core.isa import DmaCopy
+
+    x = np.random.default_rng(16).standard_normal((8 * 128, 32)).astype(np.float32)
+    places, times = {}, {}
+    knki.SESSION.keep = True
+    try:
+        for loop, count in (("dynamic", np.array([[6]], np.int32)), ("sequential", 6)):
+            out = dyn["blocks_doubled"](x, count, loop=loop)
+            np.testing.assert_array_equal(out[:6 * 128], 2 * x[:6 * 128])
+            launch = knki.SESSION.launches[-1]
+            places[loop] = {ins.dst.offset for s in launch.programs[0].streams.values()
+                            for ins in s if isinstance(ins, DmaCopy)
+                            and ins.dst.space == "sbuf" and ins.dst.partitions == 128}
+            times[loop] = launch.result.time
+    finally:
+        knki.SESSION.keep = False
+    # one tile for every iteration's load, where the unrolled loop's land on fresh space; its
+    # iterations then wait for each other's use of it
+    assert len(places["dynamic"]) == 1 < len(places["sequential"])
+    assert times["dynamic"] > times["sequential"]
+    knki.SESSION.trace = True
+    try:
+        dyn["blocks_doubled"](x, np.array([[2]], np.int32))
+    finally:
+        knki.SESSION.trace = False
+    events = sorted(knki.SESSION.launches[-1].result.events, key=lambda e: e["ts"])
+    count_load = events[0]
+    assert count_load["name"] == "dma"
+    assert all(e["ts"] >= count_load["ts"] + count_load["dur"] - 1e-9 for e in events[1:])
+
+
+@pytest.mark.parametrize("how, message", [
+    ("float source", r"register_load: src must hold one int32 or uint32 element, not "
+                     r"\[1, 1\] fp32"),
+    ("python int", r"a register used as a Python integer"),
+    ("unset", r"a register read before it holds a value"),
+    ("changing body", r"a later iteration of an nl.dynamic_range loop makes the SBUF tensor "
+                      r"\[128, 8\] fp32 where the first made \[128, 4\] fp32"),
+    ("while returns nothing", r"the body must return the condition register, not NoneType"),
+])
+def test_registers_are_refused_where_the_hardware_cannot_use_them(dyn, how, message):
+    x = np.zeros((128, 4), np.float32)
+    with pytest.raises((knki.NkiError, knki.NotSupported), match=message):
+        dyn["misuse"](x, np.array([[2]], np.int32), how)
+
+
+def test_a_register_load_needs_the_kernels_data(dyn):
+    from kernels.nki.typing import TensorType
+
+    with pytest.raises(knki.NotSupported, match=r"nisa.register_alloc without the kernel.s "
+                                                r"inputs"):
+        dyn["first_copied"](TensorType((1, 16), "fp32"), TensorType((1, 1), "int32"))

@@ -13,7 +13,11 @@ it imports, its calls are refused), except where a real Neuron SDK is importable
 never shadows unless asked. A tensor (:class:`.tracer.View`) has both generations' views:
 slicing, ``reshape``, ``.ap`` and, of NKI 0.2, ``slice``, ``select`` (at a run-time index
 too), ``vector_select``, ``permute``, ``reshape_dim``, ``flatten_dims``, ``expand_dim``,
-``squeeze_dim``, ``broadcast``, ``rearrange`` and ``view``.
+``squeeze_dim``, ``broadcast``, ``rearrange`` and ``view``. Loops the engines' sequencers
+run on registers (``nl.dynamic_range``, ``nl.fori_loop``, ``nl.while_loop``, bounded by
+``nisa.register_alloc``/``register_load``/``register_move``) unroll as they run: a register
+loaded from a tensor takes the value the program up to there leaves in it
+(:meth:`.tracer.Tracer.register_load`; a launch with the kernel's data on one core).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from .isa import (
     unknown_engine,
     vector_engine,
 )
-from .tracer import current
+from .tracer import Register, View, current
 
 __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
            "core_barrier", "dge_mode", "dma_compute", "dma_copy", "dma_engine", "dma_transpose",
@@ -32,7 +32,8 @@ __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_st
            "local_gather", "matmul_perf_mode", "max8", "memset", "nc_find_index8",
            "nc_match_replace8", "nc_matmul", "nc_n_gather", "nc_stream_shuffle", "nc_transpose",
            "nc_version", "nonzero_with_count", "oob_mode", "range_select", "reciprocal",
-           "reduce_cmd", "scalar_engine", "scalar_tensor_tensor", "select_reduce", "sendrecv",
+           "reduce_cmd", "register_alloc", "register_load", "register_move", "register_store",
+           "scalar_engine", "scalar_tensor_tensor", "select_reduce", "sendrecv",
            "sequence_bounds", "tensor_copy", "tensor_copy_dynamic_src", "tensor_copy_predicated",
            "tensor_engine", "tensor_partition_reduce", "tensor_reduce", "tensor_scalar",
            "tensor_scalar_cumulative", "tensor_scalar_reduce", "tensor_tensor",
@@ -273,6 +274,51 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
     lower.nonzero_with_count(src, index_offset, padding_val, dst=dst)
 
 
+def register_alloc(x=None) -> Register:
+    """A virtual register (:class:`~kernels.nki.tracer.Register`) holding ``x``: an integer,
+    the value a one-element tensor holds (as :func:`register_load` reads it), or none."""
+    t = current("register_alloc")
+    if isinstance(x, View):
+        reg = Register()
+        t.register_load(reg, x, "register_alloc")
+        return reg
+    if x is not None and not isinstance(x, (int, np.integer)):
+        raise NkiError(f"register_alloc: x must be an integer, a tensor or None, not {x!r}")
+    return Register(x)
+
+
+def _register(reg, call: str, name: str = "dst") -> Register:
+    if not isinstance(reg, Register):
+        raise NkiError(f"{call}: {name} must be a register from nisa.register_alloc, not "
+                       f"{type(reg).__name__}")
+    return reg
+
+
+def register_move(dst, src) -> None:
+    """``dst`` takes the integer ``src`` or the value of the register ``src``."""
+    current("register_move")
+    value = src.known("register_move") if isinstance(src, Register) else src
+    if not isinstance(value, (int, np.integer)):
+        raise NkiError(f"register_move: src must be an integer or a register, not {src!r}")
+    _register(dst, "register_move").value = Register(value).value
+
+
+def register_load(dst, src) -> None:
+    """``dst`` takes the 32-bit integer ``src`` holds (HBM or on chip, one element), read
+    by each engine's sequencer before its next instruction (:meth:`Tracer.register_load`)."""
+    current("register_load").register_load(_register(dst, "register_load"), src)
+
+
+def register_store(dst, src) -> None:
+    """``dst`` (one int32 or uint32 element on chip) takes the register ``src``'s value."""
+    value = _register(src, "register_store", "src").known("register_store")
+    if dst.dt not in ("int32", "uint32") or int(np.prod(dst.shape)) != 1:
+        raise NkiError(f"register_store: dst must hold one int32 or uint32 element, not "
+                       f"{list(dst.shape)} {dst.dt}")
+    lower.memset(dst, value if dst.dt == "int32" else value & 0xFFFFFFFF,
+                 call="register_store")
+
+
 def get_nc_sub_version() -> int:
     """The silicon revision within the generation: 0, the first (NKI's default)."""
     current("get_nc_sub_version")
@@ -284,8 +330,7 @@ def get_nc_sub_version() -> int:
 #: it is called.
 _DOCUMENTED = frozenset((
     "activate2", "exponential", "nc_matmul_mx", "quantize_mx", "rand2",
-    "rand_get_state", "rand_set_state", "register_alloc", "register_load", "register_move",
-    "register_store", "rng", "set_rng_seed", "topk"))
+    "rand_get_state", "rand_set_state", "rng", "set_rng_seed", "topk"))
 
 
 def __getattr__(name: str):

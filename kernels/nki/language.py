@@ -28,8 +28,10 @@ from .tracer import (
     UNSUPPORTED_NUMPY,
     AffineLoop,
     DSlice,
+    DynamicLoop,
     Index,
     Placed,
+    Register,
     SequentialLoop,
     View,
     current,
@@ -360,6 +362,51 @@ def sequential_range(*args, **kwargs) -> SequentialLoop:
 
 def static_range(*args) -> range:
     return range(*(int(a) for a in args))
+
+
+def _bound(v, call: str) -> int:
+    return v.known(call) if isinstance(v, Register) else int(v)
+
+
+def dynamic_range(start, stop=None, step=1) -> DynamicLoop:
+    """A loop the engines' sequencers run (:class:`~kernels.nki.tracer.DynamicLoop`): its
+    bounds integers or registers, ``step`` a positive integer; each iteration's value is a
+    register."""
+    call = "nl.dynamic_range"
+    if isinstance(step, Register) or int(step) < 1:
+        raise NkiError(f"{call}: step must be a positive integer known when the kernel is "
+                       f"built, not {step!r}")
+    if stop is None:
+        start, stop = 0, start
+    return DynamicLoop(range(_bound(start, call), _bound(stop, call), int(step)))
+
+
+def fori_loop(lower, upper, body_fun, step=1) -> None:
+    """``body_fun(i)`` for ``i`` from ``lower`` to ``upper`` (exclusive) by ``step``, a
+    :func:`dynamic_range` whose iteration register is passed by value."""
+    for i in dynamic_range(lower, upper, step):
+        body_fun(i)
+
+
+def while_loop(init, body_fun) -> None:
+    """While the condition register is nonzero, ``body_fun`` of its value; the register the
+    body returns is the next condition (checked before each iteration)."""
+    if not isinstance(init, Register):
+        raise NkiError(f"nl.while_loop: init must be a register, not {type(init).__name__}")
+    cond = [init]
+
+    def iterations():  # the next exists while the condition the body returned holds
+        n = 0
+        while cond[0].known("nl.while_loop"):
+            yield n
+            n += 1
+
+    for _ in DynamicLoop(iterations()):
+        nxt = body_fun(Register(cond[0].value))
+        if not isinstance(nxt, Register):
+            raise NkiError(f"nl.while_loop: the body must return the condition register, "
+                           f"not {type(nxt).__name__}")
+        cond[0] = nxt
 
 
 class SpmdDim:
@@ -1109,7 +1156,8 @@ def rms_norm(x, w, axis, n, epsilon=1e-06, *, dtype=None, compute_dtype=None, ma
 
 _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par_dim sbuf psum hbm "
               "shared_hbm private_hbm arange mgrid ds affine_range sequential_range "
-              "static_range static_cast spmd_dim nc program_id num_programs program_ndim "
+              "dynamic_range fori_loop while_loop static_range static_cast spmd_dim nc "
+              "program_id num_programs program_ndim "
               "load load_transpose2d broadcast_to device_print atomic_rmw "
               "store copy matmul transpose add subtract multiply divide maximum minimum "
               "the comparisons bitwise_and/or/xor negative abs square exp log sqrt rsqrt "
@@ -1124,10 +1172,10 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
 #: does not implement: a kernel may name them (a module-level table of functions) and runs
 #: while it does not call them.
 _DOCUMENTED = frozenset((
-    "abs_max", "abs_min", "all", "dynamic_range", "erf_dx", "fori_loop",
+    "abs_max", "abs_min", "all", "erf_dx",
     "gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx", "gelu_dx", "is_hbm", "is_on_chip",
     "is_psum", "is_sbuf", "left_shift", "power", "prelu", "prod", "random_seed",
-    "right_shift", "silu_dx", "tan", "while_loop"))
+    "right_shift", "silu_dx", "tan"))
 
 
 def __getattr__(name: str):

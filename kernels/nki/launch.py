@@ -19,6 +19,7 @@ programs and initial HBM, which `gen nki --rtl` co-simulates on the core RTL.
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import itertools
@@ -142,6 +143,41 @@ def _run(tracer: Tracer, program, timing_only: bool, trace: bool, hbm, lines=Non
             raise
         raise NkiError(f"the core's rules refuse the instruction this line makes: {e}",
                        where=where) from None
+
+
+def _image(programs, inputs: dict, names: dict, tracers) -> np.ndarray:
+    """The HBM image a launch starts from: every floating-point tensor NaN, the kernel's
+    inputs (``names``: argument -> its HBM tensor's name) and constants written."""
+    hbm = np.zeros(max(p.hbm_bytes for p in programs), dtype=np.uint8)
+    for t in (t for p in programs for t in p.tensors.values()):
+        if t.dtype in ("fp32", "bf16", "fp16"):
+            _put(hbm, t, np.full(t.shape, np.nan, numpy_dtype(t.dtype)))
+    for name, value in inputs.items():
+        _put(hbm, programs[0].tensors[names[name]], np.asarray(value))
+    for tracer in tracers:
+        for tensor, data in tracer.constants:
+            _put(hbm, tensor, data)
+    return hbm
+
+
+def _run_to_here(inputs: dict, names: dict):
+    """A tracer's :attr:`~Tracer.oracle`: the program traced so far (a copy of the tracer,
+    finished as a launch finishes it) run on the core simulator from the kernel's
+    ``inputs``; the bytes ``view`` then holds."""
+    def oracle(tracer: Tracer, view: View) -> np.ndarray:
+        memo = {id(tracer.params): tracer.params, id(tracer.oracle): None}
+        clone, v = copy.deepcopy((tracer, view), memo)
+        phases = clone.programs()
+        hbm = _image(phases, inputs, names, [clone])
+        core = Core(clone.params)
+        memories = core.memories(phases[0], hbm)
+        for k, program in enumerate(phases):
+            _run(clone, program, False, False, hbm, clone.phase_lines[k], memories)
+        ap = clone.ap(v, "register_load", "src", ("sbuf", "psum", "hbm"), dma=True)
+        if ap.space != "hbm":
+            ap = replace(ap, offset=ap.offset + v.buf.offset)
+        return memories.read(ap)
+    return oracle
 
 
 def _same_meetings(tracers: list[Tracer]) -> None:
@@ -290,6 +326,9 @@ class Kernel:
                         inputs[name] = value
                     else:
                         call[name] = value
+                if cores == 1 and not any(isinstance(v, TensorType) for v in inputs.values()):
+                    tracer.oracle = _run_to_here(
+                        inputs, {n: call[n].buf.hbm.name for n in inputs})
                 for pid in pids:
                     if cores > 1 and self._core(pid) != core:
                         continue
@@ -327,15 +366,8 @@ class Kernel:
             any(isinstance(v, TensorType) for v in inputs.values())
         hbm = None
         if not timing_only:
-            hbm = np.zeros(max(p.hbm_bytes for p in programs), dtype=np.uint8)
-            for t in (t for p in programs for t in p.tensors.values()):
-                if t.dtype in ("fp32", "bf16", "fp16"):
-                    _put(hbm, t, np.full(t.shape, np.nan, numpy_dtype(t.dtype)))
-            for name, value in inputs.items():
-                _put(hbm, calls[0][name].buf.hbm, np.asarray(value))
-            for tracer in tracers:
-                for tensor, data in tracer.constants:
-                    _put(hbm, tensor, data)
+            hbm = _image(programs, inputs, {n: calls[0][n].buf.hbm.name for n in inputs},
+                         tracers)
         initial = hbm.copy() if SESSION.keep and hbm is not None else None
         # the cores run side by side on their own engines; the instances of an SPMD grid
         # share no on-chip state, so running them one after the other gives their numerics

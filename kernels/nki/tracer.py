@@ -54,8 +54,9 @@ from kernels.builder import SBUF_ALIGN, Builder
 
 from .errors import NkiError, NotSupported, kernel_line
 
-__all__ = ["TF32", "Affine", "AffineLoop", "Buffer", "Index", "Mask", "Placed", "Predicate",
-           "SequentialLoop", "Tracer", "View", "current", "isa_dtype", "numpy_dtype"]
+__all__ = ["TF32", "Affine", "AffineLoop", "Buffer", "DynamicLoop", "Index", "Mask", "Placed",
+           "Predicate", "Register", "SequentialLoop", "Tracer", "View", "current", "isa_dtype",
+           "numpy_dtype"]
 
 #: NKI's ``tfloat32`` (a four-byte void type, as NKI spells it).
 TF32 = np.dtype("V4")
@@ -478,10 +479,43 @@ def _elements(ap: AP) -> np.ndarray:
     return np.unique((offs[:, None] + np.arange(item, dtype=np.int64)).ravel())
 
 
+#: Bytes of two accesses past which :func:`_share_bytes` compares them by their outermost
+#: dimension's residues rather than byte by byte (the same answer, in less time and memory).
+_ENUMERATED = 1 << 20
+
+
+def _bytes(ap: AP) -> int:
+    n = ap.itemsize * math.prod(d[0] for d in ap.dims)
+    return n * ap.partitions if ap.space == "hbm" and ap.pstride else n
+
+
 def _share_bytes(a: AP, b: AP) -> bool:
     """Whether two accesses of one buffer share a byte, exactly (on chip their partition
-    ranges already meet: :func:`overlaps`)."""
-    return bool(np.intersect1d(_elements(a), _elements(b), assume_unique=True).size)
+    ranges already meet: :func:`overlaps`). Large ones (an access at a run-time index
+    spans every place the index may move it to) are split at the outermost dimension of
+    the larger, ``x + i S`` for ``i`` below its count: two bytes meet where their residues
+    modulo ``S`` agree and their quotients lie within the counts of each other."""
+    if _bytes(a) + _bytes(b) <= _ENUMERATED:
+        return bool(np.intersect1d(_elements(a), _elements(b), assume_unique=True).size)
+    big = a if _bytes(a) >= _bytes(b) else b
+    stride = big.dims[0][1] * big.itemsize if big.dims else 0
+    if stride <= 0:
+        return bool(np.intersect1d(_elements(a), _elements(b), assume_unique=True).size)
+
+    def split(ap: AP) -> tuple[int, np.ndarray]:
+        if ap.dims and ap.dims[0][1] * ap.itemsize == stride:
+            return ap.dims[0][0], _elements(replace(ap, dims=ap.dims[1:]))
+        return 1, _elements(ap)
+
+    (na, ea), (nb, eb) = split(a), split(b)
+    # x + i S == y + j S  <=>  x = y (mod S) and y // S - x // S in (-nb, na)
+    span = int(max(ea.max(), eb.max()) // stride) + na + nb + 1
+    keys = np.sort((eb % stride) * span + eb // stride)
+    base = (ea % stride) * span
+    q = ea // stride
+    lo = np.searchsorted(keys, base + np.maximum(q - (nb - 1), 0), "left")
+    hi = np.searchsorted(keys, base + q + (na - 1), "right")
+    return bool((hi > lo).any())
 
 
 def _parallel_iterations(a: tuple, b: tuple):
@@ -989,6 +1023,14 @@ class View(_Typed):
         indirect DMA (:meth:`Tracer.dma`) reads or writes it."""
         if scalar_offset is not None and vector_offset is not None:
             raise NkiError(".ap takes vector_offset or scalar_offset, not both")
+        if isinstance(scalar_offset, Register):  # the sequencer moves the pattern
+            d = int(indirect_dim)
+            if not 0 <= d < len(self.dims):
+                raise NkiError(f".ap: indirect_dim {d} of a tensor of {len(self.dims)} "
+                               f"dimensions")
+            step = math.prod(s[0] for s in self.dims[d + 1:])
+            return self.ap(pattern, int(offset or 0)
+                           + scalar_offset.known(".ap(scalar_offset=)") * step, dtype=dtype)
         if self.buf.space != "hbm" or self.index is not None or self.moved is not None:
             raise NotSupported(f".ap with a run-time offset of a tensor in "
                                f"{self.buf.space.upper()}", "of an HBM tensor's own view")
@@ -1568,6 +1610,10 @@ class _Body:
     def __init__(self):
         self.made: list[tuple] = []
         self.replaying, self.next = False, 0
+        #: a dynamic loop's body (:class:`DynamicLoop`): the on-chip tensors its first
+        #: iteration made, in order, and the next a later iteration takes
+        self.tiles: list[tuple] | None = None
+        self.tile = 0
 
     def start(self, again: bool) -> None:
         self.replaying, self.next = again, 0
@@ -1619,6 +1665,70 @@ class SequentialLoop(AffineLoop):
             for i in self.range:
                 body.start(i != self.range[0])
                 yield i
+        finally:
+            t.leave_body(body)
+
+
+class Register:
+    """NKI's virtual register (``nisa.register_alloc``): a 32-bit value an engine sequencer
+    holds. Its value is known while the kernel is traced: a constant, another register's,
+    a loop's iteration, or the value a tensor holds where ``nisa.register_load`` reads it
+    (:meth:`Tracer.register_load`: the program up to there run on the core simulator). It
+    bounds ``nl.dynamic_range`` and ``nl.fori_loop``, is ``while``'s condition, and moves an
+    access pattern (``.ap(scalar_offset=)``); Python cannot take it as an integer, as the
+    hardware's sequencer alone reads it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int | None = None):
+        self.value = None if value is None else _register_word(value)
+
+    def known(self, call: str) -> int:
+        if self.value is None:
+            raise NkiError(f"{call}: a register read before it holds a value (register_alloc() "
+                           f"without one, and no register_load or register_move since)")
+        return self.value
+
+    def __bool__(self):
+        return self.known("while on a register") != 0
+
+    def __index__(self):
+        raise NotSupported("a register used as a Python integer (its value is the "
+                           "sequencer's, at run time)", "nl.dynamic_range or nl.fori_loop "
+                           "over it, .ap(scalar_offset=) by it, or nisa.register_store of it")
+
+    __int__ = __index__
+
+    def __repr__(self):
+        return f"Register({self.value})"
+
+
+def _register_word(value) -> int:
+    """``value`` as a register holds it: a signed 32-bit integer."""
+    v = int(value) & 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+class DynamicLoop(SequentialLoop):
+    """The iterations of ``nl.dynamic_range`` (``nl.fori_loop``, ``nl.while_loop``): a loop
+    the sequencers run on registers, its count known while tracing (:class:`Register`). Its
+    body is one stretch of code run again: the on-chip tensors it makes are the first
+    iteration's in every later one (:meth:`Tracer.on_chip`), so iterations overlap only as
+    far as the one set of tensors lets them; each iteration's register is yielded."""
+
+    def __iter__(self):
+        t = current("nl.dynamic_range")
+        if t.cores > 1:
+            raise NotSupported("nl.dynamic_range in a kernel of an nl.nc grid (each core is "
+                               "traced alone)", "a loop of a count known when the kernel is "
+                               "built")
+        body = t.enter_body()
+        body.tiles = []
+        try:
+            for n, i in enumerate(self.range):
+                body.start(n != 0)
+                body.tile = 0
+                yield Register(i)
         finally:
             t.leave_body(body)
 
@@ -1711,6 +1821,13 @@ class Tracer:
         self.phase_lines: list[dict[tuple[str, int], str]] = []
         self.making: str | None = None
         self.merged = 0  # instructions :meth:`merge_repeats` dropped
+        #: what runs the program traced so far and returns the bytes of an access pattern
+        #: (``(tracer, view) -> np.ndarray``; set by a launch with the kernel's inputs): how
+        #: :meth:`register_load` learns a register's value
+        self.oracle = None
+        #: the tensors registers were loaded from: (buffer, footprint, the streams whose
+        #: sequencer has read it since), each stream's next instruction waiting for it
+        self.gates: list[tuple[Buffer, tuple, set]] = []
 
     def __enter__(self):
         _CURRENT.append(self)
@@ -1776,9 +1893,25 @@ class Tracer:
                 stride = 1 << max(0, (tile - 1).bit_length())
                 stride = -(-stride // PSUM_ALIGN) * PSUM_ALIGN
         nbytes = max(blocks * stride, item)
-        buf = Buffer(space, self._name(name), 0, nbytes, where=kernel_line(),
-                     what=f"{list(shape)} {dt}")
-        self.on_chip_buffers.append(buf)
+        made = (space, shape, dt, par)
+        loop = next((b for b in reversed(self.bodies) if b.tiles is not None), None)
+        if loop is not None and loop.replaying:
+            if loop.tile >= len(loop.tiles) or loop.tiles[loop.tile][0] != made:
+                raise NkiError(f"a later iteration of an nl.dynamic_range loop makes the "
+                               f"{space.upper()} tensor {list(shape)} {dt} where the first "
+                               f"made " + (f"{list(loop.tiles[loop.tile][0][1])} "
+                                           f"{loop.tiles[loop.tile][0][2]}"
+                                           if loop.tile < len(loop.tiles) else "none")
+                               + ": the loop's body is one stretch of code, its tensors the "
+                               "same every iteration")
+            buf = loop.tiles[loop.tile][1]
+            loop.tile += 1
+        else:
+            buf = Buffer(space, self._name(name), 0, nbytes, where=kernel_line(),
+                         what=f"{list(shape)} {dt}")
+            self.on_chip_buffers.append(buf)
+            if loop is not None:
+                loop.tiles.append((made, buf))
         dims = []
         bstride = stride // item
         for size in reversed(shape[:par]):
@@ -2409,6 +2542,10 @@ class Tracer:
                 self._zero(view.buf)
         node = _Node(stream, ins, len(self.nodes), self.loops, self.making or kernel_line())
         deps: dict[str, _Node] = {}
+        for buf, fp, read in self.gates:  # the sequencer loads the register first
+            if stream not in read:
+                read.add(stream)
+                self._read(node, buf, fp, deps)
         bufs = {}
         read = []
         for view, ap in reads:
@@ -2542,6 +2679,27 @@ class Tracer:
         q = f"dma{self._queue}"
         self._queue = (self._queue + 1) % self.params.dma_queues
         return q
+
+    def register_load(self, reg: Register, src: View, call: str = "register_load") -> None:
+        """``reg`` takes the value ``src`` (one 32-bit element, on chip or in HBM) holds here:
+        the program traced so far run by :attr:`oracle` (so the loops it bounds unroll as
+        they run). Every stream's sequencer loads it before its next instruction, which
+        waits for ``src``'s writers."""
+        self.commit()
+        if self.oracle is None:
+            raise NotSupported(f"nisa.{call} without the kernel's inputs (a timing-only run "
+                               "or an nl.nc grid)", "a numeric run, whose data decides the "
+                               "register's value")
+        if not isinstance(reg, Register):
+            raise NkiError(f"{call}: dst must be a register from nisa.register_alloc, not "
+                           f"{type(reg).__name__}")
+        if int(np.prod(src.shape)) != 1 or src.dt not in ("int32", "uint32"):
+            raise NkiError(f"{call}: src must hold one int32 or uint32 element, not "
+                           f"{list(src.shape)} {src.dt}")
+        ap = self.ap(src, call, "src", ("sbuf", "psum", "hbm"), dma=True)
+        raw = np.ascontiguousarray(self.oracle(self, src)).view(np.uint8).reshape(-1)[:4]
+        reg.value = _register_word(int(raw.view(np.uint32)[0]))
+        self.gates.append((src.buf, footprint(ap), set()))
 
     def meet(self, call: str, exchange: tuple[View, View, int, int] | None = None) -> None:
         """The cores of the launch meet here (``call``: ``core_barrier``, or ``sendrecv`` with
