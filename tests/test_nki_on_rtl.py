@@ -21,14 +21,15 @@ def _nki(*args):
 
 @pytest.mark.cocotb
 def test_the_test_kernels_that_fit_run_on_the_core_rtl():
-    """Every launch of on_core_rtl.py (twenty-three test kernels at 16 partitions: reductions,
+    """Every launch of on_core_rtl.py (twenty-four test kernels at 16 partitions: reductions,
     an activation with its reduction, a transpose, index expressions, scalar_tensor_tensor,
     both scans, a partition broadcast, bn_stats, a matmul, a cast to int8, transposes on
     the vector and tensor engines, a vector stream of 30x instructions, longer than a
     sequencer's ring, copies from run-time offsets, range selects, max8, max8 with
     nc_find_index8 and nc_match_replace8, sequence_bounds, nl.rand and nisa.dropout, rows
-    gathered by an indirect DMA and added into rows by it in fp32 and bf16, some named more
-    than once) in one simulation."""
+    gathered by an indirect DMA and added into rows by it in fp32 and bf16, an
+    nl.dynamic_range over a loaded register, some named more than once) in one
+    simulation."""
     skip_unless_available("verilator")
     result = _nki(HERE / "on_core_rtl.py", "--spec", "trn2", "--rtl", "--format", "json")
     assert result.exit_code == 0, result.output
@@ -37,7 +38,7 @@ def test_the_test_kernels_that_fit_run_on_the_core_rtl():
         "row_stats", "bias_activation", "transpose_tile", "swap_blocks", "window_stats", "stt",
         "scan", "scan_reversed", "partition_broadcast", "stats", "matmul_plain", "to_int8",
         "transposes", "steps", "columns_at", "ranges", "largest", "top8", "bounds",
-        "draws", "gather", "scatter_add", "scatter_add"]
+        "draws", "gather", "scatter_add", "scatter_add", "blocks_doubled"]
     for r in rows:
         assert r["rtl"]["failures"] == [], r
         assert r["rtl"]["sim"] == "verilator"

@@ -62,29 +62,29 @@ def added_count_times(data, count_input):
 
 
 @nki.jit
-def blocks_doubled(x, count, loop="dynamic"):
-    """The first ``count`` blocks of 128 rows of x doubled into out (the rest untouched):
+def blocks_doubled(x, count, loop="dynamic", p=128):
+    """The first ``count`` blocks of ``p`` rows of x doubled into out (the rest untouched):
     in an nl.dynamic_range over a register, or for comparison in an nl.sequential_range of
     the same count (``loop="sequential"``, count then a Python int)."""
-    blocks = x.shape[0] // 128
+    blocks = x.shape[0] // p
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    xb = x.reshape((blocks, 128, x.shape[1]))
-    ob = out.reshape((blocks, 128, x.shape[1]))
-    pattern = [[x.shape[1], 128], [1, x.shape[1]]]
+    xb = x.reshape((blocks, p, x.shape[1]))
+    ob = out.reshape((blocks, p, x.shape[1]))
+    pattern = [[x.shape[1], p], [1, x.shape[1]]]
     iterations = nl.dynamic_range(_register_of(count)) if loop == "dynamic" else \
         nl.sequential_range(count)
     for i in iterations:
-        t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        t = nl.ndarray((p, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
         if loop == "dynamic":
             nisa.dma_copy(dst=t, src=xb.ap(pattern, scalar_offset=i, indirect_dim=0))
         else:
-            nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
-        d = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x[i * p:(i + 1) * p, :])
+        d = nl.ndarray((p, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
         nisa.tensor_scalar(dst=d, data=t, op0=nl.multiply, operand0=2.0)
         if loop == "dynamic":
             nisa.dma_copy(dst=ob.ap(pattern, scalar_offset=i, indirect_dim=0), src=d)
         else:
-            nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=d)
+            nisa.dma_copy(dst=out[i * p:(i + 1) * p, :], src=d)
     return out
 
 

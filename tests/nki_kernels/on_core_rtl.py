@@ -8,6 +8,7 @@ import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 import numpy as np
+from dynamic_v2 import blocks_doubled
 from elementwise import bias_activation, row_stats, transpose_tile
 from indexing import swap_blocks, window_stats
 from indirect import gather, scatter_add
@@ -82,3 +83,4 @@ if __name__ == "__main__":
     scatter_add(normal(16, 8), rows, normal(16, 8))
     scatter_add(normal(16, 8).astype(ml_dtypes.bfloat16), rows,
                 normal(16, 8).astype(ml_dtypes.bfloat16))
+    blocks_doubled(normal(4 * 16, 8), np.array([[3]], dtype=np.int32), p=16)
