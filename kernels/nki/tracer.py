@@ -1825,9 +1825,10 @@ class Tracer:
         #: (``(tracer, view) -> np.ndarray``; set by a launch with the kernel's inputs): how
         #: :meth:`register_load` learns a register's value
         self.oracle = None
-        #: the tensors registers were loaded from: (buffer, footprint, the streams whose
-        #: sequencer has read it since), each stream's next instruction waiting for it
-        self.gates: list[tuple[Buffer, tuple, set]] = []
+        #: the registers loaded from tensors: (the instructions that wrote the value, the
+        #: streams whose sequencer has loaded it since), each stream's next instruction
+        #: waiting for those writers
+        self.gates: list[tuple[list[_Node], set]] = []
 
     def __enter__(self):
         _CURRENT.append(self)
@@ -2542,10 +2543,11 @@ class Tracer:
                 self._zero(view.buf)
         node = _Node(stream, ins, len(self.nodes), self.loops, self.making or kernel_line())
         deps: dict[str, _Node] = {}
-        for buf, fp, read in self.gates:  # the sequencer loads the register first
+        for writers, read in self.gates:  # the sequencer loads the register first
             if stream not in read:
                 read.add(stream)
-                self._read(node, buf, fp, deps)
+                for w in writers:
+                    self._later(deps, w)
         bufs = {}
         read = []
         for view, ap in reads:
@@ -2684,7 +2686,8 @@ class Tracer:
         """``reg`` takes the value ``src`` (one 32-bit element, on chip or in HBM) holds here:
         the program traced so far run by :attr:`oracle` (so the loops it bounds unroll as
         they run). Every stream's sequencer loads it before its next instruction, which
-        waits for ``src``'s writers."""
+        waits for the instructions that wrote ``src`` (a later write of ``src`` does not wait
+        for those loads: the value is the register's already)."""
         self.commit()
         if self.oracle is None:
             raise NotSupported(f"nisa.{call} without the kernel's inputs (a timing-only run "
@@ -2696,10 +2699,12 @@ class Tracer:
         if int(np.prod(src.shape)) != 1 or src.dt not in ("int32", "uint32"):
             raise NkiError(f"{call}: src must hold one int32 or uint32 element, not "
                            f"{list(src.shape)} {src.dt}")
-        ap = self.ap(src, call, "src", ("sbuf", "psum", "hbm"), dma=True)
+        fp = footprint(self.ap(src, call, "src", ("sbuf", "psum", "hbm"), dma=True))
         raw = np.ascontiguousarray(self.oracle(self, src)).view(np.uint8).reshape(-1)[:4]
         reg.value = _register_word(int(raw.view(np.uint32)[0]))
-        self.gates.append((src.buf, footprint(ap), set()))
+        hbm = src.buf.space == "hbm"
+        self.gates.append(([r.writer for r in src.buf.writes
+                            if r.writer is not None and overlaps(r.fp, fp, hbm)], set()))
 
     def meet(self, call: str, exchange: tuple[View, View, int, int] | None = None) -> None:
         """The cores of the launch meet here (``call``: ``core_barrier``, or ``sendrecv`` with
