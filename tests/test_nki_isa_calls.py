@@ -851,3 +851,30 @@ def test_a_register_load_needs_the_kernels_data(dyn):
     with pytest.raises(knki.NotSupported, match=r"nisa.register_alloc without the kernel.s "
                                                 r"inputs"):
         dyn["first_copied"](TensorType((1, 16), "fp32"), TensorType((1, 1), "int32"))
+
+
+def test_nc_matmul_mx_multiplies_mx_tiles_with_their_scales(k):
+    """nisa.nc_matmul_mx on trn3 against numpy: matrices quantized to MXFP8 and MXFP4 on the
+    host (OCP MX: a shared E8M0 exponent a block of 32), their float64 dequantized product
+    within fp32 accumulation; the scales E8M0 arrays (ml_dtypes.float8_e8m0fnu). Refused:
+    MX tiles without scales, on trn2 (no MX formats) at the kernel's line."""
+    from kernels import mx
+    from kernels.nki.tracer import numpy_dtype
+
+    rng = np.random.default_rng(17)
+    for fmt, (kk, m, n) in (("mxfp8", (128, 64, 48)), ("mxfp4", (256, 32, 40))):
+        xs, xm = rng.standard_normal((kk, m)), rng.standard_normal((kk, n)) * 3
+        (cs, ss), (cm, sm) = mx.quantize(xs, fmt), mx.quantize(xm, fmt)
+        quad = numpy_dtype(mx.quad_type(fmt))
+        args = (mx.pack(cs, fmt).view(quad), ss.view(ml_dtypes.float8_e8m0fnu),
+                mx.pack(cm, fmt).view(quad), sm.view(ml_dtypes.float8_e8m0fnu))
+        out = k["v2_mx_product"](*args, platform_target="trn3")
+        want = mx.dequantize(cs, ss, fmt).T @ mx.dequantize(cm, sm, fmt)
+        assert _err(out, want) <= 1e-6, fmt
+        if fmt == "mxfp8":
+            with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: 'nc_matmul' multiplies "
+                                                    r"MX tiles .* with their scales"):
+                k["v2_mx_product"](*args, plain=True, platform_target="trn3")
+            with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: .*the tensor engine "
+                                                    r"of trn2 takes .*, not mxfp8"):
+                k["v2_mx_product"](*args, platform_target="trn2")

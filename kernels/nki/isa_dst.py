@@ -30,7 +30,8 @@ __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_st
            "core_barrier", "dge_mode", "dma_compute", "dma_copy", "dma_engine", "dma_transpose",
            "dropout", "engine", "get_nc_sub_version", "get_nc_version", "gpsimd_engine", "iota",
            "local_gather", "matmul_perf_mode", "max8", "memset", "nc_find_index8",
-           "nc_match_replace8", "nc_matmul", "nc_n_gather", "nc_stream_shuffle", "nc_transpose",
+           "nc_match_replace8", "nc_matmul", "nc_matmul_mx", "nc_n_gather", "nc_stream_shuffle",
+           "nc_transpose",
            "nc_version", "nonzero_with_count", "oob_mode", "range_select", "reciprocal",
            "reduce_cmd", "register_alloc", "register_load", "register_move", "register_store",
            "scalar_engine", "scalar_tensor_tensor", "select_reduce", "sendrecv",
@@ -47,6 +48,15 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     # transpose of ``stationary``; the product is what runs (as in nki.isa 0.1)
     lower.nc_matmul(stationary, moving, tile_position=tile_position, tile_size=tile_size,
                     dst=dst, accumulate=accumulate, perf_mode=perf_mode)
+
+
+def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_position=None,
+                 tile_size=None, accumulate=None, name=None):
+    """MX tiles multiplied with their E8M0 scales (NeuronCore-v4): the ISA's MX
+    LoadStationary and MultiplyMoving."""
+    lower.nc_matmul(stationary, moving, tile_position=tile_position or (),
+                    tile_size=tile_size or (), dst=dst, accumulate=accumulate,
+                    call="nc_matmul_mx", scales=(stationary_scale, moving_scale))
 
 
 def nc_transpose(dst, data, engine=engine.unknown, name=None):
@@ -329,7 +339,7 @@ def get_nc_sub_version() -> int:
 #: (aws-neuron/nki-library imports register_alloc at module level), and each is refused where
 #: it is called.
 _DOCUMENTED = frozenset((
-    "activate2", "exponential", "nc_matmul_mx", "quantize_mx", "rand2",
+    "activate2", "exponential", "quantize_mx", "rand2",
     "rand_get_state", "rand_set_state", "rng", "set_rng_seed", "topk"))
 
 

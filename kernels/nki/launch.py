@@ -28,6 +28,7 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
+import ml_dtypes
 import numpy as np
 
 from hdl.core.params import CoreParams
@@ -456,7 +457,7 @@ def _same_hbm_tensors(tracers, programs, call: dict) -> None:
 
 
 def _put(hbm: np.ndarray, t, x: np.ndarray) -> None:
-    if x.dtype == np.bool_:  # NKI's bool is a byte
+    if x.dtype in (np.bool_, ml_dtypes.float8_e8m0fnu):  # bytes to the core
         x = x.view(np.uint8)
     if tuple(x.shape) != tuple(t.shape):
         raise NkiError(f"input {t.name} has shape {list(x.shape)}, the kernel's tensor "

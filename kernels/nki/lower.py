@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from hdl.core.isa import (
+    MX_DTYPES,
     SHUFFLE_KEEP,
     SHUFFLE_LANES,
     Activation,
@@ -189,8 +190,10 @@ def _pair_ap(t, v: View, call: str, operand: str):
 
 def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask | None = None,
               dst: View | None = None, accumulate=None, perf_mode=None,
-              call: str = "nc_matmul"):
+              call: str = "nc_matmul", scales: tuple | None = None):
     """``stationary.T @ moving`` into PSUM (fp32): a LoadStationary and a MultiplyMoving.
+    MX tiles (the quad types) come with ``scales`` (``nc_matmul_mx``: each operand's E8M0
+    scales in SBUF, laid out as the ISA's MX tiles read them, row tiling only).
     With ``perf_mode`` double row (FP8 on NeuronCore-v3 and later) the contraction is split
     between the partitions and a first free dimension of 2: ``stationary`` [P, 2, M] and
     ``moving`` [P, 2, N] contract 2P indices into [M, N], one double-row matmul of the
@@ -225,6 +228,21 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
         if tile_position and int(tile_position[1]):
             raise NkiError(f"'{call}': perf_mode double_row cannot be combined with column "
                            f"tiling (tile_position {tuple(tile_position)})")
+    mx = [v.dt in MX_DTYPES for v in (st, mv)]
+    if any(mx) != (scales is not None) or any(mx) != all(mx):
+        raise NkiError(f"'{call}' multiplies MX tiles (float8_e4m3fn_x4, float4_e2m1fn_x4) "
+                       f"with their scales (nisa.nc_matmul_mx), other tiles without: "
+                       f"stationary {st.dt}, moving {mv.dt}")
+    if scales is not None:
+        scales = tuple(_tile(v, call, name) for v, name in
+                       zip(scales, ("stationary_scale", "moving_scale"), strict=True))
+        for v, name in zip(scales, ("stationary_scale", "moving_scale"), strict=True):
+            if v.dt != "uint8":
+                raise NkiError(f"'{call}': {name} must be float8_e8m0fnu or uint8, not "
+                               f"{v.dt}")
+        if tile_position and int(tile_position[1]):
+            raise NkiError(f"'{call}' tiles the array by rows only: tile_position "
+                           f"{tuple(tile_position)} starts at column {int(tile_position[1])}")
     k, m = _shape2(st, call, "stationary")
     k2, n = _shape2(mv, call, "moving")
     if double:
@@ -244,6 +262,9 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
     else:
         st_ap = t.ap(st, call, "stationary", ("sbuf",))
         mv_ap = t.ap(mv, call, "moving", ("sbuf",))
+    scale_aps = (None, None) if scales is None else tuple(
+        t.ap(v, call, name, ("sbuf",)) for v, name in
+        zip(scales, ("stationary_scale", "moving_scale"), strict=True))
     acc_dt = "int32" if st.dt == "int8" else "fp32"
     t.matmul_dtypes.add(st.dt)
 
@@ -267,11 +288,15 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
         if acc and out.buf.zero and out_ap.offset == out.buf.offset \
                 and out_ap.free * 4 == out.buf.nbytes and out_ap.partitions == p.partitions:
             out.buf.zero, acc = False, False  # the zeros of nl.zeros: overwrite them
-        t.emit("tensor", LoadStationary(src=st_ap, row=row, col=col, double_row=double),
-               reads=[(st, st_ap)])
-        reads = [(mv, mv_ap)] + ([(out, out_ap)] if acc else [])
+        st_scale, mv_scale = scale_aps
+        t.emit("tensor", LoadStationary(src=st_ap, row=row, col=col, double_row=double,
+                                        scale=st_scale),
+               reads=[(st, st_ap)] + ([(scales[0], st_scale)] if scales else []))
+        reads = [(mv, mv_ap)] + ([(out, out_ap)] if acc else []) \
+            + ([(scales[1], mv_scale)] if scales else [])
         t.emit("tensor", MultiplyMoving(dst=out_ap, src=mv_ap, accumulate=bool(acc),
-                                        row=row, col=col, double_row=double), reads=reads,
+                                        row=row, col=col, double_row=double,
+                                        scale=mv_scale), reads=reads,
                writes=[(out, out_ap)])
 
     return _finish(t, lambda: _out(t, (m, n), acc_dt, "psum", col), make, "matmul", mask, dst)

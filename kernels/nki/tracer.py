@@ -36,6 +36,7 @@ from bisect import bisect_left, insort
 from dataclasses import dataclass, replace
 from heapq import heapify, heappop, heappush
 
+import ml_dtypes
 import numpy as np
 
 from hdl.core.isa import (
@@ -66,14 +67,16 @@ MX_NUMPY = {"mxfp8_x4": np.dtype([("float8_e4m3fn_x4", "<u4")]),
             "mxfp4_x4": np.dtype([("float4_e2m1fn_x4", "<u2")])}
 #: Types NKI documents [NKI-DT] that the core has not: a kernel may name them (nki-library
 #: keeps them in tables), a tensor of one is refused (:func:`isa_dtype`).
-UNSUPPORTED_NUMPY = {"float8_e5m2_x4": np.dtype([("float8_e5m2_x4", "<u4")]),
-                     "float8_e8m0fnu": np.dtype([("float8_e8m0fnu", "u1")])}
+UNSUPPORTED_NUMPY = {"float8_e5m2_x4": np.dtype([("float8_e5m2_x4", "<u4")])}
 _NUMPY = {**{name: np.dtype(t) for name, t in ML_DTYPES.items()}, "tf32": TF32,
           "int8": np.dtype(np.int8), "int32": np.dtype(np.int32),
           "uint32": np.dtype(np.uint32), "uint8": np.dtype(np.uint8),
           "uint16": np.dtype(np.uint16), **MX_NUMPY}
 _ISA = {v: k for k, v in _NUMPY.items()}
 _ISA[np.dtype(np.bool_)] = "uint8"  # NKI's bool: a byte, 0 or 1
+#: NKI's ``float8_e8m0fnu``, the MX scales' power-of-two exponents: bytes to the core, which
+#: only an MX matmul reads as scales (``nisa.nc_matmul_mx``)
+_ISA[np.dtype(ml_dtypes.float8_e8m0fnu)] = "uint8"
 FLOATS = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "tf32")
 #: Rank of a format in NKI's type promotion (the wider wins).
 _RANK = {"mxfp4_x4": 0, "mxfp8_x4": 0,

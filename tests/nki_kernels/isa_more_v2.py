@@ -625,3 +625,35 @@ def summed_by_dma(a, b, c):
     nisa.dma_compute(dst=u, srcs=[u, b], reduce_op=nl.add)
     nisa.dma_copy(dst=out[2], src=u)
     return out
+
+
+@nki.jit
+def mx_product(st_q, st_s, mv_q, mv_s, plain=False):
+    """nisa.nc_matmul_mx: stationary [P, M] and moving [P, N] MX quads, their E8M0 scales in
+    HBM a row per group of 8 partitions ([P / 8, M], [P / 8, N]), spread into SBUF to the
+    first four partitions of each quadrant (NKI's layout); the product in fp32. ``plain``:
+    the quads through nc_matmul, without scales."""
+    p, m = st_q.shape
+    n = mv_q.shape[1]
+    out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.ndarray((p, m), dtype=st_q.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((p, n), dtype=mv_q.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=st_q)
+    nisa.dma_copy(dst=b, src=mv_q)
+    sa = nl.ndarray((p, m), dtype=nl.float8_e8m0fnu, buffer=nl.sbuf)
+    sb = nl.ndarray((p, n), dtype=nl.float8_e8m0fnu, buffer=nl.sbuf)
+    nisa.memset(dst=sa, value=0)
+    nisa.memset(dst=sb, value=0)
+    for g in range(p // 8):
+        row = 32 * (g // 4) + g % 4
+        nisa.dma_copy(dst=sa[row:row + 1, :], src=st_s[g:g + 1, :])
+        nisa.dma_copy(dst=sb[row:row + 1, :], src=mv_s[g:g + 1, :])
+    ps = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
+    if plain:
+        nisa.nc_matmul(ps, a, b)
+    else:
+        nisa.nc_matmul_mx(ps, a, b, sa, sb)
+    r = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=r, src=ps)
+    nisa.dma_copy(dst=out, src=r)
+    return out
