@@ -878,3 +878,30 @@ def test_nc_matmul_mx_multiplies_mx_tiles_with_their_scales(k):
             with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: .*the tensor engine "
                                                     r"of trn2 takes .*, not mxfp8"):
                 k["v2_mx_product"](*args, platform_target="trn2")
+
+
+def test_quantize_mx_on_the_vector_engine(k):
+    """nisa.quantize_mx on trn3 against numpy, bit for bit: each group of 8 partitions by 4
+    elements scaled by 2^(floor(log2(amax)) - 7) (NKI's: twice OCP's, 8 fp8_e4m3fn's largest
+    exponent), 2^-127 for a group of zeros, the values rounded to nearest even into
+    fp8_e4m3fn (ml_dtypes), four to a quad; each group's scale in the first four partitions
+    of its quadrant. Refused on trn2, at the kernel's line."""
+    rng = np.random.default_rng(18)
+    x = (rng.standard_normal((64, 32)) * np.exp2(rng.integers(-20, 20, (64, 1)))).astype(
+        ml_dtypes.bfloat16)
+    x[8:16, 4:8] = 0  # a group of zeros
+    quads, scales = k["v2_quantized_on_device"](x, platform_target="trn3")
+    v = x.astype(np.float64).reshape(8, 8, 8, 4)  # [group, partition, quad, element]
+    amax = np.abs(v).max(axis=(1, 3))
+    with np.errstate(divide="ignore"):
+        e = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1))) - 7, -127)
+    codes = (v / np.exp2(e)[:, None, :, None]).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    want = (codes.astype(np.uint32) << (8 * np.arange(4, dtype=np.uint32))).sum(axis=-1)
+    np.testing.assert_array_equal(quads.view(np.uint32), want.reshape(64, 8))
+    want_scales = np.zeros((64, 8), np.uint8)
+    for g in range(8):
+        want_scales[32 * (g // 4) + g % 4] = (e[g] + 127).astype(np.uint8)
+    np.testing.assert_array_equal(scales, want_scales)
+    assert want_scales[1, 1] == 0  # the zeros' group: 2^-127
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: .*has no MX quantization"):
+        k["v2_quantized_on_device"](x, platform_target="trn2")

@@ -32,7 +32,7 @@ __all__ = [
     "MX_DTYPES", "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS", "SPACES",
     "TF32_SHIFT", "WORD_BITS", "Activation", "DmaCompute", "DmaCopy", "Dropout", "FindIndex8",
     "GatherFlattened", "Instruction", "IsaError", "Iota", "LocalGather", "MatchReplace8",
-    "Max8", "NonzeroWithCount", "Random",
+    "Max8", "NonzeroWithCount", "QuantizeMx", "Random",
     "LoadStationary", "Memset", "MultiplyMoving", "SHUFFLE_KEEP", "SHUFFLE_LANES",
     "RangeSelect", "SemSignal", "SequenceBounds",
     "SemWait", "StreamShuffle", "TensorCopy",
@@ -484,6 +484,30 @@ class NonzeroWithCount(Instruction):
 
 
 @dataclass(frozen=True, slots=True)
+class QuantizeMx(Instruction):
+    """On the vector engine (NeuronCore-v4 on), ``src`` (bf16 or fp16, ``P`` partitions a
+    multiple of :data:`MX_QUADRANT`, ``4F`` elements) into the MX tile ``dst``
+    (``mxfp8_x4``, ``P x F``: element ``[p, j]`` holds ``src[p, 4j + i]`` in code ``i``) and
+    its E8M0 scales ``scale`` (``uint8``, ``F`` a partition, laid out as
+    :class:`LoadStationary` reads them: group ``g`` of 8 partitions at partition
+    :func:`mx_scale_partition` (``g``); ``P`` partitions, or ``P / 8`` for ``P`` of 32). A
+    group of 32 values (8 partitions by the 4 of an element) takes the scale ``2^X``,
+    ``X = floor(log2(amax)) - (emax - 1)`` for ``amax`` its largest finite magnitude and
+    ``emax`` = 8 of fp8_e4m3fn (twice the OCP MX scale, so that the largest values round
+    without saturating), ``X = -127`` for a group of zeros; each value divided by it and
+    rounded to nearest even into fp8_e4m3fn (a NaN or an infinity: NaN) [NKI
+    ``quantize_mx``]. Scale partitions outside the groups' keep what they hold."""
+
+    OPCODE: ClassVar[int] = 29
+    MNEMONIC: ClassVar[str] = "qmx"
+    FIELDS: ClassVar = (("dst", "ap", AP_BITS), ("src", "ap", AP_BITS),
+                        ("scale", "ap", AP_BITS))
+    dst: AP
+    src: AP
+    scale: AP
+
+
+@dataclass(frozen=True, slots=True)
 class DmaCopy(Instruction):
     """Copy ``src`` to ``dst`` element for element (same shape and type).
 
@@ -760,7 +784,7 @@ INSTRUCTIONS: dict[int, type[Instruction]] = {
                                 StreamShuffle, Max8, FindIndex8, MatchReplace8, Random,
                                 Dropout, GatherFlattened, TensorCopyDynamic,
                                 SequenceBounds, RangeSelect, LocalGather, AffineSelect,
-                                NonzeroWithCount, DmaCompute)}
+                                NonzeroWithCount, DmaCompute, QuantizeMx)}
 _BY_MNEMONIC = {cls.MNEMONIC: cls for cls in INSTRUCTIONS.values()}
 _SYNC = (SemSignal, SemWait)
 
@@ -778,7 +802,7 @@ ENGINE_OPS: dict[str, tuple[type[Instruction], ...]] = {
     "tensor": (LoadStationary, MultiplyMoving, Transpose) + _SYNC,
     "vector": (TensorTensor, TensorScalar, TensorReduce, TensorCopy, Memset,
                TensorTensorScan, Transpose, StreamShuffle, Max8, FindIndex8, MatchReplace8,
-               Random, Dropout, TensorCopyDynamic, RangeSelect) + _SYNC,
+               Random, Dropout, TensorCopyDynamic, RangeSelect, QuantizeMx) + _SYNC,
     "scalar": (Activation, TensorScalar, TensorCopy, TensorCopyDynamic) + _SYNC,
     "gpsimd": (Iota, TensorTensor, TensorScalar, TensorCopy, Memset, GatherFlattened,
                TensorCopyDynamic, SequenceBounds, LocalGather, AffineSelect,

@@ -31,13 +31,12 @@ __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_st
            "dropout", "engine", "get_nc_sub_version", "get_nc_version", "gpsimd_engine", "iota",
            "local_gather", "matmul_perf_mode", "max8", "memset", "nc_find_index8",
            "nc_match_replace8", "nc_matmul", "nc_matmul_mx", "nc_n_gather", "nc_stream_shuffle",
-           "nc_transpose",
-           "nc_version", "nonzero_with_count", "oob_mode", "range_select", "reciprocal",
-           "reduce_cmd", "register_alloc", "register_load", "register_move", "register_store",
-           "scalar_engine", "scalar_tensor_tensor", "select_reduce", "sendrecv",
-           "sequence_bounds", "tensor_copy", "tensor_copy_dynamic_src", "tensor_copy_predicated",
-           "tensor_engine", "tensor_partition_reduce", "tensor_reduce", "tensor_scalar",
-           "tensor_scalar_cumulative", "tensor_scalar_reduce", "tensor_tensor",
+           "nc_transpose", "nc_version", "nonzero_with_count", "oob_mode", "quantize_mx",
+           "range_select", "reciprocal", "reduce_cmd", "register_alloc", "register_load",
+           "register_move", "register_store", "scalar_engine", "scalar_tensor_tensor",
+           "select_reduce", "sendrecv", "sequence_bounds", "tensor_copy", "tensor_copy_dynamic_src",
+           "tensor_copy_predicated", "tensor_engine", "tensor_partition_reduce", "tensor_reduce",
+           "tensor_scalar", "tensor_scalar_cumulative", "tensor_scalar_reduce", "tensor_tensor",
            "tensor_tensor_scan", "unknown_engine", "vector_engine"]
 
 
@@ -57,6 +56,12 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
     lower.nc_matmul(stationary, moving, tile_position=tile_position or (),
                     tile_size=tile_size or (), dst=dst, accumulate=accumulate,
                     call="nc_matmul_mx", scales=(stationary_scale, moving_scale))
+
+
+def quantize_mx(dst, src, dst_scale, name=None):
+    """``src`` (bf16 or fp16) into MXFP8 quads and their E8M0 scales on the vector engine
+    (NeuronCore-v4)."""
+    lower.quantize_mx(src, dst=dst, scale=dst_scale)
 
 
 def nc_transpose(dst, data, engine=engine.unknown, name=None):
@@ -339,7 +344,7 @@ def get_nc_sub_version() -> int:
 #: (aws-neuron/nki-library imports register_alloc at module level), and each is refused where
 #: it is called.
 _DOCUMENTED = frozenset((
-    "activate2", "exponential", "quantize_mx", "rand2",
+    "activate2", "exponential", "rand2",
     "rand_get_state", "rand_set_state", "rng", "set_rng_seed", "topk"))
 
 

@@ -32,6 +32,7 @@ from hdl.core.isa import (
     Max8,
     MultiplyMoving,
     NonzeroWithCount,
+    QuantizeMx,
     Random,
     RangeSelect,
     SequenceBounds,
@@ -1081,6 +1082,20 @@ def nonzero_with_count(src: View, index_offset=0, padding_val=-1, *, dst: View,
     t.emit("gpsimd", NonzeroWithCount(dst=d_ap, src=s_ap, offset=int(index_offset),
                                       padding=int(padding_val)),
            reads=[(x, s_ap), (out, d_ap)], writes=[(out, d_ap)])
+
+
+def quantize_mx(src: View, *, dst: View, scale: View, call: str = "quantize_mx") -> None:
+    """``src`` quantized into the MX tile ``dst`` and its E8M0 scales ``scale`` on the vector
+    engine (:class:`QuantizeMx`); the scale partitions outside the groups' keep what they
+    hold."""
+    t = current(call)
+    t.commit()
+    x, out, sc = _tile(src, call, "src"), _tile(dst, call, "dst"), _tile(scale, call,
+                                                                         "dst_scale")
+    s_ap, d_ap = _flat(t, x, call, "src"), _flat(t, out, call, "dst")
+    c_ap = _flat(t, sc, call, "dst_scale")
+    t.emit("vector", QuantizeMx(dst=d_ap, src=s_ap, scale=c_ap),
+           reads=[(x, s_ap), (sc, c_ap)], writes=[(out, d_ap), (sc, c_ap)])
 
 
 # --- calls the ISA has no single instruction for ------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import ml_dtypes
 import numpy as np
 
 from hdl.core import isa
@@ -35,6 +36,7 @@ from hdl.core.isa import (
     Memset,
     MultiplyMoving,
     NonzeroWithCount,
+    QuantizeMx,
     Random,
     RangeSelect,
     SequenceBounds,
@@ -47,7 +49,7 @@ from hdl.core.isa import (
     TensorTensorScan,
     Transpose,
 )
-from hdl.numerics.formats import IntFormat, format_by_name
+from hdl.numerics.formats import MX_FORMATS, IntFormat, format_by_name
 from hdl.vector.activation import ActivationParams
 from hdl.vector.ops import VectorOp
 from hdl.vector.vector import VectorParams
@@ -297,6 +299,27 @@ class Data:
             total = x if total is None else vector.elementwise(VectorOp.ADD, total, x)
         self.write32(ins.dst, total)
 
+    def quantize_mx(self, ins: QuantizeMx) -> None:
+        """``src`` into MX codes and E8M0 scales (:class:`~hdl.core.isa.QuantizeMx`)."""
+        g, quad = isa.MX_GROUP_PARTITIONS, isa.MX_QUAD
+        x = self.read32(ins.src).view(np.float32).astype(np.float64)
+        p, f = ins.dst.partitions, ins.dst.free
+        groups = x.reshape(p // g, g, f, quad)
+        finite = np.where(np.isfinite(groups), np.abs(groups), 0.0)
+        amax = finite.max(axis=(1, 3))
+        with np.errstate(divide="ignore"):
+            shared = np.floor(np.log2(np.where(amax > 0, amax, 1.0))) \
+                - (MX_FORMATS["mxfp8"].emax - 1)
+        shared = np.clip(np.where(amax > 0, shared, -127), -127, 127).astype(np.int64)
+        scaled = groups / np.ldexp(1.0, shared)[:, None, :, None]
+        codes = scaled.astype(ml_dtypes.float8_e4m3fn).view(np.uint8).astype(np.uint32)
+        words = sum(codes[..., i] << np.uint32(8 * i) for i in range(quad))
+        self.write(ins.dst, words.reshape(p, f).astype(np.uint32))
+        scales = self.read(ins.scale).reshape(ins.scale.partitions, -1)
+        for k in range(p // g):
+            scales[isa.mx_scale_partition(k)] = (shared[k] + 127).astype(np.uint8)
+        self.write(ins.scale, scales)
+
     def moved_source(self, ins: TensorCopyDynamic) -> AP:
         """``ins``'s source where its offset puts it, the offset read now; one outside
         ``0 .. count - 1`` breaks the rule "dynamic offset"."""
@@ -469,6 +492,8 @@ class Data:
             self.write32(ins.dst, self.copied32(ins.src, w), draw, w)
         elif cls in _SELECTIONS:
             self._selection(stream, ins)
+        elif cls is QuantizeMx:
+            self.quantize_mx(ins)
         elif cls is StreamShuffle:  # partitions moved within quadrants, bits as they are
             src = self.read(ins.src).reshape(ins.src.partitions, -1)
             out = self.read(ins.dst).reshape(ins.dst.partitions, -1)

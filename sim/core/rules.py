@@ -292,7 +292,7 @@ class Rules:
                                      f"rounding.modes have no {ins.rounding} rounding)")
         for name, ap, _ in isa.reach(ins):
             self._check_ap(where, name, ap, kind, hbm_bytes)
-        if kind in ("vector", "scalar", "gpsimd"):
+        if kind in ("vector", "scalar", "gpsimd") and not isinstance(ins, isa.QuantizeMx):
             for name, ap, _ in ins.operands():
                 if ap.dtype in isa.MX_DTYPES:
                     fail(*where, "format",
@@ -415,6 +415,20 @@ class Rules:
                               VectorOp.LESS_EQUAL, VectorOp.GREATER, VectorOp.GREATER_EQUAL):
                 fail(*where, "op", "an affine select compares with equal, not_equal, less, "
                                    "less_equal, greater or greater_equal")
+        elif isinstance(ins, isa.QuantizeMx):
+            s, d = ins.src, ins.dst
+            if int(p.version.lstrip("v")) < 4:
+                fail(*where, "engine", f"{p.name}'s vector engine (NeuronCore-{p.version}) "
+                                       f"has no MX quantization, NeuronCore-v4 on has")
+            if s.dtype not in ("bf16", "fp16") or d.dtype != "mxfp8_x4" or \
+                    s.space != "sbuf" or d.space != "sbuf" or s.partitions != d.partitions \
+                    or s.partitions % isa.MX_QUADRANT or s.free != isa.MX_QUAD * d.free:
+                fail(*where, "operand shape",
+                     f"src bf16 or fp16 and dst mxfp8_x4 in SBUF, of the same partitions (a "
+                     f"multiple of {isa.MX_QUADRANT}), src {isa.MX_QUAD} elements for each of "
+                     f"dst's: src {s.partitions} x {s.free} {s.dtype} in {s.space.upper()}, "
+                     f"dst {d.partitions} x {d.free} {d.dtype} in {d.space.upper()}")
+            self._check_scale(where, d, ins.scale)
         elif isinstance(ins, isa.NonzeroWithCount):
             s, d = ins.src, ins.dst
             if s.dtype not in ("fp32", "int32") or d.dtype != "int32" or \

@@ -657,3 +657,21 @@ def mx_product(st_q, st_s, mv_q, mv_s, plain=False):
     nisa.tensor_copy(dst=r, src=ps)
     nisa.dma_copy(dst=out, src=r)
     return out
+
+
+@nki.jit
+def quantized_on_device(x):
+    """nisa.quantize_mx: x [P, 4F] (bf16) into MXFP8 quads [P, F] and their E8M0 scales
+    (the groups' partitions of a [P, F] tile, the rest zero), both returned."""
+    p, f4 = x.shape
+    q_out = nl.ndarray((p, f4 // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.shared_hbm)
+    s_out = nl.ndarray((p, f4 // 4), dtype=nl.uint8, buffer=nl.shared_hbm)
+    t = nl.ndarray((p, f4), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    q = nl.ndarray((p, f4 // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+    s = nl.ndarray((p, f4 // 4), dtype=nl.float8_e8m0fnu, buffer=nl.sbuf)
+    nisa.memset(dst=s, value=0)
+    nisa.quantize_mx(dst=q, src=t, dst_scale=s)
+    nisa.dma_copy(dst=q_out, src=q)
+    nisa.dma_copy(dst=s_out, src=s)
+    return q_out, s_out
