@@ -454,3 +454,15 @@ def test_large_accesses_share_bytes_as_enumeration_says(seed, monkeypatch):
         a, b = access(), access()
         bytes_a = {int(x) for x in tr._elements(a)}
         assert tr._share_bytes(a, b) == bool(bytes_a & {int(x) for x in tr._elements(b)})
+
+
+def test_buffer_kinds():
+    """nl.is_hbm, is_sbuf, is_psum, is_on_chip of NKI's buffer markers."""
+    from kernels.nki import language as nl
+
+    kinds = {b: (nl.is_hbm(b), nl.is_sbuf(b), nl.is_psum(b), nl.is_on_chip(b))
+             for b in (nl.hbm, nl.shared_hbm, nl.private_hbm, nl.sbuf, nl.psum)}
+    assert kinds == {nl.hbm: (True, False, False, False),
+                     nl.shared_hbm: (True, False, False, False),
+                     nl.private_hbm: (True, False, False, False),
+                     nl.sbuf: (False, True, False, True), nl.psum: (False, False, True, True)}

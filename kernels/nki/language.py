@@ -192,6 +192,24 @@ private_hbm = _Buffer("private_hbm")
 _HBM = ("hbm", "shared_hbm", "private_hbm")
 
 
+def is_hbm(buffer) -> bool:
+    """Whether ``buffer`` (``nl.hbm``, ``shared_hbm``, ``private_hbm``, ...) is an HBM one."""
+    return buffer in _HBM
+
+
+def is_sbuf(buffer) -> bool:
+    return buffer == "sbuf"
+
+
+def is_psum(buffer) -> bool:
+    return buffer == "psum"
+
+
+def is_on_chip(buffer) -> bool:
+    """Whether ``buffer`` is SBUF or PSUM."""
+    return buffer in ("sbuf", "psum")
+
+
 class par_dim:  # noqa: N801 - NKI's name
     """Marks the partition dimension of an on-chip tensor's shape."""
 
@@ -1157,7 +1175,7 @@ def rms_norm(x, w, axis, n, epsilon=1e-06, *, dtype=None, compute_dtype=None, ma
 _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par_dim sbuf psum hbm "
               "shared_hbm private_hbm arange mgrid ds affine_range sequential_range "
               "dynamic_range fori_loop while_loop static_range static_cast spmd_dim nc "
-              "program_id num_programs program_ndim "
+              "is_hbm is_sbuf is_psum is_on_chip program_id num_programs program_ndim "
               "load load_transpose2d broadcast_to device_print atomic_rmw "
               "store copy matmul transpose add subtract multiply divide maximum minimum "
               "the comparisons bitwise_and/or/xor negative abs square exp log sqrt rsqrt "
@@ -1172,10 +1190,9 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
 #: does not implement: a kernel may name them (a module-level table of functions) and runs
 #: while it does not call them.
 _DOCUMENTED = frozenset((
-    "abs_max", "abs_min", "all", "erf_dx",
-    "gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx", "gelu_dx", "is_hbm", "is_on_chip",
-    "is_psum", "is_sbuf", "left_shift", "power", "prelu", "prod", "random_seed",
-    "right_shift", "silu_dx", "tan"))
+    "abs_max", "abs_min", "all", "erf_dx", "gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx",
+    "gelu_dx", "left_shift", "power", "prelu", "prod", "random_seed", "right_shift", "silu_dx",
+    "tan"))
 
 
 def __getattr__(name: str):
