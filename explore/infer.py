@@ -10,7 +10,8 @@ them for every step it takes. Each returns its parts in seconds (:data:`PARTS`):
 
 - ``gemm``, ``attention``, ``other``: the sum over the lowered kernels of count x the
   simulated time of one run (layers x one layer's kernels, plus the once-per-pass ones). A
-  logical core of ``lnc`` physical cores divides each kernel's first shape key among them, as
+  logical core of ``lnc`` physical cores divides each kernel's split key among them
+  (:attr:`kernels.Kernel.split`: its first, a GEMM on rows its weights' columns), as
   ``gen run --lnc`` and ``gen step`` do.
 - ``communication``: per layer two all-reduces of the layer's activations (after the
   attention output and after FFN-down), one of the vocabulary-parallel embedding's output, and
@@ -61,6 +62,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from kernels import KERNELS
 from kernels.builder import psum_columns
 from specs.errors import InputError
 
@@ -142,7 +144,7 @@ AS_GIVEN = Compilation()
 @dataclass(frozen=True)
 class KernelRow:
     """One lowered kernel call of a pass on a rank: its part, what it computes, the kernel,
-    its shape on the logical core (before an LNC's cores split its first key), format, runs a
+    its shape on the logical core (before an LNC's cores split its split key), format, runs a
     pass and their seconds."""
 
     part: str
@@ -214,8 +216,8 @@ class Engine:
         for group, per in (("layer", self.t.layers), ("once", 1)):
             for c in calls[group]:
                 shape = dict(c.shape)
-                first = next(iter(shape))
-                shape[first] = math.ceil(shape[first] / self.lnc)
+                key = KERNELS[c.kernel].split
+                shape[key] = math.ceil(shape[key] / self.lnc)
                 runs = c.count * per
                 rows.append(KernelRow(c.part, c.what, c.kernel, dict(c.shape), c.dtype, runs,
                                       self.times(c.kernel, shape, c.dtype) * runs))

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from kernels import KERNELS
 from sim.system import collectives, formulas
 
 from . import model
@@ -73,8 +74,8 @@ def _time(calls: list[Call], times: KernelTimes, lnc: int) -> dict[str, float]:
     out = {"gemm": 0.0, "other": 0.0, "optimizer": 0.0, "accumulate": 0.0}
     for c in calls:
         shape = dict(c.shape)
-        first = next(iter(shape))
-        shape[first] = math.ceil(shape[first] / lnc)
+        key = KERNELS[c.kernel].split
+        shape[key] = math.ceil(shape[key] / lnc)
         out[c.part] += times(c.kernel, shape, c.dtype) * c.count
     return out
 

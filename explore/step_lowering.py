@@ -31,8 +31,8 @@ logical NeuronCore) of a tensor-parallel group of ``tp`` becomes calls of the ke
 - per step: Adam over the rank's parameters (its ``1 / dp`` share with ZeRO-1).
 
 Kernel times are :class:`~explore.kerneltimes.KernelTimes`: the core simulator's timing-only
-runs, cached. A logical core of ``lnc`` physical cores divides each kernel's first shape key
-among them, as ``gen run --lnc`` does.
+runs, cached. A logical core of ``lnc`` physical cores divides each kernel's split key
+(:attr:`kernels.Kernel.split`) among them, as ``gen run --lnc`` does.
 """
 
 from __future__ import annotations

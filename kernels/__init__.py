@@ -84,11 +84,14 @@ class Kernel:
     updates: tuple[str, ...] = ()
     shape_reference: bool = False
     example: dict = field(default_factory=dict)
+    #: the shape key a logical core's physical cores divide, where not the first
+    lnc_split: str = ""
 
     @property
     def split(self) -> str:
-        """The shape key a logical core of several physical cores divides among them."""
-        return self.dims[0]
+        """The shape key a logical core of several physical cores divides among them: the
+        first, or :attr:`lnc_split`."""
+        return self.lnc_split or self.dims[0]
 
 
 def _gelu(x):
@@ -285,7 +288,10 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
            lambda b, m, k, n, d: gemm(b, m, k, n, d, lhs_rows=True),
            lambda s, d: {"lhs": ((s["M"], s["K"]), d), "rhs": ((s["K"], s["N"]), d)},
            lambda i: {"out": i["lhs"] @ i["rhs"]}, out_dtype,
-           example={"M": 8, "K": 4096, "N": 12288}),
+           example={"M": 8, "K": 4096, "N": 12288},
+           # the cores take the weights' columns: each streams half of them for every row
+           # (M, the rows, is a decode step's batch, too few to divide)
+           lnc_split="N"),
     Kernel("gemm_rows_bias_gelu", "out = gelu(lhs @ rhs + bias[N]) with lhs as stored: the "
            "vector engine adds the bias row in PSUM, the scalar engine's gelu empties it",
            ("M", "K", "N"), _MATMUL_FORMATS,
@@ -293,7 +299,7 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
            lambda s, d: {"lhs": ((s["M"], s["K"]), d), "rhs": ((s["K"], s["N"]), d),
                          "bias": ((1, s["N"]), "fp32")},
            lambda i: {"out": _gelu(i["lhs"] @ i["rhs"] + i["bias"])}, out_dtype,
-           polynomial=True, example={"M": 128, "K": 768, "N": 3072}),
+           polynomial=True, example={"M": 128, "K": 768, "N": 3072}, lnc_split="N"),
     Kernel("gemm_naive", "the same GEMM tile by tile: no blocking, no overlap",
            ("M", "K", "N"), _MATMUL_FORMATS, gemm_naive, _mkn,
            lambda i: {"out": i["lhsT"].T @ i["rhs"]}, out_dtype,

@@ -340,8 +340,8 @@ def _si(value: float, unit: str) -> str:
                    "kernel's example in `gen kernels`).")
 @click.option("--dtype", default=None, help="Input format (default: the kernel's first).")
 @click.option("--lnc", type=int, default=1, show_default=True,
-              help="Physical cores of the logical core; the first shape key is split "
-                   "among them.")
+              help="Physical cores of the logical core; the kernel's split key (its first, "
+                   "a GEMM on rows its N) is divided among them.")
 @click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a Chrome/Perfetto trace-event JSON file.")
 @click.option("--timing-only", is_flag=True, help="Skip the data (large shapes).")
