@@ -167,6 +167,7 @@ class Point:
     simulated: int
     #: with ``kernels``: each pass's kernels (``prefill``; a decoder's ``decode`` step too)
     kernels: dict[str, list[KernelRow]] | None = None
+    compiled: Compilation = AS_GIVEN
 
     @property
     def per_dollar(self) -> float:
@@ -190,6 +191,10 @@ class Point:
         out.update({f"memory_{k}_bytes": v for k, v in r.memory.items()})
         out["memory_bytes"] = sum(r.memory.values())
         out["hbm_per_rank_bytes"] = r.hbm_per_rank
+        c = self.compiled
+        out.update(sequence_parallel=c.sequence_parallel,
+                   context_buckets=",".join(map(str, c.context_buckets)),
+                   decode_buckets=",".join(map(str, c.decode_buckets)))
         if self.kernels is not None:
             out["kernels"] = {phase: [asdict(k) for k in rows]
                               for phase, rows in self.kernels.items()}
@@ -254,7 +259,7 @@ def design_point(system, t, base, ranks, times, engines, *, tp, dp, batch, input
         if t.causal:
             rows["decode"] = engine.tpot_kernels(batch, input_len, output_len)
     return Point(system, t, tp, dp, batch, input_len, output_len, dtype, lnc, ranks,
-                 base.price_per_hour, r, times.computed - before, rows)
+                 base.price_per_hour, r, times.computed - before, rows, compiled)
 
 
 def from_cli(system: str, model_name: str, *, tp: int, dp: int = 1, batch: int = 1,

@@ -460,3 +460,11 @@ def test_grid_and_point_take_the_compilation():
     for got, want in ((padded[0], one[0]), *zip(padded, plain, strict=True)):
         # every decode step at the 256 bucket: the same TPOT; the same cache and prompt
         assert got == {k: pytest.approx(v, rel=1e-8) for k, v in want.items()}
+    # the point says how it was compiled, in its JSON and its table
+    args = ("infer", "trn1.32xlarge", "llama2-7b", "--tp", "8", "--input", "100",
+            "--sequence-parallel", "--context-buckets", "128", "--decode-buckets", "256")
+    doc = json.loads(run(*args, "--format", "json").output)
+    assert (doc["sequence_parallel"], doc["context_buckets"], doc["decode_buckets"]) == \
+        (True, "128", "256")
+    assert "compiled       sequence-parallel prefill; context buckets 128; decode buckets " \
+        "256" in run(*args).output

@@ -25,6 +25,13 @@ def _show_point(p, fmt: str) -> None:
     click.echo(f"{p.system}: {t.name}, TP {p.tp} x DP {p.dp} of {p.ranks} logical cores "
                f"(LNC {p.lnc}), batch {p.batch}, {p.input} tokens in"
                + (f", {p.output} out" if t.causal else "") + f", {p.dtype}")
+    c = p.compiled
+    compiled = [text for on, text in (
+        (c.sequence_parallel, "sequence-parallel prefill"),
+        (c.context_buckets, f"context buckets {','.join(map(str, c.context_buckets))}"),
+        (c.decode_buckets, f"decode buckets {','.join(map(str, c.decode_buckets))}")) if on]
+    if compiled:
+        click.echo(f"  compiled       {'; '.join(compiled)}")
     price = "unknown price" if math.isnan(p.price_per_hour) else f"{p.price_per_hour:g} USD/h"
     if t.causal:
         click.echo(f"  TTFT           {1e3 * r.ttft:.4g} ms")
