@@ -466,3 +466,15 @@ def test_buffer_kinds():
                      nl.shared_hbm: (True, False, False, False),
                      nl.private_hbm: (True, False, False, False),
                      nl.sbuf: (False, True, False, True), nl.psum: (False, False, True, True)}
+
+
+def test_all_along_the_free_axes():
+    """nl.all against numpy: a zero anywhere in a partition's elements makes it 0, a NaN is
+    nonzero."""
+    with knki.installed():
+        k = runpy.run_path(str(Path(__file__).parent / "nki_kernels" / "isa_more_v2.py"))
+        x = np.random.default_rng(19).standard_normal((32, 4, 6)).astype(np.float32)
+        x[3, 2, 5] = x[17, 0, 0] = 0.0
+        x[9, 1, 1] = np.nan
+        out = k["all_nonzero"](x)
+    np.testing.assert_array_equal(out, np.all(x, axis=(1, 2)).astype(np.float32))

@@ -1085,6 +1085,17 @@ def logical_not(x, *, dtype=uint8, mask=None, **kwargs) -> View:
     return lower.tensor_scalar(x, np.equal, 0.0, dtype=dtype, mask=mask, call="logical_not")
 
 
+def all(x, axis, *, dtype=None, mask=None, **kwargs) -> View:  # noqa: A001 - NKI's name
+    """1 where every element along the free axes ``axis`` is nonzero (a NaN is), else 0: no
+    element equal to zero, the maximum of the zeros' indicator negated."""
+    _no_options("all", kwargs)
+    zero = lower.tensor_scalar(x, np.equal, 0.0, dtype=float32, mask=mask, call="all")
+    any_zero = lower.tensor_reduce(np.maximum, zero, axis, mask=mask, dtype=float32,
+                                   call="all")
+    return lower.tensor_scalar(any_zero, np.equal, 0.0, dtype=dtype or x.dtype,
+                               mask=lower.rows_of(mask), call="all")
+
+
 def invert(x, *, dtype=None, mask=None, **kwargs) -> View:
     """``~x`` of an int32 or uint32 tile: its word XOR all ones."""
     _no_options("invert", kwargs)
@@ -1180,7 +1191,7 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
               "store copy matmul transpose add subtract multiply divide maximum minimum "
               "the comparisons bitwise_and/or/xor negative abs square exp log sqrt rsqrt "
               "where tanh sigmoid relu gelu gelu_apprx_tanh silu softplus erf mish sin cos "
-              "arctan reciprocal sum max min mean var softmax rms_norm floor ceil trunc sign "
+              "arctan reciprocal sum max min mean var all softmax rms_norm floor ceil trunc sign "
               "mod fmod logical_and/or/xor/not invert expand_dims shared_identity_matrix "
               "rand dropout gather_flattened "
               "loop_reduce tile_size fp32 finfo and the dtypes")
@@ -1190,7 +1201,7 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
 #: does not implement: a kernel may name them (a module-level table of functions) and runs
 #: while it does not call them.
 _DOCUMENTED = frozenset((
-    "abs_max", "abs_min", "all", "erf_dx", "gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx",
+    "abs_max", "abs_min", "erf_dx", "gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx",
     "gelu_dx", "left_shift", "power", "prelu", "prod", "random_seed", "right_shift", "silu_dx",
     "tan"))
 

@@ -675,3 +675,13 @@ def quantized_on_device(x):
     nisa.dma_copy(dst=q_out, src=q)
     nisa.dma_copy(dst=s_out, src=s)
     return q_out, s_out
+
+
+@nki.jit
+def all_nonzero(x):
+    """nl.all along a tile's free axes: each partition's 1 or 0."""
+    out = nl.ndarray((x.shape[0],), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.dma_copy(dst=out, src=nl.all(t, axis=(1, 2)))
+    return out
