@@ -478,3 +478,17 @@ def test_all_along_the_free_axes():
         x[9, 1, 1] = np.nan
         out = k["all_nonzero"](x)
     np.testing.assert_array_equal(out, np.all(x, axis=(1, 2)).astype(np.float32))
+
+
+def test_divide_is_a_true_division():
+    """nl.divide of int32 tiles gives float32 (numpy's true division), through the scalar
+    engine's reciprocal; by a number, a multiplication by its reciprocal."""
+    with knki.installed():
+        k = runpy.run_path(str(Path(__file__).parent / "nki_kernels" / "isa_more_v2.py"))
+        rng = np.random.default_rng(20)
+        a = rng.integers(-1000, 1000, (16, 24)).astype(np.int32)
+        b = rng.integers(1, 50, (16, 24)).astype(np.int32)
+        out, out2 = k["divided"](a, b)
+    assert out.dtype == np.float32
+    assert _err(out, a / b) <= kernels.POLYNOMIAL
+    np.testing.assert_array_equal(out2, (a * np.float32(0.25)).astype(np.float32))

@@ -802,7 +802,7 @@ def divide(x, y, *, dtype=None, mask=None, **kwargs) -> View:
     engine's reciprocal of ``y`` and a multiplication. A true division, as numpy's: of two
     integer operands, float32."""
     _no_options("divide", kwargs)
-    if dtype is None and all(_is_integer(v) for v in (x, y)):
+    if dtype is None and builtins.all(_is_integer(v) for v in (x, y)):
         dtype = float32
     if not isinstance(y, View):
         return _binary("divide", VectorOp.MULTIPLY, x, 1.0 / float(y), dtype, mask)

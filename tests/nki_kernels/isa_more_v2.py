@@ -685,3 +685,18 @@ def all_nonzero(x):
     nisa.dma_copy(dst=t, src=x)
     nisa.dma_copy(dst=out, src=nl.all(t, axis=(1, 2)))
     return out
+
+
+@nki.jit
+def divided(a, b):
+    """nl.divide of two tiles (integers: a true division, in float32) and of a tile by a
+    number."""
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    out2 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    ta = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    tb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ta, src=a)
+    nisa.dma_copy(dst=tb, src=b)
+    nisa.dma_copy(dst=out, src=nl.divide(ta, tb))
+    nisa.dma_copy(dst=out2, src=nl.divide(ta, 4))
+    return out, out2
