@@ -109,14 +109,13 @@ class Compilation:
                                  f"counts, found {', '.join(map(str, got))}")
             object.__setattr__(self, name, tuple(sorted(set(got))))
 
-    def _bucket(self, buckets: tuple[int, ...], length: int, what: str) -> int:
+    def _bucket(self, buckets: tuple[int, ...], length: int, what: str, option: str) -> int:
         if not buckets:
             return -(-length // self.granule) * self.granule
         for b in buckets:
             if b >= length:
                 return b
-        raise InferError(f"expected {what} of at most the largest of --"
-                         f"{'context' if what == '--input' else 'decode'}-buckets "
+        raise InferError(f"expected {what} of at most the largest of {option} "
                          f"({buckets[-1]}), found {length}")
 
     @classmethod
@@ -130,11 +129,12 @@ class Compilation:
 
     def prompt(self, length: int) -> int:
         """The length a prompt of ``length`` tokens is encoded at."""
-        return self._bucket(self.context_buckets, length, "--input")
+        return self._bucket(self.context_buckets, length, "--input", "--context-buckets")
 
     def context(self, length: int) -> int:
         """The cache length a decode step over ``length`` keys runs at."""
-        return self._bucket(self.decode_buckets, length, "--input + --output")
+        return self._bucket(self.decode_buckets, length, "--input + --output",
+                            "--decode-buckets")
 
 
 #: No sequence parallelism, every length compiled for: the default.
@@ -215,9 +215,7 @@ class Engine:
         rows = []
         for group, per in (("layer", self.t.layers), ("once", 1)):
             for c in calls[group]:
-                shape = dict(c.shape)
-                key = KERNELS[c.kernel].split
-                shape[key] = math.ceil(shape[key] / self.lnc)
+                shape = KERNELS[c.kernel].per_core(dict(c.shape), self.lnc)
                 runs = c.count * per
                 rows.append(KernelRow(c.part, c.what, c.kernel, dict(c.shape), c.dtype, runs,
                                       self.times(c.kernel, shape, c.dtype) * runs))

@@ -73,7 +73,7 @@ def run_sharded(system: System, kernel, dims: dict, dtype: str, *, timing_only: 
                          f"simulator parameters")
     cores = system.chip.spec.cores
     shard = dict(dims, K=dims["K"] // p)
-    per_core = dict(shard, **{kernel.split: -(-shard[kernel.split] // cores)})
+    per_core = kernel.per_core(shard, cores)
     try:
         timed = kernels.run(params, kernel, per_core, dtype, timing_only=True)
     except kernels.KernelError as exc:

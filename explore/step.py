@@ -30,7 +30,6 @@ front door: :mod:`explore.step_cli`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -73,9 +72,7 @@ class StepResult:
 def _time(calls: list[Call], times: KernelTimes, lnc: int) -> dict[str, float]:
     out = {"gemm": 0.0, "other": 0.0, "optimizer": 0.0, "accumulate": 0.0}
     for c in calls:
-        shape = dict(c.shape)
-        key = KERNELS[c.kernel].split
-        shape[key] = math.ceil(shape[key] / lnc)
+        shape = KERNELS[c.kernel].per_core(dict(c.shape), lnc)
         out[c.part] += times(c.kernel, shape, c.dtype) * c.count
     return out
 

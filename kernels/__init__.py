@@ -93,6 +93,11 @@ class Kernel:
         first, or :attr:`lnc_split`."""
         return self.lnc_split or self.dims[0]
 
+    def per_core(self, shape: dict, cores: int) -> dict:
+        """``shape`` as each of ``cores`` physical cores runs it: :attr:`split` divided among
+        them, rounded up."""
+        return dict(shape, **{self.split: -(-shape[self.split] // cores)})
+
 
 def _gelu(x):
     from scipy.special import erf

@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 
 from hdl.core.isa import DTYPES, MX_DTYPES, MX_QUAD
-from hdl.numerics.formats import MX_FORMATS
+from hdl.numerics.formats import E8M0_BIAS, MX_FORMATS
 
 __all__ = ["ELEMENTS", "MX_BLOCK", "dequantize", "pack", "quad_type", "quantize"]
 
@@ -27,7 +27,6 @@ __all__ = ["ELEMENTS", "MX_BLOCK", "dequantize", "pack", "quad_type", "quantize"
 ELEMENTS = {"mxfp8": ml_dtypes.float8_e4m3fn, "mxfp4": ml_dtypes.float4_e2m1fn}
 #: Contraction elements per scale.
 MX_BLOCK = MX_FORMATS["mxfp8"].block
-_E8M0_BIAS = 127
 
 
 def quad_type(fmt: str) -> str:
@@ -48,14 +47,10 @@ def quantize(x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     if k % MX_BLOCK:
         raise ValueError(f"K must be a multiple of {MX_BLOCK}, not {k}")
     blocks = x.reshape(k // MX_BLOCK, MX_BLOCK, -1)
-    amax = np.abs(blocks).max(axis=1)
-    with np.errstate(divide="ignore"):
-        shared = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1))) - f.emax,
-                          -_E8M0_BIAS)
-    shared = np.clip(shared, -_E8M0_BIAS, _E8M0_BIAS).astype(np.int64)
+    shared = f.shared_exponents(np.abs(blocks).max(axis=1))
     scaled = np.clip(blocks / np.ldexp(1.0, shared)[:, None, :], -f.max_finite, f.max_finite)
     codes = scaled.reshape(k, -1).astype(ELEMENTS[fmt]).view(np.uint8)
-    return codes & np.uint8((1 << f.bits) - 1), (shared + _E8M0_BIAS).astype(np.uint8)
+    return codes & np.uint8((1 << f.bits) - 1), (shared + E8M0_BIAS).astype(np.uint8)
 
 
 def dequantize(codes: np.ndarray, scales: np.ndarray, fmt: str) -> np.ndarray:

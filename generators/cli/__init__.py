@@ -405,7 +405,7 @@ def run_kernel(spec, kernel, shape, dtype, lnc, trace, timing_only, seed, collec
                                       f"{chip.name}, not {lnc}")
         dims = kernels.parse_shape(shape, k) if shape is not None else dict(k.example)
         dtype = dtype or k.dtypes[0]
-        share = dict(dims, **{k.split: -(-dims[k.split] // lnc)})
+        share = k.per_core(dims, lnc)
         params = core_params(chip)
         r = kernels.run(params, k, share, dtype, timing_only=timing_only, trace=bool(trace),
                         seed=seed)

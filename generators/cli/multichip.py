@@ -169,7 +169,7 @@ def _sharded(system, kernel_name, shard, shape, dtype, chunk_bytes, trace, seed,
     mode = "timing only" if timing_only else f"numeric, seed {seed}"
     click.echo(f"{system.name}: {k.name} {shape_text} {dtype}, tensor-parallel over "
                f"{tp} chips (K split), then all-reduce of the {r.out_dtype} output ({mode})")
-    split = -(-dims[k.split] // cores)
+    split = k.per_core(dims, cores)[k.split]
     click.echo(f"  each chip: {k.name} with K={dims['K'] // tp} on its {cores} cores, "
                f"{k.split}={split} each: {_time(r.kernel_time)}")
     click.echo(f"  all-reduce of {_show(r.collective.nbytes, 'B')}: {_time(r.collective.time)}")

@@ -22,8 +22,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 __all__ = [
     "BF16",
+    "E8M0_BIAS",
     "FORMATS",
     "FP8_E4M3",
     "FP8_E4M3FN",
@@ -248,7 +251,20 @@ class MxFormat(_FloatLayout):
         if self.nan not in (*NAN_STYLES, "none"):
             raise ValueError(f"nan must be one of 'ieee', 'fn', 'none', not {self.nan!r}")
 
+    def shared_exponents(self, amax, headroom: int = 0) -> np.ndarray:
+        """The exponents blocks of largest finite magnitudes ``amax`` share: OCP MX v1.0's
+        ``floor(log2(amax)) - emax`` (section 6.3) plus ``headroom`` (1: twice the scale, as
+        NKI's ``quantize_mx``), ``-E8M0_BIAS`` for a block of zeros, within
+        ``-E8M0_BIAS .. E8M0_BIAS``; the E8M0 code is the exponent plus :data:`E8M0_BIAS`."""
+        amax = np.asarray(amax, dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            e = np.floor(np.log2(np.where(amax > 0, amax, 1.0))) - self.emax + headroom
+        e = np.where(amax > 0, e, -E8M0_BIAS)
+        return np.clip(e, -E8M0_BIAS, E8M0_BIAS).astype(np.int64)
 
+
+#: The bias of an MX scale's E8M0 code (``2**(s - 127)``).
+E8M0_BIAS = 127
 #: MXFP8 with E4M3 elements (OCP E4M3: NaN at S.1111.111, no infinities); the OCP
 #: specification also defines E5M2 elements, which Trainium3's documents do not name.
 MXFP8 = MxFormat(name="mxfp8", exp_bits=4, man_bits=3, bias=7, nan="fn")

@@ -49,7 +49,7 @@ from hdl.core.isa import (
     TensorTensorScan,
     Transpose,
 )
-from hdl.numerics.formats import MX_FORMATS, IntFormat, format_by_name
+from hdl.numerics.formats import E8M0_BIAS, MX_FORMATS, IntFormat, format_by_name
 from hdl.vector.activation import ActivationParams
 from hdl.vector.ops import VectorOp
 from hdl.vector.vector import VectorParams
@@ -306,18 +306,14 @@ class Data:
         p, f = ins.dst.partitions, ins.dst.free
         groups = x.reshape(p // g, g, f, quad)
         finite = np.where(np.isfinite(groups), np.abs(groups), 0.0)
-        amax = finite.max(axis=(1, 3))
-        with np.errstate(divide="ignore"):
-            shared = np.floor(np.log2(np.where(amax > 0, amax, 1.0))) \
-                - (MX_FORMATS["mxfp8"].emax - 1)
-        shared = np.clip(np.where(amax > 0, shared, -127), -127, 127).astype(np.int64)
+        shared = MX_FORMATS["mxfp8"].shared_exponents(finite.max(axis=(1, 3)), headroom=1)
         scaled = groups / np.ldexp(1.0, shared)[:, None, :, None]
         codes = scaled.astype(ml_dtypes.float8_e4m3fn).view(np.uint8).astype(np.uint32)
         words = sum(codes[..., i] << np.uint32(8 * i) for i in range(quad))
         self.write(ins.dst, words.reshape(p, f).astype(np.uint32))
         scales = self.read(ins.scale).reshape(ins.scale.partitions, -1)
         for k in range(p // g):
-            scales[isa.mx_scale_partition(k)] = (shared[k] + 127).astype(np.uint8)
+            scales[isa.mx_scale_partition(k)] = (shared[k] + E8M0_BIAS).astype(np.uint8)
         self.write(ins.scale, scales)
 
     def moved_source(self, ins: TensorCopyDynamic) -> AP:
