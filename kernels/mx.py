@@ -19,12 +19,13 @@ import ml_dtypes
 import numpy as np
 
 from hdl.core.isa import DTYPES, MX_DTYPES, MX_QUAD
+from hdl.numerics.dtypes import MX_ELEMENT_DTYPES
 from hdl.numerics.formats import E8M0_BIAS, MX_FORMATS
 
 __all__ = ["ELEMENTS", "MX_BLOCK", "dequantize", "pack", "quad_type", "quantize"]
 
 #: The ml_dtypes type of each MX format's elements.
-ELEMENTS = {"mxfp8": ml_dtypes.float8_e4m3fn, "mxfp4": ml_dtypes.float4_e2m1fn}
+ELEMENTS = MX_ELEMENT_DTYPES
 #: Contraction elements per scale.
 MX_BLOCK = MX_FORMATS["mxfp8"].block
 

@@ -30,7 +30,7 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9.-]*$"
 #: Input formats a tensor engine can list, each described in hdl/numerics/formats.py (the MX
 #: block formats are in the array's RTL but not in the core's instruction set).
 FORMATS = ("int8", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8", "bf16", "fp16", "tf32", "fp32",
-           "mxfp8", "mxfp4")
+           "mxfp8", "mxfp8_e5m2", "mxfp4")
 ACTIVATIONS = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
                "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish", "gelu_tanh", "sin",
                "cos", "arctan")

@@ -241,7 +241,8 @@ def test_mx_stream_is_the_one_cost_rule(trn3, fmt, rate):
      r"tensor\[0\].*format: an mxfp8_x4 tile needs its scale operand"),
     ({"tensor": [LoadStationary(src=tile("sbuf", "mxfp8_x4", 0, 64, 0, 8),
                                 scale=tile("sbuf", "uint8", 0, 8, 512, 8))]},
-     r"operand shape: the scale of a 64 x 8 MX tile must be 64 x 8, not 8 x 8"),
+     r"operand shape: the scale of a 64 x 8 MX tile must be 36 to 64 partitions x 8, not "
+     r"8 x 8"),
     ({"tensor": [LoadStationary(src=tile("sbuf", "bf16", 0, 8, 0, 8),
                                 scale=tile("sbuf", "uint8", 0, 1, 512, 8))]},
      r"format: only an MX tile takes a scale, not bf16"),
@@ -280,7 +281,7 @@ def test_mx_scale_round_trips_and_unknown_types_are_refused():
     assert decode(encode(ins)) == ins == parse(format_instruction(ins))
     assert ins.src.itemsize == 2
     with pytest.raises(IsaError, match=r"matmul.src.dtype must be one of .*mxfp8_x4, "
-                                       r"mxfp4_x4, uint8, uint16, not 'mxfp8'"):
+                                       r"mxfp4_x4, uint8, uint16, mxfp8_e5m2_x4, not 'mxfp8'"):
         encode(MultiplyMoving(dst=ins.dst, src=tile("sbuf", "mxfp8", 0, 8, 64, 8)))
 
 

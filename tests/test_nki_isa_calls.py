@@ -862,7 +862,8 @@ def test_nc_matmul_mx_multiplies_mx_tiles_with_their_scales(k):
     from kernels.nki.tracer import numpy_dtype
 
     rng = np.random.default_rng(17)
-    for fmt, (kk, m, n) in (("mxfp8", (128, 64, 48)), ("mxfp4", (256, 32, 40))):
+    for fmt, (kk, m, n) in (("mxfp8", (128, 64, 48)), ("mxfp8_e5m2", (128, 64, 48)),
+                            ("mxfp4", (256, 32, 40))):
         xs, xm = rng.standard_normal((kk, m)), rng.standard_normal((kk, n)) * 3
         (cs, ss), (cm, sm) = mx.quantize(xs, fmt), mx.quantize(xm, fmt)
         quad = numpy_dtype(mx.quad_type(fmt))
@@ -880,12 +881,50 @@ def test_nc_matmul_mx_multiplies_mx_tiles_with_their_scales(k):
                 k["v2_mx_product"](*args, platform_target="trn2")
 
 
+def _mx_args(rng, fmt, kk, m, n):
+    from kernels import mx
+    from kernels.nki.tracer import numpy_dtype
+
+    xs, xm = rng.standard_normal((kk, m)), rng.standard_normal((kk, n)) * 3
+    (cs, ss), (cm, sm) = mx.quantize(xs, fmt), mx.quantize(xm, fmt)
+    quad = numpy_dtype(mx.quad_type(fmt))
+    args = (mx.pack(cs, fmt).view(quad), ss.view(ml_dtypes.float8_e8m0fnu),
+            mx.pack(cm, fmt).view(quad), sm.view(ml_dtypes.float8_e8m0fnu))
+    return args, mx.dequantize(cs, ss, fmt).T @ mx.dequantize(cm, sm, fmt)
+
+
+def test_a_matmul_writes_bf16_psum_from_neuroncore_v4(k):
+    """NKI: "Starting NeuronCore-v4, dst can either be a float32 or bfloat16 tile". On trn3
+    each fp32 sum of an MX matmul into a bf16 PSUM tile is rounded to nearest even into bf16
+    (ml_dtypes' cast of the fp32 run's result, bit for bit); a second multiply accumulating
+    adds its fp32 sum to the tile's value widened, in fp32, and rounds again. Refused on trn2
+    (NeuronCore-v3) at the kernel's line."""
+    from kernels.nki import language as nl
+
+    args, want = _mx_args(np.random.default_rng(23), "mxfp8_e5m2", 128, 64, 48)
+    f32 = k["v2_mx_product"](*args, platform_target="trn3")
+    assert _err(f32, want) <= 1e-6
+    b = k["v2_mx_product"](*args, dtype=nl.bfloat16, platform_target="trn3")
+    assert b.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(b.view(np.uint16),
+                                  f32.astype(ml_dtypes.bfloat16).view(np.uint16))
+    twice = k["v2_mx_product"](*args, dtype=nl.bfloat16, twice=True, platform_target="trn3")
+    np.testing.assert_array_equal(
+        twice.view(np.uint16),
+        (b.astype(np.float32) + f32).astype(ml_dtypes.bfloat16).view(np.uint16))
+    assert _err(twice, 2 * want) <= 2.0**-8
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: 'nc_matmul_mx' writes fp32 to "
+                                            r"PSUM on trn2, not bf16"):
+        k["v2_mx_product"](*args, dtype=nl.bfloat16, platform_target="trn2")
+
+
 def test_quantize_mx_on_the_vector_engine(k):
     """nisa.quantize_mx on trn3 against numpy, bit for bit: each group of 8 partitions by 4
     elements scaled by 2^(floor(log2(amax)) - 7) (NKI's: twice OCP's, 8 fp8_e4m3fn's largest
     exponent), 2^-127 for a group of zeros, the values rounded to nearest even into
     fp8_e4m3fn (ml_dtypes), four to a quad; each group's scale in the first four partitions
-    of its quadrant. Refused on trn2, at the kernel's line."""
+    of its quadrant; into fp8_e5m2 by 2^(floor(log2(amax)) - 14), its scales from a
+    partition within the quadrant. Refused on trn2, at the kernel's line."""
     rng = np.random.default_rng(18)
     x = (rng.standard_normal((64, 32)) * np.exp2(rng.integers(-20, 20, (64, 1)))).astype(
         ml_dtypes.bfloat16)
@@ -903,5 +942,19 @@ def test_quantize_mx_on_the_vector_engine(k):
         want_scales[32 * (g // 4) + g % 4] = (e[g] + 127).astype(np.uint8)
     np.testing.assert_array_equal(scales, want_scales)
     assert want_scales[1, 1] == 0  # the zeros' group: 2^-127
+    # into float8_e5m2_x4 (the largest exponent 15), the scales from partition 4 of their
+    # tile, as NKI packs a second tensor's beside the first's
+    from kernels.nki import language as nl
+
+    quads, scales = k["v2_quantized_on_device"](x, dtype=nl.float8_e5m2_x4, at=4,
+                                                platform_target="trn3")
+    e5 = np.where(amax > 0, e - 7, -127)
+    codes = (v / np.exp2(e5)[:, None, :, None]).astype(ml_dtypes.float8_e5m2).view(np.uint8)
+    want = (codes.astype(np.uint32) << (8 * np.arange(4, dtype=np.uint32))).sum(axis=-1)
+    np.testing.assert_array_equal(quads.view(np.uint32), want.reshape(64, 8))
+    want_scales = np.zeros((64, 8), np.uint8)
+    for g in range(8):
+        want_scales[4 + 32 * (g // 4) + g % 4] = (e5[g] + 127).astype(np.uint8)
+    np.testing.assert_array_equal(scales, want_scales)
     with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: .*has no MX quantization"):
         k["v2_quantized_on_device"](x, platform_target="trn2")

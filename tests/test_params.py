@@ -86,14 +86,16 @@ def test_spec_fields_reach_the_parameters(tmp_path):
 
 
 def test_block_formats_in_the_array():
-    """trn3's array takes mxfp8 and mxfp4 at the spec's rate 4: a word is the instruction
-    set's quad (four 8-bit elements, 32 bits as ``mxfp8_x4``) and its 8-bit scale, four
-    multipliers per PE, a tile's k counting quads; the core lists every format of the array,
-    in order, its instruction set's MX quad types among them. Another MX rate is refused."""
+    """trn3's array takes mxfp8 (E4M3 and E5M2) and mxfp4 at the spec's rate 4: a word is the
+    instruction set's quad (four 8-bit elements, 32 bits as ``mxfp8_x4``) and its 8-bit
+    scale, four multipliers per PE, a tile's k counting quads; the core lists every format of
+    the array, in order, its instruction set's MX quad types among them. Another MX rate is
+    refused."""
     spec = load("trn3")
     t = spec.core.tensor
     array = systolic_params(t)
-    assert array.formats[-2:] == ("mxfp8", "mxfp4") and t.rates["mxfp8"] == 4
+    assert array.formats[-3:] == ("mxfp8", "mxfp8_e5m2", "mxfp4") and t.rates["mxfp8"] == 4
+    assert t.rates["mxfp8_e5m2"] == 4 and array.is_mx("mxfp8_e5m2")
     assert array.is_mx("mxfp8") and not array.is_double("mxfp4")
     assert (array.width, array.mx_scale_lsb, array.lanes) == (32 + 8, 32, 4)
     assert array.k_limit("mxfp8") == array.rows

@@ -248,8 +248,8 @@ def test_params_errors():
         SystolicParams(rows=4, cols="x", formats=one)
     with pytest.raises(ValueError, match=r"formats must be one of .*bf16.*, not 'bf17'"):
         SystolicParams(rows=4, cols=4, formats=("bf17",))
-    with pytest.raises(ValueError, match=r"formats must be one of .*, mxfp8, mxfp4, "
-                                         r"not 'mxfp9'"):
+    with pytest.raises(ValueError, match=r"formats must be one of .*, mxfp8, mxfp8_e5m2, "
+                                         r"mxfp4, not 'mxfp9'"):
         SystolicParams(rows=4, cols=4, formats=("mxfp9",))
     with pytest.raises(ValueError, match=r"formats must be a non-empty tuple"):
         SystolicParams(rows=4, cols=4, formats="bf16")

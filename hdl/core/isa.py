@@ -29,7 +29,8 @@ from hdl.vector.ops import BITWISE_OPS, Reduce, VectorOp
 __all__ = [
     "AP", "AP_BITS", "AP_FIELDS", "AffineSelect", "DMA_ADD_DTYPES", "DMA_CAST_DTYPES",
     "DTYPES", "ENGINE_OPS", "FREE_MAX", "GPSIMD_CORE_PARTITIONS", "INSTRUCTIONS",
-    "MX_DTYPES", "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS", "SPACES",
+    "MX_DTYPES", "MX_GROUP_PARTITIONS", "MX_QUAD", "MX_QUADRANT", "OPCODE_BITS",
+    "QUANTIZE_MX_DTYPES", "SPACES",
     "TF32_SHIFT", "WORD_BITS", "Activation", "DmaCompute", "DmaCopy", "Dropout", "FindIndex8",
     "GatherFlattened", "Instruction", "IsaError", "Iota", "LocalGather", "MatchReplace8",
     "Max8", "NonzeroWithCount", "QuantizeMx", "Random",
@@ -67,8 +68,9 @@ FREE_MAX = {"sbuf": 64 * 1024, "psum": 4 * 1024}
 #:   ``tfloat32`` ("32-bit floating-point number (1S,8E,10M)" [NKI-DT]): its 19
 #:   bits are the top of the word, where fp32 has the same fields, and the low 13 bits are
 #:   written as zero and never read.
-#: * ``mxfp8_x4`` and ``mxfp4_x4`` are the quad types of the block-scaled MX formats (NKI's
-#:   ``float8_e4m3fn_x4`` and ``float4_e2m1fn_x4`` [NKI-DT, NKI4, NKI-MX]): one
+#: * ``mxfp8_x4``, ``mxfp8_e5m2_x4`` and ``mxfp4_x4`` are the quad types of the block-scaled
+#:   MX formats (NKI's ``float8_e4m3fn_x4``, ``float8_e5m2_x4`` and ``float4_e2m1fn_x4``
+#:   [NKI-DT, NKI4, NKI-MX]): one
 #:   element holds four element codes of :data:`MX_DTYPES`' format along the contraction
 #:   axis, code ``i`` in byte ``i`` (fp8) or nibble ``i`` (fp4, low nibble first), so a
 #:   tile of ``P`` partitions contracts ``4 * P`` elements, ``4 * p + i`` the index of code
@@ -78,10 +80,12 @@ FREE_MAX = {"sbuf": 64 * 1024, "psum": 4 * 1024}
 DTYPES = {"fp32": (0, 4), "bf16": (1, 2), "fp16": (2, 2), "fp8_e4m3": (3, 1),
           "fp8_e5m2": (4, 1), "fp8_e4m3fn": (5, 1), "int8": (6, 1), "int32": (7, 4),
           "uint32": (8, 4), "tf32": (9, 4), "mxfp8_x4": (10, 4), "mxfp4_x4": (11, 2),
-          "uint8": (12, 1), "uint16": (13, 2)}
+          "uint8": (12, 1), "uint16": (13, 2), "mxfp8_e5m2_x4": (14, 4)}
 _DTYPE_BY_CODE = {code: name for name, (code, _) in DTYPES.items()}
 #: The MX quad types: name -> the tensor engine's format of their elements.
-MX_DTYPES = {"mxfp8_x4": "mxfp8", "mxfp4_x4": "mxfp4"}
+MX_DTYPES = {"mxfp8_x4": "mxfp8", "mxfp8_e5m2_x4": "mxfp8_e5m2", "mxfp4_x4": "mxfp4"}
+#: The MX quad types :class:`QuantizeMx` writes (the 8-bit ones) [NKI ``quantize_mx``].
+QUANTIZE_MX_DTYPES = ("mxfp8_x4", "mxfp8_e5m2_x4")
 #: Element codes in one element of an MX quad type.
 MX_QUAD = 4
 #: Partitions of an MX tile that share one scale (with the quad: 32 contraction elements),
@@ -487,16 +491,17 @@ class NonzeroWithCount(Instruction):
 class QuantizeMx(Instruction):
     """On the vector engine (NeuronCore-v4 on), ``src`` (bf16 or fp16, ``P`` partitions a
     multiple of :data:`MX_QUADRANT`, ``4F`` elements) into the MX tile ``dst``
-    (``mxfp8_x4``, ``P x F``: element ``[p, j]`` holds ``src[p, 4j + i]`` in code ``i``) and
-    its E8M0 scales ``scale`` (``uint8``, ``F`` a partition, laid out as
+    (``mxfp8_x4`` or ``mxfp8_e5m2_x4``, ``P x F``: element ``[p, j]`` holds ``src[p, 4j + i]``
+    in code ``i``) and its E8M0 scales ``scale`` (``uint8``, ``F`` a partition, laid out as
     :class:`LoadStationary` reads them: group ``g`` of 8 partitions at partition
     :func:`mx_scale_partition` (``g``); ``P`` partitions, or ``P / 8`` for ``P`` of 32). A
     group of 32 values (8 partitions by the 4 of an element) takes the scale ``2^X``,
     ``X = floor(log2(amax)) - (emax - 1)`` for ``amax`` its largest finite magnitude and
-    ``emax`` = 8 of fp8_e4m3fn (twice the OCP MX scale, so that the largest values round
-    without saturating), ``X = -127`` for a group of zeros; each value divided by it and
-    rounded to nearest even into fp8_e4m3fn (a NaN or an infinity: NaN) [NKI
-    ``quantize_mx``]. Scale partitions outside the groups' keep what they hold."""
+    ``emax`` the element format's (8 of E4M3, 15 of E5M2: twice the OCP MX scale, so that the
+    largest values round without saturating), ``X = -127`` for a group of zeros; each value
+    divided by it and rounded to nearest even into the element format (a NaN: NaN; an
+    infinity: NaN in E4M3, which has none, an infinity in E5M2) [NKI ``quantize_mx``]. Scale
+    partitions outside the groups' keep what they hold."""
 
     OPCODE: ClassVar[int] = 29
     MNEMONIC: ClassVar[str] = "qmx"

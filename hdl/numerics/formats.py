@@ -37,6 +37,7 @@ __all__ = [
     "MX_FORMATS",
     "MXFP4",
     "MXFP8",
+    "MXFP8_E5M2",
     "NAN_STYLES",
     "TF32",
     "FloatFormat",
@@ -95,6 +96,25 @@ class _FloatLayout:
         if self.nan == "fn":
             man -= 1
         return (self.max_exp_field << self.man_bits) | man
+
+    @property
+    def inf_bits(self) -> int | None:
+        """Encoding of +infinity, or None for formats without infinities (NaN style not
+        ``"ieee"``)."""
+        if self.nan != "ieee":
+            return None
+        return ((1 << self.exp_bits) - 1) << self.man_bits
+
+    @property
+    def nan_bits(self) -> int | None:
+        """Canonical (positive, quiet) NaN: top mantissa bit set (ieee) or all ones (fn);
+        None for a format without NaN (``"none"``)."""
+        exp = ((1 << self.exp_bits) - 1) << self.man_bits
+        if self.nan == "fn":
+            return exp | ((1 << self.man_bits) - 1)
+        if self.nan == "ieee":
+            return exp | (1 << (self.man_bits - 1))
+        return None
 
     # -- values ---------------------------------------------------------------------------
     @property
@@ -164,22 +184,6 @@ class FloatFormat(_FloatLayout):
             raise ValueError(f"bias must be at most {149 + 1 - self.man_bits} for "
                              f"{self.man_bits} mantissa bits (smallest subnormal at least "
                              f"2**-149 so the format widens exactly to fp32), not {self.bias!r}")
-
-    # -- encodings ------------------------------------------------------------------------
-    @property
-    def inf_bits(self) -> int | None:
-        """Encoding of +infinity, or None for formats without infinities."""
-        if not self.has_inf:
-            return None
-        return ((1 << self.exp_bits) - 1) << self.man_bits
-
-    @property
-    def nan_bits(self) -> int:
-        """Canonical (positive, quiet) NaN: top mantissa bit set (ieee) or all ones (fn)."""
-        exp = ((1 << self.exp_bits) - 1) << self.man_bits
-        if self.nan == "fn":
-            return exp | ((1 << self.man_bits) - 1)
-        return exp | (1 << (self.man_bits - 1))
 
 
 
@@ -265,12 +269,14 @@ class MxFormat(_FloatLayout):
 
 #: The bias of an MX scale's E8M0 code (``2**(s - 127)``).
 E8M0_BIAS = 127
-#: MXFP8 with E4M3 elements (OCP E4M3: NaN at S.1111.111, no infinities); the OCP
-#: specification also defines E5M2 elements, which Trainium3's documents do not name.
+#: MXFP8 with E4M3 elements (OCP E4M3: NaN at S.1111.111, no infinities).
 MXFP8 = MxFormat(name="mxfp8", exp_bits=4, man_bits=3, bias=7, nan="fn")
+#: MXFP8 with E5M2 elements (OCP E5M2: IEEE infinities and NaNs), NKI's ``float8_e5m2_x4``
+#: on Trainium3 [NKI4, NKI-MX].
+MXFP8_E5M2 = MxFormat(name="mxfp8_e5m2", exp_bits=5, man_bits=2, bias=15, nan="ieee")
 #: MXFP4: E2M1 elements, every code finite (largest 6).
 MXFP4 = MxFormat(name="mxfp4", exp_bits=2, man_bits=1, bias=1, nan="none")
-MX_FORMATS: dict[str, MxFormat] = {f.name: f for f in (MXFP8, MXFP4)}
+MX_FORMATS: dict[str, MxFormat] = {f.name: f for f in (MXFP8, MXFP8_E5M2, MXFP4)}
 
 _CFP8_LAYOUTS = {"e4m3": FP8_E4M3, "e5m2": FP8_E5M2}
 _CFP8_NAME = re.compile(r"cfp8_(e4m3|e5m2)_b(-?\d+)")

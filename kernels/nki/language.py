@@ -25,7 +25,6 @@ from .errors import NkiError, NotSupported, Unimplemented
 from .tracer import (
     FLOATS,
     TF32,
-    UNSUPPORTED_NUMPY,
     AffineLoop,
     DSlice,
     DynamicLoop,
@@ -56,7 +55,7 @@ uint32 = numpy_dtype("uint32")
 uint16 = numpy_dtype("uint16")
 float8_e4m3fn_x4 = numpy_dtype("mxfp8_x4")
 float4_e2m1fn_x4 = numpy_dtype("mxfp4_x4")
-float8_e5m2_x4 = UNSUPPORTED_NUMPY["float8_e5m2_x4"]
+float8_e5m2_x4 = numpy_dtype("mxfp8_e5m2_x4")
 float8_e8m0fnu = ml_dtypes.float8_e8m0fnu
 #: NKI documents int16; the core's engines have no 16-bit integer: named (nki-library's
 #: allocator compares types with it), a tensor of it refused

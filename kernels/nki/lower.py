@@ -46,6 +46,7 @@ from hdl.core.isa import (
     Transpose,
 )
 from hdl.vector.ops import BITWISE_OPS, Reduce, VectorOp
+from sim.core.rules import matmul_results
 
 from .errors import NkiError, NotSupported
 from .tracer import (
@@ -264,15 +265,15 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
         st_ap = t.ap(st, call, "stationary", ("sbuf",))
         mv_ap = t.ap(mv, call, "moving", ("sbuf",))
     scale_aps = (None, None) if scales is None else tuple(
-        t.ap(v, call, name, ("sbuf",)) for v, name in
+        t.ap(v, call, name, ("sbuf",), start=False) for v, name in
         zip(scales, ("stationary_scale", "moving_scale"), strict=True))
-    acc_dt = "int32" if st.dt == "int8" else "fp32"
+    acc_dt = matmul_results(p, st.dt)
     t.matmul_dtypes.add(st.dt)
 
     def make(out: View, acc):
-        if out.buf.space != "psum" or out.dt != acc_dt:
-            raise NkiError(f"'{call}' writes {acc_dt} to PSUM, not {out.dt} to "
-                           f"{out.buf.space}", "err_unsupported_memory")
+        if out.buf.space != "psum" or out.dt not in acc_dt:
+            raise NkiError(f"'{call}' writes {' or '.join(acc_dt)} to PSUM on {p.name}, not "
+                           f"{out.dt} to {out.buf.space}", "err_unsupported_memory")
         out_ap = t.ap(out, call, "dst", ("psum",))
         if (out_ap.partitions, out_ap.free) != (m, n):
             raise NkiError(f"'{call}': the result is [{m}, {n}], its destination "
@@ -287,7 +288,8 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
         elif acc == "add":  # +=: onto what the tensor holds (a new tensor holds nothing)
             acc = out.buf.zero or t.written(out, out_ap)
         if acc and out.buf.zero and out_ap.offset == out.buf.offset \
-                and out_ap.free * 4 == out.buf.nbytes and out_ap.partitions == p.partitions:
+                and out_ap.free * out_ap.itemsize == out.buf.nbytes \
+                and out_ap.partitions == p.partitions:
             out.buf.zero, acc = False, False  # the zeros of nl.zeros: overwrite them
         st_scale, mv_scale = scale_aps
         t.emit("tensor", LoadStationary(src=st_ap, row=row, col=col, double_row=double,
@@ -300,7 +302,7 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
                                         scale=mv_scale), reads=reads,
                writes=[(out, out_ap)])
 
-    return _finish(t, lambda: _out(t, (m, n), acc_dt, "psum", col), make, "matmul", mask, dst)
+    return _finish(t, lambda: _out(t, (m, n), acc_dt[0], "psum", col), make, "matmul", mask, dst)
 
 
 def _dropping(mask):
@@ -857,10 +859,10 @@ def stream_shuffle(src: View, dst: View, shuffle_mask, *, mask=None,
 
 # --- searches, random draws and gathers ------------------------------------------------------
 
-def _flat(t, view: View, call: str, operand: str, spaces=("sbuf", "psum")):
+def _flat(t, view: View, call: str, operand: str, spaces=("sbuf", "psum"), start=True):
     """``view``'s access pattern with its free dimensions as one (an instruction that
-    reads a partition's elements in order)."""
-    ap = t.ap(view, call, operand, spaces)
+    reads a partition's elements in order); ``start`` as :meth:`Tracer.ap`'s."""
+    ap = t.ap(view, call, operand, spaces, start=start)
     if len(ap.dims) > 1:
         raise NotSupported(f"'{call}' of {operand} {list(view.shape)} whose free "
                            f"dimensions do not merge", f"a contiguous {operand}")
@@ -1093,7 +1095,7 @@ def quantize_mx(src: View, *, dst: View, scale: View, call: str = "quantize_mx")
     x, out, sc = _tile(src, call, "src"), _tile(dst, call, "dst"), _tile(scale, call,
                                                                          "dst_scale")
     s_ap, d_ap = _flat(t, x, call, "src"), _flat(t, out, call, "dst")
-    c_ap = _flat(t, sc, call, "dst_scale")
+    c_ap = _flat(t, sc, call, "dst_scale", start=False)
     t.emit("vector", QuantizeMx(dst=d_ap, src=s_ap, scale=c_ap),
            reads=[(x, s_ap), (sc, c_ap)], writes=[(out, d_ap), (sc, c_ap)])
 

@@ -61,13 +61,12 @@ __all__ = ["TF32", "Affine", "AffineLoop", "Buffer", "DynamicLoop", "Index", "Ma
 
 #: NKI's ``tfloat32`` (a four-byte void type, as NKI spells it).
 TF32 = np.dtype("V4")
-#: NKI's MX quad types (``nl.float8_e4m3fn_x4``, ``nl.float4_e2m1fn_x4``): four codes in one
-#: element [NKI-DT], to numpy a word of their own (a record, so that none equals another).
+#: NKI's MX quad types (``nl.float8_e4m3fn_x4``, ``nl.float8_e5m2_x4``,
+#: ``nl.float4_e2m1fn_x4``): four codes in one element [NKI-DT], to numpy a word of their own
+#: (a record, so that none equals another).
 MX_NUMPY = {"mxfp8_x4": np.dtype([("float8_e4m3fn_x4", "<u4")]),
+            "mxfp8_e5m2_x4": np.dtype([("float8_e5m2_x4", "<u4")]),
             "mxfp4_x4": np.dtype([("float4_e2m1fn_x4", "<u2")])}
-#: Types NKI documents [NKI-DT] that the core has not: a kernel may name them (nki-library
-#: keeps them in tables), a tensor of one is refused (:func:`isa_dtype`).
-UNSUPPORTED_NUMPY = {"float8_e5m2_x4": np.dtype([("float8_e5m2_x4", "<u4")])}
 _NUMPY = {**{name: np.dtype(t) for name, t in ML_DTYPES.items()}, "tf32": TF32,
           "int8": np.dtype(np.int8), "int32": np.dtype(np.int32),
           "uint32": np.dtype(np.uint32), "uint8": np.dtype(np.uint8),
@@ -79,7 +78,7 @@ _ISA[np.dtype(np.bool_)] = "uint8"  # NKI's bool: a byte, 0 or 1
 _ISA[np.dtype(ml_dtypes.float8_e8m0fnu)] = "uint8"
 FLOATS = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn", "tf32")
 #: Rank of a format in NKI's type promotion (the wider wins).
-_RANK = {"mxfp4_x4": 0, "mxfp8_x4": 0,
+_RANK = {"mxfp4_x4": 0, "mxfp8_x4": 0, "mxfp8_e5m2_x4": 0,
          "fp8_e5m2": 0, "fp8_e4m3": 0, "fp8_e4m3fn": 0, "bf16": 1, "fp16": 1, "tf32": 2,
          "fp32": 3, "int8": -3, "uint8": -3, "uint16": -2.5, "int32": -2, "uint32": -2}
 
@@ -97,10 +96,11 @@ def isa_dtype(dtype) -> str:
         dt = None
     if dt is not None and dt in _ISA:
         return _ISA[dt]
-    named = dt is not None and dt.names  # a type NKI documents that the core has not
-    raise NotSupported(f"dtype {dt.names[0] if named else repr(dtype)}",
+    name = repr(dtype) if dt is None else dt.names[0] if dt.names else dt.name
+    raise NotSupported(f"dtype {name}",
                        "float32, bfloat16, float16, float8_e4m3, float8_e5m2, "
-                       "float8_e4m3fn, tfloat32, float8_e4m3fn_x4, float4_e2m1fn_x4, int8, "
+                       "float8_e4m3fn, tfloat32, float8_e4m3fn_x4, float8_e5m2_x4, "
+                       "float4_e2m1fn_x4, int8, "
                        "int32, uint8, uint16, uint32, bool (as uint8)")
 
 
@@ -2330,10 +2330,11 @@ class Tracer:
 
     # --- access patterns ----------------------------------------------------------------
     def ap(self, view: View, call: str, operand: str, spaces=("sbuf", "psum"),
-           dma: bool = False) -> AP:
+           dma: bool = False, start: bool = True) -> AP:
         """The access pattern of ``view`` as operand ``operand`` of ``call``, checked: its
         address space, bounds, the partition dimension first, and for an engine's operand
-        (not ``dma``, nor one whose spaces include HBM) the partition it starts at."""
+        (not ``dma``, nor one whose spaces include HBM, nor one not streamed from its
+        first partition: ``start`` false) the partition it starts at."""
         if view.moved is not None and not (
                 call in ("tensor_copy", "tensor_copy_dynamic_src") and operand == "src"):
             raise NotSupported(f"'{call}' of a tile at a run-time offset ({operand})",
@@ -2362,7 +2363,8 @@ class Tracer:
         if stride != 1 and size > 1:
             raise NotSupported("a partition dimension with a step", "partition ranges of "
                                                                     "step 1")
-        if "hbm" not in spaces and not dma:  # an engine's (a DMA's may start anywhere)
+        if "hbm" not in spaces and not dma and start:  # an engine's stream (a DMA's may
+            # start anywhere)
             self._start_partition(view.part, size, call, operand)
         if any(d[2] for d in dims[1:]):
             raise NkiError(f"operand '{operand}' of '{call}' ({view!r}) has a second "

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import ml_dtypes
 import numpy as np
 
 from hdl.core import isa
@@ -49,6 +48,7 @@ from hdl.core.isa import (
     TensorTensorScan,
     Transpose,
 )
+from hdl.numerics.dtypes import MX_ELEMENT_DTYPES
 from hdl.numerics.formats import E8M0_BIAS, MX_FORMATS, IntFormat, format_by_name
 from hdl.vector.activation import ActivationParams
 from hdl.vector.ops import VectorOp
@@ -229,7 +229,11 @@ class Data:
         self.tiles[(ins.row, ins.col)] = tile
 
     def multiply(self, ins: MultiplyMoving) -> None:
-        psum = self.read(ins.dst).reshape(ins.dst.partitions, -1) if ins.accumulate else None
+        """The array's sums into PSUM: fp32 (int32) words as they are or, into a bf16 tile
+        (NeuronCore-v4 on), each fp32 sum (with ``accumulate`` the tile's value widened and
+        added in fp32) rounded to nearest even into bf16."""
+        read = self.read32 if ins.dst.dtype == "bf16" else self.read
+        psum = read(ins.dst).reshape(ins.dst.partitions, -1) if ins.accumulate else None
         tile, tile_scales, fmt, _ = self.tiles[(ins.row, ins.col)]
         mfmt = self.params.array_format(isa.input_format(ins.src.dtype))
         if ins.src.dtype in isa.MX_DTYPES:
@@ -239,7 +243,10 @@ class Data:
         else:
             out = systolic.matmul(tile, self.tensor_codes(ins), fmt, psum, ins.accumulate,
                                   moving_fmt=mfmt)
-        self.write(ins.dst, out)
+        if ins.dst.dtype == "bf16":
+            self.write32(ins.dst, out)
+        else:
+            self.write(ins.dst, out)
 
     def transpose(self, ins: Transpose) -> None:
         """The array's transpose pass: the codes as they were, in the input's format."""
@@ -306,9 +313,10 @@ class Data:
         p, f = ins.dst.partitions, ins.dst.free
         groups = x.reshape(p // g, g, f, quad)
         finite = np.where(np.isfinite(groups), np.abs(groups), 0.0)
-        shared = MX_FORMATS["mxfp8"].shared_exponents(finite.max(axis=(1, 3)), headroom=1)
+        fmt = isa.MX_DTYPES[ins.dst.dtype]
+        shared = MX_FORMATS[fmt].shared_exponents(finite.max(axis=(1, 3)), headroom=1)
         scaled = groups / np.ldexp(1.0, shared)[:, None, :, None]
-        codes = scaled.astype(ml_dtypes.float8_e4m3fn).view(np.uint8).astype(np.uint32)
+        codes = scaled.astype(MX_ELEMENT_DTYPES[fmt]).view(np.uint8).astype(np.uint32)
         words = sum(codes[..., i] << np.uint32(8 * i) for i in range(quad))
         self.write(ins.dst, words.reshape(p, f).astype(np.uint32))
         scales = self.read(ins.scale).reshape(ins.scale.partitions, -1)

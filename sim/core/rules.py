@@ -45,11 +45,20 @@ from sim.golden import systolic_cycles
 
 from .program import Program
 
-__all__ = ["REACH", "ProgramError", "Rules", "extent", "fail", "shares_pes"]
+__all__ = ["REACH", "ProgramError", "Rules", "extent", "fail", "matmul_results", "shares_pes"]
 
 #: Memories each kind of engine reaches [NKI2, ISA].
 REACH = {"tensor": ("sbuf", "psum"), "vector": ("sbuf", "psum"), "scalar": ("sbuf", "psum"),
          "gpsimd": ("sbuf",), "dma": ("hbm", "sbuf")}
+
+
+def matmul_results(params, dtype: str) -> tuple[str, ...]:
+    """The PSUM types a multiply of moving type ``dtype`` writes on a core of ``params``:
+    int32 for int8, else fp32, or bf16 on NeuronCore-v4 on [NKI ``nc_matmul``: "Starting
+    NeuronCore-v4, dst can either be a float32 or bfloat16 tile"]."""
+    if dtype == "int8":
+        return ("int32",)
+    return ("fp32", "bf16") if int(params.version.lstrip("v")) >= 4 else ("fp32",)
 
 
 class ProgramError(ValueError):
@@ -228,7 +237,10 @@ class Rules:
         if first < 0 or last > size:
             fail(stream, index, ins, f"{ap.space.upper()} bounds",
                  f"{name} spans bytes {first} .. {last} of a {size}-byte partition")
-        if kind != "dma" and not _partition_start_ok(ap.partition, ap.partitions):
+        # an MX tile's scales are read at its groups' partitions from the operand's first
+        # (:func:`~hdl.core.isa.mx_scale_partition`), which may lie within a quadrant
+        if kind != "dma" and name != "scale" \
+                and not _partition_start_ok(ap.partition, ap.partitions):
             fail(stream, index, ins, "partition start",
                  f"a tile of {ap.partitions} partitions cannot start at partition "
                  f"{ap.partition} (more than 64 start at 0; 33-64 at 0 or 64; up to 32 at a "
@@ -322,9 +334,9 @@ class Rules:
             if n > p.moving_max:
                 fail(*where, "tile limit", f"moving free size {n} exceeds "
                                            f"{p.moving_max} (one PSUM bank of fp32)")
-            acc = "int32" if ins.src.dtype == "int8" else "fp32"
-            if ins.dst.space != "psum" or ins.dst.dtype != acc:
-                fail(*where, "format", f"a matmul writes {acc} to PSUM, not "
+            acc = matmul_results(p, ins.src.dtype)
+            if ins.dst.space != "psum" or ins.dst.dtype not in acc:
+                fail(*where, "format", f"a matmul writes {' or '.join(acc)} to PSUM, not "
                                        f"{ins.dst.dtype} to {ins.dst.space.upper()}")
             if ins.dst.free != n:
                 fail(*where, "operand shape", f"dst has {ins.dst.free} elements per "
@@ -420,12 +432,13 @@ class Rules:
             if int(p.version.lstrip("v")) < 4:
                 fail(*where, "engine", f"{p.name}'s vector engine (NeuronCore-{p.version}) "
                                        f"has no MX quantization, NeuronCore-v4 on has")
-            if s.dtype not in ("bf16", "fp16") or d.dtype != "mxfp8_x4" or \
+            if s.dtype not in ("bf16", "fp16") or d.dtype not in isa.QUANTIZE_MX_DTYPES or \
                     s.space != "sbuf" or d.space != "sbuf" or s.partitions != d.partitions \
                     or s.partitions % isa.MX_QUADRANT or s.free != isa.MX_QUAD * d.free:
                 fail(*where, "operand shape",
-                     f"src bf16 or fp16 and dst mxfp8_x4 in SBUF, of the same partitions (a "
-                     f"multiple of {isa.MX_QUADRANT}), src {isa.MX_QUAD} elements for each of "
+                     f"src bf16 or fp16 and dst {' or '.join(isa.QUANTIZE_MX_DTYPES)} in SBUF, "
+                     f"of the same partitions (a multiple of {isa.MX_QUADRANT}), src "
+                     f"{isa.MX_QUAD} elements for each of "
                      f"dst's: src {s.partitions} x {s.free} {s.dtype} in {s.space.upper()}, "
                      f"dst {d.partitions} x {d.free} {d.dtype} in {d.space.upper()}")
             self._check_scale(where, d, ins.scale)
@@ -553,9 +566,12 @@ class Rules:
         return placed
 
     def _check_scale(self, where, src: AP, scale: AP | None) -> None:
-        """An MX tile's scale operand: SBUF ``uint8``, one per column, with the tile's
-        partitions or (32 at most) one per group of 8 (:class:`~hdl.core.isa.LoadStationary`);
-        no scale with any other tile."""
+        """An MX tile's scale operand: SBUF ``uint8``, one per column, its partitions
+        reaching the partition of the tile's last group of 8
+        (:func:`~hdl.core.isa.mx_scale_partition` from its first: for a tile of 32 partitions
+        at most, one per group; for more, the quadrants' first partitions, the tile's own
+        partitions or fewer where the operand starts within a quadrant, as NKI's packed
+        scales of two tiles do [NKI ``quantize_mx``]); no scale with any other tile."""
         if src.dtype not in isa.MX_DTYPES:
             if scale is not None:
                 fail(*where, "format", f"only an MX tile takes a scale, not {src.dtype}")
@@ -563,14 +579,15 @@ class Rules:
         if scale is None:
             fail(*where, "format", f"an {src.dtype} tile needs its scale operand")
         groups = -(-src.partitions // isa.MX_GROUP_PARTITIONS)
-        parts = (src.partitions,) + ((groups,) if src.partitions <= isa.MX_QUADRANT else ())
+        least = isa.mx_scale_partition(groups - 1) + 1
         if scale.dtype != "uint8" or scale.space != "sbuf":
             fail(*where, "format", f"MX scales are uint8 in SBUF, not {scale.dtype} in "
                                    f"{scale.space.upper()}")
-        if scale.partitions not in parts or scale.free != src.free:
+        if not least <= scale.partitions <= max(src.partitions, groups) \
+                or scale.free != src.free:
             fail(*where, "operand shape",
                  f"the scale of a {src.partitions} x {src.free} MX tile must be "
-                 f"{' or '.join(f'{n} x {src.free}' for n in sorted(set(parts)))}, not "
+                 f"{least} to {max(src.partitions, groups)} partitions x {src.free}, not "
                  f"{scale.partitions} x {scale.free}")
 
     # --- while running ---------------------------------------------------------------------

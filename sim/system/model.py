@@ -82,7 +82,7 @@ FORMAT_GROUPS: dict[str, tuple[str, ...]] = {
     "fp16": ("fp16",),
     "tf32": ("tf32",),
     "fp32": ("fp32",),
-    "mxfp8": ("mxfp8",),
+    "mxfp8": ("mxfp8", "mxfp8_e5m2"),
     "mxfp4": ("mxfp4",),
 }
 

@@ -27,7 +27,7 @@ from dataclasses import asdict
 import numpy as np
 
 from hdl.core.isa import MX_QUAD
-from hdl.numerics.formats import FloatFormat, MxFormat
+from hdl.numerics.formats import MxFormat
 from hdl.tensor.harness import HarnessParams, SystolicHarness
 from hdl.tensor.params import SystolicParams
 from hdl.tensor.signatures import cmd_layout
@@ -138,8 +138,7 @@ def edge_bits(fmt, rng: np.random.Generator, shape) -> np.ndarray:
         pool = [0, sign, 1, sign | 1, fmt.max_finite_bits, sign | fmt.max_finite_bits,
                 one, sign | one, (1 << fmt.man_bits) - 1]
         if fmt.nan != "none":
-            pool.append(fmt.nan_bits if isinstance(fmt, FloatFormat)
-                        else fmt.max_finite_bits + 1)
+            pool.append(fmt.nan_bits)
         if fmt.nan == "ieee":
             pool += [fmt.inf_bits, sign | fmt.inf_bits]
     return rng.choice(np.array(pool, dtype=np.uint32), size=shape)

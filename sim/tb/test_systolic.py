@@ -69,7 +69,7 @@ def test_systolic_single_format(seed):
 
 #: Deeper than the MX scale block (32 contraction indices, eight rows of quads): a full
 #: tile's rows 8 and 9 (indices 32-39) carry the second block's scales, stationary and moving.
-MX_DEEP = SystolicParams(rows=10, cols=1, formats=("mxfp8", "mxfp4"), moving_max=4)
+MX_DEEP = SystolicParams(rows=10, cols=1, formats=("mxfp8", "mxfp8_e5m2", "mxfp4"), moving_max=4)
 
 
 @pytest.mark.cocotb

@@ -628,14 +628,15 @@ def summed_by_dma(a, b, c):
 
 
 @nki.jit
-def mx_product(st_q, st_s, mv_q, mv_s, plain=False):
+def mx_product(st_q, st_s, mv_q, mv_s, plain=False, dtype=nl.float32, twice=False):
     """nisa.nc_matmul_mx: stationary [P, M] and moving [P, N] MX quads, their E8M0 scales in
     HBM a row per group of 8 partitions ([P / 8, M], [P / 8, N]), spread into SBUF to the
-    first four partitions of each quadrant (NKI's layout); the product in fp32. ``plain``:
-    the quads through nc_matmul, without scales."""
+    first four partitions of each quadrant (NKI's layout); the product in PSUM of ``dtype``
+    (fp32 or, NeuronCore-v4, bf16), ``twice``: the product added onto itself (a second
+    multiply accumulating). ``plain``: the quads through nc_matmul, without scales."""
     p, m = st_q.shape
     n = mv_q.shape[1]
-    out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    out = nl.ndarray((m, n), dtype=dtype, buffer=nl.shared_hbm)
     a = nl.ndarray((p, m), dtype=st_q.dtype, buffer=nl.sbuf)
     b = nl.ndarray((p, n), dtype=mv_q.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=a, src=st_q)
@@ -648,30 +649,33 @@ def mx_product(st_q, st_s, mv_q, mv_s, plain=False):
         row = 32 * (g // 4) + g % 4
         nisa.dma_copy(dst=sa[row:row + 1, :], src=st_s[g:g + 1, :])
         nisa.dma_copy(dst=sb[row:row + 1, :], src=mv_s[g:g + 1, :])
-    ps = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
+    ps = nl.ndarray((m, n), dtype=dtype, buffer=nl.psum)
     if plain:
         nisa.nc_matmul(ps, a, b)
     else:
         nisa.nc_matmul_mx(ps, a, b, sa, sb)
-    r = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.sbuf)
+        if twice:
+            nisa.nc_matmul_mx(ps, a, b, sa, sb, accumulate=True)
+    r = nl.ndarray((m, n), dtype=dtype, buffer=nl.sbuf)
     nisa.tensor_copy(dst=r, src=ps)
     nisa.dma_copy(dst=out, src=r)
     return out
 
 
 @nki.jit
-def quantized_on_device(x):
-    """nisa.quantize_mx: x [P, 4F] (bf16) into MXFP8 quads [P, F] and their E8M0 scales
-    (the groups' partitions of a [P, F] tile, the rest zero), both returned."""
+def quantized_on_device(x, dtype=nl.float8_e4m3fn_x4, at=0):
+    """nisa.quantize_mx: x [P, 4F] (bf16) into MXFP8 quads [P, F] of ``dtype`` and their E8M0
+    scales (the groups' partitions, from partition ``at`` of a [P, F] tile, the rest zero),
+    both returned."""
     p, f4 = x.shape
-    q_out = nl.ndarray((p, f4 // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.shared_hbm)
+    q_out = nl.ndarray((p, f4 // 4), dtype=dtype, buffer=nl.shared_hbm)
     s_out = nl.ndarray((p, f4 // 4), dtype=nl.uint8, buffer=nl.shared_hbm)
     t = nl.ndarray((p, f4), dtype=x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x)
-    q = nl.ndarray((p, f4 // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+    q = nl.ndarray((p, f4 // 4), dtype=dtype, buffer=nl.sbuf)
     s = nl.ndarray((p, f4 // 4), dtype=nl.float8_e8m0fnu, buffer=nl.sbuf)
     nisa.memset(dst=s, value=0)
-    nisa.quantize_mx(dst=q, src=t, dst_scale=s)
+    nisa.quantize_mx(dst=q, src=t, dst_scale=s[at:, :])
     nisa.dma_copy(dst=q_out, src=q)
     nisa.dma_copy(dst=s_out, src=s)
     return q_out, s_out
