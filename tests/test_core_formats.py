@@ -289,12 +289,15 @@ def test_core_rtl_takes_the_array_formats_mx_included(trn3, trn1):
     """The core RTL's tensor engine runs tf32 (its codes shifted down from the top of their
     words) and the MX quad types where the array has MX formats (it reads their scale
     operand; the co-simulation's mx_matmuls program runs them), and refuses an MX tile on
-    an array without MX in one line."""
+    an array without MX, and a multiply into bf16 PSUM, in one line."""
     from hdl.core.tensor import supported
 
-    for dtype in ("bf16", "tf32", "mxfp8_x4", "mxfp4_x4"):
+    for dtype in ("bf16", "tf32", "mxfp8_x4", "mxfp8_e5m2_x4", "mxfp4_x4"):
         assert supported(LoadStationary(src=tile("sbuf", dtype, 0, 8, 0, 8)), trn3.formats) \
             is None
+    into_bf16 = MultiplyMoving(dst=tile("psum", "bf16", 0, 8, 0, 8),
+                               src=tile("sbuf", "bf16", 0, 8, 0, 8))
+    assert supported(into_bf16, trn3.formats).endswith("bf16 PSUM destination is not built)")
     for dtype in ("mxfp8_x4", "mxfp4_x4"):
         reason = supported(LoadStationary(src=tile("sbuf", dtype, 0, 8, 0, 8)), trn1.formats)
         assert reason.startswith("src must be one of ") and reason.endswith(f", not {dtype}")

@@ -127,6 +127,9 @@ def supported(ins: Instruction, formats: tuple[str, ...]) -> str | None:
     if input_format(ins.src.dtype) not in formats or ins.src.dtype not in DTYPES:
         usable = [d for f in formats if (d := _dtype(f)) in DTYPES]
         return f"src must be one of {', '.join(usable)}, not {ins.src.dtype}"
+    if isinstance(ins, MultiplyMoving) and ins.dst.dtype not in ("fp32", "int32"):
+        return (f"the engine's PSUM adders write fp32 and int32 words, not {ins.dst.dtype} "
+                f"(NeuronCore-v4's bf16 PSUM destination is not built)")
     return None
 
 
