@@ -853,6 +853,18 @@ def test_a_register_load_needs_the_kernels_data(dyn):
         dyn["first_copied"](TensorType((1, 16), "fp32"), TensorType((1, 1), "int32"))
 
 
+def test_a_placed_psum_tensor_accumulates_its_own_products(k):
+    """A PSUM tensor placed where an earlier one was (nki-library's TKG kernels place theirs
+    at a bank each) starts its own accumulation: the earlier tensor's write, read by the
+    vector engine, does not end the new tensor's sum (its second product adds), also where
+    the earlier tensor was the larger."""
+    rng = np.random.default_rng(29)
+    x, w = rng.standard_normal((64, 32)), rng.standard_normal((64, 48))
+    once, twice = k["v2_placed_sums"](x.astype(np.float32), w.astype(np.float32))
+    assert _err(once, x.T @ w) <= 1e-5
+    assert _err(twice, 2 * x.T @ w[:, :24]) <= 1e-5
+
+
 def test_nc_matmul_mx_multiplies_mx_tiles_with_their_scales(k):
     """nisa.nc_matmul_mx on trn3 against numpy: matrices quantized to MXFP8 and MXFP4 on the
     host (OCP MX: a shared E8M0 exponent a block of 32), their float64 dequantized product

@@ -2062,11 +2062,18 @@ class Tracer:
     def written(view: View, ap: AP) -> bool:
         """Whether the tensor of ``view`` has had elements of ``ap`` written (of a placed
         tile, since its tensor took the space)."""
+        return next(Tracer._writes_since_claim(view, ap), None) is not None
+
+    @staticmethod
+    def _writes_since_claim(view: View, ap: AP):
+        """The writes of elements of ``ap`` into the buffer of ``view`` since its tensor took
+        the space (a placed tile's buffer is every tile placed there: earlier tensors'
+        writes are not this one's)."""
         fp = footprint(ap)
         buf = view.buf
         since = max((i for f, i in buf.claims if overlaps(f, fp, False)), default=0)
-        return any(r.writer is not None and r.writer.index >= since
-                   and overlaps(r.fp, fp, False) for r in buf.writes)
+        return (r for r in buf.writes if r.writer is not None and r.writer.index >= since
+                and overlaps(r.fp, fp, False))
 
     @staticmethod
     def accumulating(view: View, ap: AP) -> bool:
@@ -2077,12 +2084,9 @@ class Tracer:
         engine read has ended its accumulation: the next matmul there starts one, as a
         PSUM tile reused in a loop needs (attention_cte's, a tensor for each group at one
         bank)."""
-        if not Tracer.written(view, ap):
-            return False
-        fp = footprint(ap)
-        return not any(overlaps(r.fp, fp, False) and r.writer is not None
-                       and any(x.stream != "tensor" for x in r.readers.values())
-                       for r in view.buf.writes)
+        writes = list(Tracer._writes_since_claim(view, ap))
+        return bool(writes) and not any(x.stream != "tensor" for r in writes
+                                        for x in r.readers.values())
 
     def tile(self, shape, dt: str, space: str = "sbuf", name: str = "tile",
              part: int = 0) -> View:

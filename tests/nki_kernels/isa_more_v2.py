@@ -704,3 +704,28 @@ def divided(a, b):
     nisa.dma_copy(dst=out, src=nl.divide(ta, tb))
     nisa.dma_copy(dst=out2, src=nl.divide(ta, 4))
     return out, out2
+
+
+@nki.jit
+def placed_sums(x, w):
+    """Two PSUM tensors the kernel places at one address: the first [M, N], w's product,
+    read by the vector engine; then the second [M, N / 2], two products of w's first half
+    with ``accumulate`` left to the compiler (NKI 0.2: the first write overwrites, later ones
+    add), so twice that product."""
+    k, m = x.shape
+    n = w.shape[1]
+    a = nl.ndarray((k, m), dtype=x.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((k, n), dtype=w.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x)
+    nisa.dma_copy(dst=b, src=w)
+    outs = []
+    for times, cols in ((1, n), (2, n // 2)):
+        ps = nl.ndarray((m, cols), dtype=nl.float32, buffer=nl.psum, address=(0, 0))
+        for _ in range(times):
+            nisa.nc_matmul(ps, a, b[:, :cols])
+        r = nl.ndarray((m, cols), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=r, src=ps)
+        out = nl.ndarray((m, cols), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=r)
+        outs.append(out)
+    return tuple(outs)
