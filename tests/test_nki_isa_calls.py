@@ -865,6 +865,16 @@ def test_a_placed_psum_tensor_accumulates_its_own_products(k):
     assert _err(twice, 2 * x.T @ w[:, :24]) <= 1e-5
 
 
+def test_a_placed_psum_tile_holds_its_bank_only_while_it_lives(k):
+    """Eight PSUM tensors the compiler places fill PSUM; a tile the kernel places at bank 0
+    after them fits (it held its bank for the whole kernel, which was then full), and its
+    product is right: its write waited for the reads of the tensor before it there."""
+    rng = np.random.default_rng(31)
+    x, w = rng.standard_normal((64, 32)), rng.standard_normal((64, 512))
+    out = k["v2_placed_after_the_compilers"](x.astype(np.float32), w.astype(np.float32))
+    assert _err(out, 9 * x.T @ w) <= 1e-5
+
+
 def test_nc_matmul_mx_multiplies_mx_tiles_with_their_scales(k):
     """nisa.nc_matmul_mx on trn3 against numpy: matrices quantized to MXFP8 and MXFP4 on the
     host (OCP MX: a shared E8M0 exponent a block of 32), their float64 dequantized product

@@ -35,6 +35,7 @@ import sys
 from bisect import bisect_left, insort
 from dataclasses import dataclass, replace
 from heapq import heapify, heappop, heappush
+from typing import NamedTuple
 
 import ml_dtypes
 import numpy as np
@@ -560,7 +561,8 @@ class Buffer:
     space). ``where`` is the kernel line that made it."""
 
     __slots__ = ("space", "name", "offset", "nbytes", "hbm", "writes", "reads", "zero",
-                 "where", "what", "first", "last", "latest", "written", "fixed", "claims")
+                 "where", "what", "first", "last", "latest", "written", "fixed", "claims",
+                 "placings")
 
     def __init__(self, space: str, name: str, offset: int, nbytes: int, hbm=None,
                  where: str = "", what: str = ""):
@@ -577,6 +579,8 @@ class Buffer:
         #: of a placed buffer: (footprint, instructions traced before) of each tile a
         #: tensor took in it, the newest last (writes before it were another tensor's)
         self.claims: list[tuple[tuple, int]] = []
+        #: of a placed buffer: every (footprint, instructions traced before) in order
+        self.placings: list[tuple[tuple, int]] = []
 
     def touch(self, node: _Node) -> None:
         """Count instruction ``node``, the latest so far, among those that touch it."""
@@ -584,6 +588,15 @@ class Buffer:
             self.first = node.index
         self.last = node.index
         self.latest[node.stream] = node
+
+
+class _Hold(NamedTuple):
+    """One life of a buffer the kernel placed (:meth:`Tracer._placed_lives`): its range
+    held from instruction ``first`` to ``last``."""
+
+    buf: Buffer
+    first: int
+    last: int
 
 
 _P, _F = True, False
@@ -1536,55 +1549,69 @@ class _Space:
                 s = -(-s // self.bank) * self.bank
         return s if s + n <= b else None
 
-    def fits(self, n: int, extra: tuple[int, int] | None = None) -> bool:
-        """Whether ``n`` bytes fit in a free range, with the range ``extra`` freed too."""
-        n = max(n, 1)
-        free = list(self.free)
-        if extra is not None:
-            insort(free, extra)
+    @staticmethod
+    def _merged(free) -> list:
         merged: list = []
         for a, b in free:
             if merged and merged[-1][1] == a:
                 merged[-1] = (merged[-1][0], b)
             else:
                 merged.append((a, b))
-        return any(self._fit(a, b, n) is not None for a, b in merged)
+        return merged
 
-    def alloc(self, n: int) -> int | None:
+    def _ranges(self, extra: tuple[int, int] | None = None, avoid=()) -> list:
+        """The free ranges, with the range ``extra`` freed too, less the ranges ``avoid``."""
+        free = list(self.free)
+        if extra is not None:
+            insort(free, extra)
+        ranges = self._merged(free)
+        for lo, hi in avoid:
+            ranges = [r for a, b in ranges for r in ((a, min(b, lo)), (max(a, hi), b))
+                      if r[1] > r[0]]
+        return ranges
+
+    def fits(self, n: int, extra: tuple[int, int] | None = None, avoid=()) -> bool:
+        """Whether ``n`` bytes fit in a free range, with the range ``extra`` freed too and
+        the ranges ``avoid`` held."""
         n = max(n, 1)
-        order = [i for i, (a, b) in enumerate(self.free) if b > self.cursor] + \
-            [i for i, (a, b) in enumerate(self.free) if b <= self.cursor]
+        return any(self._fit(a, b, n) is not None for a, b in self._ranges(extra, avoid))
+
+    def alloc(self, n: int, avoid=()) -> int | None:
+        """The start of ``n`` free bytes outside the ranges ``avoid`` (next fit), now held."""
+        n = max(n, 1)
+        free = self._ranges(avoid=avoid)
+        order = [i for i, (a, b) in enumerate(free) if b > self.cursor] + \
+            [i for i, (a, b) in enumerate(free) if b <= self.cursor]
         for i in order:
-            a, b = self.free[i]
+            a, b = free[i]
             s = self._fit(max(a, self.cursor) if b > self.cursor and a < self.cursor
                           else a, b, n)
             if s is None and a < self.cursor < b:
                 s = self._fit(a, b, n)
             if s is None:
                 continue
-            del self.free[i]
-            if s > a:
-                insort(self.free, (a, s))
-            if s + n < b:
-                insort(self.free, (s + n, b))
+            self.take(s, n)
             self.cursor = s + n
-            self.used += n
-            self.high = max(self.high, self.used)
             return s
         return None
 
     def take(self, s: int, n: int) -> None:
-        """Hold the range from ``s`` of ``n`` bytes (free until now) for good."""
+        """Hold the range from ``s`` of ``n`` bytes (free until now)."""
+        self.free = self._merged(self.free)
         for i, (a, b) in enumerate(self.free):
             if a <= s and s + n <= b:
                 del self.free[i]
                 for r in ((a, s), (s + n, b)):
                     if r[1] > r[0]:
                         insort(self.free, r)
-                self.used += n
-                self.high = max(self.high, self.used)
+                self.hold(n)
                 return
         raise AssertionError(f"range {s}..{s + n} taken twice")
+
+    def hold(self, n: int) -> None:
+        """Count ``n`` bytes as held (of a range kept out of the free list's use)."""
+        self.used += n
+        self.high = max(self.high, self.used)
 
     def release(self, s: int, n: int) -> None:
         n = max(n, 1)
@@ -2014,6 +2041,7 @@ class Tracer:
         fp = (part, part + tile[0], byte, byte + nbytes)
         buf.claims = [c for c in buf.claims if not _contains(fp, c[0], False)]
         buf.claims.append((fp, len(self.nodes)))
+        buf.placings.append((fp, len(self.nodes)))
         dims = [(tile[0], 1, _P), *_row_major(tile[1:])]
         return View(buf, dt, dims, part, byte)
 
@@ -2185,11 +2213,13 @@ class Tracer:
                 if not have or have[-1] is not node:
                     have.append(node)
         self._uses = uses
-        for buf in self.on_chip_buffers:  # the tiles the kernel placed, where it placed them
-            if buf.fixed and buf.first >= 0:
-                self.spaces[buf.space].take(buf.offset, buf.nbytes)
-        live = sorted((b for b in self.on_chip_buffers if b.first >= 0 and not b.fixed),
-                      key=lambda b: b.first)  # a stable sort: ties in creation order
+        # the tiles the kernel placed hold their buffer's range while they live
+        # (:meth:`_placed_lives`); a tensor allocated here keeps out of those whose lives
+        # meet its own
+        holds = [_Hold(b, lo, hi) for b in self.on_chip_buffers if b.fixed and b.first >= 0
+                 for lo, hi in self._placed_lives(b)]
+        live = sorted([*(b for b in self.on_chip_buffers if b.first >= 0 and not b.fixed),
+                       *holds], key=lambda b: b.first)  # stable: ties in creation order
         todo = [(b.first, order, b) for order, b in enumerate(live)]
         heapify(todo)
         order = len(todo)
@@ -2200,11 +2230,21 @@ class Tracer:
             first, key, buf = heappop(todo)
             while ends and ends[0][0] < first:
                 done = heappop(ends)[2]
-                if placed.pop(id(done), None) is not None:
+                if isinstance(done, _Hold):
+                    self._release(done.buf, self._uses_within(done))
+                elif placed.pop(id(done), None) is not None:
                     self._release(done)
+            if isinstance(buf, _Hold):
+                self.spaces[buf.buf.space].hold(buf.buf.nbytes)
+                self._after_retired(buf.buf, buf)
+                heappush(ends, (buf.last, key, buf))
+                continue
             space = self.spaces[buf.space]
-            while not space.fits(buf.nbytes):
-                victim = self._victim(buf, placed) if self.spill else None
+            avoid = [(h.buf.offset, h.buf.offset + h.buf.nbytes) for h in holds
+                     if h.buf.space == buf.space and h.first <= buf.last
+                     and buf.first <= h.last]
+            while not space.fits(buf.nbytes, avoid=avoid):
+                victim = self._victim(buf, placed, avoid) if self.spill else None
                 if victim is None:
                     raise NkiError(f"{buf.space.upper()} full: tensor {buf.name} {buf.what} "
                                    f"needs {buf.nbytes} bytes per partition; {space.used} of "
@@ -2218,13 +2258,13 @@ class Tracer:
                 order += 1
                 heappush(todo, (back.first, order, back))
                 spilled = True
-            self._place(buf)
+            self._place(buf, avoid)
             placed[id(buf)] = buf
             heappush(ends, (buf.last, key, buf))
         if spilled:
             self.nodes.sort(key=lambda n: n.index)
 
-    def _victim(self, buf: Buffer, placed: dict) -> Buffer | None:
+    def _victim(self, buf: Buffer, placed: dict, avoid=()) -> Buffer | None:
         """The live SBUF tensor to spill so that ``buf`` fits (see :meth:`allocate`)."""
         if buf.space != "sbuf":
             return None
@@ -2237,7 +2277,7 @@ class Tracer:
             i = bisect_left([n.index for n in use], now)
             if i == 0 or i == len(use) or use[i].index == now:
                 continue  # touched by the instruction that needs the room
-            key = (space.fits(buf.nbytes, (v.offset, v.offset + v.nbytes)), use[i].index,
+            key = (space.fits(buf.nbytes, (v.offset, v.offset + v.nbytes), avoid), use[i].index,
                    v.nbytes)
             if best_key is None or key > best_key:
                 best, best_key = v, key
@@ -2292,13 +2332,50 @@ class Tracer:
         self.spilled_bytes += n
         return back
 
-    def _place(self, buf: Buffer) -> None:
-        space = self.spaces[buf.space]
-        offset = space.alloc(buf.nbytes)
+    def _place(self, buf: Buffer, avoid=()) -> None:
+        """Give ``buf`` its range, outside the ranges ``avoid``."""
+        offset = self.spaces[buf.space].alloc(buf.nbytes, avoid)
         assert offset is not None, "placed without room"
         buf.offset = offset
+        self._after_retired(buf)
+
+    def _placed_lives(self, buf: Buffer) -> list[tuple[int, int]]:
+        """The instructions over which the tiles the kernel placed in ``buf`` live, merged:
+        each from its first to its last access before a later tile placed over it (NKI's
+        placed tensors share memory by the kernel's word: a tile is the kernel's until
+        another takes its bytes)."""
+        touched = []
+        for node in self._uses.get(id(buf), ()):
+            fps = [footprint(ap) for name, ap, _ in node.ins.operands()
+                   if any(f == name and b is buf for f, b in node.moved)]
+            touched.append((node.index, fps))
+        spans = []
+        for k, (fp, at) in enumerate(buf.placings):
+            end = next((a for f, a in buf.placings[k + 1:] if overlaps(f, fp, False)),
+                       math.inf)
+            hits = [i for i, fps in touched if at <= i < end
+                    and any(overlaps(f, fp, False) for f in fps)]
+            if hits:
+                spans.append((min(hits), max(hits)))
+        merged: list = []
+        for lo, hi in sorted(spans):
+            if merged and lo <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+            else:
+                merged.append((lo, hi))
+        return merged
+
+    def _uses_within(self, hold: _Hold) -> list:
+        """The instructions touching ``hold``'s buffer within its life."""
+        return [n for n in self._uses.get(id(hold.buf), ())
+                if hold.first <= n.index <= hold.last]
+
+    def _after_retired(self, buf: Buffer, hold: _Hold | None = None) -> None:
+        """``buf``'s writes (within ``hold``'s life, of a buffer the kernel placed) wait for
+        the last accesses of the tensors that held its range before it (their ranges
+        retired)."""
         # the retired ranges it overlaps, relative to it; those it covers are dropped
-        lo, hi = offset, offset + buf.nbytes
+        lo, hi = buf.offset, buf.offset + buf.nbytes
         retired = self.retired[buf.space]
         i = bisect_left(retired, (lo - self._widest[buf.space],))
         ranges = []
@@ -2307,11 +2384,13 @@ class Tracer:
             if end > lo:
                 ranges.append(((0, self.params.partitions, max(start, lo) - lo,
                                 min(end, hi) - lo), held))
-                if lo <= start and end <= hi:
-                    del retired[i]
+                if hold is None and lo <= start and end <= hi:  # a life of a placed
+                    del retired[i]  # buffer may not write all of it: kept for the next
                     continue
             i += 1
-        for node, fp in buf.written:
+        written = buf.written if hold is None else \
+            [(n, fp) for n, fp in buf.written if hold.first <= n.index <= hold.last]
+        for node, fp in written:
             if not ranges:
                 break
             keep = []
@@ -2322,15 +2401,24 @@ class Tracer:
                         continue
                 keep.append((rec, held))
             ranges = keep
-        buf.written = []
+        if hold is None:
+            buf.written = []
 
-    def _release(self, buf: Buffer) -> None:
+    def _release(self, buf: Buffer, within: list | None = None) -> None:
+        """``buf``'s range retired after its last access, back in the free list; ``within``:
+        the accesses of one life of a buffer the kernel placed (never in the free list: only
+        its bytes are no longer held)."""
         self._retired += 1
+        last = buf.latest if within is None else _latest(within)
         insort(self.retired[buf.space], (buf.offset, buf.offset + buf.nbytes, self._retired,
-                                         list(buf.latest.values())))
+                                         list(last.values())))
         self._widest[buf.space] = max(self._widest[buf.space], buf.nbytes)
-        self.spaces[buf.space].release(buf.offset, buf.nbytes)
-        buf.writes = buf.reads = []
+        space = self.spaces[buf.space]
+        if within is None:
+            space.release(buf.offset, buf.nbytes)
+            buf.writes = buf.reads = []
+        else:
+            space.used -= buf.nbytes
 
     # --- access patterns ----------------------------------------------------------------
     def ap(self, view: View, call: str, operand: str, spaces=("sbuf", "psum"),
@@ -2571,7 +2659,7 @@ class Tracer:
             update = any(b is buf and overlaps(f, fp, buf.space == "hbm") for b, f in read)
             self._write(node, buf, fp, deps, ap, update)
             bufs[id(ap)] = buf
-            if buf.space != "hbm" and not buf.fixed:
+            if buf.space != "hbm":
                 buf.written.append((node, fp))
         moved = []
         for name, ap, _ in ins.operands():
