@@ -449,12 +449,23 @@ def test_an_access_pattern_past_its_storage_is_refused(k):
 
 def test_nki_0_2_kernel_classes_and_is_transpose(k):
     """A kernel's NKIObject subclass is a plain class, ``nki.dtype`` a type its annotations
-    name; nc_matmul(is_transpose=True) of a
-    tile by an identity is its transpose."""
+    name; nc_matmul(is_transpose=True) of a tile by an identity is its transpose: from
+    NeuronCore-v3 into PSUM of the tile's type the array's transpose mode, bit for bit (NaN
+    and infinity kept: "bit-accurate data transpose"); on trn1 (NeuronCore-v2) a product,
+    whose PSUM is fp32."""
     assert k["v2_Tiles"](4).rows == 4
     assert k["v2_typed"]() == np.float32
     x = np.random.default_rng(7).integers(-8, 8, (64, 32)).astype(np.float32)
     np.testing.assert_array_equal(k["v2_transposed_by_matmul"](x), x.T)
+    from kernels.nki import language as nl
+
+    b = x.astype(ml_dtypes.bfloat16)
+    b[3, 5], b[7, 1] = np.nan, -np.inf
+    out = k["v2_transposed_by_matmul"](b, into=nl.bfloat16, platform_target="trn2")
+    np.testing.assert_array_equal(out.view(np.uint16), b.T.view(np.uint16))
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: 'nc_matmul' writes fp32 to "
+                                            r"PSUM on trn1, not bf16"):
+        k["v2_transposed_by_matmul"](b, into=nl.bfloat16, platform_target="trn1")
 
 
 def test_a_documented_call_not_implemented_is_refused_where_called(k):

@@ -43,8 +43,15 @@ __all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_st
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
               is_transpose=False, accumulate=None, tile_position=(), tile_size=(),
               perf_mode=None, name=None):
-    # is_transpose: NKI's hint that ``moving`` is an identity, so the product is the
-    # transpose of ``stationary``; the product is what runs (as in nki.isa 0.1)
+    # is_transpose: from NeuronCore-v3 the array's transpose mode, "bit-accurate data
+    # transpose" of ``stationary`` (``moving`` the identity NKI asks for, not read) into a
+    # destination of its type; on NeuronCore-v2, or into another type, a hint on the
+    # product, which is what runs (as in nki.isa 0.1)
+    if is_transpose and int(current("nc_matmul").params.version.lstrip("v")) >= 3 \
+            and isinstance(dst, View) and isinstance(stationary, View) \
+            and dst.dt == stationary.dt:
+        lower.nc_transpose(stationary, dst=dst, call="nc_matmul")
+        return
     lower.nc_matmul(stationary, moving, tile_position=tile_position, tile_size=tile_size,
                     dst=dst, accumulate=accumulate, perf_mode=perf_mode)
 

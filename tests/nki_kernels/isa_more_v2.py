@@ -111,17 +111,18 @@ UNCALLED = {"swish": nl.gelu_apprx_sigmoid, "tan": nl.tan, "register_alloc": reg
 
 
 @nki.jit
-def transposed_by_matmul(x):
-    """x [P, N] transposed by nc_matmul with is_transpose (moving an identity)."""
+def transposed_by_matmul(x, into=nl.float32):
+    """x [P, N] transposed by nc_matmul with is_transpose (moving an identity) into PSUM of
+    type ``into``."""
     p, n = x.shape
-    out = nl.ndarray((n, p), dtype=nl.float32, buffer=nl.shared_hbm)
+    out = nl.ndarray((n, p), dtype=into, buffer=nl.shared_hbm)
     t = nl.ndarray((p, n), dtype=x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x)
     eye = nl.ndarray((p, p), dtype=x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=eye, src=nl.shared_identity_matrix(p, dtype=x.dtype))
-    acc = nl.ndarray((n, p), dtype=nl.float32, buffer=nl.psum)
+    acc = nl.ndarray((n, p), dtype=into, buffer=nl.psum)
     nisa.nc_matmul(dst=acc, stationary=t, moving=eye, is_transpose=True)
-    res = nl.ndarray((n, p), dtype=nl.float32, buffer=nl.sbuf)
+    res = nl.ndarray((n, p), dtype=into, buffer=nl.sbuf)
     nisa.tensor_copy(dst=res, src=acc)
     nisa.dma_copy(dst=out, src=res)
     return out
