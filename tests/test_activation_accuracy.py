@@ -38,6 +38,10 @@ REFERENCE = {
     "sin": np.sin,
     "cos": np.cos,
     "arctan": lambda x: np.arctan2(x, 1.0),
+    "gelu_sigmoid": lambda x: x / (1.0 + np.exp(-1.702 * x)),
+    "silu_dx": lambda x: (1.0 + x / (1.0 + np.exp(x))) / (1.0 + np.exp(-x)),
+    "gelu_sigmoid_dx": lambda x: (1.0 + 1.702 * x / (1.0 + np.exp(1.702 * x)))
+    / (1.0 + np.exp(-1.702 * x)),
 }
 
 # Maximum relative error |y - f| / |f| asserted wherever the exact result is a normal fp32

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from .functions import EXP_TAIL, TRIG, FunctionSpec
+from .functions import EXP_TAIL, GELU_SIGMOID, TRIG, FunctionSpec
 
 
 def _div_x(f, limit):
@@ -52,6 +52,10 @@ EXACT_FUNCTIONS = {
     "sin": np.sin,
     "cos": np.cos,
     "arctan": np.arctan,
+    "gelu_sigmoid": lambda x: x * special.expit(GELU_SIGMOID * x),
+    "silu_dx": lambda x: special.expit(x) * (1.0 + x * special.expit(-x)),
+    "gelu_sigmoid_dx": lambda x: special.expit(GELU_SIGMOID * x)
+    * (1.0 + GELU_SIGMOID * x * special.expit(-GELU_SIGMOID * x)),
 }
 
 # f(x)/x for the functions fitted with post_mul_x (the limit at 0 filled in).
@@ -62,6 +66,7 @@ _OVER_X = {
     "erf": _div_x(special.erf, 2.0 / np.sqrt(np.pi)),
     "mish": lambda x: np.tanh(np.logaddexp(0.0, x)),
     "gelu_tanh": lambda x: special.expit(_GELU_TANH_2C * (x + 0.044715 * x**3)),
+    "gelu_sigmoid": lambda x: special.expit(GELU_SIGMOID * x),
 }
 
 

@@ -111,7 +111,8 @@ from dataclasses import dataclass
 
 FUNCTION_NAMES = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus",
                   "erf", "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish",
-                  "gelu_tanh", "sin", "cos", "arctan")
+                  "gelu_tanh", "sin", "cos", "arctan", "gelu_sigmoid", "silu_dx",
+                  "gelu_sigmoid_dx")
 EXACT_NAMES = ("identity", "relu", "square", "abs")
 MODES = ("uniform", "log", "exact")
 RULES = ("zero", "one", "minus_one", "inf", "minus_inf", "x", "exp")
@@ -136,7 +137,15 @@ TRIG = ("sin", "cos")
 # x sigmoid(2 c (x + 0.044715 x**3)) ~ x exp(z) with z = x (a + b x**2), where a and b
 # carry the factor log2(e) of the exp reduction: t = mul32(x, add32(a, mul32(b, x*x))).
 _C = 2.0 * math.sqrt(2.0 / math.pi) / math.log(2.0)
-EXP_TAIL_CUBIC = {"gelu_tanh": (_C, _C * 0.044715)}
+#: gelu_sigmoid, x sigmoid(1.702 x) ~ x exp(1.702 x): the exponent's linear term alone.
+GELU_SIGMOID = 1.702
+EXP_TAIL_CUBIC = {"gelu_tanh": (_C, _C * 0.044715),
+                  "gelu_sigmoid": (GELU_SIGMOID / math.log(2.0), 0.0)}
+#: The fp32 values nearest the zeros of silu_dx (sigmoid(x) (1 + x (1 - sigmoid(x)))) and of
+#: gelu_sigmoid_dx (silu_dx(1.702 x)): the anchors of their tables, segment boundaries with
+#: quarter- and eighth-wide segments, so that the relative error stays small next to them.
+SILU_DX_ZERO = -1.2784645557403564
+GELU_SIGMOID_DX_ZERO = -0.7511542439460754
 
 # fp32 bit patterns of the constant rules
 RULE_BITS = {
@@ -296,6 +305,14 @@ DEFAULT_FUNCTIONS: tuple[FunctionSpec, ...] = (
     _reduced("sin", 2, 3, anchor=0.0),
     _reduced("cos", 2, 3, anchor=0.0),
     _reduced("arctan", 4, 3, anchor=0.0),
+    FunctionSpec("gelu_sigmoid", lo=-12.0, hi=12.0, segments=96, degree=3, post_mul_x=True,
+                 below="exp", above="x", anchor=0.0),
+    # down to where the result leaves the normal numbers (about -91.8 and -54.0)
+    FunctionSpec("silu_dx", lo=SILU_DX_ZERO - 363 * 0.25, hi=SILU_DX_ZERO + 85 * 0.25,
+                 segments=448, degree=3, below="zero", above="one", anchor=SILU_DX_ZERO),
+    FunctionSpec("gelu_sigmoid_dx", lo=GELU_SIGMOID_DX_ZERO - 426 * 0.125,
+                 hi=GELU_SIGMOID_DX_ZERO + 102 * 0.125, segments=528, degree=3,
+                 below="zero", above="one", anchor=GELU_SIGMOID_DX_ZERO),
 )
 
 # The exp table that the ``below="exp"`` rule reads when the set has no exp function.

@@ -878,6 +878,9 @@ mish = _unary_fn("mish", "mish")
 sin = _unary_fn("sin", "sin")
 cos = _unary_fn("cos", "cos")
 arctan = _unary_fn("arctan", "arctan")
+gelu_apprx_sigmoid = _unary_fn("gelu_apprx_sigmoid", "gelu_sigmoid")
+gelu_apprx_sigmoid_dx = _unary_fn("gelu_apprx_sigmoid_dx", "gelu_sigmoid_dx")
+silu_dx = _unary_fn("silu_dx", "silu_dx")
 reciprocal = _unary_fn("reciprocal", "reciprocal")
 lower.ACTIVATIONS[copy] = "identity"
 lower.ACTIVATIONS[abs] = "abs"
@@ -1189,7 +1192,8 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
               "load load_transpose2d broadcast_to device_print atomic_rmw "
               "store copy matmul transpose add subtract multiply divide maximum minimum "
               "the comparisons bitwise_and/or/xor negative abs square exp log sqrt rsqrt "
-              "where tanh sigmoid relu gelu gelu_apprx_tanh silu softplus erf mish sin cos "
+              "where tanh sigmoid relu gelu gelu_apprx_tanh gelu_apprx_sigmoid(_dx) silu "
+              "silu_dx softplus erf mish sin cos "
               "arctan reciprocal sum max min mean var all softmax rms_norm floor ceil trunc sign "
               "mod fmod logical_and/or/xor/not invert expand_dims shared_identity_matrix "
               "rand dropout gather_flattened "
@@ -1200,9 +1204,8 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
 #: does not implement: a kernel may name them (a module-level table of functions) and runs
 #: while it does not call them.
 _DOCUMENTED = frozenset((
-    "abs_max", "abs_min", "erf_dx", "gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx",
-    "gelu_dx", "left_shift", "power", "prelu", "prod", "random_seed", "right_shift", "silu_dx",
-    "tan"))
+    "abs_max", "abs_min", "erf_dx", "gelu_dx", "left_shift", "power", "prelu", "prod",
+    "random_seed", "right_shift", "tan"))
 
 
 def __getattr__(name: str):

@@ -757,3 +757,19 @@ def placed_after_the_compilers(x, w):
     out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=total)
     return out
+
+
+@nki.jit
+def derivative_activations(x):
+    """nisa.activation with nl.silu_dx, nl.gelu_apprx_sigmoid and nl.gelu_apprx_sigmoid_dx
+    (the Scalar Engine functions NKI lists for MoE backward passes), each into its output."""
+    outs = []
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    for op in (nl.silu_dx, nl.gelu_apprx_sigmoid, nl.gelu_apprx_sigmoid_dx):
+        r = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=r, op=op, data=t)
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=r)
+        outs.append(out)
+    return tuple(outs)
