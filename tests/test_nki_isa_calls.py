@@ -699,17 +699,33 @@ def test_bypass_stages_and_the_names_of_nki_0_2(k):
     np.testing.assert_array_equal(out[2], x)
 
 
+def test_each_core_keeps_its_own_private_hbm_across_a_meeting(k):
+    """nl.private_hbm is each core's own: what a core wrote there before a barrier is what it
+    reads after, not the other core's (the two tensors share a place in the launch's one
+    HBM image)."""
+    nl = knki.language
+    x = np.random.default_rng(41).standard_normal((64, 8)).astype(np.float32)
+    out = k["v2_private_across_a_barrier"][nl.nc(2)](x, platform_target="trn2")
+    np.testing.assert_array_equal(out, x * np.repeat([1.0, 2.0], 32)[:, None].astype(np.float32))
+
+
 def test_the_cores_of_a_grid_meet_at_a_barrier_and_exchange_tiles(k):
     """core_barrier across an nl.nc(2) grid's cores: each core reads the half the other
     wrote before it; sendrecv: each core's dst takes the other's src. Each is a place where
     both cores' instructions before end before any after start, the exchange a DMA between
-    the cores' SBUF; the launch's time is the phases' and the exchanges'."""
+    the cores' SBUF; the launch's time is the phases' and the exchanges'. Two cores' DMAs of
+    the same HBM bytes between meetings, one writing, are refused at the writer's line."""
     nl = knki.language
     x = np.random.default_rng(13).standard_normal((64, 8)).astype(np.float32)
     out, out2 = k["v2_halves_then_barrier"][nl.nc(2)](x, platform_target="trn2")
     np.testing.assert_array_equal(out, 2 * x)
     np.testing.assert_array_equal(out2, 2 * x)
     assert knki.SESSION.launches[-1].cores == 2
+    # without the barrier each core reads what the other writes, unordered: refused
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: core 0's DMA of this line "
+                                            r"writes HBM bytes that core 1's DMA of line \d+ "
+                                            r"also accesses, with no core_barrier"):
+        k["v2_halves_then_barrier"][nl.nc(2)](x, barrier=False, platform_target="trn2")
     knki.SESSION.trace = True
     try:
         got = k["v2_halves_exchanged"][nl.nc(2)](x, platform_target="trn2")

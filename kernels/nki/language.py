@@ -236,8 +236,11 @@ def ndarray(shape, dtype, buffer=None, name: str = "", **kwargs) -> View:
     buf = "sbuf" if buffer is None else str(buffer)
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
     if buf in _HBM:
-        return t.hbm(name or "out", tuple(int(s) for s in shape), dt,
-                     shared=buf == "shared_hbm")
+        v = t.hbm(name or "out", tuple(int(s) for s in shape), dt,
+                  shared=buf == "shared_hbm")
+        if buf != "shared_hbm":  # each core's own
+            t.private.append((v.buf.offset, v.buf.offset + v.buf.nbytes))
+        return v
     if buf not in ("sbuf", "psum"):
         raise NotSupported(f"buffer {buffer!r}", "sbuf, psum, hbm, shared_hbm, private_hbm")
     marks = [i for i, s in enumerate(shape) if isinstance(s, par_dim)]

@@ -37,7 +37,7 @@ from sim.core import Core, Program, ProgramError, Result, dma_seconds
 
 from .errors import NkiError, NotSupported
 from .source import with_mask_logic
-from .tracer import Tracer, View, isa_dtype, numpy_dtype, tracing
+from .tracer import Tracer, View, cross_core_race, isa_dtype, numpy_dtype, tracing
 from .typing import TensorType
 
 __all__ = ["SESSION", "Kernel", "Launch", "baremetal", "benchmark", "jit", "params_for",
@@ -192,6 +192,28 @@ def _same_meetings(tracers: list[Tracer]) -> None:
                            "on every core, in the same order", where=where)
 
 
+def _no_races_between_cores(tracers: list[Tracer], phases: list[list]) -> None:
+    """Refuse a launch two of whose cores touch the same HBM bytes between two meetings,
+    one of them writing (:func:`~kernels.nki.tracer.cross_core_race`): nothing but a
+    ``core_barrier`` or ``sendrecv`` orders the cores, so the result is whichever core's
+    DMA ran last."""
+    for k in range(len(phases[0])):
+        race = cross_core_race([p[k] for p in phases], [t.phase_lines[k] for t in tracers],
+                               tracers[0].private)
+        if race is None:
+            continue
+        (c0, s0, i0), (c1, s1, i1) = race
+        here, there = (tracers[c].phase_lines[k].get((s, i), "?")
+                       for c, s, i in ((c0, s0, i0), (c1, s1, i1)))
+        file, _, n = there.rpartition(":")
+        if file == here.rpartition(":")[0]:
+            there = f"line {n}"
+        raise NkiError(f"core {c0}'s DMA of this line writes HBM bytes that core {c1}'s "
+                       f"DMA of {there} also accesses, with no core_barrier or sendrecv "
+                       f"between them: the result depends on which core runs first",
+                       where=here)
+
+
 def _run_phases(tracers: list[Tracer], phases: list[list], timing_only: bool, trace: bool,
                 hbm) -> list[Result]:
     """Each core's program run phase by phase (:meth:`Tracer.programs`): a phase starts on
@@ -206,9 +228,22 @@ def _run_phases(tracers: list[Tracer], phases: list[list], timing_only: bool, tr
     parts: list[list[tuple[float, Result]]] = [[] for _ in tracers]
     moved = [0] * len(tracers)
     start = 0.0
+    # the HBM tensors each core has its own of (nl.hbm, nl.private_hbm) share their places
+    # in the one image: each core's bytes are put back before its phase and kept after
+    own = [None] * len(tracers)
+
+    def run(i, k):
+        t = tracers[i]
+        if hbm is not None and own[i] is not None:
+            for (a, b), data in zip(t.private, own[i], strict=True):
+                hbm[a:b] = data
+        r = _run(t, phases[i][k], timing_only, trace, hbm, t.phase_lines[k], memories[i])
+        if hbm is not None and t.private:
+            own[i] = [hbm[a:b].copy() for a, b in t.private]
+        return r
+
     for k in range(len(phases[0])):
-        runs = [_run(t, p[k], timing_only, trace, hbm, t.phase_lines[k], m)
-                for t, p, m in zip(tracers, phases, memories, strict=True)]
+        runs = [run(i, k) for i in range(len(tracers))]
         for part, r in zip(parts, runs, strict=True):
             part.append((start, r))
         start += max(r.time for r in runs)
@@ -360,6 +395,8 @@ class Kernel:
         tracers, target, calls, inputs, out = self._trace(args, kwargs, platform, cores)
         _same_meetings(tracers)
         phases = [t.programs() for t in tracers]
+        if cores > 1:
+            _no_races_between_cores(tracers, phases)
         programs = [p[0] for p in phases]
         _same_hbm_tensors(tracers, programs, calls[0])
         t1 = time.perf_counter()

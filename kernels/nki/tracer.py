@@ -57,8 +57,8 @@ from kernels.builder import SBUF_ALIGN, Builder
 from .errors import NkiError, NotSupported, kernel_line
 
 __all__ = ["TF32", "Affine", "AffineLoop", "Buffer", "DynamicLoop", "Index", "Mask", "Placed",
-           "Predicate", "Register", "SequentialLoop", "Tracer", "View", "current", "isa_dtype",
-           "numpy_dtype"]
+           "Predicate", "Register", "SequentialLoop", "Tracer", "View", "cross_core_race",
+           "current", "isa_dtype", "numpy_dtype"]
 
 #: NKI's ``tfloat32`` (a four-byte void type, as NKI spells it).
 TF32 = np.dtype("V4")
@@ -520,6 +520,51 @@ def _share_bytes(a: AP, b: AP) -> bool:
     lo = np.searchsorted(keys, base + np.maximum(q - (nb - 1), 0), "left")
     hi = np.searchsorted(keys, base + q + (na - 1), "right")
     return bool((hi > lo).any())
+
+
+def cross_core_race(programs, lines, private=()) -> tuple | None:
+    """Two DMAs of different cores, among ``programs`` (one phase of each core: between
+    two meetings nothing orders one core's accesses against another's), that touch a byte
+    of HBM in common, one writing it: ``((core, stream, index) of the writing one,
+    (core, stream, index) of the other)``, or None. Not compared: the side of an indirect
+    DMA that its index moves (where it lands is read at run time), an access within a
+    tensor each core has its own of (``private``: their byte ranges), and a place that both
+    cores write by the same kernel line (``lines``: each core's instructions' lines): a
+    kernel computing the same result on every core."""
+    accesses = []  # (first byte, end, core, stream, index, written, ap)
+    for core, program in enumerate(programs):
+        for stream, instructions in program.streams.items():
+            if not stream.startswith("dma"):
+                continue
+            for i, ins in enumerate(instructions):
+                moved = getattr(ins, "index", None) is not None and \
+                    ("dst" if ins.index_dst else "src")
+                for name, ap, written in ins.operands():
+                    if ap.space == "hbm" and name != moved:
+                        lo, hi = _span(footprint(ap))
+                        if not any(a <= lo and hi <= b for a, b in private):
+                            accesses.append((lo, hi, core, stream, i, written, ap))
+    if not any(a[5] for a in accesses):
+        return None
+    lo = np.array([a[0] for a in accesses], np.int64)
+    hi = np.array([a[1] for a in accesses], np.int64)
+    core = np.array([a[2] for a in accesses], np.int64)
+    # the writes each core makes, by place and line: one every core makes is one result
+    both = {}
+    for a in accesses:
+        if a[5]:
+            both.setdefault((a[6], lines[a[2]].get(a[3:5])), set()).add(a[2])
+    for w in accesses:
+        if not w[5]:
+            continue
+        for j in np.flatnonzero((lo < w[1]) & (hi > w[0]) & (core != w[2])):
+            other = accesses[j]
+            if other[2] in both[(w[6], lines[w[2]].get(w[3:5]))]:
+                continue  # the other core writes these bytes as this core does
+            if overlaps(footprint(w[6]), footprint(other[6]), True) \
+                    and _share_bytes(w[6], other[6]):
+                return w[2:5], other[2:5]
+    return None
 
 
 def _parallel_iterations(a: tuple, b: tuple):
@@ -1849,6 +1894,9 @@ class Tracer:
         self.lines: dict[tuple[str, int], str] = {}
         #: of each phase's program (:meth:`programs`): (stream, index) -> the kernel's line
         self.phase_lines: list[dict[tuple[str, int], str]] = []
+        #: the byte ranges of the HBM tensors the kernel made private to each core
+        #: (``nl.hbm``, ``nl.private_hbm``)
+        self.private: list[tuple[int, int]] = []
         self.making: str | None = None
         self.merged = 0  # instructions :meth:`merge_repeats` dropped
         #: what runs the program traced so far and returns the bytes of an access pattern

@@ -557,10 +557,10 @@ def bypassed(x):
 
 
 @nki.jit
-def halves_then_barrier(x):
+def halves_then_barrier(x, barrier=True):
     """Each core of an nl.nc(2) grid copies its half of x's rows into out, both meet at
-    nisa.core_barrier over out, then each reads the other's half back into out2 (it is there
-    only after the barrier)."""
+    nisa.core_barrier over out (with ``barrier``), then each reads the other's half back
+    into out2 (it is there only after the barrier)."""
     out = nl.ndarray(x.shape, x.dtype, nl.shared_hbm)
     out2 = nl.ndarray(x.shape, x.dtype, nl.shared_hbm)
     n, i = nl.num_programs(0), nl.program_id(0)
@@ -569,7 +569,8 @@ def halves_then_barrier(x):
     nisa.dma_copy(dst=t, src=x[i * rows:(i + 1) * rows, :])
     nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
     nisa.dma_copy(dst=out[i * rows:(i + 1) * rows, :], src=t)
-    nisa.core_barrier(out, (0, 1))
+    if barrier:
+        nisa.core_barrier(out, (0, 1))
     u = nl.ndarray((rows, x.shape[1]), x.dtype, nl.sbuf)
     other = 1 - i
     nisa.dma_copy(dst=u, src=out[other * rows:(other + 1) * rows, :])
@@ -773,3 +774,23 @@ def derivative_activations(x):
         nisa.dma_copy(dst=out, src=r)
         outs.append(out)
     return tuple(outs)
+
+
+@nki.jit
+def private_across_a_barrier(x):
+    """Each core of an nl.nc(2) grid keeps its half of x, scaled by its core's number plus
+    one, in a tensor of its own (nl.private_hbm), meets the other at a barrier, then reads
+    its own back into its half of out."""
+    out = nl.ndarray(x.shape, x.dtype, nl.shared_hbm)
+    i = nl.program_id(0)
+    rows = x.shape[0] // 2
+    mine = nl.ndarray((rows, x.shape[1]), x.dtype, nl.private_hbm)
+    t = nl.ndarray((rows, x.shape[1]), x.dtype, nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[i * rows:(i + 1) * rows, :])
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=float(i + 1))
+    nisa.dma_copy(dst=mine, src=t)
+    nisa.core_barrier(out, (0, 1))
+    u = nl.ndarray((rows, x.shape[1]), x.dtype, nl.sbuf)
+    nisa.dma_copy(dst=u, src=mine)
+    nisa.dma_copy(dst=out[i * rows:(i + 1) * rows, :], src=u)
+    return out
