@@ -1799,13 +1799,20 @@ class DynamicLoop(SequentialLoop):
                                "built")
         body = t.enter_body()
         body.tiles = []
+        starts = []
         try:
             for n, i in enumerate(self.range):
                 body.start(n != 0)
                 body.tile = 0
+                t.commit()
+                starts.append(len(t.nodes))
                 yield Register(i)
         finally:
+            t.commit()
             t.leave_body(body)
+            if starts:
+                t.dynamic_bodies.append(([buf for _, buf in body.tiles], starts,
+                                         len(t.nodes)))
 
 
 def tracing() -> bool:
@@ -1889,6 +1896,9 @@ class Tracer:
         self.loops: tuple = ()
         #: the bodies of the affine and sequential loops being traced, outermost first
         self.bodies: list[_Body] = []
+        #: each nl.dynamic_range loop's tensors (its first iteration's), the instruction
+        #: each iteration starts at, and the one after its last (:meth:`_body_groups`)
+        self.dynamic_bodies: list[tuple[list, list[int], int]] = []
         #: the kernel's line of each instruction of the program, by (stream, index), and
         #: the line of the pending result being emitted (else the line tracing now)
         self.lines: dict[tuple[str, int], str] = {}
@@ -2266,8 +2276,13 @@ class Tracer:
         # meet its own
         holds = [_Hold(b, lo, hi) for b in self.on_chip_buffers if b.fixed and b.first >= 0
                  for lo, hi in self._placed_lives(b)]
-        live = sorted([*(b for b in self.on_chip_buffers if b.first >= 0 and not b.fixed),
-                       *holds], key=lambda b: b.first)  # stable: ties in creation order
+        groups = self._body_groups()
+        grouped = {id(b) for _, members in groups for b, _ in members}
+        self._groups = {id(g) for g, _ in groups}  # never spilled: their tensors move
+        live = sorted([*(b for b in self.on_chip_buffers if b.first >= 0 and not b.fixed
+                         and id(b) not in grouped),
+                       *(g for g, _ in groups), *holds],
+                      key=lambda b: b.first)  # stable: ties in creation order
         todo = [(b.first, order, b) for order, b in enumerate(live)]
         heapify(todo)
         order = len(todo)
@@ -2309,6 +2324,9 @@ class Tracer:
             self._place(buf, avoid)
             placed[id(buf)] = buf
             heappush(ends, (buf.last, key, buf))
+        for group, members in groups:
+            for b, rel in members:
+                b.offset = group.offset + rel
         if spilled:
             self.nodes.sort(key=lambda n: n.index)
 
@@ -2319,7 +2337,7 @@ class Tracer:
         space, now = self.spaces["sbuf"], buf.first
         best, best_key = None, None
         for v in placed.values():
-            if v.space != "sbuf":
+            if v.space != "sbuf" or id(v) in self._groups:
                 continue
             use = self._uses[id(v)]
             i = bisect_left([n.index for n in use], now)
@@ -2386,6 +2404,71 @@ class Tracer:
         assert offset is not None, "placed without room"
         buf.offset = offset
         self._after_retired(buf)
+
+    def _body_groups(self) -> list[tuple[Buffer, list[tuple[Buffer, int]]]]:
+        """The tensors of each ``nl.dynamic_range`` body, allocated as NKI's compiler
+        allocates a body it traces once: by their lives within one iteration (the first),
+        each at a place within one range of the memory the loop holds from its first
+        instruction to its last. That range is a buffer of its own, allocated as any
+        other (returned with its tensors and their places in it); a write of a tensor of
+        the body waits for every earlier access of another that shares its bytes (in this
+        iteration or the one before). A tensor used outside its loop is allocated as any
+        other."""
+        out = []
+        for bufs, starts, end in self.dynamic_bodies:
+            first_end = starts[1] if len(starts) > 1 else end
+            members = []
+            for b in bufs:
+                uses = self._uses.get(id(b), [])
+                if b.fixed or not uses or uses[0].index < starts[0] \
+                        or uses[-1].index >= end:
+                    continue
+                window = [n.index for n in uses if n.index < first_end]
+                if window:
+                    members.append((min(window), max(window), b))
+            for space in ("sbuf", "psum"):
+                mine = sorted((m for m in members if m[2].space == space),
+                              key=lambda m: m[0])
+                if not mine:
+                    continue
+                real = self.spaces[space]
+                local = _Space(real.size, real.align, real.bank)
+                ends: list = []
+                placed = []
+                for lo, hi, b in mine:
+                    while ends and ends[0][0] < lo:
+                        _, rel, n = heappop(ends)
+                        local.release(rel, n)
+                    rel = local.alloc(b.nbytes)
+                    if rel is None:
+                        raise NkiError(f"{space.upper()} full: the tensors an nl.dynamic_range "
+                                       f"body holds at once need more than {real.size} bytes "
+                                       f"per partition (tensor {b.name} {b.what})",
+                                       where=b.where)
+                    heappush(ends, (hi, rel, b.nbytes))
+                    placed.append((b, rel))
+                size = max(rel + b.nbytes for b, rel in placed)
+                group = Buffer(space, f"{placed[0][0].name}_body", 0, size,
+                               where=placed[0][0].where, what="an nl.dynamic_range body")
+                uses = sorted({id(n): n for b, _ in placed for n in self._uses[id(b)]}
+                              .values(), key=lambda n: n.index)
+                self._uses[id(group)] = uses
+                group.first, group.last = uses[0].index, uses[-1].index
+                group.latest = _latest(uses)
+                group.written = sorted(((n, (fp[0], fp[1], fp[2] + rel, fp[3] + rel))
+                                        for b, rel in placed for n, fp in b.written),
+                                       key=lambda w: w[0].index)
+                for b, rel in placed:
+                    for c, crel in placed:
+                        if c is b or not (rel < crel + c.nbytes and crel < rel + b.nbytes):
+                            continue
+                        theirs = self._uses[id(c)]
+                        at = [n.index for n in theirs]
+                        for node, _ in b.written:
+                            _wait_for(node, _latest(theirs[:bisect_left(at, node.index)])
+                                      .values())
+                out.append((group, placed))
+        return out
 
     def _placed_lives(self, buf: Buffer) -> list[tuple[int, int]]:
         """The instructions over which the tiles the kernel placed in ``buf`` live, merged:
