@@ -869,6 +869,18 @@ def test_a_dynamic_loops_tensors_share_memory_by_their_lives_in_one_iteration(dy
     assert _err(out, 30 * x.T @ w) <= 1e-5
 
 
+def test_a_register_on_a_grid_of_cores_takes_what_the_cores_left_before_the_meeting(dyn):
+    """On an nl.nc(2) grid a register core 1 loads from what core 0 wrote before their last
+    meeting takes that value (the cores are traced again, each register's run taking the
+    other core's program of the trace before, until the values settle), and a dynamic loop
+    with a meeting in it runs that many times on both cores."""
+    nl = knki.language
+    x = np.random.default_rng(47).standard_normal((64, 8)).astype(np.float32)
+    out = dyn["counted_by_core_zero"][nl.nc(2)](x, np.array([[3]], np.int32),
+                                                platform_target="trn2")
+    np.testing.assert_allclose(out, 3 * x, rtol=1e-6)
+
+
 @pytest.mark.parametrize("how, message", [
     ("float source", r"register_load: src must hold one int32 or uint32 element, not "
                      r"\[1, 1\] fp32"),

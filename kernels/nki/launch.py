@@ -161,23 +161,39 @@ def _image(programs, inputs: dict, names: dict, tracers) -> np.ndarray:
     return hbm
 
 
-def _run_to_here(inputs: dict, names: dict):
+def _run_to_here(inputs: dict, names: dict, core: int = 0, others: dict | None = None):
     """A tracer's :attr:`~Tracer.oracle`: the program traced so far (a copy of the tracer,
     finished as a launch finishes it) run on the core simulator from the kernel's
-    ``inputs``; the bytes ``view`` then holds."""
+    ``inputs``; the bytes ``view`` then holds. On core ``core`` of an ``nl.nc`` grid the
+    other cores' programs (``others``: core -> its tracer and phases, of an earlier trace)
+    run with it
+    phase by phase up to the meeting before the load, after which this core runs alone:
+    between two meetings nothing orders the cores, so only what they did before counts."""
     def oracle(tracer: Tracer, view: View) -> np.ndarray:
         memo = {id(tracer.params): tracer.params, id(tracer.oracle): None}
         clone, v = copy.deepcopy((tracer, view), memo)
         phases = clone.programs()
-        hbm = _image(phases, inputs, names, [clone])
-        core = Core(clone.params)
-        memories = core.memories(phases[0], hbm)
-        for k, program in enumerate(phases):
-            _run(clone, program, False, False, hbm, clone.phase_lines[k], memories)
+        others_ = others or {}
+        cores = {core: clone, **{c: t for c, (t, _) in others_.items()}}
+        order = sorted(cores)
+        every = {c: phases if c == core else others_[c][1] for c in order}
+        hbm = _image([every[c][0] for c in order], inputs, names,
+                     [cores[c] for c in order])
+        before = len(phases) - 1
+        if before and len(order) > 1:
+            kept: list = []
+            _run_phases([cores[c] for c in order], [every[c][:before] for c in order],
+                        False, False, hbm, kept)
+            mine = kept[order.index(core)]
+        else:
+            mine = Core(clone.params).memories(phases[0], hbm)
+            for k in range(before):
+                _run(clone, phases[k], False, False, hbm, clone.phase_lines[k], mine)
+        _run(clone, phases[before], False, False, hbm, clone.phase_lines[before], mine)
         ap = clone.ap(v, "register_load", "src", ("sbuf", "psum", "hbm"), dma=True)
         if ap.space != "hbm":
             ap = replace(ap, offset=ap.offset + v.buf.offset)
-        return memories.read(ap)
+        return mine.read(ap)
     return oracle
 
 
@@ -215,16 +231,20 @@ def _no_races_between_cores(tracers: list[Tracer], phases: list[list]) -> None:
 
 
 def _run_phases(tracers: list[Tracer], phases: list[list], timing_only: bool, trace: bool,
-                hbm) -> list[Result]:
+                hbm, kept: list | None = None) -> list[Result]:
     """Each core's program run phase by phase (:meth:`Tracer.programs`): a phase starts on
     every core when the last core ended the one before and its exchanges (``sendrecv``:
     each core's ``dst`` takes the ``src`` of the core it receives from, read before any is
     written) arrived, one DMA between the cores' SBUF each (the DMA rule,
     :func:`~sim.core.dma_seconds`, the slowest counted). Each core's result is its phases'
-    (busy and work summed, the trace's events at their phase's start)."""
+    (busy and work summed, the trace's events at their phase's start). ``kept``: filled with
+    each core's memories (a run of the phases before a meeting makes that meeting's
+    exchange too)."""
     cores = [Core(t.params) for t in tracers]
     memories = [None] * len(tracers) if timing_only else \
         [c.memories(p[0], hbm) for c, p in zip(cores, phases, strict=True)]
+    if kept is not None:
+        kept[:] = memories
     parts: list[list[tuple[float, Result]]] = [[] for _ in tracers]
     moved = [0] * len(tracers)
     start = 0.0
@@ -247,8 +267,8 @@ def _run_phases(tracers: list[Tracer], phases: list[list], timing_only: bool, tr
         for part, r in zip(parts, runs, strict=True):
             part.append((start, r))
         start += max(r.time for r in runs)
-        if k == len(phases[0]) - 1 or tracers[0].boundaries[k][2] is None:
-            continue
+        if k >= len(tracers[0].boundaries) or tracers[0].boundaries[k][2] is None:
+            continue  # no meeting after this phase, or one that exchanges nothing
         sent, took = [], 0.0
         for t in tracers:  # every src read before any dst is written
             src, sbuf, dst, dbuf, _, frm = t.boundaries[k][2]
@@ -340,7 +360,27 @@ class Kernel:
 
     def _trace(self, args, kwargs, platform_target, cores: int):
         """A tracer per physical core (``cores``: those the grid's ``nl.nc`` spreads its
-        instances over), each tracing its instances in grid order."""
+        instances over), each tracing its instances in grid order. A register a core of
+        several loads (:meth:`Tracer.register_load`) takes its value from a run of the
+        cores up to it, the other cores' programs those of the trace before (at first, this
+        core's alone): the cores are traced again until every register's values are those
+        of the trace before (refused if they are not by the third)."""
+        earlier = None
+        for _ in range(3):
+            traced = self._trace_once(args, kwargs, platform_target, cores, earlier)
+            values = [t.register_values for t in traced[0]]
+            if cores == 1 or not any(values) or (
+                    earlier is not None and values == [t.register_values for t, _ in earlier]):
+                return traced
+            # finished, for the next trace's registers to run
+            earlier = [(t, t.programs()) for t in traced[0]]
+        raise NotSupported("registers whose values change from one trace of an nl.nc "
+                           "grid's cores to the next", "registers loaded from data that "
+                           "settles", where=traced[0][0].register_lines[0])
+
+    def _trace_once(self, args, kwargs, platform_target, cores: int, earlier):
+        """Every core traced once (:meth:`_trace`); ``earlier``: the tracers of the trace
+        before, whose programs a register load runs for the other cores."""
         target = _target(platform_target or self.options.get("platform_target"))
         bound = inspect.signature(self.func).bind(*args, **kwargs)
         pids = list(itertools.product(*(range(g) for g in self.sizes))) if self.grid \
@@ -362,9 +402,11 @@ class Kernel:
                         inputs[name] = value
                     else:
                         call[name] = value
-                if cores == 1 and not any(isinstance(v, TensorType) for v in inputs.values()):
+                if not any(isinstance(v, TensorType) for v in inputs.values()):
                     tracer.oracle = _run_to_here(
-                        inputs, {n: call[n].buf.hbm.name for n in inputs})
+                        inputs, {n: call[n].buf.hbm.name for n in inputs}, core,
+                        None if earlier is None else
+                        {c: t for c, t in enumerate(earlier) if c != core})
                 for pid in pids:
                     if cores > 1 and self._core(pid) != core:
                         continue

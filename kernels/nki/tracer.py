@@ -1793,10 +1793,6 @@ class DynamicLoop(SequentialLoop):
 
     def __iter__(self):
         t = current("nl.dynamic_range")
-        if t.cores > 1:
-            raise NotSupported("nl.dynamic_range in a kernel of an nl.nc grid (each core is "
-                               "traced alone)", "a loop of a count known when the kernel is "
-                               "built")
         body = t.enter_body()
         body.tiles = []
         starts = []
@@ -1904,6 +1900,9 @@ class Tracer:
         self.lines: dict[tuple[str, int], str] = {}
         #: of each phase's program (:meth:`programs`): (stream, index) -> the kernel's line
         self.phase_lines: list[dict[tuple[str, int], str]] = []
+        #: each register load's value and kernel line, in order (:meth:`register_load`)
+        self.register_values: list[int] = []
+        self.register_lines: list[str] = []
         #: the byte ranges of the HBM tensors the kernel made private to each core
         #: (``nl.hbm``, ``nl.private_hbm``)
         self.private: list[tuple[int, int]] = []
@@ -2918,9 +2917,9 @@ class Tracer:
         for those loads: the value is the register's already)."""
         self.commit()
         if self.oracle is None:
-            raise NotSupported(f"nisa.{call} without the kernel's inputs (a timing-only run "
-                               "or an nl.nc grid)", "a numeric run, whose data decides the "
-                               "register's value")
+            raise NotSupported(f"nisa.{call} without the kernel's inputs (a timing-only "
+                               "run)", "a numeric run, whose data decides the register's "
+                               "value")
         if not isinstance(reg, Register):
             raise NkiError(f"{call}: dst must be a register from nisa.register_alloc, not "
                            f"{type(reg).__name__}")
@@ -2930,6 +2929,8 @@ class Tracer:
         fp = footprint(self.ap(src, call, "src", ("sbuf", "psum", "hbm"), dma=True))
         raw = np.ascontiguousarray(self.oracle(self, src)).view(np.uint8).reshape(-1)[:4]
         reg.value = _register_word(int(raw.view(np.uint32)[0]))
+        self.register_values.append(reg.value)
+        self.register_lines.append(kernel_line())
         hbm = src.buf.space == "hbm"
         self.gates.append(([r.writer for r in src.buf.writes
                             if r.writer is not None and overlaps(r.fp, fp, hbm)], set()))

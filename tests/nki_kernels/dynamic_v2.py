@@ -130,3 +130,31 @@ def products_summed(x, w, count):
     out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=total)
     return out
+
+
+@nki.jit
+def counted_by_core_zero(x, count):
+    """On an nl.nc(2) grid: core 0 copies ``count`` into a tensor both cores share, the
+    cores meet, each loads it into a register (core 1 from what core 0 wrote) and adds its
+    half of x into its half of out that many times, the cores meeting in every iteration."""
+    out = nl.ndarray(x.shape, x.dtype, nl.shared_hbm)
+    shared = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+    i = nl.program_id(0)
+    rows = x.shape[0] // 2
+    if i == 0:
+        c = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=c, src=count)
+        nisa.dma_copy(dst=shared, src=c)
+    nisa.core_barrier(shared, (0, 1))
+    got = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=got, src=shared)
+    reg = nisa.register_alloc()
+    nisa.register_load(reg, got)
+    t = nl.ndarray((rows, x.shape[1]), x.dtype, nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[i * rows:(i + 1) * rows, :])
+    acc = nl.zeros((rows, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    for _ in nl.dynamic_range(reg):
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+        nisa.core_barrier(out, (0, 1))
+    nisa.dma_copy(dst=out[i * rows:(i + 1) * rows, :], src=acc)
+    return out
