@@ -857,15 +857,15 @@ def test_a_dynamic_loops_body_is_one_stretch_of_code(dyn):
     assert all(e["ts"] >= count_load["ts"] + count_load["dur"] - 1e-9 for e in events[1:])
 
 
-def test_a_dynamic_loops_tensors_share_memory_by_their_lives_in_one_iteration(dyn):
+def test_a_dynamic_loops_tensors_share_memory_by_their_lives_in_one_iteration(k):
     """A dynamic loop's body is traced once by NKI, its tensors allocated by their lives
     within an iteration: ten PSUM tensors a bank each, one after another, fit PSUM's eight
     banks (held for the whole loop, they did not), and each product is summed right (a
     tensor's write waits for the reads of the one before it in its bank)."""
     rng = np.random.default_rng(43)
     x, w = rng.standard_normal((64, 32)), rng.standard_normal((64, 512))
-    out = dyn["products_summed"](x.astype(np.float32), w.astype(np.float32),
-                                 np.array([[3]], np.int32))
+    out = k["v2_products_summed"](x.astype(np.float32), w.astype(np.float32),
+                                  np.array([[3]], np.int32))
     assert _err(out, 30 * x.T @ w) <= 1e-5
 
 

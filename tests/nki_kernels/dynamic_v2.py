@@ -111,28 +111,6 @@ def misuse(x, count, how):
 
 
 @nki.jit
-def products_summed(x, w, count):
-    """In an nl.dynamic_range of ``count`` iterations, ten products of x and w, each into a
-    PSUM tensor of its own (a bank each, ten banks in all where PSUM has eight), added into
-    a sum in SBUF: count x 10 x (x^T w)."""
-    k, m = x.shape
-    n = w.shape[1]
-    a = nl.ndarray((k, m), dtype=x.dtype, buffer=nl.sbuf)
-    b = nl.ndarray((k, n), dtype=w.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=a, src=x)
-    nisa.dma_copy(dst=b, src=w)
-    total = nl.zeros((m, n), dtype=nl.float32, buffer=nl.sbuf)
-    for _ in nl.dynamic_range(_register_of(count)):
-        for _ in range(10):
-            ps = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
-            nisa.nc_matmul(ps, a, b)
-            nisa.tensor_tensor(dst=total, data1=total, data2=ps, op=nl.add)
-    out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=total)
-    return out
-
-
-@nki.jit
 def counted_by_core_zero(x, count):
     """On an nl.nc(2) grid: core 0 copies ``count`` into a tensor both cores share, the
     cores meet, each loads it into a register (core 1 from what core 0 wrote) and adds its

@@ -708,18 +708,24 @@ def divided(a, b):
     return out, out2
 
 
+def _in_sbuf(*tensors):
+    """Each tensor copied into an SBUF tile of its shape."""
+    tiles = []
+    for x in tensors:
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        tiles.append(t)
+    return tiles
+
+
 @nki.jit
 def placed_sums(x, w):
     """Two PSUM tensors the kernel places at one address: the first [M, N], w's product,
     read by the vector engine; then the second [M, N / 2], two products of w's first half
     with ``accumulate`` left to the compiler (NKI 0.2: the first write overwrites, later ones
     add), so twice that product."""
-    k, m = x.shape
-    n = w.shape[1]
-    a = nl.ndarray((k, m), dtype=x.dtype, buffer=nl.sbuf)
-    b = nl.ndarray((k, n), dtype=w.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=a, src=x)
-    nisa.dma_copy(dst=b, src=w)
+    m, n = x.shape[1], w.shape[1]
+    a, b = _in_sbuf(x, w)
     outs = []
     for times, cols in ((1, n), (2, n // 2)):
         ps = nl.ndarray((m, cols), dtype=nl.float32, buffer=nl.psum, address=(0, 0))
@@ -739,12 +745,8 @@ def placed_after_the_compilers(x, w):
     summed; then a ninth in a tile the kernel places at bank 0, added: a placed tile holds
     its bank only while it lives, and its write waits for the reads of the tensor the
     compiler put there before it."""
-    k, m = x.shape
-    n = w.shape[1]
-    a = nl.ndarray((k, m), dtype=x.dtype, buffer=nl.sbuf)
-    b = nl.ndarray((k, n), dtype=w.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=a, src=x)
-    nisa.dma_copy(dst=b, src=w)
+    m, n = x.shape[1], w.shape[1]
+    a, b = _in_sbuf(x, w)
     products = [nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum) for _ in range(8)]
     for ps in products:
         nisa.nc_matmul(ps, a, b)
@@ -793,4 +795,22 @@ def private_across_a_barrier(x):
     u = nl.ndarray((rows, x.shape[1]), x.dtype, nl.sbuf)
     nisa.dma_copy(dst=u, src=mine)
     nisa.dma_copy(dst=out[i * rows:(i + 1) * rows, :], src=u)
+    return out
+
+
+@nki.jit
+def products_summed(x, w, count):
+    """In an nl.dynamic_range of ``count`` iterations (a [1, 1] int32 in HBM), ten products
+    of x and w, each into a PSUM tensor of its own (a bank each, ten banks in all where PSUM
+    has eight), added into a sum in SBUF: count x 10 x (x^T w)."""
+    m, n = x.shape[1], w.shape[1]
+    a, b, c = _in_sbuf(x, w, count)
+    total = nl.zeros((m, n), dtype=nl.float32, buffer=nl.sbuf)
+    for _ in nl.dynamic_range(nisa.register_alloc(c)):
+        for _ in range(10):
+            ps = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(ps, a, b)
+            nisa.tensor_tensor(dst=total, data1=total, data2=ps, op=nl.add)
+    out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=total)
     return out
