@@ -166,17 +166,17 @@ def _run_to_here(inputs: dict, names: dict, core: int = 0, others: dict | None =
     finished as a launch finishes it) run on the core simulator from the kernel's
     ``inputs``; the bytes ``view`` then holds. On core ``core`` of an ``nl.nc`` grid the
     other cores' programs (``others``: core -> its tracer and phases, of an earlier trace)
-    run with it
-    phase by phase up to the meeting before the load, after which this core runs alone:
-    between two meetings nothing orders the cores, so only what they did before counts."""
+    run with it phase by phase up to the meeting before the load, after which this core
+    runs alone: between two meetings nothing orders the cores, so only what they did
+    before counts."""
     def oracle(tracer: Tracer, view: View) -> np.ndarray:
         memo = {id(tracer.params): tracer.params, id(tracer.oracle): None}
         clone, v = copy.deepcopy((tracer, view), memo)
         phases = clone.programs()
-        others_ = others or {}
-        cores = {core: clone, **{c: t for c, (t, _) in others_.items()}}
+        given = others or {}
+        cores = {core: clone, **{c: t for c, (t, _) in given.items()}}
         order = sorted(cores)
-        every = {c: phases if c == core else others_[c][1] for c in order}
+        every = {c: phases if c == core else given[c][1] for c in order}
         hbm = _image([every[c][0] for c in order], inputs, names,
                      [cores[c] for c in order])
         before = len(phases) - 1
