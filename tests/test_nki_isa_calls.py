@@ -714,7 +714,8 @@ def test_the_cores_of_a_grid_meet_at_a_barrier_and_exchange_tiles(k):
     wrote before it; sendrecv: each core's dst takes the other's src. Each is a place where
     both cores' instructions before end before any after start, the exchange a DMA between
     the cores' SBUF; the launch's time is the phases' and the exchanges'. Two cores' DMAs of
-    the same HBM bytes between meetings, one writing, are refused at the writer's line."""
+    the same HBM bytes between meetings, one writing, are refused at the writer's line (a
+    DMA at a run-time index where its index put it)."""
     nl = knki.language
     x = np.random.default_rng(13).standard_normal((64, 8)).astype(np.float32)
     out, out2 = k["v2_halves_then_barrier"][nl.nc(2)](x, platform_target="trn2")
@@ -726,6 +727,14 @@ def test_the_cores_of_a_grid_meet_at_a_barrier_and_exchange_tiles(k):
                                             r"writes HBM bytes that core 1's DMA of line \d+ "
                                             r"also accesses, with no core_barrier"):
         k["v2_halves_then_barrier"][nl.nc(2)](x, barrier=False, platform_target="trn2")
+    # a DMA at a run-time index, where it landed: apart from the other core's write, or on it
+    out = k["v2_row_at_an_index"][nl.nc(2)](x, np.array([[2]], np.int32),
+                                            platform_target="trn2")
+    np.testing.assert_array_equal(out[[0, 2]], x[[1, 0]])
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: core \d's DMA of this line "
+                                            r"writes HBM bytes that core \d's DMA of line \d+ "
+                                            r"also accesses"):
+        k["v2_row_at_an_index"][nl.nc(2)](x, np.array([[0]], np.int32), platform_target="trn2")
     knki.SESSION.trace = True
     try:
         got = k["v2_halves_exchanged"][nl.nc(2)](x, platform_target="trn2")

@@ -208,14 +208,16 @@ def _same_meetings(tracers: list[Tracer]) -> None:
                            "on every core, in the same order", where=where)
 
 
-def _no_races_between_cores(tracers: list[Tracer], phases: list[list]) -> None:
+def _no_races_between_cores(tracers: list[Tracer], phases: list[list], ks=None,
+                            landed=None) -> None:
     """Refuse a launch two of whose cores touch the same HBM bytes between two meetings,
     one of them writing (:func:`~kernels.nki.tracer.cross_core_race`): nothing but a
     ``core_barrier`` or ``sendrecv`` orders the cores, so the result is whichever core's
-    DMA ran last."""
-    for k in range(len(phases[0])):
+    DMA ran last. ``ks``: the phases to check (every one); ``landed``: where the indirect
+    DMAs of the one phase checked landed, each core's, from its run."""
+    for k in range(len(phases[0])) if ks is None else ks:
         race = cross_core_race([p[k] for p in phases], [t.phase_lines[k] for t in tracers],
-                               tracers[0].private)
+                               tracers[0].private, landed)
         if race is None:
             continue
         (c0, s0, i0), (c1, s1, i1) = race
@@ -263,7 +265,13 @@ def _run_phases(tracers: list[Tracer], phases: list[list], timing_only: bool, tr
         return r
 
     for k in range(len(phases[0])):
+        for m in memories:
+            if m is not None:
+                m.landed = []
         runs = [run(i, k) for i in range(len(tracers))]
+        landed = [m.landed if m is not None else None for m in memories]
+        if any(landed):  # where the indirect DMAs landed, against the other cores' accesses
+            _no_races_between_cores(tracers, phases, (k,), landed)
         for part, r in zip(parts, runs, strict=True):
             part.append((start, r))
         start += max(r.time for r in runs)
@@ -451,7 +459,7 @@ class Kernel:
         initial = hbm.copy() if SESSION.keep and hbm is not None else None
         # the cores run side by side on their own engines; the instances of an SPMD grid
         # share no on-chip state, so running them one after the other gives their numerics
-        if len(phases[0]) > 1:
+        if len(phases[0]) > 1 or cores > 1:
             results = _run_phases(tracers, phases, timing_only, SESSION.trace or trace, hbm)
         else:
             results = [_run(t, p, timing_only, SESSION.trace or trace, hbm)

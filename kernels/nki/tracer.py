@@ -522,15 +522,16 @@ def _share_bytes(a: AP, b: AP) -> bool:
     return bool((hi > lo).any())
 
 
-def cross_core_race(programs, lines, private=()) -> tuple | None:
+def cross_core_race(programs, lines, private=(), landed=None) -> tuple | None:
     """Two DMAs of different cores, among ``programs`` (one phase of each core: between
     two meetings nothing orders one core's accesses against another's), that touch a byte
     of HBM in common, one writing it: ``((core, stream, index) of the writing one,
     (core, stream, index) of the other)``, or None. Not compared: the side of an indirect
-    DMA that its index moves (where it lands is read at run time), an access within a
-    tensor each core has its own of (``private``: their byte ranges), and a place that both
-    cores write by the same kernel line (``lines``: each core's instructions' lines): a
-    kernel computing the same result on every core."""
+    DMA that its index moves unless ``landed`` gives where it landed (each core's
+    :attr:`~sim.core.data.Data.landed` of a run of the phase), an access within a tensor
+    each core has its own of (``private``: their byte ranges), and a place that both cores
+    write by the same kernel line (``lines``: each core's instructions' lines): a kernel
+    computing the same result on every core."""
     accesses = []  # (first byte, end, core, stream, index, written, ap)
     for core, program in enumerate(programs):
         for stream, instructions in program.streams.items():
@@ -544,6 +545,10 @@ def cross_core_race(programs, lines, private=()) -> tuple | None:
                         lo, hi = _span(footprint(ap))
                         if not any(a <= lo and hi <= b for a, b in private):
                             accesses.append((lo, hi, core, stream, i, written, ap))
+        for stream, i, ap, written in (landed[core] or ()) if landed else ():
+            lo, hi = _span(footprint(ap))
+            if not any(a <= lo and hi <= b for a, b in private):
+                accesses.append((lo, hi, core, stream, i, written, ap))
     if not any(a[5] for a in accesses):
         return None
     lo = np.array([a[0] for a in accesses], np.int64)

@@ -96,6 +96,9 @@ class Data:
                                f"bytes, not {hbm.dtype} x {hbm.size}")
         self.hbm = hbm
         self.seed = seed
+        #: when a list, each indirect DMA's indexed side where its index put it, appended
+        #: as it runs: ``(stream, instruction index, access pattern, written)``
+        self.landed: list | None = None
         self.kinds = [isa.engine_kind(s) for s in program.streams]
         self.beats: dict[str, int] = {}  # unit -> output beats it gave since the run began
         self.tiles: dict[tuple[int, int], tuple] = {}  # tile position -> (bits, fmt, placed)
@@ -288,6 +291,9 @@ class Data:
                 row = replace(side, partitions=1, offset=side.offset + int(rows[p]) * side.pstride)
                 mine = _partition(other, int(p))
                 pairs.append((row, mine) if ins.index_dst else (mine, row))
+        if self.landed is not None and ins.index is not None:
+            self.landed += [(stream, index, dst if ins.index_dst else src, ins.index_dst)
+                            for dst, src in pairs]
         for dst, src in pairs:
             if ins.add:  # the vector unit's fp32 add
                 self.write32(dst, vector.elementwise(VectorOp.ADD, self.read32(dst),

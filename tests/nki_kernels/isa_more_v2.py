@@ -814,3 +814,20 @@ def products_summed(x, w, count):
     out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=total)
     return out
+
+
+@nki.jit
+def row_at_an_index(x, where):
+    """On an nl.nc(2) grid, no meeting: core 0 writes x's row 0 into out at the row
+    ``where`` names (a DMA at a run-time index), core 1 writes x's row 1 at out's row 0."""
+    out = nl.ndarray((4, x.shape[1]), x.dtype, nl.shared_hbm)
+    t = nl.ndarray((1, x.shape[1]), x.dtype, nl.sbuf)
+    if nl.program_id(0) == 0:
+        (at,) = _in_sbuf(where)
+        nisa.dma_copy(dst=t, src=x[0:1, :])
+        nisa.dma_copy(dst=out.ap([[x.shape[1], 1], [1, x.shape[1]]], scalar_offset=at,
+                                 indirect_dim=0), src=t)
+    else:
+        nisa.dma_copy(dst=t, src=x[1:2, :])
+        nisa.dma_copy(dst=out[0:1, :], src=t)
+    return out
