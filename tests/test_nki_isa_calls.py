@@ -1020,6 +1020,24 @@ def test_a_matmul_writes_bf16_psum_from_neuroncore_v4(k):
         k["v2_mx_product"](*args, dtype=nl.bfloat16, platform_target="trn2")
 
 
+def test_a_neuroncore_v4_matmul_streams_a_moving_tile_wider_than_a_bank_of_fp32(k):
+    """NKI: from NeuronCore-v4 the moving tile may be as wide as 8 PSUM banks of dst's type:
+    on trn3 a [64, 1024] moving tile into a bf16 PSUM tile (one bank) is x^T w rounded to
+    bf16 (the array's multiplies of 512 columns each); trn2 refuses it at the kernel's
+    line."""
+    rng = np.random.default_rng(53)
+    x = rng.standard_normal((64, 32)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((64, 1024)).astype(ml_dtypes.bfloat16)
+    out = k["v2_wide_product"](x, w, platform_target="trn3")
+    want = (x.astype(np.float64).T @ w.astype(np.float64))
+    assert _err(out, want) <= 2.0**-8
+    assert knki.SESSION.launches[-1].result.instructions["tensor"] >= 3  # a load, 2 multiplies
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: size of dimension 1 in "
+                                            r"'moving\[64, 1024\]' of 'nc_matmul' exceed "
+                                            r"architecture limitation of 512"):
+        k["v2_wide_product"](x, w, platform_target="trn2")
+
+
 def test_quantize_mx_on_the_vector_engine(k):
     """nisa.quantize_mx on trn3 against numpy, bit for bit: each group of 8 partitions by 4
     elements scaled by 2^(floor(log2(amax)) - 7) (NKI's: twice OCP's, 8 fp8_e4m3fn's largest

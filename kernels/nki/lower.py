@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from hdl.core.isa import (
+    AP,
     MX_DTYPES,
     SHUFFLE_KEEP,
     SHUFFLE_LANES,
@@ -251,7 +252,11 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
         m, n = m // 2, n // 2
     _same_partitions(st, mv, call, "stationary", "moving")
     _limit(st, m, p.cols, call, "stationary")
-    _limit(mv, n, p.moving_max, call, "moving")
+    v4 = int(p.version.lstrip("v")) >= 4
+    # NeuronCore-v4: "the free dimension size of moving tile can go up to 4096 for float32
+    # dst or 8192 for bfloat16 dst, matching the size of 8x PSUM banks" [NKI nc_matmul]
+    _limit(mv, n, PSUM_BANKS * p.psum_bank_bytes // 2 if v4 else p.moving_max, call,
+           "moving")
     row, col = 0, 0
     if tile_position:
         if not tile_size:
@@ -295,14 +300,42 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
         t.emit("tensor", LoadStationary(src=st_ap, row=row, col=col, double_row=double,
                                         scale=st_scale),
                reads=[(st, st_ap)] + ([(scales[0], st_scale)] if scales else []))
-        reads = [(mv, mv_ap)] + ([(out, out_ap)] if acc else []) \
-            + ([(scales[1], mv_scale)] if scales else [])
-        t.emit("tensor", MultiplyMoving(dst=out_ap, src=mv_ap, accumulate=bool(acc),
-                                        row=row, col=col, double_row=double,
-                                        scale=mv_scale), reads=reads,
-               writes=[(out, out_ap)])
+        _limit(mv, n, PSUM_BANKS * p.psum_bank_bytes // out_ap.itemsize if v4
+               else p.moving_max, call, "moving")
+        for src_j, dst_j, scale_j in _moving_pieces(mv_ap, out_ap, mv_scale, n,
+                                                    p.moving_max, call):
+            reads = [(mv, src_j)] + ([(out, dst_j)] if acc else []) \
+                + ([(scales[1], scale_j)] if scales else [])
+            t.emit("tensor", MultiplyMoving(dst=dst_j, src=src_j, accumulate=bool(acc),
+                                            row=row, col=col, double_row=double,
+                                            scale=scale_j), reads=reads,
+                   writes=[(out, dst_j)])
 
     return _finish(t, lambda: _out(t, (m, n), acc_dt[0], "psum", col), make, "matmul", mask, dst)
+
+
+#: PSUM banks a NeuronCore-v4 matmul's moving tile may span [NKI ``nc_matmul``].
+PSUM_BANKS = 8
+
+
+def _moving_pieces(src: AP, dst: AP, scale: AP | None, n: int, step: int, call: str):
+    """``(src, dst, scale)`` of each multiply a matmul of ``n`` columns makes: one, or (a
+    NeuronCore-v4 moving tile wider than the array streams in one multiply, ``step``) one
+    for each ``step`` columns, the same columns of ``dst`` and of the MX ``scale``."""
+    if n <= step:
+        return [(src, dst, scale)]
+    if len(src.dims) != 1 or len(dst.dims) != 1 or (scale is not None
+                                                    and len(scale.dims) != 1):
+        raise NotSupported(f"'{call}' of a moving tile wider than {step} whose free "
+                           f"dimensions do not merge", "a contiguous moving tile and dst")
+
+    def cols(ap, j, w):
+        (_, stride), = ap.dims
+        return replace(ap, offset=ap.offset + j * stride * ap.itemsize, dims=((w, stride),))
+
+    return [(cols(src, j, min(step, n - j)), cols(dst, j, min(step, n - j)),
+             None if scale is None else cols(scale, j, min(step, n - j)))
+            for j in range(0, n, step)]
 
 
 def _dropping(mask):

@@ -831,3 +831,17 @@ def row_at_an_index(x, where):
         nisa.dma_copy(dst=t, src=x[1:2, :])
         nisa.dma_copy(dst=out[0:1, :], src=t)
     return out
+
+
+@nki.jit
+def wide_product(x, w):
+    """nc_matmul of a moving tile of w's N columns into a bf16 PSUM tile, copied out."""
+    m, n = x.shape[1], w.shape[1]
+    a, b = _in_sbuf(x, w)
+    ps = nl.ndarray((m, n), dtype=nl.bfloat16, buffer=nl.psum)
+    nisa.nc_matmul(ps, a, b)
+    r = nl.ndarray((m, n), dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=r, src=ps)
+    out = nl.ndarray((m, n), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=r)
+    return out
