@@ -708,6 +708,13 @@ def divided(a, b):
     return out, out2
 
 
+def _to_hbm(t):
+    """A shared HBM tensor holding the SBUF tile ``t``."""
+    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
 def _in_sbuf(*tensors):
     """Each tensor copied into an SBUF tile of its shape."""
     tiles = []
@@ -733,9 +740,7 @@ def placed_sums(x, w):
             nisa.nc_matmul(ps, a, b[:, :cols])
         r = nl.ndarray((m, cols), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_copy(dst=r, src=ps)
-        out = nl.ndarray((m, cols), dtype=nl.float32, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=out, src=r)
-        outs.append(out)
+        outs.append(_to_hbm(r))
     return tuple(outs)
 
 
@@ -757,9 +762,7 @@ def placed_after_the_compilers(x, w):
     late = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum, address=(0, 0))
     nisa.nc_matmul(late, a, b)
     nisa.tensor_tensor(dst=total, data1=total, data2=late, op=nl.add)
-    out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=total)
-    return out
+    return _to_hbm(total)
 
 
 @nki.jit
@@ -811,9 +814,7 @@ def products_summed(x, w, count):
             ps = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
             nisa.nc_matmul(ps, a, b)
             nisa.tensor_tensor(dst=total, data1=total, data2=ps, op=nl.add)
-    out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=total)
-    return out
+    return _to_hbm(total)
 
 
 @nki.jit
@@ -842,6 +843,4 @@ def wide_product(x, w):
     nisa.nc_matmul(ps, a, b)
     r = nl.ndarray((m, n), dtype=nl.bfloat16, buffer=nl.sbuf)
     nisa.tensor_copy(dst=r, src=ps)
-    out = nl.ndarray((m, n), dtype=nl.bfloat16, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=r)
-    return out
+    return _to_hbm(r)
