@@ -57,6 +57,11 @@ class CoreParams:
     semaphores: int
 
     @property
+    def generation(self) -> int:
+        """The NeuronCore generation's number (``version`` v3: 3)."""
+        return int(self.version.lstrip("v"))
+
+    @property
     def psum_bank_bytes(self) -> int:
         return self.psum_bytes // self.psum_banks
 

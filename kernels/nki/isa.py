@@ -78,7 +78,7 @@ class nc_version(IntEnum):  # noqa: N801
 
 def get_nc_version() -> nc_version:
     """The NeuronCore generation of the chip the kernel is traced for."""
-    return nc_version(int(current("get_nc_version").params.version.lstrip("v")))
+    return nc_version(current("get_nc_version").params.generation)
 
 
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False,

@@ -47,7 +47,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     # transpose" of ``stationary`` (``moving`` the identity NKI asks for, not read) into a
     # destination of its type; on NeuronCore-v2, or into another type, a hint on the
     # product, which is what runs (as in nki.isa 0.1)
-    if is_transpose and int(current("nc_matmul").params.version.lstrip("v")) >= 3 \
+    if is_transpose and current("nc_matmul").params.generation >= 3 \
             and isinstance(dst, View) and isinstance(stationary, View) \
             and dst.dt == stationary.dt:
         lower.nc_transpose(stationary, dst=dst, call="nc_matmul")

@@ -37,7 +37,7 @@ from sim.core import Core, Program, ProgramError, Result, dma_seconds
 
 from .errors import NkiError, NotSupported
 from .source import with_mask_logic
-from .tracer import Tracer, View, cross_core_race, isa_dtype, numpy_dtype, tracing
+from .tracer import Tracer, View, cross_core_race, isa_dtype, near, numpy_dtype, tracing
 from .typing import TensorType
 
 __all__ = ["SESSION", "Kernel", "Launch", "baremetal", "benchmark", "jit", "params_for",
@@ -223,12 +223,9 @@ def _no_races_between_cores(tracers: list[Tracer], phases: list[list], ks=None,
         (c0, s0, i0), (c1, s1, i1) = race
         here, there = (tracers[c].phase_lines[k].get((s, i), "?")
                        for c, s, i in ((c0, s0, i0), (c1, s1, i1)))
-        file, _, n = there.rpartition(":")
-        if file == here.rpartition(":")[0]:
-            there = f"line {n}"
         raise NkiError(f"core {c0}'s DMA of this line writes HBM bytes that core {c1}'s "
-                       f"DMA of {there} also accesses, with no core_barrier or sendrecv "
-                       f"between them: the result depends on which core runs first",
+                       f"DMA of {near(there, here)} also accesses, with no core_barrier or "
+                       f"sendrecv between them: the result depends on which core runs first",
                        where=here)
 
 

@@ -233,7 +233,8 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
                            f"tiling (tile_position {tuple(tile_position)})")
     mx = [v.dt in MX_DTYPES for v in (st, mv)]
     if any(mx) != (scales is not None) or any(mx) != all(mx):
-        raise NkiError(f"'{call}' multiplies MX tiles (float8_e4m3fn_x4, float4_e2m1fn_x4) "
+        raise NkiError(f"'{call}' multiplies MX tiles (float8_e4m3fn_x4, float8_e5m2_x4, "
+                       f"float4_e2m1fn_x4) "
                        f"with their scales (nisa.nc_matmul_mx), other tiles without: "
                        f"stationary {st.dt}, moving {mv.dt}")
     if scales is not None:
@@ -252,11 +253,7 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
         m, n = m // 2, n // 2
     _same_partitions(st, mv, call, "stationary", "moving")
     _limit(st, m, p.cols, call, "stationary")
-    v4 = int(p.version.lstrip("v")) >= 4
-    # NeuronCore-v4: "the free dimension size of moving tile can go up to 4096 for float32
-    # dst or 8192 for bfloat16 dst, matching the size of 8x PSUM banks" [NKI nc_matmul]
-    _limit(mv, n, PSUM_BANKS * p.psum_bank_bytes // 2 if v4 else p.moving_max, call,
-           "moving")
+    _limit(mv, n, _moving_limit(p, 2), call, "moving")  # checked again by dst's type
     row, col = 0, 0
     if tile_position:
         if not tile_size:
@@ -300,8 +297,7 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
         t.emit("tensor", LoadStationary(src=st_ap, row=row, col=col, double_row=double,
                                         scale=st_scale),
                reads=[(st, st_ap)] + ([(scales[0], st_scale)] if scales else []))
-        _limit(mv, n, PSUM_BANKS * p.psum_bank_bytes // out_ap.itemsize if v4
-               else p.moving_max, call, "moving")
+        _limit(mv, n, _moving_limit(p, out_ap.itemsize), call, "moving")
         for src_j, dst_j, scale_j in _moving_pieces(mv_ap, out_ap, mv_scale, n,
                                                     p.moving_max, call):
             reads = [(mv, src_j)] + ([(out, dst_j)] if acc else []) \
@@ -314,8 +310,11 @@ def nc_matmul(stationary, moving, *, tile_position=(), tile_size=(), mask: Mask 
     return _finish(t, lambda: _out(t, (m, n), acc_dt[0], "psum", col), make, "matmul", mask, dst)
 
 
-#: PSUM banks a NeuronCore-v4 matmul's moving tile may span [NKI ``nc_matmul``].
-PSUM_BANKS = 8
+def _moving_limit(p, itemsize: int) -> int:
+    """The widest moving tile of a matmul into PSUM elements of ``itemsize`` bytes: the
+    array's ``moving_max``, or from NeuronCore-v4 the whole PSUM ("up to 4096 for float32 dst
+    or 8192 for bfloat16 dst, matching the size of 8x PSUM banks" [NKI ``nc_matmul``])."""
+    return p.psum_bytes // itemsize if p.generation >= 4 else p.moving_max
 
 
 def _moving_pieces(src: AP, dst: AP, scale: AP | None, n: int, step: int, call: str):

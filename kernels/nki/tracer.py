@@ -58,7 +58,7 @@ from .errors import NkiError, NotSupported, kernel_line
 
 __all__ = ["TF32", "Affine", "AffineLoop", "Buffer", "DynamicLoop", "Index", "Mask", "Placed",
            "Predicate", "Register", "SequentialLoop", "Tracer", "View", "cross_core_race",
-           "current", "isa_dtype", "numpy_dtype"]
+           "current", "isa_dtype", "near", "numpy_dtype"]
 
 #: NKI's ``tfloat32`` (a four-byte void type, as NKI spells it).
 TF32 = np.dtype("V4")
@@ -584,7 +584,7 @@ def _parallel_iterations(a: tuple, b: tuple):
     return None
 
 
-def _near(line: str, here: str) -> str:
+def near(line: str, here: str) -> str:
     """``file:line`` as ``line N`` when ``here`` is in the same file."""
     file, _, n = line.rpartition(":")
     return f"line {n}" if here.rpartition(":")[0] == file else line
@@ -1611,6 +1611,8 @@ class _Space:
 
     def _ranges(self, extra: tuple[int, int] | None = None, avoid=()) -> list:
         """The free ranges, with the range ``extra`` freed too, less the ranges ``avoid``."""
+        if extra is None and not avoid:
+            return self.free
         free = list(self.free)
         if extra is not None:
             insort(free, extra)
@@ -1647,7 +1649,8 @@ class _Space:
 
     def take(self, s: int, n: int) -> None:
         """Hold the range from ``s`` of ``n`` bytes (free until now)."""
-        self.free = self._merged(self.free)
+        if not any(a <= s and s + n <= b for a, b in self.free):  # across adjacent ranges
+            self.free = self._merged(self.free)
         for i, (a, b) in enumerate(self.free):
             if a <= s and s + n <= b:
                 del self.free[i]
@@ -2859,9 +2862,9 @@ class Tracer:
                 continue
             loop, first, second = both
             where = kernel_line()
-            made = f" (made at {_near(buf.where, where)})" if buf.where else ""
+            made = f" (made at {near(buf.where, where)})" if buf.where else ""
             raise NkiError(f"Unexpected output dependencies: iterations {first} and {second} "
-                           f"of the nl.affine_range loop at {_near(loop.where, where)} write "
+                           f"of the nl.affine_range loop at {near(loop.where, where)} write "
                            f"the same elements of tensor `{buf.name}`{made}; index the "
                            f"destination by the loop, or iterate with nl.sequential_range",
                            "err_unexpected_output_dependencies", where)

@@ -58,7 +58,7 @@ def matmul_results(params, dtype: str) -> tuple[str, ...]:
     NeuronCore-v4, dst can either be a float32 or bfloat16 tile"]."""
     if dtype == "int8":
         return ("int32",)
-    return ("fp32", "bf16") if int(params.version.lstrip("v")) >= 4 else ("fp32",)
+    return ("fp32", "bf16") if params.generation >= 4 else ("fp32",)
 
 
 class ProgramError(ValueError):
@@ -418,7 +418,7 @@ class Rules:
             if ins.op0 not in comparisons or ins.op1 not in comparisons:
                 fail(*where, "op", "a range select compares with equal, less, less_equal, "
                                    "greater or greater_equal")
-            if int(p.version.lstrip("v")) < 3:
+            if p.generation < 3:
                 fail(*where, "engine", f"{p.name}'s vector engine (NeuronCore-{p.version}) "
                                        f"has no range select, NeuronCore-v3 on has")
         elif isinstance(ins, isa.AffineSelect):
@@ -429,7 +429,7 @@ class Rules:
                                    "less_equal, greater or greater_equal")
         elif isinstance(ins, isa.QuantizeMx):
             s, d = ins.src, ins.dst
-            if int(p.version.lstrip("v")) < 4:
+            if p.generation < 4:
                 fail(*where, "engine", f"{p.name}'s vector engine (NeuronCore-{p.version}) "
                                        f"has no MX quantization, NeuronCore-v4 on has")
             if s.dtype not in ("bf16", "fp16") or d.dtype not in isa.QUANTIZE_MX_DTYPES or \
@@ -452,7 +452,7 @@ class Rules:
                                               f"src {s.partitions} x {s.free} {s.dtype} in "
                                               f"{s.space.upper()}, dst {d.partitions} x "
                                               f"{d.free} {d.dtype} in {d.space.upper()}")
-            if int(p.version.lstrip("v")) < 3:
+            if p.generation < 3:
                 fail(*where, "engine", f"{p.name}'s GpSimd engine (NeuronCore-{p.version}) has "
                                        f"no nonzero search, NeuronCore-v3 on has")
         elif isinstance(ins, isa.SequenceBounds):

@@ -331,7 +331,7 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
             ins = StreamShuffle(dst=slot_ap(dst, a_t, n), src=slot_ap(a, a_t, n),
                                 shuffle=entries)
             plan.touch("vector", [("s", a)], [("s", dst)], lambda ins=ins: b.emit("vector", ins))
-        elif kind == "rselect" and have and int(params.version.lstrip("v")) >= 3:
+        elif kind == "rselect" and have and params.generation >= 3:
             # kept where its place holds against two per-partition columns, else the fill
             a = rng.choice(have)
             a_t, n = plan.types[("s", a)]
@@ -401,7 +401,7 @@ def draw(b: Builder, seed: int, steps: int = 14) -> None:
             ins = SequenceBounds(dst=slot_ap(dst, "fp32", 2 * n, parts=1),
                                  src=slot_ap(a, a_t, n, parts=1))
             plan.touch("gpsimd", [("s", a)], [("s", dst)], lambda ins=ins: b.emit("gpsimd", ins))
-        elif kind == "nonzero" and have and int(params.version.lstrip("v")) >= 3:
+        elif kind == "nonzero" and have and params.generation >= 3:
             # GpSimd's NonzeroWithCount of an fp32 slot (its first elements) into another,
             # int32 (the first partition of each GpSimd core's 16 written), then read as the
             # uint32 the indices of the searches are

@@ -697,15 +697,8 @@ def all_nonzero(x):
 def divided(a, b):
     """nl.divide of two tiles (integers: a true division, in float32) and of a tile by a
     number."""
-    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-    out2 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-    ta = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-    tb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=ta, src=a)
-    nisa.dma_copy(dst=tb, src=b)
-    nisa.dma_copy(dst=out, src=nl.divide(ta, tb))
-    nisa.dma_copy(dst=out2, src=nl.divide(ta, 4))
-    return out, out2
+    ta, tb = _in_sbuf(a, b)
+    return _to_hbm(nl.divide(ta, tb)), _to_hbm(nl.divide(ta, 4))
 
 
 def _to_hbm(t):
