@@ -138,6 +138,8 @@ TRIG = ("sin", "cos")
 # carry the factor log2(e) of the exp reduction: t = mul32(x, add32(a, mul32(b, x*x))).
 _C = 2.0 * math.sqrt(2.0 / math.pi) / math.log(2.0)
 #: gelu_sigmoid, x sigmoid(1.702 x) ~ x exp(1.702 x): the exponent's linear term alone.
+#: 1.702 is the approximation's constant (Hendrycks and Gimpel's GELU paper; the one
+#: aws-neuron/nki-library's references of its Swish activation use: moe_tkg_torch.py).
 GELU_SIGMOID = 1.702
 EXP_TAIL_CUBIC = {"gelu_tanh": (_C, _C * 0.044715),
                   "gelu_sigmoid": (GELU_SIGMOID / math.log(2.0), 0.0)}
