@@ -20,6 +20,7 @@ from sim.golden import vector as golden
 CASES = np.array([
     0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x00000001,
     0x807FFFFF, 0x7F7FFFFF, 0x3F800000, 0xBF800000, 0x3F800001, 0x40490FDB, 0xC0000000,
+    0x0000001F, 0x00000020,  # shift counts: the last that shifts, the first that clears
 ], dtype=np.uint32)
 
 
@@ -300,6 +301,29 @@ def test_golden_vector_ops_against_numpy():
     assert np.array_equal(f[VectorOp.ABS], np.abs(fa))
     assert np.array_equal(f[VectorOp.SQUARE], fa * fa)
     assert np.array_equal(golden.elementwise(VectorOp.BITWISE_XOR, a, b), a ^ b)
+    assert np.array_equal(f[VectorOp.LOGICAL_AND], np.logical_and(fa, fb).astype(np.float32))
+    assert np.array_equal(f[VectorOp.LOGICAL_OR], np.logical_or(fa, fb).astype(np.float32))
+    assert np.array_equal(f[VectorOp.LOGICAL_XOR], np.logical_xor(fa, fb).astype(np.float32))
+    assert np.array_equal(f[VectorOp.ABS_MAX], np.where(np.abs(fa) > np.abs(fb), fa, fb))
+    assert np.array_equal(f[VectorOp.ABS_MIN], np.where(np.abs(fa) < np.abs(fb), fa, fb))
+    # NKI's examples: abs_max(-5, 3) is -5, a tie gives y; abs_min(5, -3) is -3
+    pair = np.array([-5, 1, 5, 1], np.float32).view(np.uint32), \
+        np.array([3, -1, -3, -1], np.float32).view(np.uint32)
+    assert golden.elementwise(VectorOp.ABS_MAX, *pair).view(np.float32).tolist()[:2] == \
+        [-5.0, -1.0]
+    assert golden.elementwise(VectorOp.ABS_MIN, *pair).view(np.float32).tolist()[2:] == \
+        [-3.0, -1.0]
+    # truths: zeros of either sign are false, a NaN and a subnormal true
+    t = np.array([0.0, -0.0, np.nan, 1e-45, 2.0], np.float32)
+    got = golden.elementwise(VectorOp.LOGICAL_OR, t.view(np.uint32), np.uint32(0))
+    assert got.view(np.float32).tolist() == [0.0, 0.0, 1.0, 1.0, 1.0]
+    # shifts: words as numpy's uint32, counts of 32 on giving 0 (numpy's rule for them)
+    ints = rng.integers(0, 2**32, 500, dtype=np.uint32)
+    counts = rng.integers(0, 40, 500, dtype=np.uint32)
+    assert np.array_equal(golden.elementwise(VectorOp.LEFT_SHIFT, ints, counts),
+                          np.left_shift(ints, counts))
+    assert np.array_equal(golden.elementwise(VectorOp.RIGHT_SHIFT, ints, counts),
+                          np.right_shift(ints, counts))
     params = VectorParams(lanes=4)
     rows = fa[:12].reshape(3, 4)
     last = np.array([False, False, True])

@@ -149,7 +149,7 @@ from hdl.numerics.fpu import Widen, WidenParams, lzc, round_pack
 from hdl.vector.convert import ENGINE_FORMATS
 from hdl.vector.fpcmp import f_eq, f_lt, holds, is_nan
 from hdl.vector.lanes import add_lane
-from hdl.vector.ops import Draw, Reduce, VectorOp
+from hdl.vector.ops import BITWISE_OPS, Draw, Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
 __all__ = ["ENGINE_DTYPES", "ENGINE_RUNS", "GENERATOR_SEED", "INDEX_BITS", "IOTA_MODULE",
@@ -378,8 +378,10 @@ def load_operand(m: Module, reg, rows, first, shift, dtype, chunk: int, set_imm,
 def bitwise(op):
     """Whether the operation ``op`` (a :class:`~hdl.vector.ops.VectorOp` signal) is bitwise
     (combinational)."""
-    return (op == VectorOp.BITWISE_AND) | (op == VectorOp.BITWISE_OR) \
-        | (op == VectorOp.BITWISE_XOR)
+    out = 0
+    for each in BITWISE_OPS:
+        out = out | (op == each)
+    return out
 
 
 def _is_word(dtype):

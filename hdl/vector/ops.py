@@ -9,8 +9,15 @@ class VectorOp(enum.Enum, shape=5):
     Arithmetic is fp32 (``add32``/``mul32``, RNE, subnormals kept, NaN canonical).
     ``MAX``/``MIN`` give the canonical NaN if either operand is NaN, else ``b`` if
     ``b > a`` (``b < a``) and ``a`` otherwise (so ties, including -0/+0, give ``a``).
-    Comparisons give 1.0 or 0.0 (IEEE: NaN is unordered, -0 == +0). Bitwise operations act on
-    the 32-bit words as integers. ``COPY``, ``ABS`` and ``SQUARE`` read ``a`` only.
+    Comparisons give 1.0 or 0.0 (IEEE: NaN is unordered, -0 == +0). The logical operations
+    give 1.0 or 0.0 of the operands' truths, a value being true unless it is +0 or -0 (a NaN
+    is true). ``ABS_MAX`` (``ABS_MIN``) gives the canonical NaN if either operand is NaN, else
+    ``a`` if ``|a| > |b|`` (``|a| < |b|``) and ``b`` otherwise (so ties give ``b``), each
+    with its sign [NKI ``nl.abs_max``: "tie-breaking: returns y when |x| == |y|"]. Bitwise
+    operations (:data:`BITWISE_OPS`) act on the 32-bit words as integers: ``LEFT_SHIFT`` and
+    ``RIGHT_SHIFT`` shift ``a``'s word by ``b``'s word read as an unsigned count, filling
+    with zeros (a logical shift right; NKI has no arithmetic one), 0 from a count of 32 on.
+    ``COPY``, ``ABS`` and ``SQUARE`` read ``a`` only.
     """
 
     COPY = 0
@@ -30,6 +37,13 @@ class VectorOp(enum.Enum, shape=5):
     BITWISE_XOR = 14
     ABS = 15
     SQUARE = 16
+    LOGICAL_AND = 17
+    LOGICAL_OR = 18
+    LOGICAL_XOR = 19
+    ABS_MAX = 20
+    ABS_MIN = 21
+    LEFT_SHIFT = 22
+    RIGHT_SHIFT = 23
 
 
 class Reduce(enum.Enum, shape=2):
@@ -44,7 +58,11 @@ class Reduce(enum.Enum, shape=2):
     MAX = 2
 
 
-BITWISE_OPS = (VectorOp.BITWISE_AND, VectorOp.BITWISE_OR, VectorOp.BITWISE_XOR)
+#: The operations on 32-bit words as integers (NKI's "bitvec" operators).
+BITWISE_OPS = (VectorOp.BITWISE_AND, VectorOp.BITWISE_OR, VectorOp.BITWISE_XOR,
+               VectorOp.LEFT_SHIFT, VectorOp.RIGHT_SHIFT)
+#: The logical operations: 1.0 or 0.0 of their operands' truths.
+LOGICAL_OPS = (VectorOp.LOGICAL_AND, VectorOp.LOGICAL_OR, VectorOp.LOGICAL_XOR)
 
 
 class Draw(enum.Enum, shape=2):

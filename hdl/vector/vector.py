@@ -119,6 +119,8 @@ def _element_op(m, op, a, b, instances: bool, suffix: str):
     product = add_fp(m, "mul", f"mul{suffix}", a, Mux(op == VectorOp.SQUARE, a, b), instances)
     lt, gt = f_lt(a, b), f_lt(b, a)
     unordered = is_nan(a) | is_nan(b)
+    a_true, b_true = a[0:31] != 0, b[0:31] != 0
+    wide_count = b[5:32] != 0  # a shift by 32 or more
     r = Signal(32, name=f"r{suffix}")
     with m.Switch(op):
         with m.Case(VectorOp.COPY):
@@ -141,6 +143,20 @@ def _element_op(m, op, a, b, instances: bool, suffix: str):
             m.d.comb += r.eq(a ^ b)
         with m.Case(VectorOp.ABS):
             m.d.comb += r.eq(Mux(is_nan(a), CANONICAL_NAN32, a & ~SIGN32))
+        with m.Case(VectorOp.LOGICAL_AND):
+            m.d.comb += r.eq(Mux(a_true & b_true, ONE32, 0))
+        with m.Case(VectorOp.LOGICAL_OR):
+            m.d.comb += r.eq(Mux(a_true | b_true, ONE32, 0))
+        with m.Case(VectorOp.LOGICAL_XOR):
+            m.d.comb += r.eq(Mux(a_true ^ b_true, ONE32, 0))
+        with m.Case(VectorOp.ABS_MAX):
+            m.d.comb += r.eq(Mux(unordered, CANONICAL_NAN32, Mux(a[0:31] > b[0:31], a, b)))
+        with m.Case(VectorOp.ABS_MIN):
+            m.d.comb += r.eq(Mux(unordered, CANONICAL_NAN32, Mux(a[0:31] < b[0:31], a, b)))
+        with m.Case(VectorOp.LEFT_SHIFT):
+            m.d.comb += r.eq(Mux(wide_count, 0, (a << b[0:5])[0:32]))
+        with m.Case(VectorOp.RIGHT_SHIFT):
+            m.d.comb += r.eq(Mux(wide_count, 0, a >> b[0:5]))
     return r
 
 

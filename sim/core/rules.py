@@ -304,6 +304,12 @@ class Rules:
                                      f"rounding.modes have no {ins.rounding} rounding)")
         for name, ap, _ in isa.reach(ins):
             self._check_ap(where, name, ap, kind, hbm_bytes)
+        # [NKI nl.abs_max, nl.abs_min: "Available only on NeuronCore-v4 (trn3) and newer"]
+        for name in ("op", "op0", "op1"):
+            if getattr(ins, name, None) in (VectorOp.ABS_MAX, VectorOp.ABS_MIN) and \
+                    p.generation < 4:
+                fail(*where, "op", f"{p.name}'s engines (NeuronCore-{p.version}) have no "
+                                   f"{getattr(ins, name).name.lower()}, NeuronCore-v4 on has")
         if kind in ("vector", "scalar", "gpsimd") and not isinstance(ins, isa.QuantizeMx):
             for name, ap, _ in ins.operands():
                 if ap.dtype in isa.MX_DTYPES:

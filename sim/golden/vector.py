@@ -46,6 +46,25 @@ def _canonical(x):
     return np.where(np.isnan(_f(x)), CANONICAL_NAN32, x).astype(np.uint32)
 
 
+def _true(x):
+    """Each fp32 value's truth: anything but +0 and -0 (a NaN included)."""
+    return (x & ~SIGN32) != 0
+
+
+def _by_magnitude(a, b, keep_a):
+    """``a`` where ``keep_a(|a|, |b|)``, else ``b`` (signs kept); the canonical NaN if either
+    is NaN. Magnitudes compare as the words without their sign bits."""
+    nan = np.isnan(_f(a)) | np.isnan(_f(b))
+    return np.where(nan, CANONICAL_NAN32,
+                    np.where(keep_a(a & ~SIGN32, b & ~SIGN32), a, b)).astype(np.uint32)
+
+
+def _shift(a, b, shift):
+    """``a``'s word shifted by ``b``'s word as an unsigned count, zeros shifted in; 0 from
+    a count of 32 on."""
+    return np.where(b >= 32, np.uint32(0), shift(a, b & np.uint32(31))).astype(np.uint32)
+
+
 def elementwise(op: VectorOp, a, b) -> np.ndarray:
     """``op(a, b)`` elementwise on fp32 bit patterns."""
     a = np.asarray(a, dtype=np.uint32)
@@ -70,6 +89,13 @@ def elementwise(op: VectorOp, a, b) -> np.ndarray:
             VectorOp.BITWISE_XOR: lambda: a ^ b,
             VectorOp.ABS: lambda: _canonical(a & ~SIGN32),
             VectorOp.SQUARE: lambda: mul32(a, a),
+            VectorOp.LOGICAL_AND: lambda: _flag(_true(a) & _true(b)),
+            VectorOp.LOGICAL_OR: lambda: _flag(_true(a) | _true(b)),
+            VectorOp.LOGICAL_XOR: lambda: _flag(_true(a) ^ _true(b)),
+            VectorOp.ABS_MAX: lambda: _by_magnitude(a, b, np.greater),
+            VectorOp.ABS_MIN: lambda: _by_magnitude(a, b, np.less),
+            VectorOp.LEFT_SHIFT: lambda: _shift(a, b, np.left_shift),
+            VectorOp.RIGHT_SHIFT: lambda: _shift(a, b, np.right_shift),
         }
         return np.asarray(table[op](), dtype=np.uint32)
 

@@ -799,6 +799,11 @@ def _mixed_types(b: Builder) -> None:
                           bias=ops["fp8_e4m3"]))
 
 
+def _count(n: int) -> float:
+    """A shift's immediate count ``n``: the fp32 whose word is ``n``."""
+    return float(np.array(n, np.uint32).view(np.float32))
+
+
 #: The two operations of :func:`_two_ops`' TensorScalar instructions: (op0, its scalar, op1,
 #: its scalar), a scalar an immediate (a float) or a per-partition operand of the type
 #: named, read from the columns of :data:`_TWO_OP_OPERANDS`.
@@ -812,6 +817,8 @@ _TWO_OPS = (
     (VectorOp.BITWISE_XOR, "int32", VectorOp.BITWISE_AND, "uint32"),
     (VectorOp.MULTIPLY, "fp32", VectorOp.SUBTRACT, "bf16"),
     (VectorOp.BITWISE_OR, "uint32", VectorOp.MULTIPLY, 0.5),
+    (VectorOp.LOGICAL_AND, "fp16", VectorOp.LOGICAL_XOR, 1.0),
+    (VectorOp.LEFT_SHIFT, _count(5), VectorOp.RIGHT_SHIFT, _count(9)),
 )
 #: The per-partition operands of :func:`_two_ops`, as :data:`_OPERANDS`, fp32 too.
 _TWO_OP_OPERANDS = _OPERANDS + (("fp32", 2, "og"),)

@@ -69,7 +69,8 @@ __all__ = ["draw", "random_program"]
 
 #: Element operations of its ``TensorTensor`` and ``TensorScalar`` instructions.
 _OPS = (VectorOp.ADD, VectorOp.SUBTRACT, VectorOp.MULTIPLY, VectorOp.MAX, VectorOp.MIN,
-        VectorOp.GREATER, VectorOp.LESS_EQUAL, VectorOp.IS_EQUAL)
+        VectorOp.GREATER, VectorOp.LESS_EQUAL, VectorOp.IS_EQUAL, VectorOp.LOGICAL_AND,
+        VectorOp.LOGICAL_XOR)
 #: An affine select's comparisons with 0.
 _COMPARISONS = (VectorOp.IS_EQUAL, VectorOp.NOT_EQUAL, VectorOp.LESS, VectorOp.LESS_EQUAL,
                 VectorOp.GREATER, VectorOp.GREATER_EQUAL)

@@ -146,6 +146,10 @@ async def directed(dut):
     for op in (VectorOp.ADD, VectorOp.SUBTRACT, VectorOp.MULTIPLY, VectorOp.MAX,
                VectorOp.GREATER_EQUAL, VectorOp.BITWISE_XOR):
         await tb.case(op, a=rnd_a, b=rnd_b, scalar=scalar)
+    # shifts by every count up to 33 (the specials' words count from 32 on)
+    counts = np.resize(np.arange(34, dtype=np.uint32), (12, lanes))
+    for op in (VectorOp.LEFT_SHIFT, VectorOp.RIGHT_SHIFT):
+        await tb.case(op, a=rnd_a, b=counts)
     # every operation second, on every special against every special: the first operation
     # (an OR with zero) passes each, non-canonical NaNs included, as it is
     firsts = np.repeat(SPECIALS, lanes).reshape(-1, lanes)
