@@ -1,5 +1,5 @@
 """The nki.language calls the engines have no one operation for, made of others by the NKI
-front end (floor, ceil, trunc, sign, mod, fmod, the logical operations, invert, var,
+front end (floor, ceil, trunc, sign, mod, fmod, logical_not, invert, var,
 softmax, rms_norm, expand_dims, shared_identity_matrix): NKI kernels of our own checked
 against numpy, exactly where the composition is exact."""
 

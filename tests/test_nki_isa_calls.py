@@ -1078,3 +1078,41 @@ def test_quantize_mx_on_the_vector_engine(k):
     np.testing.assert_array_equal(scales, want_scales)
     with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: .*has no MX quantization"):
         k["v2_quantized_on_device"](x, platform_target="trn2")
+
+
+def test_alu_operators_beyond_arithmetic(k, seed):
+    """nl.logical_and/or/xor as tensor_tensor's op (nki-library's MoE backward pass clamps
+    with them) against numpy's, on zeros of both signs, NaN and subnormals; nl.left_shift
+    and nl.right_shift of int32 words by tile counts up to 40 and by the number 3, as
+    numpy's shifts of the uint32 words (NKI's shift right is logical: zeros come in)."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-1, 2, (128, 64)).astype(np.float32)
+    y = rng.integers(-1, 2, (128, 64)).astype(np.float32)
+    x[0, :4] = [-0.0, np.nan, 1e-45, np.inf]
+    y[0, :4] = [1.0, 1.0, 1.0, 0.0]
+    ints = rng.integers(-2**31, 2**31, (128, 64), dtype=np.int64).astype(np.int32)
+    counts = rng.integers(0, 41, (128, 64)).astype(np.uint32)
+    outs = k["v2_alu_ops"](x, y, ints, counts)
+    for out, fn in zip(outs[:3], (np.logical_and, np.logical_or, np.logical_xor), strict=True):
+        assert np.array_equal(out, fn(x, y).astype(np.float32))
+    words = ints.view(np.uint32)
+    wants = (np.left_shift(words, counts), np.right_shift(words, counts),
+             np.left_shift(words, np.uint32(3)), np.right_shift(words, np.uint32(3)))
+    for out, want in zip(outs[3:], wants, strict=True):
+        assert out.dtype == np.int32 and np.array_equal(out.view(np.uint32), want)
+
+
+def test_abs_max_and_abs_min_from_neuroncore_v4(k, seed):
+    """nl.abs_max / nl.abs_min on trn3 against numpy: the operand of larger (smaller)
+    magnitude with its sign, a tie giving y (NKI's examples); trn2's engines have neither."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    y = rng.standard_normal((128, 64)).astype(np.float32)
+    x[0, :4], y[0, :4] = [-5.0, 1.0, 5.0, -0.0], [3.0, -1.0, -3.0, 0.0]
+    big, small = k["v2_by_magnitude"](x, y, platform_target="trn3")
+    assert np.array_equal(big, np.where(np.abs(x) > np.abs(y), x, y))
+    assert np.array_equal(small, np.where(np.abs(x) < np.abs(y), x, y))
+    assert big[0, :2].tolist() == [-5.0, -1.0] and small[0, 2] == -3.0
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: .*no abs_max, "
+                                            r"NeuronCore-v4 on has"):
+        k["v2_by_magnitude"](x, y, platform_target="trn2")

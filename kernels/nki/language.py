@@ -661,7 +661,7 @@ def _binary(call: str, op: VectorOp, x, y, dtype, mask) -> View:
         raise NotSupported(f"a number as the first operand of '{call}'",
                            "a tile first, or the commutative operators")
     if not ys:
-        return lower.tensor_scalar(x, _NP[op], float(y), dtype=dtype or _with_scalar(x.dt, y),
+        return lower.tensor_scalar(x, op, float(y), dtype=dtype or _with_scalar(x.dt, y),
                                    mask=mask, call=call)
     if x.ndim + y.ndim == 3:  # a tile of one value per partition against a 2-D one
         x, y = x.as_column(), y.as_column()
@@ -677,20 +677,20 @@ def _binary(call: str, op: VectorOp, x, y, dtype, mask) -> View:
     xf = math.prod(x.shape[1:]) if x.ndim > 1 else 1
     yf = math.prod(y.shape[1:]) if y.ndim > 1 else 1
     if xf == yf and common is None:
-        return lower.tensor_tensor(x, y, _NP[op], dtype=dtype, mask=mask, call=call)
+        return lower.tensor_tensor(x, y, op, dtype=dtype, mask=mask, call=call)
     if yf == 1:  # one value per partition: a tensor_scalar
-        return lower.tensor_scalar(x, _NP[op], y, dtype=dtype or promote(x.dt, y.dt),
+        return lower.tensor_scalar(x, op, y, dtype=dtype or promote(x.dt, y.dt),
                                    mask=mask, call=call)
     if xf == 1:
         if op in lower.COMMUTATIVE:
-            return lower.tensor_scalar(y, _NP[op], x, dtype=dtype or promote(x.dt, y.dt),
+            return lower.tensor_scalar(y, op, x, dtype=dtype or promote(x.dt, y.dt),
                                        mask=mask, call=call)
         if op == VectorOp.SUBTRACT:
             return lower.tensor_scalar(y, np.multiply, -1.0, op1=np.add, operand1=x,
                                        dtype=dtype or promote(x.dt, y.dt), mask=mask,
                                        call=call)
     if common is not None:  # numpy's broadcasting of free dimensions
-        return lower.tensor_tensor(x.broadcast_to(common), y.broadcast_to(common), _NP[op],
+        return lower.tensor_tensor(x.broadcast_to(common), y.broadcast_to(common), op,
                                    dtype=dtype, mask=mask, call=call)
     raise NotSupported(f"'{call}' of shapes {list(x.shape)} and {list(y.shape)}",
                        "equal shapes, [P, 1] against [P, ...], or shapes of one rank that "
@@ -729,14 +729,6 @@ def _broadcast_shape(a: tuple, b: tuple) -> tuple | None:
     return tuple(m if n == 1 else n for m, n in zip(a, b, strict=True))
 
 
-_NP = {VectorOp.ADD: np.add, VectorOp.SUBTRACT: np.subtract, VectorOp.MULTIPLY: np.multiply,
-       VectorOp.MAX: np.maximum, VectorOp.MIN: np.minimum, VectorOp.IS_EQUAL: np.equal,
-       VectorOp.NOT_EQUAL: np.not_equal, VectorOp.GREATER: np.greater,
-       VectorOp.GREATER_EQUAL: np.greater_equal, VectorOp.LESS: np.less,
-       VectorOp.LESS_EQUAL: np.less_equal, VectorOp.BITWISE_AND: np.bitwise_and,
-       VectorOp.BITWISE_OR: np.bitwise_or, VectorOp.BITWISE_XOR: np.bitwise_xor}
-
-
 def _binary_fn(name: str, op: VectorOp):
     def fn(x, y, *, dtype=None, mask=None, **kwargs):
         _no_options(name, kwargs)
@@ -762,6 +754,10 @@ less_equal = _binary_fn("less_equal", VectorOp.LESS_EQUAL)
 bitwise_and = _binary_fn("bitwise_and", VectorOp.BITWISE_AND)
 bitwise_or = _binary_fn("bitwise_or", VectorOp.BITWISE_OR)
 bitwise_xor = _binary_fn("bitwise_xor", VectorOp.BITWISE_XOR)
+left_shift = _binary_fn("left_shift", VectorOp.LEFT_SHIFT)
+right_shift = _binary_fn("right_shift", VectorOp.RIGHT_SHIFT)
+abs_max = _binary_fn("abs_max", VectorOp.ABS_MAX)
+abs_min = _binary_fn("abs_min", VectorOp.ABS_MIN)
 
 
 def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> View:
@@ -1058,30 +1054,21 @@ def _modulo(call: str, x: View, y, dtype, mask) -> View:
         dtype or x.dtype, mask)
 
 
-def _truth(call: str, x) -> View:
-    """1.0 where ``x`` is nonzero, else 0.0."""
-    return lower.tensor_scalar(x, np.not_equal, 0.0, dtype=float32, call=call)
+def _logical_fn(name: str, op: VectorOp):
+    def fn(x, y, *, dtype=uint8, mask=None, **kwargs):
+        _no_options(name, kwargs)
+        return _binary(name, op, x, y, dtype, mask)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (f"``{name}(x, y)`` of the operands' truths (nonzero, a NaN included), 1 or "
+                  f"0, on the vector engine (booleans as uint8 unless ``dtype`` says).")
+    lower.VECTOR_OPS[fn] = op
+    return fn
 
 
-def logical_and(x, y, *, dtype=uint8, mask=None, **kwargs) -> View:
-    """1 where both are nonzero, else 0 (booleans as uint8)."""
-    _no_options("logical_and", kwargs)
-    return _binary("logical_and", VectorOp.MULTIPLY, _truth("logical_and", x),
-                   _truth("logical_and", y), dtype, mask)
-
-
-def logical_or(x, y, *, dtype=uint8, mask=None, **kwargs) -> View:
-    """1 where either is nonzero, else 0 (booleans as uint8)."""
-    _no_options("logical_or", kwargs)
-    return _binary("logical_or", VectorOp.MAX, _truth("logical_or", x),
-                   _truth("logical_or", y), dtype, mask)
-
-
-def logical_xor(x, y, *, dtype=uint8, mask=None, **kwargs) -> View:
-    """1 where exactly one is nonzero, else 0 (booleans as uint8)."""
-    _no_options("logical_xor", kwargs)
-    return _binary("logical_xor", VectorOp.NOT_EQUAL, _truth("logical_xor", x),
-                   _truth("logical_xor", y), dtype, mask)
+logical_and = _logical_fn("logical_and", VectorOp.LOGICAL_AND)
+logical_or = _logical_fn("logical_or", VectorOp.LOGICAL_OR)
+logical_xor = _logical_fn("logical_xor", VectorOp.LOGICAL_XOR)
 
 
 def logical_not(x, *, dtype=uint8, mask=None, **kwargs) -> View:
@@ -1194,7 +1181,8 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
               "is_hbm is_sbuf is_psum is_on_chip program_id num_programs program_ndim "
               "load load_transpose2d broadcast_to device_print atomic_rmw "
               "store copy matmul transpose add subtract multiply divide maximum minimum "
-              "the comparisons bitwise_and/or/xor negative abs square exp log sqrt rsqrt "
+              "the comparisons bitwise_and/or/xor left_shift right_shift abs_max abs_min "
+              "negative abs square exp log sqrt rsqrt "
               "where tanh sigmoid relu gelu gelu_apprx_tanh gelu_apprx_sigmoid(_dx) silu "
               "silu_dx softplus erf mish sin cos "
               "arctan reciprocal sum max min mean var all softmax rms_norm floor ceil trunc sign "
@@ -1207,8 +1195,7 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
 #: does not implement: a kernel may name them (a module-level table of functions) and runs
 #: while it does not call them.
 _DOCUMENTED = frozenset((
-    "abs_max", "abs_min", "erf_dx", "gelu_dx", "left_shift", "power", "prelu", "prod",
-    "random_seed", "right_shift", "tan"))
+    "erf_dx", "gelu_dx", "power", "prelu", "prod", "random_seed", "tan"))
 
 
 def __getattr__(name: str):

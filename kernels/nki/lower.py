@@ -79,7 +79,9 @@ VECTOR_OPS: dict = {
     np.less_equal: VectorOp.LESS_EQUAL, np.bitwise_and: VectorOp.BITWISE_AND,
     np.bitwise_or: VectorOp.BITWISE_OR, np.bitwise_xor: VectorOp.BITWISE_XOR,
     np.max: VectorOp.MAX, np.amax: VectorOp.MAX, np.min: VectorOp.MIN,
-    np.amin: VectorOp.MIN, np.sum: VectorOp.ADD,
+    np.amin: VectorOp.MIN, np.sum: VectorOp.ADD, np.logical_and: VectorOp.LOGICAL_AND,
+    np.logical_or: VectorOp.LOGICAL_OR, np.logical_xor: VectorOp.LOGICAL_XOR,
+    np.left_shift: VectorOp.LEFT_SHIFT, np.right_shift: VectorOp.RIGHT_SHIFT,
 }
 #: NKI's arithmetic unary operators of tensor_scalar (its operand None or 0) [NKI ``nki.isa.
 #: tensor_scalar``: "Must be None or 0 when op0 is a unary operator (e.g., nl.abs)"].
@@ -93,7 +95,8 @@ def bypass(x):
 
 COMMUTATIVE = {VectorOp.ADD, VectorOp.MULTIPLY, VectorOp.MAX, VectorOp.MIN,
                 VectorOp.IS_EQUAL, VectorOp.NOT_EQUAL, VectorOp.BITWISE_AND,
-                VectorOp.BITWISE_OR, VectorOp.BITWISE_XOR}
+                VectorOp.BITWISE_OR, VectorOp.BITWISE_XOR, VectorOp.LOGICAL_AND,
+                VectorOp.LOGICAL_OR, VectorOp.LOGICAL_XOR}
 #: Activation functions (NKI's ``nl.*`` and numpy's) -> the chip's function names.
 ACTIVATIONS: dict = {np.exp: "exp", np.tanh: "tanh", np.log: "log", np.sqrt: "sqrt",
                      np.square: "square", np.abs: "abs", np.sin: "sin", np.cos: "cos",
@@ -111,11 +114,14 @@ def _engine(engine, allowed: tuple[str, ...], call: str) -> str:
 
 
 def _op(op, call: str) -> VectorOp:
-    v = VECTOR_OPS.get(op)
+    """The engines' operation of ``op``: an ALU operator (NKI's or numpy's function) or one
+    of the engines' own."""
+    v = op if isinstance(op, VectorOp) else VECTOR_OPS.get(op)
     if v is None:
         raise NotSupported(f"op {getattr(op, '__name__', op)!r} of '{call}'",
-                           "add, subtract, multiply, maximum, minimum, the comparisons and "
-                           "bitwise_and/or/xor (nl.* or np.*)")
+                           "add, subtract, multiply, maximum, minimum, the comparisons, "
+                           "bitwise_and/or/xor, left_shift, right_shift, logical_and/or/xor, "
+                           "abs_max and abs_min (nl.* or np.*)")
     return v
 
 
@@ -688,14 +694,13 @@ def _partial_reduce(op: VectorOp, x: View, axes: list[int], out_dt: str, keepdim
     lead = (slice(None),) * (1 + len(kept))
     shape = tuple(1 if keepdims and a in axes else n for a, n in enumerate(x.shape)
                   if keepdims or a not in axes)
-    np_op = _NP_OF[op]
     acc = perm[lead + (0,) * len(axes)]
     positions = list(np.ndindex(*(x.shape[a] for a in axes)))[1:]
     if not positions:
         acc = tensor_copy(acc, dtype=np.float32, call=call)
     for i, pos in enumerate(positions):
         last = i == len(positions) - 1 and not negate
-        acc = tensor_tensor(acc, perm[lead + pos], np_op, dtype=np.float32 if not last
+        acc = tensor_tensor(acc, perm[lead + pos], op, dtype=np.float32 if not last
                             else numpy_dtype(out_dt), call=call)
     if negate:
         acc = tensor_scalar(acc, np.multiply, -1.0, dtype=numpy_dtype(out_dt), call=call)
@@ -1339,12 +1344,12 @@ def scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0=False, rev
         tmp = tensor_scalar(data, np.multiply, -1.0, op1=np.add, operand1=operand0,
                             dtype=np.float32, mask=mask, call=call)
     else:
-        tmp = tensor_scalar(data, _NP_OF[_reversed(o0, call) if reverse0 else o0],
+        tmp = tensor_scalar(data, _reversed(o0, call) if reverse0 else o0,
                             operand0, dtype=np.float32, mask=mask, call=call)
     b = _tile(operand1, call, "operand1")
     a_, b_ = (b, tmp) if reverse1 else (tmp, b)
     out_dt = isa_dtype(dtype) if dtype is not None else _tile(data, call, "data").dt
-    return tensor_tensor(a_, b_, _NP_OF[o1], dtype=out_dt, mask=mask, dst=dst, call=call)
+    return tensor_tensor(a_, b_, o1, dtype=out_dt, mask=mask, dst=dst, call=call)
 
 
 def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *,
@@ -1452,7 +1457,7 @@ def tensor_partition_reduce(op, data, *, mask=None, dtype=None, dst=None,
         for c0 in range(0, f, cols):
             fc = min(cols, f - c0)
             xt = nc_transpose(flat[:, c0:c0 + fc], call=call)
-            r = tensor_reduce(_NP_OF[o], xt, 1, dtype=np.float32, keepdims=True, call=call)
+            r = tensor_reduce(o, xt, 1, dtype=np.float32, keepdims=True, call=call)
             rt = nc_transpose(r, call=call)
             tensor_copy(rt, dst=o2[:, c0:c0 + fc], call=call)
 
@@ -1540,11 +1545,3 @@ def bn_aggr(data, *, mask=None, dtype=None, dst=None, call: str = "bn_aggr"):
     rows = _tile(data, call, "data").shape[0]
     return _finish(t, lambda: _out(t, (rows, 2), out_dt), make, "compute", rows_of(mask), dst)
 
-
-_NP_OF = {VectorOp.ADD: np.add, VectorOp.SUBTRACT: np.subtract,
-          VectorOp.MULTIPLY: np.multiply, VectorOp.MAX: np.maximum,
-          VectorOp.MIN: np.minimum, VectorOp.IS_EQUAL: np.equal,
-          VectorOp.NOT_EQUAL: np.not_equal, VectorOp.GREATER: np.greater,
-          VectorOp.GREATER_EQUAL: np.greater_equal, VectorOp.LESS: np.less,
-          VectorOp.LESS_EQUAL: np.less_equal, VectorOp.BITWISE_AND: np.bitwise_and,
-          VectorOp.BITWISE_OR: np.bitwise_or, VectorOp.BITWISE_XOR: np.bitwise_xor}

@@ -30,7 +30,7 @@ def modulo(x, y):
 
 @nki.jit
 def logic(a, b):
-    """logical and, or, xor and not of a and b, and ~a (int32)."""
+    """logical and, or, xor (one operation each) and not of a and b, and ~a (int32)."""
     outs = [nl.ndarray(a.shape, dtype=nl.uint8, buffer=nl.shared_hbm) for _ in range(4)]
     inv = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     ta, tb = nl.load(a), nl.load(b)

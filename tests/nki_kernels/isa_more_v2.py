@@ -837,3 +837,38 @@ def wide_product(x, w):
     r = nl.ndarray((m, n), dtype=nl.bfloat16, buffer=nl.sbuf)
     nisa.tensor_copy(dst=r, src=ps)
     return _to_hbm(r)
+
+
+@nki.jit
+def alu_ops(x, y, ints, counts):
+    """The ALU operators beyond arithmetic: tensor_tensor's logical_and/or/xor of two fp32
+    tiles, left_shift and right_shift of int32 words by uint32 counts (a tile) and by 3
+    (tensor_scalar)."""
+    logic = [nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm) for _ in range(3)]
+    shifted = [nl.ndarray(ints.shape, dtype=nl.int32, buffer=nl.shared_hbm) for _ in range(4)]
+    a, b = nl.load(x), nl.load(y)
+    words, by = nl.load(ints), nl.load(counts)
+    for out, op in zip(logic, (nl.logical_and, nl.logical_or, nl.logical_xor), strict=True):
+        t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=t, data1=a, data2=b, op=op)
+        nl.store(out, t)
+    for out, op in zip(shifted[:2], (nl.left_shift, nl.right_shift), strict=True):
+        t = nl.ndarray(ints.shape, dtype=nl.int32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=t, data1=words, data2=by, op=op)
+        nl.store(out, t)
+    for out, op in zip(shifted[2:], (nl.left_shift, nl.right_shift), strict=True):
+        t = nl.ndarray(ints.shape, dtype=nl.int32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=t, data=words, op0=op, operand0=3)
+        nl.store(out, t)
+    return (*logic, *shifted)
+
+
+@nki.jit
+def by_magnitude(x, y):
+    """nl.abs_max and nl.abs_min of two tiles (NeuronCore-v4 on)."""
+    big = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    small = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    a, b = nl.load(x), nl.load(y)
+    nl.store(big, nl.abs_max(a, b))
+    nl.store(small, nl.abs_min(a, b))
+    return big, small
