@@ -1116,3 +1116,19 @@ def test_abs_max_and_abs_min_from_neuroncore_v4(k, seed):
     with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: .*no abs_max, "
                                             r"NeuronCore-v4 on has"):
         k["v2_by_magnitude"](x, y, platform_target="trn2")
+
+
+@pytest.mark.parametrize("dtype", ["mxfp4_x4", "mxfp8_x4", "mxfp8_e5m2_x4"])
+def test_memset_of_mx_quads_takes_zero_only(k, dtype, seed):
+    """nisa.memset of an x4 tile with 0 zeroes its bytes (nki-library's MXFP4 down projection
+    pads its weights so); any other value is refused at the call, as NKI documents."""
+    from kernels.nki.tracer import MX_NUMPY
+    dt = MX_NUMPY[dtype]
+    words = np.random.default_rng(seed).integers(1, 2**16, (32, 8)).astype(dt[0])
+    q = words.view(dt)
+    out = k["v2_mx_zero_padded"](q, 20, platform_target="trn3")
+    got = np.asarray(out).view(dt[0])
+    assert np.array_equal(got[:20], words[:20]) and not got[20:].any()
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: 'memset' of a .* tile "
+                                            r"takes value 0 only"):
+        k["v2_mx_zero_padded"](q, 20, value=1.0, platform_target="trn3")

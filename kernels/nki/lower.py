@@ -836,8 +836,14 @@ def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=None, dst=None
 
 
 def memset(dst: View, value, *, engine=None, call: str = "memset") -> None:
+    """``dst`` filled with ``value``; a tile of MX quads only with 0 [NKI ``memset``: "For x4
+    packed types ... only value=0 is supported"]: its bytes zeroed as integers of its size."""
     t = current(call)
     t.commit()
+    if dst.dt in MX_DTYPES:
+        if float(value) != 0.0:
+            raise NkiError(f"'{call}' of a {dst.dt} tile takes value 0 only, not {value!r}")
+        dst = dst.view("uint32" if dst.itemsize == 4 else "uint16")
     eng = _engine(engine, ("gpsimd", "vector"), call) if engine else \
         ("gpsimd" if dst.buf.space == "sbuf" else "vector")
     t.memset(dst, float(value), eng, call)

@@ -872,3 +872,15 @@ def by_magnitude(x, y):
     nl.store(big, nl.abs_max(a, b))
     nl.store(small, nl.abs_min(a, b))
     return big, small
+
+
+@nki.jit
+def mx_zero_padded(q, rows, value=0.0):
+    """A tile of MX quads zeroed by nisa.memset (NKI: value 0 only for x4 types), then its
+    first ``rows`` partitions loaded from ``q``, written back whole."""
+    out = nl.ndarray(q.shape, dtype=q.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(q.shape, dtype=q.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=t, value=value)
+    nisa.dma_copy(dst=t[:rows, :], src=q[:rows, :])
+    nisa.dma_copy(dst=out, src=t)
+    return out
