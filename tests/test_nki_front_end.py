@@ -329,6 +329,30 @@ def test_gen_nki_names_the_kernels_line_when_its_own_code_fails():
                      r"rows must be a multiple of 256$", line), line
 
 
+def test_an_exception_in_a_module_the_kernel_calls_names_that_modules_line(tmp_path):
+    """A kernel built from a library's functions (as nki-library's are): an exception in the
+    library's code names the library's line, not the kernel file's call of it."""
+    from generators.cli import main
+
+    (tmp_path / "kernel_library.py").write_text(
+        "def tiles(t):\n"
+        "    return t.no_such_attribute\n")
+    (tmp_path / "kernel.py").write_text(
+        "import neuronxcc.nki as nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "from kernel_library import tiles\n\n\n"
+        "@nki.jit\n"
+        "def calls_the_library(x):\n"
+        "    return tiles(nl.load(x))\n")
+    bad = CliRunner().invoke(main, ["nki", str(tmp_path / "kernel.py"), "--kernel",
+                                    "calls_the_library", "--shape", "x=128x4",
+                                    "--timing-only"])
+    assert bad.exit_code == 2
+    (line,) = bad.output.strip().splitlines()
+    assert line.startswith(f"error: {tmp_path / 'kernel_library.py'}:2: the kernel raised "
+                           f"AttributeError: "), line
+
+
 def test_a_bad_shape_option_is_named_as_the_option():
     """A --shape item that is no array's shape is the option's error, one line, status 2:
     no file and line of trngen's own code before it."""

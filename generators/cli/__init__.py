@@ -774,6 +774,7 @@ def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed, rtl, simul
     spilled to HBM says so, on standard error too, naming the allocation that did not fit."""
     from kernels import KernelError
     from kernels.nki import launch
+    from kernels.nki.errors import kernel_code
     from sim.core import ProgramError
     from sim.system import formulas
 
@@ -791,12 +792,14 @@ def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed, rtl, simul
     except Exception as exc:  # the kernel file's own code failed (its assertion, say)
         import traceback
 
-        where = [f for f in traceback.extract_tb(exc.__traceback__)
-                 if Path(f.filename).resolve() == file.resolve()]
-        if not where:
+        frames = traceback.extract_tb(exc.__traceback__)
+        if not any(Path(f.filename).resolve() == file.resolve() for f in frames):
             raise
+        # the innermost line of kernel code: the file's, or a module it calls (a library's)
+        f = [f for f in frames if kernel_code(f.filename)][-1]
+        name = file if Path(f.filename).resolve() == file.resolve() else f.filename
         text = str(exc).splitlines()[0] if str(exc) else ""
-        click.echo(f"error: {file}:{where[-1].lineno}: the kernel raised "
+        click.echo(f"error: {name}:{f.lineno}: the kernel raised "
                    f"{type(exc).__name__}{': ' + text if text else ''}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     verdicts = _nki_on_rtl(launches, simulator, seed) if rtl else {}

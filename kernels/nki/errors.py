@@ -15,9 +15,10 @@ from pathlib import Path
 
 from kernels.builder import KernelError
 
-__all__ = ["NkiError", "NotSupported", "Unimplemented", "kernel_line"]
+__all__ = ["NkiError", "NotSupported", "Unimplemented", "kernel_code", "kernel_line"]
 
 _HERE = str(Path(__file__).resolve().parent)
+_PYTHON = tuple({str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix)})
 
 
 def kernel_line() -> str:
@@ -34,6 +35,12 @@ def kernel_line() -> str:
 @functools.cache
 def _ours(filename: str) -> bool:
     return str(Path(filename).resolve()).startswith(_HERE)
+
+
+def kernel_code(filename: str) -> bool:
+    """Whether ``filename`` holds kernel code: neither this front end nor Python's own (its
+    standard library and installed packages)."""
+    return not _ours(filename) and not str(Path(filename).resolve()).startswith(_PYTHON)
 
 
 class NkiError(KernelError):
