@@ -1114,10 +1114,16 @@ class View(_Typed):
             raise NotSupported(f".ap with vector_offset along dimension {d}",
                                "vector_offset along dimension 0 (NKI's only), or "
                                "scalar_offset")
-        # the last index reaches furthest
-        v._within_storage(pattern, shift, [(stride, rows)] + pairs[1:], " at its last index")
+        # the rows an index may name: those that keep the access within the tensor's storage
+        # (an index past them is the DMA's out-of-bounds case, found as it runs [NKI
+        # ``dma_copy``: "out-of-bound address checking is turned on automatically during
+        # execution"])
+        v._within_storage(pattern, shift, pairs[1:])  # at index 0
+        item = v.itemsize
+        _, hi = _extent((v.off - v.buf.offset) // item + shift, pairs[1:])
+        rows = (v.buf.nbytes // item - 1 - hi) // stride + 1
         inner = [(count, s, False) for s, count in pairs[1:]]
-        base = View(v.buf, v.dt, [(rows, stride, False)] + inner, 0, v.off + shift * v.itemsize)
+        base = View(v.buf, v.dt, [(rows, stride, False)] + inner, 0, v.off + shift * item)
         if not isinstance(vector_offset, View):
             raise NotSupported(f".ap with a run-time offset from "
                                f"{type(vector_offset).__name__}", "an on-chip tile of indices")

@@ -372,7 +372,8 @@ class Section(nl.NKIObject):
 
 @nki.jit
 def gathered_past_storage(data, indices):
-    """A row gather whose rows start one element in: the last row runs past the tensor."""
+    """A row gather whose rows start one element in: the last row would run past the
+    tensor."""
     p, f = indices.shape[0], data.shape[1]
     idx = nl.ndarray((p, 1), dtype=nl.uint32, buffer=nl.sbuf)
     nisa.dma_copy(dst=idx, src=indices)
