@@ -1142,3 +1142,13 @@ def test_memset_of_mx_quads_takes_zero_only(k, dtype, seed):
     with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: 'memset' of a .* tile "
                                             r"takes value 0 only"):
         k["v2_mx_zero_padded"](q, 20, value=1.0, platform_target="trn3")
+
+
+def test_tensor_scalar_without_a_first_operation(k, seed):
+    """op0 None leaves the first stage out: the second alone, or a copy."""
+    import nki.language as nl
+
+    x = np.random.default_rng(seed).standard_normal((128, 64)).astype(np.float32)
+    np.testing.assert_array_equal(k["v2_no_first_operation"](x), x)
+    np.testing.assert_array_equal(k["v2_no_first_operation"](x, nl.maximum, -0.5),
+                                  np.maximum(x, np.float32(-0.5)))

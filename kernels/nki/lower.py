@@ -577,7 +577,10 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
     """``(data op0 operand0) op1 operand1``, each operand a number or one value per
     partition; ``reverse0`` / ``reverse1`` put the operand first (a reversed comparison is
     the opposite one, a reversed subtraction ``data * -1 + operand``); a stage of
-    :func:`bypass` is left out."""
+    :func:`bypass` is left out, and so is an ``op0`` of None (nki-library passes one where a
+    clamp is not asked for)."""
+    if op0 is None:
+        op0, operand0 = bypass, None
     if op1 is bypass:
         op1, operand1, reverse1 = None, None, False
     if op0 is bypass:

@@ -885,3 +885,16 @@ def mx_zero_padded(q, rows, value=0.0):
     nisa.dma_copy(dst=t[:rows, :], src=q[:rows, :])
     nisa.dma_copy(dst=out, src=t)
     return out
+
+
+@nki.jit
+def no_first_operation(x, op1=None, operand1=None):
+    """nisa.tensor_scalar with op0 None (nki-library's clamps when no limit is given): only
+    ``op1`` with ``operand1``, or, with neither, a copy."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    r = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(r, t, op0=None, operand0=None, op1=op1, operand1=operand1)
+    nisa.dma_copy(dst=out, src=r)
+    return out
