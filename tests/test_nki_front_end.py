@@ -353,6 +353,22 @@ def test_an_exception_in_a_module_the_kernel_calls_names_that_modules_line(tmp_p
                            f"AttributeError: "), line
 
 
+def test_a_kernel_file_or_its_module_that_does_not_parse_is_one_line(tmp_path):
+    """Code that does not parse (the documentation's own snippets include such a file; a
+    library module may be one) is named at its line: status 2, no traceback."""
+    from generators.cli import main
+
+    (tmp_path / "broken.py").write_text("import neuronxcc.nki as nki\n\nx = (1,\n")
+    (tmp_path / "broken_library.py").write_text("def f():\n  return 1\n    return 2\n")
+    (tmp_path / "imports.py").write_text("import broken_library\n")
+    for name, want in (("broken.py", f"{tmp_path / 'broken.py'}:3: "),
+                       ("imports.py", f"{tmp_path / 'broken_library.py'}:3: ")):
+        bad = CliRunner().invoke(main, ["nki", str(tmp_path / name)])
+        assert bad.exit_code == 2
+        (line,) = bad.output.strip().splitlines()
+        assert line.startswith(f"error: {want}the kernel's code does not parse: "), line
+
+
 def test_a_bad_shape_option_is_named_as_the_option():
     """A --shape item that is no array's shape is the option's error, one line, status 2:
     no file and line of trngen's own code before it."""

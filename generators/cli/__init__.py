@@ -789,6 +789,10 @@ def nki_cmd(file, kernel, spec, shape, timing_only, trace, fmt, seed, rtl, simul
     except (KernelError, ProgramError) as exc:
         click.echo(f"error: {str(exc).splitlines()[0]}", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    except SyntaxError as exc:  # the kernel file, or a module it imports, does not parse
+        click.echo(f"error: {exc.filename}:{exc.lineno}: the kernel's code does not parse: "
+                   f"{type(exc).__name__}: {exc.msg}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
     except Exception as exc:  # the kernel file's own code failed (its assertion, say)
         import traceback
 
