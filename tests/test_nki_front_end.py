@@ -369,6 +369,23 @@ def test_a_kernel_file_or_its_module_that_does_not_parse_is_one_line(tmp_path):
         assert line.startswith(f"error: {want}the kernel's code does not parse: "), line
 
 
+def test_a_file_that_launches_nothing_names_its_kernels(tmp_path):
+    """A file of kernels whose script launches none (as the vendor's tensor_addition example)
+    says so and names the kernels to launch with --kernel; so does an unknown --kernel."""
+    from generators.cli import main
+
+    f = tmp_path / "kernels_only.py"
+    f.write_text("import neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n\n\n"
+                 "@nki.jit\ndef double(x):\n    return nl.add(nl.load(x), nl.load(x))\n")
+    for args, want in (([], "launched no kernel when run; its kernels: double (launch one "
+                             "with --kernel NAME"),
+                       (["--kernel", "triple"], "no kernel 'triple'; its kernels: double")):
+        bad = CliRunner().invoke(main, ["nki", str(f), *args])
+        assert bad.exit_code == 2
+        (line,) = bad.output.strip().splitlines()
+        assert line.startswith(f"error: {f}: {want}"), line
+
+
 def test_a_bad_shape_option_is_named_as_the_option():
     """A --shape item that is no array's shape is the option's error, one line, status 2:
     no file and line of trngen's own code before it."""

@@ -706,14 +706,19 @@ def run_file(path, kernel: str | None = None, shapes: dict | None = None, *,
     try:
         with installed():
             if kernel is None:
-                runpy.run_path(str(path), run_name="__main__")
+                scope = runpy.run_path(str(path), run_name="__main__")
+                if not SESSION.launches:
+                    names = sorted(n for n, v in scope.items() if isinstance(v, Kernel))
+                    raise NkiError(f"launched no kernel when run; its kernels: "
+                                   f"{', '.join(names) or 'none'} (launch one with --kernel "
+                                   f"NAME --shape ...)", where=str(path))
                 return SESSION.launches
             scope = runpy.run_path(str(path), run_name="__nki__")
             fn = scope.get(kernel)
             if fn is None or not callable(fn):
                 names = sorted(n for n, v in scope.items() if isinstance(v, Kernel))
-                raise NkiError(f"{path} has no kernel {kernel!r}; its kernels: "
-                               f"{', '.join(names) or 'none'}")
+                raise NkiError(f"no kernel {kernel!r}; its kernels: {', '.join(names) or 'none'}",
+                               where=str(path))
             k = fn if isinstance(fn, Kernel) else Kernel(fn)
             params = list(inspect.signature(k.func).parameters)
             shapes = shapes or {}
