@@ -254,15 +254,16 @@ def matmul_mx(stationary, moving, fmt, stationary_scales, moving_scales, psum=No
                              f"{scales.shape}")
     if accumulate and psum is None:
         raise ValueError("psum must be given when accumulate is set, not None")
-    w, x = mx_values(stationary, fmt), mx_values(moving, mfmt)
-    sw, sx = sw.astype(np.int64) & 0xFF, sx.astype(np.int64) & 0xFF
+    # the elements' product is exact in binary32 (at most 8 significant bits, within its
+    # normal range for every MX element format), so ldexp in binary32 rounds it once
+    w, x = mx_values(stationary, fmt).astype(np.float32), mx_values(moving, mfmt).astype(np.float32)
+    sw, sx = sw.astype(np.int32) & 0xFF, sx.astype(np.int32) & 0xFF
     acc = np.zeros((w.shape[1], x.shape[1]), np.float32)
     with np.errstate(all="ignore"):
         for k in range(w.shape[0]):
             b = k // fmt.block
-            exact = np.ldexp(w[k][:, None] * x[k][None, :],
-                             sw[b][:, None] + sx[b][None, :] - 254)
-            product = exact.astype(np.float32)  # the one rounding, RNE
+            product = np.ldexp(w[k][:, None] * x[k][None, :],
+                               sw[b][:, None] + sx[b][None, :] - 254)  # the one rounding, RNE
             product[(sw[b][:, None] == 255) | (sx[b][None, :] == 255)] = np.nan
             acc = acc + product
         if accumulate:
