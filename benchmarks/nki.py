@@ -10,6 +10,7 @@ benchmarks/nki.md beside the results.
 
     PYTHONPATH=. python benchmarks/nki.py KERNELS_FILE [--spec trn1] [--scale 1]
     PYTHONPATH=. python benchmarks/nki.py MAMBA_FILE --tutorial mamba
+    PYTHONPATH=. python benchmarks/nki.py MAMBA_FILE --tutorial mamba-scaling
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ KERNELS = ("nki_matmul_tiled_", "nki_matmul_hoist_load_", "nki_matmul_block_free
 #: The Mamba tutorial's runs: kernel, channels, sequence length (batch 1, state size 16, f32).
 MAMBA = (("mamba_v1", 256, 512), ("mamba_v1", 4096, 512), ("mamba_v2", 4096, 512),
          ("mamba_v2", 4096, 8192), ("mamba_v3", 4096, 8192))
+#: The Mamba tutorial's scaling table (``--tutorial mamba-scaling``): v2 and v3 at 4,096
+#: channels from sequence length 1,024 to 7,168 (512 and 8,192 are runs of MAMBA).
+MAMBA_SCALING = tuple((kernel, 4096, s) for s in range(1024, 8192, 1024)
+                      for kernel in ("mamba_v2", "mamba_v3"))
 
 
 def _run(file: Path, kernel: str, shape: str, spec: str, label: str) -> None:
@@ -51,13 +56,14 @@ def _run(file: Path, kernel: str, shape: str, spec: str, label: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("file", type=Path)
-    parser.add_argument("--tutorial", choices=("matmul", "mamba"), default="matmul")
+    parser.add_argument("--tutorial", choices=("matmul", "mamba", "mamba-scaling"),
+                        default="matmul")
     parser.add_argument("--spec", default="trn1")
     parser.add_argument("--scale", type=int, default=1,
                         help="divide the matmul's M, K and N by this (a quicker run)")
     args = parser.parse_args()
-    if args.tutorial == "mamba":
-        for kernel, c, s in MAMBA:
+    if args.tutorial.startswith("mamba"):
+        for kernel, c, s in MAMBA if args.tutorial == "mamba" else MAMBA_SCALING:
             shape = (f"delta=1x{c}x{s}:fp32,u=1x{c}x{s}:fp32,A={c}x16:fp32,"
                      f"B=1x16x{s}:fp32,C=1x16x{s}:fp32")
             _run(args.file, kernel, shape, args.spec, f"{kernel} [1, {s}, {c}, 16]")
