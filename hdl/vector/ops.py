@@ -61,8 +61,6 @@ class Reduce(enum.Enum, shape=2):
 #: The operations on 32-bit words as integers (NKI's "bitvec" operators).
 BITWISE_OPS = (VectorOp.BITWISE_AND, VectorOp.BITWISE_OR, VectorOp.BITWISE_XOR,
                VectorOp.LEFT_SHIFT, VectorOp.RIGHT_SHIFT)
-#: The logical operations: 1.0 or 0.0 of their operands' truths.
-LOGICAL_OPS = (VectorOp.LOGICAL_AND, VectorOp.LOGICAL_OR, VectorOp.LOGICAL_XOR)
 
 
 class Draw(enum.Enum, shape=2):

@@ -828,9 +828,9 @@ def _two_ops(b: Builder) -> None:
     """Two-operation TensorScalar, ``op1(op0(src, s0), s1)``, on the vector, GpSimd and scalar
     engines: both scalars immediates, one of each, and per-partition operands of two types
     (every type the engines read, narrow ones at byte offsets inside words; integer ones
-    through bitwise operations, whose results the second operation takes as they are),
-    results in fp32, bf16 at a byte offset and fp8; on the vector engine an operand in PSUM,
-    on the scalar engine a tile of six partitions."""
+    through bitwise operations, whose results the second operation takes as they are), the
+    logical operations and the shifts, results in fp32, bf16 at a byte offset and fp8; on
+    the vector engine an operand in PSUM, on the scalar engine a tile of six partitions."""
     p, n = b.params.partitions, 8
     x, y = b.sbuf(2 * n, "x"), b.sbuf(4 * n, "y")
     loads = [(_tile(b, x, n, "bf16"), b.hbm("x", (p, n), "bf16").ap((0, p))),
