@@ -1152,3 +1152,53 @@ def test_tensor_scalar_without_a_first_operation(k, seed):
     np.testing.assert_array_equal(k["v2_no_first_operation"](x), x)
     np.testing.assert_array_equal(k["v2_no_first_operation"](x, nl.maximum, -0.5),
                                   np.maximum(x, np.float32(-0.5)))
+
+
+@pytest.mark.parametrize("op,axis", [("multiply", 1), ("logical_and", 1), ("logical_or", 1),
+                                     ("logical_xor", 1), ("bitwise_and", 1), ("bitwise_or", 1),
+                                     ("bitwise_xor", 1), ("bitwise_xor", (1, 2)),
+                                     ("multiply", 2)])
+def test_tensor_reduce_with_every_operator_nki_allows(k, op, axis, seed):
+    """NKI's legal reductions beyond add, max and min (its table of ALU operators): a product
+    (along the row in order, each step rounded to fp32, as numpy's accumulated float32
+    product), the logical operators (1 or 0 of the truths, a NaN true) and the bitwise ones
+    on int32 words, every bit kept; along the free axis of [P, F], both of [P, A, B], and
+    one of them."""
+    import nki.language as nl
+
+    rng = np.random.default_rng(seed)
+    shape = (128, 64) if axis == 1 else (128, 4, 16)
+    x = rng.uniform(0.5, 1.5, shape).astype(np.float32)
+    x[rng.random(shape) < 0.3] = 0.0
+    x.reshape(128, -1)[0, :2] = [np.nan, -0.0]
+    words = rng.integers(-2**31, 2**31, shape, dtype=np.int64).astype(np.int32)
+    src = words if op.startswith("bitwise") else x
+    flat = src if axis == 2 else src.reshape(128, -1)
+    got = k["v2_reductions_beyond_sums"](x, words, getattr(nl, op), axis=axis)
+    if op == "multiply":
+        want = np.multiply.accumulate(flat, axis=-1, dtype=np.float32)[..., -1]
+    elif op.startswith("logical"):
+        want = getattr(np, op).reduce(flat != 0, axis=-1).astype(np.float32)
+    else:
+        want = getattr(np, op).reduce(flat, axis=-1)
+    np.testing.assert_array_equal(got.reshape(want.shape), want)
+
+
+def test_a_negated_product_and_no_negated_bitwise_reduction(k):
+    import nki.language as nl
+
+    x = np.random.default_rng(3).uniform(0.5, 1.5, (128, 32)).astype(np.float32)
+    got = k["v2_reductions_beyond_sums"](x, x.view(np.int32), nl.multiply, negate=True)
+    want = -np.multiply.accumulate(x, axis=1, dtype=np.float32)[:, -1]
+    np.testing.assert_array_equal(got.reshape(-1), want)
+    with pytest.raises(knki.NkiError, match=r"negate of a bitwise_or reduction"):
+        k["v2_reductions_beyond_sums"](x, x.view(np.int32), nl.bitwise_or, negate=True)
+
+
+def test_nl_prod_is_numpys_product_in_order(k, seed):
+    x = np.random.default_rng(seed).uniform(0.5, 1.5, (128, 8, 12)).astype(np.float32)
+    for axis in (2, (1, 2)):
+        flat = x if axis == 2 else x.reshape(128, -1)
+        want = np.multiply.accumulate(flat, axis=-1, dtype=np.float32)[..., -1]
+        got = k["v2_product_along"](x, axis)
+        np.testing.assert_array_equal(got.reshape(want.shape), want)

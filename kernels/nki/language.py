@@ -902,6 +902,7 @@ def _reduce_fn(name: str, op):
 sum = _reduce_fn("sum", np.add)  # noqa: A001 - NKI's names
 max = _reduce_fn("max", np.maximum)  # noqa: A001
 min = _reduce_fn("min", np.minimum)  # noqa: A001
+prod = _reduce_fn("prod", np.multiply)
 lower.VECTOR_OPS[sum] = VectorOp.ADD
 lower.VECTOR_OPS[max] = VectorOp.MAX
 lower.VECTOR_OPS[min] = VectorOp.MIN
@@ -1185,7 +1186,8 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
               "negative abs square exp log sqrt rsqrt "
               "where tanh sigmoid relu gelu gelu_apprx_tanh gelu_apprx_sigmoid(_dx) silu "
               "silu_dx softplus erf mish sin cos "
-              "arctan reciprocal sum max min mean var all softmax rms_norm floor ceil trunc sign "
+              "arctan reciprocal sum max min prod mean var all softmax rms_norm floor ceil "
+              "trunc sign "
               "mod fmod logical_and/or/xor/not invert expand_dims shared_identity_matrix "
               "rand dropout gather_flattened "
               "loop_reduce tile_size fp32 finfo and the dtypes")
@@ -1195,7 +1197,7 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
 #: does not implement: a kernel may name them (a module-level table of functions) and runs
 #: while it does not call them.
 _DOCUMENTED = frozenset((
-    "erf_dx", "gelu_dx", "power", "prelu", "prod", "random_seed", "tan"))
+    "erf_dx", "gelu_dx", "power", "prelu", "random_seed", "tan"))
 
 
 def __getattr__(name: str):

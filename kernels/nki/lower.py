@@ -718,15 +718,23 @@ def _partial_reduce(op: VectorOp, x: View, axes: list[int], out_dt: str, keepdim
 def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False,
                   dst=None, call: str = "tensor_reduce"):
     """The sum or maximum (minimum: the maximum of the negated tile, negated) along the free
-    axes, one value per partition; ``negate`` multiplies the result by -1."""
+    axes, one value per partition; ``negate`` multiplies the result by -1. The other
+    reductions NKI allows (:data:`_SCANNED`: a product, the bitwise and logical operators)
+    are a TensorTensorScan from the operator's identity, in order along the row, whose last
+    element is the result (the hardware's one reduction)."""
     t = current(call)
     t.commit()
     whole = _tile(data, call, "data")
     x, whole = whole.cut(mask).as_column(), whole.as_column()
     axes = _axes(x, axis, call)
     o = _op(op, call)
-    if o not in (VectorOp.ADD, VectorOp.MAX, VectorOp.MIN):
-        raise NotSupported(f"reduction {o.name.lower()} in '{call}'", "add, max and min")
+    if o not in (VectorOp.ADD, VectorOp.MAX, VectorOp.MIN) and o not in _SCANNED:
+        raise NotSupported(f"reduction {o.name.lower()} in '{call}'",
+                           "add, max, min, multiply, bitwise_and/or/xor and "
+                           "logical_and/or/xor")
+    if negate and o in BITWISE_OPS:
+        raise NkiError(f"'{call}': negate of a {o.name.lower()} reduction (negate is "
+                       f"arithmetic)")
     out_dt = isa_dtype(dtype) if dtype is not None else x.dt
     if axes != list(range(1, x.ndim)):
         if dst is None and isinstance(mask, Mask):  # the whole result, the kept part written
@@ -744,6 +752,9 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
     p = x.shape[0]
 
     def make(out: View, _):
+        if o in _SCANNED:
+            _scanned_reduce(o, x, out, negate, call)
+            return
         out_ap = t.ap(out, call, "dst")
         s, s_ap, flip = x, src, negate
         if o == VectorOp.MIN:  # min(x) = -max(-x)
@@ -765,6 +776,34 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
                                       imm0=-1.0), reads=[(r, r_ap)], writes=[(out, out_ap)])
 
     return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", rows_of(mask), dst)
+
+
+#: The reductions made by a scan, and the identity each starts from (a bitwise one as the
+#: fp32 whose word it is).
+_SCANNED = {VectorOp.MULTIPLY: 1.0, VectorOp.LOGICAL_AND: 1.0, VectorOp.LOGICAL_OR: 0.0,
+            VectorOp.LOGICAL_XOR: 0.0, VectorOp.BITWISE_AND: _word(-1),
+            VectorOp.BITWISE_OR: 0.0, VectorOp.BITWISE_XOR: 0.0}
+
+
+def _scanned_reduce(o: VectorOp, x: View, out: View, negate: bool, call: str) -> None:
+    """``out`` (one value per partition) = ``o`` of each row of ``x``, in order: a scan of
+    ``x`` from ``o``'s identity, its second operation passing the running value on (a
+    bitwise one's word ORed with zeros, kept as it is), then its last column copied."""
+    p = x.shape[0]
+    f = math.prod(x.shape[1:])
+    flat = x.reshape((p, f))
+    bitwise = o in BITWISE_OPS
+    if bitwise:
+        zeros = _out(current(call), (p, f), x.dt)
+        memset(zeros, 0.0, call=call)
+    run = tensor_tensor_scan(flat, zeros if bitwise else flat, _SCANNED[o], o,
+                             VectorOp.BITWISE_OR if bitwise else VectorOp.COPY,
+                             dtype=np.float32 if not bitwise else numpy_dtype(x.dt), call=call)
+    last = run[:, f - 1:f]
+    if negate:
+        tensor_scalar(last, np.multiply, -1.0, dst=out.reshape((p, 1)), call=call)
+    else:
+        tensor_copy(last, dst=out.reshape((p, 1)), call=call)
 
 
 def tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0=False, *,

@@ -79,7 +79,7 @@ def masked_bounds(x):
 
 @nki.jit
 def unsupported_call(x):
-    return nl.prod(nl.load(x), axis=1)  # ERROR unsupported
+    return nl.power(nl.load(x), 2.0)  # ERROR unsupported
 
 
 @nki.jit

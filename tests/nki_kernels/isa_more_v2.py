@@ -898,3 +898,30 @@ def no_first_operation(x, op1=None, operand1=None):
     nisa.tensor_scalar(r, t, op0=None, operand0=None, op1=op1, operand1=operand1)
     nisa.dma_copy(dst=out, src=r)
     return out
+
+
+@nki.jit
+def reductions_beyond_sums(x, words, op, negate=False, axis=1):
+    """nisa.tensor_reduce with the operators NKI allows beyond add, max and min: of ``x``
+    (fp32) for the arithmetic and logical ones, of ``words`` (int32) for the bitwise ones,
+    along ``axis`` (the free axes of a [P, F] or [P, A, B] tensor, or one of the latter's)."""
+    src = words if op in (nl.bitwise_and, nl.bitwise_or, nl.bitwise_xor) else x
+    p = src.shape[0]
+    kept = src.shape[1] if axis == 2 else 1
+    out = nl.ndarray((p, kept), dtype=src.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(src.shape, dtype=src.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=src)
+    r = nl.ndarray((p, kept), dtype=src.dtype, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=r, op=op, data=t, axis=axis, negate=negate)
+    nisa.dma_copy(dst=out, src=r)
+    return out
+
+
+@nki.jit
+def product_along(x, axis):
+    """nl.prod of ``x`` along ``axis``, kept as size-one dimensions."""
+    t = nl.load(x)
+    r = nl.prod(t, axis=axis, keepdims=True)
+    out = nl.ndarray(r.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, r)
+    return out
