@@ -17,7 +17,10 @@ too), ``vector_select``, ``permute``, ``reshape_dim``, ``flatten_dims``, ``expan
 run on registers (``nl.dynamic_range``, ``nl.fori_loop``, ``nl.while_loop``, bounded by
 ``nisa.register_alloc``/``register_load``/``register_move``) unroll as they run: a register
 loaded from a tensor takes the value the program up to there leaves in it
-(:meth:`.tracer.Tracer.register_load`; a launch with the kernel's data on one core).
+(:meth:`.tracer.Tracer.register_load`; a launch with the kernel's data on one core). The
+``op`` of the element-wise and reduction calls is any operator of NKI's table that the
+engines have (:data:`.lower.VECTOR_OPS`: the arithmetic, the comparisons, the logical and
+bitwise operators, the shifts, ``abs_max``/``abs_min``), each reduction NKI allows included.
 """
 
 from __future__ import annotations
