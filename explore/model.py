@@ -175,7 +175,9 @@ def base_from_spec(name, price: float | None = None,
     chips, topo, instances, servers, dims = 1, "none", 1, 1, ()
     link_bw = chip.neuronlink.bandwidth
     efa = math.nan
-    link_alpha, efa_alpha = 1e-6, 10e-6
+    # a chip alone: the latencies a system spec defaults to
+    fields = SystemSpec.model_fields
+    link_alpha, efa_alpha = fields["link_latency"].default, fields["efa_latency"].default
     for s in systems:
         if s.link_bandwidth is not None:
             link_bw = s.link_bandwidth
