@@ -778,11 +778,19 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
     return _finish(t, lambda: _out(t, shape, out_dt), make, "compute", rows_of(mask), dst)
 
 
-#: The reductions made by a scan, and the identity each starts from (a bitwise one as the
-#: fp32 whose word it is).
-_SCANNED = {VectorOp.MULTIPLY: 1.0, VectorOp.LOGICAL_AND: 1.0, VectorOp.LOGICAL_OR: 0.0,
-            VectorOp.LOGICAL_XOR: 0.0, VectorOp.BITWISE_AND: _word(-1),
-            VectorOp.BITWISE_OR: 0.0, VectorOp.BITWISE_XOR: 0.0}
+#: The value each cumulative or scanned reduction starts from (its identity; a bitwise
+#: one as the fp32 whose word it is).
+_IDENTITY = {VectorOp.ADD: 0.0, VectorOp.SUBTRACT: 0.0, VectorOp.MULTIPLY: 1.0,
+             VectorOp.MAX: -math.inf, VectorOp.MIN: math.inf, VectorOp.LOGICAL_AND: 1.0,
+             VectorOp.LOGICAL_OR: 0.0, VectorOp.LOGICAL_XOR: 0.0,
+             VectorOp.BITWISE_AND: _word(-1), VectorOp.BITWISE_OR: 0.0,
+             VectorOp.BITWISE_XOR: 0.0}
+#: The reductions :func:`tensor_reduce` makes by a scan from their identity.
+_SCANNED = (VectorOp.MULTIPLY, VectorOp.LOGICAL_AND, VectorOp.LOGICAL_OR,
+            VectorOp.LOGICAL_XOR, VectorOp.BITWISE_AND, VectorOp.BITWISE_OR,
+            VectorOp.BITWISE_XOR)
+#: The second operations of :func:`tensor_scalar_cumulative`.
+_CUMULATIVE = (VectorOp.ADD, VectorOp.SUBTRACT, VectorOp.MULTIPLY, VectorOp.MAX, VectorOp.MIN)
 
 
 def _scanned_reduce(o: VectorOp, x: View, out: View, negate: bool, call: str) -> None:
@@ -796,7 +804,7 @@ def _scanned_reduce(o: VectorOp, x: View, out: View, negate: bool, call: str) ->
     if bitwise:
         zeros = _out(current(call), (p, f), x.dt)
         memset(zeros, 0.0, call=call)
-    run = tensor_tensor_scan(flat, zeros if bitwise else flat, _SCANNED[o], o,
+    run = tensor_tensor_scan(flat, zeros if bitwise else flat, _IDENTITY[o], o,
                              VectorOp.BITWISE_OR if bitwise else VectorOp.COPY,
                              dtype=np.float32 if not bitwise else numpy_dtype(x.dt), call=call)
     last = run[:, f - 1:f]
@@ -1435,11 +1443,6 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
     return _finish(t, lambda: _out(t, whole.shape, out_dt), make, "compute", mask, dst)
 
 
-#: The value each cumulative operation starts from (its identity).
-_IDENTITY = {VectorOp.ADD: 0.0, VectorOp.SUBTRACT: 0.0, VectorOp.MULTIPLY: 1.0,
-             VectorOp.MAX: -math.inf, VectorOp.MIN: math.inf}
-
-
 def tensor_scalar_cumulative(src, op0, op1, imm0, imm1=None, reduce_cmd=3, reverse0=False,
                              *, dst=None, call: str = "tensor_scalar_cumulative"):
     """``reg = op1(op0(src[:, i], imm0), reg)`` along the free axis, each ``reg`` into
@@ -1452,7 +1455,7 @@ def tensor_scalar_cumulative(src, op0, op1, imm0, imm1=None, reduce_cmd=3, rever
     t.commit()
     x = _tile(src, call, "src")
     o1 = _op(op1, call)
-    if o1 not in _IDENTITY:
+    if o1 not in _CUMULATIVE:
         raise NotSupported(f"'{call}'(op1={getattr(op1, '__name__', op1)})",
                            "add, subtract, multiply, maximum, minimum")
     cmd = int(reduce_cmd)
