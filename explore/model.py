@@ -103,8 +103,6 @@ METRICS = {
     "fits": ("", "the state fits the rank's share of HBM"),
 }
 
-#: On-chip collective latency per ring step (seconds): a DMA descriptor round, not published.
-CHIP_ALPHA = 1e-6
 #: Bytes of one points x GEMMs float64 temporary: the points of a block are chosen to keep each
 #: temporary below glibc's default mmap threshold (128 KiB). Above it, every temporary is
 #: mapped and unmapped afresh wherever the dynamic threshold is off (Dask worker processes set
@@ -130,8 +128,9 @@ class Base:
     links: int                        # NeuronLink ports per chip
     instances: int                    # instances per server (joined by a ring of links)
     efa_bandwidth: float              # per server, bytes/s
-    link_alpha: float
-    efa_alpha: float
+    link_alpha: float                 # seconds of one NeuronLink hop (the system spec's)
+    efa_alpha: float                  # seconds of one EFA step (the system spec's)
+    chip_alpha: float                 # seconds of one step among a chip's cores: a DMA's latency
     link_efficiency: float            # payload fraction of NeuronLink, from the link model
     torus: tuple[int, ...]            # the spec's torus dimensions of the base chip count
     price_per_hour: float             # of the base system, NaN when unknown
@@ -175,13 +174,14 @@ def base_from_spec(name, price: float | None = None,
     chips, topo, instances, servers, dims = 1, "none", 1, 1, ()
     link_bw = chip.neuronlink.bandwidth
     efa = math.nan
-    # a chip alone: the latencies a system spec defaults to
-    fields = SystemSpec.model_fields
-    link_alpha, efa_alpha = fields["link_latency"].default, fields["efa_latency"].default
+    link_alpha = efa_alpha = 0.0             # a chip alone crosses neither network
     for s in systems:
         if s.link_bandwidth is not None:
             link_bw = s.link_bandwidth
-        link_alpha, efa_alpha = s.link_latency, s.efa_latency
+        if s.link_latency is not None:
+            link_alpha = s.link_latency.to("s").magnitude
+        if s.efa_latency is not None:
+            efa_alpha = s.efa_latency.to("s").magnitude
         if s.level == "instance" or (s.level == "server" and chips == 1):
             chips = s.count
             topo = {"torus2d": "torus", "torus3d": "torus"}.get(s.topology.kind, s.topology.kind)
@@ -194,6 +194,9 @@ def base_from_spec(name, price: float | None = None,
     if link_bw is None:
         raise SpecError("expected a NeuronLink bandwidth on the chip or the system, found none",
                         path=f"{doc.kind}.link_bandwidth")
+    if chip.dma.latency is None:
+        raise SpecError("expected dma.latency on the chip (a step of a collective among its "
+                        "cores is a DMA), found none", path="chip.dma.latency")
     values = {
         "rows": t.rows, "cols": t.cols, "cores": chip.cores,
         "clock": t.clock.to("Hz").magnitude,
@@ -211,6 +214,7 @@ def base_from_spec(name, price: float | None = None,
         topology=topo,
         links=chip.neuronlink.links or 1, instances=instances,
         efa_bandwidth=float(efa), link_alpha=link_alpha, efa_alpha=efa_alpha,
+        chip_alpha=chip.dma.latency.to("s").magnitude,
         link_efficiency=system_model.default_link_efficiency(chip), torus=dims,
         price_per_hour=float(price if price is not None else spec_price),
         add=system_model.Chip(chip).add(),
@@ -268,18 +272,19 @@ def group_allreduce(nbytes, group, per_chip, stride, v, base: Base, dims_long):
     Ranks are numbered chip-major (``per_chip`` logical cores on each chip, chips in instance
     order, instances in server order); the group's members are ``stride`` ranks apart, and
     every group of the same kind all-reduces at the same time. Phases, hierarchically: a ring
-    through HBM among the group's ranks on one chip; the chips of the group in one instance
-    over the instance topology (on a torus of ``a x b`` chips, ``b = dims_long``, a group of
-    ``c`` chips is a ``b x c/b`` sub-torus when ``b`` divides ``c``, a ring of ``c`` chips
-    otherwise); the instances of a server over the ring that joins same-position chips; the
-    servers over EFA. Each chip's links carry the traffic of every group on the chip, and a
-    server's EFA the traffic of every group in the server.
+    through HBM among the group's ranks on one chip (each step a DMA's latency,
+    ``base.chip_alpha``); the chips of the group in one instance over the instance topology
+    (on a torus of ``a x b`` chips, ``b = dims_long``, a group of ``c`` chips is a
+    ``b x c/b`` sub-torus when ``b`` divides ``c``, a ring of ``c`` chips otherwise); the
+    instances of a server over the ring that joins same-position chips; the servers over EFA.
+    Each chip's links carry the traffic of every group on the chip, and a server's EFA the
+    traffic of every group in the server.
     """
     layout = group_layout(group, per_chip, stride, v["chips"], base.instances)
     r0, c1, c2, c3 = layout
     share = per_chip / r0                      # groups sharing one chip's links
     t = collectives.ring_time("all_reduce", nbytes, r0, v["hbm_bandwidth"] / (2.0 * per_chip),
-                              CHIP_ALPHA)
+                              base.chip_alpha)
     link = v["link_bandwidth"] / base.links
     eff, alpha, add, chunk = base.link_efficiency, base.link_alpha, adds(v, base), \
         collectives.CHUNK
@@ -579,7 +584,7 @@ def _allreduce_point(nbytes, group, stride, p, base: Base, per_chip) -> float:
     c2 = min(-(-spanned // c1), max(base.instances // max(chip_stride // chips, 1), 1))
     c3 = -(-spanned // (c1 * c2))
     t = collectives.ring_time("all_reduce", nbytes, int(r0),
-                              p["hbm_bandwidth"] / (2 * per_chip), CHIP_ALPHA)
+                              p["hbm_bandwidth"] / (2 * per_chip), base.chip_alpha)
     chip_bytes = nbytes * per_chip / r0
     link = p["link_bandwidth"] / base.links
     eff, alpha, chunk = base.link_efficiency, base.link_alpha, collectives.CHUNK

@@ -286,6 +286,22 @@ def _check_references(doc_kind: str, spec, data: dict, pos: Positions) -> None:
             node = node[part]
 
 
+def _check_latencies(spec: SystemSpec, of_chips: bool, pos: Positions) -> None:
+    """A system whose links join more than one member gives their hop's latency; a system of
+    chips with EFA gives its step's latency (a system of systems takes its members')."""
+    over_efa = spec.topology.kind == "switch" and not of_chips
+    if spec.count > 1 and spec.topology.kind != "none" and not over_efa \
+            and spec.link_latency is None:
+        raise SpecError(f"expected link_latency (one NeuronLink hop of a collective) for "
+                        f"{spec.count} members joined by {spec.topology.kind}, found none",
+                        location=pos.of(("system", "topology"), key=True),
+                        path="system.link_latency")
+    if of_chips and spec.efa is not None and spec.efa_latency is None:
+        raise SpecError("expected efa_latency (one step of a collective over EFA) beside efa, "
+                        "found none", location=pos.of(("system", "efa"), key=True),
+                        path="system.efa_latency")
+
+
 def load_document(name: str | Path, _chain: tuple[Path, ...] = ()) -> Document:
     """Load, inherit, validate and cross-check a spec; raise SpecError on any fault."""
     file = find(name)
@@ -314,6 +330,7 @@ def load_document(name: str | Path, _chain: tuple[Path, ...] = ()) -> Document:
             raise SpecError(f"expected a member of level {' or '.join(allowed)} for a "
                             f"{spec.level}, found the {got} spec {spec.member!r}",
                             location=where, path="system.member")
+        _check_latencies(spec, member.kind == "chip", pos)
     canonical = json.dumps({"kind": kind, "spec": spec.model_dump(mode="json")},
                            sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode()).hexdigest()

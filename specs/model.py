@@ -554,10 +554,13 @@ class SystemSpec(Strict):
     link_bandwidth: Bandwidth | None = Field(
         None, description="Chip-to-chip bandwidth per chip, when it differs from the chip's.")
     efa: Bandwidth | None = Field(None, description="EFA network bandwidth of the system.")
-    efa_latency: Annotated[float, Field(gt=0)] = Field(
-        10e-6, description="EFA latency per message step, seconds (alpha).")
-    link_latency: Annotated[float, Field(gt=0)] = Field(
-        1e-6, description="NeuronLink latency per hop step, seconds (alpha).")
+    efa_latency: Time | None = Field(
+        None, description="Latency of one step of a collective over the system's EFA (its "
+                          "alpha); required with efa on a system of chips, else its "
+                          "members'.")
+    link_latency: Time | None = Field(
+        None, description="Latency of one hop of a collective over NeuronLink (its alpha); "
+                          "required where links join more than one chip or member.")
     price: Price | None = Field(None, description="Hourly price, e.g. '44.7 USD/h' (which "
                                                   "rate: an assumption beside it says).")
     claims: list[Claim] = Field(default_factory=list, description="Published figures.")

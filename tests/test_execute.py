@@ -151,7 +151,7 @@ def test_send_recv_hand_worked(instance):
     hops, store and forward: one more chunk time and one more alpha."""
     bw = 1024e9 / 4
     eff = instance.chip.efficiency
-    alpha = instance.spec.link_latency
+    alpha = instance.link_alpha
     n, chunk = 64 * 2**20, 2**20
     one = execute.run(instance, "send_recv", n, chunk=chunk, peer=1)
     assert one.time == pytest.approx(n / (bw * eff) + alpha, rel=1e-9)
@@ -176,7 +176,7 @@ def test_send_recv_equals_the_send_formula(name, peer, members, nbytes):
     if name == "trn2.48xlarge" and peer is None:
         link = 1024e9 / 4
         assert formula == pytest.approx(collectives.send_time(
-            nbytes, link, system.spec.link_latency, system.chip.efficiency), rel=1e-12)
+            nbytes, link, system.link_alpha, system.chip.efficiency), rel=1e-12)
 
 
 def test_contention_two_transfers_share_a_link(instance):
@@ -232,7 +232,7 @@ def test_cluster_slice_matches_hierarchical_formula():
     inner = c.member
     want = collectives.hierarchical_time(
         "all_reduce", 2**30, inner.topology, 2, inner.efa.to("B/s").magnitude,
-        inner.spec.link_latency, c.spec.efa_latency, c.chip.efficiency, bidirectional=True,
+        inner.link_alpha, inner.efa_alpha, c.chip.efficiency, bidirectional=True,
         reduce=c.chip.add(), chunk=collectives.CHUNK)
     assert r.chips == 32
     assert r.time == pytest.approx(want, rel=1e-3)

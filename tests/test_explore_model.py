@@ -10,6 +10,7 @@ import pytest
 
 from explore import model, workloads
 from sim.system import model as system_model
+from specs.errors import SpecError
 
 
 def test_gemm_cycles_by_hand():
@@ -270,3 +271,14 @@ FIT = ((2, 2), (4, 4), (8, 3), (3, 8), (6, 6), (2, 6), (6, 2), (4, 8), (8, 4))
 HELD_OUT = ((5, 5), (8, 6), (8, 8))
 FIT_RESIDUAL = 0.03
 HELD_OUT_TOLERANCE = 0.05
+
+
+def test_a_chip_without_a_dma_latency_has_no_step_among_its_cores(tmp_path):
+    spec = tmp_path / "nolat.yaml"
+    spec.write_text("extends: trn2\nchip:\n  name: nolat\n  title: No latency\n"
+                    "  dma: {latency: null}\n")
+    with pytest.raises(SpecError, match=r"chip\.dma\.latency: expected dma\.latency on the "
+                                        r"chip \(a step of a collective among its cores is a "
+                                        r"DMA\), found none"):
+        model.base_from_spec(spec)
+    assert model.base_from_spec("trn2").chip_alpha == pytest.approx(1.3e-6, rel=1e-12)

@@ -150,6 +150,16 @@ CASES = [
                                  "  member: trn2\n  count: 16\n"
                                  "  topology: {kind: torus2d, dims: [4, 4, 4]}\n"},
      r"system\.topology: expected 2 dimensions for torus2d, found 3", "topology"),
+    ("link-latency-missing", {"spec.yaml": "system:\n  name: s\n  title: S\n  level: instance"
+                                           "\n  member: trn2\n  count: 4\n"
+                                           "  topology: {kind: ring, dims: [4]}\n"},
+     r"spec\.yaml:7:3: system\.link_latency: expected link_latency \(one NeuronLink hop of a "
+     r"collective\) for 4 members joined by ring, found none", "topology"),
+    ("efa-latency-missing", {"spec.yaml": "system:\n  name: s\n  title: S\n  level: instance"
+                                          "\n  member: trn2\n  count: 1\n"
+                                          "  topology: {kind: none}\n  efa: 100 Gbps\n"},
+     r"system\.efa_latency: expected efa_latency \(one step of a collective over EFA\) beside "
+     r"efa, found none", "efa:"),
 ]
 
 

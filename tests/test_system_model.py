@@ -215,13 +215,17 @@ def _pass(n, p, bw, alpha, eff):
 #: vector clock. A reduce-scatter pass ends with the last chunk's add in each direction.
 ADD = (60 + 1024) / 0.96e9
 
+#: One NeuronLink hop's latency: the systems' link_latency, 1.5 us (the middle of the runtime
+#: page's "about 1-2 us" per hop).
+HOP = 1.5e-6
+
 
 def test_trn2_48xlarge_all_reduce_by_hand():
     eff = 4096 * 8 / (4096 * 8 + 2 * 256)
     link = 1024e9 / 4  # 1,024 GB/s per chip over its 4 links
     n = 2**30
     # 2D torus 4 x 4: reduce-scatter and all-gather along x on n, then along y on n / 4.
-    moves = _pass(n, 4, link, 1e-6, eff) + _pass(n / 4, 4, link, 1e-6, eff)
+    moves = _pass(n, 4, link, HOP, eff) + _pass(n / 4, 4, link, HOP, eff)
     expected = 2 * moves + 2 * 2 * ADD
     m = build("trn2.48xlarge")
     close(m.collective("all_reduce"), "s", expected, rel=1e-9)
@@ -232,7 +236,7 @@ def test_trn2_48xlarge_all_reduce_by_hand():
 def test_link_efficiency_is_an_input():
     link = 1024e9 / 4
     n = 2**30
-    expected = (2 * _pass(n, 4, link, 1e-6, 0.5) + 2 * _pass(n / 4, 4, link, 1e-6, 0.5)
+    expected = (2 * _pass(n, 4, link, HOP, 0.5) + 2 * _pass(n / 4, 4, link, HOP, 0.5)
                 + 4 * ADD)
     close(build("trn2.48xlarge", link_efficiency=0.5).collective("all_reduce"), "s", expected,
           rel=1e-9)
@@ -246,7 +250,7 @@ def test_trn2_ultraserver_all_reduce_by_hand():
     # each of the two before), each 2 MiB per step: its chunks are 2 MiB, adds of 512
     # elements per lane, (60 + 512) cycles.
     last_add = (60 + 512) / 0.96e9
-    expected = (sum(2 * _pass(n / 4**i, 4, link, 1e-6, eff) for i in range(3))
+    expected = (sum(2 * _pass(n / 4**i, 4, link, HOP, eff) for i in range(3))
                 + 4 * ADD + 2 * last_add)
     close(build("trn2-ultraserver").collective("all_reduce"), "s", expected, rel=1e-9)
 
@@ -260,7 +264,7 @@ def test_trn3_switch_all_reduce_by_hand():
     # owner's 143 x 2 chunk adds (1.13 us each, 323 us) hide behind the 423 us of transfers
     # but the last.
     chunk = 4 * 2**20 / port
-    expected = 2 * (2 * 1e-6 + chunk + 143 / 144 * n / port) + ADD
+    expected = 2 * (2 * HOP + chunk + 143 / 144 * n / port) + ADD
     close(build("trn3-ultraserver").collective("all_reduce"), "s", expected, rel=1e-9)
 
 
@@ -321,7 +325,7 @@ def test_sustained_rejects_bad_input():
 def test_topology_that_does_not_hold_the_chips(tmp_path):
     (tmp_path / "odd.yaml").write_text(
         "system:\n  name: odd\n  title: Odd\n  level: instance\n  member: trn2\n  count: 8\n"
-        "  topology: {kind: torus2d, dims: [4, 4]}\n")
+        "  topology: {kind: torus2d, dims: [4, 4]}\n  link_latency: 1 us\n")
     m = build(tmp_path / "odd.yaml")
     with pytest.raises(ModelError, match=r"odd: topology dims \[4, 4\] must hold 8 chips, "
                                          r"not 16"):
@@ -359,7 +363,8 @@ def test_link_parameters_that_make_no_port(tmp_path):
 def test_system_efa_that_contradicts_its_members(tmp_path):
     (tmp_path / "pair.yaml").write_text(
         "system:\n  name: pair\n  title: Pair\n  level: server\n  member: trn2.48xlarge\n"
-        "  count: 2\n  topology: {kind: torus3d, dims: [4, 4, 2]}\n  efa: 100 Gbps\n")
+        "  count: 2\n  topology: {kind: torus3d, dims: [4, 4, 2]}\n  link_latency: 1 us\n"
+        "  efa: 100 Gbps\n")
     with pytest.raises(ModelError, match=r"pair: efa must be its members' 2 x 3200 Gbps = "
                                          r"6400 Gbps or be left out, not 100 Gbps"):
         build(tmp_path / "pair.yaml").figures()
@@ -383,3 +388,17 @@ def test_build_uses_the_cycle_model():
     chip = build("trn2")
     assert chip.figures()["sustained.bf16"] == sustained(load("trn2"), 4096, 4096, 4096,
                                                          "bf16").flops
+
+
+def test_collective_latencies_are_the_specs_and_exploration_takes_the_same():
+    """The hop and EFA step latencies come from the system specs (a cluster takes its
+    members' EFA latency; one chip has no hop), and exploration reads the same figures."""
+    from explore import model as explore_model
+
+    for name, link, efa in [("trn2.48xlarge", 1.5e-6, 15e-6), ("trn2-cluster", 1.5e-6, 15e-6),
+                            ("trn2-ultraserver", 1.5e-6, 15e-6), ("trn1.2xlarge", 0.0, 15e-6)]:
+        m = build(name)
+        inner = m.member if m.over_efa else m
+        assert (inner.link_alpha, m.efa_alpha) == pytest.approx((link, efa), rel=1e-12)
+        base = explore_model.base_from_spec(name)
+        assert (base.link_alpha, base.efa_alpha) == pytest.approx((link, efa), rel=1e-12)

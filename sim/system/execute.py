@@ -14,8 +14,8 @@ simulator's event engine (:mod:`sim.core.events`): an operation is woken when it
 dependency finishes, links and vector engines are its first-come-first-served resources.
 
 - A hop of ``b`` bytes holds its link for ``b / (bandwidth * efficiency)`` and lands ``alpha``
-  later (``link_latency`` or ``efa_latency`` of the system spec). ``efficiency`` is the link
-  golden model's steady-state payload fraction (framing, credit and replay loops,
+  later (the system's ``link_alpha`` or ``efa_alpha``, from its spec). ``efficiency`` is the
+  link golden model's steady-state payload fraction (framing, credit and replay loops,
   :func:`sim.system.model.default_link_efficiency`); EFA is taken at full efficiency, as the
   analytic model does. Messages are cut into chunks of at most ``chunk`` bytes, so the steps of
   a ring pipeline; a transfer between chips that are not neighbours crosses every link of the
@@ -172,14 +172,14 @@ def _fabric(system: System, members: int | None) -> Fabric:
         if not (isinstance(m, int) and 2 <= m <= system.count):
             raise ModelError(f"{system.name}: members must be 2 .. {system.count}, not {m!r}")
         inner_graph = inner.topology
-        alpha, efa_alpha = inner.spec.link_latency, system.spec.efa_latency
+        alpha, efa_alpha = inner.link_alpha, inner.efa_alpha
         efa_bw = float(inner.efa.to("B/s").magnitude)
     else:
         if members not in (None, 1):
             raise ModelError(f"{system.name}: members slices a cluster over EFA; "
                              f"{system.name} is one {system.level}")
         m, inner_graph = 1, system.topology
-        alpha, efa_alpha, efa_bw = system.spec.link_latency, 0.0, 0.0
+        alpha, efa_alpha, efa_bw = system.link_alpha, 0.0, 0.0
     local = [n for n, c in inner_graph.nodes(data="chip") if c]
     index = {n: i for i, n in enumerate(local)}
     g = nx.DiGraph()
@@ -601,16 +601,16 @@ def analytic(system: System, op: str, nbytes: int, algorithm: str,
         inner = system.member
         return collectives.hierarchical_time(
             op, nbytes, inner.topology, 2 if members is None else members,
-            float(inner.efa.to("B/s").magnitude), inner.spec.link_latency,
-            system.spec.efa_latency, eff, bidirectional=True, reduce=add, chunk=chunk)
+            float(inner.efa.to("B/s").magnitude), inner.link_alpha,
+            inner.efa_alpha, eff, bidirectional=True, reduce=add, chunk=chunk)
     if algorithm == "ring":
         g = system.topology
         bw = min(bw for *_, bw in g.edges(data="bandwidth"))
         hops = 2 if g.graph["kind"] == "switch" else 1
         return collectives.ring_time(op, nbytes, g.graph["chips"], bw,
-                                     hops * system.spec.link_latency, eff, bidirectional=True,
+                                     hops * system.link_alpha, eff, bidirectional=True,
                                      reduce=add, chunk=chunk)
-    return collectives.topology_time(system.topology, op, nbytes, system.spec.link_latency,
+    return collectives.topology_time(system.topology, op, nbytes, system.link_alpha,
                                      eff, bidirectional=True, reduce=add, chunk=chunk)
 
 

@@ -405,6 +405,23 @@ class System:
                              f"or be left out, not {units.show(own)}")
         return total
 
+    @property
+    def link_alpha(self) -> float:
+        """Seconds of one NeuronLink hop of a collective: the spec's ``link_latency`` (0 for a
+        system without links, which has no hop)."""
+        lat = self.spec.link_latency
+        return 0.0 if lat is None else _si(lat, "s")
+
+    @property
+    def efa_alpha(self) -> float:
+        """Seconds of one step of a collective over EFA: the spec's ``efa_latency``, else its
+        members' (a cluster of instances takes theirs)."""
+        if self.spec.efa_latency is not None:
+            return _si(self.spec.efa_latency, "s")
+        if isinstance(self.member, System):
+            return self.member.efa_alpha
+        raise ModelError(f"{self.name}: no efa_latency in the spec or its members")
+
     def _link(self) -> float:
         """Per-link bandwidth in bytes/s, one direction."""
         chip = self.chip
@@ -455,10 +472,10 @@ class System:
                 raise ModelError(f"{self.name}: a cluster of clusters is not modelled")
             t = collectives.hierarchical_time(
                 op, nbytes, inner.topology, self.count, _si(inner.efa, "B/s"),
-                inner.spec.link_latency, self.spec.efa_latency, eff, bidirectional=True,
+                inner.link_alpha, inner.efa_alpha, eff, bidirectional=True,
                 reduce=add, chunk=collectives.CHUNK)
         else:
-            t = collectives.topology_time(self.topology, op, nbytes, self.spec.link_latency,
+            t = collectives.topology_time(self.topology, op, nbytes, self.link_alpha,
                                           eff, bidirectional=True, reduce=add,
                                           chunk=collectives.CHUNK)
         return Q(t, "s").to("ms")
