@@ -33,7 +33,8 @@ FORMATS = ("int8", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "cfp8", "bf16", "fp16",
            "mxfp8", "mxfp8_e5m2", "mxfp4")
 ACTIVATIONS = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
                "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish", "gelu_tanh", "sin",
-               "cos", "arctan", "gelu_sigmoid", "silu_dx", "gelu_sigmoid_dx")
+               "cos", "arctan", "gelu_sigmoid", "silu_dx", "gelu_sigmoid_dx", "gelu_dx",
+               "erf_dx")
 #: Activations whose argument is reduced (on the fp32 exponent, modulo pi/2 or to 1/x): their
 #: polynomial's range is fixed by the reduction.
 RANGE_REDUCED = ("exp", "reciprocal", "rsqrt", "sqrt", "log", "sin", "cos", "arctan")

@@ -42,6 +42,9 @@ REFERENCE = {
     "silu_dx": lambda x: (1.0 + x / (1.0 + np.exp(x))) / (1.0 + np.exp(-x)),
     "gelu_sigmoid_dx": lambda x: (1.0 + 1.702 * x / (1.0 + np.exp(1.702 * x)))
     / (1.0 + np.exp(-1.702 * x)),
+    "gelu_dx": lambda x: 0.5 * special.erfc(-x / math.sqrt(2.0))
+    + x * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi),
+    "erf_dx": lambda x: 2.0 / math.sqrt(math.pi) * np.exp(-x * x),
 }
 
 # Maximum relative error |y - f| / |f| asserted wherever the exact result is a normal fp32

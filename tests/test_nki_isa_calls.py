@@ -479,10 +479,11 @@ def test_nki_0_2_kernel_classes_and_is_transpose(k):
 
 
 def test_a_documented_call_not_implemented_is_refused_where_called(k):
-    """A module may name nl.tan (NKI documents it; trngen does not implement it): the
+    """A module may name nl.power (NKI documents it; trngen does not implement it): the
     refusal comes where the kernel calls it."""
-    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nl.tan is not supported yet"):
-        k["v2_calls_tan"](np.zeros((8, 8), np.float32))
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nl.power is not supported "
+                                            r"yet"):
+        k["v2_calls_power"](np.zeros((8, 8), np.float32))
     with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nisa.topk is "
                                             r"not supported yet"):
         k["v2_calls_topk"](np.zeros((8, 8), np.float32))
@@ -963,6 +964,30 @@ def test_the_activation_derivatives_of_moe_backward_passes(k):
         normal = np.abs(want) >= 2.0**-126
         rel = np.abs(got[normal] - want[normal]) / np.abs(want[normal])
         assert rel.max() <= 2.0**-13
+
+
+def test_gelu_dx_erf_dx_and_tan(k):
+    """nl.gelu_dx and nl.erf_dx on the Scalar Engine against scipy in float64, within the
+    engine's 2^-13 relative error, down their Gaussian tails and next to gelu_dx's zero (about
+    -0.7518); nl.tan (sine, cosine, reciprocal, product) within three of those, next to its
+    poles and zeros too."""
+    from scipy import special
+
+    rng = np.random.default_rng(41)
+    x = np.concatenate([rng.uniform(-14, 9, 1536), rng.uniform(-3, 3, 1024),
+                        -0.7517915 + rng.uniform(-1e-4, 1e-4, 512),
+                        np.pi / 2 * rng.integers(-40, 40, 512) + rng.uniform(-1e-3, 1e-3, 512),
+                        rng.uniform(-1e4, 1e4, 512)]).astype(np.float32).reshape(128, 32)
+    gelu_dx, erf_dx, tan = k["v2_gaussian_derivatives_and_tangent"](x)
+    v = x.astype(np.float64)
+    for got, want, bound in (
+            (gelu_dx, special.ndtr(v) + v * np.exp(-v * v / 2) / np.sqrt(2 * np.pi), 2.0**-13),
+            (erf_dx, 2 / np.sqrt(np.pi) * np.exp(-v * v), 2.0**-13),
+            (tan, np.tan(v), 3 * 2.0**-13)):
+        normal = np.abs(want) >= 2.0**-126
+        assert normal.sum() > 2500
+        rel = np.abs(got[normal] - want[normal]) / np.abs(want[normal])
+        assert rel.max() <= bound
 
 
 def test_nc_matmul_mx_multiplies_mx_tiles_with_their_scales(k):

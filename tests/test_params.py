@@ -45,7 +45,7 @@ def test_trn2_full_scale():
     assert [f.name for f in p.scalar.functions] == [
         "identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus", "erf",
         "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish", "gelu_tanh", "sin", "cos",
-        "arctan", "gelu_sigmoid", "silu_dx", "gelu_sigmoid_dx"]
+        "arctan", "gelu_sigmoid", "silu_dx", "gelu_sigmoid_dx", "gelu_dx", "erf_dx"]
     # 4096-byte packets of 256-bit flits are 128 words; 512 credits, replay as deep.
     assert p.link == LinkParams(width=256, credits=512, max_packet=128, replay_depth=512,
                                 ack_timeout=512)

@@ -56,6 +56,8 @@ EXACT_FUNCTIONS = {
     "silu_dx": lambda x: special.expit(x) * (1.0 + x * special.expit(-x)),
     "gelu_sigmoid_dx": lambda x: special.expit(GELU_SIGMOID * x)
     * (1.0 + GELU_SIGMOID * x * special.expit(-GELU_SIGMOID * x)),
+    "gelu_dx": lambda x: special.ndtr(x) + x * np.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi),
+    "erf_dx": lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
 }
 
 # f(x)/x for the functions fitted with post_mul_x (the limit at 0 filled in).

@@ -112,7 +112,7 @@ from dataclasses import dataclass
 FUNCTION_NAMES = ("identity", "relu", "exp", "gelu", "silu", "sigmoid", "tanh", "softplus",
                   "erf", "reciprocal", "rsqrt", "sqrt", "log", "square", "abs", "mish",
                   "gelu_tanh", "sin", "cos", "arctan", "gelu_sigmoid", "silu_dx",
-                  "gelu_sigmoid_dx")
+                  "gelu_sigmoid_dx", "gelu_dx", "erf_dx")
 EXACT_NAMES = ("identity", "relu", "square", "abs")
 MODES = ("uniform", "log", "exact")
 RULES = ("zero", "one", "minus_one", "inf", "minus_inf", "x", "exp")
@@ -148,6 +148,8 @@ EXP_TAIL_CUBIC = {"gelu_tanh": (_C, _C * 0.044715),
 #: quarter- and eighth-wide segments, so that the relative error stays small next to them.
 SILU_DX_ZERO = -1.2784645557403564
 GELU_SIGMOID_DX_ZERO = -0.7511542439460754
+#: The fp32 value nearest the zero of gelu_dx (Phi(x) + x phi(x)), its table's anchor.
+GELU_DX_ZERO = -0.7517915368080139
 
 # fp32 bit patterns of the constant rules
 RULE_BITS = {
@@ -315,6 +317,13 @@ DEFAULT_FUNCTIONS: tuple[FunctionSpec, ...] = (
     FunctionSpec("gelu_sigmoid_dx", lo=GELU_SIGMOID_DX_ZERO - 426 * 0.125,
                  hi=GELU_SIGMOID_DX_ZERO + 102 * 0.125, segments=528, degree=3,
                  below="zero", above="one", anchor=GELU_SIGMOID_DX_ZERO),
+    # Gaussian tails, down to where the result leaves the normal numbers (about -13.34 and
+    # +-9.35); gelu_dx's segments a 32nd wide, so that its zero stays a segment boundary, and
+    # up to where it is 1 within the bound (about 4.5)
+    FunctionSpec("gelu_dx", lo=GELU_DX_ZERO - 403 / 32, hi=GELU_DX_ZERO + 185 / 32,
+                 segments=588, degree=3, below="zero", above="one", anchor=GELU_DX_ZERO),
+    FunctionSpec("erf_dx", lo=-9.4, hi=9.4, segments=500, degree=3,
+                 below="zero", above="zero"),
 )
 
 # The exp table that the ``below="exp"`` rule reads when the set has no exp function.

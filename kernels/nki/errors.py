@@ -62,7 +62,7 @@ class NotSupported(NkiError):
 
 
 class Unimplemented:
-    """A documented call (``call``, as ``nl.tan``) that trngen does not implement: a kernel
+    """A documented call (``call``, as ``nl.power``) that trngen does not implement: a kernel
     may name or import it, and calling it is refused where the call is made."""
 
     def __init__(self, call: str, supported: str):

@@ -809,6 +809,16 @@ def divide(x, y, *, dtype=None, mask=None, **kwargs) -> View:
         x.dt if isinstance(x, View) else "fp32", y.dt), mask)
 
 
+def tan(x, *, dtype=None, mask=None, **kwargs) -> View:
+    """``tan(x) = sin(x) / cos(x)``: the scalar engine's sine and cosine (their arguments
+    reduced exactly, so the quotient keeps its relative error next to the poles and zeros)
+    and :func:`divide`. NKI's table of Scalar Engine functions has no tangent."""
+    _no_options("tan", kwargs)
+    s = lower.activation("sin", x, mask=mask, dtype=float32, call="tan")
+    c = lower.activation("cos", x, mask=mask, dtype=float32, call="tan")
+    return divide(s, c, dtype=dtype or x.dtype, mask=mask)
+
+
 def negative(x, *, dtype=None, mask=None, **kwargs) -> View:
     _no_options("negative", kwargs)
     return lower.tensor_scalar(x, np.multiply, -1.0, dtype=dtype, mask=mask, call="negative")
@@ -880,6 +890,8 @@ arctan = _unary_fn("arctan", "arctan")
 gelu_apprx_sigmoid = _unary_fn("gelu_apprx_sigmoid", "gelu_sigmoid")
 gelu_apprx_sigmoid_dx = _unary_fn("gelu_apprx_sigmoid_dx", "gelu_sigmoid_dx")
 silu_dx = _unary_fn("silu_dx", "silu_dx")
+gelu_dx = _unary_fn("gelu_dx", "gelu_dx")
+erf_dx = _unary_fn("erf_dx", "erf_dx")
 reciprocal = _unary_fn("reciprocal", "reciprocal")
 lower.ACTIVATIONS[copy] = "identity"
 lower.ACTIVATIONS[abs] = "abs"
@@ -1185,7 +1197,7 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
               "the comparisons bitwise_and/or/xor left_shift right_shift abs_max abs_min "
               "negative abs square exp log sqrt rsqrt "
               "where tanh sigmoid relu gelu gelu_apprx_tanh gelu_apprx_sigmoid(_dx) silu "
-              "silu_dx softplus erf mish sin cos "
+              "silu_dx gelu_dx softplus erf erf_dx mish sin cos tan "
               "arctan reciprocal sum max min prod mean var all softmax rms_norm floor ceil "
               "trunc sign "
               "mod fmod logical_and/or/xor/not invert expand_dims shared_identity_matrix "
@@ -1196,8 +1208,7 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
 #: Calls NKI 0.2 documents (``nki.language`` at aws-neuron-sdk 81ce03ae) that this front end
 #: does not implement: a kernel may name them (a module-level table of functions) and runs
 #: while it does not call them.
-_DOCUMENTED = frozenset((
-    "erf_dx", "gelu_dx", "power", "prelu", "random_seed", "tan"))
+_DOCUMENTED = frozenset(("power", "prelu", "random_seed"))
 
 
 def __getattr__(name: str):

@@ -107,7 +107,8 @@ class Tiles(nl.NKIObject):
 
 #: a table of documented calls this front end does not implement, made at import (and
 #: nisa.register_alloc imported above, as nki-library's MoE modules import it)
-UNCALLED = {"swish": nl.gelu_apprx_sigmoid, "tan": nl.tan, "register_alloc": register_alloc}
+UNCALLED = {"swish": nl.gelu_apprx_sigmoid, "power": nl.power,
+            "register_alloc": register_alloc}
 
 
 @nki.jit
@@ -129,9 +130,10 @@ def transposed_by_matmul(x, into=nl.float32):
 
 
 @nki.jit
-def calls_tan(x):
+def calls_power(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    nl.store(out, UNCALLED["tan"](nl.load(x)))
+    t = nl.load(x)
+    nl.store(out, UNCALLED["power"](t, t))
     return out
 
 
@@ -925,3 +927,22 @@ def product_along(x, axis):
     out = nl.ndarray(r.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     nl.store(out, r)
     return out
+
+
+@nki.jit
+def gaussian_derivatives_and_tangent(x):
+    """nisa.activation with nl.gelu_dx and nl.erf_dx (Scalar Engine functions of NKI's table)
+    and nl.tan (composed), each into its output."""
+    t = nl.load(x)
+    outs = []
+    for op in (nl.gelu_dx, nl.erf_dx):
+        r = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=r, op=op, data=t)
+        outs.append(r)
+    outs.append(nl.tan(t, dtype=nl.float32))
+    result = []
+    for r in outs:
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, r)
+        result.append(out)
+    return tuple(result)
