@@ -990,6 +990,25 @@ def test_gelu_dx_erf_dx_and_tan(k):
         assert rel.max() <= bound
 
 
+def test_activate2_on_neuroncore_v4(k, seed):
+    """nisa.activate2 on trn3 against numpy: a multiply-add stage (the Activation's own scale
+    and bias), a reversed subtraction, a tile's add with the row sums; trn2 has no
+    activate2."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    b = rng.standard_normal((128, 1)).astype(np.float32)
+    e, th, plus, sums = k["v2_activated_after_a_stage"](x, b, platform_target="trn3")
+    v, c = x.astype(np.float64), b.astype(np.float64)
+    for got, want in ((e, np.exp(v * 0.5 + c)), (th, np.tanh(2.0 - v))):
+        assert np.max(np.abs(got - want) / np.abs(want)) <= 2.0**-13
+    assert np.array_equal(plus, x + b)
+    assert np.allclose(sums[:, 0], (x + b).sum(axis=1, dtype=np.float64), rtol=1e-5,
+                       atol=1e-5)
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: 'activate2' is "
+                                            r"NeuronCore-v4's"):
+        k["v2_activated_after_a_stage"](x, b, platform_target="trn2")
+
+
 def test_nc_matmul_mx_multiplies_mx_tiles_with_their_scales(k):
     """nisa.nc_matmul_mx on trn3 against numpy: matrices quantized to MXFP8 and MXFP4 on the
     host (OCP MX: a shared E8M0 exponent a block of 32), their float64 dequantized product

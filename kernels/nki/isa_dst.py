@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hdl.vector.ops import VectorOp
+
 from . import isa as _v1
 from . import lower
 from .errors import NkiError, NotSupported, Unimplemented
@@ -26,7 +28,7 @@ from .isa import (
 )
 from .tracer import Register, View, current
 
-__all__ = ["activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
+__all__ = ["activate2", "activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
            "core_barrier", "dge_mode", "dma_compute", "dma_copy", "dma_engine", "dma_transpose",
            "dropout", "engine", "get_nc_sub_version", "get_nc_version", "gpsimd_engine", "iota",
            "local_gather", "matmul_perf_mode", "max8", "memset", "nc_find_index8",
@@ -79,6 +81,37 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
                reduce_cmd=reduce_cmd.idle, name=None):
     lower.activation(op, data, bias=bias, scale=scale, reduce_op=reduce_op,
                      reduce_res=reduce_res, reduce_cmd=reduce_cmd, dst=dst)
+
+
+def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False,
+              reverse1=False, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+              name=None):
+    """NeuronCore-v4's ``op((data op0 imm0) op1 imm1)`` on the Scalar Engine, one
+    ``Activation`` where the stage is its own multiply-add (a number's multiply, a tile's
+    add, both, or neither); any other stage a ``TensorScalar`` on the scalar engine into fp32
+    first, as :func:`activation` applies a tile's scale. ``relu_param`` (PReLU's slope) only
+    0: trngen's engine has no PReLU."""
+    call = "activate2"
+    if current(call).params.generation < 4:
+        raise NkiError("'activate2' is NeuronCore-v4's (trn3 on): use activation on this "
+                       "chip")
+    if isinstance(relu_param, View) or float(relu_param) != 0.0:
+        raise NotSupported("relu_param of 'activate2' (PReLU's slope)", "relu_param 0.0")
+    kind = [None if o in (None, lower.bypass) else lower.VECTOR_OPS.get(o, o)
+            for o in (op0, op1)]
+    scale, bias, pre = 1.0, None, data
+    if kind == [VectorOp.MULTIPLY, None] and not isinstance(imm0, View):
+        scale = imm0
+    elif kind == [VectorOp.MULTIPLY, VectorOp.ADD] and not isinstance(imm0, View) \
+            and isinstance(imm1, View) and not reverse1:
+        scale, bias = imm0, imm1
+    elif kind == [VectorOp.ADD, None] and isinstance(imm0, View):
+        bias = imm0
+    elif kind != [None, None]:
+        pre = lower.tensor_scalar(data, op0, imm0, reverse0, op1, imm1, reverse1,
+                                  dtype=np.float32, engine=2, call=call)
+    lower.activation(op, pre, bias=bias, scale=scale, reduce_op=reduce_op,
+                     reduce_res=reduce_res, reduce_cmd=reduce_cmd, dst=dst, call=call)
 
 
 def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
@@ -351,7 +384,7 @@ def get_nc_sub_version() -> int:
 #: (aws-neuron/nki-library imports register_alloc at module level), and each is refused where
 #: it is called.
 _DOCUMENTED = frozenset((
-    "activate2", "exponential", "rand2",
+    "exponential", "rand2",
     "rand_get_state", "rand_set_state", "rng", "set_rng_seed", "topk"))
 
 

@@ -946,3 +946,30 @@ def gaussian_derivatives_and_tangent(x):
         nl.store(out, r)
         result.append(out)
     return tuple(result)
+
+
+@nki.jit
+def activated_after_a_stage(x, b):
+    """nisa.activate2 (NeuronCore-v4): exp(x * 0.5 + b) (the Activation's own scale and
+    bias), tanh(2 - x) (a reversed subtraction: a TensorScalar first) and x + b (the bias
+    alone, identity) with the row sums of the last."""
+    t = nl.load(x)
+    bias = nl.load(b)
+    outs = []
+    for op, imm0, imm1, op0, op1, reverse0 in (
+            (nl.exp, 0.5, bias, nl.multiply, nl.add, False),
+            (nl.tanh, 2.0, 0.0, nl.subtract, nl.bypass, True),
+            (nl.copy, bias, 0.0, nl.add, nl.bypass, False)):
+        r = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        sums = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activate2(dst=r, op=op, data=t, imm0=imm0, imm1=imm1, op0=op0, op1=op1,
+                       reverse0=reverse0, reduce_op=nl.add, reduce_res=sums,
+                       reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        outs.append(r)
+    outs.append(sums)
+    result = []
+    for r in outs:
+        out = nl.ndarray(r.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, r)
+        result.append(out)
+    return tuple(result)
