@@ -63,7 +63,7 @@ def test_unknown_spec_is_one_line_and_status_2():
 def test_model_error_is_one_line_and_status_2(tmp_path):
     (tmp_path / "odd.yaml").write_text(
         "system:\n  name: odd\n  title: Odd\n  level: instance\n  member: trn2\n  count: 8\n"
-        "  topology: {kind: torus2d, dims: [4, 4]}\n")
+        "  topology: {kind: torus2d, dims: [4, 4]}\n  link_latency: 1 us\n")
     result = run("check", str(tmp_path / "odd.yaml"))
     assert result.exit_code == 2
     assert result.output == ("error: odd: topology dims [4, 4] must hold 8 chips, not 16\n")
