@@ -940,12 +940,7 @@ def gaussian_derivatives_and_tangent(x):
         nisa.activation(dst=r, op=op, data=t)
         outs.append(r)
     outs.append(nl.tan(t, dtype=nl.float32))
-    result = []
-    for r in outs:
-        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-        nl.store(out, r)
-        result.append(out)
-    return tuple(result)
+    return tuple(_to_hbm(r) for r in outs)
 
 
 @nki.jit
@@ -967,9 +962,4 @@ def activated_after_a_stage(x, b):
                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
         outs.append(r)
     outs.append(sums)
-    result = []
-    for r in outs:
-        out = nl.ndarray(r.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-        nl.store(out, r)
-        result.append(out)
-    return tuple(result)
+    return tuple(_to_hbm(r) for r in outs)
