@@ -288,7 +288,7 @@ def core_params(spec: ChipSpec, scale: Scale = "full") -> CoreParams:
                 ("scalar", si(c.scalar.clock, "Hz")), ("gpsimd", si(c.gpsimd.clock, "Hz"))),
         vector_elements=c.vector.elements_per_cycle,
         vector_transpose=min(c.vector.transpose, partitions),
-        functions=activation_functions(spec),
+        functions=activation_functions(spec), vector_functions=tuple(c.vector.functions),
         rng=rounding_rng(spec), access_start=c.costs.access_start,
         min_interval=c.costs.min_interval, dynamic_interval=c.costs.dynamic_interval,
         stride_penalty=int(si(c.costs.stride_penalty, "B")),

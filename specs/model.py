@@ -231,6 +231,11 @@ class VectorSpec(Strict):
         32, description="Largest tile the engine transposes between partitions and free "
                         "elements, each side: nki.isa.nc_transpose on the Vector Engine takes "
                         "(32, 32) or smaller [ISA: nc_transpose].")
+    functions: list[Literal[ACTIVATIONS]] = Field(  # type: ignore[valid-type]
+        default_factory=list,
+        description="Activation functions the engine evaluates itself, as the scalar engine "
+                    "does (the same approximations; each must be one of core.scalar.functions): "
+                    "NeuronCore-v4's exp [ISA: exponential].")
 
 
 class ApproximationSpec(Strict):
@@ -356,6 +361,15 @@ class CoreSpec(Strict):
                           "the host feeds as a longer stream runs. Not published; an "
                           "assumption: enough for the unrolled loops of one kernel tile "
                           "sequence, so that feeding it stays ahead of the engine.")
+
+    @model_validator(mode="after")
+    def _vector_functions_listed(self):
+        for name in self.vector.functions:
+            if name not in self.scalar.functions:
+                raise PydanticCustomError(
+                    "rates", "expected vector.functions among scalar.functions (one table of "
+                             "approximations), found '{f}'", {"f": name})
+        return self
 
 
 class MemorySpec(Strict):

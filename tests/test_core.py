@@ -275,6 +275,9 @@ def test_numeric_result_through_golden_models(trn1, seed):
      r"operand shape: dst and b: 8 x 4 against 8 x 5"),
     ({"scalar": [Activation(dst=sbuf(0, 8, 0, 4), src=sbuf(0, 8, 0, 4), func=40)]},
      r"function: func 40 is not one of the \d+ functions of trn1"),
+    ({"vector": [Activation(dst=sbuf(0, 8, 0, 4), src=sbuf(0, 8, 0, 4), func=2)]},
+     r"vector\[0\] `act .*`: function: the vector engine of trn1 evaluates no function, "
+     r"not exp"),
     ({"vector": [Memset(dst=sbuf(0, 8, 2, 4), value=0.0)]}, r"alignment"),
     ({"dma0": [DmaCopy(dst=sbuf(0, 1, 0, 4), src=AP("hbm", "fp32", 0, 1, 1 << 30, ((4, 1),)))]},
      r"dma0\[0\].*HBM bounds"),
@@ -926,6 +929,32 @@ def test_scan_costs_two_passes(trn1, n):
     want = (p.access_start + max(p.min_interval, 2 * n / p.vector_elements)) / p.clock("vector")
     assert scan == pytest.approx(want)
     assert scan == pytest.approx(busy(TensorTensor(dst=z, a=x, b=y, op=VectorOp.ADD)))
+
+
+@pytest.mark.parametrize("n", [16, 512])
+def test_an_activation_on_the_vector_engine_streams_at_its_rate(trn3, n):
+    """trn3's vector engine evaluates exp (``core.vector.functions``): an Activation there
+    takes the vector stream rule, the spec's access start plus the larger of its minimum
+    interval and N over the vector engine's elements a cycle, at the vector clock, and a
+    minimum interval more with its row sums; the same numbers as the scalar engine's."""
+    p = trn3
+    exp = [f.name for f in p.functions].index("exp")
+    x, y, s = sbuf(0, 128, 0, n), sbuf(0, 128, 4096, n), sbuf(0, 128, 8192, 1)
+
+    def run(stream, ins):
+        core = Core(p)
+        return core.run(program(**{stream: [ins]}), timing_only=True).busy[stream]
+
+    plain = Activation(dst=y, src=x, func=exp)
+    want = p.access_start + max(p.min_interval, math.ceil(n / p.vector_elements))
+    assert run("vector", plain) == pytest.approx(want / p.clock("vector"))
+    summed = Activation(dst=y, src=x, func=exp, reduce_dst=s)
+    assert run("vector", summed) == pytest.approx((want + p.min_interval) / p.clock("vector"))
+    rng = np.random.default_rng(n)
+    a = (rng.standard_normal((128, n)) * 4).astype(np.float32)
+    got = {kind: _run(p, kind, [summed], {x: a}, [y, s]) for kind in ("vector", "scalar")}
+    for ap in (y, s):
+        assert np.array_equal(got["vector"][ap], got["scalar"][ap])
 
 
 def test_scan_rules(trn1):

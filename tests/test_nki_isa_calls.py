@@ -1009,6 +1009,31 @@ def test_activate2_on_neuroncore_v4(k, seed):
         k["v2_activated_after_a_stage"](x, b, platform_target="trn2")
 
 
+def test_exponential_on_the_vector_engine_of_neuroncore_v4(k, seed):
+    """nisa.exponential on trn3 against numpy float64: exp(x - m) for a tile and a number,
+    into fp32 and bf16, its running sums from zero, onto the last and from reduce_init; the
+    exponentials on the vector engine's stream (the scalar engine's stays empty); trn2's
+    vector engine has no exp."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((128, 64)).astype(np.float32) * 4
+    m = x.max(axis=1, keepdims=True)
+    e1, e2, e3, s1, s2, s3 = k["v2_exponentials"](x, m, platform_target="trn3")
+    v = x.astype(np.float64)
+    want1, want2, want3 = np.exp(v - m), np.exp(v - 2.0), np.exp(v)
+    for got, want in ((e1, want1), (e2, want2)):
+        assert np.max(np.abs(got - want) / want) <= 2.0**-13
+    assert np.max(np.abs(e3.astype(np.float64) - want3) / want3) <= 2.0**-8  # bf16's half ulp
+    for got, want in ((s1, want1.sum(1)), (s2, want1.sum(1) + want2.sum(1)),
+                      (s3, 5.0 + want3.sum(1))):
+        assert np.allclose(got[:, 0], want, rtol=1e-5, atol=0), (got[:3, 0], want[:3])
+    streams = k["v2_exponentials"].trace(x, m, platform_target="trn3")[0].program().streams
+    assert [type(i).__name__ for i in streams["vector"]].count("Activation") == 3
+    assert not [i for i in streams.get("scalar", []) if type(i).__name__ == "Activation"]
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: 'exponential' needs the "
+                                            r"vector engine's exp, which trn2's has not"):
+        k["v2_exponentials"](x, m, platform_target="trn2")
+
+
 def test_nc_matmul_mx_multiplies_mx_tiles_with_their_scales(k):
     """nisa.nc_matmul_mx on trn3 against numpy: matrices quantized to MXFP8 and MXFP4 on the
     host (OCP MX: a shared E8M0 exponent a block of 32), their float64 dequantized product

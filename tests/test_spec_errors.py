@@ -93,6 +93,10 @@ CASES = [
                           "{exp: {range: [-8, 8]}}}"),
      r"chip\.core\.scalar: expected no range for exp \(its argument is reduced to a fixed "
      r"range\), found \[-8\.0, 8\.0\]", "scalar:"),
+    ("vector-function-unlisted", sub("vector: {clock: 1.12 GHz, lanes: 128}",
+                                     "vector: {clock: 1.12 GHz, lanes: 128, functions: [tanh]}"),
+     r"chip\.core: expected vector\.functions among scalar\.functions \(one table of "
+     r"approximations\), found 'tanh'", "  core:"),
     ("lnc-default", sub("lnc: {options: [1], default: 1}", "lnc: {options: [1], default: 2}"),
      r"chip\.lnc: expected default to be one of the options \[1\], found 2", "lnc"),
     ("claim-source", sub("source: TRN1}", "source: TRN9}"),

@@ -39,6 +39,7 @@ class CoreParams:
     vector_elements: float
     vector_transpose: int  # the vector engine's largest transpose, partitions and free each
     functions: tuple[FunctionSpec, ...]
+    vector_functions: tuple[str, ...]  # the functions the vector engine evaluates itself
     rng: str | None  # stochastic rounding's generator; None: the chip rounds to nearest even only
     access_start: int
     min_interval: int

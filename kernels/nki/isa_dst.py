@@ -30,7 +30,8 @@ from .tracer import Register, View, current
 
 __all__ = ["activate2", "activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats",
            "core_barrier", "dge_mode", "dma_compute", "dma_copy", "dma_engine", "dma_transpose",
-           "dropout", "engine", "get_nc_sub_version", "get_nc_version", "gpsimd_engine", "iota",
+           "dropout", "engine", "exponential", "get_nc_sub_version", "get_nc_version",
+           "gpsimd_engine", "iota",
            "local_gather", "matmul_perf_mode", "max8", "memset", "nc_find_index8",
            "nc_match_replace8", "nc_matmul", "nc_matmul_mx", "nc_n_gather", "nc_stream_shuffle",
            "nc_transpose", "nc_version", "nonzero_with_count", "oob_mode", "quantize_mx",
@@ -112,6 +113,20 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
                                   dtype=np.float32, engine=2, call=call)
     lower.activation(op, pre, bias=bias, scale=scale, reduce_op=reduce_op,
                      reduce_res=reduce_res, reduce_cmd=reduce_cmd, dst=dst, call=call)
+
+
+def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                reduce_init=0.0, name=None):
+    """``exp(src - max_value)`` on the Vector Engine with its running sum (NeuronCore-v4):
+    where the chip's vector engine evaluates exp (its spec's ``core.vector.functions``)."""
+    call = "exponential"
+    p = current(call).params
+    if "exp" not in p.vector_functions:
+        raise NkiError(f"'exponential' needs the vector engine's exp, which {p.name}'s has not "
+                       f"(core.vector.functions; NeuronCore-v4's, trn3 on): use activation "
+                       f"with nl.exp on this chip")
+    lower.exponential(src, max_value, reduce_res=reduce_res, reduce_cmd=reduce_cmd,
+                      reduce_init=reduce_init, dst=dst)
 
 
 def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
@@ -384,7 +399,7 @@ def get_nc_sub_version() -> int:
 #: (aws-neuron/nki-library imports register_alloc at module level), and each is refused where
 #: it is called.
 _DOCUMENTED = frozenset((
-    "exponential", "rand2",
+    "rand2",
     "rand_get_state", "rand_set_state", "rng", "set_rng_seed", "topk"))
 
 

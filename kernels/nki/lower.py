@@ -498,12 +498,13 @@ def _vector_transpose(t, x: View, p: int, f: int, full: tuple, dtype, dst, call:
 # --- vector, scalar and GpSimd engines ----------------------------------------------------
 
 def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
-               reduce_cmd=0, mask=None, dtype=None, dst=None, call: str = "activation"):
-    """``op(data * scale + bias)`` on the scalar engine; with ``reduce_op`` add, the sum
-    along the free axis into ``reduce_res``. A ``scale`` of one value per partition (a
-    tile: the ISA's scale is an immediate) is applied with the bias by a TensorScalar into
-    fp32 first, the same multiply and add, on the scalar engine, whose multiply-add it is
-    in NKI."""
+               reduce_cmd=0, mask=None, dtype=None, dst=None, call: str = "activation",
+               engine: str = "scalar"):
+    """``op(data * scale + bias)`` on the scalar engine (or on the vector engine, for a
+    function it evaluates: ``engine``); with ``reduce_op`` add, the sum along the free axis
+    into ``reduce_res``. A ``scale`` of one value per partition (a tile: the ISA's scale is
+    an immediate) is applied with the bias by a TensorScalar into fp32 first, the same
+    multiply and add, on the scalar engine, whose multiply-add it is in NKI."""
     t = current(call)
     t.commit()
     whole = _tile(data, call, "data")
@@ -542,7 +543,7 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
         if red is not None:
             red_ap = t.ap(red, call, "reduce_res")
             writes.append((red, red_ap))
-        t.emit("scalar", Activation(dst=out_ap, src=src, func=func, bias=bias_ap,
+        t.emit(engine, Activation(dst=out_ap, src=src, func=func, bias=bias_ap,
                                     reduce_dst=red_ap, scale=float(scale)),
                reads=reads, writes=writes)
 
@@ -1048,6 +1049,57 @@ def reduce_into_register(out: View, reduce_cmd, reduce_res: View | None,
             raise NkiError(f"'{call}': reduce_res of an empty reduction register (no "
                            f"reduce_cmd reset_reduce or reduce since its reset)")
         tensor_copy(held, dst=_tile(reduce_res, call, "reduce_res").cut(kept), call=call)
+
+
+def exponential(src, max_value=0.0, *, reduce_res=None, reduce_cmd=0, reduce_init=0.0,
+                dst: View, call: str = "exponential") -> None:
+    """``exp(src - max_value)`` on the vector engine (an :class:`Activation` there: the
+    chip's ``core.vector.functions``), ``max_value`` a number or one fp32 per partition,
+    its negation the activation's bias; the row sums go into the vector engine's
+    accumulator as ``reduce_cmd`` says (reset_reduce: from zero, load_reduce: from
+    ``reduce_init``, reduce: onto what it holds; each addition of the held value a
+    TensorTensor), and ``reduce_res`` takes it."""
+    t = current(call)
+    cmd = int(reduce_cmd)
+    if cmd == 1:
+        raise NotSupported(f"reduce_cmd reset of '{call}'",
+                           "reduce_cmd idle, reset_reduce, reduce or load_reduce")
+    if cmd == 0 and reduce_res is not None:
+        raise NkiError(f"'{call}': reduce_res with reduce_cmd idle (the accumulator is not "
+                       f"used): use reset_reduce, reduce or load_reduce")
+    if cmd != 4 and (isinstance(reduce_init, View) or float(reduce_init) != 0.0):
+        raise NkiError(f"'{call}': reduce_init is for reduce_cmd load_reduce (0.0 otherwise)")
+    x = _tile(src, call, "src")
+    rows = x.shape[0]
+    bias = None
+    if isinstance(max_value, View):
+        bias = tensor_scalar(max_value, np.multiply, -1.0, dtype=np.float32, engine=5,
+                             call=call)
+    elif float(max_value) != 0.0:
+        bias = _out(t, (rows, 1), "fp32")
+        memset(bias, -float(max_value), engine=5, call=call)
+    sums = _out(t, (rows, 1), "fp32") if cmd else None
+    activation(np.exp, x, bias=bias, reduce_res=sums, dst=dst, call=call, engine="vector")
+    if not cmd:
+        return
+    start = None
+    if cmd == 4:
+        start = reduce_init
+        if not isinstance(start, View):
+            start = _out(t, (rows, 1), "fp32")
+            memset(start, float(reduce_init), engine=5, call=call)
+    elif cmd == 2:
+        start = t.registers.get("vector")
+        if start is None:
+            raise NkiError(f"'{call}': reduce_cmd reduce onto an empty accumulator (no "
+                           f"reset_reduce or load_reduce since its reset)")
+    if start is not None:
+        both = _out(t, (rows, 1), "fp32")
+        tensor_tensor(start, sums, np.add, dst=both, call=call)
+        sums = both
+    t.registers["vector"] = sums
+    if reduce_res is not None:
+        tensor_copy(sums, dst=_tile(reduce_res, call, "reduce_res"), call=call)
 
 
 def sequence_bounds(segment_ids: View, *, dtype=None, dst=None,

@@ -488,6 +488,10 @@ class Rules:
             if ins.func >= len(p.functions):
                 fail(*where, "function", f"func {ins.func} is not one of the "
                                          f"{len(p.functions)} functions of {p.name}")
+            elif kind == "vector" and p.functions[ins.func].name not in p.vector_functions:
+                fail(*where, "function", f"the vector engine of {p.name} evaluates "
+                                         f"{', '.join(p.vector_functions) or 'no function'}, "
+                                         f"not {p.functions[ins.func].name}")
         elif isinstance(ins, TensorTensor):
             self._check_same(where, ins.dst, ins.a, "dst and a")
             self._check_same(where, ins.dst, ins.b, "dst and b")

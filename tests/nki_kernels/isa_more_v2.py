@@ -944,6 +944,27 @@ def gaussian_derivatives_and_tangent(x):
 
 
 @nki.jit
+def exponentials(x, m):
+    """nisa.exponential (NeuronCore-v4's vector engine): exp(x - m) with m a tile, the row
+    sums from zero (reset_reduce); exp(x - 2) added onto them (reduce); exp(x) into bf16
+    with sums from 5 (load_reduce)."""
+    t = nl.load(x)
+    top = nl.load(m)
+    outs, sums = [], []
+    for dt, max_value, cmd, init in (
+            (nl.float32, top, nisa.reduce_cmd.reset_reduce, 0.0),
+            (nl.float32, 2.0, nisa.reduce_cmd.reduce, 0.0),
+            (nl.bfloat16, 0.0, nisa.reduce_cmd.load_reduce, 5.0)):
+        r = nl.ndarray(x.shape, dtype=dt, buffer=nl.sbuf)
+        s = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.exponential(dst=r, src=t, max_value=max_value, reduce_res=s, reduce_cmd=cmd,
+                         reduce_init=init)
+        outs.append(r)
+        sums.append(s)
+    return tuple(_to_hbm(r) for r in outs + sums)
+
+
+@nki.jit
 def activated_after_a_stage(x, b):
     """nisa.activate2 (NeuronCore-v4): exp(x * 0.5 + b) (the Activation's own scale and
     bias), tanh(2 - x) (a reversed subtraction: a TensorScalar first) and x + b (the bias
