@@ -294,6 +294,27 @@ def test_rand_and_dropout_draw_from_the_generators(k, seed):
     assert np.array_equal(d0, x) and not d1.any()
 
 
+def test_rand2_is_uniform_in_its_range(k, seed):
+    """nisa.rand2 on trn3: within [min, max] (numbers, one pair a partition, a tile and a
+    number, into fp32 and bf16), each tenth of the range holding
+    about a tenth of the draws; trn2 has no rand2."""
+    rng = np.random.default_rng(seed)
+    lo = rng.uniform(-3, 0, (128, 1)).astype(np.float32)
+    hi = (lo + rng.uniform(0.5, 2, (128, 1))).astype(np.float32)
+    plain, rows, mixed = k["v2_uniforms"](lo, hi, platform_target="trn3")
+    for got, a, b in ((plain, -2.0, 3.0), (rows, lo, hi)):
+        assert np.all(got >= a) and np.all(got <= b)  # u * (b - a) + a may round to b
+        share = np.minimum(np.floor((got - a) / (b - a) * 10), 9)
+        counts = np.bincount(share.astype(int).ravel(), minlength=10)
+        assert np.all(np.abs(counts / got.size - 0.1) < 0.01), counts
+    wide = mixed.astype(np.float32)
+    assert np.all(wide >= lo.astype(ml_dtypes.bfloat16).astype(np.float32) - 1e-6)
+    assert np.all(wide <= 4.0) and abs(np.mean((wide - lo) / (4.0 - lo)) - 0.5) < 0.02
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: 'rand2' is "
+                                            r"NeuronCore-v4's"):
+        k["v2_uniforms"](lo, hi, platform_target="trn2")
+
+
 def test_gather_flattened(k, seed):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((128, 4, 16)).astype(np.float32)

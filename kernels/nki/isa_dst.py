@@ -35,7 +35,7 @@ __all__ = ["activate2", "activation", "activation_reduce", "affine_select", "bn_
            "local_gather", "matmul_perf_mode", "max8", "memset", "nc_find_index8",
            "nc_match_replace8", "nc_matmul", "nc_matmul_mx", "nc_n_gather", "nc_stream_shuffle",
            "nc_transpose", "nc_version", "nonzero_with_count", "oob_mode", "quantize_mx",
-           "range_select", "reciprocal", "reduce_cmd", "register_alloc", "register_load",
+           "rand2", "range_select", "reciprocal", "reduce_cmd", "register_alloc", "register_load",
            "register_move", "register_store", "scalar_engine", "scalar_tensor_tensor",
            "select_reduce", "sendrecv", "sequence_bounds", "tensor_copy", "tensor_copy_dynamic_src",
            "tensor_copy_predicated", "tensor_engine", "tensor_partition_reduce", "tensor_reduce",
@@ -252,6 +252,31 @@ def dropout(dst, data, prob, name=None):
     lower.dropout(data, prob, dst=dst)
 
 
+def rand2(dst, min, max, name=None):  # noqa: A002 - NKI's names
+    """Numbers uniform in [min, max] on the Vector Engine (NeuronCore-v4): the engine's
+    uniform draws in [0, 1) (:class:`Random`, the spec's generator), then ``u * (max - min)
+    + min`` by a TensorScalar into ``dst``'s type (whose rounding may reach ``max``);
+    ``min`` and ``max`` numbers or one fp32 per partition (their difference then computed
+    first)."""
+    call = "rand2"
+    t = current(call)
+    if t.params.generation < 4:
+        raise NkiError("'rand2' is NeuronCore-v4's (trn3 on): use nl.rand on this chip")
+    if not isinstance(min, View) and not isinstance(max, View) and not min < max:
+        raise NkiError(f"'rand2' needs min < max, not {min} and {max}")
+    if isinstance(min, View) and isinstance(max, View):
+        span = lower.tensor_tensor(max, min, np.subtract, dtype=np.float32, call=call)
+    elif isinstance(max, View):
+        span = lower.tensor_scalar(max, np.subtract, min, dtype=np.float32, call=call)
+    elif isinstance(min, View):
+        span = lower.tensor_scalar(min, np.subtract, max, True, dtype=np.float32, call=call)
+    else:
+        span = float(max) - float(min)
+    u = lower.rand(dst.shape, np.float32, call=call)
+    lower.tensor_scalar(u, np.multiply, span, op1=np.add, operand1=min, engine=5, dst=dst,
+                        call=call)
+
+
 def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
     lower.stream_shuffle(src, dst, shuffle_mask)
 
@@ -399,7 +424,6 @@ def get_nc_sub_version() -> int:
 #: (aws-neuron/nki-library imports register_alloc at module level), and each is refused where
 #: it is called.
 _DOCUMENTED = frozenset((
-    "rand2",
     "rand_get_state", "rand_set_state", "rng", "set_rng_seed", "topk"))
 
 

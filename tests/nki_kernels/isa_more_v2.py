@@ -965,6 +965,20 @@ def exponentials(x, m):
 
 
 @nki.jit
+def uniforms(lo, hi):
+    """nisa.rand2 (NeuronCore-v4): [128, 512] uniform in [-2, 3] into fp32; in [lo, hi] of
+    each partition (two tiles); in [lo, 4] (a tile and a number) into bf16."""
+    low, high = nl.load(lo), nl.load(hi)
+    outs = []
+    for dt, a, b in ((nl.float32, -2.0, 3.0), (nl.float32, low, high),
+                     (nl.bfloat16, low, 4.0)):
+        r = nl.ndarray((128, 512), dtype=dt, buffer=nl.sbuf)
+        nisa.rand2(dst=r, min=a, max=b)
+        outs.append(r)
+    return tuple(_to_hbm(r) for r in outs)
+
+
+@nki.jit
 def activated_after_a_stage(x, b):
     """nisa.activate2 (NeuronCore-v4): exp(x * 0.5 + b) (the Activation's own scale and
     bias), tanh(2 - x) (a reversed subtraction: a TensorScalar first) and x + b (the bias
