@@ -275,6 +275,9 @@ def test_numeric_result_through_golden_models(trn1, seed):
      r"operand shape: dst and b: 8 x 4 against 8 x 5"),
     ({"scalar": [Activation(dst=sbuf(0, 8, 0, 4), src=sbuf(0, 8, 0, 4), func=40)]},
      r"function: func 40 is not one of the \d+ functions of trn1"),
+    ({"vector": [TensorTensor(dst=sbuf(0, 8, 0, 4), a=sbuf(0, 8, 0, 4), b=sbuf(0, 8, 0, 4),
+                              op=VectorOp.POWER)]},
+     r"vector\[0\] .*: op: power runs on the GpSimd engine, not the vector engine"),
     ({"vector": [Activation(dst=sbuf(0, 8, 0, 4), src=sbuf(0, 8, 0, 4), func=2)]},
      r"vector\[0\] `act .*`: function: the vector engine of trn1 evaluates no function, "
      r"not exp"),

@@ -7,6 +7,7 @@ import pytest
 
 from hdl.core.isa import (
     AP,
+    Activation,
     DmaCopy,
     IsaError,
     LoadStationary,
@@ -14,6 +15,7 @@ from hdl.core.isa import (
     SemSignal,
     SemWait,
     TensorCopy,
+    TensorTensor,
     Transpose,
     decode,
     encode,
@@ -302,3 +304,17 @@ def test_core_rtl_takes_the_array_formats_mx_included(trn3, trn1):
         reason = supported(LoadStationary(src=tile("sbuf", dtype, 0, 8, 0, 8)), trn1.formats)
         assert reason.startswith("src must be one of ") and reason.endswith(f", not {dtype}")
         assert "mxfp" not in reason.removesuffix(dtype) and "\n" not in reason
+
+
+def test_core_rtl_refuses_what_its_engines_do_not_compute():
+    """GpSimd's power (software on its cores) and an Activation on the vector engine
+    (NeuronCore-v4's exp) are refused by name before anything is simulated."""
+    from hdl.core.engines import supported
+    from hdl.vector.ops import VectorOp
+
+    a = tile("sbuf", "fp32", 0, 8, 0, 8)
+    power = TensorTensor(dst=a, a=a, b=a, op=VectorOp.POWER)
+    assert supported(power, kind="gpsimd") == ("the gpsimd engine's lanes compute no power "
+                                               "(GpSimd's software pow)")
+    assert supported(TensorTensor(dst=a, a=a, b=a, op=VectorOp.ADD), kind="gpsimd") is None
+    assert supported(Activation(dst=a, src=a, func=2)).startswith("the vector engine runs ")

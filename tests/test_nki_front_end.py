@@ -215,7 +215,7 @@ ERRORS = [
      "Out-of-bound access for tensor `x` on dimension 1: index range [512, 1023] exceed "
      "dimension size of 1000"),
     ("unsupported_call", ((128, 64), np.float32), None, "unsupported",
-     "nl.power is not supported yet by trngen's NKI front end; supported:"),
+     "nl.random_seed is not supported yet by trngen's NKI front end; supported:"),
     ("partition_mismatch", ((128, 512), np.float32), ((1, 512), np.float32), "mismatch",
      "number of partitions (dimension 0 size of a tile) mismatch in parameters "
      "(data1[128, 512], data2[1, 512]) of 'tensor_tensor' [err_num_partition_mismatch]"),

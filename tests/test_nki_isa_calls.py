@@ -15,6 +15,7 @@ import pytest
 import kernels
 import kernels.nki as knki
 from hdl.core.isa import LoadStationary, Memset, format_instruction
+from hdl.vector.ops import VectorOp
 
 HERE = Path(__file__).parent / "nki_kernels"
 FP32 = kernels.TOLERANCE["fp32"]
@@ -315,6 +316,29 @@ def test_rand2_is_uniform_in_its_range(k, seed):
         k["v2_uniforms"](lo, hi, platform_target="trn2")
 
 
+def test_power_runs_on_gpsimd(k, seed):
+    """nl.power and tensor_tensor's op nl.power against numpy: a tile raised to a tile is
+    numpy's float64 power rounded to fp32 (within an ulp of numpy's float32 power), to 2.0
+    the fp32 square, into bf16 as ml_dtypes rounds; every power on GpSimd, as NKI says it
+    runs, and refused on the vector engine."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0.1, 4.0, (128, 64)).astype(np.float32)
+    y = rng.uniform(-3.0, 3.0, (128, 64)).astype(np.float32)
+    both, squared, narrow = k["v2_powers"](x, y)
+    want = np.power(x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
+    assert np.array_equal(both, want)
+    assert np.all(np.abs(both.view(np.int32) - np.power(x, y).view(np.int32)) <= 1)
+    assert np.array_equal(squared, x * x)
+    assert np.array_equal(narrow.view(np.uint16), want.astype(ml_dtypes.bfloat16).view(np.uint16))
+    streams = k["v2_powers"].trace(x, y)[0].program().streams
+    powers = [i for i in streams["gpsimd"] if VectorOp.POWER in (getattr(i, "op", None),
+                                                                 getattr(i, "op0", None))]
+    assert len(powers) == 3
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: 'tensor_tensor' runs on the "
+                                            r"gpsimd engine, not vector"):
+        k["v2_powers"](x, y, engine=knki.isa.engine.vector)
+
+
 def test_gather_flattened(k, seed):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((128, 4, 16)).astype(np.float32)
@@ -500,11 +524,11 @@ def test_nki_0_2_kernel_classes_and_is_transpose(k):
 
 
 def test_a_documented_call_not_implemented_is_refused_where_called(k):
-    """A module may name nl.power (NKI documents it; trngen does not implement it): the
-    refusal comes where the kernel calls it."""
-    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nl.power is not supported "
-                                            r"yet"):
-        k["v2_calls_power"](np.zeros((8, 8), np.float32))
+    """A module may name nl.random_seed (NKI documents it; trngen does not implement it):
+    the refusal comes where the kernel calls it."""
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nl.random_seed is not "
+                                            r"supported yet"):
+        k["v2_calls_random_seed"](np.zeros((8, 8), np.float32))
     with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: nisa.topk is "
                                             r"not supported yet"):
         k["v2_calls_topk"](np.zeros((8, 8), np.float32))

@@ -200,6 +200,8 @@ def supported(ins: Instruction, formats: tuple[str, ...] = ENGINE_DTYPES,
     runs = ENGINE_RUNS[kind]
     if not isinstance(ins, runs):
         return f"the {kind} engine runs {', '.join(c.__name__ for c in runs)}"
+    if any(getattr(ins, name, None) == VectorOp.POWER for name in ("op", "op0", "op1")):
+        return f"the {kind} engine's lanes compute no power (GpSimd's software pow)"
     return operand_refusal(ins, formats)
 
 

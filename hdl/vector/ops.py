@@ -17,7 +17,10 @@ class VectorOp(enum.Enum, shape=5):
     operations (:data:`BITWISE_OPS`) act on the 32-bit words as integers: ``LEFT_SHIFT`` and
     ``RIGHT_SHIFT`` shift ``a``'s word by ``b``'s word read as an unsigned count, filling
     with zeros (a logical shift right; NKI has no arithmetic one), 0 from a count of 32 on.
-    ``COPY``, ``ABS`` and ``SQUARE`` read ``a`` only.
+    ``COPY``, ``ABS`` and ``SQUARE`` read ``a`` only. ``POWER`` is ``a`` raised to ``b``,
+    numpy's ``power`` in float64 rounded to fp32 (NaN canonical): GpSimd's, whose cores
+    compute it in software, not the lanes' [NKI ``nki.isa.tensor_tensor``: "nl.power (Which
+    runs on the GpSimd engine.)"]; :data:`LANE_OPS` are the rest.
     """
 
     COPY = 0
@@ -44,6 +47,7 @@ class VectorOp(enum.Enum, shape=5):
     ABS_MIN = 21
     LEFT_SHIFT = 22
     RIGHT_SHIFT = 23
+    POWER = 24
 
 
 class Reduce(enum.Enum, shape=2):
@@ -57,6 +61,9 @@ class Reduce(enum.Enum, shape=2):
     SUM = 1
     MAX = 2
 
+
+#: The operations the engines' lanes compute (every one but GpSimd's POWER).
+LANE_OPS = tuple(op for op in VectorOp if op is not VectorOp.POWER)
 
 #: The operations on 32-bit words as integers (NKI's "bitvec" operators).
 BITWISE_OPS = (VectorOp.BITWISE_AND, VectorOp.BITWISE_OR, VectorOp.BITWISE_XOR,

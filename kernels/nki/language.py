@@ -758,6 +758,8 @@ left_shift = _binary_fn("left_shift", VectorOp.LEFT_SHIFT)
 right_shift = _binary_fn("right_shift", VectorOp.RIGHT_SHIFT)
 abs_max = _binary_fn("abs_max", VectorOp.ABS_MAX)
 abs_min = _binary_fn("abs_min", VectorOp.ABS_MIN)
+power = _binary_fn("power", VectorOp.POWER)
+power.__doc__ = "``power(x, y)``, ``x`` raised to ``y`` element by element, on GpSimd."
 
 
 def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> View:
@@ -1208,7 +1210,7 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
 #: Calls NKI 0.2 documents (``nki.language`` at aws-neuron-sdk 81ce03ae) that this front end
 #: does not implement: a kernel may name them (a module-level table of functions) and runs
 #: while it does not call them.
-_DOCUMENTED = frozenset(("power", "prelu", "random_seed"))
+_DOCUMENTED = frozenset(("prelu", "random_seed"))
 
 
 def __getattr__(name: str):

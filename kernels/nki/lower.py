@@ -82,6 +82,7 @@ VECTOR_OPS: dict = {
     np.amin: VectorOp.MIN, np.sum: VectorOp.ADD, np.logical_and: VectorOp.LOGICAL_AND,
     np.logical_or: VectorOp.LOGICAL_OR, np.logical_xor: VectorOp.LOGICAL_XOR,
     np.left_shift: VectorOp.LEFT_SHIFT, np.right_shift: VectorOp.RIGHT_SHIFT,
+    np.power: VectorOp.POWER,
 }
 #: NKI's arithmetic unary operators of tensor_scalar (its operand None or 0) [NKI ``nki.isa.
 #: tensor_scalar``: "Must be None or 0 when op0 is a unary operator (e.g., nl.abs)"].
@@ -121,7 +122,7 @@ def _op(op, call: str) -> VectorOp:
         raise NotSupported(f"op {getattr(op, '__name__', op)!r} of '{call}'",
                            "add, subtract, multiply, maximum, minimum, the comparisons, "
                            "bitwise_and/or/xor, left_shift, right_shift, logical_and/or/xor, "
-                           "abs_max and abs_min (nl.* or np.*)")
+                           "abs_max, abs_min and power (nl.* or np.*)")
     return v
 
 
@@ -616,6 +617,8 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
     o0 = _reversed(o0, call) if reverse0 else o0
     if reverse1 and o1 != VectorOp.COPY:
         o1 = _reversed(o1, call)
+    if VectorOp.POWER in (o0, o1):  # NKI: power runs on the GpSimd engine
+        eng = _engine(engine, ("gpsimd",), call)
     operand0, operand1 = (v.cut(rows_of(mask)) if isinstance(v, View) else v
                           for v in (operand0, operand1))
     a0, i0, v0 = _scalar_operand(t, operand0, x, call, "operand0")
@@ -643,8 +646,9 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, dst=N
     t.commit()
     wa, wb = _tile(data1, call, "data1"), _tile(data2, call, "data2")
     a, b = wa.cut(mask), wb.cut(mask)
-    eng = _engine(engine, ("vector", "gpsimd"), call)
     o = _op(op, call)
+    # NKI: power runs on the GpSimd engine
+    eng = _engine(engine, ("gpsimd",) if o == VectorOp.POWER else ("vector", "gpsimd"), call)
     _same_partitions(a, b, call, "data1", "data2")
     a, b = _free_broadcast(a, b), _free_broadcast(b, a)
     spaces = ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum")

@@ -305,7 +305,10 @@ class Rules:
         for name, ap, _ in isa.reach(ins):
             self._check_ap(where, name, ap, kind, hbm_bytes)
         # [NKI nl.abs_max, nl.abs_min: "Available only on NeuronCore-v4 (trn3) and newer"]
+        # [NKI nki.isa.tensor_tensor: "nl.power (Which runs on the GpSimd engine.)"]
         for name in ("op", "op0", "op1"):
+            if getattr(ins, name, None) == VectorOp.POWER and kind != "gpsimd":
+                fail(*where, "op", f"power runs on the GpSimd engine, not the {kind} engine")
             if getattr(ins, name, None) in (VectorOp.ABS_MAX, VectorOp.ABS_MIN) and \
                     p.generation < 4:
                 fail(*where, "op", f"{p.name}'s engines (NeuronCore-{p.version}) have no "

@@ -65,6 +65,14 @@ def _shift(a, b, shift):
     return np.where(b >= 32, np.uint32(0), shift(a, b & np.uint32(31))).astype(np.uint32)
 
 
+def _power(a, b):
+    """``a`` raised to ``b``: numpy's power of the two in float64, rounded to fp32 (nearest
+    even, subnormals kept), a NaN canonical."""
+    with np.errstate(all="ignore"):
+        r = np.power(_f(a).astype(np.float64), _f(b).astype(np.float64)).astype(np.float32)
+    return _canonical(r.view(np.uint32))
+
+
 def elementwise(op: VectorOp, a, b) -> np.ndarray:
     """``op(a, b)`` elementwise on fp32 bit patterns."""
     a = np.asarray(a, dtype=np.uint32)
@@ -96,6 +104,7 @@ def elementwise(op: VectorOp, a, b) -> np.ndarray:
             VectorOp.ABS_MIN: lambda: _by_magnitude(a, b, np.less),
             VectorOp.LEFT_SHIFT: lambda: _shift(a, b, np.left_shift),
             VectorOp.RIGHT_SHIFT: lambda: _shift(a, b, np.right_shift),
+            VectorOp.POWER: lambda: _power(a, b),
         }
         return np.asarray(table[op](), dtype=np.uint32)
 

@@ -107,7 +107,7 @@ class Tiles(nl.NKIObject):
 
 #: a table of documented calls this front end does not implement, made at import (and
 #: nisa.register_alloc imported above, as nki-library's MoE modules import it)
-UNCALLED = {"swish": nl.gelu_apprx_sigmoid, "power": nl.power,
+UNCALLED = {"swish": nl.gelu_apprx_sigmoid, "random_seed": nl.random_seed,
             "register_alloc": register_alloc}
 
 
@@ -130,10 +130,11 @@ def transposed_by_matmul(x, into=nl.float32):
 
 
 @nki.jit
-def calls_power(x):
+def calls_random_seed(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     t = nl.load(x)
-    nl.store(out, UNCALLED["power"](t, t))
+    UNCALLED["random_seed"](t)
+    nl.store(out, t)
     return out
 
 
@@ -976,6 +977,16 @@ def uniforms(lo, hi):
         nisa.rand2(dst=r, min=a, max=b)
         outs.append(r)
     return tuple(_to_hbm(r) for r in outs)
+
+
+@nki.jit
+def powers(x, y, engine=nisa.engine.unknown):
+    """nl.power of two tiles and of a tile and a number; nisa.tensor_tensor's op nl.power
+    into bf16 (on ``engine``)."""
+    a, b = nl.load(x), nl.load(y)
+    r3 = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=r3, data1=a, data2=b, op=nl.power, engine=engine)
+    return tuple(_to_hbm(r) for r in (nl.power(a, b), nl.power(a, 2.0), r3))
 
 
 @nki.jit
