@@ -292,6 +292,7 @@ def core_params(spec: ChipSpec, scale: Scale = "full") -> CoreParams:
         rng=rounding_rng(spec), access_start=c.costs.access_start,
         min_interval=c.costs.min_interval, dynamic_interval=c.costs.dynamic_interval,
         stride_penalty=int(si(c.costs.stride_penalty, "B")),
+        op_cycles=tuple(sorted(c.costs.op_cycles.items())),
         semaphore_latency=si(c.costs.semaphore_latency, "s"),
         shared_ports=tuple((tuple(sp.engines), sp.memory) for sp in c.costs.shared_ports),
         dma_queues=queues, dma_bandwidth=dma_bw, dma_latency=si(d.latency, "s"),

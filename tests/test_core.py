@@ -27,6 +27,7 @@ from hdl.core.isa import (
     TensorCopy,
     TensorCopyDynamic,
     TensorReduce,
+    TensorScalar,
     TensorTensor,
     TensorTensorScan,
     Transpose,
@@ -277,7 +278,7 @@ def test_numeric_result_through_golden_models(trn1, seed):
      r"function: func 40 is not one of the \d+ functions of trn1"),
     ({"vector": [TensorTensor(dst=sbuf(0, 8, 0, 4), a=sbuf(0, 8, 0, 4), b=sbuf(0, 8, 0, 4),
                               op=VectorOp.POWER)]},
-     r"vector\[0\] .*: op: power runs on the GpSimd engine, not the vector engine"),
+     r"vector\[0\] .*: op: power runs on the gpsimd engine, not the vector engine"),
     ({"vector": [Activation(dst=sbuf(0, 8, 0, 4), src=sbuf(0, 8, 0, 4), func=2)]},
      r"vector\[0\] `act .*`: function: the vector engine of trn1 evaluates no function, "
      r"not exp"),
@@ -958,6 +959,26 @@ def test_an_activation_on_the_vector_engine_streams_at_its_rate(trn3, n):
     got = {kind: _run(p, kind, [summed], {x: a}, [y, s]) for kind in ("vector", "scalar")}
     for ap in (y, s):
         assert np.array_equal(got["vector"][ap], got["scalar"][ap])
+
+
+@pytest.mark.parametrize("op, kind", [(VectorOp.RECIPROCAL, "vector"),
+                                      (VectorOp.RSQRT, "gpsimd")])
+def test_an_operation_of_several_cycles_an_element(trn1, op, kind):
+    """The vector engine's reciprocal and GpSimd's rsqrt take the spec's op_cycles an
+    element in the stream rule (NKI: max(MIN_II, 8 N) for the reciprocal; rsqrt at a
+    quarter of the scalar engine's throughput); refused on the other engine."""
+    p, n = trn1, 300
+    x, y = sbuf(0, 128, 0, n), sbuf(0, 128, 4096, n)
+    ins = TensorScalar(dst=y, src=x, op0=op, imm0=0.0)
+    busy = Core(p).run(program(**{kind: [ins]}), timing_only=True).busy[kind]
+    c = dict(p.op_cycles)[op.name.lower()]
+    e = p.vector_elements if kind == "vector" else 1
+    want = p.access_start + max(p.min_interval, math.ceil(c * n / e))
+    assert busy == pytest.approx(want / p.clock(kind))
+    other = "gpsimd" if kind == "vector" else "vector"
+    with pytest.raises(ProgramError, match=rf"op: {op.name.lower()} runs on the {kind} "
+                                           rf"engine, not the {other} engine"):
+        Core(p).check(program(**{other: [ins]}))
 
 
 def test_scan_rules(trn1):

@@ -66,10 +66,23 @@ def test_tensor_scalar_reduce(k, seed):
 
 
 def test_isa_reciprocal(k, seed):
+    """nisa.reciprocal on the vector engine, as NKI runs it: IEEE's fp32 division, bit for
+    bit numpy's; one TensorScalar there, of NKI's max(MIN_II, 8 N) cycles (the spec's
+    op_cycles over the engine's elements a cycle)."""
     rng = np.random.default_rng(seed)
     x = (rng.uniform(0.5, 4.0, (128, 64)) * rng.choice([-1, 1], (128, 64))).astype(np.float32)
+    x[0, :4] = [0.0, -0.0, np.inf, 3e-39]  # infinities both ways, a subnormal's overflow
     out = k["reciprocals"](x)
-    assert np.abs(out - 1 / x.astype(np.float64)).max() / np.abs(1 / x).max() < 1e-5
+    with np.errstate(divide="ignore", over="ignore"):
+        assert np.array_equal(out.view(np.uint32), (np.float32(1) / x).view(np.uint32))
+    streams = k["reciprocals"].trace(x)[0].program().streams
+    assert [type(i).__name__ for i in streams["vector"]].count("TensorScalar") == 1
+    assert "scalar" not in streams or not any(type(i).__name__ == "Activation"
+                                              for i in streams["scalar"])
+    p = knki.launch.params_for("trn1")
+    busy = knki.SESSION.launches[-1].result.busy["vector"]
+    want = p.access_start + max(p.min_interval, 8 * 64 / p.vector_elements)
+    assert busy == pytest.approx(want / p.clock("vector"))
 
 
 def test_a_tile_placed_past_sbuf_is_refused_at_its_line(k):

@@ -339,6 +339,27 @@ def test_power_runs_on_gpsimd(k, seed):
         k["v2_powers"](x, y, engine=knki.isa.engine.vector)
 
 
+def test_the_unary_alu_operators(k, seed):
+    """rsqrt (GpSimd's: 1 / sqrt in float64 rounded to fp32), relu (max with 0) and
+    reciprocal (the vector engine's IEEE division) as tensor_scalar's op0, against numpy;
+    rsqrt on GpSimd, refused on the vector engine."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((128, 64)) * 3).astype(np.float32)
+    roots, relus, thirds = k["v2_unary_operators"](x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want = (1 / np.sqrt(x.astype(np.float64))).astype(np.float32)
+    assert np.array_equal(roots, want, equal_nan=True) and np.isnan(roots[x < 0]).all()
+    assert np.array_equal(relus, np.maximum(x, np.float32(0)))
+    assert np.array_equal(thirds, (np.float32(1) / x) * np.float32(3))
+    streams = k["v2_unary_operators"].trace(x)[0].program().streams
+    assert [getattr(i, "op0", None) for i in streams["gpsimd"]].count(VectorOp.RSQRT) == 1
+    assert [getattr(i, "op0", None) for i in streams["vector"]].count(
+        VectorOp.RECIPROCAL) == 1
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: 'tensor_scalar' runs on the "
+                                            r"gpsimd engine, not vector"):
+        k["v2_unary_operators"](x, engine=knki.isa.engine.vector)
+
+
 def test_gather_flattened(k, seed):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((128, 4, 16)).astype(np.float32)

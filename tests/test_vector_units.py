@@ -325,6 +325,13 @@ def test_golden_vector_ops_against_numpy():
     got = golden.elementwise(VectorOp.POWER, cases[:, 0].view(np.uint32),
                              cases[:, 1].view(np.uint32)).view(np.float32)
     assert np.array_equal(got, cases[:, 2], equal_nan=True)
+    # reciprocal: IEEE's fp32 division; rsqrt: float64's rounded to fp32 (NaN below zero)
+    with np.errstate(all="ignore"):
+        assert np.array_equal(f[VectorOp.RECIPROCAL], np.float32(1) / fa)
+        want = (1 / np.sqrt(fa.astype(np.float64))).astype(np.float32)
+    assert np.array_equal(f[VectorOp.RSQRT], want, equal_nan=True)
+    assert np.all(np.abs(f[VectorOp.RSQRT][fa > 0].view(np.int32)
+                         - (1 / np.sqrt(fa[fa > 0])).view(np.int32)) <= 1)
     # truths: zeros of either sign are false, a NaN and a subnormal true
     t = np.array([0.0, -0.0, np.nan, 1e-45, 2.0], np.float32)
     got = golden.elementwise(VectorOp.LOGICAL_OR, t.view(np.uint32), np.uint32(0))

@@ -149,7 +149,7 @@ from hdl.numerics.fpu import Widen, WidenParams, lzc, round_pack
 from hdl.vector.convert import ENGINE_FORMATS
 from hdl.vector.fpcmp import f_eq, f_lt, holds, is_nan
 from hdl.vector.lanes import add_lane
-from hdl.vector.ops import BITWISE_OPS, Draw, Reduce, VectorOp
+from hdl.vector.ops import BITWISE_OPS, ENGINE_ONLY_OPS, Draw, Reduce, VectorOp
 from hdl.vector.vector import Vector, VectorParams
 
 __all__ = ["ENGINE_DTYPES", "ENGINE_RUNS", "GENERATOR_SEED", "INDEX_BITS", "IOTA_MODULE",
@@ -200,8 +200,9 @@ def supported(ins: Instruction, formats: tuple[str, ...] = ENGINE_DTYPES,
     runs = ENGINE_RUNS[kind]
     if not isinstance(ins, runs):
         return f"the {kind} engine runs {', '.join(c.__name__ for c in runs)}"
-    if any(getattr(ins, name, None) == VectorOp.POWER for name in ("op", "op0", "op1")):
-        return f"the {kind} engine's lanes compute no power (GpSimd's software pow)"
+    for name in ("op", "op0", "op1"):
+        if getattr(ins, name, None) in ENGINE_ONLY_OPS:
+            return f"the {kind} engine's lanes compute no {getattr(ins, name).name.lower()}"
     return operand_refusal(ins, formats)
 
 

@@ -45,6 +45,7 @@ class CoreParams:
     min_interval: int
     dynamic_interval: int | None  # fewest streaming cycles of a copy from a run-time offset
     stride_penalty: int
+    op_cycles: tuple[tuple[str, float], ...]  # an engine's cycles an element of such an op
     semaphore_latency: float
     shared_ports: tuple[tuple[tuple[str, ...], str], ...]
     dma_queues: int

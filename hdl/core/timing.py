@@ -4,7 +4,7 @@ core simulator (:func:`instruction_cycles`, :func:`stream_cycles`) and the core 
 
 An instruction streaming ``N`` elements per partition takes, in its engine's cycles,
 
-    ``access_start + max(least, ceil(turns * passes * N * k / e))``
+    ``access_start + max(least, ceil(turns * passes * N * k * c / e))``
 
 * ``N``: the elements per partition of the instruction's source (``src``, else ``data``,
   else ``a``, else ``dst``; ``dst`` for the gathers, ``SequenceBounds`` and
@@ -16,6 +16,10 @@ An instruction streaming ``N`` elements per partition takes, in its engine's cyc
 * ``turns``: on the scalar engine, ``ceil(P / activation_lanes)`` for the ``P`` partitions
   of that operand (its lanes take the partitions a group at a time; at full scale a lane per
   partition, one turn); 1 on the others;
+* ``c``: the cycles an element of an operation the lanes do not compute in one takes
+  (the spec's ``op_cycles``: the vector engine's reciprocal, GpSimd's rsqrt), else 1; the
+  core RTL refuses those operations (:data:`hdl.vector.ops.ENGINE_ONLY_OPS`), so
+  :class:`StreamRule` has no ``c``;
 * ``e``: elements per lane per cycle, the spec's ``vector_elements`` on the vector engine,
   1 on the others;
 * ``least``: ``dynamic_interval`` for a copy from an offset read at run time, else
@@ -56,6 +60,7 @@ from hdl.core.isa import (
 )
 from hdl.core.params import CoreParams
 from hdl.core.sequencer import CYCLE_BITS
+from hdl.vector.ops import ENGINE_ONLY_OPS
 
 __all__ = ["StreamRule", "elements_field", "instruction_cycles", "stream_cycles"]
 
@@ -74,12 +79,13 @@ def _per_cycle(params: CoreParams, engine: str) -> Fraction:
 
 
 def stream_cycles(params: CoreParams, engine: str, elements: float, passes: int = 1,
-                  strided: bool = False, dynamic: bool = False, turns: int = 1) -> int:
+                  strided: bool = False, dynamic: bool = False, turns: int = 1,
+                  per_element: float = 1) -> int:
     """Cycles of a vector, scalar or GpSimd instruction of ``passes`` streams of ``elements``
-    per partition, ``turns`` times over (see the module docstring); ``dynamic``: a copy from an
-    offset read at run time."""
+    per partition, ``turns`` times over, ``per_element`` cycles an element (see the module
+    docstring); ``dynamic``: a copy from an offset read at run time."""
     e = _per_cycle(params, engine)
-    work = turns * passes * elements * (2 if strided else 1)
+    work = turns * passes * elements * (2 if strided else 1) * per_element
     if work == int(work):
         stream = -(-int(work) * e.denominator // e.numerator)
     else:
@@ -101,8 +107,12 @@ def instruction_cycles(params: CoreParams, engine: str, ins: Instruction) -> int
     limit = params.stride_penalty
     strided = any(op.dims and abs(op.dims[-1][1]) * op.itemsize > limit
                   for _, op, _ in ins.operands())
+    costs = dict(params.op_cycles)
+    per_element = max([costs.get(op.name.lower(), 1) for op in
+                       (getattr(ins, name, None) for name in ("op", "op0", "op1"))
+                       if op in ENGINE_ONLY_OPS] or [1])
     cycles = stream_cycles(params, engine, ap.free, passes, strided,
-                           isinstance(ins, TensorCopyDynamic), turns)
+                           isinstance(ins, TensorCopyDynamic), turns, per_element)
     if isinstance(ins, Activation) and ins.reduce_dst is not None:
         cycles += params.min_interval
     return cycles

@@ -17,10 +17,15 @@ class VectorOp(enum.Enum, shape=5):
     operations (:data:`BITWISE_OPS`) act on the 32-bit words as integers: ``LEFT_SHIFT`` and
     ``RIGHT_SHIFT`` shift ``a``'s word by ``b``'s word read as an unsigned count, filling
     with zeros (a logical shift right; NKI has no arithmetic one), 0 from a count of 32 on.
-    ``COPY``, ``ABS`` and ``SQUARE`` read ``a`` only. ``POWER`` is ``a`` raised to ``b``,
-    numpy's ``power`` in float64 rounded to fp32 (NaN canonical): GpSimd's, whose cores
-    compute it in software, not the lanes' [NKI ``nki.isa.tensor_tensor``: "nl.power (Which
-    runs on the GpSimd engine.)"]; :data:`LANE_OPS` are the rest.
+    ``COPY``, ``ABS``, ``SQUARE``, ``RECIPROCAL`` and ``RSQRT`` read ``a`` only.
+    ``POWER`` is ``a`` raised to ``b``, numpy's ``power`` in float64 rounded to fp32 (NaN
+    canonical): GpSimd's, whose cores compute it in software [NKI ``nki.isa.tensor_tensor``:
+    "nl.power (Which runs on the GpSimd engine.)"]. ``RECIPROCAL`` is ``1 / a`` in fp32
+    (IEEE's division, correctly rounded), the vector engine's; ``RSQRT`` is ``1 / sqrt(a)``
+    in float64 rounded to fp32, GpSimd's: each "at a higher precision" than the scalar
+    engine's function, over several cycles an element (the spec's ``core.costs.op_cycles``)
+    [NKI's engine selection, nki.api.shared.rst]. None of the three is the lanes':
+    :data:`LANE_OPS` are the rest.
     """
 
     COPY = 0
@@ -48,6 +53,8 @@ class VectorOp(enum.Enum, shape=5):
     LEFT_SHIFT = 22
     RIGHT_SHIFT = 23
     POWER = 24
+    RECIPROCAL = 25
+    RSQRT = 26
 
 
 class Reduce(enum.Enum, shape=2):
@@ -62,8 +69,12 @@ class Reduce(enum.Enum, shape=2):
     MAX = 2
 
 
-#: The operations the engines' lanes compute (every one but GpSimd's POWER).
-LANE_OPS = tuple(op for op in VectorOp if op is not VectorOp.POWER)
+#: The operations the simulator alone runs, each on one engine kind [NKI]; their costs an
+#: element are the spec's ``core.costs.op_cycles`` where it names them.
+ENGINE_ONLY_OPS = {VectorOp.POWER: "gpsimd", VectorOp.RECIPROCAL: "vector",
+                   VectorOp.RSQRT: "gpsimd"}
+#: The operations the engines' lanes compute.
+LANE_OPS = tuple(op for op in VectorOp if op not in ENGINE_ONLY_OPS)
 
 #: The operations on 32-bit words as integers (NKI's "bitvec" operators).
 BITWISE_OPS = (VectorOp.BITWISE_AND, VectorOp.BITWISE_OR, VectorOp.BITWISE_XOR,

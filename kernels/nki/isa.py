@@ -126,10 +126,11 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
 
 
 def reciprocal(data, *, dtype=None, mask=None, **kwargs):
-    """``1 / data`` by the scalar engine's reciprocal function (NKI runs it on the vector
-    engine, at ``max(MIN_II, 8N)`` cycles; the core's vector ALU has no division)."""
+    """``1 / data`` on the vector engine, IEEE's fp32 division, over the spec's
+    ``op_cycles`` cycles an element (NKI: ``max(MIN_II, 8N)``)."""
     _options("reciprocal", kwargs)
-    return lower.activation("reciprocal", data, mask=mask, dtype=dtype, call="reciprocal")
+    return lower.tensor_scalar(data, np.reciprocal, 0.0, dtype=dtype, mask=mask, engine=5,
+                               call="reciprocal")
 
 
 #: dma_transpose's permutation of a tile of each rank [NKI ``nki.isa.dma_transpose``].

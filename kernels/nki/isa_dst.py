@@ -145,7 +145,7 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
 
 
 def reciprocal(dst, data, name=None):
-    lower.activation("reciprocal", data, dst=dst, call="reciprocal")
+    lower.tensor_scalar(data, np.reciprocal, 0.0, engine=5, dst=dst, call="reciprocal")
 
 
 def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res, reverse0=False,

@@ -900,6 +900,9 @@ lower.ACTIVATIONS[abs] = "abs"
 lower.ACTIVATIONS[square] = "square"
 lower.UNARY_OPS[abs] = VectorOp.ABS
 lower.UNARY_OPS[square] = VectorOp.SQUARE
+lower.UNARY_OPS[reciprocal] = VectorOp.RECIPROCAL  # the vector engine's [NKI engine selection]
+lower.UNARY_OPS[rsqrt] = VectorOp.RSQRT  # GpSimd's
+lower.UNARY_OPS[relu] = VectorOp.MAX  # max(x, 0): a unary operator's operand is 0
 
 
 def _reduce_fn(name: str, op):

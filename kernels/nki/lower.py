@@ -46,7 +46,7 @@ from hdl.core.isa import (
     TensorTensorScan,
     Transpose,
 )
-from hdl.vector.ops import BITWISE_OPS, Reduce, VectorOp
+from hdl.vector.ops import BITWISE_OPS, ENGINE_ONLY_OPS, Reduce, VectorOp
 from sim.core.rules import matmul_results
 
 from .errors import NkiError, NotSupported
@@ -86,7 +86,8 @@ VECTOR_OPS: dict = {
 }
 #: NKI's arithmetic unary operators of tensor_scalar (its operand None or 0) [NKI ``nki.isa.
 #: tensor_scalar``: "Must be None or 0 when op0 is a unary operator (e.g., nl.abs)"].
-UNARY_OPS: dict = {np.abs: VectorOp.ABS, np.square: VectorOp.SQUARE}
+UNARY_OPS: dict = {np.abs: VectorOp.ABS, np.square: VectorOp.SQUARE,
+                   np.reciprocal: VectorOp.RECIPROCAL}
 
 
 def bypass(x):
@@ -617,8 +618,12 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None,
     o0 = _reversed(o0, call) if reverse0 else o0
     if reverse1 and o1 != VectorOp.COPY:
         o1 = _reversed(o1, call)
-    if VectorOp.POWER in (o0, o1):  # NKI: power runs on the GpSimd engine
-        eng = _engine(engine, ("gpsimd",), call)
+    own = {ENGINE_ONLY_OPS[o] for o in (o0, o1) if o in ENGINE_ONLY_OPS}
+    if len(own) > 1:
+        raise NkiError(f"'{call}': {o0.name.lower()} and {o1.name.lower()} run on two engines "
+                       f"({' and '.join(sorted(own))})")
+    if own:  # NKI: power and rsqrt run on GpSimd, reciprocal on the Vector Engine
+        eng = _engine(engine, tuple(own), call)
     operand0, operand1 = (v.cut(rows_of(mask)) if isinstance(v, View) else v
                           for v in (operand0, operand1))
     a0, i0, v0 = _scalar_operand(t, operand0, x, call, "operand0")
@@ -648,7 +653,8 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, dst=N
     a, b = wa.cut(mask), wb.cut(mask)
     o = _op(op, call)
     # NKI: power runs on the GpSimd engine
-    eng = _engine(engine, ("gpsimd",) if o == VectorOp.POWER else ("vector", "gpsimd"), call)
+    eng = _engine(engine, (ENGINE_ONLY_OPS[o],) if o in ENGINE_ONLY_OPS
+                  else ("vector", "gpsimd"), call)
     _same_partitions(a, b, call, "data1", "data2")
     a, b = _free_broadcast(a, b), _free_broadcast(b, a)
     spaces = ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum")

@@ -40,7 +40,7 @@ from hdl.core.isa import (
     Transpose,
 )
 from hdl.core.params import CoreParams
-from hdl.vector.ops import Reduce, VectorOp
+from hdl.vector.ops import ENGINE_ONLY_OPS, Reduce, VectorOp
 from sim.golden import systolic_cycles
 
 from .program import Program
@@ -305,10 +305,12 @@ class Rules:
         for name, ap, _ in isa.reach(ins):
             self._check_ap(where, name, ap, kind, hbm_bytes)
         # [NKI nl.abs_max, nl.abs_min: "Available only on NeuronCore-v4 (trn3) and newer"]
-        # [NKI nki.isa.tensor_tensor: "nl.power (Which runs on the GpSimd engine.)"]
+        # [NKI: power and rsqrt on GpSimd, reciprocal on the Vector Engine]
         for name in ("op", "op0", "op1"):
-            if getattr(ins, name, None) == VectorOp.POWER and kind != "gpsimd":
-                fail(*where, "op", f"power runs on the GpSimd engine, not the {kind} engine")
+            op = getattr(ins, name, None)
+            if op in ENGINE_ONLY_OPS and kind != ENGINE_ONLY_OPS[op]:
+                fail(*where, "op", f"{op.name.lower()} runs on the {ENGINE_ONLY_OPS[op]} "
+                                   f"engine, not the {kind} engine")
             if getattr(ins, name, None) in (VectorOp.ABS_MAX, VectorOp.ABS_MIN) and \
                     p.generation < 4:
                 fail(*where, "op", f"{p.name}'s engines (NeuronCore-{p.version}) have no "

@@ -73,12 +73,19 @@ def _power(a, b):
     return _canonical(r.view(np.uint32))
 
 
+def _rsqrt(a):
+    """``1 / sqrt(a)`` in float64, rounded to fp32 (a negative number's a NaN, canonical)."""
+    with np.errstate(all="ignore"):
+        r = (1.0 / np.sqrt(_f(a).astype(np.float64))).astype(np.float32)
+    return _canonical(r.view(np.uint32))
+
+
 def elementwise(op: VectorOp, a, b) -> np.ndarray:
     """``op(a, b)`` elementwise on fp32 bit patterns."""
     a = np.asarray(a, dtype=np.uint32)
     b = np.broadcast_to(np.asarray(b, dtype=np.uint32), a.shape)
     op = VectorOp(op)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         table = {
             VectorOp.COPY: lambda: _canonical(a),
             VectorOp.ADD: lambda: add32(a, b),
@@ -105,6 +112,8 @@ def elementwise(op: VectorOp, a, b) -> np.ndarray:
             VectorOp.LEFT_SHIFT: lambda: _shift(a, b, np.left_shift),
             VectorOp.RIGHT_SHIFT: lambda: _shift(a, b, np.right_shift),
             VectorOp.POWER: lambda: _power(a, b),
+            VectorOp.RECIPROCAL: lambda: _canonical((np.float32(1.0) / _f(a)).view(np.uint32)),
+            VectorOp.RSQRT: lambda: _rsqrt(a),
         }
         return np.asarray(table[op](), dtype=np.uint32)
 

@@ -990,6 +990,19 @@ def powers(x, y, engine=nisa.engine.unknown):
 
 
 @nki.jit
+def unary_operators(x, engine=nisa.engine.unknown):
+    """tensor_scalar's unary operators NKI's table lists beside abs and square: rsqrt (on
+    ``engine``), relu, and a reciprocal followed by a multiply."""
+    t = nl.load(x)
+    outs = [nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf) for _ in range(3)]
+    nisa.tensor_scalar(dst=outs[0], data=t, op0=nl.rsqrt, operand0=0.0, engine=engine)
+    nisa.tensor_scalar(dst=outs[1], data=t, op0=nl.relu, operand0=None)
+    nisa.tensor_scalar(dst=outs[2], data=t, op0=nl.reciprocal, operand0=0.0,
+                       op1=nl.multiply, operand1=3.0)
+    return tuple(_to_hbm(r) for r in outs)
+
+
+@nki.jit
 def activated_after_a_stage(x, b):
     """nisa.activate2 (NeuronCore-v4): exp(x * 0.5 + b) (the Activation's own scale and
     bias), tanh(2 - x) (a reversed subtraction: a TensorScalar first) and x + b (the bias
