@@ -652,7 +652,7 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=None, dst=N
     wa, wb = _tile(data1, call, "data1"), _tile(data2, call, "data2")
     a, b = wa.cut(mask), wb.cut(mask)
     o = _op(op, call)
-    # NKI: power runs on the GpSimd engine
+    # an operation of one engine alone (NKI: power on GpSimd) runs there
     eng = _engine(engine, (ENGINE_ONLY_OPS[o],) if o in ENGINE_ONLY_OPS
                   else ("vector", "gpsimd"), call)
     _same_partitions(a, b, call, "data1", "data2")
