@@ -1100,6 +1100,26 @@ def test_exponential_on_the_vector_engine_of_neuroncore_v4(k, seed):
         k["v2_exponentials"](x, m, platform_target="trn2")
 
 
+def test_activate2_prelu(k, seed):
+    """nisa.activate2 with nl.prelu against numpy's fp32: z where above zero, else the
+    slope times z (a number, one a partition), bit for bit, with the row sums; a
+    relu_param beside another function is refused."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((128, 64)) * 3).astype(np.float32)
+    b = rng.standard_normal((128, 1)).astype(np.float32)
+    slope = rng.uniform(-0.5, 1.5, (128, 1)).astype(np.float32)
+    first, sums, second = k["v2_prelus"](x, b, slope, platform_target="trn3")
+    z = x * np.float32(0.5) + b
+    want = np.where(z > 0, z, np.float32(0.1) * z)
+    assert np.array_equal(first, want)
+    assert np.allclose(sums[:, 0], want.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-4)
+    want2 = np.where(x > 0, x, slope * x).astype(ml_dtypes.bfloat16)
+    assert np.array_equal(second.view(np.uint16), want2.view(np.uint16))
+    with pytest.raises(knki.NkiError, match=r"isa_more_v2.py:\d+: 'activate2': relu_param is "
+                                            r"nl.prelu's slope, not a parameter of exp"):
+        k["v2_activated_after_a_stage"](x, b, relu=0.5, platform_target="trn3")
+
+
 def test_nc_matmul_mx_multiplies_mx_tiles_with_their_scales(k):
     """nisa.nc_matmul_mx on trn3 against numpy: matrices quantized to MXFP8 and MXFP4 on the
     host (OCP MX: a shared E8M0 exponent a block of 32), their float64 dequantized product

@@ -9,6 +9,7 @@ import numpy as np
 from hdl.vector.ops import VectorOp
 
 from . import isa as _v1
+from . import language as _language
 from . import lower
 from .errors import NkiError, NotSupported, Unimplemented
 from .isa import (
@@ -90,14 +91,17 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
     """NeuronCore-v4's ``op((data op0 imm0) op1 imm1)`` on the Scalar Engine, one
     ``Activation`` where the stage is its own multiply-add (a number's multiply, a tile's
     add, both, or neither); any other stage a ``TensorScalar`` on the scalar engine into fp32
-    first, as :func:`activation` applies a tile's scale. ``relu_param`` (PReLU's slope) only
-    0: trngen's engine has no PReLU."""
+    first, as :func:`activation` applies a tile's scale. ``op`` ``nl.prelu`` with its slope
+    ``relu_param`` (a number or one a partition; trngen's engine has no parameterised
+    function): :func:`_prelu`."""
     call = "activate2"
     if current(call).params.generation < 4:
         raise NkiError("'activate2' is NeuronCore-v4's (trn3 on): use activation on this "
                        "chip")
-    if isinstance(relu_param, View) or float(relu_param) != 0.0:
-        raise NotSupported("relu_param of 'activate2' (PReLU's slope)", "relu_param 0.0")
+    if op is not _language.prelu and (isinstance(relu_param, View)
+                                      or float(relu_param) != 0.0):
+        raise NkiError("'activate2': relu_param is nl.prelu's slope, not a parameter of "
+                       f"{getattr(op, '__name__', op)}")
     kind = [None if o in (None, lower.bypass) else lower.VECTOR_OPS.get(o, o)
             for o in (op0, op1)]
     scale, bias, pre = 1.0, None, data
@@ -111,8 +115,32 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
     elif kind != [None, None]:
         pre = lower.tensor_scalar(data, op0, imm0, reverse0, op1, imm1, reverse1,
                                   dtype=np.float32, engine=2, call=call)
+    if op is _language.prelu:
+        if scale != 1.0 or bias is not None:
+            pre = lower.activation("identity", pre, bias=bias, scale=scale, dtype=np.float32,
+                                   call=call)
+        _prelu(pre, relu_param, reduce_op, reduce_res, reduce_cmd, dst, call)
+        return
     lower.activation(op, pre, bias=bias, scale=scale, reduce_op=reduce_op,
                      reduce_res=reduce_res, reduce_cmd=reduce_cmd, dst=dst, call=call)
+
+
+def _prelu(z, slope, reduce_op, reduce_res, reduce_cmd, dst, call: str) -> None:
+    """``z`` where above zero, else ``slope * z``, into ``dst``: ``max(z, 0) + slope *
+    min(z, 0)``, exact (one of the two terms is a zero), by a TensorScalar on the scalar
+    engine and a scalar_tensor_tensor; the row sums, where asked, by a TensorReduce."""
+    if reduce_op is not None and lower.VECTOR_OPS.get(reduce_op) != VectorOp.ADD:
+        raise NotSupported(f"reduce_op {getattr(reduce_op, '__name__', reduce_op)!r} of "
+                           f"'{call}'", "reduce_op add")
+    if int(reduce_cmd) == 2:
+        raise NotSupported("reduce_cmd=reduce (accumulating across instructions)",
+                           "reduce_cmd idle, reset or reset_reduce")
+    below = lower.tensor_scalar(z, np.minimum, 0.0, op1=np.multiply, operand1=slope,
+                                dtype=np.float32, engine=2, call=call)
+    lower.scalar_tensor_tensor(z, np.maximum, 0.0, np.add, below, dst=dst, call=call)
+    if reduce_res is not None:
+        lower.tensor_reduce(np.add, dst, tuple(range(1, dst.ndim)), keepdims=True,
+                            dst=reduce_res, call=call)
 
 
 def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.idle,

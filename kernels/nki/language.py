@@ -898,6 +898,15 @@ reciprocal = _unary_fn("reciprocal", "reciprocal")
 lower.ACTIVATIONS[copy] = "identity"
 lower.ACTIVATIONS[abs] = "abs"
 lower.ACTIVATIONS[square] = "square"
+
+
+def prelu(x, *args, **kwargs):
+    """NKI's parametric ReLU, an ``op`` of :func:`~kernels.nki.isa_dst.activate2` with its
+    ``relu_param`` (the slope below zero); not a call of its own."""
+    raise NkiError("nl.prelu is an activation op: pass it as op= of nisa.activate2 with "
+                   "relu_param=")
+
+
 lower.UNARY_OPS[abs] = VectorOp.ABS
 lower.UNARY_OPS[square] = VectorOp.SQUARE
 lower.UNARY_OPS[reciprocal] = VectorOp.RECIPROCAL  # the vector engine's [NKI engine selection]
@@ -1199,12 +1208,12 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
               "is_hbm is_sbuf is_psum is_on_chip program_id num_programs program_ndim "
               "load load_transpose2d broadcast_to device_print atomic_rmw "
               "store copy matmul transpose add subtract multiply divide maximum minimum "
-              "the comparisons bitwise_and/or/xor left_shift right_shift abs_max abs_min "
+              "the comparisons bitwise_and/or/xor left_shift right_shift abs_max abs_min power "
               "negative abs square exp log sqrt rsqrt "
               "where tanh sigmoid relu gelu gelu_apprx_tanh gelu_apprx_sigmoid(_dx) silu "
               "silu_dx gelu_dx softplus erf erf_dx mish sin cos tan "
               "arctan reciprocal sum max min prod mean var all softmax rms_norm floor ceil "
-              "trunc sign "
+              "trunc sign prelu (activate2's op) "
               "mod fmod logical_and/or/xor/not invert expand_dims shared_identity_matrix "
               "rand dropout gather_flattened "
               "loop_reduce tile_size fp32 finfo and the dtypes")
@@ -1213,7 +1222,7 @@ _SUPPORTED = ("ndarray shared_constant zeros ones full zeros_like empty_like par
 #: Calls NKI 0.2 documents (``nki.language`` at aws-neuron-sdk 81ce03ae) that this front end
 #: does not implement: a kernel may name them (a module-level table of functions) and runs
 #: while it does not call them.
-_DOCUMENTED = frozenset(("prelu", "random_seed"))
+_DOCUMENTED = frozenset(("random_seed",))
 
 
 def __getattr__(name: str):

@@ -1003,7 +1003,23 @@ def unary_operators(x, engine=nisa.engine.unknown):
 
 
 @nki.jit
-def activated_after_a_stage(x, b):
+def prelus(x, b, slope):
+    """nisa.activate2 with nl.prelu: of x * 0.5 + b (its multiply-add stage) with a slope of
+    0.1 and the row sums; of x with one slope a partition."""
+    t, bias, s = nl.load(x), nl.load(b), nl.load(slope)
+    first = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    sums = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activate2(dst=first, op=nl.prelu, data=t, imm0=0.5, imm1=bias, op0=nl.multiply,
+                   op1=nl.add, relu_param=0.1, reduce_op=nl.add, reduce_res=sums,
+                   reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    second = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.activate2(dst=second, op=nl.prelu, data=t, imm0=0.0, imm1=0.0, op0=nl.bypass,
+                   op1=nl.bypass, relu_param=s)
+    return tuple(_to_hbm(r) for r in (first, sums, second))
+
+
+@nki.jit
+def activated_after_a_stage(x, b, relu=0.0):
     """nisa.activate2 (NeuronCore-v4): exp(x * 0.5 + b) (the Activation's own scale and
     bias), tanh(2 - x) (a reversed subtraction: a TensorScalar first) and x + b (the bias
     alone, identity) with the row sums of the last."""
@@ -1017,7 +1033,7 @@ def activated_after_a_stage(x, b):
         r = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
         sums = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activate2(dst=r, op=op, data=t, imm0=imm0, imm1=imm1, op0=op0, op1=op1,
-                       reverse0=reverse0, reduce_op=nl.add, reduce_res=sums,
+                       reverse0=reverse0, relu_param=relu, reduce_op=nl.add, reduce_res=sums,
                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
         outs.append(r)
     outs.append(sums)
