@@ -20,7 +20,11 @@ loaded from a tensor takes the value the program up to there leaves in it
 (:meth:`.tracer.Tracer.register_load`; a launch with the kernel's data on one core). The
 ``op`` of the element-wise and reduction calls is any operator of NKI's table that the
 engines have (:data:`.lower.VECTOR_OPS`: the arithmetic, the comparisons, the logical and
-bitwise operators, the shifts, ``abs_max``/``abs_min``), each reduction NKI allows included.
+bitwise operators, the shifts, ``abs_max``/``abs_min``, ``power`` on GpSimd), each reduction
+NKI allows included, and ``tensor_scalar``'s unary operators (:data:`.lower.UNARY_OPS`:
+``abs``, ``square``, ``relu``, the vector engine's ``reciprocal``, GpSimd's ``rsqrt``). An
+instruction runs on the engine NKI names for it (:data:`hdl.vector.ops.ENGINE_ONLY_OPS`;
+``nisa.exponential`` on the vector engine where the chip's spec says it evaluates exp).
 """
 
 from __future__ import annotations
