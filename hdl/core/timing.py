@@ -108,9 +108,9 @@ def instruction_cycles(params: CoreParams, engine: str, ins: Instruction) -> int
     strided = any(op.dims and abs(op.dims[-1][1]) * op.itemsize > limit
                   for _, op, _ in ins.operands())
     costs = dict(params.op_cycles)
-    per_element = max([costs.get(op.name.lower(), 1) for op in
-                       (getattr(ins, name, None) for name in ("op", "op0", "op1"))
-                       if op in ENGINE_ONLY_OPS] or [1])
+    ops = (getattr(ins, name, None) for name in ("op", "op0", "op1"))
+    per_element = max((costs.get(op.name.lower(), 1) for op in ops if op in ENGINE_ONLY_OPS),
+                      default=1)
     cycles = stream_cycles(params, engine, ap.free, passes, strided,
                            isinstance(ins, TensorCopyDynamic), turns, per_element)
     if isinstance(ins, Activation) and ins.reduce_dst is not None:

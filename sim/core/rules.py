@@ -311,10 +311,9 @@ class Rules:
             if op in ENGINE_ONLY_OPS and kind != ENGINE_ONLY_OPS[op]:
                 fail(*where, "op", f"{op.name.lower()} runs on the {ENGINE_ONLY_OPS[op]} "
                                    f"engine, not the {kind} engine")
-            if getattr(ins, name, None) in (VectorOp.ABS_MAX, VectorOp.ABS_MIN) and \
-                    p.generation < 4:
+            if op in (VectorOp.ABS_MAX, VectorOp.ABS_MIN) and p.generation < 4:
                 fail(*where, "op", f"{p.name}'s engines (NeuronCore-{p.version}) have no "
-                                   f"{getattr(ins, name).name.lower()}, NeuronCore-v4 on has")
+                                   f"{op.name.lower()}, NeuronCore-v4 on has")
         if kind in ("vector", "scalar", "gpsimd") and not isinstance(ins, isa.QuantizeMx):
             for name, ap, _ in ins.operands():
                 if ap.dtype in isa.MX_DTYPES:
