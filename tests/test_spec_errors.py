@@ -127,6 +127,10 @@ CASES = [
     ("extends-cycle", {"spec.yaml": "extends: b\nchip: {name: a}\n",
                        "b.yaml": "extends: spec\nchip: {name: b}\n"},
      r"extends: expected extends without a cycle, found spec -> b -> spec", "b.yaml:extends"),
+    ("op-cycles-below-one", {"spec.yaml": "extends: trn2\nchip:\n  name: a\n  core:\n"
+                                          "    costs: {op_cycles: {reciprocal: 0.5}}\n"},
+     r"chip\.core\.costs\.op_cycles\.reciprocal: expected a value greater than or equal to "
+     r"1, found 0\.5", "op_cycles"),
     ("extends-self", {"spec.yaml": "extends: spec\nchip: {name: a}\n"},
      r"expected extends without a cycle, found spec -> spec", "extends"),
     ("extends-other-kind", {"spec.yaml": "extends: trn2.48xlarge\nchip: {name: a}\n"},
