@@ -129,12 +129,7 @@ def _prelu(z, slope, reduce_op, reduce_res, reduce_cmd, dst, call: str) -> None:
     """``z`` where above zero, else ``slope * z``, into ``dst``: ``max(z, 0) + slope *
     min(z, 0)``, exact (one of the two terms is a zero), by a TensorScalar on the scalar
     engine and a scalar_tensor_tensor; the row sums, where asked, by a TensorReduce."""
-    if reduce_op is not None and lower.VECTOR_OPS.get(reduce_op) != VectorOp.ADD:
-        raise NotSupported(f"reduce_op {getattr(reduce_op, '__name__', reduce_op)!r} of "
-                           f"'{call}'", "reduce_op add")
-    if int(reduce_cmd) == 2:
-        raise NotSupported("reduce_cmd=reduce (accumulating across instructions)",
-                           "reduce_cmd idle, reset or reset_reduce")
+    lower.check_row_sum(reduce_op, reduce_cmd, call)
     below = lower.tensor_scalar(z, np.minimum, 0.0, op1=np.multiply, operand1=slope,
                                 dtype=np.float32, engine=2, call=call)
     lower.scalar_tensor_tensor(z, np.maximum, 0.0, np.add, below, dst=dst, call=call)
@@ -292,14 +287,8 @@ def rand2(dst, min, max, name=None):  # noqa: A002 - NKI's names
         raise NkiError("'rand2' is NeuronCore-v4's (trn3 on): use nl.rand on this chip")
     if not isinstance(min, View) and not isinstance(max, View) and not min < max:
         raise NkiError(f"'rand2' needs min < max, not {min} and {max}")
-    if isinstance(min, View) and isinstance(max, View):
-        span = lower.tensor_tensor(max, min, np.subtract, dtype=np.float32, call=call)
-    elif isinstance(max, View):
-        span = lower.tensor_scalar(max, np.subtract, min, dtype=np.float32, call=call)
-    elif isinstance(min, View):
-        span = lower.tensor_scalar(min, np.subtract, max, True, dtype=np.float32, call=call)
-    else:
-        span = float(max) - float(min)
+    span = (_language.subtract(max, min, dtype=np.float32)
+            if isinstance(min, View) or isinstance(max, View) else float(max) - float(min))
     u = lower.rand(dst.shape, np.float32, call=call)
     lower.tensor_scalar(u, np.multiply, span, op1=np.add, operand1=min, engine=5, dst=dst,
                         call=call)

@@ -64,9 +64,9 @@ from .tracer import (
 )
 
 __all__ = ["ACTIVATIONS", "VECTOR_OPS", "activation", "affine_select", "bn_aggr", "bn_stats",
-           "dma_copy", "iota", "memset", "nc_matmul", "nc_transpose", "partition_broadcast",
-           "scalar_tensor_tensor",
-           "rows_of", "tensor_copy", "tensor_partition_reduce", "tensor_reduce", "tensor_scalar",
+           "check_row_sum", "dma_copy", "exponential", "iota", "memset", "nc_matmul",
+           "nc_transpose", "partition_broadcast", "rows_of", "scalar_tensor_tensor",
+           "tensor_copy", "tensor_partition_reduce", "tensor_reduce", "tensor_scalar",
            "tensor_tensor", "tensor_tensor_scan"]
 
 #: ALU operators (NKI's ``nl.*`` and numpy's) -> the vector engine's; filled by
@@ -499,6 +499,17 @@ def _vector_transpose(t, x: View, p: int, f: int, full: tuple, dtype, dst, call:
 
 # --- vector, scalar and GpSimd engines ----------------------------------------------------
 
+def check_row_sum(reduce_op, reduce_cmd, call: str) -> None:
+    """An activation's reduction: a sum along the free axis within the instruction (its
+    ``reduce_op`` add, or None), not accumulated across instructions."""
+    if reduce_op is not None and VECTOR_OPS.get(reduce_op) != VectorOp.ADD:
+        raise NotSupported(f"reduce_op {getattr(reduce_op, '__name__', reduce_op)!r} of "
+                           f"'{call}'", "reduce_op add")
+    if int(reduce_cmd) == 2:
+        raise NotSupported("reduce_cmd=reduce (accumulating across instructions)",
+                           "reduce_cmd idle, reset or reset_reduce")
+
+
 def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
                reduce_cmd=0, mask=None, dtype=None, dst=None, call: str = "activation",
                engine: str = "scalar"):
@@ -524,12 +535,7 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
         _same_partitions(x, b, call, "data", "bias")
     red = None
     if reduce_op is not None or reduce_res is not None:
-        if reduce_op is not None and VECTOR_OPS.get(reduce_op) != VectorOp.ADD:
-            raise NotSupported(f"reduce_op {getattr(reduce_op, '__name__', reduce_op)!r} of "
-                               f"'{call}'", "reduce_op add")
-        if int(reduce_cmd) == 2:
-            raise NotSupported("reduce_cmd=reduce (accumulating across instructions)",
-                               "reduce_cmd idle, reset or reset_reduce")
+        check_row_sum(reduce_op, reduce_cmd, call)
         if reduce_res is None:
             raise NkiError(f"'{call}' with reduce_op needs reduce_res")
         red = _tile(reduce_res, call, "reduce_res").cut(rows_of(mask))
